@@ -1,0 +1,55 @@
+"""Per-schedule policies: what happens to missed slots, overlapping runs, retries and DST."""
+
+from datetime import timedelta
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Policy(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class MisfirePolicy(_Policy):
+    """What a schedule does with slots that passed while nothing could fire them.
+
+    `fire_all` runs every missed slot (at most `max_catch_up`, newest kept), `fire_once` runs one
+    run for the newest missed slot, `skip` jumps to the next future slot. Every slot not run is
+    recorded as `SlotSkipped`. Slots older than `catch_up_window` are never run.
+    """
+
+    policy: Literal["fire_all", "fire_once", "skip"] = "fire_once"
+    max_catch_up: int = Field(default=100, ge=1, le=10_000)
+    catch_up_window: timedelta = Field(default=timedelta(days=1), gt=timedelta(0))
+    #: A slot counts as missed (not merely late) once it is this far behind the database clock.
+    grace: timedelta = Field(default=timedelta(seconds=60), ge=timedelta(0))
+
+
+class DstPolicy(_Policy):
+    """Wall-clock cron in a zone with DST: which instant(s) a local time means on change days."""
+
+    #: A local time that happens twice (clocks go back): fire at the first, the last, or both.
+    repeated: Literal["first", "last", "both"] = "first"
+    #: A local time that never happens (clocks go forward): shift to the next valid instant, or skip.
+    nonexistent: Literal["shift", "skip"] = "shift"
+
+
+OverlapPolicy = Literal["allow", "skip", "buffer_one", "cancel_previous"]
+
+
+class RetryPolicy(_Policy):
+    """Full-jitter exponential back-off: delay = random(0, min(cap, base * 2**attempt))."""
+
+    base: timedelta = Field(default=timedelta(seconds=1), gt=timedelta(0))
+    cap: timedelta = Field(default=timedelta(seconds=120), gt=timedelta(0))
+    max_attempts: int = Field(default=5, ge=1, le=1000)
+    #: Error type names (class `__name__` or dotted path) that are never retried.
+    non_retryable: tuple[str, ...] = ()
+    #: How long one attempt may run before it is cancelled and counted as a transient failure.
+    start_to_close: timedelta = Field(default=timedelta(minutes=5), gt=timedelta(0))
+
+    @model_validator(mode="after")
+    def _cap_not_below_base(self) -> "RetryPolicy":
+        if self.cap < self.base:
+            raise ValueError("cap cannot be less than base")
+        return self

@@ -1,0 +1,109 @@
+"""JobDue (ticker/orchestrator to claimer) and the run lifecycle events the claimer emits."""
+
+from datetime import timedelta
+from typing import Any, Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+
+from slotflow.contracts.envelope import Message
+from slotflow.contracts.policies import OverlapPolicy, RetryPolicy
+from slotflow.contracts.schedules import HandlerName
+
+
+class JobDue(Message):
+    """A run should start now. Keyed by `job_id`; the envelope id is the run id (+ attempt)."""
+
+    message_type = "job.due"
+    run_id: str = Field(min_length=1, max_length=1000)
+    job_id: str = Field(min_length=1, max_length=400)
+    slot: AwareDatetime
+    attempt: int = Field(default=1, ge=1)
+    kind: Literal["scheduled", "manual", "backfill", "retry", "activity"] = "scheduled"
+    handler: HandlerName
+    payload: dict[str, Any] = Field(default_factory=dict)
+    retry: RetryPolicy = RetryPolicy()
+    overlap: OverlapPolicy = "allow"
+    tags: tuple[str, ...] = ()
+    #: When the ticker meant it to fire (slot plus jitter); lateness is measured against this.
+    fire_at: AwareDatetime | None = None
+    #: Set for workflow activities: where the result goes.
+    workflow_id: str | None = None
+    sequence: int | None = None
+
+
+class AttemptRecord(BaseModel):
+    """One failed attempt, kept in a dead-lettered run's history."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    attempt: int
+    fence_token: int
+    owner: str
+    error_type: str
+    message: str
+    started_at: AwareDatetime | None
+    finished_at: AwareDatetime
+
+
+class RunEvent(Message):
+    """Fields every run lifecycle event carries."""
+
+    run_id: str
+    job_id: str
+    slot: AwareDatetime
+    attempt: int = Field(ge=1)
+    fence_token: int = Field(ge=1)
+    owner: str
+    workflow_id: str | None = None
+    sequence: int | None = None
+
+
+class RunStarted(RunEvent):
+    """A claimer holds the run's lease with `fence_token` and is running the handler."""
+
+    message_type = "run.started"
+    started_at: AwareDatetime
+
+
+class RunCompleted(RunEvent):
+    """The handler returned; its result was recorded with the current fencing token."""
+
+    message_type = "run.completed"
+    result: Any = None
+    started_at: AwareDatetime
+    finished_at: AwareDatetime
+
+
+class RunFailed(RunEvent):
+    """An attempt raised. `retryable` says whether a RunRetrying or RunDeadLettered follows."""
+
+    message_type = "run.failed"
+    error_type: str
+    message: str
+    traceback: str = ""
+    retryable: bool
+    finished_at: AwareDatetime
+
+
+class RunRetrying(RunEvent):
+    """The next attempt is scheduled as a durable timer in the ticker."""
+
+    message_type = "run.retrying"
+    next_attempt: int
+    retry_at: AwareDatetime
+    delay: timedelta
+
+
+class RunDeadLettered(RunEvent):
+    """The run gave up: a permanent error or out of attempts. The DLQ holds the details."""
+
+    message_type = "run.dead_lettered"
+    reason: Literal["permanent_error", "attempts_exhausted"]
+    history: tuple[AttemptRecord, ...] = ()
+
+
+class RunSkipped(RunEvent):
+    """The overlap policy kept this run from starting while another run of its job was live."""
+
+    message_type = "run.skipped"
+    reason: str

@@ -1,0 +1,224 @@
+"""Schedule commands (consumed by the ticker) and schedule events (produced by it)."""
+
+import zoneinfo
+from datetime import datetime, timedelta
+from typing import Annotated, Any, Literal
+
+from croniter import croniter
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from slotflow.contracts.envelope import IDENTIFIER_PATTERN, Message
+from slotflow.contracts.policies import DstPolicy, MisfirePolicy, OverlapPolicy, RetryPolicy
+
+ScheduleId = Annotated[str, Field(pattern=IDENTIFIER_PATTERN)]
+HandlerName = Annotated[str, Field(pattern=IDENTIFIER_PATTERN)]
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class CronSpec(_Spec):
+    """Cron in a time zone. 5 fields (minute first) or 6 fields (seconds first, as Quartz)."""
+
+    kind: Literal["cron"] = "cron"
+    expression: str = Field(min_length=1, max_length=200)
+    timezone: str = "UTC"
+
+    @field_validator("expression")
+    @classmethod
+    def _valid_cron(cls, value: str) -> str:
+        fields = value.split()
+        if len(fields) not in (5, 6):
+            raise ValueError(f"cron expression needs 5 or 6 fields, got {len(fields)}")
+        if not croniter.is_valid(value, second_at_beginning=len(fields) == 6):
+            raise ValueError(f"invalid cron expression {value!r}")
+        return " ".join(fields)
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        try:
+            zoneinfo.ZoneInfo(value)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError) as err:
+            raise ValueError(f"unknown IANA time zone {value!r}") from err
+        return value
+
+
+class IntervalSpec(_Spec):
+    """Every `every`, on a grid anchored at `anchor` (never at when a run finished)."""
+
+    kind: Literal["interval"] = "interval"
+    every: timedelta = Field(ge=timedelta(seconds=1))
+    anchor: AwareDatetime = datetime.fromisoformat("2000-01-01T00:00:00+00:00")
+
+
+class OnceSpec(_Spec):
+    """A single slot."""
+
+    kind: Literal["once"] = "once"
+    at: AwareDatetime
+
+
+ScheduleSpec = Annotated[CronSpec | IntervalSpec | OnceSpec, Field(discriminator="kind")]
+
+
+class ScheduleDefinition(BaseModel):
+    """Everything a schedule is; CreateSchedule and UpdateSchedule carry one whole."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    spec: ScheduleSpec
+    handler: HandlerName
+    payload: dict[str, Any] = Field(default_factory=dict)
+    misfire: MisfirePolicy = MisfirePolicy()
+    dst: DstPolicy = DstPolicy()
+    overlap: OverlapPolicy = "skip"
+    retry: RetryPolicy = RetryPolicy()
+    #: Each slot fires up to this much late, by an amount fixed per slot (spreads a herd of :00 jobs).
+    jitter: timedelta = Field(default=timedelta(0), ge=timedelta(0), le=timedelta(hours=1))
+    start_at: AwareDatetime | None = None
+    end_at: AwareDatetime | None = None
+    tags: tuple[Annotated[str, Field(max_length=100)], ...] = ()
+
+    @model_validator(mode="after")
+    def _window_ordered(self) -> "ScheduleDefinition":
+        if self.start_at and self.end_at and self.end_at <= self.start_at:
+            raise ValueError("end_at must be after start_at")
+        return self
+
+
+class CreateSchedule(Message):
+    """Create a schedule; a second create with the same id is rejected (use UpdateSchedule)."""
+
+    message_type = "schedule.create"
+    schedule_id: ScheduleId
+    definition: ScheduleDefinition
+    paused: bool = False
+
+
+class UpdateSchedule(Message):
+    """Replace a schedule's definition; its next slot is recomputed from the new spec."""
+
+    message_type = "schedule.update"
+    schedule_id: ScheduleId
+    definition: ScheduleDefinition
+
+
+class PauseSchedule(Message):
+    """Stop firing until resumed, or until `resume_at` if given."""
+
+    message_type = "schedule.pause"
+    schedule_id: ScheduleId
+    reason: str = Field(default="", max_length=1000)
+    resume_at: AwareDatetime | None = None
+
+
+class ResumeSchedule(Message):
+    """Fire again; slots that passed while paused follow the misfire policy."""
+
+    message_type = "schedule.resume"
+    schedule_id: ScheduleId
+
+
+class DeleteSchedule(Message):
+    """Stop and remove a schedule; its recorded runs stay."""
+
+    message_type = "schedule.delete"
+    schedule_id: ScheduleId
+
+
+class TriggerNow(Message):
+    """Run the schedule once now, outside its spec; the slot is the command's own time."""
+
+    message_type = "schedule.trigger"
+    schedule_id: ScheduleId
+
+
+class Backfill(Message):
+    """Emit a run for every slot of the spec in [start, end), whatever the misfire policy says."""
+
+    message_type = "schedule.backfill"
+    schedule_id: ScheduleId
+    start: AwareDatetime
+    end: AwareDatetime
+    max_slots: int = Field(default=1000, ge=1, le=100_000)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "Backfill":
+        if self.end <= self.start:
+            raise ValueError("end must be after start")
+        return self
+
+
+class ScheduleCreated(Message):
+    """The ticker stored a new schedule."""
+
+    message_type = "schedule.created"
+    schedule_id: ScheduleId
+    definition: ScheduleDefinition
+    paused: bool
+    next_fire_at: AwareDatetime | None
+
+
+class ScheduleUpdated(Message):
+    """The ticker replaced a schedule's definition."""
+
+    message_type = "schedule.updated"
+    schedule_id: ScheduleId
+    definition: ScheduleDefinition
+    next_fire_at: AwareDatetime | None
+
+
+class SchedulePaused(Message):
+    """A schedule stopped firing."""
+
+    message_type = "schedule.paused"
+    schedule_id: ScheduleId
+    reason: str
+    resume_at: AwareDatetime | None
+
+
+class ScheduleResumed(Message):
+    """A schedule fires again."""
+
+    message_type = "schedule.resumed"
+    schedule_id: ScheduleId
+    next_fire_at: AwareDatetime | None
+
+
+class ScheduleDeleted(Message):
+    """A schedule was removed."""
+
+    message_type = "schedule.deleted"
+    schedule_id: ScheduleId
+
+
+class SlotSkipped(Message):
+    """A slot that will not run, and why: nothing is dropped silently."""
+
+    message_type = "slot.skipped"
+    schedule_id: ScheduleId
+    run_id: str
+    slot: AwareDatetime
+    reason: Literal["misfire", "outside_catch_up_window", "dst_nonexistent", "paused", "overlap"]
+    detail: str = ""
+
+
+class CommandAccepted(Message):
+    """A command was applied (read-your-writes: the api waits for this)."""
+
+    message_type = "command.accepted"
+    command_id: str
+    command_type: str
+    subject: str
+
+
+class CommandRejected(Message):
+    """A command could not be applied; the reason says what to fix."""
+
+    message_type = "command.rejected"
+    command_id: str
+    command_type: str
+    subject: str
+    reason: str

@@ -1,0 +1,94 @@
+"""The error hierarchy every slotflow package raises from.
+
+Catch `SlotflowError`; branch on `retryable` or on the class, never on message text. A class's
+docstring is its default message.
+"""
+
+from typing import ClassVar
+
+
+class SlotflowError(Exception):
+    """Unexpected slotflow error."""
+
+    retryable: ClassVar[bool] = False
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or self.__doc__)
+
+
+class ConfigurationError(SlotflowError):
+    """A setting is missing or has an impossible value."""
+
+
+class TransientError(SlotflowError):
+    """A failure that may pass on its own: a timeout, a busy server, a dropped connection."""
+
+    retryable = True
+
+
+class PermanentError(SlotflowError):
+    """A failure that will repeat on every attempt: bad input, a business rule that says no."""
+
+
+class TransientStorageError(TransientError):
+    """PostgreSQL or Kafka was unreachable; the same operation may succeed later."""
+
+
+class FenceRejected(SlotflowError):
+    """A write carried a fencing token older than the one storage has already seen."""
+
+    def __init__(self, resource: str, token: int, current: int) -> None:
+        self.resource = resource
+        self.token = token
+        self.current = current
+        super().__init__(f"fence token {token} < current {current} for {resource}")
+
+
+class MigrationError(SlotflowError):
+    """A schema migration could not be applied."""
+
+
+class MigrationDrift(MigrationError):
+    """An applied migration file was edited after it ran; migrations are append-only."""
+
+
+class PoisonMessage(SlotflowError):
+    """A Kafka record that can never be processed as it is; it belongs in the DLQ."""
+
+    reason: ClassVar[str] = "poison"
+
+
+class UndecodableMessage(PoisonMessage):
+    """The record's bytes are not a JSON envelope."""
+
+    reason = "undecodable"
+
+
+class MessageTooLarge(PoisonMessage):
+    """The record is larger than slotflow accepts."""
+
+    reason = "too_large"
+
+
+class UnknownMessageType(PoisonMessage):
+    """No model is registered for the envelope's (type, version)."""
+
+    reason = "unknown_type"
+
+
+class InvalidPayload(PoisonMessage):
+    """The envelope's data does not validate against its model."""
+
+    reason = "invalid_payload"
+
+
+class KeyMismatch(PoisonMessage):
+    """The record key differs from the key the envelope claims."""
+
+    reason = "key_mismatch"
+
+
+class UnexpectedMessageType(PoisonMessage):
+    """A valid message arrived on a topic whose consumer does not handle its type."""
+
+    reason = "unexpected_type"

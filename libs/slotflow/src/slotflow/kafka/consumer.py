@@ -1,0 +1,85 @@
+"""A consumer with manual commits: offsets move only after the work they cover is durable."""
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from aiokafka import AIOKafkaConsumer
+from aiokafka.errors import KafkaError
+from aiokafka.structs import OffsetAndMetadata, TopicPartition
+
+from slotflow.errors import TransientStorageError
+from slotflow.kafka.records import Record
+from slotflow.settings import KafkaSettings
+
+
+class Consumer:
+    """A started aiokafka consumer in a group, read_committed, auto-commit off."""
+
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        *topics: str,
+        group_id: str,
+        client_id: str,
+        auto_offset_reset: Literal["earliest", "latest"] = "earliest",
+        max_poll_records: int = 500,
+        isolation_level: Literal["read_committed", "read_uncommitted"] = "read_committed",
+    ) -> None:
+        self.group_id = group_id
+        self._consumer: Any = AIOKafkaConsumer(
+            *topics,
+            bootstrap_servers=settings.bootstrap,
+            client_id=f"{settings.client_id_prefix}-{client_id}",
+            group_id=group_id,
+            enable_auto_commit=False,
+            auto_offset_reset=auto_offset_reset,
+            isolation_level=isolation_level,
+            max_poll_records=max_poll_records,
+            # Oversize records still reach us whole, so they can be dead-lettered, not skipped.
+            max_partition_fetch_bytes=settings.max_message_bytes * 4,
+        )
+
+    async def start(self) -> None:
+        try:
+            await self._consumer.start()
+        except KafkaError as err:
+            await self._consumer.stop()
+            raise TransientStorageError(f"cannot start Kafka consumer: {err}") from err
+
+    async def stop(self) -> None:
+        await self._consumer.stop()
+
+    async def __aenter__(self) -> "Consumer":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def poll(self, *, timeout_ms: int = 1000, max_records: int | None = None) -> list[Record]:
+        """The next batch, partitions interleaved, each partition's records in offset order."""
+        batches = await self._consumer.getmany(timeout_ms=timeout_ms, max_records=max_records)
+        return [Record.from_aiokafka(r) for records in batches.values() for r in records]
+
+    async def commit(self, records: Sequence[Record]) -> None:
+        """Commit past the highest offset of each partition in ``records``."""
+        if records:
+            await self.commit_offsets(next_offsets(records))
+
+    async def commit_offsets(self, offsets: Mapping[tuple[str, int], int]) -> None:
+        """Commit explicit next-offsets per (topic, partition)."""
+        await self._consumer.commit(
+            {TopicPartition(t, p): OffsetAndMetadata(o, "") for (t, p), o in offsets.items()}
+        )
+
+    def assignment(self) -> set[tuple[str, int]]:
+        return {(tp.topic, tp.partition) for tp in self._consumer.assignment()}
+
+
+def next_offsets(records: Sequence[Record]) -> dict[tuple[str, int], int]:
+    """The offset to commit per partition: one past the highest record seen."""
+    offsets: dict[tuple[str, int], int] = {}
+    for record in records:
+        key = (record.topic, record.partition)
+        offsets[key] = max(offsets.get(key, 0), record.offset + 1)
+    return offsets

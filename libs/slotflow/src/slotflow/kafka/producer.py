@@ -1,0 +1,166 @@
+"""An idempotent producer (acks=all, enable_idempotence) that sends envelopes.
+
+Idempotence makes the broker drop a batch the producer resends after a lost acknowledgement, so a
+network retry never duplicates a record inside one producer session. Across sessions duplicates
+collapse downstream on the envelope id.
+"""
+
+import asyncio
+from collections.abc import AsyncIterator, Iterable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError
+
+from slotflow.contracts.codec import encode
+from slotflow.contracts.envelope import TYPE_HEADER, VERSION_HEADER, Envelope
+from slotflow.errors import MessageTooLarge, TransientStorageError
+from slotflow.kafka.records import Delivered
+from slotflow.settings import KafkaSettings
+
+Headers = Mapping[str, bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class OutgoingRecord:
+    """A record to produce, already encoded."""
+
+    topic: str
+    key: bytes | None
+    value: bytes | None
+    headers: Headers | None = None
+
+
+class Producer:
+    """A started aiokafka producer behind a small typed API."""
+
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        *,
+        client_id: str,
+        transactional_id: str | None = None,
+        linger_ms: int = 5,
+    ) -> None:
+        self._max_bytes = settings.max_message_bytes
+        self._producer: Any = AIOKafkaProducer(
+            bootstrap_servers=settings.bootstrap,
+            client_id=f"{settings.client_id_prefix}-{client_id}",
+            acks="all",
+            enable_idempotence=True,
+            transactional_id=transactional_id,
+            linger_ms=linger_ms,
+            max_request_size=settings.max_message_bytes + 64 * 1024,
+        )
+
+    async def start(self) -> None:
+        try:
+            await self._producer.start()
+        except KafkaError as err:
+            await self._producer.stop()
+            raise TransientStorageError(f"cannot start Kafka producer: {err}") from err
+
+    async def stop(self) -> None:
+        await self._producer.stop()
+
+    async def __aenter__(self) -> "Producer":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def send_raw(
+        self,
+        topic: str,
+        *,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers | None = None,
+        partition: int | None = None,
+    ) -> Delivered:
+        """Send bytes and wait for the broker's acknowledgement."""
+        if value is not None and len(value) > self._max_bytes:
+            raise MessageTooLarge(f"record of {len(value)} bytes exceeds the {self._max_bytes}-byte limit")
+        try:
+            meta = await self._producer.send_and_wait(
+                topic,
+                value=value,
+                key=key,
+                partition=partition,
+                headers=list((headers or {}).items()),
+            )
+        except KafkaError as err:
+            raise TransientStorageError(f"send to {topic} failed: {err}") from err
+        return Delivered(meta.topic, meta.partition, meta.offset, meta.timestamp)
+
+    async def send(self, topic: str, envelope: Envelope, *, headers: Headers | None = None) -> Delivered:
+        """Send one envelope keyed by `envelope.key` and wait for the acknowledgement."""
+        return await self.send_raw(
+            topic,
+            key=envelope.key.encode(),
+            value=encode(envelope),
+            headers={**envelope_headers(envelope), **(headers or {})},
+        )
+
+    async def send_many(
+        self, items: Iterable[tuple[str, Envelope]], *, headers: Headers | None = None
+    ) -> list[Delivered]:
+        """Send several envelopes in one pipelined burst; wait until every one is acknowledged."""
+        return await self.send_raw_many(
+            OutgoingRecord(
+                topic,
+                envelope.key.encode(),
+                encode(envelope),
+                {**envelope_headers(envelope), **(headers or {})},
+            )
+            for topic, envelope in items
+        )
+
+    async def send_raw_many(self, records: Iterable[OutgoingRecord]) -> list[Delivered]:
+        """Enqueue records in the given order, then wait for every acknowledgement.
+
+        Enqueueing one after another (not in concurrent tasks) keeps the given order per partition.
+        """
+        futures = []
+        try:
+            for record in records:
+                if record.value is not None and len(record.value) > self._max_bytes:
+                    raise MessageTooLarge(
+                        f"record of {len(record.value)} bytes exceeds the {self._max_bytes}-byte limit"
+                    )
+                futures.append(
+                    await self._producer.send(
+                        record.topic,
+                        value=record.value,
+                        key=record.key,
+                        headers=list((record.headers or {}).items()),
+                    )
+                )
+            metas = await asyncio.gather(*futures)
+        except KafkaError as err:
+            raise TransientStorageError(f"batch send failed: {err}") from err
+        return [Delivered(m.topic, m.partition, m.offset, m.timestamp) for m in metas]
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[None]:
+        """Begin a Kafka transaction, commit on success, abort on error (transactional producers only)."""
+        async with self._producer.transaction():
+            yield
+
+    async def send_offsets_to_transaction(
+        self, offsets: Mapping[tuple[str, int], int], group_id: str
+    ) -> None:
+        """Commit consumer offsets (next offset to read) inside the open transaction."""
+        from aiokafka.structs import TopicPartition
+
+        await self._producer.send_offsets_to_transaction(
+            {TopicPartition(t, p): o for (t, p), o in offsets.items()}, group_id
+        )
+
+
+def envelope_headers(envelope: Envelope) -> dict[str, bytes]:
+    """Routing headers that let a reader see the type without parsing the value."""
+    return {TYPE_HEADER: envelope.type.encode(), VERSION_HEADER: str(envelope.version).encode()}

@@ -1,0 +1,203 @@
+"""The transactional outbox and its relay.
+
+Services stage events with `append`/`append_many` inside the transaction that changes their state,
+so an event exists if and only if the change committed. `OutboxRelay` then publishes pending rows
+to Kafka with an idempotent producer and marks them published.
+
+Why the relay cannot skip a row: it never keeps a "last seen seq" watermark. Each pass reads every
+row still pending (`published_at IS NULL`), so a row whose transaction commits after a row with a
+higher seq was published is simply found on the next pass. The classic watermark relay would have
+moved past it forever.
+
+Why records of one key stay in order: rows are sharded by `hashtext(key) & 7`, and a relay takes a
+transaction-scoped advisory lock on a shard before reading it, so at most one relay publishes a
+shard at a time, in seq order. Any number of relays (one per service replica) share the shards.
+
+A crash after the broker acknowledged but before the mark commits republishes those rows: the
+same envelope ids again, which consumers collapse. That is the effectively-once contract.
+"""
+
+import asyncio
+import json
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from slotflow.contracts.codec import encode
+from slotflow.contracts.envelope import Envelope
+from slotflow.errors import SlotflowError
+from slotflow.kafka.producer import OutgoingRecord, Producer, envelope_headers
+from slotflow.pg.pool import CONNECTION_ERRORS, Conn, Pool
+
+log = logging.getLogger(__name__)
+
+SHARDS = 8
+_RELAY_ERRORS: tuple[type[BaseException], ...] = (SlotflowError, *CONNECTION_ERRORS)
+
+
+@dataclass(frozen=True)
+class Staged:
+    """One event to stage: where it goes and the envelope itself."""
+
+    topic: str
+    envelope: Envelope
+    headers: Mapping[str, bytes] | None = None
+
+
+def _row(item: Staged) -> tuple[str, str, str, bytes, str]:
+    headers = {**envelope_headers(item.envelope), **(item.headers or {})}
+    return (
+        item.topic,
+        item.envelope.id,
+        item.envelope.key,
+        encode(item.envelope),
+        json.dumps({k: v.decode("latin-1") for k, v in headers.items()}),
+    )
+
+
+async def append(
+    conn: Conn, *, schema: str, topic: str, envelope: Envelope, headers: Mapping[str, bytes] | None = None
+) -> bool:
+    """Stage one event in the caller's transaction; False when (topic, id) was already staged."""
+    return await append_many(conn, schema=schema, items=[Staged(topic, envelope, headers)]) == 1
+
+
+async def append_many(conn: Conn, *, schema: str, items: Iterable[Staged]) -> int:
+    """Stage events in the caller's transaction with one statement; returns how many were new."""
+    rows = [_row(item) for item in items]
+    if not rows:
+        return 0
+    topics, ids, keys, values, headers = (list(column) for column in zip(*rows, strict=True))
+    inserted = await conn.fetchval(
+        f"""
+        WITH staged AS (
+            INSERT INTO {schema}.outbox (topic, event_id, key, shard, value, headers)
+            SELECT t, i, k, hashtext(k) & {SHARDS - 1}, v, h::jsonb
+              FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::text[]) AS u(t, i, k, v, h)
+            ON CONFLICT (topic, event_id) DO NOTHING   -- duplicates collapse
+            RETURNING 1
+        )
+        SELECT count(*) FROM staged
+        """,
+        topics,
+        ids,
+        keys,
+        values,
+        headers,
+    )
+    return int(inserted)
+
+
+class OutboxRelay:
+    """Publishes one schema's outbox to Kafka; run one per service replica."""
+
+    def __init__(
+        self,
+        pool: Pool,
+        producer: Producer,
+        *,
+        schema: str,
+        batch_size: int = 1000,
+        idle_interval: float = 0.05,
+        keep_published_seconds: float = 3600.0,
+    ) -> None:
+        self._pool = pool
+        self._producer = producer
+        self._schema = schema
+        self._batch_size = batch_size
+        self._idle_interval = idle_interval
+        self._keep_published_seconds = keep_published_seconds
+        self._wake = asyncio.Event()
+        self.published = 0
+
+    def wake(self) -> None:
+        """Publish soon: call after committing a transaction that staged events."""
+        self._wake.set()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Relay until ``stop`` is set; storage and broker outages are waited out, not fatal."""
+        passes = 0
+        while not stop.is_set():
+            try:
+                moved = await self.relay_once()
+                passes += 1
+                if passes % 1000 == 0:
+                    await self.purge_published()
+            except _RELAY_ERRORS as err:
+                log.warning("outbox relay for %s paused: %s", self._schema, err)
+                moved = 0
+                await _sleep_or_stop(stop, 1.0)
+            if moved == 0:
+                self._wake.clear()
+                await _wait_any(stop, self._wake, self._idle_interval)
+
+    async def relay_once(self) -> int:
+        """One pass over every shard; returns how many records were published."""
+        total = 0
+        for shard in range(SHARDS):
+            total += await self._relay_shard(shard)
+        self.published += total
+        return total
+
+    async def _relay_shard(self, shard: int) -> int:
+        async with self._pool.acquire() as conn, conn.transaction():
+            # Transaction-scoped: released by commit or by the connection dying with us.
+            locked = await conn.fetchval(
+                "SELECT pg_try_advisory_xact_lock(hashtext($1), $2)", f"{self._schema}.outbox", shard
+            )
+            if not locked:
+                return 0
+            rows = await conn.fetch(
+                f"SELECT seq, topic, key, value, headers FROM {self._schema}.outbox "
+                "WHERE shard = $1 AND published_at IS NULL ORDER BY seq LIMIT $2",
+                shard,
+                self._batch_size,
+            )
+            if not rows:
+                return 0
+            # Enqueued in seq order and pipelined; the idempotent producer keeps per-partition order.
+            await self._producer.send_raw_many(
+                OutgoingRecord(
+                    r["topic"],
+                    str(r["key"]).encode(),
+                    bytes(r["value"]),
+                    {k: str(v).encode("latin-1") for k, v in json.loads(r["headers"]).items()},
+                )
+                for r in rows
+            )
+            await conn.execute(
+                f"UPDATE {self._schema}.outbox SET published_at = now() WHERE seq = ANY($1::bigint[])",
+                [r["seq"] for r in rows],
+            )
+            return len(rows)
+
+    async def purge_published(self) -> int:
+        """Delete rows published longer ago than the keep period; returns how many."""
+        status = await self._pool.execute(
+            f"DELETE FROM {self._schema}.outbox WHERE published_at < now() - make_interval(secs => $1)",
+            self._keep_published_seconds,
+        )
+        return int(status.split()[-1])
+
+    async def pending(self) -> int:
+        """Rows staged but not yet published (the outbox backlog)."""
+        value = await self._pool.fetchval(
+            f"SELECT count(*) FROM {self._schema}.outbox WHERE published_at IS NULL"
+        )
+        return int(value)
+
+
+async def _wait_any(stop: asyncio.Event, wake: asyncio.Event, timeout: float) -> None:
+    waiters = [asyncio.create_task(stop.wait()), asyncio.create_task(wake.wait())]
+    try:
+        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
+
+
+async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
+    try:
+        await asyncio.wait_for(stop.wait(), timeout=seconds)
+    except TimeoutError:
+        return

@@ -1,0 +1,5 @@
+"""Helpers for slotflow's own tests and for users testing their handlers."""
+
+from slotflow.testing.waiting import assert_eventually, unique_name
+
+__all__ = ["assert_eventually", "unique_name"]

@@ -1,0 +1,98 @@
+"""Markers by directory, and fixtures for the real Kafka and PostgreSQL.
+
+Integration tests never fake the broker or the database. When they are unreachable a test skips
+locally with a reason naming `make up`; with SLOTFLOW_REQUIRE_SERVICES=1 (make test, CI) it fails.
+"""
+
+import os
+import socket
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from slotflow.pg.pool import Pool, create_pool
+from slotflow.settings import KafkaSettings, PostgresSettings
+from slotflow.testing import unique_name
+
+TESTS = Path(__file__).parent
+LAYERS = ("unit", "integration", "chaos", "contracts")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        relative = Path(str(item.path)).relative_to(TESTS)
+        layer = relative.parts[0]
+        if layer in LAYERS:
+            item.add_marker(getattr(pytest.mark, layer))
+
+
+def _reachable(host_port: str) -> bool:
+    host, _, port = host_port.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def _unavailable(what: str) -> None:
+    message = f"{what} is not reachable; run `make up` (or set SLOTFLOW_KAFKA_BOOTSTRAP / SLOTFLOW_PG_DSN)"
+    if os.environ.get("SLOTFLOW_REQUIRE_SERVICES") == "1":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def kafka_settings() -> KafkaSettings:
+    settings = KafkaSettings()
+    if not _reachable(settings.bootstrap.split(",")[0]):
+        _unavailable(f"Kafka at {settings.bootstrap}")
+    return settings
+
+
+@pytest.fixture(scope="session")
+def pg_settings() -> PostgresSettings:
+    settings = PostgresSettings()
+    if not _reachable(_pg_host_port(settings.dsn)):
+        _unavailable("PostgreSQL")
+    return settings
+
+
+def _pg_host_port(dsn: str) -> str:
+    # postgresql://user@host:port/db
+    rest = dsn.split("://", 1)[1].split("/", 1)[0].rsplit("@", 1)[-1]
+    return rest if ":" in rest else f"{rest}:5432"
+
+
+def _with_database(dsn: str, database: str) -> str:
+    base, _, tail = dsn.rpartition("/")
+    query = ""
+    if "?" in tail:
+        query = "?" + tail.split("?", 1)[1]
+    return f"{base}/{database}{query}"
+
+
+@pytest.fixture
+async def pg_dsn(pg_settings: PostgresSettings) -> AsyncIterator[str]:
+    """A fresh, empty database for one test, dropped afterwards."""
+    name = unique_name("t")
+    admin = await asyncpg.connect(pg_settings.dsn)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    yield _with_database(pg_settings.dsn, name)
+    admin = await asyncpg.connect(pg_settings.dsn)
+    try:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await admin.close()
+
+
+@pytest.fixture
+async def pg_pool(pg_dsn: str) -> AsyncIterator[Pool]:
+    pool = await create_pool(PostgresSettings(dsn=pg_dsn), min_size=1, max_size=8)
+    yield pool
+    await pool.close()

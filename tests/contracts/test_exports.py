@@ -1,0 +1,25 @@
+"""What other packages import from slotflow.contracts is pinned: removing a name is a breaking change."""
+
+import slotflow.contracts
+
+PINNED = {
+    "REGISTRY", "AttemptRecord", "Backfill", "CancelTimer", "CancelWorkflow", "CommandAccepted",
+    "CommandRejected", "CreateSchedule", "CronSpec", "DeadLetterFilter", "DeadLetterStatusChanged",
+    "DeadLettered", "DeleteSchedule", "DiscardDeadLetters", "DstPolicy", "Envelope", "FireJobDue",
+    "FireTimerFired", "IntervalSpec", "JobDue", "Message", "MessageRegistry", "MisfirePolicy",
+    "OnceSpec", "OverlapPolicy", "PauseSchedule", "RedriveDeadLetters", "ResumeSchedule",
+    "RetryPolicy", "RunCompleted", "RunDeadLettered", "RunFailed", "RunRetrying", "RunSkipped",
+    "RunStarted", "ScheduleCreated", "ScheduleDefinition", "ScheduleDeleted", "SchedulePaused",
+    "ScheduleResumed", "ScheduleSpec", "ScheduleUpdated", "SignalWorkflow", "SlotSkipped",
+    "StartTimer", "StartWorkflow", "TimerFired", "TriggerNow", "UpdateSchedule", "wrap",
+}  # fmt: skip
+
+
+def test_pinned_names_are_still_exported() -> None:
+    missing = PINNED - set(slotflow.contracts.__all__)
+    assert not missing, f"removed from slotflow.contracts: {sorted(missing)}"
+
+
+def test_new_exports_are_pinned() -> None:
+    unpinned = set(slotflow.contracts.__all__) - PINNED
+    assert not unpinned, f"pin these new exports in this test: {sorted(unpinned)}"
