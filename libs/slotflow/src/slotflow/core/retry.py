@@ -1,0 +1,82 @@
+"""Full-jitter exponential back-off and failure sorting, shared by the claimer and every consumer.
+
+Growing waits spread one job's retries; only randomness spreads *different* jobs from each other,
+so ten thousand jobs that failed against one outage do not come back in lockstep.
+"""
+
+import asyncio
+from collections.abc import Iterable
+from datetime import timedelta
+
+from pydantic import ValidationError
+
+from slotflow.contracts.policies import RetryPolicy
+from slotflow.errors import PermanentError, PoisonMessage, SlotflowError
+
+
+def backoff_ceiling(*, attempt: int, base: timedelta, cap: timedelta) -> timedelta:
+    """`min(cap, base * 2**attempt)`: the upper bound of the wait after ``attempt`` failures."""
+    if attempt < 0:
+        raise ValueError("attempt cannot be negative")
+    # Past 2**62 the product only matters as "more than cap"; avoid building huge timedeltas.
+    if attempt >= 62 or base * (2**attempt) > cap:
+        return cap
+    return base * (2**attempt)
+
+
+def full_jitter_delay(*, attempt: int, base: timedelta, cap: timedelta, draw: float) -> timedelta:
+    """`random(0, min(cap, base * 2**attempt))` with the random ``draw`` in [0, 1) given by the caller.
+
+    Taking the draw as a parameter keeps this pure, so property tests can pin it.
+    """
+    if not 0.0 <= draw < 1.0:
+        raise ValueError("draw must be in [0, 1)")
+    return backoff_ceiling(attempt=attempt, base=base, cap=cap) * draw
+
+
+#: Exceptions that say "try again": the world was briefly unavailable, not wrong.
+TRANSIENT_TYPES: tuple[type[BaseException], ...] = (TimeoutError, ConnectionError, OSError)
+
+
+def _qualified(error_type: type[BaseException]) -> Iterable[str]:
+    for klass in error_type.__mro__:
+        yield klass.__name__
+        yield f"{klass.__module__}.{klass.__qualname__}"
+
+
+def is_retryable(error: BaseException, *, non_retryable: Iterable[str] = ()) -> bool:
+    """Sort a failure: True for transient, False for permanent.
+
+    Permanent: `PermanentError`, poison input, pydantic validation errors, and any type named in
+    ``non_retryable`` (class name or dotted path, subclasses included). Transient: `TransientError`
+    and anything `retryable`, timeouts and connection errors. Anything else is transient: an
+    unknown failure deserves another try before a human is paged.
+    """
+    names = set(non_retryable)
+    if names and names.intersection(_qualified(type(error))):
+        return False
+    if isinstance(error, PermanentError | PoisonMessage | ValidationError | ValueError | TypeError):
+        return False
+    if isinstance(error, SlotflowError):
+        return error.retryable or isinstance(error, TRANSIENT_TYPES)
+    return True
+
+
+def next_retry_delay(
+    policy: RetryPolicy, *, attempt: int, error: BaseException, draw: float
+) -> timedelta | None:
+    """The wait before attempt ``attempt + 1`` (1-based), or None when the run should be dead-lettered.
+
+    The first retry waits up to `base`, the second up to `2 * base`, and so on up to `cap`.
+    """
+    if attempt >= policy.max_attempts or not is_retryable(error, non_retryable=policy.non_retryable):
+        return None
+    return full_jitter_delay(attempt=attempt - 1, base=policy.base, cap=policy.cap, draw=draw)
+
+
+async def sleep_backoff(attempt: int, *, base: float = 0.1, cap: float = 10.0, draw: float) -> None:
+    """Wait a full-jitter back-off in seconds (infrastructure retries inside a service)."""
+    delay = full_jitter_delay(
+        attempt=attempt, base=timedelta(seconds=base), cap=timedelta(seconds=cap), draw=draw
+    )
+    await asyncio.sleep(delay.total_seconds())
