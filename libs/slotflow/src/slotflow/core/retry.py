@@ -19,9 +19,9 @@ def backoff_ceiling(*, attempt: int, base: timedelta, cap: timedelta) -> timedel
     if attempt < 0:
         raise ValueError("attempt cannot be negative")
     # Past 2**62 the product only matters as "more than cap"; avoid building huge timedeltas.
-    if attempt >= 62 or base * (2**attempt) > cap:
+    if attempt >= 62:
         return cap
-    return base * (2**attempt)
+    return min(cap, base * (1 << attempt))
 
 
 def full_jitter_delay(*, attempt: int, base: timedelta, cap: timedelta, draw: float) -> timedelta:
