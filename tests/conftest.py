@@ -96,3 +96,17 @@ async def pg_pool(pg_dsn: str) -> AsyncIterator[Pool]:
     pool = await create_pool(PostgresSettings(dsn=pg_dsn), min_size=1, max_size=8)
     yield pool
     await pool.close()
+
+
+@pytest.fixture
+async def kafka(kafka_settings: KafkaSettings) -> KafkaSettings:
+    """Kafka settings in a fresh topic namespace with every topic of the table created.
+
+    Services resolve topic names through `KafkaSettings.topic`, so tests running side by side on
+    one broker never read each other's records.
+    """
+    from slotflow.kafka.admin import ensure_topics
+
+    settings = kafka_settings.model_copy(update={"topic_namespace": unique_name("t")})
+    await ensure_topics(settings.bootstrap, settings.topics())
+    return settings

@@ -3,6 +3,8 @@
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from slotflow.contracts.topics import TOPICS, TopicSpec
+
 
 class KafkaSettings(BaseSettings):
     """Where Kafka is; `SLOTFLOW_KAFKA_BOOTSTRAP` (the devstack prints it)."""
@@ -13,6 +15,16 @@ class KafkaSettings(BaseSettings):
     client_id_prefix: str = "slotflow"
     #: Records above this size are refused by producers and dead-lettered by consumers.
     max_message_bytes: int = Field(default=1_048_576, ge=1024)
+    #: Prefix for every topic name, so several deployments (or test runs) share one cluster.
+    topic_namespace: str = Field(default="", pattern=r"^[A-Za-z0-9._-]{0,100}$")
+
+    def topic(self, spec: TopicSpec) -> str:
+        """The topic name to use for ``spec`` in this deployment."""
+        return f"{self.topic_namespace}.{spec.name}" if self.topic_namespace else spec.name
+
+    def topics(self) -> list[TopicSpec]:
+        """Every topic of the table, renamed into this deployment's namespace."""
+        return [spec.model_copy(update={"name": self.topic(spec)}) for spec in TOPICS]
 
 
 class PostgresSettings(BaseSettings):

@@ -54,6 +54,7 @@ class ConsumeLoop:
         *,
         handler: Handler,
         dlq: Producer,
+        dlq_topic: str,
         source_service: str,
         accept: tuple[type[Message], ...] | None = None,
         max_bytes: int = 1_048_576,
@@ -63,6 +64,7 @@ class ConsumeLoop:
         self._consumer = consumer
         self._handler = handler
         self._dlq = dlq
+        self._dlq_topic = dlq_topic
         self._source = source_service
         self._accept = accept
         self._max_bytes = max_bytes
@@ -122,6 +124,7 @@ class ConsumeLoop:
                     self._dlq,
                     record,
                     error,
+                    dlq_topic=self._dlq_topic,
                     source_service=self._source,
                     occurred_at=datetime.now(UTC),
                     reason=reason,

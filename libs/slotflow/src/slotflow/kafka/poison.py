@@ -11,7 +11,6 @@ from datetime import datetime
 from slotflow.contracts import REGISTRY, DeadLettered, Envelope, MessageRegistry, wrap
 from slotflow.contracts.codec import DEFAULT_MAX_BYTES, decode
 from slotflow.contracts.envelope import Message
-from slotflow.contracts.topics import DLQ_MESSAGES
 from slotflow.errors import KeyMismatch, PoisonMessage, UnexpectedMessageType
 from slotflow.kafka.producer import Producer
 from slotflow.kafka.records import Delivered, Record
@@ -86,6 +85,7 @@ async def send_to_dlq(
     record: Record,
     error: BaseException,
     *,
+    dlq_topic: str,
     source_service: str,
     occurred_at: datetime,
     reason: str | None = None,
@@ -97,4 +97,4 @@ async def send_to_dlq(
     envelope = dead_letter_envelope(
         record, error, source_service=source_service, occurred_at=occurred_at, reason=reason
     )
-    return await producer.send(DLQ_MESSAGES.name, envelope)
+    return await producer.send(dlq_topic, envelope)
