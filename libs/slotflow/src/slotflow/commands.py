@@ -1,0 +1,169 @@
+"""Publish a command to the topic its type belongs to: the one helper the api, the CLI and tests share.
+
+A command's id is its envelope id. Consumers (the ticker, the orchestrator, the dlq service) record
+it in their inbox, so publishing the same command id twice applies the command once: a client that
+retries after a lost acknowledgement passes the same id (HTTP `Idempotency-Key`, CLI `--command-id`).
+"""
+
+import unicodedata
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from slotflow.contracts import (
+    Backfill,
+    CancelTimer,
+    CancelWorkflow,
+    CreateSchedule,
+    DeleteSchedule,
+    DiscardDeadLetters,
+    Envelope,
+    Message,
+    PauseSchedule,
+    RedriveDeadLetters,
+    ResumeSchedule,
+    SignalWorkflow,
+    StartTimer,
+    StartWorkflow,
+    TriggerNow,
+    UpdateSchedule,
+    wrap,
+)
+from slotflow.contracts.topics import DLQ_COMMANDS, SCHEDULE_COMMANDS, WORKFLOW_COMMANDS, TopicSpec
+from slotflow.errors import PermanentError
+from slotflow.kafka.producer import Producer
+from slotflow.settings import KafkaSettings
+
+SCHEDULE_COMMAND_TYPES: tuple[type[Message], ...] = (
+    CreateSchedule,
+    UpdateSchedule,
+    PauseSchedule,
+    ResumeSchedule,
+    DeleteSchedule,
+    TriggerNow,
+    Backfill,
+)
+TIMER_COMMAND_TYPES: tuple[type[Message], ...] = (StartTimer, CancelTimer)
+WORKFLOW_COMMAND_TYPES: tuple[type[Message], ...] = (StartWorkflow, SignalWorkflow, CancelWorkflow)
+DLQ_COMMAND_TYPES: tuple[type[Message], ...] = (RedriveDeadLetters, DiscardDeadLetters)
+COMMAND_TYPES: tuple[type[Message], ...] = (
+    *SCHEDULE_COMMAND_TYPES,
+    *TIMER_COMMAND_TYPES,
+    *WORKFLOW_COMMAND_TYPES,
+    *DLQ_COMMAND_TYPES,
+)
+
+#: Longest command id accepted (the envelope id limit).
+MAX_COMMAND_ID_LENGTH = 1000
+
+
+class NotACommand(PermanentError):
+    """The message is not a command slotflow knows how to route."""
+
+
+class InvalidCommandId(PermanentError):
+    """A command id must be 1 to 1000 printable characters."""
+
+
+@dataclass(frozen=True, slots=True)
+class CommandRoute:
+    """Where a command goes and what it is keyed by (ordering holds per key)."""
+
+    topic: TopicSpec
+    key: str
+
+
+def command_route(message: Message) -> CommandRoute:
+    """The topic and record key for ``message``.
+
+    Schedule commands are keyed by schedule id and timer commands by timer id (both go to the
+    ticker); workflow commands by workflow id; a DLQ command by its single selected id, or by the
+    command id when it selects by filter (see `build_command`).
+
+    Raises:
+        NotACommand: ``message`` is an event or an unknown type.
+    """
+    if isinstance(
+        message,
+        CreateSchedule
+        | UpdateSchedule
+        | PauseSchedule
+        | ResumeSchedule
+        | DeleteSchedule
+        | TriggerNow
+        | Backfill,
+    ):
+        return CommandRoute(SCHEDULE_COMMANDS, message.schedule_id)
+    if isinstance(message, StartTimer | CancelTimer):
+        return CommandRoute(SCHEDULE_COMMANDS, message.timer_id)
+    if isinstance(message, StartWorkflow | SignalWorkflow | CancelWorkflow):
+        return CommandRoute(WORKFLOW_COMMANDS, message.workflow_id)
+    if isinstance(message, RedriveDeadLetters | DiscardDeadLetters):
+        ids = message.selection.ids
+        return CommandRoute(DLQ_COMMANDS, ids[0] if len(ids) == 1 else "")
+    raise NotACommand(f"{type(message).__name__} ({message.message_type}) is not a command")
+
+
+def new_command_id() -> str:
+    """A fresh, unguessable command id."""
+    return f"cmd-{uuid.uuid4().hex}"
+
+
+def check_command_id(command_id: str) -> str:
+    """``command_id`` if usable as an envelope id.
+
+    Raises:
+        InvalidCommandId: empty, too long, or containing control characters.
+    """
+    if not command_id or len(command_id) > MAX_COMMAND_ID_LENGTH:
+        raise InvalidCommandId(f"command id must be 1 to {MAX_COMMAND_ID_LENGTH} characters")
+    if any(unicodedata.category(ch) == "Cc" for ch in command_id):
+        raise InvalidCommandId("command id must not contain control characters")
+    return command_id
+
+
+def build_command(
+    message: Message,
+    *,
+    command_id: str | None = None,
+    source: str,
+    occurred_at: datetime | None = None,
+) -> tuple[TopicSpec, Envelope]:
+    """The envelope for ``message`` (id = command id) and the topic spec it goes to.
+
+    ``occurred_at`` is informational (when the client asked); no consumer decides time from it.
+
+    Raises:
+        NotACommand: ``message`` is not a command.
+        InvalidCommandId: ``command_id`` is unusable.
+    """
+    route = command_route(message)
+    chosen = check_command_id(command_id) if command_id is not None else new_command_id()
+    envelope = wrap(
+        message,
+        id=chosen,
+        key=route.key or chosen,
+        source=source,
+        occurred_at=occurred_at or datetime.now(UTC),
+    )
+    return route.topic, envelope
+
+
+async def publish_command(
+    producer: Producer,
+    settings: KafkaSettings,
+    message: Message,
+    *,
+    command_id: str | None = None,
+    source: str,
+) -> str:
+    """Publish ``message`` to its command topic and wait for the broker; return the command id.
+
+    Raises:
+        NotACommand: ``message`` is not a command.
+        InvalidCommandId: ``command_id`` is unusable.
+        TransientStorageError: Kafka did not acknowledge (retry with the same command id).
+    """
+    spec, envelope = build_command(message, command_id=command_id, source=source)
+    await producer.send(settings.topic(spec), envelope)
+    return envelope.id
