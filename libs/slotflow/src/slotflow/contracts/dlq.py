@@ -7,6 +7,12 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 from slotflow.contracts.envelope import Message
 from slotflow.contracts.runs import AttemptRecord
 
+#: Set on a record the DLQ sends back to its topic: the id of the dead letter it came from, so a
+#: redriven record that fails again can be linked to its earlier entry.
+REDRIVE_OF_HEADER = "slotflow-redrive-of"
+
+DeadLetterStatus = Literal["parked", "redriven", "discarded"]
+
 
 class DeadLettered(Message):
     """A message that could not be processed, with everything needed to inspect and redrive it.
@@ -31,6 +37,16 @@ class DeadLettered(Message):
     job_id: str | None = None
     history: tuple[AttemptRecord, ...] = ()
     tags: tuple[str, ...] = ()
+    headers_b64: dict[str, str] = Field(
+        default_factory=dict, description="header values byte-exact, base64 (headers is for reading)"
+    )
+    value_size: int | None = Field(default=None, description="length of the original value in bytes")
+    value_truncated: bool = Field(
+        default=False,
+        description="value_b64 holds only a prefix: the record was too large for the DLQ topic; "
+        "the whole record stays at topic/partition/offset while its retention lasts",
+    )
+    traceback: str = Field(default="", description="where a handler raised, when it did")
 
 
 DeadLetterId = Annotated[str, Field(min_length=1, max_length=2000)]
@@ -48,6 +64,9 @@ class DeadLetterFilter(BaseModel):
     job_id: str | None = None
     since: AwareDatetime | None = None
     until: AwareDatetime | None = None
+    #: None selects `parked` entries for redrive and discard, and every status for listing.
+    status: DeadLetterStatus | None = None
+    run_id: str | None = None
 
 
 class RedriveDeadLetters(Message):
@@ -72,7 +91,7 @@ class DeadLetterStatusChanged(Message):
 
     message_type = "dlq.status_changed"
     dead_letter_id: DeadLetterId
-    status: Literal["parked", "redriven", "discarded"]
+    status: DeadLetterStatus
     reason: str
     topic: str
     source_service: str
@@ -80,3 +99,19 @@ class DeadLetterStatusChanged(Message):
     count: int = 1
     redrive_count: int = 0
     at: AwareDatetime
+    # What a list view shows without asking the DLQ service (all optional, for tolerant readers).
+    run_id: str | None = None
+    partition: int | None = None
+    offset: int | None = None
+    key: str | None = None
+    original_type: str | None = Field(default=None, description="the original envelope type, when known")
+    error_type: str = ""
+    error: str = Field(default="", description="the error, cut to 2000 characters")
+    tags: tuple[str, ...] = ()
+    first_seen: AwareDatetime | None = None
+    last_seen: AwareDatetime | None = None
+    #: The discard reason, or for a redrive the command that asked for it.
+    note: str = ""
+    command_id: str | None = None
+    #: The entry this one was redriven from, when it failed again after a redrive.
+    redrive_of: str | None = None

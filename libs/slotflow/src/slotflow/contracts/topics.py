@@ -10,6 +10,19 @@ from pydantic import BaseModel, ConfigDict, Field
 
 DAY_MS = 24 * 60 * 60 * 1000
 FOREVER = -1
+MIB = 1024 * 1024
+
+#: Largest record (batch) a slotflow topic accepts. Above the broker's ~1 MiB default on purpose:
+#: an oversize record from any producer lands on the topic, where its consumer refuses it by its
+#: own, smaller limit (`KafkaSettings.max_message_bytes`) and parks it in the DLQ. Refused at the
+#: broker instead, it would be an error in a sender's log that no operator ever sees.
+MAX_RECORD_BYTES = 4 * MIB
+#: The DLQ topic carries the original record base64-encoded (4/3 of its size) plus the reason and
+#: origin, so it accepts more than any other topic: a record as large as MAX_RECORD_BYTES still
+#: parks whole.
+DLQ_MAX_RECORD_BYTES = 8 * MIB
+#: The broker's own `message.max.bytes` default, for a topic that sets no limit of its own.
+BROKER_DEFAULT_MAX_RECORD_BYTES = 1_048_588
 
 
 class TopicSpec(BaseModel):
@@ -25,10 +38,21 @@ class TopicSpec(BaseModel):
     producers: tuple[str, ...]
     consumers: tuple[str, ...]
     purpose: str
+    #: Further topic-level broker configuration (e.g. `max.message.bytes`), applied at creation.
+    extra_config: dict[str, str] = Field(default_factory=dict)
 
     def config(self) -> dict[str, str]:
         """Topic-level broker configuration for creation."""
-        return {"retention.ms": str(self.retention_ms), "cleanup.policy": self.cleanup_policy}
+        return {
+            "retention.ms": str(self.retention_ms),
+            "cleanup.policy": self.cleanup_policy,
+            **self.extra_config,
+        }
+
+    @property
+    def max_record_bytes(self) -> int:
+        """The largest record this topic accepts (its `max.message.bytes`)."""
+        return int(self.extra_config.get("max.message.bytes", BROKER_DEFAULT_MAX_RECORD_BYTES))
 
 
 SCHEDULE_COMMANDS = TopicSpec(
@@ -40,6 +64,7 @@ SCHEDULE_COMMANDS = TopicSpec(
     producers=("api", "cli", "claimer", "orchestrator", "any client"),
     consumers=("ticker",),
     purpose="CreateSchedule, UpdateSchedule, Pause/Resume/Delete, TriggerNow, Backfill, StartTimer, CancelTimer",
+    extra_config={"max.message.bytes": str(MAX_RECORD_BYTES)},
 )
 SCHEDULE_EVENTS = TopicSpec(
     name="slotflow.schedules.events.v1",
@@ -50,6 +75,7 @@ SCHEDULE_EVENTS = TopicSpec(
     producers=("ticker",),
     consumers=("api",),
     purpose="schedule lifecycle, SlotSkipped, CommandAccepted/CommandRejected",
+    extra_config={"max.message.bytes": str(MAX_RECORD_BYTES)},
 )
 JOBS_DUE = TopicSpec(
     name="slotflow.jobs.due.v1",
@@ -60,6 +86,7 @@ JOBS_DUE = TopicSpec(
     producers=("ticker", "orchestrator"),
     consumers=("claimer", "api"),
     purpose="JobDue: one per slot and attempt; the claimer's work queue",
+    extra_config={"max.message.bytes": str(MAX_RECORD_BYTES)},
 )
 RUN_EVENTS = TopicSpec(
     name="slotflow.runs.events.v1",
@@ -70,6 +97,7 @@ RUN_EVENTS = TopicSpec(
     producers=("claimer",),
     consumers=("orchestrator", "api"),
     purpose="RunStarted, RunCompleted, RunFailed, RunRetrying, RunDeadLettered, RunSkipped",
+    extra_config={"max.message.bytes": str(MAX_RECORD_BYTES)},
 )
 TIMER_EVENTS = TopicSpec(
     name="slotflow.timers.events.v1",
@@ -80,6 +108,7 @@ TIMER_EVENTS = TopicSpec(
     producers=("ticker",),
     consumers=("orchestrator", "api"),
     purpose="TimerFired for durable workflow timers",
+    extra_config={"max.message.bytes": str(MAX_RECORD_BYTES)},
 )
 WORKFLOW_COMMANDS = TopicSpec(
     name="slotflow.workflows.commands.v1",
@@ -90,6 +119,7 @@ WORKFLOW_COMMANDS = TopicSpec(
     producers=("api", "cli", "any client"),
     consumers=("orchestrator",),
     purpose="StartWorkflow, SignalWorkflow, CancelWorkflow",
+    extra_config={"max.message.bytes": str(MAX_RECORD_BYTES)},
 )
 WORKFLOW_HISTORY = TopicSpec(
     name="slotflow.workflows.history.v1",
@@ -100,6 +130,7 @@ WORKFLOW_HISTORY = TopicSpec(
     producers=("orchestrator",),
     consumers=("orchestrator", "api"),
     purpose="every workflow decision and result, in order; kept forever (the ledger replay reads)",
+    extra_config={"max.message.bytes": str(MAX_RECORD_BYTES)},
 )
 DLQ_MESSAGES = TopicSpec(
     name="slotflow.dlq.messages.v1",
@@ -110,6 +141,7 @@ DLQ_MESSAGES = TopicSpec(
     producers=("every consumer",),
     consumers=("dlq",),
     purpose="DeadLettered: poison messages and runs out of attempts, with reason and origin",
+    extra_config={"max.message.bytes": str(DLQ_MAX_RECORD_BYTES)},
 )
 DLQ_COMMANDS = TopicSpec(
     name="slotflow.dlq.commands.v1",
@@ -120,6 +152,7 @@ DLQ_COMMANDS = TopicSpec(
     producers=("api", "cli"),
     consumers=("dlq",),
     purpose="RedriveDeadLetters, DiscardDeadLetters",
+    extra_config={"max.message.bytes": str(MAX_RECORD_BYTES)},
 )
 DLQ_EVENTS = TopicSpec(
     name="slotflow.dlq.events.v1",
@@ -130,6 +163,7 @@ DLQ_EVENTS = TopicSpec(
     producers=("dlq",),
     consumers=("api",),
     purpose="DeadLetterParked, DeadLetterRedriven, DeadLetterDiscarded",
+    extra_config={"max.message.bytes": str(MAX_RECORD_BYTES)},
 )
 
 TOPICS: tuple[TopicSpec, ...] = (

@@ -24,6 +24,7 @@ class Consumer:
         auto_offset_reset: Literal["earliest", "latest"] = "earliest",
         max_poll_records: int = 500,
         isolation_level: Literal["read_committed", "read_uncommitted"] = "read_committed",
+        max_partition_fetch_bytes: int | None = None,
     ) -> None:
         self.group_id = group_id
         self._consumer: Any = AIOKafkaConsumer(
@@ -36,7 +37,7 @@ class Consumer:
             isolation_level=isolation_level,
             max_poll_records=max_poll_records,
             # Oversize records still reach us whole, so they can be dead-lettered, not skipped.
-            max_partition_fetch_bytes=settings.max_message_bytes * 4,
+            max_partition_fetch_bytes=max_partition_fetch_bytes or settings.max_message_bytes * 4,
         )
 
     async def start(self) -> None:

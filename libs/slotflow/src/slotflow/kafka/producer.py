@@ -12,7 +12,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
-from aiokafka.errors import KafkaError
+from aiokafka.errors import (
+    KafkaError,
+    MessageSizeTooLargeError,
+    RecordListTooLargeError,
+    RecordTooLargeError,
+)
 
 from slotflow.contracts.codec import encode
 from slotflow.contracts.envelope import TYPE_HEADER, VERSION_HEADER, Envelope
@@ -21,6 +26,9 @@ from slotflow.kafka.records import Delivered
 from slotflow.settings import KafkaSettings
 
 Headers = Mapping[str, bytes]
+
+#: The client or the broker refused a record for its size: sending it again can never succeed.
+_SIZE_ERRORS = (MessageSizeTooLargeError, RecordListTooLargeError, RecordTooLargeError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,8 +51,11 @@ class Producer:
         client_id: str,
         transactional_id: str | None = None,
         linger_ms: int = 5,
+        max_message_bytes: int | None = None,
     ) -> None:
-        self._max_bytes = settings.max_message_bytes
+        """``max_message_bytes`` overrides `settings.max_message_bytes` for this producer only (the
+        DLQ producer parks records larger than anything else may send)."""
+        self._max_bytes = settings.max_message_bytes if max_message_bytes is None else max_message_bytes
         self._producer: Any = AIOKafkaProducer(
             bootstrap_servers=settings.bootstrap,
             client_id=f"{settings.client_id_prefix}-{client_id}",
@@ -52,7 +63,7 @@ class Producer:
             enable_idempotence=True,
             transactional_id=transactional_id,
             linger_ms=linger_ms,
-            max_request_size=settings.max_message_bytes + 64 * 1024,
+            max_request_size=self._max_bytes + 64 * 1024,
         )
 
     async def start(self) -> None:
@@ -92,6 +103,8 @@ class Producer:
                 partition=partition,
                 headers=list((headers or {}).items()),
             )
+        except _SIZE_ERRORS as err:
+            raise MessageTooLarge(f"{topic} refused a record of {len(value or b'')} bytes: {err}") from err
         except KafkaError as err:
             raise TransientStorageError(f"send to {topic} failed: {err}") from err
         return Delivered(meta.topic, meta.partition, meta.offset, meta.timestamp)
@@ -140,6 +153,8 @@ class Producer:
                     )
                 )
             metas = await asyncio.gather(*futures)
+        except _SIZE_ERRORS as err:
+            raise MessageTooLarge(f"a record of the batch is too large: {err}") from err
         except KafkaError as err:
             raise TransientStorageError(f"batch send failed: {err}") from err
         return [Delivered(m.topic, m.partition, m.offset, m.timestamp) for m in metas]
