@@ -1,0 +1,50 @@
+"""Entry point of the `slotflow` console script."""
+
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from slotflow.cli.context import Context
+from slotflow.cli.errors import EXIT_FAILURE, CliError
+from slotflow.cli.parser import build_parser
+from slotflow.errors import SlotflowError
+
+EXIT_INTERRUPTED = 130
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv``, run the chosen handler, map every failure to a message and an exit code."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as stop:
+        # argparse has already printed the usage error (2) or the help (0).
+        return stop.code if isinstance(stop.code, int) else EXIT_FAILURE
+    if not os.environ.get("SLOTFLOW_DEBUG"):
+        # aiokafka logs every failed connection attempt; the CLI says once what failed and what to do.
+        logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+    ctx = Context(args)
+    try:
+        code: int = args.run(ctx)
+    except CliError as err:
+        print(f"slotflow: error: {err}", file=sys.stderr)
+        return err.exit_code
+    except SlotflowError as err:
+        print(f"slotflow: error: {err}", file=sys.stderr)
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except Exception as err:  # the last line before a person: a message, not a traceback
+        if os.environ.get("SLOTFLOW_DEBUG"):
+            raise
+        print(
+            f"slotflow: internal error: {type(err).__name__}: {err} (set SLOTFLOW_DEBUG=1 for the traceback)",
+            file=sys.stderr,
+        )
+        return EXIT_FAILURE
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

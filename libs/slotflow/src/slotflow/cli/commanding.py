@@ -1,0 +1,214 @@
+"""Handlers that publish commands: schedules, workflows and the dead-letter queue.
+
+Each builds the contract message from flags (bad input is a `UsageError` before anything is sent),
+publishes it to Kafka, and with `--wait` asks the API whether it was accepted.
+"""
+
+import re
+from typing import Any
+
+from slotflow.cli.context import Context
+from slotflow.cli.errors import CliError, CommandRejected, UsageError
+from slotflow.cli.parsing import build_definition, build_spec, parse_instant, parse_json_object, validated
+from slotflow.cli.publishing import publish, wait_for_outcome
+from slotflow.contracts import (
+    Backfill,
+    CancelWorkflow,
+    CreateSchedule,
+    DeadLetterFilter,
+    DeleteSchedule,
+    DiscardDeadLetters,
+    Message,
+    PauseSchedule,
+    RedriveDeadLetters,
+    ResumeSchedule,
+    ScheduleDefinition,
+    SignalWorkflow,
+    StartWorkflow,
+    TriggerNow,
+    UpdateSchedule,
+)
+from slotflow.contracts.envelope import IDENTIFIER_PATTERN
+
+_IDENTIFIER = re.compile(IDENTIFIER_PATTERN)
+
+
+def identifier(value: str, what: str) -> str:
+    """``value`` if it is a valid slotflow identifier, else a `UsageError` saying what is allowed."""
+    if not _IDENTIFIER.fullmatch(value):
+        raise UsageError(
+            f"{what} {value!r} is not a valid identifier: start with a letter or digit, then up to 199 of "
+            "letters, digits and . _ : / @ + -"
+        )
+    return value
+
+
+def send(ctx: Context, message: Message) -> int:
+    """Publish ``message``, optionally wait for its outcome, and print what happened."""
+    args = ctx.args
+    wait = float(getattr(args, "wait", 0.0) or 0.0)
+    if wait < 0:
+        raise UsageError(f"--wait must not be negative, got {wait:g}")
+    published = publish(ctx.kafka(), message, command_id=args.command_id, timeout=ctx.timeout)
+    if wait > 0:
+        try:
+            with ctx.api() as api:
+                published = wait_for_outcome(api, published, wait=wait)
+        except CommandRejected:
+            raise
+        except CliError as err:
+            raise CliError(
+                f"command {published.command_id} was published to {published.topic}, "
+                f"but its outcome could not be read: {err}"
+            ) from None
+    if ctx.as_json:
+        ctx.emit_json(published.as_json())
+    else:
+        pairs = [
+            ("command_id", published.command_id),
+            ("type", published.command_type),
+            ("topic", published.topic),
+            ("key", published.key),
+        ]
+        if published.status is not None:
+            pairs.append(("status", published.status))
+        ctx.emit_fields(pairs)
+    if published.status == "pending":
+        ctx.note(
+            f"command {published.command_id} is still pending after {wait:g} s: is the service that owns "
+            f"{published.topic} running?"
+        )
+    return 0
+
+
+def _definition(ctx: Context) -> ScheduleDefinition:
+    a = ctx.args
+    spec = build_spec(cron=a.cron, every=a.every, at=a.at, tz=a.tz, anchor=a.anchor)
+    return build_definition(
+        spec=spec,
+        handler=identifier(a.handler, "--handler"),
+        payload=a.payload,
+        misfire=a.misfire,
+        max_catch_up=a.max_catch_up,
+        catch_up_window=a.catch_up_window,
+        grace=a.grace,
+        overlap=a.overlap,
+        retry_base=a.retry_base,
+        retry_cap=a.retry_cap,
+        max_attempts=a.max_attempts,
+        non_retryable=a.non_retryable,
+        start_to_close=a.start_to_close,
+        dst_repeated=a.dst_repeated,
+        dst_nonexistent=a.dst_nonexistent,
+        jitter=a.jitter,
+        start_at=a.start_at,
+        end_at=a.end_at,
+        tags=a.tag,
+    )
+
+
+def _schedule_id(ctx: Context) -> str:
+    return identifier(ctx.args.schedule_id, "SCHEDULE_ID")
+
+
+def schedule_create(ctx: Context) -> int:
+    message = CreateSchedule(
+        schedule_id=_schedule_id(ctx), definition=_definition(ctx), paused=ctx.args.paused
+    )
+    return send(ctx, message)
+
+
+def schedule_update(ctx: Context) -> int:
+    return send(ctx, UpdateSchedule(schedule_id=_schedule_id(ctx), definition=_definition(ctx)))
+
+
+def schedule_pause(ctx: Context) -> int:
+    fields: dict[str, Any] = {"schedule_id": _schedule_id(ctx), "reason": ctx.args.reason}
+    if ctx.args.resume_at is not None:
+        fields["resume_at"] = parse_instant(ctx.args.resume_at, flag="--resume-at")
+    return send(ctx, validated(PauseSchedule, fields, what="pause"))
+
+
+def schedule_resume(ctx: Context) -> int:
+    return send(ctx, ResumeSchedule(schedule_id=_schedule_id(ctx)))
+
+
+def schedule_delete(ctx: Context) -> int:
+    return send(ctx, DeleteSchedule(schedule_id=_schedule_id(ctx)))
+
+
+def schedule_trigger(ctx: Context) -> int:
+    return send(ctx, TriggerNow(schedule_id=_schedule_id(ctx)))
+
+
+def schedule_backfill(ctx: Context) -> int:
+    a = ctx.args
+    fields = {
+        "schedule_id": _schedule_id(ctx),
+        "start": parse_instant(a.start, flag="--start"),
+        "end": parse_instant(a.end, flag="--end"),
+        "max_slots": a.max_slots,
+    }
+    return send(ctx, validated(Backfill, fields, what="backfill"))
+
+
+def _workflow_id(ctx: Context) -> str:
+    return identifier(ctx.args.workflow_id, "WORKFLOW_ID")
+
+
+def workflow_start(ctx: Context) -> int:
+    a = ctx.args
+    message = StartWorkflow(
+        workflow_id=_workflow_id(ctx),
+        workflow_type=identifier(a.workflow_type, "--type"),
+        input=parse_json_object(a.input, flag="--input") if a.input is not None else {},
+    )
+    return send(ctx, message)
+
+
+def workflow_signal(ctx: Context) -> int:
+    a = ctx.args
+    message = SignalWorkflow(
+        workflow_id=_workflow_id(ctx),
+        signal=identifier(a.signal, "SIGNAL"),
+        payload=parse_json_object(a.payload, flag="--payload") if a.payload is not None else {},
+    )
+    return send(ctx, message)
+
+
+def workflow_cancel(ctx: Context) -> int:
+    fields = {"workflow_id": _workflow_id(ctx), "reason": ctx.args.reason}
+    return send(ctx, validated(CancelWorkflow, fields, what="cancel"))
+
+
+def selection(ctx: Context) -> DeadLetterFilter:
+    """The dead letters a redrive or discard acts on; refuses an empty filter unless `--all`."""
+    a = ctx.args
+    fields: dict[str, Any] = {
+        "ids": tuple(a.ids or ()),
+        "source_service": a.source,
+        "topic": a.topic,
+        "reason": a.failure_reason,
+        "job_id": a.job,
+        "since": parse_instant(a.since, flag="--since") if a.since is not None else None,
+        "until": parse_instant(a.until, flag="--until") if a.until is not None else None,
+    }
+    chosen = {name: value for name, value in fields.items() if value not in (None, ())}
+    if chosen and a.select_all:
+        raise UsageError("--all selects every dead letter; do not combine it with a filter")
+    if not chosen and not a.select_all:
+        raise UsageError(
+            "say which dead letters: --id, --source, --topic, --failure-reason, --job, --since/--until, "
+            "or --all for every one"
+        )
+    return validated(DeadLetterFilter, chosen, what="selection")
+
+
+def dlq_redrive(ctx: Context) -> int:
+    fields = {"selection": selection(ctx), "limit": ctx.args.limit}
+    return send(ctx, validated(RedriveDeadLetters, fields, what="redrive"))
+
+
+def dlq_discard(ctx: Context) -> int:
+    fields = {"selection": selection(ctx), "reason": ctx.args.reason, "limit": ctx.args.limit}
+    return send(ctx, validated(DiscardDeadLetters, fields, what="discard"))

@@ -1,0 +1,66 @@
+"""What every handler gets: the parsed arguments, where to print, and lazily built clients."""
+
+import argparse
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+import httpx
+from pydantic import ValidationError
+
+from slotflow.cli.api import ApiClient
+from slotflow.cli.errors import UsageError
+from slotflow.cli.output import Column, dump_json, render_fields, render_table
+from slotflow.cli.parsing import explain
+from slotflow.settings import KafkaSettings
+
+
+@dataclass
+class Context:
+    """One CLI invocation."""
+
+    args: argparse.Namespace
+    out: TextIO = field(default_factory=lambda: sys.stdout)
+    err: TextIO = field(default_factory=lambda: sys.stderr)
+    #: Tests hand in an in-memory transport; normally None (real HTTP).
+    api_transport: httpx.BaseTransport | None = None
+
+    @property
+    def as_json(self) -> bool:
+        return bool(getattr(self.args, "json", False))
+
+    @property
+    def timeout(self) -> float:
+        value = float(getattr(self.args, "timeout", 10.0))
+        if value <= 0:
+            raise UsageError(f"--timeout must be positive, got {value:g}")
+        return value
+
+    def api(self) -> ApiClient:
+        return ApiClient(str(self.args.api_url), timeout=self.timeout, transport=self.api_transport)
+
+    def kafka(self) -> KafkaSettings:
+        try:
+            return KafkaSettings()
+        except ValidationError as err:
+            raise UsageError(f"bad SLOTFLOW_KAFKA_* environment: {explain(err)}") from None
+
+    def emit_json(self, value: Any) -> None:
+        dump_json(value, self.out)
+
+    def emit_table(self, rows: list[dict[str, Any]], columns: Iterable[Column], *, empty: str) -> None:
+        if rows:
+            self.out.write(render_table(rows, list(columns)))
+        else:
+            self.out.write(empty + "\n")
+
+    def emit_fields(self, pairs: Iterable[tuple[str, str]]) -> None:
+        self.out.write(render_fields(pairs))
+
+    def note(self, message: str) -> None:
+        """A hint for people on stderr, so stdout stays parseable."""
+        self.err.write(message + "\n")
+
+
+Handler = Callable[[Context], int]

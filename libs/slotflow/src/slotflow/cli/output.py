@@ -1,0 +1,176 @@
+"""How results are printed: aligned plain-text tables for people, `--json` for programs.
+
+The API's JSON is the source of truth; these functions only choose columns and shorten values,
+and they tolerate missing fields (a column shows `-`) so an older server still prints.
+"""
+
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import timedelta
+from typing import Any, TextIO
+
+from pydantic import TypeAdapter, ValidationError
+
+from slotflow.cli.parsing import format_duration
+
+Row = Mapping[str, Any]
+Column = tuple[str, Callable[[Row], str]]
+MISSING = "-"
+_TIMEDELTA = TypeAdapter(timedelta)
+
+
+def dump_json(value: Any, out: TextIO) -> None:
+    """Pretty JSON with a trailing newline (stable key order as the server sent it)."""
+    out.write(json.dumps(value, indent=2, ensure_ascii=False, default=str) + "\n")
+
+
+def render_table(rows: Sequence[Row], columns: Sequence[Column], *, max_width: int = 60) -> str:
+    """Left-aligned columns separated by two spaces, headers in capitals; cells cut at ``max_width``."""
+    header = [name.upper() for name, _ in columns]
+    body = [[_clip(cell(row), max_width) for _, cell in columns] for row in rows]
+    widths = [max(len(line[i]) for line in [header, *body]) for i in range(len(columns))]
+    lines = [
+        "  ".join(text.ljust(width) for text, width in zip(line, widths, strict=True)).rstrip()
+        for line in [header, *body]
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def render_fields(pairs: Iterable[tuple[str, str]]) -> str:
+    """`label: value` lines with the values aligned."""
+    items = list(pairs)
+    width = max((len(label) for label, _ in items), default=0)
+    return "".join(f"{(label + ':').ljust(width + 1)} {value}\n" for label, value in items)
+
+
+def _clip(text: str, width: int) -> str:
+    text = text.replace("\n", " ")
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def text(value: Any) -> str:
+    """A cell: `-` for nothing, compact JSON for structures, the string otherwise."""
+    if value is None or value == "" or value == [] or value == {}:
+        return MISSING
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, list | tuple):
+        return ", ".join(text(item) for item in value)
+    if isinstance(value, dict):
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+    return str(value)
+
+
+def field(name: str, *fallbacks: str) -> Callable[[Row], str]:
+    """A cell reading ``name`` (or the first present fallback) from the row."""
+
+    def cell(row: Row) -> str:
+        for key in (name, *fallbacks):
+            if row.get(key) is not None:
+                return text(row[key])
+        return MISSING
+
+    return cell
+
+
+def duration_text(value: Any) -> str:
+    """A pydantic-serialised timedelta (ISO 8601 or seconds) as `1h30m`."""
+    if value is None:
+        return MISSING
+    try:
+        return format_duration(_TIMEDELTA.validate_python(value))
+    except ValidationError:
+        return str(value)
+
+
+def spec_text(spec: Any) -> str:
+    """`cron 0 2 * * * (Europe/Berlin)`, `every 15m`, `once at 2026-…`."""
+    if not isinstance(spec, Mapping):
+        return text(spec)
+    kind = spec.get("kind")
+    if kind == "cron":
+        zone = spec.get("timezone") or "UTC"
+        return f"cron {spec.get('expression')} ({zone})"
+    if kind == "interval":
+        return f"every {duration_text(spec.get('every'))}"
+    if kind == "once":
+        return f"once at {spec.get('at')}"
+    return text(spec)
+
+
+def schedule_state(row: Row) -> str:
+    if row.get("deleted"):
+        return "deleted"
+    if row.get("paused"):
+        reason = row.get("pause_reason")
+        return f"paused ({reason})" if reason else "paused"
+    return "active"
+
+
+SCHEDULE_COLUMNS: Sequence[Column] = (
+    ("schedule", field("schedule_id")),
+    ("spec", lambda row: spec_text(row.get("spec"))),
+    ("handler", field("handler")),
+    ("state", schedule_state),
+    ("next fire", field("next_fire_at")),
+    ("tags", field("tags")),
+)
+
+RUN_COLUMNS: Sequence[Column] = (
+    ("run", field("run_id")),
+    ("slot", field("slot")),
+    ("state", field("state", "outcome")),
+    (
+        "attempts",
+        lambda row: (
+            text(len(row["attempts"])) if isinstance(row.get("attempts"), list) else field("attempt")(row)
+        ),
+    ),
+    ("fence", field("fence_token")),
+    ("owner", field("owner")),
+    ("started", field("started_at")),
+    ("finished", field("finished_at")),
+)
+
+ATTEMPT_COLUMNS: Sequence[Column] = (
+    ("attempt", field("attempt")),
+    ("fence", field("fence_token")),
+    ("owner", field("owner")),
+    ("started", field("started_at")),
+    ("finished", field("finished_at")),
+    ("outcome", field("outcome")),
+    ("error", field("error")),
+)
+
+WORKFLOW_COLUMNS: Sequence[Column] = (
+    ("workflow", field("workflow_id")),
+    ("type", field("workflow_type", "type")),
+    ("status", field("status")),
+    ("current step", field("current_step")),
+    ("started", field("started_at", "created_at")),
+    ("updated", field("updated_at")),
+)
+
+HISTORY_COLUMNS: Sequence[Column] = (
+    ("seq", field("sequence", "seq")),
+    ("at", field("occurred_at", "at")),
+    ("event", field("type", "event_type", "kind")),
+    ("detail", lambda row: text(row.get("detail") or row.get("data") or row.get("payload"))),
+)
+
+DLQ_COLUMNS: Sequence[Column] = (
+    ("id", field("dead_letter_id", "id")),
+    ("status", field("status")),
+    ("reason", field("reason")),
+    ("source", field("source_service", "source")),
+    ("topic", field("topic")),
+    ("job", field("job_id")),
+    ("error", field("error")),
+)
+
+AUDIT_COLUMNS: Sequence[Column] = (
+    ("slot", field("slot")),
+    ("status", field("status")),
+    ("run", field("run_id")),
+    ("detail", field("detail")),
+)

@@ -1,0 +1,350 @@
+"""The argparse tree of `slotflow`: every group, action and flag, with help a person can act on.
+
+Handlers are attached with `set_defaults(handler=...)`; `slotflow.cli.__main__` dispatches.
+"""
+
+import argparse
+import os
+from typing import Any
+
+from slotflow.cli import commanding as cmd
+from slotflow.cli import querying as query
+from slotflow.cli.api import DEFAULT_API_URL
+from slotflow.cli.context import Handler
+from slotflow.cli.stack import stack
+
+_EPILOG = """\
+Commands (create, pause, start, redrive, ...) are published to Kafka (SLOTFLOW_KAFKA_BOOTSTRAP,
+SLOTFLOW_KAFKA_TOPIC_NAMESPACE); queries (list, show, audit, ...) call the read-model API
+(SLOTFLOW_API_URL, default http://127.0.0.1:8080). Exit codes: 0 ok, 1 failed, 2 bad usage.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command tree."""
+    root = argparse.ArgumentParser(
+        prog="slotflow",
+        description="Operate slotflow: schedules, runs, workflows, the dead-letter queue and the devstack.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _global_options(root, on_leaf=False)
+    groups = root.add_subparsers(dest="group", metavar="GROUP", required=True)
+    _schedule(groups)
+    _workflow(groups)
+    _runs(groups)
+    _dlq(groups)
+    _audit(groups)
+    _replay(groups)
+    _stack(groups)
+    return root
+
+
+def _global_options(parser: argparse.ArgumentParser, *, on_leaf: bool) -> None:
+    # Accepted before or after the subcommand: on a leaf, SUPPRESS keeps the root's value unless given.
+    defaults: dict[str, Any] = {
+        "json": False,
+        "api_url": os.environ.get("SLOTFLOW_API_URL", DEFAULT_API_URL),
+        "timeout": 10.0,
+    }
+    if on_leaf:
+        defaults = dict.fromkeys(defaults, argparse.SUPPRESS)
+    parser.add_argument(
+        "--json", action="store_true", default=defaults["json"], help="print the result as JSON, not a table"
+    )
+    parser.add_argument(
+        "--api-url",
+        metavar="URL",
+        default=defaults["api_url"],
+        help=f"read-model API base URL (env SLOTFLOW_API_URL, default {DEFAULT_API_URL})",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        metavar="SECONDS",
+        default=defaults["timeout"],
+        help="give up on the API or Kafka after this long (default 10)",
+    )
+
+
+def _leaf(
+    actions: Any, name: str, handler: Handler, help_text: str, description: str | None = None
+) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = actions.add_parser(
+        name,
+        help=help_text,
+        description=description or help_text,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _global_options(parser, on_leaf=True)
+    parser.set_defaults(run=handler)
+    return parser
+
+
+def _command_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--command-id",
+        metavar="ID",
+        help="idempotency key: publishing the same id twice applies the command once (default: a new id)",
+    )
+    parser.add_argument(
+        "--wait",
+        type=float,
+        metavar="SECONDS",
+        default=0.0,
+        help="after publishing, wait up to SECONDS for the command to be accepted or rejected (asks the API)",
+    )
+
+
+def _paging(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--limit", type=int, default=50, metavar="N", help="rows per page, 1..500 (default 50)"
+    )
+    parser.add_argument("--cursor", metavar="CURSOR", help="continue from a previous page's next cursor")
+    parser.add_argument("--all", action="store_true", help="follow every page")
+
+
+def _definition_flags(parser: argparse.ArgumentParser) -> None:
+    spec = parser.add_argument_group("when it fires (exactly one of --cron, --every, --at)")
+    spec.add_argument("--cron", metavar="EXPR", help="cron, 5 fields or 6 with seconds first: '0 2 * * *'")
+    spec.add_argument("--tz", metavar="ZONE", help="IANA time zone of --cron (default UTC): Europe/Berlin")
+    spec.add_argument("--every", metavar="DURATION", help="fixed interval on a grid: 30s, 15m, 1h30m, 1d")
+    spec.add_argument("--anchor", metavar="TIME", help="grid origin of --every (default 2000-01-01T00:00Z)")
+    spec.add_argument("--at", metavar="TIME", help="one slot at this time (ISO 8601 with offset)")
+    what = parser.add_argument_group("what it runs")
+    what.add_argument("--handler", required=True, metavar="NAME", help="registered handler name")
+    what.add_argument("--payload", metavar="JSON", help="JSON object given to the handler, or @file.json")
+    what.add_argument("--tag", action="append", metavar="TAG", help="label for filtering (repeatable)")
+    policy = parser.add_argument_group("policies (unset flags keep the defaults)")
+    policy.add_argument(
+        "--misfire", choices=("fire_all", "fire_once", "skip"), help="missed slots (default fire_once)"
+    )
+    policy.add_argument("--max-catch-up", type=int, metavar="N", help="fire_all runs at most N missed slots")
+    policy.add_argument(
+        "--catch-up-window", metavar="DURATION", help="never run slots older than this (default 1d)"
+    )
+    policy.add_argument("--grace", metavar="DURATION", help="late but not missed within this (default 60s)")
+    policy.add_argument(
+        "--overlap",
+        choices=("allow", "skip", "buffer_one", "cancel_previous"),
+        help="previous run still running",
+    )
+    policy.add_argument("--retry-base", metavar="DURATION", help="first back-off ceiling (default 1s)")
+    policy.add_argument("--retry-cap", metavar="DURATION", help="largest back-off (default 120s)")
+    policy.add_argument(
+        "--max-attempts", type=int, metavar="N", help="attempts before dead-lettering (default 5)"
+    )
+    policy.add_argument(
+        "--non-retryable", action="append", metavar="ERROR", help="error type never retried (repeatable)"
+    )
+    policy.add_argument("--start-to-close", metavar="DURATION", help="one attempt's time limit (default 5m)")
+    policy.add_argument(
+        "--dst-repeated", choices=("first", "last", "both"), help="a local time that happens twice"
+    )
+    policy.add_argument(
+        "--dst-nonexistent", choices=("shift", "skip"), help="a local time that never happens"
+    )
+    policy.add_argument(
+        "--jitter", metavar="DURATION", help="fire each slot up to this much late (fixed per slot)"
+    )
+    policy.add_argument("--start-at", metavar="TIME", help="no slots before this time")
+    policy.add_argument("--end-at", metavar="TIME", help="no slots at or after this time")
+
+
+def _schedule(groups: Any) -> None:
+    parser = groups.add_parser("schedule", help="create, change and inspect schedules")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    create = _leaf(actions, "create", cmd.schedule_create, "create a schedule (publishes CreateSchedule)")
+    create.add_argument("schedule_id", metavar="SCHEDULE_ID")
+    _definition_flags(create)
+    create.add_argument("--paused", action="store_true", help="create it paused")
+    _command_options(create)
+
+    update = _leaf(
+        actions,
+        "update",
+        cmd.schedule_update,
+        "replace a schedule's whole definition (publishes UpdateSchedule)",
+        "Replace a schedule's whole definition; flags not given take their defaults, not the old values.",
+    )
+    update.add_argument("schedule_id", metavar="SCHEDULE_ID")
+    _definition_flags(update)
+    _command_options(update)
+
+    listing = _leaf(actions, "list", query.schedule_list, "list schedules")
+    state = listing.add_mutually_exclusive_group()
+    state.add_argument("--paused", dest="paused", action="store_const", const=True, help="only paused ones")
+    state.add_argument("--active", dest="paused", action="store_const", const=False, help="only active ones")
+    listing.add_argument("--tag", metavar="TAG", help="only schedules with this tag")
+    listing.add_argument("--handler", metavar="NAME", help="only schedules running this handler")
+    _paging(listing)
+
+    show = _leaf(actions, "show", query.schedule_show, "one schedule with its next slots")
+    show.add_argument("schedule_id", metavar="SCHEDULE_ID")
+
+    pause = _leaf(actions, "pause", cmd.schedule_pause, "stop firing until resumed")
+    pause.add_argument("schedule_id", metavar="SCHEDULE_ID")
+    pause.add_argument("--reason", default="", help="why (shown in list and the dashboard)")
+    pause.add_argument("--resume-at", metavar="TIME", help="resume by itself at this time")
+    _command_options(pause)
+
+    for name, handler, text in (
+        ("resume", cmd.schedule_resume, "fire again; missed slots follow the misfire policy"),
+        ("delete", cmd.schedule_delete, "stop and remove a schedule (its runs stay)"),
+        ("trigger", cmd.schedule_trigger, "run once now, outside the spec"),
+    ):
+        leaf = _leaf(actions, name, handler, text)
+        leaf.add_argument("schedule_id", metavar="SCHEDULE_ID")
+        _command_options(leaf)
+
+    backfill = _leaf(actions, "backfill", cmd.schedule_backfill, "run every slot of the spec in [start, end)")
+    backfill.add_argument("schedule_id", metavar="SCHEDULE_ID")
+    backfill.add_argument(
+        "--start", required=True, metavar="TIME", help="first slot at or after (e.g. now-3d)"
+    )
+    backfill.add_argument("--end", required=True, metavar="TIME", help="slots before this time")
+    backfill.add_argument(
+        "--max-slots", type=int, default=1000, metavar="N", help="refuse more slots (default 1000)"
+    )
+    _command_options(backfill)
+
+
+def _workflow(groups: Any) -> None:
+    parser = groups.add_parser("workflow", help="start, signal, cancel and inspect workflows")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    start = _leaf(actions, "start", cmd.workflow_start, "start a workflow (publishes StartWorkflow)")
+    start.add_argument("workflow_id", metavar="WORKFLOW_ID")
+    start.add_argument(
+        "--type", dest="workflow_type", required=True, metavar="TYPE", help="registered workflow type"
+    )
+    start.add_argument("--input", metavar="JSON", help="JSON object given to the workflow, or @file.json")
+    _command_options(start)
+
+    signal = _leaf(actions, "signal", cmd.workflow_signal, "deliver a named signal to a running workflow")
+    signal.add_argument("workflow_id", metavar="WORKFLOW_ID")
+    signal.add_argument("signal", metavar="SIGNAL")
+    signal.add_argument("--payload", metavar="JSON", help="JSON object sent with the signal, or @file.json")
+    _command_options(signal)
+
+    cancel = _leaf(actions, "cancel", cmd.workflow_cancel, "ask a workflow to stop (compensations run)")
+    cancel.add_argument("workflow_id", metavar="WORKFLOW_ID")
+    cancel.add_argument("--reason", default="", help="why")
+    _command_options(cancel)
+
+    listing = _leaf(actions, "list", query.workflow_list, "list workflows")
+    listing.add_argument("--type", dest="workflow_type", metavar="TYPE")
+    listing.add_argument("--status", metavar="STATUS")
+    listing.add_argument("--from", dest="start", metavar="TIME", help="started at or after")
+    listing.add_argument("--to", dest="end", metavar="TIME", help="started before")
+    _paging(listing)
+
+    show = _leaf(actions, "show", query.workflow_show, "status, current step, pending work and compensations")
+    show.add_argument("workflow_id", metavar="WORKFLOW_ID")
+
+    history = _leaf(actions, "history", query.workflow_history, "the workflow's recorded history, in order")
+    history.add_argument("workflow_id", metavar="WORKFLOW_ID")
+
+
+def _runs(groups: Any) -> None:
+    parser = groups.add_parser("runs", help="inspect runs (one per slot, with every attempt)")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    listing = _leaf(
+        actions,
+        "list",
+        query.runs_list,
+        "list runs, of one schedule by slot range or across jobs",
+    )
+    listing.add_argument(
+        "--schedule", metavar="SCHEDULE_ID", help="runs of this schedule (slot range with --from/--to)"
+    )
+    listing.add_argument("--job", metavar="JOB_ID", help="runs of this job id (a schedule or a workflow)")
+    listing.add_argument("--state", metavar="STATE", help="only runs in this state")
+    listing.add_argument("--from", dest="start", metavar="TIME", help="slots at or after (with --schedule)")
+    listing.add_argument("--to", dest="end", metavar="TIME", help="slots before (with --schedule)")
+    _paging(listing)
+    show = _leaf(actions, "show", query.runs_show, "one run with every attempt")
+    show.add_argument("run_id", metavar="RUN_ID", help="e.g. merchant-payouts@2026-12-02T02:00:00Z")
+
+
+def _selection(parser: argparse.ArgumentParser) -> None:
+    pick = parser.add_argument_group("which dead letters (at least one, or --all)")
+    pick.add_argument(
+        "--id", dest="ids", action="append", metavar="DEAD_LETTER_ID", help="this one (repeatable)"
+    )
+    pick.add_argument("--source", metavar="SERVICE", help="parked by this service")
+    pick.add_argument("--topic", metavar="TOPIC", help="from this original topic")
+    pick.add_argument(
+        "--failure-reason", metavar="REASON", help="parked for this reason (invalid_payload, ...)"
+    )
+    pick.add_argument("--job", metavar="JOB_ID", help="of this job")
+    pick.add_argument("--since", metavar="TIME", help="parked at or after")
+    pick.add_argument("--until", metavar="TIME", help="parked before")
+    pick.add_argument(
+        "--all", dest="select_all", action="store_true", help="every parked message (no filter)"
+    )
+    parser.add_argument(
+        "--limit", type=int, default=1000, metavar="N", help="act on at most N (default 1000)"
+    )
+
+
+def _dlq(groups: Any) -> None:
+    parser = groups.add_parser("dlq", help="inspect, redrive and discard dead letters")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    listing = _leaf(actions, "list", query.dlq_list, "list dead letters")
+    listing.add_argument("--status", choices=("parked", "redriven", "discarded"))
+    listing.add_argument("--reason", metavar="REASON", help="parked for this reason")
+    listing.add_argument("--topic", metavar="TOPIC")
+    listing.add_argument("--source", metavar="SERVICE")
+    listing.add_argument("--job", metavar="JOB_ID")
+    _paging(listing)
+    show = _leaf(actions, "show", query.dlq_show, "one dead letter with its origin and error")
+    show.add_argument("dead_letter_id", metavar="DEAD_LETTER_ID")
+    redrive = _leaf(actions, "redrive", cmd.dlq_redrive, "send dead letters back to their topics")
+    _selection(redrive)
+    _command_options(redrive)
+    discard = _leaf(actions, "discard", cmd.dlq_discard, "mark dead letters discarded")
+    _selection(discard)
+    discard.add_argument("--reason", required=True, help="why they are discarded (kept with them)")
+    _command_options(discard)
+
+
+def _audit(groups: Any) -> None:
+    audit = _leaf(
+        groups,
+        "audit",
+        query.audit,
+        "compare the slots a schedule should have fired with what was recorded",
+        "Compare the slots a schedule should have fired (its spec and policy) with the recorded runs:\n"
+        "fired, missed, skipped_by_policy, late and duplicated_effect slots.",
+    )
+    audit.add_argument("schedule_id", metavar="SCHEDULE_ID")
+    audit.add_argument("--from", dest="start", default="now-1d", metavar="TIME", help="default now-1d")
+    audit.add_argument("--to", dest="end", default="now", metavar="TIME", help="default now")
+    audit.add_argument(
+        "--check", action="store_true", help="exit 1 if any slot was missed or had a duplicated effect"
+    )
+
+
+def _replay(groups: Any) -> None:
+    replay = _leaf(
+        groups,
+        "replay",
+        query.replay,
+        "summarise a workflow's recorded history as a replay would read it",
+        "Summarise a workflow's recorded history (from the API) as a replay reads it: activities\n"
+        "with recorded results, timers, signals and compensations, and what is still pending.\n"
+        "It does not re-run workflow code: that needs the orchestrator's replayer, which this\n"
+        "command does not start.",
+    )
+    replay.add_argument("workflow_id", metavar="WORKFLOW_ID")
+
+
+def _stack(groups: Any) -> None:
+    parser = groups.add_parser("stack", help="the local devstack (Kafka + PostgreSQL on loopback)")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    _leaf(actions, "up", stack, "start Kafka and PostgreSQL (prints the env exports)")
+    down = _leaf(actions, "down", stack, "stop them")
+    down.add_argument("--clean", action="store_true", help="also delete their data")
+    _leaf(actions, "status", stack, "are they running (exit 0) or not (3)")

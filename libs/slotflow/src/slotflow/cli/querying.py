@@ -1,0 +1,327 @@
+"""Handlers that read the read-model API: schedules, runs, workflows, the DLQ, the audit, replay."""
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from slotflow.cli.api import ApiClient, Params, path_segment
+from slotflow.cli.context import Context
+from slotflow.cli.errors import ApiRequestFailed, AuditFindings, CliError, UsageError
+from slotflow.cli.output import (
+    ATTEMPT_COLUMNS,
+    AUDIT_COLUMNS,
+    DLQ_COLUMNS,
+    HISTORY_COLUMNS,
+    RUN_COLUMNS,
+    SCHEDULE_COLUMNS,
+    WORKFLOW_COLUMNS,
+    Column,
+    render_table,
+    schedule_state,
+    spec_text,
+    text,
+)
+from slotflow.cli.parsing import parse_instant
+
+MAX_LIMIT = 500
+
+
+def _iso(value: str | None, flag: str) -> str | None:
+    return parse_instant(value, flag=flag).isoformat() if value is not None else None
+
+
+def _limit(ctx: Context) -> int:
+    limit = int(ctx.args.limit)
+    if not 1 <= limit <= MAX_LIMIT:
+        raise UsageError(f"--limit must be between 1 and {MAX_LIMIT}, got {limit}")
+    return limit
+
+
+def _fetch(ctx: Context, path: str, *, not_found: str) -> Any:
+    with ctx.api() as api:
+        try:
+            return api.get(path)
+        except ApiRequestFailed as err:
+            if err.status == 404:
+                raise CliError(not_found) from None
+            raise
+
+
+def _listing(ctx: Context, path: str, params: Params, columns: Sequence[Column], *, empty: str) -> int:
+    follow = bool(ctx.args.all)
+    items: list[dict[str, Any]] = []
+    next_cursor: str | None = None
+    with ctx.api() as api:
+        for page in api.pages(
+            path, {**params, "limit": _limit(ctx), "cursor": ctx.args.cursor}, follow=follow
+        ):
+            items.extend(item for item in page.get("items", []) if isinstance(item, dict))
+            next_cursor = page.get("next_cursor")
+    if ctx.as_json:
+        ctx.emit_json({"items": items, "next_cursor": None if follow else next_cursor})
+        return 0
+    ctx.emit_table(items, columns, empty=empty)
+    if next_cursor and not follow:
+        ctx.note(f"more rows: add --cursor {next_cursor} (or --all)")
+    return 0
+
+
+def schedule_list(ctx: Context) -> int:
+    a = ctx.args
+    params = {"paused": a.paused, "tag": a.tag, "handler": a.handler}
+    return _listing(ctx, "/v1/schedules", params, SCHEDULE_COLUMNS, empty="no schedules")
+
+
+def schedule_show(ctx: Context) -> int:
+    schedule_id = ctx.args.schedule_id
+    body = _fetch(
+        ctx, f"/v1/schedules/{path_segment(schedule_id)}", not_found=f"schedule {schedule_id} not found"
+    )
+    if ctx.as_json:
+        ctx.emit_json(body)
+        return 0
+    ctx.emit_fields(
+        [
+            ("schedule", text(body.get("schedule_id"))),
+            ("spec", spec_text(body.get("spec"))),
+            ("handler", text(body.get("handler"))),
+            ("state", schedule_state(body)),
+            ("tags", text(body.get("tags"))),
+            ("next fire", text(body.get("next_fire_at"))),
+            ("created", text(body.get("created_at"))),
+            ("updated", text(body.get("updated_at"))),
+        ]
+    )
+    slots = body.get("next_slots") or []
+    ctx.out.write(
+        "\nnext slots:\n" + "".join(f"  {slot}\n" for slot in slots) if slots else "\nnext slots: none\n"
+    )
+    return 0
+
+
+def runs_list(ctx: Context) -> int:
+    a = ctx.args
+    start, end = _iso(a.start, "--from"), _iso(a.end, "--to")
+    if a.schedule is not None and a.job is not None:
+        raise UsageError("give --schedule or --job, not both")
+    if a.schedule is not None:
+        path = f"/v1/schedules/{path_segment(a.schedule)}/runs"
+        params: Params = {"from": start, "to": end, "state": a.state}
+    else:
+        if start is not None or end is not None:
+            raise UsageError("--from/--to select a slot range of one schedule: add --schedule SCHEDULE_ID")
+        path, params = "/v1/runs", {"job_id": a.job, "state": a.state}
+    try:
+        return _listing(ctx, path, params, RUN_COLUMNS, empty="no runs")
+    except ApiRequestFailed as err:
+        if err.status == 404 and a.schedule is not None:
+            raise CliError(f"schedule {a.schedule} not found") from None
+        raise
+
+
+def runs_show(ctx: Context) -> int:
+    run_id = ctx.args.run_id
+    body = _fetch(ctx, f"/v1/runs/{path_segment(run_id)}", not_found=f"run {run_id} not found")
+    if ctx.as_json:
+        ctx.emit_json(body)
+        return 0
+    ctx.emit_fields(
+        (label, text(body.get(name)))
+        for label, name in (
+            ("run", "run_id"),
+            ("job", "job_id"),
+            ("slot", "slot"),
+            ("state", "state"),
+            ("fence token", "fence_token"),
+            ("owner", "owner"),
+            ("due", "due_at"),
+            ("started", "started_at"),
+            ("finished", "finished_at"),
+            ("result", "result"),
+        )
+    )
+    attempts = [item for item in body.get("attempts") or [] if isinstance(item, dict)]
+    ctx.out.write("\nattempts:\n")
+    ctx.emit_table(attempts, ATTEMPT_COLUMNS, empty="  none recorded")
+    return 0
+
+
+def workflow_list(ctx: Context) -> int:
+    a = ctx.args
+    params = {
+        "type": a.workflow_type,
+        "status": a.status,
+        "from": _iso(a.start, "--from"),
+        "to": _iso(a.end, "--to"),
+    }
+    return _listing(ctx, "/v1/workflows", params, WORKFLOW_COLUMNS, empty="no workflows")
+
+
+def _workflow(ctx: Context, api: ApiClient, suffix: str = "") -> Any:
+    workflow_id = ctx.args.workflow_id
+    try:
+        return api.get(f"/v1/workflows/{path_segment(workflow_id)}{suffix}")
+    except ApiRequestFailed as err:
+        if err.status == 404:
+            raise CliError(f"workflow {workflow_id} not found") from None
+        raise
+
+
+def _history_items(body: Any) -> list[dict[str, Any]]:
+    items = body.get("items", body.get("history", [])) if isinstance(body, dict) else body
+    return [item for item in items or [] if isinstance(item, dict)]
+
+
+def workflow_show(ctx: Context) -> int:
+    with ctx.api() as api:
+        body = _workflow(ctx, api)
+    if ctx.as_json:
+        ctx.emit_json(body)
+        return 0
+    ctx.emit_fields(
+        (label, text(body.get(name)))
+        for label, name in (
+            ("workflow", "workflow_id"),
+            ("type", "workflow_type"),
+            ("status", "status"),
+            ("current step", "current_step"),
+            ("started", "started_at"),
+            ("updated", "updated_at"),
+            ("result", "result"),
+            ("error", "error"),
+        )
+    )
+    for title, key in (
+        ("pending activities", "pending_activities"),
+        ("pending timers", "pending_timers"),
+        ("compensations", "compensations"),
+    ):
+        entries = body.get(key) or []
+        ctx.out.write(f"\n{title}:" + ("".join(f"\n  {text(entry)}" for entry in entries) or " none") + "\n")
+    return 0
+
+
+def workflow_history(ctx: Context) -> int:
+    with ctx.api() as api:
+        body = _workflow(ctx, api, "/history")
+    if ctx.as_json:
+        ctx.emit_json(body)
+        return 0
+    ctx.emit_table(_history_items(body), HISTORY_COLUMNS, empty="no history recorded")
+    return 0
+
+
+def dlq_list(ctx: Context) -> int:
+    a = ctx.args
+    params = {"status": a.status, "reason": a.reason, "topic": a.topic, "source": a.source, "job_id": a.job}
+    return _listing(ctx, "/v1/dlq", params, DLQ_COLUMNS, empty="no dead letters")
+
+
+def dlq_show(ctx: Context) -> int:
+    dead_letter_id = ctx.args.dead_letter_id
+    body = _fetch(
+        ctx, f"/v1/dlq/{path_segment(dead_letter_id)}", not_found=f"dead letter {dead_letter_id} not found"
+    )
+    if ctx.as_json:
+        ctx.emit_json(body)
+        return 0
+    ctx.emit_fields(
+        (name.replace("_", " "), text(value)) for name, value in body.items() if name != "value_b64"
+    )
+    return 0
+
+
+AUDIT_STATUSES = ("fired", "missed", "skipped_by_policy", "late", "duplicated_effect")
+
+
+def audit(ctx: Context) -> int:
+    a = ctx.args
+    start, end = parse_instant(a.start, flag="--from"), parse_instant(a.end, flag="--to")
+    if end <= start:
+        raise UsageError(f"--to ({end.isoformat()}) must be after --from ({start.isoformat()})")
+    params = {"schedule": a.schedule_id, "from": start.isoformat(), "to": end.isoformat()}
+    with ctx.api() as api:
+        try:
+            body = api.get("/v1/audit", params)
+        except ApiRequestFailed as err:
+            if err.status == 404:
+                raise CliError(f"schedule {a.schedule_id} not found") from None
+            raise
+    summary: Mapping[str, Any] = body.get("summary") or {}
+    if ctx.as_json:
+        ctx.emit_json(body)
+    else:
+        slots = [slot for slot in body.get("slots") or [] if isinstance(slot, dict)]
+        ctx.out.write(
+            f"audit of {a.schedule_id} from {_when(start)} to {_when(end)}: {body.get('expected', 0)} slots expected\n\n"
+        )
+        ctx.emit_table(slots, AUDIT_COLUMNS, empty="no slots in this range")
+        ctx.out.write("\n" + "  ".join(f"{name}={summary.get(name, 0)}" for name in AUDIT_STATUSES) + "\n")
+    if a.check:
+        bad = {name: int(summary.get(name, 0)) for name in ("missed", "duplicated_effect")}
+        if any(bad.values()):
+            raise AuditFindings(
+                f"schedule {a.schedule_id}: {bad['missed']} missed and {bad['duplicated_effect']} "
+                "duplicated-effect slots in the range"
+            )
+    return 0
+
+
+def _when(value: datetime) -> str:
+    return value.isoformat(timespec="seconds")
+
+
+def replay_summary(workflow: Mapping[str, Any], history: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """What a replay of ``history`` would hand back, counted by event type, and what is still open."""
+    events = list(history)
+    by_type = Counter(
+        str(event.get("type") or event.get("event_type") or event.get("kind") or "?") for event in events
+    )
+    return {
+        "workflow_id": workflow.get("workflow_id"),
+        "workflow_type": workflow.get("workflow_type"),
+        "status": workflow.get("status"),
+        "current_step": workflow.get("current_step"),
+        "events": len(events),
+        "last_sequence": max(
+            (int(e["sequence"]) for e in events if isinstance(e.get("sequence"), int)), default=None
+        ),
+        "by_type": dict(sorted(by_type.items())),
+        "pending_activities": list(workflow.get("pending_activities") or []),
+        "pending_timers": list(workflow.get("pending_timers") or []),
+        "compensations": list(workflow.get("compensations") or []),
+    }
+
+
+def replay(ctx: Context) -> int:
+    with ctx.api() as api:
+        workflow = _workflow(ctx, api)
+        history = _history_items(_workflow(ctx, api, "/history"))
+    summary = replay_summary(workflow, history)
+    if ctx.as_json:
+        ctx.emit_json(summary)
+        return 0
+    ctx.emit_fields(
+        [
+            ("workflow", text(summary["workflow_id"])),
+            ("type", text(summary["workflow_type"])),
+            ("status", text(summary["status"])),
+            ("current step", text(summary["current_step"])),
+            ("history events", text(summary["events"])),
+            ("last sequence", text(summary["last_sequence"])),
+        ]
+    )
+    counts = [{"event": name, "count": count} for name, count in summary["by_type"].items()]
+    if counts:
+        ctx.out.write("\nreplay would hand back:\n")
+        ctx.out.write(
+            render_table(counts, (("event", lambda r: str(r["event"])), ("count", lambda r: str(r["count"]))))
+        )
+    for title in ("pending_activities", "pending_timers", "compensations"):
+        entries = summary[title]
+        ctx.out.write(
+            f"\n{title.replace('_', ' ')}:" + ("".join(f"\n  {text(e)}" for e in entries) or " none") + "\n"
+        )
+    ctx.note("summary of recorded history only: workflow code was not re-run")
+    return 0
