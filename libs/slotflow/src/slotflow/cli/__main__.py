@@ -24,23 +24,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not os.environ.get("SLOTFLOW_DEBUG"):
         # aiokafka logs every failed connection attempt; the CLI says once what failed and what to do.
         logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
-    ctx = Context(args)
+    return execute(Context(args))
+
+
+def execute(ctx: Context) -> int:
+    """Run the handler chosen in ``ctx.args``; a failure is one line on stderr and an exit code."""
     try:
-        code: int = args.run(ctx)
+        code: int = ctx.args.run(ctx)
     except CliError as err:
-        print(f"slotflow: error: {err}", file=sys.stderr)
+        ctx.err.write(f"slotflow: error: {err}\n")
         return err.exit_code
     except SlotflowError as err:
-        print(f"slotflow: error: {err}", file=sys.stderr)
+        ctx.err.write(f"slotflow: error: {err}\n")
         return EXIT_FAILURE
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # The reader (`| head`) went away; silence the flush at exit instead of a traceback.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_FAILURE
     except Exception as err:  # the last line before a person: a message, not a traceback
         if os.environ.get("SLOTFLOW_DEBUG"):
             raise
-        print(
-            f"slotflow: internal error: {type(err).__name__}: {err} (set SLOTFLOW_DEBUG=1 for the traceback)",
-            file=sys.stderr,
+        ctx.err.write(
+            f"slotflow: internal error: {type(err).__name__}: {err} (set SLOTFLOW_DEBUG=1 for the traceback)\n"
         )
         return EXIT_FAILURE
     return code

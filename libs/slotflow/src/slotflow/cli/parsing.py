@@ -31,9 +31,10 @@ _UNITS: Mapping[str, timedelta] = {
     "m": timedelta(minutes=1),
     "s": timedelta(seconds=1),
     "ms": timedelta(milliseconds=1),
+    "us": timedelta(microseconds=1),
 }
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|w|d|h|m|s)")
-_DURATION = re.compile(r"^(?:\d+(?:\.\d+)?(?:ms|w|d|h|m|s))+$")
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|us|w|d|h|m|s)")
+_DURATION = re.compile(r"^(?:\d+(?:\.\d+)?(?:ms|us|w|d|h|m|s))+$")
 _RELATIVE = re.compile(r"^now(?:(?P<sign>[+-])(?P<amount>.+))?$")
 _TIMEDELTA = TypeAdapter(timedelta)
 M = TypeVar("M", bound=BaseModel)

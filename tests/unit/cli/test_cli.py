@@ -1,0 +1,306 @@
+"""The command tree, exit codes and output, with the API replaced by an in-memory transport."""
+
+import io
+import json
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from slotflow.cli.__main__ import execute, main
+from slotflow.cli.context import Context
+from slotflow.cli.output import render_table, spec_text
+from slotflow.cli.parser import build_parser
+from slotflow.cli.querying import replay_summary
+
+Responder = Callable[[httpx.Request], httpx.Response]
+
+SCHEDULE = {
+    "schedule_id": "merchant-payouts",
+    "spec": {"kind": "cron", "expression": "0 2 * * *", "timezone": "Europe/Berlin"},
+    "handler": "payouts.pay_merchants",
+    "paused": False,
+    "pause_reason": None,
+    "tags": ["money-moving"],
+    "next_fire_at": "2026-12-03T01:00:00Z",
+    "created_at": "2026-12-01T00:00:00Z",
+    "updated_at": "2026-12-01T00:00:00Z",
+    "deleted": False,
+}
+
+
+def run(argv: list[str], responder: Responder | None = None) -> tuple[int, str, str, list[httpx.Request]]:
+    """Parse ``argv`` and execute it against ``responder``; (exit code, stdout, stderr, requests)."""
+    seen: list[httpx.Request] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        if responder is None:
+            raise httpx.ConnectError("connection refused", request=request)
+        return responder(request)
+
+    args = build_parser().parse_args(argv)
+    out, err = io.StringIO(), io.StringIO()
+    code = execute(Context(args, out=out, err=err, api_transport=httpx.MockTransport(handle)))
+    return code, out.getvalue(), err.getvalue(), seen
+
+
+def reply(body: Any, status: int = 200) -> Responder:
+    return lambda request: httpx.Response(status, json=body)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        ([], "required: GROUP"),
+        (["schedule"], "required: ACTION"),
+        (["schedule", "create", "x"], "required: --handler"),
+        (["schedule", "create", "x", "--handler", "h"], "give exactly one of --cron, --every or --at"),
+        (["schedule", "create", "x", "--handler", "h", "--cron", "* * *"], "needs 5 or 6 fields"),
+        (
+            ["schedule", "create", "x", "--handler", "h", "--cron", "* * * * *", "--tz", "Nowhere/Town"],
+            "time zone",
+        ),
+        (
+            ["schedule", "create", "x", "--handler", "h", "--every", "5m", "--payload", "{oops"],
+            "not valid JSON",
+        ),
+        (["schedule", "create", "a b", "--handler", "h", "--every", "5m"], "not a valid identifier"),
+        (
+            ["schedule", "create", "x", "--handler", "h", "--every", "soon"],
+            "--every 'soon' is not a duration",
+        ),
+        (
+            ["schedule", "create", "x", "--handler", "h", "--misfire", "sometimes", "--every", "5m"],
+            "invalid choice",
+        ),
+        (["schedule", "pause", "x", "--resume-at", "2026-01-01T00:00"], "has no UTC offset"),
+        (["schedule", "backfill", "x", "--start", "now", "--end", "now-1d"], "end must be after start"),
+        (["schedule", "list", "--limit", "0"], "--limit must be between 1 and 500"),
+        (["workflow", "start", "w"], "required: --type"),
+        (["workflow", "signal", "w", "go", "--payload", "3"], "must be a JSON object"),
+        (["runs", "list", "--from", "now-1d"], "add --schedule"),
+        (["runs", "list", "--schedule", "a", "--job", "b"], "not both"),
+        (["dlq", "redrive"], "say which dead letters"),
+        (["dlq", "redrive", "--all", "--topic", "t"], "do not combine"),
+        (["dlq", "discard", "--all"], "required: --reason"),
+        (["audit", "x", "--from", "now", "--to", "now-1h"], "must be after --from"),
+        (["schedule", "trigger", "x", "--wait", "-1"], "--wait must not be negative"),
+        (["schedule", "list", "--timeout", "0"], "--timeout must be positive"),
+    ],
+)
+def test_bad_usage_exits_2_with_a_message_and_no_traceback(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert message in err
+    assert "Traceback" not in err
+
+
+def test_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for group in ("schedule", "workflow", "runs", "dlq", "audit", "replay", "stack"):
+        assert group in out
+    assert "Exit codes: 0 ok, 1 failed, 2 bad usage" in out
+
+
+def test_global_options_work_before_and_after_the_subcommand() -> None:
+    parser = build_parser()
+    before = parser.parse_args(["--json", "--api-url", "http://a:1", "schedule", "list"])
+    after = parser.parse_args(["schedule", "list", "--json", "--api-url", "http://a:1"])
+    plain = parser.parse_args(["schedule", "list"])
+    assert (before.json, before.api_url) == (after.json, after.api_url) == (True, "http://a:1")
+    assert plain.json is False
+
+
+def test_schedule_list_prints_a_table_and_points_at_the_next_page() -> None:
+    page = {
+        "items": [SCHEDULE, {**SCHEDULE, "schedule_id": "hourly", "paused": True, "pause_reason": "bank"}]
+    }
+    code, out, err, requests = run(
+        ["schedule", "list", "--tag", "money-moving", "--paused", "--limit", "2"],
+        reply({**page, "next_cursor": "c2"}),
+    )
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].split() == ["SCHEDULE", "SPEC", "HANDLER", "STATE", "NEXT", "FIRE", "TAGS"]
+    assert "merchant-payouts  cron 0 2 * * * (Europe/Berlin)" in lines[1]
+    assert "paused (bank)" in lines[2]
+    assert "--cursor c2" in err
+    assert requests[0].url.params["tag"] == "money-moving"
+    assert requests[0].url.params["paused"] == "true"
+    assert requests[0].url.params["limit"] == "2"
+
+
+def test_all_follows_cursors_and_json_is_one_document() -> None:
+    def pages(request: httpx.Request) -> httpx.Response:
+        if request.url.params.get("cursor") == "p2":
+            return httpx.Response(
+                200, json={"items": [{**SCHEDULE, "schedule_id": "b"}], "next_cursor": None}
+            )
+        return httpx.Response(200, json={"items": [{**SCHEDULE, "schedule_id": "a"}], "next_cursor": "p2"})
+
+    code, out, _, requests = run(["schedule", "list", "--all", "--json"], pages)
+    assert code == 0
+    body = json.loads(out)
+    assert [item["schedule_id"] for item in body["items"]] == ["a", "b"]
+    assert body["next_cursor"] is None
+    assert len(requests) == 2
+
+
+def test_show_prints_next_slots_and_404_is_a_failure_naming_the_schedule() -> None:
+    detail = {**SCHEDULE, "next_slots": ["2026-12-03T01:00:00Z", "2026-12-04T01:00:00Z"]}
+    code, out, _, _ = run(["schedule", "show", "merchant-payouts"], reply(detail))
+    assert code == 0
+    assert "handler:   payouts.pay_merchants" in out
+    assert "next slots:\n  2026-12-03T01:00:00Z\n  2026-12-04T01:00:00Z" in out
+    code, _, err, _ = run(["schedule", "show", "nope"], reply({"detail": "schedule nope not found"}, 404))
+    assert (code, err) == (1, "slotflow: error: schedule nope not found\n")
+
+
+def test_run_ids_are_escaped_as_one_path_segment() -> None:
+    run_body = {
+        "run_id": "merchant-payouts@2026-12-02T02:00:00Z",
+        "state": "succeeded",
+        "fence_token": 8,
+        "attempts": [
+            {"attempt": 1, "fence_token": 7, "owner": "claimer-1", "outcome": "failed", "error": "timeout"},
+            {"attempt": 2, "fence_token": 8, "owner": "claimer-2", "outcome": "succeeded"},
+        ],
+    }
+    code, out, _, requests = run(["runs", "show", "merchant-payouts@2026-12-02T02:00:00Z"], reply(run_body))
+    assert code == 0
+    assert requests[0].url.raw_path == b"/v1/runs/merchant-payouts%402026-12-02T02%3A00%3A00Z"
+    assert "fence token: 8" in out
+    assert "claimer-2" in out
+    assert "timeout" in out
+
+
+def test_runs_of_a_schedule_by_slot_range() -> None:
+    code, out, _, requests = run(
+        [
+            "runs",
+            "list",
+            "--schedule",
+            "s1",
+            "--from",
+            "2026-01-01T00:00:00Z",
+            "--to",
+            "2026-01-02T00:00:00Z",
+        ],
+        reply({"items": [], "next_cursor": None}),
+    )
+    assert code == 0
+    assert out == "no runs\n"
+    assert requests[0].url.path == "/v1/schedules/s1/runs"
+    assert requests[0].url.params["from"] == "2026-01-01T00:00:00+00:00"
+
+
+def test_unreachable_api_is_a_failure_that_says_where_and_what_to_do() -> None:
+    code, out, err, _ = run(["--api-url", "http://127.0.0.1:9", "dlq", "list"], None)
+    assert code == 1
+    assert out == ""
+    assert "cannot reach the slotflow API at http://127.0.0.1:9" in err
+    assert "SLOTFLOW_API_URL" in err
+
+
+def test_validation_errors_from_the_api_are_readable() -> None:
+    detail = {"detail": [{"loc": ["query", "limit"], "msg": "Input should be less than or equal to 500"}]}
+    code, _, err, _ = run(["workflow", "list"], reply(detail, 422))
+    assert code == 1
+    assert "limit: Input should be less than or equal to 500 (HTTP 422)" in err
+
+
+def test_server_errors_are_failures_not_tracebacks() -> None:
+    code, _, err, _ = run(["dlq", "show", "t:0:1"], lambda request: httpx.Response(500, text="boom"))
+    assert code == 1
+    assert "boom (HTTP 500)" in err
+    assert "Traceback" not in err
+
+
+AUDIT = {
+    "schedule_id": "s1",
+    "from": "2026-01-01T00:00:00Z",
+    "to": "2026-01-01T03:00:00Z",
+    "expected": 3,
+    "slots": [
+        {
+            "slot": "2026-01-01T00:00:00Z",
+            "run_id": "s1@2026-01-01T00:00:00Z",
+            "status": "fired",
+            "detail": "",
+        },
+        {"slot": "2026-01-01T01:00:00Z", "run_id": None, "status": "missed", "detail": "no JobDue"},
+        {
+            "slot": "2026-01-01T02:00:00Z",
+            "run_id": "s1@2026-01-01T02:00:00Z",
+            "status": "late",
+            "detail": "+90s",
+        },
+    ],
+    "summary": {"fired": 1, "missed": 1, "skipped_by_policy": 0, "late": 1, "duplicated_effect": 0},
+}
+
+
+def test_audit_prints_slots_and_summary_and_check_fails_on_missed_slots() -> None:
+    argv = ["audit", "s1", "--from", "2026-01-01T00:00:00Z", "--to", "2026-01-01T03:00:00Z"]
+    code, out, _, requests = run(argv, reply(AUDIT))
+    assert code == 0
+    assert "3 slots expected" in out
+    assert "missed" in out
+    assert "no JobDue" in out
+    assert "fired=1  missed=1  skipped_by_policy=0  late=1  duplicated_effect=0" in out
+    assert requests[0].url.params["schedule"] == "s1"
+    code, _, err, _ = run([*argv, "--check"], reply(AUDIT))
+    assert code == 1
+    assert "1 missed and 0 duplicated-effect" in err
+    clean = {**AUDIT, "summary": {**AUDIT["summary"], "missed": 0}}
+    assert run([*argv, "--check"], reply(clean))[0] == 0
+
+
+def test_replay_summary_counts_what_history_would_hand_back() -> None:
+    workflow = {
+        "workflow_id": "w1",
+        "status": "running",
+        "pending_timers": ["t1"],
+        "compensations": ["refund"],
+    }
+    history = [
+        {"sequence": 1, "type": "workflow.started"},
+        {"sequence": 2, "type": "activity.completed"},
+        {"sequence": 3, "type": "activity.completed"},
+    ]
+    summary = replay_summary(workflow, history)
+    assert summary["events"] == 3
+    assert summary["last_sequence"] == 3
+    assert summary["by_type"] == {"activity.completed": 2, "workflow.started": 1}
+    assert summary["pending_timers"] == ["t1"]
+
+
+def test_replay_reads_workflow_and_history_and_says_code_was_not_rerun() -> None:
+    def api(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/history"):
+            return httpx.Response(200, json={"items": [{"sequence": 1, "type": "workflow.started"}]})
+        return httpx.Response(200, json={"workflow_id": "w1", "status": "running"})
+
+    code, out, err, _ = run(["replay", "w1"], api)
+    assert code == 0
+    assert "history events: 1" in out
+    assert "workflow.started" in out
+    assert "workflow code was not re-run" in err
+
+
+def test_render_table_aligns_and_clips() -> None:
+    rows = [{"a": "x", "b": "y" * 100}, {"a": "longer", "b": None}]
+    table = render_table(rows, [("a", lambda r: str(r["a"])), ("b", lambda r: str(r["b"]))], max_width=10)
+    assert table.splitlines() == ["A       B", "x       yyyyyyyyy…", "longer  None"]
+
+
+def test_spec_text_for_each_kind() -> None:
+    assert spec_text({"kind": "interval", "every": "PT15M"}) == "every 15m"
+    assert spec_text({"kind": "interval", "every": 90.0}) == "every 1m30s"
+    assert spec_text({"kind": "once", "at": "2026-01-01T00:00:00Z"}) == "once at 2026-01-01T00:00:00Z"
