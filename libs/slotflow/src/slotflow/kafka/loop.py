@@ -2,28 +2,41 @@
 
 For each polled batch: records that do not decode or validate go to the DLQ with the reason; the
 rest reach the service's handler. A handler's `PermanentError` (or poison it detects itself)
-dead-letters that one record. Transient failures (storage or broker down) retry the same record
-with full-jitter back-off: nothing can progress until the world is back, and skipping would lose
-it. Offsets are committed only after every record of the batch is handled or acknowledged by the
-DLQ, so a crash redelivers, and handlers collapse redeliveries on the envelope id.
+dead-letters that one record. Other failures are retried in place with full-jitter back-off:
+
+- an *outage* (storage or broker unreachable: `TransientStorageError`, connection errors, or the
+  types a service adds through ``outage_types``) is waited out for as long as it lasts, since
+  nothing behind it could progress either and skipping would only fill the DLQ;
+- any other retryable failure gets ``max_attempts`` tries and is then dead-lettered with reason
+  `attempts_exhausted`, so a handler bug that raises on one record cannot hold its partition.
+
+Offsets are committed only after every record of the batch is handled or acknowledged by the DLQ,
+so a crash redelivers, and handlers collapse redeliveries on the envelope id. Dead-lettering
+itself never raises out of the loop: a DLQ that is down is waited for (the offset stays
+uncommitted), and a record too large for the DLQ topic is parked truncated.
 """
 
 import asyncio
 import logging
 import random
+from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from slotflow.contracts import REGISTRY, MessageRegistry
 from slotflow.contracts.envelope import Envelope, Message
 from slotflow.core.retry import is_retryable, sleep_backoff
-from slotflow.errors import PoisonMessage
+from slotflow.errors import PoisonMessage, TransientStorageError
 from slotflow.kafka.consumer import Consumer
-from slotflow.kafka.poison import decode_record, send_to_dlq
+from slotflow.kafka.poison import DLQ_MAX_ENVELOPE_BYTES, decode_record, guess_ids, send_to_dlq
 from slotflow.kafka.producer import Producer
 from slotflow.kafka.records import Record
 
 log = logging.getLogger(__name__)
+
+#: Failures that mean "the world is unavailable", retried until it is back.
+DEFAULT_OUTAGE_TYPES: tuple[type[BaseException], ...] = (TransientStorageError, ConnectionError, OSError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +49,8 @@ class Incoming:
 
 
 Handler = Callable[[Incoming], Awaitable[None]]
+#: Called after a record was parked in the DLQ, with the record and the reason (for metrics).
+DeadLetterHook = Callable[[Record, str], None]
 
 
 @dataclass
@@ -43,6 +58,10 @@ class LoopStats:
     handled: int = 0
     dead_lettered: int = 0
     transient_retries: int = 0
+    batches: int = 0
+    poll_errors: int = 0
+    commit_errors: int = 0
+    by_reason: Counter[str] = field(default_factory=Counter)
 
 
 class ConsumeLoop:
@@ -60,7 +79,17 @@ class ConsumeLoop:
         max_bytes: int = 1_048_576,
         poll_timeout_ms: int = 500,
         rng: random.Random | None = None,
+        max_attempts: int = 10,
+        outage_types: tuple[type[BaseException], ...] = DEFAULT_OUTAGE_TYPES,
+        registry: MessageRegistry = REGISTRY,
+        check_payload_key: bool = True,
+        dlq_max_bytes: int = DLQ_MAX_ENVELOPE_BYTES,
+        on_dead_letter: DeadLetterHook | None = None,
+        retry_base: float = 0.1,
+        retry_cap: float = 10.0,
     ) -> None:
+        if max_attempts < 1:
+            raise ValueError("max_attempts must be at least 1")
         self._consumer = consumer
         self._handler = handler
         self._dlq = dlq
@@ -70,12 +99,35 @@ class ConsumeLoop:
         self._max_bytes = max_bytes
         self._poll_timeout_ms = poll_timeout_ms
         self._rng = rng or random.Random()  # noqa: S311 - jitter, not secrets
+        self._max_attempts = max_attempts
+        self._outage_types = outage_types
+        self._registry = registry
+        self._check_payload_key = check_payload_key
+        self._dlq_max_bytes = dlq_max_bytes
+        self._on_dead_letter = on_dead_letter
+        self._retry_base = retry_base
+        self._retry_cap = retry_cap
         self.stats = LoopStats()
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Consume until ``stop`` is set; the batch in hand is finished first."""
+        """Consume until ``stop`` is set; the batch in hand is finished first.
+
+        Broker hiccups while polling or committing are logged and outlived, never fatal: an
+        uncommitted batch is simply delivered again, and handlers collapse it on the envelope id.
+        """
+        failures = 0
         while not stop.is_set():
-            records = await self._consumer.poll(timeout_ms=self._poll_timeout_ms)
+            try:
+                records = await self._consumer.poll(timeout_ms=self._poll_timeout_ms)
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:  # noqa: BLE001 - aiokafka raises many types; all mean "poll again"
+                failures += 1
+                self.stats.poll_errors += 1
+                log.warning("%s: poll failed (try %d): %s", self._source, failures, err)
+                await self._pause(failures, stop)
+                continue
+            failures = 0
             if records:
                 await self.process(records, stop)
 
@@ -83,13 +135,26 @@ class ConsumeLoop:
         """Handle one polled batch in order, then commit it."""
         for record in records:
             await self._process_one(record, stop)
-        await self._consumer.commit(records)
+        self.stats.batches += 1
+        try:
+            await self._consumer.commit(records)
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:  # noqa: BLE001 - a lost commit only means redelivery
+            self.stats.commit_errors += 1
+            log.warning("%s: commit failed; the batch will be redelivered: %s", self._source, err)
 
     async def _process_one(self, record: Record, stop: asyncio.Event | None) -> None:
         try:
-            envelope, message = decode_record(record, accept=self._accept, max_bytes=self._max_bytes)
+            envelope, message = decode_record(
+                record,
+                accept=self._accept,
+                registry=self._registry,
+                max_bytes=self._max_bytes,
+                check_payload_key=self._check_payload_key,
+            )
         except PoisonMessage as poison:
-            await self._dead_letter(record, poison)
+            await self._dead_letter(record, poison, poison.reason, stop)
             return
         incoming = Incoming(record, envelope, message)
         attempt = 0
@@ -100,23 +165,35 @@ class ConsumeLoop:
                 raise
             except Exception as err:  # sorted below: nothing escapes unclassified
                 if not is_retryable(err):
-                    await self._dead_letter(record, err)
+                    reason = err.reason if isinstance(err, PoisonMessage) else "permanent_error"
+                    await self._dead_letter(record, err, reason, stop)
                     return
                 attempt += 1
                 self.stats.transient_retries += 1
+                outage = isinstance(err, self._outage_types)
+                if not outage and attempt >= self._max_attempts:
+                    await self._dead_letter(record, err, "attempts_exhausted", stop)
+                    return
                 log.warning(
-                    "%s: transient failure on %s (try %d): %s", self._source, record.position, attempt, err
+                    "%s: %s on %s (try %d): %s",
+                    self._source,
+                    "outage" if outage else "transient failure",
+                    record.position,
+                    attempt,
+                    err,
                 )
                 if stop is not None and stop.is_set() and attempt > 3:
                     raise
-                await sleep_backoff(min(attempt, 8), draw=self._rng.random())
+                await self._pause(attempt, None)
             else:
                 self.stats.handled += 1
                 return
 
-    async def _dead_letter(self, record: Record, error: BaseException) -> None:
-        reason = error.reason if isinstance(error, PoisonMessage) else "permanent_error"
+    async def _dead_letter(
+        self, record: Record, error: BaseException, reason: str, stop: asyncio.Event | None
+    ) -> None:
         log.error("%s: dead-lettering %s (%s): %s", self._source, record.position, reason, error)
+        run_id, job_id, tags = guess_ids(record, max_bytes=self._max_bytes)
         attempt = 0
         while True:
             try:
@@ -128,13 +205,41 @@ class ConsumeLoop:
                     source_service=self._source,
                     occurred_at=datetime.now(UTC),
                     reason=reason,
+                    run_id=run_id,
+                    job_id=job_id,
+                    tags=tags,
+                    max_bytes=self._dlq_max_bytes,
                 )
-            except PoisonMessage:
+            except asyncio.CancelledError:
                 raise
-            except Exception as err:  # noqa: BLE001 - the DLQ must accept it; wait for the broker
+            except Exception as err:  # the DLQ must accept it: wait for the broker
                 attempt += 1
                 log.warning("%s: DLQ send failed (try %d): %s", self._source, attempt, err)
-                await sleep_backoff(min(attempt, 8), draw=self._rng.random())
+                if stop is not None and stop.is_set() and attempt > 3:
+                    # Leaving without a commit: the record comes back to whoever consumes next.
+                    raise TransientStorageError(f"DLQ unavailable while stopping: {err}") from err
+                await self._pause(attempt, None)
             else:
                 self.stats.dead_lettered += 1
+                self.stats.by_reason[reason] += 1
+                if self._on_dead_letter is not None:
+                    try:
+                        self._on_dead_letter(record, reason)
+                    except Exception as err:  # noqa: BLE001 - a metrics hook must not stop the loop
+                        log.warning("%s: dead-letter hook failed: %s", self._source, err)
                 return
+
+    async def _pause(self, attempt: int, stop: asyncio.Event | None) -> None:
+        delay = sleep_backoff(
+            min(attempt, 16), base=self._retry_base, cap=self._retry_cap, draw=self._rng.random()
+        )
+        if stop is None:
+            await delay
+            return
+        sleeper = asyncio.ensure_future(delay)
+        stopper = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait([sleeper, stopper], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            sleeper.cancel()
+            stopper.cancel()
