@@ -266,8 +266,12 @@ def test_replay_summary_counts_what_history_would_hand_back() -> None:
     workflow = {
         "workflow_id": "w1",
         "status": "running",
-        "pending_timers": ["t1"],
-        "compensations": ["refund"],
+        "pending_timers": [
+            {"timer_id": "w1/4", "fire_at": "2026-01-01T00:00:00Z", "status": "pending", "owner": "w1"}
+        ],
+        "compensations": [
+            {"sequence": 2, "type": "compensation.recorded", "data": {"name": "refund"}, "at": "x"}
+        ],
     }
     history = [
         {"sequence": 1, "type": "workflow.started"},
@@ -278,7 +282,10 @@ def test_replay_summary_counts_what_history_would_hand_back() -> None:
     assert summary["events"] == 3
     assert summary["last_sequence"] == 3
     assert summary["by_type"] == {"activity.completed": 2, "workflow.started": 1}
-    assert summary["pending_timers"] == ["t1"]
+    assert summary["pending_timers"] == [
+        {"timer_id": "w1/4", "fire_at": "2026-01-01T00:00:00Z", "status": "pending"}
+    ]
+    assert summary["compensations"][0]["data"] == {"name": "refund"}
 
 
 def test_replay_reads_workflow_and_history_and_says_code_was_not_rerun() -> None:

@@ -10,7 +10,7 @@ from typing import Any
 from slotflow.cli.context import Context
 from slotflow.cli.errors import CliError, CommandRejected, UsageError
 from slotflow.cli.parsing import build_definition, build_spec, parse_instant, parse_json_object, validated
-from slotflow.cli.publishing import publish, wait_for_outcome
+from slotflow.cli.publishing import OPEN_STATUSES, publish, wait_for_outcome
 from slotflow.contracts import (
     Backfill,
     CancelWorkflow,
@@ -73,9 +73,9 @@ def send(ctx: Context, message: Message) -> int:
         if published.status is not None:
             pairs.append(("status", published.status))
         ctx.emit_fields(pairs)
-    if published.status == "pending":
+    if published.status in OPEN_STATUSES:
         ctx.note(
-            f"command {published.command_id} is still pending after {wait:g} s: is the service that owns "
+            f"command {published.command_id} is still {published.status} after {wait:g} s: is the service that owns "
             f"{published.topic} running?"
         )
     return 0

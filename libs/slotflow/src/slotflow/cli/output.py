@@ -61,16 +61,37 @@ def text(value: Any) -> str:
     return str(value)
 
 
+def lookup(row: Row, path: str) -> Any:
+    """``row["a"]["b"]`` for ``"a.b"``; None where any step is missing."""
+    value: Any = row
+    for key in path.split("."):
+        if not isinstance(value, Mapping):
+            return None
+        value = value.get(key)
+    return value
+
+
 def field(name: str, *fallbacks: str) -> Callable[[Row], str]:
-    """A cell reading ``name`` (or the first present fallback) from the row."""
+    """A cell reading ``name`` (or the first present fallback; dotted paths reach inside) from the row."""
 
     def cell(row: Row) -> str:
         for key in (name, *fallbacks):
-            if row.get(key) is not None:
-                return text(row[key])
+            value = lookup(row, key)
+            if value is not None:
+                return text(value)
         return MISSING
 
     return cell
+
+
+def error_text(error: Any) -> str:
+    """A recorded error as `Type: message` (the API stores errors as objects)."""
+    if isinstance(error, Mapping):
+        kind = error.get("error_type") or error.get("type")
+        message = error.get("message") or error.get("error")
+        if kind or message:
+            return f"{kind}: {message}" if kind and message else str(kind or message)
+    return text(error)
 
 
 def duration_text(value: Any) -> str:
@@ -128,8 +149,8 @@ RUN_COLUMNS: Sequence[Column] = (
     ),
     ("fence", field("fence_token")),
     ("owner", field("owner")),
-    ("started", field("started_at")),
-    ("finished", field("finished_at")),
+    ("started", field("timings.started_at", "started_at")),
+    ("finished", field("timings.finished_at", "finished_at")),
 )
 
 ATTEMPT_COLUMNS: Sequence[Column] = (
@@ -139,7 +160,7 @@ ATTEMPT_COLUMNS: Sequence[Column] = (
     ("started", field("started_at")),
     ("finished", field("finished_at")),
     ("outcome", field("outcome")),
-    ("error", field("error")),
+    ("error", lambda row: error_text(row.get("error"))),
 )
 
 WORKFLOW_COLUMNS: Sequence[Column] = (
@@ -147,13 +168,14 @@ WORKFLOW_COLUMNS: Sequence[Column] = (
     ("type", field("workflow_type", "type")),
     ("status", field("status")),
     ("current step", field("current_step")),
-    ("started", field("started_at", "created_at")),
+    ("requested", field("requested_at", "started_at")),
     ("updated", field("updated_at")),
 )
 
 HISTORY_COLUMNS: Sequence[Column] = (
     ("seq", field("sequence", "seq")),
-    ("at", field("occurred_at", "at")),
+    ("at", field("at", "occurred_at")),
+    ("origin", field("origin")),
     ("event", field("type", "event_type", "kind")),
     ("detail", lambda row: text(row.get("detail") or row.get("data") or row.get("payload"))),
 )
@@ -165,7 +187,31 @@ DLQ_COLUMNS: Sequence[Column] = (
     ("source", field("source_service", "source")),
     ("topic", field("topic")),
     ("job", field("job_id")),
-    ("error", field("error")),
+    (
+        "error",
+        lambda row: ": ".join(str(p) for p in (row.get("error_type"), row.get("error")) if p) or MISSING,
+    ),
+)
+
+PENDING_ACTIVITY_COLUMNS: Sequence[Column] = (
+    ("seq", field("sequence")),
+    ("activity", field("handler")),
+    ("state", field("state")),
+    ("attempt", field("attempt")),
+    ("run", field("run_id")),
+)
+
+TIMER_COLUMNS: Sequence[Column] = (
+    ("timer", field("timer_id")),
+    ("fires at", field("fire_at")),
+    ("status", field("status")),
+)
+
+COMPENSATION_COLUMNS: Sequence[Column] = (
+    ("seq", field("sequence")),
+    ("recorded", field("at")),
+    ("compensation", field("type")),
+    ("detail", lambda row: text(row.get("data"))),
 )
 
 AUDIT_COLUMNS: Sequence[Column] = (
@@ -173,4 +219,11 @@ AUDIT_COLUMNS: Sequence[Column] = (
     ("status", field("status")),
     ("run", field("run_id")),
     ("detail", field("detail")),
+)
+
+UNSCHEDULED_COLUMNS: Sequence[Column] = (
+    ("slot", field("slot")),
+    ("kind", field("kind")),
+    ("state", field("state")),
+    ("run", field("run_id")),
 )

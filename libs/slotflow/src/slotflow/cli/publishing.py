@@ -20,6 +20,8 @@ from slotflow.settings import KafkaSettings
 SOURCE = "cli"
 #: The API holds a status request open this long at most (`?wait=` is capped at 30 s).
 MAX_WAIT_S = 30.0
+#: Statuses that may still change: not yet seen on its topic, or seen and awaiting its consumer.
+OPEN_STATUSES = frozenset({"unknown", "pending"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,14 +114,14 @@ def wait_for_outcome(api: ApiClient, published: Published, *, wait: float) -> Pu
         try:
             body = api.get(path, {"wait": f"{step:.1f}"}, timeout=step + 10.0)
         except ApiRequestFailed as err:
-            # A server that does not know the id yet may say 404 rather than pending; keep asking.
+            # A server that does not know the id yet may say 404 rather than unknown; keep asking.
             if err.status != 404:
                 raise
-            body = {"status": "pending"}
+            body = {"status": "unknown"}
             time.sleep(min(0.2, max(deadline - time.monotonic(), 0)))
         if isinstance(body, dict):
             status = body
-        if status.get("status") != "pending":
+        if status.get("status") not in OPEN_STATUSES:
             break
     result = Published(
         published.command_id,

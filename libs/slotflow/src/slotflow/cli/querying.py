@@ -11,12 +11,18 @@ from slotflow.cli.errors import ApiRequestFailed, AuditFindings, CliError, Usage
 from slotflow.cli.output import (
     ATTEMPT_COLUMNS,
     AUDIT_COLUMNS,
+    COMPENSATION_COLUMNS,
     DLQ_COLUMNS,
     HISTORY_COLUMNS,
+    PENDING_ACTIVITY_COLUMNS,
     RUN_COLUMNS,
     SCHEDULE_COLUMNS,
+    TIMER_COLUMNS,
+    UNSCHEDULED_COLUMNS,
     WORKFLOW_COLUMNS,
     Column,
+    error_text,
+    lookup,
     render_table,
     schedule_state,
     spec_text,
@@ -93,11 +99,28 @@ def schedule_show(ctx: Context) -> int:
             ("updated", text(body.get("updated_at"))),
         ]
     )
-    slots = body.get("next_slots") or []
+    slots = [slot_text(slot) for slot in body.get("next_slots") or []]
     ctx.out.write(
         "\nnext slots:\n" + "".join(f"  {slot}\n" for slot in slots) if slots else "\nnext slots: none\n"
     )
+    by_state = body.get("runs_by_state") or {}
+    if by_state:
+        ctx.out.write(
+            "\nruns: " + "  ".join(f"{state}={count}" for state, count in sorted(by_state.items())) + "\n"
+        )
     return 0
+
+
+def slot_text(slot: Any) -> str:
+    """A next-slot preview: the instant, and its wall-clock time in the schedule's zone if given."""
+    if not isinstance(slot, Mapping):
+        return text(slot)
+    line = text(slot.get("at"))
+    if slot.get("local"):
+        line += f"  ({slot['local']} local)"
+    if slot.get("dst"):
+        line += f"  [{slot['dst']}]"
+    return line
 
 
 def runs_list(ctx: Context) -> int:
@@ -127,20 +150,27 @@ def runs_show(ctx: Context) -> int:
         ctx.emit_json(body)
         return 0
     ctx.emit_fields(
-        (label, text(body.get(name)))
+        (label, text(lookup(body, name)))
         for label, name in (
             ("run", "run_id"),
             ("job", "job_id"),
             ("slot", "slot"),
+            ("kind", "kind"),
             ("state", "state"),
             ("fence token", "fence_token"),
             ("owner", "owner"),
-            ("due", "due_at"),
-            ("started", "started_at"),
-            ("finished", "finished_at"),
+            ("due", "timings.due_at"),
+            ("fire at", "timings.fire_at"),
+            ("started", "timings.started_at"),
+            ("finished", "timings.finished_at"),
+            ("lateness ms", "timings.lateness_ms"),
+            ("duration ms", "timings.duration_ms"),
+            ("completions", "completions"),
             ("result", "result"),
         )
     )
+    if body.get("error"):
+        ctx.emit_fields([("error", error_text(body["error"]))])
     attempts = [item for item in body.get("attempts") or [] if isinstance(item, dict)]
     ctx.out.write("\nattempts:\n")
     ctx.emit_table(attempts, ATTEMPT_COLUMNS, empty="  none recorded")
@@ -186,19 +216,20 @@ def workflow_show(ctx: Context) -> int:
             ("type", "workflow_type"),
             ("status", "status"),
             ("current step", "current_step"),
-            ("started", "started_at"),
+            ("requested", "requested_at"),
             ("updated", "updated_at"),
-            ("result", "result"),
-            ("error", "error"),
+            ("cancel requested", "cancel_requested"),
+            ("history events", "history_length"),
         )
     )
-    for title, key in (
-        ("pending activities", "pending_activities"),
-        ("pending timers", "pending_timers"),
-        ("compensations", "compensations"),
+    for title, key, columns in (
+        ("pending activities", "pending_activities", PENDING_ACTIVITY_COLUMNS),
+        ("pending timers", "pending_timers", TIMER_COLUMNS),
+        ("compensations (run in reverse on failure or cancel)", "compensations", COMPENSATION_COLUMNS),
     ):
-        entries = body.get(key) or []
-        ctx.out.write(f"\n{title}:" + ("".join(f"\n  {text(entry)}" for entry in entries) or " none") + "\n")
+        rows = [row for row in body.get(key) or [] if isinstance(row, dict)]
+        ctx.out.write(f"\n{title}:\n")
+        ctx.emit_table(rows, columns, empty="  none")
     return 0
 
 
@@ -258,6 +289,12 @@ def audit(ctx: Context) -> int:
         )
         ctx.emit_table(slots, AUDIT_COLUMNS, empty="no slots in this range")
         ctx.out.write("\n" + "  ".join(f"{name}={summary.get(name, 0)}" for name in AUDIT_STATUSES) + "\n")
+        if body.get("pending"):
+            ctx.out.write(f"{body['pending']} recent slots are too new to judge yet\n")
+        unscheduled = [run for run in body.get("unscheduled") or [] if isinstance(run, dict)]
+        if unscheduled:
+            ctx.out.write("\nruns off the schedule's grid (manual triggers, backfills):\n")
+            ctx.emit_table(unscheduled, UNSCHEDULED_COLUMNS, empty="")
     if a.check:
         bad = {name: int(summary.get(name, 0)) for name in ("missed", "duplicated_effect")}
         if any(bad.values()):
@@ -288,10 +325,17 @@ def replay_summary(workflow: Mapping[str, Any], history: Iterable[Mapping[str, A
             (int(e["sequence"]) for e in events if isinstance(e.get("sequence"), int)), default=None
         ),
         "by_type": dict(sorted(by_type.items())),
-        "pending_activities": list(workflow.get("pending_activities") or []),
-        "pending_timers": list(workflow.get("pending_timers") or []),
-        "compensations": list(workflow.get("compensations") or []),
+        "pending_activities": _pick(
+            workflow, "pending_activities", ("sequence", "handler", "state", "attempt", "run_id")
+        ),
+        "pending_timers": _pick(workflow, "pending_timers", ("timer_id", "fire_at", "status")),
+        "compensations": _pick(workflow, "compensations", ("sequence", "at", "type", "data")),
     }
+
+
+def _pick(body: Mapping[str, Any], key: str, names: Sequence[str]) -> list[dict[str, Any]]:
+    rows = body.get(key) or []
+    return [{name: row.get(name) for name in names} for row in rows if isinstance(row, Mapping)]
 
 
 def replay(ctx: Context) -> int:
@@ -318,10 +362,12 @@ def replay(ctx: Context) -> int:
         ctx.out.write(
             render_table(counts, (("event", lambda r: str(r["event"])), ("count", lambda r: str(r["count"]))))
         )
-    for title in ("pending_activities", "pending_timers", "compensations"):
-        entries = summary[title]
-        ctx.out.write(
-            f"\n{title.replace('_', ' ')}:" + ("".join(f"\n  {text(e)}" for e in entries) or " none") + "\n"
-        )
+    for title, key, columns in (
+        ("pending activities", "pending_activities", PENDING_ACTIVITY_COLUMNS),
+        ("pending timers", "pending_timers", TIMER_COLUMNS),
+        ("compensations a failure would run, in reverse", "compensations", COMPENSATION_COLUMNS),
+    ):
+        ctx.out.write(f"\n{title}:\n")
+        ctx.emit_table(summary[key], columns, empty="  none")
     ctx.note("summary of recorded history only: workflow code was not re-run")
     return 0
