@@ -1,0 +1,1 @@
+"""slotflow api service: read-model projector, HTTP queries and commands, the slot audit."""

@@ -1,0 +1,105 @@
+"""Composition root of the HTTP service: pool, producer, optional in-process projector, routes."""
+
+import asyncio
+import contextlib
+import importlib
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+from fastapi import FastAPI, Request, Response
+from starlette.routing import Match
+
+from slotflow.kafka.producer import Producer
+from slotflow.pg.pool import create_pool
+from slotflow_api import errors
+from slotflow_api.app_state import Services
+from slotflow_api.config import Settings
+from slotflow_api.metrics import Metrics
+from slotflow_api.projector import Projector, migrate
+from slotflow_api.routes import audit, commands, dlq, health, runs, schedules, workflows
+
+log = logging.getLogger(__name__)
+
+API_VERSION = "1.0.0"
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """The FastAPI application; its lifespan opens the pool and producer (and the projector)."""
+    chosen = settings or Settings()
+    metrics = Metrics()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        pool = await create_pool(chosen.postgres)
+        producer = Producer(chosen.kafka, client_id="api")
+        stop = asyncio.Event()
+        task: asyncio.Task[None] | None = None
+        try:
+            await migrate(pool, chosen.api.db_schema)
+            await producer.start()
+            state = Services(chosen, pool, producer, metrics)
+            if chosen.api.embedded_projector:
+                state.projector = Projector(pool, chosen, metrics)
+                task = asyncio.create_task(state.projector.run(stop), name="api-projector")
+            app.state.services = state
+            yield
+        finally:
+            stop.set()
+            if task is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(task, timeout=15)
+            await producer.stop()
+            await pool.close()
+
+    app = FastAPI(
+        title="slotflow",
+        version=API_VERSION,
+        description=(
+            "Read-model queries over every slotflow topic, the slot audit, and commands over HTTP. "
+            "Commands are published to Kafka and return their id; `?wait=` or "
+            "`GET /v1/commands/{id}?wait=` waits until the command is reflected (read-your-writes)."
+        ),
+        lifespan=lifespan,
+        openapi_url="/v1/openapi.json",
+        docs_url="/v1/docs",
+        redoc_url=None,
+    )
+    app.state.metrics = metrics
+    errors.install(app)
+    for module in (health, schedules, runs, workflows, dlq, audit, commands):
+        app.include_router(module.router)
+    _mount_ui(app)
+    _instrument(app, metrics)
+    return app
+
+
+def _mount_ui(app: FastAPI) -> None:
+    # The dashboard is its own module; the JSON API stands without it.
+    try:
+        ui = importlib.import_module("slotflow_api.routes.ui")
+    except ImportError as err:
+        log.info("dashboard not available: %s", err)
+        return
+    mount = getattr(ui, "mount_ui", None)
+    if callable(mount):
+        mount(app)
+
+
+def _route_template(request: Request) -> str:
+    for route in request.app.router.routes:
+        match, _ = route.matches(request.scope)
+        if match == Match.FULL:
+            return str(getattr(route, "path", "other"))
+    return "unmatched"
+
+
+def _instrument(app: FastAPI, metrics: Metrics) -> None:
+    @app.middleware("http")
+    async def _count(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        started = time.perf_counter()
+        response = await call_next(request)
+        route = _route_template(request)
+        metrics.requests.labels(request.method, route, str(response.status_code)).inc()
+        metrics.request_seconds.labels(route).observe(time.perf_counter() - started)
+        return response

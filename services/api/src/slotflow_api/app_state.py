@@ -1,0 +1,35 @@
+"""What request handlers share while the app runs (`app.state.services`), and its dependency."""
+
+from dataclasses import dataclass
+
+from fastapi import Request
+
+from slotflow.kafka.producer import Producer
+from slotflow.pg.pool import Pool
+from slotflow_api.config import Settings
+from slotflow_api.metrics import Metrics
+from slotflow_api.projector import Projector
+
+
+@dataclass
+class Services:
+    settings: Settings
+    pool: Pool
+    producer: Producer
+    metrics: Metrics
+    projector: Projector | None = None
+
+    @property
+    def schema(self) -> str:
+        return self.settings.api.db_schema
+
+
+class NotStarted(RuntimeError):
+    """The app's lifespan has not run: start it with uvicorn or an ASGI lifespan manager."""
+
+
+def services(request: Request) -> Services:
+    found = getattr(request.app.state, "services", None)
+    if not isinstance(found, Services):
+        raise NotStarted()
+    return found

@@ -1,0 +1,236 @@
+"""The slot audit: the slots a schedule should have fired, against what was recorded.
+
+Pure code: the caller reads the schedule's timeline, its runs and skipped slots in the window, and
+the database clock, and gets back one verdict per expected slot.
+
+Expected slots come from the definition in force at each moment (a schedule's timeline of
+create/update/pause/resume/delete events), clipped to [from, to), to the schedule's life and to
+its start_at/end_at. Each is then:
+
+- `duplicated_effect`: more than one claim (distinct fence tokens) completed the run;
+- `skipped_by_policy`: a SlotSkipped was recorded, the overlap policy skipped the run, the DST
+  policy says the local time does not exist, or the schedule was paused at that instant;
+- `late`: a JobDue was produced more than the threshold after the slot (after its jittered fire
+  time when it has one);
+- `fired`: a JobDue (or a run) was recorded in time;
+- `missed`: nothing at all was recorded, and the slot is older than the threshold.
+
+Slots newer than `now - threshold` with no record yet are not judged (counted as `pending`).
+Runs of the schedule off the spec's grid (manual triggers) are listed apart as `unscheduled`.
+"""
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Literal
+
+from slotflow.contracts import ScheduleDefinition
+from slotflow.core.cronslots import dst_skips_between, slots_between
+from slotflow.errors import PermanentError
+
+SlotStatus = Literal["fired", "missed", "skipped_by_policy", "late", "duplicated_effect"]
+STATUSES: tuple[SlotStatus, ...] = ("fired", "missed", "skipped_by_policy", "late", "duplicated_effect")
+_TICK = timedelta(microseconds=1)
+
+
+class AuditRangeTooLarge(PermanentError):
+    """The audit window expands to more slots than one request may judge; narrow it."""
+
+
+@dataclass(frozen=True)
+class TimelineEntry:
+    """One change in a schedule's life; `definition` is set for created and updated."""
+
+    at: datetime
+    change: Literal["created", "updated", "paused", "resumed", "deleted"]
+    definition: ScheduleDefinition | None = None
+
+
+@dataclass(frozen=True)
+class RecordedRun:
+    """What the read model holds for one run of the schedule."""
+
+    run_id: str
+    slot: datetime
+    kind: str | None
+    state: str
+    produced_at: datetime | None
+    fire_at: datetime | None
+    completions: int
+    fence_tokens: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class RecordedSkip:
+    slot: datetime
+    run_id: str
+    reason: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class SlotVerdict:
+    slot: datetime
+    run_id: str | None
+    status: SlotStatus
+    detail: str
+
+
+@dataclass
+class AuditReport:
+    slots: list[SlotVerdict] = field(default_factory=list)
+    pending: int = 0
+    unscheduled: list[RecordedRun] = field(default_factory=list)
+
+    def summary(self) -> dict[str, int]:
+        counts: dict[str, int] = dict.fromkeys(STATUSES, 0)
+        for verdict in self.slots:
+            counts[verdict.status] += 1
+        return counts
+
+
+@dataclass(frozen=True)
+class _Expected:
+    at: datetime
+    dst_skip: str | None = None
+
+
+def _segments(
+    timeline: Sequence[TimelineEntry], start: datetime, end: datetime
+) -> list[tuple[datetime, datetime, ScheduleDefinition]]:
+    """[begin, finish) intervals with the definition in force, clipped to [start, end)."""
+    out: list[tuple[datetime, datetime, ScheduleDefinition]] = []
+    current: tuple[datetime, ScheduleDefinition] | None = None
+
+    def close(until: datetime) -> None:
+        if current is None:
+            return
+        begin, definition = current
+        lo = max(begin, start, definition.start_at or begin)
+        hi = min(until, end)
+        if definition.end_at is not None:
+            hi = min(hi, definition.end_at + _TICK)
+        if lo < hi:
+            out.append((lo, hi, definition))
+
+    for entry in timeline:
+        if entry.change in ("created", "updated") and entry.definition is not None:
+            close(entry.at)
+            current = (entry.at, entry.definition)
+        elif entry.change == "deleted":
+            close(entry.at)
+            current = None
+    close(end)
+    return out
+
+
+def _paused_intervals(timeline: Sequence[TimelineEntry]) -> list[tuple[datetime, datetime | None]]:
+    intervals: list[tuple[datetime, datetime | None]] = []
+    paused_at: datetime | None = None
+    for entry in timeline:
+        if entry.change == "paused" and paused_at is None:
+            paused_at = entry.at
+        elif entry.change in ("resumed", "deleted", "created") and paused_at is not None:
+            intervals.append((paused_at, entry.at))
+            paused_at = None
+    if paused_at is not None:
+        intervals.append((paused_at, None))
+    return intervals
+
+
+def expected_slots(
+    timeline: Sequence[TimelineEntry], *, start: datetime, end: datetime, limit: int
+) -> list[_Expected]:
+    """Every slot the schedule's definitions put in [start, end), ascending.
+
+    Raises:
+        AuditRangeTooLarge: more than ``limit`` slots.
+    """
+    found: list[_Expected] = []
+    for begin, finish, definition in _segments(timeline, start, end):
+        # slots_between is (after, until]; shifting both ends by one microsecond makes it [begin, finish).
+        after, until = begin - _TICK, finish - _TICK
+        room = limit - len(found)
+        slots = slots_between(definition.spec, definition.dst, after=after, until=until, limit=room + 1)
+        if len(slots) > room:
+            raise AuditRangeTooLarge(
+                f"the window holds more than {limit} slots of this schedule; ask for a narrower from/to"
+            )
+        found.extend(_Expected(slot.at) for slot in slots)
+        for skipped in dst_skips_between(definition.spec, definition.dst, after=after, until=until):
+            found.append(_Expected(skipped.at, dst_skip=skipped.detail))
+    found.sort(key=lambda e: (e.at, e.dst_skip or ""))
+    return found
+
+
+def audit(
+    timeline: Sequence[TimelineEntry],
+    runs: Iterable[RecordedRun],
+    skips: Iterable[RecordedSkip],
+    *,
+    start: datetime,
+    end: datetime,
+    now: datetime,
+    late_threshold: timedelta,
+    limit: int,
+) -> AuditReport:
+    """Judge every expected slot in [start, end) of one schedule."""
+    by_slot = {run.slot: run for run in runs}
+    skipped = {skip.slot: skip for skip in skips}
+    paused = _paused_intervals(timeline)
+    horizon = now - late_threshold
+    report = AuditReport()
+    judged: set[datetime] = set()
+    for expected in expected_slots(timeline, start=start, end=end, limit=limit):
+        run = by_slot.get(expected.at)
+        skip = skipped.get(expected.at)
+        verdict = _judge(expected, run, skip, paused, late_threshold)
+        judged.add(expected.at)
+        if verdict is None:
+            if expected.at > horizon:
+                report.pending += 1
+                continue
+            verdict = SlotVerdict(expected.at, None, "missed", "no JobDue, run or SlotSkipped was recorded")
+        report.slots.append(verdict)
+    report.unscheduled = sorted(
+        (run for run in by_slot.values() if run.slot not in judged and start <= run.slot < end),
+        key=lambda r: r.slot,
+    )
+    return report
+
+
+def _judge(
+    expected: _Expected,
+    run: RecordedRun | None,
+    skip: RecordedSkip | None,
+    paused: Sequence[tuple[datetime, datetime | None]],
+    late_threshold: timedelta,
+) -> SlotVerdict | None:
+    at = expected.at
+    if run is not None:
+        if run.completions > 1:
+            tokens = ", ".join(str(t) for t in run.fence_tokens) or "unknown"
+            detail = f"{run.completions} claims completed this run (fence tokens {tokens})"
+            return SlotVerdict(at, run.run_id, "duplicated_effect", detail)
+        if run.state == "skipped":
+            return SlotVerdict(at, run.run_id, "skipped_by_policy", "the overlap policy skipped the run")
+        if run.produced_at is None:
+            return SlotVerdict(at, run.run_id, "fired", f"run {run.state}; its JobDue was not seen")
+        target = run.fire_at or at
+        lateness = run.produced_at - target
+        kind = f" ({run.kind})" if run.kind and run.kind != "scheduled" else ""
+        if lateness > late_threshold:
+            detail = (
+                f"JobDue produced {lateness.total_seconds():.3f}s after its fire time{kind}; run {run.state}"
+            )
+            return SlotVerdict(at, run.run_id, "late", detail)
+        return SlotVerdict(at, run.run_id, "fired", f"run {run.state}{kind}")
+    if skip is not None:
+        detail = f"{skip.reason}: {skip.detail}" if skip.detail else skip.reason
+        return SlotVerdict(at, skip.run_id, "skipped_by_policy", detail)
+    if expected.dst_skip is not None:
+        return SlotVerdict(at, None, "skipped_by_policy", f"dst_nonexistent: {expected.dst_skip}")
+    for begin, finish in paused:
+        if begin <= at and (finish is None or at < finish):
+            return SlotVerdict(at, None, "skipped_by_policy", "the schedule was paused")
+    return None

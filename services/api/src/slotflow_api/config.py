@@ -1,0 +1,46 @@
+"""Settings of the api service (env prefix SLOTFLOW_API_); no I/O at import."""
+
+from datetime import timedelta
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from slotflow.settings import KafkaSettings, PostgresSettings
+
+
+class ApiSettings(BaseSettings):
+    """What the projector and the HTTP service need besides Kafka and PostgreSQL."""
+
+    model_config = SettingsConfigDict(env_prefix="SLOTFLOW_API_", extra="ignore")
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+    #: The PostgreSQL schema that holds the read model.
+    db_schema: str = Field(default="api", pattern=r"^[a-z_][a-z0-9_]{0,62}$")
+    #: Base of the projector's consumer group; a rebuild appends a fresh suffix.
+    group_base: str = "slotflow-api-projector"
+    #: Run the projector inside the HTTP process (one process serves and projects).
+    embedded_projector: bool = True
+    projector_max_records: int = Field(default=1000, ge=1, le=100_000)
+    projector_poll_ms: int = Field(default=200, ge=1)
+    #: A JobDue produced later than this after its slot (or jittered fire time) counts as late.
+    late_threshold: timedelta = Field(default=timedelta(seconds=5), ge=timedelta(0))
+    #: Most slots one audit request may expand; wider ranges are refused with a 422.
+    audit_max_slots: int = Field(default=20_000, ge=1)
+    #: Longest a request may wait for a command to be reflected (read-your-writes).
+    max_wait_seconds: float = Field(default=30.0, gt=0)
+    readiness_timeout_seconds: float = Field(default=2.0, gt=0)
+
+
+class Settings(BaseSettings):
+    """Everything the service reads from the environment."""
+
+    api: ApiSettings = Field(default_factory=ApiSettings)
+    kafka: KafkaSettings = Field(default_factory=KafkaSettings)
+    postgres: PostgresSettings = Field(default_factory=PostgresSettings)
+
+    def group_id(self, suffix: str) -> str:
+        """The projector group for this deployment's namespace and read-model generation."""
+        namespace = self.kafka.topic_namespace
+        base = f"{namespace}.{self.api.group_base}" if namespace else self.api.group_base
+        return f"{base}.{suffix}"

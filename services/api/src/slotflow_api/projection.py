@@ -1,0 +1,642 @@
+"""Turn a batch of decoded events into read-model rows, inside the caller's transaction.
+
+Two rules make the read model rebuildable with the same result whatever the interleaving of
+partitions and batches:
+
+- Events of one key arrive in order (one partition), so per-key state (a schedule, a dead letter)
+  is applied in record order.
+- Facts about one run or timer come from several topics (JobDue on the jobs topic, run events on
+  the runs topic, retries via the commands topic), so those projections are commutative: each
+  fact is its own row or merges with a monotone rule (highest rank, earliest start, latest
+  finish), and a run's state is derived from all of its facts after every batch.
+"""
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from slotflow.commands import SCHEDULE_COMMAND_TYPES, TIMER_COMMAND_TYPES
+from slotflow.contracts import (
+    CancelTimer,
+    CancelWorkflow,
+    CommandAccepted,
+    CommandRejected,
+    DeadLetterStatusChanged,
+    Envelope,
+    FireTimerFired,
+    JobDue,
+    Message,
+    RunCompleted,
+    RunDeadLettered,
+    RunFailed,
+    RunRetrying,
+    RunSkipped,
+    RunStarted,
+    ScheduleCreated,
+    ScheduleDeleted,
+    SchedulePaused,
+    ScheduleResumed,
+    ScheduleUpdated,
+    SignalWorkflow,
+    SlotSkipped,
+    StartTimer,
+    StartWorkflow,
+    TimerFired,
+)
+from slotflow.contracts.runs import RunEvent
+from slotflow.contracts.topics import WORKFLOW_HISTORY
+from slotflow.kafka.records import Record
+from slotflow.pg.pool import Conn
+
+#: Command types whose consumer acknowledges them (CommandAccepted/CommandRejected); the others
+#: stay `published` once seen on their topic.
+ACKNOWLEDGED_COMMANDS = frozenset(m.message_type for m in (*SCHEDULE_COMMAND_TYPES, *TIMER_COMMAND_TYPES))
+
+#: Outcome rank per claim: a later fact about the same claim can only raise it.
+RANKS = {"running": 1, "failed": 2, "retrying": 3, "skipped": 4, "dead_lettered": 4, "completed": 5}
+TIMER_RANKS = {"pending": 1, "cancelled": 2, "fired": 3}
+
+
+@dataclass(frozen=True, slots=True)
+class Fact:
+    """One decoded record and the topic-table name (not the namespaced name) it came from."""
+
+    topic: str
+    record: Record
+    envelope: Envelope
+    message: Message
+
+    @property
+    def dedupe_id(self) -> str:
+        """What makes this event unique: its id, and for run events also the claim's fence token.
+
+        A redelivery carries the same token and collapses; two claims completing one run are two
+        facts (the audit's duplicated effect) even if a faulty producer gave them one id.
+        """
+        if isinstance(self.message, RunEvent):
+            return f"{self.envelope.id}#fence={self.message.fence_token}"
+        return self.envelope.id
+
+    @property
+    def produced_at(self) -> datetime | None:
+        ms = self.record.timestamp_ms
+        return datetime.fromtimestamp(ms / 1000, tz=UTC) if ms is not None else None
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True, default=str)
+
+
+@dataclass
+class _RunBatch:
+    """Run facts gathered over a batch, written with one pipelined statement per kind."""
+
+    skeletons: list[tuple[Any, ...]] = field(default_factory=list)
+    dues: list[tuple[Any, ...]] = field(default_factory=list)
+    attempts: list[tuple[Any, ...]] = field(default_factory=list)
+    touched: set[str] = field(default_factory=set)
+
+
+async def project(conn: Conn, *, schema: str, facts: Sequence[Fact]) -> int:
+    """Apply every fact not projected before; returns how many were new."""
+    fresh = await _unseen(conn, schema, facts)
+    runs = _RunBatch()
+    for fact in fresh:
+        await _apply(conn, schema, fact, runs)
+    await _flush_runs(conn, schema, runs)
+    return len(fresh)
+
+
+async def _unseen(conn: Conn, schema: str, facts: Sequence[Fact]) -> list[Fact]:
+    unique: dict[tuple[str, str], Fact] = {}
+    for fact in facts:
+        unique.setdefault((fact.topic, fact.dedupe_id), fact)
+    if not unique:
+        return []
+    topics, ids = zip(*unique, strict=True)
+    rows = await conn.fetch(
+        f"INSERT INTO {schema}.seen (topic, event_id) SELECT * FROM unnest($1::text[], $2::text[]) "
+        "ON CONFLICT DO NOTHING RETURNING topic, event_id",
+        list(topics),
+        list(ids),
+    )
+    inserted = {(r["topic"], r["event_id"]) for r in rows}
+    return [fact for key, fact in unique.items() if key in inserted]
+
+
+async def _apply(conn: Conn, schema: str, fact: Fact, runs: _RunBatch) -> None:
+    message = fact.message
+    if isinstance(message, JobDue):
+        _job_due(fact, message, runs)
+    elif isinstance(message, RunEvent):
+        _run_event(message, runs)
+        if message.workflow_id is not None:
+            await _history(conn, schema, message.workflow_id, fact, "activity", message.sequence)
+    elif isinstance(message, ScheduleCreated | ScheduleUpdated):
+        await _schedule_defined(conn, schema, fact, message)
+    elif isinstance(message, SchedulePaused | ScheduleResumed | ScheduleDeleted):
+        await _schedule_changed(conn, schema, fact, message)
+    elif isinstance(message, SlotSkipped):
+        await conn.execute(
+            f"INSERT INTO {schema}.skipped_slots (schedule_id, slot, run_id, reason, detail, at) "
+            "VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
+            message.schedule_id,
+            message.slot,
+            message.run_id,
+            message.reason,
+            message.detail,
+            fact.envelope.occurred_at,
+        )
+    elif isinstance(message, CommandAccepted | CommandRejected):
+        await _acknowledged(conn, schema, fact, message)
+    elif isinstance(message, DeadLetterStatusChanged):
+        await _dead_letter(conn, schema, message)
+        if message.command_id is not None:
+            await _acknowledged_by_dlq(conn, schema, fact, message.command_id)
+    elif isinstance(message, StartTimer | CancelTimer | TimerFired):
+        await _timer(conn, schema, fact, message)
+    elif isinstance(message, StartWorkflow | SignalWorkflow | CancelWorkflow):
+        await _workflow_command(conn, schema, fact, message)
+    if fact.topic == WORKFLOW_HISTORY.name:
+        await _history(conn, schema, fact.envelope.key, fact, "history", _sequence(fact.envelope))
+    if fact.topic.endswith(".commands.v1"):
+        await _command_seen(conn, schema, fact)
+
+
+def _sequence(envelope: Envelope) -> int | None:
+    value = envelope.data.get("sequence")
+    return value if isinstance(value, int) else None
+
+
+# -- runs ---------------------------------------------------------------------------------------
+
+
+def _job_due(fact: Fact, due: JobDue, runs: _RunBatch) -> None:
+    runs.skeletons.append(
+        (
+            due.run_id,
+            due.job_id,
+            due.slot,
+            due.workflow_id,
+            due.sequence,
+            due.kind,
+            due.handler,
+            list(due.tags),
+        )
+    )
+    runs.dues.append(
+        (due.run_id, due.attempt, due.kind, fact.envelope.occurred_at, fact.produced_at, due.fire_at)
+    )
+    runs.touched.add(due.run_id)
+
+
+def _run_event(event: RunEvent, runs: _RunBatch) -> None:
+    started = finished = retry_at = None
+    error: dict[str, Any] | None = None
+    result: str | None = None
+    completed = False
+    if isinstance(event, RunStarted):
+        outcome, started = "running", event.started_at
+    elif isinstance(event, RunCompleted):
+        outcome, started, finished, completed = "completed", event.started_at, event.finished_at, True
+        result = _json(event.result)
+    elif isinstance(event, RunFailed):
+        outcome, finished = "failed", event.finished_at
+        error = {"type": event.error_type, "message": event.message, "retryable": event.retryable}
+    elif isinstance(event, RunRetrying):
+        outcome, retry_at = "retrying", event.retry_at
+    elif isinstance(event, RunDeadLettered):
+        outcome, error = "dead_lettered", {"dead_letter_reason": event.reason}
+    elif isinstance(event, RunSkipped):
+        outcome, error = "skipped", {"skip_reason": event.reason}
+    else:
+        return
+    runs.skeletons.append(
+        (event.run_id, event.job_id, event.slot, event.workflow_id, event.sequence, None, None, [])
+    )
+    runs.attempts.append(
+        (
+            event.run_id,
+            event.attempt,
+            event.fence_token,
+            event.owner,
+            outcome,
+            RANKS[outcome],
+            completed,
+            started,
+            finished,
+            retry_at,
+            _json(error) if error is not None else None,
+            result,
+        )
+    )
+    runs.touched.add(event.run_id)
+
+
+async def _flush_runs(conn: Conn, schema: str, runs: _RunBatch) -> None:
+    if not runs.touched:
+        return
+    # The skeleton exists so the derived update below has a row to land on; the JobDue fills in
+    # what only it knows (kind, handler, tags), whichever arrives first.
+    await conn.executemany(
+        f"""
+        INSERT INTO {schema}.runs (run_id, job_id, slot, workflow_id, sequence, kind, handler, tags, state)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'due')
+        ON CONFLICT (run_id) DO UPDATE SET
+            kind = COALESCE(runs.kind, EXCLUDED.kind),
+            handler = COALESCE(runs.handler, EXCLUDED.handler),
+            tags = CASE WHEN cardinality(runs.tags) = 0 THEN EXCLUDED.tags ELSE runs.tags END,
+            workflow_id = COALESCE(runs.workflow_id, EXCLUDED.workflow_id),
+            sequence = COALESCE(runs.sequence, EXCLUDED.sequence)
+        """,
+        runs.skeletons,
+    )
+    if runs.dues:
+        await conn.executemany(
+            f"INSERT INTO {schema}.run_dues (run_id, attempt, kind, due_at, produced_at, fire_at) "
+            "VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
+            runs.dues,
+        )
+    if runs.attempts:
+        await conn.executemany(
+            f"""
+            INSERT INTO {schema}.run_attempts AS a (run_id, attempt, fence_token, owner, outcome, rank,
+                completed, started_at, finished_at, retry_at, error, result)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::jsonb, $12::jsonb)
+            ON CONFLICT (run_id, fence_token, attempt) DO UPDATE SET
+                outcome = CASE WHEN EXCLUDED.rank > a.rank THEN EXCLUDED.outcome ELSE a.outcome END,
+                rank = GREATEST(a.rank, EXCLUDED.rank),
+                completed = a.completed OR EXCLUDED.completed,
+                started_at = LEAST(a.started_at, EXCLUDED.started_at),
+                finished_at = GREATEST(a.finished_at, EXCLUDED.finished_at),
+                retry_at = GREATEST(a.retry_at, EXCLUDED.retry_at),
+                -- failure and dead-letter facts carry disjoint keys: the merge commutes
+                error = CASE WHEN a.error IS NULL THEN EXCLUDED.error
+                             WHEN EXCLUDED.error IS NULL THEN a.error
+                             ELSE a.error || EXCLUDED.error END,
+                result = COALESCE(a.result, EXCLUDED.result)
+            """,
+            runs.attempts,
+        )
+    await conn.execute(_DERIVE_RUNS.format(schema=schema), sorted(runs.touched))
+
+
+# A run's state is a function of all its facts, never of their arrival order: completed anywhere
+# wins; otherwise the latest claim (highest fence token, then attempt) speaks, unless a JobDue for
+# a later attempt has arrived and nobody has claimed it yet.
+_DERIVE_RUNS = """
+WITH latest AS (
+    SELECT DISTINCT ON (run_id) run_id, attempt, fence_token, owner, outcome
+      FROM {schema}.run_attempts WHERE run_id = ANY($1::text[])
+     ORDER BY run_id, fence_token DESC, attempt DESC
+), facts AS (
+    SELECT run_id,
+           min(started_at) AS started_at,
+           max(finished_at) AS finished_at,
+           count(*) FILTER (WHERE completed) AS completions,
+           (array_agg(result ORDER BY fence_token, attempt) FILTER (WHERE completed))[1] AS result,
+           (array_agg(error ORDER BY fence_token DESC, attempt DESC) FILTER (WHERE error IS NOT NULL))[1] AS error
+      FROM {schema}.run_attempts WHERE run_id = ANY($1::text[]) GROUP BY run_id
+), dues AS (
+    SELECT run_id, max(attempt) AS due_attempt,
+           (array_agg(due_at ORDER BY attempt))[1] AS due_at,
+           (array_agg(produced_at ORDER BY attempt))[1] AS produced_at,
+           (array_agg(fire_at ORDER BY attempt))[1] AS fire_at
+      FROM {schema}.run_dues WHERE run_id = ANY($1::text[]) GROUP BY run_id
+)
+UPDATE {schema}.runs AS r SET
+    state = CASE
+        WHEN facts.completions > 0 THEN 'completed'
+        WHEN latest.run_id IS NULL THEN 'due'
+        WHEN dues.due_attempt > latest.attempt THEN 'due'
+        ELSE latest.outcome END,
+    attempt = GREATEST(COALESCE(latest.attempt, 0), COALESCE(dues.due_attempt, 0)),
+    fence_token = latest.fence_token,
+    owner = latest.owner,
+    due_at = dues.due_at,
+    produced_at = dues.produced_at,
+    fire_at = dues.fire_at,
+    started_at = facts.started_at,
+    finished_at = facts.finished_at,
+    result = facts.result,
+    error = facts.error,
+    completions = COALESCE(facts.completions, 0)
+FROM (SELECT unnest($1::text[]) AS run_id) AS t
+LEFT JOIN latest ON latest.run_id = t.run_id
+LEFT JOIN facts ON facts.run_id = t.run_id
+LEFT JOIN dues ON dues.run_id = t.run_id
+WHERE r.run_id = t.run_id
+"""
+
+
+# -- schedules ----------------------------------------------------------------------------------
+
+
+async def _schedule_defined(
+    conn: Conn, schema: str, fact: Fact, message: ScheduleCreated | ScheduleUpdated
+) -> None:
+    definition = message.definition.model_dump(mode="json")
+    at = fact.envelope.occurred_at
+    if isinstance(message, ScheduleCreated):
+        await conn.execute(
+            f"""
+            INSERT INTO {schema}.schedules (schedule_id, definition, handler, tags, paused, next_fire_at,
+                deleted, created_at, updated_at)
+            VALUES ($1, $2::jsonb, $3, $4, $5, $6, false, $7, $7)
+            ON CONFLICT (schedule_id) DO UPDATE SET definition = EXCLUDED.definition,
+                handler = EXCLUDED.handler, tags = EXCLUDED.tags, paused = EXCLUDED.paused,
+                pause_reason = NULL, resume_at = NULL, next_fire_at = EXCLUDED.next_fire_at,
+                deleted = false, created_at = EXCLUDED.created_at, updated_at = EXCLUDED.updated_at
+            """,
+            message.schedule_id,
+            _json(definition),
+            message.definition.handler,
+            list(message.definition.tags),
+            message.paused,
+            message.next_fire_at,
+            at,
+        )
+        change = "created"
+        if message.paused:
+            await _timeline(conn, schema, fact, message.schedule_id, "created", definition)
+            change = "paused"
+    else:
+        await conn.execute(
+            f"UPDATE {schema}.schedules SET definition = $2::jsonb, handler = $3, tags = $4, "
+            "next_fire_at = $5, updated_at = $6 WHERE schedule_id = $1",
+            message.schedule_id,
+            _json(definition),
+            message.definition.handler,
+            list(message.definition.tags),
+            message.next_fire_at,
+            at,
+        )
+        change = "updated"
+    await _timeline(conn, schema, fact, message.schedule_id, change, definition)
+
+
+async def _schedule_changed(
+    conn: Conn, schema: str, fact: Fact, message: SchedulePaused | ScheduleResumed | ScheduleDeleted
+) -> None:
+    at = fact.envelope.occurred_at
+    if isinstance(message, SchedulePaused):
+        change = "paused"
+        await conn.execute(
+            f"UPDATE {schema}.schedules SET paused = true, pause_reason = $2, resume_at = $3, "
+            "updated_at = $4 WHERE schedule_id = $1",
+            message.schedule_id,
+            message.reason,
+            message.resume_at,
+            at,
+        )
+    elif isinstance(message, ScheduleResumed):
+        change = "resumed"
+        await conn.execute(
+            f"UPDATE {schema}.schedules SET paused = false, pause_reason = NULL, resume_at = NULL, "
+            "next_fire_at = $2, updated_at = $3 WHERE schedule_id = $1",
+            message.schedule_id,
+            message.next_fire_at,
+            at,
+        )
+    else:
+        change = "deleted"
+        await conn.execute(
+            f"UPDATE {schema}.schedules SET deleted = true, next_fire_at = NULL, updated_at = $2 "
+            "WHERE schedule_id = $1",
+            message.schedule_id,
+            at,
+        )
+    await _timeline(conn, schema, fact, message.schedule_id, change, None)
+
+
+async def _timeline(
+    conn: Conn, schema: str, fact: Fact, schedule_id: str, change: str, definition: dict[str, Any] | None
+) -> None:
+    # A paused create records two changes from one event; the suffix keeps both rows unique.
+    event_id = fact.envelope.id if change != "paused" or definition is None else f"{fact.envelope.id}#paused"
+    await conn.execute(
+        f"INSERT INTO {schema}.schedule_timeline (schedule_id, event_id, position, at, change, definition) "
+        "VALUES ($1, $2, $3, $4, $5, $6::jsonb) ON CONFLICT DO NOTHING",
+        schedule_id,
+        event_id,
+        fact.record.offset,
+        fact.envelope.occurred_at,
+        change,
+        _json(definition) if definition is not None else None,
+    )
+
+
+# -- commands -----------------------------------------------------------------------------------
+
+
+async def _command_seen(conn: Conn, schema: str, fact: Fact) -> None:
+    status = "pending" if fact.envelope.type in ACKNOWLEDGED_COMMANDS else "published"
+    await conn.execute(
+        f"""
+        INSERT INTO {schema}.commands (command_id, command_type, subject, status, source, published_at)
+        VALUES ($1, $2, $3, $4, $5, $6)
+        ON CONFLICT (command_id) DO UPDATE SET
+            command_type = COALESCE(commands.command_type, EXCLUDED.command_type),
+            subject = COALESCE(commands.subject, EXCLUDED.subject),
+            source = EXCLUDED.source, published_at = EXCLUDED.published_at,
+            -- an acknowledgement projected first is final: the command itself only fills blanks
+            status = CASE WHEN commands.status IN ('accepted', 'rejected') THEN commands.status
+                          ELSE EXCLUDED.status END
+        """,
+        fact.envelope.id,
+        fact.envelope.type,
+        fact.envelope.key,
+        status,
+        fact.envelope.source,
+        fact.envelope.occurred_at,
+    )
+
+
+async def _acknowledged(
+    conn: Conn, schema: str, fact: Fact, message: CommandAccepted | CommandRejected
+) -> None:
+    accepted = isinstance(message, CommandAccepted)
+    await conn.execute(
+        f"""
+        INSERT INTO {schema}.commands (command_id, command_type, subject, status, reason, acknowledged_at)
+        VALUES ($1, $2, $3, $4, $5, $6)
+        ON CONFLICT (command_id) DO UPDATE SET status = EXCLUDED.status, reason = EXCLUDED.reason,
+            acknowledged_at = EXCLUDED.acknowledged_at,
+            command_type = COALESCE(commands.command_type, EXCLUDED.command_type),
+            subject = COALESCE(commands.subject, EXCLUDED.subject)
+        """,
+        message.command_id,
+        message.command_type,
+        message.subject,
+        "accepted" if accepted else "rejected",
+        None if accepted else getattr(message, "reason", None),
+        fact.envelope.occurred_at,
+    )
+
+
+async def _acknowledged_by_dlq(conn: Conn, schema: str, fact: Fact, command_id: str) -> None:
+    # The dlq service names the command that redrove or discarded an entry: that is its acceptance.
+    await conn.execute(
+        f"""
+        INSERT INTO {schema}.commands (command_id, status, acknowledged_at) VALUES ($1, 'accepted', $2)
+        ON CONFLICT (command_id) DO UPDATE SET status = 'accepted',
+            acknowledged_at = LEAST(commands.acknowledged_at, EXCLUDED.acknowledged_at)
+        """,
+        command_id,
+        fact.envelope.occurred_at,
+    )
+
+
+# -- dead letters -------------------------------------------------------------------------------
+
+
+async def _dead_letter(conn: Conn, schema: str, m: DeadLetterStatusChanged) -> None:
+    # Ordered per dead letter id (its partition): the newest status event is the truth.
+    await conn.execute(
+        f"""
+        INSERT INTO {schema}.dead_letters (dead_letter_id, status, reason, topic, source_service, partition,
+            "offset", key, job_id, run_id, original_type, error_type, error, tags, count, redrive_count,
+            first_seen, last_seen, status_at, note, command_id, redrive_of)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19,
+            $20, $21, $22)
+        ON CONFLICT (dead_letter_id) DO UPDATE SET status = EXCLUDED.status, reason = EXCLUDED.reason,
+            topic = EXCLUDED.topic, source_service = EXCLUDED.source_service,
+            partition = COALESCE(EXCLUDED.partition, dead_letters.partition),
+            "offset" = COALESCE(EXCLUDED."offset", dead_letters."offset"),
+            key = COALESCE(EXCLUDED.key, dead_letters.key),
+            job_id = COALESCE(EXCLUDED.job_id, dead_letters.job_id),
+            run_id = COALESCE(EXCLUDED.run_id, dead_letters.run_id),
+            original_type = COALESCE(EXCLUDED.original_type, dead_letters.original_type),
+            error_type = CASE WHEN EXCLUDED.error_type = '' THEN dead_letters.error_type ELSE EXCLUDED.error_type END,
+            error = CASE WHEN EXCLUDED.error = '' THEN dead_letters.error ELSE EXCLUDED.error END,
+            tags = CASE WHEN cardinality(EXCLUDED.tags) = 0 THEN dead_letters.tags ELSE EXCLUDED.tags END,
+            count = EXCLUDED.count, redrive_count = EXCLUDED.redrive_count,
+            first_seen = COALESCE(dead_letters.first_seen, EXCLUDED.first_seen),
+            last_seen = COALESCE(EXCLUDED.last_seen, dead_letters.last_seen),
+            status_at = EXCLUDED.status_at, note = EXCLUDED.note,
+            command_id = COALESCE(EXCLUDED.command_id, dead_letters.command_id),
+            redrive_of = COALESCE(EXCLUDED.redrive_of, dead_letters.redrive_of)
+        """,
+        m.dead_letter_id,
+        m.status,
+        m.reason,
+        m.topic,
+        m.source_service,
+        m.partition,
+        m.offset,
+        m.key,
+        m.job_id,
+        m.run_id,
+        m.original_type,
+        m.error_type,
+        m.error,
+        list(m.tags),
+        m.count,
+        m.redrive_count,
+        m.first_seen,
+        m.last_seen,
+        m.at,
+        m.note,
+        m.command_id,
+        m.redrive_of,
+    )
+
+
+# -- timers and workflows -----------------------------------------------------------------------
+
+
+async def _timer(conn: Conn, schema: str, fact: Fact, message: StartTimer | CancelTimer | TimerFired) -> None:
+    owner, action, sequence = "", "unknown", None
+    fire_at: datetime | None = None
+    fired_at: datetime | None = None
+    if isinstance(message, StartTimer):
+        on_fire = message.on_fire
+        action, fire_at = on_fire.action, message.fire_at
+        if isinstance(on_fire, FireTimerFired):
+            owner, sequence = on_fire.owner, on_fire.sequence
+        else:
+            owner, sequence = on_fire.job.job_id, on_fire.job.sequence
+        status = "pending"
+    elif isinstance(message, CancelTimer):
+        status = "cancelled"
+    else:
+        owner, action, sequence, status = message.owner, "timer_fired", message.sequence, "fired"
+        fire_at, fired_at = message.fire_at, message.fired_at
+    await conn.execute(
+        f"""
+        INSERT INTO {schema}.timers AS t (timer_id, owner, action, sequence, fire_at, status, rank, fired_at)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+        ON CONFLICT (timer_id) DO UPDATE SET
+            owner = CASE WHEN t.owner = '' THEN EXCLUDED.owner ELSE t.owner END,
+            action = CASE WHEN t.action = 'unknown' THEN EXCLUDED.action ELSE t.action END,
+            sequence = COALESCE(t.sequence, EXCLUDED.sequence),
+            fire_at = COALESCE(t.fire_at, EXCLUDED.fire_at),
+            status = CASE WHEN EXCLUDED.rank > t.rank THEN EXCLUDED.status ELSE t.status END,
+            rank = GREATEST(t.rank, EXCLUDED.rank),
+            fired_at = COALESCE(t.fired_at, EXCLUDED.fired_at)
+        """,
+        message.timer_id,
+        owner,
+        action,
+        sequence,
+        fire_at,
+        status,
+        TIMER_RANKS[status],
+        fired_at,
+    )
+    if action == "timer_fired" and owner:
+        await _history(conn, schema, owner, fact, "timer", sequence)
+
+
+async def _workflow_command(
+    conn: Conn, schema: str, fact: Fact, message: StartWorkflow | SignalWorkflow | CancelWorkflow
+) -> None:
+    at = fact.envelope.occurred_at
+    if isinstance(message, StartWorkflow):
+        await conn.execute(
+            f"""
+            INSERT INTO {schema}.workflows (workflow_id, workflow_type, input, status, requested_at, updated_at)
+            VALUES ($1, $2, $3::jsonb, 'requested', $4, $4)
+            ON CONFLICT (workflow_id) DO UPDATE SET
+                workflow_type = COALESCE(workflows.workflow_type, EXCLUDED.workflow_type),
+                input = COALESCE(workflows.input, EXCLUDED.input),
+                requested_at = LEAST(workflows.requested_at, EXCLUDED.requested_at),
+                updated_at = GREATEST(workflows.updated_at, EXCLUDED.updated_at)
+            """,
+            message.workflow_id,
+            message.workflow_type,
+            _json(message.input),
+            at,
+        )
+    elif isinstance(message, CancelWorkflow):
+        await conn.execute(
+            f"""
+            INSERT INTO {schema}.workflows (workflow_id, status, cancel_requested, cancel_reason, updated_at)
+            VALUES ($1, 'requested', true, $2, $3)
+            ON CONFLICT (workflow_id) DO UPDATE SET cancel_requested = true,
+                cancel_reason = COALESCE(workflows.cancel_reason, EXCLUDED.cancel_reason),
+                updated_at = GREATEST(workflows.updated_at, EXCLUDED.updated_at)
+            """,
+            message.workflow_id,
+            message.reason,
+            at,
+        )
+    await _history(conn, schema, message.workflow_id, fact, "command", None)
+
+
+async def _history(
+    conn: Conn, schema: str, workflow_id: str, fact: Fact, origin: str, sequence: int | None
+) -> None:
+    await conn.execute(
+        f"INSERT INTO {schema}.workflow_history (workflow_id, entry_id, at, origin, type, sequence, data) "
+        "VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb) ON CONFLICT DO NOTHING",
+        workflow_id,
+        f"{fact.topic}/{fact.dedupe_id}",
+        fact.envelope.occurred_at,
+        origin,
+        fact.envelope.type,
+        sequence,
+        _json(fact.envelope.data),
+    )

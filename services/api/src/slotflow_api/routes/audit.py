@@ -1,0 +1,102 @@
+"""GET /v1/audit: expected slots of a schedule against what was recorded."""
+
+import json
+from datetime import timedelta
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query
+from pydantic import AwareDatetime
+
+from slotflow.contracts import ScheduleDefinition
+from slotflow.contracts.envelope import IDENTIFIER_PATTERN
+from slotflow_api import audit as auditing
+from slotflow_api import read_model
+from slotflow_api.app_state import Services, services
+from slotflow_api.errors import BadRequest, NotFound
+from slotflow_api.schemas import Audit
+
+router = APIRouter(tags=["audit"])
+
+DEFAULT_WINDOW = timedelta(days=1)
+
+
+@router.get(
+    "/v1/audit",
+    response_model=Audit,
+    response_model_by_alias=True,
+    summary="Slots the schedule should have fired in [from, to) against what was recorded",
+    responses={404: {"description": "no such schedule"}, 422: {"description": "bad range"}},
+)
+async def audit(
+    s: Annotated[Services, Depends(services)],
+    schedule: Annotated[str, Query(pattern=IDENTIFIER_PATTERN, description="the schedule id")],
+    start: Annotated[
+        AwareDatetime | None, Query(alias="from", description="default: `to` minus one day")
+    ] = None,
+    end: Annotated[
+        AwareDatetime | None, Query(alias="to", description="default: now (database clock)")
+    ] = None,
+) -> Audit:
+    now = await read_model.database_now(s.pool)
+    end = end or now
+    start = start or end - DEFAULT_WINDOW
+    if end <= start:
+        raise BadRequest("`to` must be after `from`")
+    timeline_rows, run_rows, skip_rows = await read_model.audit_inputs(s.pool, s.schema, schedule, start, end)
+    if not timeline_rows:
+        raise NotFound(f"schedule {schedule!r} is not known (yet)")
+    timeline = [
+        auditing.TimelineEntry(
+            at=r["at"],
+            change=r["change"],
+            definition=ScheduleDefinition.model_validate(json.loads(r["definition"]))
+            if r["definition"] is not None
+            else None,
+        )
+        for r in timeline_rows
+    ]
+    runs = [
+        auditing.RecordedRun(
+            run_id=r["run_id"],
+            slot=r["slot"],
+            kind=r["kind"],
+            state=r["state"],
+            produced_at=r["produced_at"],
+            fire_at=r["fire_at"],
+            completions=r["completions"],
+            fence_tokens=tuple(r["tokens"]),
+        )
+        for r in run_rows
+    ]
+    skips = [auditing.RecordedSkip(r["slot"], r["run_id"], r["reason"], r["detail"]) for r in skip_rows]
+    threshold = s.settings.api.late_threshold
+    report = auditing.audit(
+        timeline,
+        runs,
+        skips,
+        start=start,
+        end=end,
+        now=now,
+        late_threshold=threshold,
+        limit=s.settings.api.audit_max_slots,
+    )
+    return Audit.model_validate(
+        {
+            "schedule_id": schedule,
+            "from": start,
+            "to": end,
+            "expected": len(report.slots),
+            "pending": report.pending,
+            "as_of": now,
+            "late_threshold_seconds": threshold.total_seconds(),
+            "slots": [
+                {"slot": v.slot, "run_id": v.run_id, "status": v.status, "detail": v.detail}
+                for v in report.slots
+            ],
+            "summary": report.summary(),
+            "unscheduled": [
+                {"slot": r.slot, "run_id": r.run_id, "kind": r.kind, "state": r.state}
+                for r in report.unscheduled
+            ],
+        }
+    )

@@ -1,0 +1,87 @@
+"""Publishing commands over HTTP, and read-your-writes on their acknowledgement."""
+
+import asyncio
+import time
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Path
+from fastapi.responses import JSONResponse
+
+from slotflow.commands import publish_command
+from slotflow.contracts import Message
+from slotflow_api import read_model
+from slotflow_api.app_state import Services, services
+from slotflow_api.routes.common import Wait
+from slotflow_api.schemas import CommandStatus
+
+router = APIRouter(tags=["commands"])
+
+#: Statuses after which waiting longer cannot change the answer.
+FINAL = frozenset({"accepted", "rejected", "published"})
+
+COMMAND_RESPONSES: dict[int | str, dict[str, Any]] = {
+    202: {"description": "published; the body carries the command id (and its status if waited)"},
+    200: {"model": CommandStatus, "description": "with ?wait=: the command was reflected"},
+    409: {"description": "with ?wait=: its consumer rejected the command; detail says why"},
+    422: {"description": "the body or a parameter is invalid; detail names each field"},
+    503: {"description": "Kafka did not acknowledge; retry with the same Idempotency-Key"},
+}
+
+
+async def command_status(s: Services, command_id: str) -> CommandStatus:
+    row = await read_model.get_command(s.pool, s.schema, command_id)
+    if row is None:
+        return CommandStatus(command_id=command_id, status="unknown")
+    return CommandStatus(
+        command_id=command_id,
+        status=row["status"],
+        reason=row["reason"],
+        command_type=row["command_type"],
+        subject=row["subject"],
+        published_at=row["published_at"],
+        acknowledged_at=row["acknowledged_at"],
+    )
+
+
+async def wait_for_command(s: Services, command_id: str, seconds: float) -> CommandStatus:
+    """The command's status once final, or as it is when ``seconds`` have passed."""
+    deadline = time.monotonic() + min(seconds, s.settings.api.max_wait_seconds)
+    delay = 0.01
+    while True:
+        status = await command_status(s, command_id)
+        if status.status in FINAL or time.monotonic() >= deadline:
+            return status
+        await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+        delay = min(delay * 1.5, 0.1)
+
+
+async def submit(
+    s: Services, message: Message, *, idempotency_key: str | None, wait: float | None
+) -> JSONResponse:
+    """Publish ``message``; 202 with its id, or with ``wait`` its reflected status."""
+    command_id = await publish_command(
+        s.producer, s.settings.kafka, message, command_id=idempotency_key, source="api"
+    )
+    s.metrics.commands_published.labels(message.message_type).inc()
+    if wait is None:
+        return JSONResponse(status_code=202, content={"command_id": command_id})
+    status = await wait_for_command(s, command_id, wait)
+    body = status.model_dump(mode="json")
+    if status.status == "rejected":
+        return JSONResponse(status_code=409, content={"detail": status.reason or "rejected", **body})
+    return JSONResponse(status_code=200 if status.status in FINAL else 202, content=body)
+
+
+@router.get(
+    "/v1/commands/{command_id}",
+    response_model=CommandStatus,
+    summary="A command's status; ?wait=SECONDS waits until it is reflected (read-your-writes)",
+)
+async def get_command(
+    s: Annotated[Services, Depends(services)],
+    command_id: Annotated[str, Path(min_length=1, max_length=1000)],
+    wait: Wait = None,
+) -> CommandStatus:
+    if wait:
+        return await wait_for_command(s, command_id, wait)
+    return await command_status(s, command_id)

@@ -1,0 +1,52 @@
+"""Runs: one row per slot with every attempt, fence token, owner, timings and outcome."""
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Path, Query
+
+from slotflow_api import read_model
+from slotflow_api.app_state import Services, services
+from slotflow_api.errors import NotFound
+from slotflow_api.routes.common import Cursor, Limit
+from slotflow_api.schemas import Page, Run
+
+router = APIRouter(tags=["runs"])
+
+RUN_STATES = ("due", "running", "failed", "retrying", "completed", "dead_lettered", "skipped")
+
+
+@router.get("/v1/runs", response_model=Page[Run], summary="List runs, newest slot first")
+async def list_runs(
+    s: Annotated[Services, Depends(services)],
+    job_id: Annotated[str | None, Query(max_length=400)] = None,
+    state: Annotated[str | None, Query(max_length=50, description=" | ".join(RUN_STATES))] = None,
+    limit: Limit = 50,
+    cursor: Cursor = None,
+) -> read_model.Page:
+    return await read_model.list_runs(
+        s.pool,
+        s.schema,
+        job_id=job_id,
+        state=state,
+        start=None,
+        end=None,
+        ascending=False,
+        limit=limit,
+        cursor=cursor,
+    )
+
+
+@router.get(
+    "/v1/runs/{run_id:path}",
+    response_model=Run,
+    summary="One run (URL-encode the run id: it holds '@' and ':')",
+    responses={404: {"description": "no such run"}},
+)
+async def get_run(
+    s: Annotated[Services, Depends(services)],
+    run_id: Annotated[str, Path(min_length=1, max_length=1000)],
+) -> dict[str, object]:
+    row = await read_model.get_run(s.pool, s.schema, run_id)
+    if row is None:
+        raise NotFound(f"run {run_id!r} is not known (yet)")
+    return row

@@ -1,0 +1,221 @@
+"""Schedules: list, show (with the next slots), runs by slot range, and the schedule commands."""
+
+from datetime import datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Depends, Header, Path, Query
+from fastapi.responses import JSONResponse
+from pydantic import AwareDatetime
+
+from slotflow.contracts import (
+    Backfill,
+    CreateSchedule,
+    DeleteSchedule,
+    PauseSchedule,
+    ResumeSchedule,
+    ScheduleDefinition,
+    TriggerNow,
+    UpdateSchedule,
+)
+from slotflow.contracts.envelope import IDENTIFIER_PATTERN
+from slotflow.core.cronslots import preview
+from slotflow_api import read_model
+from slotflow_api.app_state import Services, services
+from slotflow_api.errors import BadRequest, NotFound
+from slotflow_api.routes.commands import COMMAND_RESPONSES, submit
+from slotflow_api.routes.common import Cursor, Limit, Wait
+from slotflow_api.schemas import (
+    BackfillBody,
+    CreateScheduleBody,
+    Page,
+    PauseBody,
+    Run,
+    Schedule,
+    ScheduleDetail,
+    UpdateScheduleBody,
+)
+
+router = APIRouter(tags=["schedules"])
+
+ScheduleId = Annotated[str, Path(pattern=IDENTIFIER_PATTERN, description="the schedule id")]
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key", max_length=1000, description="becomes the command id: a retry applies once"
+    ),
+]
+NEXT_SLOTS = 5
+
+
+@router.get("/v1/schedules", response_model=Page[Schedule], summary="List schedules")
+async def list_schedules(
+    s: Annotated[Services, Depends(services)],
+    paused: bool | None = None,
+    tag: Annotated[str | None, Query(max_length=100)] = None,
+    handler: Annotated[str | None, Query(max_length=200)] = None,
+    deleted: Annotated[bool, Query(description="list deleted schedules instead of live ones")] = False,
+    limit: Limit = 50,
+    cursor: Cursor = None,
+) -> read_model.Page:
+    return await read_model.list_schedules(
+        s.pool, s.schema, paused=paused, tag=tag, handler=handler, deleted=deleted, limit=limit, cursor=cursor
+    )
+
+
+@router.get(
+    "/v1/schedules/{schedule_id}",
+    response_model=ScheduleDetail,
+    summary="One schedule, with its next firings",
+    responses={404: {"description": "no such schedule"}},
+)
+async def get_schedule(
+    s: Annotated[Services, Depends(services)], schedule_id: ScheduleId
+) -> dict[str, object]:
+    row = await read_model.get_schedule(s.pool, s.schema, schedule_id)
+    if row is None:
+        raise NotFound(f"schedule {schedule_id!r} is not known (yet)")
+    definition = ScheduleDefinition.model_validate(row["definition"])
+    now = await read_model.database_now(s.pool)
+    after = max(now, definition.start_at) if definition.start_at else now
+    slots = [] if row["deleted"] else preview(definition.spec, definition.dst, after=after, count=NEXT_SLOTS)
+    if definition.end_at is not None:
+        slots = [slot for slot in slots if slot.at <= definition.end_at]
+    row["next_slots"] = [{"at": slot.at, "local": slot.local, "dst": slot.dst} for slot in slots]
+    return row
+
+
+@router.get(
+    "/v1/schedules/{schedule_id}/runs",
+    response_model=Page[Run],
+    summary="Runs of a schedule by slot range [from, to), oldest first",
+)
+async def schedule_runs(
+    s: Annotated[Services, Depends(services)],
+    schedule_id: ScheduleId,
+    start: Annotated[AwareDatetime | None, Query(alias="from")] = None,
+    end: Annotated[AwareDatetime | None, Query(alias="to")] = None,
+    state: Annotated[str | None, Query(max_length=50)] = None,
+    limit: Limit = 50,
+    cursor: Cursor = None,
+) -> read_model.Page:
+    _ordered(start, end)
+    return await read_model.list_runs(
+        s.pool,
+        s.schema,
+        job_id=schedule_id,
+        state=state,
+        start=start,
+        end=end,
+        ascending=True,
+        limit=limit,
+        cursor=cursor,
+    )
+
+
+def _ordered(start: datetime | None, end: datetime | None) -> None:
+    if start is not None and end is not None and end <= start:
+        raise BadRequest("`to` must be after `from`")
+
+
+# -- commands -----------------------------------------------------------------------------------
+
+
+@router.post("/v1/schedules", status_code=202, responses=COMMAND_RESPONSES, summary="Create a schedule")
+async def create_schedule(
+    s: Annotated[Services, Depends(services)],
+    body: CreateScheduleBody,
+    idempotency_key: IdempotencyKey = None,
+    wait: Wait = None,
+) -> JSONResponse:
+    message = CreateSchedule(schedule_id=body.schedule_id, definition=body.definition, paused=body.paused)
+    return await submit(s, message, idempotency_key=idempotency_key, wait=wait)
+
+
+@router.put(
+    "/v1/schedules/{schedule_id}",
+    status_code=202,
+    responses=COMMAND_RESPONSES,
+    summary="Replace a definition",
+)
+async def update_schedule(
+    s: Annotated[Services, Depends(services)],
+    schedule_id: ScheduleId,
+    body: UpdateScheduleBody,
+    idempotency_key: IdempotencyKey = None,
+    wait: Wait = None,
+) -> JSONResponse:
+    message = UpdateSchedule(schedule_id=schedule_id, definition=body.definition)
+    return await submit(s, message, idempotency_key=idempotency_key, wait=wait)
+
+
+@router.post(
+    "/v1/schedules/{schedule_id}/pause", status_code=202, responses=COMMAND_RESPONSES, summary="Pause"
+)
+async def pause_schedule(
+    s: Annotated[Services, Depends(services)],
+    schedule_id: ScheduleId,
+    body: Annotated[PauseBody | None, Body()] = None,
+    idempotency_key: IdempotencyKey = None,
+    wait: Wait = None,
+) -> JSONResponse:
+    chosen = body or PauseBody()
+    message = PauseSchedule(schedule_id=schedule_id, reason=chosen.reason, resume_at=chosen.resume_at)
+    return await submit(s, message, idempotency_key=idempotency_key, wait=wait)
+
+
+@router.post(
+    "/v1/schedules/{schedule_id}/resume", status_code=202, responses=COMMAND_RESPONSES, summary="Resume"
+)
+async def resume_schedule(
+    s: Annotated[Services, Depends(services)],
+    schedule_id: ScheduleId,
+    idempotency_key: IdempotencyKey = None,
+    wait: Wait = None,
+) -> JSONResponse:
+    return await submit(
+        s, ResumeSchedule(schedule_id=schedule_id), idempotency_key=idempotency_key, wait=wait
+    )
+
+
+@router.delete("/v1/schedules/{schedule_id}", status_code=202, responses=COMMAND_RESPONSES, summary="Delete")
+async def delete_schedule(
+    s: Annotated[Services, Depends(services)],
+    schedule_id: ScheduleId,
+    idempotency_key: IdempotencyKey = None,
+    wait: Wait = None,
+) -> JSONResponse:
+    return await submit(
+        s, DeleteSchedule(schedule_id=schedule_id), idempotency_key=idempotency_key, wait=wait
+    )
+
+
+@router.post(
+    "/v1/schedules/{schedule_id}/trigger",
+    status_code=202,
+    responses=COMMAND_RESPONSES,
+    summary="Run once now, outside the spec",
+)
+async def trigger_schedule(
+    s: Annotated[Services, Depends(services)],
+    schedule_id: ScheduleId,
+    idempotency_key: IdempotencyKey = None,
+    wait: Wait = None,
+) -> JSONResponse:
+    return await submit(s, TriggerNow(schedule_id=schedule_id), idempotency_key=idempotency_key, wait=wait)
+
+
+@router.post(
+    "/v1/schedules/{schedule_id}/backfill",
+    status_code=202,
+    responses=COMMAND_RESPONSES,
+    summary="Run every slot of the spec in [start, end)",
+)
+async def backfill_schedule(
+    s: Annotated[Services, Depends(services)],
+    schedule_id: ScheduleId,
+    body: BackfillBody,
+    idempotency_key: IdempotencyKey = None,
+    wait: Wait = None,
+) -> JSONResponse:
+    message = Backfill(schedule_id=schedule_id, start=body.start, end=body.end, max_slots=body.max_slots)
+    return await submit(s, message, idempotency_key=idempotency_key, wait=wait)

@@ -1,0 +1,126 @@
+"""Workflows: list, show (status, current step, pending activities and timers), history, commands."""
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Depends, Path, Query
+from fastapi.responses import JSONResponse
+from pydantic import AwareDatetime
+
+from slotflow.contracts import CancelWorkflow, SignalWorkflow, StartWorkflow
+from slotflow.contracts.envelope import IDENTIFIER_PATTERN
+from slotflow_api import read_model
+from slotflow_api.app_state import Services, services
+from slotflow_api.errors import BadRequest, NotFound
+from slotflow_api.routes.commands import COMMAND_RESPONSES, submit
+from slotflow_api.routes.common import Cursor, Limit, Wait
+from slotflow_api.routes.schedules import IdempotencyKey
+from slotflow_api.schemas import (
+    CancelBody,
+    HistoryEntry,
+    Page,
+    SignalBody,
+    StartWorkflowBody,
+    Workflow,
+    WorkflowDetail,
+)
+
+router = APIRouter(tags=["workflows"])
+
+WorkflowId = Annotated[str, Path(pattern=IDENTIFIER_PATTERN, description="the workflow id")]
+
+
+@router.get("/v1/workflows", response_model=Page[Workflow], summary="List workflows, newest first")
+async def list_workflows(
+    s: Annotated[Services, Depends(services)],
+    workflow_type: Annotated[str | None, Query(alias="type", max_length=200)] = None,
+    status: Annotated[str | None, Query(max_length=50)] = None,
+    start: Annotated[AwareDatetime | None, Query(alias="from")] = None,
+    end: Annotated[AwareDatetime | None, Query(alias="to")] = None,
+    limit: Limit = 50,
+    cursor: Cursor = None,
+) -> read_model.Page:
+    if start is not None and end is not None and end <= start:
+        raise BadRequest("`to` must be after `from`")
+    return await read_model.list_workflows(
+        s.pool,
+        s.schema,
+        workflow_type=workflow_type,
+        status=status,
+        start=start,
+        end=end,
+        limit=limit,
+        cursor=cursor,
+    )
+
+
+@router.get(
+    "/v1/workflows/{workflow_id}",
+    response_model=WorkflowDetail,
+    summary="One workflow: status, current step, activities, timers, compensations",
+    responses={404: {"description": "no such workflow"}},
+)
+async def get_workflow(
+    s: Annotated[Services, Depends(services)], workflow_id: WorkflowId
+) -> dict[str, object]:
+    row = await read_model.get_workflow(s.pool, s.schema, workflow_id)
+    if row is None:
+        raise NotFound(f"workflow {workflow_id!r} is not known (yet)")
+    return row
+
+
+@router.get(
+    "/v1/workflows/{workflow_id}/history",
+    response_model=Page[HistoryEntry],
+    summary="Everything recorded about a workflow, oldest first",
+    responses={404: {"description": "no such workflow"}},
+)
+async def get_history(
+    s: Annotated[Services, Depends(services)],
+    workflow_id: WorkflowId,
+    limit: Limit = 50,
+    cursor: Cursor = None,
+) -> read_model.Page:
+    page = await read_model.workflow_history(s.pool, s.schema, workflow_id, limit=limit, cursor=cursor)
+    missing = not page.items and cursor is None
+    if missing and await read_model.get_workflow(s.pool, s.schema, workflow_id) is None:
+        raise NotFound(f"workflow {workflow_id!r} is not known (yet)")
+    return page
+
+
+@router.post("/v1/workflows", status_code=202, responses=COMMAND_RESPONSES, summary="Start a workflow")
+async def start_workflow(
+    s: Annotated[Services, Depends(services)],
+    body: StartWorkflowBody,
+    idempotency_key: IdempotencyKey = None,
+    wait: Wait = None,
+) -> JSONResponse:
+    message = StartWorkflow(workflow_id=body.workflow_id, workflow_type=body.workflow_type, input=body.input)
+    return await submit(s, message, idempotency_key=idempotency_key, wait=wait)
+
+
+@router.post(
+    "/v1/workflows/{workflow_id}/signal", status_code=202, responses=COMMAND_RESPONSES, summary="Signal"
+)
+async def signal_workflow(
+    s: Annotated[Services, Depends(services)],
+    workflow_id: WorkflowId,
+    body: SignalBody,
+    idempotency_key: IdempotencyKey = None,
+    wait: Wait = None,
+) -> JSONResponse:
+    message = SignalWorkflow(workflow_id=workflow_id, signal=body.signal, payload=body.payload)
+    return await submit(s, message, idempotency_key=idempotency_key, wait=wait)
+
+
+@router.post(
+    "/v1/workflows/{workflow_id}/cancel", status_code=202, responses=COMMAND_RESPONSES, summary="Cancel"
+)
+async def cancel_workflow(
+    s: Annotated[Services, Depends(services)],
+    workflow_id: WorkflowId,
+    body: Annotated[CancelBody | None, Body()] = None,
+    idempotency_key: IdempotencyKey = None,
+    wait: Wait = None,
+) -> JSONResponse:
+    message = CancelWorkflow(workflow_id=workflow_id, reason=(body or CancelBody()).reason)
+    return await submit(s, message, idempotency_key=idempotency_key, wait=wait)

@@ -1,0 +1,276 @@
+"""Response and request bodies of the HTTP API (v1), separate from the event contracts.
+
+Requests that carry a command reuse the contract models for their parts (ScheduleDefinition,
+DeadLetterFilter), so the API refuses exactly what the consumer would.
+"""
+
+from datetime import datetime
+from typing import Any, Generic, Literal, TypeVar
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+
+from slotflow.contracts import DeadLetterFilter, ScheduleDefinition
+from slotflow.contracts.envelope import IDENTIFIER_PATTERN
+
+T = TypeVar("T")
+
+
+class Page(BaseModel, Generic[T]):
+    """One page of a list; pass `next_cursor` back as `cursor` for the next one (null: no more)."""
+
+    items: list[T]
+    next_cursor: str | None
+
+
+class Health(BaseModel):
+    status: Literal["ok"] = "ok"
+
+
+class Readiness(BaseModel):
+    kafka: str
+    postgres: str
+
+
+class SlotPreview(BaseModel):
+    at: datetime
+    local: str
+    dst: str | None = None
+
+
+class Schedule(BaseModel):
+    schedule_id: str
+    spec: dict[str, Any]
+    handler: str
+    paused: bool
+    pause_reason: str | None
+    resume_at: datetime | None
+    tags: list[str]
+    next_fire_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    deleted: bool
+    definition: dict[str, Any]
+
+
+class ScheduleDetail(Schedule):
+    next_slots: list[SlotPreview]
+    runs_by_state: dict[str, int]
+
+
+class Attempt(BaseModel):
+    attempt: int
+    fence_token: int
+    owner: str
+    started_at: datetime | None
+    finished_at: datetime | None
+    outcome: str
+    error: dict[str, Any] | None
+    retry_at: datetime | None = None
+
+
+class Timings(BaseModel):
+    due_at: datetime | None = Field(description="when the JobDue was staged (first attempt)")
+    produced_at: datetime | None = Field(description="Kafka timestamp of the first JobDue")
+    fire_at: datetime | None = Field(description="slot plus jitter, when set")
+    started_at: datetime | None
+    finished_at: datetime | None
+    lateness_ms: float | None = Field(description="produced_at minus fire time (or slot)")
+    duration_ms: float | None = Field(description="finished_at minus started_at")
+
+
+class Run(BaseModel):
+    run_id: str
+    job_id: str
+    slot: datetime
+    state: str
+    kind: str | None
+    handler: str | None
+    tags: list[str]
+    attempt: int
+    fence_token: int | None
+    owner: str | None
+    workflow_id: str | None
+    sequence: int | None
+    result: Any = None
+    error: dict[str, Any] | None
+    completions: int
+    timings: Timings
+    attempts: list[Attempt]
+
+
+class Timer(BaseModel):
+    timer_id: str
+    owner: str
+    action: str
+    sequence: int | None
+    fire_at: datetime | None
+    status: str
+    fired_at: datetime | None
+
+
+class Workflow(BaseModel):
+    workflow_id: str
+    workflow_type: str | None
+    status: str
+    cancel_requested: bool
+    cancel_reason: str | None
+    input: dict[str, Any] | None
+    requested_at: datetime | None
+    updated_at: datetime
+    current_step: str | None
+
+
+class HistoryEntry(BaseModel):
+    entry_id: str
+    at: datetime
+    origin: str = Field(description="command | history | activity | timer")
+    type: str
+    sequence: int | None
+    data: dict[str, Any]
+
+
+class WorkflowDetail(Workflow):
+    history_length: int
+    activities: list[Run]
+    pending_activities: list[Run]
+    timers: list[Timer]
+    pending_timers: list[Timer]
+    compensations: list[HistoryEntry]
+
+
+class DeadLetter(BaseModel):
+    dead_letter_id: str
+    status: str
+    reason: str
+    topic: str
+    source_service: str
+    partition: int | None
+    offset: int | None
+    key: str | None
+    job_id: str | None
+    run_id: str | None
+    original_type: str | None
+    error_type: str
+    error: str
+    tags: list[str]
+    count: int
+    redrive_count: int
+    first_seen: datetime | None
+    last_seen: datetime | None
+    status_at: datetime
+    note: str
+    command_id: str | None
+    redrive_of: str | None
+
+
+class AuditSlot(BaseModel):
+    slot: datetime
+    run_id: str | None
+    status: Literal["fired", "missed", "skipped_by_policy", "late", "duplicated_effect"]
+    detail: str
+
+
+class UnscheduledRun(BaseModel):
+    slot: datetime
+    run_id: str
+    kind: str | None
+    state: str
+
+
+class AuditSummary(BaseModel):
+    fired: int
+    missed: int
+    skipped_by_policy: int
+    late: int
+    duplicated_effect: int
+
+
+class Audit(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+
+    schedule_id: str
+    from_: datetime = Field(alias="from", serialization_alias="from")
+    to: datetime
+    expected: int = Field(description="slots judged (due before as_of minus the late threshold, or recorded)")
+    pending: int = Field(description="slots too recent to judge and not yet recorded")
+    as_of: datetime = Field(description="the database clock when the audit ran")
+    late_threshold_seconds: float
+    slots: list[AuditSlot]
+    summary: AuditSummary
+    unscheduled: list[UnscheduledRun] = Field(
+        description="runs of the schedule off its grid (manual triggers)"
+    )
+
+
+class CommandStatus(BaseModel):
+    command_id: str
+    status: Literal["unknown", "pending", "published", "accepted", "rejected"] = Field(
+        description="unknown: not seen on its topic yet; pending: seen, awaiting its consumer's "
+        "acknowledgement; published: seen, and its consumer does not acknowledge commands; "
+        "accepted/rejected: acknowledged"
+    )
+    reason: str | None = None
+    command_type: str | None = None
+    subject: str | None = None
+    published_at: datetime | None = None
+    acknowledged_at: datetime | None = None
+
+
+class CommandPublished(BaseModel):
+    command_id: str
+
+
+# -- request bodies ------------------------------------------------------------------------------
+
+Identifier = Field(pattern=IDENTIFIER_PATTERN)
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class CreateScheduleBody(_Body):
+    schedule_id: str = Identifier
+    definition: ScheduleDefinition
+    paused: bool = False
+
+
+class UpdateScheduleBody(_Body):
+    definition: ScheduleDefinition
+
+
+class PauseBody(_Body):
+    reason: str = Field(default="", max_length=1000)
+    resume_at: AwareDatetime | None = None
+
+
+class BackfillBody(_Body):
+    start: AwareDatetime
+    end: AwareDatetime
+    max_slots: int = Field(default=1000, ge=1, le=100_000)
+
+
+class StartWorkflowBody(_Body):
+    workflow_id: str = Identifier
+    workflow_type: str = Identifier
+    input: dict[str, Any] = Field(default_factory=dict)
+
+
+class SignalBody(_Body):
+    signal: str = Identifier
+    payload: dict[str, Any] = Field(default_factory=dict)
+
+
+class CancelBody(_Body):
+    reason: str = Field(default="", max_length=1000)
+
+
+class RedriveBody(_Body):
+    selection: DeadLetterFilter
+    limit: int = Field(default=1000, ge=1, le=100_000)
+
+
+class DiscardBody(_Body):
+    selection: DeadLetterFilter
+    reason: str = Field(min_length=1, max_length=1000)
+    limit: int = Field(default=1000, ge=1, le=100_000)

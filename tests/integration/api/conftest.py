@@ -1,0 +1,70 @@
+"""Fixtures for the api tests: the app running in-process against the real Kafka and PostgreSQL."""
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+
+import httpx
+import pytest
+from fastapi import FastAPI
+
+from slotflow.contracts import Message, wrap
+from slotflow.contracts.topics import TopicSpec
+from slotflow.kafka.producer import Producer
+from slotflow.settings import KafkaSettings, PostgresSettings
+from slotflow_api.app import create_app
+from slotflow_api.config import ApiSettings, Settings
+
+
+@pytest.fixture
+def api_settings(kafka: KafkaSettings, pg_dsn: str) -> Settings:
+    return Settings(
+        api=ApiSettings(projector_poll_ms=50, readiness_timeout_seconds=5.0),
+        kafka=kafka,
+        postgres=PostgresSettings(dsn=pg_dsn, pool_min_size=1, pool_max_size=5),
+    )
+
+
+@pytest.fixture
+async def app(api_settings: Settings) -> AsyncIterator[FastAPI]:
+    application = create_app(api_settings)
+    async with application.router.lifespan_context(application):
+        yield application
+
+
+@pytest.fixture
+async def client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://api.test", timeout=40) as http:
+        yield http
+
+
+@pytest.fixture
+async def producer(kafka: KafkaSettings) -> AsyncIterator[Producer]:
+    async with Producer(kafka, client_id="api-test") as started:
+        yield started
+
+
+class Emitter:
+    """Produces contract messages to a topic the way the owning service would."""
+
+    def __init__(self, producer: Producer, kafka: KafkaSettings) -> None:
+        self.producer = producer
+        self.kafka = kafka
+
+    async def __call__(
+        self,
+        spec: TopicSpec,
+        message: Message,
+        *,
+        id: str,
+        key: str,
+        occurred_at: datetime | None = None,
+        source: str = "test",
+    ) -> None:
+        envelope = wrap(message, id=id, key=key, source=source, occurred_at=occurred_at or datetime.now(UTC))
+        await self.producer.send(self.kafka.topic(spec), envelope)
+
+
+@pytest.fixture
+def emit(producer: Producer, kafka: KafkaSettings) -> Emitter:
+    return Emitter(producer, kafka)
