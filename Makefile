@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-stamp
 # Starts the devstack if it is not running and exports its connection settings.
 WITH_STACK = eval "$$(deploy/devstack/up.sh)" &&
 
-.PHONY: setup up down status clean test test-unit test-integration test-chaos lint fmt contracts demo bench
+.PHONY: setup tools up down status clean test test-unit test-integration test-chaos lint fmt contracts demo bench
 
 setup: $(STAMP)
 
@@ -17,6 +17,10 @@ $(STAMP): requirements-dev.txt libs/slotflow/pyproject.toml $(wildcard services/
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -r requirements-dev.txt -e libs/slotflow $(addprefix -e ,$(SERVICES))
 	touch $(STAMP)
+
+# Debian packages the tests drive (chromium, kcat); quick when already installed.
+tools:
+	@deploy/devstack/install-tools.sh
 
 up: setup
 	@deploy/devstack/up.sh
@@ -31,13 +35,13 @@ clean:
 	@if [ -x $(BIN)/python ]; then deploy/devstack/down.sh --clean; fi
 
 # Every layer, against the real Kafka and PostgreSQL; unreachable services fail, never skip.
-test: setup
+test: setup tools
 	$(WITH_STACK) SLOTFLOW_REQUIRE_SERVICES=1 $(BIN)/pytest tests
 
 test-unit: setup
 	$(BIN)/pytest -m "unit or contracts" tests
 
-test-integration: setup
+test-integration: setup tools
 	$(WITH_STACK) SLOTFLOW_REQUIRE_SERVICES=1 $(BIN)/pytest -m integration tests
 
 # pytest exits 5 when a layer has no tests yet; that is not a failure for an optional layer.
