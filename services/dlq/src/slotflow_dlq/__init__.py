@@ -1,0 +1,1 @@
+"""slotflow dlq: parks poison messages from every consumer, and lists, redrives and discards them."""

@@ -1,0 +1,286 @@
+"""Composition root of the DLQ service: pool, migrations, two consume loops, relays, notifier, metrics.
+
+- The dead-letter loop consumes the DLQ topic and parks each letter. Redeliveries of one DLQ
+  record collapse on the inbox (its position); a letter re-sent by a consumer for an origin already
+  parked counts a sighting on that entry (its id is the origin position). Both happen in the
+  transaction that stages the DeadLetterStatusChanged event.
+- The command loop applies RedriveDeadLetters and DiscardDeadLetters, once per command id.
+- The outbox relay publishes events; the redrive relay sends redriven records back, byte-exact.
+- The notifier delivers webhook notifications for dead-lettered money-moving runs.
+
+Parking treats any database error as an outage and waits: every letter's text is made storable
+before the insert, so a failure there is the database's, and the DLQ is the last stop; a letter
+it skipped would be lost.
+"""
+
+import asyncio
+import logging
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+from prometheus_client import start_http_server
+
+from slotflow.contracts import DeadLettered, DiscardDeadLetters, RedriveDeadLetters
+from slotflow.contracts.topics import DLQ_COMMANDS, DLQ_MAX_RECORD_BYTES, DLQ_MESSAGES
+from slotflow.errors import TransientStorageError
+from slotflow.kafka.consumer import Consumer
+from slotflow.kafka.loop import DEFAULT_OUTAGE_TYPES, ConsumeLoop, Incoming
+from slotflow.kafka.poison import DLQ_MAX_ENVELOPE_BYTES
+from slotflow.kafka.producer import Producer
+from slotflow.kafka.records import Record
+from slotflow.pg.inbox import record_once
+from slotflow.pg.migrations import INBOX, OUTBOX, MigrationSource, apply_migrations
+from slotflow.pg.outbox import OutboxRelay
+from slotflow.pg.pool import CONNECTION_ERRORS, Pool, create_pool
+from slotflow.settings import KafkaSettings, PostgresSettings
+from slotflow_dlq import queries, store
+from slotflow_dlq.config import DlqSettings
+from slotflow_dlq.metrics import DlqMetrics
+from slotflow_dlq.notify import Notifier
+from slotflow_dlq.relay import RedriveRelay
+
+log = logging.getLogger(__name__)
+
+MIGRATIONS = MigrationSource("dlq", Path(__file__).parent / "migrations")
+OUTAGES: tuple[type[BaseException], ...] = (*DEFAULT_OUTAGE_TYPES, *CONNECTION_ERRORS)
+_GAUGE_ERRORS: tuple[type[BaseException], ...] = (*CONNECTION_ERRORS, asyncpg.PostgresError)
+
+
+class DlqService:
+    """One replica of the DLQ service; `run` until the stop event is set."""
+
+    def __init__(
+        self,
+        settings: DlqSettings | None = None,
+        *,
+        kafka: KafkaSettings | None = None,
+        postgres: PostgresSettings | None = None,
+        metrics: DlqMetrics | None = None,
+    ) -> None:
+        self.settings = settings or DlqSettings()
+        self.kafka = kafka or KafkaSettings()
+        self.postgres = postgres or PostgresSettings()
+        self.metrics = metrics or DlqMetrics()
+        self.schema = self.settings.schema_name
+        self.ready = asyncio.Event()
+        self.letters_loop: ConsumeLoop | None = None
+        self.commands_loop: ConsumeLoop | None = None
+        self._pool: Pool | None = None
+        self._outbox: OutboxRelay | None = None
+        self._redrives: RedriveRelay | None = None
+        self._notifier: Notifier | None = None
+
+    def _group(self, name: str) -> str:
+        namespace = self.kafka.topic_namespace
+        return f"{namespace}.{name}" if namespace else name
+
+    @property
+    def pool(self) -> Pool:
+        if self._pool is None:
+            raise TransientStorageError("the DLQ service is not running")
+        return self._pool
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Migrate, start every part, and run until ``stop``; the batches in hand finish first."""
+        pool = await create_pool(self.postgres, min_size=1, max_size=self.settings.pool_size)
+        self._pool = pool
+        server: Any = None
+        try:
+            await apply_migrations(pool, schema=self.schema, sources=[OUTBOX, INBOX, MIGRATIONS])
+            if self.settings.metrics_port:
+                server, _thread = start_http_server(
+                    self.settings.metrics_port,
+                    addr=self.settings.metrics_host,
+                    registry=self.metrics.registry,
+                )
+            producer = Producer(
+                self.kafka,
+                client_id=f"dlq-{self.settings.instance_id}",
+                max_message_bytes=DLQ_MAX_ENVELOPE_BYTES,
+            )
+            letters = Consumer(
+                self.kafka,
+                self.kafka.topic(DLQ_MESSAGES),
+                group_id=self._group(self.settings.messages_group),
+                client_id=f"dlq-letters-{self.settings.instance_id}",
+                max_poll_records=self.settings.max_poll_records,
+                max_partition_fetch_bytes=DLQ_MAX_RECORD_BYTES + 64 * 1024,
+            )
+            commands = Consumer(
+                self.kafka,
+                self.kafka.topic(DLQ_COMMANDS),
+                group_id=self._group(self.settings.commands_group),
+                client_id=f"dlq-commands-{self.settings.instance_id}",
+                max_poll_records=self.settings.max_poll_records,
+            )
+            async with producer, letters, commands:
+                await self._run_parts(stop, producer, letters, commands)
+        finally:
+            if server is not None:
+                server.shutdown()
+            self._pool = None
+            await pool.close()
+
+    async def _run_parts(
+        self, stop: asyncio.Event, producer: Producer, letters: Consumer, commands: Consumer
+    ) -> None:
+        pool = self.pool
+        self._outbox = OutboxRelay(pool, producer, schema=self.schema)
+        self._redrives = RedriveRelay(
+            pool,
+            producer,
+            schema=self.schema,
+            batch_size=self.settings.redrive_batch_size,
+            idle_interval=self.settings.redrive_idle_seconds,
+        )
+        dlq_topic = self.kafka.topic(DLQ_MESSAGES)
+        self.letters_loop = ConsumeLoop(
+            letters,
+            handler=self._on_letter,
+            dlq=producer,
+            dlq_topic=dlq_topic,
+            source_service="dlq",
+            accept=(DeadLettered,),
+            # The DLQ topic carries envelopes up to its own, larger limit.
+            max_bytes=DLQ_MAX_RECORD_BYTES,
+            outage_types=OUTAGES,
+            on_dead_letter=self._own_poison,
+        )
+        self.commands_loop = ConsumeLoop(
+            commands,
+            handler=self._on_command,
+            dlq=producer,
+            dlq_topic=dlq_topic,
+            source_service="dlq",
+            accept=(RedriveDeadLetters, DiscardDeadLetters),
+            max_bytes=self.kafka.max_message_bytes,
+            outage_types=OUTAGES,
+            on_dead_letter=self._own_poison,
+        )
+        parts: list[Callable[[asyncio.Event], Coroutine[Any, Any, None]]] = [
+            self.letters_loop.run,
+            self.commands_loop.run,
+            self._outbox.run,
+            self._redrives.run,
+            self._refresh_gauges,
+        ]
+        if self.settings.webhook_url is not None:
+            self._notifier = Notifier(
+                pool,
+                schema=self.schema,
+                url=str(self.settings.webhook_url),
+                metrics=self.metrics,
+                timeout=self.settings.webhook_timeout_seconds,
+                max_attempts=self.settings.webhook_max_attempts,
+                base=self.settings.webhook_backoff_base_seconds,
+                cap=self.settings.webhook_backoff_cap_seconds,
+                poll_interval=self.settings.notifier_poll_seconds,
+            )
+            parts.append(self._notifier.run)
+        inner = asyncio.Event()
+        tasks = [
+            asyncio.create_task(part(inner), name=getattr(part, "__qualname__", "part")) for part in parts
+        ]
+        stopper = asyncio.create_task(stop.wait())
+        self.ready.set()
+        try:
+            done, _ = await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
+            failed = [t for t in done if t is not stopper and t.exception() is not None]
+            for task in failed:
+                log.error("dlq part %s failed: %r", task.get_name(), task.exception())
+        finally:
+            inner.set()
+            stopper.cancel()
+            results = await asyncio.gather(*tasks, return_exceptions=True)
+            self.ready.clear()
+        errors = [
+            r for r in results if isinstance(r, BaseException) and not isinstance(r, asyncio.CancelledError)
+        ]
+        if errors:
+            raise errors[0]
+
+    # -- handlers ---------------------------------------------------------------------------------
+
+    async def _on_letter(self, incoming: Incoming) -> None:
+        letter = incoming.message
+        if not isinstance(letter, DeadLettered):
+            return  # unreachable: the loop accepts DeadLettered only
+        tag = self.settings.money_moving_tag if self.settings.webhook_url is not None else None
+        try:
+            async with self.pool.acquire() as conn, conn.transaction():
+                first = await record_once(
+                    conn,
+                    schema=self.schema,
+                    event_id=f"dlq-record:{incoming.record.position}",
+                    topic=incoming.record.topic,
+                )
+                if not first:
+                    return  # this very DLQ record was parked before a crash lost its offset commit
+                parked = await store.park(
+                    conn,
+                    schema=self.schema,
+                    kafka=self.kafka,
+                    envelope=incoming.envelope,
+                    letter=letter,
+                    notify_tag=tag,
+                )
+        except asyncpg.PostgresError as err:
+            raise TransientStorageError(f"parking {incoming.envelope.id} failed; waiting: {err}") from err
+        if parked.new:
+            self.metrics.parked.labels(parked.reason).inc()
+        else:
+            self.metrics.sightings.inc()
+        if self._outbox is not None:
+            self._outbox.wake()
+        if parked.notify and self._notifier is not None:
+            self._notifier.wake()
+
+    async def _on_command(self, incoming: Incoming) -> None:
+        command = incoming.message
+        async with self.pool.acquire() as conn, conn.transaction():
+            if isinstance(command, RedriveDeadLetters):
+                applied = await store.redrive(
+                    conn, schema=self.schema, kafka=self.kafka, envelope=incoming.envelope, command=command
+                )
+            elif isinstance(command, DiscardDeadLetters):
+                applied = await store.discard(
+                    conn, schema=self.schema, kafka=self.kafka, envelope=incoming.envelope, command=command
+                )
+            else:
+                return  # unreachable: the loop accepts these two only
+        if applied.repeated:
+            return
+        if isinstance(command, RedriveDeadLetters):
+            self.metrics.redrives.inc(len(applied.changed))
+            if self._redrives is not None:
+                self._redrives.wake()
+        else:
+            self.metrics.discards.inc(len(applied.changed))
+        if self._outbox is not None:
+            self._outbox.wake()
+        log.info("%s %s: %d entries", incoming.envelope.type, incoming.envelope.id, len(applied.changed))
+
+    def _own_poison(self, record: Record, reason: str) -> None:
+        self.metrics.poison.labels(reason).inc()
+
+    async def _refresh_gauges(self, stop: asyncio.Event) -> None:
+        shown: set[str] = set()
+        while not stop.is_set():
+            try:
+                counts = await queries.parked_by_reason(self.pool, schema=self.schema)
+                age = await queries.oldest_parked_age_seconds(self.pool, schema=self.schema)
+            except _GAUGE_ERRORS as err:
+                log.warning("gauge refresh failed: %s", err)
+            else:
+                for reason in shown - counts.keys():
+                    self.metrics.parked_now.labels(reason).set(0)
+                for reason, count in counts.items():
+                    self.metrics.parked_now.labels(reason).set(count)
+                shown |= counts.keys()
+                self.metrics.oldest_parked_age.set(age)
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=self.settings.gauge_seconds)
+            except TimeoutError:
+                continue

@@ -1,0 +1,43 @@
+"""DLQ service settings from the environment (prefix SLOTFLOW_DLQ_); no I/O at import."""
+
+import os
+import socket
+
+from pydantic import AnyHttpUrl, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def _default_instance() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+class DlqSettings(BaseSettings):
+    """How one DLQ service replica runs; replicas share the schema and split the partitions."""
+
+    model_config = SettingsConfigDict(env_prefix="SLOTFLOW_DLQ_", extra="ignore")
+
+    instance_id: str = Field(default_factory=_default_instance, pattern=r"^[A-Za-z0-9._:-]{1,150}$")
+    schema_name: str = Field(default="dlq", pattern=r"^[a-z_][a-z0-9_]{0,62}$")
+    #: Consumer groups (prefixed by the topic namespace when one is set).
+    messages_group: str = "slotflow.dlq.messages"
+    commands_group: str = "slotflow.dlq.commands"
+    #: Where to POST a summary of each dead-lettered run tagged `money_moving_tag`; unset: no hook.
+    webhook_url: AnyHttpUrl | None = None
+    money_moving_tag: str = "money-moving"
+    webhook_timeout_seconds: float = Field(default=5.0, gt=0, le=120)
+    #: Deliveries per notification before it is given up (recorded, and counted in a metric).
+    webhook_max_attempts: int = Field(default=8, ge=1, le=100)
+    #: Full-jitter back-off between deliveries: random(0, min(cap, base * 2**attempt)).
+    webhook_backoff_base_seconds: float = Field(default=1.0, gt=0)
+    webhook_backoff_cap_seconds: float = Field(default=300.0, gt=0)
+    notifier_poll_seconds: float = Field(default=0.5, gt=0)
+    #: Redriven records published per relay pass.
+    redrive_batch_size: int = Field(default=500, ge=1, le=50_000)
+    redrive_idle_seconds: float = Field(default=0.05, gt=0)
+    #: How often the oldest-parked-age and parked gauges are refreshed from the table.
+    gauge_seconds: float = Field(default=5.0, gt=0)
+    #: Prometheus metrics port on 0.0.0.0; 0 turns the HTTP endpoint off.
+    metrics_port: int = Field(default=9340, ge=0, le=65535)
+    metrics_host: str = "0.0.0.0"  # noqa: S104 - a metrics endpoint is meant to be scraped
+    pool_size: int = Field(default=6, ge=2, le=200)
+    max_poll_records: int = Field(default=200, ge=1, le=10_000)

@@ -1,0 +1,121 @@
+"""Publish staged redrives to their original topics: the raw-record counterpart of the outbox relay.
+
+Why not the shared outbox: it stores keys and headers as text, and a redriven record must leave
+byte for byte as it arrived (a key may be binary or absent, a header may hold any bytes).
+
+One relay publishes at a time (a transaction-scoped advisory lock), in `seq` order, so records
+redriven to one partition keep the order they were redriven in. A crash after the broker's
+acknowledgement and before the mark republishes those records; each carries the same
+`slotflow-redrive-of` and `slotflow-redrive-count` headers, and consumers collapse it on its
+envelope id as they do any redelivery.
+"""
+
+import asyncio
+import logging
+
+from slotflow.errors import MessageTooLarge, SlotflowError
+from slotflow.kafka.producer import OutgoingRecord, Producer
+from slotflow.pg.pool import CONNECTION_ERRORS, Pool
+from slotflow_dlq.store import decode_headers
+
+log = logging.getLogger(__name__)
+
+_ERRORS: tuple[type[BaseException], ...] = (SlotflowError, *CONNECTION_ERRORS)
+
+
+class RedriveRelay:
+    """Sends pending rows of `{schema}.redrives` and marks them published."""
+
+    def __init__(
+        self,
+        pool: Pool,
+        producer: Producer,
+        *,
+        schema: str,
+        batch_size: int = 500,
+        idle_interval: float = 0.05,
+    ) -> None:
+        self._pool = pool
+        self._producer = producer
+        self._schema = schema
+        self._batch_size = batch_size
+        self._idle_interval = idle_interval
+        self._wake = asyncio.Event()
+        self.published = 0
+        self.refused = 0
+
+    def wake(self) -> None:
+        """Publish soon: call after committing a transaction that staged redrives."""
+        self._wake.set()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                moved = await self.relay_once()
+            except _ERRORS as err:
+                log.warning("redrive relay paused: %s", err)
+                moved = 0
+                await _wait(stop, self._wake, 1.0)
+            if moved == 0:
+                self._wake.clear()
+                await _wait(stop, self._wake, self._idle_interval)
+
+    async def relay_once(self) -> int:
+        """One batch; returns how many records were sent (or refused for good)."""
+        async with self._pool.acquire() as conn, conn.transaction():
+            locked = await conn.fetchval(
+                "SELECT pg_try_advisory_xact_lock(hashtext($1))", f"{self._schema}.redrives"
+            )
+            if not locked:
+                return 0
+            rows = await conn.fetch(
+                f"SELECT seq, topic, record_key, value, headers::text AS headers FROM {self._schema}.redrives "
+                "WHERE published_at IS NULL ORDER BY seq LIMIT $1",
+                self._batch_size,
+            )
+            if not rows:
+                return 0
+            records = [
+                OutgoingRecord(
+                    r["topic"], r["record_key"], bytes(r["value"]), dict(decode_headers(r["headers"]))
+                )
+                for r in rows
+            ]
+            failed: dict[int, str] = {}
+            try:
+                await self._producer.send_raw_many(records)
+            except MessageTooLarge:
+                # One record the topic no longer accepts must not hold back the rest: send one by
+                # one and keep the refusal on the row.
+                for row, record in zip(rows, records, strict=True):
+                    try:
+                        await self._producer.send_raw_many([record])
+                    except MessageTooLarge as err:
+                        failed[row["seq"]] = str(err)[:2000]
+            await conn.execute(
+                f"UPDATE {self._schema}.redrives SET published_at = now() WHERE seq = ANY ($1::bigint[])",
+                [r["seq"] for r in rows],
+            )
+            for seq, error in failed.items():
+                log.error("redrive %d refused by its topic: %s", seq, error)
+                await conn.execute(
+                    f"UPDATE {self._schema}.redrives SET error = $2 WHERE seq = $1", seq, error
+                )
+            self.published += len(rows) - len(failed)
+            self.refused += len(failed)
+            return len(rows)
+
+    async def pending(self) -> int:
+        value = await self._pool.fetchval(
+            f"SELECT count(*) FROM {self._schema}.redrives WHERE published_at IS NULL"
+        )
+        return int(value)
+
+
+async def _wait(stop: asyncio.Event, wake: asyncio.Event, timeout: float) -> None:
+    waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(wake.wait())]
+    try:
+        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
