@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Debian packages the tests drive: chromium (the dashboard's headless browser test), fonts for its
-# screenshots, and kcat (a Kafka client that is not ours, for the interoperability test).
+# screenshots, kcat (a Kafka client that is not ours, for the interoperability test), and faketime
+# (libfaketime: the ticker's chaos test skews a replica's host clock by +/-30 s).
 # Idempotent and quick when everything is there: apt runs only for what is missing.
 set -euo pipefail
 
-wanted=(chromium fonts-liberation kcat)
+wanted=(chromium fonts-liberation kcat faketime)
 missing=()
 for package in "${wanted[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then
