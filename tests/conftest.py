@@ -18,6 +18,7 @@ from slotflow.testing import unique_name
 
 TESTS = Path(__file__).parent
 LAYERS = ("unit", "integration", "chaos", "contracts")
+TEST_PARTITIONS = 3
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -99,14 +100,30 @@ async def pg_pool(pg_dsn: str) -> AsyncIterator[Pool]:
 
 
 @pytest.fixture
-async def kafka(kafka_settings: KafkaSettings) -> KafkaSettings:
+async def kafka(kafka_settings: KafkaSettings) -> AsyncIterator[KafkaSettings]:
     """Kafka settings in a fresh topic namespace with every topic of the table created.
 
     Services resolve topic names through `KafkaSettings.topic`, so tests running side by side on
-    one broker never read each other's records.
+    one broker never read each other's records. Test topics get at most 3 partitions (enough to
+    spread work over several consumers) and are deleted afterwards, so a long suite does not
+    leave the single broker carrying thousands of partitions.
     """
+    from aiokafka.admin import AIOKafkaAdminClient
+
     from slotflow.kafka.admin import ensure_topics
 
     settings = kafka_settings.model_copy(update={"topic_namespace": unique_name("t")})
-    await ensure_topics(settings.bootstrap, settings.topics())
-    return settings
+    specs = [
+        s.model_copy(update={"partitions": min(s.partitions, TEST_PARTITIONS)}) for s in settings.topics()
+    ]
+    await ensure_topics(settings.bootstrap, specs)
+    yield settings
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap)
+    await admin.start()
+    try:
+        existing = await admin.list_topics()
+        mine = [t for t in existing if t.startswith(f"{settings.topic_namespace}.")]
+        if mine:
+            await admin.delete_topics(mine)
+    finally:
+        await admin.close()
