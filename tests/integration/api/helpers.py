@@ -1,0 +1,68 @@
+"""Small builders for the api tests."""
+
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+import httpx
+
+from slotflow.contracts import CronSpec, Envelope, IntervalSpec, ScheduleDefinition
+from slotflow.contracts.codec import decode
+from slotflow.contracts.topics import TopicSpec
+from slotflow.kafka.consumer import Consumer
+from slotflow.settings import KafkaSettings
+from slotflow.testing import assert_eventually, unique_name
+
+
+def cron(
+    expression: str = "0 2 * * *", *, handler: str = "payouts.pay", tags: tuple[str, ...] = ()
+) -> ScheduleDefinition:
+    return ScheduleDefinition(spec=CronSpec(expression=expression), handler=handler, tags=tags)
+
+
+def interval(every_seconds: int, anchor: datetime, *, handler: str = "reports.build") -> ScheduleDefinition:
+    return ScheduleDefinition(
+        spec=IntervalSpec(every=timedelta(seconds=every_seconds), anchor=anchor), handler=handler
+    )
+
+
+async def eventually_json(
+    client: httpx.AsyncClient, url: str, check: Callable[[dict[str, Any]], bool], *, status: int = 200
+) -> dict[str, Any]:
+    """GET ``url`` until it answers ``status`` with a body ``check`` accepts; return that body."""
+    seen: list[Any] = []
+
+    async def probe() -> dict[str, Any] | None:
+        response = await client.get(url)
+        body = response.json()
+        seen[:] = [response.status_code, body]
+        if response.status_code == status and check(body):
+            return body  # type: ignore[no-any-return]
+        return None
+
+    try:
+        result = await assert_eventually(probe, timeout=30)
+    except AssertionError as err:
+        raise AssertionError(f"{url}: last answer {seen}") from err
+    return result
+
+
+Probe = Callable[[], Awaitable[object]]
+
+
+async def read_topic(
+    kafka: KafkaSettings, spec: TopicSpec, *, want: int, timeout: float = 20.0
+) -> list[Envelope]:
+    """Every envelope on ``spec`` from the start, once at least ``want`` have arrived."""
+    found: list[Envelope] = []
+    async with Consumer(
+        kafka, kafka.topic(spec), group_id=unique_name("reader"), client_id="reader"
+    ) as consumer:
+
+        async def enough() -> bool:
+            for record in await consumer.poll(timeout_ms=200):
+                found.append(decode(record.value))
+            return len(found) >= want
+
+        await assert_eventually(enough, timeout=timeout, message=f"{want} records on {spec.name}")
+    return found

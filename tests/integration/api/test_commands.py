@@ -1,0 +1,193 @@
+"""Commands over HTTP: validated, published to the right topic, and read-your-writes on their acks."""
+
+import asyncio
+from datetime import UTC, datetime
+
+import httpx
+
+from slotflow.contracts import CommandAccepted, CommandRejected, ScheduleCreated
+from slotflow.contracts.topics import DLQ_COMMANDS, SCHEDULE_COMMANDS, SCHEDULE_EVENTS, WORKFLOW_COMMANDS
+from slotflow.settings import KafkaSettings
+from tests.integration.api.conftest import Emitter
+from tests.integration.api.helpers import cron, eventually_json, read_topic
+
+DEFINITION = {
+    "spec": {"kind": "cron", "expression": "*/5 * * * *", "timezone": "Europe/Berlin"},
+    "handler": "h.x",
+}
+
+
+async def test_every_command_reaches_its_topic_under_its_key(
+    client: httpx.AsyncClient, kafka: KafkaSettings
+) -> None:
+    calls = [
+        ("post", "/v1/schedules", {"schedule_id": "s1", "definition": DEFINITION}),
+        ("put", "/v1/schedules/s1", {"definition": DEFINITION}),
+        ("post", "/v1/schedules/s1/pause", {"reason": "holiday"}),
+        ("post", "/v1/schedules/s1/resume", None),
+        ("post", "/v1/schedules/s1/trigger", None),
+        (
+            "post",
+            "/v1/schedules/s1/backfill",
+            {"start": "2026-01-01T00:00:00Z", "end": "2026-01-02T00:00:00Z"},
+        ),
+        ("delete", "/v1/schedules/s1", None),
+    ]
+    ids = []
+    for method, url, body in calls:
+        response = await client.request(method, url, json=body)
+        assert response.status_code == 202, (url, response.text)
+        ids.append(response.json()["command_id"])
+    envelopes = await read_topic(kafka, SCHEDULE_COMMANDS, want=len(calls))
+    assert [e.id for e in envelopes] == ids
+    assert [e.type for e in envelopes] == [
+        "schedule.create",
+        "schedule.update",
+        "schedule.pause",
+        "schedule.resume",
+        "schedule.trigger",
+        "schedule.backfill",
+        "schedule.delete",
+    ]
+    assert {e.key for e in envelopes} == {"s1"}
+    assert envelopes[2].data["reason"] == "holiday"
+
+    workflow_calls = [
+        ("/v1/workflows", {"workflow_id": "order-7", "workflow_type": "order", "input": {"sku": 1}}),
+        ("/v1/workflows/order-7/signal", {"signal": "paid", "payload": {"amount": 5}}),
+        ("/v1/workflows/order-7/cancel", {"reason": "customer"}),
+    ]
+    for url, body in workflow_calls:
+        assert (await client.post(url, json=body)).status_code == 202
+    workflow = await read_topic(kafka, WORKFLOW_COMMANDS, want=3)
+    assert [(e.type, e.key) for e in workflow] == [
+        ("workflow.start", "order-7"),
+        ("workflow.signal", "order-7"),
+        ("workflow.cancel", "order-7"),
+    ]
+
+    redrive = await client.post("/v1/dlq/redrive", json={"selection": {"ids": ["t:0:4"]}})
+    discard = await client.post(
+        "/v1/dlq/discard", json={"selection": {"reason": "undecodable"}, "reason": "junk"}
+    )
+    assert redrive.status_code == discard.status_code == 202
+    dlq = await read_topic(kafka, DLQ_COMMANDS, want=2)
+    assert [(e.type, e.key) for e in dlq] == [
+        ("dlq.redrive", "t:0:4"),
+        ("dlq.discard", discard.json()["command_id"]),
+    ]
+
+
+async def test_idempotency_key_becomes_the_command_id(
+    client: httpx.AsyncClient, kafka: KafkaSettings
+) -> None:
+    headers = {"Idempotency-Key": "create-s2-once"}
+    body = {"schedule_id": "s2", "definition": DEFINITION}
+    first = await client.post("/v1/schedules", json=body, headers=headers)
+    second = await client.post("/v1/schedules", json=body, headers=headers)
+    assert first.json() == second.json() == {"command_id": "create-s2-once"}
+    envelopes = await read_topic(kafka, SCHEDULE_COMMANDS, want=2)
+    # Published twice, one id: the ticker's inbox applies it once.
+    assert {e.id for e in envelopes} == {"create-s2-once"}
+
+
+async def test_invalid_bodies_are_422_naming_the_field(client: httpx.AsyncClient) -> None:
+    bad_cron = {
+        "schedule_id": "s3",
+        "definition": {**DEFINITION, "spec": {"kind": "cron", "expression": "61 * * * *"}},
+    }
+    response = await client.post("/v1/schedules", json=bad_cron)
+    assert response.status_code == 422
+    assert "invalid cron expression" in response.json()["detail"]
+    bad_zone = {
+        "schedule_id": "s3",
+        "definition": {
+            **DEFINITION,
+            "spec": {"kind": "cron", "expression": "* * * * *", "timezone": "Mars/Olympus"},
+        },
+    }
+    assert "unknown IANA time zone" in (await client.post("/v1/schedules", json=bad_zone)).json()["detail"]
+    bad_id = await client.post("/v1/schedules", json={"schedule_id": "has space", "definition": DEFINITION})
+    assert bad_id.status_code == 422
+    assert "schedule_id" in bad_id.json()["detail"]
+    backwards = await client.post(
+        "/v1/schedules/s3/backfill", json={"start": "2026-01-02T00:00:00Z", "end": "2026-01-01T00:00:00Z"}
+    )
+    assert backwards.status_code == 422
+    assert "end must be after start" in backwards.json()["detail"]
+    extra = await client.post("/v1/workflows", json={"workflow_id": "w", "workflow_type": "t", "surprise": 1})
+    assert extra.status_code == 422
+    assert "surprise" in extra.json()["detail"]
+    not_json = await client.post("/v1/schedules", content=b"{", headers={"content-type": "application/json"})
+    assert not_json.status_code == 422
+    control = await client.post("/v1/schedules/s3/trigger", headers={"Idempotency-Key": "a\tb"})
+    assert control.status_code == 422
+    assert "control characters" in control.json()["detail"]
+
+
+async def test_wait_returns_once_the_ticker_accepts(
+    client: httpx.AsyncClient, emit: Emitter, kafka: KafkaSettings
+) -> None:
+    async def ticker() -> None:
+        # Plays the ticker: reads the command, stores the schedule, acknowledges (one topic, one key).
+        (command,) = await read_topic(kafka, SCHEDULE_COMMANDS, want=1)
+        created = ScheduleCreated(
+            schedule_id="s4", definition=cron(), paused=False, next_fire_at=datetime.now(UTC)
+        )
+        await emit(SCHEDULE_EVENTS, created, id=f"{command.id}/created", key="s4")
+        accepted = CommandAccepted(command_id=command.id, command_type=command.type, subject="s4")
+        await emit(SCHEDULE_EVENTS, accepted, id=f"{command.id}/accepted", key="s4")
+
+    task = asyncio.create_task(ticker())
+    response = await client.post(
+        "/v1/schedules", params={"wait": 20}, json={"schedule_id": "s4", "definition": DEFINITION}
+    )
+    await task
+    assert response.status_code == 200, response.text
+    status = response.json()
+    assert status["status"] == "accepted"
+    assert status["command_type"] == "schedule.create"
+    # Read-your-writes: the schedule the command made is visible once the command is.
+    assert (await client.get("/v1/schedules/s4")).status_code == 200
+    again = await client.get(f"/v1/commands/{status['command_id']}")
+    assert again.json()["status"] == "accepted"
+
+
+async def test_rejected_command_is_409_with_the_reason(client: httpx.AsyncClient, emit: Emitter) -> None:
+    response = await client.post("/v1/schedules/ghost/resume")
+    command_id = response.json()["command_id"]
+    await eventually_json(client, f"/v1/commands/{command_id}", lambda b: b["status"] == "pending")
+    rejected = CommandRejected(
+        command_id=command_id,
+        command_type="schedule.resume",
+        subject="ghost",
+        reason="schedule ghost does not exist",
+    )
+    await emit(SCHEDULE_EVENTS, rejected, id=f"{command_id}/rejected", key="ghost")
+    waited = await client.get(f"/v1/commands/{command_id}", params={"wait": 20})
+    assert waited.json()["status"] == "rejected"
+    assert waited.json()["reason"] == "schedule ghost does not exist"
+
+    retried = await client.post(
+        "/v1/schedules/ghost/resume", params={"wait": 20}, headers={"Idempotency-Key": command_id}
+    )
+    assert retried.status_code == 409
+    assert retried.json()["detail"] == "schedule ghost does not exist"
+
+
+async def test_commands_without_acknowledgements_settle_as_published(client: httpx.AsyncClient) -> None:
+    response = await client.post(
+        "/v1/workflows", params={"wait": 20}, json={"workflow_id": "w-1", "workflow_type": "order"}
+    )
+    assert response.status_code == 200
+    assert response.json()["status"] == "published"
+    unknown = await client.get("/v1/commands/never-sent")
+    assert unknown.json() == {
+        "command_id": "never-sent",
+        "status": "unknown",
+        "reason": None,
+        "command_type": None,
+        "subject": None,
+        "published_at": None,
+        "acknowledged_at": None,
+    }
