@@ -1,0 +1,22 @@
+"""What handler authors import: `from slotflow.runs import handler, RunContext`."""
+
+from slotflow.runs.context import FencedWrites, RunContext
+from slotflow.runs.registry import (
+    REGISTRY,
+    HandlerFn,
+    HandlerRegistry,
+    UnknownHandler,
+    handler,
+    load_handler_modules,
+)
+
+__all__ = [
+    "REGISTRY",
+    "FencedWrites",
+    "HandlerFn",
+    "HandlerRegistry",
+    "RunContext",
+    "UnknownHandler",
+    "handler",
+    "load_handler_modules",
+]

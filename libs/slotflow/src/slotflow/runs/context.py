@@ -1,0 +1,108 @@
+"""What a handler receives: the run's identity, its fencing token, and fenced writes bound to it.
+
+`run_id` is the idempotency key: the same for every attempt and every claimer of one slot.
+`fence_token` grows by one on every claim; a write stamped with it is refused by storage that has
+already seen a higher one. `fenced` does that stamping for the user's own tables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from slotflow.errors import ConfigurationError, FenceRejected
+from slotflow.pg.fencing import FENCES_TABLE, Row, advance_fence, fenced_upsert
+from slotflow.pg.pool import Conn, Pool
+
+RejectionHook = Callable[[FenceRejected], None]
+
+
+class FencedWrites:
+    """`fenced_upsert` and `advance_fence` with the run's token filled in.
+
+    Without ``conn`` a write takes a connection from the handler pool and commits on its own; pass
+    ``conn`` to write inside your own transaction.
+    """
+
+    def __init__(self, *, token: int, pool: Pool | None, on_rejected: RejectionHook | None = None) -> None:
+        self.token = token
+        self._pool = pool
+        self._on_rejected = on_rejected
+
+    async def upsert(
+        self,
+        *,
+        table: str,
+        key: Mapping[str, Any],
+        values: Mapping[str, Any],
+        conn: Conn | None = None,
+        token_column: str = "fence_token",  # noqa: S107 - a column name, not a secret
+    ) -> Row:
+        """Write the row at ``key`` stamped with this run's token (see `fenced_upsert`).
+
+        Raises:
+            FenceRejected: the row already carries a higher token: another claimer owns the run.
+        """
+        try:
+            if conn is not None:
+                return await fenced_upsert(
+                    conn, table=table, key=key, values=values, token=self.token, token_column=token_column
+                )
+            async with self._require_pool().acquire() as own:
+                return await fenced_upsert(
+                    own, table=table, key=key, values=values, token=self.token, token_column=token_column
+                )
+        except FenceRejected as rejected:
+            self._rejected(rejected)
+            raise
+
+    async def advance(self, resource: str, *, conn: Conn, table: str = FENCES_TABLE) -> None:
+        """Advance ``resource``'s fence to this run's token inside ``conn``'s transaction.
+
+        Raises:
+            FenceRejected: the resource has seen a higher token; roll the transaction back.
+        """
+        try:
+            await advance_fence(conn, resource, self.token, table=table)
+        except FenceRejected as rejected:
+            self._rejected(rejected)
+            raise
+
+    def _require_pool(self) -> Pool:
+        if self._pool is None:
+            raise ConfigurationError("no handler database is configured; pass conn=")
+        return self._pool
+
+    def _rejected(self, rejected: FenceRejected) -> None:
+        if self._on_rejected is not None:
+            self._on_rejected(rejected)
+
+
+@dataclass(frozen=True, slots=True)
+class RunContext:
+    """Everything a handler knows about the run it executes."""
+
+    #: `{job_id}@{slot}` (or `{workflow_id}/{sequence}`): the idempotency key for every attempt.
+    run_id: str
+    job_id: str
+    slot: datetime
+    #: 1 for the first try; retries count up.
+    attempt: int
+    #: Raised by one on every claim of this run; stamp writes with it (see `fenced`).
+    fence_token: int
+    payload: Mapping[str, Any]
+    #: scheduled, manual, backfill, retry or activity.
+    kind: str
+    #: The claimer executing this attempt.
+    owner: str
+    #: Writes for the user's own tables, stamped with `fence_token`.
+    fenced: FencedWrites
+    #: The handler database (SLOTFLOW_CLAIMER_HANDLER_DSN), or None when none is configured.
+    pool: Pool | None = None
+    workflow_id: str | None = None
+    sequence: int | None = None
+    tags: tuple[str, ...] = ()
+    handler: str = ""
+    extra: Mapping[str, Any] = field(default_factory=dict)
