@@ -1,0 +1,1 @@
+"""slotflow claimer: claims runs with a lease and a fencing token, runs handlers, records outcomes."""

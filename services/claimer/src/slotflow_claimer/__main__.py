@@ -1,0 +1,45 @@
+"""`python -m slotflow_claimer` (console script `slotflow-claimer`): run one claimer until SIGTERM."""
+
+import asyncio
+import logging
+import signal
+import sys
+
+from prometheus_client import start_http_server
+
+from slotflow_claimer.app import Claimer
+from slotflow_claimer.config import Settings
+
+log = logging.getLogger("slotflow_claimer")
+
+
+async def serve(settings: Settings) -> int:
+    """Run until SIGTERM/SIGINT (graceful stop, exit 0) or a loop crashes (exit 1)."""
+    claimer = Claimer(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await claimer.start()
+    cfg = settings.claimer
+    if cfg.metrics_port:
+        start_http_server(cfg.metrics_port, addr=cfg.metrics_host, registry=claimer.metrics.registry)
+        log.info("metrics on http://%s:%d/metrics", cfg.metrics_host, cfg.metrics_port)
+    waiters = [asyncio.create_task(stop.wait()), asyncio.create_task(claimer.fatal.wait())]
+    await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    for waiter in waiters:
+        waiter.cancel()
+    failed = claimer.fatal.is_set()
+    await claimer.stop()
+    return 1 if failed else 0
+
+
+def main() -> None:
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
+    sys.exit(asyncio.run(serve(Settings())))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""Settings of the claimer (env prefix SLOTFLOW_CLAIMER_); no I/O at import."""
+
+import os
+import socket
+import uuid
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from slotflow.settings import KafkaSettings, PostgresSettings
+
+
+def _default_claimer_id() -> str:
+    # Unique per process: two claimers on one host must never share an owner name, or one could
+    # renew the other's lease.
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class ClaimerSettings(BaseSettings):
+    """How one claimer process claims, runs and records runs."""
+
+    model_config = SettingsConfigDict(env_prefix="SLOTFLOW_CLAIMER_", extra="ignore")
+
+    #: The owner name written on leases; unique per process.
+    claimer_id: str = Field(default_factory=_default_claimer_id, min_length=1, max_length=200)
+    #: The PostgreSQL schema that holds runs, outbox and inbox.
+    db_schema: str = Field(default="claimer", pattern=r"^[a-z_][a-z0-9_]{0,62}$")
+    #: Consumer group over the JobDue topic (prefixed with the topic namespace when one is set).
+    group_id: str = "slotflow-claimer"
+    #: Comma-separated module paths imported at start-up; their @handler decorators register.
+    handler_modules: str = ""
+    #: Database for handlers' own tables (RunContext.pool); empty means the claimer's database.
+    handler_dsn: str = ""
+    handler_pool_max_size: int = Field(default=10, ge=1)
+    #: Runs claimed and not yet recorded, per claimer.
+    max_in_flight: int = Field(default=64, ge=1, le=10_000)
+    #: How long a claim lasts without a heartbeat (database clock).
+    lease_ttl_seconds: float = Field(default=30.0, gt=0)
+    #: How often leases are extended; default a third of the TTL.
+    heartbeat_interval_seconds: float | None = Field(default=None, gt=0)
+    #: How often the reaper looks for expired leases; default min(1 s, TTL / 4).
+    reaper_interval_seconds: float | None = Field(default=None, gt=0)
+    #: How often consumed offsets are committed (only ever up to records whose runs are durable).
+    commit_interval_seconds: float = Field(default=0.2, ge=0)
+    #: Most outcomes recorded in one transaction.
+    outcome_batch: int = Field(default=500, ge=1)
+    #: On SIGTERM, how long running handlers may finish before they are cancelled and released.
+    shutdown_grace_seconds: float = Field(default=20.0, ge=0)
+    poll_timeout_ms: int = Field(default=200, ge=1)
+    #: Port of the Prometheus endpoint; 0 turns it off.
+    metrics_port: int = Field(default=0, ge=0, le=65535)
+    metrics_host: str = "127.0.0.1"
+    pool_max_size: int = Field(default=10, ge=2)
+
+    @model_validator(mode="after")
+    def _heartbeat_inside_lease(self) -> "ClaimerSettings":
+        if (
+            self.heartbeat_interval_seconds is not None
+            and self.heartbeat_interval_seconds >= self.lease_ttl_seconds
+        ):
+            raise ValueError("heartbeat_interval_seconds must be shorter than lease_ttl_seconds")
+        return self
+
+    @property
+    def heartbeat_interval(self) -> float:
+        return self.heartbeat_interval_seconds or self.lease_ttl_seconds / 3
+
+    @property
+    def reaper_interval(self) -> float:
+        return self.reaper_interval_seconds or min(1.0, self.lease_ttl_seconds / 4)
+
+    def modules(self) -> list[str]:
+        return [m.strip() for m in self.handler_modules.split(",") if m.strip()]
+
+
+class Settings(BaseSettings):
+    """Everything the service reads from the environment."""
+
+    claimer: ClaimerSettings = Field(default_factory=ClaimerSettings)
+    kafka: KafkaSettings = Field(default_factory=KafkaSettings)
+    postgres: PostgresSettings = Field(default_factory=PostgresSettings)
+
+    def group_id(self) -> str:
+        namespace = self.kafka.topic_namespace
+        return f"{namespace}.{self.claimer.group_id}" if namespace else self.claimer.group_id

@@ -1,0 +1,153 @@
+"""The records a run's state changes stage in the outbox, built from the row the change returned.
+
+Envelope ids are deterministic and carry the fence token, which is unique per claim: a run taken
+over and started again publishes a second RunStarted (a new owner, a new token), while re-staging
+the same claim's event collapses on the outbox's (topic, id) key.
+"""
+
+from datetime import datetime, timedelta
+
+from slotflow.contracts import (
+    FireJobDue,
+    JobDue,
+    RunCompleted,
+    RunDeadLettered,
+    RunFailed,
+    RunRetrying,
+    RunSkipped,
+    RunStarted,
+    StartTimer,
+    wrap,
+)
+from slotflow.contracts.envelope import Envelope, Message
+from slotflow.contracts.topics import DLQ_MESSAGES, RUN_EVENTS, SCHEDULE_COMMANDS
+from slotflow.core.identity import job_due_event_id
+from slotflow.kafka.poison import dead_letter_envelope
+from slotflow.pg.outbox import Staged
+from slotflow.settings import KafkaSettings
+from slotflow_claimer.runs import Run
+
+SOURCE = "claimer"
+
+
+class RunEvents:
+    """Builds staged records for one deployment's topic names."""
+
+    def __init__(self, kafka: KafkaSettings) -> None:
+        self._run_events = kafka.topic(RUN_EVENTS)
+        self._commands = kafka.topic(SCHEDULE_COMMANDS)
+        self._dlq = kafka.topic(DLQ_MESSAGES)
+
+    @property
+    def dlq_topic(self) -> str:
+        return self._dlq
+
+    def _run_event(self, run: Run, message: Message, what: str, at: datetime) -> Staged:
+        envelope = wrap(
+            message,
+            id=f"{run.run_id}/{run.fence_token}/{what}",
+            key=run.job_id,
+            source=SOURCE,
+            occurred_at=at,
+        )
+        return Staged(self._run_events, envelope)
+
+    @staticmethod
+    def _common(run: Run) -> dict[str, object]:
+        return {
+            "run_id": run.run_id,
+            "job_id": run.job_id,
+            "slot": run.slot,
+            "attempt": run.attempt,
+            "fence_token": run.fence_token,
+            "owner": run.owner or "",
+            "workflow_id": run.workflow_id,
+            "sequence": run.sequence,
+        }
+
+    def started(self, run: Run, at: datetime) -> Staged:
+        started_at = run.started_at or at
+        return self._run_event(
+            run, RunStarted.model_validate({**self._common(run), "started_at": started_at}), "started", at
+        )
+
+    def completed(self, run: Run, at: datetime) -> Staged:
+        finished = run.finished_at or at
+        message = RunCompleted.model_validate(
+            {
+                **self._common(run),
+                "result": run.result,
+                "started_at": run.started_at or finished,
+                "finished_at": finished,
+            }
+        )
+        return self._run_event(run, message, "completed", at)
+
+    def failed(
+        self, run: Run, at: datetime, *, error_type: str, message: str, traceback: str, retryable: bool
+    ) -> Staged:
+        event = RunFailed.model_validate(
+            {
+                **self._common(run),
+                "error_type": error_type,
+                "message": message,
+                "traceback": traceback,
+                "retryable": retryable,
+                "finished_at": run.finished_at or at,
+            }
+        )
+        return self._run_event(run, event, "failed", at)
+
+    def retrying(self, run: Run, at: datetime, *, retry_at: datetime, delay: timedelta) -> Staged:
+        event = RunRetrying.model_validate(
+            {**self._common(run), "next_attempt": run.attempt + 1, "retry_at": retry_at, "delay": delay}
+        )
+        return self._run_event(run, event, "retrying", at)
+
+    def retry_timer(self, run: Run, at: datetime, *, retry_at: datetime) -> Staged:
+        """StartTimer for the ticker: at `retry_at` it emits the next attempt's JobDue."""
+        nxt = run.attempt + 1
+        job = run.job_due().model_copy(update={"attempt": nxt, "kind": "retry"})
+        job = JobDue.model_validate(job.model_dump())
+        timer_id = retry_timer_id(run.run_id, nxt)
+        timer = StartTimer(timer_id=timer_id, fire_at=retry_at, on_fire=FireJobDue(job=job))
+        return Staged(self._commands, wrap(timer, id=timer_id, key=timer_id, source=SOURCE, occurred_at=at))
+
+    def skipped(self, run: Run, at: datetime, *, reason: str) -> Staged:
+        event = RunSkipped.model_validate({**self._common(run), "reason": reason})
+        return self._run_event(run, event, "skipped", at)
+
+    def dead_lettered(self, run: Run, at: datetime, *, reason: str, error: BaseException) -> list[Staged]:
+        """RunDeadLettered for observers and the DeadLettered record the DLQ service parks."""
+        history = run.attempt_records()
+        event = RunDeadLettered.model_validate(
+            {
+                **self._common(run),
+                "reason": "attempts_exhausted" if reason == "attempts_exhausted" else "permanent_error",
+                "history": history,
+            }
+        )
+        letter = dead_letter_envelope(
+            run.due,
+            error,
+            source_service=SOURCE,
+            occurred_at=at,
+            reason=reason,
+            run_id=run.run_id,
+            job_id=run.job_id,
+            tags=run.tags,
+            history=history,
+        )
+        return [self._run_event(run, event, "dead_lettered", at), Staged(self._dlq, letter)]
+
+
+def retry_timer_id(run_id: str, next_attempt: int) -> str:
+    """The ticker timer that fires attempt ``next_attempt``: unique per run and attempt."""
+    return f"retry:{run_id}#{next_attempt}"
+
+
+def job_due_envelope(job: JobDue, *, at: datetime, source: str = SOURCE) -> Envelope:
+    """A JobDue envelope as the ticker would publish it (tests and benchmarks use this)."""
+    return wrap(
+        job, id=job_due_event_id(job.run_id, job.attempt), key=job.job_id, source=source, occurred_at=at
+    )

@@ -1,0 +1,310 @@
+"""Running handlers under a lease: heartbeats extend it, and losing it cancels the handler.
+
+One heartbeat statement per interval renews every lease this claimer holds, each guarded by the
+token it was claimed with. A run missing from the answer was taken over (its token moved on): its
+handler is cancelled and nothing is recorded for it, since the run belongs to someone else now.
+If the database cannot be reached for longer than the lease lasts, the leases are as good as lost
+and the handlers are cancelled too. A run whose row says `cancel_requested` (a newer run of its
+job replaced it) is cancelled and recorded as cancelled.
+
+The fence makes all of this safe rather than the cancellation: a handler cancelled too late, or a
+whole process frozen past its lease, can still reach storage, and its writes carry the old token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from slotflow.core.retry import is_retryable, next_retry_delay
+from slotflow.errors import FenceRejected
+from slotflow.pg.pool import Pool
+from slotflow.runs import FencedWrites, HandlerFn, HandlerRegistry, RunContext, UnknownHandler
+from slotflow_claimer import store
+from slotflow_claimer.metrics import ClaimerMetrics
+from slotflow_claimer.outcomes import Outcome
+from slotflow_claimer.retrying import STORAGE_RETRYABLE
+from slotflow_claimer.runs import Run
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(eq=False)
+class Execution:
+    run: Run
+    renewed_at: float
+    task: asyncio.Task[None] | None = None
+    handler_task: asyncio.Task[Any] | None = None
+    cancel_reason: str | None = None
+    #: The outcome went to the writer: from here the fence decides, not the heartbeat.
+    submitted: bool = False
+    started_mono: float = field(default_factory=time.monotonic)
+
+
+class Executor:
+    """Holds the runs this claimer has claimed until their outcome is recorded."""
+
+    def __init__(
+        self,
+        *,
+        pool: Pool,
+        schema: str,
+        owner: str,
+        lease_ttl: float,
+        max_in_flight: int,
+        registry: HandlerRegistry,
+        handler_pool: Pool | None,
+        metrics: ClaimerMetrics,
+        submit: Callable[[Outcome], None],
+        rng: random.Random,
+    ) -> None:
+        self._pool = pool
+        self._schema = schema
+        self._owner = owner
+        self._ttl = lease_ttl
+        self._max = max_in_flight
+        self._registry = registry
+        self._handler_pool = handler_pool
+        self._metrics = metrics
+        self._submit_outcome = submit
+        self._rng = rng
+        self._executions: dict[str, Execution] = {}
+        self._space = asyncio.Event()
+        self._released: list[Execution] = []
+
+    # -- capacity -----------------------------------------------------------------------------
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._executions)
+
+    def free(self) -> int:
+        return max(self._max - len(self._executions), 0)
+
+    async def wait_for_space(self, timeout: float) -> int:
+        """Free slots, waiting up to ``timeout`` seconds for one; 0 when none came free."""
+        if self.free() == 0:
+            self._space.clear()
+            try:
+                await asyncio.wait_for(self._space.wait(), timeout=timeout)
+            except TimeoutError:
+                return 0
+        return self.free()
+
+    def _changed(self) -> None:
+        self._metrics.in_flight.set(len(self._executions))
+        if self.free() > 0:
+            self._space.set()
+
+    # -- running ------------------------------------------------------------------------------
+
+    def start(self, run: Run) -> None:
+        """Run ``run``'s handler (the claim is committed and RunStarted staged)."""
+        previous = self._executions.get(run.run_id)
+        if previous is not None and previous.run.fence_token < run.fence_token:
+            # We took over our own run (our heartbeat lapsed): the older execution is now a zombie.
+            self._lose(previous)
+        execution = Execution(run, renewed_at=time.monotonic())
+        self._executions[run.run_id] = execution
+        self._changed()
+        execution.task = asyncio.create_task(self._execute(execution), name=f"run {run.run_id}")
+
+    async def _execute(self, ex: Execution) -> None:
+        run = ex.run
+        if ex.cancel_reason is not None:
+            # Lost before it began (taken over again at once); never start a zombie.
+            self._drop(ex)
+            return
+        if run.cancel_requested:
+            self._submit(ex, Outcome(run, "cancelled"))
+            return
+        try:
+            fn = self._registry.get(run.handler)
+        except UnknownHandler as err:
+            self._submit(ex, self._failure(run, err))
+            return
+        ex.handler_task = asyncio.create_task(self._invoke(fn, self._context(run), run.retry.start_to_close))
+        await asyncio.wait({ex.handler_task})
+        elapsed = time.monotonic() - ex.started_mono
+        task = ex.handler_task
+        if task.cancelled():
+            self._metrics.handler_seconds.labels(run.handler, "cancelled").observe(elapsed)
+            self._cancelled(ex)
+            return
+        error = task.exception()
+        if error is None:
+            self._metrics.handler_seconds.labels(run.handler, "completed").observe(elapsed)
+            self._submit(ex, Outcome(run, "completed", result=task.result()))
+            return
+        self._metrics.handler_seconds.labels(run.handler, "failed").observe(elapsed)
+        if isinstance(error, FenceRejected):
+            log.warning("run %s token %d: handler write refused: %s", run.run_id, run.fence_token, error)
+        self._submit(ex, self._failure(run, error))
+
+    @staticmethod
+    async def _invoke(fn: HandlerFn, ctx: RunContext, limit: timedelta) -> Any:
+        # start_to_close: an attempt that hangs is cancelled and counts as a transient failure.
+        async with asyncio.timeout(limit.total_seconds()):
+            return await fn(ctx)
+
+    def _context(self, run: Run) -> RunContext:
+        def rejected(err: FenceRejected) -> None:
+            self._metrics.fence_rejected.labels("handler").inc()
+            log.warning("FenceRejected in handler of run %s (token %d): %s", run.run_id, run.fence_token, err)
+
+        return RunContext(
+            run_id=run.run_id,
+            job_id=run.job_id,
+            slot=run.slot,
+            attempt=run.attempt,
+            fence_token=run.fence_token,
+            payload=run.payload,
+            kind=run.kind,
+            owner=self._owner,
+            fenced=FencedWrites(token=run.fence_token, pool=self._handler_pool, on_rejected=rejected),
+            pool=self._handler_pool,
+            workflow_id=run.workflow_id,
+            sequence=run.sequence,
+            tags=run.tags,
+            handler=run.handler,
+        )
+
+    def _failure(self, run: Run, error: BaseException) -> Outcome:
+        retryable = is_retryable(error, non_retryable=run.retry.non_retryable)
+        delay = next_retry_delay(
+            run.retry, attempt=run.attempt_in_round, error=error, draw=self._rng.random()
+        )
+        if delay is not None:
+            return Outcome(run, "failed", error=error, delay=delay, retryable=True)
+        if isinstance(error, UnknownHandler):
+            reason = UnknownHandler.reason
+        elif retryable:
+            reason = "attempts_exhausted"
+        else:
+            reason = "permanent_error"
+        return Outcome(run, "failed", error=error, dlq_reason=reason, retryable=retryable)
+
+    def _submit(self, ex: Execution, outcome: Outcome) -> None:
+        ex.submitted = True
+        self._submit_outcome(outcome)
+
+    def _cancelled(self, ex: Execution) -> None:
+        reason = ex.cancel_reason
+        if reason == "cancel_requested":
+            self._submit(ex, Outcome(ex.run, "cancelled"))
+        elif reason == "shutdown":
+            self._released.append(ex)
+        else:
+            # Lost: the run is someone else's now; nothing of ours may be recorded for it.
+            self._drop(ex)
+
+    def _drop(self, ex: Execution) -> None:
+        if self._executions.get(ex.run.run_id) is ex:
+            del self._executions[ex.run.run_id]
+            self._changed()
+
+    def _lose(self, ex: Execution) -> None:
+        if ex.submitted or ex.cancel_reason is not None:
+            return
+        self._metrics.leases_lost.inc()
+        log.warning(
+            "run %s: lease with token %d lost; cancelling its handler", ex.run.run_id, ex.run.fence_token
+        )
+        ex.cancel_reason = "lost"
+        if ex.handler_task is not None and not ex.handler_task.done():
+            ex.handler_task.cancel()
+        else:
+            self._drop(ex)
+
+    def settled(self, outcomes: Sequence[Outcome], started: Sequence[Run]) -> None:
+        """The writer recorded (or the fence refused) ``outcomes``; ``started`` are buffered starts."""
+        for outcome in outcomes:
+            ex = self._executions.get(outcome.run.run_id)
+            if ex is not None and ex.run.fence_token == outcome.run.fence_token:
+                self._drop(ex)
+        for run in started:
+            self.start(run)
+
+    # -- heartbeat ----------------------------------------------------------------------------
+
+    async def heartbeat_once(self) -> None:
+        """Renew every held lease in one statement; act on lost leases and cancellation requests."""
+        held = {rid: ex.run.fence_token for rid, ex in self._executions.items() if not ex.submitted}
+        if not held:
+            return
+        sent_at = time.monotonic()
+        try:
+            async with self._pool.acquire() as conn:
+                renewed = await store.heartbeat(conn, self._schema, held, owner=self._owner, ttl=self._ttl)
+        except STORAGE_RETRYABLE as err:
+            log.warning("claimer: heartbeat failed: %r", err)
+            for stale in list(self._executions.values()):
+                if sent_at - stale.renewed_at > self._ttl:
+                    self._lose(stale)
+            return
+        for rid, token in held.items():
+            found = self._executions.get(rid)
+            if found is None or found.run.fence_token != token:
+                continue
+            if rid not in renewed:
+                self._lose(found)
+                continue
+            found.renewed_at = sent_at
+            if renewed[rid] and found.cancel_reason is None and found.handler_task is not None:
+                found.cancel_reason = "cancel_requested"
+                found.handler_task.cancel()
+
+    async def heartbeat_loop(self, stop: asyncio.Event, interval: float) -> None:
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=interval)
+            except TimeoutError:
+                await self.heartbeat_once()
+
+    # -- shutdown -----------------------------------------------------------------------------
+
+    async def drain(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for every held run to be recorded; True if all were."""
+        deadline = time.monotonic() + timeout
+        while self._executions and time.monotonic() < deadline:
+            self._space.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    self._space.wait(), timeout=min(0.1, max(deadline - time.monotonic(), 0))
+                )
+        return not self._executions
+
+    async def release_all(self) -> int:
+        """Cancel running handlers and expire their leases so another claimer takes them at once."""
+        for ex in list(self._executions.values()):
+            if ex.handler_task is not None and not ex.handler_task.done() and ex.cancel_reason is None:
+                ex.cancel_reason = "shutdown"
+                ex.handler_task.cancel()
+        tasks = [ex.task for ex in self._executions.values() if ex.task is not None and not ex.task.done()]
+        if tasks:
+            await asyncio.wait(tasks, timeout=5.0)
+        released = self._released
+        self._released = []
+        tokens = {ex.run.run_id: ex.run.fence_token for ex in released}
+        count = 0
+        if tokens:
+            async with self._pool.acquire() as conn:
+                count = await store.release(conn, self._schema, tokens)
+            self._metrics.released.inc(count)
+        for ex in released:
+            self._drop(ex)
+        return count
+
+    def abandon(self) -> None:
+        """Cancel whatever still runs (last resort at exit; the leases expire on their own)."""
+        for ex in self._executions.values():
+            for task in (ex.handler_task, ex.task):
+                if task is not None and not task.done():
+                    task.cancel()

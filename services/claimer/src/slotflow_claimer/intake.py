@@ -1,0 +1,236 @@
+"""From a polled batch of JobDue records to durable claims: one transaction per batch.
+
+In that transaction every record reaches a durable state: its run is claimed and its RunStarted
+staged, or it is recorded as skipped or buffered by its overlap policy, or it changes nothing (a
+duplicate of a run that is live elsewhere or finished), or it is parked in the DLQ as poison.
+Only after the commit do its offsets count as done; a crash before that redelivers the records,
+and the redelivery collapses on the run id.
+
+Records are split into waves so that one statement never touches a run twice, and so that the
+overlap decisions for one job are taken one after another, each seeing the one before it (all
+waves share the transaction).
+"""
+
+import logging
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from slotflow.contracts import JobDue
+from slotflow.errors import PoisonMessage
+from slotflow.kafka.poison import dead_letter_envelope, decode_record
+from slotflow.kafka.records import Record
+from slotflow.pg.outbox import Staged, append_many
+from slotflow.pg.pool import Conn, Pool
+from slotflow.settings import KafkaSettings
+from slotflow_claimer import store
+from slotflow_claimer.events import SOURCE, RunEvents
+from slotflow_claimer.metrics import ClaimerMetrics
+from slotflow_claimer.runs import Due, Run
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What a new run's overlap policy does, given the runs of its job that are still active."""
+
+    action: str  # claim | skip | buffer
+    reason: str = ""
+    #: Running runs of the job to cancel (cancel_previous).
+    cancel: tuple[str, ...] = ()
+    #: Buffered runs of the job this one replaces (cancel_previous).
+    supersede: tuple[str, ...] = ()
+
+
+def decide(overlap: str, active: Sequence[store.Active]) -> Decision:
+    """The overlap policy as a pure function (pure so it can be tested exhaustively).
+
+    `active` lists the job's other runs that are running (with any lease: an expired one will be
+    taken over, so it still runs) or buffered.
+    """
+    running = tuple(a.run_id for a in active if a.state == "running")
+    pending = tuple(a.run_id for a in active if a.state == "pending")
+    if overlap == "allow" or not (running or pending):
+        return Decision("claim")
+    if overlap == "skip":
+        if running:
+            return Decision("skip", reason=f"overlap skip: {running[0]} is still running")
+        return Decision("claim")
+    if overlap == "buffer_one":
+        if pending:
+            return Decision("skip", reason=f"overlap buffer_one: {pending[0]} is already buffered")
+        return Decision("buffer", reason=f"overlap buffer_one: waiting for {running[0]}")
+    if overlap == "cancel_previous":
+        if running:
+            return Decision(
+                "buffer",
+                reason=f"overlap cancel_previous: cancelling {running[0]}",
+                cancel=running,
+                supersede=pending,
+            )
+        return Decision("claim", supersede=pending)
+    raise ValueError(f"unknown overlap policy {overlap!r}")
+
+
+def waves(dues: Sequence[Due]) -> list[list[Due]]:
+    """Split ``dues`` into ordered waves: run ids unique per wave, and at most one run of a job per
+    wave among runs whose overlap policy is not `allow` (their decisions depend on each other).
+
+    A record always lands in a later wave than every earlier record it depends on, so per-job
+    order from the partition is kept.
+    """
+    result: list[list[Due]] = []
+    last_run: dict[str, int] = {}
+    last_job: dict[str, int] = {}
+    for due in dues:
+        job = due.job
+        index = last_run.get(job.run_id, -1) + 1
+        guarded = job.overlap != "allow"
+        if guarded:
+            index = max(index, last_job.get(job.job_id, -1) + 1)
+        while len(result) <= index:
+            result.append([])
+        result[index].append(due)
+        last_run[job.run_id] = index
+        if guarded:
+            last_job[job.job_id] = index
+    return result
+
+
+@dataclass
+class Admission:
+    """What one batch came to."""
+
+    claimed: list[Run] = field(default_factory=list)
+    skipped: int = 0
+    buffered: int = 0
+    duplicates: int = 0
+    poison: int = 0
+
+
+class Intake:
+    """Turns polled JobDue records into claims (see the module docstring)."""
+
+    def __init__(
+        self,
+        pool: Pool,
+        *,
+        schema: str,
+        owner: str,
+        lease_ttl: float,
+        kafka: KafkaSettings,
+        events: RunEvents,
+        metrics: ClaimerMetrics,
+    ) -> None:
+        self._pool = pool
+        self._schema = schema
+        self._owner = owner
+        self._ttl = lease_ttl
+        self._max_bytes = kafka.max_message_bytes
+        self._dlq_topic = events.dlq_topic
+        self._events = events
+        self._metrics = metrics
+
+    def decode(self, records: Sequence[Record]) -> tuple[list[Due], list[tuple[Record, PoisonMessage]]]:
+        dues: list[Due] = []
+        poison: list[tuple[Record, PoisonMessage]] = []
+        for record in records:
+            try:
+                envelope, message = decode_record(record, accept=(JobDue,), max_bytes=self._max_bytes)
+            except PoisonMessage as err:
+                poison.append((record, err))
+                continue
+            if isinstance(message, JobDue):
+                dues.append(Due(record, envelope, message))
+        return dues, poison
+
+    async def admit(self, records: Sequence[Record]) -> Admission:
+        """Bring every record of the batch to a durable state in one transaction."""
+        dues, poison = self.decode(records)
+        outcome = Admission(poison=len(poison))
+        async with self._pool.acquire() as conn, conn.transaction():
+            staged: list[Staged] = []
+            await store.lock_jobs(conn, {d.job.job_id for d in dues if d.job.overlap != "allow"})
+            for wave in waves(dues):
+                staged.extend(await self._admit_wave(conn, wave, outcome))
+            if poison:
+                at = await _db_now(conn)
+                for record, err in poison:
+                    log.error("claimer: dead-lettering %s (%s): %s", record.position, err.reason, err)
+                    letter = dead_letter_envelope(record, err, source_service=SOURCE, occurred_at=at)
+                    staged.append(Staged(self._dlq_topic, letter))
+            await append_many(conn, schema=self._schema, items=staged)
+        m = self._metrics
+        m.claimed.labels("intake").inc(len(outcome.claimed))
+        m.duplicates.inc(outcome.duplicates)
+        m.poison.inc(outcome.poison)
+        m.buffered.inc(outcome.buffered)
+        return outcome
+
+    async def _admit_wave(self, conn: Conn, wave: Sequence[Due], outcome: Admission) -> list[Staged]:
+        schema = self._schema
+        staged: list[Staged] = []
+        to_claim = [d for d in wave if d.job.overlap == "allow"]
+        guarded = [d for d in wave if d.job.overlap != "allow"]
+        if guarded:
+            existing = await store.existing_run_ids(conn, schema, [d.job.run_id for d in guarded])
+            # A run that exists already had its overlap decided when it first arrived; retries,
+            # takeovers and redrives of it go through the claim's own rules.
+            to_claim.extend(d for d in guarded if d.job.run_id in existing)
+            fresh = [d for d in guarded if d.job.run_id not in existing]
+            if fresh:
+                to_claim.extend(await self._apply_overlap(conn, fresh, outcome, staged))
+        claimed = await store.claim(conn, schema, to_claim, owner=self._owner, ttl=self._ttl)
+        outcome.claimed.extend(claimed)
+        outcome.duplicates += len(to_claim) - len(claimed)
+        staged.extend(self._events.started(run, run.updated_at) for run in claimed)
+        return staged
+
+    async def _apply_overlap(
+        self, conn: Conn, fresh: Sequence[Due], outcome: Admission, staged: list[Staged]
+    ) -> list[Due]:
+        schema = self._schema
+        by_job: dict[str, list[store.Active]] = defaultdict(list)
+        for active in await store.active_runs(conn, schema, [d.job.job_id for d in fresh]):
+            by_job[active.job_id].append(active)
+        to_claim: list[Due] = []
+        unstarted: list[store.Unstarted] = []
+        cancel: list[str] = []
+        supersede: list[str] = []
+        for due in fresh:
+            decision = decide(due.job.overlap, by_job.get(due.job.job_id, ()))
+            cancel.extend(decision.cancel)
+            supersede.extend(decision.supersede)
+            if decision.action == "claim":
+                to_claim.append(due)
+            elif decision.action == "skip":
+                unstarted.append(store.Unstarted(due, "skipped", decision.reason))
+            else:
+                unstarted.append(store.Unstarted(due, "pending", decision.reason))
+        if supersede:
+            reason = "overlap cancel_previous: replaced by a newer run"
+            for run in await store.supersede_pending(
+                conn, schema, supersede, owner=self._owner, reason=reason
+            ):
+                staged.append(self._events.skipped(run, run.updated_at, reason=reason))
+                self._metrics.skipped.labels("superseded").inc()
+        if cancel:
+            await store.request_cancel(conn, schema, cancel)
+        reasons = {u.due.job.run_id: u.reason for u in unstarted}
+        for run in await store.insert_unstarted(conn, schema, unstarted, owner=self._owner):
+            if run.state == "skipped":
+                outcome.skipped += 1
+                self._metrics.skipped.labels("overlap").inc()
+                staged.append(self._events.skipped(run, run.updated_at, reason=reasons[run.run_id]))
+            else:
+                outcome.buffered += 1
+        return to_claim
+
+
+async def _db_now(conn: Conn) -> datetime:
+    value = await conn.fetchval("SELECT now()")
+    if not isinstance(value, datetime):
+        raise TypeError("now() did not return a timestamp")
+    return value

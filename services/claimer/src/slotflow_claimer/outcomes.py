@@ -1,0 +1,227 @@
+"""Recording what a run's attempt came to: one fenced transaction per batch of outcomes.
+
+Per batch, in one transaction: the fenced state change of every run (`store.record_outcomes`),
+the outbox records that describe it (RunCompleted; RunFailed plus RunRetrying and the retry's
+StartTimer; RunFailed plus RunDeadLettered and the DLQ record), and the start of any buffered run
+whose job just became free. An outcome whose token is stale changes nothing and stages nothing:
+it is counted as FenceRejected and logged.
+"""
+
+import asyncio
+import functools
+import json
+import logging
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from pydantic_core import to_jsonable_python
+
+from slotflow.pg.outbox import Staged, append_many
+from slotflow.pg.pool import Pool
+from slotflow_claimer import store
+from slotflow_claimer.events import RunEvents
+from slotflow_claimer.metrics import ClaimerMetrics
+from slotflow_claimer.retrying import with_storage_retry
+from slotflow_claimer.runs import Run
+
+log = logging.getLogger(__name__)
+
+_MESSAGE_CHARS = 2000
+_TRACEBACK_CHARS = 16000
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What one attempt came to, with the token it ran under."""
+
+    run: Run
+    kind: str  # completed | failed | cancelled
+    result: Any = None
+    error: BaseException | None = None
+    #: For failures: the wait before the next attempt, or None to dead-letter.
+    delay: timedelta | None = None
+    #: For failures that are not retried: permanent_error, attempts_exhausted or unknown_handler.
+    dlq_reason: str | None = None
+    retryable: bool = False
+
+    def write(self) -> store.OutcomeWrite:
+        run = self.run
+        if self.kind == "completed":
+            result = json.dumps(to_jsonable_python(self.result, fallback=str))
+            return store.OutcomeWrite(run.run_id, run.fence_token, "completed", result=result)
+        if self.kind == "cancelled":
+            entry = {"event": "cancelled", "error_type": "RunCancelled", "message": _cancel_message(run)}
+            return store.OutcomeWrite(run.run_id, run.fence_token, "cancelled", entry=json.dumps(entry))
+        error = self.error or RuntimeError("unknown failure")
+        summary = {"error_type": type(error).__name__, "message": _message(error)}
+        state = "retrying" if self.delay is not None else "dead_lettered"
+        if state == "dead_lettered":
+            summary["reason"] = self.dlq_reason or "permanent_error"
+        entry = {"event": "failed", **summary}
+        return store.OutcomeWrite(
+            run.run_id, run.fence_token, state, error=json.dumps(summary), entry=json.dumps(entry)
+        )
+
+
+def _message(error: BaseException) -> str:
+    return (str(error) or type(error).__name__)[:_MESSAGE_CHARS]
+
+
+def _traceback(error: BaseException) -> str:
+    return "".join(traceback.format_exception(error))[-_TRACEBACK_CHARS:]
+
+
+def _cancel_message(run: Run) -> str:
+    return f"cancelled by overlap policy {run.overlap}: a newer run of {run.job_id} replaced it"
+
+
+class RunCancelled(Exception):
+    """The run was cancelled because a newer run of its job replaced it (cancel_previous)."""
+
+
+SettledHook = Callable[[Sequence[Outcome], Sequence[Run]], None]
+
+
+class OutcomeWriter:
+    """Collects outcomes from finished handlers and records them in batches."""
+
+    def __init__(
+        self,
+        pool: Pool,
+        *,
+        schema: str,
+        owner: str,
+        lease_ttl: float,
+        events: RunEvents,
+        metrics: ClaimerMetrics,
+        batch: int,
+        on_settled: SettledHook,
+        wake_relay: Callable[[], None],
+    ) -> None:
+        self._pool = pool
+        self._schema = schema
+        self._owner = owner
+        self._ttl = lease_ttl
+        self._events = events
+        self._metrics = metrics
+        self._batch = batch
+        self._on_settled = on_settled
+        self._wake_relay = wake_relay
+        self._queue: asyncio.Queue[Outcome] = asyncio.Queue()
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def submit(self, outcome: Outcome) -> None:
+        self._idle.clear()
+        self._queue.put_nowait(outcome)
+
+    async def wait_idle(self) -> None:
+        """Until every submitted outcome is recorded (or rejected)."""
+        await self._idle.wait()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Record outcomes until ``stop`` is set and the queue is empty."""
+        while not (stop.is_set() and self._queue.empty()):
+            try:
+                first = await asyncio.wait_for(self._queue.get(), timeout=0.2)
+            except TimeoutError:
+                continue
+            items = [first]
+            while len(items) < self._batch and not self._queue.empty():
+                items.append(self._queue.get_nowait())
+            # Storage outages are waited out: these runs hold leases we keep renewing meanwhile.
+            started = await with_storage_retry(
+                functools.partial(self.write_batch, items), what="record outcomes"
+            )
+            self._wake_relay()
+            self._on_settled(items, started)
+            if self._queue.empty():
+                self._idle.set()
+
+    async def write_batch(self, items: Sequence[Outcome]) -> list[Run]:
+        """One transaction: fenced outcome writes, their events, buffered starts. Returns starts."""
+        schema = self._schema
+        async with self._pool.acquire() as conn, conn.transaction():
+            guarded = {o.run.job_id for o in items if o.run.overlap != "allow"}
+            await store.lock_jobs(conn, guarded)
+            applied = {
+                run.run_id: run
+                for run in await store.record_outcomes(conn, schema, [o.write() for o in items])
+            }
+            staged: list[Staged] = []
+            freed: list[str] = []
+            rejected: list[Outcome] = []
+            for outcome in items:
+                run = applied.get(outcome.run.run_id)
+                if run is None:
+                    rejected.append(outcome)
+                    continue
+                staged.extend(self._stage(outcome, run))
+                if run.overlap != "allow":
+                    freed.append(run.job_id)
+            started = await store.start_buffered(conn, schema, freed, owner=self._owner, ttl=self._ttl)
+            for run in started:
+                staged.append(self._events.started(run, run.updated_at))
+            await append_many(conn, schema=schema, items=staged)
+        for outcome in rejected:
+            self._metrics.fence_rejected.labels("outcome").inc()
+            log.warning(
+                "FenceRejected: %s outcome of run %s with token %d not applied (taken over or finished)",
+                outcome.kind,
+                outcome.run.run_id,
+                outcome.run.fence_token,
+            )
+        for outcome in items:
+            if outcome.run.run_id in applied:
+                self._count(outcome)
+        self._metrics.claimed.labels("buffered").inc(len(started))
+        return started
+
+    def _stage(self, outcome: Outcome, run: Run) -> list[Staged]:
+        at = run.updated_at
+        ev = self._events
+        if outcome.kind == "completed":
+            return [ev.completed(run, at)]
+        if outcome.kind == "cancelled":
+            error: BaseException = RunCancelled(_cancel_message(run))
+            return [
+                ev.failed(
+                    run, at, error_type="RunCancelled", message=str(error), traceback="", retryable=False
+                )
+            ]
+        error = outcome.error or RuntimeError("unknown failure")
+        failed = ev.failed(
+            run,
+            at,
+            error_type=type(error).__name__,
+            message=_message(error),
+            traceback=_traceback(error),
+            retryable=outcome.delay is not None,
+        )
+        if outcome.delay is not None:
+            retry_at: datetime = at + outcome.delay
+            return [
+                failed,
+                ev.retrying(run, at, retry_at=retry_at, delay=outcome.delay),
+                ev.retry_timer(run, at, retry_at=retry_at),
+            ]
+        return [
+            failed,
+            *ev.dead_lettered(run, at, reason=outcome.dlq_reason or "permanent_error", error=error),
+        ]
+
+    def _count(self, outcome: Outcome) -> None:
+        m = self._metrics
+        if outcome.kind == "completed":
+            m.completed.inc()
+        elif outcome.kind == "cancelled":
+            m.cancelled.inc()
+        else:
+            m.failed.inc()
+            if outcome.delay is not None:
+                m.retried.inc()
+            else:
+                m.dead_lettered.labels(outcome.dlq_reason or "permanent_error").inc()

@@ -1,0 +1,105 @@
+"""The lease reaper: runs whose claimer stopped renewing are taken over with a higher token.
+
+A claimer that dies after its run's RunStarted became durable has committed that JobDue's offset,
+so no redelivery will ever bring the run back: the reaper is what finishes it. Any live claimer
+reaps; `FOR UPDATE SKIP LOCKED` splits the expired runs between them, and the token bump makes the
+old owner's late writes bounce. It takes only as many runs as it has room for.
+
+It also restarts buffered runs whose start was lost (their job has nothing running any more).
+"""
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from slotflow.pg.outbox import append_many
+from slotflow.pg.pool import Pool
+from slotflow_claimer import store
+from slotflow_claimer.events import RunEvents
+from slotflow_claimer.executor import Executor
+from slotflow_claimer.metrics import ClaimerMetrics
+from slotflow_claimer.retrying import STORAGE_RETRYABLE
+from slotflow_claimer.runs import Run
+
+log = logging.getLogger(__name__)
+
+
+class Reaper:
+    def __init__(
+        self,
+        pool: Pool,
+        *,
+        schema: str,
+        owner: str,
+        lease_ttl: float,
+        executor: Executor,
+        events: RunEvents,
+        metrics: ClaimerMetrics,
+        wake_relay: Callable[[], None],
+    ) -> None:
+        self._pool = pool
+        self._schema = schema
+        self._owner = owner
+        self._ttl = lease_ttl
+        self._executor = executor
+        self._events = events
+        self._metrics = metrics
+        self._wake_relay = wake_relay
+        self._passes = 0
+
+    async def reap_once(self) -> list[Run]:
+        """Take over expired leases (as many as there is room for) and start them here."""
+        room = self._executor.free()
+        if room == 0:
+            return []
+        async with self._pool.acquire() as conn, conn.transaction():
+            taken = await store.reap(conn, self._schema, owner=self._owner, ttl=self._ttl, limit=room)
+            await append_many(
+                conn, schema=self._schema, items=[self._events.started(run, run.updated_at) for run in taken]
+            )
+        for run in taken:
+            log.warning(
+                "run %s: took over from an expired lease with token %d (attempt %d)",
+                run.run_id,
+                run.fence_token,
+                run.attempt,
+            )
+            self._executor.start(run)
+        self._metrics.takeovers.inc(len(taken))
+        self._metrics.claimed.labels("takeover").inc(len(taken))
+        return taken
+
+    async def restart_orphaned_buffers(self) -> list[Run]:
+        async with self._pool.acquire() as conn, conn.transaction():
+            jobs = await store.orphaned_buffers(conn, self._schema, older_than=self._ttl, limit=100)
+            if not jobs:
+                return []
+            await store.lock_jobs(conn, jobs)
+            started = await store.start_buffered(conn, self._schema, jobs, owner=self._owner, ttl=self._ttl)
+            await append_many(
+                conn,
+                schema=self._schema,
+                items=[self._events.started(run, run.updated_at) for run in started],
+            )
+        for run in started:
+            self._executor.start(run)
+        self._metrics.claimed.labels("buffered").inc(len(started))
+        return started
+
+    async def run(self, stop: asyncio.Event, interval: float) -> None:
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=interval)
+                return
+            except TimeoutError:
+                pass
+            try:
+                taken = await self.reap_once()
+                self._passes += 1
+                if self._passes % 10 == 0:
+                    taken += await self.restart_orphaned_buffers()
+            except STORAGE_RETRYABLE as err:
+                log.warning("claimer: reaper pass failed: %r", err)
+                continue
+            if taken:
+                self._wake_relay()

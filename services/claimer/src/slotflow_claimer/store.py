@@ -1,0 +1,391 @@
+"""Every statement on `runs`, each with the invariant it protects. All take ``conn`` and run inside
+the caller's transaction; every time decision uses the database clock (`now()`).
+
+The fence: every claim raises `fence_token` by one and every write that changes a running run's
+fate names the token it was claimed with. A claimer that lost its run (paused past its lease,
+partitioned away) carries an old token, so its writes match no row and change nothing.
+"""
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from slotflow.pg.pool import Conn
+from slotflow_claimer.runs import Due, Run, headers_json
+
+#: Columns a JobDue fills, in the order of `_due_arrays`.
+_DUE_COLUMNS = """
+    u.run_id, u.job_id, u.slot, u.kind, u.handler, u.payload::jsonb, u.retry::jsonb, u.overlap,
+    u.workflow_id, u.sequence, ARRAY(SELECT jsonb_array_elements_text(u.tags::jsonb)), u.attempt,
+    u.attempt, u.redrive, u.due_topic, u.due_partition, u.due_offset, u.due_key, u.due_value,
+    u.due_headers::jsonb, u.due_ts
+"""
+_DUE_UNNEST = """
+    unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[], $5::text[], $6::text[], $7::text[],
+           $8::text[], $9::text[], $10::int[], $11::text[], $12::int[], $13::int[], $14::text[],
+           $15::int[], $16::bigint[], $17::bytea[], $18::bytea[], $19::text[], $20::bigint[])
+        AS u(run_id, job_id, slot, kind, handler, payload, retry, overlap, workflow_id, sequence,
+             tags, attempt, redrive, due_topic, due_partition, due_offset, due_key, due_value,
+             due_headers, due_ts)
+"""
+_INSERT_COLUMNS = """
+    run_id, job_id, slot, kind, handler, payload, retry, overlap, workflow_id, sequence, tags,
+    attempt, round_start, redrive_count, due_topic, due_partition, due_offset, due_key, due_value,
+    due_headers, due_timestamp_ms
+"""
+
+
+def _due_arrays(dues: Sequence[Due]) -> list[list[object]]:
+    columns: list[list[object]] = [[] for _ in range(20)]
+    for due in dues:
+        job, record = due.job, due.record
+        values: tuple[object, ...] = (
+            job.run_id,
+            job.job_id,
+            job.slot,
+            job.kind,
+            job.handler,
+            json.dumps(job.payload),
+            job.retry.model_dump_json(),
+            job.overlap,
+            job.workflow_id,
+            job.sequence,
+            json.dumps(list(job.tags)),
+            job.attempt,
+            due.redrive_count,
+            record.topic,
+            record.partition,
+            record.offset,
+            record.key,
+            record.value or b"",
+            headers_json(record),
+            record.timestamp_ms,
+        )
+        for column, value in zip(columns, values, strict=True):
+            column.append(value)
+    return columns
+
+
+# claim_runs --
+# One statement claims a wave of runs (run ids unique within it). A new run is inserted running
+# with token 1. An existing row is claimed (token + 1) only when it is claimable:
+#   - retrying, and this JobDue is the next attempt (the scheduled retry arrived);
+#   - running with a lease that expired by the database clock (its claimer died; this JobDue is a
+#     redelivery), unless a cancellation was requested (the reaper closes those);
+#   - dead-lettered, and this JobDue was redriven more often than the row has seen (a fresh budget).
+# Anything else (a live lease of any owner, completed, skipped, cancelled, buffered) returns no row:
+# the caller skips the record. The row lock taken by ON CONFLICT makes two claimers of one run
+# serialise, and the loser re-evaluates the WHERE against the winner's committed row.
+_CLAIM = f"""
+INSERT INTO {{schema}}.runs AS r ({_INSERT_COLUMNS},
+    state, fence_token, owner, lease_expires_at, heartbeat_at, started_at)
+SELECT {_DUE_COLUMNS}, 'running', 1, $21, now() + make_interval(secs => $22), now(), now()
+  FROM {_DUE_UNNEST}
+ON CONFLICT (run_id) DO UPDATE SET
+    fence_token      = r.fence_token + 1,
+    owner            = EXCLUDED.owner,
+    state            = 'running',
+    lease_expires_at = EXCLUDED.lease_expires_at,
+    heartbeat_at     = EXCLUDED.heartbeat_at,
+    started_at       = EXCLUDED.started_at,
+    finished_at      = NULL,
+    cancel_requested = false,
+    attempt          = CASE WHEN r.state = 'running' THEN r.attempt ELSE r.attempt + 1 END,
+    round_start      = CASE WHEN r.state = 'dead_lettered' THEN r.attempt + 1 ELSE r.round_start END,
+    redrive_count    = GREATEST(r.redrive_count, EXCLUDED.redrive_count),
+    takeovers        = r.takeovers + CASE WHEN r.state = 'running' THEN 1 ELSE 0 END,
+    history          = CASE WHEN r.state = 'running' THEN r.history || jsonb_build_array(jsonb_build_object(
+                           'event', 'takeover', 'attempt', r.attempt, 'fence_token', r.fence_token,
+                           'owner', coalesce(r.owner, ''), 'error_type', 'LeaseExpired',
+                           'message', format('lease of %s expired; redelivered JobDue claimed by %s',
+                                             r.owner, EXCLUDED.owner),
+                           'started_at', r.started_at, 'finished_at', now()))
+                       ELSE r.history END,
+    due_topic        = EXCLUDED.due_topic,
+    due_partition    = EXCLUDED.due_partition,
+    due_offset       = EXCLUDED.due_offset,
+    due_key          = EXCLUDED.due_key,
+    due_value        = EXCLUDED.due_value,
+    due_headers      = EXCLUDED.due_headers,
+    due_timestamp_ms = EXCLUDED.due_timestamp_ms,
+    updated_at       = now()
+ WHERE (r.state = 'retrying' AND EXCLUDED.attempt = r.attempt + 1)
+    OR (r.state = 'running' AND r.lease_expires_at < now() AND NOT r.cancel_requested
+        AND EXCLUDED.attempt >= r.attempt)
+    OR (r.state = 'dead_lettered' AND EXCLUDED.redrive_count > r.redrive_count)
+RETURNING r.*
+"""
+
+
+async def claim(conn: Conn, schema: str, dues: Sequence[Due], *, owner: str, ttl: float) -> list[Run]:
+    """Claim the runs of ``dues`` (unique run ids) for ``owner``; returns those claimed."""
+    if not dues:
+        return []
+    rows = await conn.fetch(_CLAIM.format(schema=schema), *_due_arrays(dues), owner, ttl)
+    return [Run.from_row(row) for row in rows]
+
+
+# insert_unstarted --
+# Records a run that will not start now: 'skipped' by its overlap policy (token 1: deciding its
+# fate is its one claim) or 'pending' in the job's one-slot buffer (token 0 until it starts).
+# DO NOTHING: the callers hold the job's lock, and a row that exists already has a fate.
+_INSERT_UNSTARTED = f"""
+INSERT INTO {{schema}}.runs AS r ({_INSERT_COLUMNS}, state, fence_token, owner, finished_at, error)
+SELECT {_DUE_COLUMNS}, s.state, CASE WHEN s.state = 'skipped' THEN 1 ELSE 0 END, $21,
+       CASE WHEN s.state = 'skipped' THEN now() END,
+       CASE WHEN s.state = 'skipped' THEN jsonb_build_object('reason', s.reason) END
+  FROM {_DUE_UNNEST}
+  JOIN unnest($22::text[], $23::text[], $24::text[]) AS s(run_id, state, reason) USING (run_id)
+ON CONFLICT (run_id) DO NOTHING
+RETURNING r.*
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Unstarted:
+    due: Due
+    state: str  # skipped | pending
+    reason: str
+
+
+async def insert_unstarted(conn: Conn, schema: str, items: Sequence[Unstarted], *, owner: str) -> list[Run]:
+    if not items:
+        return []
+    rows = await conn.fetch(
+        _INSERT_UNSTARTED.format(schema=schema),
+        *_due_arrays([i.due for i in items]),
+        owner,
+        [i.due.job.run_id for i in items],
+        [i.state for i in items],
+        [i.reason for i in items],
+    )
+    return [Run.from_row(row) for row in rows]
+
+
+async def lock_jobs(conn: Conn, job_ids: Iterable[str]) -> None:
+    """Serialise overlap decisions per job for the rest of the transaction.
+
+    Sorted, so two transactions locking overlapping sets always queue in the same order and cannot
+    deadlock on each other.
+    """
+    ordered = sorted(set(job_ids))
+    if ordered:
+        await conn.execute(
+            "SELECT pg_advisory_xact_lock(hashtext('slotflow.claimer.job'), hashtext(j)) "
+            "FROM unnest($1::text[]) AS t(j)",
+            ordered,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Active:
+    """A run of a job that counts against a new one's overlap policy."""
+
+    run_id: str
+    job_id: str
+    state: str  # running | pending
+
+
+async def existing_run_ids(conn: Conn, schema: str, run_ids: Sequence[str]) -> set[str]:
+    rows = await conn.fetch(f"SELECT run_id FROM {schema}.runs WHERE run_id = ANY($1::text[])", run_ids)
+    return {row["run_id"] for row in rows}
+
+
+async def active_runs(conn: Conn, schema: str, job_ids: Sequence[str]) -> list[Active]:
+    """Running (any lease: an expired one will be taken over, so it still runs) and buffered runs."""
+    rows = await conn.fetch(
+        f"SELECT run_id, job_id, state FROM {schema}.runs "
+        "WHERE job_id = ANY($1::text[]) AND state IN ('running', 'pending') ORDER BY created_at",
+        job_ids,
+    )
+    return [Active(row["run_id"], row["job_id"], row["state"]) for row in rows]
+
+
+async def request_cancel(conn: Conn, schema: str, run_ids: Sequence[str]) -> list[str]:
+    """Ask the owners of running runs to cancel them; their next heartbeat sees the flag."""
+    rows = await conn.fetch(
+        f"UPDATE {schema}.runs SET cancel_requested = true, updated_at = now() "
+        "WHERE run_id = ANY($1::text[]) AND state = 'running' RETURNING run_id",
+        run_ids,
+    )
+    return [row["run_id"] for row in rows]
+
+
+async def supersede_pending(
+    conn: Conn, schema: str, run_ids: Sequence[str], *, owner: str, reason: str
+) -> list[Run]:
+    """Skip buffered runs a newer run replaces (cancel_previous); deciding their fate is a claim."""
+    rows = await conn.fetch(
+        f"UPDATE {schema}.runs SET state = 'skipped', fence_token = fence_token + 1, owner = $2, "
+        "finished_at = now(), error = jsonb_build_object('reason', $3::text), updated_at = now() "
+        "WHERE run_id = ANY($1::text[]) AND state = 'pending' RETURNING *",
+        run_ids,
+        owner,
+        reason,
+    )
+    return [Run.from_row(row) for row in rows]
+
+
+# heartbeat --
+# Extends only leases this owner still holds with the token it claimed with: a run taken over in
+# the meantime (token moved on) is simply not returned, and the caller cancels its handler.
+_HEARTBEAT = """
+UPDATE {schema}.runs AS r
+   SET lease_expires_at = now() + make_interval(secs => $4), heartbeat_at = now()
+  FROM unnest($1::text[], $2::bigint[]) AS h(run_id, token)
+ WHERE r.run_id = h.run_id AND r.fence_token = h.token AND r.owner = $3 AND r.state = 'running'
+RETURNING r.run_id, r.cancel_requested
+"""
+
+
+async def heartbeat(
+    conn: Conn, schema: str, tokens: Mapping[str, int], *, owner: str, ttl: float
+) -> dict[str, bool]:
+    """Renew leases; returns run id -> cancel requested, for the runs still held."""
+    if not tokens:
+        return {}
+    rows = await conn.fetch(_HEARTBEAT.format(schema=schema), list(tokens), list(tokens.values()), owner, ttl)
+    return {row["run_id"]: row["cancel_requested"] for row in rows}
+
+
+@dataclass(frozen=True, slots=True)
+class OutcomeWrite:
+    """The state a run should move to, guarded by the token it was claimed with."""
+
+    run_id: str
+    fence_token: int
+    state: str  # completed | retrying | dead_lettered | cancelled
+    result: str | None = None  # JSON
+    error: str | None = None  # JSON
+    entry: str | None = None  # JSON: a history entry (error_type, message, event)
+
+
+# record_outcomes --
+# The fenced outcome: a row changes only if it is still running under the very token the outcome
+# was produced with. A stale token (the run was taken over) matches nothing and is never applied;
+# the caller counts it as FenceRejected. The history entry is stamped from the row itself, so it
+# names the attempt, token and owner that actually held the run.
+_RECORD_OUTCOMES = """
+UPDATE {schema}.runs AS r SET
+    state            = u.state,
+    result           = u.result::jsonb,
+    error            = u.error::jsonb,
+    history          = CASE WHEN u.entry IS NULL THEN r.history ELSE r.history || jsonb_build_array(
+                           u.entry::jsonb || jsonb_build_object(
+                               'attempt', r.attempt, 'fence_token', r.fence_token,
+                               'owner', coalesce(r.owner, ''), 'started_at', r.started_at,
+                               'finished_at', now())) END,
+    finished_at      = now(),
+    lease_expires_at = NULL,
+    updated_at       = now()
+  FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[])
+       AS u(run_id, token, state, result, error, entry)
+ WHERE r.run_id = u.run_id AND r.fence_token = u.token AND r.state = 'running'
+RETURNING r.*
+"""
+
+
+async def record_outcomes(conn: Conn, schema: str, writes: Sequence[OutcomeWrite]) -> list[Run]:
+    """Apply outcomes whose token is current; returns the rows changed (the others were rejected)."""
+    if not writes:
+        return []
+    rows = await conn.fetch(
+        _RECORD_OUTCOMES.format(schema=schema),
+        [w.run_id for w in writes],
+        [w.fence_token for w in writes],
+        [w.state for w in writes],
+        [w.result for w in writes],
+        [w.error for w in writes],
+        [w.entry for w in writes],
+    )
+    return [Run.from_row(row) for row in rows]
+
+
+# start_buffered --
+# Starts the buffered run of each job whose previous run left 'running'. The callers hold the jobs'
+# locks, so an intake deciding a new run's overlap for the same job waits and then sees this start.
+_START_BUFFERED = """
+WITH next AS (
+    SELECT DISTINCT ON (p.job_id) p.run_id
+      FROM {schema}.runs p
+     WHERE p.job_id = ANY($1::text[]) AND p.state = 'pending'
+       AND NOT EXISTS (SELECT 1 FROM {schema}.runs l WHERE l.job_id = p.job_id AND l.state = 'running')
+     ORDER BY p.job_id, p.created_at
+)
+UPDATE {schema}.runs AS r
+   SET state = 'running', fence_token = r.fence_token + 1, owner = $2,
+       lease_expires_at = now() + make_interval(secs => $3), heartbeat_at = now(), started_at = now(),
+       updated_at = now()
+  FROM next
+ WHERE r.run_id = next.run_id
+RETURNING r.*
+"""
+
+
+async def start_buffered(
+    conn: Conn, schema: str, job_ids: Sequence[str], *, owner: str, ttl: float
+) -> list[Run]:
+    if not job_ids:
+        return []
+    rows = await conn.fetch(_START_BUFFERED.format(schema=schema), list(job_ids), owner, ttl)
+    return [Run.from_row(row) for row in rows]
+
+
+# reap --
+# Takes over runs whose lease expired by the database clock: SKIP LOCKED so several reapers split
+# the work, and the token goes up so the previous owner's late writes bounce. The attempt stays:
+# the handler runs again for the same attempt, and the takeover is written into the history.
+_REAP = """
+WITH victims AS (
+    SELECT run_id FROM {schema}.runs
+     WHERE state = 'running' AND lease_expires_at < now()
+     ORDER BY lease_expires_at
+     LIMIT $1
+       FOR UPDATE SKIP LOCKED
+)
+UPDATE {schema}.runs AS r
+   SET fence_token = r.fence_token + 1, owner = $2,
+       lease_expires_at = now() + make_interval(secs => $3), heartbeat_at = now(), started_at = now(),
+       takeovers = r.takeovers + 1,
+       history = r.history || jsonb_build_array(jsonb_build_object(
+           'event', 'takeover', 'attempt', r.attempt, 'fence_token', r.fence_token,
+           'owner', coalesce(r.owner, ''), 'error_type', 'LeaseExpired',
+           'message', format('lease of %s expired; taken over by %s', r.owner, $2::text),
+           'started_at', r.started_at, 'finished_at', now())),
+       updated_at = now()
+  FROM victims
+ WHERE r.run_id = victims.run_id
+RETURNING r.*
+"""
+
+
+async def reap(conn: Conn, schema: str, *, owner: str, ttl: float, limit: int) -> list[Run]:
+    rows = await conn.fetch(_REAP.format(schema=schema), limit, owner, ttl)
+    return [Run.from_row(row) for row in rows]
+
+
+async def orphaned_buffers(conn: Conn, schema: str, *, older_than: float, limit: int) -> list[str]:
+    """Jobs with a buffered run but nothing running: the start after the last run was lost."""
+    rows = await conn.fetch(
+        f"SELECT DISTINCT p.job_id FROM {schema}.runs p "
+        "WHERE p.state = 'pending' AND p.updated_at < now() - make_interval(secs => $1) "
+        f"AND NOT EXISTS (SELECT 1 FROM {schema}.runs l WHERE l.job_id = p.job_id AND l.state = 'running') "
+        "LIMIT $2",
+        older_than,
+        limit,
+    )
+    return [row["job_id"] for row in rows]
+
+
+async def release(conn: Conn, schema: str, tokens: Mapping[str, int]) -> int:
+    """Expire leases now (shutdown), so another claimer's reaper takes them over at once."""
+    if not tokens:
+        return 0
+    status = await conn.execute(
+        f"UPDATE {schema}.runs AS r SET lease_expires_at = now(), updated_at = now() "
+        "FROM unnest($1::text[], $2::bigint[]) AS h(run_id, token) "
+        "WHERE r.run_id = h.run_id AND r.fence_token = h.token AND r.state = 'running'",
+        list(tokens),
+        list(tokens.values()),
+    )
+    return int(status.split()[-1])
