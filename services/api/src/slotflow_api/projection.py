@@ -130,6 +130,8 @@ async def _apply(conn: Conn, schema: str, fact: Fact, runs: _RunBatch) -> None:
     message = fact.message
     if isinstance(message, JobDue):
         _job_due(fact, message, runs)
+        if message.workflow_id is not None:
+            await _history(conn, schema, message.workflow_id, fact, "activity", message.sequence)
     elif isinstance(message, RunEvent):
         _run_event(message, runs)
         if message.workflow_id is not None:
