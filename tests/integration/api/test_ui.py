@@ -1,0 +1,241 @@
+"""The dashboard in a real headless Chromium (Debian's), against the api on real Kafka and PostgreSQL.
+
+Screenshots go to a temporary directory, or to $SLOTFLOW_SCREENSHOT_DIR (docs/img to refresh the
+ones in docs/dashboard.md).
+"""
+
+import os
+import re
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from playwright.async_api import Browser, ConsoleMessage, Page, async_playwright, expect
+
+from slotflow.contracts.codec import decode
+from slotflow.contracts.topics import DLQ_COMMANDS
+from slotflow.kafka.consumer import Consumer
+from slotflow.pg.pool import Pool
+from slotflow.settings import KafkaSettings
+from slotflow.testing import assert_eventually, unique_name
+from slotflow_api.app import create_app
+from slotflow_api.config import Settings
+from tests.integration.cli.support import (
+    DEAD_LETTERS,
+    PAYOUTS,
+    STATEMENTS,
+    WORKFLOW,
+    build_scene,
+    produce_live,
+    project_scene,
+    served,
+)
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Browser]:
+    if shutil.which(CHROMIUM) is None:
+        pytest.fail(f"{CHROMIUM} is missing: run deploy/devstack/install-tools.sh (make test does)")
+    async with async_playwright() as playwright:
+        launched = await playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield launched
+        finally:
+            await launched.close()
+
+
+@pytest.fixture
+def shots(tmp_path: Path) -> Path:
+    target = Path(os.environ.get("SLOTFLOW_SCREENSHOT_DIR") or tmp_path)
+    target.mkdir(parents=True, exist_ok=True)
+    return target
+
+
+async def _seeded(base: str, settings: Settings, pool: Pool) -> None:
+    scene = build_scene()
+    await project_scene(pool, settings.api.db_schema, scene.facts)
+    await produce_live(settings.kafka, scene.now)
+
+    async with httpx.AsyncClient(base_url=base, timeout=10) as http:
+
+        async def projected() -> bool:
+            schedules = (await http.get("/v1/schedules")).json()["items"]
+            letters = (await http.get("/v1/dlq")).json()["items"]
+            return len(schedules) == 3 and len(letters) == 2
+
+        await assert_eventually(projected, timeout=30, message="live events projected")
+
+
+def _watch_errors(page: Page) -> list[str]:
+    """Console errors and uncaught exceptions (a CSP violation shows up here too)."""
+    problems: list[str] = []
+
+    def on_console(message: ConsoleMessage) -> None:
+        if message.type == "error":
+            problems.append(message.text)
+
+    page.on("console", on_console)
+    page.on("pageerror", lambda err: problems.append(str(err)))
+    return problems
+
+
+async def _unlabelled_controls(page: Page) -> list[str]:
+    found: Any = await page.evaluate(
+        """() => Array.from(document.querySelectorAll('input, select, button'))
+            .filter((el) => !(el.labels && el.labels.length) && !el.getAttribute('aria-label')
+                            && !(el.tagName === 'BUTTON' && el.textContent.trim()))
+            .map((el) => el.outerHTML)"""
+    )
+    return [str(item) for item in found]
+
+
+async def _dlq_commands(kafka: KafkaSettings, command_id: str) -> dict[str, Any]:
+    topic = kafka.topic(DLQ_COMMANDS)
+    async with Consumer(kafka, topic, group_id=unique_name("ui-test"), client_id="ui-test") as consumer:
+
+        async def find() -> dict[str, Any] | None:
+            for record in await consumer.poll(timeout_ms=500):
+                envelope = decode(record.value)
+                if envelope.id == command_id:
+                    return {"type": envelope.type, "key": envelope.key, "data": envelope.data}
+            return None
+
+        found: dict[str, Any] = await assert_eventually(find, timeout=30, message=f"{command_id} on {topic}")
+        return found
+
+
+async def test_dashboard_pages_and_redrive_in_chromium(
+    api_settings: Settings, pg_pool: Pool, browser: Browser, shots: Path
+) -> None:
+    async with served(create_app(api_settings)) as base:
+        await _seeded(base, api_settings, pg_pool)
+        page = await browser.new_page(viewport={"width": 1280, "height": 860})
+        problems = _watch_errors(page)
+
+        # The root redirects to the schedules page, which lists every schedule with its next slots.
+        await page.goto(f"{base}/")
+        assert page.url == f"{base}/ui/"
+        await expect(page.get_by_role("heading", level=1)).to_have_text("Schedules")
+        table = page.get_by_role("table", name="Schedules and their next slots")
+        await expect(table.get_by_role("row")).to_have_count(4)
+        payouts_row = table.get_by_role("row").filter(has_text=PAYOUTS)
+        await expect(payouts_row).to_contain_text("cron 0 * * * * (UTC)")
+        await expect(payouts_row.locator("ul.slots li")).to_have_count(5)
+        statements_row = table.get_by_role("row").filter(has_text=STATEMENTS)
+        await expect(statements_row).to_contain_text("paused bank maintenance")
+        await expect(statements_row).to_contain_text("local")
+        await expect(page.locator('nav a[aria-current="page"]')).to_have_text("Schedules")
+        await page.screenshot(path=shots / "dashboard-schedules.png", full_page=True)
+
+        # A schedule's runs timeline: one marker per recorded run, attempts stacked, the audit lane below.
+        await payouts_row.get_by_role("link", name=PAYOUTS).click()
+        await page.wait_for_url(f"{base}/ui/schedules/{PAYOUTS}")
+        await page.get_by_role("link", name="12h").click()
+        await expect(page.locator("svg.timeline g.run")).to_have_count(7)
+        assert await page.locator('svg.timeline g.run[data-state="completed"]').count() == 5
+        assert await page.locator('svg.timeline g.run[data-state="dead_lettered"]').count() == 1
+        assert await page.locator('svg.timeline g.run[data-state="running"]').count() == 1
+        retried = page.locator("svg.timeline g.run").filter(has_text="2 attempt(s)")
+        assert await retried.count() == 2  # the retried run and the duplicated one
+        await expect(page.locator('svg.timeline g.expected[data-status="missed"]')).to_have_count(1)
+        audit = page.locator("p.audit")
+        await expect(audit).to_contain_text("1 missed")
+        await expect(audit).to_contain_text("1 late")
+        await expect(audit).to_contain_text("1 skipped by policy")
+        await expect(audit).to_contain_text("1 duplicated effect")
+        runs = page.get_by_role("table", name=re.compile(f"^Runs of {PAYOUTS}"))
+        await expect(runs).to_contain_text("TimeoutError: bank API timed out")
+        await expect(runs).to_contain_text("CardDeclined: card declined by issuer")
+        await expect(page.get_by_role("button", name="Trigger now")).to_be_enabled()
+        await page.screenshot(path=shots / "dashboard-schedule.png", full_page=True)
+
+        # A workflow: its saga state (compensations in order), activities, pending work and history.
+        await page.goto(f"{base}/ui/workflows/{WORKFLOW}")
+        compensations = page.get_by_role("list", name="Compensations").get_by_role("listitem")
+        await expect(compensations).to_have_count(2)
+        await expect(compensations.nth(0)).to_contain_text("inventory.release")
+        await expect(compensations.nth(1)).to_contain_text("payments.refund")
+        activities = page.get_by_role("table", name=f"Activities of {WORKFLOW}")
+        await expect(activities.get_by_role("row")).to_have_count(4)
+        pending = page.get_by_role("table", name="Pending activities")
+        await expect(pending).to_contain_text("shipping.book")
+        await expect(page.get_by_role("table", name="Pending timers")).to_contain_text(f"{WORKFLOW}/timer/6")
+        history = page.get_by_role("table", name=f"History of {WORKFLOW}, in order")
+        await expect(history).to_contain_text("saga.compensation_recorded")
+        await expect(history).to_contain_text("workflow.start")
+        await page.screenshot(path=shots / "dashboard-workflow.png", full_page=True)
+
+        # The DLQ: a redrive button publishes RedriveDeadLetters for exactly that dead letter.
+        await page.goto(f"{base}/ui/dlq")
+        letters = page.get_by_role("table", name="Dead letters")
+        await expect(letters.get_by_role("row")).to_have_count(3)
+        await expect(letters).to_contain_text("CardDeclined: card declined by issuer")
+        await page.get_by_role("button", name=f"Redrive {DEAD_LETTERS[1]}").click()
+        status = page.get_by_role("status")
+        await expect(status).to_contain_text("command")
+        match = re.search(r"command (\S+) published", await status.inner_text())
+        assert match is not None, await status.inner_text()
+        await expect(page.get_by_role("button", name=f"Redrive {DEAD_LETTERS[1]}")).to_be_disabled()
+        await page.screenshot(path=shots / "dashboard-dlq.png", full_page=True)
+
+        published = await _dlq_commands(api_settings.kafka, match.group(1))
+        assert published["type"] == "dlq.redrive"
+        assert published["key"] == DEAD_LETTERS[1]
+        assert published["data"]["selection"]["ids"] == [DEAD_LETTERS[1]]
+        assert published["data"]["limit"] == 1
+
+        # Discarding without a reason is refused in the page; nothing is sent.
+        await page.get_by_role("button", name=f"Discard {DEAD_LETTERS[0]}").click()
+        await expect(status).to_have_text("Give a discard reason first.")
+
+        for path in (
+            "/ui/",
+            f"/ui/schedules/{PAYOUTS}",
+            f"/ui/workflows/{WORKFLOW}",
+            "/ui/dlq",
+            "/ui/workflows",
+        ):
+            await page.goto(f"{base}{path}")
+            await expect(page.locator("#content")).to_have_attribute("aria-busy", "false")
+            assert await _unlabelled_controls(page) == [], path
+            assert await page.get_by_role("heading", level=1).count() == 1
+        assert problems == []
+
+
+async def test_unknown_pages_say_not_found_and_assets_are_local(
+    api_settings: Settings, browser: Browser
+) -> None:
+    async with served(create_app(api_settings)) as base:
+        page = await browser.new_page()
+        problems = _watch_errors(page)
+        external: list[str] = []
+        page.on(
+            "request",
+            lambda request: external.append(request.url) if not request.url.startswith(base) else None,
+        )
+        await page.goto(f"{base}/ui/schedules/no-such-schedule")
+        await expect(page.locator("#content")).to_contain_text("Schedule no-such-schedule was not found.")
+        await page.goto(f"{base}/ui/workflows/no-such-workflow")
+        await expect(page.locator("#content")).to_contain_text("Workflow no-such-workflow was not found.")
+        assert external == []
+        assert problems == [] or all("404" in problem for problem in problems)
+        async with httpx.AsyncClient(base_url=base) as http:
+            response = await http.get("/ui/dlq")
+            assert "script-src 'self'" in response.headers["content-security-policy"]
+            assert (await http.get("/ui/static/app.js")).status_code == 200
+            openapi = (await http.get("/v1/openapi.json")).json()
+            assert not any(path.startswith("/ui") for path in openapi["paths"])
