@@ -44,7 +44,9 @@ async def start_claimer(
     """Start a claimer with setting overrides; every one started is stopped after the test."""
     started: list[Claimer] = []
 
-    async def start(*, registry_: HandlerRegistry | None = None, rng: Any = None, **overrides: Any) -> Claimer:
+    async def start(
+        *, registry_: HandlerRegistry | None = None, rng: Any = None, **overrides: Any
+    ) -> Claimer:
         claimer = Claimer(settings_for(kafka, pg_dsn, **overrides), registry=registry_ or registry, rng=rng)
         await claimer.start()
         started.append(claimer)

@@ -1,0 +1,221 @@
+"""Failure sorting: transient failures retry through a durable timer, permanent ones never do.
+
+These tests stand in for the ticker with `TimerFirer` (it publishes a StartTimer's JobDue at its
+fire time); `test_with_ticker.py` runs the real ticker instead.
+"""
+
+import asyncio
+import base64
+from datetime import timedelta
+
+import pytest
+from pydantic import TypeAdapter
+
+from slotflow.contracts import DeadLettered, RetryPolicy
+from slotflow.contracts.envelope import REDRIVE_COUNT_HEADER
+from slotflow.contracts.topics import DLQ_MESSAGES, RUN_EVENTS, SCHEDULE_COMMANDS
+from slotflow.errors import PermanentError
+from slotflow.kafka.producer import Producer
+from slotflow.pg.pool import Pool
+from slotflow.runs import HandlerRegistry, RunContext
+from slotflow.settings import KafkaSettings
+from slotflow.testing import assert_eventually
+from tests.integration.claimer.conftest import StartClaimer
+from tests.integration.claimer.support import (
+    TimerFirer,
+    TopicReader,
+    job_due,
+    ledger,
+    publish,
+    wait_state,
+)
+
+
+class PaymentDeclined(Exception):
+    """A business error the schedule's retry policy names as non-retryable."""
+
+
+async def test_transient_failure_retries_through_a_timer_and_then_completes(
+    kafka: KafkaSettings, producer: Producer, db: Pool, registry: HandlerRegistry, start_claimer: StartClaimer
+) -> None:
+    async def flaky(ctx: RunContext) -> str:
+        if ctx.attempt == 1:
+            raise ConnectionError("gateway unreachable")
+        return "paid"
+
+    registry.register("test.flaky", flaky)
+    await start_claimer()
+    policy = RetryPolicy(base=timedelta(milliseconds=500), cap=timedelta(seconds=2), max_attempts=3)
+    job = job_due("flaky", handler="test.flaky", retry=policy)
+    async with TimerFirer(kafka, producer, db):
+        await publish(producer, kafka, [job])
+        row = await wait_state(db, job.run_id, "completed")
+    assert row["attempt"] == 2
+    assert row["fence_token"] == 2
+    async with TopicReader(kafka, RUN_EVENTS) as events, TopicReader(kafka, SCHEDULE_COMMANDS) as commands:
+        await events.wait_for("run.completed", run_id=job.run_id)
+        failed = events.of_type("run.failed", job.run_id)
+        retrying = events.of_type("run.retrying", job.run_id)
+        timers = await commands.wait_for("timer.start")
+    assert [f.data["retryable"] for f in failed] == [True]
+    assert failed[0].data["error_type"] == "ConnectionError"
+    assert retrying[0].data["next_attempt"] == 2
+    assert [t.id for t in timers] == [f"retry:{job.run_id}#2"]
+    timer = timers[0].data
+    assert timer["on_fire"]["job"]["attempt"] == 2
+    assert timer["on_fire"]["job"]["kind"] == "retry"
+    # Full jitter: the first retry waits a draw from [0, base).
+    delay = TypeAdapter(timedelta).validate_python(retrying[0].data["delay"])
+    assert timedelta(0) <= delay < policy.base
+    assert timer["fire_at"] == retrying[0].data["retry_at"]
+
+
+@pytest.mark.parametrize(
+    ("error", "non_retryable"),
+    [
+        (PermanentError("merchant account closed"), ()),
+        (ValueError("amount is not a number"), ()),
+        (PaymentDeclined("card declined"), ("PaymentDeclined",)),
+    ],
+    ids=["PermanentError", "ValueError", "named-non-retryable"],
+)
+async def test_permanent_failure_is_dead_lettered_without_a_retry(
+    kafka: KafkaSettings,
+    producer: Producer,
+    db: Pool,
+    registry: HandlerRegistry,
+    start_claimer: StartClaimer,
+    error: Exception,
+    non_retryable: tuple[str, ...],
+) -> None:
+    calls: list[int] = []
+
+    async def doomed(ctx: RunContext) -> None:
+        calls.append(ctx.attempt)
+        raise error
+
+    registry.register("test.doomed", doomed)
+    await start_claimer()
+    job = job_due(
+        "doomed",
+        handler="test.doomed",
+        retry=RetryPolicy(base=timedelta(milliseconds=100), max_attempts=5, non_retryable=non_retryable),
+    )
+    await publish(producer, kafka, [job])
+    row = await wait_state(db, job.run_id, "dead_lettered")
+    assert row["attempt"] == 1
+    async with TopicReader(kafka, DLQ_MESSAGES) as dlq, TopicReader(kafka, RUN_EVENTS) as events:
+        letters = await dlq.wait_for(DeadLettered.message_type)
+        dead = await events.wait_for("run.dead_lettered", run_id=job.run_id)
+    letter = letters[0].data
+    assert letter["reason"] == "permanent_error"
+    assert letter["run_id"] == job.run_id
+    assert letter["error_type"] == type(error).__name__
+    assert [h["attempt"] for h in letter["history"]] == [1]
+    assert dead[0].data["reason"] == "permanent_error"
+    assert events.of_type("run.retrying", job.run_id) == []
+    # Events are staged with the state change, so the outbox is the complete record: no timer.
+    staged = await db.fetch("SELECT topic FROM claimer.outbox")
+    assert kafka.topic(SCHEDULE_COMMANDS) not in {r["topic"] for r in staged}
+    assert calls == [1]
+
+
+async def test_payout_business_rule_is_permanent_and_pays_nothing(
+    kafka: KafkaSettings, producer: Producer, db: Pool, start_claimer: StartClaimer
+) -> None:
+    await start_claimer()
+    job = job_due("merchant-neg", payload={"merchant_id": "m", "amount_cents": -5})
+    await publish(producer, kafka, [job])
+    row = await wait_state(db, job.run_id, "dead_lettered")
+    assert row["attempt"] == 1
+    assert row["error"] is not None
+    assert await ledger(db) == []
+
+
+async def test_exhausted_attempts_land_in_the_dlq_with_their_history(
+    kafka: KafkaSettings, producer: Producer, db: Pool, registry: HandlerRegistry, start_claimer: StartClaimer
+) -> None:
+    async def down(ctx: RunContext) -> None:
+        raise TimeoutError("upstream timed out")
+
+    registry.register("test.down", down)
+    await start_claimer()
+    policy = RetryPolicy(base=timedelta(milliseconds=100), cap=timedelta(milliseconds=300), max_attempts=3)
+    job = job_due("down", handler="test.down", retry=policy)
+    async with TimerFirer(kafka, producer, db):
+        await publish(producer, kafka, [job])
+        row = await wait_state(db, job.run_id, "dead_lettered")
+    assert row["attempt"] == 3
+    async with TopicReader(kafka, DLQ_MESSAGES) as dlq:
+        letters = await dlq.wait_for(DeadLettered.message_type)
+    letter = letters[0].data
+    assert letter["reason"] == "attempts_exhausted"
+    assert [h["attempt"] for h in letter["history"]] == [1, 2, 3]
+    assert {h["error_type"] for h in letter["history"]} == {"TimeoutError"}
+    assert [h["fence_token"] for h in letter["history"]] == [1, 2, 3]
+
+
+async def test_start_to_close_timeout_is_a_transient_failure(
+    kafka: KafkaSettings, producer: Producer, db: Pool, registry: HandlerRegistry, start_claimer: StartClaimer
+) -> None:
+    async def slow_then_fast(ctx: RunContext) -> str:
+        if ctx.attempt == 1:
+            await asyncio.sleep(30)
+        return "done"
+
+    registry.register("test.slow", slow_then_fast)
+    await start_claimer()
+    policy = RetryPolicy(
+        base=timedelta(milliseconds=100), max_attempts=3, start_to_close=timedelta(milliseconds=500)
+    )
+    job = job_due("slow", handler="test.slow", retry=policy)
+    async with TimerFirer(kafka, producer, db):
+        await publish(producer, kafka, [job])
+        row = await wait_state(db, job.run_id, "completed")
+    assert row["attempt"] == 2
+    assert row["history"] is not None
+
+
+async def redrive(producer: Producer, letter: DeadLettered, count: int) -> None:
+    """What the DLQ service does: the very same record back to its topic, with a redrive count."""
+    await producer.send_raw(
+        letter.topic,
+        key=base64.b64decode(letter.key_b64) if letter.key_b64 else None,
+        value=base64.b64decode(letter.value_b64),
+        headers={REDRIVE_COUNT_HEADER: str(count).encode()},
+    )
+
+
+async def test_unknown_handler_is_dead_lettered_and_a_redrive_after_deploy_completes_it_once(
+    kafka: KafkaSettings, producer: Producer, db: Pool, registry: HandlerRegistry, start_claimer: StartClaimer
+) -> None:
+    claimer = await start_claimer()
+    job = job_due("later", handler="reports.not_deployed_yet")
+    await publish(producer, kafka, [job])
+    await wait_state(db, job.run_id, "dead_lettered")
+    async with TopicReader(kafka, DLQ_MESSAGES) as dlq:
+        letters = await dlq.wait_for(DeadLettered.message_type)
+    letter = DeadLettered.model_validate(letters[0].data)
+    assert letter.reason == "unknown_handler"
+
+    calls: list[int] = []
+
+    async def deployed(ctx: RunContext) -> str:
+        calls.append(ctx.fence_token)
+        return "built"
+
+    registry.register("reports.not_deployed_yet", deployed)
+    await redrive(producer, letter, 1)
+    row = await wait_state(db, job.run_id, "completed")
+    assert row["fence_token"] == 2
+    assert row["attempt"] == 2  # attempts keep counting over the run's life; the budget restarted
+    assert row["redrive_count"] == 1
+    # Redriving again (the same count, then a higher one) never runs a completed run twice.
+    before = claimer.metrics.value("slotflow_claimer_jobdue_duplicates_total")
+    await redrive(producer, letter, 1)
+    await redrive(producer, letter, 2)
+    await assert_eventually(
+        lambda: claimer.metrics.value("slotflow_claimer_jobdue_duplicates_total") >= before + 2
+    )
+    assert calls == [2]
+    assert (await wait_state(db, job.run_id, "completed"))["fence_token"] == 2
