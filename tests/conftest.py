@@ -14,7 +14,7 @@ import pytest
 
 from slotflow.pg.pool import Pool, create_pool
 from slotflow.settings import KafkaSettings, PostgresSettings
-from slotflow.testing import unique_name
+from slotflow.testing import assert_eventually, unique_name
 
 TESTS = Path(__file__).parent
 LAYERS = ("unit", "integration", "chaos", "contracts")
@@ -117,6 +117,7 @@ async def kafka(kafka_settings: KafkaSettings) -> AsyncIterator[KafkaSettings]:
         s.model_copy(update={"partitions": min(s.partitions, TEST_PARTITIONS)}) for s in settings.topics()
     ]
     await ensure_topics(settings.bootstrap, specs)
+    await wait_for_leaders(settings.bootstrap, {s.name: s.partitions for s in specs})
     yield settings
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap)
     await admin.start()
@@ -127,3 +128,29 @@ async def kafka(kafka_settings: KafkaSettings) -> AsyncIterator[KafkaSettings]:
             await admin.delete_topics(mine)
     finally:
         await admin.close()
+
+
+async def wait_for_leaders(bootstrap: str, partitions: dict[str, int], timeout: float = 60.0) -> None:
+    """Block until every partition of the new topics has a leader.
+
+    A loaded broker elects leaders for fresh partitions one by one; a test that produces before
+    that only exercises NotLeaderForPartition retries.
+    """
+    from aiokafka import AIOKafkaClient
+    from aiokafka.structs import TopicPartition
+
+    client = AIOKafkaClient(bootstrap_servers=bootstrap)
+    await client.bootstrap()
+    try:
+
+        async def all_led() -> bool:
+            metadata = await client.fetch_all_metadata()
+            return all(
+                (metadata.leader_for_partition(TopicPartition(topic, p)) or -1) >= 0
+                for topic, count in partitions.items()
+                for p in range(count)
+            )
+
+        await assert_eventually(all_led, timeout=timeout, interval=0.2, message="partition leaders")
+    finally:
+        await client.close()
