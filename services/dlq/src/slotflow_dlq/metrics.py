@@ -26,7 +26,7 @@ class DlqMetrics:
             "slotflow_dlq_discards_total", "Dead letters discarded", registry=self.registry
         )
         self.parked_now = Gauge(
-            "slotflow_dlq_parked", "Entries parked now, by reason", ["reason"], registry=self.registry
+            "slotflow_dlq_parked_entries", "Entries parked now, by reason", ["reason"], registry=self.registry
         )
         self.oldest_parked_age = Gauge(
             "slotflow_dlq_oldest_parked_age_seconds",
