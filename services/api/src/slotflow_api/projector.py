@@ -12,6 +12,7 @@ new group and replays every topic from the beginning.
 """
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
@@ -63,6 +64,10 @@ PROJECTED_TOPICS: tuple[TopicSpec, ...] = (
     DLQ_COMMANDS,
     DLQ_EVENTS,
 )
+
+
+#: How often an idle projector looks for a rebuild.
+GROUP_CHECK_SECONDS = 1.0
 
 
 class GroupChanged(SlotflowError):
@@ -200,7 +205,21 @@ class Projector:
             await dlq.stop()
 
     async def _relay_stop(self, stop: asyncio.Event) -> None:
-        await stop.wait()
+        # Batches check the group in their own transaction; this catches a rebuild while idle.
+        while not stop.is_set() and not self._stop_loop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=GROUP_CHECK_SECONDS)
+            if stop.is_set():
+                break
+            try:
+                group = await self._pool.fetchval(f"SELECT group_id FROM {self._schema}.projector_state")
+            except Exception as err:  # noqa: BLE001 - an unreachable database is the batches' concern
+                log.debug("group check failed: %s", err)
+                continue
+            if group != self._group:
+                log.warning("read model rebuilt: restarting the projector on group %s", group)
+                self.generation_changes += 1
+                break
         self._stop_loop.set()
 
     async def _stage(self, incoming: Incoming) -> None:
