@@ -48,7 +48,7 @@ async def test_misnamed_file_and_bad_schema_are_clear_errors(pg_pool: Pool, tmp_
     directory = tmp_path / "bad"
     directory.mkdir()
     (directory / "create-things.sql").write_text("SELECT 1;")
-    with pytest.raises(MigrationError, match="NNNN_description.sql"):
+    with pytest.raises(MigrationError, match=r"NNNN_description\.sql"):
         await apply_migrations(pg_pool, schema="svc", sources=[MigrationSource("bad", directory)])
     with pytest.raises(MigrationError, match="invalid schema name"):
         await apply_migrations(pg_pool, schema="svc; DROP TABLE x", sources=[])
