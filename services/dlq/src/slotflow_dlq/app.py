@@ -159,12 +159,12 @@ class DlqService:
             outage_types=OUTAGES,
             on_dead_letter=self._own_poison,
         )
-        parts: list[Callable[[asyncio.Event], Coroutine[Any, Any, None]]] = [
-            self.letters_loop.run,
-            self.commands_loop.run,
-            self._outbox.run,
-            self._redrives.run,
-            self._refresh_gauges,
+        parts: list[tuple[str, Callable[[asyncio.Event], Coroutine[Any, Any, None]]]] = [
+            ("letters", self.letters_loop.run),
+            ("commands", self.commands_loop.run),
+            ("outbox", self._outbox.run),
+            ("redrives", self._redrives.run),
+            ("gauges", self._refresh_gauges),
         ]
         if self.settings.webhook_url is not None:
             self._notifier = Notifier(
@@ -178,11 +178,9 @@ class DlqService:
                 cap=self.settings.webhook_backoff_cap_seconds,
                 poll_interval=self.settings.notifier_poll_seconds,
             )
-            parts.append(self._notifier.run)
+            parts.append(("notifier", self._notifier.run))
         inner = asyncio.Event()
-        tasks = [
-            asyncio.create_task(part(inner), name=getattr(part, "__qualname__", "part")) for part in parts
-        ]
+        tasks = [asyncio.create_task(part(inner), name=name) for name, part in parts]
         stopper = asyncio.create_task(stop.wait())
         self.ready.set()
         try:
@@ -193,6 +191,11 @@ class DlqService:
         finally:
             inner.set()
             stopper.cancel()
+            for task in tasks:
+                # A delivery in flight is leased and is retried by whoever runs next; waiting out
+                # a hanging webhook's timeout would only delay the shutdown.
+                if task.get_name() == "notifier":
+                    task.cancel()
             results = await asyncio.gather(*tasks, return_exceptions=True)
             self.ready.clear()
         errors = [

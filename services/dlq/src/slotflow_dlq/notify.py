@@ -16,6 +16,7 @@ import random
 from datetime import timedelta
 from typing import Any
 
+import asyncpg
 import httpx
 
 from slotflow.core.retry import full_jitter_delay
@@ -23,6 +24,8 @@ from slotflow.pg.pool import CONNECTION_ERRORS, Pool
 from slotflow_dlq.metrics import DlqMetrics
 
 log = logging.getLogger(__name__)
+
+_ERRORS: tuple[type[BaseException], ...] = (*CONNECTION_ERRORS, asyncpg.PostgresError)
 
 
 class Notifier:
@@ -62,7 +65,7 @@ class Notifier:
             while not stop.is_set():
                 try:
                     sent = await self.deliver_due(client)
-                except CONNECTION_ERRORS as err:
+                except _ERRORS as err:
                     log.warning("notifier paused: %s", err)
                     sent = 0
                 if sent == 0:
