@@ -13,6 +13,7 @@ from slotflow.contracts.policies import DstPolicy
 from slotflow.contracts.schedules import CronSpec, IntervalSpec, OnceSpec
 from slotflow.core.cronslots import Slot, iter_slots, next_slot, preview, slots_between
 from slotflow.core.identity import NaiveDatetime
+from tests.unit.core.cron_fields import cron_fields, matches_fields
 
 DEFAULT = DstPolicy()
 DST_ZONES = [
@@ -31,58 +32,6 @@ POLICIES = [
 
 def utc(year: int, month: int, day: int, hour: int = 0, minute: int = 0, second: int = 0) -> datetime:
     return datetime(year, month, day, hour, minute, second, tzinfo=UTC)
-
-
-# --- a cron expression generator whose fields the test knows -------------------------------------
-
-
-def _listed(
-    low: int, high: int, step_max: int, field_high: int | None = None
-) -> st.SearchStrategy[tuple[str, set[int] | None]]:
-    """ "*", a list of values in [low, high], or "*/k" (which steps over the whole field)."""
-    values = st.lists(st.integers(low, high), min_size=1, max_size=4)
-    listed = values.map(lambda vs: (",".join(str(v) for v in sorted(set(vs))), set(vs)))
-    top = high if field_high is None else field_high
-    stepped = st.integers(2, step_max).map(lambda k: (f"*/{k}", set(range(low, top + 1, k))))
-    return st.one_of(st.just(("*", None)), listed, stepped)
-
-
-@st.composite
-def cron_fields(draw: st.DrawFn, *, seconds: bool | None = None) -> tuple[str, list[set[int] | None]]:
-    """A cron expression and, per field (second, minute, hour, dom, month, dow), the allowed values."""
-    six = draw(st.booleans()) if seconds is None else seconds
-    second = draw(_listed(0, 59, 30)) if six else ("0", {0})
-    minute = draw(_listed(0, 59, 30))
-    hour = draw(_listed(0, 23, 12))
-    dom = draw(st.one_of(st.just(("*", None)), _listed(1, 28, 10, field_high=31)))
-    month = draw(st.one_of(st.just(("*", None)), _listed(1, 12, 6)))
-    dow = draw(st.one_of(st.just(("*", None)), _listed(0, 6, 3)))
-    parts = [minute[0], hour[0], dom[0], month[0], dow[0]]
-    if six:
-        parts.insert(0, second[0])
-    return " ".join(parts), [second[1], minute[1], hour[1], dom[1], month[1], dow[1]]
-
-
-def matches_fields(wall: datetime, fields: list[set[int] | None]) -> bool:
-    """Independent cron matcher (Vixie semantics: restricted day-of-month OR restricted day-of-week)."""
-    second, minute, hour, dom, month, dow = fields
-
-    def ok(allowed: set[int] | None, value: int) -> bool:
-        return allowed is None or value in allowed
-
-    cron_dow = (wall.weekday() + 1) % 7
-    if dom is not None and dow is not None:
-        day = wall.day in dom or cron_dow in dow
-    else:
-        day = ok(dom, wall.day) and ok(dow, cron_dow)
-    return (
-        ok(second, wall.second)
-        and ok(minute, wall.minute)
-        and ok(hour, wall.hour)
-        and ok(month, wall.month)
-        and day
-        and wall.microsecond == 0
-    )
 
 
 # Hypothesis bounds are naive by its API; the drawn values carry UTC.
@@ -280,3 +229,38 @@ def test_interval_never_drifts(every: timedelta, anchor: datetime, after: dateti
 def iter_slots_limited(spec: IntervalSpec, after: datetime, count: int) -> list[Slot]:
     iterator = iter_slots(spec, DEFAULT, after=after)
     return [next(iterator) for _ in range(count)]
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "0 9 * jan-mar mon-fri",  # names and ranges
+        "0 0 * * 7",  # 7 is Sunday too
+        "0 0 1-5/2 * *",
+        "0 0 13 * 5",  # day-of-month OR day-of-week
+        "0 0 29 2 *",  # leap days only
+        "0 12 L * *",  # last day of the month: croniter walks these
+        "30 2 * 3 0#5",  # fifth Sunday of March
+        "0 8 15W * *",  # weekday nearest the 15th
+        "15,45 */5 * * * *",
+        "0 0 0 1 1 *",
+    ],
+)
+def test_special_and_named_fields_agree_with_croniter(expression: str) -> None:
+    after = utc(2026, 1, 1)
+    six = len(expression.split()) == 6
+    theirs = croniter(expression, after, ret_type=datetime, second_at_beginning=six)
+    expected = [theirs.get_next(datetime) for _ in range(30)]
+    assert [
+        s.at for s in preview(CronSpec(expression=expression), DEFAULT, after=after, count=30)
+    ] == expected
+
+
+def test_walked_expressions_keep_the_dst_policy() -> None:
+    # "#" is walked by croniter, in naive wall time; the DST policy still applies to the result.
+    spec = CronSpec(expression="30 2 * 3 0#5", timezone="Europe/Berlin")  # 2026-03-29 is the 5th Sunday
+    assert next_slot(spec, DstPolicy(), after=utc(2026, 3, 1)) == Slot(
+        utc(2026, 3, 29, 1), "2026-03-29T02:30:00+02:00", "shifted"
+    )
+    # The fifth Sunday of March is always the EU's spring-forward day: skipping never fires.
+    assert next_slot(spec, DstPolicy(nonexistent="skip"), after=utc(2026, 3, 1)) is None

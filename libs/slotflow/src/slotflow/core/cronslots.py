@@ -25,6 +25,7 @@ from croniter import CroniterBadDateError, croniter
 
 from slotflow.contracts.policies import DstPolicy, MisfirePolicy
 from slotflow.contracts.schedules import CronSpec, IntervalSpec, OnceSpec
+from slotflow.core._cronfields import MAX_YEARS_BETWEEN_MATCHES, CronFields
 from slotflow.core._walltime import first_change_after, local_naive, resolve, transitions_between
 from slotflow.core.identity import NaiveDatetime
 
@@ -84,22 +85,32 @@ class _Cron:
     """A parsed cron expression walking naive wall times (no zone, so no DST surprises)."""
 
     def __init__(self, expression: str) -> None:
-        six = len(expression.split()) == 6
-        # Parsing costs several times one step; copies of this template share the parsed fields.
-        # The start is naive on purpose: croniter must see wall time, not a zone.
-        origin = datetime(2000, 1, 1)  # noqa: DTZ001
-        self._template = croniter(expression, origin, ret_type=datetime, second_at_beginning=six)
+        self._expression = expression
+        self._fields = CronFields.parse(expression)
+        self._template: croniter[datetime] | None = None
+
+    def _croniter(self, current: datetime) -> "croniter[datetime]":
+        if self._template is None:
+            six = len(self._expression.split()) == 6
+            # Naive on purpose: croniter must see wall time, not a zone. Copies of this template
+            # share its parsed fields, which cost several times one step to build.
+            self._template = croniter(self._expression, current, ret_type=datetime, second_at_beginning=six)
+        walker = copy.copy(self._template)
+        walker.set_current(current, force=True)
+        return walker
 
     def walk(self, start: datetime, *, inclusive: bool) -> Iterator[datetime]:
-        """Matches after `start` (or at it, when inclusive), ascending, until croniter gives up.
+        """Matches after `start` (or at it, when inclusive), ascending, until there are none.
 
         Matches are whole seconds, so "after start" equals "after start rounded down".
         """
         current = start.replace(microsecond=0)
         if inclusive and start.microsecond == 0:
             current -= _SECOND
-        walker = copy.copy(self._template)
-        walker.set_current(current, force=True)
+        if self._fields is not None:
+            yield from self._walk_fields(self._fields, current)
+            return
+        walker = self._croniter(current)
         while True:
             try:
                 found = walker.get_next(datetime)
@@ -107,6 +118,18 @@ class _Cron:
             except (CroniterBadDateError, ValueError, OverflowError):
                 return
             yield found
+
+    @staticmethod
+    def _walk_fields(fields: CronFields, current: datetime) -> Iterator[datetime]:
+        while True:
+            try:
+                found = fields.next_after(current)
+            except OverflowError:  # the last second of year 9999
+                return
+            if found is None:
+                return
+            yield found
+            current = found
 
     def matches(self, naive: datetime) -> bool:
         return next(self.walk(naive, inclusive=True), None) == naive
@@ -145,8 +168,15 @@ def _fold_slots(cron: _Cron, zone: ZoneInfo, dst: DstPolicy, fold: int, after: d
     """Slots > `after` taking the `fold` occurrence of repeated wall times, ascending."""
     start, inclusive = _start_point(zone, after, fold)
     walk = cron.walk(start, inclusive=inclusive)
+    last_year = start.year
     while (naive := next(walk, None)) is not None:
+        # Skipping nonexistent times can leave matches that never fire (the last Sunday of March
+        # at 02:30 in Berlin); give up like the field search does, after years without a slot.
+        if naive.year > last_year + MAX_YEARS_BETWEEN_MATCHES:
+            return
         wall = resolve(naive, zone)
+        if wall.kind != "nonexistent":
+            last_year = naive.year
         if wall.kind == "unique":
             yield Slot(wall.first, _label(wall.first, zone))
         elif wall.kind == "repeated":
