@@ -12,6 +12,7 @@ from typing import cast
 from slotflow.contracts import REGISTRY, DeadLettered, JobDue, wrap
 from slotflow.contracts.codec import decode, encode
 from slotflow.contracts.topics import DLQ_MESSAGES, JOBS_DUE
+from slotflow.kafka.admin import ensure_topics
 from slotflow.kafka.consumer import Consumer
 from slotflow.kafka.loop import ConsumeLoop, Incoming
 from slotflow.kafka.producer import Producer
@@ -29,11 +30,12 @@ def job(n: int) -> bytes:
     return encode(wrap(message, id=message.run_id, key="pay", source="t", occurred_at=AT))
 
 
-async def read_letters(settings: KafkaSettings, expect: int) -> list[DeadLettered]:
+async def read_letters(
+    settings: KafkaSettings, expect: int, *, topic: str | None = None
+) -> list[DeadLettered]:
     seen: list[Record] = []
-    async with Consumer(
-        settings, settings.topic(DLQ_MESSAGES), group_id=unique_name("r"), client_id="r"
-    ) as reader:
+    name = topic or settings.topic(DLQ_MESSAGES)
+    async with Consumer(settings, name, group_id=unique_name("r"), client_id="r") as reader:
 
         async def enough() -> bool:
             seen.extend(await reader.poll(timeout_ms=300))
@@ -68,7 +70,8 @@ async def test_catalogue_on_one_partition_parks_each_bad_record_and_handles_the_
     group = unique_name("g")
     async with (
         Consumer(kafka, topic, group_id=group, client_id="loop", max_poll_records=7) as consumer,
-        Producer(kafka, client_id="dlq", max_message_bytes=BIG) as dlq,
+        # A producer with default settings: dead letters may be larger than other records.
+        Producer(kafka, client_id="dlq") as dlq,
     ):
         loop = ConsumeLoop(
             consumer,
@@ -104,6 +107,16 @@ async def test_catalogue_on_one_partition_parks_each_bad_record_and_handles_the_
 
 
 async def test_a_record_larger_than_the_dlq_accepts_is_parked_truncated(kafka: KafkaSettings) -> None:
+    # A DLQ topic created with the broker's default 1 MiB limit (as an old deployment would have):
+    # the whole letter is refused by the broker, and a truncated one parks instead.
+    small_dlq = DLQ_MESSAGES.model_copy(
+        update={
+            "name": f"{kafka.topic_namespace}.small.{DLQ_MESSAGES.name}",
+            "partitions": 1,
+            "extra_config": {"max.message.bytes": str(1024 * 1024)},
+        }
+    )
+    await ensure_topics(kafka.bootstrap, [small_dlq])
     topic = kafka.topic(JOBS_DUE)
     async with Producer(kafka, client_id="feed", max_message_bytes=BIG) as feed:
         await feed.send_raw(topic, key=b"pay", value=b"z" * (3 * 1024 * 1024), partition=1)
@@ -116,18 +129,16 @@ async def test_a_record_larger_than_the_dlq_accepts_is_parked_truncated(kafka: K
     stop = asyncio.Event()
     async with (
         Consumer(kafka, topic, group_id=unique_name("g"), client_id="loop") as consumer,
-        # The DLQ producer's limit is below the record's base64 size, as a misconfigured DLQ would be.
-        Producer(kafka, client_id="dlq", max_message_bytes=1024 * 1024) as dlq,
+        Producer(kafka, client_id="dlq") as dlq,
     ):
         loop = ConsumeLoop(
-            consumer, handler=handler, dlq=dlq, dlq_topic=kafka.topic(DLQ_MESSAGES), source_service="test",
-            dlq_max_bytes=8 * 1024 * 1024,
-        )  # fmt: skip
+            consumer, handler=handler, dlq=dlq, dlq_topic=small_dlq.name, source_service="test"
+        )
         task = asyncio.create_task(loop.run(stop))
         await assert_eventually(lambda: handled == ["pay@1"], timeout=60)
         stop.set()
         await task
-    [letter] = await read_letters(kafka, 1)
+    [letter] = await read_letters(kafka, 1, topic=small_dlq.name)
     assert letter.reason == "too_large"
     assert letter.value_truncated
     assert letter.value_size == 3 * 1024 * 1024

@@ -21,11 +21,15 @@ from aiokafka.errors import (
 
 from slotflow.contracts.codec import encode
 from slotflow.contracts.envelope import TYPE_HEADER, VERSION_HEADER, Envelope
+from slotflow.contracts.topics import DLQ_MAX_RECORD_BYTES, DLQ_MESSAGES
 from slotflow.errors import MessageTooLarge, TransientStorageError
 from slotflow.kafka.records import Delivered
 from slotflow.settings import KafkaSettings
 
 Headers = Mapping[str, bytes]
+
+#: Room for the record batch framing, key and headers around a value.
+_FRAMING = 64 * 1024
 
 #: The client or the broker refused a record for its size: sending it again can never succeed.
 _SIZE_ERRORS = (MessageSizeTooLargeError, RecordListTooLargeError, RecordTooLargeError)
@@ -56,6 +60,10 @@ class Producer:
         """``max_message_bytes`` overrides `settings.max_message_bytes` for this producer only (the
         DLQ producer parks records larger than anything else may send)."""
         self._max_bytes = settings.max_message_bytes if max_message_bytes is None else max_message_bytes
+        # Dead letters carry the refused record base64-encoded, so the DLQ topic takes larger records
+        # than any other; every producer may send them, since every service parks poison.
+        self._dlq_max_bytes = max(self._max_bytes, DLQ_MAX_RECORD_BYTES - _FRAMING)
+        self._dlq_suffix = DLQ_MESSAGES.name
         self._producer: Any = AIOKafkaProducer(
             bootstrap_servers=settings.bootstrap,
             client_id=f"{settings.client_id_prefix}-{client_id}",
@@ -63,7 +71,7 @@ class Producer:
             enable_idempotence=True,
             transactional_id=transactional_id,
             linger_ms=linger_ms,
-            max_request_size=self._max_bytes + 64 * 1024,
+            max_request_size=self._dlq_max_bytes + _FRAMING,
         )
 
     async def start(self) -> None:
@@ -93,8 +101,7 @@ class Producer:
         partition: int | None = None,
     ) -> Delivered:
         """Send bytes and wait for the broker's acknowledgement."""
-        if value is not None and len(value) > self._max_bytes:
-            raise MessageTooLarge(f"record of {len(value)} bytes exceeds the {self._max_bytes}-byte limit")
+        self._check_size(topic, value)
         try:
             meta = await self._producer.send_and_wait(
                 topic,
@@ -140,10 +147,7 @@ class Producer:
         futures = []
         try:
             for record in records:
-                if record.value is not None and len(record.value) > self._max_bytes:
-                    raise MessageTooLarge(
-                        f"record of {len(record.value)} bytes exceeds the {self._max_bytes}-byte limit"
-                    )
+                self._check_size(record.topic, record.value)
                 futures.append(
                     await self._producer.send(
                         record.topic,
@@ -158,6 +162,17 @@ class Producer:
         except KafkaError as err:
             raise TransientStorageError(f"batch send failed: {err}") from err
         return [Delivered(m.topic, m.partition, m.offset, m.timestamp) for m in metas]
+
+    def limit_for(self, topic: str) -> int:
+        """The largest value this producer sends to ``topic``."""
+        if topic == self._dlq_suffix or topic.endswith("." + self._dlq_suffix):
+            return self._dlq_max_bytes
+        return self._max_bytes
+
+    def _check_size(self, topic: str, value: bytes | None) -> None:
+        limit = self.limit_for(topic)
+        if value is not None and len(value) > limit:
+            raise MessageTooLarge(f"record of {len(value)} bytes exceeds the {limit}-byte limit for {topic}")
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[None]:
