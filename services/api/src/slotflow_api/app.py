@@ -6,8 +6,10 @@ import importlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 from fastapi import FastAPI, Request, Response
+from fastapi.openapi.utils import get_openapi
 from starlette.routing import Match
 
 from slotflow.kafka.producer import Producer
@@ -71,7 +73,36 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(module.router)
     _mount_ui(app)
     _instrument(app, metrics)
+    _document_errors(app)
     return app
+
+
+ERROR_SCHEMA = {
+    "title": "Error",
+    "type": "object",
+    "properties": {"detail": {"type": "string", "description": "what is wrong and what to do"}},
+    "required": ["detail"],
+}
+
+
+def _document_errors(app: FastAPI) -> None:
+    # Every error leaves as {"detail": "..."} (slotflow_api.errors), including validation errors,
+    # so the spec says so instead of FastAPI's default list-shaped HTTPValidationError.
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(
+                title=app.title,
+                version=app.version,
+                description=app.description,
+                routes=app.routes,
+            )
+            schema.setdefault("components", {}).setdefault("schemas", {})["HTTPValidationError"] = (
+                ERROR_SCHEMA
+            )
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def _mount_ui(app: FastAPI) -> None:
