@@ -121,6 +121,7 @@ def test_dead_letter_is_byte_exact_and_idempotent_on_the_origin() -> None:
     letter = REGISTRY.parse(envelope)
     assert isinstance(letter, DeadLettered)
     assert envelope.id == "t.jobs:2:7"
+    assert "\x00" not in envelope.key  # outboxes store the key as text
     assert letter.reason == "invalid_payload"
     assert base64.b64decode(letter.value_b64) == b"\x00\x01 not json"
     assert base64.b64decode(letter.key_b64 or "") == raw_key

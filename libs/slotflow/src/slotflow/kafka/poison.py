@@ -177,8 +177,9 @@ def dead_letter_envelope(
         "tags": tags,
         "traceback": stack,
     }
-    # A record key as envelope key keeps one origin key's letters in order on the DLQ topic.
-    envelope_key = (key_text or record.position)[:_ENVELOPE_KEY_CHARS]
+    # A record key as envelope key keeps one origin key's letters in order on the DLQ topic. No NUL:
+    # services stage letters in their outbox, whose text key column refuses it (key_b64 is exact).
+    envelope_key = (key_text or record.position)[:_ENVELOPE_KEY_CHARS].replace("\x00", "\ufffd")
 
     def build(updates: Mapping[str, Any]) -> Envelope:
         letter = DeadLettered.model_validate({**fields, **updates})
