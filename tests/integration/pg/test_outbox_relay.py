@@ -1,0 +1,99 @@
+"""The outbox relay against real PostgreSQL and Kafka, including the classic outbox skip.
+
+A relay that remembers "the highest seq I published" and polls `seq > last_seen` loses any row
+whose transaction took its seq first but committed after a higher seq was published: the sequence
+is handed out at insert, visibility comes at commit. The test builds exactly that interleaving.
+"""
+
+import asyncio
+from datetime import UTC, datetime
+
+from slotflow.contracts import CommandAccepted, wrap
+from slotflow.contracts.codec import decode
+from slotflow.contracts.topics import SCHEDULE_EVENTS
+from slotflow.kafka.consumer import Consumer
+from slotflow.kafka.producer import Producer
+from slotflow.pg.migrations import OUTBOX, apply_migrations
+from slotflow.pg.outbox import OutboxRelay, Staged, append
+from slotflow.pg.pool import Pool
+from slotflow.settings import KafkaSettings
+from slotflow.testing import assert_eventually, unique_name
+
+SCHEMA = "relay_test"
+
+
+def staged(topic: str, event_id: str, key: str) -> Staged:
+    message = CommandAccepted(command_id=event_id, command_type="test", subject=key)
+    return Staged(topic, wrap(message, id=event_id, key=key, source="test", occurred_at=datetime.now(UTC)))
+
+
+async def read_ids(kafka: KafkaSettings, topic: str, want: int) -> list[str]:
+    ids: list[str] = []
+    async with Consumer(kafka, topic, group_id=unique_name("reader"), client_id="reader") as consumer:
+
+        async def enough() -> bool:
+            ids.extend(decode(r.value).id for r in await consumer.poll(timeout_ms=200))
+            return len(ids) >= want
+
+        await assert_eventually(enough, timeout=30, message=f"{want} records")
+    return ids
+
+
+async def test_a_row_committed_after_a_higher_seq_was_published_is_still_published(
+    pg_pool: Pool, kafka: KafkaSettings
+) -> None:
+    await apply_migrations(pg_pool, schema=SCHEMA, sources=[OUTBOX])
+    topic = kafka.topic(SCHEDULE_EVENTS)
+    async with Producer(kafka, client_id="relay-test") as producer:
+        relay = OutboxRelay(pg_pool, producer, schema=SCHEMA)
+        async with pg_pool.acquire() as slow, pg_pool.acquire() as fast:
+            slow_tx = slow.transaction()
+            await slow_tx.start()
+            item = staged(topic, "slow", "k")
+            await append(slow, schema=SCHEMA, topic=item.topic, envelope=item.envelope)
+            slow_seq = await slow.fetchval(f"SELECT seq FROM {SCHEMA}.outbox WHERE event_id = 'slow'")
+            async with fast.transaction():
+                item = staged(topic, "fast", "k")
+                await append(fast, schema=SCHEMA, topic=item.topic, envelope=item.envelope)
+            fast_seq = await fast.fetchval(f"SELECT seq FROM {SCHEMA}.outbox WHERE event_id = 'fast'")
+            assert slow_seq < fast_seq
+
+            # The slow transaction is still open: only the higher seq is visible, and it goes out.
+            assert await relay.relay_once() == 1
+            last_seen = await pg_pool.fetchval(
+                f"SELECT max(seq) FROM {SCHEMA}.outbox WHERE published_at IS NOT NULL"
+            )
+            assert last_seen == fast_seq  # a `seq > last_seen` poller would never look at slow_seq again
+
+            await slow_tx.commit()
+
+        assert await relay.relay_once() == 1
+        assert await relay.relay_once() == 0
+        assert await relay.pending() == 0
+    assert sorted(await read_ids(kafka, topic, 2)) == ["fast", "slow"]
+
+
+async def test_two_relays_share_the_outbox_without_publishing_a_row_twice(
+    pg_pool: Pool, kafka: KafkaSettings
+) -> None:
+    await apply_migrations(pg_pool, schema=SCHEMA, sources=[OUTBOX])
+    topic = kafka.topic(SCHEDULE_EVENTS)
+    async with pg_pool.acquire() as conn, conn.transaction():
+        for i in range(400):
+            item = staged(topic, f"e{i}", f"key{i % 37}")
+            await append(conn, schema=SCHEMA, topic=item.topic, envelope=item.envelope)
+    async with Producer(kafka, client_id="relay-a") as a, Producer(kafka, client_id="relay-b") as b:
+        first = OutboxRelay(pg_pool, a, schema=SCHEMA, batch_size=7)
+        second = OutboxRelay(pg_pool, b, schema=SCHEMA, batch_size=7)
+
+        async def drain(relay: OutboxRelay) -> int:
+            total = 0
+            while await relay.pending():
+                total += await relay.relay_once()
+            return total
+
+        moved = await asyncio.gather(drain(first), drain(second))
+    assert sum(moved) == 400
+    ids = await read_ids(kafka, topic, 400)
+    assert len(ids) == 400
+    assert len(set(ids)) == 400
