@@ -1,0 +1,339 @@
+"""Applying schedule and timer commands from the schedule-commands topic.
+
+Each command applies in one transaction holding: its inbox entry (the envelope id, so a redelivery
+is recognised and does nothing), the state change, and the outbox rows announcing it (the
+lifecycle event and CommandAccepted, or CommandRejected plus a DeadLettered record for the DLQ).
+A refused command changes nothing but is still recorded, so it is refused once.
+"""
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from slotflow.contracts import (
+    Backfill,
+    CancelTimer,
+    CreateSchedule,
+    DeleteSchedule,
+    Envelope,
+    Message,
+    PauseSchedule,
+    ResumeSchedule,
+    ScheduleCreated,
+    ScheduleDeleted,
+    SchedulePaused,
+    ScheduleResumed,
+    ScheduleUpdated,
+    StartTimer,
+    TriggerNow,
+    UpdateSchedule,
+)
+from slotflow.contracts.codec import decode
+from slotflow.contracts.envelope import TYPE_HEADER
+from slotflow.errors import PoisonMessage
+from slotflow.kafka.loop import Incoming
+from slotflow.kafka.poison import dead_letter_envelope
+from slotflow.kafka.records import Record
+from slotflow.pg.inbox import record_once
+from slotflow.pg.outbox import Staged, append_many
+from slotflow.pg.pool import Conn, Pool
+from slotflow_ticker.claims import BacklogTooLong, Claimer, schedule_key, timer_key
+from slotflow_ticker.events import EventFactory
+from slotflow_ticker.metrics import TickerMetrics
+from slotflow_ticker.planning import Position, start_position
+from slotflow_ticker.sql import Queries
+from slotflow_ticker.store import ScheduleRow, dump_action
+from slotflow_ticker.validation import (
+    CommandRefused,
+    backfill_plan,
+    require_fireable,
+    require_live,
+    require_new,
+)
+
+log = logging.getLogger(__name__)
+
+SERVICE = "ticker"
+#: Every command type the ticker consumes (anything else on its topic is dead-lettered).
+COMMANDS: tuple[type[Message], ...] = (
+    CreateSchedule,
+    UpdateSchedule,
+    PauseSchedule,
+    ResumeSchedule,
+    DeleteSchedule,
+    TriggerNow,
+    Backfill,
+    StartTimer,
+    CancelTimer,
+)
+#: Claims' worth of slots an UpdateSchedule or DeleteSchedule may settle in its own transaction.
+SETTLE_MAX_CHUNKS = 100
+
+
+@dataclass
+class Applied:
+    """What applying one command staged."""
+
+    staged: list[Staged] = field(default_factory=list)
+    #: (wheel key, due instant) of schedules and timers the command made due, for the timing wheel.
+    due: list[tuple[str, datetime]] = field(default_factory=list)
+
+
+def subject_of(message: Message) -> str:
+    """The schedule or timer a command is about (the record key)."""
+    if isinstance(message, StartTimer | CancelTimer):
+        return message.timer_id
+    subject: str = getattr(message, "schedule_id", "")
+    return subject
+
+
+class CommandHandler:
+    """Applies decoded commands; the ConsumeLoop calls `handle` once per record."""
+
+    def __init__(
+        self,
+        pool: Pool,
+        *,
+        schema: str,
+        queries: Queries,
+        events: EventFactory,
+        claimer: Claimer,
+        metrics: TickerMetrics,
+        on_commit: Callable[[list[tuple[str, datetime]]], None],
+    ) -> None:
+        self._pool = pool
+        self._schema = schema
+        self._q = queries
+        self._events = events
+        self._claimer = claimer
+        self._metrics = metrics
+        self._on_commit = on_commit
+
+    async def handle(self, incoming: Incoming) -> None:
+        """Apply one command in one transaction (inbox + state + outbox)."""
+        envelope, message = incoming.envelope, incoming.message
+        async with self._pool.acquire() as conn, conn.transaction():
+            if not await record_once(
+                conn, schema=self._schema, event_id=envelope.id, topic=incoming.record.topic
+            ):
+                return
+            now: datetime = await conn.fetchval(self._q.now)
+            try:
+                # Every refusal is raised before the command writes anything (see `apply`), so a
+                # refused command leaves only its inbox entry and the rejection behind.
+                applied = await self.apply(conn, envelope, message, now=now)
+                outcome = "accepted"
+                applied.staged.append(
+                    self._events.accepted(
+                        command_id=envelope.id,
+                        command_type=envelope.type,
+                        subject=subject_of(message),
+                        occurred_at=now,
+                    )
+                )
+            except (CommandRefused, BacklogTooLong) as refusal:
+                outcome = "rejected"
+                applied = Applied(self.rejection(incoming.record, envelope, refusal, now=now))
+            await append_many(conn, schema=self._schema, items=applied.staged)
+        self._metrics.commands.labels(envelope.type, outcome).inc()
+        self._on_commit(applied.due)
+
+    def rejection(
+        self, record: Record, envelope: Envelope, error: Exception, *, now: datetime
+    ) -> list[Staged]:
+        """CommandRejected for the sender and a DeadLettered record parking the command."""
+        log.warning("rejected %s %s: %s", envelope.type, envelope.id, error)
+        letter = dead_letter_envelope(
+            record, error, source_service=SERVICE, occurred_at=now, reason="command_rejected"
+        )
+        return [
+            self._events.rejected(
+                command_id=envelope.id,
+                command_type=envelope.type,
+                subject=envelope.key,
+                reason=str(error),
+                occurred_at=now,
+            ),
+            Staged(self._events.topics.dlq, letter),
+        ]
+
+    async def reject_poison(
+        self, records: list[Record], *, decode_record: Callable[[Record], object]
+    ) -> None:
+        """CommandRejected for records the consume loop will park as poison.
+
+        The loop itself dead-letters them; this tells the sender why, with the command id when the
+        envelope decoded that far (else the record position stands in for it).
+        """
+        staged: list[Staged] = []
+        now: datetime | None = None
+        for record in records:
+            try:
+                decode_record(record)
+            except PoisonMessage as poison:
+                if now is None:
+                    now = await self._pool.fetchval(self._q.now)
+                command_id, command_type, subject = _identify(record)
+                staged.append(
+                    self._events.rejected(
+                        command_id=command_id,
+                        command_type=command_type,
+                        subject=subject,
+                        reason=f"{poison.reason}: {poison}",
+                        occurred_at=now,
+                    )
+                )
+                self._metrics.commands.labels("invalid", "rejected").inc()
+        if staged:
+            async with self._pool.acquire() as conn, conn.transaction():
+                await append_many(conn, schema=self._schema, items=staged)
+            self._on_commit([])
+
+    async def apply(self, conn: Conn, envelope: Envelope, message: Message, *, now: datetime) -> Applied:
+        """Apply ``message`` inside the caller's transaction.
+
+        Each branch checks everything that can refuse the command before its first write.
+
+        Raises:
+            CommandRefused: the command does not fit the current state.
+            BacklogTooLong: the schedule's unhandled slots are too many to settle here.
+        """
+        cid = envelope.id
+        if isinstance(message, StartTimer):
+            await conn.fetchval(
+                self._q.insert_timer, message.timer_id, message.fire_at, dump_action(message.on_fire)
+            )
+            return Applied(due=[(timer_key(message.timer_id), message.fire_at)])
+        if isinstance(message, CancelTimer):
+            await conn.fetchval(self._q.cancel_timer, message.timer_id)
+            return Applied()
+        schedule_id: str = getattr(message, "schedule_id", "")
+        record = await conn.fetchrow(self._q.lock_schedule, schedule_id)
+        row = ScheduleRow.from_record(record) if record is not None else None
+        if isinstance(message, CreateSchedule):
+            return await self._create(conn, message, row, cid=cid, now=now)
+        live = require_live(row, schedule_id)
+        if isinstance(message, UpdateSchedule):
+            return await self._update(conn, message, live, cid=cid, now=now)
+        if isinstance(message, PauseSchedule):
+            await conn.execute(self._q.pause, schedule_id, message.reason, message.resume_at)
+            event = SchedulePaused(
+                schedule_id=schedule_id, reason=message.reason, resume_at=message.resume_at
+            )
+            return Applied([self._event(event, cid, "paused", schedule_id, now)])
+        if isinstance(message, ResumeSchedule):
+            if not live.paused:
+                return Applied()
+            await conn.execute(self._q.resume, schedule_id)
+            resumed = ScheduleResumed(schedule_id=schedule_id, next_fire_at=live.next_fire_at)
+            return Applied(
+                [self._event(resumed, cid, "resumed", schedule_id, now)],
+                due=_due(schedule_id, live.next_fire_at),
+            )
+        if isinstance(message, DeleteSchedule):
+            staged, _ = await self._settle(conn, live, now=now)
+            await conn.execute(self._q.delete, schedule_id)
+            staged.append(
+                self._event(ScheduleDeleted(schedule_id=schedule_id), cid, "deleted", schedule_id, now)
+            )
+            return Applied(staged)
+        if isinstance(message, TriggerNow):
+            staged = [
+                self._events.job_due(
+                    schedule_id, live.definition, now, kind="manual", fire_at=now, occurred_at=now
+                )
+            ]
+            self._metrics.slots_fired.labels("manual").inc()
+            return Applied(staged)
+        if isinstance(message, Backfill):
+            slots = backfill_plan(message, live.definition, now=now)
+            staged = [
+                self._events.job_due(
+                    schedule_id, live.definition, slot.at, kind="backfill", fire_at=now, occurred_at=now
+                )
+                for slot in slots
+            ]
+            self._metrics.slots_fired.labels("backfill").inc(len(staged))
+            return Applied(staged)
+        raise CommandRefused(f"{envelope.type} is not a ticker command")
+
+    async def _create(
+        self, conn: Conn, message: CreateSchedule, row: ScheduleRow | None, *, cid: str, now: datetime
+    ) -> Applied:
+        require_new(row, message.schedule_id)
+        require_fireable(message.definition, message.schedule_id)
+        position = start_position(message.schedule_id, message.definition, after=now)
+        inserted = await conn.fetchval(
+            self._q.insert_schedule,
+            message.schedule_id,
+            message.definition.model_dump_json(),
+            message.paused,
+            position.next_slot,
+            position.next_fire_at,
+            position.covered_until,
+        )
+        if inserted is None:
+            # Another create of the same id committed between our lock attempt and this insert.
+            raise CommandRefused(
+                f"schedule {message.schedule_id} already exists; use UpdateSchedule to change it"
+            )
+        event = ScheduleCreated(
+            schedule_id=message.schedule_id,
+            definition=message.definition,
+            paused=message.paused,
+            next_fire_at=position.next_fire_at,
+        )
+        due = [] if message.paused else _due(message.schedule_id, position.next_fire_at)
+        return Applied([self._event(event, cid, "created", message.schedule_id, now)], due=due)
+
+    async def _update(
+        self, conn: Conn, message: UpdateSchedule, row: ScheduleRow, *, cid: str, now: datetime
+    ) -> Applied:
+        require_fireable(message.definition, message.schedule_id)
+        # Slots of the old definition up to now are handled under it; the new grid starts after.
+        staged, settled = await self._settle(conn, row, now=now)
+        position = start_position(message.schedule_id, message.definition, after=settled.covered_until)
+        await conn.execute(
+            self._q.replace_definition,
+            message.schedule_id,
+            message.definition.model_dump_json(),
+            position.next_slot,
+            position.next_fire_at,
+            position.covered_until,
+        )
+        event = ScheduleUpdated(
+            schedule_id=message.schedule_id, definition=message.definition, next_fire_at=position.next_fire_at
+        )
+        staged.append(self._event(event, cid, "updated", message.schedule_id, now))
+        return Applied(staged, due=[] if row.paused else _due(message.schedule_id, position.next_fire_at))
+
+    async def _settle(self, conn: Conn, row: ScheduleRow, *, now: datetime) -> tuple[list[Staged], Position]:
+        staged, position = await self._claimer.settle(conn, row, now=now, max_chunks=SETTLE_MAX_CHUNKS)
+        await conn.execute(
+            self._q.set_position,
+            row.schedule_id,
+            position.next_slot,
+            position.next_fire_at,
+            position.covered_until,
+        )
+        return staged, position
+
+    def _event(self, message: Message, cid: str, what: str, schedule_id: str, now: datetime) -> Staged:
+        return self._events.schedule_event(message, id=f"{cid}/{what}", key=schedule_id, occurred_at=now)
+
+
+def _due(schedule_id: str, next_fire_at: datetime | None) -> list[tuple[str, datetime]]:
+    return [] if next_fire_at is None else [(schedule_key(schedule_id), next_fire_at)]
+
+
+def _identify(record: Record) -> tuple[str, str, str]:
+    """(command id, type, subject) of a poison record, as far as it can be read."""
+    subject = record.key.decode("utf-8", errors="replace") if record.key is not None else ""
+    header = record.header(TYPE_HEADER)
+    command_type = header.decode("utf-8", errors="replace") if header else "unknown"
+    try:
+        envelope = decode(record.value)
+    except PoisonMessage:
+        return record.position, command_type, subject
+    return envelope.id, envelope.type, envelope.key or subject

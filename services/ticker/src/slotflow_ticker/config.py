@@ -1,0 +1,55 @@
+"""Ticker settings from the environment (prefix SLOTFLOW_TICKER_); no I/O at import."""
+
+import os
+import socket
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def _default_ticker_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+class TickerSettings(BaseSettings):
+    """How one ticker replica runs. Any number of replicas share one schema; none is a leader."""
+
+    model_config = SettingsConfigDict(env_prefix="SLOTFLOW_TICKER_", extra="ignore")
+
+    #: Names this replica in envelopes (`source`) and client ids; unique per process.
+    ticker_id: str = Field(default_factory=_default_ticker_id, pattern=r"^[A-Za-z0-9._:-]{1,150}$")
+    schema_name: str = Field(default="ticker", pattern=r"^[a-z_][a-z0-9_]{0,62}$")
+    #: Kafka consumer group for the schedule-commands topic (prefixed by the topic namespace).
+    group_id: str = "slotflow.ticker"
+    #: Schedules (and timers) claimed per transaction with FOR UPDATE SKIP LOCKED.
+    batch_size: int = Field(default=500, ge=1, le=20_000)
+    #: Most slots one schedule handles per claim; a longer backlog continues in the next claim.
+    max_slots_per_claim: int = Field(default=1000, ge=1, le=100_000)
+    #: Rows due within this many seconds are held in the in-memory timing wheel.
+    horizon_seconds: float = Field(default=2.0, gt=0, le=300)
+    #: How often the table is asked for the next horizon (also the fallback poll); default horizon/2.
+    reload_seconds: float | None = Field(default=None, gt=0, le=300)
+    wheel_tick_ms: float = Field(default=1.0, gt=0, le=1000)
+    wheel_size: int = Field(default=64, ge=2, le=4096)
+    relay_batch_size: int = Field(default=1000, ge=1, le=50_000)
+    #: The relay is woken after every commit that staged rows; this idle poll only catches rows
+    #: another replica staged and could not relay (it crashed), so it can be slow.
+    relay_idle_seconds: float = Field(default=0.5, gt=0, le=60)
+    #: Prometheus metrics port on 0.0.0.0; 0 turns the HTTP endpoint off.
+    metrics_port: int = Field(default=9310, ge=0, le=65535)
+    metrics_host: str = "0.0.0.0"  # noqa: S104 - a metrics endpoint is meant to be scraped
+    #: Kafka keeps commands for 7 days, so an inbox entry older than this cannot see a redelivery.
+    inbox_retention_days: float = Field(default=8.0, gt=0)
+    #: Fired and cancelled timers are kept this long so a late duplicate StartTimer stays a no-op.
+    timer_retention_days: float = Field(default=30.0, gt=0)
+    housekeeping_seconds: float = Field(default=300.0, gt=0)
+    #: How often the outbox backlog gauge is refreshed.
+    backlog_seconds: float = Field(default=5.0, gt=0)
+    pool_size: int = Field(default=8, ge=2, le=200)
+    #: Fault injection for chaos tests only: hold each claim transaction open this long after
+    #: staging, so a kill lands inside it. Never set in production.
+    debug_hold_claim_ms: float = Field(default=0.0, ge=0, le=60_000)
+
+    @property
+    def reload_interval(self) -> float:
+        return self.reload_seconds if self.reload_seconds is not None else self.horizon_seconds / 2

@@ -1,0 +1,129 @@
+"""The envelopes the ticker stages in its outbox. Pure: ids are deterministic, times are given.
+
+Every id is derived from what the event is about (a run id, a command id), never drawn at
+random, so staging the same fact twice collapses on the outbox's unique (topic, event_id).
+"""
+
+import hashlib
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+from slotflow.contracts import (
+    CommandAccepted,
+    CommandRejected,
+    JobDue,
+    Message,
+    ScheduleDefinition,
+    SlotSkipped,
+    TimerFired,
+    wrap,
+)
+from slotflow.contracts.topics import DLQ_MESSAGES, JOBS_DUE, SCHEDULE_EVENTS, TIMER_EVENTS
+from slotflow.core.cronslots import SkippedSlot
+from slotflow.core.identity import job_due_event_id, run_id
+from slotflow.pg.outbox import Staged
+from slotflow.settings import KafkaSettings
+
+JobKind = Literal["scheduled", "manual", "backfill", "retry", "activity"]
+
+
+@dataclass(frozen=True, slots=True)
+class Topics:
+    """The deployment's topic names for everything the ticker writes."""
+
+    jobs: str
+    schedule_events: str
+    timer_events: str
+    dlq: str
+
+    @classmethod
+    def of(cls, settings: KafkaSettings) -> "Topics":
+        return cls(
+            jobs=settings.topic(JOBS_DUE),
+            schedule_events=settings.topic(SCHEDULE_EVENTS),
+            timer_events=settings.topic(TIMER_EVENTS),
+            dlq=settings.topic(DLQ_MESSAGES),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class EventFactory:
+    """Builds staged envelopes for one ticker replica."""
+
+    topics: Topics
+    source: str
+
+    def job_due(
+        self,
+        schedule_id: str,
+        definition: ScheduleDefinition,
+        slot: datetime,
+        *,
+        kind: JobKind,
+        fire_at: datetime,
+        occurred_at: datetime,
+    ) -> Staged:
+        """JobDue for one slot: envelope id = run id (first attempt), key = job id = schedule id."""
+        run = run_id(schedule_id, slot)
+        message = JobDue(
+            run_id=run,
+            job_id=schedule_id,
+            slot=slot,
+            kind=kind,
+            handler=definition.handler,
+            payload=definition.payload,
+            retry=definition.retry,
+            overlap=definition.overlap,
+            tags=definition.tags,
+            fire_at=fire_at,
+        )
+        return self.job_due_message(message, occurred_at=occurred_at)
+
+    def job_due_message(self, message: JobDue, *, occurred_at: datetime) -> Staged:
+        """A ready JobDue (a timer's retry attempt): id from its run id and attempt."""
+        envelope = wrap(
+            message,
+            id=job_due_event_id(message.run_id, message.attempt),
+            key=message.job_id,
+            source=self.source,
+            occurred_at=occurred_at,
+        )
+        return Staged(self.topics.jobs, envelope)
+
+    def slot_skipped(self, schedule_id: str, skipped: SkippedSlot, *, occurred_at: datetime) -> Staged:
+        run = run_id(schedule_id, skipped.at)
+        message = SlotSkipped(
+            schedule_id=schedule_id, run_id=run, slot=skipped.at, reason=skipped.reason, detail=skipped.detail
+        )
+        event_id = f"{run}/skipped"
+        if skipped.reason == "dst_nonexistent":
+            # Every nominal time lost in one DST gap shares the transition instant; the detail
+            # names which one, so it keeps their records apart.
+            event_id += "/" + hashlib.sha256(skipped.detail.encode()).hexdigest()[:16]
+        return self.schedule_event(message, id=event_id, key=schedule_id, occurred_at=occurred_at)
+
+    def timer_fired(
+        self, timer_id: str, *, owner: str, sequence: int | None, fire_at: datetime, fired_at: datetime
+    ) -> Staged:
+        message = TimerFired(
+            timer_id=timer_id, owner=owner, sequence=sequence, fire_at=fire_at, fired_at=fired_at
+        )
+        envelope = wrap(message, id=f"timer:{timer_id}", key=owner, source=self.source, occurred_at=fired_at)
+        return Staged(self.topics.timer_events, envelope)
+
+    def schedule_event(self, message: Message, *, id: str, key: str, occurred_at: datetime) -> Staged:
+        envelope = wrap(message, id=id, key=key, source=self.source, occurred_at=occurred_at)
+        return Staged(self.topics.schedule_events, envelope)
+
+    def accepted(self, *, command_id: str, command_type: str, subject: str, occurred_at: datetime) -> Staged:
+        message = CommandAccepted(command_id=command_id, command_type=command_type, subject=subject)
+        return self.schedule_event(message, id=f"{command_id}/accepted", key=subject, occurred_at=occurred_at)
+
+    def rejected(
+        self, *, command_id: str, command_type: str, subject: str, reason: str, occurred_at: datetime
+    ) -> Staged:
+        message = CommandRejected(
+            command_id=command_id, command_type=command_type, subject=subject, reason=reason
+        )
+        return self.schedule_event(message, id=f"{command_id}/rejected", key=subject, occurred_at=occurred_at)

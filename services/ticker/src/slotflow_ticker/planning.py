@@ -1,0 +1,260 @@
+"""Claim planning: which slots of one claimed schedule fire, which are recorded as skipped, and
+where its grid resumes. Pure: the caller passes the database clock's `now`.
+
+The grid position is three instants (see the schedules table): `covered_until` (every slot at or
+before it is handled), `next_slot` (the first unhandled slot) and `next_fire_at` (when the row is
+next due). The next position is always computed from the slot grid, never from the time a claim
+ran, so a slow claim never drifts a schedule off its grid.
+"""
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from functools import lru_cache
+from zoneinfo import ZoneInfo
+
+from slotflow.contracts.policies import MisfirePolicy
+from slotflow.contracts.schedules import CronSpec, OnceSpec, ScheduleDefinition
+from slotflow.core.cronslots import (
+    SkippedSlot,
+    Slot,
+    dst_skips_between,
+    jitter_offset,
+    next_slot,
+    plan_misfire,
+    slots_between,
+)
+from slotflow.core.identity import run_id
+
+#: Slot instants are whole microseconds, so "just before a slot" is one microsecond earlier.
+EPSILON = timedelta(microseconds=1)
+
+
+@dataclass(frozen=True, slots=True)
+class Firing:
+    """A slot to emit as JobDue: its identity (`slot.at`) and when it was meant to fire."""
+
+    slot: Slot
+    fire_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    """Where a schedule's grid stands; the three columns the claim advances."""
+
+    next_slot: datetime | None
+    next_fire_at: datetime | None
+    covered_until: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class PauseWindow:
+    """The last pause: a slot skipped by the misfire policy inside it is reported as `paused`."""
+
+    started: datetime | None = None
+    ended: datetime | None = None
+    reason: str = ""
+
+    def contains(self, at: datetime) -> bool:
+        if self.started is None or at < self.started:
+            return False
+        return self.ended is None or at < self.ended
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleState:
+    """One schedule as the claim sees it."""
+
+    schedule_id: str
+    definition: ScheduleDefinition
+    position: Position
+    pause: PauseWindow = PauseWindow()
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimPlan:
+    """What one claim does to one schedule."""
+
+    fire: tuple[Firing, ...]
+    skip: tuple[SkippedSlot, ...]
+    position: Position
+    #: A backlog longer than one claim's share remains due; the row stays claimable at once.
+    more: bool
+
+
+def fire_time(schedule_id: str, definition: ScheduleDefinition, slot_at: datetime) -> datetime:
+    """The instant slot ``slot_at`` is meant to fire: the slot plus its own deterministic jitter."""
+    if not definition.jitter:
+        return slot_at
+    return slot_at + jitter_offset(run_id(schedule_id, slot_at), definition.jitter)
+
+
+def lookahead(policy: MisfirePolicy) -> int:
+    """How many newer missed slots decide that an older one is skipped whatever else is missed."""
+    if policy.policy == "fire_all":
+        return policy.max_catch_up
+    if policy.policy == "fire_once":
+        return 1
+    return 0
+
+
+def start_position(schedule_id: str, definition: ScheduleDefinition, *, after: datetime) -> Position:
+    """The grid of a schedule (re)defined at ``after``: its slots strictly after that instant.
+
+    A one-shot whose instant already passed still has its slot, so the misfire policy decides
+    whether it runs late or is recorded as skipped: a one-shot is never dropped silently.
+    """
+    spec = definition.spec
+    if isinstance(spec, OnceSpec):
+        covered = min(after, spec.at - EPSILON)
+    else:
+        covered = after
+        if definition.start_at is not None:
+            covered = max(covered, definition.start_at - EPSILON)
+    first = _bounded_next(definition, after=covered)
+    return _position(schedule_id, definition, covered=covered, first=first)
+
+
+def plan_due(state: ScheduleState, *, now: datetime, max_slots: int, force_skip: bool = False) -> ClaimPlan:
+    """Plan a claimed schedule at database time ``now``.
+
+    Due slots (fire time at or before ``now``) are enumerated from `next_slot`, at most
+    ``max_slots`` plus the misfire policy's lookahead. When the backlog is longer than that, only
+    the oldest ``max_slots`` are settled (they are skipped whatever the rest turns out to be, since
+    enough newer missed slots exist) and `more` says the row is due again at once.
+
+    ``force_skip`` settles a paused schedule's grid before its definition is replaced or deleted:
+    every slot up to ``now`` (jitter ignored) is recorded as skipped with reason `paused`.
+    """
+    definition = state.definition
+    position = state.position
+    policy = definition.misfire
+    # Jitter delays a slot by up to `jitter`; widening the grace by that much keeps a slot that
+    # fires on its jittered time from being mistaken for a missed one.
+    if definition.jitter:
+        policy = policy.model_copy(update={"grace": policy.grace + definition.jitter})
+    limit = max_slots if force_skip else max_slots + lookahead(policy)
+
+    def due_at(slot: Slot) -> datetime:
+        return slot.at if force_skip else fire_time(state.schedule_id, definition, slot.at)
+
+    due: list[Slot] = []
+    cursor = _slot_at(definition, position.next_slot) if position.next_slot is not None else None
+    while cursor is not None and len(due) < limit and due_at(cursor) <= now:
+        due.append(cursor)
+        cursor = _bounded_next(definition, after=cursor.at)
+
+    first_unhandled = cursor
+    fire: Sequence[Slot]
+    skip: list[SkippedSlot]
+    if force_skip:
+        fire = []
+        detail = f"passed while paused: {state.pause.reason}" if state.pause.reason else "passed while paused"
+        skip = [SkippedSlot(at=s.at, reason="paused", detail=detail) for s in due]
+    else:
+        misfire = plan_misfire(policy, due, now=now)
+        fire, skip = misfire.fire, list(misfire.skip)
+        if (
+            cursor is not None
+            and len(due) == limit
+            and due_at(cursor) <= now
+            and due[-1].at < now - policy.grace
+        ):
+            # Every slot of due[:max_slots] has at least lookahead() newer missed slots after it,
+            # so the policy skips it under any longer list as well: settle those, leave the rest.
+            first_unhandled = due[max_slots] if len(due) > max_slots else cursor
+            fire = [s for s in fire if s.at < first_unhandled.at]
+            skip = [s for s in skip if s.at < first_unhandled.at]
+
+    if first_unhandled is not None and first_unhandled.at <= now:
+        covered = first_unhandled.at - EPSILON
+    else:
+        covered = now
+    covered = max(covered, position.covered_until)
+    skip.extend(_dst_skips(definition, after=position.covered_until, until=covered))
+    skip = [_relabel_paused(s, state.pause) for s in skip]
+    skip.sort(key=lambda s: s.at)
+
+    new_position = _position(state.schedule_id, definition, covered=covered, first=first_unhandled)
+    more = first_unhandled is not None and due_at(first_unhandled) <= now
+    return ClaimPlan(
+        fire=tuple(Firing(s, fire_time(state.schedule_id, definition, s.at)) for s in fire),
+        skip=tuple(skip),
+        position=new_position,
+        more=more,
+    )
+
+
+def backfill_slots(
+    definition: ScheduleDefinition, *, start: datetime, end: datetime, max_slots: int
+) -> list[Slot] | None:
+    """Every slot of the spec in [start, end), or None when there are more than ``max_slots``."""
+    slots = slots_between(
+        definition.spec, definition.dst, after=start - EPSILON, until=end - EPSILON, limit=max_slots + 1
+    )
+    return None if len(slots) > max_slots else slots
+
+
+def _position(
+    schedule_id: str, definition: ScheduleDefinition, *, covered: datetime, first: Slot | None
+) -> Position:
+    fire_at = fire_time(schedule_id, definition, first.at) if first is not None else None
+    # A local time skipped by the DST policy is recorded when its instant passes, so the row is
+    # due then even if the next real slot is much later.
+    until = first.at if first is not None else definition.end_at
+    if until is not None:
+        pending = _dst_skips(definition, after=covered, until=until)
+        if pending and (fire_at is None or pending[0].at < fire_at):
+            fire_at = pending[0].at
+    return Position(
+        next_slot=first.at if first is not None else None, next_fire_at=fire_at, covered_until=covered
+    )
+
+
+def _bounded_next(definition: ScheduleDefinition, *, after: datetime) -> Slot | None:
+    slot = next_slot(definition.spec, definition.dst, after=after)
+    if slot is None or not _in_window(definition, slot.at):
+        return None
+    return slot
+
+
+def _in_window(definition: ScheduleDefinition, at: datetime) -> bool:
+    if definition.start_at is not None and at < definition.start_at:
+        return False
+    return definition.end_at is None or at <= definition.end_at
+
+
+def _dst_skips(definition: ScheduleDefinition, *, after: datetime, until: datetime) -> list[SkippedSlot]:
+    spec = definition.spec
+    if definition.dst.nonexistent != "skip" or not isinstance(spec, CronSpec) or until <= after:
+        return []
+    skips = dst_skips_between(spec, definition.dst, after=after, until=until)
+    return [s for s in skips if _in_window(definition, s.at)]
+
+
+def _relabel_paused(skipped: SkippedSlot, pause: PauseWindow) -> SkippedSlot:
+    if skipped.reason != "misfire" or not pause.contains(skipped.at):
+        return skipped
+    detail = f"passed while paused: {pause.reason}" if pause.reason else "passed while paused"
+    return replace(skipped, reason="paused", detail=detail)
+
+
+def _slot_at(definition: ScheduleDefinition, at: datetime) -> Slot:
+    # The stored next slot is already on the grid; rebuilding its Slot without re-running the cron
+    # keeps a claim to one grid step per fired slot. The DST mark only matters to previews.
+    return Slot(at=at, local=at.astimezone(_zone(definition)).isoformat())
+
+
+def _zone(definition: ScheduleDefinition) -> ZoneInfo:
+    spec = definition.spec
+    return _zone_named(spec.timezone if isinstance(spec, CronSpec) else "UTC")
+
+
+@lru_cache(maxsize=1024)
+def _zone_named(name: str) -> ZoneInfo:
+    return ZoneInfo(name)
+
+
+def utc(value: datetime) -> datetime:
+    """``value`` in UTC (asyncpg hands back timestamptz in UTC already; this keeps it explicit)."""
+    return value.astimezone(UTC)

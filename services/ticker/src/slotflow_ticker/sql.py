@@ -1,0 +1,214 @@
+"""Every statement the ticker runs, each with the invariant it protects.
+
+`{schema}` is the ticker's schema (validated by the settings pattern). Statements that decide
+whether something is due compare with `now()`, the database clock, and never take a host time.
+"""
+
+from dataclasses import dataclass
+
+_SCHEDULE_COLUMNS = (
+    "schedule_id, definition::text AS definition, version, paused, pause_reason, resume_at, "
+    "paused_at, resumed_at, next_slot, next_fire_at, covered_until, deleted"
+)
+
+# The claim. FOR UPDATE SKIP LOCKED hands each due row to exactly one of any number of tickers
+# running this at once: a row another ticker holds is skipped, not waited for. The row stays locked
+# until the transaction that stages its JobDue rows and advances its grid commits, so a slot is
+# staged by the transaction that moves the grid past it, or by none. Walking schedules_due in
+# next_fire_at order with LIMIT keeps the cost proportional to the batch, not to the table.
+CLAIM_DUE = """
+SELECT {columns}
+  FROM {schema}.schedules
+ WHERE next_fire_at <= now() AND NOT paused AND NOT deleted AND next_fire_at IS NOT NULL
+ ORDER BY next_fire_at
+ FOR UPDATE SKIP LOCKED
+ LIMIT $1
+"""
+
+# Advance the claimed rows' grids in one statement. Only rows this transaction holds are touched.
+ADVANCE = """
+UPDATE {schema}.schedules AS s
+   SET next_slot = u.next_slot, next_fire_at = u.next_fire_at, covered_until = u.covered_until,
+       updated_at = now()
+  FROM unnest($1::text[], $2::timestamptz[], $3::timestamptz[], $4::timestamptz[])
+       AS u(schedule_id, next_slot, next_fire_at, covered_until)
+ WHERE s.schedule_id = u.schedule_id
+"""
+
+# Paused rows whose automatic resume time passed (database clock); SKIP LOCKED so concurrent
+# tickers resume each row once. Slots that passed meanwhile are then due and meet the misfire policy.
+AUTO_RESUME = """
+UPDATE {schema}.schedules AS s
+   SET paused = false, resumed_at = now(), updated_at = now()
+  FROM (SELECT schedule_id FROM {schema}.schedules
+         WHERE paused AND NOT deleted AND resume_at IS NOT NULL AND resume_at <= now()
+         ORDER BY resume_at
+         FOR UPDATE SKIP LOCKED
+         LIMIT $1) AS due
+ WHERE s.schedule_id = due.schedule_id
+RETURNING s.schedule_id, s.resume_at, s.next_fire_at, now() AS db_now
+"""
+
+# Timers due by the database clock, one ticker each (same argument as CLAIM_DUE).
+CLAIM_TIMERS = """
+SELECT timer_id, fire_at, action::text AS action
+  FROM {schema}.timers
+ WHERE state = 'pending' AND fire_at <= now()
+ ORDER BY fire_at
+ FOR UPDATE SKIP LOCKED
+ LIMIT $1
+"""
+
+# Marked fired in the transaction that stages their events: fired once, or not at all.
+MARK_TIMERS_FIRED = """
+UPDATE {schema}.timers SET state = 'fired', fired_at = now()
+ WHERE timer_id = ANY($1::text[]) AND state = 'pending'
+"""
+
+# What the timing wheel holds: rows due within the horizon. Read without locks: the wheel only
+# says when to run the claim; the claim alone decides who fires what.
+HORIZON_SCHEDULES = """
+SELECT schedule_id, next_fire_at
+  FROM {schema}.schedules
+ WHERE next_fire_at <= now() + make_interval(secs => $1) AND NOT paused AND NOT deleted
+   AND next_fire_at IS NOT NULL
+ ORDER BY next_fire_at
+ LIMIT $2
+"""
+
+HORIZON_TIMERS = """
+SELECT timer_id, fire_at
+  FROM {schema}.timers
+ WHERE state = 'pending' AND fire_at <= now() + make_interval(secs => $1)
+ ORDER BY fire_at
+ LIMIT $2
+"""
+
+NOW = "SELECT now()"
+
+# Commands lock the one row they change (waiting, not skipping: a command must apply), so a claim
+# and a command never interleave on one schedule.
+LOCK_SCHEDULE = """
+SELECT {columns} FROM {schema}.schedules WHERE schedule_id = $1 FOR UPDATE
+"""
+
+# Primary key: at most one row per schedule id. A deleted row is reused by a later create.
+INSERT_SCHEDULE = """
+INSERT INTO {schema}.schedules
+       (schedule_id, definition, paused, pause_reason, paused_at, next_slot, next_fire_at, covered_until)
+VALUES ($1, $2::jsonb, $3, '', CASE WHEN $3 THEN now() END, $4, $5, $6)
+ON CONFLICT (schedule_id) DO UPDATE
+   SET definition = EXCLUDED.definition, version = {schema}.schedules.version + 1,
+       paused = EXCLUDED.paused, pause_reason = '', resume_at = NULL,
+       paused_at = EXCLUDED.paused_at, resumed_at = NULL,
+       next_slot = EXCLUDED.next_slot, next_fire_at = EXCLUDED.next_fire_at,
+       covered_until = EXCLUDED.covered_until, deleted = false, updated_at = now()
+ WHERE {schema}.schedules.deleted
+RETURNING schedule_id
+"""
+
+REPLACE_DEFINITION = """
+UPDATE {schema}.schedules
+   SET definition = $2::jsonb, version = version + 1, next_slot = $3, next_fire_at = $4,
+       covered_until = $5, updated_at = now()
+ WHERE schedule_id = $1
+"""
+
+SET_POSITION = """
+UPDATE {schema}.schedules
+   SET next_slot = $2, next_fire_at = $3, covered_until = $4, updated_at = now()
+ WHERE schedule_id = $1
+"""
+
+PAUSE = """
+UPDATE {schema}.schedules
+   SET paused = true, pause_reason = $2, resume_at = $3,
+       paused_at = CASE WHEN paused THEN paused_at ELSE now() END,
+       resumed_at = CASE WHEN paused THEN resumed_at ELSE NULL END, updated_at = now()
+ WHERE schedule_id = $1
+"""
+
+RESUME = """
+UPDATE {schema}.schedules
+   SET paused = false, resume_at = NULL, resumed_at = now(), updated_at = now()
+ WHERE schedule_id = $1 AND paused
+"""
+
+DELETE = """
+UPDATE {schema}.schedules
+   SET deleted = true, next_slot = NULL, next_fire_at = NULL, updated_at = now()
+ WHERE schedule_id = $1
+"""
+
+# Primary key: StartTimer is idempotent on the timer id, whatever state an earlier one reached.
+INSERT_TIMER = """
+INSERT INTO {schema}.timers (timer_id, fire_at, action) VALUES ($1, $2, $3::jsonb)
+ON CONFLICT (timer_id) DO NOTHING
+RETURNING timer_id
+"""
+
+# Only a pending timer can be cancelled; a fired one has already had its effect.
+CANCEL_TIMER = """
+UPDATE {schema}.timers SET state = 'cancelled' WHERE timer_id = $1 AND state = 'pending'
+RETURNING timer_id
+"""
+
+PURGE_INBOX = """
+DELETE FROM {schema}.inbox WHERE processed_at < now() - make_interval(secs => $1)
+"""
+
+PURGE_TIMERS = """
+DELETE FROM {schema}.timers WHERE state <> 'pending' AND created_at < now() - make_interval(secs => $1)
+"""
+
+
+@dataclass(frozen=True)
+class Queries:
+    """The statements above with the schema filled in."""
+
+    claim_due: str
+    advance: str
+    auto_resume: str
+    claim_timers: str
+    mark_timers_fired: str
+    horizon_schedules: str
+    horizon_timers: str
+    now: str
+    lock_schedule: str
+    insert_schedule: str
+    replace_definition: str
+    set_position: str
+    pause: str
+    resume: str
+    delete: str
+    insert_timer: str
+    cancel_timer: str
+    purge_inbox: str
+    purge_timers: str
+
+    @classmethod
+    def for_schema(cls, schema: str) -> "Queries":
+        def fill(sql: str) -> str:
+            return sql.replace("{columns}", _SCHEDULE_COLUMNS).replace("{schema}", schema)
+
+        return cls(
+            claim_due=fill(CLAIM_DUE),
+            advance=fill(ADVANCE),
+            auto_resume=fill(AUTO_RESUME),
+            claim_timers=fill(CLAIM_TIMERS),
+            mark_timers_fired=fill(MARK_TIMERS_FIRED),
+            horizon_schedules=fill(HORIZON_SCHEDULES),
+            horizon_timers=fill(HORIZON_TIMERS),
+            now=NOW,
+            lock_schedule=fill(LOCK_SCHEDULE),
+            insert_schedule=fill(INSERT_SCHEDULE),
+            replace_definition=fill(REPLACE_DEFINITION),
+            set_position=fill(SET_POSITION),
+            pause=fill(PAUSE),
+            resume=fill(RESUME),
+            delete=fill(DELETE),
+            insert_timer=fill(INSERT_TIMER),
+            cancel_timer=fill(CANCEL_TIMER),
+            purge_inbox=fill(PURGE_INBOX),
+            purge_timers=fill(PURGE_TIMERS),
+        )

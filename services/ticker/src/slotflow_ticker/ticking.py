@@ -1,0 +1,216 @@
+"""The ticker's heartbeat: hold near-due rows in a timing wheel, sleep until the earliest one, claim.
+
+The table is asked only for the rows due within the next horizon (every horizon/2, which doubles as
+the fallback poll that catches rows another replica created or moved). Their fire times go into an
+in-memory hierarchical timing wheel, so this replica wakes within a tick of each one instead of
+rescanning the table. Waking only triggers the claim query: which rows are due, and who fires
+them, is decided by the database clock and SKIP LOCKED, never by the wheel or the host clock.
+
+Host time is used only to decide how long to sleep. The wheel runs in database time, estimated as
+the last database `now()` seen plus the monotonic time elapsed since; it is re-anchored at every
+claim and reload. A skewed host clock therefore changes nothing (monotonic time has no epoch), and
+waking early is harmless: the claim finds nothing due and the deadline goes back into the wheel.
+"""
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
+
+from slotflow.core.timing_wheel import TimingWheel
+from slotflow.errors import TransientStorageError
+from slotflow.pg.outbox import OutboxRelay
+from slotflow.pg.pool import CONNECTION_ERRORS, Pool
+from slotflow_ticker.claims import Claimer, ClaimPass, schedule_key, timer_key
+from slotflow_ticker.config import TickerSettings
+from slotflow_ticker.metrics import TickerMetrics
+from slotflow_ticker.sql import Queries
+
+log = logging.getLogger(__name__)
+
+#: Most rows one horizon load puts into the wheel; a denser horizon is loaded in parts.
+HORIZON_LIMIT = 200_000
+#: A burst of commands asks for a reload each; one reload per this many seconds answers them all.
+MIN_RELOAD_GAP = 0.05
+_STORAGE_ERRORS: tuple[type[BaseException], ...] = (TransientStorageError, *CONNECTION_ERRORS)
+
+
+class DatabaseClock:
+    """The database clock, estimated between queries from the monotonic clock."""
+
+    def __init__(self) -> None:
+        self._db: datetime | None = None
+        self._mono = 0.0
+
+    def anchor(self, db_now: datetime) -> None:
+        # Taken after the reply arrived, so the estimate lags the database by the round trip:
+        # deadlines are met slightly late, never early.
+        self._db = db_now
+        self._mono = time.monotonic()
+
+    @property
+    def anchored(self) -> bool:
+        return self._db is not None
+
+    def now(self) -> datetime:
+        if self._db is None:
+            raise TransientStorageError("the database clock has not been read yet")
+        return self._db + timedelta(seconds=time.monotonic() - self._mono)
+
+    def seconds_until(self, instant: datetime) -> float:
+        return (instant - self.now()).total_seconds()
+
+
+class Ticking:
+    """Claims due schedules and timers when the wheel says so; one per ticker replica."""
+
+    def __init__(
+        self,
+        pool: Pool,
+        *,
+        claimer: Claimer,
+        queries: Queries,
+        settings: TickerSettings,
+        metrics: TickerMetrics,
+        relay: OutboxRelay | None = None,
+    ) -> None:
+        self._pool = pool
+        self._claimer = claimer
+        self._q = queries
+        self._settings = settings
+        self._metrics = metrics
+        self._relay = relay
+        self._clock = DatabaseClock()
+        self._wheel: TimingWheel[str] | None = None
+        self._wake = asyncio.Event()
+        self._reload_requested = True
+        self._next_reload = 0.0
+        self._last_reload = -MIN_RELOAD_GAP
+        self._loaded_until: datetime | None = None
+        self.passes = 0
+
+    def offer(self, due: list[tuple[str, datetime]]) -> None:
+        """Rows a command just made due: into the wheel if within the loaded horizon.
+
+        Later ones arrive with the reload that covers them, so a burst of commands costs no
+        extra queries.
+        """
+        if self._wheel is None or self._loaded_until is None:
+            return
+        woke = False
+        for key, deadline in due:
+            if deadline <= self._loaded_until:
+                self._wheel.add(key, deadline)
+                woke = True
+        if woke:
+            self._wake.set()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Tick until ``stop`` is set; database outages are waited out."""
+        while not stop.is_set():
+            try:
+                await self._cycle(stop)
+            except _STORAGE_ERRORS as err:
+                log.warning("ticker %s: storage unavailable: %s", self._settings.ticker_id, err)
+                self._reload_requested = True
+                await _wait(stop, self._wake, 1.0)
+
+    async def _cycle(self, stop: asyncio.Event) -> None:
+        if self._reload_due():
+            await self._reload()
+        wheel = self._wheel
+        if wheel is None:
+            return
+        expired = wheel.advance(self._clock.now())
+        if expired:
+            db_now = await self.claim_all()
+            # Woke before the database clock reached them (the estimate lags, rarely leads):
+            # back into the wheel, so they are met precisely rather than at the next reload.
+            for key, deadline in expired:
+                if deadline > db_now:
+                    wheel.add(key, deadline)
+        self._metrics.wheel_pending.set(len(wheel))
+        await _wait(stop, self._wake, self._sleep_seconds(wheel))
+        self._wake.clear()
+
+    def _reload_due(self) -> bool:
+        mono = time.monotonic()
+        if self._reload_requested and mono - self._last_reload >= MIN_RELOAD_GAP:
+            return True
+        return mono >= self._next_reload
+
+    def _sleep_seconds(self, wheel: TimingWheel[str]) -> float:
+        next_reload = self._next_reload
+        if self._reload_requested:
+            next_reload = min(next_reload, self._last_reload + MIN_RELOAD_GAP)
+        until_reload = max(0.0, next_reload - time.monotonic())
+        deadline = wheel.next_deadline()
+        if deadline is None:
+            return until_reload
+        return max(0.0, min(until_reload, self._clock.seconds_until(deadline)))
+
+    async def _reload(self) -> None:
+        """Ask the table for the next horizon (plus anything already due) and fill the wheel."""
+        self._reload_requested = False
+        horizon = self._settings.horizon_seconds
+        async with self._pool.acquire() as conn:
+            db_now: datetime = await conn.fetchval(self._q.now)
+            schedules = await conn.fetch(self._q.horizon_schedules, horizon, HORIZON_LIMIT)
+            timers = await conn.fetch(self._q.horizon_timers, horizon, HORIZON_LIMIT)
+        self._clock.anchor(db_now)
+        self._last_reload = time.monotonic()
+        self._next_reload = self._last_reload + self._settings.reload_interval
+        if self._wheel is None:
+            self._wheel = TimingWheel[str](
+                tick=timedelta(milliseconds=self._settings.wheel_tick_ms),
+                wheel_size=self._settings.wheel_size,
+                start=db_now,
+            )
+        loaded_until = db_now + timedelta(seconds=horizon)
+        for rows in (schedules, timers):
+            if len(rows) >= HORIZON_LIMIT:
+                loaded_until = min(loaded_until, rows[-1][1])
+        self._loaded_until = loaded_until
+        for record in schedules:
+            self._wheel.add(schedule_key(record["schedule_id"]), record["next_fire_at"])
+        for record in timers:
+            self._wheel.add(timer_key(record["timer_id"]), record["fire_at"])
+
+    async def claim_all(self) -> datetime:
+        """Claim until nothing due is left; returns the database time of the last pass."""
+        schedules = await self._drain(self._claimer.claim_schedules)
+        timers = await self._drain(self._claimer.claim_timers)
+        if await self._claimer.auto_resume():
+            self._reload_requested = True
+        return max(schedules, timers)
+
+    async def _drain(self, claim: Callable[[], Awaitable[ClaimPass]]) -> datetime:
+        while True:
+            result = await claim()
+            self.passes += 1
+            self._clock.anchor(result.db_now)
+            if (result.fired or result.skipped) and self._relay is not None:
+                self._relay.wake()
+            self._add_advanced(result)
+            if not result.more:
+                return result.db_now
+
+    def _add_advanced(self, result: ClaimPass) -> None:
+        if self._wheel is None or self._loaded_until is None:
+            return
+        for key, deadline in result.advanced:
+            # Later deadlines arrive with the reload that covers them.
+            if deadline <= self._loaded_until:
+                self._wheel.add(key, deadline)
+
+
+async def _wait(stop: asyncio.Event, wake: asyncio.Event, timeout: float) -> None:
+    if stop.is_set() or wake.is_set():
+        return
+    waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(wake.wait())]
+    try:
+        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()

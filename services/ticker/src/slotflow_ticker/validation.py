@@ -1,0 +1,60 @@
+"""Whether a well-formed command may apply to the current state: pure rules, one sentence each.
+
+Schema-level problems (a bad cron, an unknown zone, a missing field, an unknown version) never get
+here: the consume loop refuses them while decoding. These are the rules that need the state.
+"""
+
+from datetime import datetime
+
+from slotflow.contracts import Backfill, ScheduleDefinition
+from slotflow.contracts.schedules import OnceSpec
+from slotflow.core.cronslots import Slot
+from slotflow.errors import PermanentError
+from slotflow_ticker.planning import backfill_slots
+from slotflow_ticker.store import ScheduleRow
+
+
+class CommandRefused(PermanentError):
+    """A command that cannot apply to the current state; the message says what to fix."""
+
+
+def require_new(row: ScheduleRow | None, schedule_id: str) -> None:
+    """CreateSchedule needs an id that is free (never used, or deleted)."""
+    if row is not None and not row.deleted:
+        raise CommandRefused(f"schedule {schedule_id} already exists; use UpdateSchedule to change it")
+
+
+def require_live(row: ScheduleRow | None, schedule_id: str) -> ScheduleRow:
+    """Every other schedule command needs a schedule that exists and is not deleted."""
+    if row is None or row.deleted:
+        raise CommandRefused(f"schedule {schedule_id} does not exist")
+    return row
+
+
+def require_fireable(definition: ScheduleDefinition, schedule_id: str) -> None:
+    """A one-shot cannot be redefined into a window that excludes its own instant."""
+    spec = definition.spec
+    if isinstance(spec, OnceSpec) and (
+        (definition.start_at is not None and spec.at < definition.start_at)
+        or (definition.end_at is not None and spec.at > definition.end_at)
+    ):
+        raise CommandRefused(f"schedule {schedule_id}: the one-shot instant lies outside start_at/end_at")
+
+
+def backfill_plan(command: Backfill, definition: ScheduleDefinition, *, now: datetime) -> list[Slot]:
+    """The slots a Backfill emits: every slot of the spec in [start, end), at most max_slots.
+
+    Future slots are refused rather than clipped: they fire on their own when due, and firing them
+    early would break "never before the slot".
+    """
+    if command.end > now:
+        raise CommandRefused(
+            f"backfill end {command.end.isoformat()} is after the current time; future slots fire on their own"
+        )
+    slots = backfill_slots(definition, start=command.start, end=command.end, max_slots=command.max_slots)
+    if slots is None:
+        raise CommandRefused(
+            f"backfill of schedule {command.schedule_id} covers more than max_slots={command.max_slots} slots; "
+            "split the range or raise max_slots"
+        )
+    return slots

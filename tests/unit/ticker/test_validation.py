@@ -1,0 +1,145 @@
+"""Command validation against the current state, and the envelopes the ticker stages (pure)."""
+
+import json
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from slotflow.contracts import (
+    Backfill,
+    CancelTimer,
+    CronSpec,
+    IntervalSpec,
+    OnceSpec,
+    ScheduleDefinition,
+    StartTimer,
+    TriggerNow,
+)
+from slotflow.contracts.timers import FireTimerFired
+from slotflow.core.cronslots import SkippedSlot
+from slotflow.core.identity import run_id
+from slotflow_ticker.commands import subject_of
+from slotflow_ticker.events import EventFactory, Topics
+from slotflow_ticker.store import ScheduleRow
+from slotflow_ticker.validation import (
+    CommandRefused,
+    backfill_plan,
+    require_fireable,
+    require_live,
+    require_new,
+)
+
+NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+HOURLY = ScheduleDefinition(spec=CronSpec(expression="0 * * * *"), handler="h")
+ROW = ScheduleRow(
+    schedule_id="s",
+    definition=HOURLY,
+    version=1,
+    paused=False,
+    pause_reason="",
+    resume_at=None,
+    paused_at=None,
+    resumed_at=None,
+    next_slot=NOW + timedelta(hours=1),
+    next_fire_at=NOW + timedelta(hours=1),
+    covered_until=NOW,
+    deleted=False,
+)
+EVENTS = EventFactory(
+    Topics(jobs="jobs", schedule_events="events", timer_events="timers", dlq="dlq"), source="ticker/t1"
+)
+
+
+def test_create_needs_a_free_id() -> None:
+    require_new(None, "s")
+    require_new(replace(ROW, deleted=True), "s")  # a deleted id may be reused
+    with pytest.raises(CommandRefused, match="already exists"):
+        require_new(ROW, "s")
+
+
+def test_other_commands_need_a_live_schedule() -> None:
+    assert require_live(ROW, "s") is ROW
+    for row in (None, replace(ROW, deleted=True)):
+        with pytest.raises(CommandRefused, match="does not exist"):
+            require_live(row, "s")
+
+
+def test_a_one_shot_outside_its_own_window_is_refused() -> None:
+    once = ScheduleDefinition(spec=OnceSpec(at=NOW), handler="h", end_at=NOW - timedelta(hours=1))
+    with pytest.raises(CommandRefused, match="outside start_at/end_at"):
+        require_fireable(once, "s")
+    require_fireable(ScheduleDefinition(spec=OnceSpec(at=NOW), handler="h"), "s")
+
+
+def test_backfill_emits_the_slots_of_a_half_open_range() -> None:
+    start = NOW - timedelta(hours=5)
+    slots = backfill_plan(
+        Backfill(schedule_id="s", start=start, end=start + timedelta(hours=3)), HOURLY, now=NOW
+    )
+    assert [s.at for s in slots] == [start, start + timedelta(hours=1), start + timedelta(hours=2)]
+
+
+def test_backfill_refuses_more_than_max_slots_and_the_future() -> None:
+    start = NOW - timedelta(days=2)
+    with pytest.raises(CommandRefused, match="max_slots=5"):
+        backfill_plan(Backfill(schedule_id="s", start=start, end=NOW, max_slots=5), HOURLY, now=NOW)
+    with pytest.raises(CommandRefused, match="after the current time"):
+        backfill_plan(Backfill(schedule_id="s", start=start, end=NOW + timedelta(seconds=1)), HOURLY, now=NOW)
+
+
+def test_every_command_names_its_subject() -> None:
+    fire = FireTimerFired(owner="wf")
+    assert subject_of(StartTimer(timer_id="t1", fire_at=NOW, on_fire=fire)) == "t1"
+    assert subject_of(CancelTimer(timer_id="t1")) == "t1"
+    assert subject_of(TriggerNow(schedule_id="s")) == "s"
+
+
+# --- envelopes ---------------------------------------------------------------------------------
+
+
+def test_jobdue_is_named_and_keyed_by_its_slot() -> None:
+    slot = NOW + timedelta(hours=1)
+    staged = EVENTS.job_due("s", HOURLY, slot, kind="scheduled", fire_at=slot, occurred_at=slot)
+    assert staged.topic == "jobs"
+    assert staged.envelope.id == run_id("s", slot) == "s@2026-06-01T13:00:00Z"
+    assert staged.envelope.key == "s"
+    assert staged.envelope.source == "ticker/t1"
+    assert staged.envelope.data["fire_at"] == "2026-06-01T13:00:00Z"
+    again = EVENTS.job_due(
+        "s", HOURLY, slot, kind="scheduled", fire_at=slot, occurred_at=slot + timedelta(seconds=9)
+    )
+    assert again.envelope.id == staged.envelope.id  # a second staging collapses on the outbox's unique id
+
+
+def test_nominal_times_lost_in_one_dst_gap_keep_separate_records() -> None:
+    gap = datetime(2026, 3, 29, 1, 0, tzinfo=UTC)
+    a = EVENTS.slot_skipped("s", SkippedSlot(gap, "dst_nonexistent", "local time 02:00 ..."), occurred_at=gap)
+    b = EVENTS.slot_skipped("s", SkippedSlot(gap, "dst_nonexistent", "local time 02:15 ..."), occurred_at=gap)
+    assert a.envelope.id != b.envelope.id
+    assert a.envelope.data["run_id"] == b.envelope.data["run_id"] == run_id("s", gap)
+    missed = EVENTS.slot_skipped("s", SkippedSlot(gap, "misfire"), occurred_at=gap)
+    assert missed.envelope.id == f"{run_id('s', gap)}/skipped"
+
+
+def test_timer_fired_goes_to_its_owner() -> None:
+    staged = EVENTS.timer_fired("sleep:wf/3", owner="wf", sequence=3, fire_at=NOW, fired_at=NOW)
+    assert (staged.topic, staged.envelope.key, staged.envelope.id) == ("timers", "wf", "timer:sleep:wf/3")
+
+
+def test_command_acknowledgements_are_named_by_the_command() -> None:
+    ok = EVENTS.accepted(command_id="c1", command_type="schedule.create", subject="s", occurred_at=NOW)
+    no = EVENTS.rejected(
+        command_id="c1", command_type="schedule.create", subject="s", reason="r", occurred_at=NOW
+    )
+    assert (ok.envelope.id, no.envelope.id) == ("c1/accepted", "c1/rejected")
+    assert json.loads(no.envelope.model_dump_json())["data"]["reason"] == "r"
+
+
+def test_interval_backfill_stays_on_the_anchor_grid() -> None:
+    every = ScheduleDefinition(
+        spec=IntervalSpec(every=timedelta(minutes=7), anchor=NOW - timedelta(days=1, seconds=3)), handler="h"
+    )
+    slots = backfill_plan(Backfill(schedule_id="s", start=NOW - timedelta(hours=1), end=NOW), every, now=NOW)
+    assert all((s.at - every.spec.anchor) % timedelta(minutes=7) == timedelta(0) for s in slots)  # type: ignore[union-attr]
+    assert len(slots) in (8, 9)
