@@ -253,7 +253,7 @@ async def _flush_runs(conn: Conn, schema: str, runs: _RunBatch) -> None:
             workflow_id = COALESCE(runs.workflow_id, EXCLUDED.workflow_id),
             sequence = COALESCE(runs.sequence, EXCLUDED.sequence)
         """,
-        runs.skeletons,
+        _merged_skeletons(runs.skeletons),
     )
     if runs.dues:
         await conn.executemany(
@@ -283,6 +283,20 @@ async def _flush_runs(conn: Conn, schema: str, runs: _RunBatch) -> None:
             runs.attempts,
         )
     await conn.execute(_DERIVE_RUNS.format(schema=schema), sorted(runs.touched))
+
+
+def _merged_skeletons(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """One skeleton per run (a batch carries several facts per run), first known value per field."""
+    merged: dict[str, list[Any]] = {}
+    for row in rows:
+        found = merged.get(row[0])
+        if found is None:
+            merged[row[0]] = list(row)
+            continue
+        for i, value in enumerate(row):
+            if found[i] is None or found[i] == []:
+                found[i] = value
+    return [tuple(values) for values in merged.values()]
 
 
 # A run's state is a function of all its facts, never of their arrival order: completed anywhere
