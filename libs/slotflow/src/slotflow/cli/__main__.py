@@ -1,14 +1,18 @@
 """Entry point of the `slotflow` console script."""
 
+import importlib
 import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from slotflow.cli.context import Context
 from slotflow.cli.errors import EXIT_FAILURE, CliError
 from slotflow.cli.parser import build_parser
 from slotflow.errors import SlotflowError
+
+if TYPE_CHECKING:
+    from slotflow.cli.context import Context, Handler
 
 EXIT_INTERRUPTED = 130
 
@@ -24,13 +28,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not os.environ.get("SLOTFLOW_DEBUG"):
         # aiokafka logs every failed connection attempt; the CLI says once what failed and what to do.
         logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+    from slotflow.cli.context import Context  # after parsing: usage errors never pay for it
+
     return execute(Context(args))
 
 
-def execute(ctx: Context) -> int:
+def resolve(name: str) -> "Handler":
+    """The handler named `"module:function"` (the parser names handlers instead of importing them)."""
+    module, _, function = name.partition(":")
+    handler: Handler = getattr(importlib.import_module(module), function)
+    return handler
+
+
+def execute(ctx: "Context") -> int:
     """Run the handler chosen in ``ctx.args``; a failure is one line on stderr and an exit code."""
     try:
-        code: int = ctx.args.run(ctx)
+        code: int = resolve(ctx.args.run)(ctx)
     except CliError as err:
         ctx.err.write(f"slotflow: error: {err}\n")
         return err.exit_code

@@ -9,9 +9,9 @@ from urllib.parse import quote
 
 import httpx
 
-from slotflow.cli.errors import ApiRequestFailed, ApiUnavailable
+from slotflow.cli.errors import DEFAULT_API_URL, ApiRequestFailed, ApiUnavailable
 
-DEFAULT_API_URL = "http://127.0.0.1:8080"
+__all__ = ["DEFAULT_API_URL", "ApiClient", "Params", "path_segment"]
 Params = Mapping[str, str | int | float | bool | None]
 
 

@@ -4,7 +4,7 @@ import argparse
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import httpx
 from pydantic import ValidationError
@@ -12,8 +12,10 @@ from pydantic import ValidationError
 from slotflow.cli.api import ApiClient
 from slotflow.cli.errors import UsageError
 from slotflow.cli.output import Column, dump_json, render_fields, render_table
-from slotflow.cli.parsing import explain
-from slotflow.settings import KafkaSettings
+from slotflow.cli.values import explain
+
+if TYPE_CHECKING:
+    from slotflow.settings import KafkaSettings
 
 
 @dataclass
@@ -40,7 +42,10 @@ class Context:
     def api(self) -> ApiClient:
         return ApiClient(str(self.args.api_url), timeout=self.timeout, transport=self.api_transport)
 
-    def kafka(self) -> KafkaSettings:
+    def kafka(self) -> "KafkaSettings":
+        # Imported here: the settings pull in the contract models, which queries never need.
+        from slotflow.settings import KafkaSettings
+
         try:
             return KafkaSettings()
         except ValidationError as err:

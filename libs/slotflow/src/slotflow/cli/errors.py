@@ -4,6 +4,8 @@ from typing import ClassVar
 
 from slotflow.errors import SlotflowError
 
+DEFAULT_API_URL = "http://127.0.0.1:8080"
+
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2

@@ -11,7 +11,7 @@ from typing import Any, TextIO
 
 from pydantic import TypeAdapter, ValidationError
 
-from slotflow.cli.parsing import format_duration
+from slotflow.cli.values import format_duration
 
 Row = Mapping[str, Any]
 Column = tuple[str, Callable[[Row], str]]

@@ -7,17 +7,18 @@ import argparse
 import os
 from typing import Any
 
-from slotflow.cli import commanding as cmd
-from slotflow.cli import querying as query
-from slotflow.cli.api import DEFAULT_API_URL
-from slotflow.cli.context import Handler
-from slotflow.cli.stack import stack
+from slotflow.cli.errors import DEFAULT_API_URL
 
 _EPILOG = """\
 Commands (create, pause, start, redrive, ...) are published to Kafka (SLOTFLOW_KAFKA_BOOTSTRAP,
 SLOTFLOW_KAFKA_TOPIC_NAMESPACE); queries (list, show, audit, ...) call the read-model API
 (SLOTFLOW_API_URL, default http://127.0.0.1:8080). Exit codes: 0 ok, 1 failed, 2 bad usage.
 """
+
+
+#: Handlers are named, not imported: `--help` and usage errors stay fast (no pydantic models,
+#: aiokafka or httpx to load), and only the chosen handler's module is imported.
+STACK = "slotflow.cli.stack:stack"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -68,7 +69,7 @@ def _global_options(parser: argparse.ArgumentParser, *, on_leaf: bool) -> None:
 
 
 def _leaf(
-    actions: Any, name: str, handler: Handler, help_text: str, description: str | None = None
+    actions: Any, name: str, handler: str, help_text: str, description: str | None = None
 ) -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = actions.add_parser(
         name,
@@ -155,7 +156,12 @@ def _schedule(groups: Any) -> None:
     parser = groups.add_parser("schedule", help="create, change and inspect schedules")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
 
-    create = _leaf(actions, "create", cmd.schedule_create, "create a schedule (publishes CreateSchedule)")
+    create = _leaf(
+        actions,
+        "create",
+        "slotflow.cli.commanding:schedule_create",
+        "create a schedule (publishes CreateSchedule)",
+    )
     create.add_argument("schedule_id", metavar="SCHEDULE_ID")
     _definition_flags(create)
     create.add_argument("--paused", action="store_true", help="create it paused")
@@ -164,7 +170,7 @@ def _schedule(groups: Any) -> None:
     update = _leaf(
         actions,
         "update",
-        cmd.schedule_update,
+        "slotflow.cli.commanding:schedule_update",
         "replace a schedule's whole definition (publishes UpdateSchedule)",
         "Replace a schedule's whole definition; flags not given take their defaults, not the old values.",
     )
@@ -172,7 +178,7 @@ def _schedule(groups: Any) -> None:
     _definition_flags(update)
     _command_options(update)
 
-    listing = _leaf(actions, "list", query.schedule_list, "list schedules")
+    listing = _leaf(actions, "list", "slotflow.cli.querying:schedule_list", "list schedules")
     state = listing.add_mutually_exclusive_group()
     state.add_argument("--paused", dest="paused", action="store_const", const=True, help="only paused ones")
     state.add_argument("--active", dest="paused", action="store_const", const=False, help="only active ones")
@@ -180,25 +186,34 @@ def _schedule(groups: Any) -> None:
     listing.add_argument("--handler", metavar="NAME", help="only schedules running this handler")
     _paging(listing)
 
-    show = _leaf(actions, "show", query.schedule_show, "one schedule with its next slots")
+    show = _leaf(actions, "show", "slotflow.cli.querying:schedule_show", "one schedule with its next slots")
     show.add_argument("schedule_id", metavar="SCHEDULE_ID")
 
-    pause = _leaf(actions, "pause", cmd.schedule_pause, "stop firing until resumed")
+    pause = _leaf(actions, "pause", "slotflow.cli.commanding:schedule_pause", "stop firing until resumed")
     pause.add_argument("schedule_id", metavar="SCHEDULE_ID")
     pause.add_argument("--reason", default="", help="why (shown in list and the dashboard)")
     pause.add_argument("--resume-at", metavar="TIME", help="resume by itself at this time")
     _command_options(pause)
 
     for name, handler, text in (
-        ("resume", cmd.schedule_resume, "fire again; missed slots follow the misfire policy"),
-        ("delete", cmd.schedule_delete, "stop and remove a schedule (its runs stay)"),
-        ("trigger", cmd.schedule_trigger, "run once now, outside the spec"),
+        (
+            "resume",
+            "slotflow.cli.commanding:schedule_resume",
+            "fire again; missed slots follow the misfire policy",
+        ),
+        ("delete", "slotflow.cli.commanding:schedule_delete", "stop and remove a schedule (its runs stay)"),
+        ("trigger", "slotflow.cli.commanding:schedule_trigger", "run once now, outside the spec"),
     ):
         leaf = _leaf(actions, name, handler, text)
         leaf.add_argument("schedule_id", metavar="SCHEDULE_ID")
         _command_options(leaf)
 
-    backfill = _leaf(actions, "backfill", cmd.schedule_backfill, "run every slot of the spec in [start, end)")
+    backfill = _leaf(
+        actions,
+        "backfill",
+        "slotflow.cli.commanding:schedule_backfill",
+        "run every slot of the spec in [start, end)",
+    )
     backfill.add_argument("schedule_id", metavar="SCHEDULE_ID")
     backfill.add_argument(
         "--start", required=True, metavar="TIME", help="first slot at or after (e.g. now-3d)"
@@ -214,7 +229,12 @@ def _workflow(groups: Any) -> None:
     parser = groups.add_parser("workflow", help="start, signal, cancel and inspect workflows")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
 
-    start = _leaf(actions, "start", cmd.workflow_start, "start a workflow (publishes StartWorkflow)")
+    start = _leaf(
+        actions,
+        "start",
+        "slotflow.cli.commanding:workflow_start",
+        "start a workflow (publishes StartWorkflow)",
+    )
     start.add_argument("workflow_id", metavar="WORKFLOW_ID")
     start.add_argument(
         "--type", dest="workflow_type", required=True, metavar="TYPE", help="registered workflow type"
@@ -222,28 +242,48 @@ def _workflow(groups: Any) -> None:
     start.add_argument("--input", metavar="JSON", help="JSON object given to the workflow, or @file.json")
     _command_options(start)
 
-    signal = _leaf(actions, "signal", cmd.workflow_signal, "deliver a named signal to a running workflow")
+    signal = _leaf(
+        actions,
+        "signal",
+        "slotflow.cli.commanding:workflow_signal",
+        "deliver a named signal to a running workflow",
+    )
     signal.add_argument("workflow_id", metavar="WORKFLOW_ID")
     signal.add_argument("signal", metavar="SIGNAL")
     signal.add_argument("--payload", metavar="JSON", help="JSON object sent with the signal, or @file.json")
     _command_options(signal)
 
-    cancel = _leaf(actions, "cancel", cmd.workflow_cancel, "ask a workflow to stop (compensations run)")
+    cancel = _leaf(
+        actions,
+        "cancel",
+        "slotflow.cli.commanding:workflow_cancel",
+        "ask a workflow to stop (compensations run)",
+    )
     cancel.add_argument("workflow_id", metavar="WORKFLOW_ID")
     cancel.add_argument("--reason", default="", help="why")
     _command_options(cancel)
 
-    listing = _leaf(actions, "list", query.workflow_list, "list workflows")
+    listing = _leaf(actions, "list", "slotflow.cli.querying:workflow_list", "list workflows")
     listing.add_argument("--type", dest="workflow_type", metavar="TYPE")
     listing.add_argument("--status", metavar="STATUS")
     listing.add_argument("--from", dest="start", metavar="TIME", help="started at or after")
     listing.add_argument("--to", dest="end", metavar="TIME", help="started before")
     _paging(listing)
 
-    show = _leaf(actions, "show", query.workflow_show, "status, current step, pending work and compensations")
+    show = _leaf(
+        actions,
+        "show",
+        "slotflow.cli.querying:workflow_show",
+        "status, current step, pending work and compensations",
+    )
     show.add_argument("workflow_id", metavar="WORKFLOW_ID")
 
-    history = _leaf(actions, "history", query.workflow_history, "the workflow's recorded history, in order")
+    history = _leaf(
+        actions,
+        "history",
+        "slotflow.cli.querying:workflow_history",
+        "the workflow's recorded history, in order",
+    )
     history.add_argument("workflow_id", metavar="WORKFLOW_ID")
 
 
@@ -253,7 +293,7 @@ def _runs(groups: Any) -> None:
     listing = _leaf(
         actions,
         "list",
-        query.runs_list,
+        "slotflow.cli.querying:runs_list",
         "list runs, of one schedule by slot range or across jobs",
     )
     listing.add_argument(
@@ -264,7 +304,7 @@ def _runs(groups: Any) -> None:
     listing.add_argument("--from", dest="start", metavar="TIME", help="slots at or after (with --schedule)")
     listing.add_argument("--to", dest="end", metavar="TIME", help="slots before (with --schedule)")
     _paging(listing)
-    show = _leaf(actions, "show", query.runs_show, "one run with every attempt")
+    show = _leaf(actions, "show", "slotflow.cli.querying:runs_show", "one run with every attempt")
     show.add_argument("run_id", metavar="RUN_ID", help="e.g. merchant-payouts@2026-12-02T02:00:00Z")
 
 
@@ -292,19 +332,23 @@ def _selection(parser: argparse.ArgumentParser) -> None:
 def _dlq(groups: Any) -> None:
     parser = groups.add_parser("dlq", help="inspect, redrive and discard dead letters")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    listing = _leaf(actions, "list", query.dlq_list, "list dead letters")
+    listing = _leaf(actions, "list", "slotflow.cli.querying:dlq_list", "list dead letters")
     listing.add_argument("--status", choices=("parked", "redriven", "discarded"))
     listing.add_argument("--reason", metavar="REASON", help="parked for this reason")
     listing.add_argument("--topic", metavar="TOPIC")
     listing.add_argument("--source", metavar="SERVICE")
     listing.add_argument("--job", metavar="JOB_ID")
     _paging(listing)
-    show = _leaf(actions, "show", query.dlq_show, "one dead letter with its origin and error")
+    show = _leaf(
+        actions, "show", "slotflow.cli.querying:dlq_show", "one dead letter with its origin and error"
+    )
     show.add_argument("dead_letter_id", metavar="DEAD_LETTER_ID")
-    redrive = _leaf(actions, "redrive", cmd.dlq_redrive, "send dead letters back to their topics")
+    redrive = _leaf(
+        actions, "redrive", "slotflow.cli.commanding:dlq_redrive", "send dead letters back to their topics"
+    )
     _selection(redrive)
     _command_options(redrive)
-    discard = _leaf(actions, "discard", cmd.dlq_discard, "mark dead letters discarded")
+    discard = _leaf(actions, "discard", "slotflow.cli.commanding:dlq_discard", "mark dead letters discarded")
     _selection(discard)
     discard.add_argument("--reason", required=True, help="why they are discarded (kept with them)")
     _command_options(discard)
@@ -314,7 +358,7 @@ def _audit(groups: Any) -> None:
     audit = _leaf(
         groups,
         "audit",
-        query.audit,
+        "slotflow.cli.querying:audit",
         "compare the slots a schedule should have fired with what was recorded",
         "Compare the slots a schedule should have fired (its spec and policy) with the recorded runs:\n"
         "fired, missed, skipped_by_policy, late and duplicated_effect slots.",
@@ -331,7 +375,7 @@ def _replay(groups: Any) -> None:
     replay = _leaf(
         groups,
         "replay",
-        query.replay,
+        "slotflow.cli.querying:replay",
         "summarise a workflow's recorded history as a replay would read it",
         "Summarise a workflow's recorded history (from the API) as a replay reads it: activities\n"
         "with recorded results, timers, signals and compensations, and what is still pending.\n"
@@ -344,7 +388,7 @@ def _replay(groups: Any) -> None:
 def _stack(groups: Any) -> None:
     parser = groups.add_parser("stack", help="the local devstack (Kafka + PostgreSQL on loopback)")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    _leaf(actions, "up", stack, "start Kafka and PostgreSQL (prints the env exports)")
-    down = _leaf(actions, "down", stack, "stop them")
+    _leaf(actions, "up", STACK, "start Kafka and PostgreSQL (prints the env exports)")
+    down = _leaf(actions, "down", STACK, "stop them")
     down.add_argument("--clean", action="store_true", help="also delete their data")
-    _leaf(actions, "status", stack, "are they running (exit 0) or not (3)")
+    _leaf(actions, "status", STACK, "are they running (exit 0) or not (3)")

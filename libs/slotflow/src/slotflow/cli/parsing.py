@@ -1,19 +1,22 @@
-"""Turn flag values into contract values: durations, instants, JSON objects, schedule definitions.
+"""Build contract models from flags: schedule specs and whole schedule definitions.
 
-Pure functions, no I/O except reading a file named with `@path`. Every failure is a `UsageError`
-whose message names the flag and says what a valid value looks like.
+Every failure is a `UsageError` naming the flag; nothing is sent before the whole command validates.
 """
 
-import json
-import re
 from collections.abc import Mapping
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
+from datetime import timedelta
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from slotflow.cli.errors import UsageError
+from slotflow.cli.values import (
+    explain,
+    format_duration,
+    parse_duration,
+    parse_instant,
+    parse_json_object,
+)
 from slotflow.contracts import (
     CronSpec,
     DstPolicy,
@@ -24,112 +27,18 @@ from slotflow.contracts import (
     ScheduleDefinition,
 )
 
-_UNITS: Mapping[str, timedelta] = {
-    "w": timedelta(weeks=1),
-    "d": timedelta(days=1),
-    "h": timedelta(hours=1),
-    "m": timedelta(minutes=1),
-    "s": timedelta(seconds=1),
-    "ms": timedelta(milliseconds=1),
-    "us": timedelta(microseconds=1),
-}
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|us|w|d|h|m|s)")
-_DURATION = re.compile(r"^(?:\d+(?:\.\d+)?(?:ms|us|w|d|h|m|s))+$")
-_RELATIVE = re.compile(r"^now(?:(?P<sign>[+-])(?P<amount>.+))?$")
-_TIMEDELTA = TypeAdapter(timedelta)
+__all__ = [
+    "build_definition",
+    "build_spec",
+    "explain",
+    "format_duration",
+    "parse_duration",
+    "parse_instant",
+    "parse_json_object",
+    "validated",
+]
+
 M = TypeVar("M", bound=BaseModel)
-
-DURATION_HINT = "use e.g. 30s, 5m, 1h30m, 2d, 250ms, a number of seconds, or ISO 8601 (PT1H)"
-INSTANT_HINT = "use ISO 8601 with a UTC offset (2026-03-01T02:00:00Z, 2026-03-01T03:00+01:00) or now, now-1d"
-
-
-def parse_duration(text: str, *, flag: str = "duration") -> timedelta:
-    """`"1h30m"`, `"90"` (seconds), `"250ms"` or ISO 8601 `"PT1H30M"` as a timedelta."""
-    value = text.strip().lower()
-    if not value:
-        raise UsageError(f"{flag} is empty; {DURATION_HINT}")
-    if re.fullmatch(r"\d+(?:\.\d+)?", value):
-        return timedelta(seconds=float(value))
-    if _DURATION.fullmatch(value):
-        total = timedelta(0)
-        for amount, unit in _DURATION_PART.findall(value):
-            total += _UNITS[unit] * float(amount)
-        return total
-    if value.startswith(("p", "-p")):
-        try:
-            return _TIMEDELTA.validate_python(text.strip().upper())
-        except ValidationError:
-            pass
-    raise UsageError(f"{flag} {text!r} is not a duration; {DURATION_HINT}")
-
-
-def format_duration(value: timedelta) -> str:
-    """The inverse of `parse_duration` for display: `1h30m`, `250ms`, `0s`."""
-    if value < timedelta(0):
-        return "-" + format_duration(-value)
-    micros = value // timedelta(microseconds=1)
-    parts = []
-    for unit, size in (("d", 86_400_000_000), ("h", 3_600_000_000), ("m", 60_000_000), ("s", 1_000_000)):
-        count, micros = divmod(micros, size)
-        if count:
-            parts.append(f"{count}{unit}")
-    if micros:
-        millis, rest = divmod(micros, 1000)
-        parts.append(f"{millis}ms" if not rest else f"{micros}us")
-    return "".join(parts) or "0s"
-
-
-def parse_instant(text: str, *, flag: str = "time", now: datetime | None = None) -> datetime:
-    """An aware datetime from ISO 8601 with an offset, or `now`, `now-1d`, `now+2h`.
-
-    A naive time is refused: a scheduler must never guess which zone a user meant.
-    """
-    value = text.strip()
-    relative = _RELATIVE.fullmatch(value.lower())
-    if relative:
-        # "now" in a query is a convenience for the person typing; no slot decision rests on it.
-        base = now or datetime.now(tz=UTC)
-        if relative.group("amount") is None:
-            return base
-        delta = parse_duration(relative.group("amount"), flag=flag)
-        return base + delta if relative.group("sign") == "+" else base - delta
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        raise UsageError(f"{flag} {text!r} is not a time; {INSTANT_HINT}") from None
-    if parsed.tzinfo is None or parsed.utcoffset() is None:
-        raise UsageError(f"{flag} {text!r} has no UTC offset; add one, e.g. {value}Z or {value}+01:00")
-    return parsed
-
-
-def parse_json_object(text: str, *, flag: str) -> dict[str, Any]:
-    """A JSON object given inline or as `@path/to/file.json`."""
-    source = text
-    if text.startswith("@"):
-        path = Path(text[1:])
-        try:
-            source = path.read_text(encoding="utf-8")
-        except OSError as err:
-            raise UsageError(f"{flag}: cannot read {path}: {err.strerror or err}") from None
-    try:
-        value = json.loads(source)
-    except json.JSONDecodeError as err:
-        raise UsageError(
-            f"{flag} is not valid JSON: {err.msg} at line {err.lineno} column {err.colno}"
-        ) from None
-    if not isinstance(value, dict):
-        raise UsageError(f"{flag} must be a JSON object ({{...}}), got {type(value).__name__}")
-    return value
-
-
-def explain(err: ValidationError) -> str:
-    """One line per failing field, without pydantic's URLs."""
-    lines = []
-    for item in err.errors(include_url=False):
-        where = ".".join(str(part) for part in item["loc"])
-        message = str(item["msg"]).removeprefix("Value error, ")
-        lines.append(f"{where}: {message}" if where else message)
-    return "; ".join(lines)
 
 
 def validated(model: type[M], data: Mapping[str, Any], *, what: str) -> M:

@@ -28,7 +28,7 @@ from slotflow.cli.output import (
     spec_text,
     text,
 )
-from slotflow.cli.parsing import parse_instant
+from slotflow.cli.values import parse_instant
 
 MAX_LIMIT = 500
 
@@ -188,19 +188,30 @@ def workflow_list(ctx: Context) -> int:
     return _listing(ctx, "/v1/workflows", params, WORKFLOW_COLUMNS, empty="no workflows")
 
 
-def _workflow(ctx: Context, api: ApiClient, suffix: str = "") -> Any:
+def _workflow(ctx: Context, api: ApiClient) -> Any:
     workflow_id = ctx.args.workflow_id
     try:
-        return api.get(f"/v1/workflows/{path_segment(workflow_id)}{suffix}")
+        return api.get(f"/v1/workflows/{path_segment(workflow_id)}")
     except ApiRequestFailed as err:
         if err.status == 404:
             raise CliError(f"workflow {workflow_id} not found") from None
         raise
 
 
-def _history_items(body: Any) -> list[dict[str, Any]]:
-    items = body.get("items", body.get("history", [])) if isinstance(body, dict) else body
-    return [item for item in items or [] if isinstance(item, dict)]
+def _history(ctx: Context, api: ApiClient) -> list[dict[str, Any]]:
+    """Every history entry of the workflow, oldest first, across all pages."""
+    workflow_id = ctx.args.workflow_id
+    items: list[dict[str, Any]] = []
+    try:
+        for page in api.pages(
+            f"/v1/workflows/{path_segment(workflow_id)}/history", {"limit": MAX_LIMIT}, follow=True
+        ):
+            items.extend(item for item in page.get("items", []) if isinstance(item, dict))
+    except ApiRequestFailed as err:
+        if err.status == 404:
+            raise CliError(f"workflow {workflow_id} not found") from None
+        raise
+    return items
 
 
 def workflow_show(ctx: Context) -> int:
@@ -235,11 +246,11 @@ def workflow_show(ctx: Context) -> int:
 
 def workflow_history(ctx: Context) -> int:
     with ctx.api() as api:
-        body = _workflow(ctx, api, "/history")
+        items = _history(ctx, api)
     if ctx.as_json:
-        ctx.emit_json(body)
+        ctx.emit_json({"items": items})
         return 0
-    ctx.emit_table(_history_items(body), HISTORY_COLUMNS, empty="no history recorded")
+    ctx.emit_table(items, HISTORY_COLUMNS, empty="no history recorded")
     return 0
 
 
@@ -341,7 +352,7 @@ def _pick(body: Mapping[str, Any], key: str, names: Sequence[str]) -> list[dict[
 def replay(ctx: Context) -> int:
     with ctx.api() as api:
         workflow = _workflow(ctx, api)
-        history = _history_items(_workflow(ctx, api, "/history"))
+        history = _history(ctx, api)
     summary = replay_summary(workflow, history)
     if ctx.as_json:
         ctx.emit_json(summary)

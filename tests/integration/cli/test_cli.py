@@ -1,0 +1,318 @@
+"""The `slotflow` script as a person runs it: commands reach Kafka, queries read the api, failures
+are one line on stderr with exit code 1 (or 2 for bad usage), never a traceback."""
+
+import asyncio
+import json
+import socket
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+
+from slotflow.contracts import REGISTRY, CommandAccepted, CommandRejected, CreateSchedule, CronSpec, wrap
+from slotflow.contracts.topics import DLQ_COMMANDS, SCHEDULE_COMMANDS, SCHEDULE_EVENTS, WORKFLOW_COMMANDS
+from slotflow.core.identity import run_id
+from slotflow.kafka.producer import Producer
+from slotflow.pg.pool import Pool
+from slotflow.settings import KafkaSettings
+from slotflow.testing import assert_eventually
+from slotflow_api.config import Settings
+from tests.integration.cli.conftest import SCRIPT, Cli, Outcome
+from tests.integration.cli.support import (
+    DEAD_LETTERS,
+    PAYOUTS,
+    STATEMENTS,
+    WORKFLOW,
+    TopicTail,
+    build_scene,
+    produce_live,
+    project_scene,
+)
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+def _ok(outcome: Outcome) -> Outcome:
+    assert outcome.code == 0, outcome
+    assert "Traceback" not in outcome.err
+    return outcome
+
+
+async def _published(kafka: KafkaSettings, expected: set[str]) -> dict[str, Any]:
+    """Envelopes on the three command topics, by id, once every id in ``expected`` is there."""
+    async with TopicTail(kafka, [SCHEDULE_COMMANDS, WORKFLOW_COMMANDS, DLQ_COMMANDS]) as tail:
+
+        def found() -> dict[str, Any] | None:
+            by_id = tail.by_id()
+            return by_id if expected <= set(by_id) else None
+
+        result: dict[str, Any] = await assert_eventually(
+            found, timeout=30, message="commands on their topics"
+        )
+        return result
+
+
+async def test_every_command_reaches_its_topic_with_its_key(cli: Cli, kafka: KafkaSettings) -> None:
+    commands = {
+        "c-create": [
+            "--json", "schedule", "create", "payouts", "--cron", "0 2 * * *", "--tz", "Europe/Berlin",
+            "--handler", "payouts.pay", "--payload", '{"currency": "EUR"}', "--misfire", "fire_all",
+            "--max-attempts", "3", "--non-retryable", "CardDeclined", "--tag", "money-moving", "--paused",
+        ],
+        "c-update": ["schedule", "update", "payouts", "--every", "15m", "--handler", "payouts.v2"],
+        "c-pause": ["schedule", "pause", "payouts", "--reason", "bank maintenance", "--resume-at", "2030-01-01T00:00:00Z"],
+        "c-resume": ["schedule", "resume", "payouts"],
+        "c-trigger": ["schedule", "trigger", "payouts"],
+        "c-backfill": ["schedule", "backfill", "payouts", "--start", "2026-01-01T00:00:00Z", "--end", "2026-01-02T00:00:00Z", "--max-slots", "24"],
+        "c-delete": ["schedule", "delete", "payouts"],
+        "c-start": ["workflow", "start", "order-1", "--type", "orders.checkout", "--input", '{"order": 1}'],
+        "c-signal": ["workflow", "signal", "order-1", "approve", "--payload", '{"by": "ops"}'],
+        "c-cancel": ["workflow", "cancel", "order-1", "--reason", "customer asked"],
+        "c-redrive": ["dlq", "redrive", "--id", "t:0:1"],
+        "c-discard": ["dlq", "discard", "--source", "claimer", "--failure-reason", "invalid_payload", "--reason", "bad data", "--limit", "10"],
+    }  # fmt: skip
+    outcomes = await cli.many(*([*argv, "--command-id", command_id] for command_id, argv in commands.items()))
+    for outcome in outcomes:
+        _ok(outcome)
+    created = json.loads(outcomes[0].out)
+    assert created == {
+        "command_id": "c-create",
+        "type": "schedule.create",
+        "topic": kafka.topic(SCHEDULE_COMMANDS),
+        "key": "payouts",
+    }
+    assert "command_id: c-update" in outcomes[1].out
+    assert f"topic:      {kafka.topic(SCHEDULE_COMMANDS)}" in outcomes[1].out
+
+    seen = await _published(kafka, set(commands))
+    topics = {command_id: seen[command_id][0].topic for command_id in commands}
+    assert {
+        topics[c]
+        for c in ("c-create", "c-update", "c-pause", "c-resume", "c-trigger", "c-backfill", "c-delete")
+    } == {kafka.topic(SCHEDULE_COMMANDS)}
+    assert {topics[c] for c in ("c-start", "c-signal", "c-cancel")} == {kafka.topic(WORKFLOW_COMMANDS)}
+    assert {topics[c] for c in ("c-redrive", "c-discard")} == {kafka.topic(DLQ_COMMANDS)}
+    envelopes = {command_id: seen[command_id][1] for command_id in commands}
+    assert {
+        envelopes[c].key
+        for c in commands
+        if c.startswith("c-") and topics[c] == kafka.topic(SCHEDULE_COMMANDS)
+    } == {"payouts"}
+    assert all(envelope.source == "cli" for envelope in envelopes.values())
+
+    create = REGISTRY.parse(envelopes["c-create"])
+    assert isinstance(create, CreateSchedule)
+    assert create.paused is True
+    assert create.definition.spec == CronSpec(expression="0 2 * * *", timezone="Europe/Berlin")
+    assert create.definition.payload == {"currency": "EUR"}
+    assert create.definition.misfire.policy == "fire_all"
+    assert create.definition.retry.max_attempts == 3
+    assert create.definition.retry.non_retryable == ("CardDeclined",)
+    assert create.definition.tags == ("money-moving",)
+    assert envelopes["c-update"].data["definition"]["spec"]["kind"] == "interval"
+    assert envelopes["c-pause"].data == {
+        "schedule_id": "payouts",
+        "reason": "bank maintenance",
+        "resume_at": "2030-01-01T00:00:00Z",
+    }
+    assert envelopes["c-backfill"].data["max_slots"] == 24
+    assert envelopes["c-start"].data == {
+        "workflow_id": "order-1",
+        "workflow_type": "orders.checkout",
+        "input": {"order": 1},
+    }
+    assert envelopes["c-signal"].data == {
+        "workflow_id": "order-1",
+        "signal": "approve",
+        "payload": {"by": "ops"},
+    }
+    assert envelopes["c-cancel"].key == "order-1"
+    assert envelopes["c-redrive"].key == "t:0:1"
+    assert envelopes["c-redrive"].data["selection"]["ids"] == ["t:0:1"]
+    selection = envelopes["c-discard"].data["selection"]
+    assert (selection["source_service"], selection["reason"]) == ("claimer", "invalid_payload")
+    assert not any(value for name, value in selection.items() if name not in ("source_service", "reason"))
+    assert envelopes["c-discard"].data["reason"] == "bad data"
+
+
+async def _acknowledge(kafka: KafkaSettings, answers: dict[str, str | None]) -> None:
+    """Play the ticker's part for the listed command ids: accept (None) or reject (the reason)."""
+    async with (
+        TopicTail(kafka, [SCHEDULE_COMMANDS]) as tail,
+        Producer(kafka, client_id="fake-ticker") as producer,
+    ):
+        pending = dict(answers)
+        while pending:
+            for _, envelope in list(tail.seen):
+                if envelope.id not in pending:
+                    continue
+                reason = pending.pop(envelope.id)
+                facts: dict[str, Any] = {
+                    "command_id": envelope.id,
+                    "command_type": envelope.type,
+                    "subject": envelope.key,
+                }
+                message = (
+                    CommandAccepted(**facts) if reason is None else CommandRejected(**facts, reason=reason)
+                )
+                suffix = "accepted" if reason is None else "rejected"
+                ack = wrap(
+                    message,
+                    id=f"{envelope.id}/{suffix}",
+                    key=envelope.key,
+                    source="ticker",
+                    occurred_at=datetime.now(UTC),
+                )
+                await producer.send(kafka.topic(SCHEDULE_EVENTS), ack)
+            await asyncio.sleep(0.05)
+
+
+async def test_wait_reports_what_the_owning_service_answered(cli: Cli, kafka: KafkaSettings) -> None:
+    answers: dict[str, str | None] = {"w-create": None, "w-again": "schedule cli-tick already exists"}
+    acknowledging = asyncio.create_task(_acknowledge(kafka, answers))
+    try:
+        created, again = await cli.many(
+            [
+                "schedule",
+                "create",
+                "cli-tick",
+                "--every",
+                "1s",
+                "--handler",
+                "demo.tick",
+                "--wait",
+                "30",
+                "--command-id",
+                "w-create",
+            ],
+            [
+                "schedule",
+                "create",
+                "cli-tick",
+                "--every",
+                "1s",
+                "--handler",
+                "demo.tick",
+                "--wait",
+                "30",
+                "--command-id",
+                "w-again",
+            ],
+        )
+        await asyncio.wait_for(acknowledging, timeout=30)
+    finally:
+        acknowledging.cancel()
+    assert "status:     accepted" in _ok(created).out
+    assert again.code == 1, again
+    assert again.err == "slotflow: error: command w-again was rejected: schedule cli-tick already exists\n"
+    as_json = _ok(
+        await cli("--json", "schedule", "trigger", "cli-tick", "--wait", "1", "--command-id", "w-open")
+    )
+    # Nobody answers this one: the CLI reports it as still open rather than guessing.
+    assert json.loads(as_json.out)["status"] in ("unknown", "pending")
+    assert "is still" in as_json.err
+
+
+async def test_queries_print_tables_or_json(
+    cli: Cli, api_settings: Settings, pg_pool: Pool, api_url: str
+) -> None:
+    scene = build_scene()
+    await project_scene(pg_pool, api_settings.api.db_schema, scene.facts)
+    await produce_live(api_settings.kafka, scene.now)
+    async with httpx.AsyncClient(base_url=api_url) as http:
+
+        async def projected() -> bool:
+            return (
+                len((await http.get("/v1/dlq")).json()["items"]) == 2
+                and len((await http.get("/v1/schedules")).json()["items"]) == 3
+            )
+
+        await assert_eventually(projected, timeout=30)
+
+    retried = run_id(PAYOUTS, scene.hour - timedelta(hours=6))
+    start = (scene.hour - timedelta(hours=9)).isoformat()
+    end = scene.now.isoformat()
+    (
+        listing,
+        paused,
+        show,
+        runs,
+        run,
+        workflow,
+        history,
+        replay,
+        dlq,
+        letter,
+        audit,
+        missing,
+    ) = await cli.many(
+        ["schedule", "list"],
+        ["--json", "schedule", "list", "--paused"],
+        ["schedule", "show", PAYOUTS],
+        ["runs", "list", "--schedule", PAYOUTS, "--from", start, "--to", end, "--json"],
+        ["runs", "show", retried],
+        ["workflow", "show", WORKFLOW],
+        ["workflow", "history", WORKFLOW],
+        ["replay", WORKFLOW, "--json"],
+        ["dlq", "list"],
+        ["dlq", "show", DEAD_LETTERS[1]],
+        ["audit", PAYOUTS, "--from", start, "--to", end, "--check"],
+        ["schedule", "show", "no-such-schedule"],
+    )
+    lines = _ok(listing).out.splitlines()
+    assert lines[0].split()[:3] == ["SCHEDULE", "SPEC", "HANDLER"]
+    assert len(lines) == 4
+    assert any(line.startswith(STATEMENTS) and "paused (bank maintenance)" in line for line in lines)
+    assert [item["schedule_id"] for item in json.loads(_ok(paused).out)["items"]] == [STATEMENTS]
+    assert "spec:      cron 0 * * * * (UTC)" in _ok(show).out
+    assert _ok(show).out.count("\n  20") == 5
+    assert len(json.loads(_ok(runs).out)["items"]) == 7
+    assert "TimeoutError: bank API timed out" in _ok(run).out
+    assert "claimer-2" in run.out
+    assert "payments.refund" in _ok(workflow).out
+    assert "shipping.book" in workflow.out
+    assert "saga.compensation_recorded" in _ok(history).out
+    summary = json.loads(_ok(replay).out)
+    assert summary["by_type"]["saga.compensation_recorded"] == 2
+    assert [c["data"]["name"] for c in summary["compensations"]] == ["inventory.release", "payments.refund"]
+    assert len(_ok(dlq).out.splitlines()) == 3
+    assert "card declined by issuer" in _ok(letter).out
+    assert audit.code == 1, audit
+    assert "missed=1" in audit.out
+    assert "duplicated_effect=1" in audit.out
+    assert "1 missed and 1 duplicated-effect" in audit.err
+    assert (missing.code, missing.err) == (1, "slotflow: error: schedule no-such-schedule not found\n")
+
+
+async def test_failures_are_one_line_messages_with_exit_codes(kafka: KafkaSettings) -> None:
+    cli = Cli(kafka, f"http://127.0.0.1:{_closed_port()}")
+    no_kafka = cli.env(SLOTFLOW_KAFKA_BOOTSTRAP=f"127.0.0.1:{_closed_port()}")
+    assert SCRIPT.exists(), f"{SCRIPT} missing: pip install -e libs/slotflow"
+    kafka_down = await cli("schedule", "trigger", "payouts", env=no_kafka)
+    api_down, bad_cron, bad_zone, bad_json, waited = await cli.many(
+        ["schedule", "list"],
+        ["schedule", "create", "x", "--cron", "61 * * * *", "--handler", "h"],
+        ["schedule", "create", "x", "--cron", "0 * * * *", "--tz", "Mars/Olympus", "--handler", "h"],
+        ["workflow", "start", "w", "--type", "t", "--input", "{not json"],
+        ["schedule", "trigger", "payouts", "--wait", "5", "--command-id", "c-wait-no-api"],
+    )
+    assert kafka_down.code == 1
+    assert "cannot reach Kafka at 127.0.0.1:" in kafka_down.err
+    assert api_down.code == 1
+    assert "cannot reach the slotflow API" in api_down.err
+    assert (bad_cron.code, bad_zone.code, bad_json.code) == (2, 2, 2)
+    assert "invalid cron expression" in bad_cron.err
+    assert "not a known IANA time zone" in bad_zone.err
+    assert "--input is not valid JSON" in bad_json.err
+    assert waited.code == 1
+    assert "command c-wait-no-api was published to" in waited.err
+    for outcome in (kafka_down, api_down, bad_cron, bad_zone, bad_json, waited):
+        assert "Traceback" not in outcome.err
+        assert outcome.err.count("\n") <= 3, outcome.err
+    seen = await _published(kafka, {"c-wait-no-api"})
+    assert seen["c-wait-no-api"][1].type == "schedule.trigger"
