@@ -275,7 +275,8 @@ async def _record_command(
         "VALUES ($1, $2, $3::jsonb, $4, $5)",
         pg_text(envelope.id),
         kind,
-        pg_text(selection.model_dump_json()),
+        # jsonb refuses the escaped NUL too; the selection was matched with it replaced anyway.
+        selection.model_dump_json().replace("\\u0000", "\\ufffd"),
         pg_text(note),
         matched,
     )

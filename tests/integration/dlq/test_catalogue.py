@@ -1,0 +1,227 @@
+"""The bad-input catalogue sent to every consumer topic, between good messages on one partition.
+
+Each bad record must be parked by the DLQ service with the right reason, the good ones around it
+processed in order, and the consumer must keep running (no restart, no stuck partition). Valid
+messages with hostile content (quotes, SQL fragments, NUL) are processed harmlessly.
+
+Consumers: the DLQ service's own command consumer and the claimer's JobDue intake, both real.
+The ticker's command consumer is exercised through ConsumeLoop with the ticker's topic and
+command types until the ticker service is in the tree.
+"""
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime
+
+from slotflow.commands import SCHEDULE_COMMAND_TYPES, TIMER_COMMAND_TYPES, build_command
+from slotflow.contracts import (
+    CreateSchedule,
+    CronSpec,
+    DeadLetterFilter,
+    DiscardDeadLetters,
+    Envelope,
+    JobDue,
+    ScheduleDefinition,
+)
+from slotflow.contracts.codec import encode
+from slotflow.contracts.topics import DLQ_COMMANDS, DLQ_MESSAGES, JOBS_DUE, SCHEDULE_COMMANDS
+from slotflow.kafka.consumer import Consumer
+from slotflow.kafka.loop import ConsumeLoop, Incoming
+from slotflow.kafka.producer import Producer
+from slotflow.runs import HandlerRegistry, RunContext
+from slotflow.settings import KafkaSettings, PostgresSettings
+from slotflow.testing import assert_eventually, unique_name
+from slotflow.testing.badinput import QUOTED_NAME, SQL_FRAGMENT, BadInput, catalogue
+from slotflow_claimer.app import Claimer
+from slotflow_claimer.config import ClaimerSettings, Settings
+from slotflow_claimer.events import job_due_envelope
+from tests.integration.dlq.conftest import Running
+
+AT = datetime(2026, 12, 2, 2, 0, tzinfo=UTC)
+HOSTILE = "Robert'); DROP TABLE dlq.dead_letters; --"
+
+
+async def feed(
+    producer: Producer, topic: str, goods: Sequence[Envelope], bad: Sequence[BadInput]
+) -> dict[str, int]:
+    """good, bad, good, bad, ..., good on partition 0; returns the offset of each bad entry."""
+    if len(goods) != len(bad) + 1:
+        raise ValueError("one more good than bad")
+    offsets: dict[str, int] = {}
+    for good, entry in zip(goods, bad, strict=False):
+        await producer.send_raw(topic, key=good.key.encode(), value=encode(good), partition=0)
+        sent = await producer.send_raw(
+            topic, key=entry.key, value=entry.value, headers=dict(entry.headers), partition=0
+        )
+        offsets[entry.name] = sent.offset
+    await producer.send_raw(topic, key=goods[-1].key.encode(), value=encode(goods[-1]), partition=0)
+    return offsets
+
+
+async def check_parked(dlq: Running, topic: str, bad: Sequence[BadInput], offsets: dict[str, int]) -> None:
+    expected = {f"{topic}:0:{offsets[e.name]}": (e.name, e.reason) for e in bad if e.reason is not None}
+
+    async def all_parked() -> bool:
+        rows = await dlq.pool.fetch("SELECT id FROM dlq.dead_letters WHERE topic = $1", topic)
+        return {r["id"] for r in rows} >= expected.keys()
+
+    await assert_eventually(all_parked, timeout=60, message=f"every bad record of {topic} parked")
+    rows = await dlq.pool.fetch(
+        "SELECT id, reason, count, value_truncated FROM dlq.dead_letters WHERE topic = $1", topic
+    )
+    parked = {r["id"]: r for r in rows}
+    for dead_id, (name, reason) in expected.items():
+        assert parked[dead_id]["reason"] == reason, name
+        assert parked[dead_id]["count"] == 1, name
+        assert not parked[dead_id]["value_truncated"], name  # the 2 MiB record too: parked whole
+    hostile = {f"{topic}:0:{offsets[e.name]}" for e in bad if e.reason is None}
+    assert not hostile & parked.keys(), "valid messages with hostile content must not be parked"
+    assert len(parked) == len(expected)  # and nothing else from this topic
+
+
+async def wait_processed(processed: Callable[[], Awaitable[list[str]]], expected: list[str]) -> None:
+    async def done() -> bool:
+        return len(await processed()) >= len(expected)
+
+    await assert_eventually(done, timeout=60, message="every good message processed")
+    assert await processed() == expected
+
+
+async def test_dlq_command_consumer(dlq: Running, producer: Producer, kafka: KafkaSettings) -> None:
+    topic = kafka.topic(DLQ_COMMANDS)
+
+    def discard(n: int, selection: DeadLetterFilter | None = None) -> Envelope:
+        command = DiscardDeadLetters(
+            selection=selection or DeadLetterFilter(ids=(f"none-{n}",)), reason="catalogue"
+        )
+        return build_command(command, command_id=f"cmd-{n}", source="test")[1]
+
+    bad = catalogue(discard(0))
+    hostile = [
+        discard(900, DeadLetterFilter(source_service=HOSTILE, reason=SQL_FRAGMENT)),
+        discard(901, DeadLetterFilter(job_id="nul\x00in filter", topic=QUOTED_NAME)),
+    ]
+    bad += [BadInput(f"hostile_{e.id}", e.key.encode(), encode(e), None) for e in hostile]
+    goods = [discard(n) for n in range(len(bad) + 1)]
+    offsets = await feed(producer, topic, goods, bad)
+
+    async def processed() -> list[str]:
+        rows = await dlq.pool.fetch(
+            "SELECT command_id FROM dlq.commands WHERE command_id LIKE 'cmd-%' ORDER BY seq"
+        )
+        return [r["command_id"] for r in rows if r["command_id"] not in ("cmd-900", "cmd-901")]
+
+    await wait_processed(processed, [g.id for g in goods])
+    await check_parked(dlq, topic, bad, offsets)
+    assert (
+        await dlq.pool.fetchval(
+            "SELECT count(*) FROM dlq.commands WHERE command_id IN ('cmd-900', 'cmd-901')"
+        )
+        == 2
+    )
+    assert not dlq.task.done()  # the same service, never restarted
+    loop = dlq.service.commands_loop
+    assert loop is not None
+    assert loop.stats.handled == len(goods) + len(hostile)
+
+
+async def test_claimer_job_due_consumer(
+    dlq: Running, producer: Producer, kafka: KafkaSettings, pg_dsn: str
+) -> None:
+    topic = kafka.topic(JOBS_DUE)
+    registry = HandlerRegistry()
+    calls: list[str] = []
+
+    async def record(ctx: RunContext) -> None:
+        calls.append(ctx.run_id)
+
+    registry.register("catalogue.record", record)
+
+    def job(n: int, job_id: str | None = None) -> Envelope:
+        name = job_id or f"cat-{n}"
+        due = JobDue(
+            run_id=f"{name}@{n}",
+            job_id=name,
+            slot=AT,
+            handler="catalogue.record",
+            payload={"note": SQL_FRAGMENT},
+        )
+        return job_due_envelope(due, at=AT)
+
+    bad = catalogue(job(0))
+    hostile = job(900, job_id=HOSTILE)
+    bad.append(BadInput("hostile_job_id", hostile.key.encode(), encode(hostile), None))
+    goods = [job(n) for n in range(len(bad) + 1)]
+    offsets = await feed(producer, topic, goods, bad)
+
+    settings = Settings(
+        # One run at a time, so handler calls follow the partition's order.
+        claimer=ClaimerSettings(
+            max_in_flight=1, commit_interval_seconds=0.1, poll_timeout_ms=100, shutdown_grace_seconds=1.0
+        ),
+        kafka=kafka,
+        postgres=PostgresSettings(dsn=pg_dsn),
+    )
+    claimer = Claimer(settings, registry=registry)
+    await claimer.start()
+    try:
+
+        async def processed() -> list[str]:
+            return [c for c in calls if not c.startswith(HOSTILE)]
+
+        await wait_processed(processed, [JobDue.model_validate(g.data).run_id for g in goods])
+        await check_parked(dlq, topic, bad, offsets)
+        await assert_eventually(lambda: f"{HOSTILE}@900" in calls, timeout=30)
+        assert not claimer.fatal.is_set()
+        assert (
+            await dlq.pool.fetchval("SELECT count(*) FROM claimer.runs WHERE state = 'completed'")
+            == len(goods) + 1
+        )
+    finally:
+        await claimer.stop(grace=0.5)
+
+
+async def test_ticker_command_topic(dlq: Running, producer: Producer, kafka: KafkaSettings) -> None:
+    topic = kafka.topic(SCHEDULE_COMMANDS)
+
+    def create(n: int, schedule_id: str | None = None) -> Envelope:
+        definition = ScheduleDefinition(
+            spec=CronSpec(expression="0 2 * * *"),
+            handler="h",
+            payload={"sql": SQL_FRAGMENT, "q": QUOTED_NAME},
+        )
+        command = CreateSchedule(schedule_id=schedule_id or f"s-{n}", definition=definition, paused=True)
+        return build_command(command, command_id=f"c-{n}", source="test")[1]
+
+    bad = catalogue(create(0))
+    hostile = create(900, "s-hostile")
+    bad.append(BadInput("hostile_payload", hostile.key.encode(), encode(hostile), None))
+    goods = [create(n) for n in range(len(bad) + 1)]
+    offsets = await feed(producer, topic, goods, bad)
+
+    seen: list[str] = []
+
+    async def handle(incoming: Incoming) -> None:
+        seen.append(incoming.envelope.id)
+
+    stop = asyncio.Event()
+    async with Consumer(kafka, topic, group_id=unique_name("ticker"), client_id="ticker") as consumer:
+        loop = ConsumeLoop(
+            consumer,
+            handler=handle,
+            dlq=producer,
+            dlq_topic=kafka.topic(DLQ_MESSAGES),
+            source_service="ticker",
+            accept=(*SCHEDULE_COMMAND_TYPES, *TIMER_COMMAND_TYPES),
+        )
+        task = asyncio.create_task(loop.run(stop))
+
+        async def processed() -> list[str]:
+            return [s for s in seen if s != "c-900"]
+
+        await wait_processed(processed, [g.id for g in goods])
+        await check_parked(dlq, topic, bad, offsets)
+        assert "c-900" in seen
+        assert not task.done()
+        stop.set()
+        await task
