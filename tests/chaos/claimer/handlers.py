@@ -1,0 +1,89 @@
+"""Handlers the chaos tests load into claimer subprocesses (SLOTFLOW_CLAIMER_HANDLER_MODULES).
+
+`chaos.payout` is the payouts example plus what a test needs to see and steer: every invocation
+and its fate appended to `handler_attempts` (no constraints, so a duplicate effect would show),
+and, on the first claim only, a pause before paying so a test can kill or freeze the claimer in
+the middle of a run.
+"""
+
+import asyncio
+import contextlib
+import time
+from typing import Any
+
+import payouts  # examples/payouts, on PYTHONPATH in the subprocess
+
+from slotflow.errors import FenceRejected
+from slotflow.pg.pool import Conn
+from slotflow.runs import RunContext, handler
+
+
+async def note(conn: Conn, ctx: RunContext, phase: str) -> None:
+    await conn.execute(
+        "INSERT INTO handler_attempts (run_id, attempt, fence_token, owner, phase) VALUES ($1, $2, $3, $4, $5)",
+        ctx.run_id,
+        ctx.attempt,
+        ctx.fence_token,
+        ctx.owner,
+        phase,
+    )
+
+
+@handler("chaos.payout")
+async def chaos_payout(ctx: RunContext) -> Any:
+    if ctx.pool is None:
+        raise RuntimeError("chaos handlers need the handler database")
+    # One connection for the whole attempt: after the "start" note nothing waits on I/O until the
+    # payout write is on its way, so a frozen claimer that wakes goes straight to that write.
+    async with ctx.pool.acquire() as conn:
+        await note(conn, ctx, "start")
+        if ctx.fence_token == 1:
+            if "hold_s" in ctx.payload:
+                await asyncio.sleep(float(ctx.payload["hold_s"]))  # SIGKILL lands in here
+            if "pay_after_epoch" in ctx.payload:
+                # An absolute instant, so a claimer frozen before or during this pause pays at once
+                # when it wakes after that instant.
+                await asyncio.sleep(max(float(ctx.payload["pay_after_epoch"]) - time.time(), 0.0))
+
+        async def pay() -> Any:
+            try:
+                result = await payouts.pay_merchants(_on(conn, ctx))
+            except FenceRejected:
+                await note(conn, ctx, "rejected")
+                raise
+            await note(conn, ctx, "applied")
+            return result
+
+        # A write that has started cannot be recalled by cancelling the handler (the claimer
+        # noticing its lease is gone), like a request already on the wire. Only the fence stops
+        # it, which is what these tests are about.
+        write = asyncio.ensure_future(pay())
+        try:
+            return await asyncio.shield(write)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                await write
+            raise
+
+
+def _on(conn: Conn, ctx: RunContext) -> RunContext:
+    """``ctx`` whose fenced writes go through ``conn`` (the example writes via ctx.fenced)."""
+    return _ConnContext(ctx, conn)  # type: ignore[return-value]
+
+
+class _ConnContext:
+    def __init__(self, ctx: RunContext, conn: Conn) -> None:
+        self._ctx = ctx
+        self.fenced = _ConnFenced(ctx, conn)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ctx, name)
+
+
+class _ConnFenced:
+    def __init__(self, ctx: RunContext, conn: Conn) -> None:
+        self._ctx = ctx
+        self._conn = conn
+
+    async def upsert(self, **kwargs: Any) -> Any:
+        return await self._ctx.fenced.upsert(conn=self._conn, **kwargs)
