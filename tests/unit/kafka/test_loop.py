@@ -196,3 +196,44 @@ async def test_stopping_during_an_outage_leaves_the_batch_uncommitted() -> None:
     with pytest.raises(TransientStorageError):
         await loop.process([good(0)], stop)
     assert log == []
+
+
+async def test_a_batch_handler_takes_the_good_records_of_a_poll_at_once() -> None:
+    batches: list[list[int]] = []
+    failures = [TransientStorageError("database restarting")]
+
+    async def batch(incomings: list[Incoming]) -> None:
+        if failures:
+            raise failures.pop()
+        batches.append([i.record.offset for i in incomings])
+
+    async def one(incoming: Incoming) -> None:
+        raise AssertionError("the slow path is not needed")
+
+    producer = FakeProducer()
+    loop, _, stop, log = make_loop(
+        [[good(0), bad(1), good(2)], [good(3)]], one, producer, batch_handler=batch
+    )
+    await loop.run(stop)
+    assert batches == [[0, 2], [3]]  # the outage was waited out, not sent down the slow path
+    assert log == ["dlq:t:0:1", "commit:2", "commit:3"]
+    assert loop.stats.handled == 3
+
+
+async def test_a_failing_batch_falls_back_to_one_record_at_a_time() -> None:
+    handled: list[int] = []
+
+    async def batch(incomings: list[Incoming]) -> None:
+        raise ValueError("something in this batch is wrong")
+
+    async def one(incoming: Incoming) -> None:
+        if incoming.record.offset == 1:
+            raise PermanentError("this one")
+        handled.append(incoming.record.offset)
+
+    producer = FakeProducer()
+    loop, _, stop, log = make_loop([[good(0), good(1), good(2)]], one, producer, batch_handler=batch)
+    await loop.run(stop)
+    assert handled == [0, 2]
+    assert [(letter.offset, letter.reason) for letter in producer.letters()] == [(1, "permanent_error")]
+    assert log == ["dlq:t:0:1", "commit:2"]

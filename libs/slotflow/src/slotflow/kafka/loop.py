@@ -10,6 +10,11 @@ dead-letters that one record. Other failures are retried in place with full-jitt
 - any other retryable failure gets ``max_attempts`` tries and is then dead-lettered with reason
   `attempts_exhausted`, so a handler bug that raises on one record cannot hold its partition.
 
+With a ``batch_handler`` the good records of a poll are handled in one call (one transaction for
+all of them); if it fails other than by an outage, the batch is handled again one record at a
+time with ``handler``, so one bad record still cannot hold back the rest. Both handlers must be
+idempotent per record, as redelivery already requires.
+
 Offsets are committed only after every record of the batch is handled or acknowledged by the DLQ,
 so a crash redelivers, and handlers collapse redeliveries on the envelope id. Dead-lettering
 itself never raises out of the loop: a DLQ that is down is waited for (the offset stays
@@ -49,6 +54,8 @@ class Incoming:
 
 
 Handler = Callable[[Incoming], Awaitable[None]]
+#: Handles every good record of a polled batch at once (one transaction, say); all or nothing.
+BatchHandler = Callable[[list[Incoming]], Awaitable[None]]
 #: Called after a record was parked in the DLQ, with the record and the reason (for metrics).
 DeadLetterHook = Callable[[Record, str], None]
 
@@ -87,6 +94,7 @@ class ConsumeLoop:
         on_dead_letter: DeadLetterHook | None = None,
         retry_base: float = 0.1,
         retry_cap: float = 10.0,
+        batch_handler: BatchHandler | None = None,
     ) -> None:
         if max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
@@ -107,6 +115,7 @@ class ConsumeLoop:
         self._on_dead_letter = on_dead_letter
         self._retry_base = retry_base
         self._retry_cap = retry_cap
+        self._batch_handler = batch_handler
         self.stats = LoopStats()
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -133,8 +142,13 @@ class ConsumeLoop:
 
     async def process(self, records: list[Record], stop: asyncio.Event | None = None) -> None:
         """Handle one polled batch in order, then commit it."""
-        for record in records:
-            await self._process_one(record, stop)
+        if self._batch_handler is None:
+            for record in records:
+                incoming = await self._decode(record, stop)
+                if incoming is not None:
+                    await self._handle_one(incoming, stop)
+        else:
+            await self._process_batch(records, stop)
         self.stats.batches += 1
         try:
             await self._consumer.commit(records)
@@ -144,7 +158,8 @@ class ConsumeLoop:
             self.stats.commit_errors += 1
             log.warning("%s: commit failed; the batch will be redelivered: %s", self._source, err)
 
-    async def _process_one(self, record: Record, stop: asyncio.Event | None) -> None:
+    async def _decode(self, record: Record, stop: asyncio.Event | None) -> Incoming | None:
+        """The record as a message, or None once it is parked as poison."""
         try:
             envelope, message = decode_record(
                 record,
@@ -155,8 +170,41 @@ class ConsumeLoop:
             )
         except PoisonMessage as poison:
             await self._dead_letter(record, poison, poison.reason, stop)
+            return None
+        return Incoming(record, envelope, message)
+
+    async def _process_batch(self, records: list[Record], stop: asyncio.Event | None) -> None:
+        goods = [incoming for record in records if (incoming := await self._decode(record, stop)) is not None]
+        if not goods or self._batch_handler is None:
             return
-        incoming = Incoming(record, envelope, message)
+        attempt = 0
+        while True:
+            try:
+                await self._batch_handler(goods)
+            except asyncio.CancelledError:
+                raise
+            except self._outage_types as err:
+                attempt += 1
+                self.stats.transient_retries += 1
+                log.warning(
+                    "%s: outage handling a batch of %d (try %d): %s", self._source, len(goods), attempt, err
+                )
+                if stop is not None and stop.is_set() and attempt > 3:
+                    raise
+                await self._pause(attempt, None)
+            except Exception as err:  # noqa: BLE001 - narrowed below, one record at a time
+                # Whatever failed may belong to one record: the slow path finds it, handles the
+                # others, and sorts that one's failure like any handler's.
+                log.warning("%s: batch of %d failed, handling one by one: %s", self._source, len(goods), err)
+                for incoming in goods:
+                    await self._handle_one(incoming, stop)
+                return
+            else:
+                self.stats.handled += len(goods)
+                return
+
+    async def _handle_one(self, incoming: Incoming, stop: asyncio.Event | None) -> None:
+        record = incoming.record
         attempt = 0
         while True:
             try:
