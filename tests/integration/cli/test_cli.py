@@ -5,6 +5,7 @@ import asyncio
 import json
 import socket
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -316,3 +317,20 @@ async def test_failures_are_one_line_messages_with_exit_codes(kafka: KafkaSettin
         assert outcome.err.count("\n") <= 3, outcome.err
     seen = await _published(kafka, {"c-wait-no-api"})
     assert seen["c-wait-no-api"][1].type == "schedule.trigger"
+
+
+async def test_stack_status_runs_the_devstack_script_and_passes_its_exit_code(
+    kafka: KafkaSettings, tmp_path: Path
+) -> None:
+    # An empty state directory: the script reports both parts down (3) without touching the shared stack.
+    cli = Cli(kafka, f"http://127.0.0.1:{_closed_port()}")
+    down = await cli("stack", "status", env=cli.env(SLOTFLOW_DEVSTACK_DIR=str(tmp_path)))
+    assert down.code == 3, down
+    assert "kafka" in down.out
+    assert "postgres" in down.out
+    assert str(tmp_path) in down.out
+    missing = await cli("stack", "status", env=cli.env(SLOTFLOW_DEVSTACK_SCRIPT=str(tmp_path / "nope.py")))
+    assert (missing.code, missing.err) == (
+        1,
+        f"slotflow: error: SLOTFLOW_DEVSTACK_SCRIPT={tmp_path / 'nope.py'} does not name a file\n",
+    )

@@ -311,3 +311,38 @@ def test_spec_text_for_each_kind() -> None:
     assert spec_text({"kind": "interval", "every": "PT15M"}) == "every 15m"
     assert spec_text({"kind": "interval", "every": 90.0}) == "every 1m30s"
     assert spec_text({"kind": "once", "at": "2026-01-01T00:00:00Z"}) == "once at 2026-01-01T00:00:00Z"
+
+
+def test_dlq_selection_carries_every_filter_flag() -> None:
+    from slotflow.cli.commanding import selection
+
+    argv = [
+        "dlq",
+        "redrive",
+        "--id",
+        "a",
+        "--id",
+        "b",
+        "--source",
+        "claimer",
+        "--topic",
+        "t",
+        "--failure-reason",
+        "r",
+    ]
+    argv += [
+        "--job",
+        "j",
+        "--run",
+        "j@2026-01-01T00:00:00Z",
+        "--status",
+        "parked",
+        "--since",
+        "2026-01-01T00:00:00Z",
+    ]
+    chosen = selection(Context(build_parser().parse_args(argv)))
+    assert chosen.ids == ("a", "b")
+    assert (chosen.source_service, chosen.topic, chosen.reason, chosen.job_id) == ("claimer", "t", "r", "j")
+    assert (chosen.run_id, chosen.status) == ("j@2026-01-01T00:00:00Z", "parked")
+    assert chosen.since is not None
+    assert chosen.until is None

@@ -43,7 +43,7 @@ def resolve(name: str) -> "Handler":
 def execute(ctx: "Context") -> int:
     """Run the handler chosen in ``ctx.args``; a failure is one line on stderr and an exit code."""
     try:
-        code: int = resolve(ctx.args.run)(ctx)
+        code: int = resolve(ctx.args.handler_name)(ctx)
     except CliError as err:
         ctx.err.write(f"slotflow: error: {err}\n")
         return err.exit_code

@@ -190,6 +190,8 @@ def selection(ctx: Context) -> DeadLetterFilter:
         "topic": a.topic,
         "reason": a.failure_reason,
         "job_id": a.job,
+        "run_id": a.run,
+        "status": a.status,
         "since": parse_instant(a.since, flag="--since") if a.since is not None else None,
         "until": parse_instant(a.until, flag="--until") if a.until is not None else None,
     }
@@ -198,7 +200,8 @@ def selection(ctx: Context) -> DeadLetterFilter:
         raise UsageError("--all selects every dead letter; do not combine it with a filter")
     if not chosen and not a.select_all:
         raise UsageError(
-            "say which dead letters: --id, --source, --topic, --failure-reason, --job, --since/--until, "
+            "say which dead letters: --id, --source, --topic, --failure-reason, --job, --run, --status, "
+            "--since/--until, "
             "or --all for every one"
         )
     return validated(DeadLetterFilter, chosen, what="selection")

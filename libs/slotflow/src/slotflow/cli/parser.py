@@ -78,7 +78,7 @@ def _leaf(
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _global_options(parser, on_leaf=True)
-    parser.set_defaults(run=handler)
+    parser.set_defaults(handler_name=handler)
     return parser
 
 
@@ -319,6 +319,10 @@ def _selection(parser: argparse.ArgumentParser) -> None:
         "--failure-reason", metavar="REASON", help="parked for this reason (invalid_payload, ...)"
     )
     pick.add_argument("--job", metavar="JOB_ID", help="of this job")
+    pick.add_argument("--run", metavar="RUN_ID", help="of this run")
+    pick.add_argument(
+        "--status", choices=("parked", "redriven", "discarded"), help="in this status (default: parked)"
+    )
     pick.add_argument("--since", metavar="TIME", help="parked at or after")
     pick.add_argument("--until", metavar="TIME", help="parked before")
     pick.add_argument(

@@ -88,9 +88,10 @@ async def _send(settings: KafkaSettings, message: Message, *, command_id: str | 
             "so retry with the same --command-id to keep it applied once"
         ) from None
     except TimeoutError:
+        topic = settings.topic(command_route(message).topic)
         raise KafkaUnreachable(
-            f"Kafka did not acknowledge the command within {timeout:g} s; "
-            "retry with the same --command-id to keep it applied once"
+            f"Kafka did not acknowledge the command on {topic} within {timeout:g} s (does the topic exist? "
+            "the devstack creates them); retry with the same --command-id to keep it applied once"
         ) from None
     finally:
         await producer.stop()
