@@ -332,3 +332,20 @@ def test_croniter_alone_fires_a_repeated_wall_time_twice() -> None:
     first, second = walker.get_next(datetime), walker.get_next(datetime)
     assert first.astimezone(UTC) == utc(2026, 10, 25, 0, 30)
     assert second.astimezone(UTC) == utc(2026, 10, 25, 1, 30)
+
+
+def test_hourly_cron_runs_once_per_real_hour_across_both_changes() -> None:
+    spec = CronSpec(expression="0 * * * *", timezone="Europe/Berlin")
+    spring = slots_between(spec, DstPolicy(), after=utc(2026, 3, 28, 23), until=utc(2026, 3, 29, 3), limit=10)
+    assert [(s.at.hour, s.local[11:], s.dst) for s in spring] == [
+        (0, "01:00:00+01:00", None),
+        (1, "03:00:00+02:00", None),  # 02:00 does not exist and merges into the real 03:00
+        (2, "04:00:00+02:00", None),
+        (3, "05:00:00+02:00", None),
+    ]
+    fall = slots_between(spec, DstPolicy(), after=utc(2026, 10, 24, 23), until=utc(2026, 10, 25, 3), limit=10)
+    assert [(s.at.hour, s.local[11:], s.dst) for s in fall] == [
+        (0, "02:00:00+02:00", "repeated-first"),
+        (2, "03:00:00+01:00", None),  # the second 02:00 (01:00 UTC) is not fired under "first"
+        (3, "04:00:00+01:00", None),
+    ]

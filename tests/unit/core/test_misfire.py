@@ -178,3 +178,17 @@ def test_jitter_spreads_slots_across_the_range() -> None:
 def test_negative_jitter_is_refused() -> None:
     with pytest.raises(ValueError, match="negative"):
         jitter_offset("x@2026-01-01T00:00:00Z", timedelta(seconds=-1))
+
+
+def test_the_documented_downtime_example() -> None:
+    # docs/scheduling.md: an every-minute job, ticker down 11:50-12:00, planned at 12:00:30.
+    now = datetime(2026, 6, 1, 12, 0, 30, tzinfo=UTC)
+    due = [Slot(datetime(2026, 6, 1, 11, m, tzinfo=UTC), "") for m in range(51, 60)]
+    due.append(Slot(datetime(2026, 6, 1, 12, 0, tzinfo=UTC), ""))
+    plan = plan_misfire(MisfirePolicy(), due, now=now)
+    assert ats(plan.fire) == [
+        datetime(2026, 6, 1, 11, 59, tzinfo=UTC),
+        datetime(2026, 6, 1, 12, 0, tzinfo=UTC),
+    ]
+    assert ats(plan.skip) == [s.at for s in due[:8]]
+    assert {s.reason for s in plan.skip} == {"misfire"}

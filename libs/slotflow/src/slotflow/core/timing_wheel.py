@@ -97,6 +97,8 @@ class TimingWheel(Generic[K]):
             raise NaiveDatetime(f"start {start.isoformat()} has no time zone")
         self._tick_us = tick // _MICROSECOND
         self._size = wheel_size
+        # Bits per digit when the size is a power of two (placement then needs no loop), else 0.
+        self._bits = wheel_size.bit_length() - 1 if wheel_size & (wheel_size - 1) == 0 else 0
         self._start = start
         self._now_us = 0
         self._current = 0  # the tick `_now_us` falls in
@@ -202,22 +204,30 @@ class TimingWheel(Generic[K]):
             timer.level = _DUE
             heapq.heappush(self._due, (timer.us, timer.seq, timer))
             return
-        # The level is the highest base-`size` digit where the timer's tick and the current differ.
-        size = self._size
-        digits, current, level = tick, self._current, 0
-        while digits // size != current // size:
-            digits //= size
-            current //= size
-            level += 1
+        level, bucket, _ = self._highest_difference(tick, self._current)
         self._placement_steps += level + 1
         while level >= len(self._levels):
-            self._levels.append([{} for _ in range(size)])
+            self._levels.append([{} for _ in range(self._size)])
             self._masks.append(0)
-        bucket = digits % size
         self._levels[level][bucket][timer.key] = timer
         self._masks[level] |= 1 << bucket
         timer.level = level
         timer.bucket = bucket
+
+    def _highest_difference(self, tick: int, current: int) -> tuple[int, int, int]:
+        """The highest base-`size` digit where `tick` > `current` differ: (level, their digits there)."""
+        size, bits = self._size, self._bits
+        if bits:
+            # A power-of-two size: the digits are bit fields, found without a loop.
+            level = ((tick ^ current).bit_length() - 1) // bits
+            shift = level * bits
+            return level, (tick >> shift) & (size - 1), (current >> shift) & (size - 1)
+        level = 0
+        while tick // size != current // size:
+            tick //= size
+            current //= size
+            level += 1
+        return level, tick % size, current % size
 
     def _remove(self, timer: _Timer[K]) -> None:
         del self._timers[timer.key]
@@ -248,11 +258,7 @@ class TimingWheel(Generic[K]):
     def _move_to(self, target: int, passed: list[_Timer[K]]) -> None:
         """Advance the current tick to `target`, collecting into `passed` the timers of earlier ticks."""
         size = self._size
-        digits, current, top = target, self._current, 0
-        while digits // size != current // size:
-            digits //= size
-            current //= size
-            top += 1
+        top, new_digit, old_digit = self._highest_difference(target, self._current)
         levels = len(self._levels)
         everything = (1 << size) - 1
         # Below the highest changed digit, every timer shared the old prefix: all earlier than target.
@@ -261,7 +267,6 @@ class TimingWheel(Generic[K]):
         self._current = target
         if top >= levels:
             return
-        old_digit, new_digit = current % size, digits % size
         between = ((1 << new_digit) - 1) & ~((1 << (old_digit + 1)) - 1)
         passed.extend(self._take(top, between))
         # The bucket the target lands in mixes timers of the target tick, earlier ones and later.
