@@ -236,6 +236,6 @@ async def test_unknown_pages_say_not_found_and_assets_are_local(
         async with httpx.AsyncClient(base_url=base) as http:
             response = await http.get("/ui/dlq")
             assert "script-src 'self'" in response.headers["content-security-policy"]
-            assert (await http.get("/ui/static/app.js")).status_code == 200
+            assert (await http.get("/ui/static/common.js")).status_code == 200
             openapi = (await http.get("/v1/openapi.json")).json()
             assert not any(path.startswith("/ui") for path in openapi["paths"])

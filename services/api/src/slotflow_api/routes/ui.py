@@ -1,6 +1,6 @@
 """The web dashboard: plain HTML pages under /ui that call the JSON API (/v1) from the browser.
 
-No build step and nothing from outside: one page shell, one stylesheet and one script, all served
+No build step and nothing from outside: one page shell, one stylesheet and a script per page, served
 from `slotflow_api/ui/`. The pages read the same endpoints a user's own client would, so the
 dashboard can never show something the API does not; its buttons POST the same commands.
 """

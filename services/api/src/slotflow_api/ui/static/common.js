@@ -1,0 +1,263 @@
+// slotflow dashboard, shared part: DOM building, the JSON API, formatting. Plain JavaScript, no
+// dependencies. The DOM is built with textContent, never innerHTML, so nothing from the read model
+// is ever parsed as markup. Page scripts (schedules.js, workflows.js, dlq.js) register a renderer in
+// slotflowUi.pages; main.js runs the one for the current page.
+"use strict";
+
+window.slotflowUi = (() => {
+  const body = document.body;
+  const page = body.dataset.page;
+  const subject = body.dataset.subject || "";
+  const content = document.getElementById("content");
+  const statusBox = document.getElementById("status");
+
+  const COLORS = {
+    completed: "#1a7f37", fired: "#1a7f37", succeeded: "#1a7f37",
+    running: "#0969da", due: "#0969da", started: "#0969da",
+    retrying: "#9a6700", late: "#9a6700",
+    failed: "#cf222e", dead_lettered: "#cf222e", missed: "#cf222e",
+    skipped: "#6e7781", skipped_by_policy: "#6e7781",
+    duplicated_effect: "#8250df",
+  };
+  const RANGES = [["1h", 3600], ["6h", 21600], ["12h", 43200], ["24h", 86400], ["7d", 604800], ["30d", 2592000]];
+
+  // ---- small helpers -------------------------------------------------------------------------
+
+  function h(tag, attrs, ...children) {
+    const node = document.createElement(tag);
+    for (const [name, value] of Object.entries(attrs || {})) {
+      if (value === null || value === undefined || value === false) continue;
+      if (name.startsWith("on")) node.addEventListener(name.slice(2), value);
+      else if (name === "class") node.className = value;
+      else node.setAttribute(name, value === true ? "" : String(value));
+    }
+    append(node, children);
+    return node;
+  }
+
+  function append(node, children) {
+    for (const child of children.flat(Infinity)) {
+      if (child === null || child === undefined || child === false) continue;
+      node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    }
+    return node;
+  }
+
+  function svg(tag, attrs, ...children) {
+    const node = document.createElementNS("http://www.w3.org/2000/svg", tag);
+    for (const [name, value] of Object.entries(attrs || {})) node.setAttribute(name, String(value));
+    for (const child of children.flat()) {
+      if (child === null || child === undefined) continue;
+      node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    }
+    return node;
+  }
+
+  const enc = encodeURIComponent;
+
+  class ApiError extends Error {
+    constructor(status, detail) {
+      super(detail);
+      this.status = status;
+    }
+  }
+
+  async function request(method, path, payload) {
+    const init = { method, headers: { Accept: "application/json" } };
+    if (payload !== undefined) {
+      init.headers["Content-Type"] = "application/json";
+      init.body = JSON.stringify(payload);
+    }
+    let response;
+    try {
+      response = await fetch(path, init);
+    } catch (err) {
+      throw new ApiError(0, `the API did not answer (${err.message})`);
+    }
+    let data = null;
+    try {
+      data = await response.json();
+    } catch (err) {
+      data = null;
+    }
+    if (!response.ok) {
+      let detail = data && data.detail;
+      if (Array.isArray(detail)) detail = detail.map((d) => `${(d.loc || []).join(".")}: ${d.msg}`).join("; ");
+      throw new ApiError(response.status, `${detail || response.statusText} (HTTP ${response.status})`);
+    }
+    return data;
+  }
+
+  const get = (path, params) => request("GET", withQuery(path, params));
+  const post = (path, payload) => request("POST", path, payload);
+
+  function withQuery(path, params) {
+    const query = new URLSearchParams();
+    for (const [name, value] of Object.entries(params || {})) {
+      if (value !== null && value !== undefined && value !== "") query.set(name, String(value));
+    }
+    const text = query.toString();
+    return text ? `${path}?${text}` : path;
+  }
+
+  async function allPages(path, params, maxPages) {
+    const items = [];
+    let cursor = null;
+    for (let i = 0; i < (maxPages || 10); i += 1) {
+      const pageBody = await get(path, { ...params, cursor });
+      items.push(...(pageBody.items || []));
+      cursor = pageBody.next_cursor;
+      if (!cursor) return { items, truncated: false };
+    }
+    return { items, truncated: true };
+  }
+
+  function say(message, isError) {
+    statusBox.textContent = message;
+    statusBox.classList.toggle("error", Boolean(isError));
+  }
+
+  function fmtTime(value) {
+    if (!value) return "–";
+    const date = new Date(value);
+    if (Number.isNaN(date.getTime())) return String(value);
+    // Seconds only when a slot has them: cron slots read as "2026-12-02 13:00 UTC".
+    return date.toISOString().replace("T", " ").replace(/\.000Z$/, "Z").replace(/:00Z$/, "Z").replace(/Z$/, " UTC");
+  }
+
+  function text(value) {
+    if (value === null || value === undefined || value === "") return "–";
+    if (typeof value === "object") return JSON.stringify(value);
+    return String(value);
+  }
+
+  function badge(state) {
+    const label = state || "unknown";
+    return h("span", { class: `badge s-${String(label).replace(/[^a-z_]/gi, "_")}` }, label);
+  }
+
+  function specText(spec) {
+    if (!spec || typeof spec !== "object") return text(spec);
+    if (spec.kind === "cron") return `cron ${spec.expression} (${spec.timezone || "UTC"})`;
+    if (spec.kind === "interval") return `every ${durationText(spec.every)}`;
+    if (spec.kind === "once") return `once at ${fmtTime(spec.at)}`;
+    return text(spec);
+  }
+
+  function durationText(value) {
+    if (typeof value === "number") return `${value}s`;
+    const match = /^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:([\d.]+)S)?)?$/.exec(String(value));
+    if (!match) return text(value);
+    const parts = [[match[1], "d"], [match[2], "h"], [match[3], "m"], [match[4], "s"]];
+    return parts.filter(([n]) => n && Number(n) !== 0).map(([n, unit]) => `${Number(n)}${unit}`).join("") || "0s";
+  }
+
+  function scheduleState(row) {
+    if (row.deleted) return "deleted";
+    return row.paused ? "paused" : "active";
+  }
+
+  function slotValue(slot) {
+    return slot && typeof slot === "object" ? slot.slot || slot.at || slot.fire_at : slot;
+  }
+
+  function slotItem(slot) {
+    const at = slotValue(slot);
+    const wall = slot && typeof slot === "object" && typeof slot.local === "string" ? slot.local : "";
+    // The zone's wall-clock time, when it differs from UTC: "(02:00 local, +01:00)".
+    const offset = wall.slice(19).replace(/^\.\d+/, "");
+    const local = wall && offset && offset !== "+00:00" && offset !== "Z" ? ` (${wall.slice(11, 16)} local, ${offset})` : "";
+    const dst = slot && typeof slot === "object" && slot.dst ? ` [${slot.dst}]` : "";
+    return h("li", {}, h("time", { datetime: at }, fmtTime(at)), local, dst);
+  }
+
+  function errorText(error) {
+    if (!error) return "";
+    if (typeof error === "object") {
+      const kind = error.error_type || error.type;
+      const message = error.message || error.error;
+      if (kind || message) return [kind, message].filter(Boolean).join(": ");
+      if (error.dead_letter_reason) return `dead-lettered: ${error.dead_letter_reason}`;
+      if (error.skip_reason) return `skipped: ${error.skip_reason}`;
+    }
+    return text(error);
+  }
+
+  const started = (r) => (r.timings && r.timings.started_at) || r.started_at;
+  const finished = (r) => (r.timings && r.timings.finished_at) || r.finished_at;
+
+  function table(caption, columns, rows, empty, className) {
+    if (!rows.length) return h("p", { class: "empty" }, empty || "Nothing here yet.");
+    return h(
+      "table",
+      { class: className || null },
+      h("caption", {}, caption),
+      h("thead", {}, h("tr", {}, columns.map((c) => h("th", { scope: "col" }, c.label)))),
+      h(
+        "tbody",
+        {},
+        rows.map((row) => h("tr", {}, columns.map((c) => h("td", { class: c.cls || null }, c.cell(row))))),
+      ),
+    );
+  }
+
+  function facts(pairs) {
+    return h("dl", { class: "facts" }, pairs.map(([label, value]) => [h("dt", {}, label), h("dd", {}, value)]));
+  }
+
+  function jsonBlock(value) {
+    if (value === null || value === undefined) return "–";
+    return h("pre", { class: "json" }, JSON.stringify(value, null, 2));
+  }
+
+  // One line that fits a table cell; the whole value one click away (native, keyboard-accessible).
+  function jsonDetails(value) {
+    if (value === null || value === undefined) return "–";
+    const line = JSON.stringify(value);
+    if (line.length <= 90) return h("code", {}, line);
+    return h("details", {}, h("summary", {}, h("code", {}, `${line.slice(0, 88)}…`)), jsonBlock(value));
+  }
+
+  function field(labelText, input) {
+    return h("label", {}, labelText, input);
+  }
+
+  function queryParam(name) {
+    return new URLSearchParams(window.location.search).get(name);
+  }
+
+  async function command(button, path, payload, what) {
+    button.disabled = true;
+    try {
+      const reply = await post(path, payload);
+      say(`${what}: command ${reply.command_id} published.`);
+      return reply;
+    } catch (err) {
+      say(`${what} failed: ${err.message}`, true);
+      button.disabled = false;
+      return null;
+    }
+  }
+
+  function done() {
+    content.setAttribute("aria-busy", "false");
+  }
+
+  function show(...nodes) {
+    content.replaceChildren(...nodes.flat().filter(Boolean));
+    done();
+  }
+
+  function attemptList(run) {
+    const attempts = run.attempts || [];
+    if (!attempts.length) return text(run.attempt);
+    return h("ol", { class: "slots" }, attempts.map((a) => h("li", {},
+      badge(a.outcome), ` #${text(a.attempt)} · fence ${text(a.fence_token)} · ${text(a.owner)}`,
+      a.error ? ` · ${errorText(a.error)}` : "")));
+  }
+
+  return {
+    body, page, subject, content, COLORS, RANGES, h, append, svg, enc, ApiError, get, post, withQuery, allPages, say, fmtTime, text, badge, specText, durationText, scheduleState, slotValue, slotItem, errorText, started, finished, table, facts, jsonBlock, jsonDetails, field, queryParam, command, done, show, attemptList,
+    pages: {},
+  };
+})();

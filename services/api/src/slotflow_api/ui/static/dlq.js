@@ -1,0 +1,96 @@
+// slotflow dashboard: the dead-letter queue with redrive and discard.
+"use strict";
+
+(() => {
+  const {
+    body, page, subject, content, COLORS, RANGES, h, append, svg, enc, ApiError, get, post, withQuery, allPages, say, fmtTime, text, badge, specText, durationText, scheduleState, slotValue, slotItem, errorText, started, finished, table, facts, jsonBlock, jsonDetails, field, queryParam, command, done, show, attemptList,
+  } = window.slotflowUi;
+
+  async function dlqPage() {
+    const form = h("form", { class: "filters", "aria-label": "Filter dead letters" });
+    const status = h("select", { name: "status" }, ["", "parked", "redriven", "discarded"].map((s) =>
+      h("option", { value: s }, s || "any")));
+    const reason = h("input", { name: "reason", type: "text", size: 14 });
+    const source = h("input", { name: "source", type: "text", size: 12 });
+    const topic = h("input", { name: "topic", type: "text", size: 22 });
+    const job = h("input", { name: "job_id", type: "text", size: 14 });
+    status.value = queryParam("status") ?? "parked";
+    reason.value = queryParam("reason") || "";
+    source.value = queryParam("source") || "";
+    topic.value = queryParam("topic") || "";
+    job.value = queryParam("job_id") || "";
+    append(form, [field("Status", status), field("Reason", reason), field("Source", source), field("Topic", topic),
+      field("Job", job), h("button", { type: "submit" }, "Apply")]);
+    form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      window.location.search = withQuery("", {
+        status: status.value, reason: reason.value, source: source.value, topic: topic.value, job_id: job.value,
+      }) || "?status=";
+    });
+    const params = {
+      status: status.value, reason: reason.value, source: source.value, topic: topic.value, job_id: job.value,
+      limit: 50, cursor: queryParam("cursor"),
+    };
+    const listing = await get("/v1/dlq", params);
+    const rows = listing.items || [];
+    const discardReason = h("input", { type: "text", name: "discard-reason", size: 28 });
+    const selected = () => Array.from(content.querySelectorAll("input[data-dead-letter]:checked"))
+      .map((box) => box.dataset.deadLetter);
+
+    const redrive = (button, ids) => {
+      if (!ids.length) { say("Select at least one dead letter first.", true); return; }
+      command(button, "/v1/dlq/redrive", { selection: { ids }, limit: ids.length },
+        `Redrive of ${ids.length} dead letter(s)`);
+    };
+    const discard = (button, ids) => {
+      if (!ids.length) { say("Select at least one dead letter first.", true); return; }
+      if (!discardReason.value.trim()) { say("Give a discard reason first.", true); discardReason.focus(); return; }
+      command(button, "/v1/dlq/discard", { selection: { ids }, reason: discardReason.value.trim(), limit: ids.length },
+        `Discard of ${ids.length} dead letter(s)`);
+    };
+    const idOf = (r) => r.dead_letter_id || r.id;
+    // A scheduled run is "{job}@{slot}", an activity "{workflow}/{sequence}": link to the right page.
+    const jobLink = (r) => {
+      if (!r.job_id) return "–";
+      const run = String(r.run_id || "");
+      if (run.includes("@")) return h("a", { href: `/ui/schedules/${enc(r.job_id)}` }, r.job_id);
+      if (run.startsWith(`${r.job_id}/`)) return h("a", { href: `/ui/workflows/${enc(r.job_id)}` }, r.job_id);
+      return r.job_id;
+    };
+    const pager = h("p", { class: "pager" });
+    if (listing.next_cursor) {
+      append(pager, [h("a", { href: withQuery("/ui/dlq", { ...params, limit: null, cursor: listing.next_cursor }) }, "Next page")]);
+    }
+    show(
+      form,
+      h("div", { class: "actions", "aria-label": "Act on selected dead letters", role: "group" },
+        h("button", { type: "button", class: "primary", onclick: (e) => redrive(e.currentTarget, selected()) }, "Redrive selected"),
+        field("Discard reason", discardReason),
+        h("button", { type: "button", class: "danger", onclick: (e) => discard(e.currentTarget, selected()) }, "Discard selected")),
+      table("Dead letters", [
+        { label: "Select", cell: (r) => h("input", {
+          type: "checkbox", "data-dead-letter": idOf(r), "aria-label": `Select ${idOf(r)}`,
+        }) },
+        { label: "Dead letter", cell: (r) => idOf(r), cls: "mono" },
+        { label: "Status", cell: (r) => badge(r.status) },
+        { label: "Reason", cell: (r) => text(r.reason) },
+        { label: "Source", cell: (r) => text(r.source_service || r.source) },
+        { label: "Topic", cell: (r) => text(r.topic), cls: "mono" },
+        { label: "Job", cell: (r) => jobLink(r) },
+        { label: "Error", cell: (r) => [r.error_type ? `${r.error_type}: ` : "", text(r.error)], cls: "wrap" },
+        { label: "Redrives", cell: (r) => text(r.redrive_count) },
+        { label: "Last seen", cell: (r) => fmtTime(r.last_seen || r.status_at) },
+        { label: "Actions", cell: (r) => [
+          h("button", { type: "button", "aria-label": `Redrive ${idOf(r)}`, "data-action": "redrive",
+            onclick: (e) => redrive(e.currentTarget, [idOf(r)]) }, "Redrive"),
+          " ",
+          h("button", { type: "button", class: "danger", "aria-label": `Discard ${idOf(r)}`, "data-action": "discard",
+            onclick: (e) => discard(e.currentTarget, [idOf(r)]) }, "Discard"),
+        ] },
+      ], rows, "No dead letters match.", "dlq"),
+      pager,
+    );
+  }
+
+  Object.assign(window.slotflowUi.pages, { dlq: dlqPage });
+})();
