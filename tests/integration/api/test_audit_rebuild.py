@@ -185,7 +185,7 @@ async def test_rebuild_reproduces_every_row(
             }
             return snap if all(counts[t] == n for t, n in wanted.items()) else None
 
-        before = await assert_eventually(complete, timeout=30)
+        before = await assert_eventually(complete, timeout=60)
         old_group = await pool.fetchval(f"SELECT group_id FROM {schema}.projector_state")
         new_group = await rebuild(pool, api_settings)
         assert new_group != old_group
@@ -194,7 +194,7 @@ async def test_rebuild_reproduces_every_row(
         async def rebuilt() -> bool:
             return await _snapshot(pool, schema) == before
 
-        await assert_eventually(rebuilt, timeout=40, message="the rebuilt read model equals the original")
+        await assert_eventually(rebuilt, timeout=60, message="the rebuilt read model equals the original")
         assert await pool.fetchval(f"SELECT group_id FROM {schema}.projector_state") == new_group
     finally:
         await pool.close()

@@ -13,9 +13,10 @@ its start_at/end_at. Each is then:
 - `late`: a JobDue was produced more than the threshold after the slot (after its jittered fire
   time when it has one);
 - `fired`: a JobDue (or a run) was recorded in time;
-- `missed`: nothing at all was recorded, and the slot is older than the threshold.
+- `missed`: nothing at all was recorded, and the slot is older than the threshold and the grace.
 
-Slots newer than `now - threshold` with no record yet are not judged (counted as `pending`).
+Slots with no record yet that are younger than the late threshold or the schedule's misfire grace
+(the ticker may still fire them, late) are not judged: they are counted as `pending`.
 Runs of the schedule off the spec's grid (manual triggers) are listed apart as `unscheduled`.
 """
 
@@ -93,6 +94,8 @@ class AuditReport:
 class _Expected:
     at: datetime
     dst_skip: str | None = None
+    #: The schedule's misfire grace: the ticker may still fire the slot (late) until it has passed.
+    grace: timedelta = timedelta(0)
 
 
 def _segments(
@@ -156,9 +159,10 @@ def expected_slots(
             raise AuditRangeTooLarge(
                 f"the window holds more than {limit} slots of this schedule; ask for a narrower from/to"
             )
-        found.extend(_Expected(slot.at) for slot in slots)
+        grace = definition.misfire.grace
+        found.extend(_Expected(slot.at, grace=grace) for slot in slots)
         for skipped in dst_skips_between(definition.spec, definition.dst, after=after, until=until):
-            found.append(_Expected(skipped.at, dst_skip=skipped.detail))
+            found.append(_Expected(skipped.at, dst_skip=skipped.detail, grace=grace))
     found.sort(key=lambda e: (e.at, e.dst_skip or ""))
     return found
 
@@ -178,7 +182,6 @@ def audit(
     by_slot = {run.slot: run for run in runs}
     skipped = {skip.slot: skip for skip in skips}
     paused = _paused_intervals(timeline)
-    horizon = now - late_threshold
     report = AuditReport()
     judged: set[datetime] = set()
     for expected in expected_slots(timeline, start=start, end=end, limit=limit):
@@ -187,7 +190,7 @@ def audit(
         verdict = _judge(expected, run, skip, paused, late_threshold)
         judged.add(expected.at)
         if verdict is None:
-            if expected.at > horizon:
+            if expected.at > now - max(late_threshold, expected.grace):
                 report.pending += 1
                 continue
             verdict = SlotVerdict(expected.at, None, "missed", "no JobDue, run or SlotSkipped was recorded")
