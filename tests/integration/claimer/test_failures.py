@@ -1,11 +1,10 @@
-"""Failure sorting: transient failures retry through a durable timer, permanent ones never do.
-
-These tests stand in for the ticker with `TimerFirer` (it publishes a StartTimer's JobDue at its
-fire time); `test_with_ticker.py` runs the real ticker instead.
-"""
+"""Failure sorting: transient failures retry through the ticker's durable timer, permanent ones
+never do."""
 
 import asyncio
 import base64
+import contextlib
+from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import pytest
@@ -22,13 +21,23 @@ from slotflow.settings import KafkaSettings
 from slotflow.testing import assert_eventually
 from tests.integration.claimer.conftest import StartClaimer
 from tests.integration.claimer.support import (
-    TimerFirer,
     TopicReader,
     job_due,
     ledger,
     publish,
     wait_state,
 )
+from tests.integration.ticker.support import Replica, start_ticker, stop_ticker
+
+
+@contextlib.asynccontextmanager
+async def ticking(kafka: KafkaSettings, pg_dsn: str) -> AsyncIterator[Replica]:
+    """The real ticker, which keeps the retries' one-shot timers."""
+    ticker = await start_ticker(kafka, pg_dsn)
+    try:
+        yield ticker
+    finally:
+        await stop_ticker(ticker)
 
 
 class PaymentDeclined(Exception):
@@ -36,7 +45,12 @@ class PaymentDeclined(Exception):
 
 
 async def test_transient_failure_retries_through_a_timer_and_then_completes(
-    kafka: KafkaSettings, producer: Producer, db: Pool, registry: HandlerRegistry, start_claimer: StartClaimer
+    kafka: KafkaSettings,
+    pg_dsn: str,
+    producer: Producer,
+    db: Pool,
+    registry: HandlerRegistry,
+    start_claimer: StartClaimer,
 ) -> None:
     async def flaky(ctx: RunContext) -> str:
         if ctx.attempt == 1:
@@ -47,7 +61,7 @@ async def test_transient_failure_retries_through_a_timer_and_then_completes(
     await start_claimer()
     policy = RetryPolicy(base=timedelta(milliseconds=500), cap=timedelta(seconds=2), max_attempts=3)
     job = job_due("flaky", handler="test.flaky", retry=policy)
-    async with TimerFirer(kafka, producer, db):
+    async with ticking(kafka, pg_dsn):
         await publish(producer, kafka, [job])
         row = await wait_state(db, job.run_id, "completed")
     assert row["attempt"] == 2
@@ -133,7 +147,12 @@ async def test_payout_business_rule_is_permanent_and_pays_nothing(
 
 
 async def test_exhausted_attempts_land_in_the_dlq_with_their_history(
-    kafka: KafkaSettings, producer: Producer, db: Pool, registry: HandlerRegistry, start_claimer: StartClaimer
+    kafka: KafkaSettings,
+    pg_dsn: str,
+    producer: Producer,
+    db: Pool,
+    registry: HandlerRegistry,
+    start_claimer: StartClaimer,
 ) -> None:
     async def down(ctx: RunContext) -> None:
         raise TimeoutError("upstream timed out")
@@ -142,7 +161,7 @@ async def test_exhausted_attempts_land_in_the_dlq_with_their_history(
     await start_claimer()
     policy = RetryPolicy(base=timedelta(milliseconds=100), cap=timedelta(milliseconds=300), max_attempts=3)
     job = job_due("down", handler="test.down", retry=policy)
-    async with TimerFirer(kafka, producer, db):
+    async with ticking(kafka, pg_dsn):
         await publish(producer, kafka, [job])
         row = await wait_state(db, job.run_id, "dead_lettered")
     assert row["attempt"] == 3
@@ -156,7 +175,12 @@ async def test_exhausted_attempts_land_in_the_dlq_with_their_history(
 
 
 async def test_start_to_close_timeout_is_a_transient_failure(
-    kafka: KafkaSettings, producer: Producer, db: Pool, registry: HandlerRegistry, start_claimer: StartClaimer
+    kafka: KafkaSettings,
+    pg_dsn: str,
+    producer: Producer,
+    db: Pool,
+    registry: HandlerRegistry,
+    start_claimer: StartClaimer,
 ) -> None:
     async def slow_then_fast(ctx: RunContext) -> str:
         if ctx.attempt == 1:
@@ -169,7 +193,7 @@ async def test_start_to_close_timeout_is_a_transient_failure(
         base=timedelta(milliseconds=100), max_attempts=3, start_to_close=timedelta(milliseconds=500)
     )
     job = job_due("slow", handler="test.slow", retry=policy)
-    async with TimerFirer(kafka, producer, db):
+    async with ticking(kafka, pg_dsn):
         await publish(producer, kafka, [job])
         row = await wait_state(db, job.run_id, "completed")
     assert row["attempt"] == 2
