@@ -259,11 +259,10 @@ def spawn_ticker(
     pg_dsn: str,
     *,
     log_dir: str,
-    prefix: Sequence[str] = (),
     env: dict[str, str] | None = None,
     **settings: Any,
 ) -> Process:
-    """Run `python -m slotflow_ticker` in its own process (optionally under a wrapper like faketime)."""
+    """Run `python -m slotflow_ticker` in its own process (its pid is the ticker's own, so signals reach it)."""
     ticker_id = settings.pop("ticker_id", unique_name("tk"))
     environment = {
         **os.environ,
@@ -278,7 +277,7 @@ def spawn_ticker(
     log = os.path.join(log_dir, f"{ticker_id}.log")
     with open(log, "ab") as out:
         popen = subprocess.Popen(
-            [*prefix, sys.executable, "-m", "slotflow_ticker", "--log-level", "INFO", "run"],
+            [sys.executable, "-m", "slotflow_ticker", "--log-level", "INFO", "run"],
             env=environment,
             stdout=out,
             stderr=subprocess.STDOUT,
