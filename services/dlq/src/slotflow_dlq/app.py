@@ -8,9 +8,10 @@
 - The outbox relay publishes events; the redrive relay sends redriven records back, byte-exact.
 - The notifier delivers webhook notifications for dead-lettered money-moving runs.
 
-Parking treats any database error as an outage and waits: every letter's text is made storable
-before the insert, so a failure there is the database's, and the DLQ is the last stop; a letter
-it skipped would be lost.
+A poll's letters are parked in one transaction. Should that fail, they are parked one at a time,
+and there any database error counts as an outage to wait out: every letter's text is made
+storable before the insert, so a failure there is the database's, and the DLQ is the last stop;
+a letter it skipped would be lost.
 """
 
 import asyncio
@@ -33,7 +34,7 @@ from slotflow.kafka.records import Record
 from slotflow.pg.inbox import record_once
 from slotflow.pg.migrations import INBOX, OUTBOX, MigrationSource, apply_migrations
 from slotflow.pg.outbox import OutboxRelay
-from slotflow.pg.pool import CONNECTION_ERRORS, Pool, create_pool
+from slotflow.pg.pool import CONNECTION_ERRORS, Conn, Pool, create_pool
 from slotflow.settings import KafkaSettings, PostgresSettings
 from slotflow_dlq import queries, store
 from slotflow_dlq.config import DlqSettings
@@ -139,6 +140,7 @@ class DlqService:
         self.letters_loop = ConsumeLoop(
             letters,
             handler=self._on_letter,
+            batch_handler=self._on_letters,
             dlq=producer,
             dlq_topic=dlq_topic,
             source_service="dlq",
@@ -206,38 +208,54 @@ class DlqService:
 
     # -- handlers ---------------------------------------------------------------------------------
 
+    async def _on_letters(self, batch: list[Incoming]) -> None:
+        """Park a whole poll in one transaction (the fast path; see ConsumeLoop's batch_handler)."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            done = [await self._park(conn, incoming) for incoming in batch]
+        self._after_parking([p for p in done if p is not None])
+        if self.settings.crash_window_seconds:
+            await asyncio.sleep(self.settings.crash_window_seconds)
+
     async def _on_letter(self, incoming: Incoming) -> None:
-        letter = incoming.message
-        if not isinstance(letter, DeadLettered):
-            return  # unreachable: the loop accepts DeadLettered only
-        tag = self.settings.money_moving_tag if self.settings.webhook_url is not None else None
+        """Park one letter (the slow path, after a batch failed)."""
         try:
             async with self.pool.acquire() as conn, conn.transaction():
-                first = await record_once(
-                    conn,
-                    schema=self.schema,
-                    event_id=f"dlq-record:{incoming.record.position}",
-                    topic=incoming.record.topic,
-                )
-                if not first:
-                    return  # this very DLQ record was parked before a crash lost its offset commit
-                parked = await store.park(
-                    conn,
-                    schema=self.schema,
-                    kafka=self.kafka,
-                    envelope=incoming.envelope,
-                    letter=letter,
-                    notify_tag=tag,
-                )
+                parked = await self._park(conn, incoming)
         except asyncpg.PostgresError as err:
             raise TransientStorageError(f"parking {incoming.envelope.id} failed; waiting: {err}") from err
-        if parked.new:
-            self.metrics.parked.labels(parked.reason).inc()
-        else:
-            self.metrics.sightings.inc()
-        if self._outbox is not None:
+        self._after_parking([parked] if parked is not None else [])
+
+    async def _park(self, conn: Conn, incoming: Incoming) -> store.Parked | None:
+        letter = incoming.message
+        if not isinstance(letter, DeadLettered):
+            return None  # unreachable: the loop accepts DeadLettered only
+        first = await record_once(
+            conn,
+            schema=self.schema,
+            event_id=f"dlq-record:{incoming.record.position}",
+            topic=incoming.record.topic,
+        )
+        if not first:
+            return None  # this very DLQ record was parked before a crash lost its offset commit
+        tag = self.settings.money_moving_tag if self.settings.webhook_url is not None else None
+        return await store.park(
+            conn,
+            schema=self.schema,
+            kafka=self.kafka,
+            envelope=incoming.envelope,
+            letter=letter,
+            notify_tag=tag,
+        )
+
+    def _after_parking(self, parked: list[store.Parked]) -> None:
+        for one in parked:
+            if one.new:
+                self.metrics.parked.labels(one.reason).inc()
+            else:
+                self.metrics.sightings.inc()
+        if parked and self._outbox is not None:
             self._outbox.wake()
-        if parked.notify and self._notifier is not None:
+        if any(p.notify for p in parked) and self._notifier is not None:
             self._notifier.wake()
 
     async def _on_command(self, incoming: Incoming) -> None:

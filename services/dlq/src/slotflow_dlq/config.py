@@ -40,4 +40,7 @@ class DlqSettings(BaseSettings):
     metrics_port: int = Field(default=9340, ge=0, le=65535)
     metrics_host: str = "0.0.0.0"  # noqa: S104 - a metrics endpoint is meant to be scraped
     pool_size: int = Field(default=6, ge=2, le=200)
+    #: Testing only: hold each parked batch this long before its offsets are committed, widening
+    #: the window a crash must land in to leave letters parked but not committed (chaos tests).
+    crash_window_seconds: float = Field(default=0.0, ge=0, le=60)
     max_poll_records: int = Field(default=200, ge=1, le=10_000)
