@@ -61,4 +61,4 @@ contracts: setup
 	$(BIN)/python -m slotflow.contracts.export contracts
 
 demo: setup
-	$(WITH_STACK) $(BIN)/python -m slotflow.demo
+	$(WITH_STACK) $(BIN)/python examples/demo.py
