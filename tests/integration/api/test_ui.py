@@ -68,7 +68,7 @@ def shots(tmp_path: Path) -> Path:
 async def _seeded(base: str, settings: Settings, pool: Pool) -> None:
     scene = build_scene()
     await project_scene(pool, settings.api.db_schema, scene.facts)
-    await produce_live(settings.kafka, scene.now)
+    await produce_live(settings.kafka, scene.now, scene.hour)
 
     async with httpx.AsyncClient(base_url=base, timeout=10) as http:
 
@@ -190,6 +190,7 @@ async def test_dashboard_pages_and_redrive_in_chromium(
         match = re.search(r"command (\S+) published", await status.inner_text())
         assert match is not None, await status.inner_text()
         await expect(page.get_by_role("button", name=f"Redrive {DEAD_LETTERS[1]}")).to_be_disabled()
+        await page.evaluate("document.querySelectorAll('.scroll').forEach((box) => { box.scrollLeft = 0; })")
         await page.screenshot(path=shots / "dashboard-dlq.png", full_page=True)
 
         published = await _dlq_commands(api_settings.kafka, match.group(1))

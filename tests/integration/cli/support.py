@@ -405,7 +405,7 @@ async def project_scene(pool: Pool, schema: str, facts: Sequence[Fact]) -> int:
         return await project(conn, schema=schema, facts=facts)
 
 
-async def produce_live(kafka: KafkaSettings, now: datetime) -> None:
+async def produce_live(kafka: KafkaSettings, now: datetime, hour: datetime) -> None:
     """Two more schedules and two dead letters, produced to the real topics for the app to project."""
     statements = ScheduleDefinition(
         spec=CronSpec(expression="0 2 * * *", timezone="Europe/Berlin"),
@@ -450,17 +450,13 @@ async def produce_live(kafka: KafkaSettings, now: datetime) -> None:
             ),
         ),
     ]
+    dead_run = run_id(PAYOUTS, hour - timedelta(hours=3))
+    invalid = "invalid job.due v1: handler: String should match pattern"
     letters = [
-        (
-            DEAD_LETTERS[0],
-            "invalid_payload",
-            "InvalidPayload",
-            "invalid job.due v1: handler: String should match pattern",
-            None,
-        ),
-        (DEAD_LETTERS[1], "permanent_error", "CardDeclined", "card declined by issuer", PAYOUTS),
+        (DEAD_LETTERS[0], "invalid_payload", "InvalidPayload", invalid, None, None),
+        (DEAD_LETTERS[1], "permanent_error", "CardDeclined", "card declined by issuer", PAYOUTS, dead_run),
     ]
-    for index, (letter_id, reason, error_type, error, job) in enumerate(letters):
+    for index, (letter_id, reason, error_type, error, job, run) in enumerate(letters):
         topic = letter_id.rsplit(":", 2)[0]
         parked = DeadLetterStatusChanged(
             dead_letter_id=letter_id,
@@ -469,6 +465,7 @@ async def produce_live(kafka: KafkaSettings, now: datetime) -> None:
             topic=topic,
             source_service="claimer",
             job_id=job,
+            run_id=run,
             at=now - timedelta(minutes=30 - index),
             error_type=error_type,
             error=error,

@@ -224,7 +224,7 @@ async def test_queries_print_tables_or_json(
 ) -> None:
     scene = build_scene()
     await project_scene(pg_pool, api_settings.api.db_schema, scene.facts)
-    await produce_live(api_settings.kafka, scene.now)
+    await produce_live(api_settings.kafka, scene.now, scene.hour)
     async with httpx.AsyncClient(base_url=api_url) as http:
 
         async def projected() -> bool:

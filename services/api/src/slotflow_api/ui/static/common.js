@@ -188,7 +188,8 @@ window.slotflowUi = (() => {
 
   function table(caption, columns, rows, empty, className) {
     if (!rows.length) return h("p", { class: "empty" }, empty || "Nothing here yet.");
-    return h(
+    // Wide tables scroll inside their own box instead of widening the page.
+    return h("div", { class: "scroll" }, h(
       "table",
       { class: className || null },
       h("caption", {}, caption),
@@ -198,7 +199,7 @@ window.slotflowUi = (() => {
         {},
         rows.map((row) => h("tr", {}, columns.map((c) => h("td", { class: c.cls || null }, c.cell(row))))),
       ),
-    );
+    ));
   }
 
   function facts(pairs) {
