@@ -97,6 +97,7 @@ async def test_redrive_sends_the_record_back_byte_exact_once_per_command(
     assert detail is not None
     assert [(r.redrive_number, r.command_id) for r in detail.redrives] == [(1, "redrive-1"), (2, "redrive-2")]
     assert all(r.published_at is not None for r in detail.redrives)
+    assert dlq.service.metrics.registry.get_sample_value("slotflow_dlq_redrives_total") == 2
 
 
 async def test_a_keyless_record_goes_back_keyless_and_a_truncated_one_stays(
