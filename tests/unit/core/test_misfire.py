@@ -192,3 +192,9 @@ def test_the_documented_downtime_example() -> None:
     ]
     assert ats(plan.skip) == [s.at for s in due[:8]]
     assert {s.reason for s in plan.skip} == {"misfire"}
+
+
+def test_two_slots_for_one_instant_are_refused_whatever_their_marks() -> None:
+    at = NOW - timedelta(minutes=5)
+    with pytest.raises(ValueError, match="twice"):
+        plan_misfire(MisfirePolicy(), [Slot(at, "x", None), Slot(at, "x", "shifted")], now=NOW)

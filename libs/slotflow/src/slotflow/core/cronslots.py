@@ -320,7 +320,7 @@ def plan_misfire(policy: MisfirePolicy, missed: Sequence[Slot], *, now: datetime
         ValueError: a slot is after `now` (not due) or two slots share an instant.
     """
     _require_aware(now, "now")
-    ordered = sorted(missed)
+    ordered = sorted(missed, key=lambda slot: slot.at)
     for earlier, later in itertools.pairwise(ordered):
         if earlier.at == later.at:
             raise ValueError(f"slot {later.at.isoformat()} appears twice")

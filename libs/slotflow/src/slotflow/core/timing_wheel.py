@@ -99,6 +99,7 @@ class TimingWheel(Generic[K]):
         self._size = wheel_size
         # Bits per digit when the size is a power of two (placement then needs no loop), else 0.
         self._bits = wheel_size.bit_length() - 1 if wheel_size & (wheel_size - 1) == 0 else 0
+        self._every_bucket = (1 << wheel_size) - 1
         self._start = start
         self._now_us = 0
         self._current = 0  # the tick `_now_us` falls in
@@ -178,6 +179,9 @@ class TimingWheel(Generic[K]):
         if now_us > self._now_us:
             self._now_us = now_us
         target = self._now_us // self._tick_us
+        due = self._due
+        if target == self._current and not (due and due[0][0] <= self._now_us):
+            return []  # the common call: nothing new is due within the current tick
         passed: list[_Timer[K]] = []
         if target > self._current:
             # Everything waiting in the heap belongs to ticks before `target`: all of it is due.
@@ -185,7 +189,7 @@ class TimingWheel(Generic[K]):
             self._due = []
             self._move_to(target, passed)
             passed.sort(key=lambda timer: (timer.us, timer.seq))
-        due = self._due
+            due = self._due
         while due and (due[0][2].level == _GONE or due[0][0] <= self._now_us):
             _, _, timer = heapq.heappop(due)
             if timer.level != _GONE:
@@ -240,9 +244,8 @@ class TimingWheel(Generic[K]):
         # A timer in the heap is left there marked; popping skips it.
         timer.level = _GONE
 
-    def _take(self, level: int, bucket_mask: int) -> list[_Timer[K]]:
-        """Empty the non-empty buckets of `level` selected by `bucket_mask`."""
-        taken: list[_Timer[K]] = []
+    def _take(self, level: int, bucket_mask: int, taken: list[_Timer[K]]) -> None:
+        """Empty the non-empty buckets of `level` selected by `bucket_mask` into `taken`."""
         buckets = self._levels[level]
         selected = self._masks[level] & bucket_mask
         self._masks[level] &= ~bucket_mask
@@ -253,26 +256,30 @@ class TimingWheel(Generic[K]):
             buckets[index] = {}
             selected ^= lowest
             self._buckets_visited += 1
-        return taken
 
     def _move_to(self, target: int, passed: list[_Timer[K]]) -> None:
         """Advance the current tick to `target`, collecting into `passed` the timers of earlier ticks."""
-        size = self._size
         top, new_digit, old_digit = self._highest_difference(target, self._current)
         levels = len(self._levels)
-        everything = (1 << size) - 1
         # Below the highest changed digit, every timer shared the old prefix: all earlier than target.
         for level in range(min(top, levels)):
-            passed.extend(self._take(level, everything))
+            self._take(level, self._every_bucket, passed)
         self._current = target
         if top >= levels:
             return
         between = ((1 << new_digit) - 1) & ~((1 << (old_digit + 1)) - 1)
-        passed.extend(self._take(top, between))
+        self._take(top, between, passed)
         # The bucket the target lands in mixes timers of the target tick, earlier ones and later.
-        for timer in self._take(top, 1 << new_digit):
-            if timer.us // self._tick_us < target:
+        landing: list[_Timer[K]] = []
+        self._take(top, 1 << new_digit, landing)
+        tick_us, due = self._tick_us, self._due
+        for timer in landing:
+            tick = timer.us // tick_us
+            if tick < target:
                 passed.append(timer)
+            elif tick == target:
+                timer.level = _DUE
+                heapq.heappush(due, (timer.us, timer.seq, timer))
             else:
                 self._cascaded += 1
                 self._place(timer)
