@@ -1,19 +1,17 @@
 """The `slotflow` script as a person runs it: commands reach Kafka, queries read the api, failures
 are one line on stderr with exit code 1 (or 2 for bad usage), never a traceback."""
 
-import asyncio
 import json
 import socket
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from slotflow.contracts import REGISTRY, CommandAccepted, CommandRejected, CreateSchedule, CronSpec, wrap
-from slotflow.contracts.topics import DLQ_COMMANDS, SCHEDULE_COMMANDS, SCHEDULE_EVENTS, WORKFLOW_COMMANDS
+from slotflow.contracts import REGISTRY, CreateSchedule, CronSpec
+from slotflow.contracts.topics import DLQ_COMMANDS, SCHEDULE_COMMANDS, WORKFLOW_COMMANDS
 from slotflow.core.identity import run_id
-from slotflow.kafka.producer import Producer
 from slotflow.pg.pool import Pool
 from slotflow.settings import KafkaSettings
 from slotflow.testing import assert_eventually
@@ -29,6 +27,7 @@ from tests.integration.cli.support import (
     produce_live,
     project_scene,
 )
+from tests.integration.ticker.support import tickers
 
 
 def _closed_port() -> int:
@@ -141,82 +140,46 @@ async def test_every_command_reaches_its_topic_with_its_key(cli: Cli, kafka: Kaf
     assert envelopes["c-discard"].data["reason"] == "bad data"
 
 
-async def _acknowledge(kafka: KafkaSettings, answers: dict[str, str | None]) -> None:
-    """Play the ticker's part for the listed command ids: accept (None) or reject (the reason)."""
-    async with (
-        TopicTail(kafka, [SCHEDULE_COMMANDS]) as tail,
-        Producer(kafka, client_id="fake-ticker") as producer,
-    ):
-        pending = dict(answers)
-        while pending:
-            for _, envelope in list(tail.seen):
-                if envelope.id not in pending:
-                    continue
-                reason = pending.pop(envelope.id)
-                facts: dict[str, Any] = {
-                    "command_id": envelope.id,
-                    "command_type": envelope.type,
-                    "subject": envelope.key,
-                }
-                message = (
-                    CommandAccepted(**facts) if reason is None else CommandRejected(**facts, reason=reason)
-                )
-                suffix = "accepted" if reason is None else "rejected"
-                ack = wrap(
-                    message,
-                    id=f"{envelope.id}/{suffix}",
-                    key=envelope.key,
-                    source="ticker",
-                    occurred_at=datetime.now(UTC),
-                )
-                await producer.send(kafka.topic(SCHEDULE_EVENTS), ack)
-            await asyncio.sleep(0.05)
-
-
-async def test_wait_reports_what_the_owning_service_answered(cli: Cli, kafka: KafkaSettings) -> None:
-    answers: dict[str, str | None] = {"w-create": None, "w-again": "schedule cli-tick already exists"}
-    acknowledging = asyncio.create_task(_acknowledge(kafka, answers))
-    try:
-        created, again = await cli.many(
-            [
-                "schedule",
-                "create",
-                "cli-tick",
-                "--every",
-                "1s",
-                "--handler",
-                "demo.tick",
-                "--wait",
-                "30",
-                "--command-id",
-                "w-create",
-            ],
-            [
-                "schedule",
-                "create",
-                "cli-tick",
-                "--every",
-                "1s",
-                "--handler",
-                "demo.tick",
-                "--wait",
-                "30",
-                "--command-id",
-                "w-again",
-            ],
-        )
-        await asyncio.wait_for(acknowledging, timeout=30)
-    finally:
-        acknowledging.cancel()
-    assert "status:     accepted" in _ok(created).out
-    assert again.code == 1, again
-    assert again.err == "slotflow: error: command w-again was rejected: schedule cli-tick already exists\n"
-    as_json = _ok(
+async def test_a_schedule_created_from_the_cli_is_fired_by_the_ticker_and_shown_by_the_api(
+    cli: Cli, kafka: KafkaSettings, pg_dsn: str, api_url: str
+) -> None:
+    # Nobody consumes the command topic yet: --wait reports the command as still open, exit 0.
+    unanswered = _ok(
         await cli("--json", "schedule", "trigger", "cli-tick", "--wait", "1", "--command-id", "w-open")
     )
-    # Nobody answers this one: the CLI reports it as still open rather than guessing.
-    assert json.loads(as_json.out)["status"] in ("unknown", "pending")
-    assert "is still" in as_json.err
+    assert json.loads(unanswered.out)["status"] in ("unknown", "pending")
+    assert "is still" in unanswered.err
+
+    async with tickers(kafka, pg_dsn):
+        create = ["schedule", "create", "cli-tick", "--every", "1s", "--handler", "demo.tick", "--wait", "30"]
+        created = _ok(await cli(*create))
+        assert "status:     accepted" in created.out
+
+        async with httpx.AsyncClient(base_url=api_url) as http:
+
+            async def two_runs() -> bool:
+                body = (await http.get("/v1/runs", params={"job_id": "cli-tick"})).json()
+                return len(body["items"]) >= 2
+
+            await assert_eventually(two_runs, timeout=30, message="the ticker's JobDue projected")
+
+        listed, shown, again = await cli.many(
+            ["--json", "runs", "list", "--schedule", "cli-tick", "--from", "now-1h", "--to", "now+1m"],
+            ["schedule", "show", "cli-tick"],
+            create,
+        )
+        runs = json.loads(_ok(listed).out)["items"]
+        assert len(runs) >= 2
+        assert all(run["run_id"].startswith("cli-tick@") for run in runs)
+        assert "every 1s" in _ok(shown).out
+        assert "next slots:\n  " in shown.out
+        # The ticker refuses a second create of the same id; the CLI says so and exits 1.
+        assert again.code == 1, again
+        assert again.err.startswith("slotflow: error: command cmd-")
+        assert "was rejected: " in again.err
+        assert "Traceback" not in again.err
+        paused = _ok(await cli("schedule", "pause", "cli-tick", "--reason", "enough", "--wait", "30"))
+        assert "status:     accepted" in paused.out
 
 
 async def test_queries_print_tables_or_json(
