@@ -16,7 +16,7 @@ import pytest
 from playwright.async_api import Browser, ConsoleMessage, Page, async_playwright, expect
 
 from slotflow.contracts.codec import decode
-from slotflow.contracts.topics import DLQ_COMMANDS
+from slotflow.contracts.topics import DLQ_COMMANDS, SCHEDULE_COMMANDS, WORKFLOW_COMMANDS, TopicSpec
 from slotflow.kafka.consumer import Consumer
 from slotflow.pg.pool import Pool
 from slotflow.settings import KafkaSettings
@@ -103,8 +103,9 @@ async def _unlabelled_controls(page: Page) -> list[str]:
     return [str(item) for item in found]
 
 
-async def _dlq_commands(kafka: KafkaSettings, command_id: str) -> dict[str, Any]:
-    topic = kafka.topic(DLQ_COMMANDS)
+async def _command(kafka: KafkaSettings, spec: TopicSpec, command_id: str) -> dict[str, Any]:
+    """The envelope ``command_id`` on ``spec``'s topic, once it is there."""
+    topic = kafka.topic(spec)
     async with Consumer(kafka, topic, group_id=unique_name("ui-test"), client_id="ui-test") as consumer:
 
         async def find() -> dict[str, Any] | None:
@@ -116,6 +117,14 @@ async def _dlq_commands(kafka: KafkaSettings, command_id: str) -> dict[str, Any]
 
         found: dict[str, Any] = await assert_eventually(find, timeout=30, message=f"{command_id} on {topic}")
         return found
+
+
+async def _published_id(page: Page) -> str:
+    status = page.get_by_role("status")
+    await expect(status).to_contain_text("published")
+    match = re.search(r"command (\S+) published", await status.inner_text())
+    assert match is not None, await status.inner_text()
+    return match.group(1)
 
 
 async def test_dashboard_pages_and_redrive_in_chromium(
@@ -160,8 +169,14 @@ async def test_dashboard_pages_and_redrive_in_chromium(
         runs = page.get_by_role("table", name=re.compile(f"^Runs of {PAYOUTS}"))
         await expect(runs).to_contain_text("TimeoutError: bank API timed out")
         await expect(runs).to_contain_text("CardDeclined: card declined by issuer")
-        await expect(page.get_by_role("button", name="Trigger now")).to_be_enabled()
         await page.screenshot(path=shots / "dashboard-schedule.png", full_page=True)
+        await page.get_by_role("button", name="Trigger now").click()
+        trigger = await _command(api_settings.kafka, SCHEDULE_COMMANDS, await _published_id(page))
+        assert (trigger["type"], trigger["key"], trigger["data"]) == (
+            "schedule.trigger",
+            PAYOUTS,
+            {"schedule_id": PAYOUTS},
+        )
 
         # A workflow: its saga state (compensations in order), activities, pending work and history.
         await page.goto(f"{base}/ui/workflows/{WORKFLOW}")
@@ -178,6 +193,15 @@ async def test_dashboard_pages_and_redrive_in_chromium(
         await expect(history).to_contain_text("saga.compensation_recorded")
         await expect(history).to_contain_text("workflow.start")
         await page.screenshot(path=shots / "dashboard-workflow.png", full_page=True)
+        await page.get_by_label("Signal", exact=True).fill("approve")
+        await page.get_by_label("Payload (JSON)").fill("{oops")
+        await page.get_by_role("button", name="Send signal").click()
+        await expect(page.get_by_role("status")).to_contain_text("The signal payload is not valid JSON")
+        await page.get_by_label("Payload (JSON)").fill('{"by": "ops"}')
+        await page.get_by_role("button", name="Send signal").click()
+        signal = await _command(api_settings.kafka, WORKFLOW_COMMANDS, await _published_id(page))
+        assert signal["type"] == "workflow.signal"
+        assert signal["data"] == {"workflow_id": WORKFLOW, "signal": "approve", "payload": {"by": "ops"}}
 
         # The DLQ: a redrive button publishes RedriveDeadLetters for exactly that dead letter.
         await page.goto(f"{base}/ui/dlq")
@@ -186,14 +210,12 @@ async def test_dashboard_pages_and_redrive_in_chromium(
         await expect(letters).to_contain_text("CardDeclined: card declined by issuer")
         await page.get_by_role("button", name=f"Redrive {DEAD_LETTERS[1]}").click()
         status = page.get_by_role("status")
-        await expect(status).to_contain_text("command")
-        match = re.search(r"command (\S+) published", await status.inner_text())
-        assert match is not None, await status.inner_text()
+        redrive_id = await _published_id(page)
         await expect(page.get_by_role("button", name=f"Redrive {DEAD_LETTERS[1]}")).to_be_disabled()
         await page.evaluate("document.querySelectorAll('.scroll').forEach((box) => { box.scrollLeft = 0; })")
         await page.screenshot(path=shots / "dashboard-dlq.png", full_page=True)
 
-        published = await _dlq_commands(api_settings.kafka, match.group(1))
+        published = await _command(api_settings.kafka, DLQ_COMMANDS, redrive_id)
         assert published["type"] == "dlq.redrive"
         assert published["key"] == DEAD_LETTERS[1]
         assert published["data"]["selection"]["ids"] == [DEAD_LETTERS[1]]
