@@ -4,16 +4,19 @@ Each bad record must be parked by the DLQ service with the right reason, the goo
 processed in order, and the consumer must keep running (no restart, no stuck partition). Valid
 messages with hostile content (quotes, SQL fragments, NUL) are processed harmlessly.
 
-Consumers: the DLQ service's own command consumer and the claimer's JobDue intake, both real.
-The ticker's command consumer is exercised through ConsumeLoop with the ticker's topic and
-command types until the ticker service is in the tree.
+Consumers: the DLQ service's own command consumer, the claimer's JobDue intake
+and the ticker's command consumer, all three real.
 """
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 
-from slotflow.commands import SCHEDULE_COMMAND_TYPES, TIMER_COMMAND_TYPES, build_command
+import asyncpg
+import pytest
+
+from slotflow.commands import build_command
 from slotflow.contracts import (
     CreateSchedule,
     CronSpec,
@@ -24,9 +27,7 @@ from slotflow.contracts import (
     ScheduleDefinition,
 )
 from slotflow.contracts.codec import encode
-from slotflow.contracts.topics import DLQ_COMMANDS, DLQ_MESSAGES, JOBS_DUE, SCHEDULE_COMMANDS
-from slotflow.kafka.consumer import Consumer
-from slotflow.kafka.loop import ConsumeLoop, Incoming
+from slotflow.contracts.topics import DLQ_COMMANDS, JOBS_DUE, SCHEDULE_COMMANDS
 from slotflow.kafka.producer import Producer
 from slotflow.runs import HandlerRegistry, RunContext
 from slotflow.settings import KafkaSettings, PostgresSettings
@@ -35,6 +36,8 @@ from slotflow.testing.badinput import QUOTED_NAME, SQL_FRAGMENT, BadInput, catal
 from slotflow_claimer.app import Claimer
 from slotflow_claimer.config import ClaimerSettings, Settings
 from slotflow_claimer.events import job_due_envelope
+from slotflow_ticker.app import TickerApp
+from slotflow_ticker.config import TickerSettings
 from tests.integration.dlq.conftest import Running
 
 AT = datetime(2026, 12, 2, 2, 0, tzinfo=UTC)
@@ -181,7 +184,9 @@ async def test_claimer_job_due_consumer(
         await claimer.stop(grace=0.5)
 
 
-async def test_ticker_command_topic(dlq: Running, producer: Producer, kafka: KafkaSettings) -> None:
+async def test_ticker_command_consumer(
+    dlq: Running, producer: Producer, kafka: KafkaSettings, pg_dsn: str
+) -> None:
     topic = kafka.topic(SCHEDULE_COMMANDS)
 
     def create(n: int, schedule_id: str | None = None) -> Envelope:
@@ -190,38 +195,77 @@ async def test_ticker_command_topic(dlq: Running, producer: Producer, kafka: Kaf
             handler="h",
             payload={"sql": SQL_FRAGMENT, "q": QUOTED_NAME},
         )
-        command = CreateSchedule(schedule_id=schedule_id or f"s-{n}", definition=definition, paused=True)
+        command = CreateSchedule(schedule_id=schedule_id or f"s-{n:03d}", definition=definition, paused=True)
         return build_command(command, command_id=f"c-{n}", source="test")[1]
 
-    bad = catalogue(create(0))
+    # The NUL-key entry is left to its own test below: the ticker cannot yet survive it.
+    bad = [e for e in catalogue(create(0)) if e.name != "nul_byte_in_name"]
     hostile = create(900, "s-hostile")
     bad.append(BadInput("hostile_payload", hostile.key.encode(), encode(hostile), None))
     goods = [create(n) for n in range(len(bad) + 1)]
     offsets = await feed(producer, topic, goods, bad)
 
-    seen: list[str] = []
-
-    async def handle(incoming: Incoming) -> None:
-        seen.append(incoming.envelope.id)
-
+    settings = TickerSettings(ticker_id=unique_name("tk"), metrics_port=0)
+    ticker = TickerApp(settings, kafka, PostgresSettings(dsn=pg_dsn))
     stop = asyncio.Event()
-    async with Consumer(kafka, topic, group_id=unique_name("ticker"), client_id="ticker") as consumer:
-        loop = ConsumeLoop(
-            consumer,
-            handler=handle,
-            dlq=producer,
-            dlq_topic=kafka.topic(DLQ_MESSAGES),
-            source_service="ticker",
-            accept=(*SCHEDULE_COMMAND_TYPES, *TIMER_COMMAND_TYPES),
-        )
-        task = asyncio.create_task(loop.run(stop))
+    task = asyncio.create_task(ticker.run(stop))
+    try:
 
         async def processed() -> list[str]:
-            return [s for s in seen if s != "c-900"]
+            try:
+                rows = await dlq.pool.fetch(
+                    "SELECT schedule_id FROM ticker.schedules WHERE schedule_id <> 's-hostile' ORDER BY created_at"
+                )
+            except asyncpg.UndefinedTableError:  # until the ticker has migrated
+                return []
+            return [r["schedule_id"] for r in rows]
 
-        await wait_processed(processed, [g.id for g in goods])
+        await wait_processed(processed, [CreateSchedule.model_validate(g.data).schedule_id for g in goods])
         await check_parked(dlq, topic, bad, offsets)
-        assert "c-900" in seen
-        assert not task.done()
+        assert (
+            await dlq.pool.fetchval("SELECT count(*) FROM ticker.schedules WHERE schedule_id = 's-hostile'")
+            == 1
+        )
+        assert not task.done()  # the same ticker, never restarted
+    finally:
         stop.set()
-        await task
+        await asyncio.wait_for(task, timeout=60)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="ticker bug: CommandRejected for a record whose key holds NUL is keyed by that key, the "
+    "outbox's text column refuses it, and the ticker's command task dies (slotflow_ticker.commands._identify)",
+)
+async def test_ticker_survives_a_nul_byte_in_a_record_key(
+    dlq: Running, producer: Producer, kafka: KafkaSettings, pg_dsn: str
+) -> None:
+    topic = kafka.topic(SCHEDULE_COMMANDS)
+    definition = ScheduleDefinition(spec=CronSpec(expression="0 2 * * *"), handler="h")
+    good = build_command(
+        CreateSchedule(schedule_id="after-nul", definition=definition, paused=True), source="t"
+    )[1]
+    [nul] = [e for e in catalogue(good) if e.name == "nul_byte_in_name"]
+    await producer.send_raw(topic, key=nul.key, value=nul.value, partition=0)
+    await producer.send_raw(topic, key=good.key.encode(), value=encode(good), partition=0)
+    ticker = TickerApp(
+        TickerSettings(ticker_id=unique_name("tk"), metrics_port=0), kafka, PostgresSettings(dsn=pg_dsn)
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(ticker.run(stop))
+    try:
+
+        async def created() -> bool:
+            if task.done():
+                raise RuntimeError(f"the ticker stopped: {task.exception()!r}")
+            try:
+                return await dlq.pool.fetchval("SELECT count(*) FROM ticker.schedules") == 1
+            except asyncpg.UndefinedTableError:
+                return False
+
+        await assert_eventually(created, timeout=30, message="the command after the NUL record applied")
+        assert await dlq.count("reason = 'invalid_payload'") == 1
+    finally:
+        stop.set()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(task, timeout=60)
