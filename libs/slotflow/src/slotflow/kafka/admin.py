@@ -8,7 +8,8 @@ A malformed response raises `UnexpectedKafkaResponse`; nothing here uses `assert
 """
 
 import asyncio
-from collections.abc import Iterable, Mapping
+import sys
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -441,3 +442,36 @@ async def warm_coordinators(
                     await asyncio.sleep(0.2)
     finally:
         await admin.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m slotflow.kafka.admin ensure-topics|describe`: for deployments without the devstack."""
+    import argparse
+    import json
+
+    from slotflow.settings import KafkaSettings
+
+    parser = argparse.ArgumentParser(prog="python -m slotflow.kafka.admin")
+    parser.add_argument("command", choices=["ensure-topics", "describe"])
+    args = parser.parse_args(argv)
+    settings = KafkaSettings()
+    try:
+        if args.command == "ensure-topics":
+            created = asyncio.run(ensure_topics(settings.bootstrap, settings.topics()))
+            print(f"created {len(created)} topics: {', '.join(created) or '-'}")  # noqa: T201
+        else:
+            info = asyncio.run(describe_cluster(settings.bootstrap))
+            summary = {
+                "cluster_id": info.cluster_id,
+                "brokers": list(info.broker_ids),
+                "topics": dict(info.topic_partitions),
+            }
+            print(json.dumps(summary, indent=2))  # noqa: T201
+    except SlotflowError as err:
+        print(f"error: {err}", file=sys.stderr)  # noqa: T201
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
