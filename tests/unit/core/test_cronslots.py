@@ -264,3 +264,12 @@ def test_walked_expressions_keep_the_dst_policy() -> None:
     )
     # The fifth Sunday of March is always the EU's spring-forward day: skipping never fires.
     assert next_slot(spec, DstPolicy(nonexistent="skip"), after=utc(2026, 3, 1)) is None
+
+
+def test_a_start_inclusive_end_exclusive_window_by_one_microsecond() -> None:
+    # docs/scheduling.md: how a Backfill's [start, end) maps onto (after, until].
+    spec = CronSpec(expression="0 * * * *")
+    tiny = timedelta(microseconds=1)
+    start, end = utc(2026, 1, 1, 3), utc(2026, 1, 1, 6)
+    got = slots_between(spec, DEFAULT, after=start - tiny, until=end - tiny, limit=100)
+    assert [s.at.hour for s in got] == [3, 4, 5]
