@@ -23,9 +23,7 @@ def slot_label(slot: datetime) -> str:
         raise NaiveDatetime(f"slot {slot.isoformat()} has no time zone")
     utc = slot.astimezone(UTC)
     # Formatted by hand: strftime's %Y does not zero-pad years before 1000 on every platform.
-    label = (
-        f"{utc.year:04d}-{utc.month:02d}-{utc.day:02d}T{utc.hour:02d}:{utc.minute:02d}:{utc.second:02d}"
-    )
+    label = f"{utc.year:04d}-{utc.month:02d}-{utc.day:02d}T{utc.hour:02d}:{utc.minute:02d}:{utc.second:02d}"
     if utc.microsecond:
         label += f".{utc.microsecond:06d}"
     return label + "Z"
