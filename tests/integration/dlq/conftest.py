@@ -28,7 +28,7 @@ class Running:
 
 
 async def start_dlq(kafka: KafkaSettings, pg_dsn: str, **overrides: Any) -> Running:
-    settings = DlqSettings(metrics_port=0, gauge_seconds=0.2, **overrides)
+    settings = DlqSettings(**{"metrics_port": 0, "gauge_seconds": 0.2, **overrides})
     service = DlqService(settings, kafka=kafka, postgres=PostgresSettings(dsn=pg_dsn))
     stop = asyncio.Event()
     task = asyncio.create_task(service.run(stop))

@@ -1,13 +1,15 @@
 """Parking: one entry per origin, the record kept byte-exact, a status event per change, queries."""
 
-import asyncio
 import base64
+import socket
 from datetime import UTC, datetime, timedelta
-from typing import cast
+from typing import Any, cast
+
+import httpx
 
 from slotflow.contracts import DeadLetterFilter, JobDue, wrap
 from slotflow.contracts.codec import encode
-from slotflow.contracts.topics import JOBS_DUE, SCHEDULE_COMMANDS
+from slotflow.contracts.topics import DLQ_MESSAGES, JOBS_DUE, SCHEDULE_COMMANDS
 from slotflow.errors import InvalidPayload, PermanentError, UndecodableMessage
 from slotflow.kafka.producer import Producer
 from slotflow.settings import KafkaSettings
@@ -143,7 +145,13 @@ async def test_list_filters_and_pages(dlq: Running, producer: Producer, kafka: K
     assert len(seen) == len(set(seen)) == 10
 
 
-async def test_gauges_and_counters(dlq: Running, producer: Producer, kafka: KafkaSettings) -> None:
+async def test_gauges_counters_and_the_metrics_endpoint(
+    start: Any, producer: Producer, kafka: KafkaSettings
+) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    dlq = await start(metrics_port=port, metrics_host="127.0.0.1")
     topic = kafka.topic(JOBS_DUE)
     for n in range(3):
         await park(producer, kafka, origin(topic, n, b"{}"), InvalidPayload("x"))
@@ -160,5 +168,31 @@ async def test_gauges_and_counters(dlq: Running, producer: Producer, kafka: Kafk
     await assert_eventually(
         lambda: sample("slotflow_dlq_parked_entries", reason="invalid_payload") == 3, timeout=10
     )
-    await asyncio.sleep(0)  # let the gauge loop run once more with an older entry
     await assert_eventually(lambda: sample("slotflow_dlq_oldest_parked_age_seconds") > 0, timeout=10)
+    async with httpx.AsyncClient() as client:
+        scraped = (await client.get(f"http://127.0.0.1:{port}/metrics")).text
+    assert 'slotflow_dlq_parked_total{reason="invalid_payload"} 3.0' in scraped
+    assert "slotflow_dlq_oldest_parked_age_seconds" in scraped
+
+
+async def test_garbage_on_the_dlq_topic_itself_is_parked_too(
+    dlq: Running, producer: Producer, kafka: KafkaSettings
+) -> None:
+    topic = kafka.topic(DLQ_MESSAGES)
+    sent = await producer.send_raw(topic, key=b"foreign", value=b"not a dead letter")
+    dead_id = f"{topic}:{sent.partition}:{sent.offset}"
+
+    async def parked() -> bool:
+        return await dlq.count("id = $1", dead_id) == 1
+
+    await assert_eventually(parked, timeout=30)
+    entry = await queries.get_dead_letter(dlq.pool, schema="dlq", dead_letter_id=dead_id)
+    assert entry is not None
+    assert (entry.reason, entry.source_service, entry.topic) == ("undecodable", "dlq", topic)
+    assert base64.b64decode(entry.value_b64) == b"not a dead letter"
+    assert (
+        dlq.service.metrics.registry.get_sample_value(
+            "slotflow_dlq_own_poison_total", {"reason": "undecodable"}
+        )
+        == 1
+    )

@@ -121,6 +121,7 @@ class DlqService:
         finally:
             if server is not None:
                 server.shutdown()
+                server.server_close()
             self._pool = None
             await pool.close()
 
