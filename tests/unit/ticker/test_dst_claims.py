@@ -44,7 +44,7 @@ def run_day(
     skipped: list[tuple[datetime, str]] = []
     while state.position.next_fire_at is not None and state.position.next_fire_at <= end:
         plan = plan_due(state, now=state.position.next_fire_at + timedelta(milliseconds=2), max_slots=10)
-        fired.extend(f.slot.at for f in plan.fire)
+        fired.extend(f.at for f in plan.fire)
         skipped.extend((s.at, s.reason) for s in plan.skip)
         state = replace(state, position=plan.position)
 

@@ -57,7 +57,7 @@ def test_a_slow_claim_fires_the_slot_and_stays_on_the_grid() -> None:
     # The claim runs 40 s late (within the default 60 s grace): the slot fires, and the next one
     # is computed from the slot, not from the time of the claim.
     plan = plan_due(state, now=T0 + timedelta(minutes=1, seconds=40), max_slots=100)
-    assert [f.slot.at for f in plan.fire] == [T0 + timedelta(minutes=1)]
+    assert [f.at for f in plan.fire] == [T0 + timedelta(minutes=1)]
     assert plan.skip == ()
     assert plan.position.next_slot == T0 + timedelta(minutes=2)
     assert plan.position.covered_until == T0 + timedelta(minutes=1, seconds=40)
@@ -85,10 +85,10 @@ def test_downtime_follows_the_misfire_policy(
     misfire = MisfirePolicy(policy=policy, max_catch_up=3, grace=timedelta(seconds=30))
     state = created(every_minute(misfire=misfire), T0)
     plan = plan_due(state, now=T0 + timedelta(minutes=10, seconds=45), max_slots=100)
-    assert [f.slot.at for f in plan.fire] == [T0 + timedelta(minutes=m) for m in fired_minutes]
+    assert [f.at for f in plan.fire] == [T0 + timedelta(minutes=m) for m in fired_minutes]
     assert len(plan.skip) == skipped
     assert {s.reason for s in plan.skip} <= {"misfire"}
-    fired = {f.slot.at for f in plan.fire}
+    fired = {f.at for f in plan.fire}
     assert fired.isdisjoint(s.at for s in plan.skip)
     assert fired | {s.at for s in plan.skip} == {T0 + timedelta(minutes=m) for m in range(1, 11)}
     assert plan.position.next_slot == T0 + timedelta(minutes=11)
@@ -98,7 +98,7 @@ def test_slots_older_than_the_catch_up_window_never_fire() -> None:
     misfire = MisfirePolicy(policy="fire_all", catch_up_window=timedelta(minutes=5), grace=timedelta(0))
     state = created(every_minute(misfire=misfire), T0)
     plan = plan_due(state, now=T0 + timedelta(minutes=10, seconds=30), max_slots=100)
-    assert [f.slot.at for f in plan.fire] == [T0 + timedelta(minutes=m) for m in range(6, 11)]
+    assert [f.at for f in plan.fire] == [T0 + timedelta(minutes=m) for m in range(6, 11)]
     assert [s.reason for s in plan.skip] == ["outside_catch_up_window"] * 5
 
 
@@ -130,7 +130,7 @@ def test_a_long_backlog_is_settled_in_chunks_that_each_stay_claimable() -> None:
     plans = run_until_settled(state, now=now, max_slots=400)
     assert len(plans) > 5
     assert all(p.more for p in plans[:-1])
-    fired = [f.slot.at for p in plans for f in p.fire]
+    fired = [f.at for p in plans for f in p.fire]
     skipped = [s.at for p in plans for s in p.skip]
     assert len(fired) == 6  # five newest missed plus the one within grace
     assert sorted(fired + skipped) == [T0 + timedelta(seconds=k) for k in range(1, 2501)]
@@ -163,7 +163,7 @@ def test_jitter_delays_a_slot_but_never_advances_it() -> None:
     assert state.position.next_fire_at == fire_at
     assert plan_due(state, now=fire_at - EPSILON, max_slots=10).fire == ()
     plan = plan_due(state, now=fire_at, max_slots=10)
-    assert [(f.slot.at, f.fire_at) for f in plan.fire] == [(slot, fire_at)]
+    assert [(f.at, f.fire_at) for f in plan.fire] == [(slot, fire_at)]
 
 
 def test_a_jittered_slot_is_late_not_missed_while_within_grace_plus_jitter() -> None:
@@ -227,7 +227,7 @@ def ticking_on_time(state: ScheduleState, *, until: datetime) -> list[datetime]:
     while state.position.next_fire_at is not None and state.position.next_fire_at <= until:
         plan = plan_due(state, now=state.position.next_fire_at + timedelta(milliseconds=3), max_slots=10)
         assert plan.skip == () or all(s.reason == "dst_nonexistent" for s in plan.skip)
-        fired.extend(f.slot.at for f in plan.fire)
+        fired.extend(f.at for f in plan.fire)
         state = replace(state, position=plan.position)
     return fired
 
@@ -268,9 +268,9 @@ def test_chunked_claims_decide_exactly_what_one_big_claim_decides(
     chunked = run_until_settled(state, now=now, max_slots=chunk)
     whole = plan_due(state, now=now, max_slots=1_000_000)
     assert not whole.more
-    fired = [f.slot.at for p in chunked for f in p.fire]
+    fired = [f.at for p in chunked for f in p.fire]
     skipped = [(s.at, s.reason) for p in chunked for s in p.skip]
-    assert fired == [f.slot.at for f in whole.fire]
+    assert fired == [f.at for f in whole.fire]
     assert skipped == [(s.at, s.reason) for s in whole.skip]
     assert chunked[-1].position == whole.position
     # Every slot up to the new coverage is handled exactly once, and nothing fires early.
@@ -295,7 +295,7 @@ def test_successive_claims_fire_exactly_croniters_sequence(expression: str, step
         now = state.position.next_fire_at + timedelta(milliseconds=3)
         plan = plan_due(state, now=now, max_slots=10)
         assert plan.skip == ()
-        fired.extend(f.slot.at for f in plan.fire)
+        fired.extend(f.at for f in plan.fire)
         state = replace(state, position=plan.position)
     expected = croniter(expression, T0, ret_type=datetime, second_at_beginning=len(expression.split()) == 6)
     assert fired == [expected.get_next(datetime) for _ in fired]

@@ -3,19 +3,25 @@
 import json
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from typing import Literal
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from slotflow.contracts import (
     Backfill,
     CancelTimer,
     CronSpec,
     IntervalSpec,
+    JobDue,
     OnceSpec,
+    RetryPolicy,
     ScheduleDefinition,
     StartTimer,
     TriggerNow,
 )
+from slotflow.contracts.codec import encode
 from slotflow.contracts.timers import FireTimerFired
 from slotflow.core.cronslots import SkippedSlot
 from slotflow.core.identity import run_id
@@ -31,6 +37,9 @@ from slotflow_ticker.validation import (
 )
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+# hypothesis bounds its datetimes naively and attaches the zone itself.
+NAIVE_MIN = datetime(2000, 1, 1, tzinfo=UTC).replace(tzinfo=None)
+NAIVE_MAX = datetime(2100, 1, 1, tzinfo=UTC).replace(tzinfo=None)
 HOURLY = ScheduleDefinition(spec=CronSpec(expression="0 * * * *"), handler="h")
 ROW = ScheduleRow(
     schedule_id="s",
@@ -105,11 +114,52 @@ def test_jobdue_is_named_and_keyed_by_its_slot() -> None:
     assert staged.envelope.id == run_id("s", slot) == "s@2026-06-01T13:00:00Z"
     assert staged.envelope.key == "s"
     assert staged.envelope.source == "ticker/t1"
-    assert staged.envelope.data["fire_at"] == "2026-06-01T13:00:00Z"
+    assert json.loads(encode(staged.envelope))["data"]["fire_at"] == "2026-06-01T13:00:00Z"
     again = EVENTS.job_due(
         "s", HOURLY, slot, kind="scheduled", fire_at=slot, occurred_at=slot + timedelta(seconds=9)
     )
     assert again.envelope.id == staged.envelope.id  # a second staging collapses on the outbox's unique id
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    schedule_id=st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,40}", fullmatch=True),
+    payload=st.dictionaries(
+        st.text(max_size=8), st.one_of(st.integers(), st.text(max_size=8), st.none()), max_size=4
+    ),
+    tags=st.lists(st.text(max_size=10), max_size=3).map(tuple),
+    slot=st.datetimes(min_value=NAIVE_MIN, max_value=NAIVE_MAX, timezones=st.just(UTC)),
+    delay=st.timedeltas(min_value=timedelta(0), max_value=timedelta(hours=1)),
+    kind=st.sampled_from(["scheduled", "manual", "backfill"]),
+    base=st.integers(1, 100),
+)
+def test_the_fast_jobdue_is_byte_for_byte_the_validated_one(
+    schedule_id: str,
+    payload: dict[str, object],
+    tags: tuple[str, ...],
+    slot: datetime,
+    delay: timedelta,
+    kind: Literal["scheduled", "manual", "backfill"],
+    base: int,
+) -> None:
+    definition = ScheduleDefinition(
+        spec=CronSpec(expression="* * * * *"),
+        handler="h.x",
+        payload=payload,
+        tags=tags,
+        retry=RetryPolicy(base=timedelta(milliseconds=base), cap=timedelta(seconds=base)),
+        overlap="buffer_one",
+    )
+    args = (schedule_id, definition, slot)
+    fast = EVENTS.job_due(*args, kind=kind, fire_at=slot + delay, occurred_at=slot + 2 * delay)
+    slow = EVENTS.job_due_validated(*args, kind=kind, fire_at=slot + delay, occurred_at=slot + 2 * delay)
+    assert encode(fast.envelope) == encode(slow.envelope)
+    assert (fast.topic, fast.envelope.id, fast.envelope.key) == (
+        slow.topic,
+        slow.envelope.id,
+        slow.envelope.key,
+    )
+    assert JobDue.model_validate(json.loads(encode(fast.envelope))["data"]).slot == slot
 
 
 def test_nominal_times_lost_in_one_dst_gap_keep_separate_records() -> None:

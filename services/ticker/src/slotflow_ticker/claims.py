@@ -65,6 +65,7 @@ class Claimer:
         self._batch_size = batch_size
         self._max_slots = max_slots
         self._hold_seconds = hold_seconds
+        self._fired_scheduled = metrics.slots_fired.labels("scheduled")
 
     async def claim_schedules(self) -> ClaimPass:
         """Claim one batch of due schedules and fire or skip their due slots."""
@@ -114,7 +115,7 @@ class Claimer:
             self._events.job_due(
                 row.schedule_id,
                 row.definition,
-                firing.slot.at,
+                firing.at,
                 kind="scheduled",
                 fire_at=firing.fire_at,
                 occurred_at=now,
@@ -123,9 +124,10 @@ class Claimer:
         ]
         staged.extend(self._events.slot_skipped(row.schedule_id, s, occurred_at=now) for s in plan.skip)
         if plan.fire:
-            self._metrics.slots_fired.labels("scheduled").inc(len(plan.fire))
+            self._fired_scheduled.inc(len(plan.fire))
+            observe = self._metrics.lateness.observe
             for firing in plan.fire:
-                self._metrics.lateness.observe(max(0.0, (now - firing.fire_at).total_seconds()))
+                observe(max(0.0, (now - firing.fire_at).total_seconds()))
         for skipped in plan.skip:
             self._metrics.slots_skipped.labels(skipped.reason).inc()
         return staged

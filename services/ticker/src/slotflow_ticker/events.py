@@ -6,12 +6,13 @@ random, so staging the same fact twice collapses on the outbox's unique (topic, 
 
 import hashlib
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Literal
+from datetime import UTC, datetime
+from typing import Any, Literal
 
 from slotflow.contracts import (
     CommandAccepted,
     CommandRejected,
+    Envelope,
     JobDue,
     Message,
     ScheduleDefinition,
@@ -26,6 +27,34 @@ from slotflow.pg.outbox import Staged
 from slotflow.settings import KafkaSettings
 
 JobKind = Literal["scheduled", "manual", "backfill", "retry", "activity"]
+_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
+#: Parsed definitions are shared (see store.parse_definition), so identity is a good cache key;
+#: the entry keeps the definition alive, so its id cannot be reused while cached.
+_TEMPLATES: dict[int, tuple[ScheduleDefinition, dict[str, Any]]] = {}
+_TEMPLATE_LIMIT = 20_000
+
+
+def _job_template(definition: ScheduleDefinition) -> dict[str, Any]:
+    """A JobDue of ``definition`` validated and dumped to JSON types once; the per-run fields are
+    placeholders that `EventFactory.job_due` overwrites (dict order, hence field order, is kept)."""
+    cached = _TEMPLATES.get(id(definition))
+    if cached is not None and cached[0] is definition:
+        return cached[1]
+    template = JobDue(
+        run_id="-",
+        job_id="-",
+        slot=_EPOCH,
+        handler=definition.handler,
+        payload=definition.payload,
+        retry=definition.retry,
+        overlap=definition.overlap,
+        tags=definition.tags,
+        fire_at=_EPOCH,
+    ).model_dump(mode="json")
+    if len(_TEMPLATES) >= _TEMPLATE_LIMIT:
+        _TEMPLATES.clear()
+    _TEMPLATES[id(definition)] = (definition, template)
+    return template
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,10 +93,39 @@ class EventFactory:
         fire_at: datetime,
         occurred_at: datetime,
     ) -> Staged:
-        """JobDue for one slot: envelope id = run id (first attempt), key = job id = schedule id."""
+        """JobDue for one slot: envelope id = run id (first attempt), key = job id = schedule id.
+
+        The hot path of every claim. Everything a definition fixes is validated and dumped once
+        per definition (`_job_template`); per slot only the run's own fields are filled in. The
+        bytes equal those of `wrap(JobDue(...))` (tests/unit/ticker pins that).
+        """
         run = run_id(schedule_id, slot)
+        data = dict(_job_template(definition))
+        data.update(run_id=run, job_id=schedule_id, slot=slot, kind=kind, fire_at=fire_at)
+        envelope = Envelope.model_construct(
+            type=JobDue.message_type,
+            version=JobDue.message_version,
+            id=job_due_event_id(run, 1),
+            key=schedule_id,
+            occurred_at=occurred_at,
+            source=self.source,
+            data=data,
+        )
+        return Staged(self.topics.jobs, envelope)
+
+    def job_due_validated(
+        self,
+        schedule_id: str,
+        definition: ScheduleDefinition,
+        slot: datetime,
+        *,
+        kind: JobKind,
+        fire_at: datetime,
+        occurred_at: datetime,
+    ) -> Staged:
+        """`job_due` built through the models, every field validated (the reference for tests)."""
         message = JobDue(
-            run_id=run,
+            run_id=run_id(schedule_id, slot),
             job_id=schedule_id,
             slot=slot,
             kind=kind,

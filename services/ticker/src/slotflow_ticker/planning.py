@@ -32,9 +32,9 @@ EPSILON = timedelta(microseconds=1)
 
 @dataclass(frozen=True, slots=True)
 class Firing:
-    """A slot to emit as JobDue: its identity (`slot.at`) and when it was meant to fire."""
+    """A slot to emit as JobDue: its instant (the run's identity) and when it was meant to fire."""
 
-    slot: Slot
+    at: datetime
     fire_at: datetime
 
 
@@ -128,11 +128,16 @@ def plan_due(state: ScheduleState, *, now: datetime, max_slots: int, force_skip:
     """
     definition = state.definition
     position = state.position
-    policy = definition.misfire
     # Jitter delays a slot by up to `jitter`; widening the grace by that much keeps a slot that
     # fires on its jittered time from being mistaken for a missed one.
+    grace = definition.misfire.grace + definition.jitter
+    if not force_skip and position.next_slot is not None:
+        single = _plan_single(state, position.next_slot, now=now, grace=grace)
+        if single is not None:
+            return single
+    policy = definition.misfire
     if definition.jitter:
-        policy = policy.model_copy(update={"grace": policy.grace + definition.jitter})
+        policy = policy.model_copy(update={"grace": grace})
     limit = max_slots if force_skip else max_slots + lookahead(policy)
 
     def due_at(slot: Slot) -> datetime:
@@ -151,6 +156,9 @@ def plan_due(state: ScheduleState, *, now: datetime, max_slots: int, force_skip:
         fire = []
         detail = f"passed while paused: {state.pause.reason}" if state.pause.reason else "passed while paused"
         skip = [SkippedSlot(at=s.at, reason="paused", detail=detail) for s in due]
+    elif not due or due[0].at >= now - grace:
+        # Nothing is older than the grace: every due slot is merely late and fires.
+        fire, skip = due, []
     else:
         misfire = plan_misfire(policy, due, now=now)
         fire, skip = misfire.fire, list(misfire.skip)
@@ -178,11 +186,32 @@ def plan_due(state: ScheduleState, *, now: datetime, max_slots: int, force_skip:
     new_position = _position(state.schedule_id, definition, covered=covered, first=first_unhandled)
     more = first_unhandled is not None and due_at(first_unhandled) <= now
     return ClaimPlan(
-        fire=tuple(Firing(s, fire_time(state.schedule_id, definition, s.at)) for s in fire),
+        fire=tuple(Firing(s.at, fire_time(state.schedule_id, definition, s.at)) for s in fire),
         skip=tuple(skip),
         position=new_position,
         more=more,
     )
+
+
+def _plan_single(state: ScheduleState, at: datetime, *, now: datetime, grace: timedelta) -> ClaimPlan | None:
+    """The everyday claim, planned without building lists: exactly one slot due and merely late.
+
+    None when the case is anything else (a backlog, a missed slot, a DST skip to record); the
+    general path then decides, with the same result this would have given.
+    """
+    definition = state.definition
+    fire_at = fire_time(state.schedule_id, definition, at)
+    if fire_at > now or at < now - grace:
+        return None
+    following = _bounded_next(definition, after=at)
+    if following is not None and fire_time(state.schedule_id, definition, following.at) <= now:
+        return None
+    covered = following.at - EPSILON if following is not None and following.at <= now else now
+    covered = max(covered, state.position.covered_until)
+    if _dst_skips(definition, after=state.position.covered_until, until=covered):
+        return None
+    position = _position(state.schedule_id, definition, covered=covered, first=following)
+    return ClaimPlan(fire=(Firing(at, fire_at),), skip=(), position=position, more=False)
 
 
 def backfill_slots(

@@ -1,0 +1,193 @@
+"""Benchmark (a): JobDue per second one ticker turns out, against a bare SKIP LOCKED claim loop.
+
+    .venv/bin/python bench/ticker_throughput.py [--schedules 100000] [--batch 500] [--runs 3]
+
+Each run uses a fresh database holding `--schedules` schedules with exactly one slot due each.
+Measured, one after the other on the same database server in the same run:
+
+- bare:      `UPDATE bare SET next_fire_at = next_fire_at + 1 h WHERE id IN (SELECT id ... WHERE
+             next_fire_at <= now() ORDER BY next_fire_at FOR UPDATE SKIP LOCKED LIMIT batch)` in a
+             loop until nothing is due: the floor cost of claiming, with nothing else done.
+- interval:  the ticker's own claim loop (`Claimer.claim_schedules`, the code the service runs)
+             over interval schedules: claim, plan the slot and the next one, stage one JobDue per
+             slot in the outbox, advance the grid, commit. Slots staged per second.
+- cron:      the same over hourly cron schedules (each grid step runs the cron matcher).
+- published: interval again, with the outbox relay running in the same process and publishing to
+             Kafka (idempotent producer, acks=all); the clock stops when the last row is published.
+
+Ratios are ticker / bare from the same run. Results: stdout (Markdown) and
+bench/results/ticker_throughput.json.
+"""
+
+import argparse
+import asyncio
+import json
+import time
+from datetime import UTC, datetime, timedelta
+
+from _ticker_support import RESULTS, bench_topics, fingerprint, fresh_database, median, seed
+
+from slotflow.contracts import CronSpec, IntervalSpec, ScheduleDefinition
+from slotflow.kafka.producer import Producer
+from slotflow.pg.outbox import OutboxRelay
+from slotflow.pg.pool import Pool
+from slotflow.settings import KafkaSettings
+from slotflow_ticker.claims import Claimer
+from slotflow_ticker.events import EventFactory, Topics
+from slotflow_ticker.metrics import TickerMetrics
+from slotflow_ticker.sql import Queries
+
+BARE = """
+UPDATE bare SET next_fire_at = next_fire_at + interval '1 hour'
+ WHERE id IN (SELECT id FROM bare WHERE next_fire_at <= now()
+               ORDER BY next_fire_at FOR UPDATE SKIP LOCKED LIMIT $1)
+"""
+
+
+def interval_definition(now: datetime) -> ScheduleDefinition:
+    anchor = now.replace(microsecond=0) - timedelta(seconds=1)
+    return ScheduleDefinition(
+        spec=IntervalSpec(every=timedelta(hours=1), anchor=anchor), handler="bench.noop"
+    )
+
+
+HOURLY = ScheduleDefinition(spec=CronSpec(expression="0 * * * *"), handler="bench.noop")
+
+
+async def bare_loop(pool: Pool, count: int, batch: int) -> float:
+    await pool.execute("CREATE TABLE bare (id bigint PRIMARY KEY, next_fire_at timestamptz NOT NULL)")
+    await pool.execute("CREATE INDEX bare_due ON bare (next_fire_at)")
+    await pool.execute(
+        "INSERT INTO bare SELECT i, now() - interval '1 second' FROM generate_series(1, $1) AS i", count
+    )
+    await pool.execute("VACUUM ANALYZE bare")
+    claimed = 0
+    started = time.perf_counter()
+    async with pool.acquire() as conn:
+        while True:
+            status = await conn.execute(BARE, batch)
+            moved = int(status.split()[-1])
+            claimed += moved
+            if moved == 0:
+                break
+    elapsed = time.perf_counter() - started
+    if claimed != count:
+        raise SystemExit(f"bare loop claimed {claimed} of {count}")
+    return claimed / elapsed
+
+
+def claimer(pool: Pool, kafka: KafkaSettings, batch: int) -> Claimer:
+    return Claimer(
+        pool,
+        schema="ticker",
+        queries=Queries.for_schema("ticker"),
+        events=EventFactory(Topics.of(kafka), source="ticker/bench"),
+        metrics=TickerMetrics(),
+        batch_size=batch,
+        max_slots=1000,
+    )
+
+
+async def claim_until_idle(claim: Claimer) -> int:
+    fired = 0
+    while True:
+        result = await claim.claim_schedules()
+        fired += result.fired
+        if result.claimed == 0:
+            return fired
+
+
+async def ticker_loop(
+    pool: Pool, kafka: KafkaSettings, definition: ScheduleDefinition, count: int, batch: int
+) -> float:
+    # One due slot per schedule: the interval's anchor, or the hour that began last (late but a
+    # single missed slot, which fire_once fires).
+    first = "date_trunc('hour', now())"
+    if isinstance(definition.spec, IntervalSpec):
+        first = f"'{definition.spec.anchor.isoformat()}'::timestamptz"
+    await seed(pool, count=count, definition=definition, first_fire=first)
+    started = time.perf_counter()
+    fired = await claim_until_idle(claimer(pool, kafka, batch))
+    elapsed = time.perf_counter() - started
+    if fired != count:
+        raise SystemExit(f"ticker fired {fired} of {count}")
+    return fired / elapsed
+
+
+async def published_loop(pool: Pool, kafka: KafkaSettings, count: int, batch: int) -> float:
+    definition = interval_definition(datetime.now(UTC))
+    anchor = definition.spec.anchor if isinstance(definition.spec, IntervalSpec) else None
+    await seed(pool, count=count, definition=definition, first_fire=f"'{anchor}'::timestamptz")
+    async with Producer(kafka, client_id="bench-relay") as producer:
+        relay = OutboxRelay(pool, producer, schema="ticker", batch_size=1000, idle_interval=0.01)
+        stop = asyncio.Event()
+        relaying = asyncio.create_task(relay.run(stop))
+        started = time.perf_counter()
+        claim = claimer(pool, kafka, batch)
+        fired = 0
+        while True:
+            result = await claim.claim_schedules()
+            fired += result.fired
+            relay.wake()
+            if result.claimed == 0:
+                break
+        while await relay.pending():
+            await asyncio.sleep(0.01)
+        elapsed = time.perf_counter() - started
+        stop.set()
+        await relaying
+    if fired != count:
+        raise SystemExit(f"ticker fired {fired} of {count}")
+    return fired / elapsed
+
+
+async def one_run(kafka: KafkaSettings, count: int, batch: int) -> dict[str, float]:
+    result: dict[str, float] = {}
+    async with fresh_database() as (_, pool):
+        result["bare"] = await bare_loop(pool, count, batch)
+    async with fresh_database() as (_, pool):
+        result["interval"] = await ticker_loop(
+            pool, kafka, interval_definition(datetime.now(UTC)), count, batch
+        )
+    async with fresh_database() as (_, pool):
+        result["cron"] = await ticker_loop(pool, kafka, HOURLY, count, batch)
+    async with fresh_database() as (_, pool):
+        result["published"] = await published_loop(pool, kafka, count, batch)
+    for key in ("interval", "cron", "published"):
+        result[f"{key}/bare"] = result[key] / result["bare"]
+    return {k: round(v, 3 if "/" in k else 0) for k, v in result.items()}
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--schedules", type=int, default=100_000)
+    parser.add_argument("--batch", type=int, default=500)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    runs = []
+    async with bench_topics() as kafka:
+        for i in range(args.runs):
+            runs.append(await one_run(kafka, args.schedules, args.batch))
+            print(f"run {i + 1}: {runs[-1]}", flush=True)
+    keys = list(runs[0])
+    summary = {k: round(median([r[k] for r in runs]), 3) for k in keys}
+    report = {
+        "fingerprint": fingerprint(),
+        "schedules": args.schedules,
+        "batch": args.batch,
+        "runs": runs,
+        "median": summary,
+    }
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "ticker_throughput.json").write_text(json.dumps(report, indent=2))
+    print(f"\nfingerprint: {json.dumps(report['fingerprint'])}")
+    print(f"{args.schedules:,} schedules, batch {args.batch}, median of {args.runs} runs\n")
+    print("| loop | slots/s (per run) | median slots/s | ratio to bare (median) |")
+    print("|---|---|---:|---:|")
+    for key in ("bare", "interval", "cron", "published"):
+        ratio = "1" if key == "bare" else str(summary[f"{key}/bare"])
+        print(f"| {key} | {' / '.join(f'{r[key]:,.0f}' for r in runs)} | {summary[key]:,.0f} | {ratio} |")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
