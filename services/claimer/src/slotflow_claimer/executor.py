@@ -19,7 +19,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -41,11 +41,16 @@ class Execution:
     run: Run
     renewed_at: float
     task: asyncio.Task[None] | None = None
-    handler_task: asyncio.Task[Any] | None = None
+    #: The handler is running in `task` (cancelling the task cancels the handler).
+    in_handler: bool = False
+
+    def reason(self) -> str | None:
+        """Why this claimer cancelled the run (lost, cancel_requested, shutdown), if it did."""
+        return self.cancel_reason
+
     cancel_reason: str | None = None
     #: The outcome went to the writer: from here the fence decides, not the heartbeat.
     submitted: bool = False
-    started_mono: float = field(default_factory=time.monotonic)
 
 
 class Executor:
@@ -130,23 +135,26 @@ class Executor:
         except UnknownHandler as err:
             self._submit(ex, self._failure(run, err))
             return
-        ex.handler_task = asyncio.create_task(self._invoke(fn, self._context(run), run.retry.start_to_close))
-        await asyncio.wait({ex.handler_task})
-        elapsed = time.monotonic() - ex.started_mono
-        task = ex.handler_task
-        if task.cancelled():
-            self._metrics.handler_seconds.labels(run.handler, "cancelled").observe(elapsed)
+        ex.in_handler = True
+        started = time.monotonic()
+        try:
+            result = await self._invoke(fn, self._context(run), run.retry.start_to_close)
+        except asyncio.CancelledError:
+            if ex.reason() is None:
+                raise  # not ours: the process is going down
+            self._metrics.handler_seconds.labels(run.handler, "cancelled").observe(time.monotonic() - started)
             self._cancelled(ex)
             return
-        error = task.exception()
-        if error is None:
-            self._metrics.handler_seconds.labels(run.handler, "completed").observe(elapsed)
-            self._submit(ex, Outcome(run, "completed", result=task.result()))
+        except Exception as error:  # noqa: BLE001 - every failure is sorted into retry or dead letter
+            self._metrics.handler_seconds.labels(run.handler, "failed").observe(time.monotonic() - started)
+            if isinstance(error, FenceRejected):
+                log.warning("run %s token %d: handler write refused: %s", run.run_id, run.fence_token, error)
+            self._submit(ex, self._failure(run, error))
             return
-        self._metrics.handler_seconds.labels(run.handler, "failed").observe(elapsed)
-        if isinstance(error, FenceRejected):
-            log.warning("run %s token %d: handler write refused: %s", run.run_id, run.fence_token, error)
-        self._submit(ex, self._failure(run, error))
+        finally:
+            ex.in_handler = False
+        self._metrics.handler_seconds.labels(run.handler, "completed").observe(time.monotonic() - started)
+        self._submit(ex, Outcome(run, "completed", result=result))
 
     @staticmethod
     async def _invoke(fn: HandlerFn, ctx: RunContext, limit: timedelta) -> Any:
@@ -218,8 +226,8 @@ class Executor:
             "run %s: lease with token %d lost; cancelling its handler", ex.run.run_id, ex.run.fence_token
         )
         ex.cancel_reason = "lost"
-        if ex.handler_task is not None and not ex.handler_task.done():
-            ex.handler_task.cancel()
+        if ex.in_handler and ex.task is not None:
+            ex.task.cancel()
         else:
             self._drop(ex)
 
@@ -257,9 +265,9 @@ class Executor:
                 self._lose(found)
                 continue
             found.renewed_at = sent_at
-            if renewed[rid] and found.cancel_reason is None and found.handler_task is not None:
+            if renewed[rid] and found.cancel_reason is None and found.in_handler and found.task is not None:
                 found.cancel_reason = "cancel_requested"
-                found.handler_task.cancel()
+                found.task.cancel()
 
     async def heartbeat_loop(self, stop: asyncio.Event, interval: float) -> None:
         while not stop.is_set():
@@ -284,9 +292,9 @@ class Executor:
     async def release_all(self) -> int:
         """Cancel running handlers and expire their leases so another claimer takes them at once."""
         for ex in list(self._executions.values()):
-            if ex.handler_task is not None and not ex.handler_task.done() and ex.cancel_reason is None:
+            if ex.in_handler and ex.task is not None and ex.cancel_reason is None:
                 ex.cancel_reason = "shutdown"
-                ex.handler_task.cancel()
+                ex.task.cancel()
         tasks = [ex.task for ex in self._executions.values() if ex.task is not None and not ex.task.done()]
         if tasks:
             await asyncio.wait(tasks, timeout=5.0)
@@ -305,6 +313,5 @@ class Executor:
     def abandon(self) -> None:
         """Cancel whatever still runs (last resort at exit; the leases expire on their own)."""
         for ex in self._executions.values():
-            for task in (ex.handler_task, ex.task):
-                if task is not None and not task.done():
-                    task.cancel()
+            if ex.task is not None and not ex.task.done():
+                ex.task.cancel()

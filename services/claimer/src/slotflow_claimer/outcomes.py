@@ -51,10 +51,12 @@ class Outcome:
         run = self.run
         if self.kind == "completed":
             result = json.dumps(to_jsonable_python(self.result, fallback=str))
-            return store.OutcomeWrite(run.run_id, run.fence_token, "completed", result=result)
+            return store.OutcomeWrite(run.run_id, run.fence_token, "completed", result=result, due=run.due)
         if self.kind == "cancelled":
             entry = {"event": "cancelled", "error_type": "RunCancelled", "message": _cancel_message(run)}
-            return store.OutcomeWrite(run.run_id, run.fence_token, "cancelled", entry=json.dumps(entry))
+            return store.OutcomeWrite(
+                run.run_id, run.fence_token, "cancelled", entry=json.dumps(entry), due=run.due
+            )
         error = self.error or RuntimeError("unknown failure")
         summary = {"error_type": type(error).__name__, "message": _message(error)}
         state = "retrying" if self.delay is not None else "dead_lettered"
@@ -62,7 +64,12 @@ class Outcome:
             summary["reason"] = self.dlq_reason or "permanent_error"
         entry = {"event": "failed", **summary}
         return store.OutcomeWrite(
-            run.run_id, run.fence_token, state, error=json.dumps(summary), entry=json.dumps(entry)
+            run.run_id,
+            run.fence_token,
+            state,
+            error=json.dumps(summary),
+            entry=json.dumps(entry),
+            due=run.due,
         )
 
 

@@ -1,5 +1,6 @@
 """The claimer's view of one run row, and of one JobDue record on its way to becoming one."""
 
+import functools
 import json
 from dataclasses import dataclass
 from datetime import datetime
@@ -37,66 +38,106 @@ def redrive_count(record: Record) -> int:
         return 0
 
 
-@dataclass(frozen=True, slots=True)
-class Run:
-    """A run row as the database returned it (after a claim, an outcome or a takeover)."""
+@functools.lru_cache(maxsize=256)
+def _retry_policy(raw: str) -> RetryPolicy:
+    # Runs of one schedule share one policy: parse each distinct JSON text once.
+    return RetryPolicy.model_validate_json(raw)
 
-    run_id: str
-    job_id: str
-    slot: datetime
-    kind: str
-    handler: str
-    payload: dict[str, Any]
-    retry: RetryPolicy
-    overlap: str
-    workflow_id: str | None
-    sequence: int | None
-    tags: tuple[str, ...]
-    attempt: int
-    round_start: int
-    redrive_count: int
-    state: str
-    fence_token: int
-    owner: str | None
-    cancel_requested: bool
-    takeovers: int
-    history: tuple[dict[str, Any], ...]
-    result: Any
-    error: dict[str, Any] | None
-    due: Record
-    started_at: datetime | None
-    finished_at: datetime | None
-    updated_at: datetime
+
+class Run:
+    """A run row as the database returned it (after a claim, an outcome or a takeover).
+
+    The JSON columns and the stored JobDue record are decoded only when asked for: most rows
+    only ever need their identity, token and state.
+    """
+
+    __slots__ = (
+        "_due",
+        "_row",
+        "attempt",
+        "cancel_requested",
+        "fence_token",
+        "finished_at",
+        "handler",
+        "job_id",
+        "kind",
+        "overlap",
+        "owner",
+        "redrive_count",
+        "round_start",
+        "run_id",
+        "sequence",
+        "slot",
+        "started_at",
+        "state",
+        "tags",
+        "takeovers",
+        "updated_at",
+        "workflow_id",
+    )
+
+    def __init__(self, row: asyncpg.Record, due: Record | None = None) -> None:
+        self._row = row
+        self._due = due
+        self.run_id: str = row["run_id"]
+        self.job_id: str = row["job_id"]
+        self.slot: datetime = row["slot"]
+        self.kind: str = row["kind"]
+        self.handler: str = row["handler"]
+        self.overlap: str = row["overlap"]
+        self.workflow_id: str | None = row["workflow_id"]
+        self.sequence: int | None = row["sequence"]
+        self.tags: tuple[str, ...] = tuple(row["tags"])
+        self.attempt: int = row["attempt"]
+        self.round_start: int = row["round_start"]
+        self.redrive_count: int = row["redrive_count"]
+        self.state: str = row["state"]
+        self.fence_token: int = row["fence_token"]
+        self.owner: str | None = row["owner"]
+        self.cancel_requested: bool = row["cancel_requested"]
+        self.takeovers: int = row["takeovers"]
+        self.started_at: datetime | None = row["started_at"]
+        self.finished_at: datetime | None = row["finished_at"]
+        self.updated_at: datetime = row["updated_at"]
 
     @classmethod
-    def from_row(cls, row: asyncpg.Record) -> "Run":
-        headers = json.loads(row["due_headers"])
-        error = row["error"]
-        result = row["result"]
-        return cls(
-            run_id=row["run_id"],
-            job_id=row["job_id"],
-            slot=row["slot"],
-            kind=row["kind"],
-            handler=row["handler"],
-            payload=json.loads(row["payload"]),
-            retry=RetryPolicy.model_validate_json(row["retry"]),
-            overlap=row["overlap"],
-            workflow_id=row["workflow_id"],
-            sequence=row["sequence"],
-            tags=tuple(row["tags"]),
-            attempt=row["attempt"],
-            round_start=row["round_start"],
-            redrive_count=row["redrive_count"],
-            state=row["state"],
-            fence_token=row["fence_token"],
-            owner=row["owner"],
-            cancel_requested=row["cancel_requested"],
-            takeovers=row["takeovers"],
-            history=tuple(json.loads(row["history"])),
-            result=json.loads(result) if result is not None else None,
-            error=json.loads(error) if error is not None else None,
-            due=Record(
+    def from_row(cls, row: asyncpg.Record, due: Record | None = None) -> "Run":
+        return cls(row, due)
+
+    def __repr__(self) -> str:
+        return f"Run({self.run_id!r}, state={self.state!r}, attempt={self.attempt}, token={self.fence_token})"
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        value: dict[str, Any] = json.loads(self._row["payload"])
+        return value
+
+    @property
+    def retry(self) -> RetryPolicy:
+        return _retry_policy(self._row["retry"])
+
+    @property
+    def history(self) -> tuple[dict[str, Any], ...]:
+        return tuple(json.loads(self._row["history"]))
+
+    @property
+    def result(self) -> Any:
+        raw = self._row["result"]
+        return json.loads(raw) if raw is not None else None
+
+    @property
+    def error(self) -> dict[str, Any] | None:
+        raw = self._row["error"]
+        value: dict[str, Any] | None = json.loads(raw) if raw is not None else None
+        return value
+
+    @property
+    def due(self) -> Record:
+        """The JobDue record that last claimed the run, byte-exact."""
+        if self._due is None:
+            row = self._row
+            headers = json.loads(row["due_headers"])
+            self._due = Record(
                 topic=row["due_topic"],
                 partition=row["due_partition"],
                 offset=row["due_offset"],
@@ -104,11 +145,8 @@ class Run:
                 value=row["due_value"],
                 headers=tuple((str(k), str(v).encode("latin-1")) for k, v in headers.items()),
                 timestamp_ms=row["due_timestamp_ms"],
-            ),
-            started_at=row["started_at"],
-            finished_at=row["finished_at"],
-            updated_at=row["updated_at"],
-        )
+            )
+        return self._due
 
     @property
     def attempt_in_round(self) -> int:

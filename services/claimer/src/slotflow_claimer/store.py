@@ -10,6 +10,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from slotflow.kafka.records import Record
 from slotflow.pg.pool import Conn
 from slotflow_claimer.runs import Due, Run, headers_json
 
@@ -27,6 +28,14 @@ _DUE_UNNEST = """
         AS u(run_id, job_id, slot, kind, handler, payload, retry, overlap, workflow_id, sequence,
              tags, attempt, redrive, due_topic, due_partition, due_offset, due_key, due_value,
              due_headers, due_ts)
+"""
+#: What a claim or an outcome returns: everything but the stored JobDue record, which the caller
+#: already holds (the record it is claiming with, or the run it claimed earlier).
+_RUN_COLUMNS = """
+    r.run_id, r.job_id, r.slot, r.kind, r.handler, r.payload, r.retry, r.overlap, r.workflow_id,
+    r.sequence, r.tags, r.attempt, r.round_start, r.redrive_count, r.state, r.fence_token, r.owner,
+    r.cancel_requested, r.takeovers, r.history, r.result, r.error, r.started_at, r.finished_at,
+    r.updated_at
 """
 _INSERT_COLUMNS = """
     run_id, job_id, slot, kind, handler, payload, retry, overlap, workflow_id, sequence, tags,
@@ -113,7 +122,7 @@ ON CONFLICT (run_id) DO UPDATE SET
     OR (r.state = 'running' AND r.lease_expires_at < now() AND NOT r.cancel_requested
         AND EXCLUDED.attempt >= r.attempt)
     OR (r.state = 'dead_lettered' AND EXCLUDED.redrive_count > r.redrive_count)
-RETURNING r.*
+RETURNING {_RUN_COLUMNS}
 """
 
 
@@ -122,7 +131,8 @@ async def claim(conn: Conn, schema: str, dues: Sequence[Due], *, owner: str, ttl
     if not dues:
         return []
     rows = await conn.fetch(_CLAIM.format(schema=schema), *_due_arrays(dues), owner, ttl)
-    return [Run.from_row(row) for row in rows]
+    records = {due.job.run_id: due.record for due in dues}
+    return [Run(row, records[row["run_id"]]) for row in rows]
 
 
 # insert_unstarted --
@@ -137,7 +147,7 @@ SELECT {_DUE_COLUMNS}, s.state, CASE WHEN s.state = 'skipped' THEN 1 ELSE 0 END,
   FROM {_DUE_UNNEST}
   JOIN unnest($22::text[], $23::text[], $24::text[]) AS s(run_id, state, reason) USING (run_id)
 ON CONFLICT (run_id) DO NOTHING
-RETURNING r.*
+RETURNING {_RUN_COLUMNS}
 """
 
 
@@ -159,7 +169,8 @@ async def insert_unstarted(conn: Conn, schema: str, items: Sequence[Unstarted], 
         [i.state for i in items],
         [i.reason for i in items],
     )
-    return [Run.from_row(row) for row in rows]
+    records = {i.due.job.run_id: i.due.record for i in items}
+    return [Run(row, records[row["run_id"]]) for row in rows]
 
 
 async def lock_jobs(conn: Conn, job_ids: Iterable[str]) -> None:
@@ -258,6 +269,7 @@ class OutcomeWrite:
     result: str | None = None  # JSON
     error: str | None = None  # JSON
     entry: str | None = None  # JSON: a history entry (error_type, message, event)
+    due: Record | None = None
 
 
 # record_outcomes --
@@ -265,8 +277,8 @@ class OutcomeWrite:
 # was produced with. A stale token (the run was taken over) matches nothing and is never applied;
 # the caller counts it as FenceRejected. The history entry is stamped from the row itself, so it
 # names the attempt, token and owner that actually held the run.
-_RECORD_OUTCOMES = """
-UPDATE {schema}.runs AS r SET
+_RECORD_OUTCOMES = f"""
+UPDATE {{schema}}.runs AS r SET
     state            = u.state,
     result           = u.result::jsonb,
     error            = u.error::jsonb,
@@ -281,12 +293,16 @@ UPDATE {schema}.runs AS r SET
   FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[])
        AS u(run_id, token, state, result, error, entry)
  WHERE r.run_id = u.run_id AND r.fence_token = u.token AND r.state = 'running'
-RETURNING r.*
+RETURNING {_RUN_COLUMNS}
 """
 
 
 async def record_outcomes(conn: Conn, schema: str, writes: Sequence[OutcomeWrite]) -> list[Run]:
-    """Apply outcomes whose token is current; returns the rows changed (the others were rejected)."""
+    """Apply outcomes whose token is current; returns the rows changed (the others were rejected).
+
+    The returned runs carry the JobDue record of the run each write names (it cannot change while
+    the run is running under that token).
+    """
     if not writes:
         return []
     rows = await conn.fetch(
@@ -298,7 +314,8 @@ async def record_outcomes(conn: Conn, schema: str, writes: Sequence[OutcomeWrite
         [w.error for w in writes],
         [w.entry for w in writes],
     )
-    return [Run.from_row(row) for row in rows]
+    records = {w.run_id: w.due for w in writes}
+    return [Run(row, records[row["run_id"]]) for row in rows]
 
 
 # start_buffered --
