@@ -1,0 +1,178 @@
+"""The devstack's configuration: ports and paths from the environment, the state directory, the
+error type the CLI turns into an exit code, and progress output on stderr.
+
+The other devstack modules (_processes, _kafka, _postgres, devstack) import from this one; it imports
+none of them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shlex
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO_ROOT = HERE.parents[1]
+
+PG_ROLE = "slotflow"
+PG_DATABASE = "slotflow"
+STATE_MARKER = ".slotflow-devstack"
+
+EXIT_ERROR = 1
+EXIT_CONFLICT = 2
+EXIT_DOWN = 3
+
+
+class DevstackError(Exception):
+    """A failure with a message for the user; main() prints it and exits non-zero."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_ERROR) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def say(message: str) -> None:
+    """Progress and diagnostics go to stderr; stdout is reserved for the export lines."""
+    print(f"devstack: {message}", file=sys.stderr, flush=True)
+
+
+def show(path: Path) -> str:
+    """A path relative to the repository when it is inside it (for messages)."""
+    try:
+        return str(path.relative_to(REPO_ROOT))
+    except ValueError:
+        return str(path)
+
+
+def _port_from_env(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        port = int(raw)
+    except ValueError:
+        raise DevstackError(f"{name}={raw!r} is not a port number") from None
+    if not 1 <= port <= 65535:
+        raise DevstackError(f"{name}={port} is outside 1..65535")
+    return port
+
+
+@dataclass(frozen=True)
+class Config:
+    state_dir: Path
+    cache_dir: Path
+    kafka_port: int
+    controller_port: int
+    pg_port: int
+
+    @classmethod
+    def from_env(cls) -> Config:
+        state = os.environ.get("SLOTFLOW_DEVSTACK_DIR", "").strip()
+        cache = os.environ.get("SLOTFLOW_DEVSTACK_CACHE", "").strip()
+        cfg = cls(
+            # Relative paths are taken from the repository root, wherever the command runs from.
+            state_dir=(REPO_ROOT / state).resolve() if state else REPO_ROOT / ".devstack",
+            cache_dir=(REPO_ROOT / cache).resolve() if cache else REPO_ROOT / ".cache",
+            kafka_port=_port_from_env("SLOTFLOW_KAFKA_PORT", 19092),
+            controller_port=_port_from_env("SLOTFLOW_KAFKA_CONTROLLER_PORT", 19093),
+            pg_port=_port_from_env("SLOTFLOW_PG_PORT", 15432),
+        )
+        ports = [cfg.kafka_port, cfg.controller_port, cfg.pg_port]
+        if len(set(ports)) != len(ports):
+            raise DevstackError(
+                "SLOTFLOW_KAFKA_PORT, SLOTFLOW_KAFKA_CONTROLLER_PORT and SLOTFLOW_PG_PORT must differ "
+                f"(got {ports})"
+            )
+        return cfg
+
+    # Kafka files
+    @property
+    def kafka_dir(self) -> Path:
+        return self.state_dir / "kafka"
+
+    @property
+    def kafka_data(self) -> Path:
+        return self.kafka_dir / "data"
+
+    @property
+    def server_properties(self) -> Path:
+        return self.kafka_dir / "server.properties"
+
+    @property
+    def kafka_log(self) -> Path:
+        return self.state_dir / "kafka.log"
+
+    @property
+    def kafka_pid_file(self) -> Path:
+        return self.state_dir / "kafka.pid"
+
+    @property
+    def cluster_id_file(self) -> Path:
+        return self.state_dir / "cluster-id"
+
+    # PostgreSQL files
+    @property
+    def pg_dir(self) -> Path:
+        return self.state_dir / "pg"
+
+    @property
+    def pg_data(self) -> Path:
+        return self.pg_dir / "data"
+
+    @property
+    def pg_log(self) -> Path:
+        return self.state_dir / "postgres.log"
+
+    @property
+    def pg_pid_file(self) -> Path:
+        return self.state_dir / "postgres.pid"
+
+    @property
+    def pg_socket_dir(self) -> Path:
+        # A Unix socket path must fit in 107 bytes; a deep checkout falls back to the temp dir.
+        if len(str(self.pg_data)) + len(f"/.s.PGSQL.{self.pg_port}.lock") < 100:
+            return self.pg_data
+        return Path(tempfile.gettempdir()) / f"slotflow-devstack-pg-{self.pg_port}"
+
+    # Connection settings
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.kafka_port}"
+
+    @property
+    def dsn(self) -> str:
+        return f"postgresql://{PG_ROLE}@127.0.0.1:{self.pg_port}/{PG_DATABASE}"
+
+    @property
+    def env_file(self) -> Path:
+        return self.state_dir / "env"
+
+    def env_lines(self) -> str:
+        return (
+            f"export SLOTFLOW_KAFKA_BOOTSTRAP={shlex.quote(self.bootstrap)}\n"
+            f"export SLOTFLOW_PG_DSN={shlex.quote(self.dsn)}\n"
+        )
+
+
+def prepare_state_dir(cfg: Config) -> None:
+    cfg.state_dir.mkdir(parents=True, exist_ok=True)
+    (cfg.state_dir / STATE_MARKER).touch()
+
+
+@contextlib.contextmanager
+def state_lock(cfg: Config) -> Iterator[None]:
+    """Serialise devstack commands that change state (two `up`s at once would race)."""
+    cfg.state_dir.mkdir(parents=True, exist_ok=True)
+    with (cfg.state_dir / ".lock").open("a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            say("another devstack command is running; waiting for it")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
