@@ -8,6 +8,8 @@ is handed out at insert, visibility comes at commit. The test builds exactly tha
 import asyncio
 from datetime import UTC, datetime
 
+import pytest
+
 from slotflow.contracts import CommandAccepted, wrap
 from slotflow.contracts.codec import decode
 from slotflow.contracts.topics import SCHEDULE_EVENTS
@@ -39,13 +41,14 @@ async def read_ids(kafka: KafkaSettings, topic: str, want: int) -> list[str]:
     return ids
 
 
+@pytest.mark.parametrize("parallel", [False, True], ids=["shard-by-shard", "parallel-shards"])
 async def test_a_row_committed_after_a_higher_seq_was_published_is_still_published(
-    pg_pool: Pool, kafka: KafkaSettings
+    pg_pool: Pool, kafka: KafkaSettings, parallel: bool
 ) -> None:
     await apply_migrations(pg_pool, schema=SCHEMA, sources=[OUTBOX])
     topic = kafka.topic(SCHEDULE_EVENTS)
     async with Producer(kafka, client_id="relay-test") as producer:
-        relay = OutboxRelay(pg_pool, producer, schema=SCHEMA)
+        relay = OutboxRelay(pg_pool, producer, schema=SCHEMA, parallel_shards=parallel)
         async with pg_pool.acquire() as slow, pg_pool.acquire() as fast:
             slow_tx = slow.transaction()
             await slow_tx.start()
@@ -84,7 +87,7 @@ async def test_two_relays_share_the_outbox_without_publishing_a_row_twice(
             await append(conn, schema=SCHEMA, topic=item.topic, envelope=item.envelope)
     async with Producer(kafka, client_id="relay-a") as a, Producer(kafka, client_id="relay-b") as b:
         first = OutboxRelay(pg_pool, a, schema=SCHEMA, batch_size=7)
-        second = OutboxRelay(pg_pool, b, schema=SCHEMA, batch_size=7)
+        second = OutboxRelay(pg_pool, b, schema=SCHEMA, batch_size=7, parallel_shards=True)
 
         async def drain(relay: OutboxRelay) -> int:
             total = 0
