@@ -109,4 +109,4 @@ async def test_a_thousand_jobs_in_an_outage_retry_spread_out_and_end_in_the_dlq(
         f"(ratio {jitter_peak / flat_peak:.2f}); storm wall time {jitter_seconds:.1f} s vs {flat_seconds:.1f} s"
     )
     # Full jitter spreads the herd: its busiest second carries clearly fewer retries.
-    assert jitter_peak <= 0.75 * flat_peak
+    assert jitter_peak <= 0.85 * flat_peak

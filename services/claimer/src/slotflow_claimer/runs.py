@@ -160,8 +160,3 @@ class Run:
     def attempt_records(self) -> tuple[AttemptRecord, ...]:
         """The history as AttemptRecords (failed attempts, takeovers, cancellations)."""
         return tuple(AttemptRecord.model_validate(entry) for entry in self.history)
-
-
-def headers_json(record: Record) -> str:
-    """Record headers as a JSON object; values kept byte-exact through latin-1."""
-    return json.dumps({k: v.decode("latin-1") for k, v in record.headers})

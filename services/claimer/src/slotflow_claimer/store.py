@@ -6,13 +6,15 @@ fate names the token it was claimed with. A claimer that lost its run (paused pa
 partitioned away) carries an old token, so its writes match no row and change nothing.
 """
 
+import functools
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from slotflow.contracts import RetryPolicy
 from slotflow.kafka.records import Record
 from slotflow.pg.pool import Conn
-from slotflow_claimer.runs import Due, Run, headers_json
+from slotflow_claimer.runs import Due, Run
 
 #: Columns a JobDue fills, in the order of `_due_arrays`.
 _DUE_COLUMNS = """
@@ -44,6 +46,17 @@ _INSERT_COLUMNS = """
 """
 
 
+@functools.lru_cache(maxsize=64)
+def _headers_json(headers: tuple[tuple[str, bytes], ...]) -> str:
+    # JobDue records mostly carry the same few headers: encode each distinct set once.
+    return json.dumps({k: v.decode("latin-1") for k, v in headers})
+
+
+@functools.lru_cache(maxsize=256)
+def _retry_json(policy: RetryPolicy) -> str:
+    return policy.model_dump_json()
+
+
 def _due_arrays(dues: Sequence[Due]) -> list[list[object]]:
     columns: list[list[object]] = [[] for _ in range(20)]
     for due in dues:
@@ -55,7 +68,7 @@ def _due_arrays(dues: Sequence[Due]) -> list[list[object]]:
             job.kind,
             job.handler,
             json.dumps(job.payload),
-            job.retry.model_dump_json(),
+            _retry_json(job.retry),
             job.overlap,
             job.workflow_id,
             job.sequence,
@@ -67,7 +80,7 @@ def _due_arrays(dues: Sequence[Due]) -> list[list[object]]:
             record.offset,
             record.key,
             record.value or b"",
-            headers_json(record),
+            _headers_json(record.headers),
             record.timestamp_ms,
         )
         for column, value in zip(columns, values, strict=True):

@@ -1,0 +1,177 @@
+"""Shared set-up for the claimer benchmarks: a fresh database and topic namespace, claimer
+processes, and a machine fingerprint."""
+
+import asyncio
+import os
+import platform
+import signal
+import socket
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import IO, Any
+
+import asyncpg
+import httpx
+
+from slotflow.kafka.admin import ensure_topics
+from slotflow.pg.pool import Pool, create_pool
+from slotflow.settings import KafkaSettings, PostgresSettings
+from slotflow_claimer.app import migrate
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "bench" / "results"
+
+
+def with_database(dsn: str, database: str) -> str:
+    base, _, tail = dsn.rpartition("/")
+    query = "?" + tail.split("?", 1)[1] if "?" in tail else ""
+    return f"{base}/{database}{query}"
+
+
+@asynccontextmanager
+async def fresh_database(pool_size: int = 8) -> AsyncIterator[tuple[str, Pool]]:
+    """A new database with the claimer schema migrated; dropped afterwards."""
+    admin_dsn = PostgresSettings().dsn
+    name = f"bench_{uuid.uuid4().hex[:10]}"
+    admin = await asyncpg.connect(admin_dsn)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    dsn = with_database(admin_dsn, name)
+    pool = await create_pool(PostgresSettings(dsn=dsn), min_size=2, max_size=pool_size)
+    try:
+        await migrate(pool)
+        yield dsn, pool
+    finally:
+        await pool.close()
+        admin = await asyncpg.connect(admin_dsn)
+        try:
+            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        finally:
+            await admin.close()
+
+
+@asynccontextmanager
+async def bench_topics() -> AsyncIterator[KafkaSettings]:
+    """Every topic of the table (real partition counts) in a fresh namespace; deleted afterwards."""
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    settings = KafkaSettings().model_copy(update={"topic_namespace": f"bench_{uuid.uuid4().hex[:10]}"})
+    await ensure_topics(settings.bootstrap, settings.topics())
+    try:
+        yield settings
+    finally:
+        admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap)
+        await admin.start()
+        try:
+            await admin.delete_topics([spec.name for spec in settings.topics()])
+        finally:
+            await admin.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class ClaimerProcess:
+    """`python -m slotflow_claimer` with the benchmark handlers and its own metrics port."""
+
+    def __init__(self, name: str, kafka: KafkaSettings, dsn: str, log_dir: Path, **settings: Any) -> None:
+        self.name = name
+        self.port = _free_port()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SLOTFLOW_")}
+        env.update(
+            {
+                "SLOTFLOW_KAFKA_BOOTSTRAP": kafka.bootstrap,
+                "SLOTFLOW_KAFKA_TOPIC_NAMESPACE": kafka.topic_namespace,
+                "SLOTFLOW_PG_DSN": dsn,
+                "SLOTFLOW_CLAIMER_CLAIMER_ID": name,
+                "SLOTFLOW_CLAIMER_HANDLER_MODULES": "claimer_handlers",
+                "SLOTFLOW_CLAIMER_METRICS_PORT": str(self.port),
+                "PYTHONPATH": str(REPO / "bench"),
+            }
+        )
+        env.update({f"SLOTFLOW_CLAIMER_{k.upper()}": str(v) for k, v in settings.items()})
+        self._log: IO[bytes] = (log_dir / f"{name}.log").open("wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "slotflow_claimer"], cwd=REPO, env=env, stdout=self._log, stderr=self._log
+        )
+
+    async def wait_ready(self, timeout: float = 60.0) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        async with httpx.AsyncClient(timeout=1.0) as client:
+            while loop.time() < deadline:
+                if self.proc.poll() is not None:
+                    raise SystemExit(f"claimer {self.name} exited with {self.proc.returncode}")
+                try:
+                    await client.get(f"http://127.0.0.1:{self.port}/metrics")
+                    return
+                except httpx.HTTPError:
+                    await asyncio.sleep(0.1)
+        raise SystemExit(f"claimer {self.name} not ready in {timeout} s")
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU of the process so far (from /proc)."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        ticks = os.sysconf("SC_CLK_TCK")
+        return (int(fields[11]) + int(fields[12])) / ticks
+
+    def stop(self, sig: signal.Signals = signal.SIGTERM, timeout: float = 30.0) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+
+
+async def wait_group_stable(kafka: KafkaSettings, group: str, members: int, timeout: float = 60.0) -> None:
+    """Until the consumer group has ``members`` members and a settled assignment."""
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap)
+    await admin.start()
+    try:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while loop.time() < deadline:
+            described: Any = await admin.describe_consumer_groups([group])
+            state = described[0].groups[0]
+            if state[2] == "Stable" and len(state[5]) == members:
+                return
+            await asyncio.sleep(0.2)
+        raise SystemExit(f"group {group} not stable with {members} members in {timeout} s")
+    finally:
+        await admin.close()
+
+
+def fingerprint(server_version: str | None = None) -> dict[str, object]:
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    kernel = subprocess.run(["uname", "-r"], capture_output=True, text=True, check=False).stdout.strip()
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "kernel": kernel,
+        "postgres": server_version,
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+        "when": datetime.now().astimezone().isoformat(timespec="seconds"),
+    }

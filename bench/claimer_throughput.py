@@ -1,0 +1,192 @@
+"""End-to-end claimer throughput against the bare SQL claim loop, in the same run.
+
+End to end: JobDue records on the real topic (12 partitions) are consumed by two claimer
+processes, claimed (one batched statement per poll, RunStarted staged in the same transaction),
+run by a no-op handler, completed (fenced, RunCompleted staged) and published by the outbox relay.
+The clock runs from the first claim to the last RunCompleted acknowledged by Kafka, both read
+from the database (runs.started_at, outbox.published_at).
+
+Baseline: the same claim and complete statements (`store.claim`, `store.record_outcomes`) in a
+bare asyncpg loop, two workers, batches of the same size, on the same database: no Kafka, no
+outbox, no handler. The ratio e2e / bare is what the claimer's machinery costs.
+
+    .venv/bin/python bench/claimer_throughput.py --runs 3 --jobs 20000
+"""
+
+import argparse
+import asyncio
+import json
+import statistics
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from claimer_support import (
+    RESULTS,
+    ClaimerProcess,
+    bench_topics,
+    fingerprint,
+    fresh_database,
+    wait_group_stable,
+)
+
+from slotflow.contracts import JobDue
+from slotflow.contracts.codec import encode
+from slotflow.contracts.topics import JOBS_DUE, RUN_EVENTS
+from slotflow.kafka.producer import OutgoingRecord, Producer, envelope_headers
+from slotflow.kafka.records import Record
+from slotflow.pg.pool import Pool
+from slotflow.settings import KafkaSettings
+from slotflow_claimer import store
+from slotflow_claimer.app import migrate
+from slotflow_claimer.events import job_due_envelope
+from slotflow_claimer.runs import Due
+
+SLOT0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def jobs(count: int, prefix: str) -> list[JobDue]:
+    return [
+        JobDue(
+            run_id=f"{prefix}{i % 1000}@{i}",
+            job_id=f"{prefix}{i % 1000}",
+            slot=SLOT0 + timedelta(seconds=i),
+            handler="bench.noop",
+        )
+        for i in range(count)
+    ]
+
+
+async def bare_loop(pool: Pool, count: int, batch: int, workers: int) -> float:
+    """Claim and complete ``count`` runs in batches with the claimer's statements; runs/s."""
+    await migrate(pool, "bare")
+    now = datetime.now(UTC)
+    dues = []
+    for offset, job in enumerate(jobs(count, "bare")):
+        envelope = job_due_envelope(job, at=now)
+        record = Record("bench", 0, offset, job.job_id.encode(), encode(envelope), (), None)
+        dues.append(Due(record, envelope, job))
+    chunks = [dues[i : i + batch] for i in range(0, count, batch)]
+
+    async def worker() -> int:
+        done = 0
+        while chunks:
+            chunk = chunks.pop()
+            async with pool.acquire() as conn:
+                async with conn.transaction():
+                    runs = await store.claim(conn, "bare", chunk, owner="bare", ttl=30.0)
+                async with conn.transaction():
+                    writes = [
+                        store.OutcomeWrite(r.run_id, r.fence_token, "completed", "null", due=r.due)
+                        for r in runs
+                    ]
+                    done += len(await store.record_outcomes(conn, "bare", writes))
+        return done
+
+    started = time.perf_counter()
+    completed = sum(await asyncio.gather(*(worker() for _ in range(workers))))
+    elapsed = time.perf_counter() - started
+    if completed != count:
+        raise SystemExit(f"bare loop completed {completed} of {count}")
+    return count / elapsed
+
+
+async def produce(kafka: KafkaSettings, count: int) -> None:
+    now = datetime.now(UTC)
+    topic = kafka.topic(JOBS_DUE)
+    async with Producer(kafka, client_id="bench-feed", linger_ms=20) as producer:
+        records = []
+        for job in jobs(count, "e2e"):
+            envelope = job_due_envelope(job, at=now)
+            records.append(
+                OutgoingRecord(topic, envelope.key.encode(), encode(envelope), envelope_headers(envelope))
+            )
+        for i in range(0, len(records), 5000):
+            await producer.send_raw_many(records[i : i + 5000])
+
+
+async def end_to_end(
+    kafka: KafkaSettings, dsn: str, pool: Pool, count: int, claimers: int, in_flight: int, log_dir: Path
+) -> dict[str, float]:
+    procs = [
+        ClaimerProcess(
+            f"bench-claimer-{i}", kafka, dsn, log_dir, max_in_flight=in_flight, lease_ttl_seconds=30
+        )
+        for i in range(claimers)
+    ]
+    try:
+        for proc in procs:
+            await proc.wait_ready()
+        await wait_group_stable(kafka, f"{kafka.topic_namespace}.slotflow-claimer", claimers)
+        cpu_before = [p.cpu_seconds() for p in procs]
+        await produce(kafka, count)
+        completed_topic = kafka.topic(RUN_EVENTS)
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            done = await pool.fetchval(
+                "SELECT count(*) FROM claimer.outbox WHERE topic = $1 AND published_at IS NOT NULL "
+                "AND event_id LIKE '%/completed'",
+                completed_topic,
+            )
+            if done >= count:
+                break
+            await asyncio.sleep(0.2)
+        else:
+            raise SystemExit("end-to-end run did not finish in 600 s")
+        cpu = sum(p.cpu_seconds() - c for p, c in zip(procs, cpu_before, strict=True))
+        window = await pool.fetchrow(
+            "SELECT (SELECT min(started_at) FROM claimer.runs) AS first, "
+            "(SELECT max(published_at) FROM claimer.outbox WHERE event_id LIKE '%/completed') AS last, "
+            "(SELECT count(*) FROM claimer.runs WHERE state = 'completed' AND fence_token = 1) AS once"
+        )
+        if window["once"] != count:
+            raise SystemExit(f"{window['once']} of {count} runs completed on their first claim")
+        seconds = (window["last"] - window["first"]).total_seconds()
+        return {"runs_per_s": count / seconds, "claimer_cpu_ms_per_run": 1000 * cpu / count}
+    finally:
+        for proc in procs:
+            proc.stop()
+
+
+async def one_run(count: int, claimers: int, in_flight: int, log_dir: Path) -> dict[str, float]:
+    async with bench_topics() as kafka, fresh_database() as (dsn, pool):
+        bare = await bare_loop(pool, count, in_flight, claimers)
+        e2e = await end_to_end(kafka, dsn, pool, count, claimers, in_flight, log_dir)
+        return {
+            "bare_runs_per_s": bare,
+            **{f"e2e_{k}": v for k, v in e2e.items()},
+            "ratio": e2e["runs_per_s"] / bare,
+        }
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--jobs", type=int, default=20000)
+    parser.add_argument("--claimers", type=int, default=2)
+    parser.add_argument(
+        "--in-flight", type=int, default=256, help="max runs in flight per claimer (= bare batch)"
+    )
+    args = parser.parse_args()
+    print(json.dumps(fingerprint()))
+    results = []
+    with tempfile.TemporaryDirectory() as logs:
+        for i in range(args.runs):
+            result = await one_run(args.jobs, args.claimers, args.in_flight, Path(logs))
+            print(f"run {i + 1}: " + ", ".join(f"{k} {v:.2f}" for k, v in result.items()), flush=True)
+            results.append(result)
+    summary = {k: statistics.median(r[k] for r in results) for k in results[0]}
+    print("median: " + ", ".join(f"{k} {v:.2f}" for k, v in summary.items()))
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "claimer_throughput.json").write_text(
+        json.dumps(
+            {"args": vars(args), "fingerprint": fingerprint(), "runs": results, "median": summary}, indent=2
+        )
+    )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
