@@ -31,9 +31,8 @@ from slotflow.kafka.loop import DEFAULT_OUTAGE_TYPES, ConsumeLoop, Incoming
 from slotflow.kafka.poison import DLQ_MAX_ENVELOPE_BYTES
 from slotflow.kafka.producer import Producer
 from slotflow.kafka.records import Record
-from slotflow.pg.inbox import record_once
 from slotflow.pg.migrations import INBOX, OUTBOX, MigrationSource, apply_migrations
-from slotflow.pg.outbox import OutboxRelay
+from slotflow.pg.outbox import OutboxRelay, append_many
 from slotflow.pg.pool import CONNECTION_ERRORS, Conn, Pool, create_pool
 from slotflow.settings import KafkaSettings, PostgresSettings
 from slotflow_dlq import queries, store
@@ -212,8 +211,9 @@ class DlqService:
     async def _on_letters(self, batch: list[Incoming]) -> None:
         """Park a whole poll in one transaction (the fast path; see ConsumeLoop's batch_handler)."""
         async with self.pool.acquire() as conn, conn.transaction():
-            done = [await self._park(conn, incoming) for incoming in batch]
-        self._after_parking([p for p in done if p is not None])
+            done = [p for incoming in batch if (p := await self._park(conn, incoming)) is not None]
+            await append_many(conn, schema=self.schema, items=[p.event for p in done])
+        self._after_parking(done)
         if self.settings.crash_window_seconds:
             await asyncio.sleep(self.settings.crash_window_seconds)
 
@@ -222,6 +222,8 @@ class DlqService:
         try:
             async with self.pool.acquire() as conn, conn.transaction():
                 parked = await self._park(conn, incoming)
+                if parked is not None:
+                    await append_many(conn, schema=self.schema, items=[parked.event])
         except asyncpg.PostgresError as err:
             raise TransientStorageError(f"parking {incoming.envelope.id} failed; waiting: {err}") from err
         self._after_parking([parked] if parked is not None else [])
@@ -230,14 +232,6 @@ class DlqService:
         letter = incoming.message
         if not isinstance(letter, DeadLettered):
             return None  # unreachable: the loop accepts DeadLettered only
-        first = await record_once(
-            conn,
-            schema=self.schema,
-            event_id=f"dlq-record:{incoming.record.position}",
-            topic=incoming.record.topic,
-        )
-        if not first:
-            return None  # this very DLQ record was parked before a crash lost its offset commit
         tag = self.settings.money_moving_tag if self.settings.webhook_url is not None else None
         return await store.park(
             conn,
@@ -246,6 +240,8 @@ class DlqService:
             envelope=incoming.envelope,
             letter=letter,
             notify_tag=tag,
+            dlq_record=f"dlq-record:{incoming.record.position}",
+            dlq_topic=incoming.record.topic,
         )
 
     def _after_parking(self, parked: list[store.Parked]) -> None:

@@ -105,15 +105,25 @@ class Parked:
     count: int
     reason: str
     notify: bool
+    event: Staged
 
 
 _PARK = """
+-- The DLQ record itself is recorded first: delivered again after a crash (same position), it
+-- parks nothing and counts nothing.
+WITH first_sight AS (
+    INSERT INTO {schema}.inbox (event_id, topic) VALUES ($25, $26)
+    ON CONFLICT (event_id) DO NOTHING
+    RETURNING 1
+)
 INSERT INTO {schema}.dead_letters AS d (
     id, reason, error_type, error, traceback, source_service, seen_by, topic, "partition", "offset",
     record_key, key_text, headers, value, value_size, value_truncated, record_time, original_type,
     decoded, run_id, job_id, tags, history, redrive_of, prior_redrives)
-VALUES ($1, $2, $3, $4, $5, $6, ARRAY[$6], $7, $8, $9, $10, $11, $12::jsonb, $13, $14, $15, $16, $17,
-    $18::jsonb, $19, $20, $21, $22::jsonb, $23, $24)
+SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::text, ARRAY[$6::text], $7::text, $8::int,
+    $9::bigint, $10::bytea, $11::text, $12::jsonb, $13::bytea, $14::bigint, $15::boolean, $16::timestamptz,
+    $17::text, $18::jsonb, $19::text, $20::text, $21::text[], $22::jsonb, $23::text, $24::int
+ WHERE EXISTS (SELECT 1 FROM first_sight)
 -- The same origin seen again (a consumer re-sent it, or another consumer group refused it too):
 -- one entry, counted, never a second row.
 ON CONFLICT (id) DO UPDATE SET
@@ -135,9 +145,13 @@ async def park(
     envelope: Envelope,
     letter: DeadLettered,
     notify_tag: str | None,
-) -> Parked:
-    """Park ``letter`` (or count another sighting of its origin) and stage the status event.
+    dlq_record: str,
+    dlq_topic: str,
+) -> Parked | None:
+    """Park ``letter`` (or count another sighting of its origin); None when the DLQ record at
+    position ``dlq_record`` was handled before.
 
+    The status event is returned for the caller to stage (one outbox write per batch).
     ``notify_tag``: when the letter is a run carrying this tag, a webhook notification is staged.
     """
     value = base64.b64decode(letter.value_b64)
@@ -179,16 +193,14 @@ async def park(
         pg_text(json.dumps([h.model_dump(mode="json") for h in letter.history])),
         pg_text_or_none(_header_text(headers, REDRIVE_OF_HEADER)),
         _prior_redrives(headers),
+        dlq_record,
+        dlq_topic,
     )
     if row is None:
-        raise LookupError("parking returned no row")  # unreachable: INSERT ... ON CONFLICT UPDATE
+        return None
     new = bool(row["inserted"])
     event_id = f"{row['id']}/parked" if new else f"{row['id']}/seen/{row['count']}"
-    await append_many(
-        conn,
-        schema=schema,
-        items=[Staged(kafka.topic(DLQ_EVENTS), _status_event(row, event_id=event_id, at=row["last_seen"]))],
-    )
+    event = Staged(kafka.topic(DLQ_EVENTS), _status_event(row, event_id=event_id, at=row["last_seen"]))
     notify = bool(new and notify_tag is not None and letter.run_id is not None and notify_tag in letter.tags)
     if notify:
         await conn.execute(
@@ -197,7 +209,7 @@ async def park(
             row["id"],
             json.dumps(notification_payload(row, letter)),
         )
-    return Parked(row["id"], new, int(row["count"]), str(row["reason"]), notify)
+    return Parked(row["id"], new, int(row["count"]), str(row["reason"]), notify, event)
 
 
 def notification_payload(row: Any, letter: DeadLettered) -> dict[str, Any]:
