@@ -185,19 +185,7 @@ class Executor:
         )
 
     def _failure(self, run: Run, error: BaseException) -> Outcome:
-        retryable = is_retryable(error, non_retryable=run.retry.non_retryable)
-        delay = next_retry_delay(
-            run.retry, attempt=run.attempt_in_round, error=error, draw=self._rng.random()
-        )
-        if delay is not None:
-            return Outcome(run, "failed", error=error, delay=delay, retryable=True)
-        if isinstance(error, UnknownHandler):
-            reason = UnknownHandler.reason
-        elif retryable:
-            reason = "attempts_exhausted"
-        else:
-            reason = "permanent_error"
-        return Outcome(run, "failed", error=error, dlq_reason=reason, retryable=retryable)
+        return sort_failure(run, error, draw=self._rng.random())
 
     def _submit(self, ex: Execution, outcome: Outcome) -> None:
         ex.submitted = True
@@ -315,3 +303,18 @@ class Executor:
         for ex in self._executions.values():
             if ex.task is not None and not ex.task.done():
                 ex.task.cancel()
+
+
+def sort_failure(run: Run, error: BaseException, *, draw: float) -> Outcome:
+    """Retry (with a full-jitter delay from ``draw``) or dead-letter, and why (pure)."""
+    retryable = is_retryable(error, non_retryable=run.retry.non_retryable)
+    delay = next_retry_delay(run.retry, attempt=run.attempt_in_round, error=error, draw=draw)
+    if delay is not None:
+        return Outcome(run, "failed", error=error, delay=delay, retryable=True)
+    if isinstance(error, UnknownHandler):
+        reason = UnknownHandler.reason
+    elif retryable:
+        reason = "attempts_exhausted"
+    else:
+        reason = "permanent_error"
+    return Outcome(run, "failed", error=error, dlq_reason=reason, retryable=retryable)

@@ -1,0 +1,80 @@
+"""What the claimer stages validates as the contract says, with deterministic ids."""
+
+import base64
+from datetime import timedelta
+
+from slotflow.contracts import REGISTRY, DeadLettered, RunCompleted, RunStarted, StartTimer
+from slotflow.contracts.codec import decode, encode
+from slotflow.errors import PermanentError
+from slotflow.settings import KafkaSettings
+from slotflow_claimer.events import RunEvents, retry_timer_id
+from tests.unit.claimer.support import NOW, run
+
+EVENTS = RunEvents(KafkaSettings(topic_namespace="ns"))
+
+
+def roundtrip(envelope: object) -> object:
+    parsed = decode(encode(envelope))  # type: ignore[arg-type]
+    return REGISTRY.parse(parsed)
+
+
+def test_run_started_and_completed_validate_and_are_named_by_run_and_token() -> None:
+    r = run(token=3, state="completed", result={"payout_id": 9})
+    started = EVENTS.started(r, NOW)
+    completed = EVENTS.completed(r, NOW)
+    assert started.topic == "ns.slotflow.runs.events.v1"
+    assert started.envelope.id == f"{r.run_id}/3/started"
+    assert completed.envelope.id == f"{r.run_id}/3/completed"
+    assert started.envelope.key == r.job_id
+    message = roundtrip(started.envelope)
+    assert isinstance(message, RunStarted)
+    assert message.fence_token == 3
+    done = roundtrip(completed.envelope)
+    assert isinstance(done, RunCompleted)
+    assert done.result == {"payout_id": 9}
+
+
+def test_activity_events_carry_the_workflow_and_sequence() -> None:
+    message = roundtrip(EVENTS.started(run(workflow_id="order-7", sequence=3), NOW).envelope)
+    assert isinstance(message, RunStarted)
+    assert (message.workflow_id, message.sequence) == ("order-7", 3)
+
+
+def test_the_retry_timer_fires_the_next_attempt_of_the_same_job_due() -> None:
+    r = run(attempt=2)
+    staged = EVENTS.retry_timer(r, NOW, retry_at=NOW + timedelta(seconds=3))
+    assert staged.topic == "ns.slotflow.schedules.commands.v1"
+    assert staged.envelope.id == staged.envelope.key == retry_timer_id(r.run_id, 3) == f"retry:{r.run_id}#3"
+    timer = roundtrip(staged.envelope)
+    assert isinstance(timer, StartTimer)
+    job = timer.on_fire.job  # type: ignore[union-attr]
+    assert (job.run_id, job.attempt, job.kind) == (r.run_id, 3, "retry")
+    assert job.payload == r.payload
+
+
+def test_a_dead_letter_carries_the_original_record_and_the_history() -> None:
+    history = [
+        {
+            "event": "failed",
+            "attempt": 1,
+            "fence_token": 1,
+            "owner": "claimer-a",
+            "error_type": "PermanentError",
+            "message": "closed",
+            "started_at": NOW.isoformat(),
+            "finished_at": NOW.isoformat(),
+        }
+    ]
+    r = run(state="dead_lettered", history=history)
+    event, letter = EVENTS.dead_lettered(r, NOW, reason="permanent_error", error=PermanentError("closed"))
+    assert letter.topic == "ns.slotflow.dlq.messages.v1"
+    parked = roundtrip(letter.envelope)
+    assert isinstance(parked, DeadLettered)
+    assert parked.reason == "permanent_error"
+    assert parked.run_id == r.run_id
+    assert [h.attempt for h in parked.history] == [1]
+    assert parked.tags == ("money",)
+    # Byte-exact, so the DLQ service can send the very record back.
+    assert base64.b64decode(parked.value_b64) == r.due.value
+    assert letter.envelope.id == r.due.position
+    assert event.envelope.id == f"{r.run_id}/1/dead_lettered"

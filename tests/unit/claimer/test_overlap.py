@@ -1,0 +1,64 @@
+"""Overlap policies as a pure decision, and the waves that keep one job's decisions in order."""
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from slotflow_claimer.intake import Decision, decide, waves
+from slotflow_claimer.store import Active
+from tests.unit.claimer.support import due
+
+RUNNING = Active("job@1", "job", "running")
+BUFFERED = Active("job@2", "job", "pending")
+
+
+def test_nothing_active_always_claims() -> None:
+    for policy in ("allow", "skip", "buffer_one", "cancel_previous"):
+        assert decide(policy, []).action == "claim"
+
+
+def test_allow_claims_beside_a_running_run() -> None:
+    assert decide("allow", [RUNNING]).action == "claim"
+
+
+def test_skip_skips_while_a_run_runs_and_names_it() -> None:
+    decision = decide("skip", [RUNNING])
+    assert decision.action == "skip"
+    assert "job@1" in decision.reason
+
+
+def test_buffer_one_buffers_one_and_skips_the_next() -> None:
+    assert decide("buffer_one", [RUNNING]).action == "buffer"
+    assert decide("buffer_one", [RUNNING, BUFFERED]).action == "skip"
+
+
+def test_cancel_previous_cancels_the_running_run_and_replaces_the_buffered_one() -> None:
+    decision = decide("cancel_previous", [RUNNING, BUFFERED])
+    assert decision.action == "buffer"
+    assert decision.cancel == ("job@1",)
+    assert decision.supersede == ("job@2",)
+    assert decide("cancel_previous", [BUFFERED]) == Decision("claim", supersede=("job@2",))
+
+
+jobs = st.sampled_from(["a", "b", "c"])
+runs = st.sampled_from(["1", "2", "3"])
+policies = st.sampled_from(["allow", "skip"])
+
+
+@given(st.lists(st.tuples(jobs, runs, policies), max_size=30))
+def test_waves_keep_run_ids_unique_and_one_guarded_run_per_job(items: list[tuple[str, str, str]]) -> None:
+    dues = [due(job, f"{job}@{run}", overlap=policy, offset=i) for i, (job, run, policy) in enumerate(items)]
+    result = waves(dues)
+    assert sorted(d.record.offset for wave in result for d in wave) == list(range(len(dues)))
+    position = {d.record.offset: index for index, wave in enumerate(result) for d in wave}
+    for wave in result:
+        run_ids = [d.job.run_id for d in wave]
+        assert len(run_ids) == len(set(run_ids))
+        guarded = [d.job.job_id for d in wave if d.job.overlap != "allow"]
+        assert len(guarded) == len(set(guarded))
+    # A later record of the same run, or of the same job under a policy, lands in a later wave.
+    for i, a in enumerate(dues):
+        for b in dues[i + 1 :]:
+            same_run = a.job.run_id == b.job.run_id
+            same_guarded_job = a.job.job_id == b.job.job_id and "allow" not in (a.job.overlap, b.job.overlap)
+            if same_run or same_guarded_job:
+                assert position[a.record.offset] < position[b.record.offset]
