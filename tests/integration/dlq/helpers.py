@@ -64,6 +64,19 @@ async def read_messages(kafka: KafkaSettings, topic: str, expect: int) -> list[t
     return [(r, REGISTRY.parse(decode(r.value))) for r in seen]
 
 
+async def read_records(kafka: KafkaSettings, topic: str, expect: int) -> list[Record]:
+    """Records that need not be envelopes (read without decoding)."""
+    seen: list[Record] = []
+    async with Consumer(kafka, topic, group_id=unique_name("raw"), client_id="raw") as reader:
+
+        async def enough() -> bool:
+            seen.extend(await reader.poll(timeout_ms=200))
+            return len(seen) >= expect
+
+        await assert_eventually(enough, timeout=30)
+    return seen
+
+
 async def read_events(kafka: KafkaSettings, expect: int) -> list[DeadLetterStatusChanged]:
     """The first ``expect`` status events (and any that follow at once) on the DLQ events topic."""
     found = await read_messages(kafka, kafka.topic(DLQ_EVENTS), expect)

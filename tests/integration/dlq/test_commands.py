@@ -21,12 +21,11 @@ from slotflow.kafka.consumer import Consumer
 from slotflow.kafka.loop import ConsumeLoop, Incoming
 from slotflow.kafka.poison import dead_letter_envelope
 from slotflow.kafka.producer import Producer
-from slotflow.kafka.records import Record
 from slotflow.settings import KafkaSettings
 from slotflow.testing import assert_eventually, unique_name
 from slotflow_dlq import queries
 from tests.integration.dlq.conftest import Running
-from tests.integration.dlq.helpers import AT, origin, park, read_messages
+from tests.integration.dlq.helpers import AT, origin, park, read_messages, read_records
 
 
 def job_value(n: int) -> bytes:
@@ -136,19 +135,6 @@ async def test_a_keyless_record_goes_back_keyless_and_a_truncated_one_stays(
         m for _, m in await read_messages(kafka, kafka.topic(DLQ_EVENTS), 3) if isinstance(m, CommandAccepted)
     ]
     assert "1 parked truncated cannot be redriven" in accepted[0].subject
-
-
-async def read_records(kafka: KafkaSettings, topic: str, expect: int) -> list[Record]:
-    """Records that need not be envelopes (read without decoding)."""
-    seen: list[Record] = []
-    async with Consumer(kafka, topic, group_id=unique_name("raw"), client_id="raw") as reader:
-
-        async def enough() -> bool:
-            seen.extend(await reader.poll(timeout_ms=200))
-            return len(seen) >= expect
-
-        await assert_eventually(enough, timeout=30)
-    return seen
 
 
 async def test_discard_marks_a_filtered_set_with_the_reason(

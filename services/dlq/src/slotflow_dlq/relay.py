@@ -33,12 +33,14 @@ class RedriveRelay:
         *,
         schema: str,
         batch_size: int = 500,
+        max_batch_bytes: int = 32 * 1024 * 1024,
         idle_interval: float = 0.05,
     ) -> None:
         self._pool = pool
         self._producer = producer
         self._schema = schema
         self._batch_size = batch_size
+        self._max_batch_bytes = max_batch_bytes
         self._idle_interval = idle_interval
         self._wake = asyncio.Event()
         self.published = 0
@@ -68,10 +70,20 @@ class RedriveRelay:
             )
             if not locked:
                 return 0
+            # At most batch_size records and about max_batch_bytes of values (always at least one):
+            # redriven records may be megabytes each.
             rows = await conn.fetch(
-                f"SELECT seq, topic, record_key, value, headers::text AS headers FROM {self._schema}.redrives "
-                "WHERE published_at IS NULL ORDER BY seq LIMIT $1",
+                f"""
+                SELECT seq, topic, record_key, value, headers FROM (
+                    SELECT seq, topic, record_key, value, headers::text AS headers,
+                           sum(octet_length(value)) OVER (ORDER BY seq) - octet_length(value) AS before
+                      FROM (SELECT * FROM {self._schema}.redrives WHERE published_at IS NULL
+                             ORDER BY seq LIMIT $1) AS pending
+                ) AS sized
+                WHERE before < $2 ORDER BY seq
+                """,
                 self._batch_size,
+                self._max_batch_bytes,
             )
             if not rows:
                 return 0
