@@ -236,11 +236,21 @@ class Claimer:
                 continue
             for record in records:
                 self._tracker.seen((record.topic, record.partition), record.offset)
-            admission = await retry_unless_stopped(
-                functools.partial(self.intake.admit, records),
-                what="admit JobDue batch",
-                stop=self._intake_stop,
-            )
+            try:
+                admission = await retry_unless_stopped(
+                    functools.partial(self.intake.admit, records),
+                    what="admit JobDue batch",
+                    stop=self._intake_stop,
+                )
+            except Exception as err:  # noqa: BLE001 - one refused record must not stop its partition
+                log.warning(
+                    "claimer %s: batch refused (%r); admitting its records one by one", self.owner, err
+                )
+                admission = await retry_unless_stopped(
+                    functools.partial(self.intake.admit_each, records),
+                    what="admit JobDue records",
+                    stop=self._intake_stop,
+                )
             if admission is None:
                 return  # stopping while storage is away: the records stay uncommitted
             for record in records:

@@ -11,6 +11,7 @@ overlap decisions for one job are taken one after another, each seeing the one b
 waves share the transaction).
 """
 
+import functools
 import logging
 from collections import defaultdict
 from collections.abc import Sequence
@@ -19,7 +20,7 @@ from datetime import datetime
 
 from slotflow.contracts import JobDue
 from slotflow.errors import PoisonMessage
-from slotflow.kafka.poison import dead_letter_envelope, decode_record
+from slotflow.kafka.poison import dead_letter_envelope, decode_record, guess_ids
 from slotflow.kafka.records import Record
 from slotflow.pg.outbox import Staged, append_many
 from slotflow.pg.pool import Conn, Pool
@@ -27,6 +28,7 @@ from slotflow.settings import KafkaSettings
 from slotflow_claimer import store
 from slotflow_claimer.events import SOURCE, RunEvents
 from slotflow_claimer.metrics import ClaimerMetrics
+from slotflow_claimer.retrying import with_storage_retry
 from slotflow_claimer.runs import Due, Run
 
 log = logging.getLogger(__name__)
@@ -159,7 +161,16 @@ class Intake:
                 at = await _db_now(conn)
                 for record, err in poison:
                     log.error("claimer: dead-lettering %s (%s): %s", record.position, err.reason, err)
-                    letter = dead_letter_envelope(record, err, source_service=SOURCE, occurred_at=at)
+                    run_id, job_id, tags = guess_ids(record)
+                    letter = dead_letter_envelope(
+                        record,
+                        err,
+                        source_service=SOURCE,
+                        occurred_at=at,
+                        run_id=run_id,
+                        job_id=job_id,
+                        tags=tags,
+                    )
                     staged.append(Staged(self._dlq_topic, letter))
             await append_many(conn, schema=self._schema, items=staged)
         m = self._metrics
@@ -168,6 +179,47 @@ class Intake:
         m.poison.inc(outcome.poison)
         m.buffered.inc(outcome.buffered)
         return outcome
+
+    async def admit_each(self, records: Sequence[Record]) -> Admission:
+        """Admit records one at a time, parking any the database refuses (a batch failed).
+
+        A record can pass validation and still be refused by PostgreSQL (a number beyond the
+        column's range, say); alone in its own transaction it cannot take its batch with it.
+        """
+        total = Admission()
+        for record in records:
+            try:
+                one = await with_storage_retry(
+                    functools.partial(self.admit, [record]), what="admit one JobDue"
+                )
+            except Exception as err:  # noqa: BLE001 - whatever the database refused, park it, move on
+                await with_storage_retry(functools.partial(self.park, record, err), what="park a JobDue")
+                total.poison += 1
+                continue
+            total.claimed.extend(one.claimed)
+            total.skipped += one.skipped
+            total.buffered += one.buffered
+            total.duplicates += one.duplicates
+            total.poison += one.poison
+        return total
+
+    async def park(self, record: Record, error: BaseException) -> None:
+        """Dead-letter ``record`` through the outbox with reason `unprocessable`."""
+        log.error("claimer: parking %s, refused by the database: %r", record.position, error)
+        async with self._pool.acquire() as conn, conn.transaction():
+            run_id, job_id, tags = guess_ids(record)
+            letter = dead_letter_envelope(
+                record,
+                error,
+                source_service=SOURCE,
+                occurred_at=await _db_now(conn),
+                reason="unprocessable",
+                run_id=run_id,
+                job_id=job_id,
+                tags=tags,
+            )
+            await append_many(conn, schema=self._schema, items=[Staged(self._dlq_topic, letter)])
+        self._metrics.poison.inc()
 
     async def _admit_wave(self, conn: Conn, wave: Sequence[Due], outcome: Admission) -> list[Staged]:
         schema = self._schema

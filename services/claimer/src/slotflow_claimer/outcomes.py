@@ -9,7 +9,6 @@ it is counted as FenceRejected and logged.
 
 import asyncio
 import functools
-import json
 import logging
 import traceback
 from collections.abc import Callable, Sequence
@@ -50,12 +49,12 @@ class Outcome:
     def write(self) -> store.OutcomeWrite:
         run = self.run
         if self.kind == "completed":
-            result = json.dumps(to_jsonable_python(self.result, fallback=str))
+            result = store.jsonb_text(to_jsonable_python(self.result, fallback=str))
             return store.OutcomeWrite(run.run_id, run.fence_token, "completed", result=result, due=run.due)
         if self.kind == "cancelled":
             entry = {"event": "cancelled", "error_type": "RunCancelled", "message": _cancel_message(run)}
             return store.OutcomeWrite(
-                run.run_id, run.fence_token, "cancelled", entry=json.dumps(entry), due=run.due
+                run.run_id, run.fence_token, "cancelled", entry=store.jsonb_text(entry), due=run.due
             )
         error = self.error or RuntimeError("unknown failure")
         summary = {"error_type": type(error).__name__, "message": _message(error)}
@@ -67,10 +66,27 @@ class Outcome:
             run.run_id,
             run.fence_token,
             state,
-            error=json.dumps(summary),
-            entry=json.dumps(entry),
+            error=store.jsonb_text(summary),
+            entry=store.jsonb_text(entry),
             due=run.due,
         )
+
+
+def _plain(outcome: Outcome) -> Outcome:
+    """The outcome with its result or error reduced to plain text the database cannot refuse."""
+    if outcome.kind == "completed":
+        return Outcome(outcome.run, "completed", result={"unrecordable_result": repr(outcome.result)[:2000]})
+    if outcome.error is None:
+        return outcome
+    plain = RuntimeError(f"{type(outcome.error).__name__}: {_message(outcome.error)!r}")
+    return Outcome(
+        outcome.run,
+        outcome.kind,
+        error=plain,
+        delay=outcome.delay,
+        dlq_reason=outcome.dlq_reason,
+        retryable=outcome.retryable,
+    )
 
 
 def _message(error: BaseException) -> str:
@@ -140,13 +156,32 @@ class OutcomeWriter:
             while len(items) < self._batch and not self._queue.empty():
                 items.append(self._queue.get_nowait())
             # Storage outages are waited out: these runs hold leases we keep renewing meanwhile.
-            started = await with_storage_retry(
-                functools.partial(self.write_batch, items), what="record outcomes"
-            )
+            try:
+                started = await with_storage_retry(
+                    functools.partial(self.write_batch, items), what="record outcomes"
+                )
+            except Exception as err:  # noqa: BLE001 - one unrecordable outcome must not stop the others
+                log.error("claimer: outcome batch refused (%r); recording one by one", err)
+                started = await self._write_each(items)
             self._wake_relay()
             self._on_settled(items, started)
             if self._queue.empty():
                 self._idle.set()
+
+    async def _write_each(self, items: Sequence[Outcome]) -> list[Run]:
+        started: list[Run] = []
+        for outcome in items:
+            for attempt in (outcome, _plain(outcome)):
+                try:
+                    started += await with_storage_retry(
+                        functools.partial(self.write_batch, [attempt]), what="record an outcome"
+                    )
+                    break
+                except Exception as err:  # noqa: BLE001 - try the plain form, then give up loudly
+                    log.error(
+                        "claimer: cannot record %s of run %s: %r", attempt.kind, attempt.run.run_id, err
+                    )
+        return started
 
     async def write_batch(self, items: Sequence[Outcome]) -> list[Run]:
         """One transaction: fenced outcome writes, their events, buffered starts. Returns starts."""

@@ -10,6 +10,7 @@ import functools
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from slotflow.contracts import RetryPolicy
 from slotflow.kafka.records import Record
@@ -46,10 +47,32 @@ _INSERT_COLUMNS = """
 """
 
 
+def _strip_nul(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, dict):
+        return {_strip_nul(k): _strip_nul(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_strip_nul(v) for v in value]
+    return value
+
+
+def jsonb_text(value: Any) -> str:
+    """``value`` as JSON text PostgreSQL's jsonb accepts.
+
+    jsonb refuses the NUL character, which JSON allows; a NUL anywhere would fail the whole
+    batch's statement, so it is replaced by U+FFFD (the raw record keeps the original bytes).
+    """
+    text = json.dumps(value)
+    if "\\u0000" in text:
+        text = json.dumps(_strip_nul(value))
+    return text
+
+
 @functools.lru_cache(maxsize=64)
 def _headers_json(headers: tuple[tuple[str, bytes], ...]) -> str:
     # JobDue records mostly carry the same few headers: encode each distinct set once.
-    return json.dumps({k: v.decode("latin-1") for k, v in headers})
+    return jsonb_text({k: v.decode("latin-1") for k, v in headers})
 
 
 @functools.lru_cache(maxsize=256)
@@ -67,12 +90,12 @@ def _due_arrays(dues: Sequence[Due]) -> list[list[object]]:
             job.slot,
             job.kind,
             job.handler,
-            json.dumps(job.payload),
+            jsonb_text(job.payload),
             _retry_json(job.retry),
             job.overlap,
             job.workflow_id,
             job.sequence,
-            json.dumps(list(job.tags)),
+            jsonb_text(list(job.tags)),
             job.attempt,
             due.redrive_count,
             record.topic,
