@@ -41,14 +41,18 @@ async def read_ids(kafka: KafkaSettings, topic: str, want: int) -> list[str]:
     return ids
 
 
-@pytest.mark.parametrize("parallel", [False, True], ids=["shard-by-shard", "parallel-shards"])
+@pytest.mark.parametrize(
+    "mode",
+    [{}, {"parallel_shards": True}, {"one_transaction": True}],
+    ids=["shard-by-shard", "parallel-shards", "one-transaction"],
+)
 async def test_a_row_committed_after_a_higher_seq_was_published_is_still_published(
-    pg_pool: Pool, kafka: KafkaSettings, parallel: bool
+    pg_pool: Pool, kafka: KafkaSettings, mode: dict[str, bool]
 ) -> None:
     await apply_migrations(pg_pool, schema=SCHEMA, sources=[OUTBOX])
     topic = kafka.topic(SCHEDULE_EVENTS)
     async with Producer(kafka, client_id="relay-test") as producer:
-        relay = OutboxRelay(pg_pool, producer, schema=SCHEMA, parallel_shards=parallel)
+        relay = OutboxRelay(pg_pool, producer, schema=SCHEMA, **mode)
         async with pg_pool.acquire() as slow, pg_pool.acquire() as fast:
             slow_tx = slow.transaction()
             await slow_tx.start()
@@ -86,7 +90,7 @@ async def test_two_relays_share_the_outbox_without_publishing_a_row_twice(
             item = staged(topic, f"e{i}", f"key{i % 37}")
             await append(conn, schema=SCHEMA, topic=item.topic, envelope=item.envelope)
     async with Producer(kafka, client_id="relay-a") as a, Producer(kafka, client_id="relay-b") as b:
-        first = OutboxRelay(pg_pool, a, schema=SCHEMA, batch_size=7)
+        first = OutboxRelay(pg_pool, a, schema=SCHEMA, batch_size=7, one_transaction=True)
         second = OutboxRelay(pg_pool, b, schema=SCHEMA, batch_size=7, parallel_shards=True)
 
         async def drain(relay: OutboxRelay) -> int:
@@ -100,3 +104,23 @@ async def test_two_relays_share_the_outbox_without_publishing_a_row_twice(
     ids = await read_ids(kafka, topic, 400)
     assert len(ids) == 400
     assert len(set(ids)) == 400
+
+
+async def test_each_key_leaves_in_staging_order_whichever_mode_relays_it(
+    pg_pool: Pool, kafka: KafkaSettings
+) -> None:
+    await apply_migrations(pg_pool, schema=SCHEMA, sources=[OUTBOX])
+    topic = kafka.topic(SCHEDULE_EVENTS)
+    async with pg_pool.acquire() as conn, conn.transaction():
+        for i in range(300):
+            item = staged(topic, f"{i % 5}:{i:04d}", f"key{i % 5}")
+            await append(conn, schema=SCHEMA, topic=item.topic, envelope=item.envelope)
+    async with Producer(kafka, client_id="relay-order") as producer:
+        relay = OutboxRelay(pg_pool, producer, schema=SCHEMA, batch_size=11, one_transaction=True)
+        while await relay.relay_once():
+            pass
+    ids = await read_ids(kafka, topic, 300)
+    for key in range(5):
+        mine = [i for i in ids if i.startswith(f"{key}:")]
+        assert mine == sorted(mine)
+        assert len(mine) == 60

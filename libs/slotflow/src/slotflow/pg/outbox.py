@@ -101,6 +101,7 @@ class OutboxRelay:
         idle_interval: float = 0.05,
         keep_published_seconds: float = 3600.0,
         parallel_shards: bool = False,
+        one_transaction: bool = False,
     ) -> None:
         self._pool = pool
         self._producer = producer
@@ -112,6 +113,10 @@ class OutboxRelay:
         # at once: a pass then waits for the slowest shard's acknowledgement, not for all eight in
         # a row. Needs up to SHARDS pool connections during a pass.
         self._parallel_shards = parallel_shards
+        # Or take every free shard's lock in one transaction and relay them together: the same
+        # locks and the same per-shard seq order, in five round trips a pass instead of five per
+        # shard, which is what a relay woken after every small commit spends its time on.
+        self._one_transaction = one_transaction
         self._wake = asyncio.Event()
         self.published = 0
 
@@ -139,7 +144,9 @@ class OutboxRelay:
     async def relay_once(self) -> int:
         """One pass over every shard; returns how many records were published."""
         total = 0
-        if self._parallel_shards:
+        if self._one_transaction:
+            total = await self._relay_shards(list(range(SHARDS)))
+        elif self._parallel_shards:
             results = await asyncio.gather(
                 *(self._relay_shard(s) for s in range(SHARDS)), return_exceptions=True
             )
@@ -154,17 +161,27 @@ class OutboxRelay:
         return total
 
     async def _relay_shard(self, shard: int) -> int:
+        return await self._relay_shards([shard])
+
+    async def _relay_shards(self, shards: list[int]) -> int:
         async with self._pool.acquire() as conn, conn.transaction():
-            # Transaction-scoped: released by commit or by the connection dying with us.
+            # Transaction-scoped: released by commit or by the connection dying with us. Shards
+            # another relay holds are left to it.
             locked = await conn.fetchval(
-                "SELECT pg_try_advisory_xact_lock(hashtext($1), $2)", f"{self._schema}.outbox", shard
+                "SELECT coalesce(array_agg(s), '{}') FROM unnest($2::int[]) AS s "
+                "WHERE pg_try_advisory_xact_lock(hashtext($1), s)",
+                f"{self._schema}.outbox",
+                shards,
             )
             if not locked:
                 return 0
+            # Each shard is read through its own index range (bounded by the batch); sorted by seq,
+            # so each key's records leave in staging order.
             rows = await conn.fetch(
-                f"SELECT seq, topic, key, value, headers FROM {self._schema}.outbox "
-                "WHERE shard = $1 AND published_at IS NULL ORDER BY seq LIMIT $2",
-                shard,
+                f"SELECT r.seq, r.topic, r.key, r.value, r.headers FROM unnest($1::int[]) AS sh(s), "
+                f"LATERAL (SELECT seq, topic, key, value, headers FROM {self._schema}.outbox "
+                "WHERE shard = sh.s AND published_at IS NULL ORDER BY seq LIMIT $2) AS r ORDER BY r.seq",
+                locked,
                 self._batch_size,
             )
             if not rows:
