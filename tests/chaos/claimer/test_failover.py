@@ -6,6 +6,8 @@
    the frozen claimer's payout write is refused (FenceRejected): one payout.
 3. A crash after the run completed but before the offset commit: the redelivered JobDue collapses
    on the run id, no second run.
+4. SIGTERM mid-run: the claimer exits cleanly and releases its lease, so the other claimer takes
+   the run over at once instead of waiting out the lease.
 """
 
 import signal
@@ -147,4 +149,31 @@ async def test_redelivered_job_due_after_a_crash_does_not_run_again(
     assert phases(await attempts(db, job.run_id)) == [
         ("start", 1, "claimer-first"),
         ("applied", 1, "claimer-first"),
+    ]
+
+
+async def test_sigterm_releases_the_lease_so_another_claimer_takes_over_at_once(
+    kafka: KafkaSettings, producer: Producer, db: Pool, spawn: SpawnClaimer
+) -> None:
+    # A long lease: without the release at shutdown the takeover would wait 30 s.
+    settings = {"lease_ttl_seconds": 30, "shutdown_grace_seconds": 0.5}
+    procs: dict[str, ClaimerProcess] = {
+        name: await spawn(name, **settings) for name in ("claimer-a", "claimer-b")
+    }
+    job = job_due("merchant-term", handler="chaos.payout", payload={"amount_cents": 300, "hold_s": 60})
+    await publish(producer, kafka, [job])
+    leaving = await owner_of_first_claim(db, job.run_id)
+    staying = next(name for name in procs if name != leaving)
+    procs[leaving].signal(signal.SIGTERM)
+    stopped_at = await db.fetchval("SELECT now()")
+    assert procs[leaving].proc.wait(timeout=30) == 0
+    row = await wait_state(db, job.run_id, "completed", timeout=30)
+    assert row["owner"] == staying
+    assert row["fence_token"] == 2
+    assert (row["started_at"] - stopped_at).total_seconds() < 10
+    assert [(p["fence_token"], p["paid_by"]) for p in await ledger(db)] == [(2, staying)]
+    assert phases(await attempts(db, job.run_id)) == [
+        ("start", 1, leaving),
+        ("start", 2, staying),
+        ("applied", 2, staying),
     ]
