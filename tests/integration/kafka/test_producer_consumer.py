@@ -122,6 +122,11 @@ async def test_idempotent_producer_retry_does_not_duplicate(kafka: KafkaSettings
 
     records = await read_all(kafka, topic, expect=2)
     assert sorted(r.key for r in records) == [b"job-1", b"job-2"]
+    # The resend of job-1 was recognised by its producer id and sequence, not appended again.
+    (first,) = [r for r in records if r.key == b"job-1"]
+    assert await log_end_offset(kafka, topic, first.partition) == sum(
+        1 for r in records if r.partition == first.partition
+    )
 
 
 async def test_without_idempotence_the_same_fault_duplicates(kafka: KafkaSettings) -> None:
@@ -131,13 +136,28 @@ async def test_without_idempotence_the_same_fault_duplicates(kafka: KafkaSetting
     await raw.start()
     try:
         lost = lose_first_produce_response(raw.client)
-        await raw.send_and_wait(topic, value=b"payload", key=b"job-1")
+        delivered = await raw.send_and_wait(topic, value=b"payload", key=b"job-1")
     finally:
         await raw.stop()
     assert lost
 
-    records = await read_all(kafka, topic, expect=2)
-    assert [r.key for r in records] == [b"job-1", b"job-1"]
+    # One send, two records: the lost first write sits at offset 0, the resend at offset 1.
+    assert delivered.offset == 1
+    assert await log_end_offset(kafka, topic, delivered.partition) == 2
+
+
+async def log_end_offset(settings: KafkaSettings, topic: str, partition: int) -> int:
+    """Ask the broker (ListOffsets) how many records the partition holds; no consumer group."""
+    from aiokafka import AIOKafkaConsumer
+    from aiokafka.structs import TopicPartition
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.bootstrap, group_id=None)
+    await consumer.start()
+    try:
+        tp = TopicPartition(topic, partition)
+        return int((await consumer.end_offsets([tp]))[tp])
+    finally:
+        await consumer.stop()
 
 
 async def test_offsets_sent_in_a_transaction_commit_with_the_output(kafka: KafkaSettings) -> None:
