@@ -8,15 +8,18 @@ flushed, and the last durable offsets committed.
 """
 
 import asyncio
+import contextlib
 import functools
 import logging
 import random
+import time
 from collections.abc import Awaitable
 from pathlib import Path
 
 from slotflow.contracts.topics import JOBS_DUE
 from slotflow.kafka.consumer import Consumer
 from slotflow.kafka.producer import Producer
+from slotflow.kafka.records import Record
 from slotflow.pg.migrations import INBOX, OUTBOX, MigrationSource, apply_migrations
 from slotflow.pg.outbox import OutboxRelay
 from slotflow.pg.pool import Pool, create_pool
@@ -37,6 +40,8 @@ log = logging.getLogger(__name__)
 MIGRATIONS = MigrationSource("claimer", Path(__file__).parent / "migrations")
 #: Most records admitted in one transaction.
 MAX_BATCH = 500
+#: Poll at least this often even with no room (aiokafka's max_poll_interval is 300 s).
+POLL_KEEPALIVE_SECONDS = 30.0
 
 
 async def migrate(pool: Pool, schema: str = "claimer") -> list[str]:
@@ -218,20 +223,35 @@ class Claimer:
     async def _intake_loop(self) -> None:
         cfg = self.settings.claimer
         failures = 0
+        held: list[Record] = []
+        last_poll = time.monotonic()
         while not self._intake_stop.is_set():
             free = await self.executor.wait_for_space(timeout=0.2)
-            if free == 0 or self._intake_stop.is_set():
+            if self._intake_stop.is_set():
+                break
+            if free == 0:
+                # Full of long runs: aiokafka leaves the group when it is not polled for
+                # max_poll_interval, so poll now and then and hold what arrives (not admitted,
+                # so not durable, so never committed before it is).
+                if time.monotonic() - last_poll > POLL_KEEPALIVE_SECONDS and len(held) < MAX_BATCH:
+                    with contextlib.suppress(Exception):
+                        held.extend(await self.consumer.poll(timeout_ms=0, max_records=1))
+                    last_poll = time.monotonic()
                 continue
-            try:
-                records = await self.consumer.poll(
-                    timeout_ms=cfg.poll_timeout_ms, max_records=min(free, MAX_BATCH)
-                )
-            except Exception as err:  # noqa: BLE001 - aiokafka's own error types; the broker may be away
-                failures += 1
-                log.warning("claimer %s: poll failed (try %d): %r", self.owner, failures, err)
-                await storage_pause(failures)
-                continue
-            failures = 0
+            if held:
+                records, held = held[: min(free, MAX_BATCH)], held[min(free, MAX_BATCH) :]
+            else:
+                try:
+                    records = await self.consumer.poll(
+                        timeout_ms=cfg.poll_timeout_ms, max_records=min(free, MAX_BATCH)
+                    )
+                except Exception as err:  # noqa: BLE001 - aiokafka's own error types; the broker may be away
+                    failures += 1
+                    log.warning("claimer %s: poll failed (try %d): %r", self.owner, failures, err)
+                    await storage_pause(failures)
+                    continue
+                last_poll = time.monotonic()
+                failures = 0
             if not records:
                 continue
             for record in records:
