@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from slotflow.contracts.codec import encode
-from slotflow.contracts.envelope import Envelope
+from slotflow.contracts.envelope import TYPE_HEADER, VERSION_HEADER, Envelope
 from slotflow.errors import SlotflowError
 from slotflow.kafka.producer import OutgoingRecord, Producer, envelope_headers
 from slotflow.pg.pool import CONNECTION_ERRORS, Conn, Pool
@@ -44,15 +44,46 @@ class Staged:
     headers: Mapping[str, bytes] | None = None
 
 
-def _row(item: Staged) -> tuple[str, str, str, bytes, str]:
+@dataclass(frozen=True, slots=True)
+class Encoded:
+    """An event already encoded for the outbox (a hot path that builds its bytes itself).
+
+    `value` must be the envelope's encoding (`slotflow.contracts.codec.encode`) and `headers`
+    the JSON `headers_json` gives; `encoded(staged)` turns a `Staged` into one.
+    """
+
+    topic: str
+    event_id: str
+    key: str
+    value: bytes
+    headers: str
+
+
+def headers_json(envelope_type: str, version: int, extra: Mapping[str, bytes] | None = None) -> str:
+    """The outbox's stored header JSON for an envelope of this type and version."""
+    headers = {
+        TYPE_HEADER: envelope_type.encode(),
+        VERSION_HEADER: str(version).encode(),
+        **(extra or {}),
+    }
+    return json.dumps({k: v.decode("latin-1") for k, v in headers.items()})
+
+
+def encoded(item: Staged) -> Encoded:
+    """``item`` as the row the outbox stores."""
     headers = {**envelope_headers(item.envelope), **(item.headers or {})}
-    return (
+    return Encoded(
         item.topic,
         item.envelope.id,
         item.envelope.key,
         encode(item.envelope),
         json.dumps({k: v.decode("latin-1") for k, v in headers.items()}),
     )
+
+
+def _row(item: Staged) -> tuple[str, str, str, bytes, str]:
+    row = encoded(item)
+    return (row.topic, row.event_id, row.key, row.value, row.headers)
 
 
 async def append(
@@ -64,10 +95,24 @@ async def append(
 
 async def append_many(conn: Conn, *, schema: str, items: Iterable[Staged]) -> int:
     """Stage events in the caller's transaction with one statement; returns how many were new."""
-    rows = [_row(item) for item in items]
-    if not rows:
+    return await append_encoded(conn, schema=schema, rows=[encoded(item) for item in items])
+
+
+async def append_encoded(conn: Conn, *, schema: str, rows: Iterable[Encoded]) -> int:
+    """`append_many` for events encoded by the caller; returns how many were new."""
+    topics: list[str] = []
+    ids: list[str] = []
+    keys: list[str] = []
+    values: list[bytes] = []
+    headers: list[str] = []
+    for row in rows:
+        topics.append(row.topic)
+        ids.append(row.event_id)
+        keys.append(row.key)
+        values.append(row.value)
+        headers.append(row.headers)
+    if not topics:
         return 0
-    topics, ids, keys, values, headers = (list(column) for column in zip(*rows, strict=True))
     inserted = await conn.fetchval(
         f"""
         WITH staged AS (
