@@ -21,10 +21,10 @@ from slotflow.contracts import (
     StartTimer,
     TriggerNow,
 )
-from slotflow.contracts.codec import encode
 from slotflow.contracts.timers import FireTimerFired
 from slotflow.core.cronslots import SkippedSlot
 from slotflow.core.identity import run_id
+from slotflow.pg.outbox import encoded
 from slotflow_ticker.commands import subject_of
 from slotflow_ticker.events import EventFactory, Topics
 from slotflow_ticker.store import ScheduleRow
@@ -110,15 +110,17 @@ def test_every_command_names_its_subject() -> None:
 def test_jobdue_is_named_and_keyed_by_its_slot() -> None:
     slot = NOW + timedelta(hours=1)
     staged = EVENTS.job_due("s", HOURLY, slot, kind="scheduled", fire_at=slot, occurred_at=slot)
+    envelope = json.loads(staged.value)
     assert staged.topic == "jobs"
-    assert staged.envelope.id == run_id("s", slot) == "s@2026-06-01T13:00:00Z"
-    assert staged.envelope.key == "s"
-    assert staged.envelope.source == "ticker/t1"
-    assert json.loads(encode(staged.envelope))["data"]["fire_at"] == "2026-06-01T13:00:00Z"
+    assert staged.event_id == envelope["id"] == run_id("s", slot) == "s@2026-06-01T13:00:00Z"
+    assert staged.key == envelope["key"] == "s"
+    assert envelope["source"] == "ticker/t1"
+    assert envelope["data"]["fire_at"] == "2026-06-01T13:00:00Z"
+    assert json.loads(staged.headers) == {"slotflow-type": "job.due", "slotflow-version": "1"}
     again = EVENTS.job_due(
         "s", HOURLY, slot, kind="scheduled", fire_at=slot, occurred_at=slot + timedelta(seconds=9)
     )
-    assert again.envelope.id == staged.envelope.id  # a second staging collapses on the outbox's unique id
+    assert again.event_id == staged.event_id  # a second staging collapses on the outbox's unique id
 
 
 @settings(max_examples=200, deadline=None)
@@ -153,13 +155,8 @@ def test_the_fast_jobdue_is_byte_for_byte_the_validated_one(
     args = (schedule_id, definition, slot)
     fast = EVENTS.job_due(*args, kind=kind, fire_at=slot + delay, occurred_at=slot + 2 * delay)
     slow = EVENTS.job_due_validated(*args, kind=kind, fire_at=slot + delay, occurred_at=slot + 2 * delay)
-    assert encode(fast.envelope) == encode(slow.envelope)
-    assert (fast.topic, fast.envelope.id, fast.envelope.key) == (
-        slow.topic,
-        slow.envelope.id,
-        slow.envelope.key,
-    )
-    assert JobDue.model_validate(json.loads(encode(fast.envelope))["data"]).slot == slot
+    assert fast == encoded(slow)  # the very row append_many would have stored
+    assert JobDue.model_validate(json.loads(fast.value)["data"]).slot == slot
 
 
 def test_nominal_times_lost_in_one_dst_gap_keep_separate_records() -> None:

@@ -110,6 +110,7 @@ class TickerApp:
             schema=schema,
             batch_size=settings.relay_batch_size,
             idle_interval=settings.relay_idle_seconds,
+            one_transaction=settings.relay_one_transaction,
         )
         claimer = Claimer(
             pool,

@@ -13,9 +13,8 @@ from datetime import datetime
 from slotflow.contracts import FireJobDue, ScheduleResumed
 from slotflow.core.identity import slot_label
 from slotflow.errors import SlotflowError
-from slotflow.pg.outbox import Staged, append_many
 from slotflow.pg.pool import Conn, Pool
-from slotflow_ticker.events import EventFactory
+from slotflow_ticker.events import EventFactory, Outgoing, stage_all
 from slotflow_ticker.metrics import TickerMetrics
 from slotflow_ticker.planning import ClaimPlan, Position, plan_due
 from slotflow_ticker.sql import Queries
@@ -71,12 +70,13 @@ class Claimer:
         """Claim one batch of due schedules and fire or skip their due slots."""
         started = time.perf_counter()
         async with self._pool.acquire() as conn, conn.transaction():
-            now: datetime = await conn.fetchval(self._q.now)
             records = await conn.fetch(self._q.claim_due, self._batch_size)
+            # now() is the transaction's start: the same instant in every statement of it.
+            now: datetime = records[0]["db_now"] if records else await conn.fetchval(self._q.now)
             result = ClaimPass(db_now=now, claimed=len(records), more=len(records) >= self._batch_size)
             if not records:
                 return result
-            staged: list[Staged] = []
+            staged: list[Outgoing] = []
             ids: list[str] = []
             positions: list[Position] = []
             for record in records:
@@ -95,7 +95,7 @@ class Claimer:
                 result.more = result.more or plan.more
                 if plan.position.next_fire_at is not None:
                     result.advanced.append((schedule_key(row.schedule_id), plan.position.next_fire_at))
-            await append_many(conn, schema=self._schema, items=staged)
+            await stage_all(conn, schema=self._schema, items=staged)
             await conn.execute(
                 self._q.advance,
                 ids,
@@ -109,9 +109,9 @@ class Claimer:
         self._metrics.claim_seconds.observe(time.perf_counter() - started)
         return result
 
-    def stage(self, row: ScheduleRow, plan: ClaimPlan, *, now: datetime) -> list[Staged]:
+    def stage(self, row: ScheduleRow, plan: ClaimPlan, *, now: datetime) -> list[Outgoing]:
         """The JobDue and SlotSkipped envelopes for a plan; counts them in the metrics."""
-        staged = [
+        staged: list[Outgoing] = [
             self._events.job_due(
                 row.schedule_id,
                 row.definition,
@@ -134,7 +134,7 @@ class Claimer:
 
     async def settle(
         self, conn: Conn, row: ScheduleRow, *, now: datetime, max_chunks: int
-    ) -> tuple[list[Staged], Position]:
+    ) -> tuple[list[Outgoing], Position]:
         """Handle a locked row's slots up to ``now`` before its definition is replaced or deleted.
 
         Runs inside the caller's transaction. An unpaused schedule meets its misfire policy as a
@@ -144,7 +144,7 @@ class Claimer:
             BacklogTooLong: more than ``max_chunks`` claims' worth of slots are unhandled.
         """
         state = row.state()
-        staged: list[Staged] = []
+        staged: list[Outgoing] = []
         for _ in range(max_chunks):
             plan = plan_due(state, now=now, max_slots=self._max_slots, force_skip=row.paused)
             staged.extend(self.stage(row, plan, now=now))
@@ -164,7 +164,7 @@ class Claimer:
             result = ClaimPass(db_now=now, claimed=len(records), more=len(records) >= self._batch_size)
             if not records:
                 return result
-            staged: list[Staged] = []
+            staged: list[Outgoing] = []
             for record in records:
                 action = parse_action(record["action"])
                 fire_at: datetime = record["fire_at"]
@@ -188,7 +188,7 @@ class Claimer:
                     )
                 self._metrics.timers_fired.labels(action.action).inc()
                 self._metrics.lateness.observe(max(0.0, (now - fire_at).total_seconds()))
-            await append_many(conn, schema=self._schema, items=staged)
+            await stage_all(conn, schema=self._schema, items=staged)
             await conn.execute(self._q.mark_timers_fired, [r["timer_id"] for r in records])
             result.fired = len(records)
         return result
@@ -206,7 +206,7 @@ class Claimer:
                 )
                 for r in records
             ]
-            await append_many(conn, schema=self._schema, items=staged)
+            await stage_all(conn, schema=self._schema, items=staged)
         return len(records)
 
     async def purge(self, *, inbox_seconds: float, timer_seconds: float) -> tuple[int, int]:
@@ -216,13 +216,17 @@ class Claimer:
         return _count(inbox), _count(timers)
 
 
+SCHEDULE_PREFIX = "s:"
+TIMER_PREFIX = "t:"
+
+
 def schedule_key(schedule_id: str) -> str:
     """The timing wheel key of a schedule (timers and schedules share one wheel)."""
-    return f"s:{schedule_id}"
+    return SCHEDULE_PREFIX + schedule_id
 
 
 def timer_key(timer_id: str) -> str:
-    return f"t:{timer_id}"
+    return TIMER_PREFIX + timer_id
 
 
 def _count(status: str) -> int:

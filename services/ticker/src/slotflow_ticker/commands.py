@@ -36,10 +36,10 @@ from slotflow.kafka.loop import Incoming
 from slotflow.kafka.poison import dead_letter_envelope
 from slotflow.kafka.records import Record
 from slotflow.pg.inbox import record_once
-from slotflow.pg.outbox import Staged, append_many
+from slotflow.pg.outbox import Staged
 from slotflow.pg.pool import Conn, Pool
 from slotflow_ticker.claims import BacklogTooLong, Claimer, schedule_key, timer_key
-from slotflow_ticker.events import EventFactory
+from slotflow_ticker.events import EventFactory, Outgoing, stage_all
 from slotflow_ticker.metrics import TickerMetrics
 from slotflow_ticker.planning import Position, start_position
 from slotflow_ticker.sql import Queries
@@ -75,7 +75,7 @@ SETTLE_MAX_CHUNKS = 100
 class Applied:
     """What applying one command staged."""
 
-    staged: list[Staged] = field(default_factory=list)
+    staged: list[Outgoing] = field(default_factory=list)
     #: (wheel key, due instant) of schedules and timers the command made due, for the timing wheel.
     due: list[tuple[str, datetime]] = field(default_factory=list)
 
@@ -135,13 +135,13 @@ class CommandHandler:
             except (CommandRefused, BacklogTooLong) as refusal:
                 outcome = "rejected"
                 applied = Applied(self.rejection(incoming.record, envelope, refusal, now=now))
-            await append_many(conn, schema=self._schema, items=applied.staged)
+            await stage_all(conn, schema=self._schema, items=applied.staged)
         self._metrics.commands.labels(envelope.type, outcome).inc()
         self._on_commit(applied.due)
 
     def rejection(
         self, record: Record, envelope: Envelope, error: Exception, *, now: datetime
-    ) -> list[Staged]:
+    ) -> list[Outgoing]:
         """CommandRejected for the sender and a DeadLettered record parking the command."""
         log.warning("rejected %s %s: %s", envelope.type, envelope.id, error)
         letter = dead_letter_envelope(
@@ -166,7 +166,7 @@ class CommandHandler:
         The loop itself dead-letters them; this tells the sender why, with the command id when the
         envelope decoded that far (else the record position stands in for it).
         """
-        staged: list[Staged] = []
+        staged: list[Outgoing] = []
         now: datetime | None = None
         for record in records:
             try:
@@ -187,7 +187,7 @@ class CommandHandler:
                 self._metrics.commands.labels("invalid", "rejected").inc()
         if staged:
             async with self._pool.acquire() as conn, conn.transaction():
-                await append_many(conn, schema=self._schema, items=staged)
+                await stage_all(conn, schema=self._schema, items=staged)
             self._on_commit([])
 
     async def apply(self, conn: Conn, envelope: Envelope, message: Message, *, now: datetime) -> Applied:
@@ -308,7 +308,9 @@ class CommandHandler:
         staged.append(self._event(event, cid, "updated", message.schedule_id, now))
         return Applied(staged, due=[] if row.paused else _due(message.schedule_id, position.next_fire_at))
 
-    async def _settle(self, conn: Conn, row: ScheduleRow, *, now: datetime) -> tuple[list[Staged], Position]:
+    async def _settle(
+        self, conn: Conn, row: ScheduleRow, *, now: datetime
+    ) -> tuple[list[Outgoing], Position]:
         staged, position = await self._claimer.settle(conn, row, now=now, max_chunks=SETTLE_MAX_CHUNKS)
         await conn.execute(
             self._q.set_position,

@@ -35,6 +35,9 @@ class TickerSettings(BaseSettings):
     #: The relay is woken after every commit that staged rows; this idle poll only catches rows
     #: another replica staged and could not relay (it crashed), so it can be slow.
     relay_idle_seconds: float = Field(default=0.5, gt=0, le=60)
+    #: Relay every free outbox shard in one transaction per pass (OutboxRelay one_transaction):
+    #: a pass costs five round trips whatever the number of shards with rows.
+    relay_one_transaction: bool = True
     #: Prometheus metrics port on 0.0.0.0; 0 turns the HTTP endpoint off.
     metrics_port: int = Field(default=9310, ge=0, le=65535)
     metrics_host: str = "0.0.0.0"  # noqa: S104 - a metrics endpoint is meant to be scraped
@@ -45,7 +48,8 @@ class TickerSettings(BaseSettings):
     housekeeping_seconds: float = Field(default=300.0, gt=0)
     #: How often the outbox backlog gauge is refreshed.
     backlog_seconds: float = Field(default=5.0, gt=0)
-    pool_size: int = Field(default=8, ge=2, le=200)
+    #: Claims, commands, the wheel's horizon loads and the relay's shards share this pool.
+    pool_size: int = Field(default=16, ge=2, le=200)
     #: Fault injection for chaos tests only: hold each claim transaction open this long after
     #: staging, so a kill lands inside it. Never set in production.
     debug_hold_claim_ms: float = Field(default=0.0, ge=0, le=60_000)

@@ -13,8 +13,8 @@ from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from zoneinfo import ZoneInfo
 
-from slotflow.contracts.policies import MisfirePolicy
-from slotflow.contracts.schedules import CronSpec, OnceSpec, ScheduleDefinition
+from slotflow.contracts.policies import DstPolicy, MisfirePolicy
+from slotflow.contracts.schedules import CronSpec, IntervalSpec, OnceSpec, ScheduleDefinition
 from slotflow.core.cronslots import (
     SkippedSlot,
     Slot,
@@ -200,17 +200,26 @@ def _plan_single(state: ScheduleState, at: datetime, *, now: datetime, grace: ti
     general path then decides, with the same result this would have given.
     """
     definition = state.definition
-    fire_at = fire_time(state.schedule_id, definition, at)
+    stored = state.position.next_fire_at
+    # Without DST skips to record, the stored due instant is this slot's fire time (computed by
+    # `_position` when the grid last moved), which spares hashing the run id again.
+    if stored is not None and not _records_dst_skips(definition):
+        fire_at = stored
+    else:
+        fire_at = fire_time(state.schedule_id, definition, at)
     if fire_at > now or at < now - grace:
         return None
     following = _bounded_next(definition, after=at)
-    if following is not None and fire_time(state.schedule_id, definition, following.at) <= now:
+    following_fire = fire_time(state.schedule_id, definition, following.at) if following is not None else None
+    if following_fire is not None and following_fire <= now:
         return None
     covered = following.at - EPSILON if following is not None and following.at <= now else now
     covered = max(covered, state.position.covered_until)
     if _dst_skips(definition, after=state.position.covered_until, until=covered):
         return None
-    position = _position(state.schedule_id, definition, covered=covered, first=following)
+    position = _position(
+        state.schedule_id, definition, covered=covered, first=following, first_fire=following_fire
+    )
     return ClaimPlan(fire=(Firing(at, fire_at),), skip=(), position=position, more=False)
 
 
@@ -225,9 +234,16 @@ def backfill_slots(
 
 
 def _position(
-    schedule_id: str, definition: ScheduleDefinition, *, covered: datetime, first: Slot | None
+    schedule_id: str,
+    definition: ScheduleDefinition,
+    *,
+    covered: datetime,
+    first: Slot | None,
+    first_fire: datetime | None = None,
 ) -> Position:
-    fire_at = fire_time(schedule_id, definition, first.at) if first is not None else None
+    fire_at = first_fire
+    if fire_at is None and first is not None:
+        fire_at = fire_time(schedule_id, definition, first.at)
     # A local time skipped by the DST policy is recorded when its instant passes, so the row is
     # due then even if the next real slot is much later.
     until = first.at if first is not None else definition.end_at
@@ -241,10 +257,21 @@ def _position(
 
 
 def _bounded_next(definition: ScheduleDefinition, *, after: datetime) -> Slot | None:
-    slot = next_slot(definition.spec, definition.dst, after=after)
+    slot = _next_slot(definition.spec, definition.dst, after)
     if slot is None or not _in_window(definition, slot.at):
         return None
     return slot
+
+
+@lru_cache(maxsize=65_536)
+def _next_slot(spec: CronSpec | IntervalSpec | OnceSpec, dst: DstPolicy, after: datetime) -> Slot | None:
+    # Pure and deterministic, and schedules sharing an expression share their slots: a claim of
+    # a thousand "*/5 * * * *" rows computes the next slot once.
+    return next_slot(spec, dst, after=after)
+
+
+def _records_dst_skips(definition: ScheduleDefinition) -> bool:
+    return definition.dst.nonexistent == "skip" and isinstance(definition.spec, CronSpec)
 
 
 def _in_window(definition: ScheduleDefinition, at: datetime) -> bool:

@@ -17,7 +17,7 @@ _SCHEDULE_COLUMNS = (
 # staged by the transaction that moves the grid past it, or by none. Walking schedules_due in
 # next_fire_at order with LIMIT keeps the cost proportional to the batch, not to the table.
 CLAIM_DUE = """
-SELECT {columns}
+SELECT {columns}, now() AS db_now
   FROM {schema}.schedules
  WHERE next_fire_at <= now() AND NOT paused AND NOT deleted AND next_fire_at IS NOT NULL
  ORDER BY next_fire_at

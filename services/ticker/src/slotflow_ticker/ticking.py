@@ -22,7 +22,7 @@ from slotflow.core.timing_wheel import TimingWheel
 from slotflow.errors import TransientStorageError
 from slotflow.pg.outbox import OutboxRelay
 from slotflow.pg.pool import CONNECTION_ERRORS, Pool
-from slotflow_ticker.claims import Claimer, ClaimPass, schedule_key, timer_key
+from slotflow_ticker.claims import TIMER_PREFIX, Claimer, ClaimPass, schedule_key, timer_key
 from slotflow_ticker.config import TickerSettings
 from slotflow_ticker.metrics import TickerMetrics
 from slotflow_ticker.sql import Queries
@@ -88,6 +88,7 @@ class Ticking:
         self._next_reload = 0.0
         self._last_reload = -MIN_RELOAD_GAP
         self._loaded_until: datetime | None = None
+        self._poll_due = True
         self.passes = 0
 
     def offer(self, due: list[tuple[str, datetime]]) -> None:
@@ -123,8 +124,12 @@ class Ticking:
         if wheel is None:
             return
         expired = wheel.advance(self._clock.now())
-        if expired:
-            db_now = await self.claim_all()
+        if expired or self._poll_due:
+            # Timers and automatic resumes are asked for only when a timer's deadline came or at
+            # the horizon reload (the fallback poll): a wake for schedules costs one transaction.
+            timers = self._poll_due or any(key.startswith(TIMER_PREFIX) for key, _ in expired)
+            db_now = await self.claim_all(timers=timers, resumes=self._poll_due)
+            self._poll_due = False
             # Woke before the database clock reached them (the estimate lags, rarely leads):
             # back into the wheel, so they are met precisely rather than at the next reload.
             for key, deadline in expired:
@@ -159,6 +164,7 @@ class Ticking:
             schedules = await conn.fetch(self._q.horizon_schedules, horizon, HORIZON_LIMIT)
             timers = await conn.fetch(self._q.horizon_timers, horizon, HORIZON_LIMIT)
         self._clock.anchor(db_now)
+        self._poll_due = True
         self._last_reload = time.monotonic()
         self._next_reload = self._last_reload + self._settings.reload_interval
         if self._wheel is None:
@@ -177,13 +183,14 @@ class Ticking:
         for record in timers:
             self._wheel.add(timer_key(record["timer_id"]), record["fire_at"])
 
-    async def claim_all(self) -> datetime:
+    async def claim_all(self, *, timers: bool = True, resumes: bool = True) -> datetime:
         """Claim until nothing due is left; returns the database time of the last pass."""
-        schedules = await self._drain(self._claimer.claim_schedules)
-        timers = await self._drain(self._claimer.claim_timers)
-        if await self._claimer.auto_resume():
+        db_now = await self._drain(self._claimer.claim_schedules)
+        if timers:
+            db_now = max(db_now, await self._drain(self._claimer.claim_timers))
+        if resumes and await self._claimer.auto_resume():
             self._reload_requested = True
-        return max(schedules, timers)
+        return db_now
 
     async def _drain(self, claim: Callable[[], Awaitable[ClaimPass]]) -> datetime:
         while True:

@@ -1,0 +1,187 @@
+"""Benchmark (b): firing lateness (Kafka record timestamp minus slot) with 100,000 schedules due
+every minute, one ticker process.
+
+    .venv/bin/python bench/ticker_lateness.py [--schedules 100000] [--minutes 2] [--runs 3] [--variants seconds jitter light]
+
+Each run seeds a fresh database (rows exactly as CreateSchedule stores them) and a fresh topic
+namespace, starts `python -m slotflow_ticker` as its own process, and reads the JobDue topic from
+this process. Lateness is the record's timestamp (set by the ticker's producer when the relay sent
+it) minus the instant the slot was meant to fire. Only slots of whole minutes after a warm-up
+minute are counted. Variants:
+
+- seconds: 6-field crons `S * * * * *` with S = i mod 60: every minute, 1/60 of the schedules share
+           each whole second (bursts of ~1,667 slots per second). Lateness = timestamp - slot.
+- jitter:  `* * * * *` with jitter up to 60 s: the same load spread evenly over the minute, which is
+           what `jitter` is for. Lateness = timestamp - fire_at (slot + its jitter), as JobDue defines.
+- light:   1,000 schedules of the `seconds` kind: the mechanism's floor (wheel, claim, relay).
+
+Results: stdout (Markdown) and bench/results/ticker_lateness.json.
+"""
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+
+from _ticker_support import RESULTS, bench_topics, fingerprint, fresh_database, median, percentile
+
+from slotflow.contracts import CronSpec, ScheduleDefinition
+from slotflow.contracts.codec import decode
+from slotflow.contracts.topics import JOBS_DUE
+from slotflow.kafka.consumer import Consumer
+from slotflow.pg.pool import Pool
+from slotflow.settings import KafkaSettings
+from slotflow_ticker.planning import fire_time
+
+WARMUP = timedelta(minutes=1)
+
+
+async def seed_rows(pool: Pool, rows: list[tuple[str, str, datetime, datetime, datetime]]) -> None:
+    async with pool.acquire() as conn:
+        await conn.copy_records_to_table(
+            "schedules",
+            schema_name="ticker",
+            columns=["schedule_id", "definition", "next_slot", "next_fire_at", "covered_until"],
+            records=rows,
+        )
+    await pool.execute("VACUUM ANALYZE ticker.schedules")
+
+
+async def seed(pool: Pool, variant: str, count: int, first_minute: datetime) -> None:
+    rows = []
+    eps = timedelta(microseconds=1)
+    if variant in ("seconds", "light"):
+        defs = [
+            ScheduleDefinition(
+                spec=CronSpec(expression=f"{s} * * * * *"), handler="bench.noop"
+            ).model_dump_json()
+            for s in range(60)
+        ]
+        for i in range(count):
+            slot = first_minute + timedelta(seconds=i % 60)
+            rows.append((f"s{i}", defs[i % 60], slot, slot, slot - eps))
+    else:
+        definition = ScheduleDefinition(
+            spec=CronSpec(expression="* * * * *"), handler="bench.noop", jitter=timedelta(seconds=60)
+        )
+        text = definition.model_dump_json()
+        for i in range(count):
+            fire = fire_time(f"s{i}", definition, first_minute)
+            rows.append((f"s{i}", text, first_minute, fire, first_minute - eps))
+    await seed_rows(pool, rows)
+
+
+async def one_run(variant: str, count: int, minutes: int) -> dict[str, object]:
+    async with bench_topics() as kafka, fresh_database() as (dsn, pool):
+        db_now: datetime = await pool.fetchval("SELECT now()")
+        first_minute = db_now.replace(second=0, microsecond=0) + timedelta(minutes=1)
+        if first_minute - db_now < timedelta(seconds=20):
+            first_minute += timedelta(minutes=1)
+        await seed(pool, variant, count, first_minute)
+        window_start = first_minute + WARMUP
+        window_end = window_start + timedelta(minutes=minutes)
+        env = {
+            **os.environ,
+            "SLOTFLOW_KAFKA_BOOTSTRAP": kafka.bootstrap,
+            "SLOTFLOW_KAFKA_TOPIC_NAMESPACE": kafka.topic_namespace,
+            "SLOTFLOW_PG_DSN": dsn,
+            "SLOTFLOW_TICKER_TICKER_ID": f"bench-{uuid.uuid4().hex[:6]}",
+            "SLOTFLOW_TICKER_METRICS_PORT": "0",
+            "SLOTFLOW_TICKER_BATCH_SIZE": "2000",
+        }
+        ticker = subprocess.Popen(
+            [sys.executable, "-m", "slotflow_ticker", "--log-level", "WARNING", "run"], env=env
+        )
+        try:
+            lateness, seen = await collect(kafka, variant, window_start, window_end)
+        finally:
+            ticker.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                ticker.wait(timeout=60)
+            if ticker.poll() is None:
+                ticker.kill()
+    expected = count * minutes
+    return {
+        "variant": variant,
+        "schedules": count,
+        "counted_slots": len(lateness),
+        "expected_slots": expected,
+        "distinct_runs": seen,
+        "p50_ms": round(percentile(lateness, 0.50), 1),
+        "p99_ms": round(percentile(lateness, 0.99), 1),
+        "max_ms": round(max(lateness), 1),
+    }
+
+
+async def collect(
+    kafka: KafkaSettings, variant: str, window_start: datetime, window_end: datetime
+) -> tuple[list[float], int]:
+    lateness: list[float] = []
+    runs: set[str] = set()
+    deadline = time.monotonic() + (window_end - datetime.now(UTC)).total_seconds() + 120
+    async with Consumer(
+        kafka,
+        kafka.topic(JOBS_DUE),
+        group_id=f"bench-{uuid.uuid4().hex[:8]}",
+        client_id="bench",
+        max_poll_records=5000,
+    ) as consumer:
+        while time.monotonic() < deadline:
+            records = await consumer.poll(timeout_ms=500)
+            for record in records:
+                data = decode(record.value).data
+                slot = datetime.fromisoformat(data["slot"])
+                if not window_start <= slot < window_end:
+                    continue
+                runs.add(data["run_id"])
+                reference = datetime.fromisoformat(data["fire_at"]) if variant == "jitter" else slot
+                lateness.append((record.timestamp_ms or 0) - reference.timestamp() * 1000)
+            if datetime.now(UTC) > window_end + timedelta(seconds=60) and not records:
+                break
+    if not lateness:
+        raise SystemExit("no JobDue arrived in the measurement window")
+    return lateness, len(runs)
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--schedules", type=int, default=100_000)
+    parser.add_argument("--minutes", type=int, default=2)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--variants", nargs="+", default=["seconds", "jitter", "light"])
+    args = parser.parse_args()
+    report: dict[str, object] = {"fingerprint": fingerprint(), "minutes": args.minutes, "runs": {}}
+    summary = {}
+    for variant in args.variants:
+        count = 1000 if variant == "light" else args.schedules
+        results = []
+        for i in range(args.runs):
+            result = await one_run(variant, count, args.minutes)
+            results.append(result)
+            print(f"{variant} run {i + 1}: {result}", flush=True)
+        report["runs"][variant] = results  # type: ignore[index]
+        summary[variant] = {
+            key: median([float(r[key]) for r in results])  # type: ignore[arg-type]
+            for key in ("p50_ms", "p99_ms", "max_ms", "counted_slots", "distinct_runs")
+        }
+    report["median"] = summary
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "ticker_lateness.json").write_text(json.dumps(report, indent=2, default=str))
+    print(f"\nfingerprint: {json.dumps(report['fingerprint'])}")
+    print("| variant | schedules | p50 ms (median of runs) | p99 ms | max ms | slots counted per run |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for variant, s in summary.items():
+        count = 1000 if variant == "light" else args.schedules
+        print(
+            f"| {variant} | {count:,} | {s['p50_ms']:.1f} | {s['p99_ms']:.1f} | {s['max_ms']:.1f} | {s['counted_slots']:,.0f} |"
+        )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
