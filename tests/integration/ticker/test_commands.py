@@ -165,7 +165,9 @@ async def test_trigger_backfill_update_and_delete(
     backfill = await send(
         producer, kafka, Backfill(schedule_id="r", start=start, end=start + timedelta(hours=3))
     )
-    await tail.wait_for(lambda t: accepted(t, backfill))
+    # Acceptances and JobDue travel on different topics, so neither implies the other was read:
+    # wait for both (one manual run plus three backfilled slots).
+    await tail.wait_for(lambda t: accepted(t, backfill) and len(t.of_type("job.due")) >= 4)
     jobs = [job(e) for e in tail.of_type("job.due")]
     manual = [j for j in jobs if j.kind == "manual"]
     assert len(manual) == 1
