@@ -7,10 +7,12 @@ Measured, one after the other on the same database server in the same run:
 
 - bare:      `UPDATE bare SET next_fire_at = next_fire_at + 1 h WHERE id IN (SELECT id ... WHERE
              next_fire_at <= now() ORDER BY next_fire_at FOR UPDATE SKIP LOCKED LIMIT batch)` in a
-             loop until nothing is due: the floor cost of claiming, with nothing else done.
+             loop until nothing is due: the floor cost of claiming, with nothing else done. Once
+             with one connection, once with `--concurrency` loops at once (as the ticker drains).
 - interval:  the ticker's own claim loop (`Claimer.claim_schedules`, the code the service runs)
              over interval schedules: claim, plan the slot and the next one, stage one JobDue per
-             slot in the outbox, advance the grid, commit. Slots staged per second.
+             slot in the outbox, advance the grid, commit; `--concurrency` claim transactions at
+             once, as the ticker runs them while a backlog lasts. Slots staged per second.
 - cron:      the same over hourly cron schedules (each grid step runs the cron matcher).
 - published: interval again, with the outbox relay running in the same process and publishing to
              Kafka (idempotent producer, acks=all); the clock stops when the last row is published.
@@ -33,6 +35,7 @@ from slotflow.pg.outbox import OutboxRelay
 from slotflow.pg.pool import Pool
 from slotflow.settings import KafkaSettings
 from slotflow_ticker.claims import Claimer
+from slotflow_ticker.config import TickerSettings
 from slotflow_ticker.events import EventFactory, Topics
 from slotflow_ticker.metrics import TickerMetrics
 from slotflow_ticker.sql import Queries
@@ -54,22 +57,26 @@ def interval_definition(now: datetime) -> ScheduleDefinition:
 HOURLY = ScheduleDefinition(spec=CronSpec(expression="0 * * * *"), handler="bench.noop")
 
 
-async def bare_loop(pool: Pool, count: int, batch: int) -> float:
+async def bare_loop(pool: Pool, count: int, batch: int, concurrency: int) -> float:
     await pool.execute("CREATE TABLE bare (id bigint PRIMARY KEY, next_fire_at timestamptz NOT NULL)")
     await pool.execute("CREATE INDEX bare_due ON bare (next_fire_at)")
     await pool.execute(
         "INSERT INTO bare SELECT i, now() - interval '1 second' FROM generate_series(1, $1) AS i", count
     )
     await pool.execute("VACUUM ANALYZE bare")
-    claimed = 0
+
+    async def loop() -> int:
+        claimed = 0
+        async with pool.acquire() as conn:
+            while True:
+                status = await conn.execute(BARE, batch)
+                moved = int(status.split()[-1])
+                claimed += moved
+                if moved == 0:
+                    return claimed
+
     started = time.perf_counter()
-    async with pool.acquire() as conn:
-        while True:
-            status = await conn.execute(BARE, batch)
-            moved = int(status.split()[-1])
-            claimed += moved
-            if moved == 0:
-                break
+    claimed = sum(await asyncio.gather(*(loop() for _ in range(concurrency))))
     elapsed = time.perf_counter() - started
     if claimed != count:
         raise SystemExit(f"bare loop claimed {claimed} of {count}")
@@ -88,17 +95,22 @@ def claimer(pool: Pool, kafka: KafkaSettings, batch: int) -> Claimer:
     )
 
 
-async def claim_until_idle(claim: Claimer) -> int:
-    fired = 0
-    while True:
-        result = await claim.claim_schedules()
-        fired += result.fired
-        if result.claimed == 0:
-            return fired
+async def claim_until_idle(claim: Claimer, concurrency: int) -> int:
+    """The ticker's drain: `concurrency` claim transactions at once until nothing is due."""
+
+    async def loop() -> int:
+        fired = 0
+        while True:
+            result = await claim.claim_schedules()
+            fired += result.fired
+            if result.claimed == 0:
+                return fired
+
+    return sum(await asyncio.gather(*(loop() for _ in range(concurrency))))
 
 
 async def ticker_loop(
-    pool: Pool, kafka: KafkaSettings, definition: ScheduleDefinition, count: int, batch: int
+    pool: Pool, kafka: KafkaSettings, definition: ScheduleDefinition, count: int, batch: int, concurrency: int
 ) -> float:
     # One due slot per schedule: the interval's anchor, or the hour that began last (late but a
     # single missed slot, which fire_once fires).
@@ -107,30 +119,31 @@ async def ticker_loop(
         first = f"'{definition.spec.anchor.isoformat()}'::timestamptz"
     await seed(pool, count=count, definition=definition, first_fire=first)
     started = time.perf_counter()
-    fired = await claim_until_idle(claimer(pool, kafka, batch))
+    fired = await claim_until_idle(claimer(pool, kafka, batch), concurrency)
     elapsed = time.perf_counter() - started
     if fired != count:
         raise SystemExit(f"ticker fired {fired} of {count}")
     return fired / elapsed
 
 
-async def published_loop(pool: Pool, kafka: KafkaSettings, count: int, batch: int) -> float:
+async def published_loop(pool: Pool, kafka: KafkaSettings, count: int, batch: int, concurrency: int) -> float:
     definition = interval_definition(datetime.now(UTC))
     anchor = definition.spec.anchor if isinstance(definition.spec, IntervalSpec) else None
     await seed(pool, count=count, definition=definition, first_fire=f"'{anchor}'::timestamptz")
     async with Producer(kafka, client_id="bench-relay") as producer:
-        relay = OutboxRelay(pool, producer, schema="ticker", batch_size=1000, idle_interval=0.01)
+        settings = TickerSettings(metrics_port=0)
+        relay = OutboxRelay(
+            pool,
+            producer,
+            schema="ticker",
+            batch_size=settings.relay_batch_size,
+            idle_interval=0.01,
+            one_transaction=settings.relay_one_transaction,
+        )
         stop = asyncio.Event()
         relaying = asyncio.create_task(relay.run(stop))
         started = time.perf_counter()
-        claim = claimer(pool, kafka, batch)
-        fired = 0
-        while True:
-            result = await claim.claim_schedules()
-            fired += result.fired
-            relay.wake()
-            if result.claimed == 0:
-                break
+        fired = await claim_until_idle(claimer(pool, kafka, batch), concurrency)
         while await relay.pending():
             await asyncio.sleep(0.01)
         elapsed = time.perf_counter() - started
@@ -141,20 +154,23 @@ async def published_loop(pool: Pool, kafka: KafkaSettings, count: int, batch: in
     return fired / elapsed
 
 
-async def one_run(kafka: KafkaSettings, count: int, batch: int) -> dict[str, float]:
+async def one_run(kafka: KafkaSettings, count: int, batch: int, concurrency: int) -> dict[str, float]:
     result: dict[str, float] = {}
+    wide = f"bare x{concurrency}"
     async with fresh_database() as (_, pool):
-        result["bare"] = await bare_loop(pool, count, batch)
+        result["bare"] = await bare_loop(pool, count, batch, 1)
     async with fresh_database() as (_, pool):
-        result["interval"] = await ticker_loop(
-            pool, kafka, interval_definition(datetime.now(UTC)), count, batch
-        )
+        result[wide] = await bare_loop(pool, count, batch, concurrency)
     async with fresh_database() as (_, pool):
-        result["cron"] = await ticker_loop(pool, kafka, HOURLY, count, batch)
+        definition = interval_definition(datetime.now(UTC))
+        result["interval"] = await ticker_loop(pool, kafka, definition, count, batch, concurrency)
     async with fresh_database() as (_, pool):
-        result["published"] = await published_loop(pool, kafka, count, batch)
+        result["cron"] = await ticker_loop(pool, kafka, HOURLY, count, batch, concurrency)
+    async with fresh_database() as (_, pool):
+        result["published"] = await published_loop(pool, kafka, count, batch, concurrency)
     for key in ("interval", "cron", "published"):
         result[f"{key}/bare"] = result[key] / result["bare"]
+        result[f"{key}/{wide}"] = result[key] / result[wide]
     return {k: round(v, 3 if "/" in k else 0) for k, v in result.items()}
 
 
@@ -163,11 +179,12 @@ async def main() -> None:
     parser.add_argument("--schedules", type=int, default=100_000)
     parser.add_argument("--batch", type=int, default=500)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, default=TickerSettings(metrics_port=0).claim_concurrency)
     args = parser.parse_args()
     runs = []
     async with bench_topics() as kafka:
         for i in range(args.runs):
-            runs.append(await one_run(kafka, args.schedules, args.batch))
+            runs.append(await one_run(kafka, args.schedules, args.batch, args.concurrency))
             print(f"run {i + 1}: {runs[-1]}", flush=True)
     keys = list(runs[0])
     summary = {k: round(median([r[k] for r in runs]), 3) for k in keys}
@@ -181,12 +198,24 @@ async def main() -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "ticker_throughput.json").write_text(json.dumps(report, indent=2))
     print(f"\nfingerprint: {json.dumps(report['fingerprint'])}")
-    print(f"{args.schedules:,} schedules, batch {args.batch}, median of {args.runs} runs\n")
-    print("| loop | slots/s (per run) | median slots/s | ratio to bare (median) |")
-    print("|---|---|---:|---:|")
-    for key in ("bare", "interval", "cron", "published"):
-        ratio = "1" if key == "bare" else str(summary[f"{key}/bare"])
-        print(f"| {key} | {' / '.join(f'{r[key]:,.0f}' for r in runs)} | {summary[key]:,.0f} | {ratio} |")
+    print(
+        f"{args.schedules:,} schedules, batch {args.batch}, ticker claim concurrency {args.concurrency}, "
+        f"median of {args.runs} runs\n"
+    )
+    wide = f"bare x{args.concurrency}"
+    print(f"| loop | slots/s (per run) | median slots/s | ratio to bare | ratio to {wide} |")
+    print("|---|---|---:|---:|---:|")
+    for key in ("bare", wide, "interval", "cron", "published"):
+        ratios = (
+            ("1", "")
+            if key == "bare"
+            else ("", "1")
+            if key == wide
+            else (str(summary[f"{key}/bare"]), str(summary[f"{key}/{wide}"]))
+        )
+        print(
+            f"| {key} | {' / '.join(f'{r[key]:,.0f}' for r in runs)} | {summary[key]:,.0f} | {ratios[0]} | {ratios[1]} |"
+        )
 
 
 if __name__ == "__main__":

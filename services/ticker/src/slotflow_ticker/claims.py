@@ -96,6 +96,7 @@ class Claimer:
                 if plan.position.next_fire_at is not None:
                     result.advanced.append((schedule_key(row.schedule_id), plan.position.next_fire_at))
             await stage_all(conn, schema=self._schema, items=staged)
+            self._fired_scheduled.inc(result.fired)
             await conn.execute(
                 self._q.advance,
                 ids,
@@ -124,7 +125,6 @@ class Claimer:
         ]
         staged.extend(self._events.slot_skipped(row.schedule_id, s, occurred_at=now) for s in plan.skip)
         if plan.fire:
-            self._fired_scheduled.inc(len(plan.fire))
             observe = self._metrics.lateness.observe
             for firing in plan.fire:
                 observe(max(0.0, (now - firing.fire_at).total_seconds()))
@@ -148,6 +148,7 @@ class Claimer:
         for _ in range(max_chunks):
             plan = plan_due(state, now=now, max_slots=self._max_slots, force_skip=row.paused)
             staged.extend(self.stage(row, plan, now=now))
+            self._fired_scheduled.inc(len(plan.fire))
             state = replace(state, position=plan.position)
             if not plan.more:
                 return staged, plan.position

@@ -23,6 +23,8 @@ class TickerSettings(BaseSettings):
     group_id: str = "slotflow.ticker"
     #: Schedules (and timers) claimed per transaction with FOR UPDATE SKIP LOCKED.
     batch_size: int = Field(default=500, ge=1, le=20_000)
+    #: Claim transactions run at once while a backlog lasts (each takes different rows).
+    claim_concurrency: int = Field(default=2, ge=1, le=16)
     #: Most slots one schedule handles per claim; a longer backlog continues in the next claim.
     max_slots_per_claim: int = Field(default=1000, ge=1, le=100_000)
     #: Rows due within this many seconds are held in the in-memory timing wheel.

@@ -8,6 +8,7 @@ import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Any, Literal
 
 from pydantic_core import to_json
@@ -24,7 +25,7 @@ from slotflow.contracts import (
 )
 from slotflow.contracts.topics import DLQ_MESSAGES, JOBS_DUE, SCHEDULE_EVENTS, TIMER_EVENTS
 from slotflow.core.cronslots import SkippedSlot
-from slotflow.core.identity import job_due_event_id, run_id
+from slotflow.core.identity import job_due_event_id, run_id, slot_label
 from slotflow.pg.outbox import Encoded, Staged, append_encoded, encoded, headers_json
 from slotflow.pg.pool import Conn
 from slotflow.settings import KafkaSettings
@@ -47,6 +48,12 @@ _EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 #: the entry keeps the definition alive, so its id cannot be reused while cached.
 _TEMPLATES: dict[int, tuple[ScheduleDefinition, dict[str, Any]]] = {}
 _TEMPLATE_LIMIT = 20_000
+
+
+@lru_cache(maxsize=8192)
+def _label(slot: datetime) -> str:
+    # Schedules due together share their slot instant, so a claim formats each label once.
+    return slot_label(slot)
 
 
 def _job_template(definition: ScheduleDefinition) -> dict[str, Any]:
@@ -114,7 +121,7 @@ class EventFactory:
         per definition (`_job_template`); per slot only the run's own fields are filled in. The
         bytes equal those of `wrap(JobDue(...))` (tests/unit/ticker pins that).
         """
-        run = run_id(schedule_id, slot)
+        run = f"{schedule_id}@{_label(slot)}"
         data = dict(_job_template(definition))
         data.update(run_id=run, job_id=schedule_id, slot=slot, kind=kind, fire_at=fire_at)
         event_id = job_due_event_id(run, 1)

@@ -67,9 +67,14 @@ class ScheduleRow:
         return Position(self.next_slot, self.next_fire_at, self.covered_until)
 
     def state(self) -> ScheduleState:
-        return ScheduleState(
-            schedule_id=self.schedule_id,
-            definition=self.definition,
-            position=self.position,
-            pause=PauseWindow(self.paused_at, self.resumed_at, self.pause_reason),
+        pause = (
+            NEVER_PAUSED
+            if self.paused_at is None
+            else PauseWindow(self.paused_at, self.resumed_at, self.pause_reason)
         )
+        return ScheduleState(
+            schedule_id=self.schedule_id, definition=self.definition, position=self.position, pause=pause
+        )
+
+
+NEVER_PAUSED = PauseWindow()

@@ -185,23 +185,36 @@ class Ticking:
 
     async def claim_all(self, *, timers: bool = True, resumes: bool = True) -> datetime:
         """Claim until nothing due is left; returns the database time of the last pass."""
-        db_now = await self._drain(self._claimer.claim_schedules)
+        db_now = await self._drain(self._claimer.claim_schedules, self._settings.claim_concurrency)
         if timers:
             db_now = max(db_now, await self._drain(self._claimer.claim_timers))
         if resumes and await self._claimer.auto_resume():
             self._reload_requested = True
         return db_now
 
-    async def _drain(self, claim: Callable[[], Awaitable[ClaimPass]]) -> datetime:
+    async def _drain(self, claim: Callable[[], Awaitable[ClaimPass]], concurrency: int = 1) -> datetime:
+        result = await self._claim_once(claim)
+        if not result.more:
+            return result.db_now
+        # A backlog: several claim transactions at once, so one plans in Python while another
+        # waits on the database. SKIP LOCKED hands each of them different rows.
+        ends = await asyncio.gather(*(self._claim_until_done(claim) for _ in range(concurrency)))
+        return max(ends)
+
+    async def _claim_until_done(self, claim: Callable[[], Awaitable[ClaimPass]]) -> datetime:
         while True:
-            result = await claim()
-            self.passes += 1
-            self._clock.anchor(result.db_now)
-            if (result.fired or result.skipped) and self._relay is not None:
-                self._relay.wake()
-            self._add_advanced(result)
+            result = await self._claim_once(claim)
             if not result.more:
                 return result.db_now
+
+    async def _claim_once(self, claim: Callable[[], Awaitable[ClaimPass]]) -> ClaimPass:
+        result = await claim()
+        self.passes += 1
+        self._clock.anchor(result.db_now)
+        if (result.fired or result.skipped) and self._relay is not None:
+            self._relay.wake()
+        self._add_advanced(result)
+        return result
 
     def _add_advanced(self, result: ClaimPass) -> None:
         if self._wheel is None or self._loaded_until is None:
