@@ -91,18 +91,24 @@ async def send_then_fail(producer: Producer, topic: str) -> None:
         raise RuntimeError("abort me")
 
 
+def _all_appended(response: Any) -> bool:
+    """True when the broker appended every batch of the request (no NotLeader or similar)."""
+    return all(partition[1] == 0 for _topic, partitions in response.topics for partition in partitions)
+
+
 def lose_first_produce_response(client: Any) -> list[int]:
     """Fault injection at the network seam: the broker appends, the acknowledgement is lost.
 
     The producer sees a timeout and resends the same batch, exactly what happens when a response
-    is dropped on a real network.
+    is dropped on a real network. Only a response reporting a successful append is dropped: on a
+    loaded broker the first request may be refused (NotLeader), which appends nothing.
     """
     real_send = client.send
     lost: list[int] = []
 
     async def send(node_id: int, request: Any, **kwargs: Any) -> Any:
         response = await real_send(node_id, request, **kwargs)
-        if isinstance(request, ProduceRequest) and not lost:
+        if isinstance(request, ProduceRequest) and not lost and _all_appended(response):
             lost.append(node_id)
             raise RequestTimedOutError("produce response lost (injected)")
         return response
