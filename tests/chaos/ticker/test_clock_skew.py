@@ -118,10 +118,14 @@ async def test_skewed_tickers_neither_fire_early_nor_twice(
             f"{due.run_id} arrived early at {item.received_at}"
         )
         assert item.envelope.occurred_at >= due.fire_at
-    # Both skewed replicas fired slots, and their producers' clocks really were 30 s off.
-    for name, sign in (("fast", 1), ("slow", -1)):
-        mine = [s for s in seen if s.envelope.source == f"ticker/skew-{name}"]
-        assert mine, f"the {name} ticker fired nothing"
-        offsets = sorted((s.record.timestamp_ms or 0) / 1000 - s.received_at.timestamp() for s in mine)
-        median = offsets[len(offsets) // 2]
-        assert abs(median - sign * 30) < 5, f"{name}: producer clock offset {median:.1f}s"
+    # Both skewed replicas fired slots...
+    for name in ("fast", "slow"):
+        assert [s for s in seen if s.envelope.source == f"ticker/skew-{name}"], (
+            f"the {name} ticker fired nothing"
+        )
+    # ...and their clocks really were 30 s off. A record's Kafka timestamp is the clock of the replica
+    # whose relay published it, which need not be the one that staged it (any replica relays any
+    # outbox row), so every record must carry one of the two skews, whichever replica sent it.
+    offsets = [(s.record.timestamp_ms or 0) / 1000 - s.received_at.timestamp() for s in seen]
+    assert offsets
+    assert all(min(abs(o - 30), abs(o + 30)) < 5 for o in offsets), "a record not stamped by a skewed clock"
