@@ -128,4 +128,5 @@ async def test_skewed_tickers_neither_fire_early_nor_twice(
     # outbox row), so every record must carry one of the two skews, whichever replica sent it.
     offsets = [(s.record.timestamp_ms or 0) / 1000 - s.received_at.timestamp() for s in seen]
     assert offsets
-    assert all(min(abs(o - 30), abs(o + 30)) < 5 for o in offsets), "a record not stamped by a skewed clock"
+    # Tolerance covers produce-to-consume latency on a loaded machine; an unskewed clock reads ~0.
+    assert all(min(abs(o - 30), abs(o + 30)) < 10 for o in offsets), "a record not stamped by a skewed clock"
