@@ -14,7 +14,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 
 import asyncpg
-import pytest
 
 from slotflow.commands import build_command
 from slotflow.contracts import (
@@ -232,11 +231,6 @@ async def test_ticker_command_consumer(
         await asyncio.wait_for(task, timeout=60)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ticker bug: CommandRejected for a record whose key holds NUL is keyed by that key, the "
-    "outbox's text column refuses it, and the ticker's command task dies (slotflow_ticker.commands._identify)",
-)
 async def test_ticker_survives_a_nul_byte_in_a_record_key(
     dlq: Running, producer: Producer, kafka: KafkaSettings, pg_dsn: str
 ) -> None:

@@ -337,5 +337,10 @@ def _identify(record: Record) -> tuple[str, str, str]:
     try:
         envelope = decode(record.value)
     except PoisonMessage:
-        return record.position, command_type, subject
-    return envelope.id, envelope.type, envelope.key or subject
+        return record.position, _text(command_type), _text(subject)
+    return _text(envelope.id), _text(envelope.type), _text(envelope.key or subject)
+
+
+def _text(value: str) -> str:
+    # PostgreSQL text cannot hold NUL; a hostile key or id must still get its CommandRejected.
+    return value.replace("\x00", "\ufffd")
