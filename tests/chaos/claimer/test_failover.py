@@ -68,8 +68,10 @@ async def test_sigkill_mid_run_finishes_on_another_claimer_with_one_payout(
     async with TopicReader(kafka, RUN_EVENTS) as events:
         await events.wait_for("run.completed", run_id=job.run_id)
         started = events.of_type("run.started", job.run_id)
-    assert sorted(e.data["fence_token"] for e in started) == [1, 2]
-    assert len(events.of_type("run.completed", job.run_id)) == 1
+    # The victim may die after its relay sent a record but before marking it sent; the survivor's
+    # relay then sends it again. Such copies carry the same envelope id, which consumers collapse.
+    assert sorted({e.id: e.data["fence_token"] for e in started}.values()) == [1, 2]
+    assert len({e.id for e in events.of_type("run.completed", job.run_id)}) == 1
 
 
 async def test_zombie_frozen_past_its_lease_has_its_payout_write_refused(
