@@ -105,6 +105,15 @@ async def bench_topics() -> AsyncIterator[KafkaSettings]:
             await admin.close()
 
 
+async def server_version() -> str:
+    """The PostgreSQL server's version string (the devstack's)."""
+    conn = await asyncpg.connect(PostgresSettings().dsn)
+    try:
+        return str(await conn.fetchval("SHOW server_version"))
+    finally:
+        await conn.close()
+
+
 def fingerprint(server_version: str | None = None) -> dict[str, object]:
     cpu = "unknown"
     try:

@@ -29,7 +29,15 @@ import time
 import uuid
 from datetime import UTC, datetime, timedelta
 
-from _ticker_support import RESULTS, bench_topics, fingerprint, fresh_database, median, percentile
+from _ticker_support import (
+    RESULTS,
+    bench_topics,
+    fingerprint,
+    fresh_database,
+    median,
+    percentile,
+    server_version,
+)
 
 from slotflow.contracts import CronSpec, ScheduleDefinition
 from slotflow.contracts.codec import decode
@@ -156,7 +164,11 @@ async def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--variants", nargs="+", default=["seconds", "jitter", "light"])
     args = parser.parse_args()
-    report: dict[str, object] = {"fingerprint": fingerprint(), "minutes": args.minutes, "runs": {}}
+    report: dict[str, object] = {
+        "fingerprint": fingerprint(await server_version()),
+        "minutes": args.minutes,
+        "runs": {},
+    }
     summary = {}
     for variant in args.variants:
         count = 1000 if variant == "light" else args.schedules

@@ -27,7 +27,7 @@ import json
 import time
 from datetime import UTC, datetime, timedelta
 
-from _ticker_support import RESULTS, bench_topics, fingerprint, fresh_database, median, seed
+from _ticker_support import RESULTS, bench_topics, fingerprint, fresh_database, median, seed, server_version
 
 from slotflow.contracts import CronSpec, IntervalSpec, ScheduleDefinition
 from slotflow.kafka.producer import Producer
@@ -189,7 +189,7 @@ async def main() -> None:
     keys = list(runs[0])
     summary = {k: round(median([r[k] for r in runs]), 3) for k in keys}
     report = {
-        "fingerprint": fingerprint(),
+        "fingerprint": fingerprint(await server_version()),
         "schedules": args.schedules,
         "batch": args.batch,
         "runs": runs,

@@ -45,13 +45,17 @@ SELECT count(*) FROM pg_stat_activity
 """
 
 
-async def kill_inside_claim(pool: Pool, victim: Process) -> None:
+async def wait_inside_claim(pool: Pool, replica: Process) -> None:
     async def in_claim() -> bool:
-        return bool(await pool.fetchval(IN_CLAIM, f"slotflow-ticker-{victim.ticker_id}"))
+        return bool(await pool.fetchval(IN_CLAIM, f"slotflow-ticker-{replica.ticker_id}"))
 
     await assert_eventually(
-        in_claim, timeout=30, interval=0.005, message=f"{victim.ticker_id} inside a claim"
+        in_claim, timeout=60, interval=0.005, message=f"{replica.ticker_id} inside a claim"
     )
+
+
+async def kill_inside_claim(pool: Pool, victim: Process) -> None:
+    await wait_inside_claim(pool, victim)
     victim.kill()
 
     async def backend_gone() -> bool:
@@ -98,7 +102,8 @@ async def test_sigkill_inside_the_claim_transaction_loses_nothing(
                 kills += 1
                 replacement = spawn_ticker(kafka, pg_dsn, log_dir=logs, **OPTIONS)
                 replicas.append(replacement)
-                await wait_until_serving(pg_pool, replacement.ticker_id)
+                # Killing the other replica before this one claims would stop time altogether.
+                await wait_inside_claim(pg_pool, replacement)
             assert time.monotonic() - started < 180
             for replica in replicas:
                 replica.terminate()

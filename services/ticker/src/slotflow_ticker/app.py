@@ -83,23 +83,21 @@ class TickerApp:
             producer = Producer(self.kafka, client_id=f"ticker-{settings.ticker_id}")
             await producer.start()
             try:
-                consumer = Consumer(
-                    self.kafka,
-                    self.kafka.topic(SCHEDULE_COMMANDS),
-                    group_id=group_id(settings, self.kafka),
-                    client_id=f"ticker-{settings.ticker_id}",
-                )
-                await consumer.start()
-                try:
-                    await self._serve(pool, producer, consumer, stop)
-                finally:
-                    await consumer.stop()
+                await self._serve(pool, producer, stop)
             finally:
                 await producer.stop()
         finally:
             await pool.close()
 
-    async def _serve(self, pool: Pool, producer: Producer, consumer: Consumer, stop: asyncio.Event) -> None:
+    def _consumer(self) -> Consumer:
+        return Consumer(
+            self.kafka,
+            self.kafka.topic(SCHEDULE_COMMANDS),
+            group_id=group_id(self.settings, self.kafka),
+            client_id=f"ticker-{self.settings.ticker_id}",
+        )
+
+    async def _serve(self, pool: Pool, producer: Producer, stop: asyncio.Event) -> None:
         settings = self.settings
         schema = settings.schema_name
         queries = Queries.for_schema(schema)
@@ -139,21 +137,12 @@ class TickerApp:
             metrics=self.metrics,
             on_commit=committed,
         )
-        loop = ConsumeLoop(
-            consumer,
-            handler=handler.handle,
-            dlq=producer,
-            dlq_topic=self.kafka.topic(DLQ_MESSAGES),
-            source_service=SERVICE,
-            accept=COMMANDS,
-            max_bytes=self.kafka.max_message_bytes,
-        )
         precheck = partial(decode_record, accept=COMMANDS, max_bytes=self.kafka.max_message_bytes)
         self.ticking, self.relay = ticking, relay
         if settings.metrics_port:
             self.metrics.serve(settings.metrics_port, settings.metrics_host)
         tasks = [
-            asyncio.create_task(self._consume(consumer, loop, handler, precheck, stop), name="commands"),
+            asyncio.create_task(self._consume(producer, handler, precheck, stop), name="commands"),
             asyncio.create_task(ticking.run(stop), name="ticking"),
             asyncio.create_task(relay.run(stop), name="relay"),
             asyncio.create_task(
@@ -175,8 +164,7 @@ class TickerApp:
 
     async def _consume(
         self,
-        consumer: Consumer,
-        loop: ConsumeLoop,
+        producer: Producer,
         handler: CommandHandler,
         precheck: Callable[[Record], object],
         stop: asyncio.Event,
@@ -186,6 +174,43 @@ class TickerApp:
         The rejection is staged before the loop parks the record, so a crash in between only
         repeats both (the rejection collapses on its id, the DLQ on the record position).
         """
+        # Started here, not before the claim loop: joining the consumer group can wait for a
+        # dead member's session to time out, and time must not stop for that.
+        while True:
+            if stop.is_set():
+                return
+            consumer = self._consumer()
+            try:
+                await consumer.start()
+                break
+            except asyncio.CancelledError:
+                await consumer.stop()
+                raise
+            except _STORAGE_ERRORS as err:
+                log.warning("ticker: command consumer not started yet: %s", err)
+                await _sleep_or_stop(stop, 1.0)
+        loop = ConsumeLoop(
+            consumer,
+            handler=handler.handle,
+            dlq=producer,
+            dlq_topic=self.kafka.topic(DLQ_MESSAGES),
+            source_service=SERVICE,
+            accept=COMMANDS,
+            max_bytes=self.kafka.max_message_bytes,
+        )
+        try:
+            await self._poll_commands(consumer, loop, handler, precheck, stop)
+        finally:
+            await consumer.stop()
+
+    async def _poll_commands(
+        self,
+        consumer: Consumer,
+        loop: ConsumeLoop,
+        handler: CommandHandler,
+        precheck: Callable[[Record], object],
+        stop: asyncio.Event,
+    ) -> None:
         while not stop.is_set():
             try:
                 records = await consumer.poll(timeout_ms=500)

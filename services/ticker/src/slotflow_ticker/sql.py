@@ -76,6 +76,25 @@ SELECT schedule_id, next_fire_at
  LIMIT $2
 """
 
+# Incremental: only rows that entered the horizon since the last load (the rest are in the wheel
+# already, or were moved by a claim that put them back into some replica's wheel itself).
+HORIZON_SCHEDULES_AFTER = """
+SELECT schedule_id, next_fire_at
+  FROM {schema}.schedules
+ WHERE next_fire_at > $3 AND next_fire_at <= now() + make_interval(secs => $1) AND NOT paused
+   AND NOT deleted
+ ORDER BY next_fire_at
+ LIMIT $2
+"""
+
+HORIZON_TIMERS_AFTER = """
+SELECT timer_id, fire_at
+  FROM {schema}.timers
+ WHERE state = 'pending' AND fire_at > $3 AND fire_at <= now() + make_interval(secs => $1)
+ ORDER BY fire_at
+ LIMIT $2
+"""
+
 HORIZON_TIMERS = """
 SELECT timer_id, fire_at
   FROM {schema}.timers
@@ -173,6 +192,8 @@ class Queries:
     mark_timers_fired: str
     horizon_schedules: str
     horizon_timers: str
+    horizon_schedules_after: str
+    horizon_timers_after: str
     now: str
     lock_schedule: str
     insert_schedule: str
@@ -199,6 +220,8 @@ class Queries:
             mark_timers_fired=fill(MARK_TIMERS_FIRED),
             horizon_schedules=fill(HORIZON_SCHEDULES),
             horizon_timers=fill(HORIZON_TIMERS),
+            horizon_schedules_after=fill(HORIZON_SCHEDULES_AFTER),
+            horizon_timers_after=fill(HORIZON_TIMERS_AFTER),
             now=NOW,
             lock_schedule=fill(LOCK_SCHEDULE),
             insert_schedule=fill(INSERT_SCHEDULE),

@@ -33,6 +33,11 @@ log = logging.getLogger(__name__)
 HORIZON_LIMIT = 200_000
 #: A burst of commands asks for a reload each; one reload per this many seconds answers them all.
 MIN_RELOAD_GAP = 0.05
+#: Loads are incremental (rows that entered the horizon since the last one); every this many
+#: loads the whole horizon is read again, which re-finds a row whose wheel died with its replica.
+FULL_RELOAD_EVERY = 10
+#: Filling the wheel yields to the event loop this often, so a large load never holds up a claim.
+FILL_CHUNK = 500
 _STORAGE_ERRORS: tuple[type[BaseException], ...] = (TransientStorageError, *CONNECTION_ERRORS)
 
 
@@ -48,10 +53,6 @@ class DatabaseClock:
         # deadlines are met slightly late, never early.
         self._db = db_now
         self._mono = time.monotonic()
-
-    @property
-    def anchored(self) -> bool:
-        return self._db is not None
 
     def now(self) -> datetime:
         if self._db is None:
@@ -88,6 +89,7 @@ class Ticking:
         self._next_reload = 0.0
         self._last_reload = -MIN_RELOAD_GAP
         self._loaded_until: datetime | None = None
+        self._loads = 0
         self._poll_due = True
         self.passes = 0
 
@@ -157,12 +159,19 @@ class Ticking:
 
     async def _reload(self) -> None:
         """Ask the table for the next horizon (plus anything already due) and fill the wheel."""
+        full = self._reload_requested or self._loaded_until is None or self._loads % FULL_RELOAD_EVERY == 0
         self._reload_requested = False
+        self._loads += 1
         horizon = self._settings.horizon_seconds
         async with self._pool.acquire() as conn:
             db_now: datetime = await conn.fetchval(self._q.now)
-            schedules = await conn.fetch(self._q.horizon_schedules, horizon, HORIZON_LIMIT)
-            timers = await conn.fetch(self._q.horizon_timers, horizon, HORIZON_LIMIT)
+            if full or self._loaded_until is None:
+                schedules = await conn.fetch(self._q.horizon_schedules, horizon, HORIZON_LIMIT)
+                timers = await conn.fetch(self._q.horizon_timers, horizon, HORIZON_LIMIT)
+            else:
+                since = self._loaded_until
+                schedules = await conn.fetch(self._q.horizon_schedules_after, horizon, HORIZON_LIMIT, since)
+                timers = await conn.fetch(self._q.horizon_timers_after, horizon, HORIZON_LIMIT, since)
         self._clock.anchor(db_now)
         self._poll_due = True
         self._last_reload = time.monotonic()
@@ -178,10 +187,13 @@ class Ticking:
             if len(rows) >= HORIZON_LIMIT:
                 loaded_until = min(loaded_until, rows[-1][1])
         self._loaded_until = loaded_until
-        for record in schedules:
-            self._wheel.add(schedule_key(record["schedule_id"]), record["next_fire_at"])
+        wheel = self._wheel
+        for count, record in enumerate(schedules, 1):
+            wheel.add(schedule_key(record["schedule_id"]), record["next_fire_at"])
+            if count % FILL_CHUNK == 0:
+                await asyncio.sleep(0)
         for record in timers:
-            self._wheel.add(timer_key(record["timer_id"]), record["fire_at"])
+            wheel.add(timer_key(record["timer_id"]), record["fire_at"])
 
     async def claim_all(self, *, timers: bool = True, resumes: bool = True) -> datetime:
         """Claim until nothing due is left; returns the database time of the last pass."""
