@@ -12,6 +12,11 @@ PINNED = {
     "RunStarted", "ScheduleCreated", "ScheduleDefinition", "ScheduleDeleted", "SchedulePaused",
     "ScheduleResumed", "ScheduleSpec", "ScheduleUpdated", "SignalWorkflow", "SlotSkipped",
     "StartTimer", "StartWorkflow", "TimerFired", "TriggerNow", "UpdateSchedule", "wrap",
+    # the workflow-history topic
+    "HISTORY_EVENTS", "HistoryEvent", "history_event_id", "WorkflowStarted", "ActivityScheduled",
+    "ActivityCompleted", "ActivityFailed", "TimerStarted", "WorkflowTimerFired", "SignalReceived",
+    "CompensationRegistered", "CancelRequested", "WorkflowCompleted", "WorkflowFailed",
+    "WorkflowCancelled", "NonDeterminismDetected",
 }  # fmt: skip
 
 

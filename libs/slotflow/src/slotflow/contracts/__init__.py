@@ -46,7 +46,27 @@ from slotflow.contracts.schedules import (
     UpdateSchedule,
 )
 from slotflow.contracts.timers import CancelTimer, FireJobDue, FireTimerFired, StartTimer, TimerFired
-from slotflow.contracts.workflows import CancelWorkflow, SignalWorkflow, StartWorkflow
+from slotflow.contracts.workflows import (
+    HISTORY_EVENTS,
+    ActivityCompleted,
+    ActivityFailed,
+    ActivityScheduled,
+    CancelRequested,
+    CancelWorkflow,
+    CompensationRegistered,
+    HistoryEvent,
+    NonDeterminismDetected,
+    SignalReceived,
+    SignalWorkflow,
+    StartWorkflow,
+    TimerStarted,
+    WorkflowCancelled,
+    WorkflowCompleted,
+    WorkflowFailed,
+    WorkflowStarted,
+    WorkflowTimerFired,
+    history_event_id,
+)
 
 REGISTRY = MessageRegistry(
     [
@@ -82,17 +102,24 @@ REGISTRY = MessageRegistry(
         StartWorkflow,
         SignalWorkflow,
         CancelWorkflow,
+        *HISTORY_EVENTS,
     ]
 )
 
 __all__ = [
+    "HISTORY_EVENTS",
     "REGISTRY",
+    "ActivityCompleted",
+    "ActivityFailed",
+    "ActivityScheduled",
     "AttemptRecord",
     "Backfill",
+    "CancelRequested",
     "CancelTimer",
     "CancelWorkflow",
     "CommandAccepted",
     "CommandRejected",
+    "CompensationRegistered",
     "CreateSchedule",
     "CronSpec",
     "DeadLetterFilter",
@@ -104,11 +131,13 @@ __all__ = [
     "Envelope",
     "FireJobDue",
     "FireTimerFired",
+    "HistoryEvent",
     "IntervalSpec",
     "JobDue",
     "Message",
     "MessageRegistry",
     "MisfirePolicy",
+    "NonDeterminismDetected",
     "OnceSpec",
     "OverlapPolicy",
     "PauseSchedule",
@@ -128,12 +157,20 @@ __all__ = [
     "ScheduleResumed",
     "ScheduleSpec",
     "ScheduleUpdated",
+    "SignalReceived",
     "SignalWorkflow",
     "SlotSkipped",
     "StartTimer",
     "StartWorkflow",
     "TimerFired",
+    "TimerStarted",
     "TriggerNow",
     "UpdateSchedule",
+    "WorkflowCancelled",
+    "WorkflowCompleted",
+    "WorkflowFailed",
+    "WorkflowStarted",
+    "WorkflowTimerFired",
+    "history_event_id",
     "wrap",
 ]

@@ -3,12 +3,17 @@
 from datetime import UTC, datetime, timedelta
 
 from slotflow.contracts import (
+    ActivityCompleted,
+    ActivityFailed,
+    ActivityScheduled,
     AttemptRecord,
     Backfill,
+    CancelRequested,
     CancelTimer,
     CancelWorkflow,
     CommandAccepted,
     CommandRejected,
+    CompensationRegistered,
     CreateSchedule,
     CronSpec,
     DeadLettered,
@@ -18,9 +23,11 @@ from slotflow.contracts import (
     DiscardDeadLetters,
     Envelope,
     FireJobDue,
+    HistoryEvent,
     JobDue,
     Message,
     MisfirePolicy,
+    NonDeterminismDetected,
     PauseSchedule,
     RedriveDeadLetters,
     ResumeSchedule,
@@ -37,16 +44,24 @@ from slotflow.contracts import (
     SchedulePaused,
     ScheduleResumed,
     ScheduleUpdated,
+    SignalReceived,
     SignalWorkflow,
     SlotSkipped,
     StartTimer,
     StartWorkflow,
     TimerFired,
+    TimerStarted,
     TriggerNow,
     UpdateSchedule,
+    WorkflowCancelled,
+    WorkflowCompleted,
+    WorkflowFailed,
+    WorkflowStarted,
+    WorkflowTimerFired,
+    history_event_id,
     wrap,
 )
-from slotflow.core.identity import job_due_event_id, run_id
+from slotflow.core.identity import activity_run_id, job_due_event_id, run_id
 
 _AT = datetime(2026, 12, 2, 2, 0, tzinfo=UTC)
 _SCHEDULE = "merchant-payouts"
@@ -276,6 +291,68 @@ EXAMPLES: dict[type[Message], tuple[str, str, Message]] = {
         CancelWorkflow(workflow_id="order-17", reason="customer cancelled"),
     ),
 }
+
+# One order saga's history, an event per type (ids are `{workflow_id}#{sequence}`).
+_WF = "order-17"
+_HISTORY_EXAMPLES: tuple[HistoryEvent, ...] = (
+    WorkflowStarted(
+        workflow_id=_WF,
+        sequence=1,
+        workflow_type="process_order",
+        input={"order_id": 17},
+        command_id="wf-cmd-0001",
+    ),
+    ActivityScheduled(
+        workflow_id=_WF,
+        sequence=2,
+        activity="payments.charge",
+        run_id=activity_run_id(_WF, 2),
+        payload={"amount": "99.90", "currency": "EUR"},
+        retry=RetryPolicy(max_attempts=3, non_retryable=("CardDeclined",)),
+    ),
+    ActivityCompleted(workflow_id=_WF, sequence=3, scheduled_sequence=2, result={"charge_id": "ch_1"}),
+    CompensationRegistered(
+        workflow_id=_WF, sequence=4, for_step=2, activity="payments.refund", payload={"charge_id": "ch_1"}
+    ),
+    TimerStarted(workflow_id=_WF, sequence=5, timer_id=f"{_WF}/timer/5", fire_at=_AT + timedelta(hours=1)),
+    WorkflowTimerFired(
+        workflow_id=_WF,
+        sequence=6,
+        started_sequence=5,
+        timer_id=f"{_WF}/timer/5",
+        fired_at=_AT + timedelta(hours=1),
+    ),
+    SignalReceived(
+        workflow_id=_WF,
+        sequence=7,
+        signal="address_changed",
+        payload={"zip": "10115"},
+        command_id="wf-cmd-0002",
+    ),
+    ActivityFailed(
+        workflow_id=_WF,
+        sequence=9,
+        scheduled_sequence=8,
+        error_type="NoCarrier",
+        message="no carrier for 10115",
+        permanent=True,
+    ),
+    CancelRequested(workflow_id=_WF, sequence=10, reason="customer cancelled", command_id="wf-cmd-0003"),
+    WorkflowCompleted(workflow_id=_WF, sequence=11, result={"shipped": True}),
+    WorkflowFailed(
+        workflow_id=_WF, sequence=14, error_type="NoCarrier", message="no carrier for 10115", compensated=True
+    ),
+    WorkflowCancelled(workflow_id=_WF, sequence=14, reason="customer cancelled", compensated=True),
+    NonDeterminismDetected(
+        workflow_id=_WF,
+        sequence=12,
+        at_sequence=8,
+        expected="workflow.activity_scheduled shipping.book",
+        got="activity shipping.book_express",
+    ),
+)
+for _event in _HISTORY_EXAMPLES:
+    EXAMPLES[type(_event)] = (history_event_id(_WF, _event.sequence), _WF, _event)
 
 
 def example_envelope(model: type[Message]) -> Envelope:

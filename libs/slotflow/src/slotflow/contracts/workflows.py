@@ -1,10 +1,13 @@
-"""Workflow commands consumed by the orchestrator."""
+"""Workflow commands consumed by the orchestrator, and the events of the workflow-history topic."""
 
 from typing import Annotated, Any
 
-from pydantic import Field
+from pydantic import AwareDatetime, Field, model_validator
 
 from slotflow.contracts.envelope import IDENTIFIER_PATTERN, Message
+from slotflow.contracts.policies import RetryPolicy
+from slotflow.contracts.schedules import HandlerName
+from slotflow.core.identity import activity_run_id
 
 WorkflowId = Annotated[str, Field(pattern=IDENTIFIER_PATTERN)]
 
@@ -33,3 +36,210 @@ class CancelWorkflow(Message):
     message_type = "workflow.cancel"
     workflow_id: WorkflowId
     reason: str = Field(default="", max_length=1000)
+
+
+# -- the workflow-history topic ------------------------------------------------------------------
+#
+# The orchestrator appends one of these per decision or result, keyed by workflow id, and replays a
+# workflow from them. Rules every producer keeps (docs/workflows-history.md has the whole contract):
+#
+# - `sequence` is the event's position in its workflow's history: 1 for WorkflowStarted, then +1
+#   per event, gap-free. The envelope id is `history_event_id(workflow_id, sequence)`, so appending
+#   the same event twice (a retry after a lost acknowledgement) collapses for every consumer.
+# - Nothing follows WorkflowCompleted, WorkflowFailed or WorkflowCancelled.
+# - An activity's run id is `{workflow_id}/{sequence of its ActivityScheduled}` (DESIGN.md).
+
+
+def history_event_id(workflow_id: str, sequence: int) -> str:
+    """The envelope id of history event ``sequence`` of ``workflow_id``: `{workflow_id}#{sequence}`."""
+    return f"{workflow_id}#{sequence}"
+
+
+class HistoryEvent(Message):
+    """Fields every workflow-history event carries."""
+
+    workflow_id: WorkflowId
+    #: Position in the workflow's history, from 1, gap-free.
+    sequence: int = Field(ge=1)
+
+
+class WorkflowStarted(HistoryEvent):
+    """Sequence 1 of every history: the orchestrator accepted a StartWorkflow and began the code.
+
+    Appended once per workflow id; a second StartWorkflow for the same id appends nothing.
+    """
+
+    message_type = "workflow.started"
+    workflow_type: Annotated[str, Field(pattern=IDENTIFIER_PATTERN)]
+    input: dict[str, Any] = Field(default_factory=dict)
+    #: Envelope id of the StartWorkflow command that started it.
+    command_id: str = Field(min_length=1, max_length=1000)
+
+    @model_validator(mode="after")
+    def _first(self) -> "WorkflowStarted":
+        if self.sequence != 1:
+            raise ValueError("WorkflowStarted is always sequence 1")
+        return self
+
+
+class ActivityScheduled(HistoryEvent):
+    """The workflow code called an activity; appended before its JobDue goes to the claimers.
+
+    Its run id is `{workflow_id}/{sequence}`: every attempt of the activity, on any claimer, carries
+    it, and the claimer's result comes back under it. A compensation is an activity too: it names
+    the forward step it undoes (`compensates`, the forward step's ActivityScheduled sequence).
+    """
+
+    message_type = "workflow.activity_scheduled"
+    #: The registered handler that runs the activity.
+    activity: HandlerName
+    run_id: str = Field(min_length=1, max_length=1000)
+    payload: dict[str, Any] = Field(default_factory=dict)
+    retry: RetryPolicy = RetryPolicy()
+    compensation: bool = False
+    compensates: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "ActivityScheduled":
+        if self.run_id != activity_run_id(self.workflow_id, self.sequence):
+            raise ValueError("run_id must be `{workflow_id}/{sequence}`")
+        if self.compensation != (self.compensates is not None):
+            raise ValueError("a compensation names the step it compensates, and only a compensation does")
+        if self.compensates is not None and self.compensates >= self.sequence:
+            raise ValueError("a compensation undoes an earlier step")
+        return self
+
+
+class ActivityCompleted(HistoryEvent):
+    """The activity scheduled at `scheduled_sequence` returned `result` (the claimer's RunCompleted).
+
+    On replay this result is handed back to the code instead of running the activity again.
+    """
+
+    message_type = "workflow.activity_completed"
+    scheduled_sequence: int = Field(ge=1)
+    result: Any = None
+
+
+class ActivityFailed(HistoryEvent):
+    """The activity scheduled at `scheduled_sequence` gave up: its error is raised in the code.
+
+    Appended once, when the claimer stops trying: `permanent` for a non-retryable error, otherwise
+    its attempts ran out. Attempts that are retried are the claimer's business, not history.
+    """
+
+    message_type = "workflow.activity_failed"
+    scheduled_sequence: int = Field(ge=1)
+    error_type: str = Field(min_length=1, max_length=400)
+    message: str = Field(default="", max_length=10_000)
+    permanent: bool = False
+
+
+class TimerStarted(HistoryEvent):
+    """The code slept: a durable timer `timer_id` (kept by the ticker) fires at `fire_at`."""
+
+    message_type = "workflow.timer_started"
+    timer_id: str = Field(min_length=1, max_length=1000)
+    fire_at: AwareDatetime
+
+
+class WorkflowTimerFired(HistoryEvent):
+    """The timer started at `started_sequence` fired (the ticker's TimerFired, recorded here)."""
+
+    message_type = "workflow.timer_fired"
+    started_sequence: int = Field(ge=1)
+    timer_id: str = Field(min_length=1, max_length=1000)
+    fired_at: AwareDatetime
+
+
+class SignalReceived(HistoryEvent):
+    """A SignalWorkflow was delivered to the code at this point of its history."""
+
+    message_type = "workflow.signal_received"
+    signal: Annotated[str, Field(pattern=IDENTIFIER_PATTERN)]
+    payload: dict[str, Any] = Field(default_factory=dict)
+    command_id: str | None = Field(default=None, max_length=1000)
+
+
+class CompensationRegistered(HistoryEvent):
+    """The forward step `for_step` succeeded; `activity(payload)` undoes it if the saga fails.
+
+    Appended right after that step's ActivityCompleted, so the list of what to undo is durable
+    before the workflow moves on. Compensations run in reverse order of registration.
+    """
+
+    message_type = "workflow.compensation_registered"
+    #: Sequence of the forward step's ActivityScheduled.
+    for_step: int = Field(ge=1)
+    activity: HandlerName
+    payload: dict[str, Any] = Field(default_factory=dict)
+    retry: RetryPolicy = RetryPolicy()
+
+
+class CancelRequested(HistoryEvent):
+    """A CancelWorkflow reached the code; it stops and runs its compensations."""
+
+    message_type = "workflow.cancel_requested"
+    reason: str = Field(default="", max_length=1000)
+    command_id: str | None = Field(default=None, max_length=1000)
+
+
+class WorkflowCompleted(HistoryEvent):
+    """The code returned `result`. Terminal: nothing is appended after it."""
+
+    message_type = "workflow.completed"
+    result: Any = None
+
+
+class WorkflowFailed(HistoryEvent):
+    """The code raised. Terminal. `compensated`: every registered compensation ran and succeeded."""
+
+    message_type = "workflow.failed"
+    error_type: str = Field(min_length=1, max_length=400)
+    message: str = Field(default="", max_length=10_000)
+    compensated: bool = False
+
+
+class WorkflowCancelled(HistoryEvent):
+    """The workflow stopped on a cancel request. Terminal."""
+
+    message_type = "workflow.cancelled"
+    reason: str = Field(default="", max_length=1000)
+    compensated: bool = False
+
+
+class NonDeterminismDetected(HistoryEvent):
+    """A replay went another way than the history at `at_sequence`: the workflow is stopped.
+
+    The orchestrator appends this instead of acting on the diverging decision, so the history up to
+    here stays exactly as recorded (nothing is rewritten or scheduled). It is a marker, not a
+    decision: a replay skips it. The workflow stays stuck until code that matches the history is
+    deployed and the orchestrator appends its next event.
+    """
+
+    message_type = "workflow.non_determinism_detected"
+    at_sequence: int = Field(ge=1)
+    #: What the history recorded at `at_sequence`, e.g. `workflow.activity_scheduled payments.charge`.
+    expected: str = Field(max_length=2000)
+    #: What the replayed code did instead, e.g. `activity payments.authorize`.
+    got: str = Field(max_length=2000)
+
+
+#: Every history event type, in the order the docs list them.
+HISTORY_EVENTS: tuple[type[HistoryEvent], ...] = (
+    WorkflowStarted,
+    ActivityScheduled,
+    ActivityCompleted,
+    ActivityFailed,
+    TimerStarted,
+    WorkflowTimerFired,
+    SignalReceived,
+    CompensationRegistered,
+    CancelRequested,
+    WorkflowCompleted,
+    WorkflowFailed,
+    WorkflowCancelled,
+    NonDeterminismDetected,
+)
+#: Events after which the orchestrator appends nothing.
+TERMINAL_EVENTS: tuple[type[HistoryEvent], ...] = (WorkflowCompleted, WorkflowFailed, WorkflowCancelled)
