@@ -26,6 +26,7 @@ from slotflow.contracts import (
     DeadLetterStatusChanged,
     Envelope,
     FireTimerFired,
+    HistoryEvent,
     JobDue,
     Message,
     RunCompleted,
@@ -49,6 +50,7 @@ from slotflow.contracts.runs import RunEvent
 from slotflow.contracts.topics import WORKFLOW_HISTORY
 from slotflow.kafka.records import Record
 from slotflow.pg.pool import Conn
+from slotflow_api.workflow_projection import record_event, refold
 
 #: Command types whose consumer acknowledges them (CommandAccepted/CommandRejected); the others
 #: stay `published` once seen on their topic.
@@ -97,6 +99,8 @@ class _RunBatch:
     dues: list[tuple[Any, ...]] = field(default_factory=list)
     attempts: list[tuple[Any, ...]] = field(default_factory=list)
     touched: set[str] = field(default_factory=set)
+    #: Workflows with new typed history events: folded again once the batch is written.
+    workflows: set[str] = field(default_factory=set)
 
 
 async def project(conn: Conn, *, schema: str, facts: Sequence[Fact]) -> int:
@@ -106,6 +110,7 @@ async def project(conn: Conn, *, schema: str, facts: Sequence[Fact]) -> int:
     for fact in fresh:
         await _apply(conn, schema, fact, runs)
     await _flush_runs(conn, schema, runs)
+    await refold(conn, schema, runs.workflows)
     return len(fresh)
 
 
@@ -162,7 +167,13 @@ async def _apply(conn: Conn, schema: str, fact: Fact, runs: _RunBatch) -> None:
     elif isinstance(message, StartWorkflow | SignalWorkflow | CancelWorkflow):
         await _workflow_command(conn, schema, fact, message)
     if fact.topic == WORKFLOW_HISTORY.name:
-        await _history(conn, schema, fact.envelope.key, fact, "history", _sequence(fact.envelope))
+        if isinstance(message, HistoryEvent):
+            await record_event(conn, schema, fact.envelope, message)
+            runs.workflows.add(message.workflow_id)
+            await _history(conn, schema, message.workflow_id, fact, "history", message.sequence)
+        else:
+            # Registered but not a history type (an older producer's copy): listed, not folded.
+            await _history(conn, schema, fact.envelope.key, fact, "history", _sequence(fact.envelope))
     if fact.topic.endswith(".commands.v1"):
         await _command_seen(conn, schema, fact)
 
@@ -646,8 +657,8 @@ async def _history(
     conn: Conn, schema: str, workflow_id: str, fact: Fact, origin: str, sequence: int | None
 ) -> None:
     await conn.execute(
-        f"INSERT INTO {schema}.workflow_history (workflow_id, entry_id, at, origin, type, sequence, data) "
-        "VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb) ON CONFLICT DO NOTHING",
+        f"INSERT INTO {schema}.workflow_history (workflow_id, entry_id, at, origin, type, sequence, data, "
+        "version) VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8) ON CONFLICT DO NOTHING",
         workflow_id,
         f"{fact.topic}/{fact.dedupe_id}",
         fact.envelope.occurred_at,
@@ -655,4 +666,5 @@ async def _history(
         fact.envelope.type,
         sequence,
         _json(fact.envelope.data),
+        fact.envelope.version,
     )

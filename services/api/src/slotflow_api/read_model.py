@@ -224,10 +224,14 @@ async def get_run(pool: Pool, schema: str, run_id: str) -> dict[str, Any] | None
 
 # -- workflows ----------------------------------------------------------------------------------
 
+# Without typed history the newest activity run is the best guess at the current step.
 _WORKFLOW_SELECT = """
-SELECT w.*, COALESCE(w.requested_at, w.updated_at) AS sort_at,
+SELECT w.workflow_id, w.workflow_type, w.input, w.status, w.cancel_requested, w.cancel_reason,
+       w.requested_at, w.updated_at, w.last_sequence, w.started_at, w.ended_at, w.derived,
+       COALESCE(w.requested_at, w.updated_at) AS sort_at,
+       CASE WHEN w.last_sequence IS NOT NULL THEN w.current_step ELSE
        (SELECT r.handler FROM {schema}.runs r WHERE r.workflow_id = w.workflow_id
-         ORDER BY r.sequence DESC NULLS LAST, r.slot DESC LIMIT 1) AS current_step
+         ORDER BY r.sequence DESC NULLS LAST, r.slot DESC LIMIT 1) END AS current_step
   FROM {schema}.workflows w
 """
 
@@ -235,6 +239,7 @@ SELECT w.*, COALESCE(w.requested_at, w.updated_at) AS sort_at,
 def workflow_row(row: asyncpg.Record) -> dict[str, Any]:
     out = dict(row)
     out["input"] = _loads(out["input"])
+    out.pop("derived", None)
     return out
 
 
@@ -278,47 +283,104 @@ async def get_workflow(pool: Pool, schema: str, workflow_id: str) -> dict[str, A
     )
     if row is None:
         return None
+    derived: dict[str, Any] = _loads(row["derived"]) or {}
     out = workflow_row(row)
     activities = await pool.fetch(
         _RUN_SELECT.format(schema=schema) + " WHERE r.workflow_id = $1 ORDER BY r.sequence, r.slot",
         workflow_id,
     )
     out["activities"] = [run_row(r) for r in activities]
-    out["pending_activities"] = [a for a in out["activities"] if a["state"] not in _TERMINAL_RUN_STATES]
-    timers = await pool.fetch(
-        f"SELECT * FROM {schema}.timers WHERE owner = $1 AND action = 'timer_fired' ORDER BY fire_at, timer_id",
-        workflow_id,
-    )
-    out["timers"] = [dict(t) for t in timers]
-    out["pending_timers"] = [t for t in out["timers"] if t["status"] == "pending"]
-    compensations = await pool.fetch(
-        f"SELECT * FROM {schema}.workflow_history WHERE workflow_id = $1 AND type LIKE '%compensat%' "
-        "ORDER BY at, entry_id",
-        workflow_id,
-    )
-    out["compensations"] = [history_row(c) for c in compensations]
+    runs = {a["run_id"]: a for a in out["activities"]}
+    if row["last_sequence"] is None:
+        _untyped(out, await _ticker_timers(pool, schema, workflow_id))
+    else:
+        _typed(out, derived, runs)
     out["history_length"] = await pool.fetchval(
         f"SELECT count(*) FROM {schema}.workflow_history WHERE workflow_id = $1", workflow_id
     )
     return out
 
 
+async def _ticker_timers(pool: Pool, schema: str, workflow_id: str) -> list[dict[str, Any]]:
+    timers = await pool.fetch(
+        f"SELECT * FROM {schema}.timers WHERE owner = $1 AND action = 'timer_fired' ORDER BY fire_at, timer_id",
+        workflow_id,
+    )
+    return [dict(t) for t in timers]
+
+
+def _untyped(out: dict[str, Any], timers: list[dict[str, Any]]) -> None:
+    """No typed history yet: what the commands, activity runs and timers alone tell."""
+    out["steps"], out["compensations"], out["signals"], out["anomalies"] = [], [], [], []
+    out.update(result=None, error=None, compensated=None, non_determinism=None, gap_at=None)
+    out["pending_activities"] = [a for a in out["activities"] if a["state"] not in _TERMINAL_RUN_STATES]
+    out["timers"] = timers
+    out["pending_timers"] = [t for t in timers if t["status"] == "pending"]
+
+
+def _typed(out: dict[str, Any], derived: dict[str, Any], runs: dict[str, dict[str, Any]]) -> None:
+    """The state folded from the typed history, with each activity's run state beside it."""
+    steps = [dict(step) for step in derived.get("steps", [])]
+    for step in steps:
+        run = runs.get(step["run_id"])
+        step["run_state"] = run["state"] if run is not None else None
+    out["steps"] = steps
+    out["pending_activities"] = [
+        {
+            "sequence": step["sequence"],
+            "handler": step["activity"],
+            "run_id": step["run_id"],
+            "state": step["run_state"] or "scheduled",
+            "attempt": runs[step["run_id"]]["attempt"] if step["run_id"] in runs else 0,
+            "compensation": step["compensation"],
+            "compensates": step["compensates"],
+            "scheduled_at": step["scheduled_at"],
+        }
+        for step in steps
+        if step["state"] == "scheduled"
+    ]
+    out["timers"] = [
+        {
+            "timer_id": timer["timer_id"],
+            "owner": out["workflow_id"],
+            "action": "timer_fired",
+            "sequence": timer["sequence"],
+            "fire_at": timer["fire_at"],
+            "status": timer["status"],
+            "fired_at": timer["fired_at"],
+        }
+        for timer in derived.get("timers", [])
+    ]
+    out["pending_timers"] = [t for t in out["timers"] if t["status"] == "pending"]
+    for name in ("compensations", "signals", "anomalies"):
+        out[name] = derived.get(name, [])
+    for name in ("result", "error", "compensated", "non_determinism", "gap_at"):
+        out[name] = derived.get(name)
+
+
 def history_row(row: asyncpg.Record) -> dict[str, Any]:
     out = dict(row)
     out["data"] = _loads(out["data"])
+    out.pop("position", None)
     return out
 
 
 async def workflow_history(
-    pool: Pool, schema: str, workflow_id: str, *, limit: int, cursor: str | None
+    pool: Pool, schema: str, workflow_id: str, *, limit: int, cursor: str | None, origin: str | None = None
 ) -> Page:
     f = Filters()
     f.add("workflow_id = {}", workflow_id)
+    if origin is not None:
+        f.add("origin = {}", origin)
     if cursor is not None:
-        at, entry_id = decode_cursor(cursor, (datetime, str))
-        f.add("(at, entry_id) > ({}, {})", at, entry_id)
-    sql = f"SELECT * FROM {schema}.workflow_history WHERE {f.where()} ORDER BY at, entry_id"
-    rows, next_cursor = await _page(pool, sql, f, limit, ("at", "entry_id"))
+        at, position, entry_id = decode_cursor(cursor, (datetime, int, str))
+        f.add("(at, COALESCE(sequence, 0), entry_id) > ({}, {}, {})", at, position, entry_id)
+    # Events recorded in the same instant keep their history order (sequence), not the id's text order.
+    sql = (
+        f"SELECT *, COALESCE(sequence, 0) AS position FROM {schema}.workflow_history WHERE {f.where()} "
+        "ORDER BY at, COALESCE(sequence, 0), entry_id"
+    )
+    rows, next_cursor = await _page(pool, sql, f, limit, ("at", "position", "entry_id"))
     return Page([history_row(r) for r in rows], next_cursor)
 
 

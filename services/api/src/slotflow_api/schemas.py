@@ -111,13 +111,21 @@ class Timer(BaseModel):
 class Workflow(BaseModel):
     workflow_id: str
     workflow_type: str | None
-    status: str
+    status: str = Field(
+        description="requested (a StartWorkflow seen, no history yet) | running | compensating | "
+        "completed | failed | cancelled | stuck (an open non-determinism)"
+    )
     cancel_requested: bool
     cancel_reason: str | None
     input: dict[str, Any] | None
     requested_at: datetime | None
     updated_at: datetime
     current_step: str | None
+    last_sequence: int | None = Field(
+        default=None, description="the last history sequence folded into this row (null: no history yet)"
+    )
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
 
 
 class HistoryEntry(BaseModel):
@@ -125,17 +133,87 @@ class HistoryEntry(BaseModel):
     at: datetime
     origin: str = Field(description="command | history | activity | timer")
     type: str
+    version: int = 1
     sequence: int | None
     data: dict[str, Any]
 
 
+class PendingActivity(BaseModel):
+    sequence: int | None
+    handler: str | None = Field(description="the activity (registered handler)")
+    run_id: str
+    state: str = Field(description="the run's state as the claimers report it, or scheduled")
+    attempt: int
+    compensation: bool = False
+    compensates: int | None = None
+    scheduled_at: datetime | None = None
+
+
+class WorkflowStep(BaseModel):
+    """An activity the history scheduled, with its recorded outcome."""
+
+    sequence: int
+    activity: str
+    run_id: str
+    compensation: bool
+    compensates: int | None
+    state: Literal["scheduled", "completed", "failed"]
+    run_state: str | None = Field(default=None, description="the run's state in the runs read model")
+    scheduled_at: datetime
+    finished_at: datetime | None
+    finished_sequence: int | None
+    result: Any = None
+    error: dict[str, Any] | None
+
+
+class Compensation(BaseModel):
+    """A registered compensation, listed in the order it runs (the newest registration first)."""
+
+    for_step: int = Field(description="sequence of the forward step it undoes")
+    step_activity: str | None
+    activity: str
+    payload: dict[str, Any]
+    registered_sequence: int
+    registered_at: datetime
+    state: Literal["registered", "running", "done", "failed"]
+    scheduled_sequence: int | None
+    run_id: str | None
+    error: dict[str, Any] | None
+
+
+class Signal(BaseModel):
+    sequence: int
+    signal: str
+    payload: dict[str, Any]
+    at: datetime
+
+
+class NonDeterminism(BaseModel):
+    sequence: int
+    at_sequence: int
+    expected: str
+    got: str
+    at: datetime
+    open: bool = Field(description="true while nothing has been recorded after it: the workflow is stopped")
+
+
 class WorkflowDetail(Workflow):
     history_length: int
-    activities: list[Run]
-    pending_activities: list[Run]
+    activities: list[Run] = Field(
+        description="runs of the workflow's activities, as the claimers report them"
+    )
+    steps: list[WorkflowStep]
+    pending_activities: list[PendingActivity]
     timers: list[Timer]
     pending_timers: list[Timer]
-    compensations: list[HistoryEntry]
+    compensations: list[Compensation]
+    signals: list[Signal]
+    result: Any = None
+    error: dict[str, Any] | None
+    compensated: bool | None
+    non_determinism: NonDeterminism | None
+    gap_at: int | None = Field(description="first missing sequence while later events wait for it")
+    anomalies: list[str] = Field(description="history events that break the contract (ignored by the fold)")
 
 
 class DeadLetter(BaseModel):

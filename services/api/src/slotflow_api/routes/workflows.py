@@ -1,6 +1,6 @@
-"""Workflows: list, show (status, current step, pending activities and timers), history, commands."""
+"""Workflows: list, show (state derived from the typed history), history, commands."""
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Body, Depends, Path, Query
 from fastapi.responses import JSONResponse
@@ -77,10 +77,16 @@ async def get_workflow(
 async def get_history(
     s: Annotated[Services, Depends(services)],
     workflow_id: WorkflowId,
+    origin: Annotated[
+        Literal["command", "history", "activity", "timer"] | None,
+        Query(description="only entries from this source; `history` is the typed workflow history"),
+    ] = None,
     limit: Limit = 50,
     cursor: Cursor = None,
 ) -> read_model.Page:
-    page = await read_model.workflow_history(s.pool, s.schema, workflow_id, limit=limit, cursor=cursor)
+    page = await read_model.workflow_history(
+        s.pool, s.schema, workflow_id, limit=limit, cursor=cursor, origin=origin
+    )
     missing = not page.items and cursor is None
     if missing and await read_model.get_workflow(s.pool, s.schema, workflow_id) is None:
         raise NotFound(f"workflow {workflow_id!r} is not known (yet)")

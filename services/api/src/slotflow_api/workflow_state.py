@@ -1,0 +1,268 @@
+"""A workflow's state, derived from its typed history (docs/workflows-history.md).
+
+`fold` is a pure function of the set of history events: it reads them in sequence order, so the
+same history gives the same state however often and in whatever batches its events arrived, and a
+rebuild from the topic gives the same row.
+"""
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from slotflow.contracts import (
+    ActivityCompleted,
+    ActivityFailed,
+    ActivityScheduled,
+    CancelRequested,
+    CompensationRegistered,
+    HistoryEvent,
+    NonDeterminismDetected,
+    SignalReceived,
+    TimerStarted,
+    WorkflowCancelled,
+    WorkflowCompleted,
+    WorkflowFailed,
+    WorkflowStarted,
+    WorkflowTimerFired,
+)
+
+#: Statuses the history gives a workflow ("requested" is the api's own: a StartWorkflow seen, no history yet).
+STATUSES = ("running", "compensating", "completed", "failed", "cancelled", "stuck")
+TERMINAL_STATUSES = frozenset({"completed", "failed", "cancelled"})
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """One history event and when it was recorded (its envelope's occurred_at)."""
+
+    event: HistoryEvent
+    at: datetime
+
+
+@dataclass
+class WorkflowState:
+    """What the read model shows of a workflow, as JSON-ready values."""
+
+    status: str = "running"
+    current_step: str | None = None
+    last_sequence: int = 0
+    #: The first missing sequence when later events are already there (they wait for it).
+    gap_at: int | None = None
+    workflow_type: str | None = None
+    input: dict[str, Any] | None = None
+    command_id: str | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    updated_at: datetime | None = None
+    result: Any = None
+    error: dict[str, Any] | None = None
+    compensated: bool | None = None
+    cancel_requested: bool = False
+    cancel_reason: str | None = None
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    timers: list[dict[str, Any]] = field(default_factory=list)
+    signals: list[dict[str, Any]] = field(default_factory=list)
+    #: In the order they run on failure or cancel: newest registration first.
+    compensations: list[dict[str, Any]] = field(default_factory=list)
+    non_determinism: dict[str, Any] | None = None
+    #: Events that break the contract (a result for no scheduled activity, events after the end).
+    anomalies: list[str] = field(default_factory=list)
+
+    @property
+    def pending_activities(self) -> list[dict[str, Any]]:
+        return [step for step in self.steps if step["state"] == "scheduled"]
+
+    @property
+    def pending_timers(self) -> list[dict[str, Any]]:
+        return [timer for timer in self.timers if timer["status"] == "pending"]
+
+    def derived(self) -> dict[str, Any]:
+        """The lists and details stored beside the scalar columns (JSON-ready)."""
+        return {
+            "gap_at": self.gap_at,
+            "command_id": self.command_id,
+            "result": self.result,
+            "error": self.error,
+            "compensated": self.compensated,
+            "steps": self.steps,
+            "timers": self.timers,
+            "signals": self.signals,
+            "compensations": self.compensations,
+            "non_determinism": self.non_determinism,
+            "anomalies": self.anomalies,
+        }
+
+
+def _iso(at: datetime) -> str:
+    return at.isoformat()
+
+
+def contiguous(events: list[Recorded]) -> tuple[list[Recorded], int | None]:
+    """Events 1..k in order, one per sequence (the first wins), and the first missing sequence if
+    later ones exist."""
+    by_sequence: dict[int, Recorded] = {}
+    for recorded in events:
+        by_sequence.setdefault(recorded.event.sequence, recorded)
+    prefix: list[Recorded] = []
+    expected = 1
+    while expected in by_sequence:
+        prefix.append(by_sequence[expected])
+        expected += 1
+    gap = expected if any(seq > expected for seq in by_sequence) else None
+    return prefix, gap
+
+
+def fold(events: list[Recorded]) -> WorkflowState | None:
+    """The state after the contiguous history from sequence 1; None while WorkflowStarted is missing."""
+    prefix, gap = contiguous(events)
+    if not prefix or not isinstance(prefix[0].event, WorkflowStarted):
+        return None
+    state = WorkflowState(gap_at=gap)
+    steps: dict[int, dict[str, Any]] = {}
+    timers: dict[int, dict[str, Any]] = {}
+    registered: dict[int, dict[str, Any]] = {}
+    compensating = False
+    terminal: str | None = None
+    for recorded in prefix:
+        event, at = recorded.event, recorded.at
+        state.last_sequence = event.sequence
+        state.updated_at = at
+        if terminal is not None:
+            state.anomalies.append(f"#{event.sequence} {event.message_type} after the workflow ended")
+            continue
+        if not isinstance(event, NonDeterminismDetected) and state.non_determinism is not None:
+            # The orchestrator moved on: code matching the history was deployed.
+            state.non_determinism["open"] = False
+        if isinstance(event, WorkflowStarted):
+            state.workflow_type, state.input, state.command_id = (
+                event.workflow_type,
+                event.input,
+                event.command_id,
+            )
+            state.started_at = at
+        elif isinstance(event, ActivityScheduled):
+            steps[event.sequence] = {
+                "sequence": event.sequence,
+                "activity": event.activity,
+                "run_id": event.run_id,
+                "compensation": event.compensation,
+                "compensates": event.compensates,
+                "state": "scheduled",
+                "scheduled_at": _iso(at),
+                "finished_at": None,
+                "finished_sequence": None,
+                "result": None,
+                "error": None,
+            }
+            if event.compensates is not None:
+                compensating = True
+                entry = registered.get(event.compensates)
+                if entry is None:
+                    state.anomalies.append(
+                        f"#{event.sequence} compensates #{event.compensates}, never registered"
+                    )
+                else:
+                    entry.update(
+                        state="running", scheduled_sequence=event.sequence, run_id=event.run_id, error=None
+                    )
+        elif isinstance(event, ActivityCompleted | ActivityFailed):
+            step = steps.get(event.scheduled_sequence)
+            if step is None or step["state"] != "scheduled":
+                state.anomalies.append(
+                    f"#{event.sequence} {event.message_type} for #{event.scheduled_sequence}, not a pending activity"
+                )
+                continue
+            step.update(finished_at=_iso(at), finished_sequence=event.sequence)
+            if isinstance(event, ActivityCompleted):
+                step.update(state="completed", result=event.result)
+            else:
+                error = {"type": event.error_type, "message": event.message, "permanent": event.permanent}
+                step.update(state="failed", error=error)
+            if step["compensates"] is not None and step["compensates"] in registered:
+                entry = registered[step["compensates"]]
+                if entry.get("scheduled_sequence") == step["sequence"]:
+                    entry["state"] = "done" if step["state"] == "completed" else "failed"
+                    entry["error"] = step["error"]
+        elif isinstance(event, TimerStarted):
+            timers[event.sequence] = {
+                "sequence": event.sequence,
+                "timer_id": event.timer_id,
+                "fire_at": _iso(event.fire_at),
+                "status": "pending",
+                "fired_at": None,
+                "fired_sequence": None,
+            }
+        elif isinstance(event, WorkflowTimerFired):
+            timer = timers.get(event.started_sequence)
+            if timer is None or timer["status"] != "pending":
+                state.anomalies.append(
+                    f"#{event.sequence} fired #{event.started_sequence}, not a pending timer"
+                )
+                continue
+            timer.update(status="fired", fired_at=_iso(event.fired_at), fired_sequence=event.sequence)
+        elif isinstance(event, SignalReceived):
+            state.signals.append(
+                {"sequence": event.sequence, "signal": event.signal, "payload": event.payload, "at": _iso(at)}
+            )
+        elif isinstance(event, CompensationRegistered):
+            forward = steps.get(event.for_step)
+            registered[event.for_step] = {
+                "for_step": event.for_step,
+                "step_activity": forward["activity"] if forward is not None else None,
+                "activity": event.activity,
+                "payload": event.payload,
+                "registered_sequence": event.sequence,
+                "registered_at": _iso(at),
+                "state": "registered",
+                "scheduled_sequence": None,
+                "run_id": None,
+                "error": None,
+            }
+            if forward is None or forward["state"] != "completed":
+                state.anomalies.append(
+                    f"#{event.sequence} registers a compensation for #{event.for_step}, not a completed step"
+                )
+        elif isinstance(event, CancelRequested):
+            state.cancel_requested = True
+            state.cancel_reason = state.cancel_reason or event.reason
+        elif isinstance(event, WorkflowCompleted):
+            terminal, state.result = "completed", event.result
+        elif isinstance(event, WorkflowFailed):
+            terminal, state.compensated = "failed", event.compensated
+            state.error = {"type": event.error_type, "message": event.message}
+        elif isinstance(event, WorkflowCancelled):
+            terminal, state.compensated = "cancelled", event.compensated
+            state.cancel_reason = state.cancel_reason or event.reason or None
+        elif isinstance(event, NonDeterminismDetected):
+            state.non_determinism = {
+                "sequence": event.sequence,
+                "at_sequence": event.at_sequence,
+                "expected": event.expected,
+                "got": event.got,
+                "at": _iso(at),
+                "open": True,
+            }
+        if terminal is not None:
+            state.ended_at = at
+    state.steps = [steps[s] for s in sorted(steps)]
+    state.timers = [timers[s] for s in sorted(timers)]
+    state.compensations = sorted(registered.values(), key=lambda c: -int(c["registered_sequence"]))
+    open_divergence = state.non_determinism is not None and state.non_determinism["open"]
+    if terminal is not None:
+        state.status = terminal
+    elif open_divergence:
+        state.status = "stuck"
+    else:
+        state.status = "compensating" if compensating else "running"
+    state.current_step = None if terminal is not None else _current_step(state)
+    return state
+
+
+def _current_step(state: WorkflowState) -> str | None:
+    pending = state.pending_activities
+    if pending:
+        return str(pending[-1]["activity"])
+    timers = state.pending_timers
+    if timers:
+        return f"timer {timers[-1]['timer_id']}"
+    return str(state.steps[-1]["activity"]) if state.steps else None

@@ -1,0 +1,225 @@
+"""The fold from typed history to workflow state: statuses, saga order, gaps, duplicates."""
+
+from datetime import UTC, datetime, timedelta
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from slotflow.contracts import (
+    ActivityCompleted,
+    ActivityFailed,
+    ActivityScheduled,
+    CancelRequested,
+    CompensationRegistered,
+    HistoryEvent,
+    NonDeterminismDetected,
+    SignalReceived,
+    TimerStarted,
+    WorkflowCancelled,
+    WorkflowCompleted,
+    WorkflowFailed,
+    WorkflowStarted,
+    WorkflowTimerFired,
+)
+from slotflow_api.workflow_state import Recorded, fold
+
+W = "order-7"
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
+def rec(*events: HistoryEvent) -> list[Recorded]:
+    return [Recorded(e, T0 + timedelta(seconds=e.sequence)) for e in events]
+
+
+def started() -> WorkflowStarted:
+    return WorkflowStarted(
+        workflow_id=W, sequence=1, workflow_type="checkout", input={"o": 7}, command_id="c1"
+    )
+
+
+def scheduled(seq: int, activity: str, compensates: int | None = None) -> ActivityScheduled:
+    return ActivityScheduled(
+        workflow_id=W,
+        sequence=seq,
+        activity=activity,
+        run_id=f"{W}/{seq}",
+        compensation=compensates is not None,
+        compensates=compensates,
+    )
+
+
+def done(seq: int, of: int, result: object = None) -> ActivityCompleted:
+    return ActivityCompleted(workflow_id=W, sequence=seq, scheduled_sequence=of, result=result)
+
+
+def failed(seq: int, of: int) -> ActivityFailed:
+    return ActivityFailed(
+        workflow_id=W,
+        sequence=seq,
+        scheduled_sequence=of,
+        error_type="NoCarrier",
+        message="none",
+        permanent=True,
+    )
+
+
+def registered(seq: int, for_step: int, activity: str) -> CompensationRegistered:
+    return CompensationRegistered(workflow_id=W, sequence=seq, for_step=for_step, activity=activity)
+
+
+def saga() -> list[HistoryEvent]:
+    """Two steps succeed (each registers its undo), the third fails, undos run newest first."""
+    return [
+        started(),
+        scheduled(2, "inventory.reserve"),
+        done(3, 2, {"hold": 1}),
+        registered(4, 2, "inventory.release"),
+        scheduled(5, "payments.charge"),
+        done(6, 5),
+        registered(7, 5, "payments.refund"),
+        scheduled(8, "shipping.book"),
+        failed(9, 8),
+        scheduled(10, "payments.refund", compensates=5),
+        done(11, 10),
+        scheduled(12, "inventory.release", compensates=2),
+        done(13, 12),
+        WorkflowFailed(workflow_id=W, sequence=14, error_type="NoCarrier", message="none", compensated=True),
+    ]
+
+
+def state_after(n: int) -> dict[str, object]:
+    state = fold(rec(*saga()[:n]))
+    assert state is not None
+    return {
+        "status": state.status,
+        "step": state.current_step,
+        "comp": [(c["activity"], c["state"]) for c in state.compensations],
+        "pending": [a["activity"] for a in state.pending_activities],
+    }
+
+
+def test_the_saga_step_by_step() -> None:
+    assert state_after(1) == {"status": "running", "step": None, "comp": [], "pending": []}
+    assert state_after(2)["step"] == "inventory.reserve"
+    assert state_after(8) == {
+        "status": "running",
+        "step": "shipping.book",
+        "comp": [("payments.refund", "registered"), ("inventory.release", "registered")],
+        "pending": ["shipping.book"],
+    }
+    assert state_after(10) == {
+        "status": "compensating",
+        "step": "payments.refund",
+        "comp": [("payments.refund", "running"), ("inventory.release", "registered")],
+        "pending": ["payments.refund"],
+    }
+    assert state_after(12)["comp"] == [("payments.refund", "done"), ("inventory.release", "running")]
+    assert state_after(14) == {
+        "status": "failed",
+        "step": None,
+        "comp": [("payments.refund", "done"), ("inventory.release", "done")],
+        "pending": [],
+    }
+    final = fold(rec(*saga()))
+    assert final is not None
+    assert (final.compensated, final.error, final.last_sequence) == (
+        True,
+        {"type": "NoCarrier", "message": "none"},
+        14,
+    )
+    assert final.ended_at == T0 + timedelta(seconds=14)
+    assert [s["state"] for s in final.steps] == ["completed", "completed", "failed", "completed", "completed"]
+    assert final.steps[0]["result"] == {"hold": 1}
+    assert final.anomalies == []
+
+
+def test_a_failed_compensation_shows_failed_and_can_be_retried() -> None:
+    events = [*saga()[:10], failed(11, 10)]
+    state = fold(rec(*events))
+    assert state is not None
+    assert state.compensations[0]["state"] == "failed"
+    assert state.compensations[0]["error"]["type"] == "NoCarrier"
+    retried = fold(rec(*events, scheduled(12, "payments.refund", compensates=5)))
+    assert retried is not None
+    assert (retried.compensations[0]["state"], retried.compensations[0]["scheduled_sequence"]) == (
+        "running",
+        12,
+    )
+
+
+def test_timers_signals_and_cancel() -> None:
+    timer = TimerStarted(workflow_id=W, sequence=2, timer_id=f"{W}/timer/2", fire_at=T0 + timedelta(hours=1))
+    state = fold(rec(started(), timer))
+    assert state is not None
+    assert state.current_step == f"timer {W}/timer/2"
+    assert [t["status"] for t in state.pending_timers] == ["pending"]
+    fired = WorkflowTimerFired(
+        workflow_id=W, sequence=3, started_sequence=2, timer_id=timer.timer_id, fired_at=T0
+    )
+    signal = SignalReceived(workflow_id=W, sequence=4, signal="approve", payload={"by": "ops"})
+    cancel = CancelRequested(workflow_id=W, sequence=5, reason="customer asked")
+    end = WorkflowCancelled(workflow_id=W, sequence=6, reason="customer asked", compensated=True)
+    state = fold(rec(started(), timer, fired, signal, cancel))
+    assert state is not None
+    assert (state.status, state.pending_timers, state.cancel_requested) == ("running", [], True)
+    assert state.signals == [
+        {
+            "sequence": 4,
+            "signal": "approve",
+            "payload": {"by": "ops"},
+            "at": (T0 + timedelta(seconds=4)).isoformat(),
+        }
+    ]
+    state = fold(rec(started(), timer, fired, signal, cancel, end))
+    assert state is not None
+    assert (state.status, state.cancel_reason, state.compensated) == ("cancelled", "customer asked", True)
+
+
+def test_completed_carries_its_result_and_nothing_after_counts() -> None:
+    late = scheduled(3, "too.late")
+    state = fold(rec(started(), WorkflowCompleted(workflow_id=W, sequence=2, result={"ok": 1}), late))
+    assert state is not None
+    assert (state.status, state.result, state.steps) == ("completed", {"ok": 1}, [])
+    assert state.anomalies == ["#3 workflow.activity_scheduled after the workflow ended"]
+
+
+def test_non_determinism_stops_the_workflow_until_it_moves_on() -> None:
+    diverged = NonDeterminismDetected(
+        workflow_id=W, sequence=3, at_sequence=2, expected="activity a", got="activity b"
+    )
+    state = fold(rec(started(), scheduled(2, "a"), diverged))
+    assert state is not None
+    assert state.status == "stuck"
+    assert state.non_determinism is not None
+    assert state.non_determinism["open"] is True
+    assert [a["activity"] for a in state.pending_activities] == ["a"]
+    resumed = fold(rec(started(), scheduled(2, "a"), diverged, done(4, 2)))
+    assert resumed is not None
+    assert resumed.status == "running"
+    assert resumed.non_determinism is not None
+    assert resumed.non_determinism["open"] is False
+
+
+def test_a_gap_holds_later_events_back() -> None:
+    events = rec(started(), scheduled(2, "a"), done(4, 2))
+    state = fold(events)
+    assert state is not None
+    assert (state.last_sequence, state.gap_at) == (2, 3)
+    assert fold(rec(scheduled(2, "a"))) is None
+
+
+def test_results_for_unknown_steps_are_anomalies_not_state() -> None:
+    state = fold(rec(started(), done(2, 9), registered(3, 9, "undo")))
+    assert state is not None
+    assert len(state.anomalies) == 2
+    assert state.steps == []
+
+
+@given(st.data())
+def test_duplicates_and_arrival_order_do_not_change_the_state(data: st.DataObject) -> None:
+    events = rec(*saga())
+    cut = data.draw(st.integers(min_value=1, max_value=len(events)))
+    prefix = events[:cut]
+    copies = data.draw(st.lists(st.sampled_from(prefix), max_size=10))
+    shuffled = data.draw(st.permutations(prefix + copies))
+    assert fold(list(shuffled)) == fold(prefix)
