@@ -95,6 +95,7 @@ class TickerApp:
             self.kafka.topic(SCHEDULE_COMMANDS),
             group_id=group_id(self.settings, self.kafka),
             client_id=f"ticker-{self.settings.ticker_id}",
+            max_poll_records=self.settings.command_batch_size,
         )
 
     async def _serve(self, pool: Pool, producer: Producer, stop: asyncio.Event) -> None:
@@ -192,6 +193,7 @@ class TickerApp:
         loop = ConsumeLoop(
             consumer,
             handler=handler.handle,
+            batch_handler=handler.handle_batch if self.settings.command_batching else None,
             dlq=producer,
             dlq_topic=self.kafka.topic(DLQ_MESSAGES),
             source_service=SERVICE,

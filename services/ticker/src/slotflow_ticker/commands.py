@@ -1,9 +1,11 @@
 """Applying schedule and timer commands from the schedule-commands topic.
 
-Each command applies in one transaction holding: its inbox entry (the envelope id, so a redelivery
-is recognised and does nothing), the state change, and the outbox rows announcing it (the
-lifecycle event and CommandAccepted, or CommandRejected plus a DeadLettered record for the DLQ).
-A refused command changes nothing but is still recorded, so it is refused once.
+Each command's effects commit in one transaction holding: its inbox entry (the envelope id, so a
+redelivery is recognised and does nothing), the state change, and the outbox rows announcing it
+(the lifecycle event and CommandAccepted, or CommandRejected plus a DeadLettered record for the
+DLQ). A refused command changes nothing but is still recorded, so it is refused once. A polled
+batch shares one such transaction (retries arrive as bursts of StartTimers, and a commit each
+capped intake at tens of timers a second); a batch that fails is applied again one by one.
 """
 
 import logging
@@ -89,7 +91,8 @@ def subject_of(message: Message) -> str:
 
 
 class CommandHandler:
-    """Applies decoded commands; the ConsumeLoop calls `handle` once per record."""
+    """Applies decoded commands: the ConsumeLoop calls `handle_batch` once per polled batch, and
+    `handle` once per record when a batch has to be retried one command at a time."""
 
     def __init__(
         self,
@@ -124,20 +127,85 @@ class CommandHandler:
                 # refused command leaves only its inbox entry and the rejection behind.
                 applied = await self.apply(conn, envelope, message, now=now)
                 outcome = "accepted"
-                applied.staged.append(
-                    self._events.accepted(
-                        command_id=envelope.id,
-                        command_type=envelope.type,
-                        subject=subject_of(message),
-                        occurred_at=now,
-                    )
-                )
+                applied.staged.append(self._accepted(envelope, message, now))
             except (CommandRefused, BacklogTooLong) as refusal:
                 outcome = "rejected"
                 applied = Applied(self.rejection(incoming.record, envelope, refusal, now=now))
             await stage_all(conn, schema=self._schema, items=applied.staged)
         self._metrics.commands.labels(envelope.type, outcome).inc()
         self._on_commit(applied.due)
+
+    async def handle_batch(self, batch: list[Incoming]) -> None:
+        """Apply a polled batch of commands in one transaction (the ConsumeLoop's batch handler).
+
+        The same effects as `handle` once per command, in order, at the cost of one commit: every
+        command id goes into the inbox with one statement (a redelivered one, or a second copy in
+        the batch, is skipped), consecutive StartTimers become one insert, and every command's
+        events, CommandRejected and DeadLettered included, are staged with one statement. Other
+        commands apply one by one inside a savepoint, so a refusal undoes only its own command.
+        If the transaction fails other than by an outage, the ConsumeLoop handles the batch
+        again one command at a time with `handle`, which parks the one that cannot be applied.
+        """
+        async with self._pool.acquire() as conn, conn.transaction():
+            fresh = await conn.fetch(
+                self._q.record_commands,
+                [i.envelope.id for i in batch],
+                [i.record.topic for i in batch],
+            )
+            new = {r["event_id"] for r in fresh}
+            if not new:
+                return
+            now: datetime = await conn.fetchval(self._q.now)
+            staged: list[Outgoing] = []
+            due: list[tuple[str, datetime]] = []
+            outcomes: list[tuple[str, str]] = []
+            timers: dict[str, StartTimer] = {}
+            for incoming in batch:
+                envelope, message = incoming.envelope, incoming.message
+                if envelope.id not in new:
+                    continue
+                new.discard(envelope.id)
+                if isinstance(message, StartTimer):
+                    # The first StartTimer of a timer id wins, as it would one transaction each.
+                    timers.setdefault(message.timer_id, message)
+                    due.append((timer_key(message.timer_id), message.fire_at))
+                    staged.append(self._accepted(envelope, message, now))
+                    outcomes.append((envelope.type, "accepted"))
+                    continue
+                # Any other command sees the timers before it, as it would one by one.
+                await self._insert_timers(conn, timers)
+                timers = {}
+                try:
+                    async with conn.transaction():
+                        applied = await self.apply(conn, envelope, message, now=now)
+                except (CommandRefused, BacklogTooLong) as refusal:
+                    staged.extend(self.rejection(incoming.record, envelope, refusal, now=now))
+                    outcomes.append((envelope.type, "rejected"))
+                    continue
+                staged.extend(applied.staged)
+                staged.append(self._accepted(envelope, message, now))
+                due.extend(applied.due)
+                outcomes.append((envelope.type, "accepted"))
+            await self._insert_timers(conn, timers)
+            await stage_all(conn, schema=self._schema, items=staged)
+        for command_type, outcome in outcomes:
+            self._metrics.commands.labels(command_type, outcome).inc()
+        self._on_commit(due)
+
+    async def _insert_timers(self, conn: Conn, timers: dict[str, StartTimer]) -> None:
+        if not timers:
+            return
+        await conn.execute(
+            self._q.insert_timers,
+            list(timers),
+            [t.fire_at for t in timers.values()],
+            [dump_action(t.on_fire) for t in timers.values()],
+        )
+
+    def _accepted(self, envelope: Envelope, message: Message, now: datetime) -> Staged:
+        return self._events.accepted(
+            command_id=envelope.id, command_type=envelope.type, subject=subject_of(message), occurred_at=now
+        )
 
     def rejection(
         self, record: Record, envelope: Envelope, error: Exception, *, now: datetime

@@ -40,6 +40,11 @@ class TickerSettings(BaseSettings):
     #: Relay every free outbox shard in one transaction per pass (OutboxRelay one_transaction):
     #: a pass costs five round trips whatever the number of shards with rows.
     relay_one_transaction: bool = True
+    #: Apply each polled batch of commands in one transaction (off: one transaction per command,
+    #: the fallback path; kept switchable so the two can be compared in the same run).
+    command_batching: bool = True
+    #: Most command records one poll hands to a batch transaction.
+    command_batch_size: int = Field(default=500, ge=1, le=10_000)
     #: Prometheus metrics port on 0.0.0.0; 0 turns the HTTP endpoint off.
     metrics_port: int = Field(default=9310, ge=0, le=65535)
     metrics_host: str = "0.0.0.0"  # noqa: S104 - a metrics endpoint is meant to be scraped

@@ -166,6 +166,24 @@ ON CONFLICT (timer_id) DO NOTHING
 RETURNING timer_id
 """
 
+# A polled batch of StartTimers in one statement; same key and same no-op on a repeated timer id.
+# The caller passes each timer id once (the first command of the batch wins, as it would one by one).
+INSERT_TIMERS = """
+INSERT INTO {schema}.timers (timer_id, fire_at, action)
+SELECT t.timer_id, t.fire_at, t.action::jsonb
+  FROM unnest($1::text[], $2::timestamptz[], $3::text[]) AS t(timer_id, fire_at, action)
+ON CONFLICT (timer_id) DO NOTHING
+"""
+
+# A polled batch of command ids recorded in the inbox at once (primary key: a redelivered command
+# is recognised). Returns the ids that were new; only those are applied.
+RECORD_COMMANDS = """
+INSERT INTO {schema}.inbox (event_id, topic)
+SELECT * FROM unnest($1::text[], $2::text[])
+ON CONFLICT (event_id) DO NOTHING
+RETURNING event_id
+"""
+
 # Only a pending timer can be cancelled; a fired one has already had its effect.
 CANCEL_TIMER = """
 UPDATE {schema}.timers SET state = 'cancelled' WHERE timer_id = $1 AND state = 'pending'
@@ -203,6 +221,8 @@ class Queries:
     resume: str
     delete: str
     insert_timer: str
+    insert_timers: str
+    record_commands: str
     cancel_timer: str
     purge_inbox: str
     purge_timers: str
@@ -231,6 +251,8 @@ class Queries:
             resume=fill(RESUME),
             delete=fill(DELETE),
             insert_timer=fill(INSERT_TIMER),
+            insert_timers=fill(INSERT_TIMERS),
+            record_commands=fill(RECORD_COMMANDS),
             cancel_timer=fill(CANCEL_TIMER),
             purge_inbox=fill(PURGE_INBOX),
             purge_timers=fill(PURGE_TIMERS),
