@@ -6,7 +6,9 @@ collapse downstream on the envelope id.
 """
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable, Mapping
+import functools
+import random
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +20,7 @@ from aiokafka.errors import (
     RecordListTooLargeError,
     RecordTooLargeError,
 )
+from aiokafka.partitioner import murmur2
 
 from slotflow.contracts.codec import encode
 from slotflow.contracts.envelope import TYPE_HEADER, VERSION_HEADER, Envelope
@@ -140,28 +143,72 @@ class Producer:
         )
 
     async def send_raw_many(self, records: Iterable[OutgoingRecord]) -> list[Delivered]:
-        """Enqueue records in the given order, then wait for every acknowledgement.
+        """Send records as one record batch per partition, then wait for every acknowledgement.
 
-        Enqueueing one after another (not in concurrent tasks) keeps the given order per partition.
+        Each record goes to the partition the producer's own partitioner would choose (murmur2 of
+        the key, see `partition_for`), and records of one partition keep the given order inside
+        their batches, and the batches their order on the partition; so per-key order and placement
+        are what one `send` per record gives, for a fraction of the CPU.
         """
-        futures = []
+        batches: dict[tuple[str, int], list[_Batch]] = {}
+        placed: list[tuple[_Batch, int, int]] = []
+        partitions: dict[str, tuple[list[int], list[int]]] = {}
         try:
             for record in records:
                 self._check_size(record.topic, record.value)
-                futures.append(
-                    await self._producer.send(
-                        record.topic,
-                        value=record.value,
-                        key=record.key,
-                        headers=list((record.headers or {}).items()),
-                    )
-                )
-            metas = await asyncio.gather(*futures)
+                known = partitions.get(record.topic)
+                if known is None:
+                    known = partitions[record.topic] = await self._partitions(record.topic)
+                tp = (record.topic, partition_for(record.key, *known))
+                batch, created = self._append(batches.setdefault(tp, []), record)
+                placed.append((batch, batch.count, created))
+                batch.count += 1
+            # Round by round, so a partition whose earlier batch is still being drained holds up
+            # only its own later batches.
+            rounds = max((len(b) for b in batches.values()), default=0)
+            for index in range(rounds):
+                for (topic, partition), chain in batches.items():
+                    if index < len(chain):
+                        batch = chain[index]
+                        batch.builder.close()  # closed: ready to drain at once, no linger
+                        batch.future = await self._producer.send_batch(
+                            batch.builder, topic, partition=partition
+                        )
+            chains = [batch for chain in batches.values() for batch in chain]
+            for batch, meta in zip(chains, await asyncio.gather(*(b.future for b in chains)), strict=True):
+                batch.meta = meta
         except _SIZE_ERRORS as err:
             raise MessageTooLarge(f"a record of the batch is too large: {err}") from err
         except KafkaError as err:
             raise TransientStorageError(f"batch send failed: {err}") from err
-        return [Delivered(m.topic, m.partition, m.offset, m.timestamp) for m in metas]
+        delivered = []
+        for batch, index, created in placed:
+            meta = batch.meta
+            # -1: the topic keeps the producer's create time, which the record carries.
+            stamp = created if meta.timestamp in (-1, None) else meta.timestamp
+            delivered.append(Delivered(meta.topic, meta.partition, meta.offset + index, stamp))
+        return delivered
+
+    def _append(self, chain: list["_Batch"], record: OutgoingRecord) -> tuple["_Batch", int]:
+        """Append to the partition's open batch, or to a new one when it is full; (batch, time)."""
+        headers = list((record.headers or {}).items())
+        if chain:
+            meta = chain[-1].builder.append(
+                timestamp=None, key=record.key, value=record.value, headers=headers
+            )
+            if meta is not None:
+                return chain[-1], int(meta.timestamp)
+        # A new batch always takes its first record, whatever its size.
+        batch = _Batch(self._producer.create_batch())
+        chain.append(batch)
+        meta = batch.builder.append(timestamp=None, key=record.key, value=record.value, headers=headers)
+        return batch, int(meta.timestamp)
+
+    async def _partitions(self, topic: str) -> tuple[list[int], list[int]]:
+        # The order aiokafka's partitioner indexes into: list() of the metadata's set.
+        every = list(await self._producer.partitions_for(topic))
+        available = list(self._producer.client.cluster.available_partitions_for_topic(topic) or ())
+        return every, available
 
     def limit_for(self, topic: str) -> int:
         """The largest value this producer sends to ``topic``."""
@@ -189,6 +236,33 @@ class Producer:
         await self._producer.send_offsets_to_transaction(
             {TopicPartition(t, p): o for (t, p), o in offsets.items()}, group_id
         )
+
+
+@dataclass(eq=False, slots=True)
+class _Batch:
+    """One partition's record batch in a `send_raw_many` call."""
+
+    builder: Any
+    count: int = 0
+    future: Any = None
+    meta: Any = None
+
+
+@functools.lru_cache(maxsize=65536)
+def _murmur2(key: bytes) -> int:
+    # aiokafka's murmur2 is pure Python; keys (job ids, schedule ids) repeat, so hash each once.
+    return int(murmur2(key))
+
+
+def partition_for(key: bytes | None, partitions: Sequence[int], available: Sequence[int]) -> int:
+    """The partition aiokafka's default partitioner picks for ``key`` (the Java client's too).
+
+    ``partitions`` in the order the producer's metadata lists them; a record without a key goes to
+    a random available partition, as the partitioner does.
+    """
+    if key is None:
+        return random.choice(available or partitions)  # noqa: S311 - placement, not secrets
+    return partitions[(_murmur2(key) & 0x7FFFFFFF) % len(partitions)]
 
 
 def envelope_headers(envelope: Envelope) -> dict[str, bytes]:

@@ -18,10 +18,12 @@ same envelope ids again, which consumers collapse. That is the effectively-once 
 """
 
 import asyncio
+import functools
 import json
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from slotflow.contracts.codec import encode
 from slotflow.contracts.envelope import TYPE_HEADER, VERSION_HEADER, Envelope
@@ -220,30 +222,27 @@ class OutboxRelay:
             )
             if not locked:
                 return 0
-            # Each shard is read through its own index range (bounded by the batch); sorted by seq,
-            # so each key's records leave in staging order.
+            # Read and marked in one statement: each shard through its own index range (bounded by
+            # the batch). The mark is only as durable as the commit that follows the broker's
+            # acknowledgement: a failed send rolls it back, and `now()` is this transaction's time
+            # either way.
             rows = await conn.fetch(
-                f"SELECT r.seq, r.topic, r.key, r.value, r.headers FROM unnest($1::int[]) AS sh(s), "
-                f"LATERAL (SELECT seq, topic, key, value, headers FROM {self._schema}.outbox "
-                "WHERE shard = sh.s AND published_at IS NULL ORDER BY seq LIMIT $2) AS r ORDER BY r.seq",
+                f"UPDATE {self._schema}.outbox AS o SET published_at = now() "
+                f"FROM unnest($1::int[]) AS sh(s), LATERAL (SELECT seq FROM {self._schema}.outbox "
+                "WHERE shard = sh.s AND published_at IS NULL ORDER BY seq LIMIT $2) AS pick "
+                "WHERE o.seq = pick.seq AND o.published_at IS NULL "
+                "RETURNING o.seq, o.topic, o.key, o.value, o.headers",
                 locked,
                 self._batch_size,
             )
             if not rows:
                 return 0
-            # Enqueued in seq order and pipelined; the idempotent producer keeps per-partition order.
+            # Sorted by seq, so each key's records leave in staging order; one record batch per
+            # partition (the producer keeps the order within each).
+            rows.sort(key=_seq)
             await self._producer.send_raw_many(
-                OutgoingRecord(
-                    r["topic"],
-                    str(r["key"]).encode(),
-                    bytes(r["value"]),
-                    {k: str(v).encode("latin-1") for k, v in json.loads(r["headers"]).items()},
-                )
+                OutgoingRecord(r["topic"], r["key"].encode(), r["value"], _headers(r["headers"]))
                 for r in rows
-            )
-            await conn.execute(
-                f"UPDATE {self._schema}.outbox SET published_at = now() WHERE seq = ANY($1::bigint[])",
-                [r["seq"] for r in rows],
             )
             return len(rows)
 
@@ -261,6 +260,17 @@ class OutboxRelay:
             f"SELECT count(*) FROM {self._schema}.outbox WHERE published_at IS NULL"
         )
         return int(value)
+
+
+def _seq(row: Any) -> int:
+    return int(row["seq"])
+
+
+@functools.lru_cache(maxsize=1024)
+def _headers(stored: str) -> Mapping[str, bytes]:
+    # Rows of one event type carry the same few headers: decode each distinct set once. The
+    # mapping is shared between records, so nothing may change it (the producer only reads it).
+    return {k: str(v).encode("latin-1") for k, v in json.loads(stored).items()}
 
 
 async def _wait_any(stop: asyncio.Event, wake: asyncio.Event, timeout: float) -> None:
