@@ -54,8 +54,9 @@ async def _seed_schedule(emit: Emitter, sid: str, now: datetime) -> list[datetim
             finished_at=slot,
         )
 
-    # Slot 0: fired on time (its jittered fire time is now, when it is produced).
-    await emit(JOBS_DUE, due(slots[0], fire_at=now), id=run_id(sid, slots[0]), key=sid)
+    # Slot 0: fired on time (its jittered fire time is the moment it is produced: read right
+    # before producing, as a loaded machine can take seconds between the emits).
+    await emit(JOBS_DUE, due(slots[0], fire_at=datetime.now(UTC)), id=run_id(sid, slots[0]), key=sid)
     await emit(RUN_EVENTS, done(slots[0], 1), id=f"{run_id(sid, slots[0])}/1/completed", key=sid)
     # Slot 1: the JobDue is produced hours after the slot.
     await emit(JOBS_DUE, due(slots[1]), id=run_id(sid, slots[1]), key=sid)
@@ -69,7 +70,7 @@ async def _seed_schedule(emit: Emitter, sid: str, now: datetime) -> list[datetim
     )
     await emit(SCHEDULE_EVENTS, skipped, id=f"{sid}/skip/2", key=sid, occurred_at=slots[2])
     # Slot 3: two claims both completed: a duplicated effect.
-    await emit(JOBS_DUE, due(slots[3], fire_at=now), id=run_id(sid, slots[3]), key=sid)
+    await emit(JOBS_DUE, due(slots[3], fire_at=datetime.now(UTC)), id=run_id(sid, slots[3]), key=sid)
     for token in (1, 2):
         await emit(RUN_EVENTS, done(slots[3], token), id=f"{run_id(sid, slots[3])}/1/completed", key=sid)
     # Slot 4: nothing at all. Then paused before slot 5, so slot 5 is the policy's doing.
@@ -90,7 +91,14 @@ async def test_audit_reports_every_category(client: httpx.AsyncClient, emit: Emi
     }
     url = "/v1/audit?" + httpx.QueryParams(params).__str__()
     body = await eventually_json(
-        client, url, lambda b: b["summary"]["duplicated_effect"] == 1 and b["summary"]["fired"] == 1
+        client,
+        url,
+        # Schedule events and jobs are different topics: wait for both to be projected.
+        lambda b: (
+            b["summary"]["duplicated_effect"] == 1
+            and b["summary"]["fired"] == 1
+            and b["summary"]["skipped_by_policy"] == 2
+        ),
     )
     statuses = [(s["slot"], s["status"]) for s in body["slots"]]
     assert [s for _, s in statuses] == [
