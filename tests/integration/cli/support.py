@@ -1,9 +1,9 @@
 """A running api (uvicorn on a free loopback port) and a realistic scene to show in it.
 
 Shared by the CLI tests and the dashboard's browser test. The scene's past (a schedule's runs over
-the last hours, a workflow's activities and compensations) goes through the api's own projection
-function with the Kafka timestamps a live system would have given (so lateness is realistic);
-everything else the tests need is produced to the real topics and projected by the running app.
+the last hours, a checkout saga's typed history and its activity runs) goes through the api's own
+projection function with the Kafka timestamps a live system would have given (so lateness is
+realistic); everything else the tests need is produced to the real topics and projected by the running app.
 """
 
 import asyncio
@@ -18,10 +18,14 @@ import uvicorn
 from fastapi import FastAPI
 
 from slotflow.contracts import (
+    ActivityCompleted,
+    ActivityFailed,
+    ActivityScheduled,
+    CompensationRegistered,
     CronSpec,
     DeadLetterStatusChanged,
     Envelope,
-    FireTimerFired,
+    HistoryEvent,
     IntervalSpec,
     JobDue,
     Message,
@@ -34,9 +38,13 @@ from slotflow.contracts import (
     ScheduleCreated,
     ScheduleDefinition,
     SchedulePaused,
+    SignalReceived,
     SlotSkipped,
-    StartTimer,
     StartWorkflow,
+    TimerStarted,
+    WorkflowStarted,
+    WorkflowTimerFired,
+    history_event_id,
     wrap,
 )
 from slotflow.contracts.codec import decode, encode
@@ -44,7 +52,6 @@ from slotflow.contracts.topics import (
     DLQ_EVENTS,
     JOBS_DUE,
     RUN_EVENTS,
-    SCHEDULE_COMMANDS,
     SCHEDULE_EVENTS,
     WORKFLOW_COMMANDS,
     WORKFLOW_HISTORY,
@@ -149,11 +156,8 @@ class Scene:
         key: str,
         occurred_at: datetime,
         produced_at: datetime | None = None,
-        type_name: str | None = None,
     ) -> None:
         envelope = wrap(message, id=id, key=key, source="scene", occurred_at=occurred_at)
-        if type_name is not None:
-            envelope = envelope.model_copy(update={"type": type_name})
         offset = self._offsets.get(spec.name, 0)
         self._offsets[spec.name] = offset + 1
         record = Record(
@@ -168,16 +172,6 @@ class Scene:
         self.facts.append(Fact(spec.name, record, envelope, message))
 
 
-class CompensationRecorded(Message):
-    """Stands in for the orchestrator's history event (not in the contracts yet)."""
-
-    message_type = "saga.compensation_recorded"
-    workflow_id: str
-    sequence: int
-    name: str
-    for_step: str
-
-
 def payouts_definition() -> ScheduleDefinition:
     return ScheduleDefinition(
         spec=CronSpec(expression="0 * * * *"),
@@ -189,7 +183,7 @@ def payouts_definition() -> ScheduleDefinition:
 
 
 def build_scene(now: datetime | None = None) -> Scene:
-    """An hourly payouts schedule over the last eight hours, and an order saga half way through."""
+    """An hourly payouts schedule over the last eight hours, and and a checkout saga compensating after a failed step."""
     current = (now or datetime.now(UTC)).replace(microsecond=0)
     hour = current.replace(minute=0, second=0)
     if current - hour < timedelta(minutes=2):
@@ -326,77 +320,153 @@ def _payout_slot(scene: Scene, slot: datetime, outcome: str) -> None:
 
 
 def _saga(scene: Scene, hour: datetime) -> None:
+    """A checkout saga: two steps succeed, booking the shipment fails, compensations run newest first.
+
+    The refund is done; the inventory release is being run by a claimer (so the saga is compensating).
+    """
     begin = hour - timedelta(minutes=40)
     start = StartWorkflow(
         workflow_id=WORKFLOW, workflow_type="orders.checkout", input={"order": 1042, "total": "99.90"}
     )
     scene.add(WORKFLOW_COMMANDS, start, id="scene-start-order", key=WORKFLOW, occurred_at=begin)
-    steps = [
-        (1, "inventory.reserve", "completed"),
-        (3, "payments.charge", "completed"),
-        (5, "shipping.book", "running"),
-    ]
-    for sequence, handler, outcome in steps:
-        rid = activity_run_id(WORKFLOW, sequence)
-        at = begin + timedelta(seconds=sequence * 20)
-        due = JobDue(
-            run_id=rid,
-            job_id=WORKFLOW,
-            slot=at,
-            kind="activity",
-            handler=handler,
-            workflow_id=WORKFLOW,
-            sequence=sequence,
-        )
-        scene.add(JOBS_DUE, due, id=job_due_event_id(rid, 1), key=WORKFLOW, occurred_at=at)
-        common: dict[str, Any] = {
-            "run_id": rid,
-            "job_id": WORKFLOW,
-            "slot": at,
-            "attempt": 1,
-            "fence_token": 1,
-            "owner": "claimer-1",
-            "workflow_id": WORKFLOW,
-            "sequence": sequence,
-        }
-        started = at + timedelta(milliseconds=300)
+
+    def at(sequence: int) -> datetime:
+        return begin + timedelta(seconds=sequence * 20)
+
+    def history(event: HistoryEvent) -> None:
         scene.add(
-            RUN_EVENTS,
-            RunStarted(**common, started_at=started),
-            id=f"{rid}/1/started",
+            WORKFLOW_HISTORY,
+            event,
+            id=history_event_id(WORKFLOW, event.sequence),
             key=WORKFLOW,
-            occurred_at=started,
+            occurred_at=at(event.sequence),
         )
-        if outcome == "completed":
-            finished = started + timedelta(seconds=1)
-            done = RunCompleted(**common, result={"ok": True}, started_at=started, finished_at=finished)
-            scene.add(RUN_EVENTS, done, id=f"{rid}/1/completed", key=WORKFLOW, occurred_at=finished)
-            compensation = {"inventory.reserve": "inventory.release", "payments.charge": "payments.refund"}[
-                handler
-            ]
-            recorded = CompensationRecorded(
-                workflow_id=WORKFLOW, sequence=sequence + 1, name=compensation, for_step=handler
+
+    def step(sequence: int, activity: str, outcome: str, compensates: int | None = None) -> None:
+        history(
+            ActivityScheduled(
+                workflow_id=WORKFLOW,
+                sequence=sequence,
+                activity=activity,
+                run_id=activity_run_id(WORKFLOW, sequence),
+                payload={"order": 1042},
+                compensation=compensates is not None,
+                compensates=compensates,
             )
-            scene.add(
-                WORKFLOW_HISTORY,
-                recorded,
-                id=f"{WORKFLOW}/{sequence + 1}",
-                key=WORKFLOW,
-                occurred_at=finished,
-                type_name=CompensationRecorded.message_type,
-            )
-    timer = StartTimer(
-        timer_id=f"{WORKFLOW}/timer/6",
-        fire_at=hour + timedelta(hours=2),
-        on_fire=FireTimerFired(owner=WORKFLOW, sequence=6),
+        )
+        _activity_run(scene, sequence, activity, at(sequence), outcome)
+
+    history(
+        WorkflowStarted(
+            workflow_id=WORKFLOW,
+            sequence=1,
+            workflow_type=start.workflow_type,
+            input=start.input,
+            command_id="scene-start-order",
+        )
     )
+    step(2, "inventory.reserve", "completed")
+    history(
+        ActivityCompleted(workflow_id=WORKFLOW, sequence=3, scheduled_sequence=2, result={"hold": "H-77"})
+    )
+    history(
+        CompensationRegistered(
+            workflow_id=WORKFLOW,
+            sequence=4,
+            for_step=2,
+            activity="inventory.release",
+            payload={"hold": "H-77"},
+        )
+    )
+    step(5, "payments.charge", "completed")
+    history(
+        ActivityCompleted(workflow_id=WORKFLOW, sequence=6, scheduled_sequence=5, result={"charge": "ch_9"})
+    )
+    history(
+        CompensationRegistered(
+            workflow_id=WORKFLOW,
+            sequence=7,
+            for_step=5,
+            activity="payments.refund",
+            payload={"charge": "ch_9"},
+        )
+    )
+    timer_id = f"{WORKFLOW}/timer/8"
+    history(TimerStarted(workflow_id=WORKFLOW, sequence=8, timer_id=timer_id, fire_at=at(9)))
+    history(
+        WorkflowTimerFired(
+            workflow_id=WORKFLOW, sequence=9, started_sequence=8, timer_id=timer_id, fired_at=at(9)
+        )
+    )
+    history(
+        SignalReceived(
+            workflow_id=WORKFLOW, sequence=10, signal="address_confirmed", payload={"zip": "10115"}
+        )
+    )
+    step(11, "shipping.book", "failed")
+    history(
+        ActivityFailed(
+            workflow_id=WORKFLOW,
+            sequence=12,
+            scheduled_sequence=11,
+            error_type="NoCarrier",
+            message="no carrier serves 10115",
+            permanent=True,
+        )
+    )
+    step(13, "payments.refund", "completed", compensates=5)
+    history(
+        ActivityCompleted(workflow_id=WORKFLOW, sequence=14, scheduled_sequence=13, result={"refund": "re_3"})
+    )
+    step(15, "inventory.release", "running", compensates=2)
+
+
+def _activity_run(scene: Scene, sequence: int, handler: str, at: datetime, outcome: str) -> None:
+    """The claimer's side of an activity: its JobDue and run events under `{workflow_id}/{sequence}`."""
+    rid = activity_run_id(WORKFLOW, sequence)
+    due = JobDue(
+        run_id=rid,
+        job_id=WORKFLOW,
+        slot=at,
+        kind="activity",
+        handler=handler,
+        workflow_id=WORKFLOW,
+        sequence=sequence,
+    )
+    scene.add(JOBS_DUE, due, id=job_due_event_id(rid, 1), key=WORKFLOW, occurred_at=at)
+    common: dict[str, Any] = {
+        "run_id": rid,
+        "job_id": WORKFLOW,
+        "slot": at,
+        "attempt": 1,
+        "fence_token": 1,
+        "owner": "claimer-1",
+        "workflow_id": WORKFLOW,
+        "sequence": sequence,
+    }
+    started = at + timedelta(milliseconds=300)
     scene.add(
-        SCHEDULE_COMMANDS,
-        timer,
-        id="scene-timer-6",
-        key=timer.timer_id,
-        occurred_at=begin + timedelta(minutes=2),
+        RUN_EVENTS,
+        RunStarted(**common, started_at=started),
+        id=f"{rid}/1/started",
+        key=WORKFLOW,
+        occurred_at=started,
     )
+    finished = started + timedelta(seconds=1)
+    if outcome == "completed":
+        done = RunCompleted(**common, result={"ok": True}, started_at=started, finished_at=finished)
+        scene.add(RUN_EVENTS, done, id=f"{rid}/1/completed", key=WORKFLOW, occurred_at=finished)
+    elif outcome == "failed":
+        failed = RunFailed(
+            **common,
+            error_type="NoCarrier",
+            message="no carrier serves 10115",
+            retryable=False,
+            finished_at=finished,
+        )
+        scene.add(RUN_EVENTS, failed, id=f"{rid}/1/failed", key=WORKFLOW, occurred_at=finished)
+        dead = RunDeadLettered(**common, reason="permanent_error")
+        scene.add(RUN_EVENTS, dead, id=f"{rid}/dead-lettered", key=WORKFLOW, occurred_at=finished)
 
 
 async def project_scene(pool: Pool, schema: str, facts: Sequence[Fact]) -> int:

@@ -238,12 +238,28 @@ async def test_queries_print_tables_or_json(
     assert len(json.loads(_ok(runs).out)["items"]) == 7
     assert "TimeoutError: bank API timed out" in _ok(run).out
     assert "claimer-2" in run.out
-    assert "payments.refund" in _ok(workflow).out
-    assert "shipping.book" in workflow.out
-    assert "saga.compensation_recorded" in _ok(history).out
-    summary = json.loads(_ok(replay).out)
-    assert summary["by_type"]["saga.compensation_recorded"] == 2
-    assert [c["data"]["name"] for c in summary["compensations"]] == ["inventory.release", "payments.refund"]
+    shown = _ok(workflow).out
+    assert "status:           compensating" in shown
+    assert "current step:     inventory.release" in shown
+    undo = [line.split() for line in shown.split("newest first):\n")[1].splitlines()[1:3]]
+    assert [(row[0], row[2], row[3], row[4]) for row in undo] == [
+        ("#5", "payments.refund", "done", "7"),
+        ("#2", "inventory.release", "running", "4"),
+    ]
+    assert "workflow.compensation_registered" in _ok(history).out
+    assert "to undo #5: payments.refund" in history.out
+    assert "#11 failed: NoCarrier: no carrier serves 10115 (permanent)" in history.out
+    plan = json.loads(_ok(replay).out)
+    assert plan["status"] == "compensating"
+    assert plan["code_checked"] is False
+    assert plan["non_determinism"] is None
+    by_sequence = {d["sequence"]: d for d in plan["decisions"]}
+    assert by_sequence[2]["hands_back"] == 'result {"hold":"H-77"}'
+    assert by_sequence[8]["decision"] == "sleep"
+    assert by_sequence[10]["hands_back"] == 'payload {"zip":"10115"}'
+    assert by_sequence[11]["hands_back"] == "raises NoCarrier: no carrier serves 10115"
+    assert by_sequence[15]["hands_back"].startswith("nothing yet")
+    assert "workflow SDK of the orchestrator" in replay.err
     assert len(_ok(dlq).out.splitlines()) == 3
     assert "card declined by issuer" in _ok(letter).out
     assert audit.code == 1, audit

@@ -3,6 +3,7 @@
 import io
 import json
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -12,7 +13,17 @@ from slotflow.cli.__main__ import execute, main
 from slotflow.cli.context import Context
 from slotflow.cli.output import render_table, spec_text
 from slotflow.cli.parser import build_parser
-from slotflow.cli.querying import replay_summary
+from slotflow.cli.workflows import describe, replay_plan
+from slotflow.contracts import (
+    ActivityCompleted,
+    ActivityFailed,
+    ActivityScheduled,
+    CompensationRegistered,
+    HistoryEvent,
+    NonDeterminismDetected,
+    TimerStarted,
+    WorkflowStarted,
+)
 
 Responder = Callable[[httpx.Request], httpx.Response]
 
@@ -262,43 +273,137 @@ def test_audit_prints_slots_and_summary_and_check_fails_on_missed_slots() -> Non
     assert run([*argv, "--check"], reply(clean))[0] == 0
 
 
-def test_replay_summary_counts_what_history_would_hand_back() -> None:
-    workflow = {
-        "workflow_id": "w1",
-        "status": "running",
-        "pending_timers": [
-            {"timer_id": "w1/4", "fire_at": "2026-01-01T00:00:00Z", "status": "pending", "owner": "w1"}
-        ],
-        "compensations": [
-            {"sequence": 2, "type": "compensation.recorded", "data": {"name": "refund"}, "at": "x"}
-        ],
-    }
-    history = [
-        {"sequence": 1, "type": "workflow.started"},
-        {"sequence": 2, "type": "activity.completed"},
-        {"sequence": 3, "type": "activity.completed"},
+def _entries(*events: HistoryEvent) -> list[dict[str, Any]]:
+    """History entries as the API serves them (origin history, the event as data)."""
+    return [
+        {
+            "entry_id": f"h/{e.workflow_id}#{e.sequence}",
+            "at": "2026-03-01T12:00:00Z",
+            "origin": "history",
+            "type": e.message_type,
+            "version": 1,
+            "sequence": e.sequence,
+            "data": e.model_dump(mode="json"),
+        }
+        for e in events
     ]
-    summary = replay_summary(workflow, history)
-    assert summary["events"] == 3
-    assert summary["last_sequence"] == 3
-    assert summary["by_type"] == {"activity.completed": 2, "workflow.started": 1}
-    assert summary["pending_timers"] == [
-        {"timer_id": "w1/4", "fire_at": "2026-01-01T00:00:00Z", "status": "pending"}
-    ]
-    assert summary["compensations"][0]["data"] == {"name": "refund"}
 
 
-def test_replay_reads_workflow_and_history_and_says_code_was_not_rerun() -> None:
-    def api(request: httpx.Request) -> httpx.Response:
+def _saga_history(*extra: HistoryEvent) -> list[dict[str, Any]]:
+    return _entries(
+        WorkflowStarted(
+            workflow_id="w1", sequence=1, workflow_type="checkout", input={"o": 1}, command_id="c"
+        ),
+        ActivityScheduled(workflow_id="w1", sequence=2, activity="payments.charge", run_id="w1/2"),
+        ActivityCompleted(workflow_id="w1", sequence=3, scheduled_sequence=2, result={"charge": "ch_1"}),
+        CompensationRegistered(workflow_id="w1", sequence=4, for_step=2, activity="payments.refund"),
+        TimerStarted(
+            workflow_id="w1", sequence=5, timer_id="w1/t5", fire_at=datetime(2026, 3, 2, tzinfo=UTC)
+        ),
+        ActivityScheduled(workflow_id="w1", sequence=6, activity="shipping.book", run_id="w1/6"),
+        ActivityFailed(
+            workflow_id="w1", sequence=7, scheduled_sequence=6, error_type="NoCarrier", permanent=True
+        ),
+        ActivityScheduled(
+            workflow_id="w1",
+            sequence=8,
+            activity="payments.refund",
+            run_id="w1/8",
+            compensation=True,
+            compensates=2,
+        ),
+        *extra,
+    )
+
+
+def test_replay_plan_hands_back_recorded_results_by_sequence() -> None:
+    plan = replay_plan({"workflow_id": "w1", "status": "compensating"}, _saga_history())
+    rows = [
+        (d["sequence"], d["decision"], d["name"], d["hands_back"], d["outcome_sequence"])
+        for d in plan["decisions"]
+    ]
+    assert rows == [
+        (1, "start", "checkout", 'input {"o":1}', None),
+        (2, "activity", "payments.charge", 'result {"charge":"ch_1"}', 3),
+        (4, "register undo", "payments.refund for #2", "recorded, runs on failure", None),
+        (5, "sleep", "w1/t5", "still sleeping until 2026-03-02T00:00:00Z", None),
+        (6, "activity", "shipping.book", "raises NoCarrier: ", 7),
+        (
+            8,
+            "compensation",
+            "payments.refund (undoes #2)",
+            "nothing yet: the replay stops here and waits for the result",
+            None,
+        ),
+    ]
+    assert plan["last_sequence"] == 8
+    assert (plan["non_determinism"], plan["code_checked"]) == (None, False)
+
+
+def _api(history: list[dict[str, Any]]) -> Responder:
+    def answer(request: httpx.Request) -> httpx.Response:
         if request.url.path.endswith("/history"):
-            return httpx.Response(200, json={"items": [{"sequence": 1, "type": "workflow.started"}]})
-        return httpx.Response(200, json={"workflow_id": "w1", "status": "running"})
+            assert request.url.params["origin"] == "history"
+            return httpx.Response(200, json={"items": history, "next_cursor": None})
+        return httpx.Response(200, json={"workflow_id": "w1", "workflow_type": "checkout", "status": "stuck"})
 
-    code, out, err, _ = run(["replay", "w1"], api)
+    return answer
+
+
+def test_replay_flags_an_open_non_determinism_and_says_code_was_not_checked() -> None:
+    diverged = NonDeterminismDetected(
+        workflow_id="w1",
+        sequence=9,
+        at_sequence=6,
+        expected="activity shipping.book",
+        got="activity shipping.fast",
+    )
+    code, out, err, _ = run(["replay", "w1"], _api(_saga_history(diverged)))
+    assert code == 1
+    assert "raises NoCarrier" in out
+    assert (
+        "non-determinism (#9): at #6: expected activity shipping.book, got activity shipping.fast (OPEN"
+        in out
+    )
+    assert "workflow SDK of the orchestrator issue" in err
+    assert "is stopped: its replay diverged at #6" in err
+    # Something recorded after it: the workflow moved on, the divergence is history.
+    later = ActivityCompleted(workflow_id="w1", sequence=10, scheduled_sequence=8)
+    code, out, err, _ = run(["--json", "replay", "w1"], _api(_saga_history(diverged, later)))
     assert code == 0
-    assert "history events: 1" in out
-    assert "workflow.started" in out
-    assert "workflow code was not re-run" in err
+    plan = json.loads(out)
+    assert plan["non_determinism"]["open"] is False
+    assert plan["decisions"][-1]["hands_back"] == "result null"
+
+
+def test_history_lines_describe_typed_events() -> None:
+    lines = [describe(entry) for entry in _saga_history()]
+    assert lines[0] == 'started checkout input={"o":1} by command c'
+    assert lines[3] == "to undo #2: payments.refund {}"
+    assert lines[6] == "#6 failed: NoCarrier:  (permanent)"
+    assert lines[7] == "schedule payments.refund (run w1/8), compensating #2"
+    assert describe({"origin": "command", "type": "workflow.start", "data": {"a": 1}}) == '{"a":1}'
+
+
+def test_workflow_show_prints_saga_state() -> None:
+    body = {
+        "workflow_id": "w1",
+        "status": "failed",
+        "error": {"type": "NoCarrier", "message": "none"},
+        "compensated": True,
+        "compensations": [
+            {"for_step": 5, "step_activity": "payments.charge", "activity": "payments.refund", "state": "done",
+             "registered_sequence": 7, "run_id": "w1/10", "error": None},
+        ],
+        "non_determinism": None,
+        "anomalies": ["#15 workflow.activity_scheduled after the workflow ended"],
+    }  # fmt: skip
+    code, out, err, _ = run(["workflow", "show", "w1"], reply(body))
+    assert code == 0
+    assert "error:            NoCarrier: none" in out
+    assert "compensated:      yes" in out
+    assert "#5 payments.charge  payments.refund  done   7           w1/10" in out
+    assert "history breaks the contract: #15" in err
 
 
 def test_render_table_aligns_and_clips() -> None:

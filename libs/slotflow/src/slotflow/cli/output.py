@@ -208,10 +208,17 @@ TIMER_COLUMNS: Sequence[Column] = (
 )
 
 COMPENSATION_COLUMNS: Sequence[Column] = (
-    ("seq", field("sequence")),
-    ("recorded", field("at")),
-    ("compensation", field("type")),
-    ("detail", lambda row: text(row.get("data"))),
+    (
+        "undoes",
+        lambda row: (
+            f"#{row['for_step']} {text(row.get('step_activity'))}" if row.get("for_step") else MISSING
+        ),
+    ),
+    ("compensation", field("activity")),
+    ("state", field("state")),
+    ("registered", field("registered_sequence")),
+    ("run", field("run_id")),
+    ("error", lambda row: error_text(row.get("error")) if row.get("error") else MISSING),
 )
 
 AUDIT_COLUMNS: Sequence[Column] = (

@@ -273,7 +273,7 @@ def _workflow(groups: Any) -> None:
     show = _leaf(
         actions,
         "show",
-        "slotflow.cli.querying:workflow_show",
+        "slotflow.cli.workflows:workflow_show",
         "status, current step, pending work and compensations",
     )
     show.add_argument("workflow_id", metavar="WORKFLOW_ID")
@@ -281,10 +281,15 @@ def _workflow(groups: Any) -> None:
     history = _leaf(
         actions,
         "history",
-        "slotflow.cli.querying:workflow_history",
+        "slotflow.cli.workflows:workflow_history",
         "the workflow's recorded history, in order",
     )
     history.add_argument("workflow_id", metavar="WORKFLOW_ID")
+    history.add_argument(
+        "--origin",
+        choices=("history", "command", "activity", "timer"),
+        help="only entries from this source (history: the typed workflow history)",
+    )
 
 
 def _runs(groups: Any) -> None:
@@ -379,12 +384,14 @@ def _replay(groups: Any) -> None:
     replay = _leaf(
         groups,
         "replay",
-        "slotflow.cli.querying:replay",
-        "summarise a workflow's recorded history as a replay would read it",
-        "Summarise a workflow's recorded history (from the API) as a replay reads it: activities\n"
-        "with recorded results, timers, signals and compensations, and what is still pending.\n"
-        "It does not re-run workflow code: that needs the orchestrator's replayer, which this\n"
-        "command does not start.",
+        "slotflow.cli.workflows:replay",
+        "the decisions a replay of a workflow's typed history hands back",
+        "List, from a workflow's typed history (read from the API), each decision a replay hands\n"
+        "back to the workflow code: activity results and errors by sequence, timer firings,\n"
+        "signals, registered compensations, the end. An open NonDeterminismDetected (the\n"
+        "workflow is stopped) is flagged and exits 1.\n"
+        "It does not check workflow code against the history: that needs the workflow SDK of the\n"
+        "orchestrator issue, which is not built yet.",
     )
     replay.add_argument("workflow_id", metavar="WORKFLOW_ID")
 

@@ -1,29 +1,26 @@
-"""Handlers that read the read-model API: schedules, runs, workflows, the DLQ, the audit, replay."""
+"""Handlers that read the read-model API: schedules, runs, workflow lists, the DLQ, the audit.
 
-from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+One workflow (`workflow show|history`, `replay`) is in slotflow.cli.workflows.
+"""
+
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from slotflow.cli.api import ApiClient, Params, path_segment
+from slotflow.cli.api import Params, path_segment
 from slotflow.cli.context import Context
 from slotflow.cli.errors import ApiRequestFailed, AuditFindings, CliError, UsageError
 from slotflow.cli.output import (
     ATTEMPT_COLUMNS,
     AUDIT_COLUMNS,
-    COMPENSATION_COLUMNS,
     DLQ_COLUMNS,
-    HISTORY_COLUMNS,
-    PENDING_ACTIVITY_COLUMNS,
     RUN_COLUMNS,
     SCHEDULE_COLUMNS,
-    TIMER_COLUMNS,
     UNSCHEDULED_COLUMNS,
     WORKFLOW_COLUMNS,
     Column,
     error_text,
     lookup,
-    render_table,
     schedule_state,
     spec_text,
     text,
@@ -188,72 +185,6 @@ def workflow_list(ctx: Context) -> int:
     return _listing(ctx, "/v1/workflows", params, WORKFLOW_COLUMNS, empty="no workflows")
 
 
-def _workflow(ctx: Context, api: ApiClient) -> Any:
-    workflow_id = ctx.args.workflow_id
-    try:
-        return api.get(f"/v1/workflows/{path_segment(workflow_id)}")
-    except ApiRequestFailed as err:
-        if err.status == 404:
-            raise CliError(f"workflow {workflow_id} not found") from None
-        raise
-
-
-def _history(ctx: Context, api: ApiClient) -> list[dict[str, Any]]:
-    """Every history entry of the workflow, oldest first, across all pages."""
-    workflow_id = ctx.args.workflow_id
-    items: list[dict[str, Any]] = []
-    try:
-        for page in api.pages(
-            f"/v1/workflows/{path_segment(workflow_id)}/history", {"limit": MAX_LIMIT}, follow=True
-        ):
-            items.extend(item for item in page.get("items", []) if isinstance(item, dict))
-    except ApiRequestFailed as err:
-        if err.status == 404:
-            raise CliError(f"workflow {workflow_id} not found") from None
-        raise
-    return items
-
-
-def workflow_show(ctx: Context) -> int:
-    with ctx.api() as api:
-        body = _workflow(ctx, api)
-    if ctx.as_json:
-        ctx.emit_json(body)
-        return 0
-    ctx.emit_fields(
-        (label, text(body.get(name)))
-        for label, name in (
-            ("workflow", "workflow_id"),
-            ("type", "workflow_type"),
-            ("status", "status"),
-            ("current step", "current_step"),
-            ("requested", "requested_at"),
-            ("updated", "updated_at"),
-            ("cancel requested", "cancel_requested"),
-            ("history events", "history_length"),
-        )
-    )
-    for title, key, columns in (
-        ("pending activities", "pending_activities", PENDING_ACTIVITY_COLUMNS),
-        ("pending timers", "pending_timers", TIMER_COLUMNS),
-        ("compensations (run in reverse on failure or cancel)", "compensations", COMPENSATION_COLUMNS),
-    ):
-        rows = [row for row in body.get(key) or [] if isinstance(row, dict)]
-        ctx.out.write(f"\n{title}:\n")
-        ctx.emit_table(rows, columns, empty="  none")
-    return 0
-
-
-def workflow_history(ctx: Context) -> int:
-    with ctx.api() as api:
-        items = _history(ctx, api)
-    if ctx.as_json:
-        ctx.emit_json({"items": items})
-        return 0
-    ctx.emit_table(items, HISTORY_COLUMNS, empty="no history recorded")
-    return 0
-
-
 def dlq_list(ctx: Context) -> int:
     a = ctx.args
     params = {"status": a.status, "reason": a.reason, "topic": a.topic, "source": a.source, "job_id": a.job}
@@ -318,67 +249,3 @@ def audit(ctx: Context) -> int:
 
 def _when(value: datetime) -> str:
     return value.isoformat(timespec="seconds")
-
-
-def replay_summary(workflow: Mapping[str, Any], history: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """What a replay of ``history`` would hand back, counted by event type, and what is still open."""
-    events = list(history)
-    by_type = Counter(
-        str(event.get("type") or event.get("event_type") or event.get("kind") or "?") for event in events
-    )
-    return {
-        "workflow_id": workflow.get("workflow_id"),
-        "workflow_type": workflow.get("workflow_type"),
-        "status": workflow.get("status"),
-        "current_step": workflow.get("current_step"),
-        "events": len(events),
-        "last_sequence": max(
-            (int(e["sequence"]) for e in events if isinstance(e.get("sequence"), int)), default=None
-        ),
-        "by_type": dict(sorted(by_type.items())),
-        "pending_activities": _pick(
-            workflow, "pending_activities", ("sequence", "handler", "state", "attempt", "run_id")
-        ),
-        "pending_timers": _pick(workflow, "pending_timers", ("timer_id", "fire_at", "status")),
-        "compensations": _pick(workflow, "compensations", ("sequence", "at", "type", "data")),
-    }
-
-
-def _pick(body: Mapping[str, Any], key: str, names: Sequence[str]) -> list[dict[str, Any]]:
-    rows = body.get(key) or []
-    return [{name: row.get(name) for name in names} for row in rows if isinstance(row, Mapping)]
-
-
-def replay(ctx: Context) -> int:
-    with ctx.api() as api:
-        workflow = _workflow(ctx, api)
-        history = _history(ctx, api)
-    summary = replay_summary(workflow, history)
-    if ctx.as_json:
-        ctx.emit_json(summary)
-        return 0
-    ctx.emit_fields(
-        [
-            ("workflow", text(summary["workflow_id"])),
-            ("type", text(summary["workflow_type"])),
-            ("status", text(summary["status"])),
-            ("current step", text(summary["current_step"])),
-            ("history events", text(summary["events"])),
-            ("last sequence", text(summary["last_sequence"])),
-        ]
-    )
-    counts = [{"event": name, "count": count} for name, count in summary["by_type"].items()]
-    if counts:
-        ctx.out.write("\nreplay would hand back:\n")
-        ctx.out.write(
-            render_table(counts, (("event", lambda r: str(r["event"])), ("count", lambda r: str(r["count"]))))
-        )
-    for title, key, columns in (
-        ("pending activities", "pending_activities", PENDING_ACTIVITY_COLUMNS),
-        ("pending timers", "pending_timers", TIMER_COLUMNS),
-        ("compensations a failure would run, in reverse", "compensations", COMPENSATION_COLUMNS),
-    ):
-        ctx.out.write(f"\n{title}:\n")
-        ctx.emit_table(summary[key], columns, empty="  none")
-    ctx.note("summary of recorded history only: workflow code was not re-run")
-    return 0

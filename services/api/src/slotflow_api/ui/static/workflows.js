@@ -38,12 +38,50 @@
     return (history && (history.items || history.history)) || [];
   }
 
-  function compensationItem(entry) {
-    const data = (entry && entry.data) || {};
-    const name = data.name || data.compensation || data.activity || data.handler || entry.type;
-    return h("li", {}, entry.sequence !== null && entry.sequence !== undefined ? `#${entry.sequence} ` : "",
-      h("span", { class: "mono" }, text(name)), data.status ? [" ", badge(data.status)] : "",
-      ` · recorded ${fmtTime(entry.at)}`);
+  // One compensation, in the order it runs on failure or cancel (the newest registration first).
+  function compensationItem(c) {
+    return h("li", { "data-state": c.state },
+      h("span", { class: "mono" }, text(c.activity)), " ", badge(c.state),
+      h("br"),
+      `undoes #${text(c.for_step)} ${text(c.step_activity)} · registered #${text(c.registered_sequence)}`,
+      c.run_id ? ` · run ${c.run_id}` : "",
+      c.error ? ` · ${errorText(c.error)}` : "");
+  }
+
+  const js = (value) => JSON.stringify(value === undefined ? null : value);
+
+  // A typed history event in words; other entries (commands, run events, timers) as their data.
+  function describe(entry) {
+    const d = entry.data || {};
+    const kind = String(entry.type || "");
+    if (entry.origin !== "history" || !kind.startsWith("workflow.")) return jsonDetails(entry.data);
+    switch (kind.slice("workflow.".length)) {
+      case "started": return `started ${d.workflow_type} with input ${js(d.input)}`;
+      case "activity_scheduled":
+        return `schedule ${d.activity} (run ${d.run_id})${d.compensates ? `, compensating #${d.compensates}` : ""}`;
+      case "activity_completed": return `#${d.scheduled_sequence} completed: ${js(d.result)}`;
+      case "activity_failed":
+        return `#${d.scheduled_sequence} failed: ${d.error_type}: ${d.message}${d.permanent ? " (permanent)" : " (out of attempts)"}`;
+      case "timer_started": return `timer ${d.timer_id} until ${fmtTime(d.fire_at)}`;
+      case "timer_fired": return `timer #${d.started_sequence} fired at ${fmtTime(d.fired_at)}`;
+      case "signal_received": return `signal ${d.signal} ${js(d.payload)}`;
+      case "compensation_registered": return `to undo #${d.for_step}: ${d.activity} ${js(d.payload)}`;
+      case "cancel_requested": return `cancel requested: ${d.reason || "–"}`;
+      case "completed": return `completed: ${js(d.result)}`;
+      case "failed": return `failed: ${d.error_type}: ${d.message} (${d.compensated ? "compensated" : "not compensated"})`;
+      case "cancelled": return `cancelled: ${d.reason || "–"} (${d.compensated ? "compensated" : "not compensated"})`;
+      case "non_determinism_detected":
+        return `NON-DETERMINISM at #${d.at_sequence}: expected ${d.expected}, got ${d.got}`;
+      default: return jsonDetails(entry.data);
+    }
+  }
+
+  function divergenceNote(nd) {
+    if (!nd) return null;
+    const what = `the replay diverged at #${nd.at_sequence}: the history has ${nd.expected}, the code did ${nd.got}`;
+    return h("p", { class: nd.open ? "alert" : "empty", role: nd.open ? "alert" : null },
+      nd.open ? `Stopped (non-determinism, #${nd.sequence}): ${what}. Deploy code that matches the history.`
+        : `Resolved non-determinism (#${nd.sequence}): ${what}.`);
   }
 
   async function workflowPage() {
@@ -55,8 +93,9 @@
       if (err.status === 404) { show(h("p", {}, `Workflow ${subject} was not found.`)); return; }
       throw err;
     }
-    const history = historyItems(await get(`/v1/workflows/${enc(subject)}/history`).catch(() => []));
+    const history = historyItems((await allPages(`/v1/workflows/${enc(subject)}/history`, { limit: 500 }, 5).catch(() => ({ items: [] }))).items);
     const compensations = workflow.compensations || [];
+    const steps = workflow.steps || [];
     const pendingActivities = workflow.pending_activities || [];
     const pendingTimers = workflow.pending_timers || [];
     const cancelReason = h("input", { type: "text", name: "cancel-reason", size: 24 });
@@ -72,15 +111,23 @@
       }
       command(event.currentTarget, `/v1/workflows/${enc(subject)}/signal`, { signal: signalName.value, payload }, "Signal");
     };
+    const doneCount = compensations.filter((c) => c.state === "done").length;
     show(
+      divergenceNote(workflow.non_determinism),
       facts([
         ["Type", text(workflow.workflow_type)],
         ["Status", badge(workflow.status)],
         ["Current step", text(workflow.current_step)],
-        ["Requested", fmtTime(workflow.requested_at || workflow.started_at)],
-        ["Updated", fmtTime(workflow.updated_at)],
+        ["History", workflow.last_sequence ? `${workflow.last_sequence} event(s) recorded` : "no typed history yet"],
+        ["Requested", fmtTime(workflow.requested_at)],
+        ["Started", fmtTime(workflow.started_at)],
+        workflow.ended_at ? ["Ended", fmtTime(workflow.ended_at)] : null,
+        workflow.error ? ["Error", errorText(workflow.error)] : null,
+        workflow.result !== null && workflow.result !== undefined ? ["Result", jsonBlock(workflow.result)] : null,
+        workflow.compensated !== null && workflow.compensated !== undefined ? ["Compensated", workflow.compensated ? "yes" : "no"] : null,
         ["Input", jsonBlock(workflow.input)],
-        workflow.cancel_requested ? ["Cancel requested", text(workflow.cancel_reason) ] : null,
+        workflow.cancel_requested ? ["Cancel requested", text(workflow.cancel_reason)] : null,
+        workflow.gap_at ? ["Waiting for", `history event #${workflow.gap_at}`] : null,
       ].filter(Boolean)),
       h("div", { class: "actions" },
         field("Signal", signalName), field("Payload (JSON)", signalPayload),
@@ -90,19 +137,20 @@
           command(e.currentTarget, `/v1/workflows/${enc(subject)}/cancel`, { reason: cancelReason.value }, "Cancel") }, "Cancel workflow")),
       h("h2", {}, "Saga state"),
       h("p", {}, compensations.length
-        ? `${compensations.length} compensation(s) recorded as forward steps succeeded; on failure or cancel they run in reverse order (last first):`
-        : "No compensations recorded."),
+        ? `${compensations.length} compensation(s) registered as forward steps succeeded, ${doneCount} done. They run in this order (newest first) on failure or cancel:`
+        : "No compensations registered."),
       compensations.length
         ? h("ol", { class: "saga", "aria-label": "Compensations" }, compensations.map(compensationItem))
         : null,
-      h("h2", {}, "Activities"),
-      table(`Activities of ${subject}`, [
-        { label: "#", cell: (a) => text(a.sequence) },
-        { label: "Activity", cell: (a) => text(a.handler), cls: "mono" },
-        { label: "State", cell: (a) => badge(a.state) },
-        { label: "Attempts", cell: (a) => attemptList(a) },
-        { label: "Run id", cell: (a) => text(a.run_id), cls: "mono" },
-      ], workflow.activities || [], "No activities yet."),
+      h("h2", {}, "Steps"),
+      table(`Steps of ${subject}`, [
+        { label: "#", cell: (s) => text(s.sequence) },
+        { label: "Activity", cell: (s) => text(s.activity), cls: "mono" },
+        { label: "Kind", cell: (s) => (s.compensates ? `undoes #${s.compensates}` : "forward") },
+        { label: "Outcome", cell: (s) => badge(s.state) },
+        { label: "Run", cell: (s) => [h("span", { class: "mono" }, text(s.run_id)), s.run_state ? [" ", badge(s.run_state)] : ""] },
+        { label: "Result or error", cell: (s) => (s.error ? errorText(s.error) : jsonDetails(s.result)), cls: "wrap" },
+      ], steps, "No steps recorded in the history."),
       h("h2", {}, "Pending"),
       table("Pending activities", [
         { label: "#", cell: (a) => text(a.sequence) },
@@ -115,13 +163,21 @@
         { label: "Fires at", cell: (t) => fmtTime(t.fire_at) },
         { label: "Status", cell: (t) => badge(t.status || "pending") },
       ], pendingTimers, "No pending timers."),
+      h("h2", {}, "Activity runs"),
+      table(`Activities of ${subject}`, [
+        { label: "#", cell: (a) => text(a.sequence) },
+        { label: "Activity", cell: (a) => text(a.handler), cls: "mono" },
+        { label: "State", cell: (a) => badge(a.state) },
+        { label: "Attempts", cell: (a) => attemptList(a) },
+        { label: "Run id", cell: (a) => text(a.run_id), cls: "mono" },
+      ], workflow.activities || [], "No activity runs yet."),
       h("h2", {}, "History"),
       table(`History of ${subject}, in order`, [
         { label: "#", cell: (e) => text(e.sequence) },
         { label: "At", cell: (e) => fmtTime(e.at || e.occurred_at) },
         { label: "Origin", cell: (e) => text(e.origin) },
         { label: "Event", cell: (e) => text(e.type || e.event_type), cls: "mono" },
-        { label: "Data", cell: (e) => jsonDetails(e.data), cls: "wrap" },
+        { label: "Detail", cell: describe, cls: "wrap" },
       ], history, "No history recorded yet."),
     );
   }
