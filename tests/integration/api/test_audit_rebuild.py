@@ -15,8 +15,10 @@ from slotflow.contracts import (
     ScheduleCreated,
     SchedulePaused,
     SlotSkipped,
+    WorkflowStarted,
+    history_event_id,
 )
-from slotflow.contracts.topics import DLQ_EVENTS, JOBS_DUE, RUN_EVENTS, SCHEDULE_EVENTS
+from slotflow.contracts.topics import DLQ_EVENTS, JOBS_DUE, RUN_EVENTS, SCHEDULE_EVENTS, WORKFLOW_HISTORY
 from slotflow.core.identity import run_id
 from slotflow.pg.pool import Pool, create_pool
 from slotflow.settings import PostgresSettings
@@ -174,6 +176,9 @@ async def test_rebuild_reproduces_every_row(
     )
     await emit(DLQ_EVENTS, letter, id="dl-1", key="t:1:2")
     assert posted.status_code == 202
+    # The workflow's typed history is folded into its row: a rebuild must fold it the same way.
+    begun = WorkflowStarted(workflow_id="w1", sequence=1, workflow_type="order", command_id="c")
+    await emit(WORKFLOW_HISTORY, begun, id=history_event_id("w1", 1), key="w1")
 
     schema = api_settings.api.db_schema
     pool = await create_pool(PostgresSettings(dsn=api_settings.postgres.dsn), min_size=1, max_size=2)
@@ -190,6 +195,7 @@ async def test_rebuild_reproduces_every_row(
                 "skipped_slots": 1,
                 "schedule_timeline": 2,
                 "run_attempts": 4,
+                "workflow_events": 1,
             }
             return snap if all(counts[t] == n for t, n in wanted.items()) else None
 
