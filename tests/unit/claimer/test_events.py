@@ -3,9 +3,12 @@
 import base64
 from datetime import timedelta
 
+import pytest
+
 from slotflow.contracts import REGISTRY, DeadLettered, RunCompleted, RunStarted, StartTimer
 from slotflow.contracts.codec import decode, encode
 from slotflow.errors import PermanentError
+from slotflow.pg.outbox import encoded
 from slotflow.settings import KafkaSettings
 from slotflow_claimer.events import RunEvents, retry_timer_id
 from tests.unit.claimer.support import NOW, run
@@ -78,3 +81,15 @@ def test_a_dead_letter_carries_the_original_record_and_the_history() -> None:
     assert base64.b64decode(parked.value_b64) == r.due.value
     assert letter.envelope.id == r.due.position
     assert event.envelope.id == f"{r.run_id}/1/dead_lettered"
+
+
+@pytest.mark.parametrize("result", [None, {"payout_id": 9, "ok": True}, [1, 2.5, "x\u00e9"]])
+@pytest.mark.parametrize("workflow", [None, "order-7"])
+def test_the_fast_rows_are_the_envelopes_the_models_build(result: object, workflow: str | None) -> None:
+    r = run(token=4, state="completed", result=result, workflow_id=workflow, sequence=3 if workflow else None)
+    for fast, slow in (
+        (EVENTS.started_row(r, NOW), EVENTS.started(r, NOW)),
+        (EVENTS.completed_row(r, NOW), EVENTS.completed(r, NOW)),
+    ):
+        assert fast == encoded(slow)
+        assert isinstance(REGISTRY.parse(decode(fast.value)), (RunStarted, RunCompleted))

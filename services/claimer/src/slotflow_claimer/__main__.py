@@ -38,7 +38,12 @@ def main() -> None:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
-    sys.exit(asyncio.run(serve(Settings())))
+    settings = Settings()
+    if settings.claimer.event_loop == "uvloop":
+        import uvloop
+
+        sys.exit(uvloop.run(serve(settings)))
+    sys.exit(asyncio.run(serve(settings)))
 
 
 if __name__ == "__main__":

@@ -90,7 +90,7 @@ class Claimer:
         )
         self.producer = Producer(kafka, client_id=f"claimer-{self.owner}")
         await self.producer.start()
-        self.relay = OutboxRelay(self.pool, self.producer, schema=cfg.db_schema)
+        self.relay = OutboxRelay(self.pool, self.producer, schema=cfg.db_schema, one_transaction=True)
         events = RunEvents(kafka)
         self.writer = OutcomeWriter(
             self.pool,
@@ -276,8 +276,7 @@ class Claimer:
             for record in records:
                 self._tracker.durable((record.topic, record.partition), record.offset)
             self.relay.wake()
-            for run in admission.claimed:
-                self.executor.start(run)
+            self.executor.start_all(admission.claimed)
 
     async def _commit_loop(self) -> None:
         interval = max(self.settings.claimer.commit_interval_seconds, 0.02)

@@ -3,6 +3,7 @@
 import os
 import socket
 import uuid
+from typing import Literal
 
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -51,6 +52,10 @@ class ClaimerSettings(BaseSettings):
     metrics_port: int = Field(default=0, ge=0, le=65535)
     metrics_host: str = "127.0.0.1"
     pool_max_size: int = Field(default=10, ge=2)
+    #: The event loop of `python -m slotflow_claimer`: uvloop (libuv) spends less CPU per callback
+    #: and per socket read than asyncio's own loop; "asyncio" turns it off. Only the process entry
+    #: point reads this (tests run on their own loop).
+    event_loop: Literal["uvloop", "asyncio"] = "uvloop"
 
     @model_validator(mode="after")
     def _heartbeat_inside_lease(self) -> "ClaimerSettings":

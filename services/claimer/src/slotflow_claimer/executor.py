@@ -83,6 +83,7 @@ class Executor:
         self._executions: dict[str, Execution] = {}
         self._space = asyncio.Event()
         self._released: list[Execution] = []
+        self._durations: dict[tuple[str, str], Any] = {}
 
     # -- capacity -----------------------------------------------------------------------------
 
@@ -112,13 +113,22 @@ class Executor:
 
     def start(self, run: Run) -> None:
         """Run ``run``'s handler (the claim is committed and RunStarted staged)."""
+        self._start(run)
+        self._changed()
+
+    def start_all(self, runs: Sequence[Run]) -> None:
+        """`start` for a claimed batch (the gauge and the space event are updated once)."""
+        for run in runs:
+            self._start(run)
+        self._changed()
+
+    def _start(self, run: Run) -> None:
         previous = self._executions.get(run.run_id)
         if previous is not None and previous.run.fence_token < run.fence_token:
             # We took over our own run (our heartbeat lapsed): the older execution is now a zombie.
             self._lose(previous)
         execution = Execution(run, renewed_at=time.monotonic())
         self._executions[run.run_id] = execution
-        self._changed()
         execution.task = asyncio.create_task(self._execute(execution), name=f"run {run.run_id}")
 
     async def _execute(self, ex: Execution) -> None:
@@ -142,19 +152,28 @@ class Executor:
         except asyncio.CancelledError:
             if ex.reason() is None:
                 raise  # not ours: the process is going down
-            self._metrics.handler_seconds.labels(run.handler, "cancelled").observe(time.monotonic() - started)
+            self._observe(run.handler, "cancelled", started)
             self._cancelled(ex)
             return
         except Exception as error:  # noqa: BLE001 - every failure is sorted into retry or dead letter
-            self._metrics.handler_seconds.labels(run.handler, "failed").observe(time.monotonic() - started)
+            self._observe(run.handler, "failed", started)
             if isinstance(error, FenceRejected):
                 log.warning("run %s token %d: handler write refused: %s", run.run_id, run.fence_token, error)
             self._submit(ex, self._failure(run, error))
             return
         finally:
             ex.in_handler = False
-        self._metrics.handler_seconds.labels(run.handler, "completed").observe(time.monotonic() - started)
+        self._observe(run.handler, "completed", started)
         self._submit(ex, Outcome(run, "completed", result=result))
+
+    def _observe(self, handler: str, outcome: str, started: float) -> None:
+        # The labelled child is looked up once per (handler, outcome), not once per run.
+        child = self._durations.get((handler, outcome))
+        if child is None:
+            child = self._durations[(handler, outcome)] = self._metrics.handler_seconds.labels(
+                handler, outcome
+            )
+        child.observe(time.monotonic() - started)
 
     @staticmethod
     async def _invoke(fn: HandlerFn, ctx: RunContext, limit: timedelta) -> Any:
@@ -221,12 +240,13 @@ class Executor:
 
     def settled(self, outcomes: Sequence[Outcome], started: Sequence[Run]) -> None:
         """The writer recorded (or the fence refused) ``outcomes``; ``started`` are buffered starts."""
+        executions = self._executions
         for outcome in outcomes:
-            ex = self._executions.get(outcome.run.run_id)
+            ex = executions.get(outcome.run.run_id)
             if ex is not None and ex.run.fence_token == outcome.run.fence_token:
-                self._drop(ex)
-        for run in started:
-            self.start(run)
+                del executions[ex.run.run_id]
+        # Once per batch rather than once per run: the gauge and the space event.
+        self.start_all(started)
 
     # -- heartbeat ----------------------------------------------------------------------------
 

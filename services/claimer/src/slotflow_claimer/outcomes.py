@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic_core import to_jsonable_python
 
-from slotflow.pg.outbox import Staged, append_many
+from slotflow.pg.outbox import Encoded, Staged, append_encoded, encoded
 from slotflow.pg.pool import Pool
 from slotflow_claimer import store
 from slotflow_claimer.events import RunEvents
@@ -193,7 +193,7 @@ class OutcomeWriter:
                 run.run_id: run
                 for run in await store.record_outcomes(conn, schema, [o.write() for o in items])
             }
-            staged: list[Staged] = []
+            staged: list[Encoded] = []
             freed: list[str] = []
             rejected: list[Outcome] = []
             for outcome in items:
@@ -206,8 +206,8 @@ class OutcomeWriter:
                     freed.append(run.job_id)
             started = await store.start_buffered(conn, schema, freed, owner=self._owner, ttl=self._ttl)
             for run in started:
-                staged.append(self._events.started(run, run.updated_at))
-            await append_many(conn, schema=schema, items=staged)
+                staged.append(self._events.started_row(run, run.updated_at))
+            await append_encoded(conn, schema=schema, rows=staged)
         for outcome in rejected:
             self._metrics.fence_rejected.labels("outcome").inc()
             log.warning(
@@ -222,11 +222,14 @@ class OutcomeWriter:
         self._metrics.claimed.labels("buffered").inc(len(started))
         return started
 
-    def _stage(self, outcome: Outcome, run: Run) -> list[Staged]:
+    def _stage(self, outcome: Outcome, run: Run) -> list[Encoded]:
         at = run.updated_at
-        ev = self._events
         if outcome.kind == "completed":
-            return [ev.completed(run, at)]
+            return [self._events.completed_row(run, at)]
+        return [encoded(item) for item in self._stage_failure(outcome, run, at)]
+
+    def _stage_failure(self, outcome: Outcome, run: Run, at: datetime) -> list[Staged]:
+        ev = self._events
         if outcome.kind == "cancelled":
             error: BaseException = RunCancelled(_cancel_message(run))
             return [

@@ -19,7 +19,8 @@ class Due:
     """A decoded JobDue record."""
 
     record: Record
-    envelope: Envelope
+    #: None when the record was validated in one pass straight into its JobDue (the intake).
+    envelope: Envelope | None
     job: JobDue
 
     @property
