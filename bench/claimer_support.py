@@ -96,7 +96,11 @@ class ClaimerProcess:
                 "SLOTFLOW_CLAIMER_CLAIMER_ID": name,
                 "SLOTFLOW_CLAIMER_HANDLER_MODULES": "claimer_handlers",
                 "SLOTFLOW_CLAIMER_METRICS_PORT": str(self.port),
-                "PYTHONPATH": str(REPO / "bench"),
+                # CLAIMER_PYTHONPATH: run the claimers from another checkout's sources (the
+                # benchmark's before/after comparisons in one session).
+                "PYTHONPATH": os.pathsep.join(
+                    p for p in (os.environ.get("CLAIMER_PYTHONPATH", ""), str(REPO / "bench")) if p
+                ),
             }
         )
         env.update({f"SLOTFLOW_CLAIMER_{k.upper()}": str(v) for k, v in settings.items()})
@@ -121,9 +125,7 @@ class ClaimerProcess:
 
     def cpu_seconds(self) -> float:
         """User + system CPU of the process so far (from /proc)."""
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        ticks = os.sysconf("SC_CLK_TCK")
-        return (int(fields[11]) + int(fields[12])) / ticks
+        return process_cpu_seconds(self.proc.pid)
 
     def stop(self, sig: signal.Signals = signal.SIGTERM, timeout: float = 30.0) -> None:
         if self.proc.poll() is None:
@@ -134,6 +136,51 @@ class ClaimerProcess:
                 self.proc.kill()
                 self.proc.wait()
         self._log.close()
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU of process ``pid`` so far (from /proc); 0 once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def broker_pid() -> int | None:
+    """The local Kafka broker's process (the JVM running kafka.Kafka), if there is one."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"kafka.Kafka" in cmdline and b"java" in cmdline:
+            return int(entry.name)
+    return None
+
+
+class BackendCpu:
+    """CPU of the PostgreSQL backends serving one database (the server runs on this machine).
+
+    Backends that connect during the measurement count from zero. Shared server processes (WAL
+    writer, checkpointer) are not included.
+    """
+
+    def __init__(self, pool: Pool) -> None:
+        self._pool = pool
+        self._before: dict[int, float] = {}
+
+    async def _pids(self) -> list[int]:
+        rows = await self._pool.fetch("SELECT pid FROM pg_stat_activity WHERE datname = current_database()")
+        return [int(r["pid"]) for r in rows]
+
+    async def start(self) -> None:
+        self._before = {pid: process_cpu_seconds(pid) for pid in await self._pids()}
+
+    async def seconds(self) -> float:
+        return sum(process_cpu_seconds(pid) - self._before.get(pid, 0.0) for pid in await self._pids())
 
 
 async def wait_group_stable(kafka: KafkaSettings, group: str, members: int, timeout: float = 60.0) -> None:

@@ -11,11 +11,17 @@ bare asyncpg loop, two workers, batches of the same size, on the same database: 
 outbox, no handler. The ratio e2e / bare is what the claimer's machinery costs.
 
     .venv/bin/python bench/claimer_throughput.py --runs 3 --jobs 20000
+
+Also reported per run: CPU per run of the claimer processes, of the PostgreSQL backends serving the
+benchmark's database, and of the (shared) Kafka broker, and the load average. With
+CLAIMER_PYTHONPATH=<other checkout>/libs/slotflow/src:<other checkout>/services/claimer/src the
+claimer processes run another version's code (before/after in one session).
 """
 
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -24,10 +30,13 @@ from pathlib import Path
 
 from claimer_support import (
     RESULTS,
+    BackendCpu,
     ClaimerProcess,
     bench_topics,
+    broker_pid,
     fingerprint,
     fresh_database,
+    process_cpu_seconds,
     wait_group_stable,
 )
 
@@ -107,11 +116,24 @@ async def produce(kafka: KafkaSettings, count: int) -> None:
 
 
 async def end_to_end(
-    kafka: KafkaSettings, dsn: str, pool: Pool, count: int, claimers: int, in_flight: int, log_dir: Path
+    kafka: KafkaSettings,
+    dsn: str,
+    pool: Pool,
+    count: int,
+    claimers: int,
+    in_flight: int,
+    log_dir: Path,
+    event_loop: str | None = None,
 ) -> dict[str, float]:
     procs = [
         ClaimerProcess(
-            f"bench-claimer-{i}", kafka, dsn, log_dir, max_in_flight=in_flight, lease_ttl_seconds=30
+            f"bench-claimer-{i}",
+            kafka,
+            dsn,
+            log_dir,
+            max_in_flight=in_flight,
+            lease_ttl_seconds=30,
+            **({"event_loop": event_loop} if event_loop else {}),
         )
         for i in range(claimers)
     ]
@@ -120,6 +142,11 @@ async def end_to_end(
             await proc.wait_ready()
         await wait_group_stable(kafka, f"{kafka.topic_namespace}.slotflow-claimer", claimers)
         cpu_before = [p.cpu_seconds() for p in procs]
+        backends = BackendCpu(pool)
+        await backends.start()
+        broker = broker_pid()
+        broker_before = process_cpu_seconds(broker) if broker else 0.0
+        wall_before = time.monotonic()
         await produce(kafka, count)
         completed_topic = kafka.topic(RUN_EVENTS)
         deadline = time.monotonic() + 600
@@ -135,6 +162,9 @@ async def end_to_end(
         else:
             raise SystemExit("end-to-end run did not finish in 600 s")
         cpu = sum(p.cpu_seconds() - c for p, c in zip(procs, cpu_before, strict=True))
+        pg_cpu = await backends.seconds()
+        broker_cpu = (process_cpu_seconds(broker) - broker_before) if broker else float("nan")
+        wall = time.monotonic() - wall_before
         window = await pool.fetchrow(
             "SELECT (SELECT min(started_at) FROM claimer.runs) AS first, "
             "(SELECT max(published_at) FROM claimer.outbox WHERE event_id LIKE '%/completed') AS last, "
@@ -143,16 +173,28 @@ async def end_to_end(
         if window["once"] != count:
             raise SystemExit(f"{window['once']} of {count} runs completed on their first claim")
         seconds = (window["last"] - window["first"]).total_seconds()
-        return {"runs_per_s": count / seconds, "claimer_cpu_ms_per_run": 1000 * cpu / count}
+        return {
+            "runs_per_s": count / seconds,
+            "claimer_cpu_ms_per_run": 1000 * cpu / count,
+            # The database's backends for this benchmark's database only; the broker is shared with
+            # whatever else runs on the machine (its figure is an upper bound), and includes
+            # producing the JobDue backlog.
+            "pg_backend_cpu_ms_per_run": 1000 * pg_cpu / count,
+            "broker_cpu_ms_per_run": 1000 * broker_cpu / count,
+            "load_average_1m": os.getloadavg()[0],
+            "wall_s": wall,
+        }
     finally:
         for proc in procs:
             proc.stop()
 
 
-async def one_run(count: int, claimers: int, in_flight: int, log_dir: Path) -> dict[str, float]:
+async def one_run(
+    count: int, claimers: int, in_flight: int, log_dir: Path, event_loop: str | None
+) -> dict[str, float]:
     async with bench_topics() as kafka, fresh_database() as (dsn, pool):
         bare = await bare_loop(pool, count, in_flight, claimers)
-        e2e = await end_to_end(kafka, dsn, pool, count, claimers, in_flight, log_dir)
+        e2e = await end_to_end(kafka, dsn, pool, count, claimers, in_flight, log_dir, event_loop)
         return {
             "bare_runs_per_s": bare,
             **{f"e2e_{k}": v for k, v in e2e.items()},
@@ -170,18 +212,25 @@ async def main() -> None:
     parser.add_argument(
         "--in-flight", type=int, default=256, help="max runs in flight per claimer (= bare batch)"
     )
+    parser.add_argument(
+        "--event-loop",
+        choices=["uvloop", "asyncio"],
+        default=None,
+        help="the claimers' event loop (default: their own default)",
+    )
+    parser.add_argument("--results", default="claimer_throughput.json", help="file name under bench/results")
     args = parser.parse_args()
     print(json.dumps(fingerprint()))
     results = []
     with tempfile.TemporaryDirectory() as logs:
         for i in range(args.runs):
-            result = await one_run(args.jobs, args.claimers, args.in_flight, Path(logs))
+            result = await one_run(args.jobs, args.claimers, args.in_flight, Path(logs), args.event_loop)
             print(f"run {i + 1}: " + ", ".join(f"{k} {v:.2f}" for k, v in result.items()), flush=True)
             results.append(result)
     summary = {k: statistics.median(r[k] for r in results) for k in results[0]}
     print("median: " + ", ".join(f"{k} {v:.2f}" for k, v in summary.items()))
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "claimer_throughput.json").write_text(
+    (RESULTS / args.results).write_text(
         json.dumps(
             {"args": vars(args), "fingerprint": fingerprint(), "runs": results, "median": summary}, indent=2
         )
