@@ -67,8 +67,9 @@ def jobs(count: int, prefix: str) -> list[JobDue]:
     ]
 
 
-async def bare_loop(pool: Pool, count: int, batch: int, workers: int) -> float:
-    """Claim and complete ``count`` runs in batches with the claimer's statements; runs/s."""
+async def bare_loop(pool: Pool, count: int, batch: int, workers: int) -> tuple[float, float]:
+    """Claim and complete ``count`` runs in batches with the claimer's statements; (runs/s,
+    PostgreSQL backend CPU ms per run)."""
     await migrate(pool, "bare")
     now = datetime.now(UTC)
     dues = []
@@ -93,12 +94,15 @@ async def bare_loop(pool: Pool, count: int, batch: int, workers: int) -> float:
                     done += len(await store.record_outcomes(conn, "bare", writes))
         return done
 
+    backends = BackendCpu(pool)
+    await backends.start()
     started = time.perf_counter()
     completed = sum(await asyncio.gather(*(worker() for _ in range(workers))))
     elapsed = time.perf_counter() - started
+    pg_cpu = await backends.seconds()
     if completed != count:
         raise SystemExit(f"bare loop completed {completed} of {count}")
-    return count / elapsed
+    return count / elapsed, 1000 * pg_cpu / count
 
 
 async def produce(kafka: KafkaSettings, count: int) -> None:
@@ -113,6 +117,12 @@ async def produce(kafka: KafkaSettings, count: int) -> None:
             )
         for i in range(0, len(records), 5000):
             await producer.send_raw_many(records[i : i + 5000])
+
+
+async def _commits(pool: Pool) -> int:
+    """Transactions committed in the benchmark's database so far (every client's, ours included)."""
+    value = await pool.fetchval("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")
+    return int(value)
 
 
 async def end_to_end(
@@ -147,6 +157,7 @@ async def end_to_end(
         broker = broker_pid()
         broker_before = process_cpu_seconds(broker) if broker else 0.0
         wall_before = time.monotonic()
+        commits_before = await _commits(pool)
         await produce(kafka, count)
         completed_topic = kafka.topic(RUN_EVENTS)
         deadline = time.monotonic() + 600
@@ -165,6 +176,7 @@ async def end_to_end(
         pg_cpu = await backends.seconds()
         broker_cpu = (process_cpu_seconds(broker) - broker_before) if broker else float("nan")
         wall = time.monotonic() - wall_before
+        commits = await _commits(pool) - commits_before
         window = await pool.fetchrow(
             "SELECT (SELECT min(started_at) FROM claimer.runs) AS first, "
             "(SELECT max(published_at) FROM claimer.outbox WHERE event_id LIKE '%/completed') AS last, "
@@ -181,6 +193,7 @@ async def end_to_end(
             # producing the JobDue backlog.
             "pg_backend_cpu_ms_per_run": 1000 * pg_cpu / count,
             "broker_cpu_ms_per_run": 1000 * broker_cpu / count,
+            "pg_commits_per_1000_runs": 1000 * commits / count,
             "load_average_1m": os.getloadavg()[0],
             "wall_s": wall,
         }
@@ -193,10 +206,11 @@ async def one_run(
     count: int, claimers: int, in_flight: int, log_dir: Path, event_loop: str | None
 ) -> dict[str, float]:
     async with bench_topics() as kafka, fresh_database() as (dsn, pool):
-        bare = await bare_loop(pool, count, in_flight, claimers)
+        bare, bare_pg = await bare_loop(pool, count, in_flight, claimers)
         e2e = await end_to_end(kafka, dsn, pool, count, claimers, in_flight, log_dir, event_loop)
         return {
             "bare_runs_per_s": bare,
+            "bare_pg_backend_cpu_ms_per_run": bare_pg,
             **{f"e2e_{k}": v for k, v in e2e.items()},
             "ratio": e2e["runs_per_s"] / bare,
         }
