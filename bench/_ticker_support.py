@@ -136,6 +136,29 @@ def fingerprint(server_version: str | None = None) -> dict[str, object]:
     }
 
 
+def _process_cpu(pid: int) -> float:
+    """User + system CPU seconds of a local process (from /proc); 0 once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def backend_cpu(pool: Pool) -> dict[int, float]:
+    """CPU seconds so far of every PostgreSQL backend serving this pool's database, by pid.
+
+    The devstack's server runs on this host, so its backends are readable in /proc. Take it before
+    and after a loop: the difference is the database's own CPU for that loop.
+    """
+    pids = await pool.fetch("SELECT pid FROM pg_stat_activity WHERE datname = current_database()")
+    return {r["pid"]: _process_cpu(r["pid"]) for r in pids}
+
+
+def cpu_spent(before: dict[int, float], after: dict[int, float]) -> float:
+    return sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items())
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]

@@ -17,17 +17,29 @@ Measured, one after the other on the same database server in the same run:
 - published: interval again, with the outbox relay running in the same process and publishing to
              Kafka (idempotent producer, acks=all); the clock stops when the last row is published.
 
-Ratios are ticker / bare from the same run. Results: stdout (Markdown) and
+Ratios are ticker / bare from the same run. With `--loops asyncio uvloop` (the default) every run
+is made once on each event loop, alternating, and the uvloop / asyncio ratio is given per run. Results: stdout (Markdown) and
 bench/results/ticker_throughput.json.
 """
 
 import argparse
 import asyncio
 import json
+import os
 import time
 from datetime import UTC, datetime, timedelta
 
-from _ticker_support import RESULTS, bench_topics, fingerprint, fresh_database, median, seed, server_version
+from _ticker_support import (
+    RESULTS,
+    backend_cpu,
+    bench_topics,
+    cpu_spent,
+    fingerprint,
+    fresh_database,
+    median,
+    seed,
+    server_version,
+)
 
 from slotflow.contracts import CronSpec, IntervalSpec, ScheduleDefinition
 from slotflow.kafka.producer import Producer
@@ -75,11 +87,12 @@ async def bare_loop(pool: Pool, count: int, batch: int, concurrency: int) -> flo
                 if moved == 0:
                     return claimed
 
-    started = time.perf_counter()
+    started, pg = time.perf_counter(), await backend_cpu(pool)
     claimed = sum(await asyncio.gather(*(loop() for _ in range(concurrency))))
     elapsed = time.perf_counter() - started
     if claimed != count:
         raise SystemExit(f"bare loop claimed {claimed} of {count}")
+    CPU_US_PER_SLOT[f"bare x{concurrency} pg"] = cpu_spent(pg, await backend_cpu(pool)) / claimed * 1e6
     return claimed / elapsed
 
 
@@ -109,6 +122,10 @@ async def claim_until_idle(claim: Claimer, concurrency: int) -> int:
     return sum(await asyncio.gather(*(loop() for _ in range(concurrency))))
 
 
+#: The claim loop's own CPU time (this process: planning, encoding, asyncpg) per slot, by spec kind.
+CPU_US_PER_SLOT: dict[str, float] = {}
+
+
 async def ticker_loop(
     pool: Pool, kafka: KafkaSettings, definition: ScheduleDefinition, count: int, batch: int, concurrency: int
 ) -> float:
@@ -118,11 +135,13 @@ async def ticker_loop(
     if isinstance(definition.spec, IntervalSpec):
         first = f"'{definition.spec.anchor.isoformat()}'::timestamptz"
     await seed(pool, count=count, definition=definition, first_fire=first)
-    started = time.perf_counter()
+    started, cpu, pg = time.perf_counter(), time.process_time(), await backend_cpu(pool)
     fired = await claim_until_idle(claimer(pool, kafka, batch), concurrency)
-    elapsed = time.perf_counter() - started
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
     if fired != count:
         raise SystemExit(f"ticker fired {fired} of {count}")
+    CPU_US_PER_SLOT[definition.spec.kind] = cpu / fired * 1e6
+    CPU_US_PER_SLOT[f"{definition.spec.kind} pg"] = cpu_spent(pg, await backend_cpu(pool)) / fired * 1e6
     return fired / elapsed
 
 
@@ -168,28 +187,59 @@ async def one_run(kafka: KafkaSettings, count: int, batch: int, concurrency: int
         result["cron"] = await ticker_loop(pool, kafka, HOURLY, count, batch, concurrency)
     async with fresh_database() as (_, pool):
         result["published"] = await published_loop(pool, kafka, count, batch, concurrency)
+    result["interval cpu us/slot"] = CPU_US_PER_SLOT["interval"]
+    result["interval pg cpu us/slot"] = CPU_US_PER_SLOT["interval pg"]
+    result["cron cpu us/slot"] = CPU_US_PER_SLOT["cron"]
+    result["cron pg cpu us/slot"] = CPU_US_PER_SLOT["cron pg"]
+    result["bare pg cpu us/slot"] = CPU_US_PER_SLOT["bare x1 pg"]
+    result[f"{wide} pg cpu us/slot"] = CPU_US_PER_SLOT[f"bare x{concurrency} pg"]
     for key in ("interval", "cron", "published"):
         result[f"{key}/bare"] = result[key] / result["bare"]
         result[f"{key}/{wide}"] = result[key] / result[wide]
     return {k: round(v, 3 if "/" in k else 0) for k, v in result.items()}
 
 
-async def main() -> None:
+async def topics_and_run(count: int, batch: int, concurrency: int) -> dict[str, float]:
+    async with bench_topics() as kafka:
+        return await one_run(kafka, count, batch, concurrency)
+
+
+def run_on(loop: str, count: int, batch: int, concurrency: int) -> dict[str, float]:
+    """One run with the whole bench (bare loops included) on the given event loop."""
+    if loop == "uvloop":
+        import uvloop
+
+        return uvloop.run(topics_and_run(count, batch, concurrency))
+    return asyncio.run(topics_and_run(count, batch, concurrency))
+
+
+def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--schedules", type=int, default=100_000)
     parser.add_argument("--batch", type=int, default=500)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=TickerSettings(metrics_port=0).claim_concurrency)
+    parser.add_argument(
+        "--loops",
+        nargs="+",
+        choices=["asyncio", "uvloop"],
+        default=["asyncio", "uvloop"],
+        help="event loops to compare, each run once per loop (alternating, so the ratio is same-run)",
+    )
     args = parser.parse_args()
-    runs = []
-    async with bench_topics() as kafka:
-        for i in range(args.runs):
-            runs.append(await one_run(kafka, args.schedules, args.batch, args.concurrency))
-            print(f"run {i + 1}: {runs[-1]}", flush=True)
-    keys = list(runs[0])
-    summary = {k: round(median([r[k] for r in runs]), 3) for k in keys}
+    fingerprint_at_start = fingerprint(asyncio.run(server_version()))
+    runs: dict[str, list[dict[str, float]]] = {loop: [] for loop in args.loops}
+    for i in range(args.runs):
+        for loop in args.loops:
+            runs[loop].append(run_on(loop, args.schedules, args.batch, args.concurrency))
+            runs[loop][-1]["load_1m"] = round(os.getloadavg()[0], 2)
+            print(f"run {i + 1} ({loop}): {runs[loop][-1]}", flush=True)
+    summary = {
+        loop: {k: round(median([r[k] for r in results]), 3) for k in results[0]}
+        for loop, results in runs.items()
+    }
     report = {
-        "fingerprint": fingerprint(await server_version()),
+        "fingerprint": fingerprint_at_start,
         "schedules": args.schedules,
         "batch": args.batch,
         "runs": runs,
@@ -203,20 +253,38 @@ async def main() -> None:
         f"median of {args.runs} runs\n"
     )
     wide = f"bare x{args.concurrency}"
-    print(f"| loop | slots/s (per run) | median slots/s | ratio to bare | ratio to {wide} |")
-    print("|---|---|---:|---:|---:|")
-    for key in ("bare", wide, "interval", "cron", "published"):
-        ratios = (
-            ("1", "")
-            if key == "bare"
-            else ("", "1")
-            if key == wide
-            else (str(summary[f"{key}/bare"]), str(summary[f"{key}/{wide}"]))
-        )
-        print(
-            f"| {key} | {' / '.join(f'{r[key]:,.0f}' for r in runs)} | {summary[key]:,.0f} | {ratios[0]} | {ratios[1]} |"
-        )
+    print(f"| loop | event loop | slots/s (per run) | median slots/s | ratio to bare | ratio to {wide} |")
+    print("|---|---|---|---:|---:|---:|")
+    for loop, results in runs.items():
+        med = summary[loop]
+        for key in ("bare", wide, "interval", "cron", "published"):
+            ratios = (
+                ("1", "")
+                if key == "bare"
+                else ("", "1")
+                if key == wide
+                else (str(med[f"{key}/bare"]), str(med[f"{key}/{wide}"]))
+            )
+            per_run = " / ".join(f"{r[key]:,.0f}" for r in results)
+            print(f"| {key} | {loop} | {per_run} | {med[key]:,.0f} | {ratios[0]} | {ratios[1]} |")
+    print("\nCPU per slot, µs (per run; median): the claim loop in this process, and the database backends")
+    for loop, results in runs.items():
+        for key in (
+            "interval cpu us/slot",
+            "interval pg cpu us/slot",
+            "cron cpu us/slot",
+            "cron pg cpu us/slot",
+            "bare pg cpu us/slot",
+            f"{wide} pg cpu us/slot",
+        ):
+            per_run = " / ".join(f"{r[key]:.0f}" for r in results)
+            print(f"- {loop}, {key.removesuffix(' us/slot')}: {per_run}; median {summary[loop][key]:.0f}")
+    if len(runs) == 2 and "uvloop" in runs and "asyncio" in runs:
+        print("\nuvloop / asyncio, same run (per run; median):")
+        for key in ("bare", "interval", "cron", "published"):
+            ratios = [u[key] / a[key] for u, a in zip(runs["uvloop"], runs["asyncio"], strict=True)]
+            print(f"- {key}: {' / '.join(f'{x:.2f}' for x in ratios)}; median {median(ratios):.2f}")
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    main()

@@ -33,7 +33,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     command = args.command or "run"
     if command == "run":
-        asyncio.run(_run())
+        if TickerSettings().event_loop == "uvloop":
+            import uvloop
+
+            uvloop.run(_run())
+        else:
+            asyncio.run(_run())
     elif command == "migrate":
         asyncio.run(_migrate())
     else:

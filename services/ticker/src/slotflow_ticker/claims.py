@@ -7,6 +7,7 @@ after it commits, so with any number of tickers each slot is staged once.
 import asyncio
 import logging
 import time
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
@@ -77,6 +78,7 @@ class Claimer:
             if not records:
                 return result
             staged: list[Outgoing] = []
+            late: Counter[datetime] = Counter()
             ids: list[str] = []
             positions: list[Position] = []
             for record in records:
@@ -87,7 +89,7 @@ class Claimer:
                     # One broken schedule must not stop the others: leave it due and say so loudly.
                     log.error("cannot plan schedule %s: %s", row.schedule_id, err)
                     continue
-                staged.extend(self.stage(row, plan, now=now))
+                staged.extend(self.stage(row, plan, now=now, late=late))
                 ids.append(row.schedule_id)
                 positions.append(plan.position)
                 result.fired += len(plan.fire)
@@ -97,6 +99,7 @@ class Claimer:
                     result.advanced.append((schedule_key(row.schedule_id), plan.position.next_fire_at))
             await stage_all(conn, schema=self._schema, items=staged)
             self._fired_scheduled.inc(result.fired)
+            self._observe_lateness(late, now)
             await conn.execute(
                 self._q.advance,
                 ids,
@@ -110,8 +113,19 @@ class Claimer:
         self._metrics.claim_seconds.observe(time.perf_counter() - started)
         return result
 
-    def stage(self, row: ScheduleRow, plan: ClaimPlan, *, now: datetime) -> list[Outgoing]:
-        """The JobDue and SlotSkipped envelopes for a plan; counts them in the metrics."""
+    def _observe_lateness(self, late: "Counter[datetime]", now: datetime) -> None:
+        # Slots claimed together mostly share their fire time: one observation per distinct one.
+        observe = self._metrics.lateness.observe
+        for fire_at, count in late.items():
+            observe(max(0.0, (now - fire_at).total_seconds()), count)
+
+    def stage(
+        self, row: ScheduleRow, plan: ClaimPlan, *, now: datetime, late: "Counter[datetime] | None" = None
+    ) -> list[Outgoing]:
+        """The JobDue and SlotSkipped envelopes for a plan; counts them in the metrics.
+
+        With ``late``, the fire times are tallied there for the caller to observe once per claim.
+        """
         staged: list[Outgoing] = [
             self._events.job_due(
                 row.schedule_id,
@@ -125,9 +139,11 @@ class Claimer:
         ]
         staged.extend(self._events.slot_skipped(row.schedule_id, s, occurred_at=now) for s in plan.skip)
         if plan.fire:
-            observe = self._metrics.lateness.observe
+            tally: Counter[datetime] = Counter() if late is None else late
             for firing in plan.fire:
-                observe(max(0.0, (now - firing.fire_at).total_seconds()))
+                tally[firing.fire_at] += 1
+            if late is None:
+                self._observe_lateness(tally, now)
         for skipped in plan.skip:
             self._metrics.slots_skipped.labels(skipped.reason).inc()
         return staged

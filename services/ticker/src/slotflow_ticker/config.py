@@ -2,6 +2,7 @@
 
 import os
 import socket
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -45,6 +46,10 @@ class TickerSettings(BaseSettings):
     command_batching: bool = True
     #: Most command records one poll hands to a batch transaction.
     command_batch_size: int = Field(default=500, ge=1, le=10_000)
+    #: The event loop of `slotflow-ticker run`: uvloop (libuv) spends less CPU per callback and
+    #: per socket read than asyncio's own loop, which the claim and relay loops are full of;
+    #: "asyncio" turns it off. Only the process entry point reads this (tests use their own loop).
+    event_loop: Literal["uvloop", "asyncio"] = "uvloop"
     #: Prometheus metrics port on 0.0.0.0; 0 turns the HTTP endpoint off.
     metrics_port: int = Field(default=9310, ge=0, le=65535)
     metrics_host: str = "0.0.0.0"  # noqa: S104 - a metrics endpoint is meant to be scraped

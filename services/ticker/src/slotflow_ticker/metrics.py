@@ -1,6 +1,13 @@
 """Prometheus metrics of one ticker replica (its own registry, so replicas can share a process)."""
 
+import threading
+from bisect import bisect_left
+from collections.abc import Iterable, Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import HistogramMetricFamily
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 BATCH_BUCKETS = (0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
@@ -18,7 +25,7 @@ class TickerMetrics:
         self.slots_skipped = Counter(
             "slotflow_ticker_slots_skipped", "SlotSkipped staged per slot", ["reason"], registry=r
         )
-        self.lateness = Histogram(
+        self.lateness = CountedHistogram(
             "slotflow_ticker_fire_lateness_seconds",
             "Database time when a slot's JobDue was staged minus the slot's fire time (slot + jitter)",
             buckets=LATENCY_BUCKETS,
@@ -55,3 +62,47 @@ class TickerMetrics:
     def serve(self, port: int, host: str) -> None:
         """Expose /metrics over HTTP (a daemon thread of prometheus_client)."""
         start_http_server(port, addr=host, registry=self.registry)
+
+
+class CountedHistogram(Collector):
+    """A histogram that takes many observations of one value at once.
+
+    A claim stages hundreds of slots that share a handful of fire times (schedules due together),
+    so it observes each distinct lateness once with its count: prometheus_client's `observe` per
+    slot cost more than planning the slot. Exposed exactly as a `Histogram` of the same name.
+    """
+
+    def __init__(
+        self, name: str, documentation: str, *, buckets: Iterable[float], registry: CollectorRegistry
+    ) -> None:
+        self._name = name
+        self._documentation = documentation
+        self._bounds = [float(b) for b in buckets]
+        if self._bounds != sorted(self._bounds) or len(set(self._bounds)) != len(self._bounds):
+            raise ValueError("histogram buckets must be strictly increasing")
+        self._counts = [0] * (len(self._bounds) + 1)  # the last one is +Inf
+        self._sum = 0.0
+        self._lock = threading.Lock()  # the metrics HTTP thread reads while the loop writes
+        registry.register(self)
+
+    def observe(self, amount: float, count: int = 1) -> None:
+        """``count`` observations of ``amount`` (a bucket's bound is inclusive, as in Prometheus)."""
+        index = bisect_left(self._bounds, amount)
+        with self._lock:
+            self._counts[index] += count
+            self._sum += amount * count
+
+    def collect(self) -> Iterator[HistogramMetricFamily]:
+        with self._lock:
+            counts, total = list(self._counts), self._sum
+        cumulative = 0
+        buckets: list[tuple[str, float]] = []
+        for bound, count in zip([*self._bounds, float("inf")], counts, strict=True):
+            cumulative += count
+            buckets.append((floatToGoString(bound), cumulative))  # type: ignore[no-untyped-call]
+        family = HistogramMetricFamily(self._name, self._documentation)
+        family.add_metric([], buckets, total)
+        yield family
+
+    def describe(self) -> Iterator[HistogramMetricFamily]:
+        yield HistogramMetricFamily(self._name, self._documentation)
