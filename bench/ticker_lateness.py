@@ -107,13 +107,14 @@ async def one_run(variant: str, count: int, minutes: int) -> dict[str, object]:
             [sys.executable, "-m", "slotflow_ticker", "--log-level", "WARNING", "run"], env=env
         )
         try:
-            lateness, seen = await collect(kafka, variant, window_start, window_end)
+            lateness, seen = await collect(kafka, variant, window_start, window_end, count * minutes)
         finally:
             ticker.terminate()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 ticker.wait(timeout=60)
             if ticker.poll() is None:
                 ticker.kill()
+        stages = await stage_lateness(pool, kafka, variant, window_start, window_end)
     expected = count * minutes
     return {
         "variant": variant,
@@ -124,11 +125,46 @@ async def one_run(variant: str, count: int, minutes: int) -> dict[str, object]:
         "p50_ms": round(percentile(lateness, 0.50), 1),
         "p99_ms": round(percentile(lateness, 0.99), 1),
         "max_ms": round(max(lateness), 1),
+        **stages,
+    }
+
+
+# Where the time goes, from the outbox rows the run left behind: `created_at` is the start of the
+# claim transaction that staged the JobDue (its now()), `published_at` the start of the relay
+# transaction that published it; the Kafka timestamp (above) is when the relay handed it over.
+STAGES = """
+WITH j AS (
+    SELECT created_at, published_at, (convert_from(value, 'UTF8')::jsonb -> 'data') AS data
+      FROM ticker.outbox WHERE topic = $1
+), w AS (
+    SELECT created_at, published_at, (data ->> $4)::timestamptz AS reference
+      FROM j WHERE (data ->> 'slot')::timestamptz >= $2 AND (data ->> 'slot')::timestamptz < $3
+)
+SELECT percentile_cont(ARRAY[0.5, 0.99]) WITHIN GROUP (ORDER BY extract(epoch FROM created_at - reference))
+           AS claim,
+       percentile_cont(ARRAY[0.5, 0.99]) WITHIN GROUP (ORDER BY extract(epoch FROM published_at - reference))
+           AS relay
+  FROM w WHERE published_at IS NOT NULL
+"""
+
+
+async def stage_lateness(
+    pool: Pool, kafka: KafkaSettings, variant: str, window_start: datetime, window_end: datetime
+) -> dict[str, float]:
+    reference = "fire_at" if variant == "jitter" else "slot"
+    row = await pool.fetchrow(STAGES, kafka.topic(JOBS_DUE), window_start, window_end, reference)
+    if row is None or row["claim"] is None:
+        return {}
+    return {
+        "claim_start_p50_ms": round(row["claim"][0] * 1000, 1),
+        "claim_start_p99_ms": round(row["claim"][1] * 1000, 1),
+        "relay_start_p50_ms": round(row["relay"][0] * 1000, 1),
+        "relay_start_p99_ms": round(row["relay"][1] * 1000, 1),
     }
 
 
 async def collect(
-    kafka: KafkaSettings, variant: str, window_start: datetime, window_end: datetime
+    kafka: KafkaSettings, variant: str, window_start: datetime, window_end: datetime, expected: int
 ) -> tuple[list[float], int]:
     lateness: list[float] = []
     runs: set[str] = set()
@@ -150,6 +186,8 @@ async def collect(
                 runs.add(data["run_id"])
                 reference = datetime.fromisoformat(data["fire_at"]) if variant == "jitter" else slot
                 lateness.append((record.timestamp_ms or 0) - reference.timestamp() * 1000)
+            if len(runs) >= expected:
+                break  # every slot of the window arrived (a late duplicate would not change runs)
             if datetime.now(UTC) > window_end + timedelta(seconds=60) and not records:
                 break
     if not lateness:
@@ -180,7 +218,18 @@ async def main() -> None:
         report["runs"][variant] = results  # type: ignore[index]
         summary[variant] = {
             key: median([float(r[key]) for r in results])  # type: ignore[arg-type]
-            for key in ("p50_ms", "p99_ms", "max_ms", "counted_slots", "distinct_runs")
+            for key in (
+                "p50_ms",
+                "p99_ms",
+                "max_ms",
+                "counted_slots",
+                "distinct_runs",
+                "claim_start_p50_ms",
+                "claim_start_p99_ms",
+                "relay_start_p50_ms",
+                "relay_start_p99_ms",
+            )
+            if all(key in r for r in results)
         }
     report["median"] = summary
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -193,6 +242,16 @@ async def main() -> None:
         print(
             f"| {variant} | {count:,} | {s['p50_ms']:.1f} | {s['p99_ms']:.1f} | {s['max_ms']:.1f} | {s['counted_slots']:,.0f} |"
         )
+    print("\nWhere the time goes (medians of runs; ms after the slot's fire time, p50 / p99):\n")
+    print("| variant | claim transaction began | relay transaction began | Kafka timestamp |")
+    print("|---|---:|---:|---:|")
+    for variant, s in summary.items():
+        if "claim_start_p50_ms" in s:
+            print(
+                f"| {variant} | {s['claim_start_p50_ms']:.1f} / {s['claim_start_p99_ms']:.1f} "
+                f"| {s['relay_start_p50_ms']:.1f} / {s['relay_start_p99_ms']:.1f} "
+                f"| {s['p50_ms']:.1f} / {s['p99_ms']:.1f} |"
+            )
 
 
 if __name__ == "__main__":
