@@ -6,7 +6,9 @@ is handed out at insert, visibility comes at commit. The test builds exactly tha
 """
 
 import asyncio
+import json
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
@@ -16,7 +18,7 @@ from slotflow.contracts.topics import SCHEDULE_EVENTS
 from slotflow.kafka.consumer import Consumer
 from slotflow.kafka.producer import Producer
 from slotflow.pg.migrations import OUTBOX, apply_migrations
-from slotflow.pg.outbox import OutboxRelay, Staged, append
+from slotflow.pg.outbox import PICK_AND_MARK, OutboxRelay, Staged, append
 from slotflow.pg.pool import Pool
 from slotflow.settings import KafkaSettings
 from slotflow.testing import assert_eventually, unique_name
@@ -124,3 +126,44 @@ async def test_each_key_leaves_in_staging_order_whichever_mode_relays_it(
         mine = [i for i in ids if i.startswith(f"{key}:")]
         assert mine == sorted(mine)
         assert len(mine) == 60
+
+
+def _plan_nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
+    return [node, *(n for child in node.get("Plans", []) for n in _plan_nodes(child))]
+
+
+async def test_a_backlog_behind_stale_statistics_is_picked_once_and_marked_by_primary_key(
+    pg_pool: Pool,
+) -> None:
+    # Statistics taken while nothing was pending, then a backlog: what a relay meets when the
+    # claims outrun it before autovacuum analyses the table. The pick must run once (not once per
+    # pending row) and the mark must find its rows by primary key (not by filtering the backlog).
+    await apply_migrations(pg_pool, schema=SCHEMA, sources=[OUTBOX])
+    table = f"{SCHEMA}.outbox"
+    await pg_pool.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
+    await pg_pool.execute(
+        f"INSERT INTO {table} (topic, event_id, key, shard, value, published_at) "
+        "SELECT 't', 'old-' || g, 'k', g % 8, '\\x00', now() FROM generate_series(1, 5000) g"
+    )
+    await pg_pool.execute(f"ANALYZE {table}")
+    await pg_pool.execute(
+        f"INSERT INTO {table} (topic, event_id, key, shard, value) "
+        "SELECT 't', 'new-' || g, 'k' || g, g % 8, '\\x00' FROM generate_series(1, 5000) g"
+    )
+    statement = PICK_AND_MARK.format(schema=SCHEMA)
+    async with pg_pool.acquire() as conn:
+        transaction = conn.transaction()
+        await transaction.start()
+        try:
+            raw = await conn.fetchval(f"EXPLAIN (ANALYZE, FORMAT JSON) {statement}", list(range(8)), 100)
+        finally:
+            await transaction.rollback()
+    plan = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
+    assert plan["Node Type"] == "ModifyTable"
+    assert plan["Actual Rows"] == 800  # 100 from each of the 8 shards
+    [scan] = [p for p in plan["Plans"] if p.get("Parent Relationship") != "InitPlan"]
+    assert scan["Index Name"] == "outbox_pkey", scan
+    assert scan["Actual Loops"] == 1
+    picks = [n for n in _plan_nodes(plan) if n.get("Node Type") == "Limit"]
+    assert picks
+    assert all(n["Actual Loops"] == 8 for n in picks), picks  # once per shard, not per pending row
