@@ -81,6 +81,13 @@ async def test_a_burst_of_start_timers_is_stored_in_batches_and_fires_each_timer
             message="both rejections",
         )
         await tail.wait_for(lambda t: len(t.of_type("dlq.dead_lettered")) >= 2, message="two parked commands")
+        # Acknowledgements and TimerFired leave on different partitions: each is waited for.
+        await tail.wait_for(
+            lambda t: (
+                len({e.data["command_id"] for e in t.of_type("command.accepted")}) >= TIMERS + TIMERS // 400
+            ),
+            message="every command acknowledged",
+        )
 
     fired_events = tail.of_type("timer.fired")
     assert duplicates(e.id for e in fired_events) == {}
