@@ -27,7 +27,7 @@ from typing import Any
 
 from slotflow.contracts.codec import encode
 from slotflow.contracts.envelope import TYPE_HEADER, VERSION_HEADER, Envelope
-from slotflow.errors import SlotflowError
+from slotflow.errors import ConfigurationError, SlotflowError
 from slotflow.kafka.producer import OutgoingRecord, Producer, envelope_headers
 from slotflow.pg.pool import CONNECTION_ERRORS, Conn, Pool
 
@@ -169,6 +169,7 @@ class OutboxRelay:
         keep_published_seconds: float = 3600.0,
         parallel_shards: bool = False,
         one_transaction: bool = False,
+        shards: Iterable[int] | None = None,
     ) -> None:
         self._pool = pool
         self._producer = producer
@@ -184,6 +185,11 @@ class OutboxRelay:
         # locks and the same per-shard seq order, in five round trips a pass instead of five per
         # shard, which is what a relay woken after every small commit spends its time on.
         self._one_transaction = one_transaction
+        # Only these shards (default all): several relays of one process, each on its own shards,
+        # so a pass waiting for acknowledgements holds back its own shards only.
+        self._shards = sorted(set(range(SHARDS) if shards is None else shards))
+        if not self._shards or not set(self._shards) <= set(range(SHARDS)):
+            raise ConfigurationError(f"shards must be a non-empty subset of 0..{SHARDS - 1}")
         self._wake = asyncio.Event()
         self.published = 0
 
@@ -212,17 +218,17 @@ class OutboxRelay:
         """One pass over every shard; returns how many records were published."""
         total = 0
         if self._one_transaction:
-            total = await self._relay_shards(list(range(SHARDS)))
+            total = await self._relay_shards(self._shards)
         elif self._parallel_shards:
             results = await asyncio.gather(
-                *(self._relay_shard(s) for s in range(SHARDS)), return_exceptions=True
+                *(self._relay_shard(s) for s in self._shards), return_exceptions=True
             )
             for result in results:
                 if isinstance(result, BaseException):
                     raise result
                 total += result
         else:
-            for shard in range(SHARDS):
+            for shard in self._shards:
                 total += await self._relay_shard(shard)
         self.published += total
         return total
