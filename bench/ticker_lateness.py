@@ -2,6 +2,7 @@
 every minute, one ticker process.
 
     .venv/bin/python bench/ticker_lateness.py [--schedules 100000] [--minutes 2] [--runs 3] [--variants seconds jitter light]
+        [--arm before:../old-checkout --arm after --arm loops2,SLOTFLOW_TICKER_RELAY_LOOPS=2]
 
 Each run seeds a fresh database (rows exactly as CreateSchedule stores them) and a fresh topic
 namespace, starts `python -m slotflow_ticker` as its own process, and reads the JobDue topic from
@@ -85,7 +86,9 @@ async def seed(pool: Pool, variant: str, count: int, first_minute: datetime) -> 
     await seed_rows(pool, rows)
 
 
-async def one_run(variant: str, count: int, minutes: int) -> dict[str, object]:
+async def one_run(
+    variant: str, count: int, minutes: int, arm_env: dict[str, str] | None = None
+) -> dict[str, object]:
     async with bench_topics() as kafka, fresh_database() as (dsn, pool):
         db_now: datetime = await pool.fetchval("SELECT now()")
         first_minute = db_now.replace(second=0, microsecond=0) + timedelta(minutes=1)
@@ -102,6 +105,7 @@ async def one_run(variant: str, count: int, minutes: int) -> dict[str, object]:
             "SLOTFLOW_TICKER_TICKER_ID": f"bench-{uuid.uuid4().hex[:6]}",
             "SLOTFLOW_TICKER_METRICS_PORT": "0",
             "SLOTFLOW_TICKER_BATCH_SIZE": "2000",
+            **(arm_env or {}),
         }
         ticker = subprocess.Popen(
             [sys.executable, "-m", "slotflow_ticker", "--log-level", "WARNING", "run"], env=env
@@ -195,27 +199,52 @@ async def collect(
     return lateness, len(runs)
 
 
+def parse_arm(text: str) -> tuple[str, dict[str, str]]:
+    head, *settings = text.split(",")
+    name, _, checkout = head.partition(":")
+    env = dict(setting.split("=", 1) for setting in settings)
+    if checkout:
+        root = os.path.abspath(checkout)
+        paths = [f"{root}/services/ticker/src", f"{root}/libs/slotflow/src"]
+        env["PYTHONPATH"] = os.pathsep.join([*paths, os.environ.get("PYTHONPATH", "")])
+    return name, env
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--schedules", type=int, default=100_000)
     parser.add_argument("--minutes", type=int, default=2)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--variants", nargs="+", default=["seconds", "jitter", "light"])
+    parser.add_argument(
+        "--arm",
+        action="append",
+        default=[],
+        metavar="NAME[:CHECKOUT][,KEY=VALUE...]",
+        help="compare arms in the same session, one run of each in turn: CHECKOUT runs another "
+        "checkout's ticker and library (e.g. the commit before a change), KEY=VALUE sets ticker "
+        "settings (SLOTFLOW_TICKER_RELAY_LOOPS=2); without --arm, one arm of this checkout",
+    )
     args = parser.parse_args()
+    arms = [parse_arm(text) for text in args.arm] or [("this", {})]
     report: dict[str, object] = {
         "fingerprint": fingerprint(await server_version()),
         "minutes": args.minutes,
-        "runs": {},
+        "arms": dict(arms),
     }
     summary = {}
+    runs: dict[str, list[dict[str, object]]] = {}
     for variant in args.variants:
         count = 1000 if variant == "light" else args.schedules
-        results = []
         for i in range(args.runs):
-            result = await one_run(variant, count, args.minutes)
-            results.append(result)
-            print(f"{variant} run {i + 1}: {result}", flush=True)
-        report["runs"][variant] = results  # type: ignore[index]
+            for name, arm_env in arms:
+                label = variant if len(arms) == 1 else f"{variant} [{name}]"
+                result = await one_run(variant, count, args.minutes, arm_env)
+                result["load_average"] = os.getloadavg()
+                runs.setdefault(label, []).append(result)
+                print(f"{label} run {i + 1}: {result}", flush=True)
+    report["runs"] = runs
+    for variant, results in runs.items():
         summary[variant] = {
             key: median([float(r[key]) for r in results])  # type: ignore[arg-type]
             for key in (
@@ -238,7 +267,7 @@ async def main() -> None:
     print("| variant | schedules | p50 ms (median of runs) | p99 ms | max ms | slots counted per run |")
     print("|---|---:|---:|---:|---:|---:|")
     for variant, s in summary.items():
-        count = 1000 if variant == "light" else args.schedules
+        count = 1000 if variant.startswith("light") else args.schedules
         print(
             f"| {variant} | {count:,} | {s['p50_ms']:.1f} | {s['p99_ms']:.1f} | {s['max_ms']:.1f} | {s['counted_slots']:,.0f} |"
         )

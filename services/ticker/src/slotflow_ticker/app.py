@@ -21,7 +21,7 @@ from slotflow.kafka.poison import decode_record
 from slotflow.kafka.producer import Producer
 from slotflow.kafka.records import Record
 from slotflow.pg.migrations import INBOX, OUTBOX, MigrationSource, apply_migrations
-from slotflow.pg.outbox import OutboxRelay
+from slotflow.pg.outbox import SHARDS, OutboxRelay
 from slotflow.pg.pool import CONNECTION_ERRORS, Pool, create_pool
 from slotflow.settings import KafkaSettings, PostgresSettings
 from slotflow_ticker.claims import Claimer
@@ -65,7 +65,7 @@ class TickerApp:
         self.postgres = postgres
         self.metrics = metrics or TickerMetrics()
         self.ticking: Ticking | None = None
-        self.relay: OutboxRelay | None = None
+        self.relay: RelayGroup | None = None
         self.started = asyncio.Event()
         self._published_seen = 0
 
@@ -103,13 +103,20 @@ class TickerApp:
         schema = settings.schema_name
         queries = Queries.for_schema(schema)
         events = EventFactory(Topics.of(self.kafka), source=f"{SERVICE}/{settings.ticker_id}")
-        relay = OutboxRelay(
-            pool,
-            producer,
-            schema=schema,
-            batch_size=settings.relay_batch_size,
-            idle_interval=settings.relay_idle_seconds,
-            one_transaction=settings.relay_one_transaction,
+        relay = RelayGroup(
+            [
+                OutboxRelay(
+                    pool,
+                    producer,
+                    schema=schema,
+                    batch_size=settings.relay_batch_size,
+                    idle_interval=settings.relay_idle_seconds,
+                    parallel_shards=settings.relay_parallel_shards,
+                    one_transaction=settings.relay_one_transaction,
+                    shards=range(first, SHARDS, settings.relay_loops),
+                )
+                for first in range(settings.relay_loops)
+            ]
         )
         claimer = Claimer(
             pool,
@@ -145,7 +152,7 @@ class TickerApp:
         tasks = [
             asyncio.create_task(self._consume(producer, handler, precheck, stop), name="commands"),
             asyncio.create_task(ticking.run(stop), name="ticking"),
-            asyncio.create_task(relay.run(stop), name="relay"),
+            *(asyncio.create_task(r.run(stop), name=f"relay-{i}") for i, r in enumerate(relay.relays)),
             asyncio.create_task(
                 self._every(stop, settings.backlog_seconds, self._backlog(relay)), name="backlog"
             ),
@@ -235,7 +242,7 @@ class TickerApp:
                         return
             await loop.process(records, stop)
 
-    def _backlog(self, relay: OutboxRelay) -> Callable[[], Awaitable[None]]:
+    def _backlog(self, relay: "RelayGroup") -> Callable[[], Awaitable[None]]:
         async def refresh() -> None:
             self.metrics.outbox_backlog.set(await relay.pending())
             published = relay.published
@@ -263,6 +270,24 @@ class TickerApp:
             except _STORAGE_ERRORS as err:
                 log.warning("ticker: periodic job failed: %s", err)
             await _sleep_or_stop(stop, seconds)
+
+
+class RelayGroup:
+    """The replica's outbox relays, each on its own shards (`relay_loops`), seen as one."""
+
+    def __init__(self, relays: list[OutboxRelay]) -> None:
+        self.relays = relays
+
+    def wake(self) -> None:
+        for relay in self.relays:
+            relay.wake()
+
+    @property
+    def published(self) -> int:
+        return sum(relay.published for relay in self.relays)
+
+    async def pending(self) -> int:
+        return await self.relays[0].pending()  # the whole outbox, whichever relay asks
 
 
 async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:

@@ -41,6 +41,11 @@ class TickerSettings(BaseSettings):
     #: Relay every free outbox shard in one transaction per pass (OutboxRelay one_transaction):
     #: a pass costs five round trips whatever the number of shards with rows.
     relay_one_transaction: bool = True
+    #: Without one_transaction: relay the shards of a pass concurrently, a transaction each.
+    relay_parallel_shards: bool = False
+    #: Independent relay loops, each on its own outbox shards (round robin): a pass waiting for
+    #: the broker's acknowledgements then holds back only its own shards' rows.
+    relay_loops: int = Field(default=1, ge=1, le=8)
     #: Apply each polled batch of commands in one transaction (off: one transaction per command,
     #: the fallback path; kept switchable so the two can be compared in the same run).
     command_batching: bool = True

@@ -6,6 +6,12 @@ in-memory hierarchical timing wheel, so this replica wakes within a tick of each
 rescanning the table. Waking only triggers the claim query: which rows are due, and who fires
 them, is decided by the database clock and SKIP LOCKED, never by the wheel or the host clock.
 
+Two loops share the wheel. The claim loop only advances the wheel and claims due schedules, so a
+due row never waits behind anything else; the side loop reloads the horizon and claims timers and
+automatic resumes (at each reload, and when the claim loop sees a timer's deadline expire). A row a
+claim or a command moves while a reload is in flight is held until that reload has set the new
+horizon, then placed against it, so the overlap cannot lose a row between two incremental loads.
+
 Host time is used only to decide how long to sleep. The wheel runs in database time, estimated as
 the last database `now()` seen plus the monotonic time elapsed since; it is re-anchored at every
 claim and reload. A skewed host clock therefore changes nothing (monotonic time has no epoch), and
@@ -17,10 +23,10 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
+from typing import Protocol
 
 from slotflow.core.timing_wheel import TimingWheel
 from slotflow.errors import TransientStorageError
-from slotflow.pg.outbox import OutboxRelay
 from slotflow.pg.pool import CONNECTION_ERRORS, Pool
 from slotflow_ticker.claims import TIMER_PREFIX, Claimer, ClaimPass, schedule_key, timer_key
 from slotflow_ticker.config import TickerSettings
@@ -39,6 +45,12 @@ FULL_RELOAD_EVERY = 10
 #: Filling the wheel yields to the event loop this often, so a large load never holds up a claim.
 FILL_CHUNK = 500
 _STORAGE_ERRORS: tuple[type[BaseException], ...] = (TransientStorageError, *CONNECTION_ERRORS)
+
+
+class Wakeable(Protocol):
+    """The outbox relay (or relays), woken after each claim that staged rows."""
+
+    def wake(self) -> None: ...
 
 
 class DatabaseClock:
@@ -74,7 +86,7 @@ class Ticking:
         queries: Queries,
         settings: TickerSettings,
         metrics: TickerMetrics,
-        relay: OutboxRelay | None = None,
+        relay: Wakeable | None = None,
     ) -> None:
         self._pool = pool
         self._claimer = claimer
@@ -90,7 +102,15 @@ class Ticking:
         self._last_reload = -MIN_RELOAD_GAP
         self._loaded_until: datetime | None = None
         self._loads = 0
-        self._poll_due = True
+        self._side_wake = asyncio.Event()
+        self._reloading = False
+        self._held: list[tuple[str, datetime]] = []
+        #: The claim loop claims schedules once after each reload (the fallback poll).
+        self._poll_due = False
+        #: Timers to claim: a timer's deadline expired, or a reload came (their fallback poll,
+        #: which also runs the automatic resumes).
+        self._timers_due = False
+        self._timer_poll_due = False
         self.passes = 0
 
     def offer(self, due: list[tuple[str, datetime]]) -> None:
@@ -99,39 +119,55 @@ class Ticking:
         Later ones arrive with the reload that covers them, so a burst of commands costs no
         extra queries.
         """
-        if self._wheel is None or self._loaded_until is None:
-            return
-        woke = False
-        for key, deadline in due:
-            if deadline <= self._loaded_until:
-                self._wheel.add(key, deadline)
-                woke = True
-        if woke:
+        placed = [self._place(key, deadline) for key, deadline in due]  # every one, no short cut
+        if any(placed):
             self._wake.set()
+
+    def _place(self, key: str, deadline: datetime) -> bool:
+        """Into the wheel if within the loaded horizon; True if it went in."""
+        if self._wheel is None or self._loaded_until is None:
+            return False
+        if deadline <= self._loaded_until:
+            self._wheel.add(key, deadline)
+            return True
+        if self._reloading:
+            # The reload in flight may have read this row before it moved, and the next one only
+            # asks for rows past the horizon this one sets: placed when it is set.
+            self._held.append((key, deadline))
+        return False
 
     async def run(self, stop: asyncio.Event) -> None:
         """Tick until ``stop`` is set; database outages are waited out."""
-        while not stop.is_set():
-            try:
-                await self._cycle(stop)
-            except _STORAGE_ERRORS as err:
-                log.warning("ticker %s: storage unavailable: %s", self._settings.ticker_id, err)
-                self._reload_requested = True
-                await _wait(stop, self._wake, 1.0)
+        side = asyncio.create_task(self._run_side(stop), name="ticking-side")
+        try:
+            while not stop.is_set():
+                if side.done():
+                    side.result()  # a bug in the side loop stops the replica, not just reloads
+                try:
+                    await self._cycle(stop)
+                except _STORAGE_ERRORS as err:
+                    log.warning("ticker %s: storage unavailable: %s", self._settings.ticker_id, err)
+                    self._request_reload()
+                    await _wait(stop, self._wake, 1.0)
+            # Stopping: the side loop sees `stop` too and ends its transaction first.
+            await side
+        finally:
+            side.cancel()  # only when this loop was cancelled or failed
+            await asyncio.gather(side, return_exceptions=True)
 
     async def _cycle(self, stop: asyncio.Event) -> None:
-        if self._reload_due():
-            await self._reload()
         wheel = self._wheel
         if wheel is None:
+            await _wait(stop, self._wake, 1.0)  # the side loop's first reload wakes us
+            self._wake.clear()
             return
         expired = wheel.advance(self._clock.now())
         if expired or self._poll_due:
-            # Timers and automatic resumes are asked for only when a timer's deadline came or at
-            # the horizon reload (the fallback poll): a wake for schedules costs one transaction.
-            timers = self._poll_due or any(key.startswith(TIMER_PREFIX) for key, _ in expired)
-            db_now = await self.claim_all(timers=timers, resumes=self._poll_due)
             self._poll_due = False
+            if any(key.startswith(TIMER_PREFIX) for key, _ in expired):
+                self._timers_due = True
+                self._side_wake.set()
+            db_now = await self._drain(self._claimer.claim_schedules, self._settings.claim_concurrency)
             # Woke before the database clock reached them (the estimate lags, rarely leads):
             # back into the wheel, so they are met precisely rather than at the next reload.
             for key, deadline in expired:
@@ -141,30 +177,76 @@ class Ticking:
         await _wait(stop, self._wake, self._sleep_seconds(wheel))
         self._wake.clear()
 
+    async def _run_side(self, stop: asyncio.Event) -> None:
+        """Horizon reloads, timer claims and automatic resumes, beside the claim loop."""
+        while not stop.is_set():
+            try:
+                if self._reload_due():
+                    await self._reload()
+                    self._timer_poll_due = True
+                    self._poll_due = True  # the claim loop's fallback poll of the schedules
+                    self._wake.set()
+                if self._timers_due or self._timer_poll_due:
+                    resumes = self._timer_poll_due
+                    self._timers_due = self._timer_poll_due = False
+                    await self._drain(self._claimer.claim_timers)
+                    if resumes and await self._claimer.auto_resume():
+                        self._request_reload()
+            except _STORAGE_ERRORS as err:
+                log.warning("ticker %s: storage unavailable: %s", self._settings.ticker_id, err)
+                self._reload_requested = True
+                self._timer_poll_due = True
+                await _wait(stop, asyncio.Event(), 1.0)  # not woken early: the outage needs time
+                continue
+            await _wait(stop, self._side_wake, self._until_reload())
+            self._side_wake.clear()
+
+    def _request_reload(self) -> None:
+        self._reload_requested = True
+        self._side_wake.set()
+
     def _reload_due(self) -> bool:
         mono = time.monotonic()
         if self._reload_requested and mono - self._last_reload >= MIN_RELOAD_GAP:
             return True
         return mono >= self._next_reload
 
-    def _sleep_seconds(self, wheel: TimingWheel[str]) -> float:
+    def _until_reload(self) -> float:
         next_reload = self._next_reload
         if self._reload_requested:
             next_reload = min(next_reload, self._last_reload + MIN_RELOAD_GAP)
-        until_reload = max(0.0, next_reload - time.monotonic())
+        return max(0.0, next_reload - time.monotonic())
+
+    def _sleep_seconds(self, wheel: TimingWheel[str]) -> float:
+        # Reloads wake this loop when they add rows, so only the wheel bounds the sleep; the cap
+        # re-reads the clock estimate now and then.
         deadline = wheel.next_deadline()
         if deadline is None:
-            return until_reload
-        return max(0.0, min(until_reload, self._clock.seconds_until(deadline)))
+            return self._settings.reload_interval
+        return max(0.0, min(self._settings.reload_interval, self._clock.seconds_until(deadline)))
 
     async def _reload(self) -> None:
         """Ask the table for the next horizon (plus anything already due) and fill the wheel."""
         full = self._reload_requested or self._loaded_until is None or self._loads % FULL_RELOAD_EVERY == 0
         self._reload_requested = False
         self._loads += 1
+        self._reloading = True
+        try:
+            await self._load(full)
+        finally:
+            self._reloading = False
+            held, self._held = self._held, []
+        if self._loaded_until is not None:
+            for key, deadline in held:
+                self._place(key, deadline)
+
+    async def _load(self, full: bool) -> None:
         horizon = self._settings.horizon_seconds
         async with self._pool.acquire() as conn:
             db_now: datetime = await conn.fetchval(self._q.now)
+            # Anchored before the horizon queries: the claim loop re-anchors meanwhile, and an
+            # anchor taken after them would set the estimate back by their duration.
+            self._clock.anchor(db_now)
             if full or self._loaded_until is None:
                 schedules = await conn.fetch(self._q.horizon_schedules, horizon, HORIZON_LIMIT)
                 timers = await conn.fetch(self._q.horizon_timers, horizon, HORIZON_LIMIT)
@@ -172,8 +254,6 @@ class Ticking:
                 since = self._loaded_until
                 schedules = await conn.fetch(self._q.horizon_schedules_after, horizon, HORIZON_LIMIT, since)
                 timers = await conn.fetch(self._q.horizon_timers_after, horizon, HORIZON_LIMIT, since)
-        self._clock.anchor(db_now)
-        self._poll_due = True
         self._last_reload = time.monotonic()
         self._next_reload = self._last_reload + self._settings.reload_interval
         if self._wheel is None:
@@ -201,7 +281,7 @@ class Ticking:
         if timers:
             db_now = max(db_now, await self._drain(self._claimer.claim_timers))
         if resumes and await self._claimer.auto_resume():
-            self._reload_requested = True
+            self._request_reload()
         return db_now
 
     async def _drain(self, claim: Callable[[], Awaitable[ClaimPass]], concurrency: int = 1) -> datetime:
@@ -229,12 +309,9 @@ class Ticking:
         return result
 
     def _add_advanced(self, result: ClaimPass) -> None:
-        if self._wheel is None or self._loaded_until is None:
-            return
         for key, deadline in result.advanced:
             # Later deadlines arrive with the reload that covers them.
-            if deadline <= self._loaded_until:
-                self._wheel.add(key, deadline)
+            self._place(key, deadline)
 
 
 async def _wait(stop: asyncio.Event, wake: asyncio.Event, timeout: float) -> None:
