@@ -1,7 +1,5 @@
 """Builders and probes shared by the claimer's integration and chaos tests."""
 
-import asyncio
-import heapq
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -9,10 +7,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from slotflow.contracts import Envelope, FireJobDue, JobDue, RetryPolicy, StartTimer
+from slotflow.contracts import Envelope, JobDue, RetryPolicy
 from slotflow.contracts.codec import decode
 from slotflow.contracts.envelope import REDRIVE_COUNT_HEADER
-from slotflow.contracts.topics import JOBS_DUE, SCHEDULE_COMMANDS, TopicSpec
+from slotflow.contracts.topics import JOBS_DUE, TopicSpec
 from slotflow.core.identity import run_id as make_run_id
 from slotflow.kafka.consumer import Consumer
 from slotflow.kafka.producer import Producer
@@ -179,65 +177,3 @@ class TopicReader:
             return found if len(found) >= count else None
 
         return await assert_eventually(probe, timeout=timeout, message=f"{count} x {type_} for {run_id}")
-
-
-class TimerFirer:
-    """Stands in for the ticker's one-shot timers where a test needs thousands of them in seconds.
-
-    Consumes StartTimer commands and publishes each timer's JobDue when the database clock reaches
-    its `fire_at`. It keeps nothing durable: a test double for the ticker's role only, used by the
-    retry-storm test (see its docstring for why); every other retry test runs the real ticker.
-    """
-
-    def __init__(self, kafka: KafkaSettings, producer: Producer, pool: Pool) -> None:
-        self._kafka = kafka
-        self._producer = producer
-        self._pool = pool
-        self.timers: list[Any] = []
-        self.fired: list[tuple[str, datetime]] = []
-        self._task: asyncio.Task[None] | None = None
-        self._stop = asyncio.Event()
-
-    async def __aenter__(self) -> "TimerFirer":
-        self._task = asyncio.create_task(self._run())
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._task is not None:
-            await self._task
-
-    async def _run(self) -> None:
-        db_now = await self._pool.fetchval("SELECT now()")
-        skew = db_now - datetime.now(UTC)
-        heap: list[tuple[datetime, int, StartTimer]] = []
-        counter = 0
-        topic = self._kafka.topic(JOBS_DUE)
-        async with Consumer(
-            self._kafka,
-            self._kafka.topic(SCHEDULE_COMMANDS),
-            group_id=unique_name("firer"),
-            client_id="firer",
-        ) as consumer:
-            while not self._stop.is_set():
-                for record in await consumer.poll(timeout_ms=20, max_records=5000):
-                    envelope = decode(record.value)
-                    if envelope.type != StartTimer.message_type:
-                        continue
-                    timer = StartTimer.model_validate(envelope.data)
-                    self.timers.append(timer)
-                    counter += 1
-                    heapq.heappush(heap, (timer.fire_at, counter, timer))
-                now = datetime.now(UTC) + skew
-                due: list[StartTimer] = []
-                while heap and heap[0][0] <= now:
-                    due.append(heapq.heappop(heap)[2])
-                if due:
-                    batch = []
-                    for timer in due:
-                        if isinstance(timer.on_fire, FireJobDue):
-                            batch.append(
-                                (topic, job_due_envelope(timer.on_fire.job, at=now, source="test-ticker"))
-                            )
-                            self.fired.append((timer.timer_id, now))
-                    await self._producer.send_many(batch)
