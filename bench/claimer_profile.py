@@ -15,7 +15,8 @@ import pstats
 import resource
 import time
 
-from claimer_support import bench_topics, fresh_database
+from _common import bench_topics
+from claimer_support import fresh_database
 from claimer_throughput import produce
 
 from slotflow.contracts.topics import RUN_EVENTS

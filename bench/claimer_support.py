@@ -3,76 +3,33 @@ processes, and a machine fingerprint."""
 
 import asyncio
 import os
-import platform
 import signal
 import socket
 import subprocess
 import sys
-import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
-import asyncpg
 import httpx
+from _common import REPO, process_cpu_seconds, scratch_database
 
-from slotflow.kafka.admin import ensure_topics
 from slotflow.pg.pool import Pool, create_pool
 from slotflow.settings import KafkaSettings, PostgresSettings
 from slotflow_claimer.app import migrate
-
-REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "bench" / "results"
-
-
-def with_database(dsn: str, database: str) -> str:
-    base, _, tail = dsn.rpartition("/")
-    query = "?" + tail.split("?", 1)[1] if "?" in tail else ""
-    return f"{base}/{database}{query}"
 
 
 @asynccontextmanager
 async def fresh_database(pool_size: int = 8) -> AsyncIterator[tuple[str, Pool]]:
     """A new database with the claimer schema migrated; dropped afterwards."""
-    admin_dsn = PostgresSettings().dsn
-    name = f"bench_{uuid.uuid4().hex[:10]}"
-    admin = await asyncpg.connect(admin_dsn)
-    try:
-        await admin.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await admin.close()
-    dsn = with_database(admin_dsn, name)
-    pool = await create_pool(PostgresSettings(dsn=dsn), min_size=2, max_size=pool_size)
-    try:
-        await migrate(pool)
-        yield dsn, pool
-    finally:
-        await pool.close()
-        admin = await asyncpg.connect(admin_dsn)
+    async with scratch_database() as dsn:
+        pool = await create_pool(PostgresSettings(dsn=dsn), min_size=2, max_size=pool_size)
         try:
-            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            await migrate(pool)
+            yield dsn, pool
         finally:
-            await admin.close()
-
-
-@asynccontextmanager
-async def bench_topics() -> AsyncIterator[KafkaSettings]:
-    """Every topic of the table (real partition counts) in a fresh namespace; deleted afterwards."""
-    from aiokafka.admin import AIOKafkaAdminClient
-
-    settings = KafkaSettings().model_copy(update={"topic_namespace": f"bench_{uuid.uuid4().hex[:10]}"})
-    await ensure_topics(settings.bootstrap, settings.topics())
-    try:
-        yield settings
-    finally:
-        admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap)
-        await admin.start()
-        try:
-            await admin.delete_topics([spec.name for spec in settings.topics()])
-        finally:
-            await admin.close()
+            await pool.close()
 
 
 def _free_port() -> int:
@@ -138,15 +95,6 @@ class ClaimerProcess:
         self._log.close()
 
 
-def process_cpu_seconds(pid: int) -> float:
-    """User + system CPU of process ``pid`` so far (from /proc); 0 once it is gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def broker_pid() -> int | None:
     """The local Kafka broker's process (the JVM running kafka.Kafka), if there is one."""
     for entry in Path("/proc").iterdir():
@@ -201,24 +149,3 @@ async def wait_group_stable(kafka: KafkaSettings, group: str, members: int, time
         raise SystemExit(f"group {group} not stable with {members} members in {timeout} s")
     finally:
         await admin.close()
-
-
-def fingerprint(server_version: str | None = None) -> dict[str, object]:
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    kernel = subprocess.run(["uname", "-r"], capture_output=True, text=True, check=False).stdout.strip()
-    return {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "python": platform.python_version(),
-        "kernel": kernel,
-        "postgres": server_version,
-        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
-        "when": datetime.now().astimezone().isoformat(timespec="seconds"),
-    }

@@ -22,7 +22,8 @@ import tempfile
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from claimer_support import RESULTS, ClaimerProcess, bench_topics, fingerprint, fresh_database
+from _common import RESULTS, bench_topics, fingerprint
+from claimer_support import ClaimerProcess, fresh_database
 
 from slotflow.contracts import JobDue
 from slotflow.contracts.topics import JOBS_DUE

@@ -28,17 +28,8 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from claimer_support import (
-    RESULTS,
-    BackendCpu,
-    ClaimerProcess,
-    bench_topics,
-    broker_pid,
-    fingerprint,
-    fresh_database,
-    process_cpu_seconds,
-    wait_group_stable,
-)
+from _common import RESULTS, bench_topics, fingerprint, process_cpu_seconds
+from claimer_support import BackendCpu, ClaimerProcess, broker_pid, fresh_database, wait_group_stable
 
 from slotflow.contracts import JobDue
 from slotflow.contracts.codec import encode

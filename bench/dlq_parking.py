@@ -22,12 +22,10 @@ import platform
 import statistics
 import time
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from datetime import UTC, datetime
-from pathlib import Path
 
 import asyncpg
+from _common import RESULTS, scratch_database
 
 from slotflow.contracts.topics import DLQ_MESSAGES
 from slotflow.errors import InvalidPayload
@@ -40,7 +38,6 @@ from slotflow.settings import KafkaSettings, PostgresSettings
 from slotflow_dlq.app import DlqService
 from slotflow_dlq.config import DlqSettings
 
-RESULTS = Path(__file__).resolve().parent / "results"
 AT = datetime(2026, 12, 2, tzinfo=UTC)
 
 
@@ -50,26 +47,6 @@ class OneByOne(DlqService):
     async def _on_letters(self, batch: list[Incoming]) -> None:
         for incoming in batch:
             await self._on_letter(incoming)
-
-
-@asynccontextmanager
-async def fresh_database() -> AsyncIterator[str]:
-    admin_dsn = PostgresSettings().dsn
-    name = f"bench_{uuid.uuid4().hex[:10]}"
-    admin = await asyncpg.connect(admin_dsn)
-    try:
-        await admin.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await admin.close()
-    base, _, _tail = admin_dsn.rpartition("/")
-    try:
-        yield f"{base}/{name}"
-    finally:
-        admin = await asyncpg.connect(admin_dsn)
-        try:
-            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        finally:
-            await admin.close()
 
 
 async def measure(kind: type[DlqService], letters: int) -> float:
@@ -88,7 +65,7 @@ async def measure(kind: type[DlqService], letters: int) -> float:
                 )
             )
         await feed.send_many(batch)
-    async with fresh_database() as dsn:
+    async with scratch_database() as dsn:
         service = kind(
             DlqSettings(metrics_port=0, max_poll_records=500), kafka=kafka, postgres=PostgresSettings(dsn=dsn)
         )

@@ -16,7 +16,8 @@ import asyncio
 import json
 import time
 
-from _ticker_support import RESULTS, fingerprint, fresh_database, median, percentile, seed
+from _common import RESULTS, fingerprint, median, percentile
+from _ticker_support import fresh_database, seed
 
 from slotflow.contracts import CronSpec, ScheduleDefinition
 from slotflow_ticker.sql import Queries

@@ -30,15 +30,8 @@ import time
 import uuid
 from datetime import UTC, datetime, timedelta
 
-from _ticker_support import (
-    RESULTS,
-    bench_topics,
-    fingerprint,
-    fresh_database,
-    median,
-    percentile,
-    server_version,
-)
+from _common import RESULTS, bench_topics, fingerprint, median, percentile
+from _ticker_support import fresh_database, server_version
 
 from slotflow.contracts import CronSpec, ScheduleDefinition
 from slotflow.contracts.codec import decode

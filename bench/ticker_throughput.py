@@ -29,17 +29,8 @@ import os
 import time
 from datetime import UTC, datetime, timedelta
 
-from _ticker_support import (
-    RESULTS,
-    backend_cpu,
-    bench_topics,
-    cpu_spent,
-    fingerprint,
-    fresh_database,
-    median,
-    seed,
-    server_version,
-)
+from _common import RESULTS, bench_topics, fingerprint, median
+from _ticker_support import backend_cpu, cpu_spent, fresh_database, seed, server_version
 
 from slotflow.contracts import CronSpec, IntervalSpec, ScheduleDefinition
 from slotflow.kafka.producer import Producer

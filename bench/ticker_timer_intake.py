@@ -24,7 +24,8 @@ import time
 import uuid
 from datetime import timedelta
 
-from _ticker_support import RESULTS, bench_topics, fingerprint, fresh_database, median, server_version
+from _common import RESULTS, bench_topics, fingerprint, median
+from _ticker_support import fresh_database, server_version
 
 from slotflow.commands import build_command
 from slotflow.contracts import FireTimerFired, StartTimer

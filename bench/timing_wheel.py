@@ -35,6 +35,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Protocol
 
+from _common import cpu_model
+
 from slotflow.core.timing_wheel import TimingWheel
 
 REPO = Path(__file__).resolve().parents[1]
@@ -145,16 +147,8 @@ def measure(kind: str, pending: int, args: argparse.Namespace, seed: int) -> dic
 
 
 def fingerprint() -> dict[str, str]:
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
     return {
-        "cpu": cpu,
+        "cpu": cpu_model(),
         "cores": str(os.cpu_count()),
         "python": platform.python_version(),
         "implementation": platform.python_implementation(),
