@@ -1,10 +1,10 @@
 """Markers by directory, and fixtures for the real Kafka and PostgreSQL.
 
-Integration tests never fake the broker or the database. When they are unreachable a test skips
-locally with a reason naming `make up`; with SLOTFLOW_REQUIRE_SERVICES=1 (make test, CI) it fails.
+Integration tests never fake the broker or the database, and never skip for want of them: when
+they are unreachable the test fails with a message naming `make up`, so a run without the stack
+cannot pass by doing nothing.
 """
 
-import os
 import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -39,10 +39,7 @@ def _reachable(host_port: str) -> bool:
 
 
 def _unavailable(what: str) -> None:
-    message = f"{what} is not reachable; run `make up` (or set SLOTFLOW_KAFKA_BOOTSTRAP / SLOTFLOW_PG_DSN)"
-    if os.environ.get("SLOTFLOW_REQUIRE_SERVICES") == "1":
-        pytest.fail(message)
-    pytest.skip(message)
+    pytest.fail(f"{what} is not reachable; run `make up` (or set SLOTFLOW_KAFKA_BOOTSTRAP / SLOTFLOW_PG_DSN)")
 
 
 @pytest.fixture(scope="session")
