@@ -10,6 +10,7 @@ from slotflow.contracts import CronSpec, Envelope, IntervalSpec, ScheduleDefinit
 from slotflow.contracts.codec import decode
 from slotflow.contracts.topics import TopicSpec
 from slotflow.kafka.consumer import Consumer
+from slotflow.pg.pool import Pool
 from slotflow.settings import KafkaSettings
 from slotflow.testing import assert_eventually, unique_name
 
@@ -66,3 +67,18 @@ async def read_topic(
 
         await assert_eventually(enough, timeout=timeout, message=f"{want} records on {spec.name}")
     return found
+
+
+async def read_model_snapshot(pool: Pool, schema: str) -> dict[str, list[tuple[str, ...]]]:
+    """Every read-model table's rows as sorted text tuples (bookkeeping tables left out), to compare
+    the read model before and after a rebuild."""
+    tables = await pool.fetch(
+        "SELECT tablename FROM pg_tables WHERE schemaname = $1 AND tablename NOT IN "
+        "('schema_migrations', 'projector_state') ORDER BY tablename",
+        schema,
+    )
+    out = {}
+    for row in tables:
+        records = await pool.fetch(f"SELECT * FROM {schema}.{row['tablename']}")
+        out[row["tablename"]] = sorted(tuple(str(v) for v in r.values()) for r in records)
+    return out

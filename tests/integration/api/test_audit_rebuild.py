@@ -20,13 +20,13 @@ from slotflow.contracts import (
 )
 from slotflow.contracts.topics import DLQ_EVENTS, JOBS_DUE, RUN_EVENTS, SCHEDULE_EVENTS, WORKFLOW_HISTORY
 from slotflow.core.identity import run_id
-from slotflow.pg.pool import Pool, create_pool
+from slotflow.pg.pool import create_pool
 from slotflow.settings import PostgresSettings
 from slotflow.testing import assert_eventually
 from slotflow_api.config import Settings
 from slotflow_api.projector import rebuild
 from tests.integration.api.conftest import Emitter
-from tests.integration.api.helpers import eventually_json, interval
+from tests.integration.api.helpers import eventually_json, interval, read_model_snapshot
 
 HOUR = timedelta(hours=1)
 
@@ -136,20 +136,6 @@ async def test_audit_reports_every_category(client: httpx.AsyncClient, emit: Emi
     assert wide["expected"] + wide["pending"] == 7
 
 
-async def _snapshot(pool: Pool, schema: str) -> dict[str, list[tuple[Any, ...]]]:
-    tables = await pool.fetch(
-        "SELECT tablename FROM pg_tables WHERE schemaname = $1 AND tablename NOT IN "
-        "('schema_migrations', 'projector_state') ORDER BY tablename",
-        schema,
-    )
-    out = {}
-    for row in tables:
-        name = row["tablename"]
-        records = await pool.fetch(f"SELECT * FROM {schema}.{name}")
-        out[name] = sorted(tuple(str(v) for v in r.values()) for r in records)
-    return out
-
-
 async def test_rebuild_reproduces_every_row(
     app: FastAPI, client: httpx.AsyncClient, emit: Emitter, api_settings: Settings
 ) -> None:
@@ -185,7 +171,7 @@ async def test_rebuild_reproduces_every_row(
     try:
 
         async def complete() -> dict[str, list[tuple[Any, ...]]] | None:
-            snap = await _snapshot(pool, schema)
+            snap = await read_model_snapshot(pool, schema)
             counts = {name: len(rows) for name, rows in snap.items()}
             wanted = {
                 "runs": 4,
@@ -207,10 +193,10 @@ async def test_rebuild_reproduces_every_row(
         old_group = await pool.fetchval(f"SELECT group_id FROM {schema}.projector_state")
         new_group = await rebuild(pool, api_settings)
         assert new_group != old_group
-        assert (await _snapshot(pool, schema))["runs"] == []
+        assert (await read_model_snapshot(pool, schema))["runs"] == []
 
         async def rebuilt() -> bool:
-            return await _snapshot(pool, schema) == before
+            return await read_model_snapshot(pool, schema) == before
 
         await assert_eventually(rebuilt, timeout=60, message="the rebuilt read model equals the original")
         assert await pool.fetchval(f"SELECT group_id FROM {schema}.projector_state") == new_group

@@ -26,13 +26,13 @@ from slotflow.contracts import (
 )
 from slotflow.contracts.topics import DLQ_MESSAGES, RUN_EVENTS, WORKFLOW_HISTORY
 from slotflow.kafka.producer import Producer
-from slotflow.pg.pool import Pool, create_pool
+from slotflow.pg.pool import create_pool
 from slotflow.settings import KafkaSettings, PostgresSettings
 from slotflow.testing import assert_eventually
 from slotflow_api.config import Settings
 from slotflow_api.projector import rebuild
 from tests.integration.api.conftest import Emitter
-from tests.integration.api.helpers import eventually_json, read_topic
+from tests.integration.api.helpers import eventually_json, read_model_snapshot, read_topic
 
 W = "order-9001"
 T0 = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=10)
@@ -98,19 +98,6 @@ async def append(emit: Emitter, events: list[HistoryEvent]) -> None:
 
 def saga_state(body: dict[str, Any]) -> list[tuple[str, str]]:
     return [(c["activity"], c["state"]) for c in body["compensations"]]
-
-
-async def _snapshot(pool: Pool, schema: str) -> dict[str, list[tuple[str, ...]]]:
-    tables = await pool.fetch(
-        "SELECT tablename FROM pg_tables WHERE schemaname = $1 AND tablename NOT IN "
-        "('schema_migrations', 'projector_state') ORDER BY tablename",
-        schema,
-    )
-    out = {}
-    for row in tables:
-        records = await pool.fetch(f"SELECT * FROM {schema}.{row['tablename']}")
-        out[row["tablename"]] = sorted(tuple(str(v) for v in r.values()) for r in records)
-    return out
 
 
 async def test_saga_history_is_folded_into_the_workflow(
@@ -204,12 +191,12 @@ async def test_saga_history_is_folded_into_the_workflow(
     schema = api_settings.api.db_schema
     pool = await create_pool(PostgresSettings(dsn=api_settings.postgres.dsn), min_size=1, max_size=2)
     try:
-        before = await _snapshot(pool, schema)
+        before = await read_model_snapshot(pool, schema)
         assert len(before["workflow_events"]) == 14
         await rebuild(pool, api_settings)
 
         async def rebuilt() -> bool:
-            return await _snapshot(pool, schema) == before
+            return await read_model_snapshot(pool, schema) == before
 
         await assert_eventually(rebuilt, timeout=60, message="the rebuilt read model equals the original")
     finally:
