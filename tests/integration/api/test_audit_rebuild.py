@@ -187,7 +187,13 @@ async def test_rebuild_reproduces_every_row(
                 "workflow_events": 1,
                 "workflow_history": 2,
             }
-            return snap if all(counts[t] == n for t, n in wanted.items()) else None
+            # The acknowledgement changes a row without adding one: counts alone cannot see it.
+            acknowledged = await pool.fetchval(
+                f"SELECT status = 'accepted' FROM {schema}.commands WHERE command_id = $1",
+                command.json()["command_id"],
+            )
+            settled = acknowledged and all(counts[t] == n for t, n in wanted.items())
+            return snap if settled else None
 
         before = await assert_eventually(complete, timeout=60)
         old_group = await pool.fetchval(f"SELECT group_id FROM {schema}.projector_state")
