@@ -94,7 +94,13 @@ async def test_money_moving_runs_notify_after_retries_others_do_not(
     assert body["reason"] == "attempts_exhausted"
     assert body["tags"] == ["money-moving", "eu"]
     assert hook.keys == [body["dead_letter_id"]] * 3
-    row = await dlq.pool.fetchrow("SELECT attempts, delivered_at FROM dlq.notifications")
+
+    # The hook has the body before the notifier has its answer and records the delivery.
+    async def recorded() -> Any:
+        row = await dlq.pool.fetchrow("SELECT attempts, delivered_at FROM dlq.notifications")
+        return row if row is not None and row["delivered_at"] is not None else None
+
+    row = await assert_eventually(recorded, timeout=30, message="delivery recorded")
     assert row["attempts"] == 3
     assert row["delivered_at"] is not None
     assert await dlq.pool.fetchval("SELECT count(*) FROM dlq.notifications") == 1
