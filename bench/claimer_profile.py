@@ -45,7 +45,7 @@ def _cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-async def run(jobs: int, in_flight: int, profile: bool, top: int) -> None:
+async def run(jobs: int, in_flight: int, profile: bool, top: int, dump: str | None = None) -> None:
     async with bench_topics() as kafka, fresh_database() as (dsn, pool):
         await produce(kafka, jobs)
         registry = HandlerRegistry()
@@ -69,6 +69,8 @@ async def run(jobs: int, in_flight: int, profile: bool, top: int) -> None:
         elapsed, cpu = time.perf_counter() - t0, _cpu() - cpu0
         await claimer.stop()
         print(f"{jobs / elapsed:.0f} runs/s, {1000 * cpu / jobs:.3f} CPU ms per run (incl. start-up)")
+        if profiler and dump:
+            profiler.dump_stats(dump)
         if profiler:
             out = io.StringIO()
             pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(top)
@@ -87,8 +89,9 @@ def main() -> None:
     parser.add_argument("--no-profile", action="store_true")
     parser.add_argument("--uvloop", action="store_true")
     parser.add_argument("--top", type=int, default=45)
+    parser.add_argument("--dump", default=None, help="also write the raw profile here (pstats format)")
     args = parser.parse_args()
-    coro = run(args.jobs, args.in_flight, not args.no_profile, args.top)
+    coro = run(args.jobs, args.in_flight, not args.no_profile, args.top, args.dump)
     if args.uvloop:
         import uvloop
 
