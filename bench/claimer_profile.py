@@ -17,10 +17,9 @@ import time
 
 from _common import bench_topics
 from claimer_support import fresh_database
-from claimer_throughput import produce
+from claimer_throughput import produce, published_completions
 
 from slotflow.contracts.topics import RUN_EVENTS
-from slotflow.pg.pool import Pool
 from slotflow.runs import HandlerRegistry, RunContext
 from slotflow.settings import KafkaSettings, PostgresSettings
 from slotflow_claimer.app import Claimer
@@ -29,15 +28,6 @@ from slotflow_claimer.config import ClaimerSettings, Settings
 
 async def _noop(ctx: RunContext) -> None:
     return None
-
-
-async def _completed(pool: Pool, topic: str) -> int:
-    value = await pool.fetchval(
-        "SELECT count(*) FROM claimer.outbox WHERE topic = $1 AND published_at IS NOT NULL "
-        "AND event_id LIKE '%/completed'",
-        topic,
-    )
-    return int(value)
 
 
 def _cpu() -> float:
@@ -62,7 +52,7 @@ async def run(jobs: int, in_flight: int, profile: bool, top: int, dump: str | No
         if profiler:
             profiler.enable()
         await claimer.start()
-        while await _completed(pool, topic) < jobs:
+        while await published_completions(pool, topic) < jobs:
             await asyncio.sleep(0.1)
         if profiler:
             profiler.disable()

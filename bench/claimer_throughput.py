@@ -110,6 +110,23 @@ async def produce(kafka: KafkaSettings, count: int) -> None:
             await producer.send_raw_many(records[i : i + 5000])
 
 
+async def published_completions(pool: Pool, topic: str) -> int:
+    """RunCompleted events published so far, or 0 while any event is still pending.
+
+    The full count scans the whole outbox (tens of milliseconds of the database's CPU, which the
+    figures would charge to the claimer), so it only runs once the cheap check through the pending
+    index finds nothing left to publish.
+    """
+    if await pool.fetchval("SELECT EXISTS (SELECT 1 FROM claimer.outbox WHERE published_at IS NULL)"):
+        return 0
+    value = await pool.fetchval(
+        "SELECT count(*) FROM claimer.outbox WHERE topic = $1 AND published_at IS NOT NULL "
+        "AND event_id LIKE '%/completed'",
+        topic,
+    )
+    return int(value)
+
+
 async def _commits(pool: Pool) -> int:
     """Transactions committed in the benchmark's database so far (every client's, ours included)."""
     value = await pool.fetchval("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")
@@ -153,12 +170,7 @@ async def end_to_end(
         completed_topic = kafka.topic(RUN_EVENTS)
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
-            done = await pool.fetchval(
-                "SELECT count(*) FROM claimer.outbox WHERE topic = $1 AND published_at IS NOT NULL "
-                "AND event_id LIKE '%/completed'",
-                completed_topic,
-            )
-            if done >= count:
+            if await published_completions(pool, completed_topic) >= count:
                 break
             await asyncio.sleep(0.2)
         else:
