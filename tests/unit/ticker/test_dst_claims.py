@@ -5,7 +5,6 @@ Each case is a daily cron whose local time falls in the gap (spring forward) or 
 what fired and what was recorded as skipped on that local day, per policy.
 """
 
-from dataclasses import replace
 from datetime import UTC, date, datetime, timedelta
 from typing import Literal
 from zoneinfo import ZoneInfo
@@ -46,7 +45,7 @@ def run_day(
         plan = plan_due(state, now=state.position.next_fire_at + timedelta(milliseconds=2), max_slots=10)
         fired.extend(f.at for f in plan.fire)
         skipped.extend((s.at, s.reason) for s in plan.skip)
-        state = replace(state, position=plan.position)
+        state = state._replace(position=plan.position)
 
     def on_day(at: datetime) -> bool:
         return at.astimezone(tz).date() == day

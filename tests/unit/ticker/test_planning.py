@@ -1,6 +1,5 @@
 """Claim planning: what one claim fires, skips and where the grid resumes (pure, no I/O)."""
 
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
@@ -41,7 +40,7 @@ def run_until_settled(state: ScheduleState, *, now: datetime, max_slots: int) ->
     for _ in range(10_000):
         plan = plan_due(state, now=now, max_slots=max_slots)
         plans.append(plan)
-        state = replace(state, position=plan.position)
+        state = state._replace(position=plan.position)
         if not plan.more:
             return plans
     raise AssertionError("claims never settled the backlog")
@@ -106,7 +105,7 @@ def test_slots_missed_while_paused_are_reported_as_paused() -> None:
     misfire = MisfirePolicy(policy="skip", grace=timedelta(seconds=10))
     state = created(every_minute(misfire=misfire), T0)
     pause = PauseWindow(T0 + timedelta(minutes=2, seconds=30), T0 + timedelta(minutes=6), "maintenance")
-    plan = plan_due(replace(state, pause=pause), now=T0 + timedelta(minutes=6, seconds=30), max_slots=100)
+    plan = plan_due(state._replace(pause=pause), now=T0 + timedelta(minutes=6, seconds=30), max_slots=100)
     reasons = {s.at: s.reason for s in plan.skip}
     assert reasons[T0 + timedelta(minutes=2)] == "misfire"  # before the pause began
     assert reasons[T0 + timedelta(minutes=3)] == "paused"
@@ -228,7 +227,7 @@ def ticking_on_time(state: ScheduleState, *, until: datetime) -> list[datetime]:
         plan = plan_due(state, now=state.position.next_fire_at + timedelta(milliseconds=3), max_slots=10)
         assert plan.skip == () or all(s.reason == "dst_nonexistent" for s in plan.skip)
         fired.extend(f.at for f in plan.fire)
-        state = replace(state, position=plan.position)
+        state = state._replace(position=plan.position)
     return fired
 
 
@@ -296,7 +295,7 @@ def test_successive_claims_fire_exactly_croniters_sequence(expression: str, step
         plan = plan_due(state, now=now, max_slots=10)
         assert plan.skip == ()
         fired.extend(f.at for f in plan.fire)
-        state = replace(state, position=plan.position)
+        state = state._replace(position=plan.position)
     expected = croniter(expression, T0, ret_type=datetime, second_at_beginning=len(expression.split()) == 6)
     assert fired == [expected.get_next(datetime) for _ in fired]
     assert len(fired) == steps

@@ -8,7 +8,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from slotflow.contracts import FireJobDue, ScheduleResumed
@@ -26,6 +26,10 @@ log = logging.getLogger(__name__)
 
 class BacklogTooLong(SlotflowError):
     """A schedule has more unhandled slots than one command may settle in its transaction."""
+
+
+class ClaimLost(SlotflowError):
+    """A claim transaction could not advance every row it had locked; it is rolled back."""
 
 
 @dataclass
@@ -79,7 +83,7 @@ class Claimer:
                 return result
             staged: list[Outgoing] = []
             late: Counter[datetime] = Counter()
-            ids: list[str] = []
+            tids: list[str] = []
             positions: list[Position] = []
             for record in records:
                 row = ScheduleRow.from_record(record)
@@ -90,7 +94,7 @@ class Claimer:
                     log.error("cannot plan schedule %s: %s", row.schedule_id, err)
                     continue
                 staged.extend(self.stage(row, plan, now=now, late=late))
-                ids.append(row.schedule_id)
+                tids.append(record["row_tid"])
                 positions.append(plan.position)
                 result.fired += len(plan.fire)
                 result.skipped += len(plan.skip)
@@ -100,13 +104,17 @@ class Claimer:
             await stage_all(conn, schema=self._schema, items=staged)
             self._fired_scheduled.inc(result.fired)
             self._observe_lateness(late, now)
-            await conn.execute(
+            status = await conn.execute(
                 self._q.advance,
-                ids,
+                tids,
                 [p.next_slot for p in positions],
                 [p.next_fire_at for p in positions],
                 [p.covered_until for p in positions],
             )
+            if _count(status) != len(tids):
+                # A claimed row's tuple moved under its lock: impossible unless something broke the
+                # locking; roll everything back rather than fire slots whose grid did not advance.
+                raise ClaimLost(f"advanced {_count(status)} of {len(tids)} claimed schedules")
             if self._hold_seconds:
                 await asyncio.sleep(self._hold_seconds)
         self._metrics.claim_batch.observe(len(records))
@@ -137,7 +145,8 @@ class Claimer:
             )
             for firing in plan.fire
         ]
-        staged.extend(self._events.slot_skipped(row.schedule_id, s, occurred_at=now) for s in plan.skip)
+        if plan.skip:
+            staged.extend(self._events.slot_skipped(row.schedule_id, s, occurred_at=now) for s in plan.skip)
         if plan.fire:
             tally: Counter[datetime] = Counter() if late is None else late
             for firing in plan.fire:
@@ -165,7 +174,7 @@ class Claimer:
             plan = plan_due(state, now=now, max_slots=self._max_slots, force_skip=row.paused)
             staged.extend(self.stage(row, plan, now=now))
             self._fired_scheduled.inc(len(plan.fire))
-            state = replace(state, position=plan.position)
+            state = state._replace(position=plan.position)
             if not plan.more:
                 return staged, plan.position
         raise BacklogTooLong(

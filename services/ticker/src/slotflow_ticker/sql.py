@@ -17,7 +17,7 @@ _SCHEDULE_COLUMNS = (
 # staged by the transaction that moves the grid past it, or by none. Walking schedules_due in
 # next_fire_at order with LIMIT keeps the cost proportional to the batch, not to the table.
 CLAIM_DUE = """
-SELECT {columns}, now() AS db_now
+SELECT {columns}, ctid::text AS row_tid, now() AS db_now
   FROM {schema}.schedules
  WHERE next_fire_at <= now() AND NOT paused AND NOT deleted AND next_fire_at IS NOT NULL
  ORDER BY next_fire_at
@@ -25,14 +25,17 @@ SELECT {columns}, now() AS db_now
  LIMIT $1
 """
 
-# Advance the claimed rows' grids in one statement. Only rows this transaction holds are touched.
+# Advance the claimed rows' grids in one statement. Only rows this transaction holds are touched:
+# they are found by the tuple ids the claim returned (a TID scan, no index walk), which stay valid
+# because the claim's row locks keep every other writer, and VACUUM FULL or CLUSTER, off them until
+# this transaction ends. The caller checks that every row was updated.
 ADVANCE = """
 UPDATE {schema}.schedules AS s
    SET next_slot = u.next_slot, next_fire_at = u.next_fire_at, covered_until = u.covered_until,
        updated_at = now()
-  FROM unnest($1::text[], $2::timestamptz[], $3::timestamptz[], $4::timestamptz[])
-       AS u(schedule_id, next_slot, next_fire_at, covered_until)
- WHERE s.schedule_id = u.schedule_id
+  FROM unnest($1::text[]::tid[], $2::timestamptz[], $3::timestamptz[], $4::timestamptz[])
+       AS u(row_tid, next_slot, next_fire_at, covered_until)
+ WHERE s.ctid = u.row_tid
 """
 
 # Paused rows whose automatic resume time passed (database clock); SKIP LOCKED so concurrent
@@ -115,7 +118,7 @@ SELECT {columns} FROM {schema}.schedules WHERE schedule_id = $1 FOR UPDATE
 INSERT_SCHEDULE = """
 INSERT INTO {schema}.schedules
        (schedule_id, definition, paused, pause_reason, paused_at, next_slot, next_fire_at, covered_until)
-VALUES ($1, $2::jsonb, $3, '', CASE WHEN $3 THEN now() END, $4, $5, $6)
+VALUES ($1, $2::json, $3, '', CASE WHEN $3 THEN now() END, $4, $5, $6)
 ON CONFLICT (schedule_id) DO UPDATE
    SET definition = EXCLUDED.definition, version = {schema}.schedules.version + 1,
        paused = EXCLUDED.paused, pause_reason = '', resume_at = NULL,
@@ -128,7 +131,7 @@ RETURNING schedule_id
 
 REPLACE_DEFINITION = """
 UPDATE {schema}.schedules
-   SET definition = $2::jsonb, version = version + 1, next_slot = $3, next_fire_at = $4,
+   SET definition = $2::json, version = version + 1, next_slot = $3, next_fire_at = $4,
        covered_until = $5, updated_at = now()
  WHERE schedule_id = $1
 """

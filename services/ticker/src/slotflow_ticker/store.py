@@ -1,8 +1,8 @@
 """Rows of the ticker's tables as typed values, and the parsed-definition cache."""
 
-from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
+from typing import NamedTuple
 
 import asyncpg
 from pydantic import TypeAdapter
@@ -28,9 +28,8 @@ def dump_action(action: TimerAction) -> str:
     return _ACTION.dump_json(action).decode()
 
 
-@dataclass(frozen=True, slots=True)
-class ScheduleRow:
-    """One row of `schedules`."""
+class ScheduleRow(NamedTuple):
+    """One row of `schedules` (a NamedTuple for the claim's sake, see planning.Firing)."""
 
     schedule_id: str
     definition: ScheduleDefinition
@@ -47,19 +46,20 @@ class ScheduleRow:
 
     @classmethod
     def from_record(cls, record: "asyncpg.Record") -> "ScheduleRow":
+        # Positional, in field order: the claim builds one per row.
         return cls(
-            schedule_id=record["schedule_id"],
-            definition=parse_definition(record["definition"]),
-            version=record["version"],
-            paused=record["paused"],
-            pause_reason=record["pause_reason"],
-            resume_at=record["resume_at"],
-            paused_at=record["paused_at"],
-            resumed_at=record["resumed_at"],
-            next_slot=record["next_slot"],
-            next_fire_at=record["next_fire_at"],
-            covered_until=record["covered_until"],
-            deleted=record["deleted"],
+            record["schedule_id"],
+            parse_definition(record["definition"]),
+            record["version"],
+            record["paused"],
+            record["pause_reason"],
+            record["resume_at"],
+            record["paused_at"],
+            record["resumed_at"],
+            record["next_slot"],
+            record["next_fire_at"],
+            record["covered_until"],
+            record["deleted"],
         )
 
     @property
@@ -73,7 +73,7 @@ class ScheduleRow:
             else PauseWindow(self.paused_at, self.resumed_at, self.pause_reason)
         )
         return ScheduleState(
-            schedule_id=self.schedule_id, definition=self.definition, position=self.position, pause=pause
+            self.schedule_id, self.definition, Position(self.next_slot, self.next_fire_at, self.covered_until), pause
         )
 
 

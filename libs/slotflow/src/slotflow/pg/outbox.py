@@ -23,7 +23,7 @@ import json
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from slotflow.contracts.codec import encode
 from slotflow.contracts.envelope import TYPE_HEADER, VERSION_HEADER, Envelope
@@ -46,9 +46,11 @@ class Staged:
     headers: Mapping[str, bytes] | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Encoded:
+class Encoded(NamedTuple):
     """An event already encoded for the outbox (a hot path that builds its bytes itself).
+
+    A NamedTuple rather than a frozen dataclass: hot paths build one per event, and a tuple is
+    built in C (a frozen dataclass sets each field through object.__setattr__).
 
     `value` must be the envelope's encoding (`slotflow.contracts.codec.encode`) and `headers`
     the JSON `headers_json` gives; `encoded(staged)` turns a `Staged` into one.
