@@ -14,6 +14,7 @@ from datetime import datetime
 from slotflow.contracts import FireJobDue, ScheduleResumed
 from slotflow.core.identity import slot_label
 from slotflow.errors import SlotflowError
+from slotflow.pg.instants import to_micros
 from slotflow.pg.pool import Conn, Pool
 from slotflow_ticker.events import EventFactory, Outgoing, stage_all
 from slotflow_ticker.metrics import TickerMetrics
@@ -107,9 +108,9 @@ class Claimer:
             status = await conn.execute(
                 self._q.advance,
                 tids,
-                [p.next_slot for p in positions],
-                [p.next_fire_at for p in positions],
-                [p.covered_until for p in positions],
+                [to_micros(p.next_slot) for p in positions],
+                [to_micros(p.next_fire_at) for p in positions],
+                [to_micros(p.covered_until) for p in positions],
             )
             if _count(status) != len(tids):
                 # A claimed row's tuple moved under its lock: impossible unless something broke the
