@@ -29,7 +29,13 @@ async def test_concurrent_runners_apply_each_file_exactly_once(pg_pool: Pool, tm
 
     applied = [name for result in results for name in result]
     assert sorted(applied) == sorted(
-        ["outbox/0001_outbox", "inbox/0001_inbox", "svc/0001_create", "svc/0002_again"]
+        [
+            "outbox/0001_outbox",
+            "outbox/0002_headers_as_json",
+            "inbox/0001_inbox",
+            "svc/0001_create",
+            "svc/0002_again",
+        ]
     )
     assert await pg_pool.fetchval("SELECT array_agg(n ORDER BY n) FROM svc.applied") == [1, 2]
     assert await apply_migrations(pg_pool, schema="svc", sources=[OUTBOX, INBOX, source]) == []

@@ -73,7 +73,10 @@ class ScheduleRow(NamedTuple):
             else PauseWindow(self.paused_at, self.resumed_at, self.pause_reason)
         )
         return ScheduleState(
-            self.schedule_id, self.definition, Position(self.next_slot, self.next_fire_at, self.covered_until), pause
+            self.schedule_id,
+            self.definition,
+            Position(self.next_slot, self.next_fire_at, self.covered_until),
+            pause,
         )
 
 

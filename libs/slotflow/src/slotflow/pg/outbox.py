@@ -121,7 +121,7 @@ async def append_encoded(conn: Conn, *, schema: str, rows: Iterable[Encoded]) ->
         f"""
         WITH staged AS (
             INSERT INTO {schema}.outbox (topic, event_id, key, shard, value, headers)
-            SELECT t, i, k, hashtext(k) & {SHARDS - 1}, v, h::jsonb
+            SELECT t, i, k, hashtext(k) & {SHARDS - 1}, v, h::json
               FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::text[]) AS u(t, i, k, v, h)
             ON CONFLICT (topic, event_id) DO NOTHING   -- duplicates collapse
             RETURNING 1
