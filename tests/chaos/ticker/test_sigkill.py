@@ -20,6 +20,7 @@ from slotflow.kafka.producer import Producer
 from slotflow.pg.pool import Pool
 from slotflow.settings import KafkaSettings
 from slotflow.testing import assert_eventually
+from slotflow_ticker.sql import Queries
 from slotflow_ticker.store import parse_definition
 from tests.integration.ticker.support import (
     Process,
@@ -38,16 +39,17 @@ OPTIONS = {"debug_hold_claim_ms": 120, "batch_size": 80, "horizon_seconds": 1.0}
 
 # The advance statement is the claim transaction's last; idle in transaction right after it means
 # the JobDue rows are staged and the grid is moved, but nothing is committed.
+# The statement is recognised by its own text, so the test follows any change to it.
 IN_CLAIM = """
 SELECT count(*) FROM pg_stat_activity
- WHERE application_name = $1 AND state = 'idle in transaction'
-   AND query LIKE '%unnest($1::text[], $2::timestamptz[], $3::timestamptz[]%'
+ WHERE application_name = $1 AND state = 'idle in transaction' AND query = $2
 """
+ADVANCE = Queries.for_schema("ticker").advance
 
 
 async def wait_inside_claim(pool: Pool, replica: Process) -> None:
     async def in_claim() -> bool:
-        return bool(await pool.fetchval(IN_CLAIM, f"slotflow-ticker-{replica.ticker_id}"))
+        return bool(await pool.fetchval(IN_CLAIM, f"slotflow-ticker-{replica.ticker_id}", ADVANCE))
 
     await assert_eventually(
         in_claim, timeout=60, interval=0.005, message=f"{replica.ticker_id} inside a claim"
