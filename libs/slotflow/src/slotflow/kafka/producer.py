@@ -11,7 +11,7 @@ import random
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import (
@@ -38,9 +38,9 @@ _FRAMING = 64 * 1024
 _SIZE_ERRORS = (MessageSizeTooLargeError, RecordListTooLargeError, RecordTooLargeError)
 
 
-@dataclass(frozen=True, slots=True)
-class OutgoingRecord:
-    """A record to produce, already encoded."""
+class OutgoingRecord(NamedTuple):
+    """A record to produce, already encoded (a NamedTuple: relays build one per record, and a
+    tuple is built in C where a frozen dataclass sets each field through object.__setattr__)."""
 
     topic: str
     key: bytes | None

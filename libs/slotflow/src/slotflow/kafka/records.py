@@ -1,7 +1,7 @@
 """Typed views of Kafka records, so nothing outside `slotflow.kafka` touches aiokafka objects."""
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,9 +43,8 @@ class Record:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class Delivered:
-    """Where the broker stored a produced record."""
+class Delivered(NamedTuple):
+    """Where the broker stored a produced record (a NamedTuple: one per record sent, built in C)."""
 
     topic: str
     partition: int
