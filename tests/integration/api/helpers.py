@@ -72,13 +72,16 @@ async def read_topic(
 async def read_model_snapshot(pool: Pool, schema: str) -> dict[str, list[tuple[str, ...]]]:
     """Every read-model table's rows as sorted text tuples (bookkeeping tables left out), to compare
     the read model before and after a rebuild."""
-    tables = await pool.fetch(
-        "SELECT tablename FROM pg_tables WHERE schemaname = $1 AND tablename NOT IN "
-        "('schema_migrations', 'projector_state') ORDER BY tablename",
-        schema,
-    )
-    out = {}
-    for row in tables:
-        records = await pool.fetch(f"SELECT * FROM {schema}.{row['tablename']}")
-        out[row["tablename"]] = sorted(tuple(str(v) for v in r.values()) for r in records)
+    # One repeatable-read transaction: every table as of the same instant. Read one by one, a table
+    # read early could miss an event the projector applied before a later table was read.
+    async with pool.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
+        tables = await conn.fetch(
+            "SELECT tablename FROM pg_tables WHERE schemaname = $1 AND tablename NOT IN "
+            "('schema_migrations', 'projector_state') ORDER BY tablename",
+            schema,
+        )
+        out = {}
+        for row in tables:
+            records = await conn.fetch(f"SELECT * FROM {schema}.{row['tablename']}")
+            out[row["tablename"]] = sorted(tuple(str(v) for v in r.values()) for r in records)
     return out

@@ -171,6 +171,12 @@ async def test_rebuild_reproduces_every_row(
     try:
 
         async def complete() -> dict[str, list[tuple[Any, ...]]] | None:
+            # The acknowledgement changes a row without adding one: counts alone cannot see it. Read
+            # before the snapshot: once accepted it stays so, so the snapshot then holds it too.
+            acknowledged = await pool.fetchval(
+                f"SELECT status = 'accepted' FROM {schema}.commands WHERE command_id = $1",
+                command.json()["command_id"],
+            )
             snap = await read_model_snapshot(pool, schema)
             counts = {name: len(rows) for name, rows in snap.items()}
             wanted = {
@@ -187,11 +193,6 @@ async def test_rebuild_reproduces_every_row(
                 "workflow_events": 1,
                 "workflow_history": 2,
             }
-            # The acknowledgement changes a row without adding one: counts alone cannot see it.
-            acknowledged = await pool.fetchval(
-                f"SELECT status = 'accepted' FROM {schema}.commands WHERE command_id = $1",
-                command.json()["command_id"],
-            )
             settled = acknowledged and all(counts[t] == n for t, n in wanted.items())
             return snap if settled else None
 
