@@ -29,6 +29,7 @@ from slotflow.core.identity import job_due_event_id, run_id, slot_label
 from slotflow.pg.outbox import Encoded, Staged, append_encoded, encoded, headers_json
 from slotflow.pg.pool import Conn
 from slotflow.settings import KafkaSettings
+from slotflow_ticker.memo import IdentityMemo
 
 JobKind = Literal["scheduled", "manual", "backfill", "retry", "activity"]
 #: What the ticker stages: envelopes, or (on the claim's hot path) rows it encoded itself.
@@ -44,10 +45,6 @@ async def stage_all(conn: Conn, *, schema: str, items: Iterable[Outgoing]) -> in
 
 
 _EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
-#: Parsed definitions are shared (see store.parse_definition), so identity is a good cache key;
-#: the entry keeps the definition alive, so its id cannot be reused while cached.
-_TEMPLATES: dict[int, tuple[ScheduleDefinition, dict[str, Any]]] = {}
-_TEMPLATE_LIMIT = 20_000
 
 
 @lru_cache(maxsize=8192)
@@ -56,13 +53,8 @@ def _label(slot: datetime) -> str:
     return slot_label(slot)
 
 
-def _job_template(definition: ScheduleDefinition) -> dict[str, Any]:
-    """A JobDue of ``definition`` validated and dumped to JSON types once; the per-run fields are
-    placeholders that `EventFactory.job_due` overwrites (dict order, hence field order, is kept)."""
-    cached = _TEMPLATES.get(id(definition))
-    if cached is not None and cached[0] is definition:
-        return cached[1]
-    template = JobDue(
+def _build_job_template(definition: ScheduleDefinition, _: None) -> dict[str, Any]:
+    return JobDue(
         run_id="-",
         job_id="-",
         slot=_EPOCH,
@@ -73,10 +65,13 @@ def _job_template(definition: ScheduleDefinition) -> dict[str, Any]:
         tags=definition.tags,
         fire_at=_EPOCH,
     ).model_dump(mode="json")
-    if len(_TEMPLATES) >= _TEMPLATE_LIMIT:
-        _TEMPLATES.clear()
-    _TEMPLATES[id(definition)] = (definition, template)
-    return template
+
+
+#: A JobDue of each definition validated and dumped to JSON types once; the per-run fields are
+#: placeholders that `EventFactory.job_due` overwrites (dict order, hence field order, is kept).
+_JOB_TEMPLATES: IdentityMemo[ScheduleDefinition, None, dict[str, Any]] = IdentityMemo(
+    _build_job_template, limit=20_000
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,11 +113,11 @@ class EventFactory:
         """JobDue for one slot: envelope id = run id (first attempt), key = job id = schedule id.
 
         The hot path of every claim. Everything a definition fixes is validated and dumped once
-        per definition (`_job_template`); per slot only the run's own fields are filled in. The
+        per definition (`_JOB_TEMPLATES`); per slot only the run's own fields are filled in. The
         bytes equal those of `wrap(JobDue(...))` (tests/unit/ticker pins that).
         """
         run = f"{schedule_id}@{_label(slot)}"
-        data = dict(_job_template(definition))
+        data = dict(_JOB_TEMPLATES.get(definition, None))
         data.update(run_id=run, job_id=schedule_id, slot=slot, kind=kind, fire_at=fire_at)
         event_id = job_due_event_id(run, 1)
         # Field for field the Envelope model, in its order; pydantic's own serializer formats it.

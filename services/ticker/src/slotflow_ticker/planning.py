@@ -14,8 +14,8 @@ from functools import lru_cache
 from typing import NamedTuple
 from zoneinfo import ZoneInfo
 
-from slotflow.contracts.policies import DstPolicy, MisfirePolicy
-from slotflow.contracts.schedules import CronSpec, IntervalSpec, OnceSpec, ScheduleDefinition
+from slotflow.contracts.policies import MisfirePolicy
+from slotflow.contracts.schedules import CronSpec, OnceSpec, ScheduleDefinition
 from slotflow.core.cronslots import (
     SkippedSlot,
     Slot,
@@ -26,6 +26,7 @@ from slotflow.core.cronslots import (
     slots_between,
 )
 from slotflow.core.identity import run_id
+from slotflow_ticker.memo import IdentityMemo
 
 #: Slot instants are whole microseconds, so "just before a slot" is one microsecond earlier.
 EPSILON = timedelta(microseconds=1)
@@ -219,15 +220,11 @@ def _plan_single(state: ScheduleState, at: datetime, *, now: datetime, grace: ti
         return None
     covered = following.at - EPSILON if following is not None and following.at <= now else now
     covered = max(covered, state.position.covered_until)
-    if not records_skips:
-        # No DST skip can be pending: the position is the following slot as it stands.
-        position = Position(following.at if following is not None else None, following_fire, covered)
-    elif _dst_skips(definition, after=state.position.covered_until, until=covered):
+    if records_skips and _dst_skips(definition, after=state.position.covered_until, until=covered):
         return None
-    else:
-        position = _position(
-            state.schedule_id, definition, covered=covered, first=following, first_fire=following_fire
-        )
+    position = _position(
+        state.schedule_id, definition, covered=covered, first=following, first_fire=following_fire
+    )
     return ClaimPlan((Firing(at, fire_at),), (), position, False)
 
 
@@ -255,42 +252,29 @@ def _position(
     # A local time skipped by the DST policy is recorded when its instant passes, so the row is
     # due then even if the next real slot is much later.
     until = first.at if first is not None else definition.end_at
-    if until is not None:
+    if until is not None and _records_dst_skips(definition):
         pending = _dst_skips(definition, after=covered, until=until)
         if pending and (fire_at is None or pending[0].at < fire_at):
             fire_at = pending[0].at
-    return Position(
-        next_slot=first.at if first is not None else None, next_fire_at=fire_at, covered_until=covered
-    )
+    return Position(first.at if first is not None else None, fire_at, covered)
 
 
 def _bounded_next(definition: ScheduleDefinition, *, after: datetime) -> Slot | None:
-    slot = _next_slot(definition.spec, definition.dst, after)
+    slot = _NEXT_SLOTS.get(definition, after)
     if slot is None or not _in_window(definition, slot.at):
         return None
     return slot
 
 
-#: Next slots by (spec, DST policy, instant), the first two by identity: definitions are shared
-#: objects (store.parse_definition), so schedules with the same definition share their entries,
-#: and identity spares hashing two pydantic models per lookup (about a fifth of a claim's planning).
-#: Each entry keeps its spec and policy alive, so their ids cannot be reused while it is cached.
-_NEXT_SLOTS: dict[tuple[int, int, datetime], tuple[object, object, Slot | None]] = {}
-_NEXT_SLOTS_LIMIT = 65_536
+def _compute_next_slot(definition: ScheduleDefinition, after: datetime) -> Slot | None:
+    return next_slot(definition.spec, definition.dst, after=after)
 
 
-def _next_slot(spec: CronSpec | IntervalSpec | OnceSpec, dst: DstPolicy, after: datetime) -> Slot | None:
-    # Pure and deterministic, and schedules sharing an expression share their slots: a claim of
-    # a thousand "*/5 * * * *" rows computes the next slot once.
-    key = (id(spec), id(dst), after)
-    hit = _NEXT_SLOTS.get(key)
-    if hit is not None and hit[0] is spec and hit[1] is dst:
-        return hit[2]
-    slot = next_slot(spec, dst, after=after)
-    if len(_NEXT_SLOTS) >= _NEXT_SLOTS_LIMIT:
-        _NEXT_SLOTS.clear()
-    _NEXT_SLOTS[key] = (spec, dst, slot)
-    return slot
+#: Pure and deterministic, and schedules sharing a definition share their slots: a claim of a
+#: thousand rows defined alike computes the next slot once.
+_NEXT_SLOTS: IdentityMemo[ScheduleDefinition, datetime, Slot | None] = IdentityMemo(
+    _compute_next_slot, limit=65_536
+)
 
 
 def _records_dst_skips(definition: ScheduleDefinition) -> bool:

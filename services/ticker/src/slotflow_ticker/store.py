@@ -72,12 +72,7 @@ class ScheduleRow(NamedTuple):
             if self.paused_at is None
             else PauseWindow(self.paused_at, self.resumed_at, self.pause_reason)
         )
-        return ScheduleState(
-            self.schedule_id,
-            self.definition,
-            Position(self.next_slot, self.next_fire_at, self.covered_until),
-            pause,
-        )
+        return ScheduleState(self.schedule_id, self.definition, self.position, pause)
 
 
 NEVER_PAUSED = PauseWindow()
