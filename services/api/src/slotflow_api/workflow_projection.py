@@ -1,7 +1,7 @@
 """The workflow-history topic into the read model: typed events kept per sequence, state re-derived.
 
 Each typed event lands in `workflow_events`; after the batch, every workflow it touched is folded
-again from all its events (`workflow_state.fold`) and its row rewritten. Folding the whole history
+again from all its events (`slotflow.history.fold`) and its row rewritten. Folding the whole history
 costs one indexed read per touched workflow and batch, and buys what matters here: the row is a
 function of the history alone, so duplicates, redeliveries and rebuilds cannot make it differ.
 """
@@ -11,8 +11,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from slotflow.contracts import REGISTRY, Envelope, HistoryEvent
+from slotflow.history import Recorded, WorkflowState, fold
 from slotflow.pg.pool import Conn
-from slotflow_api.workflow_state import Recorded, WorkflowState, fold
 
 
 def _json(value: Any) -> str:

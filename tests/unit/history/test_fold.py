@@ -21,7 +21,7 @@ from slotflow.contracts import (
     WorkflowStarted,
     WorkflowTimerFired,
 )
-from slotflow_api.workflow_state import Recorded, fold
+from slotflow.history import Recorded, fold
 
 W = "order-7"
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

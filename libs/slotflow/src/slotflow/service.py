@@ -1,0 +1,201 @@
+"""What every slotflow service process shares: named loops under one supervisor, `sleep_or_stop`,
+migrations at start, the metrics listener and a group of outbox relays.
+
+A service's composition root builds its parts, adds each long-running loop to a `Supervisor` and
+runs it until a stop event. See docs/development.md ("The service runtime").
+"""
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import CollectorRegistry, start_http_server
+
+from slotflow.errors import SlotflowError
+from slotflow.pg.migrations import INBOX, OUTBOX, MigrationSource, apply_migrations
+from slotflow.pg.outbox import OutboxRelay
+from slotflow.pg.pool import Pool
+
+log = logging.getLogger(__name__)
+
+#: A loop runs until its stop event is set, then finishes what it holds and returns.
+Loop = Callable[[asyncio.Event], Awaitable[None]]
+
+
+class SupervisorError(SlotflowError):
+    """The supervisor was used out of order (a loop added twice, or after it started)."""
+
+
+async def sleep_or_stop(stop: asyncio.Event, seconds: float, *, wake: asyncio.Event | None = None) -> bool:
+    """Wait `seconds`, or less if `stop` (or `wake`) is set first; returns whether `stop` is set.
+
+    The caller clears `wake` when it has acted on it.
+    """
+    if stop.is_set() or (wake is not None and wake.is_set()):
+        return stop.is_set()
+    if wake is None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=seconds)
+        return stop.is_set()
+    waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(wake.wait())]
+    try:
+        await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
+    return stop.is_set()
+
+
+async def migrate(
+    pool: Pool, *, schema: str, source: MigrationSource, outbox: bool = True, inbox: bool = True
+) -> list[str]:
+    """Create or upgrade a service's schema: the library's outbox and inbox, then its own files."""
+    sources = [*([OUTBOX] if outbox else []), *([INBOX] if inbox else []), source]
+    return await apply_migrations(pool, schema=schema, sources=sources)
+
+
+@contextlib.contextmanager
+def metrics_listener(registry: CollectorRegistry, *, port: int | None, host: str) -> Iterator[None]:
+    """Serve `registry` on http://host:port/metrics while the block runs (nothing when no port)."""
+    if not port:
+        yield
+        return
+    server, thread = start_http_server(port, addr=host, registry=registry)
+    log.info("metrics on http://%s:%d/metrics", host, port)
+    try:
+        yield
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+class RelayGroup:
+    """One process's outbox relays, each on its own shards, seen as one."""
+
+    def __init__(self, relays: Sequence[OutboxRelay]) -> None:
+        self.relays = list(relays)
+
+    def wake(self) -> None:
+        for relay in self.relays:
+            relay.wake()
+
+    @property
+    def published(self) -> int:
+        return sum(relay.published for relay in self.relays)
+
+    async def pending(self) -> int:
+        return await self.relays[0].pending()  # the whole outbox, whichever relay asks
+
+    def add_to(self, supervisor: "Supervisor", *, name: str = "relay", stage: int = 0) -> None:
+        """Each relay as its own loop, `relay-0`, `relay-1`, ..."""
+        for index, relay in enumerate(self.relays):
+            supervisor.add(f"{name}-{index}", relay.run, stage=stage)
+
+
+@dataclass
+class _Entry:
+    name: str
+    loop: Loop
+    stage: int
+    cancel_on_stop: bool
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    task: "asyncio.Task[None] | None" = None
+
+
+class Supervisor:
+    """Named loops run as one unit under an `asyncio.TaskGroup`.
+
+    - A loop that raises is fatal: the others are cancelled and `run` raises that loop's error
+      (`crashed` names the loop).
+    - A stop drains: each loop's own stop event is set and the loop awaited, stage by stage in
+      ascending order, so a later stage (a relay, say) still runs while an earlier one (the intake
+      feeding it) finishes. Loops marked `cancel_on_stop` are cancelled instead of awaited (work
+      they hold is leased and retried elsewhere). A `drain` coroutine given to `run` replaces this
+      order; it calls `stop_loops` itself.
+    - A loop that returns before the stop is simply done.
+    """
+
+    def __init__(self, service: str) -> None:
+        self.service = service
+        self._entries: dict[str, _Entry] = {}
+        self._started = False
+        self.crashed: str | None = None
+        self.failed = asyncio.Event()
+        self.running = asyncio.Event()
+
+    def add(self, name: str, loop: Loop, *, stage: int = 0, cancel_on_stop: bool = False) -> None:
+        """Run `loop(stop)` under `name`; its stop is set in `stage` of a drain."""
+        if self._started:
+            raise SupervisorError(f"{self.service}: loop {name} added after the start")
+        if name in self._entries:
+            raise SupervisorError(f"{self.service}: two loops named {name}")
+        self._entries[name] = _Entry(name, loop, stage, cancel_on_stop)
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._entries)
+
+    async def run(self, stop: asyncio.Event, *, drain: Callable[[], Awaitable[None]] | None = None) -> None:
+        """Run every loop until `stop` is set (then drain) or a loop raises (then re-raise it)."""
+        if self._started:
+            raise SupervisorError(f"{self.service}: already started")
+        self._started = True
+        error: BaseException | None = None
+        try:
+            async with asyncio.TaskGroup() as group:
+                for entry in self._entries.values():
+                    entry.task = group.create_task(self._guard(entry), name=f"{self.service}-{entry.name}")
+                group.create_task(self._watch(stop, drain), name=f"{self.service}-supervisor")
+                self.running.set()
+        except BaseExceptionGroup as grouped:
+            error = grouped.exceptions[0]
+        finally:
+            self.running.clear()
+        if error is not None:
+            # The loop's own error, raised outside the group: callers catch it by its type.
+            raise error
+
+    async def stop_loops(self, *names: str) -> None:
+        """Drain the named loops (all, when none is named): set their stops and await them."""
+        entries = [self._entries[n] for n in names] if names else list(self._entries.values())
+        for entry in entries:
+            entry.stop.set()
+            if entry.cancel_on_stop and entry.task is not None:
+                entry.task.cancel()
+        tasks = [e.task for e in entries if e.task is not None]
+        if tasks:
+            # A loop's own error reaches the TaskGroup; here only its end matters.
+            await asyncio.wait(tasks)
+
+    async def drain(self) -> None:
+        """The default drain: stage by stage, lowest first."""
+        for stage in sorted({e.stage for e in self._entries.values()}):
+            await self.stop_loops(*(e.name for e in self._entries.values() if e.stage == stage))
+
+    async def _guard(self, entry: _Entry) -> None:
+        try:
+            await entry.loop(entry.stop)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            if self.crashed is None:
+                self.crashed = entry.name
+            self.failed.set()
+            log.exception("%s: the %s loop crashed; stopping the service", self.service, entry.name)
+            raise
+
+    async def _watch(self, stop: asyncio.Event, drain: Callable[[], Awaitable[None]] | None) -> None:
+        remaining: set[asyncio.Future[Any]] = {e.task for e in self._entries.values() if e.task is not None}
+        stopper = asyncio.ensure_future(stop.wait())
+        try:
+            # Until the stop, or until every loop has returned on its own; a crash cancels this.
+            while remaining and not stop.is_set():
+                done, _ = await asyncio.wait({stopper, *remaining}, return_when=asyncio.FIRST_COMPLETED)
+                remaining -= done
+        finally:
+            stopper.cancel()
+        await (drain or self.drain)()
