@@ -23,6 +23,7 @@ from slotflow.kafka.records import Record
 from slotflow.pg.migrations import INBOX, OUTBOX, MigrationSource, apply_migrations
 from slotflow.pg.outbox import SHARDS, OutboxRelay
 from slotflow.pg.pool import CONNECTION_ERRORS, Pool, create_pool
+from slotflow.service import RelayGroup
 from slotflow.settings import KafkaSettings, PostgresSettings
 from slotflow_ticker.claims import Claimer
 from slotflow_ticker.commands import COMMANDS, SERVICE, CommandHandler
@@ -242,7 +243,7 @@ class TickerApp:
                         return
             await loop.process(records, stop)
 
-    def _backlog(self, relay: "RelayGroup") -> Callable[[], Awaitable[None]]:
+    def _backlog(self, relay: RelayGroup) -> Callable[[], Awaitable[None]]:
         async def refresh() -> None:
             self.metrics.outbox_backlog.set(await relay.pending())
             published = relay.published
@@ -270,24 +271,6 @@ class TickerApp:
             except _STORAGE_ERRORS as err:
                 log.warning("ticker: periodic job failed: %s", err)
             await _sleep_or_stop(stop, seconds)
-
-
-class RelayGroup:
-    """The replica's outbox relays, each on its own shards (`relay_loops`), seen as one."""
-
-    def __init__(self, relays: list[OutboxRelay]) -> None:
-        self.relays = relays
-
-    def wake(self) -> None:
-        for relay in self.relays:
-            relay.wake()
-
-    @property
-    def published(self) -> int:
-        return sum(relay.published for relay in self.relays)
-
-    async def pending(self) -> int:
-        return await self.relays[0].pending()  # the whole outbox, whichever relay asks
 
 
 async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
