@@ -226,7 +226,7 @@ def _schedule(groups: Any) -> None:
 
 
 def _workflow(groups: Any) -> None:
-    parser = groups.add_parser("workflow", help="start, signal, cancel and inspect workflows")
+    parser = groups.add_parser("workflow", help="start, signal, cancel, inspect and check workflows")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
 
     start = _leaf(
@@ -289,6 +289,25 @@ def _workflow(groups: Any) -> None:
         "--origin",
         choices=("history", "command", "activity", "timer"),
         help="only entries from this source (history: the typed workflow history)",
+    )
+
+    check = _leaf(
+        actions,
+        "check",
+        "slotflow.cli.checking:workflow_check",
+        "find determinism traps in workflow code before deploy (exit 1 on findings)",
+        "Read the workflow classes (decorated with workflow.defn) of each MODULE, without importing\n"
+        "it, and report every use of the host clock, random, uuid1/uuid4, the environment, direct\n"
+        "I/O (files, sockets, HTTP, database and Kafka clients), subprocesses, threads and asyncio\n"
+        "tasks or sleeps the runtime does not own, as file:line:col with what to use instead.\n"
+        "Module-level functions the workflow calls are checked too. Exit 0: no findings; 1: findings\n"
+        "or nothing to check. A line ending in `# workflow-check: ignore` is not reported.",
+    )
+    check.add_argument(
+        "modules",
+        nargs="+",
+        metavar="MODULE",
+        help="dotted module or package (examples.orders), or a .py file or directory",
     )
 
 
