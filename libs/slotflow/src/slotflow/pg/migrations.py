@@ -5,7 +5,8 @@ raises `MigrationDrift`. Two replicas starting at once serialise on a transactio
 lock keyed by the schema name, so each file runs exactly once.
 
 Migrations come from named sources: a service's own folder, plus shared components from the
-library (the outbox, the inbox) that every service's schema carries. Versions count per source.
+library (the outbox and the inbox, which every service's schema carries; the payload table, which
+the workflow orchestrator's does). Versions count per source.
 """
 
 import hashlib
@@ -46,6 +47,8 @@ class MigrationSource:
 SQL_DIR = Path(__file__).parent / "sql"
 OUTBOX = MigrationSource("outbox", SQL_DIR / "outbox")
 INBOX = MigrationSource("inbox", SQL_DIR / "inbox")
+#: Content-addressed workflow payloads (slotflow.pg.payloads), carried by the service that offloads them.
+PAYLOADS = MigrationSource("payloads", SQL_DIR / "payloads")
 
 
 @dataclass(frozen=True)
