@@ -42,10 +42,14 @@ async def test_schedule_lifecycle_is_projected_in_order(client: httpx.AsyncClien
     assert body["handler"] == "payouts.pay"
     assert body["tags"] == ["money-moving"]
     assert body["spec"] == {"kind": "cron", "expression": "0 2 * * *", "timezone": "UTC"}
-    assert len(body["next_slots"]) == 5
-    assert [s["at"][11:19] for s in body["next_slots"]] == ["02:00:00"] * 5
+    # Paused until resumed by hand: no slot is promised.
+    assert (body["status"], body["next_fire_at"], body["next_slots"]) == ("paused", None, [])
 
     await emit(SCHEDULE_EVENTS, ScheduleResumed(schedule_id=sid, next_fire_at=NOW), id="e3", key=sid)
+    body = await eventually_json(client, f"/v1/schedules/{sid}", lambda b: not b["paused"])
+    assert len(body["next_slots"]) == 5
+    assert [s["at"][11:19] for s in body["next_slots"]] == ["02:00:00"] * 5
+    assert body["next_fire_at"] == body["next_slots"][0]["at"]
     updated = ScheduleUpdated(
         schedule_id=sid, definition=cron("*/5 * * * *", handler="payouts.v2"), next_fire_at=NOW
     )

@@ -146,6 +146,8 @@ async def test_dashboard_pages_and_redrive_in_chromium(
         await expect(payouts_row.locator("ul.slots li")).to_have_count(5)
         statements_row = table.get_by_role("row").filter(has_text=STATEMENTS)
         await expect(statements_row).to_contain_text("paused bank maintenance")
+        # Paused until resume_at: only the slots after it are promised, with their local times.
+        await expect(statements_row).to_contain_text("(resumes ")
         await expect(statements_row).to_contain_text("local")
         await expect(page.locator('nav a[aria-current="page"]')).to_have_text("Schedules")
         await page.screenshot(path=shots / "dashboard-schedules.png", full_page=True)

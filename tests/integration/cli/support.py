@@ -502,7 +502,9 @@ async def produce_live(kafka: KafkaSettings, now: datetime, hour: datetime) -> N
         (
             SCHEDULE_EVENTS,
             wrap(
-                SchedulePaused(schedule_id=STATEMENTS, reason="bank maintenance", resume_at=None),
+                SchedulePaused(
+                    schedule_id=STATEMENTS, reason="bank maintenance", resume_at=now + timedelta(days=2)
+                ),
                 id="live-statements/paused",
                 key=STATEMENTS,
                 source="ticker",

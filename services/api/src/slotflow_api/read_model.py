@@ -101,7 +101,14 @@ async def _page(
 
 _SCHEDULE_COLUMNS = (
     "schedule_id, definition, handler, paused, pause_reason, resume_at, tags, next_fire_at, "
-    "created_at, updated_at, deleted"
+    "created_at, updated_at, deleted, "
+    # A one-shot is finished once its slot has a run or a recorded skip (slot equality: a manual
+    # trigger's run, or a run of an earlier `at` the schedule was updated away from, does not count).
+    "(definition->'spec'->>'kind' = 'once' AND ("
+    "EXISTS (SELECT 1 FROM {schema}.runs r WHERE r.job_id = s.schedule_id "
+    "AND r.slot = (s.definition->'spec'->>'at')::timestamptz) OR "
+    "EXISTS (SELECT 1 FROM {schema}.skipped_slots k WHERE k.schedule_id = s.schedule_id "
+    "AND k.slot = (s.definition->'spec'->>'at')::timestamptz))) AS once_handled"
 )
 
 
@@ -135,14 +142,16 @@ async def list_schedules(
     if cursor is not None:
         (after,) = decode_cursor(cursor, (str,))
         f.add("schedule_id > {}", after)
-    sql = f"SELECT {_SCHEDULE_COLUMNS} FROM {schema}.schedules WHERE {f.where()} ORDER BY schedule_id"
+    columns = _SCHEDULE_COLUMNS.format(schema=schema)
+    sql = f"SELECT {columns} FROM {schema}.schedules s WHERE {f.where()} ORDER BY schedule_id"
     rows, next_cursor = await _page(pool, sql, f, limit, ("schedule_id",))
     return Page([schedule_row(r) for r in rows], next_cursor)
 
 
 async def get_schedule(pool: Pool, schema: str, schedule_id: str) -> dict[str, Any] | None:
     row = await pool.fetchrow(
-        f"SELECT {_SCHEDULE_COLUMNS} FROM {schema}.schedules WHERE schedule_id = $1", schedule_id
+        f"SELECT {_SCHEDULE_COLUMNS.format(schema=schema)} FROM {schema}.schedules s WHERE schedule_id = $1",
+        schedule_id,
     )
     if row is None:
         return None

@@ -41,11 +41,21 @@ class Schedule(BaseModel):
     schedule_id: str
     spec: dict[str, Any]
     handler: str
+    status: Literal["active", "paused", "finished", "deleted"] = Field(
+        description="finished: no slot is left to fire (a fired one-shot, a passed end_at)"
+    )
     paused: bool
     pause_reason: str | None
-    resume_at: datetime | None
+    resume_at: datetime | None = Field(description="a paused schedule resumes by itself at this instant")
     tags: list[str]
-    next_fire_at: datetime | None
+    next_fire_at: datetime | None = Field(
+        description="when it next fires, computed at read time from the spec, the pause and "
+        "resume_at, start_at/end_at and a one-shot's completion (null: nothing will fire)"
+    )
+    catch_up_at_resume: bool = Field(
+        default=False,
+        description="the next fire is the catch-up, at resume_at, of slots missed while paused",
+    )
     created_at: datetime
     updated_at: datetime
     deleted: bool
@@ -53,7 +63,7 @@ class Schedule(BaseModel):
 
 
 class ScheduleDetail(Schedule):
-    next_slots: list[SlotPreview]
+    next_slots: list[SlotPreview] = Field(description="the grid's next slots that will fire")
     runs_by_state: dict[str, int]
 
 

@@ -120,12 +120,16 @@ def spec_text(spec: Any) -> str:
 
 
 def schedule_state(row: Row) -> str:
+    """`active`, `finished`, `deleted`, or `paused (reason) until <resume_at>`."""
+    status = row.get("status")
     if row.get("deleted"):
         return "deleted"
     if row.get("paused"):
         reason = row.get("pause_reason")
-        return f"paused ({reason})" if reason else "paused"
-    return "active"
+        out = f"paused ({reason})" if reason else "paused"
+        resume_at = row.get("resume_at")
+        return f"{out} until {resume_at}" if resume_at else out
+    return status if isinstance(status, str) else "active"
 
 
 SCHEDULE_COLUMNS: Sequence[Column] = (

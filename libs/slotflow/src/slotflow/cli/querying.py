@@ -97,8 +97,9 @@ def schedule_show(ctx: Context) -> int:
         ]
     )
     slots = [slot_text(slot) for slot in body.get("next_slots") or []]
+    none = "none while paused" if body.get("paused") and not body.get("resume_at") else "none"
     ctx.out.write(
-        "\nnext slots:\n" + "".join(f"  {slot}\n" for slot in slots) if slots else "\nnext slots: none\n"
+        "\nnext slots:\n" + "".join(f"  {slot}\n" for slot in slots) if slots else f"\nnext slots: {none}\n"
     )
     by_state = body.get("runs_by_state") or {}
     if by_state:

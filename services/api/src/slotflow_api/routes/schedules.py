@@ -18,10 +18,10 @@ from slotflow.contracts import (
     UpdateSchedule,
 )
 from slotflow.contracts.envelope import IDENTIFIER_PATTERN
-from slotflow.core.cronslots import preview
 from slotflow_api import read_model
 from slotflow_api.app_state import Services, services
 from slotflow_api.errors import BadRequest, NotFound
+from slotflow_api.outlook import outlook
 from slotflow_api.routes.commands import COMMAND_RESPONSES, submit
 from slotflow_api.routes.common import Cursor, Limit, Wait
 from slotflow_api.schemas import (
@@ -57,9 +57,38 @@ async def list_schedules(
     limit: Limit = 50,
     cursor: Cursor = None,
 ) -> read_model.Page:
-    return await read_model.list_schedules(
+    page = await read_model.list_schedules(
         s.pool, s.schema, paused=paused, tag=tag, handler=handler, deleted=deleted, limit=limit, cursor=cursor
     )
+    now = await read_model.database_now(s.pool)
+    for row in page.items:
+        with_outlook(row, now=now, count=1)
+    return page
+
+
+def with_outlook(row: dict[str, object], *, now: datetime, count: int) -> dict[str, object]:
+    """Set the row's status, next fire and next slots from its definition at database time ``now``.
+
+    The stored `next_fire_at` is only what the last lifecycle event said; the ticker moves on
+    without telling, so the read side recomputes it (see slotflow_api.outlook).
+    """
+    definition = ScheduleDefinition.model_validate(row["definition"])
+    resume_at = row["resume_at"]
+    seen = outlook(
+        str(row["schedule_id"]),
+        definition,
+        paused=bool(row["paused"]),
+        resume_at=resume_at if isinstance(resume_at, datetime) else None,
+        deleted=bool(row["deleted"]),
+        once_handled=bool(row.pop("once_handled", False)),
+        now=now,
+        count=count,
+    )
+    row["status"] = seen.status
+    row["next_fire_at"] = seen.next_fire_at
+    row["catch_up_at_resume"] = seen.catch_up
+    row["next_slots"] = [{"at": slot.at, "local": slot.local, "dst": slot.dst} for slot in seen.next_slots]
+    return row
 
 
 @router.get(
@@ -74,14 +103,8 @@ async def get_schedule(
     row = await read_model.get_schedule(s.pool, s.schema, schedule_id)
     if row is None:
         raise NotFound(f"schedule {schedule_id!r} is not known (yet)")
-    definition = ScheduleDefinition.model_validate(row["definition"])
     now = await read_model.database_now(s.pool)
-    after = max(now, definition.start_at) if definition.start_at else now
-    slots = [] if row["deleted"] else preview(definition.spec, definition.dst, after=after, count=NEXT_SLOTS)
-    if definition.end_at is not None:
-        slots = [slot for slot in slots if slot.at <= definition.end_at]
-    row["next_slots"] = [{"at": slot.at, "local": slot.local, "dst": slot.dst} for slot in slots]
-    return row
+    return with_outlook(row, now=now, count=NEXT_SLOTS)
 
 
 @router.get(

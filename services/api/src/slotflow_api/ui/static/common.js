@@ -153,6 +153,7 @@ window.slotflowUi = (() => {
   }
 
   function scheduleState(row) {
+    if (row.status) return row.status;
     if (row.deleted) return "deleted";
     return row.paused ? "paused" : "active";
   }

@@ -38,7 +38,9 @@
         { label: "Schedule", cell: (r) => h("a", { href: `/ui/schedules/${enc(r.schedule_id)}` }, r.schedule_id) },
         { label: "Spec", cell: (r) => specText(r.spec), cls: "mono" },
         { label: "Handler", cell: (r) => text(r.handler), cls: "mono" },
-        { label: "State", cell: (r) => [badge(scheduleState(r)), r.pause_reason ? ` ${r.pause_reason}` : ""] },
+        { label: "State", cell: (r) => [badge(scheduleState(r)), r.pause_reason ? ` ${r.pause_reason}` : "",
+          r.resume_at ? ` (resumes ${fmtTime(r.resume_at)})` : ""] },
+        { label: "Next fire", cell: (r) => fmtTime(r.next_fire_at) },
         { label: "Next slots", cell: (r) => r.next_slots.length
           ? h("ul", { class: "slots" }, r.next_slots.map(slotItem))
           : "none" },
@@ -87,7 +89,9 @@
         ["Handler", text(schedule.handler)],
         ["State", [badge(scheduleState(schedule)), schedule.pause_reason ? ` ${schedule.pause_reason}` : ""]],
         ["Tags", (schedule.tags || []).join(", ") || "–"],
-        ["Next fire", fmtTime(schedule.next_fire_at)],
+        ["Resumes at", schedule.resume_at ? fmtTime(schedule.resume_at) : "–"],
+        ["Next fire", [fmtTime(schedule.next_fire_at),
+          schedule.catch_up_at_resume ? " (catch-up of the slots missed while paused)" : ""]],
         ["Runs so far", Object.entries(schedule.runs_by_state || {}).map(([state, n]) => `${n} ${state}`).join(", ") || "none"],
         ["Created", fmtTime(schedule.created_at)],
         ["Updated", fmtTime(schedule.updated_at)],
@@ -96,7 +100,9 @@
       h("h2", {}, "Next slots"),
       nextSlots.length
         ? h("ol", { class: "slots" }, nextSlots.map(slotItem))
-        : h("p", { class: "empty" }, "No future slots."),
+        : h("p", { class: "empty" }, schedule.paused && !schedule.resume_at
+          ? "None while paused: nothing fires until it is resumed."
+          : "No future slots."),
       h("h2", {}, "Runs timeline"),
       rangeNav,
       timeline(items, audit, from, to),
