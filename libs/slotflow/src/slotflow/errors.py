@@ -88,6 +88,10 @@ class KeyMismatch(PoisonMessage):
     reason = "key_mismatch"
 
 
+class UnparkableRecord(PermanentError):
+    """Not even a minimal dead letter for the record could be built or sent; it is skipped."""
+
+
 class UnexpectedMessageType(PoisonMessage):
     """A valid message arrived on a topic whose consumer does not handle its type."""
 

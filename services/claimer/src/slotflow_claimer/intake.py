@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from slotflow.contracts import Envelope, JobDue
 from slotflow.errors import PoisonMessage
-from slotflow.kafka.poison import dead_letter_envelope, decode_record, guess_ids
+from slotflow.kafka.poison import dead_letter_envelope, decode_record, guess_ids, minimal_dead_letter
 from slotflow.kafka.records import Record
 from slotflow.pg.outbox import Encoded, Staged, append_encoded, append_many, encoded
 from slotflow.pg.pool import Conn, Pool
@@ -30,7 +30,7 @@ from slotflow.settings import KafkaSettings
 from slotflow_claimer import store
 from slotflow_claimer.events import SOURCE, RunEvents
 from slotflow_claimer.metrics import ClaimerMetrics
-from slotflow_claimer.retrying import with_storage_retry
+from slotflow_claimer.retrying import STORAGE_RETRYABLE, with_storage_retry
 from slotflow_claimer.runs import Due, Run
 
 log = logging.getLogger(__name__)
@@ -197,17 +197,7 @@ class Intake:
                 at = await _db_now(conn)
                 for record, err in poison:
                     log.error("claimer: dead-lettering %s (%s): %s", record.position, err.reason, err)
-                    run_id, job_id, tags = guess_ids(record)
-                    letter = dead_letter_envelope(
-                        record,
-                        err,
-                        source_service=SOURCE,
-                        occurred_at=at,
-                        run_id=run_id,
-                        job_id=job_id,
-                        tags=tags,
-                    )
-                    staged.append(encoded(Staged(self._dlq_topic, letter)))
+                    staged.append(encoded(poison_letter(self._dlq_topic, record, err, at=at)))
             await append_encoded(conn, schema=self._schema, rows=staged)
         m = self._metrics
         m.claimed.labels("intake").inc(len(outcome.claimed))
@@ -240,22 +230,42 @@ class Intake:
         return total
 
     async def park(self, record: Record, error: BaseException) -> None:
-        """Dead-letter ``record`` through the outbox with reason `unprocessable`."""
+        """Dead-letter ``record`` through the outbox with reason `unprocessable`.
+
+        Total but for outages: should the database refuse the full letter too, the minimal one
+        (position, reason, error: always storable) is staged instead, and should even that be
+        refused the record is skipped with a critical log, so its partition moves on.
+
+        Raises:
+            the `STORAGE_RETRYABLE` errors: PostgreSQL is away; the caller retries.
+        """
         log.error("claimer: parking %s, refused by the database: %r", record.position, error)
-        async with self._pool.acquire() as conn, conn.transaction():
-            run_id, job_id, tags = guess_ids(record)
-            letter = dead_letter_envelope(
-                record,
-                error,
-                source_service=SOURCE,
-                occurred_at=await _db_now(conn),
-                reason="unprocessable",
-                run_id=run_id,
-                job_id=job_id,
-                tags=tags,
-            )
-            await append_many(conn, schema=self._schema, items=[Staged(self._dlq_topic, letter)])
-        self._metrics.poison.inc()
+        for minimal in (False, True):
+            try:
+                async with self._pool.acquire() as conn, conn.transaction():
+                    at = await _db_now(conn)
+                    letter = poison_letter(self._dlq_topic, record, error, at=at, reason="unprocessable")
+                    if minimal:
+                        letter = Staged(
+                            self._dlq_topic,
+                            minimal_dead_letter(
+                                record, error, source_service=SOURCE, occurred_at=at, reason="unprocessable"
+                            ),
+                        )
+                    await append_many(conn, schema=self._schema, items=[letter])
+            except STORAGE_RETRYABLE:
+                raise
+            except Exception as err:  # noqa: BLE001 - try the minimal letter, then skip
+                log.error(
+                    "claimer: the %s letter for %s was refused: %r",
+                    "minimal" if minimal else "full",
+                    record.position,
+                    err,
+                )
+                continue
+            self._metrics.poison.inc()
+            return
+        log.critical("claimer: skipping %s: no dead letter for it could be staged", record.position)
 
     async def _admit_wave(self, conn: Conn, wave: Sequence[Due], outcome: Admission) -> list[Encoded]:
         schema = self._schema
@@ -315,6 +325,24 @@ class Intake:
             else:
                 outcome.buffered += 1
         return to_claim
+
+
+def poison_letter(
+    dlq_topic: str, record: Record, error: BaseException, *, at: datetime, reason: str | None = None
+) -> Staged:
+    """The dead letter the claimer stages for ``record``; total for any bytes (property-tested)."""
+    run_id, job_id, tags = guess_ids(record)
+    letter = dead_letter_envelope(
+        record,
+        error,
+        source_service=SOURCE,
+        occurred_at=at,
+        reason=reason,
+        run_id=run_id,
+        job_id=job_id,
+        tags=tags,
+    )
+    return Staged(dlq_topic, letter)
 
 
 async def _db_now(conn: Conn) -> datetime:

@@ -32,14 +32,14 @@ from slotflow.contracts import (
     UpdateSchedule,
 )
 from slotflow.contracts.codec import decode
-from slotflow.contracts.envelope import TYPE_HEADER
-from slotflow.errors import PoisonMessage
+from slotflow.contracts.envelope import KEY_MAX_CHARS, TYPE_HEADER, fit_id
+from slotflow.errors import PoisonMessage, TransientStorageError
 from slotflow.kafka.loop import Incoming
 from slotflow.kafka.poison import dead_letter_envelope
 from slotflow.kafka.records import Record
 from slotflow.pg.inbox import record_once
 from slotflow.pg.outbox import Staged
-from slotflow.pg.pool import Conn, Pool
+from slotflow.pg.pool import CONNECTION_ERRORS, Conn, Pool
 from slotflow_ticker.claims import BacklogTooLong, Claimer, schedule_key, timer_key
 from slotflow_ticker.events import EventFactory, Outgoing, stage_all
 from slotflow_ticker.metrics import TickerMetrics
@@ -69,6 +69,8 @@ COMMANDS: tuple[type[Message], ...] = (
     StartTimer,
     CancelTimer,
 )
+#: Failures staging a rejection that mean PostgreSQL is away: the caller waits and calls again.
+STAGING_OUTAGES: tuple[type[BaseException], ...] = (TransientStorageError, *CONNECTION_ERRORS)
 #: Claims' worth of slots an UpdateSchedule or DeleteSchedule may settle in its own transaction.
 SETTLE_MAX_CHUNKS = 100
 
@@ -233,6 +235,12 @@ class CommandHandler:
 
         The loop itself dead-letters them; this tells the sender why, with the command id when the
         envelope decoded that far (else the record position stands in for it).
+
+        Total but for outages: a rejection that cannot be built or staged is logged and left out
+        (the record is still parked by the loop), so no record can stop the consumer here.
+
+        Raises:
+            TransientStorageError, connection errors: PostgreSQL is away; call again.
         """
         staged: list[Outgoing] = []
         now: datetime | None = None
@@ -242,21 +250,31 @@ class CommandHandler:
             except PoisonMessage as poison:
                 if now is None:
                     now = await self._pool.fetchval(self._q.now)
-                command_id, command_type, subject = _identify(record)
-                staged.append(
-                    self._events.rejected(
-                        command_id=command_id,
-                        command_type=command_type,
-                        subject=subject,
-                        reason=f"{poison.reason}: {poison}",
-                        occurred_at=now,
-                    )
-                )
+                rejection = poison_rejection(self._events, record, poison, now=now)
+                if rejection is not None:
+                    staged.append(rejection)
                 self._metrics.commands.labels("invalid", "rejected").inc()
         if staged:
+            await self._stage_rejections(staged)
+            self._on_commit([])
+
+    async def _stage_rejections(self, staged: list[Outgoing]) -> None:
+        try:
             async with self._pool.acquire() as conn, conn.transaction():
                 await stage_all(conn, schema=self._schema, items=staged)
-            self._on_commit([])
+            return
+        except STAGING_OUTAGES:
+            raise
+        except Exception as err:  # noqa: BLE001 - one at a time, so one refusal drops only itself
+            log.error("ticker: staging %d rejections failed (%s); staging one by one", len(staged), err)
+        for item in staged:
+            try:
+                async with self._pool.acquire() as conn, conn.transaction():
+                    await stage_all(conn, schema=self._schema, items=[item])
+            except STAGING_OUTAGES:
+                raise
+            except Exception as err:  # noqa: BLE001 - the record itself is parked by the loop
+                log.error("ticker: a rejection could not be staged, left out: %s", err)
 
     async def apply(self, conn: Conn, envelope: Envelope, message: Message, *, now: datetime) -> Applied:
         """Apply ``message`` inside the caller's transaction.
@@ -390,25 +408,47 @@ class CommandHandler:
         return staged, position
 
     def _event(self, message: Message, cid: str, what: str, schedule_id: str, now: datetime) -> Staged:
-        return self._events.schedule_event(message, id=f"{cid}/{what}", key=schedule_id, occurred_at=now)
+        # A command id may be at the envelope's limit already: fit_id keeps the derived id in it.
+        return self._events.schedule_event(
+            message, id=fit_id(cid, f"/{what}"), key=schedule_id, occurred_at=now
+        )
 
 
 def _due(schedule_id: str, next_fire_at: datetime | None) -> list[tuple[str, datetime]]:
     return [] if next_fire_at is None else [(schedule_key(schedule_id), next_fire_at)]
 
 
+def poison_rejection(
+    events: EventFactory, record: Record, poison: PoisonMessage, *, now: datetime
+) -> Staged | None:
+    """The CommandRejected for a poison ``record``, or None (logged) when none can be built.
+
+    Pure, and total for any bytes as key, value and headers (property-tested): `events.rejected`
+    cuts and hashes what it echoes to fit the envelope's limits and PostgreSQL text.
+    """
+    try:
+        command_id, command_type, subject = _identify(record)
+        return events.rejected(
+            command_id=command_id,
+            command_type=command_type,
+            subject=subject,
+            reason=f"{poison.reason}: {poison}",
+            occurred_at=now,
+        )
+    except Exception as err:  # noqa: BLE001 - the loop still parks the record; the sender gets the letter
+        log.error("ticker: no CommandRejected for %s: %s", record.position, err)
+        return None
+
+
 def _identify(record: Record) -> tuple[str, str, str]:
     """(command id, type, subject) of a poison record, as far as it can be read."""
-    subject = record.key.decode("utf-8", errors="replace") if record.key is not None else ""
+    subject = (
+        record.key[: 4 * KEY_MAX_CHARS].decode("utf-8", errors="replace") if record.key is not None else ""
+    )
     header = record.header(TYPE_HEADER)
-    command_type = header.decode("utf-8", errors="replace") if header else "unknown"
+    command_type = header[:800].decode("utf-8", errors="replace") if header else "unknown"
     try:
         envelope = decode(record.value)
     except PoisonMessage:
-        return record.position, _text(command_type), _text(subject)
-    return _text(envelope.id), _text(envelope.type), _text(envelope.key or subject)
-
-
-def _text(value: str) -> str:
-    # PostgreSQL text cannot hold NUL; a hostile key or id must still get its CommandRejected.
-    return value.replace("\x00", "\ufffd")
+        return record.position, command_type, subject
+    return envelope.id, envelope.type, envelope.key or subject

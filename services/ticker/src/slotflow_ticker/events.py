@@ -23,6 +23,7 @@ from slotflow.contracts import (
     TimerFired,
     wrap,
 )
+from slotflow.contracts.envelope import fit_id, fit_key, storable
 from slotflow.contracts.topics import DLQ_MESSAGES, JOBS_DUE, SCHEDULE_EVENTS, TIMER_EVENTS
 from slotflow.core.cronslots import SkippedSlot
 from slotflow.core.identity import job_due_event_id, run_id, slot_label
@@ -35,6 +36,8 @@ JobKind = Literal["scheduled", "manual", "backfill", "retry", "activity"]
 #: What the ticker stages: envelopes, or (on the claim's hot path) rows it encoded itself.
 Outgoing = Staged | Encoded
 _JOB_DUE_HEADERS = headers_json(JobDue.message_type, JobDue.message_version)
+#: A rejection's reason is cut here (a poison's message can quote a long key).
+REASON_CHARS = 4000
 
 
 async def stage_all(conn: Conn, *, schema: str, items: Iterable[Outgoing]) -> int:
@@ -197,12 +200,24 @@ class EventFactory:
 
     def accepted(self, *, command_id: str, command_type: str, subject: str, occurred_at: datetime) -> Staged:
         message = CommandAccepted(command_id=command_id, command_type=command_type, subject=subject)
-        return self.schedule_event(message, id=f"{command_id}/accepted", key=subject, occurred_at=occurred_at)
+        return self.schedule_event(
+            message, id=fit_id(command_id, "/accepted"), key=fit_key(subject), occurred_at=occurred_at
+        )
 
     def rejected(
         self, *, command_id: str, command_type: str, subject: str, reason: str, occurred_at: datetime
     ) -> Staged:
+        """CommandRejected; the texts may come from a hostile record, so each is made to fit.
+
+        The command id is echoed whole (the sender looks for it) but storable; the envelope id,
+        the key and the subject are cut with a digest where too long (`fit_id`).
+        """
         message = CommandRejected(
-            command_id=command_id, command_type=command_type, subject=subject, reason=reason
+            command_id=storable(command_id),
+            command_type=fit_key(command_type, limit=200),
+            subject=fit_key(subject),
+            reason=storable(reason[:REASON_CHARS]),
         )
-        return self.schedule_event(message, id=f"{command_id}/rejected", key=subject, occurred_at=occurred_at)
+        return self.schedule_event(
+            message, id=fit_id(command_id, "/rejected"), key=fit_key(subject), occurred_at=occurred_at
+        )

@@ -5,6 +5,7 @@ version. Consumers ignore unknown fields (tolerant reader), so producers can add
 Trace context travels in Kafka headers (`traceparent`), never inside the envelope.
 """
 
+import hashlib
 from datetime import datetime
 from typing import Any, ClassVar
 
@@ -17,6 +18,44 @@ REDRIVE_COUNT_HEADER = "slotflow-redrive-count"
 
 #: Identifiers users choose (schedule ids, workflow ids, handler names): printable, bounded.
 IDENTIFIER_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,199}$"
+#: The envelope's `id` and `key` are at most this many characters.
+ID_MAX_CHARS = 1000
+KEY_MAX_CHARS = 1000
+#: Hex digits of the digest that stands in for the part of an id cut off to fit.
+_DIGEST_CHARS = 16
+
+
+def storable(text: str) -> str:
+    """``text`` as PostgreSQL text and UTF-8 JSON can hold it: NUL and lone surrogates replaced.
+
+    Ids and keys echoed from a hostile record end up in text columns (outbox, inbox) and in
+    encoded envelopes; either refusal would make the very path that reports the record fail.
+    """
+    if "\x00" not in text and text.isascii():
+        return text
+    return text.encode("utf-8", errors="replace").decode("utf-8").replace("\x00", "\ufffd")
+
+
+def fit_id(base: str, suffix: str = "", *, limit: int = ID_MAX_CHARS) -> str:
+    """``base + suffix`` when that is storable and within ``limit`` characters, else a cut of
+    ``base`` with a digest of the whole (so two long bases still get two ids), then ``suffix``.
+
+    Deterministic: an event derived twice from one command (a redelivery) gets one id, so its
+    duplicates still collapse. Derived event ids (`{command id}/rejected`, `{run id}/skipped`)
+    go through here because the id they derive from may already be at the limit.
+    """
+    clean = storable(base)
+    if clean == base and len(base) + len(suffix) <= limit:
+        return base + suffix
+    digest = hashlib.sha256(base.encode("utf-8", errors="surrogatepass")).hexdigest()[:_DIGEST_CHARS]
+    # Suffixes are short names of ours ("/rejected"), so there is always room for some of base.
+    room = max(limit - len(suffix) - _DIGEST_CHARS - 1, 0)
+    return f"{clean[:room]}~{digest}{suffix}"
+
+
+def fit_key(key: str, *, limit: int = KEY_MAX_CHARS) -> str:
+    """``key`` made storable and cut to ``limit`` characters (with a digest when cut)."""
+    return fit_id(key, limit=limit)
 
 
 class Message(BaseModel):
@@ -36,8 +75,8 @@ class Envelope(BaseModel):
     type: str = Field(min_length=1, max_length=200)
     version: int = Field(ge=1)
     #: Deterministic where it can be (a run's slot label, a command's id): duplicates collapse on it.
-    id: str = Field(min_length=1, max_length=1000)
-    key: str = Field(max_length=1000)
+    id: str = Field(min_length=1, max_length=ID_MAX_CHARS)
+    key: str = Field(max_length=KEY_MAX_CHARS)
     occurred_at: AwareDatetime
     source: str = Field(min_length=1, max_length=200)
     data: dict[str, Any]

@@ -18,7 +18,8 @@ idempotent per record, as redelivery already requires.
 Offsets are committed only after every record of the batch is handled or acknowledged by the DLQ,
 so a crash redelivers, and handlers collapse redeliveries on the envelope id. Dead-lettering
 itself never raises out of the loop: a DLQ that is down is waited for (the offset stays
-uncommitted), and a record too large for the DLQ topic is parked truncated.
+uncommitted), a record too large for the DLQ topic is parked truncated, and one whose every letter
+the DLQ topic refuses for another reason is skipped with a critical log (`stats.unparkable`).
 """
 
 import asyncio
@@ -32,7 +33,7 @@ from datetime import UTC, datetime
 from slotflow.contracts import REGISTRY, MessageRegistry
 from slotflow.contracts.envelope import Envelope, Message
 from slotflow.core.retry import is_retryable, sleep_backoff
-from slotflow.errors import PoisonMessage, TransientStorageError
+from slotflow.errors import PoisonMessage, TransientStorageError, UnparkableRecord
 from slotflow.kafka.consumer import Consumer
 from slotflow.kafka.poison import DLQ_MAX_ENVELOPE_BYTES, decode_record, guess_ids, send_to_dlq
 from slotflow.kafka.producer import Producer
@@ -68,6 +69,7 @@ class LoopStats:
     batches: int = 0
     poll_errors: int = 0
     commit_errors: int = 0
+    unparkable: int = 0
     by_reason: Counter[str] = field(default_factory=Counter)
 
 
@@ -260,6 +262,15 @@ class ConsumeLoop:
                 )
             except asyncio.CancelledError:
                 raise
+            except UnparkableRecord as err:
+                # Not even the minimal letter (position, reason, error) was taken, for a reason
+                # waiting will not change: holding the partition for it would stop every record
+                # behind it for good. The log is its last record; the bytes stay on the topic.
+                self.stats.unparkable += 1
+                log.critical(
+                    "%s: skipping %s, unparkable (%s): %s", self._source, record.position, reason, err
+                )
+                return
             except Exception as err:  # the DLQ must accept it: wait for the broker
                 attempt += 1
                 log.warning("%s: DLQ send failed (try %d): %s", self._source, attempt, err)

@@ -7,9 +7,17 @@ A dead letter carries the original key, value and headers byte-exact (base64), s
 can send the very same record back. It never carries more than the DLQ topic accepts: a record too
 large to park whole is parked with a prefix of its value and `value_truncated` set, which names
 where the whole record still lies (topic, partition, offset) while its retention lasts.
+
+The path is total: whatever bytes arrive as key, value and headers, `decode_record` raises only
+`PoisonMessage`, `guess_ids` and `dead_letter_envelope` return, and every text they echo is cut
+to its limit and made storable (no NUL, no lone surrogate). Should a full letter still fail to
+build or send for any reason but an outage, `minimal_dead_letter` parks the record's position,
+reason and error without its bytes (the record itself stays on its topic while its retention
+lasts); `UnparkableRecord` is raised only when even that is refused.
 """
 
 import base64
+import logging
 import traceback
 from collections.abc import Mapping
 from datetime import datetime
@@ -28,11 +36,20 @@ from slotflow.contracts import (
     wrap,
 )
 from slotflow.contracts.codec import DEFAULT_MAX_BYTES, decode, encode
-from slotflow.contracts.envelope import Message
+from slotflow.contracts.envelope import Message, fit_id, fit_key, storable
 from slotflow.contracts.topics import DLQ_MAX_RECORD_BYTES
-from slotflow.errors import KeyMismatch, MessageTooLarge, PoisonMessage, UnexpectedMessageType
+from slotflow.errors import (
+    KeyMismatch,
+    PoisonMessage,
+    TransientError,
+    UndecodableMessage,
+    UnexpectedMessageType,
+    UnparkableRecord,
+)
 from slotflow.kafka.producer import Producer
 from slotflow.kafka.records import Delivered, Record
+
+log = logging.getLogger(__name__)
 
 #: Room left under the DLQ topic's limit for the record batch framing and headers.
 _FRAMING = 64 * 1024
@@ -44,8 +61,6 @@ TRUNCATED_PREFIX_BYTES = 16 * 1024
 _READABLE_CHARS = 1000
 _ERROR_CHARS = 8000
 _TRACEBACK_CHARS = 16000
-#: The envelope's key is limited to this many characters (see `Envelope.key`).
-_ENVELOPE_KEY_CHARS = 1000
 
 
 def expected_key(envelope: Envelope, message: Message) -> str | None:
@@ -76,8 +91,27 @@ def decode_record(
 
     Raises:
         PoisonMessage: a subclass naming the reason (undecodable, too_large, unknown_type,
-            invalid_payload, key_mismatch, unexpected_type).
+            invalid_payload, key_mismatch, unexpected_type), and nothing else: a check that
+            itself fails on hostile input (a key that is not UTF-8, say) still means poison.
     """
+    try:
+        return _decode_record(
+            record, accept=accept, registry=registry, max_bytes=max_bytes, check_payload_key=check_payload_key
+        )
+    except PoisonMessage:
+        raise
+    except Exception as err:
+        raise UndecodableMessage(f"record could not be read: {_render(err)}") from err
+
+
+def _decode_record(
+    record: Record,
+    *,
+    accept: tuple[type[Message], ...] | None,
+    registry: MessageRegistry,
+    max_bytes: int,
+    check_payload_key: bool,
+) -> tuple[Envelope, Message]:
     envelope = decode(record.value, max_bytes=max_bytes)
     message = registry.parse(envelope)
     if accept is not None and not isinstance(message, accept):
@@ -94,7 +128,16 @@ def decode_record(
 
 
 def _readable(raw: bytes) -> str:
-    return raw.decode("utf-8", errors="replace")[:_READABLE_CHARS]
+    return storable(raw.decode("utf-8", errors="replace")[:_READABLE_CHARS])
+
+
+def _render(error: BaseException, limit: int = _ERROR_CHARS) -> str:
+    """``error`` as one storable line; an exception whose own str() fails still renders."""
+    try:
+        text = "".join(traceback.format_exception_only(error)).strip()
+    except Exception:  # noqa: BLE001 - the error path must not fail on a hostile exception
+        text = type(error).__name__
+    return storable(text[:limit])
 
 
 def _b64(raw: bytes) -> str:
@@ -107,7 +150,15 @@ def guess_ids(
     """Best-effort (run_id, job_id, tags) from a record that may not validate, for filtering.
 
     Reads the envelope's `data` as plain JSON; anything that is not there or not a string is None.
+    Never raises: these are hints for filtering, and a letter without them is still a letter.
     """
+    try:
+        return _guess_ids(record, max_bytes=max_bytes)
+    except Exception:  # noqa: BLE001 - see above
+        return None, None, ()
+
+
+def _guess_ids(record: Record, *, max_bytes: int) -> tuple[str | None, str | None, tuple[str, ...]]:
     value = record.value
     if not value or len(value) > max_bytes:
         return None, None, ()
@@ -122,13 +173,13 @@ def guess_ids(
 
     def text(name: str) -> str | None:
         found = data.get(name)
-        return found[:_READABLE_CHARS] if isinstance(found, str) and found else None
+        return storable(found[:_READABLE_CHARS]) if isinstance(found, str) and found else None
 
     job = text("job_id") or text("schedule_id") or text("workflow_id")
     raw_tags = data.get("tags")
     tags: tuple[str, ...] = ()
     if isinstance(raw_tags, list):
-        tags = tuple(t[:100] for t in raw_tags if isinstance(t, str))[:50]
+        tags = tuple(storable(t[:100]) for t in raw_tags[:50] if isinstance(t, str))
     return text("run_id"), job, tags
 
 
@@ -148,26 +199,91 @@ def dead_letter_envelope(
     """The DLQ envelope for ``record``; its id is the record's position, so parking is idempotent.
 
     The envelope never encodes larger than ``max_bytes``: past that the value is cut to a prefix
-    and `value_truncated` is set.
+    and `value_truncated` is set. Never raises: should the full letter fail to build, the
+    `minimal_dead_letter` stands in for it.
     """
     chosen = reason or (error.reason if isinstance(error, PoisonMessage) else "handler_error")
+    try:
+        return _dead_letter_envelope(
+            record,
+            error,
+            reason=chosen,
+            source_service=source_service,
+            occurred_at=occurred_at,
+            run_id=run_id,
+            job_id=job_id,
+            tags=tags,
+            history=history,
+            max_bytes=max_bytes,
+        )
+    except Exception as err:  # noqa: BLE001 - the path that reports bad input must not fail on it
+        log.error("dead letter for %s could not be built (%s); parking a minimal one", record.position, err)
+        return minimal_dead_letter(
+            record, error, source_service=source_service, occurred_at=occurred_at, reason=chosen
+        )
+
+
+def minimal_dead_letter(
+    record: Record, error: BaseException, *, source_service: str, occurred_at: datetime, reason: str
+) -> Envelope:
+    """A letter naming only where the record lies, why, and the error, without its bytes.
+
+    Built from values that are always valid and storable (the position is ASCII), so it is what a
+    consumer parks when a full letter cannot be built or sent; the record itself stays on its
+    topic while the topic's retention lasts.
+    """
+    letter = DeadLettered(
+        reason=storable(reason[:100]),
+        error_type=storable(type(error).__name__[:200]),
+        error=_render(error, 2000),
+        source_service=source_service,
+        topic=record.topic,
+        partition=record.partition,
+        offset=record.offset,
+        value_b64="",
+        value_size=len(record.value or b""),
+        value_truncated=True,
+        timestamp_ms=record.timestamp_ms,
+    )
+    return wrap(
+        letter,
+        id=fit_id(record.position),
+        key=fit_key(record.position),
+        source=source_service,
+        occurred_at=occurred_at,
+    )
+
+
+def _dead_letter_envelope(
+    record: Record,
+    error: BaseException,
+    *,
+    reason: str,
+    source_service: str,
+    occurred_at: datetime,
+    run_id: str | None,
+    job_id: str | None,
+    tags: tuple[str, ...],
+    history: tuple[AttemptRecord, ...],
+    max_bytes: int,
+) -> Envelope:
     value = record.value or b""
     key_text = _readable(record.key) if record.key is not None else None
     stack = ""
     if not isinstance(error, PoisonMessage) and error.__traceback__ is not None:
-        stack = "".join(traceback.format_exception(error))[-_TRACEBACK_CHARS:]
+        stack = storable("".join(traceback.format_exception(error))[-_TRACEBACK_CHARS:])
     fields: dict[str, Any] = {
-        "reason": chosen,
-        "error_type": type(error).__name__,
-        "error": "".join(traceback.format_exception_only(error)).strip()[:_ERROR_CHARS],
+        "reason": reason,
+        "error_type": storable(type(error).__name__[:200]),
+        "error": _render(error),
         "source_service": source_service,
         "topic": record.topic,
         "partition": record.partition,
         "offset": record.offset,
         "key": key_text,
         "key_b64": _b64(record.key) if record.key is not None else None,
-        "headers": {k: _readable(v) for k, v in record.headers},
-        "headers_b64": {k: _b64(v) for k, v in record.headers},
+        "headers": {storable(k[:_READABLE_CHARS]): _readable(v) for k, v in record.headers},
+        "headers_b64": {storable(k[:_READABLE_CHARS]): _b64(v) for k, v in record.headers},
         "value_b64": _b64(value),
         "value_size": len(value),
         "timestamp_ms": record.timestamp_ms,
@@ -179,13 +295,12 @@ def dead_letter_envelope(
     }
     # A record key as envelope key keeps one origin key's letters in order on the DLQ topic. No NUL:
     # services stage letters in their outbox, whose text key column refuses it (key_b64 is exact).
-    envelope_key = (key_text or record.position)[:_ENVELOPE_KEY_CHARS].replace("\x00", "\ufffd")
+    envelope_key = fit_key(key_text or record.position)
+    letter_id = fit_id(record.position)
 
     def build(updates: Mapping[str, Any]) -> Envelope:
         letter = DeadLettered.model_validate({**fields, **updates})
-        return wrap(
-            letter, id=record.position, key=envelope_key, source=source_service, occurred_at=occurred_at
-        )
+        return wrap(letter, id=letter_id, key=envelope_key, source=source_service, occurred_at=occurred_at)
 
     envelope = build({})
     if len(encode(envelope)) <= max_bytes:
@@ -225,26 +340,16 @@ async def send_to_dlq(
 
     Callers commit the record's offset only after this returns: nothing is lost. If the topic
     still refuses the envelope for its size (a topic created with a smaller limit), the record is
-    parked truncated rather than not at all.
+    parked truncated rather than not at all; if it refuses that for any reason but an outage, the
+    `minimal_dead_letter` is sent.
 
     Raises:
-        TransientStorageError: the broker did not acknowledge; try again.
+        TransientError: the broker did not acknowledge (`TransientStorageError`); try again.
+        UnparkableRecord: even the minimal letter was refused; the caller skips the record.
     """
-    envelope = dead_letter_envelope(
-        record,
-        error,
-        source_service=source_service,
-        occurred_at=occurred_at,
-        reason=reason,
-        run_id=run_id,
-        job_id=job_id,
-        tags=tags,
-        max_bytes=max_bytes,
-    )
-    try:
-        return await producer.send(dlq_topic, envelope)
-    except MessageTooLarge:
-        small = dead_letter_envelope(
+
+    def letter(limit: int) -> Envelope:
+        return dead_letter_envelope(
             record,
             error,
             source_service=source_service,
@@ -253,6 +358,22 @@ async def send_to_dlq(
             run_id=run_id,
             job_id=job_id,
             tags=tags,
-            max_bytes=256 * 1024,
+            max_bytes=limit,
         )
-        return await producer.send(dlq_topic, small)
+
+    def minimal(_: int) -> Envelope:
+        chosen = reason or (error.reason if isinstance(error, PoisonMessage) else "handler_error")
+        return minimal_dead_letter(
+            record, error, source_service=source_service, occurred_at=occurred_at, reason=chosen
+        )
+
+    refusal: BaseException | None = None
+    # The whole letter, a smaller one (a topic created with a smaller limit), then the minimal.
+    for build, limit in ((letter, max_bytes), (letter, 256 * 1024), (minimal, 0)):
+        try:
+            return await producer.send(dlq_topic, build(limit))
+        except TransientError:
+            raise
+        except Exception as err:  # noqa: BLE001 - refused for this letter: try a smaller one
+            refusal = err
+    raise UnparkableRecord(f"{dlq_topic} refused every letter for {record.position}: {refusal}")
