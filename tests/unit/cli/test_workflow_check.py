@@ -27,14 +27,14 @@ def test_findings_are_printed_one_per_line_and_exit_1() -> None:
 
     assert code == 1
     lines = out.splitlines()
-    assert len(lines) == 31
+    assert len(lines) == 32
     assert all(line.startswith(f"{SAMPLES / 'traps.py'}:") for line in lines)
     assert any(
         ": SFW004 uuid.uuid4 makes a host-random or host-clock id in workflow Traps (samples.traps); "
         "instead, use workflow.uuid4()" in line
         for line in lines
     )
-    assert "31 determinism findings in 1 workflow classes in 1 files" in err
+    assert "32 determinism findings in 1 workflow classes in 1 files" in err
 
 
 def test_clean_workflow_code_exits_0_by_dotted_module_name(monkeypatch: pytest.MonkeyPatch) -> None:

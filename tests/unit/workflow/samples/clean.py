@@ -34,8 +34,9 @@ class Clean:
         await workflow.sleep(timedelta(hours=24))
         await workflow.wait_condition(lambda: self.approved, timeout=timedelta(days=1))
         charges = [workflow.execute_activity("samples.charge", {"item": item}) for item in items]
-        results = await asyncio.gather(*charges)
-        both = await asyncio.gather(self.step(1), self.step(2))
+        results = await workflow.gather(*charges)
+        first = workflow.create_task(self.step(1))
+        both = await workflow.gather(first, self.step(2))
         elapsed: timedelta = workflow.now() - started
         return {
             "total": total(items),

@@ -73,11 +73,12 @@ class Traps:
         task = asyncio.create_task(self.step())  # expect: SFW008
         loop = asyncio.get_running_loop()  # expect: SFW008
         await asyncio.gather(self.step(), task)  # expect: SFW008
+        ready = asyncio.Event()  # expect: SFW008
         worker = threading.Thread(target=print)  # expect: SFW009
         with ThreadPoolExecutor() as pool:  # expect: SFW009
             pool.submit(print)
         self.seen = (started, today, utc, stamp, tick, clock, deadline, jitter, pick, token, old_token)
-        self.held = (region, debug, sock, conn, producer, loop, worker)
+        self.held = (region, debug, sock, conn, producer, loop, worker, ready)
 
     async def step(self) -> None:
         """Methods other than `run` are workflow code too (signal handlers, queries, steps)."""

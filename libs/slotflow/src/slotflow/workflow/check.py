@@ -61,8 +61,13 @@ PROCESS = Rule(
 )
 TASKS = Rule(
     "SFW008",
-    "uses the host event loop or tasks the runtime does not own",
-    "await the workflow's own coroutines (workflow.execute_activity, workflow.sleep, child workflows)",
+    "runs on the host event loop, which the workflow's loop does not drive",
+    "use workflow.create_task() / await workflow.gather(...) (tasks on the workflow's own loop)",
+)
+SYNC = Rule(
+    "SFW008",
+    "waits on the host event loop, which the workflow's loop does not drive",
+    "use await workflow.wait_condition(lambda: ...) on workflow state",
 )
 THREADS = Rule(
     "SFW009",
@@ -211,20 +216,32 @@ _FORBIDDEN: dict[str, Rule] = {
             "asyncio.Runner",
             "asyncio.Future",
             "asyncio.Task",
+            "asyncio.TaskGroup",
+            "asyncio.gather",
+            "asyncio.wait",
+            "asyncio.as_completed",
+            "asyncio.shield",
         ),
         TASKS,
+    ),
+    **dict.fromkeys(
+        (
+            "asyncio.Event",
+            "asyncio.Lock",
+            "asyncio.Condition",
+            "asyncio.Semaphore",
+            "asyncio.BoundedSemaphore",
+            "asyncio.Barrier",
+            "asyncio.Queue",
+            "asyncio.PriorityQueue",
+            "asyncio.LifoQueue",
+        ),
+        SYNC,
     ),
     **dict.fromkeys(
         ("threading", "_thread", "concurrent.futures", "multiprocessing", "asyncio.to_thread"), THREADS
     ),
 }
-#: Calls that make a task or future on the host loop rather than a coroutine for the runtime.
-_TASK_MAKERS = frozenset(
-    {*(name for name, rule in _FORBIDDEN.items() if rule is TASKS), "asyncio.wait_for", "asyncio.to_thread"}
-)
-#: Combinators over awaitables: fine over coroutines the workflow makes there and then (the
-#: runtime's loop runs them), a trap over tasks or futures made elsewhere.
-_COMBINATORS = ("asyncio.gather", "asyncio.wait", "asyncio.as_completed", "asyncio.shield")
 #: Methods that touch the file system, when called on a `pathlib.Path(...)` made in place.
 _PATH_IO = frozenset(
     {
@@ -485,8 +502,6 @@ class _Scan(ast.NodeVisitor):
         self.via = via
         self.findings: list[Finding] = []
         self.helpers: list[str] = []
-        #: Per function: names bound only to coroutines made in place (fine to gather).
-        self.made_here: list[set[str]] = [set()]
 
     def report(self, node: ast.expr, name: str, rule: Rule, why: str | None = None) -> None:
         self.findings.append(
@@ -505,7 +520,6 @@ class _Scan(ast.NodeVisitor):
 
     def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> None:
         # Annotations are types, not calls: `-> asyncio.Task[int]` runs nothing.
-        self.made_here.append(self._coroutine_names(node))
         if not isinstance(node, ast.Lambda):
             for decorator in node.decorator_list:
                 self.visit(decorator)
@@ -513,7 +527,6 @@ class _Scan(ast.NodeVisitor):
             self.visit(default)
         for statement in node.body if isinstance(node.body, list) else [node.body]:
             self.visit(statement)
-        self.made_here.pop()
 
     visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = _function  # noqa: N815 (NodeVisitor's names)
 
@@ -541,20 +554,6 @@ class _Scan(ast.NodeVisitor):
             self.report(node, name, rule)
 
     def visit_Call(self, node: ast.Call) -> None:
-        name = self.module.qualified(node.func)
-        if name in _COMBINATORS:
-            if any(k.arg == "timeout" for k in node.keywords):
-                self.report(node, f"{name}(timeout=...)", TIMEOUT)
-            if not all(self._made_here(arg) for arg in node.args):
-                self.report(
-                    node,
-                    name,
-                    TASKS,
-                    "is given tasks or futures made outside the workflow code (the runtime does not own them)",
-                )
-            for argument in [*node.args, *(k.value for k in node.keywords)]:
-                self.visit(argument)
-            return
         if (
             isinstance(node.func, ast.Name)
             and node.func.id in self.module.functions
@@ -570,46 +569,3 @@ class _Scan(ast.NodeVisitor):
             ):
                 self.report(node, f"pathlib.Path.{node.func.attr}", IO)
         self.generic_visit(node)
-
-    def _made_here(self, node: ast.expr) -> bool:
-        if isinstance(node, ast.Starred):
-            return self._made_here(node.value)
-        if isinstance(node, ast.Await):
-            return True
-        if isinstance(node, (ast.Call, ast.List, ast.Tuple, ast.ListComp, ast.GeneratorExp)):
-            return self._is_coroutines(node)
-        if isinstance(node, ast.Name):
-            return node.id in self.made_here[-1]
-        return False
-
-    def _coroutine_names(self, function: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> set[str]:
-        """Names in ``function`` whose every assignment is a call, or a list or comprehension of calls.
-
-        `steps = [workflow.execute_activity(...) for ...]; await asyncio.gather(*steps)` is fine; a
-        task handed in as an argument, or kept on `self`, cannot be traced and is reported.
-        """
-        good: set[str] = set()
-        bad: set[str] = set()
-        for node in ast.walk(function):
-            if isinstance(node, ast.Assign):
-                fine = self._is_coroutines(node.value)
-                for target in node.targets:
-                    if isinstance(target, ast.Name):
-                        (good if fine else bad).add(target.id)
-            elif isinstance(node, ast.arg):
-                bad.add(node.arg)
-            elif isinstance(node, (ast.AugAssign, ast.AnnAssign)) and isinstance(node.target, ast.Name):
-                fine = node.value is not None and self._is_coroutines(node.value)
-                (good if fine else bad).add(node.target.id)
-        return good - bad
-
-    def _is_coroutines(self, node: ast.expr) -> bool:
-        if isinstance(node, ast.Call):
-            name = self.module.qualified(node.func)
-            # A call we cannot resolve is trusted (the runtime's guards see what it returns).
-            return name not in _TASK_MAKERS and not (name or "").endswith(("create_task", "ensure_future"))
-        if isinstance(node, (ast.List, ast.Tuple)):
-            return all(self._is_coroutines(e) for e in node.elts)
-        if isinstance(node, (ast.ListComp, ast.GeneratorExp)):
-            return self._is_coroutines(node.elt)
-        return False
