@@ -11,7 +11,7 @@ PINNED = {
     "RetryPolicy", "RunCompleted", "RunDeadLettered", "RunFailed", "RunRetrying", "RunSkipped",
     "RunStarted", "ScheduleCreated", "ScheduleDefinition", "ScheduleDeleted", "SchedulePaused",
     "ScheduleResumed", "ScheduleSpec", "ScheduleUpdated", "SignalWorkflow", "SlotSkipped",
-    "StartTimer", "StartWorkflow", "TimerFired", "TriggerNow", "UpdateSchedule", "wrap",
+    "StartTimer", "StartWorkflow", "TerminateWorkflow", "TimerFired", "TriggerNow", "UpdateSchedule", "wrap",
     # the workflow-history topic
     "HISTORY_EVENTS", "HistoryEvent", "history_event_id", "WorkflowStarted", "ActivityScheduled",
     "ActivityCompleted", "ActivityFailed", "TimerStarted", "WorkflowTimerFired", "SignalReceived",

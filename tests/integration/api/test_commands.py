@@ -6,7 +6,13 @@ from datetime import UTC, datetime
 import httpx
 
 from slotflow.contracts import CommandAccepted, CommandRejected, ScheduleCreated
-from slotflow.contracts.topics import DLQ_COMMANDS, SCHEDULE_COMMANDS, SCHEDULE_EVENTS, WORKFLOW_COMMANDS
+from slotflow.contracts.topics import (
+    DLQ_COMMANDS,
+    SCHEDULE_COMMANDS,
+    SCHEDULE_EVENTS,
+    WORKFLOW_COMMANDS,
+    WORKFLOW_EVENTS,
+)
 from slotflow.settings import KafkaSettings
 from tests.integration.api.conftest import Emitter
 from tests.integration.api.helpers import cron, eventually_json, read_topic
@@ -56,15 +62,18 @@ async def test_every_command_reaches_its_topic_under_its_key(
         ("/v1/workflows", {"workflow_id": "order-7", "workflow_type": "order", "input": {"sku": 1}}),
         ("/v1/workflows/order-7/signal", {"signal": "paid", "payload": {"amount": 5}}),
         ("/v1/workflows/order-7/cancel", {"reason": "customer"}),
+        ("/v1/workflows/order-7/terminate", {"reason": "ops"}),
     ]
     for url, body in workflow_calls:
         assert (await client.post(url, json=body)).status_code == 202
-    workflow = await read_topic(kafka, WORKFLOW_COMMANDS, want=3)
+    workflow = await read_topic(kafka, WORKFLOW_COMMANDS, want=4)
     assert [(e.type, e.key) for e in workflow] == [
         ("workflow.start", "order-7"),
         ("workflow.signal", "order-7"),
         ("workflow.cancel", "order-7"),
+        ("workflow.terminate", "order-7"),
     ]
+    assert workflow[3].data["reason"] == "ops"
 
     redrive = await client.post("/v1/dlq/redrive", json={"selection": {"ids": ["t:0:4"]}})
     discard = await client.post(
@@ -175,9 +184,23 @@ async def test_rejected_command_is_409_with_the_reason(client: httpx.AsyncClient
     assert retried.json()["detail"] == "schedule ghost does not exist"
 
 
+async def test_workflow_commands_wait_for_the_orchestrators_answer(
+    client: httpx.AsyncClient, emit: Emitter
+) -> None:
+    body = {"workflow_id": "w-2", "workflow_type": "order", "execution_timeout_seconds": 60}
+    response = await client.post("/v1/workflows", json=body)
+    command_id = response.json()["command_id"]
+    await eventually_json(client, f"/v1/commands/{command_id}", lambda b: b["status"] == "pending")
+    accepted = CommandAccepted(command_id=command_id, command_type="workflow.start", subject="w-2")
+    await emit(WORKFLOW_EVENTS, accepted, id=f"{command_id}/accepted", key="w-2")
+    waited = await client.get(f"/v1/commands/{command_id}", params={"wait": 20})
+    assert waited.json()["status"] == "accepted"
+
+
 async def test_commands_without_acknowledgements_settle_as_published(client: httpx.AsyncClient) -> None:
+    # The DLQ service acknowledges through its entries' status, not with CommandAccepted.
     response = await client.post(
-        "/v1/workflows", params={"wait": 20}, json={"workflow_id": "w-1", "workflow_type": "order"}
+        "/v1/dlq/redrive", params={"wait": 20}, json={"selection": {"ids": ["t:0:9"]}}
     )
     assert response.status_code == 200
     assert response.json()["status"] == "published"

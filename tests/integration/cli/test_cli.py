@@ -125,6 +125,8 @@ async def test_every_command_reaches_its_topic_with_its_key(cli: Cli, kafka: Kaf
         "workflow_id": "order-1",
         "workflow_type": "orders.checkout",
         "input": {"order": 1},
+        "id_reuse_policy": "reject_duplicate",
+        "execution_timeout": None,
     }
     assert envelopes["c-signal"].data == {
         "workflow_id": "order-1",

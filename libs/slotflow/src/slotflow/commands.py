@@ -25,6 +25,7 @@ from slotflow.contracts import (
     SignalWorkflow,
     StartTimer,
     StartWorkflow,
+    TerminateWorkflow,
     TriggerNow,
     UpdateSchedule,
     wrap,
@@ -44,7 +45,12 @@ SCHEDULE_COMMAND_TYPES: tuple[type[Message], ...] = (
     Backfill,
 )
 TIMER_COMMAND_TYPES: tuple[type[Message], ...] = (StartTimer, CancelTimer)
-WORKFLOW_COMMAND_TYPES: tuple[type[Message], ...] = (StartWorkflow, SignalWorkflow, CancelWorkflow)
+WORKFLOW_COMMAND_TYPES: tuple[type[Message], ...] = (
+    StartWorkflow,
+    SignalWorkflow,
+    CancelWorkflow,
+    TerminateWorkflow,
+)
 DLQ_COMMAND_TYPES: tuple[type[Message], ...] = (RedriveDeadLetters, DiscardDeadLetters)
 COMMAND_TYPES: tuple[type[Message], ...] = (
     *SCHEDULE_COMMAND_TYPES,
@@ -96,7 +102,7 @@ def command_route(message: Message) -> CommandRoute:
         return CommandRoute(SCHEDULE_COMMANDS, message.schedule_id)
     if isinstance(message, StartTimer | CancelTimer):
         return CommandRoute(SCHEDULE_COMMANDS, message.timer_id)
-    if isinstance(message, StartWorkflow | SignalWorkflow | CancelWorkflow):
+    if isinstance(message, StartWorkflow | SignalWorkflow | CancelWorkflow | TerminateWorkflow):
         return CommandRoute(WORKFLOW_COMMANDS, message.workflow_id)
     if isinstance(message, RedriveDeadLetters | DiscardDeadLetters):
         ids = message.selection.ids

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from slotflow.commands import SCHEDULE_COMMAND_TYPES, TIMER_COMMAND_TYPES
+from slotflow.commands import SCHEDULE_COMMAND_TYPES, TIMER_COMMAND_TYPES, WORKFLOW_COMMAND_TYPES
 from slotflow.contracts import (
     CancelTimer,
     CancelWorkflow,
@@ -44,6 +44,7 @@ from slotflow.contracts import (
     SlotSkipped,
     StartTimer,
     StartWorkflow,
+    TerminateWorkflow,
     TimerFired,
 )
 from slotflow.contracts.runs import RunEvent
@@ -54,7 +55,9 @@ from slotflow_api.workflow_projection import record_event, refold
 
 #: Command types whose consumer acknowledges them (CommandAccepted/CommandRejected); the others
 #: stay `published` once seen on their topic.
-ACKNOWLEDGED_COMMANDS = frozenset(m.message_type for m in (*SCHEDULE_COMMAND_TYPES, *TIMER_COMMAND_TYPES))
+ACKNOWLEDGED_COMMANDS = frozenset(
+    m.message_type for m in (*SCHEDULE_COMMAND_TYPES, *TIMER_COMMAND_TYPES, *WORKFLOW_COMMAND_TYPES)
+)
 
 #: Outcome rank per claim: a later fact about the same claim can only raise it.
 RANKS = {"running": 1, "failed": 2, "retrying": 3, "skipped": 4, "dead_lettered": 4, "completed": 5}
@@ -164,7 +167,7 @@ async def _apply(conn: Conn, schema: str, fact: Fact, runs: _RunBatch) -> None:
             await _acknowledged_by_dlq(conn, schema, fact, message.command_id)
     elif isinstance(message, StartTimer | CancelTimer | TimerFired):
         await _timer(conn, schema, fact, message)
-    elif isinstance(message, StartWorkflow | SignalWorkflow | CancelWorkflow):
+    elif isinstance(message, StartWorkflow | SignalWorkflow | CancelWorkflow | TerminateWorkflow):
         await _workflow_command(conn, schema, fact, message)
     if fact.topic == WORKFLOW_HISTORY.name:
         if isinstance(message, HistoryEvent):
@@ -618,7 +621,10 @@ async def _timer(conn: Conn, schema: str, fact: Fact, message: StartTimer | Canc
 
 
 async def _workflow_command(
-    conn: Conn, schema: str, fact: Fact, message: StartWorkflow | SignalWorkflow | CancelWorkflow
+    conn: Conn,
+    schema: str,
+    fact: Fact,
+    message: StartWorkflow | SignalWorkflow | CancelWorkflow | TerminateWorkflow,
 ) -> None:
     at = fact.envelope.occurred_at
     if isinstance(message, StartWorkflow):

@@ -31,6 +31,7 @@ from slotflow.contracts.topics import (
     SCHEDULE_EVENTS,
     TIMER_EVENTS,
     WORKFLOW_COMMANDS,
+    WORKFLOW_EVENTS,
     WORKFLOW_HISTORY,
     TopicSpec,
 )
@@ -61,6 +62,7 @@ PROJECTED_TOPICS: tuple[TopicSpec, ...] = (
     TIMER_EVENTS,
     WORKFLOW_COMMANDS,
     WORKFLOW_HISTORY,
+    WORKFLOW_EVENTS,
     DLQ_COMMANDS,
     DLQ_EVENTS,
 )

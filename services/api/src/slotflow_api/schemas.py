@@ -11,6 +11,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from slotflow.contracts import DeadLetterFilter, ScheduleDefinition
 from slotflow.contracts.envelope import IDENTIFIER_PATTERN
+from slotflow.contracts.workflows import IdReusePolicy
 
 T = TypeVar("T")
 
@@ -342,6 +343,9 @@ class StartWorkflowBody(_Body):
     workflow_id: str = Identifier
     workflow_type: str = Identifier
     input: dict[str, Any] = Field(default_factory=dict)
+    id_reuse_policy: IdReusePolicy = "reject_duplicate"
+    #: The whole run's deadline from its start; none by default.
+    execution_timeout_seconds: float | None = Field(default=None, gt=0, le=366 * 86_400)
 
 
 class SignalBody(_Body):

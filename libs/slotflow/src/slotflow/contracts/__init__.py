@@ -59,6 +59,7 @@ from slotflow.contracts.workflows import (
     SignalReceived,
     SignalWorkflow,
     StartWorkflow,
+    TerminateWorkflow,
     TimerStarted,
     WorkflowCancelled,
     WorkflowCompleted,
@@ -102,6 +103,7 @@ REGISTRY = MessageRegistry(
         StartWorkflow,
         SignalWorkflow,
         CancelWorkflow,
+        TerminateWorkflow,
         *HISTORY_EVENTS,
     ]
 )
@@ -162,6 +164,7 @@ __all__ = [
     "SlotSkipped",
     "StartTimer",
     "StartWorkflow",
+    "TerminateWorkflow",
     "TimerFired",
     "TimerStarted",
     "TriggerNow",

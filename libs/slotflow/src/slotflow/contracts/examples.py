@@ -49,6 +49,7 @@ from slotflow.contracts import (
     SlotSkipped,
     StartTimer,
     StartWorkflow,
+    TerminateWorkflow,
     TimerFired,
     TimerStarted,
     TriggerNow,
@@ -289,6 +290,11 @@ EXAMPLES: dict[type[Message], tuple[str, str, Message]] = {
         "wf-cmd-0003",
         "order-17",
         CancelWorkflow(workflow_id="order-17", reason="customer cancelled"),
+    ),
+    TerminateWorkflow: (
+        "wf-cmd-0004",
+        "order-17",
+        TerminateWorkflow(workflow_id="order-17", reason="stuck on a carrier outage"),
     ),
 }
 

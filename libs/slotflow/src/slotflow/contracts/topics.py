@@ -116,9 +116,9 @@ WORKFLOW_COMMANDS = TopicSpec(
     partitions=6,
     retention_ms=7 * DAY_MS,
     cleanup_policy="delete",
-    producers=("api", "cli", "any client"),
+    producers=("api", "cli", "orchestrator", "any client"),
     consumers=("orchestrator",),
-    purpose="StartWorkflow, SignalWorkflow, CancelWorkflow",
+    purpose="StartWorkflow, SignalWorkflow, CancelWorkflow, TerminateWorkflow (child workflows too)",
     extra_config={"max.message.bytes": str(MAX_RECORD_BYTES)},
 )
 WORKFLOW_HISTORY = TopicSpec(
@@ -130,6 +130,17 @@ WORKFLOW_HISTORY = TopicSpec(
     producers=("orchestrator",),
     consumers=("orchestrator", "api"),
     purpose="every workflow decision and result, in order; kept forever (the ledger replay reads)",
+    extra_config={"max.message.bytes": str(MAX_RECORD_BYTES)},
+)
+WORKFLOW_EVENTS = TopicSpec(
+    name="slotflow.workflows.events.v1",
+    key="workflow id",
+    partitions=6,
+    retention_ms=30 * DAY_MS,
+    cleanup_policy="delete",
+    producers=("orchestrator",),
+    consumers=("api",),
+    purpose="CommandAccepted/CommandRejected for workflow commands (read-your-writes)",
     extra_config={"max.message.bytes": str(MAX_RECORD_BYTES)},
 )
 DLQ_MESSAGES = TopicSpec(
@@ -174,6 +185,7 @@ TOPICS: tuple[TopicSpec, ...] = (
     TIMER_EVENTS,
     WORKFLOW_COMMANDS,
     WORKFLOW_HISTORY,
+    WORKFLOW_EVENTS,
     DLQ_MESSAGES,
     DLQ_COMMANDS,
     DLQ_EVENTS,

@@ -1,6 +1,7 @@
 """Workflow commands consumed by the orchestrator, and the events of the workflow-history topic."""
 
-from typing import Annotated, Any
+from datetime import timedelta
+from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, Field, model_validator
 
@@ -12,13 +13,24 @@ from slotflow.core.identity import activity_run_id
 WorkflowId = Annotated[str, Field(pattern=IDENTIFIER_PATTERN)]
 
 
+#: What a StartWorkflow does when its workflow id is taken (docs/orchestrator.md):
+#: `reject_duplicate` refuses it whatever the other run's state; `allow_after_close` refuses it only
+#: while that run is open; `terminate_running` ends an open run first. A closed id can be reused only
+#: where the history keeps runs apart, which v1's `{workflow_id}#{sequence}` ids do not: until then
+#: the orchestrator rejects a reuse of a closed id with that reason, whatever the policy.
+IdReusePolicy = Literal["reject_duplicate", "allow_after_close", "terminate_running"]
+
+
 class StartWorkflow(Message):
-    """Start `workflow_type` with `input`; a second start with the same id is a no-op."""
+    """Start `workflow_type` with `input`; a second start with the same command id is a no-op."""
 
     message_type = "workflow.start"
     workflow_id: WorkflowId
     workflow_type: Annotated[str, Field(pattern=IDENTIFIER_PATTERN)]
     input: dict[str, Any] = Field(default_factory=dict)
+    id_reuse_policy: IdReusePolicy = "reject_duplicate"
+    #: The whole run's deadline from its start (a durable timer); none by default.
+    execution_timeout: timedelta | None = Field(default=None, gt=timedelta(0))
 
 
 class SignalWorkflow(Message):
@@ -34,6 +46,17 @@ class CancelWorkflow(Message):
     """Ask a workflow to stop; it runs its compensations before it ends."""
 
     message_type = "workflow.cancel"
+    workflow_id: WorkflowId
+    reason: str = Field(default="", max_length=1000)
+
+
+class TerminateWorkflow(Message):
+    """End a workflow now, without running its code or its compensations (an operator's last resort).
+
+    Recorded as `WorkflowFailed` with error type `WorkflowTerminated` and the reason as its message.
+    """
+
+    message_type = "workflow.terminate"
     workflow_id: WorkflowId
     reason: str = Field(default="", max_length=1000)
 

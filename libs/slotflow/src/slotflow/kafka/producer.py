@@ -210,6 +210,17 @@ class Producer:
         available = list(self._producer.client.cluster.available_partitions_for_topic(topic) or ())
         return every, available
 
+    async def partition_count(self, topic: str) -> int:
+        """How many partitions ``topic`` has (waits for its metadata).
+
+        Raises:
+            TransientStorageError: the broker did not answer.
+        """
+        try:
+            return len(await self._producer.partitions_for(topic))
+        except KafkaError as err:
+            raise TransientStorageError(f"no metadata for {topic}: {err}") from err
+
     def limit_for(self, topic: str) -> int:
         """The largest value this producer sends to ``topic``."""
         if topic == self._dlq_suffix or topic.endswith("." + self._dlq_suffix):

@@ -1,12 +1,13 @@
 """Workflows: list, show (state derived from the typed history), history, commands."""
 
+from datetime import timedelta
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Body, Depends, Path, Query
 from fastapi.responses import JSONResponse
 from pydantic import AwareDatetime
 
-from slotflow.contracts import CancelWorkflow, SignalWorkflow, StartWorkflow
+from slotflow.contracts import CancelWorkflow, SignalWorkflow, StartWorkflow, TerminateWorkflow
 from slotflow.contracts.envelope import IDENTIFIER_PATTERN
 from slotflow_api import read_model
 from slotflow_api.app_state import Services, services
@@ -100,7 +101,14 @@ async def start_workflow(
     idempotency_key: IdempotencyKey = None,
     wait: Wait = None,
 ) -> JSONResponse:
-    message = StartWorkflow(workflow_id=body.workflow_id, workflow_type=body.workflow_type, input=body.input)
+    timeout = body.execution_timeout_seconds
+    message = StartWorkflow(
+        workflow_id=body.workflow_id,
+        workflow_type=body.workflow_type,
+        input=body.input,
+        id_reuse_policy=body.id_reuse_policy,
+        execution_timeout=timedelta(seconds=timeout) if timeout is not None else None,
+    )
     return await submit(s, message, idempotency_key=idempotency_key, wait=wait)
 
 
@@ -129,4 +137,21 @@ async def cancel_workflow(
     wait: Wait = None,
 ) -> JSONResponse:
     message = CancelWorkflow(workflow_id=workflow_id, reason=(body or CancelBody()).reason)
+    return await submit(s, message, idempotency_key=idempotency_key, wait=wait)
+
+
+@router.post(
+    "/v1/workflows/{workflow_id}/terminate",
+    status_code=202,
+    responses=COMMAND_RESPONSES,
+    summary="Terminate: end now, without running the code or its compensations",
+)
+async def terminate_workflow(
+    s: Annotated[Services, Depends(services)],
+    workflow_id: WorkflowId,
+    body: Annotated[CancelBody | None, Body()] = None,
+    idempotency_key: IdempotencyKey = None,
+    wait: Wait = None,
+) -> JSONResponse:
+    message = TerminateWorkflow(workflow_id=workflow_id, reason=(body or CancelBody()).reason)
     return await submit(s, message, idempotency_key=idempotency_key, wait=wait)
