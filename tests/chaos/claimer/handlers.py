@@ -8,6 +8,7 @@ the middle of a run.
 
 import asyncio
 import contextlib
+import os
 import time
 from typing import Any
 
@@ -87,3 +88,18 @@ class _ConnFenced:
 
     async def upsert(self, **kwargs: Any) -> Any:
         return await self._ctx.fenced.upsert(conn=self._conn, **kwargs)
+
+
+@handler("chaos.exit")
+async def chaos_exit(ctx: RunContext) -> None:
+    """A careless handler: `sys.exit` from inside a run (it used to kill each claimer in turn)."""
+    raise SystemExit(f"handler gave up on {ctx.run_id}")
+
+
+@handler("chaos.crash")
+async def chaos_crash(ctx: RunContext) -> None:
+    """A run that takes its process down with it (a segfault, the OOM killer): no outcome, ever."""
+    if ctx.pool is not None:
+        async with ctx.pool.acquire() as conn:
+            await note(conn, ctx, "start")
+    os._exit(70)

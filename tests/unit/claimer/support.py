@@ -71,6 +71,7 @@ def run(
         "owner": "claimer-a",
         "cancel_requested": False,
         "takeovers": 0,
+        "lease_lapses": 0,
         "history": json.dumps(history or []),
         "result": json.dumps(result) if result is not None else None,
         "error": None,

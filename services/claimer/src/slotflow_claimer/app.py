@@ -114,6 +114,7 @@ class Claimer:
             metrics=self.metrics,
             submit=self.writer.submit,
             rng=self._rng,
+            max_lease_lapses=cfg.max_lease_lapses,
         )
         self.intake = Intake(
             self.pool,

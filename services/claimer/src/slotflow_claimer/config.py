@@ -37,6 +37,10 @@ class ClaimerSettings(BaseSettings):
     max_in_flight: int = Field(default=64, ge=1, le=10_000)
     #: How long a claim lasts without a heartbeat (database clock).
     lease_ttl_seconds: float = Field(default=30.0, gt=0)
+    #: A run whose lease lapsed this often (its claimer died, froze or was cut off while running it)
+    #: is dead-lettered as `quarantined` on the next takeover instead of being started again: a
+    #: handler that kills its process would otherwise take down every claimer in turn.
+    max_lease_lapses: int = Field(default=3, ge=1)
     #: How often leases are extended; default a third of the TTL.
     heartbeat_interval_seconds: float | None = Field(default=None, gt=0)
     #: How often the reaper looks for expired leases; default min(1 s, TTL / 4).

@@ -9,12 +9,20 @@ job replaced it) is cancelled and recorded as cancelled.
 
 The fence makes all of this safe rather than the cancellation: a handler cancelled too late, or a
 whole process frozen past its lease, can still reach storage, and its writes carry the old token.
+
+Handler code never escapes its run. Whatever it raises, `BaseException`s such as `SystemExit`
+included, is the attempt's failure (retried or dead-lettered by the retry policy); only the
+claimer's own cancellation of the task is not. A run's task that ends with no outcome submitted
+(a fault in the claimer itself) releases its lease at the next heartbeat instead of having it
+renewed forever. A run whose lease keeps lapsing, which is what a handler that kills its process
+looks like from the next claimer, is quarantined after `max_lease_lapses` takeovers.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import random
 import time
@@ -24,7 +32,7 @@ from datetime import timedelta
 from typing import Any
 
 from slotflow.core.retry import is_retryable, next_retry_delay
-from slotflow.errors import FenceRejected
+from slotflow.errors import FenceRejected, PermanentError
 from slotflow.pg.pool import Pool
 from slotflow.runs import FencedWrites, HandlerFn, HandlerRegistry, RunContext, UnknownHandler
 from slotflow_claimer import store
@@ -34,6 +42,10 @@ from slotflow_claimer.retrying import STORAGE_RETRYABLE
 from slotflow_claimer.runs import Run
 
 log = logging.getLogger(__name__)
+
+
+class RunQuarantined(PermanentError):
+    """The run's lease lapsed too often: its handler probably kills the claimer running it."""
 
 
 @dataclass(eq=False)
@@ -69,6 +81,7 @@ class Executor:
         metrics: ClaimerMetrics,
         submit: Callable[[Outcome], None],
         rng: random.Random,
+        max_lease_lapses: int = 3,
     ) -> None:
         self._pool = pool
         self._schema = schema
@@ -80,6 +93,9 @@ class Executor:
         self._metrics = metrics
         self._submit_outcome = submit
         self._rng = rng
+        self._max_lapses = max_lease_lapses
+        #: Runs whose task ended without an outcome: run id -> token, released at the next heartbeat.
+        self._orphans: dict[str, int] = {}
         self._executions: dict[str, Execution] = {}
         self._space = asyncio.Event()
         self._released: list[Execution] = []
@@ -129,7 +145,27 @@ class Executor:
             self._lose(previous)
         execution = Execution(run, renewed_at=time.monotonic())
         self._executions[run.run_id] = execution
-        execution.task = asyncio.create_task(self._execute(execution), name=f"run {run.run_id}")
+        task = asyncio.create_task(self._execute(execution), name=f"run {run.run_id}")
+        task.add_done_callback(functools.partial(self._finished, execution))
+        execution.task = task
+
+    def _finished(self, ex: Execution, task: asyncio.Task[None]) -> None:
+        """A run's task ended: if it left no outcome, stop renewing the lease and release it."""
+        if task.cancelled():
+            return  # abandoned at exit: the lease expires on its own
+        error = task.exception()  # retrieved here, so asyncio does not log it a second time
+        if ex.submitted or ex.cancel_reason is not None or self._executions.get(ex.run.run_id) is not ex:
+            return
+        log.error(
+            "run %s token %d: its task ended without an outcome (%r); releasing the run",
+            ex.run.run_id,
+            ex.run.fence_token,
+            error,
+            exc_info=error,
+        )
+        ex.cancel_reason = "orphaned"
+        self._orphans[ex.run.run_id] = ex.run.fence_token
+        self._drop(ex)
 
     async def _execute(self, ex: Execution) -> None:
         run = ex.run
@@ -140,6 +176,9 @@ class Executor:
         if run.cancel_requested:
             self._submit(ex, Outcome(run, "cancelled"))
             return
+        if run.lease_lapses >= self._max_lapses:
+            self._submit(ex, self._quarantined(run))
+            return
         try:
             fn = self._registry.get(run.handler)
         except UnknownHandler as err:
@@ -149,14 +188,22 @@ class Executor:
         started = time.monotonic()
         try:
             result = await self._invoke(fn, self._context(run), run.retry.start_to_close)
-        except asyncio.CancelledError:
-            if ex.reason() is None:
+        except asyncio.CancelledError as error:
+            if ex.reason() is not None:
+                self._observe(run.handler, "cancelled", started)
+                self._cancelled(ex)
+                return
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
                 raise  # not ours: the process is going down
-            self._observe(run.handler, "cancelled", started)
-            self._cancelled(ex)
-            return
-        except Exception as error:  # noqa: BLE001 - every failure is sorted into retry or dead letter
+            # The handler raised CancelledError itself (nobody cancelled this task): a failure.
             self._observe(run.handler, "failed", started)
+            self._submit(ex, self._failure(run, error))
+            return
+        except BaseException as error:  # noqa: BLE001 - handler code never escapes its run, SystemExit included
+            self._observe(run.handler, "failed", started)
+            if not isinstance(error, Exception):
+                log.error("run %s: handler raised %r; recorded as a failure", run.run_id, error)
             if isinstance(error, FenceRejected):
                 log.warning("run %s token %d: handler write refused: %s", run.run_id, run.fence_token, error)
             self._submit(ex, self._failure(run, error))
@@ -202,6 +249,18 @@ class Executor:
             tags=run.tags,
             handler=run.handler,
         )
+
+    def _quarantined(self, run: Run) -> Outcome:
+        log.error(
+            "run %s: lease lapsed %d times (its claimers died or froze running it); quarantined",
+            run.run_id,
+            run.lease_lapses,
+        )
+        error = RunQuarantined(
+            f"run {run.run_id} lost its claimer {run.lease_lapses} times while running "
+            f"(bound {self._max_lapses}); quarantined instead of being started again"
+        )
+        return Outcome(run, "failed", error=error, dlq_reason="quarantined", retryable=False)
 
     def _failure(self, run: Run, error: BaseException) -> Outcome:
         return sort_failure(run, error, draw=self._rng.random())
@@ -252,6 +311,8 @@ class Executor:
 
     async def heartbeat_once(self) -> None:
         """Renew every held lease in one statement; act on lost leases and cancellation requests."""
+        if self._orphans:
+            await self._release_orphans()
         held = {rid: ex.run.fence_token for rid, ex in self._executions.items() if not ex.submitted}
         if not held:
             return
@@ -276,6 +337,17 @@ class Executor:
             if renewed[rid] and found.cancel_reason is None and found.in_handler and found.task is not None:
                 found.cancel_reason = "cancel_requested"
                 found.task.cancel()
+
+    async def _release_orphans(self) -> None:
+        orphans, self._orphans = self._orphans, {}
+        try:
+            async with self._pool.acquire() as conn:
+                await store.release(conn, self._schema, orphans, graceful=False)
+        except STORAGE_RETRYABLE as err:
+            log.warning("claimer: releasing runs without an outcome failed: %r", err)
+            self._orphans.update(orphans)  # the lease lapses meanwhile; the next pass tries again
+            return
+        self._metrics.released.inc(len(orphans))
 
     async def heartbeat_loop(self, stop: asyncio.Event, interval: float) -> None:
         while not stop.is_set():

@@ -62,6 +62,7 @@ class Run:
         "handler",
         "job_id",
         "kind",
+        "lease_lapses",
         "overlap",
         "owner",
         "redrive_count",
@@ -97,6 +98,8 @@ class Run:
         self.owner: str | None = row["owner"]
         self.cancel_requested: bool = row["cancel_requested"]
         self.takeovers: int = row["takeovers"]
+        #: Takeovers of a lease that lapsed rather than being released (see 0002_lease_lapses.sql).
+        self.lease_lapses: int = row["lease_lapses"]
         self.started_at: datetime | None = row["started_at"]
         self.finished_at: datetime | None = row["finished_at"]
         self.updated_at: datetime = row["updated_at"]

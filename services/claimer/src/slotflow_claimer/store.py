@@ -37,7 +37,7 @@ _DUE_UNNEST = """
 _RUN_COLUMNS = """
     r.run_id, r.job_id, r.slot, r.kind, r.handler, r.payload, r.retry, r.overlap, r.workflow_id,
     r.sequence, r.tags, r.attempt, r.round_start, r.redrive_count, r.state, r.fence_token, r.owner,
-    r.cancel_requested, r.takeovers, r.history, r.result, r.error, r.started_at, r.finished_at,
+    r.cancel_requested, r.takeovers, r.lease_lapses, r.history, r.result, r.error, r.started_at, r.finished_at,
     r.updated_at
 """
 _INSERT_COLUMNS = """
@@ -116,8 +116,11 @@ def _due_arrays(dues: Sequence[Due]) -> list[list[object]]:
 # with token 1. An existing row is claimed (token + 1) only when it is claimable:
 #   - retrying, and this JobDue is the next attempt (the scheduled retry arrived);
 #   - running with a lease that expired by the database clock (its claimer died; this JobDue is a
-#     redelivery), unless a cancellation was requested (the reaper closes those);
-#   - dead-lettered, and this JobDue was redriven more often than the row has seen (a fresh budget).
+#     redelivery), unless a cancellation was requested (the reaper closes those); a lease that
+#     lapsed rather than being released counts in lease_lapses (the executor quarantines the run
+#     past a bound);
+#   - dead-lettered, and this JobDue was redriven more often than the row has seen (a fresh budget,
+#     lease_lapses included).
 # Anything else (a live lease of any owner, completed, skipped, cancelled, buffered) returns no row:
 # the caller skips the record. The row lock taken by ON CONFLICT makes two claimers of one run
 # serialise, and the loser re-evaluates the WHERE against the winner's committed row.
@@ -139,6 +142,10 @@ ON CONFLICT (run_id) DO UPDATE SET
     round_start      = CASE WHEN r.state = 'dead_lettered' THEN r.attempt + 1 ELSE r.round_start END,
     redrive_count    = GREATEST(r.redrive_count, EXCLUDED.redrive_count),
     takeovers        = r.takeovers + CASE WHEN r.state = 'running' THEN 1 ELSE 0 END,
+    lease_lapses     = CASE WHEN r.state = 'running' AND NOT r.lease_released THEN r.lease_lapses + 1
+                            WHEN r.state = 'dead_lettered' THEN 0
+                            ELSE r.lease_lapses END,
+    lease_released   = false,
     history          = CASE WHEN r.state = 'running' THEN r.history || jsonb_build_array(jsonb_build_object(
                            'event', 'takeover', 'attempt', r.attempt, 'fence_token', r.fence_token,
                            'owner', coalesce(r.owner, ''), 'error_type', 'LeaseExpired',
@@ -387,7 +394,9 @@ async def start_buffered(
 # reap --
 # Takes over runs whose lease expired by the database clock: SKIP LOCKED so several reapers split
 # the work, and the token goes up so the previous owner's late writes bounce. The attempt stays:
-# the handler runs again for the same attempt, and the takeover is written into the history.
+# the handler runs again for the same attempt, and the takeover is written into the history. A
+# lease that lapsed (not released at shutdown) counts in lease_lapses, which bounds how often one
+# run may take a claimer down with it.
 _REAP = """
 WITH victims AS (
     SELECT run_id FROM {schema}.runs
@@ -400,6 +409,8 @@ UPDATE {schema}.runs AS r
    SET fence_token = r.fence_token + 1, owner = $2,
        lease_expires_at = now() + make_interval(secs => $3), heartbeat_at = now(), started_at = now(),
        takeovers = r.takeovers + 1,
+       lease_lapses = r.lease_lapses + CASE WHEN r.lease_released THEN 0 ELSE 1 END,
+       lease_released = false,
        history = r.history || jsonb_build_array(jsonb_build_object(
            'event', 'takeover', 'attempt', r.attempt, 'fence_token', r.fence_token,
            'owner', coalesce(r.owner, ''), 'error_type', 'LeaseExpired',
@@ -430,15 +441,21 @@ async def orphaned_buffers(conn: Conn, schema: str, *, older_than: float, limit:
     return [row["job_id"] for row in rows]
 
 
-async def release(conn: Conn, schema: str, tokens: Mapping[str, int]) -> int:
-    """Expire leases now (shutdown), so another claimer's reaper takes them over at once."""
+async def release(conn: Conn, schema: str, tokens: Mapping[str, int], *, graceful: bool = True) -> int:
+    """Expire leases now, so another claimer's reaper takes them over at once.
+
+    ``graceful``: released at shutdown, so the takeover is not a lapse. A run whose task ended
+    without an outcome is released with ``graceful=False``: that counts towards its quarantine.
+    Only the token's holder releases (a taken-over run is left alone).
+    """
     if not tokens:
         return 0
     status = await conn.execute(
-        f"UPDATE {schema}.runs AS r SET lease_expires_at = now(), updated_at = now() "
+        f"UPDATE {schema}.runs AS r SET lease_expires_at = now(), lease_released = $3, updated_at = now() "
         "FROM unnest($1::text[], $2::bigint[]) AS h(run_id, token) "
         "WHERE r.run_id = h.run_id AND r.fence_token = h.token AND r.state = 'running'",
         list(tokens),
         list(tokens.values()),
+        graceful,
     )
     return int(status.split()[-1])
