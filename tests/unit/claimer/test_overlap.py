@@ -12,7 +12,7 @@ BUFFERED = Active("job@2", "job", "pending")
 
 
 def test_nothing_active_always_claims() -> None:
-    for policy in ("allow", "skip", "buffer_one", "cancel_previous"):
+    for policy in ("allow", "skip", "buffer_one", "buffer_all", "cancel_previous"):
         assert decide(policy, []).action == "claim"
 
 
@@ -29,6 +29,20 @@ def test_skip_skips_while_a_run_runs_and_names_it() -> None:
 def test_buffer_one_buffers_one_and_skips_the_next() -> None:
     assert decide("buffer_one", [RUNNING]).action == "buffer"
     assert decide("buffer_one", [RUNNING, BUFFERED]).action == "skip"
+
+
+def test_buffer_all_queues_every_run_behind_the_ones_ahead() -> None:
+    assert decide("buffer_all", [RUNNING]).action == "buffer"
+    assert decide("buffer_all", [RUNNING, BUFFERED]).action == "buffer"
+    assert "job@2" in decide("buffer_all", [RUNNING, BUFFERED]).reason
+
+
+def test_buffer_all_claims_beside_running_runs_up_to_max_concurrent_unless_one_waits() -> None:
+    second = Active("job@3", "job", "running")
+    assert decide("buffer_all", [RUNNING], max_concurrent=2).action == "claim"
+    assert decide("buffer_all", [RUNNING, second], max_concurrent=2).action == "buffer"
+    # A run waiting ahead keeps its place: the new one queues behind it.
+    assert decide("buffer_all", [BUFFERED], max_concurrent=5).action == "buffer"
 
 
 def test_cancel_previous_cancels_the_running_run_and_replaces_the_buffered_one() -> None:

@@ -226,6 +226,20 @@ async def list_runs(
     return Page([run_row(r) for r in rows], next_cursor)
 
 
+async def backfill_states(
+    pool: Pool, schema: str, job_id: str, start: datetime, end: datetime
+) -> dict[str, str]:
+    """Run id -> state of the schedule's backfilled runs with slot in [start, end)."""
+    rows = await pool.fetch(
+        f"SELECT run_id, state FROM {schema}.runs WHERE job_id = $1 AND slot >= $2 AND slot < $3 "
+        "AND kind = 'backfill'",
+        job_id,
+        start,
+        end,
+    )
+    return {row["run_id"]: row["state"] for row in rows}
+
+
 async def get_run(pool: Pool, schema: str, run_id: str) -> dict[str, Any] | None:
     row = await pool.fetchrow(_RUN_SELECT.format(schema=schema) + " WHERE r.run_id = $1", run_id)
     return run_row(row) if row is not None else None

@@ -11,6 +11,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from slotflow.contracts import DeadLetterFilter, ScheduleDefinition
 from slotflow.contracts.envelope import IDENTIFIER_PATTERN
+from slotflow.contracts.policies import OverlapPolicy
 from slotflow.contracts.workflows import IdReusePolicy
 
 T = TypeVar("T")
@@ -337,6 +338,36 @@ class BackfillBody(_Body):
     start: AwareDatetime
     end: AwareDatetime
     max_slots: int = Field(default=1000, ge=1, le=100_000)
+    overlap: OverlapPolicy = Field(
+        default="buffer_all",
+        description="the backfill's own overlap policy (not the schedule's): buffer_all runs the "
+        "slots one after another in slot order",
+    )
+    max_concurrent: int = Field(default=1, ge=1, le=1000, description="with buffer_all: runs at once")
+
+
+class BackfillSlot(BaseModel):
+    slot: datetime
+    run_id: str
+    local: str
+    state: str | None = Field(description="its run's state, null while no run is recorded")
+
+
+class BackfillReport(BaseModel):
+    """A backfill's slots in [from, to) of the current definition, and how their runs stand."""
+
+    schedule_id: str
+    start: datetime = Field(serialization_alias="from")
+    end: datetime = Field(serialization_alias="to")
+    expected: int = Field(description="slots the backfill creates (runs one per slot)")
+    refused: str | None = Field(description="why the ticker would refuse this backfill, if it would")
+    slots: list[BackfillSlot]
+    completed: int
+    skipped: int
+    failed: int = Field(description="dead-lettered runs")
+    in_progress: int = Field(description="runs due, waiting their turn, running or retrying")
+    not_started: int = Field(description="slots with no run recorded yet")
+    finished: bool = Field(description="every slot's run is completed, skipped or dead-lettered")
 
 
 class StartWorkflowBody(_Body):

@@ -54,7 +54,7 @@ class Decision:
     supersede: tuple[str, ...] = ()
 
 
-def decide(overlap: str, active: Sequence[store.Active]) -> Decision:
+def decide(overlap: str, active: Sequence[store.Active], max_concurrent: int = 1) -> Decision:
     """The overlap policy as a pure function (pure so it can be tested exhaustively).
 
     `active` lists the job's other runs that are running (with any lease: an expired one will be
@@ -68,6 +68,12 @@ def decide(overlap: str, active: Sequence[store.Active]) -> Decision:
         if running:
             return Decision("skip", reason=f"overlap skip: {running[0]} is still running")
         return Decision("claim")
+    if overlap == "buffer_all":
+        # A queue: a new run starts at once only while nothing waits ahead of it and fewer than
+        # `max_concurrent` run; otherwise it waits its turn (start_buffered releases in slot order).
+        if not pending and len(running) < max_concurrent:
+            return Decision("claim")
+        return Decision("buffer", reason=f"overlap buffer_all: waiting behind {(running + pending)[-1]}")
     if overlap == "buffer_one":
         if pending:
             return Decision("skip", reason=f"overlap buffer_one: {pending[0]} is already buffered")
@@ -298,7 +304,7 @@ class Intake:
         cancel: list[str] = []
         supersede: list[str] = []
         for due in fresh:
-            decision = decide(due.job.overlap, by_job.get(due.job.job_id, ()))
+            decision = decide(due.job.overlap, by_job.get(due.job.job_id, ()), due.job.max_concurrent)
             cancel.extend(decision.cancel)
             supersede.extend(decision.supersede)
             if decision.action == "claim":

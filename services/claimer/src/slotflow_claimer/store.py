@@ -22,15 +22,16 @@ _DUE_COLUMNS = """
     u.run_id, u.job_id, u.slot, u.kind, u.handler, u.payload::jsonb, u.retry::jsonb, u.overlap,
     u.workflow_id, u.sequence, ARRAY(SELECT jsonb_array_elements_text(u.tags::jsonb)), u.attempt,
     u.attempt, u.redrive, u.due_topic, u.due_partition, u.due_offset, u.due_key, u.due_value,
-    u.due_headers::jsonb, u.due_ts
+    u.due_headers::jsonb, u.due_ts, u.max_concurrent
 """
 _DUE_UNNEST = """
     unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[], $5::text[], $6::text[], $7::text[],
            $8::text[], $9::text[], $10::int[], $11::text[], $12::int[], $13::int[], $14::text[],
-           $15::int[], $16::bigint[], $17::bytea[], $18::bytea[], $19::text[], $20::bigint[])
+           $15::int[], $16::bigint[], $17::bytea[], $18::bytea[], $19::text[], $20::bigint[],
+           $21::int[])
         AS u(run_id, job_id, slot, kind, handler, payload, retry, overlap, workflow_id, sequence,
              tags, attempt, redrive, due_topic, due_partition, due_offset, due_key, due_value,
-             due_headers, due_ts)
+             due_headers, due_ts, max_concurrent)
 """
 #: What a claim or an outcome returns: everything but the stored JobDue record, which the caller
 #: already holds (the record it is claiming with, or the run it claimed earlier).
@@ -43,7 +44,7 @@ _RUN_COLUMNS = """
 _INSERT_COLUMNS = """
     run_id, job_id, slot, kind, handler, payload, retry, overlap, workflow_id, sequence, tags,
     attempt, round_start, redrive_count, due_topic, due_partition, due_offset, due_key, due_value,
-    due_headers, due_timestamp_ms
+    due_headers, due_timestamp_ms, max_concurrent
 """
 
 
@@ -81,7 +82,7 @@ def _retry_json(policy: RetryPolicy) -> str:
 
 
 def _due_arrays(dues: Sequence[Due]) -> list[list[object]]:
-    columns: list[list[object]] = [[] for _ in range(20)]
+    columns: list[list[object]] = [[] for _ in range(21)]
     for due in dues:
         job, record = due.job, due.record
         values: tuple[object, ...] = (
@@ -105,6 +106,7 @@ def _due_arrays(dues: Sequence[Due]) -> list[list[object]]:
             record.value or b"",
             _headers_json(record.headers),
             record.timestamp_ms,
+            job.max_concurrent,
         )
         for column, value in zip(columns, values, strict=True):
             column.append(value)
@@ -127,7 +129,7 @@ def _due_arrays(dues: Sequence[Due]) -> list[list[object]]:
 _CLAIM = f"""
 INSERT INTO {{schema}}.runs AS r ({_INSERT_COLUMNS},
     state, fence_token, owner, lease_expires_at, heartbeat_at, started_at)
-SELECT {_DUE_COLUMNS}, 'running', 1, $21, now() + make_interval(secs => $22), now(), now()
+SELECT {_DUE_COLUMNS}, 'running', 1, $22, now() + make_interval(secs => $23), now(), now()
   FROM {_DUE_UNNEST}
 ON CONFLICT (run_id) DO UPDATE SET
     fence_token      = r.fence_token + 1,
@@ -180,15 +182,16 @@ async def claim(conn: Conn, schema: str, dues: Sequence[Due], *, owner: str, ttl
 
 # insert_unstarted --
 # Records a run that will not start now: 'skipped' by its overlap policy (token 1: deciding its
-# fate is its one claim) or 'pending' in the job's one-slot buffer (token 0 until it starts).
+# fate is its one claim) or 'pending' in the job's buffer (token 0 until it starts): one slot
+# under buffer_one, a queue in slot order under buffer_all.
 # DO NOTHING: the callers hold the job's lock, and a row that exists already has a fate.
 _INSERT_UNSTARTED = f"""
 INSERT INTO {{schema}}.runs AS r ({_INSERT_COLUMNS}, state, fence_token, owner, finished_at, error)
-SELECT {_DUE_COLUMNS}, s.state, CASE WHEN s.state = 'skipped' THEN 1 ELSE 0 END, $21,
+SELECT {_DUE_COLUMNS}, s.state, CASE WHEN s.state = 'skipped' THEN 1 ELSE 0 END, $22,
        CASE WHEN s.state = 'skipped' THEN now() END,
        CASE WHEN s.state = 'skipped' THEN jsonb_build_object('reason', s.reason) END
   FROM {_DUE_UNNEST}
-  JOIN unnest($22::text[], $23::text[], $24::text[]) AS s(run_id, state, reason) USING (run_id)
+  JOIN unnest($23::text[], $24::text[], $25::text[]) AS s(run_id, state, reason) USING (run_id)
 ON CONFLICT (run_id) DO NOTHING
 RETURNING {_RUN_COLUMNS}
 """
@@ -362,15 +365,23 @@ async def record_outcomes(conn: Conn, schema: str, writes: Sequence[OutcomeWrite
 
 
 # start_buffered --
-# Starts the buffered run of each job whose previous run left 'running'. The callers hold the jobs'
-# locks, so an intake deciding a new run's overlap for the same job waits and then sees this start.
+# Starts the buffered runs of each job whose previous run left 'running', oldest first (arrival,
+# then slot: one intake transaction stamps a whole backfill with the same created_at), while fewer
+# than the buffered run's max_concurrent run (1 for buffer_one, so one start when none runs).
+# The callers hold the jobs' locks, so an intake deciding a new run's overlap for the same job
+# waits and then sees these starts.
 _START_BUFFERED = """
-WITH next AS (
-    SELECT DISTINCT ON (p.job_id) p.run_id
+WITH running AS (
+    SELECT job_id, count(*) AS n FROM {schema}.runs
+     WHERE job_id = ANY($1::text[]) AND state = 'running' GROUP BY job_id
+), queued AS (
+    SELECT p.run_id, p.job_id, p.max_concurrent,
+           row_number() OVER (PARTITION BY p.job_id ORDER BY p.created_at, p.slot, p.run_id) AS place
       FROM {schema}.runs p
      WHERE p.job_id = ANY($1::text[]) AND p.state = 'pending'
-       AND NOT EXISTS (SELECT 1 FROM {schema}.runs l WHERE l.job_id = p.job_id AND l.state = 'running')
-     ORDER BY p.job_id, p.created_at
+), next AS (
+    SELECT q.run_id FROM queued q LEFT JOIN running l USING (job_id)
+     WHERE q.place <= q.max_concurrent - COALESCE(l.n, 0)
 )
 UPDATE {schema}.runs AS r
    SET state = 'running', fence_token = r.fence_token + 1, owner = $2,

@@ -334,9 +334,16 @@ class CommandHandler:
             return Applied(staged)
         if isinstance(message, Backfill):
             slots = backfill_plan(message, live.definition, now=now)
+            # The backfill's own overlap policy, not the schedule's: its slots are all due at once,
+            # and the schedule's `skip` would run the first and skip the rest as "still running".
             staged = [
-                self._events.job_due(
-                    schedule_id, live.definition, slot.at, kind="backfill", fire_at=now, occurred_at=now
+                self._events.backfill_due(
+                    schedule_id,
+                    live.definition,
+                    slot.at,
+                    overlap=message.overlap,
+                    max_concurrent=message.max_concurrent,
+                    occurred_at=now,
                 )
                 for slot in slots
             ]

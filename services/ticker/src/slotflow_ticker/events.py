@@ -24,6 +24,7 @@ from slotflow.contracts import (
     wrap,
 )
 from slotflow.contracts.envelope import fit_id, fit_key, storable
+from slotflow.contracts.policies import OverlapPolicy
 from slotflow.contracts.topics import DLQ_MESSAGES, JOBS_DUE, SCHEDULE_EVENTS, TIMER_EVENTS
 from slotflow.core.cronslots import SkippedSlot
 from slotflow.core.identity import job_due_event_id, run_id, slot_label
@@ -159,6 +160,32 @@ class EventFactory:
             overlap=definition.overlap,
             tags=definition.tags,
             fire_at=fire_at,
+        )
+        return self.job_due_message(message, occurred_at=occurred_at)
+
+    def backfill_due(
+        self,
+        schedule_id: str,
+        definition: ScheduleDefinition,
+        slot: datetime,
+        *,
+        overlap: OverlapPolicy,
+        max_concurrent: int,
+        occurred_at: datetime,
+    ) -> Staged:
+        """JobDue for one backfilled slot, under the backfill's overlap policy and concurrency."""
+        message = JobDue(
+            run_id=run_id(schedule_id, slot),
+            job_id=schedule_id,
+            slot=slot,
+            kind="backfill",
+            handler=definition.handler,
+            payload=definition.payload,
+            retry=definition.retry,
+            overlap=overlap,
+            max_concurrent=max_concurrent,
+            tags=definition.tags,
+            fire_at=occurred_at,
         )
         return self.job_due_message(message, occurred_at=occurred_at)
 

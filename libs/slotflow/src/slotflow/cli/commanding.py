@@ -12,7 +12,6 @@ from slotflow.cli.errors import CliError, CommandRejected, UsageError
 from slotflow.cli.parsing import build_definition, build_spec, parse_instant, parse_json_object, validated
 from slotflow.cli.publishing import OPEN_STATUSES, publish, wait_for_outcome
 from slotflow.contracts import (
-    Backfill,
     CancelWorkflow,
     CreateSchedule,
     DeadLetterFilter,
@@ -139,17 +138,6 @@ def schedule_delete(ctx: Context) -> int:
 
 def schedule_trigger(ctx: Context) -> int:
     return send(ctx, TriggerNow(schedule_id=_schedule_id(ctx)))
-
-
-def schedule_backfill(ctx: Context) -> int:
-    a = ctx.args
-    fields = {
-        "schedule_id": _schedule_id(ctx),
-        "start": parse_instant(a.start, flag="--start"),
-        "end": parse_instant(a.end, flag="--end"),
-        "max_slots": a.max_slots,
-    }
-    return send(ctx, validated(Backfill, fields, what="backfill"))
 
 
 def _workflow_id(ctx: Context) -> str:

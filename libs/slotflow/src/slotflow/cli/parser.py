@@ -127,7 +127,7 @@ def _definition_flags(parser: argparse.ArgumentParser) -> None:
     policy.add_argument("--grace", metavar="DURATION", help="late but not missed within this (default 60s)")
     policy.add_argument(
         "--overlap",
-        choices=("allow", "skip", "buffer_one", "cancel_previous"),
+        choices=("allow", "skip", "buffer_one", "buffer_all", "cancel_previous"),
         help="previous run still running",
     )
     policy.add_argument("--retry-base", metavar="DURATION", help="first back-off ceiling (default 1s)")
@@ -211,8 +211,10 @@ def _schedule(groups: Any) -> None:
     backfill = _leaf(
         actions,
         "backfill",
-        "slotflow.cli.commanding:schedule_backfill",
+        "slotflow.cli.backfilling:schedule_backfill",
         "run every slot of the spec in [start, end)",
+        "Run every slot of the spec in [start, end). The runs follow the backfill's own overlap "
+        "policy, not the schedule's: by default one after another in slot order.",
     )
     backfill.add_argument("schedule_id", metavar="SCHEDULE_ID")
     backfill.add_argument(
@@ -221,6 +223,32 @@ def _schedule(groups: Any) -> None:
     backfill.add_argument("--end", required=True, metavar="TIME", help="slots before this time")
     backfill.add_argument(
         "--max-slots", type=int, default=1000, metavar="N", help="refuse more slots (default 1000)"
+    )
+    backfill.add_argument(
+        "--overlap",
+        dest="backfill_overlap",
+        default="buffer_all",
+        choices=("buffer_all", "allow", "skip", "buffer_one", "cancel_previous"),
+        help="what a backfilled run does while another run of the schedule runs (default buffer_all: "
+        "wait its turn, in slot order)",
+    )
+    backfill.add_argument(
+        "--max-concurrent",
+        type=int,
+        default=1,
+        metavar="N",
+        help="with buffer_all: how many backfilled runs may run at once (default 1)",
+    )
+    backfill.add_argument(
+        "--dry-run", action="store_true", help="list the runs it would create; publish nothing"
+    )
+    backfill.add_argument(
+        "--follow",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="after publishing, wait up to SECONDS for every slot's run to finish and print the "
+        "summary (fired, skipped, failed); exit 1 if any failed",
     )
     _command_options(backfill)
 

@@ -34,7 +34,11 @@ class DstPolicy(_Policy):
     nonexistent: Literal["shift", "skip"] = "shift"
 
 
-OverlapPolicy = Literal["allow", "skip", "buffer_one", "cancel_previous"]
+#: What a new run does while an earlier run of its job is live: `allow` runs it alongside, `skip`
+#: records it as skipped, `buffer_one` keeps at most one waiting (a second is skipped),
+#: `buffer_all` queues every one and starts them in slot order (at most the JobDue's
+#: `max_concurrent` at once; a backfill's default), `cancel_previous` cancels the running one.
+OverlapPolicy = Literal["allow", "skip", "buffer_one", "buffer_all", "cancel_previous"]
 
 
 class RetryPolicy(_Policy):

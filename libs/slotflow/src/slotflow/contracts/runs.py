@@ -23,6 +23,8 @@ class JobDue(Message):
     payload: dict[str, Any] = Field(default_factory=dict)
     retry: RetryPolicy = RetryPolicy()
     overlap: OverlapPolicy = "allow"
+    #: Under `buffer_all`, how many runs of the job may run at once; the rest wait in slot order.
+    max_concurrent: int = Field(default=1, ge=1, le=1000)
     tags: tuple[str, ...] = ()
     #: When the ticker meant it to fire (slot plus jitter); lateness is measured against this.
     fire_at: AwareDatetime | None = None

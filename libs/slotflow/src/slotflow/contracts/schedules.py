@@ -136,13 +136,21 @@ class TriggerNow(Message):
 
 
 class Backfill(Message):
-    """Emit a run for every slot of the spec in [start, end), whatever the misfire policy says."""
+    """Emit a run for every slot of the spec in [start, end), whatever the misfire policy says.
+
+    The runs carry the backfill's own overlap policy, not the schedule's: by default
+    (`buffer_all`, `max_concurrent` 1) they run one after another in slot order, so a backfill of
+    60 slots runs 60 times instead of running one and skipping 59 as "still running".
+    """
 
     message_type = "schedule.backfill"
     schedule_id: ScheduleId
     start: AwareDatetime
     end: AwareDatetime
     max_slots: int = Field(default=1000, ge=1, le=100_000)
+    overlap: OverlapPolicy = "buffer_all"
+    #: With `buffer_all`: how many of the backfill's runs may run at once.
+    max_concurrent: int = Field(default=1, ge=1, le=1000)
 
     @model_validator(mode="after")
     def _ordered(self) -> "Backfill":

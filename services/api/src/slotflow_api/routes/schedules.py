@@ -1,6 +1,6 @@
 """Schedules: list, show (with the next slots), runs by slot range, and the schedule commands."""
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends, Header, Path, Query
@@ -18,6 +18,8 @@ from slotflow.contracts import (
     UpdateSchedule,
 )
 from slotflow.contracts.envelope import IDENTIFIER_PATTERN
+from slotflow.core.cronslots import slots_between
+from slotflow.core.identity import run_id
 from slotflow_api import read_model
 from slotflow_api.app_state import Services, services
 from slotflow_api.errors import BadRequest, NotFound
@@ -26,6 +28,8 @@ from slotflow_api.routes.commands import COMMAND_RESPONSES, submit
 from slotflow_api.routes.common import Cursor, Limit, Wait
 from slotflow_api.schemas import (
     BackfillBody,
+    BackfillReport,
+    BackfillSlot,
     CreateScheduleBody,
     Page,
     PauseBody,
@@ -231,7 +235,7 @@ async def trigger_schedule(
     "/v1/schedules/{schedule_id}/backfill",
     status_code=202,
     responses=COMMAND_RESPONSES,
-    summary="Run every slot of the spec in [start, end)",
+    summary="Run every slot of the spec in [start, end) (GET the same path first for a dry run)",
 )
 async def backfill_schedule(
     s: Annotated[Services, Depends(services)],
@@ -240,5 +244,83 @@ async def backfill_schedule(
     idempotency_key: IdempotencyKey = None,
     wait: Wait = None,
 ) -> JSONResponse:
-    message = Backfill(schedule_id=schedule_id, start=body.start, end=body.end, max_slots=body.max_slots)
+    message = Backfill(
+        schedule_id=schedule_id,
+        start=body.start,
+        end=body.end,
+        max_slots=body.max_slots,
+        overlap=body.overlap,
+        max_concurrent=body.max_concurrent,
+    )
     return await submit(s, message, idempotency_key=idempotency_key, wait=wait)
+
+
+@router.get(
+    "/v1/schedules/{schedule_id}/backfill",
+    response_model=BackfillReport,
+    response_model_by_alias=True,
+    summary="A backfill's slots in [from, to) and how their runs stand: before it, the dry run "
+    "(the slots it would create); after it, its progress and summary",
+    responses={404: {"description": "no such schedule"}},
+)
+async def backfill_progress(
+    s: Annotated[Services, Depends(services)],
+    schedule_id: ScheduleId,
+    start: Annotated[AwareDatetime, Query(alias="from")],
+    end: Annotated[AwareDatetime, Query(alias="to")],
+    max_slots: Annotated[int, Query(ge=1, le=100_000)] = 1000,
+) -> BackfillReport:
+    return await backfill_report(s, schedule_id, start, end, max_slots=max_slots)
+
+
+async def backfill_report(
+    s: Services, schedule_id: str, start: datetime, end: datetime, *, max_slots: int
+) -> BackfillReport:
+    """The slots a Backfill of [start, end) emits, as the ticker plans them, with their runs."""
+    _ordered(start, end)
+    row = await read_model.get_schedule(s.pool, s.schema, schedule_id)
+    if row is None or row["deleted"]:
+        raise NotFound(f"schedule {schedule_id!r} is not known (yet)")
+    definition = ScheduleDefinition.model_validate(row["definition"])
+    now = await read_model.database_now(s.pool)
+    # The ticker's own plan: every slot of the spec in [start, end), start_at/end_at not applied.
+    slots = slots_between(
+        definition.spec, definition.dst, after=start - _EPSILON, until=end - _EPSILON, limit=max_slots + 1
+    )
+    refused = None
+    if end > now:
+        refused = f"end {end.isoformat()} is after the current time; future slots fire on their own"
+    elif len(slots) > max_slots:
+        refused = f"more than max_slots={max_slots} slots; split the range or raise max_slots"
+    slots = slots[:max_slots]
+    states = await read_model.backfill_states(s.pool, s.schema, schedule_id, start, end)
+    listed = []
+    counts = {"completed": 0, "skipped": 0, "dead_lettered": 0}
+    in_progress = not_started = 0
+    for slot in slots:
+        rid = run_id(schedule_id, slot.at)
+        state = states.get(rid)
+        listed.append(BackfillSlot(slot=slot.at, run_id=rid, local=slot.local, state=state))
+        if state is None:
+            not_started += 1
+        elif state in counts:
+            counts[state] += 1
+        else:
+            in_progress += 1
+    return BackfillReport(
+        schedule_id=schedule_id,
+        start=start,
+        end=end,
+        expected=len(slots),
+        refused=refused,
+        slots=listed,
+        completed=counts["completed"],
+        skipped=counts["skipped"],
+        failed=counts["dead_lettered"],
+        in_progress=in_progress,
+        not_started=not_started,
+        finished=refused is None and bool(slots) and in_progress == 0 and not_started == 0,
+    )
+
+
+_EPSILON = timedelta(microseconds=1)
