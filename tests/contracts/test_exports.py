@@ -16,7 +16,8 @@ PINNED = {
     "HISTORY_EVENTS", "HistoryEvent", "history_event_id", "WorkflowStarted", "ActivityScheduled",
     "ActivityCompleted", "ActivityFailed", "TimerStarted", "WorkflowTimerFired", "SignalReceived",
     "CompensationRegistered", "CancelRequested", "WorkflowCompleted", "WorkflowFailed",
-    "WorkflowCancelled", "NonDeterminismDetected",
+    "WorkflowCancelled", "NonDeterminismDetected", "MarkerRecorded", "TimerCancelled",
+    "ChildWorkflowScheduled", "ChildWorkflowCompleted", "ChildWorkflowFailed", "WorkflowContinuedAsNew",
 }  # fmt: skip
 
 

@@ -11,6 +11,8 @@ from slotflow.contracts.schedules import HandlerName
 from slotflow.core.identity import activity_run_id
 
 WorkflowId = Annotated[str, Field(pattern=IDENTIFIER_PATTERN)]
+#: What happens to a running child workflow when its parent ends first.
+ParentClosePolicy = Literal["request_cancel", "abandon"]
 
 
 #: What a StartWorkflow does when its workflow id is taken (docs/orchestrator.md):
@@ -97,11 +99,24 @@ class WorkflowStarted(HistoryEvent):
     input: dict[str, Any] = Field(default_factory=dict)
     #: Envelope id of the StartWorkflow command that started it.
     command_id: str = Field(min_length=1, max_length=1000)
+    #: A run continued from the previous run's WorkflowContinuedAsNew at this sequence; the new run
+    #: starts right after it (same workflow id, sequences carry on, so every id stays unique).
+    continued_from: int | None = Field(default=None, ge=1)
+    #: A child workflow names its parent and the parent's ChildWorkflowScheduled sequence, so the
+    #: orchestrator can report the child's outcome back into the parent's history.
+    parent_workflow_id: WorkflowId | None = None
+    parent_sequence: int | None = Field(default=None, ge=1)
+    #: What the parent asked to happen to this child when the parent ends first.
+    parent_close_policy: ParentClosePolicy = "request_cancel"
 
     @model_validator(mode="after")
     def _first(self) -> "WorkflowStarted":
-        if self.sequence != 1:
-            raise ValueError("WorkflowStarted is always sequence 1")
+        if self.continued_from is None and self.sequence != 1:
+            raise ValueError("WorkflowStarted is always sequence 1 (unless it continues a run)")
+        if self.continued_from is not None and self.sequence != self.continued_from + 1:
+            raise ValueError("a continued run starts right after its WorkflowContinuedAsNew")
+        if (self.parent_workflow_id is None) != (self.parent_sequence is None):
+            raise ValueError("a child names both its parent and the parent's sequence")
         return self
 
 
@@ -121,6 +136,9 @@ class ActivityScheduled(HistoryEvent):
     retry: RetryPolicy = RetryPolicy()
     compensation: bool = False
     compensates: int | None = Field(default=None, ge=1)
+    #: Schedule-to-close: past this instant no further attempt starts and the activity fails with
+    #: error type `ScheduleToCloseTimeout` (the decision's time plus the code's timeout).
+    schedule_to_close_deadline: AwareDatetime | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> "ActivityScheduled":
@@ -248,6 +266,83 @@ class NonDeterminismDetected(HistoryEvent):
     got: str = Field(max_length=2000)
 
 
+class MarkerRecorded(HistoryEvent):
+    """A value the code must see again on replay: `workflow.now()`, `random()`, `uuid4()`, a patch.
+
+    `kind` says which; `value` is what the first run saw (an ISO-8601 instant, a float in [0, 1),
+    a UUID string). A `patch` marker (`workflow.patched` / `deprecate_patch`) names `patch_id`: new
+    runs record it, replays of histories without it take the old code path. `deprecated` markers
+    are skipped by code that no longer asks for the patch.
+    """
+
+    message_type = "workflow.marker_recorded"
+    kind: Literal["now", "random", "uuid", "patch"]
+    value: Any = None
+    patch_id: str | None = Field(default=None, min_length=1, max_length=200)
+    deprecated: bool = False
+
+    @model_validator(mode="after")
+    def _patch_named(self) -> "MarkerRecorded":
+        if (self.kind == "patch") != (self.patch_id is not None):
+            raise ValueError("a patch marker names its patch_id, and only a patch marker does")
+        return self
+
+
+class TimerCancelled(HistoryEvent):
+    """The code stopped waiting for the timer started at `started_sequence` (a cancel, or a
+    `wait_condition` that came true first); a WorkflowTimerFired for it afterwards is ignored."""
+
+    message_type = "workflow.timer_cancelled"
+    started_sequence: int = Field(ge=1)
+    timer_id: str = Field(min_length=1, max_length=1000)
+
+
+class ChildWorkflowScheduled(HistoryEvent):
+    """The code started a child workflow; the orchestrator starts it as `child_workflow_id`.
+
+    The child's WorkflowStarted names this workflow and this sequence; its outcome comes back
+    here as ChildWorkflowCompleted or ChildWorkflowFailed with `initiated_sequence` = this one.
+    """
+
+    message_type = "workflow.child_scheduled"
+    child_workflow_id: WorkflowId
+    workflow_type: Annotated[str, Field(pattern=IDENTIFIER_PATTERN)]
+    input: dict[str, Any] = Field(default_factory=dict)
+    parent_close_policy: ParentClosePolicy = "request_cancel"
+
+
+class ChildWorkflowCompleted(HistoryEvent):
+    """The child started at `initiated_sequence` returned `result`."""
+
+    message_type = "workflow.child_completed"
+    initiated_sequence: int = Field(ge=1)
+    child_workflow_id: WorkflowId
+    result: Any = None
+
+
+class ChildWorkflowFailed(HistoryEvent):
+    """The child started at `initiated_sequence` failed, was cancelled, or could not start."""
+
+    message_type = "workflow.child_failed"
+    initiated_sequence: int = Field(ge=1)
+    child_workflow_id: WorkflowId
+    error_type: str = Field(min_length=1, max_length=400)
+    message: str = Field(default="", max_length=10_000)
+    cancelled: bool = False
+
+
+class WorkflowContinuedAsNew(HistoryEvent):
+    """The run ended with `workflow.continue_as_new(input)`: a fresh run of the same workflow id
+    starts at the next sequence with a WorkflowStarted(continued_from=this sequence, input).
+
+    It ends the run (nothing but that WorkflowStarted follows); the workflow itself goes on.
+    """
+
+    message_type = "workflow.continued_as_new"
+    workflow_type: Annotated[str, Field(pattern=IDENTIFIER_PATTERN)]
+    input: dict[str, Any] = Field(default_factory=dict)
+
+
 #: Every history event type, in the order the docs list them.
 HISTORY_EVENTS: tuple[type[HistoryEvent], ...] = (
     WorkflowStarted,
@@ -263,6 +358,46 @@ HISTORY_EVENTS: tuple[type[HistoryEvent], ...] = (
     WorkflowFailed,
     WorkflowCancelled,
     NonDeterminismDetected,
+    MarkerRecorded,
+    TimerCancelled,
+    ChildWorkflowScheduled,
+    ChildWorkflowCompleted,
+    ChildWorkflowFailed,
+    WorkflowContinuedAsNew,
 )
 #: Events after which the orchestrator appends nothing.
 TERMINAL_EVENTS: tuple[type[HistoryEvent], ...] = (WorkflowCompleted, WorkflowFailed, WorkflowCancelled)
+#: Events that end a run: the terminal ones, and a continue-as-new (the next run's start follows).
+RUN_ENDING_EVENTS: tuple[type[HistoryEvent], ...] = (*TERMINAL_EVENTS, WorkflowContinuedAsNew)
+
+# -- payload references --------------------------------------------------------------------------
+#
+# A payload field larger than the orchestrator's threshold (64 KiB by default) travels as a
+# reference `{"$slotflow_payload": "sha256:<hex>", "bytes": N}` to its compact JSON, stored once,
+# content-addressed, in the payload store (slotflow.workflow.payloads). Readers that need the value
+# resolve it; readers that do not (most of the read model) show the reference.
+
+PAYLOAD_REF_KEY = "$slotflow_payload"
+
+#: The fields of each event that may carry a payload reference instead of their value.
+PAYLOAD_FIELDS: dict[type[HistoryEvent], tuple[str, ...]] = {
+    WorkflowStarted: ("input",),
+    ActivityScheduled: ("payload",),
+    ActivityCompleted: ("result",),
+    SignalReceived: ("payload",),
+    CompensationRegistered: ("payload",),
+    WorkflowCompleted: ("result",),
+    ChildWorkflowScheduled: ("input",),
+    ChildWorkflowCompleted: ("result",),
+    WorkflowContinuedAsNew: ("input",),
+}
+
+
+def payload_ref(ref: str, size: int) -> dict[str, Any]:
+    """The value that stands in for a stored payload: its content address and its size in bytes."""
+    return {PAYLOAD_REF_KEY: ref, "bytes": size}
+
+
+def is_payload_ref(value: object) -> bool:
+    """Whether ``value`` is a payload reference (see `payload_ref`) rather than a payload."""
+    return isinstance(value, dict) and len(value) == 2 and isinstance(value.get(PAYLOAD_REF_KEY), str)

@@ -1,0 +1,534 @@
+"""The primitives workflow code calls: activities, timers, conditions, signals, recorded values.
+
+Every function here must be called from workflow code (the `@workflow.run` method, a signal handler,
+or a task they created) while the runtime steps it; elsewhere it raises `NotInWorkflow`. Each one
+either hands back what the history recorded (on replay) or records a new decision.
+"""
+
+import asyncio
+from collections import deque
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from functools import lru_cache
+from typing import Any, NoReturn, TypeVar, overload
+from uuid import UUID
+
+from pydantic import TypeAdapter
+
+from slotflow.contracts.policies import RetryPolicy
+from slotflow.contracts.workflows import (
+    ActivityScheduled,
+    ChildWorkflowScheduled,
+    ParentClosePolicy,
+    TimerCancelled,
+    TimerStarted,
+)
+from slotflow.core.identity import activity_run_id
+from slotflow.workflow import _loop
+from slotflow.workflow._execution import Execution
+from slotflow.workflow.commands import CancelTimer, ScheduleActivity, StartChildWorkflow, StartTimer
+from slotflow.workflow.definition import definition_of, to_json_object
+from slotflow.workflow.errors import ContinueAsNew, NonDeterminismError, NotInWorkflow, WorkflowError
+
+T = TypeVar("T")
+
+
+def current() -> Execution:
+    """The execution whose code is running.
+
+    Raises:
+        NotInWorkflow: called outside workflow code.
+    """
+    execution = _loop.current()
+    if not isinstance(execution, Execution):
+        raise NotInWorkflow(
+            "slotflow.workflow primitives run only inside workflow code stepped by the runtime "
+            "(a @workflow.run method, a signal handler, or a task they created)"
+        )
+    return execution
+
+
+@lru_cache(maxsize=256)
+def _adapter(kind: Any) -> TypeAdapter[Any]:
+    return TypeAdapter(kind)
+
+
+def _load(kind: Any, value: Any) -> Any:
+    return value if kind is None else _adapter(kind).validate_python(value)
+
+
+def _seconds(duration: timedelta | float) -> timedelta:
+    value = duration if isinstance(duration, timedelta) else timedelta(seconds=duration)
+    if value <= timedelta(0):
+        raise ValueError(f"a durable timer needs a positive duration, not {value}")
+    return value
+
+
+# -- activities ----------------------------------------------------------------------------------
+
+
+def _policy(
+    retry: RetryPolicy | None,
+    start_to_close: timedelta | None,
+    non_retryable: Iterable[str | type[BaseException]],
+) -> RetryPolicy:
+    policy = retry or RetryPolicy()
+    names = tuple(n if isinstance(n, str) else n.__name__ for n in non_retryable)
+    if start_to_close is None and not names:
+        return policy
+    fields = policy.model_dump()
+    if start_to_close is not None:
+        fields["start_to_close"] = start_to_close
+    fields["non_retryable"] = tuple(dict.fromkeys((*policy.non_retryable, *names)))
+    return RetryPolicy(**fields)
+
+
+def schedule(
+    execution: Execution,
+    activity: str,
+    payload: dict[str, Any],
+    policy: RetryPolicy,
+    *,
+    schedule_to_close: timedelta | None = None,
+    compensates: int | None = None,
+) -> tuple[int, "asyncio.Future[Any]"]:
+    """Match or record an ActivityScheduled; returns its sequence and the future of its outcome."""
+    recorded = execution.match(ActivityScheduled, (activity, compensates))
+    if recorded is not None:
+        sequence = recorded.sequence
+    else:
+        sequence = execution.next_sequence
+        deadline = execution.now + schedule_to_close if schedule_to_close is not None else None
+        run_id = activity_run_id(execution.workflow_id, sequence)
+        execution.record(
+            ActivityScheduled,
+            activity=activity,
+            run_id=run_id,
+            payload=payload,
+            retry=policy,
+            compensation=compensates is not None,
+            compensates=compensates,
+            schedule_to_close_deadline=deadline,
+        )
+        execution.commands.append(
+            ScheduleActivity(
+                workflow_id=execution.workflow_id,
+                sequence=sequence,
+                run_id=run_id,
+                activity=activity,
+                payload=payload,
+                retry=policy,
+                schedule_to_close_deadline=deadline,
+                compensates=compensates,
+            )
+        )
+    execution.activities[sequence] = activity
+    return sequence, execution.future_for(sequence)
+
+
+@overload
+async def execute_activity(
+    activity: str,
+    arg: Any = None,
+    *,
+    result_type: type[T],
+    retry: RetryPolicy | None = None,
+    start_to_close: timedelta | None = None,
+    schedule_to_close: timedelta | None = None,
+    non_retryable: Iterable[str | type[BaseException]] = (),
+) -> T: ...
+@overload
+async def execute_activity(
+    activity: str,
+    arg: Any = None,
+    *,
+    result_type: None = None,
+    retry: RetryPolicy | None = None,
+    start_to_close: timedelta | None = None,
+    schedule_to_close: timedelta | None = None,
+    non_retryable: Iterable[str | type[BaseException]] = (),
+) -> Any: ...
+async def execute_activity(
+    activity: str,
+    arg: Any = None,
+    *,
+    result_type: Any = None,
+    retry: RetryPolicy | None = None,
+    start_to_close: timedelta | None = None,
+    schedule_to_close: timedelta | None = None,
+    non_retryable: Iterable[str | type[BaseException]] = (),
+) -> Any:
+    """Run the `@handler` named ``activity`` with ``arg`` (a model or dict) and return its result.
+
+    The claimers run it as run `{workflow_id}/{sequence}` with ``retry``; retried attempts are not
+    history, so the code sees one result. ``start_to_close`` bounds one attempt,
+    ``schedule_to_close`` all of them; ``non_retryable`` error types fail at once.
+
+    >>> auth = await workflow.execute_activity(
+    ...     "payments.authorize", order, retry=RetryPolicy(max_attempts=5),
+    ...     start_to_close=timedelta(seconds=30), non_retryable=["CardDeclined"])
+
+    Raises:
+        ActivityError: the activity failed permanently or ran out of attempts.
+        ActivityTimeoutError: ``schedule_to_close`` passed first.
+    """
+    execution = current()
+    execution.check_cancel()
+    payload = to_json_object(arg, f"the argument of activity {activity}")
+    sequence, future = schedule(
+        execution,
+        activity,
+        payload,
+        _policy(retry, start_to_close, non_retryable),
+        schedule_to_close=schedule_to_close,
+    )
+    result = await future
+    task = asyncio.current_task()
+    if task is not None:
+        execution.last_step[task] = sequence
+    return _load(result_type, result)
+
+
+# -- time ----------------------------------------------------------------------------------------
+
+
+def start_timer(execution: Execution, duration: timedelta) -> tuple[int, "asyncio.Future[Any]"]:
+    recorded = execution.match(TimerStarted, None)
+    if recorded is not None:
+        sequence, timer_id = recorded.sequence, recorded.timer_id  # type: ignore[attr-defined]
+    else:
+        sequence = execution.next_sequence
+        timer_id = f"{execution.workflow_id}/timer/{sequence}"
+        fire_at = execution.now + duration
+        execution.record(TimerStarted, timer_id=timer_id, fire_at=fire_at)
+        execution.commands.append(StartTimer(execution.workflow_id, sequence, timer_id, fire_at))
+    execution.timers[sequence] = timer_id
+    return sequence, execution.future_for(sequence)
+
+
+def cancel_timer(execution: Execution, sequence: int) -> None:
+    """The code stopped waiting for the timer at ``sequence``: record it, so a late firing is ignored."""
+    future = execution.futures[sequence]
+    if (future.done() and not future.cancelled()) or sequence in execution.cancelled_timers:
+        return
+    execution.cancelled_timers.add(sequence)
+    if execution.match(TimerCancelled, sequence) is None:
+        timer_id = execution.timers[sequence]
+        execution.record(TimerCancelled, started_sequence=sequence, timer_id=timer_id)
+        execution.commands.append(CancelTimer(execution.workflow_id, timer_id, sequence))
+
+
+async def sleep(duration: timedelta | float) -> None:
+    """Wait ``duration`` (a timedelta or seconds) on a durable timer that survives any crash.
+
+    >>> await workflow.sleep(timedelta(hours=24))
+    """
+    execution = current()
+    execution.check_cancel()
+    sequence, future = start_timer(execution, _seconds(duration))
+    try:
+        await future
+    finally:
+        if not future.done() or future.cancelled():
+            cancel_timer(execution, sequence)
+
+
+async def wait_condition(predicate: Callable[[], bool], *, timeout: timedelta | float | None = None) -> None:
+    """Wait until ``predicate()`` is true (checked whenever the workflow's state may have changed).
+
+    With ``timeout`` a durable timer bounds the wait; it is cancelled when the condition wins.
+
+    >>> await workflow.wait_condition(lambda: self.approved, timeout=timedelta(days=7))
+
+    Raises:
+        TimeoutError: ``timeout`` passed first.
+    """
+    execution = current()
+    execution.check_cancel()
+    if predicate():
+        return
+    waiter: asyncio.Future[Any] = execution.loop.create_future()
+    execution.loop.conditions.append(_loop.Condition(predicate, waiter))
+    if timeout is None:
+        await waiter
+        return
+    sequence, timer = start_timer(execution, _seconds(timeout))
+
+    def expire(_: "asyncio.Future[Any]") -> None:
+        if not waiter.done() and not timer.cancelled():
+            waiter.set_exception(TimeoutError(f"condition not met within {timeout}"))
+
+    timer.add_done_callback(expire)
+    try:
+        await waiter
+    finally:
+        if not timer.done() or timer.cancelled():
+            cancel_timer(execution, sequence)
+
+
+def now() -> datetime:
+    """The current time as a recorded marker: the decision's time when first run, the same on replay.
+
+    >>> deadline = workflow.now() + timedelta(days=3)
+    """
+    execution = current()
+    value = execution.marker("now", lambda _sequence: execution.now.isoformat())
+    return datetime.fromisoformat(value)
+
+
+def random() -> float:
+    """A float in [0, 1), recorded once and replayed after (seeded by the run, not for secrets).
+
+    >>> if workflow.random() < 0.1: ...
+    """
+    execution = current()
+    return float(execution.marker("random", lambda sequence: execution.seeded(sequence).random()))
+
+
+def uuid4() -> UUID:
+    """A version-4 UUID, recorded once and replayed after (seeded by the run, not for secrets).
+
+    >>> idempotency_key = str(workflow.uuid4())
+    """
+    execution = current()
+    return UUID(execution.marker("uuid", execution.uuid_at))
+
+
+# -- signals -------------------------------------------------------------------------------------
+
+
+async def wait_signal(
+    name: str, *, timeout: timedelta | float | None = None, payload_type: Any = None
+) -> Any:
+    """The payload of the next signal ``name`` that has no `@workflow.signal` handler.
+
+    Signals that arrived before the call are buffered, so none is lost whichever comes first.
+
+    >>> address = await workflow.wait_signal("address_changed", payload_type=Address)
+
+    Raises:
+        TimeoutError: ``timeout`` passed before the signal.
+        WorkflowError: the workflow has a handler for ``name`` (the handler receives it instead).
+    """
+    execution = current()
+    execution.check_cancel()
+    if name in execution.definition.signals:
+        raise WorkflowError(
+            f"signal {name!r} has a @workflow.signal handler, which receives it; "
+            "wait with workflow.wait_condition() on what the handler sets"
+        )
+    buffered = execution.signal_buffers.get(name)
+    if buffered:
+        return _load(payload_type, buffered.popleft())
+    waiter: asyncio.Future[Any] = execution.loop.create_future()
+    waiters = execution.signal_waiters.setdefault(name, deque())
+    waiters.append(waiter)
+    if timeout is None:
+        return _load(payload_type, await waiter)
+    sequence, timer = start_timer(execution, _seconds(timeout))
+
+    def expire(_: "asyncio.Future[Any]") -> None:
+        if not waiter.done() and not timer.cancelled():
+            waiters.remove(waiter)
+            waiter.set_exception(TimeoutError(f"no signal {name!r} within {timeout}"))
+
+    timer.add_done_callback(expire)
+    try:
+        return _load(payload_type, await waiter)
+    finally:
+        if not timer.done() or timer.cancelled():
+            cancel_timer(execution, sequence)
+
+
+# -- tasks ---------------------------------------------------------------------------------------
+
+
+def create_task(coro: Coroutine[Any, Any, T], *, name: str = "task") -> "asyncio.Task[T]":
+    """Run ``coro`` concurrently on the workflow's own loop (an asyncio task; cancel() works).
+
+    >>> charge = workflow.create_task(workflow.execute_activity("payments.charge", order))
+    >>> ...
+    >>> receipt = await charge
+    """
+    return current().loop.spawn(coro, name)
+
+
+async def gather(*aws: Awaitable[Any]) -> list[Any]:
+    """Await several activities, timers or tasks concurrently; results in argument order.
+
+    The same as `asyncio.gather` over them (which works in workflow code too).
+
+    >>> stock, price = await workflow.gather(workflow.execute_activity("stock.check", item),
+    ...                                      workflow.execute_activity("prices.quote", item))
+    """
+    current()
+    return list(await asyncio.gather(*aws))
+
+
+# -- versioning and run control ------------------------------------------------------------------
+
+
+def patched(patch_id: str) -> bool:
+    """True on the new code path: in new runs (recording a marker) and in histories that have it.
+
+    >>> if workflow.patched("express-shipping"):
+    ...     await workflow.execute_activity("shipping.book_express", order)
+    ... else:
+    ...     await workflow.execute_activity("shipping.book", order)
+    """
+    return current().patched(patch_id, deprecated=False)
+
+
+def deprecate_patch(patch_id: str) -> None:
+    """Keep only the new path of ``patch_id`` while histories with its marker may still replay.
+
+    Once no history older than this change is running, remove the call too: deprecated markers
+    are skipped by code that no longer asks for them.
+
+    >>> workflow.deprecate_patch("express-shipping")
+    >>> await workflow.execute_activity("shipping.book_express", order)
+    """
+    current().patched(patch_id, deprecated=True)
+
+
+def continue_as_new(input: Any = None, *, workflow: type[Any] | str | None = None) -> NoReturn:
+    """End this run and start a fresh one of the same workflow id with ``input`` and an empty history.
+
+    >>> if workflow.info().is_continue_as_new_suggested:
+    ...     workflow.continue_as_new(State(cursor=self.cursor))
+    """
+    execution = current()
+    if workflow is None:
+        name = execution.definition.name
+    else:
+        name = workflow if isinstance(workflow, str) else definition_of(workflow).name
+    raise ContinueAsNew(name, to_json_object(input, "the continue_as_new input"))
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowInfo:
+    """What `workflow.info()` tells the code about its run."""
+
+    workflow_id: str
+    workflow_type: str
+    #: `{workflow_id}#{sequence of this run's WorkflowStarted}`: a new one after continue-as-new.
+    run_id: str
+    #: Always 1: a workflow is not retried as a whole (its activities are); kept for Temporal users.
+    attempt: int
+    #: Events of this run the code has seen so far.
+    history_length: int
+    max_history_events: int
+    #: True once the run is past the runtime's suggestion threshold: call `continue_as_new`.
+    is_continue_as_new_suggested: bool
+    continued_from: int | None
+    parent_workflow_id: str | None
+    #: True while the code re-runs recorded history (for logging only: never branch on it).
+    is_replaying: bool
+
+
+def info() -> WorkflowInfo:
+    """The run's identity and history size.
+
+    >>> log.info("step", extra={"workflow": workflow.info().workflow_id})
+    """
+    execution = current()
+    started = execution.started
+    length = execution.history_length()
+    return WorkflowInfo(
+        workflow_id=execution.workflow_id,
+        workflow_type=execution.definition.name,
+        run_id=f"{execution.workflow_id}#{started.sequence}",
+        attempt=1,
+        history_length=length,
+        max_history_events=execution.max_history_events,
+        is_continue_as_new_suggested=length >= execution.suggest_at,
+        continued_from=started.continued_from,
+        parent_workflow_id=started.parent_workflow_id,
+        is_replaying=execution.replaying,
+    )
+
+
+# -- child workflows -----------------------------------------------------------------------------
+
+
+class ChildWorkflowHandle:
+    """A started child workflow: `await handle.result()` for its outcome."""
+
+    def __init__(
+        self, workflow_id: str, sequence: int, future: "asyncio.Future[Any]", result_type: Any
+    ) -> None:
+        self.workflow_id = workflow_id
+        self.sequence = sequence
+        self._future = future
+        self._result_type = result_type
+
+    async def result(self) -> Any:
+        """The child's result.
+
+        Raises:
+            ChildWorkflowError: the child failed, was cancelled or could not start.
+        """
+        return _load(self._result_type, await self._future)
+
+
+async def start_child_workflow(
+    workflow: type[Any] | str,
+    input: Any = None,
+    *,
+    id: str | None = None,
+    parent_close_policy: ParentClosePolicy = "request_cancel",
+    result_type: Any = None,
+) -> ChildWorkflowHandle:
+    """Start a child workflow (its own id and history); returns once its start is recorded.
+
+    ``parent_close_policy``: `request_cancel` (default) cancels a still-running child when this
+    workflow ends; `abandon` lets it run on. The default id is `{workflow_id}/child/{sequence}`.
+
+    >>> handle = await workflow.start_child_workflow(IssueInvoice, order, id=f"invoice-{order.id}")
+    >>> invoice = await handle.result()
+    """
+    execution = current()
+    execution.check_cancel()
+    name = workflow if isinstance(workflow, str) else definition_of(workflow).name
+    payload = to_json_object(input, f"the input of child workflow {name}")
+    recorded = execution.match(ChildWorkflowScheduled, name)
+    if recorded is not None:
+        sequence, child_id = recorded.sequence, recorded.child_workflow_id  # type: ignore[attr-defined]
+        if id is not None and id != child_id:
+            raise NonDeterminismError(
+                execution.workflow_id, sequence, f"child workflow id {child_id}", f"child workflow id {id}"
+            )
+    else:
+        sequence = execution.next_sequence
+        child_id = id or f"{execution.workflow_id}/child/{sequence}"
+        execution.record(
+            ChildWorkflowScheduled,
+            child_workflow_id=child_id,
+            workflow_type=name,
+            input=payload,
+            parent_close_policy=parent_close_policy,
+        )
+        execution.commands.append(
+            StartChildWorkflow(execution.workflow_id, sequence, child_id, name, payload, parent_close_policy)
+        )
+    execution.children[sequence] = (child_id, parent_close_policy)
+    return ChildWorkflowHandle(child_id, sequence, execution.future_for(sequence), result_type)
+
+
+async def execute_child_workflow(
+    workflow: type[Any] | str,
+    input: Any = None,
+    *,
+    id: str | None = None,
+    parent_close_policy: ParentClosePolicy = "request_cancel",
+    result_type: Any = None,
+) -> Any:
+    """Start a child workflow and wait for its result (`start_child_workflow` + `result`).
+
+    >>> invoice = await workflow.execute_child_workflow(IssueInvoice, order)
+    """
+    handle = await start_child_workflow(
+        workflow, input, id=id, parent_close_policy=parent_close_policy, result_type=result_type
+    )
+    return await handle.result()

@@ -1,0 +1,204 @@
+"""`@workflow.defn`, `@workflow.run` and `@workflow.signal`: how a class becomes a workflow.
+
+A workflow is a class with one `@workflow.run` coroutine method (its body is the workflow) and any
+number of `@workflow.signal` methods (called when a signal of that name is delivered). The class is
+instantiated once per run with no arguments; `run` takes zero or one argument, the start input.
+
+Inputs, signal payloads and results cross the history as JSON: a parameter annotated with a
+pydantic model (or any type pydantic understands) is validated from the recorded JSON, and a
+returned model is dumped to JSON, so typed code and the wire stay in step.
+"""
+
+import inspect
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any, TypeVar, get_type_hints, overload
+
+from pydantic import TypeAdapter
+
+from slotflow.contracts.envelope import IDENTIFIER_PATTERN
+from slotflow.workflow.errors import WorkflowDefinitionError
+
+T = TypeVar("T")
+C = TypeVar("C", bound=type[Any])
+F = TypeVar("F", bound=Callable[..., Coroutine[Any, Any, Any]])
+
+_RUN_MARK = "__slotflow_workflow_run__"
+_SIGNAL_MARK = "__slotflow_workflow_signal__"
+_DEFINITION = "__slotflow_workflow__"
+
+
+class Converter:
+    """JSON to a typed value and back, for one annotation (`Any` passes values through)."""
+
+    __slots__ = ("_adapter",)
+
+    def __init__(self, annotation: Any) -> None:
+        self._adapter: TypeAdapter[Any] | None = (
+            None if annotation in (Any, inspect.Parameter.empty) else (TypeAdapter(annotation))
+        )
+
+    def load(self, value: Any) -> Any:
+        return value if self._adapter is None else self._adapter.validate_python(value)
+
+    def dump(self, value: Any) -> Any:
+        return to_json(value) if self._adapter is None else self._adapter.dump_python(value, mode="json")
+
+
+def to_json(value: Any) -> Any:
+    """A JSON-ready form of ``value`` (pydantic models and dataclasses dumped, the rest as given)."""
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return TypeAdapter(type(value)).dump_python(value, mode="json")
+
+
+def to_json_object(value: Any, what: str) -> dict[str, Any]:
+    """``value`` as a JSON object (history payload fields are objects); None is ``{}``."""
+    if value is None:
+        return {}
+    dumped = to_json(value)
+    if not isinstance(dumped, dict):
+        raise TypeError(
+            f"{what} must serialise to a JSON object (a dict or a model), not {type(value).__name__}"
+        )
+    return dumped
+
+
+@dataclass(frozen=True, slots=True)
+class SignalDefinition:
+    name: str
+    method: Callable[..., Any]
+    payload: Converter | None  # None: the handler takes no argument
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowDefinition:
+    """What the runtime knows about a workflow class."""
+
+    name: str
+    cls: type[Any]
+    run: Callable[..., Coroutine[Any, Any, Any]]
+    #: None when `run` takes no input.
+    input: Converter | None
+    result: Converter
+    signals: dict[str, SignalDefinition] = field(default_factory=dict)
+
+
+@overload
+def defn(cls: C, /) -> C: ...
+@overload
+def defn(*, name: str | None = None) -> Callable[[C], C]: ...
+def defn(cls: C | None = None, /, *, name: str | None = None) -> C | Callable[[C], C]:
+    """Make a class a workflow named ``name`` (default: the class name).
+
+    >>> @workflow.defn(name="orders.checkout")
+    ... class Checkout:
+    ...     @workflow.run
+    ...     async def run(self, order: Order) -> Receipt: ...
+
+    Raises:
+        WorkflowDefinitionError: no or several `@workflow.run` methods, a bad name or signature.
+    """
+
+    def decorate(target: C) -> C:
+        setattr(target, _DEFINITION, _build(target, name or target.__name__))
+        return target
+
+    return decorate if cls is None else decorate(cls)
+
+
+def run(fn: F) -> F:
+    """Mark the workflow's body: ``async def run(self[, input])``; its return is the result."""
+    if not inspect.iscoroutinefunction(fn):
+        raise WorkflowDefinitionError(f"@workflow.run {fn.__qualname__} must be an async def")
+    setattr(fn, _RUN_MARK, True)
+    return fn
+
+
+@overload
+def signal(fn: F, /) -> F: ...
+@overload
+def signal(*, name: str | None = None) -> Callable[[F], F]: ...
+def signal(fn: F | None = None, /, *, name: str | None = None) -> F | Callable[[F], F]:
+    """Mark a signal handler (sync or async), called with the payload when the signal arrives.
+
+    >>> @workflow.signal
+    ... async def address_changed(self, address: Address) -> None:
+    ...     self.address = address
+    """
+
+    def decorate(target: F) -> F:
+        setattr(target, _SIGNAL_MARK, name or target.__name__)
+        return target
+
+    return decorate if fn is None else decorate(fn)
+
+
+def definition_of(cls: type[Any]) -> WorkflowDefinition:
+    """The definition `@workflow.defn` attached to ``cls``.
+
+    Raises:
+        WorkflowDefinitionError: ``cls`` is not decorated with `@workflow.defn`.
+    """
+    found = cls.__dict__.get(_DEFINITION)
+    if not isinstance(found, WorkflowDefinition):
+        raise WorkflowDefinitionError(
+            f"{cls.__qualname__} is not a workflow: decorate it with @workflow.defn"
+        )
+    return found
+
+
+def _build(cls: type[Any], name: str) -> WorkflowDefinition:
+    import re
+
+    if re.match(IDENTIFIER_PATTERN, name) is None:
+        raise WorkflowDefinitionError(f"workflow name {name!r} does not match {IDENTIFIER_PATTERN}")
+    runs = [m for m in _methods(cls) if getattr(m, _RUN_MARK, False)]
+    if len(runs) != 1:
+        raise WorkflowDefinitionError(
+            f"workflow {cls.__qualname__} needs exactly one @workflow.run method, found {len(runs)}"
+        )
+    body = runs[0]
+    params, hints = _parameters(body)
+    if len(params) > 1:
+        raise WorkflowDefinitionError(f"{body.__qualname__} takes at most one argument, the start input")
+    signals: dict[str, SignalDefinition] = {}
+    for method in _methods(cls):
+        signal_name = getattr(method, _SIGNAL_MARK, None)
+        if signal_name is None:
+            continue
+        if re.match(IDENTIFIER_PATTERN, signal_name) is None:
+            raise WorkflowDefinitionError(f"signal name {signal_name!r} does not match {IDENTIFIER_PATTERN}")
+        if signal_name in signals:
+            raise WorkflowDefinitionError(f"workflow {name} has two handlers for signal {signal_name!r}")
+        s_params, s_hints = _parameters(method)
+        if len(s_params) > 1:
+            raise WorkflowDefinitionError(f"signal handler {method.__qualname__} takes at most one argument")
+        payload = Converter(s_hints.get(s_params[0].name, Any)) if s_params else None
+        signals[signal_name] = SignalDefinition(signal_name, method, payload)
+    return WorkflowDefinition(
+        name=name,
+        cls=cls,
+        run=body,
+        input=Converter(hints.get(params[0].name, Any)) if params else None,
+        result=Converter(hints.get("return", Any)),
+        signals=signals,
+    )
+
+
+def _methods(cls: type[Any]) -> list[Callable[..., Any]]:
+    seen: dict[str, Callable[..., Any]] = {}
+    for klass in reversed(cls.__mro__):
+        for attr, value in vars(klass).items():
+            if callable(value):
+                seen[attr] = value
+    return list(seen.values())
+
+
+def _parameters(fn: Callable[..., Any]) -> tuple[list[inspect.Parameter], dict[str, Any]]:
+    params = list(inspect.signature(fn).parameters.values())[1:]  # without self
+    try:
+        hints = get_type_hints(fn)
+    except (NameError, TypeError) as err:
+        raise WorkflowDefinitionError(f"cannot resolve the annotations of {fn.__qualname__}: {err}") from err
+    return params, hints

@@ -1,0 +1,192 @@
+"""`WorkflowRuntime.decide`: the pure step from a run's history to its next events and commands.
+
+    runtime = WorkflowRuntime(workflows=[Checkout])
+    decision = runtime.decide(history, now=database_now)
+    # append decision.events (sequences n+1, ...), then send decision.commands
+
+Pure: no I/O, no wall clock, no threads; the same history gives the same decision. `now` is read
+only when a new timer, deadline or `workflow.now()` marker is recorded, never on replay. A history
+that the code no longer matches raises `NonDeterminismError` (the caller appends
+NonDeterminismDetected and acts on nothing).
+
+With `cache_size` > 0 the runtime keeps each workflow's execution after a decide and, when the
+next history is the previous one plus the events it returned plus new inputs, advances it instead
+of replaying from the start (the decisions are the same either way; a test holds it to that).
+"""
+
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+
+from slotflow.contracts.workflows import RUN_ENDING_EVENTS, HistoryEvent, WorkflowFailed, WorkflowStarted
+from slotflow.workflow._closing import closing_commands
+from slotflow.workflow._execution import HISTORY_LIMIT_ERROR, Execution
+from slotflow.workflow._loop import install_guards
+from slotflow.workflow.commands import Decision
+from slotflow.workflow.definition import WorkflowDefinition, definition_of
+from slotflow.workflow.errors import InvalidHistory, NonDeterminismError, UnknownWorkflowType
+
+__all__ = ["Decision", "NonDeterminismError", "WorkflowRuntime"]
+
+DEFAULT_MAX_HISTORY_EVENTS = 50_000
+
+
+class WorkflowRuntime:
+    """Runs registered workflow classes against their histories.
+
+    ``max_history_events`` is the ceiling per run (default 50,000): a run that would pass it fails
+    with `HistoryLimitExceeded` (never a truncation). `info().is_continue_as_new_suggested` turns
+    true at ``suggest_continue_as_new_at`` events (default: 80% of the ceiling).
+    """
+
+    def __init__(
+        self,
+        workflows: Iterable[type[object]],
+        *,
+        max_history_events: int = DEFAULT_MAX_HISTORY_EVENTS,
+        suggest_continue_as_new_at: int | None = None,
+        cache_size: int = 0,
+    ) -> None:
+        if max_history_events < 3:
+            raise ValueError("max_history_events must leave room for a start, a decision and an end")
+        self._definitions: dict[str, WorkflowDefinition] = {}
+        for cls in workflows:
+            definition = definition_of(cls)
+            existing = self._definitions.get(definition.name)
+            if existing is not None and existing.cls is not cls:
+                raise ValueError(f"two workflow classes are named {definition.name!r}")
+            self._definitions[definition.name] = definition
+        self.max_history_events = max_history_events
+        self.suggest_continue_as_new_at = (
+            suggest_continue_as_new_at
+            if suggest_continue_as_new_at is not None
+            else max_history_events * 4 // 5
+        )
+        self._cache_size = cache_size
+        self._cache: OrderedDict[tuple[str, int], tuple[Execution, int, list[HistoryEvent]]] = OrderedDict()
+        install_guards()
+
+    @property
+    def workflow_types(self) -> list[str]:
+        return sorted(self._definitions)
+
+    def decide(self, history: Sequence[HistoryEvent], *, now: datetime) -> Decision:
+        """Replay ``history`` (its last run: from the last WorkflowStarted on) and advance the code.
+
+        Raises:
+            NonDeterminismError: the code and the history disagree (`WorkflowDeterminismError` when
+                the code used something that cannot replay, such as asyncio.sleep).
+            UnknownWorkflowType: the history's workflow type is not registered here.
+            InvalidHistory: the history breaks the contract (a gap, no start, a stray result).
+        """
+        if now.tzinfo is None:
+            raise ValueError("now must be timezone-aware (the database clock)")
+        start = run_start(history)
+        execution = self._cached(history, start)
+        if execution is None:
+            execution = Execution(
+                self._definition(history[start]),
+                history,
+                start,
+                now=now,
+                max_history_events=self.max_history_events,
+                suggest_continue_as_new_at=self.suggest_continue_as_new_at,
+            )
+        key = (execution.workflow_id, start)
+        try:
+            execution.advance(history, now)
+        except BaseException:
+            self._cache.pop(key, None)
+            execution.dispose()
+            raise
+        decision = self._decision(execution, history, start)
+        if self._cache_size > 0 and not decision.closed:
+            self._cache[key] = (execution, len(history), list(decision.events))
+            self._cache.move_to_end(key)
+            while len(self._cache) > self._cache_size:
+                _, (evicted, _, _) = self._cache.popitem(last=False)
+                evicted.dispose()
+        else:
+            self._cache.pop(key, None)
+            execution.dispose()
+        return decision
+
+    def forget(self, workflow_id: str) -> None:
+        """Drop a cached execution (its history was rewritten, or the workflow is gone)."""
+        for key in [k for k in self._cache if k[0] == workflow_id]:
+            self._cache.pop(key)[0].dispose()
+
+    def _definition(self, started: HistoryEvent) -> WorkflowDefinition:
+        assert isinstance(started, WorkflowStarted)  # noqa: S101 - run_start found it
+        definition = self._definitions.get(started.workflow_type)
+        if definition is None:
+            raise UnknownWorkflowType(
+                f"workflow {started.workflow_id!r} is a {started.workflow_type!r}, which this runtime does not "
+                f"know (registered: {', '.join(self.workflow_types) or 'none'})"
+            )
+        return definition
+
+    def _cached(self, history: Sequence[HistoryEvent], start: int) -> Execution | None:
+        entry = self._cache.pop((history[start].workflow_id, start), None)
+        if entry is None:
+            return None
+        execution, seen, produced = entry
+        end = seen + len(produced)
+        if (
+            len(history) >= end
+            and history[seen - 1] == execution.history[seen - 1]
+            and all(history[seen + i] == event for i, event in enumerate(produced))
+        ):
+            execution.history = history
+            execution.dcursor = execution._next_decision(end)
+            return execution
+        execution.dispose()
+        return None
+
+    def _decision(self, execution: Execution, history: Sequence[HistoryEvent], start: int) -> Decision:
+        events, commands = execution.new_events, execution.commands
+        closes = bool(events) and isinstance(events[-1], RUN_ENDING_EVENTS)
+        closed = execution.closed is not None
+        if closed and not events:
+            return Decision(closed=True)
+        total = len(history) - start + len(events)
+        if (closes and total > self.max_history_events) or (not closes and total >= self.max_history_events):
+            failure = WorkflowFailed(
+                workflow_id=execution.workflow_id,
+                sequence=history[-1].sequence + 1,
+                error_type=HISTORY_LIMIT_ERROR,
+                message=(
+                    f"the run reached {len(history) - start} history events and its next decision would "
+                    f"pass the limit of {self.max_history_events}; call workflow.continue_as_new() when "
+                    "workflow.info().is_continue_as_new_suggested (nothing was truncated: the run is failed)"
+                ),
+            )
+            execution.closed = failure
+            return Decision(events=[failure], commands=closing_commands(execution, failure), closed=True)
+        return Decision(events=list(events), commands=list(commands), closed=closed)
+
+
+def run_start(history: Sequence[HistoryEvent]) -> int:
+    """Index of the last run's WorkflowStarted; checks the run's sequences are gap-free.
+
+    Raises:
+        InvalidHistory: empty, no WorkflowStarted, or a gap or another workflow's event in the run.
+    """
+    if not history:
+        raise InvalidHistory("an empty history has no WorkflowStarted")
+    start = len(history) - 1
+    while start >= 0 and type(history[start]) is not WorkflowStarted:
+        start -= 1
+    if start < 0:
+        raise InvalidHistory(f"history of {history[0].workflow_id!r} has no WorkflowStarted")
+    first = history[start]
+    workflow_id, expected = first.workflow_id, first.sequence
+    for index in range(start, len(history)):
+        event = history[index]
+        if event.sequence != expected or event.workflow_id != workflow_id:
+            raise InvalidHistory(
+                f"history of {workflow_id!r}: expected sequence {expected} at position {index}, found "
+                f"{event.workflow_id!r} sequence {event.sequence} (histories are gap-free and in order)"
+            )
+        expected += 1
+    return start

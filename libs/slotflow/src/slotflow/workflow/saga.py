@@ -1,0 +1,116 @@
+"""Sagas: each forward step registers its undo in history; on failure the undos run in reverse.
+
+`add_compensation` records CompensationRegistered right after the forward step's result, so the
+list of what to undo is as durable as the steps themselves. `compensate()` runs the registered
+undos newest first, each an activity (retried by the claimers, at least once: make it idempotent
+by its run id). A crash in the middle replays: undos already done are handed back from history,
+the rest run, nothing runs twice. A cancel request that arrives while compensating waits until
+compensation ends, then raises at the next await.
+"""
+
+import asyncio
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+from slotflow.contracts.policies import RetryPolicy
+from slotflow.contracts.workflows import CompensationRegistered
+from slotflow.workflow.api import current, schedule
+from slotflow.workflow.definition import to_json_object
+from slotflow.workflow.errors import ActivityError, WorkflowError
+
+
+@dataclass(frozen=True, slots=True)
+class Compensation:
+    """One registered undo: `activity(payload)` compensates the step scheduled at `for_step`."""
+
+    for_step: int
+    activity: str
+    payload: dict[str, Any]
+    retry: RetryPolicy
+
+
+class Saga:
+    """Undo actions for the steps done so far.
+
+    >>> saga = Saga()
+    >>> auth = await workflow.execute_activity("payments.authorize", order)
+    >>> saga.add_compensation("payments.void", auth)
+    >>> try:
+    ...     await workflow.execute_activity("payments.capture", auth)
+    ... except ActivityError:
+    ...     await saga.compensate()
+    ...     raise
+
+    Or as a block that compensates on any exception (a cancel included) and re-raises:
+
+    >>> async with Saga() as saga:
+    ...     ...
+    """
+
+    def __init__(self) -> None:
+        self._pending: list[Compensation] = []
+        self.failures: list[ActivityError] = []
+        self.compensated = False
+
+    @property
+    def pending(self) -> tuple[Compensation, ...]:
+        """Registered undos not yet run, in registration order."""
+        return tuple(self._pending)
+
+    def add_compensation(self, activity: str, arg: Any = None, *, retry: RetryPolicy | None = None) -> None:
+        """Register ``activity(arg)`` as the undo of the activity this task completed last.
+
+        Raises:
+            WorkflowError: this task has not completed an activity yet.
+        """
+        execution = current()
+        task = asyncio.current_task()
+        step = execution.last_step.get(task) if task is not None else None
+        if step is None:
+            raise WorkflowError(
+                "Saga.add_compensation registers the undo of a completed step: call it right after the "
+                "`await workflow.execute_activity(...)` it undoes"
+            )
+        payload = to_json_object(arg, f"the argument of compensation {activity}")
+        policy = retry or RetryPolicy()
+        if execution.match(CompensationRegistered, (activity, step)) is None:
+            execution.record(
+                CompensationRegistered, for_step=step, activity=activity, payload=payload, retry=policy
+            )
+        self._pending.append(Compensation(step, activity, payload, policy))
+
+    async def compensate(self) -> bool:
+        """Run every pending undo, newest first; True when all succeeded.
+
+        A failing undo (out of attempts) is kept in `failures` and the rest still run.
+        """
+        execution = current()
+        execution.shield += 1
+        ok = True
+        try:
+            while self._pending:
+                undo = self._pending.pop()
+                _, future = schedule(
+                    execution, undo.activity, undo.payload, undo.retry, compensates=undo.for_step
+                )
+                try:
+                    await future
+                except ActivityError as failure:
+                    self.failures.append(failure)
+                    ok = False
+        finally:
+            execution.shield -= 1
+        execution.compensations_ran = True
+        execution.compensations_ok = execution.compensations_ok and ok
+        self.compensated = ok
+        return ok
+
+    async def __aenter__(self) -> "Saga":
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if isinstance(exc, Exception | asyncio.CancelledError):
+            await self.compensate()

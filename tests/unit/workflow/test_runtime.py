@@ -1,0 +1,241 @@
+"""The runtime on recorded histories: results handed back, decisions matched, new ones recorded."""
+
+from datetime import timedelta
+
+import pytest
+
+from slotflow.contracts.workflows import (
+    ActivityScheduled,
+    CompensationRegistered,
+    MarkerRecorded,
+    TimerStarted,
+    WorkflowCancelled,
+    WorkflowCompleted,
+    WorkflowFailed,
+)
+from slotflow.workflow.commands import CancelTimer, ScheduleActivity, StartTimer
+from slotflow.workflow.runtime import WorkflowRuntime
+from tests.unit.workflow.helpers import T0, History, types
+from tests.unit.workflow.workflows import Approval, Checkout, Deadline, Fanout, Recorded
+
+RUNTIME = WorkflowRuntime([Checkout, Approval, Deadline, Recorded, Fanout])
+
+
+def _checkout_to_capture(history: History) -> None:
+    history.decide()  # authorize at 2
+    history.complete(2, {"auth": "A1"})
+    history.decide()  # compensation at 4, reserve at 5
+    history.complete(5, {"hold": "H1"})
+    history.decide()  # compensation at 7, timer at 8
+    history.fire(8)
+    history.decide()  # capture at 10
+
+
+def test_happy_path_records_each_step_once_and_completes() -> None:
+    history = History(RUNTIME, "orders.checkout", {"order_id": 17})
+    first = history.decide()
+    assert types(first.events) == ["activity_scheduled"]
+    (command,) = first.commands
+    assert isinstance(command, ScheduleActivity)
+    assert (command.run_id, command.activity, command.payload) == (
+        "wf-1/2",
+        "payments.authorize",
+        {"order_id": 17, "amount": "10.00"},
+    )
+    assert command.retry.max_attempts == 5
+    assert command.retry.start_to_close == timedelta(seconds=30)
+    history.complete(2, {"auth": "A1"})
+    second = history.decide()
+    assert types(second.events) == ["compensation_registered", "activity_scheduled"]
+    history.complete(5, {"hold": "H1"})
+    third = history.decide()
+    assert types(third.events) == ["compensation_registered", "timer_started"]
+    timer = third.events[1]
+    assert isinstance(timer, TimerStarted)
+    assert timer.fire_at == T0 + timedelta(hours=24)
+    assert third.commands == [StartTimer("wf-1", 8, "wf-1/timer/8", T0 + timedelta(hours=24))]
+    history.fire(8)
+    fourth = history.decide()
+    capture = fourth.events[0]
+    assert isinstance(capture, ActivityScheduled)
+    assert capture.retry.non_retryable == ("CardDeclined",)
+    history.complete(10, {"id": "C9"})
+    last = history.decide()
+    assert last.closed
+    assert last.commands == []
+    (done,) = last.events
+    assert isinstance(done, WorkflowCompleted)
+    assert done.result == {"order_id": 17, "capture": "C9"}
+    # Replaying the finished history decides nothing more.
+    assert RUNTIME.decide(history.events, now=T0).events == []
+
+
+def test_retries_are_one_result_and_replay_hands_back_recorded_results() -> None:
+    history = History(RUNTIME, "orders.checkout", {"order_id": 1})
+    history.decide()
+    # The claimer retried the authorization three times: history holds only its one outcome.
+    history.complete(2, {"auth": "A1"})
+    replayed = RUNTIME.decide(history.events, now=T0)
+    again = RUNTIME.decide(history.events, now=T0 + timedelta(days=9))
+    assert replayed == again  # pure: the same history gives the same decision; `now` only for new timers
+    assert [c.activity for c in replayed.commands if isinstance(c, ScheduleActivity)] == ["inventory.reserve"]
+
+
+def test_a_permanent_failure_compensates_in_reverse_order() -> None:
+    history = History(RUNTIME, "orders.checkout", {"order_id": 1})
+    _checkout_to_capture(history)
+    history.fail(10, "CardDeclined")
+    release = history.decide()
+    assert [(e.activity, e.compensates) for e in release.events] == [("inventory.release", 5)]  # type: ignore[attr-defined]
+    history.complete(12)
+    void = history.decide()
+    assert [(e.activity, e.compensates) for e in void.events] == [("payments.void", 2)]  # type: ignore[attr-defined]
+    history.complete(14)
+    end = history.decide()
+    (failed,) = end.events
+    assert isinstance(failed, WorkflowFailed)
+    assert (failed.error_type, failed.compensated) == ("CardDeclined", True)
+
+
+def test_a_crash_mid_compensation_resumes_without_running_anything_twice() -> None:
+    history = History(RUNTIME, "orders.checkout", {"order_id": 1})
+    _checkout_to_capture(history)
+    history.fail(10, "CardDeclined")
+    history.decide()
+    history.complete(12)  # release done; the orchestrator crashes before deciding again
+    fresh = WorkflowRuntime([Checkout])  # a new process, nothing cached
+    resumed = fresh.decide(history.events, now=T0)
+    scheduled = [c for c in resumed.commands if isinstance(c, ScheduleActivity)]
+    assert [(c.activity, c.compensates) for c in scheduled] == [("payments.void", 2)]
+
+
+def test_cancel_raises_at_the_await_and_the_code_compensates() -> None:
+    history = History(RUNTIME, "orders.checkout", {"order_id": 1})
+    history.decide()
+    history.complete(2, {"auth": "A1"})
+    history.decide()
+    history.complete(5, {"hold": "H1"})
+    history.decide()  # sleeping on the timer at 8
+    history.cancel()
+    cancelled = history.decide()
+    assert types(cancelled.events) == ["timer_cancelled", "activity_scheduled"]
+    assert cancelled.commands[0] == CancelTimer("wf-1", "wf-1/timer/8", 8)
+    history.complete(11)
+    history.decide()
+    history.complete(13)
+    end = history.decide()
+    (event,) = end.events
+    assert isinstance(event, WorkflowCancelled)
+    assert event.compensated
+    assert event.reason == "customer cancelled"
+    # A late firing of the cancelled timer changes nothing on replay.
+    assert RUNTIME.decide(history.events, now=T0).events == []
+
+
+def test_signals_before_and_after_the_code_waits() -> None:
+    early = History(RUNTIME, "signals.approval")
+    early.signal("note", {"text": "early"})  # arrives before the code waits for it: buffered
+    assert early.decide().events == []
+    early.signal("approve", {"who": "ann"})
+    (done,) = early.decide().events
+    assert done.result == {"by": "ann", "note": {"text": "early"}}  # type: ignore[attr-defined]
+
+    late = History(RUNTIME, "signals.approval")
+    assert late.decide().events == []
+    late.signal("approve", {"who": "bob"})
+    assert late.decide().events == []  # now waiting for the note
+    late.signal("note", {"text": "late"})
+    (done,) = late.decide().events
+    assert done.result == {"by": "bob", "note": {"text": "late"}}  # type: ignore[attr-defined]
+
+
+def test_batched_inputs_decide_as_one_at_a_time() -> None:
+    one = History(RUNTIME, "signals.approval")
+    one.decide()
+    one.signal("approve", {"who": "ann"})
+    one.decide()
+    one.signal("note", {"text": "x"})
+    one.decide()
+    both = History(RUNTIME, "signals.approval")
+    both.decide()
+    both.signal("approve", {"who": "ann"})
+    both.signal("note", {"text": "x"})
+    both.decide()
+    assert one.events == both.events
+
+
+def test_wait_condition_timeout_fires_or_is_cancelled() -> None:
+    slow = History(RUNTIME, "timers.deadline")
+    (timer,) = slow.decide().events
+    slow.fire(timer.sequence)
+    (done,) = slow.decide().events
+    assert done.result == "timed out"  # type: ignore[attr-defined]
+
+    quick = History(RUNTIME, "timers.deadline")
+    quick.decide()
+    quick.signal("finish")
+    decision = quick.decide()
+    assert types(decision.events) == ["timer_cancelled", "completed"]
+    assert decision.events[1].result == "done"  # type: ignore[attr-defined]
+
+
+def test_now_random_and_uuid_are_recorded_once_and_replayed() -> None:
+    history = History(RUNTIME, "values.recorded")
+    decision = history.decide()
+    markers = [e for e in decision.events if isinstance(e, MarkerRecorded)]
+    assert [m.kind for m in markers] == ["now", "random", "uuid"]
+    assert markers[0].value == T0.isoformat()
+    result = decision.events[-1].result  # type: ignore[attr-defined]
+    assert result["at"] == T0.isoformat()
+    assert 0 <= result["random"] < 1
+    assert result["length"] == 4
+    # The history ends in the completion: replaying it later (another clock) finds the same values.
+    assert RUNTIME.decide(history.events, now=T0 + timedelta(days=1)).events == []
+    assert RUNTIME.decide(history.events[:1], now=T0).events == decision.events
+
+
+def test_gather_runs_activities_concurrently() -> None:
+    history = History(RUNTIME, "parallel.fanout", {"items": [1, 2, 3]})
+    scheduled = history.decide()
+    assert [e.sequence for e in scheduled.events] == [2, 3, 4]
+    history.complete(4, 30)
+    history.complete(2, 10)
+    assert history.decide().events == []
+    history.complete(3, 20)
+    (done,) = history.decide().events
+    assert done.result == [10, 20, 30]  # type: ignore[attr-defined]
+
+
+def test_compensation_registered_names_the_forward_step() -> None:
+    history = History(RUNTIME, "orders.checkout", {"order_id": 1})
+    history.decide()
+    history.complete(2, {"auth": "A1"})
+    registered = history.decide().events[0]
+    assert isinstance(registered, CompensationRegistered)
+    assert (registered.for_step, registered.activity, registered.payload) == (
+        2,
+        "payments.void",
+        {"auth": "A1"},
+    )
+
+
+@pytest.mark.parametrize("cache_size", [0, 8])
+def test_cached_executions_decide_exactly_like_fresh_replays(cache_size: int) -> None:
+    cached = WorkflowRuntime([Checkout], cache_size=cache_size)
+    history = History(cached, "orders.checkout", {"order_id": 3})
+    fresh = WorkflowRuntime([Checkout])
+    outcomes = [history.decide()]
+    for step in (
+        lambda: history.complete(2, {"auth": "A"}),
+        lambda: history.complete(5, {"hold": "H"}),
+        lambda: history.fire(8),
+        lambda: history.fail(10, "CardDeclined"),
+        lambda: history.complete(12),
+        lambda: history.complete(14),
+    ):
+        step()
+        expected = fresh.decide(history.events, now=history.now)
+        got = history.decide()
+        assert got == expected
+        outcomes.append(got)
+    assert outcomes[-1].closed
