@@ -69,6 +69,23 @@ async def _step() -> int:
     return 1
 
 
+async def _gather() -> None:
+    await asyncio.gather(_step(), _step())
+
+
+async def _task_group() -> None:
+    async with asyncio.TaskGroup() as group:
+        group.create_task(_step())
+
+
+async def _event() -> None:
+    await asyncio.Event().wait()
+
+
+async def _queue() -> None:
+    await asyncio.Queue[int]().get()
+
+
 TRAPS: list[tuple[Callable[[], Awaitable[None]], str, str]] = [
     (_sleep, "asyncio.sleep", "workflow.sleep()"),
     (_sleep0, "asyncio.sleep(0)", "workflow.sleep()"),
@@ -77,6 +94,10 @@ TRAPS: list[tuple[Callable[[], Awaitable[None]], str, str]] = [
     (_ensure_future, "asyncio.ensure_future", "workflow.create_task()"),
     (_to_thread, "asyncio.to_thread", "activity"),
     (_foreign_future, "of another event loop", "workflow.create_task()"),
+    (_gather, "asyncio.gather", "workflow.gather()"),
+    (_task_group, "asyncio.TaskGroup.create_task", "workflow.create_task()"),
+    (_event, "asyncio.Event.wait", "workflow.wait_condition()"),
+    (_queue, "asyncio.Queue.get", "workflow.wait_condition()"),
     (_thread, "threading.Thread.start", "activity"),
     (_socket, "socket.socket", "activity"),
     (_connect, "asyncio.open_connection", "activity"),
@@ -122,32 +143,20 @@ def test_catching_the_guard_error_does_not_hide_it(
         History(_runtime_for(trap, swallow=True), "trap").decide()
 
 
-def test_clock_free_asyncio_works_in_workflow_code() -> None:
-    @workflow.defn(name="asyncio.ok")
+def test_workflow_tasks_and_gather_run_on_the_workflow_loop() -> None:
+    @workflow.defn(name="tasks.ok")
     class Fine:
         @workflow.run
         async def run(self) -> list[Any]:
-            event = asyncio.Event()
-            queue: asyncio.Queue[int] = asyncio.Queue()
-
-            async def produce() -> int:
-                await queue.put(41)
-                event.set()
-                return 1
-
-            first, second = await asyncio.gather(produce(), workflow.execute_activity("a.one"))
-            await event.wait()
-            async with asyncio.TaskGroup() as group:
-                grouped = group.create_task(_step())
-            first += grouped.result() - 1
+            first, second = await workflow.gather(_step(), workflow.execute_activity("a.one"))
             task = workflow.create_task(_step())
-            return [first, second, await queue.get() + await task]
+            return [first, second, await task]
 
-    history = History(WorkflowRuntime([Fine]), "asyncio.ok")
+    history = History(WorkflowRuntime([Fine]), "tasks.ok")
     history.decide()
     history.complete(2, "one")
     (done,) = history.decide().events
-    assert done.result == [1, "one", 42]  # type: ignore[attr-defined]
+    assert done.result == [1, "one", 1]  # type: ignore[attr-defined]
 
 
 def test_the_guards_pass_calls_through_outside_workflow_code() -> None:

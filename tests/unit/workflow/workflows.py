@@ -96,4 +96,4 @@ class Fanout:
     @workflow.run
     async def run(self, items: dict[str, list[int]]) -> list[object]:
         calls = [workflow.execute_activity("items.price", {"item": i}) for i in items["items"]]
-        return await asyncio.gather(*calls)
+        return await workflow.gather(*calls)

@@ -3,8 +3,8 @@
 `PostgresPayloadStore` is the PostgreSQL side of the workflow SDK's `PayloadStore` protocol: `put`
 returns `"sha256:<hex>"` of the bytes and is idempotent (the same bytes are one row however often
 and however concurrently they are put); `get` hands back exactly those bytes or raises
-`PayloadNotFound`. The table comes from the `PAYLOADS` migration source (`pg/sql/payloads/`), which
-the owning service applies with its other migrations.
+`PayloadNotFound` (slotflow.workflow.payloads). The table comes from the `PAYLOADS` migration
+source (`pg/sql/payloads/`), which the owning service applies with its other migrations.
 
 `put_payload` and `get_payload` take a connection and run inside the caller's transaction, so a
 payload can commit with the history event that references it.
@@ -13,16 +13,13 @@ payload can commit with the history event that references it.
 import hashlib
 import re
 
-from slotflow.errors import ConfigurationError, SlotflowError, TransientStorageError
+from slotflow.errors import ConfigurationError, TransientStorageError
 from slotflow.pg.pool import CONNECTION_ERRORS, Conn, Pool
+from slotflow.workflow.payloads import PayloadNotFound
 
 PREFIX = "sha256:"
 _REF = re.compile(r"^sha256:[0-9a-f]{64}$")
 _SCHEMA = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
-
-
-class PayloadNotFound(SlotflowError):
-    """No payload is stored under this reference."""
 
 
 def payload_ref(data: bytes) -> str:

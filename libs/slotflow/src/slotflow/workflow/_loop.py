@@ -3,21 +3,23 @@
 Each execution has its own `Loop`, an asyncio event loop that the runtime steps by hand: it runs
 ready callbacks in FIFO order, then checks `wait_condition` predicates in the order they were made,
 until nothing can move, and returns. It has no clock and no I/O, so the same inputs always run the
-same callbacks in the same order. Because it is an asyncio loop, asyncio's clock-free machinery
-works in workflow code and stays deterministic: `asyncio.gather`, `wait`, `as_completed`,
-`shield`, `Event`, `Lock`, `Queue`, `TaskGroup`, and cancellation with `asyncio.CancelledError`.
+same callbacks in the same order. Tasks are asyncio tasks on this loop (so cancellation is
+`asyncio.CancelledError` at the current await, as everywhere in asyncio), but workflow code makes
+them only through the runtime: `workflow.create_task`, `workflow.gather`.
 
-Everything that would reach outside is refused with `WorkflowDeterminismError` and a message naming
-what to use instead: anything that needs the loop's clock (`asyncio.sleep` with a delay,
-`wait_for` / `timeout` deadlines, `call_later`), executors and threads (`to_thread`), sockets and
-subprocesses, a bare `yield` (`asyncio.sleep(0)`), an await on a future of another loop, and
-`asyncio.create_task` / `ensure_future` called by hand (use `workflow.create_task`, which says
-what it means). Threads, sockets and `time.sleep` are refused by small wrappers installed once
-(`install_guards`); outside workflow code the wrappers only pass calls through.
+Everything else of asyncio is refused with `WorkflowDeterminismError` and a message naming what to
+use instead: the loop's clock (`asyncio.sleep`, `wait_for` / `timeout` deadlines, `call_later`,
+`loop.time()`), executors and threads (`to_thread`), sockets and subprocesses, a bare `yield`
+(`asyncio.sleep(0)`), an await on a future of another loop, and asyncio's own tasks, combinators and
+primitives (`create_task`, `gather`, `wait`, `shield`, `TaskGroup`, `Event`, `Lock`, `Queue`): one
+spelling for each thing, the one `slotflow workflow check` accepts. Threads, sockets and
+`time.sleep` are refused by small wrappers installed once (`install_guards`); outside workflow code
+the wrappers only pass calls through.
 """
 
 import asyncio
 import contextvars
+import inspect
 import os
 import socket
 import sys
@@ -71,11 +73,22 @@ def _asyncio_caller(frame: FrameType | None) -> str:
     return _outermost_asyncio(frame)[1]
 
 
+def _close_handed_over(frame: FrameType | None) -> None:
+    """Close the coroutines a refused asyncio call was handed (`gather(a(), b())`), so the refusal
+    is the only error and no "coroutine was never awaited" warning follows it."""
+    while frame is not None and frame.f_code.co_filename.startswith(_ASYNCIO_DIR):
+        for value in list(frame.f_locals.values()):
+            for item in value if isinstance(value, tuple | list) else (value,):
+                if isinstance(item, Coroutine) and inspect.getcoroutinestate(item) == inspect.CORO_CREATED:
+                    item.close()
+        frame = frame.f_back
+
+
 def _outermost_asyncio(frame: FrameType | None) -> tuple[str, str]:
     """(file name, `asyncio.<function>`) of the asyncio call workflow code made, or ('', '')."""
     found = ("", "")
     while frame is not None and frame.f_code.co_filename.startswith(_ASYNCIO_DIR):
-        found = (os.path.basename(frame.f_code.co_filename), f"asyncio.{frame.f_code.co_name}")
+        found = (os.path.basename(frame.f_code.co_filename), f"asyncio.{frame.f_code.co_qualname}")
         frame = frame.f_back
     return found
 
@@ -87,9 +100,13 @@ _INSTEAD = {
     "asyncio.wait": "asyncio timeouts read the host clock; use workflow.wait_condition(fn, timeout=)",
     "asyncio.timeout": "asyncio timeouts read the host clock; use workflow.wait_condition(fn, timeout=)",
     "asyncio.to_thread": "threads are not replayable; put blocking work in an activity",
-    "asyncio.create_task": "use workflow.create_task() (it runs on the workflow's own loop)",
-    "asyncio.ensure_future": "use workflow.create_task() (it runs on the workflow's own loop)",
 }
+TASKS = (
+    "asyncio tasks and combinators are not the workflow's; use workflow.create_task() or workflow.gather()"
+)
+PRIMITIVES = (
+    "asyncio events, locks and queues wait outside the workflow's order; use workflow.wait_condition()"
+)
 _BY_METHOD = {
     "call_later": "asyncio timers read the host clock; use workflow.sleep()",
     "call_at": "asyncio timers read the host clock; use workflow.sleep()",
@@ -97,6 +114,16 @@ _BY_METHOD = {
     "run_in_executor": "threads are not replayable; put blocking work in an activity",
 }
 IO = "I/O belongs in an activity; workflow code only decides"
+_PRIMITIVE_MODULES = frozenset({"locks.py", "queues.py"})
+_IO_MODULES = frozenset({"streams.py", "subprocess.py", "base_events.py", "selector_events.py"})
+
+
+def _for_module(module: str, used: str) -> str:
+    if module in _PRIMITIVE_MODULES:
+        return PRIMITIVES
+    if module in _IO_MODULES:
+        return IO
+    return _INSTEAD.get(used) or TASKS
 
 
 def _refusing(name: str) -> Callable[..., Any]:
@@ -149,6 +176,10 @@ class Loop(_Refusing):
         return handle
 
     def create_future(self) -> "asyncio.Future[Any]":
+        module, used = _outermost_asyncio(sys._getframe(1))
+        if module:
+            _close_handed_over(sys._getframe(1))
+            raise _refuse(used, _for_module(module, used))
         return asyncio.Future(loop=self)
 
     def create_task(  # type: ignore[override]
@@ -159,9 +190,10 @@ class Loop(_Refusing):
         context: contextvars.Context | None = None,
     ) -> "asyncio.Task[Any]":
         module, used = _outermost_asyncio(sys._getframe(1))
-        if module == "tasks.py" and used in ("asyncio.create_task", "asyncio.ensure_future"):
+        if module:
             coro.close()
-            raise _refuse(used, _INSTEAD[used])
+            _close_handed_over(sys._getframe(1))
+            raise _refuse(used, TASKS)
         return self.spawn(coro, name or "task", context)
 
     def spawn(

@@ -355,15 +355,17 @@ def create_task(coro: Coroutine[Any, Any, T], *, name: str = "task") -> "asyncio
 
 
 async def gather(*aws: Awaitable[Any]) -> list[Any]:
-    """Await several activities, timers or tasks concurrently; results in argument order.
+    """Run several coroutines (activities, timers, child workflows) at once; results in argument order.
 
-    The same as `asyncio.gather` over them (which works in workflow code too).
+    The first failure, in argument order, is raised once the ones before it finished; the others
+    keep running (as with `asyncio.gather`, which workflow code does not use).
 
     >>> stock, price = await workflow.gather(workflow.execute_activity("stock.check", item),
     ...                                      workflow.execute_activity("prices.quote", item))
     """
-    current()
-    return list(await asyncio.gather(*aws))
+    loop = current().loop
+    tasks = [loop.spawn(aw, "gather") if isinstance(aw, Coroutine) else aw for aw in aws]
+    return [await task for task in tasks]
 
 
 # -- versioning and run control ------------------------------------------------------------------
