@@ -261,7 +261,7 @@ async def test_queries_print_tables_or_json(
     assert by_sequence[10]["hands_back"] == 'payload {"zip":"10115"}'
     assert by_sequence[11]["hands_back"] == "raises NoCarrier: no carrier serves 10115"
     assert by_sequence[15]["hands_back"].startswith("nothing yet")
-    assert "workflow SDK of the orchestrator" in replay.err
+    assert "add --module MODULE to replay it against workflow code" in replay.err
     assert len(_ok(dlq).out.splitlines()) == 3
     assert "card declined by issuer" in _ok(letter).out
     assert audit.code == 1, audit

@@ -7,11 +7,14 @@ import os
 import asyncpg
 import pytest
 
+from slotflow.contracts import ActivityCompleted
+from slotflow.contracts.workflows import is_payload_ref
 from slotflow.errors import ConfigurationError, SlotflowError
 from slotflow.pg.migrations import PAYLOADS, apply_migrations
 from slotflow.pg.payloads import PayloadNotFound, PostgresPayloadStore, get_payload, put_payload
 from slotflow.pg.pool import Pool
 from slotflow.testing import assert_eventually
+from slotflow.workflow.payloads import PayloadStore, offload_payloads, resolve_payloads
 
 SCHEMA = "payloads_test"
 FIVE_MB = 5 * 1024 * 1024
@@ -128,3 +131,20 @@ async def test_an_empty_payload_is_a_payload(store: PostgresPayloadStore) -> Non
 def test_a_bad_schema_name_is_refused(pg_pool: Pool) -> None:
     with pytest.raises(ConfigurationError, match="invalid schema name"):
         PostgresPayloadStore(pg_pool, schema="x; DROP TABLE y")
+
+
+async def test_a_5_mb_activity_result_travels_by_reference_through_the_store(
+    store: PostgresPayloadStore, pg_pool: Pool
+) -> None:
+    # The SDK's helpers around the decision step, with this store as their PayloadStore.
+    as_protocol: PayloadStore = store
+    result = {"report": "x" * FIVE_MB}
+    completed = ActivityCompleted(workflow_id="order-1", sequence=3, scheduled_sequence=2, result=result)
+
+    (offloaded,) = await offload_payloads([completed], as_protocol)
+    (resolved,) = await resolve_payloads([offloaded], as_protocol)
+
+    assert is_payload_ref(offloaded.result)
+    assert len(offloaded.model_dump_json()) < 200  # the event on the topic is small
+    assert resolved == completed
+    assert await rows(pg_pool) == 1

@@ -350,7 +350,7 @@ def _api(history: list[dict[str, Any]]) -> Responder:
     return answer
 
 
-def test_replay_flags_an_open_non_determinism_and_says_code_was_not_checked() -> None:
+def test_replay_without_modules_flags_an_open_non_determinism_and_says_code_was_not_checked() -> None:
     diverged = NonDeterminismDetected(
         workflow_id="w1",
         sequence=9,
@@ -365,7 +365,7 @@ def test_replay_flags_an_open_non_determinism_and_says_code_was_not_checked() ->
         "non-determinism (#9): at #6: expected activity shipping.book, got activity shipping.fast (OPEN"
         in out
     )
-    assert "workflow SDK of the orchestrator issue" in err
+    assert "add --module MODULE to replay it against workflow code" in err
     assert "is stopped: its replay diverged at #6" in err
     # Something recorded after it: the workflow moved on, the divergence is history.
     later = ActivityCompleted(workflow_id="w1", sequence=10, scheduled_sequence=8)

@@ -431,16 +431,44 @@ def _replay(groups: Any) -> None:
     replay = _leaf(
         groups,
         "replay",
-        "slotflow.cli.workflows:replay",
-        "the decisions a replay of a workflow's typed history hands back",
-        "List, from a workflow's typed history (read from the API), each decision a replay hands\n"
-        "back to the workflow code: activity results and errors by sequence, timer firings,\n"
-        "signals, registered compensations, the end. An open NonDeterminismDetected (the\n"
-        "workflow is stopped) is flagged and exits 1.\n"
-        "It does not check workflow code against the history: that needs the workflow SDK of the\n"
-        "orchestrator issue, which is not built yet.",
+        "slotflow.cli.replaying:replay",
+        "replay recorded workflow histories against the current code (exit 1 on a mismatch)",
+        "Replay recorded histories against the workflow classes of the modules named with --module\n"
+        "(imported like a claimer imports its handler modules), exactly as the orchestrator replays\n"
+        "them after a crash, acting on nothing. Each history is first checked (gap-free from #1,\n"
+        "nothing after the end); each of its runs is then replayed. The first mismatch prints its\n"
+        "diff (sequence, what the history recorded, what the code did) and exits 1: deploying that\n"
+        "code would stop the workflow.\n"
+        "Histories: a JSON file (envelopes or `workflow history --json` output, a list, or JSON\n"
+        "lines), the workflow-history topic (SLOTFLOW_KAFKA_*; --type / --workflow-id filter), or\n"
+        "one WORKFLOW_ID from the read-model API.\n"
+        "Without --module, `replay WORKFLOW_ID` lists what a replay hands back to the code, decision\n"
+        "by decision, and exits 1 on an open NonDeterminismDetected (the workflow is stopped).",
     )
-    replay.add_argument("workflow_id", metavar="WORKFLOW_ID")
+    replay.add_argument(
+        "workflow_id", nargs="?", metavar="WORKFLOW_ID", help="this workflow's history, from the API"
+    )
+    source = replay.add_argument_group("where the histories come from (exactly one)")
+    source.add_argument(
+        "--file", metavar="PATH", help="a JSON (or JSON lines) file of history events; - is stdin"
+    )
+    source.add_argument(
+        "--topic", action="store_true", help="the workflow-history topic, read to its current end"
+    )
+    pick = replay.add_argument_group("which histories (repeatable; default all)")
+    pick.add_argument(
+        "--type", dest="workflow_types", action="append", metavar="TYPE", help="of this workflow type"
+    )
+    pick.add_argument(
+        "--workflow-id", dest="workflow_ids", action="append", metavar="ID", help="this workflow"
+    )
+    replay.add_argument(
+        "--module",
+        dest="modules",
+        action="append",
+        metavar="MODULE",
+        help="import the workflow classes from this module or package (repeatable, or comma-separated)",
+    )
 
 
 def _stack(groups: Any) -> None:

@@ -25,11 +25,8 @@ MAX_LIMIT = 500
 _PREFIX = "workflow."
 #: History events that answer an earlier decision (by its sequence).
 _OUTCOMES = ("workflow.activity_completed", "workflow.activity_failed", "workflow.timer_fired")
-#: Said by `replay` every time: this is what the history holds, not a check of any code.
-CODE_NOT_CHECKED = (
-    "replay from recorded history only: checking workflow code against this history needs the "
-    "workflow SDK of the orchestrator issue, which is not built yet"
-)
+#: Said by `replay` without --module: this is what the history holds, not a check of any code.
+CODE_NOT_CHECKED = "replay from recorded history only: add --module MODULE to replay it against workflow code"
 
 
 class NonDeterminismOpen(CliError):

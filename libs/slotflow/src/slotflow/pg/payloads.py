@@ -1,30 +1,26 @@
 """Large workflow payloads in PostgreSQL, stored once by content and read back by reference.
 
-`PostgresPayloadStore` is the PostgreSQL side of the workflow SDK's `PayloadStore` protocol: `put`
-returns `"sha256:<hex>"` of the bytes and is idempotent (the same bytes are one row however often
-and however concurrently they are put); `get` hands back exactly those bytes or raises
-`PayloadNotFound` (slotflow.workflow.payloads). The table comes from the `PAYLOADS` migration
+`PostgresPayloadStore` is the PostgreSQL side of the workflow SDK's `PayloadStore` protocol
+(`slotflow.workflow.payloads`, whose `offload_payloads` / `resolve_payloads` the orchestrator calls
+around the decision step): `put` returns `"sha256:<hex>"` of the bytes and is idempotent (the same
+bytes are one row however often and however concurrently they are put); `get` hands back exactly
+those bytes or raises `PayloadNotFound`. The table comes from the `PAYLOADS` migration
 source (`pg/sql/payloads/`), which the owning service applies with its other migrations.
 
 `put_payload` and `get_payload` take a connection and run inside the caller's transaction, so a
 payload can commit with the history event that references it.
 """
 
-import hashlib
 import re
 
 from slotflow.errors import ConfigurationError, TransientStorageError
 from slotflow.pg.pool import CONNECTION_ERRORS, Conn, Pool
-from slotflow.workflow.payloads import PayloadNotFound
+from slotflow.workflow.payloads import PayloadNotFound, content_ref
 
-PREFIX = "sha256:"
+__all__ = ["PayloadNotFound", "PostgresPayloadStore", "get_payload", "put_payload"]
+
 _REF = re.compile(r"^sha256:[0-9a-f]{64}$")
 _SCHEMA = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
-
-
-def payload_ref(data: bytes) -> str:
-    """The content address of ``data``: `"sha256:<64 lowercase hex digits>"`."""
-    return PREFIX + hashlib.sha256(data).hexdigest()
 
 
 def _checked_ref(ref: str) -> str:
@@ -35,7 +31,7 @@ def _checked_ref(ref: str) -> str:
 
 async def put_payload(conn: Conn, *, schema: str, data: bytes) -> str:
     """Store ``data`` in the caller's transaction (once: an existing row is kept); returns its ref."""
-    ref = payload_ref(data)
+    ref = content_ref(data)
     # A concurrent put of the same bytes waits on the primary key, then does nothing: no error.
     await conn.execute(
         f"INSERT INTO {schema}.payloads (ref, data, size) VALUES ($1, $2, $3) ON CONFLICT (ref) DO NOTHING",

@@ -1,0 +1,101 @@
+"""Read a whole topic once, from its first record to the end it had when the read began.
+
+For tools (`slotflow replay` reading the workflow-history topic): no consumer group, nothing
+committed, every partition assigned by hand. Committed records only (read_committed), so an
+aborted transaction's records are never replayed as history.
+"""
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer
+from aiokafka.errors import KafkaError
+from aiokafka.structs import TopicPartition
+
+from slotflow.errors import SlotflowError, TransientStorageError
+from slotflow.kafka.records import Record
+from slotflow.settings import KafkaSettings
+
+
+class TopicNotFound(SlotflowError):
+    """The topic does not exist on the broker (a wrong name or namespace)."""
+
+
+async def read_to_end(
+    settings: KafkaSettings,
+    topic: str,
+    *,
+    keep: Callable[[Record], bool] | None = None,
+    idle_timeout: float = 10.0,
+    client_id: str = "reader",
+) -> list[Record]:
+    """Every record of ``topic`` (that ``keep`` accepts), partition by partition in offset order.
+
+    Stops at the end offsets read when it started, so a topic still being written is read to a
+    fixed point. ``idle_timeout`` bounds a wait in which no partition advances.
+
+    Raises:
+        TopicNotFound: the broker has no such topic.
+        TransientStorageError: Kafka was unreachable or stopped answering.
+    """
+    consumer: Any = AIOKafkaConsumer(
+        bootstrap_servers=settings.bootstrap,
+        client_id=f"{settings.client_id_prefix}-{client_id}",
+        group_id=None,
+        enable_auto_commit=False,
+        isolation_level="read_committed",
+        max_partition_fetch_bytes=settings.max_message_bytes * 4,
+    )
+    try:
+        await consumer.start()
+    except KafkaError as err:
+        await consumer.stop()
+        raise TransientStorageError(f"cannot reach Kafka at {settings.bootstrap}: {err}") from err
+    try:
+        return await _read(consumer, topic, keep, idle_timeout)
+    except KafkaError as err:
+        raise TransientStorageError(f"reading {topic} failed: {err}") from err
+    finally:
+        await consumer.stop()
+
+
+async def _read(
+    consumer: Any, topic: str, keep: Callable[[Record], bool] | None, idle_timeout: float
+) -> list[Record]:
+    # consumer.topics() hands back a fresh metadata snapshot without keeping it; ask for one directly.
+    cluster = await consumer._client.fetch_all_metadata()
+    numbers = cluster.partitions_for_topic(topic)
+    if not numbers:
+        raise TopicNotFound(f"topic {topic} does not exist on the broker")
+    partitions = [TopicPartition(topic, p) for p in sorted(numbers)]
+    consumer.assign(partitions)
+    await consumer.seek_to_beginning(*partitions)
+    # Under read_committed these are the last stable offsets: an open transaction is not waited for.
+    ends: dict[Any, int] = {
+        tp: int(offset) for tp, offset in (await consumer.end_offsets(partitions)).items()
+    }
+    by_partition: dict[int, list[Record]] = {tp.partition: [] for tp in partitions}
+    positions: dict[Any, int] = {}
+    last_progress = time.monotonic()
+    while True:
+        now = {tp: int(await consumer.position(tp)) for tp in partitions}
+        if now != positions:
+            # Progress is the position moving, not records arriving: transaction markers move it too.
+            positions, last_progress = now, time.monotonic()
+        pending = [tp for tp in partitions if positions[tp] < ends[tp]]
+        if not pending:
+            break
+        if time.monotonic() - last_progress > idle_timeout:
+            left = {tp.partition: ends[tp] - positions[tp] for tp in pending}
+            raise TransientStorageError(
+                f"reading {topic}: no progress for {idle_timeout:g}s with records left per partition {left}"
+            )
+        batches = await consumer.getmany(*pending, timeout_ms=200)
+        for tp, raw in batches.items():
+            for item in raw:
+                if item.offset < ends[tp]:
+                    record = Record.from_aiokafka(item)
+                    if keep is None or keep(record):
+                        by_partition[tp.partition].append(record)
+    return [record for partition in sorted(by_partition) for record in by_partition[partition]]
