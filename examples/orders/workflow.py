@@ -1,0 +1,43 @@
+"""The order saga: authorize, reserve, wait 24 hours, capture; on a failed capture, undo in reverse.
+
+Workflow code only decides; every effect is an activity (orders.activities). It passes
+`slotflow workflow check orders` (no host clock, randomness or I/O in here).
+"""
+
+from datetime import timedelta
+
+from orders.models import Authorization, Order, Receipt, Reservation
+from slotflow import workflow
+from slotflow.workflow import ActivityError, RetryPolicy, Saga
+
+#: Between authorization and capture: the fraud-review window of the seed's scenario.
+HOLD = timedelta(hours=24)
+STEP_RETRY = RetryPolicy(max_attempts=5, start_to_close=timedelta(seconds=30))
+
+
+@workflow.defn(name="orders.checkout")
+class Checkout:
+    @workflow.run
+    async def run(self, order: Order) -> Receipt:
+        saga = Saga()
+        try:
+            auth = await workflow.execute_activity(
+                "payments.authorize", order, result_type=Authorization, retry=STEP_RETRY
+            )
+            saga.add_compensation("payments.void", auth)
+            reservation = await workflow.execute_activity(
+                "inventory.reserve", order, result_type=Reservation, retry=STEP_RETRY
+            )
+            saga.add_compensation("inventory.release", reservation)
+            await workflow.sleep(HOLD)
+            return await workflow.execute_activity(
+                "payments.capture",
+                auth,
+                result_type=Receipt,
+                retry=STEP_RETRY,
+                non_retryable=["CaptureDeclined"],
+            )
+        except ActivityError:
+            # Newest first: the stock goes back before the authorization is voided.
+            await saga.compensate()
+            raise
