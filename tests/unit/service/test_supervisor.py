@@ -6,7 +6,7 @@ import time
 import pytest
 
 from slotflow.errors import SlotflowError
-from slotflow.service import Loop, Supervisor, SupervisorError, sleep_or_stop
+from slotflow.service import Loop, Supervisor, SupervisorError, periodic, sleep_or_stop
 
 
 class Boom(SlotflowError):
@@ -152,3 +152,19 @@ async def test_sleep_or_stop_returns_early_on_stop_or_wake() -> None:
     assert await sleep_or_stop(stop, 30) is True
     assert await sleep_or_stop(stop, 30, wake=wake) is True
     assert time.monotonic() - started < 5
+
+
+async def test_periodic_outlives_an_outage_and_stops_on_stop() -> None:
+    calls = 0
+    stop = asyncio.Event()
+
+    async def job() -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise ConnectionError("database away")
+        if calls == 3:
+            stop.set()
+
+    await asyncio.wait_for(periodic(0.001, job, outages=(ConnectionError,), what="job")(stop), 2)
+    assert calls == 3

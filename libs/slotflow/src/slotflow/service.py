@@ -14,6 +14,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, start_http_server
 
+from slotflow.core.stopping import sleep_or_stop
 from slotflow.errors import SlotflowError
 from slotflow.pg.migrations import INBOX, OUTBOX, MigrationSource, apply_migrations
 from slotflow.pg.outbox import OutboxRelay
@@ -27,26 +28,6 @@ Loop = Callable[[asyncio.Event], Awaitable[None]]
 
 class SupervisorError(SlotflowError):
     """The supervisor was used out of order (a loop added twice, or after it started)."""
-
-
-async def sleep_or_stop(stop: asyncio.Event, seconds: float, *, wake: asyncio.Event | None = None) -> bool:
-    """Wait `seconds`, or less if `stop` (or `wake`) is set first; returns whether `stop` is set.
-
-    The caller clears `wake` when it has acted on it.
-    """
-    if stop.is_set() or (wake is not None and wake.is_set()):
-        return stop.is_set()
-    if wake is None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), timeout=seconds)
-        return stop.is_set()
-    waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(wake.wait())]
-    try:
-        await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for waiter in waiters:
-            waiter.cancel()
-    return stop.is_set()
 
 
 async def migrate(
@@ -71,6 +52,22 @@ def metrics_listener(registry: CollectorRegistry, *, port: int | None, host: str
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
+
+
+def periodic(
+    seconds: float, job: Callable[[], Awaitable[None]], *, outages: tuple[type[BaseException], ...], what: str
+) -> Loop:
+    """A loop that runs `job` every `seconds`; an outage (one of `outages`) is logged and outlived."""
+
+    async def loop(stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await job()
+            except outages as err:
+                log.warning("%s failed: %s", what, err)
+            await sleep_or_stop(stop, seconds)
+
+    return loop
 
 
 class RelayGroup:
@@ -198,4 +195,20 @@ class Supervisor:
                 remaining -= done
         finally:
             stopper.cancel()
-        await (drain or self.drain)()
+        try:
+            await (drain or self.drain)()
+        except Exception:
+            log.exception("%s: the drain failed", self.service)
+            raise
+
+
+__all__ = [
+    "Loop",
+    "RelayGroup",
+    "Supervisor",
+    "SupervisorError",
+    "metrics_listener",
+    "migrate",
+    "periodic",
+    "sleep_or_stop",
+]

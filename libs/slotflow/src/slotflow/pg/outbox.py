@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 
 from slotflow.contracts.codec import encode
 from slotflow.contracts.envelope import TYPE_HEADER, VERSION_HEADER, Envelope
+from slotflow.core.stopping import sleep_or_stop
 from slotflow.errors import ConfigurationError, SlotflowError
 from slotflow.kafka.producer import OutgoingRecord, Producer, envelope_headers
 from slotflow.pg.pool import CONNECTION_ERRORS, Conn, Pool
@@ -211,10 +212,10 @@ class OutboxRelay:
             except _RELAY_ERRORS as err:
                 log.warning("outbox relay for %s paused: %s", self._schema, err)
                 moved = 0
-                await _sleep_or_stop(stop, 1.0)
+                await sleep_or_stop(stop, 1.0)
             if moved == 0:
                 self._wake.clear()
-                await _wait_any(stop, self._wake, self._idle_interval)
+                await sleep_or_stop(stop, self._idle_interval, wake=self._wake)
 
     async def relay_once(self) -> int:
         """One pass over every shard; returns how many records were published."""
@@ -282,6 +283,21 @@ class OutboxRelay:
         )
         return int(value)
 
+    async def flush(self, timeout: float = 10.0) -> None:
+        """Publish what is staged, for up to `timeout` seconds (a shutdown step, best effort:
+        whatever is left stays for the next relay)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while loop.time() < deadline:
+            try:
+                if await self.pending() == 0:
+                    return
+                await self.relay_once()
+            except Exception as err:  # noqa: BLE001 - best effort at shutdown; rows stay for the next start
+                log.warning("outbox %s: flush failed: %r", self._schema, err)
+                return
+            await asyncio.sleep(0.05)
+
 
 def _seq(row: Any) -> int:
     return int(row["seq"])
@@ -292,19 +308,3 @@ def _headers(stored: str) -> Mapping[str, bytes]:
     # Rows of one event type carry the same few headers: decode each distinct set once. The
     # mapping is shared between records, so nothing may change it (the producer only reads it).
     return {k: str(v).encode("latin-1") for k, v in json.loads(stored).items()}
-
-
-async def _wait_any(stop: asyncio.Event, wake: asyncio.Event, timeout: float) -> None:
-    waiters = [asyncio.create_task(stop.wait()), asyncio.create_task(wake.wait())]
-    try:
-        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for waiter in waiters:
-            waiter.cancel()
-
-
-async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
-    try:
-        await asyncio.wait_for(stop.wait(), timeout=seconds)
-    except TimeoutError:
-        return
