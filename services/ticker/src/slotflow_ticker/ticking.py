@@ -28,6 +28,7 @@ from typing import Protocol
 from slotflow.core.timing_wheel import TimingWheel
 from slotflow.errors import TransientStorageError
 from slotflow.pg.pool import CONNECTION_ERRORS, Pool
+from slotflow.service import sleep_or_stop
 from slotflow_ticker.claims import TIMER_PREFIX, Claimer, ClaimPass, schedule_key, timer_key
 from slotflow_ticker.config import TickerSettings
 from slotflow_ticker.metrics import TickerMetrics
@@ -148,7 +149,7 @@ class Ticking:
                 except _STORAGE_ERRORS as err:
                     log.warning("ticker %s: storage unavailable: %s", self._settings.ticker_id, err)
                     self._request_reload()
-                    await _wait(stop, self._wake, 1.0)
+                    await sleep_or_stop(stop, 1.0, wake=self._wake)
             # Stopping: the side loop sees `stop` too and ends its transaction first.
             await side
         finally:
@@ -158,7 +159,7 @@ class Ticking:
     async def _cycle(self, stop: asyncio.Event) -> None:
         wheel = self._wheel
         if wheel is None:
-            await _wait(stop, self._wake, 1.0)  # the side loop's first reload wakes us
+            await sleep_or_stop(stop, 1.0, wake=self._wake)  # the side loop's first reload wakes us
             self._wake.clear()
             return
         expired = wheel.advance(self._clock.now())
@@ -174,7 +175,7 @@ class Ticking:
                 if deadline > db_now:
                     wheel.add(key, deadline)
         self._metrics.wheel_pending.set(len(wheel))
-        await _wait(stop, self._wake, self._sleep_seconds(wheel))
+        await sleep_or_stop(stop, self._sleep_seconds(wheel), wake=self._wake)
         self._wake.clear()
 
     async def _run_side(self, stop: asyncio.Event) -> None:
@@ -196,9 +197,9 @@ class Ticking:
                 log.warning("ticker %s: storage unavailable: %s", self._settings.ticker_id, err)
                 self._reload_requested = True
                 self._timer_poll_due = True
-                await _wait(stop, asyncio.Event(), 1.0)  # not woken early: the outage needs time
+                await sleep_or_stop(stop, 1.0)  # not woken early: the outage needs time
                 continue
-            await _wait(stop, self._side_wake, self._until_reload())
+            await sleep_or_stop(stop, self._until_reload(), wake=self._side_wake)
             self._side_wake.clear()
 
     def _request_reload(self) -> None:
@@ -312,14 +313,3 @@ class Ticking:
         for key, deadline in result.advanced:
             # Later deadlines arrive with the reload that covers them.
             self._place(key, deadline)
-
-
-async def _wait(stop: asyncio.Event, wake: asyncio.Event, timeout: float) -> None:
-    if stop.is_set() or wake.is_set():
-        return
-    waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(wake.wait())]
-    try:
-        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for waiter in waiters:
-            waiter.cancel()
