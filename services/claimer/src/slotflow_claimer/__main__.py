@@ -5,8 +5,6 @@ import logging
 import signal
 import sys
 
-from prometheus_client import start_http_server
-
 from slotflow_claimer.app import Claimer
 from slotflow_claimer.config import Settings
 
@@ -20,11 +18,7 @@ async def serve(settings: Settings) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await claimer.start()
-    cfg = settings.claimer
-    if cfg.metrics_port:
-        start_http_server(cfg.metrics_port, addr=cfg.metrics_host, registry=claimer.metrics.registry)
-        log.info("metrics on http://%s:%d/metrics", cfg.metrics_host, cfg.metrics_port)
+    await claimer.start()  # with the metrics listener when SLOTFLOW_CLAIMER_METRICS_PORT is set
     waiters = [asyncio.create_task(stop.wait()), asyncio.create_task(claimer.fatal.wait())]
     await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
     for waiter in waiters:

@@ -35,6 +35,7 @@ from slotflow.core.retry import is_retryable, next_retry_delay
 from slotflow.errors import FenceRejected, PermanentError
 from slotflow.pg.pool import Pool
 from slotflow.runs import FencedWrites, HandlerFn, HandlerRegistry, RunContext, UnknownHandler
+from slotflow.service import sleep_or_stop
 from slotflow_claimer import store
 from slotflow_claimer.metrics import ClaimerMetrics
 from slotflow_claimer.outcomes import Outcome
@@ -350,11 +351,8 @@ class Executor:
         self._metrics.released.inc(len(orphans))
 
     async def heartbeat_loop(self, stop: asyncio.Event, interval: float) -> None:
-        while not stop.is_set():
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=interval)
-            except TimeoutError:
-                await self.heartbeat_once()
+        while not await sleep_or_stop(stop, interval):
+            await self.heartbeat_once()
 
     # -- shutdown -----------------------------------------------------------------------------
 

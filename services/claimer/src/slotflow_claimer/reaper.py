@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from slotflow.pg.outbox import append_many
 from slotflow.pg.pool import Pool
+from slotflow.service import sleep_or_stop
 from slotflow_claimer import store
 from slotflow_claimer.events import RunEvents
 from slotflow_claimer.executor import Executor
@@ -87,12 +88,7 @@ class Reaper:
         return started
 
     async def run(self, stop: asyncio.Event, interval: float) -> None:
-        while not stop.is_set():
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=interval)
-                return
-            except TimeoutError:
-                pass
+        while not await sleep_or_stop(stop, interval):
             try:
                 taken = await self.reap_once()
                 self._passes += 1
