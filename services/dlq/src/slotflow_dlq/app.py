@@ -16,12 +16,9 @@ a letter it skipped would be lost.
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any
 
 import asyncpg
-from prometheus_client import start_http_server
 
 from slotflow.contracts import DeadLettered, DiscardDeadLetters, RedriveDeadLetters
 from slotflow.contracts.topics import DLQ_COMMANDS, DLQ_MAX_RECORD_BYTES, DLQ_MESSAGES
@@ -31,9 +28,10 @@ from slotflow.kafka.loop import DEFAULT_OUTAGE_TYPES, ConsumeLoop, Incoming
 from slotflow.kafka.poison import DLQ_MAX_ENVELOPE_BYTES
 from slotflow.kafka.producer import Producer
 from slotflow.kafka.records import Record
-from slotflow.pg.migrations import INBOX, OUTBOX, MigrationSource, apply_migrations
+from slotflow.pg.migrations import MigrationSource
 from slotflow.pg.outbox import OutboxRelay, append_many
 from slotflow.pg.pool import CONNECTION_ERRORS, Conn, Pool, create_pool
+from slotflow.service import Supervisor, metrics_listener, migrate, sleep_or_stop
 from slotflow.settings import KafkaSettings, PostgresSettings
 from slotflow_dlq import queries, store
 from slotflow_dlq.config import DlqSettings
@@ -86,15 +84,11 @@ class DlqService:
         """Migrate, start every part, and run until ``stop``; the batches in hand finish first."""
         pool = await create_pool(self.postgres, min_size=1, max_size=self.settings.pool_size)
         self._pool = pool
-        server: Any = None
+        listener = metrics_listener(
+            self.metrics.registry, port=self.settings.metrics_port, host=self.settings.metrics_host
+        )
         try:
-            await apply_migrations(pool, schema=self.schema, sources=[OUTBOX, INBOX, MIGRATIONS])
-            if self.settings.metrics_port:
-                server, _thread = start_http_server(
-                    self.settings.metrics_port,
-                    addr=self.settings.metrics_host,
-                    registry=self.metrics.registry,
-                )
+            await migrate(pool, schema=self.schema, source=MIGRATIONS)
             producer = Producer(
                 self.kafka,
                 client_id=f"dlq-{self.settings.instance_id}",
@@ -115,12 +109,10 @@ class DlqService:
                 client_id=f"dlq-commands-{self.settings.instance_id}",
                 max_poll_records=self.settings.max_poll_records,
             )
-            async with producer, letters, commands:
-                await self._run_parts(stop, producer, letters, commands)
+            with listener:
+                async with producer, letters, commands:
+                    await self._run_parts(stop, producer, letters, commands)
         finally:
-            if server is not None:
-                server.shutdown()
-                server.server_close()
             self._pool = None
             await pool.close()
 
@@ -161,13 +153,12 @@ class DlqService:
             outage_types=OUTAGES,
             on_dead_letter=self._own_poison,
         )
-        parts: list[tuple[str, Callable[[asyncio.Event], Coroutine[Any, Any, None]]]] = [
-            ("letters", self.letters_loop.run),
-            ("commands", self.commands_loop.run),
-            ("outbox", self._outbox.run),
-            ("redrives", self._redrives.run),
-            ("gauges", self._refresh_gauges),
-        ]
+        loops = Supervisor(f"dlq-{self.settings.instance_id}")
+        loops.add("letters", self.letters_loop.run)
+        loops.add("commands", self.commands_loop.run)
+        loops.add("outbox", self._outbox.run)
+        loops.add("redrives", self._redrives.run)
+        loops.add("gauges", self._refresh_gauges)
         if self.settings.webhook_url is not None:
             self._notifier = Notifier(
                 pool,
@@ -180,31 +171,14 @@ class DlqService:
                 cap=self.settings.webhook_backoff_cap_seconds,
                 poll_interval=self.settings.notifier_poll_seconds,
             )
-            parts.append(("notifier", self._notifier.run))
-        inner = asyncio.Event()
-        tasks = [asyncio.create_task(part(inner), name=name) for name, part in parts]
-        stopper = asyncio.create_task(stop.wait())
+            # A delivery in flight is leased and is retried by whoever runs next; waiting out
+            # a hanging webhook's timeout would only delay the shutdown.
+            loops.add("notifier", self._notifier.run, cancel_on_stop=True)
         self.ready.set()
         try:
-            done, _ = await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
-            failed = [t for t in done if t is not stopper and t.exception() is not None]
-            for task in failed:
-                log.error("dlq part %s failed: %r", task.get_name(), task.exception())
+            await loops.run(stop)
         finally:
-            inner.set()
-            stopper.cancel()
-            for task in tasks:
-                # A delivery in flight is leased and is retried by whoever runs next; waiting out
-                # a hanging webhook's timeout would only delay the shutdown.
-                if task.get_name() == "notifier":
-                    task.cancel()
-            results = await asyncio.gather(*tasks, return_exceptions=True)
             self.ready.clear()
-        errors = [
-            r for r in results if isinstance(r, BaseException) and not isinstance(r, asyncio.CancelledError)
-        ]
-        if errors:
-            raise errors[0]
 
     # -- handlers ---------------------------------------------------------------------------------
 
@@ -298,7 +272,4 @@ class DlqService:
                     self.metrics.parked_now.labels(reason).set(count)
                 shown |= counts.keys()
                 self.metrics.oldest_parked_age.set(age)
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=self.settings.gauge_seconds)
-            except TimeoutError:
-                continue
+            await sleep_or_stop(stop, self.settings.gauge_seconds)

@@ -21,6 +21,7 @@ import httpx
 
 from slotflow.core.retry import full_jitter_delay
 from slotflow.pg.pool import CONNECTION_ERRORS, Pool
+from slotflow.service import sleep_or_stop
 from slotflow_dlq.metrics import DlqMetrics
 
 log = logging.getLogger(__name__)
@@ -70,14 +71,7 @@ class Notifier:
                     sent = 0
                 if sent == 0:
                     self._wake.clear()
-                    waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self._wake.wait())]
-                    try:
-                        await asyncio.wait(
-                            waiters, timeout=self._poll_interval, return_when=asyncio.FIRST_COMPLETED
-                        )
-                    finally:
-                        for waiter in waiters:
-                            waiter.cancel()
+                    await sleep_or_stop(stop, self._poll_interval, wake=self._wake)
 
     async def deliver_due(self, client: httpx.AsyncClient) -> int:
         """Deliver every notification due now (one batch); returns how many were tried."""

@@ -16,6 +16,7 @@ import logging
 from slotflow.errors import MessageTooLarge, SlotflowError
 from slotflow.kafka.producer import OutgoingRecord, Producer
 from slotflow.pg.pool import CONNECTION_ERRORS, Pool
+from slotflow.service import sleep_or_stop
 from slotflow_dlq.store import decode_headers
 
 log = logging.getLogger(__name__)
@@ -57,10 +58,10 @@ class RedriveRelay:
             except _ERRORS as err:
                 log.warning("redrive relay paused: %s", err)
                 moved = 0
-                await _wait(stop, self._wake, 1.0)
+                await sleep_or_stop(stop, 1.0, wake=self._wake)
             if moved == 0:
                 self._wake.clear()
-                await _wait(stop, self._wake, self._idle_interval)
+                await sleep_or_stop(stop, self._idle_interval, wake=self._wake)
 
     async def relay_once(self) -> int:
         """One batch; returns how many records were sent (or refused for good)."""
@@ -122,12 +123,3 @@ class RedriveRelay:
             f"SELECT count(*) FROM {self._schema}.redrives WHERE published_at IS NULL"
         )
         return int(value)
-
-
-async def _wait(stop: asyncio.Event, wake: asyncio.Event, timeout: float) -> None:
-    waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(wake.wait())]
-    try:
-        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for waiter in waiters:
-            waiter.cancel()
