@@ -14,6 +14,7 @@ from starlette.routing import Match
 
 from slotflow.kafka.producer import Producer
 from slotflow.pg.pool import create_pool
+from slotflow.service import Supervisor
 from slotflow_api import errors
 from slotflow_api.app_state import Services
 from slotflow_api.config import Settings
@@ -43,7 +44,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             state = Services(chosen, pool, producer, metrics)
             if chosen.api.embedded_projector:
                 state.projector = Projector(pool, chosen, metrics)
-                task = asyncio.create_task(state.projector.run(stop), name="api-projector")
+                loops = Supervisor("api")
+                loops.add("projector", state.projector.run)
+                task = asyncio.create_task(loops.run(stop), name="api")
             app.state.services = state
             yield
         finally:

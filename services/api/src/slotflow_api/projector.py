@@ -12,7 +12,6 @@ new group and replays every topic from the beginning.
 """
 
 import asyncio
-import contextlib
 import logging
 import random
 import time
@@ -42,8 +41,10 @@ from slotflow.kafka.loop import ConsumeLoop, Incoming
 from slotflow.kafka.poison import send_to_dlq
 from slotflow.kafka.producer import Producer
 from slotflow.kafka.records import Record
-from slotflow.pg.migrations import MigrationSource, apply_migrations
+from slotflow.pg.migrations import MigrationSource
 from slotflow.pg.pool import Pool
+from slotflow.service import migrate as migrate_schema
+from slotflow.service import sleep_or_stop
 from slotflow.settings import KafkaSettings
 from slotflow_api.config import Settings
 from slotflow_api.metrics import Metrics
@@ -78,7 +79,7 @@ class GroupChanged(SlotflowError):
 
 async def migrate(pool: Pool, schema: str) -> list[str]:
     """Create or update the read-model schema."""
-    return await apply_migrations(pool, schema=schema, sources=[MIGRATIONS])
+    return await migrate_schema(pool, schema=schema, source=MIGRATIONS, outbox=False, inbox=False)
 
 
 async def current_group(pool: Pool, settings: Settings) -> str:
@@ -209,9 +210,7 @@ class Projector:
     async def _relay_stop(self, stop: asyncio.Event) -> None:
         # Batches check the group in their own transaction; this catches a rebuild while idle.
         while not stop.is_set() and not self._stop_loop.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=GROUP_CHECK_SECONDS)
-            if stop.is_set():
+            if await sleep_or_stop(stop, GROUP_CHECK_SECONDS):
                 break
             try:
                 group = await self._pool.fetchval(f"SELECT group_id FROM {self._schema}.projector_state")
