@@ -127,6 +127,9 @@ async def test_every_command_reaches_its_topic_with_its_key(cli: Cli, kafka: Kaf
         "input": {"order": 1},
         "id_reuse_policy": "reject_duplicate",
         "execution_timeout": None,
+        "parent_workflow_id": None,
+        "parent_sequence": None,
+        "parent_close_policy": "request_cancel",
     }
     assert envelopes["c-signal"].data == {
         "workflow_id": "order-1",

@@ -33,6 +33,17 @@ class StartWorkflow(Message):
     id_reuse_policy: IdReusePolicy = "reject_duplicate"
     #: The whole run's deadline from its start (a durable timer); none by default.
     execution_timeout: timedelta | None = Field(default=None, gt=timedelta(0))
+    #: Set when a workflow starts this one as its child: the parent and the sequence of its
+    #: ChildWorkflowScheduled, where the orchestrator reports this workflow's end.
+    parent_workflow_id: WorkflowId | None = None
+    parent_sequence: int | None = Field(default=None, ge=1)
+    parent_close_policy: ParentClosePolicy = "request_cancel"
+
+    @model_validator(mode="after")
+    def _parent_named_whole(self) -> "StartWorkflow":
+        if (self.parent_workflow_id is None) != (self.parent_sequence is None):
+            raise ValueError("a child's start names both its parent and the parent's sequence")
+        return self
 
 
 class SignalWorkflow(Message):

@@ -25,6 +25,8 @@ class Consumer:
         max_poll_records: int = 500,
         isolation_level: Literal["read_committed", "read_uncommitted"] = "read_committed",
         max_partition_fetch_bytes: int | None = None,
+        session_timeout_ms: int = 10_000,
+        heartbeat_interval_ms: int = 3_000,
     ) -> None:
         self.group_id = group_id
         self._consumer: Any = AIOKafkaConsumer(
@@ -38,6 +40,9 @@ class Consumer:
             max_poll_records=max_poll_records,
             # Oversize records still reach us whole, so they can be dead-lettered, not skipped.
             max_partition_fetch_bytes=max_partition_fetch_bytes or settings.max_message_bytes * 4,
+            # How long a dead member keeps its partitions (aiokafka's defaults unless told).
+            session_timeout_ms=session_timeout_ms,
+            heartbeat_interval_ms=heartbeat_interval_ms,
         )
 
     async def start(self) -> None:

@@ -1,0 +1,1 @@
+"""slotflow orchestrator: durable workflows, one PostgreSQL transaction per decision."""

@@ -1,0 +1,68 @@
+"""Settings of the orchestrator (env prefix SLOTFLOW_ORCHESTRATOR_); no I/O at import."""
+
+import os
+import socket
+import uuid
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from slotflow.settings import KafkaSettings, PostgresSettings
+
+
+def _default_instance() -> str:
+    # Unique per process: the lease owner name; two orchestrators on one host must differ.
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class OrchestratorSettings(BaseSettings):
+    """How one orchestrator process consumes, decides and publishes."""
+
+    model_config = SettingsConfigDict(env_prefix="SLOTFLOW_ORCHESTRATOR_", extra="ignore")
+
+    instance_id: str = Field(default_factory=_default_instance, min_length=1, max_length=200)
+    db_schema: str = Field(default="orchestrator", pattern=r"^[a-z_][a-z0-9_]{0,62}$")
+    #: Consumer group over the command, run-event and timer-event topics (prefixed by the topic
+    #: namespace when one is set). The command topic's partitions it assigns are the shards owned.
+    group_id: str = "slotflow-orchestrator"
+    #: Comma-separated module paths imported at start-up; the workflows they define are served.
+    workflow_modules: str = ""
+    #: Workflows decided at once (each its own transaction).
+    decide_concurrency: int = Field(default=8, ge=1, le=256)
+    #: Most workflows picked per pass over the pending inputs.
+    decide_batch: int = Field(default=200, ge=1, le=10_000)
+    #: How often an idle decider looks for inputs another orchestrator wrote for its shards.
+    idle_poll_seconds: float = Field(default=0.05, gt=0, le=10)
+    #: How often the owned shards are compared with the group's assignment.
+    lease_check_seconds: float = Field(default=0.5, gt=0, le=60)
+    #: History events a run may reach before the runtime refuses to step it further.
+    max_history_events: int = Field(default=50_000, ge=10)
+    poll_timeout_ms: int = Field(default=200, ge=1)
+    #: How long the group waits for a silent (crashed, paused) orchestrator before its partitions,
+    #: and so its workflows, move to another one. The broker refuses less than its
+    #: group.min.session.timeout.ms (6 s by default).
+    session_timeout_ms: int = Field(default=10_000, ge=1000, le=300_000)
+    max_poll_records: int = Field(default=500, ge=1, le=10_000)
+    #: Port of the Prometheus endpoint; 0 turns it off.
+    metrics_port: int = Field(default=0, ge=0, le=65535)
+    metrics_host: str = "127.0.0.1"
+    pool_max_size: int = Field(default=12, ge=2)
+    #: Testing only: hold every decision transaction open this long before it commits, widening
+    #: the window a SIGKILL must land in (chaos tests).
+    crash_window_seconds: float = Field(default=0.0, ge=0, le=60)
+
+    def modules(self) -> list[str]:
+        return [m.strip() for m in self.workflow_modules.split(",") if m.strip()]
+
+
+class Settings(BaseSettings):
+    """Everything the service reads from the environment."""
+
+    orchestrator: OrchestratorSettings = Field(default_factory=OrchestratorSettings)
+    kafka: KafkaSettings = Field(default_factory=KafkaSettings)
+    postgres: PostgresSettings = Field(default_factory=PostgresSettings)
+
+    def group_id(self) -> str:
+        namespace = self.kafka.topic_namespace
+        base = self.orchestrator.group_id
+        return f"{namespace}.{base}" if namespace else base

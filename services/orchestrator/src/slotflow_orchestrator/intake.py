@@ -1,0 +1,97 @@
+"""Intake: consumed records become waiting inputs of their workflow, once.
+
+Any orchestrator may consume any record (the group spreads the three topics' partitions); it
+writes the record into `inputs` with the shard of its workflow, and the shard's lease holder
+decides. Redeliveries collapse on the inbox (the topic-qualified envelope id) in the same
+transaction, so a record is recorded once however often Kafka delivers it, and the offsets are
+committed only after that transaction.
+
+What is recorded: every workflow command; RunCompleted and RunDeadLettered of activities (the
+outcomes that become history; started, retrying and failed attempts are the claimer's business);
+every TimerFired (the ticker fires TimerFired only for workflow timers).
+"""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from slotflow.contracts import (
+    CancelWorkflow,
+    Message,
+    RunCompleted,
+    RunDeadLettered,
+    SignalWorkflow,
+    StartWorkflow,
+    TerminateWorkflow,
+    TimerFired,
+)
+from slotflow.contracts.codec import encode
+from slotflow.kafka.loop import Incoming
+from slotflow.kafka.producer import partition_for
+from slotflow.pg.pool import Conn
+
+COMMANDS = (StartWorkflow, SignalWorkflow, CancelWorkflow, TerminateWorkflow)
+
+# The inbox entry and the input row in one statement each; the inbox's primary key is the dedupe.
+RECORD_SEEN = (
+    "INSERT INTO {schema}.inbox (event_id, topic) SELECT * FROM unnest($1::text[], $2::text[]) "
+    "ON CONFLICT (event_id) DO NOTHING RETURNING event_id"
+)
+RECORD_INPUTS = (
+    "INSERT INTO {schema}.inputs (workflow_id, shard, type, envelope) "
+    "SELECT * FROM unnest($1::text[], $2::int[], $3::text[], $4::bytea[])"
+)
+
+
+def workflow_of(message: Message) -> str | None:
+    """The workflow an input belongs to, or None when it is nothing for the orchestrator."""
+    if isinstance(message, COMMANDS):
+        return message.workflow_id
+    if isinstance(message, RunCompleted | RunDeadLettered):
+        return message.workflow_id if message.sequence is not None else None
+    if isinstance(message, TimerFired):
+        return message.owner
+    return None
+
+
+def shard_of(workflow_id: str, shards: int) -> int:
+    """The command-topic partition ``workflow_id`` hashes to (the default partitioner's choice)."""
+    return partition_for(workflow_id.encode(), list(range(shards)), [])
+
+
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """Inputs newly recorded by one batch, per shard (to wake a local decider)."""
+
+    shards: frozenset[int]
+    types: tuple[str, ...]
+
+
+async def admit(conn: Conn, *, schema: str, shards: int, batch: Sequence[Incoming]) -> Admitted:
+    """Record ``batch``'s inputs in the caller's transaction; redeliveries add nothing."""
+    wanted: dict[str, tuple[Incoming, str]] = {}
+    for incoming in batch:
+        workflow_id = workflow_of(incoming.message)
+        if workflow_id is None:
+            continue
+        # Qualified by topic: ids are unique per topic only (a command and an event may share one).
+        event_id = f"{incoming.record.topic}:{incoming.envelope.id}"
+        wanted.setdefault(event_id, (incoming, workflow_id))
+    if not wanted:
+        return Admitted(frozenset(), ())
+    ids = list(wanted)
+    fresh = await conn.fetch(RECORD_SEEN.format(schema=schema), ids, [wanted[i][0].record.topic for i in ids])
+    seen_first = {r["event_id"] for r in fresh}
+    # In consumed order, which is each partition's order: a workflow's inputs apply in it.
+    new = [wanted[i] for i in ids if i in seen_first]
+    if not new:
+        return Admitted(frozenset(), ())
+    workflow_ids = [workflow_id for _, workflow_id in new]
+    shard_ids = [shard_of(w, shards) for w in workflow_ids]
+    await conn.execute(
+        RECORD_INPUTS.format(schema=schema),
+        workflow_ids,
+        shard_ids,
+        [incoming.envelope.type for incoming, _ in new],
+        [encode(incoming.envelope) for incoming, _ in new],
+    )
+    return Admitted(frozenset(shard_ids), tuple(incoming.envelope.type for incoming, _ in new))

@@ -1,0 +1,78 @@
+"""Shard leases: Kafka's group assignment says who should decide for a shard, the lease row says
+who may, and its fencing token refuses everyone else.
+
+A shard is a partition of slotflow.workflows.commands.v1 (a workflow belongs to the partition its
+id hashes to). When the group assigns this orchestrator a partition it acquires the shard's lease,
+raising the token by one whoever held it before; when the partition goes away it drops the lease.
+A zombie (paused, partitioned from the group) still believing it owns a shard is refused at its
+next decision: the token it carries is no longer the row's (`deciding.LEASE_CHECK`).
+
+After a refusal the shard is not taken back until the assignment changes: the zombie's consumer
+has not yet learnt that the group moved on, and taking the lease back would only fence the rightful
+owner in turn.
+"""
+
+import logging
+
+from slotflow.pg.pool import Pool
+
+log = logging.getLogger(__name__)
+
+# Invariant: fence_token only ever goes up, by one per acquisition; the UPDATE waits for every
+# decision holding the row FOR SHARE, so no decision of an older token commits after it.
+ACQUIRE = """
+INSERT INTO {schema}.shard_leases AS l (shard, owner, fence_token) VALUES ($1, $2, 1)
+ON CONFLICT (shard) DO UPDATE SET owner = EXCLUDED.owner, fence_token = l.fence_token + 1,
+    acquired_at = now()
+RETURNING fence_token
+"""
+# Only our own, current lease: a release never clears a successor's.
+RELEASE = "UPDATE {schema}.shard_leases SET owner = NULL WHERE shard = $1 AND owner = $2 AND fence_token = $3"
+OPEN_IN_SHARD = (
+    "SELECT workflow_id FROM {schema}.workflows WHERE shard = $1 AND status = 'stuck' ORDER BY workflow_id"
+)
+
+
+class Leases:
+    """The shards one orchestrator holds, with their fencing tokens."""
+
+    def __init__(self, pool: Pool, *, schema: str, owner: str) -> None:
+        self._pool = pool
+        self._schema = schema
+        self._owner = owner
+        self.held: dict[int, int] = {}
+        self._lost: set[int] = set()
+        self._last_assignment: frozenset[int] = frozenset()
+
+    async def reconcile(self, assigned: frozenset[int]) -> list[int]:
+        """Hold exactly the ``assigned`` shards; returns the shards newly acquired."""
+        if assigned != self._last_assignment:
+            self._lost.clear()
+            self._last_assignment = assigned
+        for shard in sorted(set(self.held) - assigned):
+            await self.release(shard)
+        acquired: list[int] = []
+        for shard in sorted(assigned - set(self.held) - self._lost):
+            token = await self._pool.fetchval(ACQUIRE.format(schema=self._schema), shard, self._owner)
+            self.held[shard] = int(token)
+            acquired.append(shard)
+            log.info("%s: acquired shard %d with fencing token %d", self._owner, shard, token)
+        return acquired
+
+    def lost(self, shard: int) -> None:
+        """A decision was refused: another orchestrator holds ``shard`` now."""
+        if self.held.pop(shard, None) is not None:
+            log.warning("%s: shard %d was taken over; no longer deciding for it", self._owner, shard)
+        self._lost.add(shard)
+
+    async def release(self, shard: int) -> None:
+        token = self.held.pop(shard, None)
+        if token is not None:
+            await self._pool.execute(RELEASE.format(schema=self._schema), shard, self._owner, token)
+            log.info("%s: released shard %d", self._owner, shard)
+
+    async def stuck_workflows(self, shard: int) -> list[str]:
+        """Workflows of ``shard`` stuck on non-determinism: re-decided after an acquisition, so a
+        deploy with code that matches their history lets them go on."""
+        rows = await self._pool.fetch(OPEN_IN_SHARD.format(schema=self._schema), shard)
+        return [r["workflow_id"] for r in rows]

@@ -1,0 +1,138 @@
+"""What a decision sends, as outbox rows: history, JobDue, timers, child starts, acknowledgements.
+
+Every envelope id is derived from the history, so a decision re-staged after a crash (it cannot be:
+its transaction either committed or left nothing) or a relay that publishes twice produces the
+same ids, which every consumer collapses:
+
+- history event: `{workflow_id}#{sequence}` (the contract's `history_event_id`);
+- JobDue of an activity: its run id `{workflow_id}/{sequence}` (first attempt; retries are the
+  claimer's, with its own ids);
+- StartTimer of a workflow timer: `{timer_id}/start`; CancelTimer: `{timer_id}/cancel`;
+- a child's StartWorkflow: the command id the runtime chose;
+- CommandAccepted/CommandRejected: `{command_id}/accepted` or `/rejected`.
+"""
+
+from datetime import datetime
+
+from slotflow.commands import build_command
+from slotflow.contracts import (
+    ActivityScheduled,
+    CancelTimer,
+    CommandAccepted,
+    CommandRejected,
+    FireTimerFired,
+    JobDue,
+    Message,
+    StartTimer,
+    TimerStarted,
+    history_event_id,
+    wrap,
+)
+from slotflow.contracts.topics import JOBS_DUE, WORKFLOW_EVENTS, WORKFLOW_HISTORY
+from slotflow.core.identity import job_due_event_id
+from slotflow.pg.outbox import Staged
+from slotflow.settings import KafkaSettings
+from slotflow_orchestrator.stepping import Ack, Step, deadline_timer_id
+
+SOURCE = "orchestrator"
+
+
+class Outbound:
+    """Builds the outbox rows of a step for one deployment's topic names."""
+
+    def __init__(self, kafka: KafkaSettings) -> None:
+        self._kafka = kafka
+        self._history = kafka.topic(WORKFLOW_HISTORY)
+        self._jobs = kafka.topic(JOBS_DUE)
+        self._events = kafka.topic(WORKFLOW_EVENTS)
+
+    def rows(self, out: Step, *, now: datetime) -> list[Staged]:
+        staged: list[Staged] = []
+        wf = out.workflow_id
+        for event in out.events:
+            envelope = wrap(
+                event, id=history_event_id(wf, event.sequence), key=wf, source=SOURCE, occurred_at=now
+            )
+            staged.append(Staged(self._history, envelope))
+            if isinstance(event, ActivityScheduled):
+                staged.append(self._job_due(event, now))
+                if event.schedule_to_close_deadline is not None:
+                    timer_id = deadline_timer_id(event.run_id)
+                    deadline = StartTimer(
+                        timer_id=timer_id,
+                        fire_at=event.schedule_to_close_deadline,
+                        on_fire=FireTimerFired(owner=wf, sequence=event.sequence),
+                    )
+                    staged.append(self._command(deadline, f"{timer_id}/start", now))
+            elif isinstance(event, TimerStarted):
+                staged.append(
+                    self._command(
+                        StartTimer(
+                            timer_id=event.timer_id,
+                            fire_at=event.fire_at,
+                            on_fire=FireTimerFired(owner=wf, sequence=event.sequence),
+                        ),
+                        f"{event.timer_id}/start",
+                        now,
+                    )
+                )
+        for timer in out.timers:
+            staged.append(
+                self._command(
+                    StartTimer(
+                        timer_id=timer.timer_id, fire_at=timer.fire_at, on_fire=FireTimerFired(owner=wf)
+                    ),
+                    f"{timer.timer_id}/start",
+                    now,
+                )
+            )
+        for timer_id in out.cancel_timers:
+            staged.append(self._command(CancelTimer(timer_id=timer_id), f"{timer_id}/cancel", now))
+        for command_id, start in out.children:
+            staged.append(self._command(start, command_id, now))
+        for command_id, cancel in out.cancels:
+            staged.append(self._command(cancel, command_id, now))
+        staged.extend(self._ack(ack, now) for ack in out.acks)
+        return staged
+
+    def _job_due(self, event: ActivityScheduled, now: datetime) -> Staged:
+        due = JobDue(
+            run_id=event.run_id,
+            job_id=event.workflow_id,
+            slot=now,
+            attempt=1,
+            kind="activity",
+            handler=event.activity,
+            payload=event.payload,
+            retry=event.retry,
+            workflow_id=event.workflow_id,
+            sequence=event.sequence,
+        )
+        envelope = wrap(
+            due, id=job_due_event_id(event.run_id, 1), key=event.workflow_id, source=SOURCE, occurred_at=now
+        )
+        return Staged(self._jobs, envelope)
+
+    def _command(self, message: Message, command_id: str, now: datetime) -> Staged:
+        spec, envelope = build_command(message, command_id=command_id, source=SOURCE, occurred_at=now)
+        return Staged(self._kafka.topic(spec), envelope)
+
+    def _ack(self, ack: Ack, now: datetime) -> Staged:
+        message: Message
+        if ack.reason is None:
+            message = CommandAccepted(
+                command_id=ack.command_id, command_type=ack.command_type, subject=ack.subject
+            )
+            suffix = "accepted"
+        else:
+            message = CommandRejected(
+                command_id=ack.command_id,
+                command_type=ack.command_type,
+                subject=ack.subject,
+                reason=ack.reason,
+            )
+            suffix = "rejected"
+        envelope = wrap(
+            message, id=f"{ack.command_id}/{suffix}", key=ack.subject, source=SOURCE, occurred_at=now
+        )
+        return Staged(self._events, envelope)

@@ -1,0 +1,576 @@
+"""One decision for one workflow, as a pure function: inputs and history in, what to append out.
+
+`step` applies a workflow's waiting inputs in arrival order (commands, activity outcomes, fired
+timers), turning each into the history event it means or an acknowledgement, then asks the
+workflow runtime for the code's next moves. The caller (`deciding.py`) runs it inside the one
+PostgreSQL transaction that appends the result, so the rules here are the only place a workflow's
+history grows:
+
+- an outcome counts only for something still pending (an activity's first RunCompleted or
+  RunDeadLettered, a timer's first TimerFired); late, duplicate or foreign ones are dropped;
+- nothing is appended after a terminal event, except that commands still get their answer;
+- the runtime's events must continue the history gap-free, or nothing of them is kept;
+- a replay that diverges appends NonDeterminismDetected and leaves the workflow `stuck`.
+"""
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal, Protocol
+
+from slotflow.contracts import (
+    ActivityCompleted,
+    ActivityFailed,
+    ActivityScheduled,
+    CancelRequested,
+    CancelWorkflow,
+    ChildWorkflowCompleted,
+    ChildWorkflowFailed,
+    ChildWorkflowScheduled,
+    Envelope,
+    HistoryEvent,
+    Message,
+    NonDeterminismDetected,
+    RunCompleted,
+    RunDeadLettered,
+    SignalReceived,
+    SignalWorkflow,
+    StartWorkflow,
+    TerminateWorkflow,
+    TimerCancelled,
+    TimerFired,
+    TimerStarted,
+    WorkflowCancelled,
+    WorkflowCompleted,
+    WorkflowContinuedAsNew,
+    WorkflowFailed,
+    WorkflowStarted,
+    WorkflowTimerFired,
+)
+from slotflow.contracts.workflows import TERMINAL_EVENTS
+from slotflow.errors import SlotflowError
+from slotflow_orchestrator.inputs import ChildOutcome
+
+Status = Literal["running", "stuck", "completed", "failed", "cancelled"]
+
+#: Error type of the WorkflowFailed a TerminateWorkflow appends.
+TERMINATED = "WorkflowTerminated"
+#: Error type of the WorkflowFailed appended when the execution timeout passes.
+TIMED_OUT = "WorkflowTimedOut"
+#: Error type of the ActivityFailed appended when an activity's schedule-to-close deadline passes.
+ACTIVITY_TIMED_OUT = "ScheduleToCloseTimeout"
+#: Error type of the ChildWorkflowFailed a parent gets when its child could not start.
+CHILD_NOT_STARTED = "ChildWorkflowNotStarted"
+#: Continue-as-new runs one decision may start back to back (a loop that only continues).
+MAX_RUNS_PER_DECISION = 10
+
+
+def deadline_timer_id(run_id: str) -> str:
+    """The ticker timer that enforces an activity's schedule-to-close deadline."""
+    return f"{run_id}#deadline"
+
+
+def execution_timer_id(workflow_id: str) -> str:
+    """The ticker timer that enforces a run's execution timeout (`#` never occurs in a workflow id)."""
+    return f"{workflow_id}#execution-timeout"
+
+
+class Diverged(SlotflowError):
+    """The code asked for something else than the history recorded at ``sequence`` (the adapter
+    raises it for the runtime's NonDeterminismError)."""
+
+    def __init__(self, sequence: int, expected: str, got: str) -> None:
+        super().__init__(f"replay diverged at {sequence}: history has {expected}, code did {got}")
+        self.sequence = sequence
+        self.expected = expected
+        self.got = got
+
+
+class BrokenDecision(SlotflowError):
+    """The runtime returned events that do not continue the history (a runtime bug): nothing of
+    the decision is kept, and the inputs wait for a fixed runtime."""
+
+
+class Decider(Protocol):
+    """The workflow runtime as the orchestrator uses it (adapter: `runtime.RuntimeDecider`)."""
+
+    def knows(self, workflow_type: str) -> bool: ...
+
+    def decide(self, history: Sequence[HistoryEvent], *, now: datetime) -> "Moves":
+        """The next events (sequences continuing ``history``) and child workflows to start.
+
+        Raises:
+            Diverged: the code took another path than the history.
+        """
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Moves:
+    """What the runtime decided: new history events, timers to cancel, child workflows to start."""
+
+    events: Sequence[HistoryEvent] = ()
+    cancel_timers: Sequence[str] = ()
+    children: Sequence[tuple[str, StartWorkflow]] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Input:
+    """One waiting input: its envelope (the command id is its id) and its decoded message."""
+
+    seq: int
+    envelope: Envelope
+    message: Message
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """The workflow's row as stored (None when the id was never started)."""
+
+    workflow_type: str
+    status: Status
+    execution_deadline: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """An answer to a workflow command: accepted, or rejected with a reason."""
+
+    command_id: str
+    command_type: str
+    subject: str
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TimerRequest:
+    """A durable timer to start at the ticker (the execution timeout)."""
+
+    timer_id: str
+    fire_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ParentNotice:
+    """A child's run ended (or never started): an input for its parent's next decision."""
+
+    parent_workflow_id: str
+    outcome: ChildOutcome
+
+
+@dataclass
+class Step:
+    """Everything one decision appends or sends; empty when nothing changes."""
+
+    workflow_id: str
+    events: list[HistoryEvent] = field(default_factory=list)
+    acks: list[Ack] = field(default_factory=list)
+    timers: list[TimerRequest] = field(default_factory=list)
+    cancel_timers: list[str] = field(default_factory=list)
+    children: list[tuple[str, StartWorkflow]] = field(default_factory=list)
+    #: CancelWorkflow commands to send (children of a parent that ended, policy request_cancel).
+    cancels: list[tuple[str, CancelWorkflow]] = field(default_factory=list)
+    notices: list[ParentNotice] = field(default_factory=list)
+    #: Set when this step created the workflow (its first event is WorkflowStarted).
+    started: StartWorkflow | None = None
+    status: Status | None = None
+    diverged: bool = False
+
+
+@dataclass
+class _Book:
+    """What the history says is open: pending activities and timers, the end."""
+
+    workflow_id: str
+    history: list[HistoryEvent]
+    activities: dict[int, ActivityScheduled] = field(default_factory=dict)
+    timers: dict[int, TimerStarted] = field(default_factory=dict)
+    children: dict[int, ChildWorkflowScheduled] = field(default_factory=dict)
+    #: The current run's start (a continue-as-new starts a new run in the same history).
+    run: WorkflowStarted | None = None
+    ended: bool = False
+    diverged: bool = False
+
+    def __post_init__(self) -> None:
+        for event in self.history:
+            self._see(event)
+
+    @property
+    def next_sequence(self) -> int:
+        return len(self.history) + 1
+
+    def _see(self, event: HistoryEvent) -> None:
+        self.diverged = isinstance(event, NonDeterminismDetected)
+        if isinstance(event, WorkflowStarted):
+            # A new run: what the previous one left pending is not this run's to answer.
+            self.run = event
+            self.activities.clear()
+            self.timers.clear()
+            self.children.clear()
+        elif isinstance(event, ActivityScheduled):
+            self.activities[event.sequence] = event
+        elif isinstance(event, ActivityCompleted | ActivityFailed):
+            self.activities.pop(event.scheduled_sequence, None)
+        elif isinstance(event, TimerStarted):
+            self.timers[event.sequence] = event
+        elif isinstance(event, WorkflowTimerFired | TimerCancelled):
+            self.timers.pop(event.started_sequence, None)
+        elif isinstance(event, ChildWorkflowScheduled):
+            self.children[event.sequence] = event
+        elif isinstance(event, ChildWorkflowCompleted | ChildWorkflowFailed):
+            self.children.pop(event.initiated_sequence, None)
+        elif isinstance(event, TERMINAL_EVENTS):
+            self.ended = True
+
+    def append(self, event: HistoryEvent, step: Step) -> None:
+        self.history.append(event)
+        step.events.append(event)
+        self._see(event)
+
+
+def step(
+    workflow_id: str,
+    row: Row | None,
+    history: Sequence[HistoryEvent],
+    inputs: Sequence[Input],
+    *,
+    decider: Decider,
+    now: datetime,
+    redecide: bool = False,
+) -> Step:
+    """Apply ``inputs`` to the workflow and let its code move on (see the module docstring).
+
+    ``redecide`` runs the code even without a new event: a stuck workflow after a deploy.
+    """
+    book = _Book(workflow_id, list(history))
+    out = Step(workflow_id)
+    for item in inputs:
+        _apply(book, row, item, out, decider=decider, now=now)
+    if book.history and not book.ended and (out.events or redecide):
+        _decide(book, out, decider=decider, now=now)
+    if out.events or out.started is not None:
+        out.status = _status(book)
+    if book.ended and out.events:
+        out.cancel_timers.extend(_timers_to_cancel(book, row, out))
+        _closing(book, out)
+    return out
+
+
+def _closing(book: _Book, out: Step) -> None:
+    """The run ended in this step: its parent hears of it, its children get their policy."""
+    end = book.history[-1]
+    run = book.run
+    for child in book.children.values():
+        if child.parent_close_policy == "request_cancel":
+            reason = f"parent {book.workflow_id} ended"
+            cancel = CancelWorkflow(workflow_id=child.child_workflow_id, reason=reason)
+            out.cancels.append((f"{book.workflow_id}#{child.sequence}/cancel-child", cancel))
+    if run is None or run.parent_workflow_id is None or run.parent_sequence is None:
+        return
+    if isinstance(end, WorkflowCompleted):
+        outcome = ChildOutcome(
+            parent_workflow_id=run.parent_workflow_id,
+            parent_sequence=run.parent_sequence,
+            child_workflow_id=book.workflow_id,
+            outcome="completed",
+            result=end.result,
+        )
+    elif isinstance(end, WorkflowCancelled):
+        outcome = ChildOutcome(
+            parent_workflow_id=run.parent_workflow_id,
+            parent_sequence=run.parent_sequence,
+            child_workflow_id=book.workflow_id,
+            outcome="cancelled",
+            error_type="WorkflowCancelled",
+            message=end.reason,
+        )
+    elif isinstance(end, WorkflowFailed):
+        outcome = ChildOutcome(
+            parent_workflow_id=run.parent_workflow_id,
+            parent_sequence=run.parent_sequence,
+            child_workflow_id=book.workflow_id,
+            outcome="failed",
+            error_type=end.error_type,
+            message=end.message,
+        )
+    else:
+        return
+    out.notices.append(ParentNotice(run.parent_workflow_id, outcome))
+
+
+def _status(book: _Book) -> Status:
+    if book.ended:
+        last = next(e for e in reversed(book.history) if isinstance(e, TERMINAL_EVENTS))
+        if isinstance(last, WorkflowCompleted):
+            return "completed"
+        return "cancelled" if isinstance(last, WorkflowCancelled) else "failed"
+    return "stuck" if book.diverged else "running"
+
+
+def _timers_to_cancel(book: _Book, row: Row | None, out: Step) -> list[str]:
+    ids = [t.timer_id for t in book.timers.values()]
+    has_deadline = (row is not None and row.execution_deadline is not None) or any(
+        t.timer_id == execution_timer_id(book.workflow_id) for t in out.timers
+    )
+    if has_deadline:
+        ids.append(execution_timer_id(book.workflow_id))
+    return ids
+
+
+def _apply(book: _Book, row: Row | None, item: Input, out: Step, *, decider: Decider, now: datetime) -> None:
+    message = item.message
+    command_id = item.envelope.id
+    wf = book.workflow_id
+    exists = bool(book.history)
+    if isinstance(message, StartWorkflow):
+        if exists:
+            # A reused id would need a second sequence 1 in one history: the run it would start
+            # cannot be recorded, so every policy refuses it (and terminate_running terminates
+            # nothing: ending a run for a start that cannot happen would only lose the run).
+            state = "open" if not book.ended else "closed"
+            _refuse_start(item, message, f"workflow {wf} already exists ({state}); {_reuse(message)}", out)
+            return
+        if not decider.knows(message.workflow_type):
+            _refuse_start(item, message, f"unknown workflow type {message.workflow_type!r}", out)
+            return
+        book.append(
+            WorkflowStarted(
+                workflow_id=wf,
+                sequence=1,
+                workflow_type=message.workflow_type,
+                input=message.input,
+                command_id=command_id,
+                parent_workflow_id=message.parent_workflow_id,
+                parent_sequence=message.parent_sequence if message.parent_workflow_id is not None else None,
+                parent_close_policy=message.parent_close_policy,
+            ),
+            out,
+        )
+        out.started = message
+        if message.execution_timeout is not None:
+            out.timers.append(TimerRequest(execution_timer_id(wf), now + message.execution_timeout))
+        out.acks.append(_accepted(item))
+    elif isinstance(message, SignalWorkflow | CancelWorkflow | TerminateWorkflow):
+        if not exists:
+            out.acks.append(_rejected(item, f"workflow {wf} is not known"))
+            return
+        if book.ended:
+            out.acks.append(_rejected(item, f"workflow {wf} has already ended"))
+            return
+        if isinstance(message, SignalWorkflow):
+            event: HistoryEvent = SignalReceived(
+                workflow_id=wf,
+                sequence=book.next_sequence,
+                signal=message.signal,
+                payload=message.payload,
+                command_id=command_id,
+            )
+        elif isinstance(message, CancelWorkflow):
+            event = CancelRequested(
+                workflow_id=wf, sequence=book.next_sequence, reason=message.reason, command_id=command_id
+            )
+        else:
+            event = _terminal_failure(book, TERMINATED, message.reason or "terminated")
+        book.append(event, out)
+        out.acks.append(_accepted(item))
+    elif book.history and not book.ended:
+        _outcome(book, message, out)
+
+
+def _refuse_start(item: Input, message: StartWorkflow, reason: str, out: Step) -> None:
+    out.acks.append(_rejected(item, reason))
+    if message.parent_workflow_id is not None and message.parent_sequence is not None:
+        outcome = ChildOutcome(
+            parent_workflow_id=message.parent_workflow_id,
+            parent_sequence=message.parent_sequence,
+            child_workflow_id=message.workflow_id,
+            outcome="failed",
+            error_type=CHILD_NOT_STARTED,
+            message=reason,
+        )
+        out.notices.append(ParentNotice(message.parent_workflow_id, outcome))
+
+
+def _outcome(book: _Book, message: Message, out: Step) -> None:
+    """An activity's or timer's outcome, if it answers something still pending."""
+    wf = book.workflow_id
+    answered = None
+    if isinstance(message, RunCompleted | RunDeadLettered) and message.sequence is not None:
+        answered = book.activities.get(message.sequence)
+    if answered is not None and answered.schedule_to_close_deadline is not None:
+        out.cancel_timers.append(deadline_timer_id(answered.run_id))
+    if isinstance(message, RunCompleted) and message.sequence in book.activities:
+        book.append(
+            ActivityCompleted(
+                workflow_id=wf,
+                sequence=book.next_sequence,
+                scheduled_sequence=message.sequence,
+                result=message.result,
+            ),
+            out,
+        )
+    elif isinstance(message, RunDeadLettered) and message.sequence in book.activities:
+        last = message.history[-1] if message.history else None
+        book.append(
+            ActivityFailed(
+                workflow_id=wf,
+                sequence=book.next_sequence,
+                scheduled_sequence=message.sequence,
+                error_type=last.error_type[:400] if last is not None and last.error_type else message.reason,
+                message=(last.message if last is not None else "")[:10_000],
+                permanent=message.reason == "permanent_error",
+            ),
+            out,
+        )
+    elif isinstance(message, ChildOutcome) and message.parent_sequence in book.children:
+        child = book.children[message.parent_sequence]
+        if message.outcome == "completed":
+            event: HistoryEvent = ChildWorkflowCompleted(
+                workflow_id=wf,
+                sequence=book.next_sequence,
+                initiated_sequence=child.sequence,
+                child_workflow_id=child.child_workflow_id,
+                result=message.result,
+            )
+        else:
+            event = ChildWorkflowFailed(
+                workflow_id=wf,
+                sequence=book.next_sequence,
+                initiated_sequence=child.sequence,
+                child_workflow_id=child.child_workflow_id,
+                error_type=message.error_type or "ChildWorkflowFailed",
+                message=message.message[:10_000],
+                cancelled=message.outcome == "cancelled",
+            )
+        book.append(event, out)
+    elif isinstance(message, TimerFired):
+        pending = book.activities.get(message.sequence) if message.sequence is not None else None
+        if message.timer_id == execution_timer_id(wf):
+            book.append(_terminal_failure(book, TIMED_OUT, "the execution timeout passed"), out)
+        elif pending is not None and message.timer_id == deadline_timer_id(pending.run_id):
+            book.append(
+                ActivityFailed(
+                    workflow_id=wf,
+                    sequence=book.next_sequence,
+                    scheduled_sequence=pending.sequence,
+                    error_type=ACTIVITY_TIMED_OUT,
+                    message=f"no attempt of {pending.activity} finished by its schedule-to-close deadline",
+                    permanent=True,
+                ),
+                out,
+            )
+        elif message.sequence is not None and message.sequence in book.timers:
+            book.append(
+                WorkflowTimerFired(
+                    workflow_id=wf,
+                    sequence=book.next_sequence,
+                    started_sequence=message.sequence,
+                    timer_id=message.timer_id,
+                    fired_at=message.fired_at,
+                ),
+                out,
+            )
+
+
+def _decide(book: _Book, out: Step, *, decider: Decider, now: datetime) -> None:
+    try:
+        moves = decider.decide(tuple(book.history), now=now)
+    except Diverged as err:
+        _diverged(book, out, err)
+        return
+    _take(book, moves, out)
+    for _ in range(MAX_RUNS_PER_DECISION):
+        last = book.history[-1]
+        if not isinstance(last, WorkflowContinuedAsNew) or book.run is None:
+            return
+        # The next run starts in the same history, right after the event that ended this one,
+        # with the same parent; the runtime replays only from the newest WorkflowStarted.
+        run = book.run
+        book.append(
+            WorkflowStarted(
+                workflow_id=book.workflow_id,
+                sequence=book.next_sequence,
+                workflow_type=last.workflow_type,
+                input=last.input,
+                command_id=run.command_id,
+                continued_from=last.sequence,
+                parent_workflow_id=run.parent_workflow_id,
+                parent_sequence=run.parent_sequence,
+                parent_close_policy=run.parent_close_policy,
+            ),
+            out,
+        )
+        try:
+            moves = decider.decide(tuple(book.history), now=now)
+        except Diverged as err:
+            _diverged(book, out, err)
+            return
+        _take(book, moves, out)
+
+
+def _diverged(book: _Book, out: Step, err: Diverged) -> None:
+    last = book.history[-1]
+    repeated = (
+        isinstance(last, NonDeterminismDetected) and last.at_sequence == err.sequence and not out.events
+    )
+    if not repeated:
+        book.append(
+            NonDeterminismDetected(
+                workflow_id=book.workflow_id,
+                sequence=book.next_sequence,
+                at_sequence=err.sequence,
+                expected=err.expected[:2000],
+                got=err.got[:2000],
+            ),
+            out,
+        )
+    out.diverged = True
+
+
+def _take(book: _Book, moves: Moves, out: Step) -> None:
+    """The runtime's events, after checking they continue the history (else nothing is kept)."""
+    expected = book.next_sequence
+    for offset, event in enumerate(moves.events):
+        if event.workflow_id != book.workflow_id or event.sequence != expected + offset:
+            raise BrokenDecision(
+                f"runtime returned {event.message_type} #{event.sequence} of {event.workflow_id}; "
+                f"expected #{expected + offset} of {book.workflow_id}"
+            )
+    for event in moves.events:
+        if book.ended:
+            raise BrokenDecision(f"runtime appended {event.message_type} after the end of {book.workflow_id}")
+        book.append(event, out)
+    out.cancel_timers.extend(moves.cancel_timers)
+    out.children.extend(moves.children)
+
+
+def _terminal_failure(book: _Book, error_type: str, message: str) -> WorkflowFailed:
+    return WorkflowFailed(
+        workflow_id=book.workflow_id,
+        sequence=book.next_sequence,
+        error_type=error_type,
+        message=message[:10_000],
+        compensated=False,
+    )
+
+
+_REUSE = "reusing the id of a closed workflow is not supported in history v1"
+
+
+def _reuse(message: StartWorkflow) -> str:
+    if message.id_reuse_policy == "reject_duplicate":
+        return "id_reuse_policy is reject_duplicate"
+    return _REUSE
+
+
+def _accepted(item: Input) -> Ack:
+    return Ack(item.envelope.id, item.envelope.type, _subject(item))
+
+
+def _rejected(item: Input, reason: str) -> Ack:
+    return Ack(item.envelope.id, item.envelope.type, _subject(item), reason)
+
+
+def _subject(item: Input) -> str:
+    workflow_id = getattr(item.message, "workflow_id", None)
+    return workflow_id if isinstance(workflow_id, str) else item.envelope.key

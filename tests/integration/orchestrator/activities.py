@@ -1,0 +1,83 @@
+"""The test saga's activities, run by in-process claimers as `{workflow_id}/{sequence}`.
+
+Each one records its effect in `order_effects`, an append-only table with no unique key: every
+attempt that reached the world leaves a row, so a test can count effects independently of
+slotflow's own keys (a real handler keys its write by `ctx.run_id`, as examples/orders does).
+They are registered per test (`ACTIVITIES`), not with `@handler`, so they never collide with
+examples/orders' handlers of the same names in one process.
+"""
+
+import json
+from typing import Any
+
+from slotflow.errors import PermanentError
+from slotflow.pg.pool import Conn
+from slotflow.runs import RunContext
+
+EFFECTS_SQL = """
+CREATE TABLE IF NOT EXISTS order_effects (
+    run_id   text        NOT NULL,
+    activity text        NOT NULL,
+    attempt  integer     NOT NULL,
+    order_id text        NOT NULL,
+    payload  jsonb       NOT NULL,
+    at       timestamptz NOT NULL DEFAULT clock_timestamp()
+)
+"""
+
+
+class CaptureDeclined(PermanentError):
+    """The card issuer refused the capture: retrying cannot change the answer."""
+
+
+async def create_tables(conn: Conn) -> None:
+    """Create the effects table in the handler database (idempotent)."""
+    await conn.execute(EFFECTS_SQL)
+
+
+async def _record(ctx: RunContext, activity: str) -> None:
+    if ctx.pool is None:
+        raise PermanentError("the order activities need a handler database (SLOTFLOW_CLAIMER_HANDLER_DSN)")
+    await ctx.pool.execute(
+        "INSERT INTO order_effects (run_id, activity, attempt, order_id, payload) VALUES ($1, $2, $3, $4, $5::jsonb)",
+        ctx.run_id,
+        activity,
+        ctx.attempt,
+        str(ctx.payload.get("order_id", "")),
+        json.dumps(dict(ctx.payload)),
+    )
+
+
+async def authorize(ctx: RunContext) -> dict[str, Any]:
+    await _record(ctx, "payments.authorize")
+    return {"order_id": ctx.payload["order_id"], "authorization": f"auth-{ctx.run_id}"}
+
+
+async def reserve(ctx: RunContext) -> dict[str, Any]:
+    await _record(ctx, "inventory.reserve")
+    return {"order_id": ctx.payload["order_id"], "reservation": f"res-{ctx.run_id}"}
+
+
+async def capture(ctx: RunContext) -> dict[str, Any]:
+    await _record(ctx, "payments.capture")
+    if ctx.payload.get("capture_fails"):
+        raise CaptureDeclined(f"capture of order {ctx.payload['order_id']} declined")
+    return {"order_id": ctx.payload["order_id"], "captured": True}
+
+
+async def release(ctx: RunContext) -> None:
+    await _record(ctx, "inventory.release")
+
+
+async def void(ctx: RunContext) -> None:
+    await _record(ctx, "payments.void")
+
+
+#: Handler name -> function, for a test's HandlerRegistry.
+ACTIVITIES = {
+    "payments.authorize": authorize,
+    "inventory.reserve": reserve,
+    "payments.capture": capture,
+    "inventory.release": release,
+    "payments.void": void,
+}

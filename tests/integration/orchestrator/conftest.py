@@ -1,0 +1,90 @@
+"""An orchestrator (the real workflow runtime), claimers and a ticker per test, on the real stack."""
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from slotflow.kafka.producer import Producer
+from slotflow.pg.pool import Pool
+from slotflow.runs import HandlerRegistry
+from slotflow.settings import KafkaSettings
+from slotflow_claimer.app import Claimer
+from slotflow_orchestrator.runtime import RuntimeDecider, load_decider
+from tests.integration.claimer.support import settings_for as claimer_settings
+from tests.integration.orchestrator.activities import ACTIVITIES, create_tables
+from tests.integration.orchestrator.support import Running, orchestrator_settings, start_orchestrator
+from tests.integration.ticker.support import Replica, start_ticker, stop_ticker
+
+StartOrchestrator = Callable[..., Awaitable[Running]]
+StartClaimer = Callable[..., Awaitable[Claimer]]
+
+#: The workflow modules every orchestrator of these tests serves.
+WORKFLOW_MODULES = ["tests.integration.orchestrator.saga", "tests.integration.orchestrator.flows"]
+
+
+@pytest.fixture
+def decider() -> RuntimeDecider:
+    return load_decider(WORKFLOW_MODULES)
+
+
+@pytest.fixture
+async def producer(kafka: KafkaSettings) -> AsyncIterator[Producer]:
+    async with Producer(kafka, client_id="test-commands") as feed:
+        yield feed
+
+
+@pytest.fixture
+async def db(pg_pool: Pool) -> Pool:
+    async with pg_pool.acquire() as conn:
+        await create_tables(conn)
+    return pg_pool
+
+
+@pytest.fixture
+def registry() -> HandlerRegistry:
+    reg = HandlerRegistry()
+    for name, fn in ACTIVITIES.items():
+        reg.register(name, fn)
+    return reg
+
+
+@pytest.fixture
+async def start_orchestrator_(
+    kafka: KafkaSettings, pg_dsn: str, db: Pool, decider: RuntimeDecider
+) -> AsyncIterator[StartOrchestrator]:
+    started: list[Running] = []
+
+    async def start(**overrides: Any) -> Running:
+        running = await start_orchestrator(orchestrator_settings(kafka, pg_dsn, **overrides), decider)
+        started.append(running)
+        return running
+
+    yield start
+    for running in started:
+        await running.stop()
+
+
+@pytest.fixture
+async def ticker(kafka: KafkaSettings, pg_dsn: str, db: Pool) -> AsyncIterator[Replica]:
+    """One ticker: durable workflow timers fire through it."""
+    replica = await start_ticker(kafka, pg_dsn)
+    yield replica
+    await stop_ticker(replica)
+
+
+@pytest.fixture
+async def start_claimer(
+    kafka: KafkaSettings, pg_dsn: str, db: Pool, registry: HandlerRegistry
+) -> AsyncIterator[StartClaimer]:
+    started: list[Claimer] = []
+
+    async def start(**overrides: Any) -> Claimer:
+        claimer = Claimer(claimer_settings(kafka, pg_dsn, **overrides), registry=registry)
+        await claimer.start()
+        started.append(claimer)
+        return claimer
+
+    yield start
+    for claimer in started:
+        await claimer.stop(grace=0.5)

@@ -1,0 +1,39 @@
+"""Small workflows for the orchestrator's tests (the saga is saga.py)."""
+
+from datetime import timedelta
+from typing import Any
+
+from slotflow import workflow
+
+
+@workflow.defn(name="tests.approval")
+class Approval:
+    """Waits for an `approve` signal, then authorizes with the signal's amount."""
+
+    @workflow.run
+    async def run(self, order: dict[str, Any]) -> dict[str, Any]:
+        approval = await workflow.wait_signal("approve")
+        auth = await workflow.execute_activity("payments.authorize", {**order, **approval})
+        return {"approved_by": approval.get("by"), **auth}
+
+
+@workflow.defn(name="tests.parent")
+class Parent:
+    """Runs the order saga as a child and returns what the child returned."""
+
+    @workflow.run
+    async def run(self, order: dict[str, Any]) -> dict[str, Any]:
+        child = await workflow.execute_child_workflow(
+            "tests.checkout", order, id=f"{workflow.info().workflow_id}-child"
+        )
+        return {"child": child}
+
+
+@workflow.defn(name="tests.sleeper")
+class Sleeper:
+    """Sleeps, then authorizes: a durable timer through the ticker."""
+
+    @workflow.run
+    async def run(self, order: dict[str, Any]) -> dict[str, Any]:
+        await workflow.sleep(timedelta(seconds=float(order.get("seconds", 1))))
+        return await workflow.execute_activity("payments.authorize", order)

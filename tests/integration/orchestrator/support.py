@@ -1,0 +1,99 @@
+"""Orchestrators and claimers in-process on the real broker and a fresh database, and probes."""
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from slotflow.commands import publish_command
+from slotflow.contracts import HistoryEvent, Message
+from slotflow.pg.pool import Pool
+from slotflow.settings import KafkaSettings, PostgresSettings
+from slotflow.testing import assert_eventually
+from slotflow_orchestrator.app import Orchestrator
+from slotflow_orchestrator.config import OrchestratorSettings, Settings
+from slotflow_orchestrator.deciding import history_of
+from slotflow_orchestrator.stepping import Decider
+
+
+def orchestrator_settings(kafka: KafkaSettings, pg_dsn: str, **overrides: Any) -> Settings:
+    values: dict[str, Any] = {"idle_poll_seconds": 0.02, "lease_check_seconds": 0.2, "poll_timeout_ms": 100}
+    values.update(overrides)
+    return Settings(
+        orchestrator=OrchestratorSettings(**values),
+        kafka=kafka,
+        postgres=PostgresSettings(dsn=pg_dsn, pool_min_size=1, pool_max_size=10),
+    )
+
+
+@dataclass
+class Running:
+    """An orchestrator running as a task until `stop()`."""
+
+    orchestrator: Orchestrator
+    stop_event: asyncio.Event = field(default_factory=asyncio.Event)
+    task: "asyncio.Task[None] | None" = None
+
+    async def start(self) -> "Running":
+        self.task = asyncio.create_task(self.orchestrator.run(self.stop_event))
+        ready = asyncio.create_task(self.orchestrator.ready.wait())
+        await asyncio.wait([self.task, ready], timeout=30, return_when=asyncio.FIRST_COMPLETED)
+        if self.task.done():
+            self.task.result()  # raises what stopped it
+        if not ready.done():
+            ready.cancel()
+            raise AssertionError("the orchestrator did not start within 30 s")
+        return self
+
+    async def stop(self) -> None:
+        self.stop_event.set()
+        if self.task is not None:
+            await asyncio.wait_for(self.task, timeout=60)
+
+    async def kill(self) -> None:
+        """Cancel every loop without a drain (a crash in-process: nothing orderly happens)."""
+        if self.task is not None:
+            self.task.cancel()
+            await asyncio.gather(self.task, return_exceptions=True)
+
+
+async def start_orchestrator(settings: Settings, decider: Decider) -> Running:
+    return await Running(Orchestrator(settings, decider=decider)).start()
+
+
+async def send(kafka: KafkaSettings, producer: Any, message: Message, command_id: str) -> str:
+    return await publish_command(producer, kafka, message, command_id=command_id, source="test")
+
+
+async def history(pool: Pool, workflow_id: str, schema: str = "orchestrator") -> list[HistoryEvent]:
+    rows = await pool.fetch(
+        f"SELECT type, data FROM {schema}.history WHERE workflow_id = $1 ORDER BY sequence", workflow_id
+    )
+    return history_of([(r["type"], r["data"]) for r in rows])
+
+
+async def wait_history(
+    pool: Pool, workflow_id: str, last_type: str, *, timeout: float = 60.0
+) -> list[HistoryEvent]:
+    """The history once its newest event is of ``last_type``."""
+    seen: list[Sequence[HistoryEvent]] = [[]]
+
+    async def probe() -> list[HistoryEvent] | None:
+        events = await history(pool, workflow_id)
+        seen[0] = events
+        return events if events and events[-1].message_type == last_type else None
+
+    try:
+        return await assert_eventually(probe, timeout=timeout, message=f"{workflow_id} ends with {last_type}")
+    except AssertionError as err:
+        shown = [f"{e.sequence}:{e.message_type}" for e in seen[0]]
+        raise AssertionError(f"{workflow_id} never reached {last_type}; history {shown}") from err
+
+
+async def effects(pool: Pool, run_id_prefix: str = "") -> list[dict[str, Any]]:
+    """Every effect attempt the test activities recorded (activities.py: append-only, no key)."""
+    rows = await pool.fetch(
+        "SELECT run_id, activity, attempt, order_id FROM order_effects WHERE run_id LIKE $1 ORDER BY at",
+        f"{run_id_prefix}%",
+    )
+    return [dict(r) for r in rows]

@@ -1,0 +1,144 @@
+"""Signals, cancel and terminate reach a running workflow; a child's result reaches its parent; a
+durable sleep fires through the ticker. Real broker, real database, real claimer and ticker."""
+
+from slotflow.contracts import (
+    ActivityScheduled,
+    CancelRequested,
+    CancelWorkflow,
+    ChildWorkflowCompleted,
+    ChildWorkflowScheduled,
+    SignalReceived,
+    SignalWorkflow,
+    StartWorkflow,
+    TerminateWorkflow,
+    TimerStarted,
+    WorkflowCancelled,
+    WorkflowCompleted,
+    WorkflowFailed,
+    WorkflowTimerFired,
+)
+from slotflow.contracts.topics import WORKFLOW_EVENTS
+from slotflow.kafka.producer import Producer
+from slotflow.pg.pool import Pool
+from slotflow.settings import KafkaSettings
+from slotflow_orchestrator.stepping import TERMINATED
+from tests.integration.claimer.support import TopicReader
+from tests.integration.orchestrator.conftest import StartClaimer, StartOrchestrator
+from tests.integration.orchestrator.support import effects, history, send, wait_history
+from tests.integration.ticker.support import Replica
+
+
+async def test_a_signal_reaches_the_waiting_code(
+    kafka: KafkaSettings,
+    producer: Producer,
+    db: Pool,
+    start_orchestrator_: StartOrchestrator,
+    start_claimer: StartClaimer,
+) -> None:
+    await start_orchestrator_()
+    await start_claimer()
+    start = StartWorkflow(workflow_id="ap-1", workflow_type="tests.approval", input={"order_id": "ap-1"})
+    await send(kafka, producer, start, "start-ap-1")
+    await wait_history(db, "ap-1", "workflow.started")
+    signal = SignalWorkflow(workflow_id="ap-1", signal="approve", payload={"by": "ops"})
+    await send(kafka, producer, signal, "signal-ap-1")
+    events = await wait_history(db, "ap-1", "workflow.completed")
+    received = [e for e in events if isinstance(e, SignalReceived)]
+    assert [(e.signal, e.payload, e.command_id) for e in received] == [
+        ("approve", {"by": "ops"}, "signal-ap-1")
+    ]
+    done = events[-1]
+    assert isinstance(done, WorkflowCompleted)
+    assert done.result["approved_by"] == "ops"
+    # A signal for a workflow that has ended is refused with the reason.
+    await send(kafka, producer, signal, "signal-ap-1-late")
+    async with TopicReader(kafka, WORKFLOW_EVENTS) as answers:
+        rejected = await answers.wait_for("command.rejected")
+        assert rejected[0].data["command_id"] == "signal-ap-1-late"
+        assert rejected[0].data["reason"] == "workflow ap-1 has already ended"
+
+
+async def test_a_cancel_during_a_sleep_compensates_and_terminate_ends_at_once(
+    kafka: KafkaSettings,
+    producer: Producer,
+    db: Pool,
+    ticker: Replica,
+    start_orchestrator_: StartOrchestrator,
+    start_claimer: StartClaimer,
+) -> None:
+    await start_orchestrator_()
+    await start_claimer()
+    order = {"order_id": "c-1", "pause_seconds": 600}
+    await send(
+        kafka,
+        producer,
+        StartWorkflow(workflow_id="c-1", workflow_type="tests.checkout", input=order),
+        "s-c-1",
+    )
+    await wait_history(db, "c-1", "workflow.timer_started")
+    await send(kafka, producer, CancelWorkflow(workflow_id="c-1", reason="customer"), "x-c-1")
+    events = await wait_history(db, "c-1", "workflow.cancelled")
+    assert any(isinstance(e, CancelRequested) and e.reason == "customer" for e in events)
+    ended = events[-1]
+    assert isinstance(ended, WorkflowCancelled)
+    assert ended.compensated is True
+    assert [e["activity"] for e in await effects(db, "c-1/")] == [
+        "payments.authorize",
+        "inventory.reserve",
+        "inventory.release",
+        "payments.void",
+    ]
+
+    await send(
+        kafka,
+        producer,
+        StartWorkflow(workflow_id="t-1", workflow_type="tests.checkout", input={**order, "order_id": "t-1"}),
+        "s-t-1",
+    )
+    before = await wait_history(db, "t-1", "workflow.timer_started")
+    await send(kafka, producer, TerminateWorkflow(workflow_id="t-1", reason="ops"), "k-t-1")
+    after = await wait_history(db, "t-1", "workflow.failed")
+    assert len(after) == len(before) + 1
+    terminated = after[-1]
+    assert isinstance(terminated, WorkflowFailed)
+    assert (terminated.error_type, terminated.message, terminated.compensated) == (TERMINATED, "ops", False)
+
+
+async def test_a_sleep_fires_through_the_ticker_and_a_childs_result_reaches_its_parent(
+    kafka: KafkaSettings,
+    producer: Producer,
+    db: Pool,
+    ticker: Replica,
+    start_orchestrator_: StartOrchestrator,
+    start_claimer: StartClaimer,
+) -> None:
+    await start_orchestrator_()
+    await start_claimer()
+    await send(
+        kafka,
+        producer,
+        StartWorkflow(
+            workflow_id="z-1", workflow_type="tests.sleeper", input={"order_id": "z-1", "seconds": 1}
+        ),
+        "s-z-1",
+    )
+    await send(
+        kafka,
+        producer,
+        StartWorkflow(workflow_id="p-1", workflow_type="tests.parent", input={"order_id": "p-1"}),
+        "s-p-1",
+    )
+    slept = await wait_history(db, "z-1", "workflow.completed")
+    assert [type(e) for e in slept[1:3]] == [TimerStarted, WorkflowTimerFired]
+    parent = await wait_history(db, "p-1", "workflow.completed")
+    scheduled = [e for e in parent if isinstance(e, ChildWorkflowScheduled)]
+    assert [e.child_workflow_id for e in scheduled] == ["p-1-child"]
+    answered = [e for e in parent if isinstance(e, ChildWorkflowCompleted)]
+    assert answered[0].result["captured"] is True
+    done = parent[-1]
+    assert isinstance(done, WorkflowCompleted)
+    assert done.result["child"]["order_id"] == "p-1"
+    child = await history(db, "p-1-child")
+    assert child[0].parent_workflow_id == "p-1"  # type: ignore[attr-defined]
+    assert isinstance(child[-1], WorkflowCompleted)
+    assert len([e for e in child if isinstance(e, ActivityScheduled)]) == 3

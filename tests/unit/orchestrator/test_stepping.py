@@ -1,0 +1,278 @@
+"""The pure decision step: which inputs become history, which are answered, which are dropped.
+
+The decider here is a scripted stand-in for the workflow runtime (`decide` returns what a test
+says the code would do next); the real runtime is exercised by the integration tests.
+"""
+
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from slotflow.contracts import (
+    ActivityCompleted,
+    ActivityFailed,
+    ActivityScheduled,
+    AttemptRecord,
+    CancelRequested,
+    CancelWorkflow,
+    Envelope,
+    HistoryEvent,
+    Message,
+    NonDeterminismDetected,
+    RunCompleted,
+    RunDeadLettered,
+    SignalReceived,
+    SignalWorkflow,
+    StartWorkflow,
+    TerminateWorkflow,
+    TimerFired,
+    TimerStarted,
+    WorkflowCompleted,
+    WorkflowFailed,
+    WorkflowStarted,
+    WorkflowTimerFired,
+    wrap,
+)
+from slotflow_orchestrator.stepping import (
+    TERMINATED,
+    TIMED_OUT,
+    BrokenDecision,
+    Diverged,
+    Input,
+    Moves,
+    Row,
+    execution_timer_id,
+    step,
+)
+
+NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
+WF = "order-1"
+
+
+class Scripted:
+    """Knows `checkout`; `decide` answers with whatever `script(history)` returns."""
+
+    def __init__(
+        self, script: Callable[[Sequence[HistoryEvent]], Sequence[HistoryEvent]] | None = None
+    ) -> None:
+        self.script = script or (lambda history: ())
+        self.calls: list[int] = []
+
+    def knows(self, workflow_type: str) -> bool:
+        return workflow_type == "checkout"
+
+    def decide(self, history: Sequence[HistoryEvent], *, now: datetime) -> Moves:
+        self.calls.append(len(history))
+        return Moves(events=list(self.script(history)))
+
+
+def schedule_next(
+    activity: str = "inventory.reserve",
+) -> Callable[[Sequence[HistoryEvent]], list[HistoryEvent]]:
+    def script(history: Sequence[HistoryEvent]) -> list[HistoryEvent]:
+        seq = len(history) + 1
+        return [ActivityScheduled(workflow_id=WF, sequence=seq, activity=activity, run_id=f"{WF}/{seq}")]
+
+    return script
+
+
+def item(message: Message, id: str, seq: int = 1) -> Input:
+    envelope: Envelope = wrap(message, id=id, key=WF, source="test", occurred_at=NOW)
+    return Input(seq, envelope, message)
+
+
+def started() -> list[HistoryEvent]:
+    return [WorkflowStarted(workflow_id=WF, sequence=1, workflow_type="checkout", command_id="c1")]
+
+
+def scheduled() -> list[HistoryEvent]:
+    return [
+        *started(),
+        ActivityScheduled(workflow_id=WF, sequence=2, activity="inventory.reserve", run_id=f"{WF}/2"),
+    ]
+
+
+RUNNING = Row("checkout", "running")
+
+
+def run_completed(sequence: int, result: object = None, token: int = 1) -> RunCompleted:
+    return RunCompleted(
+        run_id=f"{WF}/{sequence}",
+        job_id=WF,
+        slot=NOW,
+        attempt=1,
+        fence_token=token,
+        owner="c",
+        workflow_id=WF,
+        sequence=sequence,
+        result=result,
+        started_at=NOW,
+        finished_at=NOW,
+    )
+
+
+def test_a_start_appends_workflow_started_and_the_codes_first_move() -> None:
+    decider = Scripted(schedule_next())
+    start = StartWorkflow(workflow_id=WF, workflow_type="checkout", input={"order": 1})
+    out = step(WF, None, [], [item(start, "c1")], decider=decider, now=NOW)
+    assert [type(e) for e in out.events] == [WorkflowStarted, ActivityScheduled]
+    first = out.events[0]
+    assert isinstance(first, WorkflowStarted)
+    assert first.command_id == "c1"
+    assert first.input == {"order": 1}
+    assert out.status == "running"
+    assert out.started == start
+    assert [(a.command_id, a.reason) for a in out.acks] == [("c1", None)]
+    assert decider.calls == [1]
+
+
+def test_a_start_of_an_unknown_type_is_rejected_and_appends_nothing() -> None:
+    start = StartWorkflow(workflow_id=WF, workflow_type="nope", input={})
+    out = step(WF, None, [], [item(start, "c1")], decider=Scripted(), now=NOW)
+    assert out.events == []
+    assert out.status is None
+    assert out.acks[0].reason == "unknown workflow type 'nope'"
+
+
+@pytest.mark.parametrize("policy", ["reject_duplicate", "allow_after_close", "terminate_running"])
+def test_a_second_start_of_a_taken_id_is_rejected_whatever_the_policy(policy: str) -> None:
+    start = StartWorkflow(workflow_id=WF, workflow_type="checkout", id_reuse_policy=policy)  # type: ignore[arg-type]
+    out = step(WF, RUNNING, scheduled(), [item(start, "c2")], decider=Scripted(), now=NOW)
+    assert out.events == []
+    assert out.acks[0].reason is not None
+    assert "already exists (open)" in out.acks[0].reason
+
+
+def test_an_execution_timeout_starts_a_timer_and_its_firing_fails_the_run() -> None:
+    start = StartWorkflow(workflow_id=WF, workflow_type="checkout", execution_timeout=timedelta(minutes=5))
+    out = step(WF, None, [], [item(start, "c1")], decider=Scripted(schedule_next()), now=NOW)
+    assert [(t.timer_id, t.fire_at) for t in out.timers] == [
+        (execution_timer_id(WF), NOW + timedelta(minutes=5))
+    ]
+    fired = TimerFired(timer_id=execution_timer_id(WF), owner=WF, fire_at=NOW, fired_at=NOW)
+    row = Row("checkout", "running", NOW + timedelta(minutes=5))
+    late = step(WF, row, scheduled(), [item(fired, "t1")], decider=Scripted(), now=NOW)
+    assert len(late.events) == 1
+    failed = late.events[0]
+    assert isinstance(failed, WorkflowFailed)
+    assert failed.error_type == TIMED_OUT
+    assert failed.sequence == 3
+    assert late.status == "failed"
+    assert late.cancel_timers == [execution_timer_id(WF)]
+
+
+def test_an_activity_result_counts_once_and_only_for_a_pending_activity() -> None:
+    decider = Scripted()
+    inputs = [item(run_completed(2, {"ok": 1}), "r1"), item(run_completed(2, {"ok": 2}, token=2), "r2", 2)]
+    out = step(WF, RUNNING, scheduled(), inputs, decider=decider, now=NOW)
+    assert len(out.events) == 1
+    done = out.events[0]
+    assert isinstance(done, ActivityCompleted)
+    assert done.scheduled_sequence == 2
+    assert done.result == {"ok": 1}
+    stray = step(WF, RUNNING, scheduled(), [item(run_completed(7), "r3")], decider=decider, now=NOW)
+    assert stray.events == []
+    assert stray.status is None
+
+
+def test_a_dead_lettered_activity_fails_with_its_last_error() -> None:
+    attempt = AttemptRecord(
+        attempt=3,
+        fence_token=3,
+        owner="c",
+        error_type="CardDeclined",
+        message="no",
+        started_at=NOW,
+        finished_at=NOW,
+    )
+    dead = RunDeadLettered(
+        run_id=f"{WF}/2",
+        job_id=WF,
+        slot=NOW,
+        attempt=3,
+        fence_token=3,
+        owner="c",
+        workflow_id=WF,
+        sequence=2,
+        reason="permanent_error",
+        history=(attempt,),
+    )
+    out = step(WF, RUNNING, scheduled(), [item(dead, "d1")], decider=Scripted(), now=NOW)
+    failed = out.events[0]
+    assert isinstance(failed, ActivityFailed)
+    assert (failed.error_type, failed.message, failed.permanent) == ("CardDeclined", "no", True)
+
+
+def test_signal_and_cancel_reach_a_running_workflow_and_are_refused_after_the_end() -> None:
+    signal = SignalWorkflow(workflow_id=WF, signal="address", payload={"zip": "1"})
+    cancel = CancelWorkflow(workflow_id=WF, reason="customer")
+    out = step(
+        WF, RUNNING, scheduled(), [item(signal, "s1"), item(cancel, "x1", 2)], decider=Scripted(), now=NOW
+    )
+    assert [type(e) for e in out.events] == [SignalReceived, CancelRequested]
+    assert [e.sequence for e in out.events] == [3, 4]
+    assert all(a.reason is None for a in out.acks)
+    ended = [*scheduled(), WorkflowCompleted(workflow_id=WF, sequence=3)]
+    late = step(WF, Row("checkout", "completed"), ended, [item(signal, "s2")], decider=Scripted(), now=NOW)
+    assert late.events == []
+    assert late.acks[0].reason == f"workflow {WF} has already ended"
+    unknown = step(WF, None, [], [item(signal, "s3")], decider=Scripted(), now=NOW)
+    assert unknown.acks[0].reason == f"workflow {WF} is not known"
+
+
+def test_terminate_ends_the_run_without_the_code_and_cancels_its_timers() -> None:
+    history = [
+        *started(),
+        TimerStarted(workflow_id=WF, sequence=2, timer_id=f"{WF}/timer/2", fire_at=NOW + timedelta(hours=1)),
+    ]
+    decider = Scripted(schedule_next())
+    out = step(
+        WF,
+        RUNNING,
+        history,
+        [item(TerminateWorkflow(workflow_id=WF, reason="ops"), "k1")],
+        decider=decider,
+        now=NOW,
+    )
+    assert len(out.events) == 1
+    ended = out.events[0]
+    assert isinstance(ended, WorkflowFailed)
+    assert ended.error_type == TERMINATED
+    assert ended.message == "ops"
+    assert decider.calls == []
+    assert out.cancel_timers == [f"{WF}/timer/2"]
+
+
+def test_a_timer_firing_is_recorded_once() -> None:
+    history = [
+        *started(),
+        TimerStarted(workflow_id=WF, sequence=2, timer_id=f"{WF}/timer/2", fire_at=NOW),
+    ]
+    fired = TimerFired(timer_id=f"{WF}/timer/2", owner=WF, sequence=2, fire_at=NOW, fired_at=NOW)
+    out = step(WF, RUNNING, history, [item(fired, "t1"), item(fired, "t2", 2)], decider=Scripted(), now=NOW)
+    assert len(out.events) == 1
+    assert isinstance(out.events[0], WorkflowTimerFired)
+
+
+def test_divergence_appends_non_determinism_once_and_leaves_the_workflow_stuck() -> None:
+    class Diverging(Scripted):
+        def decide(self, history: Sequence[HistoryEvent], *, now: datetime) -> Moves:
+            raise Diverged(2, "workflow.activity_scheduled inventory.reserve", "activity payments.charge")
+
+    out = step(WF, RUNNING, scheduled(), [item(run_completed(2), "r1")], decider=Diverging(), now=NOW)
+    assert [type(e) for e in out.events] == [ActivityCompleted, NonDeterminismDetected]
+    assert out.status == "stuck"
+    assert out.diverged
+    stuck = [*scheduled(), *out.events]
+    again = step(WF, Row("checkout", "stuck"), stuck, [], decider=Diverging(), now=NOW, redecide=True)
+    assert again.events == []
+    assert again.status is None
+
+
+def test_a_runtime_that_skips_a_sequence_keeps_nothing() -> None:
+    def gap(history: Sequence[HistoryEvent]) -> list[HistoryEvent]:
+        return [WorkflowCompleted(workflow_id=WF, sequence=len(history) + 2)]
+
+    with pytest.raises(BrokenDecision):
+        step(WF, RUNNING, scheduled(), [item(run_completed(2), "r1")], decider=Scripted(gap), now=NOW)
