@@ -114,7 +114,12 @@ async def test_every_command_reaches_its_topic_with_its_key(cli: Cli, kafka: Kaf
     assert create.definition.retry.max_attempts == 3
     assert create.definition.retry.non_retryable == ("CardDeclined",)
     assert create.definition.tags == ("money-moving",)
-    assert envelopes["c-update"].data["definition"]["spec"]["kind"] == "interval"
+    # Only what the flags name: no payload, tags or policies the ticker would reset.
+    assert envelopes["c-update"].data["patch"] == {
+        "spec": {"kind": "interval", "every": "PT15M"},
+        "handler": "payouts.v2",
+    }
+    assert envelopes["c-update"].data["definition"] is None
     assert envelopes["c-pause"].data == {
         "schedule_id": "payouts",
         "reason": "bank maintenance",

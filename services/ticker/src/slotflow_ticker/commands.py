@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from pydantic import ValidationError
+
 from slotflow.contracts import (
     Backfill,
     CancelTimer,
@@ -33,6 +35,7 @@ from slotflow.contracts import (
 )
 from slotflow.contracts.codec import decode
 from slotflow.contracts.envelope import KEY_MAX_CHARS, TYPE_HEADER, fit_id
+from slotflow.contracts.schedules import ScheduleDefinition, definition_changes, patch_definition
 from slotflow.errors import PoisonMessage, TransientStorageError
 from slotflow.kafka.loop import Incoming
 from slotflow.kafka.poison import dead_letter_envelope
@@ -303,10 +306,15 @@ class CommandHandler:
         if isinstance(message, UpdateSchedule):
             return await self._update(conn, message, live, cid=cid, now=now)
         if isinstance(message, PauseSchedule):
-            await conn.execute(self._q.pause, schedule_id, message.reason, message.resume_at)
-            event = SchedulePaused(
-                schedule_id=schedule_id, reason=message.reason, resume_at=message.resume_at
-            )
+            reason, resume_at = message.reason, message.resume_at
+            if live.paused:
+                # A second pause (a script pausing again, a colleague adding a note) keeps what
+                # the first one said unless it says otherwise: wiping the reason and resume_at
+                # would turn a pause until 06:00 into one until someone remembers.
+                reason = reason or live.pause_reason
+                resume_at = resume_at or live.resume_at
+            await conn.execute(self._q.pause, schedule_id, reason, resume_at)
+            event = SchedulePaused(schedule_id=schedule_id, reason=reason, resume_at=resume_at)
             return Applied([self._event(event, cid, "paused", schedule_id, now)])
         if isinstance(message, ResumeSchedule):
             if not live.paused:
@@ -383,20 +391,28 @@ class CommandHandler:
     async def _update(
         self, conn: Conn, message: UpdateSchedule, row: ScheduleRow, *, cid: str, now: datetime
     ) -> Applied:
-        require_fireable(message.definition, message.schedule_id)
+        definition = _new_definition(message, row)
+        require_fireable(definition, message.schedule_id)
+        changed = tuple(field for field, _, _ in definition_changes(row.definition, definition))
+        if not changed:
+            # Nothing differs: accepted, and the grid and its coverage stay exactly as they are.
+            return Applied()
         # Slots of the old definition up to now are handled under it; the new grid starts after.
         staged, settled = await self._settle(conn, row, now=now)
-        position = start_position(message.schedule_id, message.definition, after=settled.covered_until)
+        position = start_position(message.schedule_id, definition, after=settled.covered_until)
         await conn.execute(
             self._q.replace_definition,
             message.schedule_id,
-            message.definition.model_dump_json(),
+            definition.model_dump_json(),
             position.next_slot,
             position.next_fire_at,
             position.covered_until,
         )
         event = ScheduleUpdated(
-            schedule_id=message.schedule_id, definition=message.definition, next_fire_at=position.next_fire_at
+            schedule_id=message.schedule_id,
+            definition=definition,
+            next_fire_at=position.next_fire_at,
+            changed=changed,
         )
         staged.append(self._event(event, cid, "updated", message.schedule_id, now))
         return Applied(staged, due=[] if row.paused else _due(message.schedule_id, position.next_fire_at))
@@ -419,6 +435,24 @@ class CommandHandler:
         return self._events.schedule_event(
             message, id=fit_id(cid, f"/{what}"), key=schedule_id, occurred_at=now
         )
+
+
+def _new_definition(message: UpdateSchedule, row: ScheduleRow) -> ScheduleDefinition:
+    """The whole definition an update asks for: the given one, or the stored one patched.
+
+    Raises:
+        CommandRefused: the patched definition is not valid (the reason names each field).
+    """
+    if message.definition is not None:
+        return message.definition
+    try:
+        return patch_definition(row.definition, message.patch or {})
+    except ValidationError as err:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'definition'}: {e['msg']}"
+            for e in err.errors(include_url=False)
+        )
+        raise CommandRefused(f"the patch does not fit schedule {message.schedule_id}: {problems}") from None
 
 
 def _due(schedule_id: str, next_fire_at: datetime | None) -> list[tuple[str, datetime]]:

@@ -25,7 +25,6 @@ from slotflow.contracts import (
     SignalWorkflow,
     StartWorkflow,
     TriggerNow,
-    UpdateSchedule,
 )
 from slotflow.contracts.envelope import IDENTIFIER_PATTERN
 
@@ -115,10 +114,6 @@ def schedule_create(ctx: Context) -> int:
         schedule_id=_schedule_id(ctx), definition=_definition(ctx), paused=ctx.args.paused
     )
     return send(ctx, message)
-
-
-def schedule_update(ctx: Context) -> int:
-    return send(ctx, UpdateSchedule(schedule_id=_schedule_id(ctx), definition=_definition(ctx)))
 
 
 def schedule_pause(ctx: Context) -> int:

@@ -105,7 +105,7 @@ def _paging(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--all", action="store_true", help="follow every page")
 
 
-def _definition_flags(parser: argparse.ArgumentParser) -> None:
+def _definition_flags(parser: argparse.ArgumentParser, *, patch: bool = False) -> None:
     spec = parser.add_argument_group("when it fires (exactly one of --cron, --every, --at)")
     spec.add_argument("--cron", metavar="EXPR", help="cron, 5 fields or 6 with seconds first: '0 2 * * *'")
     spec.add_argument("--tz", metavar="ZONE", help="IANA time zone of --cron (default UTC): Europe/Berlin")
@@ -113,7 +113,7 @@ def _definition_flags(parser: argparse.ArgumentParser) -> None:
     spec.add_argument("--anchor", metavar="TIME", help="grid origin of --every (default 2000-01-01T00:00Z)")
     spec.add_argument("--at", metavar="TIME", help="one slot at this time (ISO 8601 with offset)")
     what = parser.add_argument_group("what it runs")
-    what.add_argument("--handler", required=True, metavar="NAME", help="registered handler name")
+    what.add_argument("--handler", required=not patch, metavar="NAME", help="registered handler name")
     what.add_argument("--payload", metavar="JSON", help="JSON object given to the handler, or @file.json")
     what.add_argument("--tag", action="append", metavar="TAG", help="label for filtering (repeatable)")
     policy = parser.add_argument_group("policies (unset flags keep the defaults)")
@@ -170,12 +170,14 @@ def _schedule(groups: Any) -> None:
     update = _leaf(
         actions,
         "update",
-        "slotflow.cli.commanding:schedule_update",
-        "replace a schedule's whole definition (publishes UpdateSchedule)",
-        "Replace a schedule's whole definition; flags not given take their defaults, not the old values.",
+        "slotflow.cli.updating:schedule_update",
+        "change the fields given, keep the rest (publishes UpdateSchedule with a patch)",
+        "Change only what the flags say; everything else keeps its current value. --tz or --anchor "
+        "alone change the current cron's zone or interval's grid; --payload replaces the payload "
+        "whole. Prints what changes before sending it.",
     )
     update.add_argument("schedule_id", metavar="SCHEDULE_ID")
-    _definition_flags(update)
+    _definition_flags(update, patch=True)
     _command_options(update)
 
     listing = _leaf(actions, "list", "slotflow.cli.querying:schedule_list", "list schedules")

@@ -97,12 +97,88 @@ class CreateSchedule(Message):
     paused: bool = False
 
 
+#: A patch may name these top-level fields of a ScheduleDefinition, nothing else.
+PATCHABLE = frozenset(ScheduleDefinition.model_fields)
+#: Fields a patch replaces whole instead of merging: the handler's payload is its data, not ours.
+ATOMIC_FIELDS = ("payload",)
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """``patch`` applied to ``target`` as a JSON merge patch (RFC 7396): objects merge key by key,
+    null removes a key (so the field takes its default), anything else replaces."""
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merge_patch(out.get(key), value)
+    return out
+
+
+def patch_definition(definition: ScheduleDefinition, patch: dict[str, Any]) -> ScheduleDefinition:
+    """``definition`` with ``patch`` merged in: only what the patch names changes.
+
+    A spec of another kind (a cron patched into an interval) replaces the spec whole, since the
+    old kind's fields mean nothing to the new one.
+
+    Raises:
+        ValueError (pydantic.ValidationError): the result is not a valid definition.
+    """
+    current = definition.model_dump(mode="json")
+    spec = patch.get("spec")
+    if isinstance(spec, dict) and spec.get("kind", current["spec"]["kind"]) != current["spec"]["kind"]:
+        current["spec"] = {}
+    for name in ATOMIC_FIELDS:
+        # The handler's own data is replaced whole, never merged key by key into the old one.
+        if patch.get(name) is not None:
+            current.pop(name, None)
+    return ScheduleDefinition.model_validate(merge_patch(current, patch))
+
+
+def definition_changes(before: ScheduleDefinition, after: ScheduleDefinition) -> list[tuple[str, Any, Any]]:
+    """(dotted field, old value, new value) for every leaf that differs, in field order."""
+    out: list[tuple[str, Any, Any]] = []
+
+    def walk(path: str, old: Any, new: Any) -> None:
+        if isinstance(old, dict) and isinstance(new, dict):
+            for key in dict.fromkeys([*old, *new]):
+                walk(f"{path}.{key}" if path else key, old.get(key), new.get(key))
+        elif old != new:
+            out.append((path, old, new))
+
+    walk("", before.model_dump(mode="json"), after.model_dump(mode="json"))
+    return out
+
+
 class UpdateSchedule(Message):
-    """Replace a schedule's definition; its next slot is recomputed from the new spec."""
+    """Change a schedule's definition; its next slot is recomputed from the new spec.
+
+    Exactly one of `definition` (the whole new definition: what it leaves out takes the default)
+    or `patch` (a JSON merge patch, RFC 7396, of the definition: only what it names changes, null
+    resets a field to its default) is given. The ticker applies a patch to its own stored
+    definition, so two patches of different fields never undo each other.
+    """
 
     message_type = "schedule.update"
     schedule_id: ScheduleId
-    definition: ScheduleDefinition
+    definition: ScheduleDefinition | None = None
+    patch: dict[str, Any] | None = Field(default=None, max_length=len(PATCHABLE))
+
+    @model_validator(mode="after")
+    def _one_way(self) -> "UpdateSchedule":
+        if (self.definition is None) == (self.patch is None):
+            raise ValueError("give exactly one of definition (replace it whole) or patch (change fields)")
+        if self.patch is not None:
+            if not self.patch:
+                raise ValueError("the patch changes nothing; name at least one field")
+            unknown = sorted(set(self.patch) - PATCHABLE)
+            if unknown:
+                raise ValueError(
+                    f"the patch names unknown fields {unknown}; a definition has {sorted(PATCHABLE)}"
+                )
+        return self
 
 
 class PauseSchedule(Message):
@@ -170,12 +246,14 @@ class ScheduleCreated(Message):
 
 
 class ScheduleUpdated(Message):
-    """The ticker replaced a schedule's definition."""
+    """The ticker changed a schedule's definition; `definition` is the whole new one."""
 
     message_type = "schedule.updated"
     schedule_id: ScheduleId
     definition: ScheduleDefinition
     next_fire_at: AwareDatetime | None
+    #: The dotted fields that changed (`spec.every`, `handler`, `retry.max_attempts`).
+    changed: tuple[str, ...] = ()
 
 
 class SchedulePaused(Message):

@@ -56,17 +56,23 @@ async def wait_for_command(s: Services, command_id: str, seconds: float) -> Comm
 
 
 async def submit(
-    s: Services, message: Message, *, idempotency_key: str | None, wait: float | None
+    s: Services,
+    message: Message,
+    *,
+    idempotency_key: str | None,
+    wait: float | None,
+    extra: dict[str, Any] | None = None,
 ) -> JSONResponse:
-    """Publish ``message``; 202 with its id, or with ``wait`` its reflected status."""
+    """Publish ``message``; 202 with its id, or with ``wait`` its reflected status (and ``extra``
+    merged into the body either way)."""
     command_id = await publish_command(
         s.producer, s.settings.kafka, message, command_id=idempotency_key, source="api"
     )
     s.metrics.commands_published.labels(message.message_type).inc()
     if wait is None:
-        return JSONResponse(status_code=202, content={"command_id": command_id})
+        return JSONResponse(status_code=202, content={"command_id": command_id, **(extra or {})})
     status = await wait_for_command(s, command_id, wait)
-    body = status.model_dump(mode="json")
+    body = {**status.model_dump(mode="json"), **(extra or {})}
     if status.status == "rejected":
         return JSONResponse(status_code=409, content={"detail": status.reason or "rejected", **body})
     return JSONResponse(status_code=200 if status.status in FINAL else 202, content=body)

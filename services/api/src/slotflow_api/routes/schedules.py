@@ -1,11 +1,11 @@
 """Schedules: list, show (with the next slots), runs by slot range, and the schedule commands."""
 
 from datetime import datetime, timedelta
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Header, Path, Query
 from fastapi.responses import JSONResponse
-from pydantic import AwareDatetime
+from pydantic import AwareDatetime, ValidationError
 
 from slotflow.contracts import (
     Backfill,
@@ -18,11 +18,12 @@ from slotflow.contracts import (
     UpdateSchedule,
 )
 from slotflow.contracts.envelope import IDENTIFIER_PATTERN
+from slotflow.contracts.schedules import definition_changes, patch_definition
 from slotflow.core.cronslots import slots_between
 from slotflow.core.identity import run_id
 from slotflow_api import read_model
 from slotflow_api.app_state import Services, services
-from slotflow_api.errors import BadRequest, NotFound
+from slotflow_api.errors import BadRequest, NotFound, describe_validation
 from slotflow_api.outlook import outlook
 from slotflow_api.routes.commands import COMMAND_RESPONSES, submit
 from slotflow_api.routes.common import Cursor, Limit, Wait
@@ -162,7 +163,7 @@ async def create_schedule(
     "/v1/schedules/{schedule_id}",
     status_code=202,
     responses=COMMAND_RESPONSES,
-    summary="Replace a definition",
+    summary="Replace the whole definition (what the body leaves out takes its default; PATCH changes fields)",
 )
 async def update_schedule(
     s: Annotated[Services, Depends(services)],
@@ -173,6 +174,47 @@ async def update_schedule(
 ) -> JSONResponse:
     message = UpdateSchedule(schedule_id=schedule_id, definition=body.definition)
     return await submit(s, message, idempotency_key=idempotency_key, wait=wait)
+
+
+@router.patch(
+    "/v1/schedules/{schedule_id}",
+    status_code=202,
+    responses=COMMAND_RESPONSES,
+    summary="Change only the fields given (a JSON merge patch of the definition)",
+)
+async def patch_schedule(
+    s: Annotated[Services, Depends(services)],
+    schedule_id: ScheduleId,
+    patch: Annotated[
+        dict[str, Any],
+        Body(
+            description="the fields of the definition to change, as a JSON merge patch (RFC 7396): "
+            'objects merge key by key (`{"retry": {"max_attempts": 3}}` keeps the other retry '
+            "fields), null resets a field to its default, a spec of another kind replaces the spec",
+            examples=[{"spec": {"every": "PT30S"}, "handler": "reports.v2"}],
+        ),
+    ],
+    idempotency_key: IdempotencyKey = None,
+    wait: Wait = None,
+) -> JSONResponse:
+    message = UpdateSchedule(schedule_id=schedule_id, patch=patch)
+    changes: list[dict[str, Any]] | None = None
+    row = await read_model.get_schedule(s.pool, s.schema, schedule_id)
+    if row is not None and not row["deleted"]:
+        # Checked against the definition the read model holds, so a patch that cannot fit is a
+        # 422 now rather than a rejection later; the ticker applies it to its own copy.
+        current = ScheduleDefinition.model_validate(row["definition"])
+        try:
+            patched = patch_definition(current, patch)
+        except ValidationError as err:
+            raise BadRequest(
+                f"the patch does not fit schedule {schedule_id}: {describe_validation(err.errors())}"
+            ) from None
+        changes = [
+            {"field": field, "from": old, "to": new}
+            for field, old, new in definition_changes(current, patched)
+        ]
+    return await submit(s, message, idempotency_key=idempotency_key, wait=wait, extra={"changes": changes})
 
 
 @router.post(

@@ -1,0 +1,44 @@
+"""`slotflow schedule update` changes only the flags given and says what changes."""
+
+import httpx
+
+from slotflow.settings import KafkaSettings
+from slotflow.testing import assert_eventually
+from tests.integration.cli.conftest import Cli
+from tests.integration.ticker.support import tickers
+
+
+async def test_update_keeps_the_payload_and_tags_and_prints_the_changes(
+    cli: Cli, kafka: KafkaSettings, pg_dsn: str, api_url: str
+) -> None:
+    async with tickers(kafka, pg_dsn):
+        created = await cli(
+            "schedule", "create", "reports", "--every", "1m", "--handler", "reports.build",
+            "--payload", '{"region": "eu"}', "--tag", "finance", "--max-attempts", "7", "--wait", "30",
+        )  # fmt: skip
+        assert created.code == 0, created
+        updated = await cli(
+            "schedule", "update", "reports", "--every", "30s", "--handler", "reports.v2", "--wait", "30"
+        )
+        assert updated.code == 0, updated
+        assert "status:     accepted" in updated.out
+        assert "changes:\n" in updated.err
+        assert "  spec.every: PT1M -> PT30S\n" in updated.err
+        assert "  handler: reports.build -> reports.v2\n" in updated.err
+        assert "payload" not in updated.err
+
+        async with httpx.AsyncClient(base_url=api_url) as http:
+
+            async def definition() -> dict[str, object] | None:
+                body = (await http.get("/v1/schedules/reports")).json()
+                found: dict[str, object] = body["definition"]
+                return found if found["handler"] == "reports.v2" else None
+
+            after = await assert_eventually(definition, timeout=30, message="the update projected")
+        assert after["payload"] == {"region": "eu"}
+        assert after["tags"] == ["finance"]
+        assert after["retry"]["max_attempts"] == 7  # type: ignore[index]
+
+        nothing = await cli("schedule", "update", "reports")
+        assert nothing.code == 2
+        assert "nothing to change" in nothing.err
