@@ -394,7 +394,7 @@ class Execution:
     def future_for(self, sequence: int) -> "asyncio.Future[Any]":
         future = self.futures.get(sequence)
         if future is None:
-            future = self.futures[sequence] = self.loop.create_future()
+            future = self.futures[sequence] = asyncio.Future(loop=self.loop)
         return future
 
     def _deliver(self, event: HistoryEvent) -> None:

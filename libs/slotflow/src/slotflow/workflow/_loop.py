@@ -155,11 +155,28 @@ class Condition:
         self.future = future
 
 
+class _Ready:
+    """A callback the loop runs next (asyncio's Handle, without what this loop never needs)."""
+
+    __slots__ = ("args", "callback", "cancelled", "context")
+
+    def __init__(
+        self, callback: Callable[..., object], args: tuple[Any, ...], context: contextvars.Context | None
+    ):
+        self.callback = callback
+        self.args = args
+        self.context = context
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
 class Loop(_Refusing):
     """Ready callbacks in FIFO order, then `wait_condition` predicates in creation order."""
 
     def __init__(self) -> None:
-        self.ready: deque[asyncio.Handle] = deque()
+        self.ready: deque[_Ready] = deque()
         self.conditions: list[Condition] = []
         self.tasks: list[asyncio.Task[Any]] = []
         #: Exceptions raised by callbacks (a guard error in a done-callback, say).
@@ -170,8 +187,8 @@ class Loop(_Refusing):
 
     def call_soon(  # type: ignore[override]
         self, callback: Callable[..., object], *args: Any, context: contextvars.Context | None = None
-    ) -> asyncio.Handle:
-        handle = asyncio.Handle(callback, args, self, context)
+    ) -> "_Ready":
+        handle = _Ready(callback, args, context)
         self.ready.append(handle)
         return handle
 
@@ -232,8 +249,17 @@ class Loop(_Refusing):
         while True:
             while ready:
                 handle = ready.popleft()
-                if not handle._cancelled:
-                    handle._run()
+                if handle.cancelled:
+                    continue
+                try:
+                    if handle.context is None:
+                        handle.callback(*handle.args)
+                    else:
+                        handle.context.run(handle.callback, *handle.args)
+                except (SystemExit, KeyboardInterrupt):
+                    raise
+                except BaseException as exc:  # noqa: BLE001 - asyncio's contract: report, go on
+                    self.call_exception_handler({"message": "callback failed", "exception": exc})
             if not self._check_conditions():
                 return
 

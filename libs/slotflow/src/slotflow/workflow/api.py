@@ -67,13 +67,15 @@ def _seconds(duration: timedelta | float) -> timedelta:
 
 # -- activities ----------------------------------------------------------------------------------
 
+_DEFAULT_POLICY = RetryPolicy()
+
 
 def _policy(
     retry: RetryPolicy | None,
     start_to_close: timedelta | None,
     non_retryable: Iterable[str | type[BaseException]],
 ) -> RetryPolicy:
-    policy = retry or RetryPolicy()
+    policy = retry or _DEFAULT_POLICY
     names = tuple(n if isinstance(n, str) else n.__name__ for n in non_retryable)
     if start_to_close is None and not names:
         return policy

@@ -14,6 +14,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, get_type_hints, overload
 
+import pydantic_core
 from pydantic import TypeAdapter
 
 from slotflow.contracts.envelope import IDENTIFIER_PATTERN
@@ -49,7 +50,7 @@ def to_json(value: Any) -> Any:
     """A JSON-ready form of ``value`` (pydantic models and dataclasses dumped, the rest as given)."""
     if value is None or isinstance(value, str | int | float | bool):
         return value
-    return TypeAdapter(type(value)).dump_python(value, mode="json")
+    return pydantic_core.to_jsonable_python(value)
 
 
 def to_json_object(value: Any, what: str) -> dict[str, Any]:

@@ -63,7 +63,7 @@ class WorkflowRuntime:
             else max_history_events * 4 // 5
         )
         self._cache_size = cache_size
-        self._cache: OrderedDict[tuple[str, int], tuple[Execution, int, list[HistoryEvent]]] = OrderedDict()
+        self._cache: OrderedDict[str, tuple[Execution, int, list[HistoryEvent]]] = OrderedDict()
         install_guards()
 
     @property
@@ -81,9 +81,9 @@ class WorkflowRuntime:
         """
         if now.tzinfo is None:
             raise ValueError("now must be timezone-aware (the database clock)")
-        start = run_start(history)
-        execution = self._cached(history, start)
+        execution = self._cached(history) if self._cache else None
         if execution is None:
+            start = run_start(history)
             execution = Execution(
                 self._definition(history[start]),
                 history,
@@ -92,7 +92,8 @@ class WorkflowRuntime:
                 max_history_events=self.max_history_events,
                 suggest_continue_as_new_at=self.suggest_continue_as_new_at,
             )
-        key = (execution.workflow_id, start)
+        start = execution.start
+        key = execution.workflow_id
         try:
             execution.advance(history, now)
         except BaseException:
@@ -113,8 +114,9 @@ class WorkflowRuntime:
 
     def forget(self, workflow_id: str) -> None:
         """Drop a cached execution (its history was rewritten, or the workflow is gone)."""
-        for key in [k for k in self._cache if k[0] == workflow_id]:
-            self._cache.pop(key)[0].dispose()
+        entry = self._cache.pop(workflow_id, None)
+        if entry is not None:
+            entry[0].dispose()
 
     def _definition(self, started: HistoryEvent) -> WorkflowDefinition:
         assert isinstance(started, WorkflowStarted)  # noqa: S101 - run_start found it
@@ -126,16 +128,22 @@ class WorkflowRuntime:
             )
         return definition
 
-    def _cached(self, history: Sequence[HistoryEvent], start: int) -> Execution | None:
-        entry = self._cache.pop((history[start].workflow_id, start), None)
+    def _cached(self, history: Sequence[HistoryEvent]) -> Execution | None:
+        """The cached execution of this workflow, if ``history`` is what it saw, what it returned and
+        new inputs after (only that tail is checked, so a cached step costs what the tail costs)."""
+        if not history:
+            return None
+        entry = self._cache.pop(history[-1].workflow_id, None)
         if entry is None:
             return None
         execution, seen, produced = entry
         end = seen + len(produced)
         if (
             len(history) >= end
+            and history[execution.start] == execution.started
             and history[seen - 1] == execution.history[seen - 1]
             and all(history[seen + i] == event for i, event in enumerate(produced))
+            and _contiguous(history, seen - 1)
         ):
             execution.history = history
             execution.dcursor = execution._next_decision(end)
@@ -190,3 +198,17 @@ def run_start(history: Sequence[HistoryEvent]) -> int:
             )
         expected += 1
     return start
+
+
+def _contiguous(history: Sequence[HistoryEvent], index: int) -> bool:
+    """Whether the events from ``index`` on continue one run of one workflow, gap-free."""
+    first = history[index]
+    workflow_id, expected = first.workflow_id, first.sequence
+    for position in range(index, len(history)):
+        event = history[position]
+        if event.sequence != expected or event.workflow_id != workflow_id:
+            return False
+        if position > index and type(event) is WorkflowStarted:
+            return False
+        expected += 1
+    return True
