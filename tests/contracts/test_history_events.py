@@ -88,3 +88,45 @@ def test_unknown_fields_are_tolerated_for_additive_evolution() -> None:
         "added_later": datetime.now(UTC).isoformat(),
     }
     assert WorkflowStarted.model_validate(data).workflow_type == "t"
+
+
+def test_a_continued_run_starts_right_after_its_continue_as_new() -> None:
+    WorkflowStarted(workflow_id="w", sequence=8, workflow_type="t", command_id="w#7", continued_from=7)
+    with pytest.raises(ValidationError, match="right after"):
+        WorkflowStarted(workflow_id="w", sequence=9, workflow_type="t", command_id="w#7", continued_from=7)
+
+
+def test_a_child_names_its_parent_and_the_parents_sequence() -> None:
+    WorkflowStarted(
+        workflow_id="c",
+        sequence=1,
+        workflow_type="t",
+        command_id="x",
+        parent_workflow_id="p",
+        parent_sequence=4,
+    )
+    with pytest.raises(ValidationError, match="both its parent"):
+        WorkflowStarted(
+            workflow_id="c", sequence=1, workflow_type="t", command_id="x", parent_workflow_id="p"
+        )
+
+
+def test_only_a_patch_marker_names_a_patch() -> None:
+    from slotflow.contracts import MarkerRecorded
+
+    MarkerRecorded(workflow_id="w", sequence=2, kind="patch", patch_id="p")
+    MarkerRecorded(workflow_id="w", sequence=2, kind="now", value="2026-01-01T00:00:00+00:00")
+    with pytest.raises(ValidationError, match="patch_id"):
+        MarkerRecorded(workflow_id="w", sequence=2, kind="patch")
+    with pytest.raises(ValidationError, match="patch_id"):
+        MarkerRecorded(workflow_id="w", sequence=2, kind="uuid", patch_id="p")
+
+
+def test_payload_references_are_recognised() -> None:
+    from slotflow.contracts.workflows import PAYLOAD_FIELDS, is_payload_ref, payload_ref
+
+    ref = payload_ref("sha256:" + "0" * 64, 70_000)
+    assert is_payload_ref(ref)
+    assert not is_payload_ref({"$slotflow_payload": "sha256:x", "bytes": 1, "other": 2})
+    assert not is_payload_ref({"bytes": 1})
+    assert set(PAYLOAD_FIELDS) <= set(HISTORY_EVENTS)

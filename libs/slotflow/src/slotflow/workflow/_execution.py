@@ -303,7 +303,9 @@ class Execution:
 
     def match(self, kind: type[HistoryEvent], key: Any) -> HistoryEvent | None:
         """The recorded decision the code's ``kind``/``key`` decision replays, or None when new."""
-        if self.disposing:
+        if self.disposing or _loop.current() is not self:
+            # Cleanup code run by a coroutine's close (a discarded or garbage-collected execution):
+            # it cannot make decisions any more.
             raise GeneratorExit
         self.emitted_since += 1
         history = self.history
@@ -342,7 +344,7 @@ class Execution:
         """`workflow.patched` / `deprecate_patch`: whether the code takes the new path here."""
         if patch_id in self.patches:
             return self.patches[patch_id]
-        if self.disposing:
+        if self.disposing or _loop.current() is not self:
             raise GeneratorExit
         history = self.history
         cursor = self.dcursor
