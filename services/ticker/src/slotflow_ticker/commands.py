@@ -38,7 +38,6 @@ from slotflow.contracts.envelope import KEY_MAX_CHARS, TYPE_HEADER, fit_id
 from slotflow.contracts.schedules import ScheduleDefinition, definition_changes, patch_definition
 from slotflow.errors import PoisonMessage, TransientStorageError
 from slotflow.kafka.loop import Incoming
-from slotflow.kafka.poison import dead_letter_envelope
 from slotflow.kafka.records import Record
 from slotflow.pg.inbox import record_once
 from slotflow.pg.outbox import Staged
@@ -215,11 +214,15 @@ class CommandHandler:
     def rejection(
         self, record: Record, envelope: Envelope, error: Exception, *, now: datetime
     ) -> list[Outgoing]:
-        """CommandRejected for the sender and a DeadLettered record parking the command."""
+        """CommandRejected for the sender: a refusal is an answer, not poison.
+
+        A duplicate create or a trigger of an unknown schedule is a well-formed command that the
+        ticker read and decided against; the caller reads why (the api's read-your-writes, the
+        CLI's --wait). The DLQ is kept for what no consumer could process (undecodable, invalid,
+        unknown type: the consume loop parks those), so it does not fill with answers.
+        """
         log.warning("rejected %s %s: %s", envelope.type, envelope.id, error)
-        letter = dead_letter_envelope(
-            record, error, source_service=SERVICE, occurred_at=now, reason="command_rejected"
-        )
+        del record  # the record itself is not parked
         return [
             self._events.rejected(
                 command_id=envelope.id,
@@ -227,8 +230,7 @@ class CommandHandler:
                 subject=envelope.key,
                 reason=str(error),
                 occurred_at=now,
-            ),
-            Staged(self._events.topics.dlq, letter),
+            )
         ]
 
     async def reject_poison(
