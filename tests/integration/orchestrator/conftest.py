@@ -55,8 +55,9 @@ async def start_orchestrator_(
 ) -> AsyncIterator[StartOrchestrator]:
     started: list[Running] = []
 
-    async def start(**overrides: Any) -> Running:
-        running = await start_orchestrator(orchestrator_settings(kafka, pg_dsn, **overrides), decider)
+    async def start(*, with_decider: RuntimeDecider | None = None, **overrides: Any) -> Running:
+        settings = orchestrator_settings(kafka, pg_dsn, **overrides)
+        running = await start_orchestrator(settings, with_decider or decider)
         started.append(running)
         return running
 

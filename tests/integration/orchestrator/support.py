@@ -47,7 +47,7 @@ class Running:
 
     async def stop(self) -> None:
         self.stop_event.set()
-        if self.task is not None:
+        if self.task is not None and not self.task.done():
             await asyncio.wait_for(self.task, timeout=60)
 
     async def kill(self) -> None:

@@ -1,0 +1,62 @@
+"""The saga started over HTTP through the api: `?wait=` returns once the orchestrator accepted the
+start, and the read model (fed by the history topic the orchestrator publishes) shows the workflow
+completed with its steps, its compensations and its activity runs."""
+
+import httpx
+from fastapi import FastAPI
+
+from slotflow.pg.pool import Pool
+from tests.integration.api.conftest import api_settings, app, client  # noqa: F401 - the api fixtures
+from tests.integration.api.helpers import eventually_json
+from tests.integration.orchestrator.conftest import StartClaimer, StartOrchestrator
+
+
+async def test_a_saga_started_over_http_is_accepted_and_shown_from_its_history(
+    client: httpx.AsyncClient,  # noqa: F811 - the api fixture
+    app: FastAPI,  # noqa: F811 - the api fixture
+    db: Pool,
+    start_orchestrator_: StartOrchestrator,
+    start_claimer: StartClaimer,
+) -> None:
+    await start_orchestrator_()
+    await start_claimer()
+    body = {"workflow_id": "web-1", "workflow_type": "tests.checkout", "input": {"order_id": "web-1"}}
+    started = await client.post("/v1/workflows", json=body, params={"wait": 30})
+    assert started.status_code == 200, started.text
+    assert started.json()["status"] == "accepted"
+
+    unknown = await client.post(
+        "/v1/workflows", json={**body, "workflow_id": "web-2", "workflow_type": "nope"}, params={"wait": 30}
+    )
+    assert unknown.status_code == 409
+    assert unknown.json()["detail"] == "unknown workflow type 'nope'"
+
+    shown = await eventually_json(client, "/v1/workflows/web-1", lambda b: b["status"] == "completed")
+    assert [s["activity"] for s in shown["steps"]] == [
+        "payments.authorize",
+        "inventory.reserve",
+        "payments.capture",
+    ]
+    assert all(s["state"] == "completed" for s in shown["steps"])
+    assert shown["result"]["captured"] is True
+
+    failing = {
+        "workflow_id": "web-3",
+        "workflow_type": "tests.checkout",
+        "input": {"order_id": "web-3", "capture_fails": True},
+    }
+    assert (await client.post("/v1/workflows", json=failing, params={"wait": 30})).json()[
+        "status"
+    ] == "accepted"
+    failed = await eventually_json(client, "/v1/workflows/web-3", lambda b: b["status"] == "failed")
+    assert failed["compensated"] is True
+    assert [(c["activity"], c["state"]) for c in failed["compensations"]] == [
+        ("inventory.release", "done"),
+        ("payments.void", "done"),
+    ]
+
+    terminated = await client.post(
+        "/v1/workflows/web-3/terminate", json={"reason": "late"}, params={"wait": 30}
+    )
+    assert terminated.status_code == 409
+    assert terminated.json()["detail"] == "workflow web-3 has already ended"
