@@ -70,9 +70,10 @@ async def test_every_command_reaches_its_topic_with_its_key(cli: Cli, kafka: Kaf
         "c-trigger": ["schedule", "trigger", "payouts"],
         "c-backfill": ["schedule", "backfill", "payouts", "--start", "2026-01-01T00:00:00Z", "--end", "2026-01-02T00:00:00Z", "--max-slots", "24"],
         "c-delete": ["schedule", "delete", "payouts"],
-        "c-start": ["workflow", "start", "order-1", "--type", "orders.checkout", "--input", '{"order": 1}'],
+        "c-start": ["workflow", "start", "order-1", "--type", "orders.checkout", "--input", '{"order": 1}', "--execution-timeout", "90"],
         "c-signal": ["workflow", "signal", "order-1", "approve", "--payload", '{"by": "ops"}'],
         "c-cancel": ["workflow", "cancel", "order-1", "--reason", "customer asked"],
+        "c-terminate": ["workflow", "terminate", "order-1", "--reason", "stuck"],
         "c-redrive": ["dlq", "redrive", "--id", "t:0:1"],
         "c-discard": ["dlq", "discard", "--source", "claimer", "--failure-reason", "invalid_payload", "--reason", "bad data", "--limit", "10"],
     }  # fmt: skip
@@ -95,7 +96,9 @@ async def test_every_command_reaches_its_topic_with_its_key(cli: Cli, kafka: Kaf
         topics[c]
         for c in ("c-create", "c-update", "c-pause", "c-resume", "c-trigger", "c-backfill", "c-delete")
     } == {kafka.topic(SCHEDULE_COMMANDS)}
-    assert {topics[c] for c in ("c-start", "c-signal", "c-cancel")} == {kafka.topic(WORKFLOW_COMMANDS)}
+    assert {topics[c] for c in ("c-start", "c-signal", "c-cancel", "c-terminate")} == {
+        kafka.topic(WORKFLOW_COMMANDS)
+    }
     assert {topics[c] for c in ("c-redrive", "c-discard")} == {kafka.topic(DLQ_COMMANDS)}
     envelopes = {command_id: seen[command_id][1] for command_id in commands}
     assert {
@@ -131,7 +134,7 @@ async def test_every_command_reaches_its_topic_with_its_key(cli: Cli, kafka: Kaf
         "workflow_type": "orders.checkout",
         "input": {"order": 1},
         "id_reuse_policy": "reject_duplicate",
-        "execution_timeout": None,
+        "execution_timeout": "PT1M30S",
         "parent_workflow_id": None,
         "parent_sequence": None,
         "parent_close_policy": "request_cancel",
@@ -142,6 +145,8 @@ async def test_every_command_reaches_its_topic_with_its_key(cli: Cli, kafka: Kaf
         "payload": {"by": "ops"},
     }
     assert envelopes["c-cancel"].key == "order-1"
+    assert envelopes["c-terminate"].type == "workflow.terminate"
+    assert envelopes["c-terminate"].data == {"workflow_id": "order-1", "reason": "stuck"}
     assert envelopes["c-redrive"].key == "t:0:1"
     assert envelopes["c-redrive"].data["selection"]["ids"] == ["t:0:1"]
     selection = envelopes["c-discard"].data["selection"]

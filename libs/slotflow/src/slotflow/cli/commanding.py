@@ -5,6 +5,7 @@ publishes it to Kafka, and with `--wait` asks the API whether it was accepted.
 """
 
 import re
+from datetime import timedelta
 from typing import Any
 
 from slotflow.cli.context import Context
@@ -24,6 +25,7 @@ from slotflow.contracts import (
     ScheduleDefinition,
     SignalWorkflow,
     StartWorkflow,
+    TerminateWorkflow,
     TriggerNow,
 )
 from slotflow.contracts.envelope import IDENTIFIER_PATTERN
@@ -141,12 +143,14 @@ def _workflow_id(ctx: Context) -> str:
 
 def workflow_start(ctx: Context) -> int:
     a = ctx.args
-    message = StartWorkflow(
-        workflow_id=_workflow_id(ctx),
-        workflow_type=identifier(a.workflow_type, "--type"),
-        input=parse_json_object(a.input, flag="--input") if a.input is not None else {},
-    )
-    return send(ctx, message)
+    fields: dict[str, Any] = {
+        "workflow_id": _workflow_id(ctx),
+        "workflow_type": identifier(a.workflow_type, "--type"),
+        "input": parse_json_object(a.input, flag="--input") if a.input is not None else {},
+    }
+    if a.execution_timeout is not None:
+        fields["execution_timeout"] = timedelta(seconds=a.execution_timeout)
+    return send(ctx, validated(StartWorkflow, fields, what="start"))
 
 
 def workflow_signal(ctx: Context) -> int:
@@ -162,6 +166,11 @@ def workflow_signal(ctx: Context) -> int:
 def workflow_cancel(ctx: Context) -> int:
     fields = {"workflow_id": _workflow_id(ctx), "reason": ctx.args.reason}
     return send(ctx, validated(CancelWorkflow, fields, what="cancel"))
+
+
+def workflow_terminate(ctx: Context) -> int:
+    fields = {"workflow_id": _workflow_id(ctx), "reason": ctx.args.reason}
+    return send(ctx, validated(TerminateWorkflow, fields, what="terminate"))
 
 
 def selection(ctx: Context) -> DeadLetterFilter:

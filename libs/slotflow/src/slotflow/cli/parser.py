@@ -270,6 +270,12 @@ def _workflow(groups: Any) -> None:
         "--type", dest="workflow_type", required=True, metavar="TYPE", help="registered workflow type"
     )
     start.add_argument("--input", metavar="JSON", help="JSON object given to the workflow, or @file.json")
+    start.add_argument(
+        "--execution-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="fail the run (WorkflowTimedOut) if it has not ended this long after its start",
+    )
     _command_options(start)
 
     signal = _leaf(
@@ -292,6 +298,16 @@ def _workflow(groups: Any) -> None:
     cancel.add_argument("workflow_id", metavar="WORKFLOW_ID")
     cancel.add_argument("--reason", default="", help="why")
     _command_options(cancel)
+
+    terminate = _leaf(
+        actions,
+        "terminate",
+        "slotflow.cli.commanding:workflow_terminate",
+        "end a workflow now, without its code or compensations",
+    )
+    terminate.add_argument("workflow_id", metavar="WORKFLOW_ID")
+    terminate.add_argument("--reason", default="", help="why")
+    _command_options(terminate)
 
     listing = _leaf(actions, "list", "slotflow.cli.querying:workflow_list", "list workflows")
     listing.add_argument("--type", dest="workflow_type", metavar="TYPE")
