@@ -236,3 +236,13 @@ async def test_a_child_that_fails_fails_the_parent_that_does_not_catch_it() -> N
         assert caught.value.error_type == "ValueError"
         child = env.history("strict-1/child/2")
         assert child[0].parent_workflow_id == "strict-1"  # type: ignore[attr-defined]
+
+
+def test_a_run_ended_by_the_orchestrator_replays_up_to_that_end() -> None:
+    for error_type in ("WorkflowTerminated", "WorkflowTimedOut"):
+        history = History(WorkflowRuntime([Forever]), "feed.forever")
+        history.decide()
+        history.complete(2)
+        history.decide()  # the next activity at 4
+        history.add(WorkflowFailed, error_type=error_type, message="operator")
+        assert Replayer([Forever]).replay(history.events).status == "failed"

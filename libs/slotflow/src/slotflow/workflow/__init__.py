@@ -62,24 +62,22 @@ from asyncio import CancelledError
 from slotflow.contracts.policies import RetryPolicy
 from slotflow.contracts.workflows import ParentClosePolicy
 from slotflow.workflow.api import (
-    ChildWorkflowHandle,
     WorkflowInfo,
     continue_as_new,
     create_task,
     deprecate_patch,
     execute_activity,
-    execute_child_workflow,
     gather,
     info,
     now,
     patched,
     random,
     sleep,
-    start_child_workflow,
     uuid4,
     wait_condition,
     wait_signal,
 )
+from slotflow.workflow.children import ChildWorkflowHandle, execute_child_workflow, start_child_workflow
 from slotflow.workflow.definition import defn, run, signal
 from slotflow.workflow.errors import (
     ActivityError,

@@ -30,18 +30,12 @@ from typing import Any, ClassVar
 from slotflow.contracts.workflows import (
     ActivityCompleted,
     ActivityFailed,
-    ActivityScheduled,
     CancelRequested,
     ChildWorkflowCompleted,
     ChildWorkflowFailed,
-    ChildWorkflowScheduled,
-    CompensationRegistered,
     HistoryEvent,
     MarkerRecorded,
-    NonDeterminismDetected,
     SignalReceived,
-    TimerCancelled,
-    TimerStarted,
     WorkflowCancelled,
     WorkflowCompleted,
     WorkflowContinuedAsNew,
@@ -50,6 +44,16 @@ from slotflow.contracts.workflows import (
     WorkflowTimerFired,
 )
 from slotflow.workflow import _loop
+from slotflow.workflow._events import (
+    DECISION,
+    INPUT,
+    KIND,
+    SCHEDULE_TO_CLOSE_TIMEOUT,
+    decision_key,
+    describe_decision,
+    describe_event,
+    forced_end,
+)
 from slotflow.workflow.commands import Command
 from slotflow.workflow.definition import WorkflowDefinition
 from slotflow.workflow.errors import (
@@ -60,81 +64,6 @@ from slotflow.workflow.errors import (
     NonDeterminismError,
     WorkflowDeterminismError,
 )
-
-INPUT, DECISION, IGNORED = 0, 1, 2
-KIND: dict[type[HistoryEvent], int] = {
-    WorkflowStarted: INPUT,
-    ActivityCompleted: INPUT,
-    ActivityFailed: INPUT,
-    WorkflowTimerFired: INPUT,
-    SignalReceived: INPUT,
-    CancelRequested: INPUT,
-    ChildWorkflowCompleted: INPUT,
-    ChildWorkflowFailed: INPUT,
-    ActivityScheduled: DECISION,
-    TimerStarted: DECISION,
-    TimerCancelled: DECISION,
-    CompensationRegistered: DECISION,
-    MarkerRecorded: DECISION,
-    ChildWorkflowScheduled: DECISION,
-    WorkflowCompleted: DECISION,
-    WorkflowFailed: DECISION,
-    WorkflowCancelled: DECISION,
-    WorkflowContinuedAsNew: DECISION,
-    NonDeterminismDetected: IGNORED,
-}
-#: The error type of the failure the runtime records when a run outgrows its history ceiling.
-HISTORY_LIMIT_ERROR = "HistoryLimitExceeded"
-#: Failures recorded for a run from outside its code (the ceiling, an operator's TerminateWorkflow,
-#: the run's execution timeout): a replay that reaches one stops there instead of reporting the code
-#: as non-deterministic for not having failed.
-ENDED_OUTSIDE_THE_CODE = frozenset({HISTORY_LIMIT_ERROR, "WorkflowTerminated", "WorkflowExecutionTimedOut"})
-SCHEDULE_TO_CLOSE_TIMEOUT = "ScheduleToCloseTimeout"
-
-
-def decision_key(event: HistoryEvent) -> Any:
-    """What must be equal for the code's decision to match a recorded one (beside the type)."""
-    if type(event) is ActivityScheduled:
-        return (event.activity, event.compensates)
-    if type(event) is CompensationRegistered:
-        return (event.activity, event.for_step)
-    if type(event) is MarkerRecorded:
-        return (event.kind, event.patch_id)
-    if type(event) is TimerCancelled:
-        return event.started_sequence
-    if type(event) is ChildWorkflowScheduled:
-        return event.workflow_type
-    return None
-
-
-def describe_event(event: HistoryEvent) -> str:
-    """`workflow.activity_scheduled payments.charge`: a recorded event as the error shows it."""
-    if KIND.get(type(event)) != DECISION:
-        return event.message_type
-    return f"{event.message_type} {describe_decision(type(event), decision_key(event))}"
-
-
-def describe_decision(kind: type[HistoryEvent], key: Any) -> str:
-    """`activity payments.authorize`: what the code asked for, as the error shows it."""
-    if kind is ActivityScheduled:
-        activity, compensates = key
-        return f"activity {activity}" + (f" (compensating step {compensates})" if compensates else "")
-    if kind is CompensationRegistered:
-        return f"compensation {key[0]} for step {key[1]}"
-    if kind is MarkerRecorded:
-        return f"patch {key[1]}" if key[0] == "patch" else f"workflow.{key[0]}() marker"
-    if kind is TimerStarted:
-        return "timer"
-    if kind is TimerCancelled:
-        return f"cancel of the timer started at {key}"
-    if kind is ChildWorkflowScheduled:
-        return f"child workflow {key}"
-    return {
-        WorkflowCompleted: "completion",
-        WorkflowFailed: "failure",
-        WorkflowCancelled: "cancellation",
-        WorkflowContinuedAsNew: "continue-as-new",
-    }.get(kind, kind.__name__)
 
 
 class _RunEnded(Exception):
@@ -290,7 +219,7 @@ class Execution:
             if self._skippable(recorded):
                 self.dcursor = self._next_decision(self.dcursor + 1)
                 continue
-            if _forced_end(recorded):
+            if forced_end(recorded):
                 raise _RunEnded
             waiting = "the code is waiting" if self.closed is None else "the run had ended"
             raise NonDeterminismError(
@@ -317,7 +246,7 @@ class Execution:
             if self._skippable(recorded):
                 self.dcursor = self._next_decision(self.dcursor + 1)
                 continue
-            if _forced_end(recorded):
+            if forced_end(recorded):
                 raise _RunEnded
             raise self._violated(
                 NonDeterminismError(
@@ -566,10 +495,6 @@ class Execution:
 
     def uuid_at(self, sequence: int) -> str:
         return str(_uuid.UUID(int=self.seeded(sequence).getrandbits(128), version=4))
-
-
-def _forced_end(event: HistoryEvent) -> bool:
-    return type(event) is WorkflowFailed and event.error_type in ENDED_OUTSIDE_THE_CODE
 
 
 def _resolve(future: "asyncio.Future[Any]", value: Any) -> None:

@@ -20,7 +20,8 @@ from datetime import datetime
 
 from slotflow.contracts.workflows import RUN_ENDING_EVENTS, HistoryEvent, WorkflowFailed, WorkflowStarted
 from slotflow.workflow._closing import closing_commands
-from slotflow.workflow._execution import HISTORY_LIMIT_ERROR, Execution
+from slotflow.workflow._events import HISTORY_LIMIT_ERROR
+from slotflow.workflow._execution import Execution
 from slotflow.workflow._loop import install_guards
 from slotflow.workflow.commands import Decision
 from slotflow.workflow.definition import WorkflowDefinition, definition_of

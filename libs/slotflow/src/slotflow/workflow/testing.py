@@ -46,7 +46,7 @@ from slotflow.contracts.workflows import (
 from slotflow.core.retry import is_retryable, next_retry_delay
 from slotflow.runs.context import FencedWrites, RunContext
 from slotflow.runs.registry import REGISTRY, HandlerFn, HandlerRegistry, UnknownHandler
-from slotflow.workflow._execution import SCHEDULE_TO_CLOSE_TIMEOUT, describe_event
+from slotflow.workflow._events import SCHEDULE_TO_CLOSE_TIMEOUT, describe_event
 from slotflow.workflow.commands import (
     CancelTimer,
     Command,

@@ -1,0 +1,93 @@
+"""Child workflows: start one from workflow code, await its result, choose what happens if the
+parent ends first (`parent_close_policy`)."""
+
+import asyncio
+from typing import Any
+
+from slotflow.contracts.workflows import ChildWorkflowScheduled, ParentClosePolicy
+from slotflow.workflow.api import _load, current
+from slotflow.workflow.commands import StartChildWorkflow
+from slotflow.workflow.definition import definition_of, to_json_object
+from slotflow.workflow.errors import NonDeterminismError
+
+
+class ChildWorkflowHandle:
+    """A started child workflow: `await handle.result()` for its outcome."""
+
+    def __init__(
+        self, workflow_id: str, sequence: int, future: "asyncio.Future[Any]", result_type: Any
+    ) -> None:
+        self.workflow_id = workflow_id
+        self.sequence = sequence
+        self._future = future
+        self._result_type = result_type
+
+    async def result(self) -> Any:
+        """The child's result.
+
+        Raises:
+            ChildWorkflowError: the child failed, was cancelled or could not start.
+        """
+        return _load(self._result_type, await self._future)
+
+
+async def start_child_workflow(
+    workflow: type[Any] | str,
+    input: Any = None,
+    *,
+    id: str | None = None,
+    parent_close_policy: ParentClosePolicy = "request_cancel",
+    result_type: Any = None,
+) -> ChildWorkflowHandle:
+    """Start a child workflow (its own id and history); returns once its start is recorded.
+
+    ``parent_close_policy``: `request_cancel` (default) cancels a still-running child when this
+    workflow ends; `abandon` lets it run on. The default id is `{workflow_id}/child/{sequence}`.
+
+    >>> handle = await workflow.start_child_workflow(IssueInvoice, order, id=f"invoice-{order.id}")
+    >>> invoice = await handle.result()
+    """
+    execution = current()
+    execution.check_cancel()
+    name = workflow if isinstance(workflow, str) else definition_of(workflow).name
+    payload = to_json_object(input, f"the input of child workflow {name}")
+    recorded = execution.match(ChildWorkflowScheduled, name)
+    if recorded is not None:
+        sequence, child_id = recorded.sequence, recorded.child_workflow_id  # type: ignore[attr-defined]
+        if id is not None and id != child_id:
+            raise NonDeterminismError(
+                execution.workflow_id, sequence, f"child workflow id {child_id}", f"child workflow id {id}"
+            )
+    else:
+        sequence = execution.next_sequence
+        child_id = id or f"{execution.workflow_id}/child/{sequence}"
+        execution.record(
+            ChildWorkflowScheduled,
+            child_workflow_id=child_id,
+            workflow_type=name,
+            input=payload,
+            parent_close_policy=parent_close_policy,
+        )
+        execution.commands.append(
+            StartChildWorkflow(execution.workflow_id, sequence, child_id, name, payload, parent_close_policy)
+        )
+    execution.children[sequence] = (child_id, parent_close_policy)
+    return ChildWorkflowHandle(child_id, sequence, execution.future_for(sequence), result_type)
+
+
+async def execute_child_workflow(
+    workflow: type[Any] | str,
+    input: Any = None,
+    *,
+    id: str | None = None,
+    parent_close_policy: ParentClosePolicy = "request_cancel",
+    result_type: Any = None,
+) -> Any:
+    """Start a child workflow and wait for its result (`start_child_workflow` + `result`).
+
+    >>> invoice = await workflow.execute_child_workflow(IssueInvoice, order)
+    """
+    handle = await start_child_workflow(
+        workflow, input, id=id, parent_close_policy=parent_close_policy, result_type=result_type
+    )
+    return await handle.result()
