@@ -4,6 +4,7 @@ from datetime import timedelta
 
 import pytest
 
+from slotflow import workflow
 from slotflow.contracts.workflows import (
     ActivityScheduled,
     CompensationRegistered,
@@ -16,7 +17,7 @@ from slotflow.contracts.workflows import (
 from slotflow.workflow.commands import CancelTimer, ScheduleActivity, StartTimer
 from slotflow.workflow.runtime import WorkflowRuntime
 from tests.unit.workflow.helpers import T0, History, types
-from tests.unit.workflow.workflows import Approval, Checkout, Deadline, Fanout, Recorded
+from tests.unit.workflow.workflows import Approval, Checkout, Deadline, Fanout, Order, Recorded
 
 RUNTIME = WorkflowRuntime([Checkout, Approval, Deadline, Recorded, Fanout])
 
@@ -239,3 +240,50 @@ def test_cached_executions_decide_exactly_like_fresh_replays(cache_size: int) ->
         assert got == expected
         outcomes.append(got)
     assert outcomes[-1].closed
+
+
+@workflow.defn(name="signals.broken")
+class BrokenHandler:
+    def __init__(self) -> None:
+        self.items: list[int] = []
+
+    @workflow.run
+    async def run(self) -> str:
+        # False at first; a 0 signalled in makes the predicate itself raise.
+        await workflow.wait_condition(lambda: bool(self.items) and 1 / self.items[-1] > 5)
+        return "never"
+
+    @workflow.signal
+    def add(self, payload: dict[str, int]) -> None:
+        self.items.append(payload["n"])
+
+
+def test_a_failing_signal_handler_or_condition_fails_the_run_not_the_step() -> None:
+    runtime = WorkflowRuntime([BrokenHandler])
+    condition = History(runtime, "signals.broken")
+    assert condition.decide().events == []
+    condition.signal("add", {"n": 0})
+    (failed,) = condition.decide().events
+    assert isinstance(failed, WorkflowFailed)
+    assert failed.error_type == "ZeroDivisionError"
+
+
+@workflow.defn(name="signals.typed")
+class TypedHandler:
+    @workflow.run
+    async def run(self) -> str:
+        await workflow.wait_condition(lambda: False)
+        return "never"
+
+    @workflow.signal
+    def add(self, payload: Order) -> None:
+        pass
+
+
+def test_a_signal_payload_that_does_not_validate_fails_the_run() -> None:
+    history = History(WorkflowRuntime([TypedHandler]), "signals.typed")
+    history.decide()
+    history.signal("add", {"order_id": "not a number"})
+    (failed,) = history.decide().events
+    assert isinstance(failed, WorkflowFailed)
+    assert failed.error_type == "ValidationError"

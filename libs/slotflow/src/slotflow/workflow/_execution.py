@@ -401,8 +401,15 @@ class Execution:
             else:
                 self.signal_buffers.setdefault(event.signal, deque()).append(event.payload)
             return
-        args = () if handler.payload is None else (handler.payload.load(event.payload),)
-        outcome = handler.method(self.instance, *args)
+        try:
+            args = () if handler.payload is None else (handler.payload.load(event.payload),)
+            outcome = handler.method(self.instance, *args)
+        except NonDeterminismError:
+            raise
+        except Exception as err:  # noqa: BLE001 - a failing handler fails the run, like a failing body
+            if self.handler_failure is None:
+                self.handler_failure = err
+            return
         if isinstance(outcome, Coroutine):
             task = self.loop.spawn(outcome, f"signal {event.signal}")
             task.add_done_callback(self._handler_done)

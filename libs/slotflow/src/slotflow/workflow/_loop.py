@@ -268,10 +268,18 @@ class Loop(_Refusing):
         for condition in list(self.conditions):
             if condition.future.done():
                 self.conditions.remove(condition)
-            elif condition.predicate():
-                self.conditions.remove(condition)
-                condition.future.set_result(True)
-                moved = True
+            else:
+                try:
+                    met = condition.predicate()
+                except Exception as err:  # noqa: BLE001 - raised at the wait_condition that owns it
+                    self.conditions.remove(condition)
+                    condition.future.set_exception(err)
+                    moved = True
+                    continue
+                if met:
+                    self.conditions.remove(condition)
+                    condition.future.set_result(True)
+                    moved = True
         return moved
 
 
