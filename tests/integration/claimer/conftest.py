@@ -3,12 +3,16 @@
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import httpx
 import pytest
 
 from slotflow.kafka.producer import Producer
 from slotflow.pg.pool import Pool
 from slotflow.runs import HandlerRegistry
-from slotflow.settings import KafkaSettings
+from slotflow.settings import KafkaSettings, PostgresSettings
+from slotflow_api.app import create_app
+from slotflow_api.config import ApiSettings
+from slotflow_api.config import Settings as ApiServiceSettings
 from slotflow_claimer.app import Claimer
 from tests.integration.claimer.support import create_user_tables, payouts_module, settings_for
 
@@ -55,3 +59,18 @@ async def start_claimer(
     yield start
     for claimer in started:
         await claimer.stop(grace=0.5)
+
+
+@pytest.fixture
+async def api(kafka: KafkaSettings, pg_dsn: str) -> AsyncIterator[httpx.AsyncClient]:
+    """The api in-process (projector included) on the same Kafka namespace and database."""
+    settings = ApiServiceSettings(
+        api=ApiSettings(projector_poll_ms=50, readiness_timeout_seconds=5.0),
+        kafka=kafka,
+        postgres=PostgresSettings(dsn=pg_dsn, pool_min_size=1, pool_max_size=5),
+    )
+    app = create_app(settings)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://api.test", timeout=40) as http:
+            yield http

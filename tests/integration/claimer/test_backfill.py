@@ -3,7 +3,6 @@
 is the dry run before and the summary after."""
 
 import asyncio
-from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import httpx
@@ -13,26 +12,10 @@ from slotflow.contracts import Backfill, CreateSchedule, IntervalSpec, ScheduleD
 from slotflow.kafka.producer import Producer
 from slotflow.pg.pool import Pool
 from slotflow.runs import HandlerRegistry, RunContext
-from slotflow.settings import KafkaSettings, PostgresSettings
+from slotflow.settings import KafkaSettings
 from slotflow.testing import assert_eventually
-from slotflow_api.app import create_app
-from slotflow_api.config import ApiSettings, Settings
 from tests.integration.claimer.conftest import StartClaimer
 from tests.integration.ticker.support import db_now, send, tickers
-
-
-@pytest.fixture
-async def api(kafka: KafkaSettings, pg_dsn: str) -> AsyncIterator[httpx.AsyncClient]:
-    settings = Settings(
-        api=ApiSettings(projector_poll_ms=50, readiness_timeout_seconds=5.0),
-        kafka=kafka,
-        postgres=PostgresSettings(dsn=pg_dsn, pool_min_size=1, pool_max_size=5),
-    )
-    app = create_app(settings)
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://api.test", timeout=40) as http:
-            yield http
 
 
 class Tracker:

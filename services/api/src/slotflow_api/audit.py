@@ -17,7 +17,9 @@ its start_at/end_at. Each is then:
 
 Slots with no record yet that are younger than the late threshold or the schedule's misfire grace
 (the ticker may still fire them, late) are not judged: they are counted as `pending`.
-Runs of the schedule off the spec's grid (manual triggers) are listed apart as `unscheduled`.
+Runs of the schedule off the spec's grid (manual triggers) are listed apart as `unscheduled`; a
+backfilled run on the grid is a fired slot (with its kind), also before the schedule was created.
+Runs that ended dead-lettered are listed as `dead_lettered`: the slot fired, its work failed.
 """
 
 from collections.abc import Iterable, Sequence
@@ -75,6 +77,8 @@ class SlotVerdict:
     run_id: str | None
     status: SlotStatus
     detail: str
+    #: The run's kind (scheduled, backfill, ...) when a run is recorded for the slot.
+    kind: str | None = None
 
 
 @dataclass
@@ -82,6 +86,10 @@ class AuditReport:
     slots: list[SlotVerdict] = field(default_factory=list)
     pending: int = 0
     unscheduled: list[RecordedRun] = field(default_factory=list)
+    #: Runs in the window (on the grid or off it) that ended dead-lettered: they fired and failed.
+    dead_lettered: list[RecordedRun] = field(default_factory=list)
+    #: When the schedule was first created, if that is after the window's start (audited from then).
+    created_at: datetime | None = None
 
     def summary(self) -> dict[str, int]:
         counts: dict[str, int] = dict.fromkeys(STATUSES, 0)
@@ -195,11 +203,55 @@ def audit(
                 continue
             verdict = SlotVerdict(expected.at, None, "missed", "no JobDue, run or SlotSkipped was recorded")
         report.slots.append(verdict)
-    report.unscheduled = sorted(
-        (run for run in by_slot.values() if run.slot not in judged and start <= run.slot < end),
+    for run in sorted(by_slot.values(), key=lambda r: r.slot):
+        if run.slot in judged or not start <= run.slot < end:
+            continue
+        definition = _definition_at(timeline, run.slot)
+        if run.kind == "backfill" and definition is not None and _on_grid(definition, run.slot):
+            # A backfill of a slot on the grid fires that slot, even before the schedule existed
+            # (that is what backfills are for): a fired slot, with its kind, not an off-grid run.
+            report.slots.append(_judge_backfilled(run))
+        else:
+            report.unscheduled.append(run)
+    report.slots.sort(key=lambda v: v.slot)
+    report.dead_lettered = sorted(
+        (run for run in by_slot.values() if run.state == "dead_lettered" and start <= run.slot < end),
         key=lambda r: r.slot,
     )
+    created = next((e.at for e in timeline if e.change == "created"), None)
+    if created is not None and created > start:
+        report.created_at = created
     return report
+
+
+def _definition_at(timeline: Sequence[TimelineEntry], at: datetime) -> ScheduleDefinition | None:
+    """The definition in force at ``at``; before the first create, the first definition."""
+    found: ScheduleDefinition | None = None
+    for entry in timeline:
+        if entry.definition is None:
+            continue
+        if found is None or entry.at <= at:
+            found = entry.definition
+        if entry.at > at:
+            break
+    return found
+
+
+def _on_grid(definition: ScheduleDefinition, at: datetime) -> bool:
+    slots = slots_between(definition.spec, definition.dst, after=at - _TICK, until=at, limit=1)
+    return bool(slots) and slots[0].at == at
+
+
+def _judge_backfilled(run: RecordedRun) -> SlotVerdict:
+    if run.completions > 1:
+        tokens = ", ".join(str(t) for t in run.fence_tokens) or "unknown"
+        detail = f"{run.completions} claims completed this run (fence tokens {tokens}) (backfill)"
+        return SlotVerdict(run.slot, run.run_id, "duplicated_effect", detail, run.kind)
+    if run.state == "skipped":
+        detail = "the overlap policy skipped the run (backfill)"
+        return SlotVerdict(run.slot, run.run_id, "skipped_by_policy", detail, run.kind)
+    # Lateness means nothing here: a backfill fires old slots on purpose.
+    return SlotVerdict(run.slot, run.run_id, "fired", f"run {run.state} (backfill)", run.kind)
 
 
 def _judge(
@@ -214,11 +266,13 @@ def _judge(
         if run.completions > 1:
             tokens = ", ".join(str(t) for t in run.fence_tokens) or "unknown"
             detail = f"{run.completions} claims completed this run (fence tokens {tokens})"
-            return SlotVerdict(at, run.run_id, "duplicated_effect", detail)
+            return SlotVerdict(at, run.run_id, "duplicated_effect", detail, run.kind)
         if run.state == "skipped":
-            return SlotVerdict(at, run.run_id, "skipped_by_policy", "the overlap policy skipped the run")
+            return SlotVerdict(
+                at, run.run_id, "skipped_by_policy", "the overlap policy skipped the run", run.kind
+            )
         if run.produced_at is None:
-            return SlotVerdict(at, run.run_id, "fired", f"run {run.state}; its JobDue was not seen")
+            return SlotVerdict(at, run.run_id, "fired", f"run {run.state}; its JobDue was not seen", run.kind)
         target = run.fire_at or at
         lateness = run.produced_at - target
         kind = f" ({run.kind})" if run.kind and run.kind != "scheduled" else ""
@@ -226,8 +280,8 @@ def _judge(
             detail = (
                 f"JobDue produced {lateness.total_seconds():.3f}s after its fire time{kind}; run {run.state}"
             )
-            return SlotVerdict(at, run.run_id, "late", detail)
-        return SlotVerdict(at, run.run_id, "fired", f"run {run.state}{kind}")
+            return SlotVerdict(at, run.run_id, "late", detail, run.kind)
+        return SlotVerdict(at, run.run_id, "fired", f"run {run.state}{kind}", run.kind)
     if skip is not None:
         detail = f"{skip.reason}: {skip.detail}" if skip.detail else skip.reason
         return SlotVerdict(at, skip.run_id, "skipped_by_policy", detail)

@@ -258,6 +258,7 @@ class AuditSlot(BaseModel):
     run_id: str | None
     status: Literal["fired", "missed", "skipped_by_policy", "late", "duplicated_effect"]
     detail: str
+    kind: str | None = Field(default=None, description="the run's kind: scheduled, backfill, ...")
 
 
 class UnscheduledRun(BaseModel):
@@ -288,8 +289,16 @@ class Audit(BaseModel):
     slots: list[AuditSlot]
     summary: AuditSummary
     unscheduled: list[UnscheduledRun] = Field(
-        description="runs of the schedule off its grid (manual triggers)"
+        description="runs of the schedule off its grid (manual triggers, off-grid backfills)"
     )
+    dead_lettered: list[UnscheduledRun] = Field(
+        default_factory=list,
+        description="runs in the window that ended dead-lettered: their slot fired, their work failed",
+    )
+    audited_from: datetime = Field(
+        description="where the audit starts: `from`, or the schedule's creation when that is later"
+    )
+    note: str | None = Field(default=None, description="what a reader should know about the window")
 
 
 class CommandStatus(BaseModel):

@@ -228,6 +228,7 @@ COMPENSATION_COLUMNS: Sequence[Column] = (
 AUDIT_COLUMNS: Sequence[Column] = (
     ("slot", field("slot")),
     ("status", field("status")),
+    ("kind", field("kind")),
     ("run", field("run_id")),
     ("detail", field("detail")),
 )

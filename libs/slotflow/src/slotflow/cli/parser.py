@@ -441,7 +441,9 @@ def _audit(groups: Any) -> None:
     audit.add_argument("--from", dest="start", default="now-1d", metavar="TIME", help="default now-1d")
     audit.add_argument("--to", dest="end", default="now", metavar="TIME", help="default now")
     audit.add_argument(
-        "--check", action="store_true", help="exit 1 if any slot was missed or had a duplicated effect"
+        "--check",
+        action="store_true",
+        help="exit 1 if any slot was missed or had a duplicated effect, or a run dead-lettered",
     )
 
 

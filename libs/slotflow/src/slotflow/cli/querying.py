@@ -228,22 +228,30 @@ def audit(ctx: Context) -> int:
     else:
         slots = [slot for slot in body.get("slots") or [] if isinstance(slot, dict)]
         ctx.out.write(
-            f"audit of {a.schedule_id} from {_when(start)} to {_when(end)}: {body.get('expected', 0)} slots expected\n\n"
+            f"audit of {a.schedule_id} from {_when(start)} to {_when(end)}: {body.get('expected', 0)} slots expected\n"
         )
+        if body.get("note"):
+            ctx.out.write(f"note: {body['note']}\n")
+        ctx.out.write("\n")
         ctx.emit_table(slots, AUDIT_COLUMNS, empty="no slots in this range")
         ctx.out.write("\n" + "  ".join(f"{name}={summary.get(name, 0)}" for name in AUDIT_STATUSES) + "\n")
         if body.get("pending"):
             ctx.out.write(f"{body['pending']} recent slots are too new to judge yet\n")
         unscheduled = [run for run in body.get("unscheduled") or [] if isinstance(run, dict)]
         if unscheduled:
-            ctx.out.write("\nruns off the schedule's grid (manual triggers, backfills):\n")
+            ctx.out.write("\nruns off the schedule's grid (manual triggers, off-grid backfills):\n")
             ctx.emit_table(unscheduled, UNSCHEDULED_COLUMNS, empty="")
+        dead = [run for run in body.get("dead_lettered") or [] if isinstance(run, dict)]
+        if dead:
+            ctx.out.write("\nruns that ended dead-lettered (see slotflow dlq list):\n")
+            ctx.emit_table(dead, UNSCHEDULED_COLUMNS, empty="")
     if a.check:
         bad = {name: int(summary.get(name, 0)) for name in ("missed", "duplicated_effect")}
-        if any(bad.values()):
+        dead_lettered = len(body.get("dead_lettered") or [])
+        if any(bad.values()) or dead_lettered:
             raise AuditFindings(
                 f"schedule {a.schedule_id}: {bad['missed']} missed and {bad['duplicated_effect']} "
-                "duplicated-effect slots in the range"
+                f"duplicated-effect slots, {dead_lettered} dead-lettered runs in the range"
             )
     return 0
 

@@ -90,9 +90,20 @@ async def audit(
             "as_of": now,
             "late_threshold_seconds": threshold.total_seconds(),
             "slots": [
-                {"slot": v.slot, "run_id": v.run_id, "status": v.status, "detail": v.detail}
+                {"slot": v.slot, "run_id": v.run_id, "status": v.status, "detail": v.detail, "kind": v.kind}
                 for v in report.slots
             ],
+            "dead_lettered": [
+                {"slot": r.slot, "run_id": r.run_id, "kind": r.kind, "state": r.state}
+                for r in report.dead_lettered
+            ],
+            "audited_from": report.created_at or start,
+            "note": (
+                f"the schedule was created at {report.created_at.isoformat()}, after `from`: "
+                "audited from its creation (backfilled slots before it are listed too)"
+                if report.created_at is not None
+                else None
+            ),
             "summary": report.summary(),
             "unscheduled": [
                 {"slot": r.slot, "run_id": r.run_id, "kind": r.kind, "state": r.state}
