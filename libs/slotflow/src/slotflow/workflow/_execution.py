@@ -141,7 +141,8 @@ class Execution:
                 if kind is None:
                     raise InvalidHistory(f"{self.workflow_id}: unknown history event {type(event).__name__}")
                 if kind == INPUT:
-                    self._made_everything_before(index)
+                    if self.dcursor < index:
+                        self._made_everything_before(index)
                     if index >= self.group_limit:
                         self._open_window(index)
                     self.delivering, self.emitted_since = event.sequence, 0

@@ -260,7 +260,7 @@ class Loop(_Refusing):
                     raise
                 except BaseException as exc:  # noqa: BLE001 - asyncio's contract: report, go on
                     self.call_exception_handler({"message": "callback failed", "exception": exc})
-            if not self._check_conditions():
+            if not self.conditions or not self._check_conditions():
                 return
 
     def _check_conditions(self) -> bool:
