@@ -76,3 +76,29 @@ async def test_a_missing_payload_is_a_clear_error() -> None:
     ref = {"$slotflow_payload": content_ref(b"{}"), "bytes": 2}
     with pytest.raises(PayloadNotFound, match="no payload sha256:"):
         await resolve_value(ref, store)
+
+
+async def test_the_environment_keeps_large_payloads_by_reference() -> None:
+    from slotflow.runs import RunContext
+    from slotflow.workflow.testing import WorkflowEnvironment
+
+    async def build(ctx: RunContext) -> dict[str, Any]:
+        return BIG
+
+    async def mail(ctx: RunContext) -> None:
+        assert ctx.payload == BIG  # the activity gets the whole value back
+
+    store = InMemoryPayloadStore()
+    async with WorkflowEnvironment(
+        [BigReport],
+        activities={"reports.build": build, "reports.mail": mail},
+        payload_store=store,
+        replay_every_step=True,
+    ) as env:
+        handle = await env.start_workflow(BigReport, id="r-1")
+        assert await handle.result() == {"rows": 5000}
+        stored = env.history("r-1")
+        assert is_payload_ref(stored[2].result)  # type: ignore[attr-defined]
+        assert is_payload_ref(stored[3].payload)  # type: ignore[attr-defined]
+        assert handle.history[2].result == BIG  # type: ignore[attr-defined]
+        assert len(store.payloads) == 1

@@ -119,7 +119,7 @@ def test_replay_reproduces_every_decision(steps: list[tuple[str, Any]], data: st
             break
         activities, timers = _pending(history.events)
         choices = [("act", s) for s in activities] + [("timer", t.sequence) for t in timers]
-        choices += [("signal", "go"), ("signal", "ping")]
+        choices += [("signal", "go"), ("signal", "ping"), ("cancel", "")]
         kind, what = data.draw(st.sampled_from(choices))
         if kind == "act":
             if data.draw(st.booleans()):
@@ -128,9 +128,11 @@ def test_replay_reproduces_every_decision(steps: list[tuple[str, Any]], data: st
                 history.fail(what, "Declined")
         elif kind == "timer":
             history.fire(what)
+        elif kind == "cancel":
+            history.cancel()
         else:
             history.signal(what, {"at": len(history.events)} if what == "go" else {})
-        if data.draw(st.booleans()) or len(choices) == 2:  # sometimes batch inputs before deciding
+        if data.draw(st.booleans()) or len(choices) == 3:  # sometimes batch inputs before deciding
             decide()
     decide()
 

@@ -84,7 +84,8 @@ class WorkflowFailureError(WorkflowError):
 @dataclass
 class _Workflow:
     workflow_id: str
-    #: What the runtime sees (payloads resolved) and what a topic would hold (payloads offloaded).
+    #: What the runtime sees (payloads resolved) and, with a payload store, what a topic would hold
+    #: (payloads offloaded; brought up to date at every decision).
     history: list[HistoryEvent] = field(default_factory=list)
     stored: list[HistoryEvent] = field(default_factory=list)
     dirty: bool = True
@@ -201,7 +202,8 @@ class WorkflowEnvironment:
 
     def history(self, workflow_id: str) -> list[HistoryEvent]:
         """The workflow's history as the topic would hold it (large payloads by reference)."""
-        return list(self._workflows[workflow_id].stored)
+        run = self._workflows[workflow_id]
+        return list(run.stored if self._store is not None else run.history)
 
     async def signal(self, workflow_id: str, signal: str, payload: Any = None) -> None:
         """Deliver a signal; the workflow reacts before this returns (time does not move)."""
@@ -239,7 +241,6 @@ class WorkflowEnvironment:
             **parent,
         )
         run.history.append(started)
-        run.stored.append(started)
         return True
 
     def _append(self, run: _Workflow, model: type[HistoryEvent], **fields: Any) -> None:
@@ -247,7 +248,6 @@ class WorkflowEnvironment:
             return
         event = model(workflow_id=run.workflow_id, sequence=run.history[-1].sequence + 1, **fields)
         run.history.append(event)
-        run.stored.append(event)
         run.dirty = True
 
     async def _pump(
@@ -281,17 +281,23 @@ class WorkflowEnvironment:
             return
         decision = self._runtime.decide(run.history, now=self.now)
         events = list(decision.events)
-        stored = (
-            await offload_payloads(events, self._store, threshold=self._threshold) if self._store else events
-        )
-        if self._store is not None:  # what the orchestrator appends is what a replay must resolve
+        if self._store is not None:
+            # What a topic would hold: every event with its large payloads by reference (the inputs
+            # appended since the last decision too); what the code sees is that, resolved again.
+            await self._offload_tail(run)
+            stored = await offload_payloads(events, self._store, threshold=self._threshold)
             events = await resolve_payloads(stored, self._store)
+            run.stored.extend(stored)
         run.history.extend(events)
-        run.stored.extend(stored)
         if self._checker is not None:
             self._check_replay(run)
         for command in decision.commands:
             self._send(run, command)
+
+    async def _offload_tail(self, run: _Workflow) -> None:
+        assert self._store is not None  # noqa: S101 - only called with a payload store
+        tail = run.history[len(run.stored) :]
+        run.stored.extend(await offload_payloads(tail, self._store, threshold=self._threshold))
 
     def _check_replay(self, run: _Workflow) -> None:
         assert self._checker is not None  # noqa: S101 - only called with replay_every_step
@@ -330,7 +336,6 @@ class WorkflowEnvironment:
                 parent_close_policy=command.parent_close_policy,
             )
             run.history.append(started)
-            run.stored.append(started)
             run.dirty = True
         elif isinstance(command, NotifyParent):
             self._notify_parent(command)
