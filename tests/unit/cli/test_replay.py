@@ -228,3 +228,16 @@ def test_one_workflow_from_the_api_is_replayed_against_the_code() -> None:
     assert ok[:2] == (0, "ok  order-7  samples.pay  8 events, completed\n")
     assert changed[0] == 1
     assert "MISMATCH  order-7  samples.pay" in changed[1]
+
+
+def test_payload_references_without_a_payload_database_are_refused(tmp_path: Path) -> None:
+    events = envelopes(record(recorded.Pay, "samples.pay", "order-1", {"id": 1}))
+    completed = next(e for e in events if e["type"] == "workflow.activity_completed")
+    completed["data"]["result"] = {"$slotflow_payload": "sha256:" + "a" * 64, "bytes": 70_000}
+    path = tmp_path / "refs.json"
+    path.write_text(json.dumps(events))
+
+    code, _, err = run(["replay", "--file", str(path), "--module", f"{SAMPLES}.recorded"])
+
+    assert code == 2
+    assert "workflow order-1 has payloads stored by reference; name the database" in err

@@ -482,6 +482,16 @@ def _replay(groups: Any) -> None:
     pick.add_argument(
         "--workflow-id", dest="workflow_ids", action="append", metavar="ID", help="this workflow"
     )
+    payloads = replay.add_argument_group("large payloads stored by reference (only when a history has them)")
+    payloads.add_argument(
+        "--payloads-dsn", metavar="DSN", help="PostgreSQL holding the payload table (postgresql://...)"
+    )
+    payloads.add_argument(
+        "--payloads-schema",
+        default="orchestrator",
+        metavar="SCHEMA",
+        help="schema of the payload table (default orchestrator)",
+    )
     replay.add_argument(
         "--module",
         dest="modules",

@@ -83,6 +83,7 @@ def replay(ctx: Context) -> int:
     histories = _select(_load(ctx), set(a.workflow_types or ()), set(a.workflow_ids or ()))
     if not histories:
         raise CliError("no recorded history matches: nothing was replayed")
+    histories = _resolve_payloads(ctx, histories)
     replayer, known = _replayer(modules)
     return _replay_all(ctx, replayer, known, modules, histories)
 
@@ -232,6 +233,54 @@ def _select(histories: list[History], types: set[str], ids: set[str]) -> list[Hi
     return [
         h for h in histories if (not ids or h.workflow_id in ids) and (not types or bool(h.types & types))
     ]
+
+
+def _has_refs(history: History) -> bool:
+    from slotflow.contracts.workflows import PAYLOAD_FIELDS, is_payload_ref
+
+    return any(
+        is_payload_ref(getattr(event, name))
+        for event in history.events
+        for name in PAYLOAD_FIELDS.get(type(event), ())
+    )
+
+
+def _resolve_payloads(ctx: Context, histories: list[History]) -> list[History]:
+    """Histories with their large-payload references replaced by the payloads (as the orchestrator
+    hands them to the code); untouched when none holds a reference.
+
+    Raises:
+        UsageError: references are there but no payload database was named.
+    """
+    holding = [h for h in histories if _has_refs(h)]
+    if not holding:
+        return histories
+    dsn = ctx.args.payloads_dsn
+    if not dsn:
+        raise UsageError(
+            f"workflow {holding[0].workflow_id} has payloads stored by reference; name the database that "
+            "holds them with --payloads-dsn (and --payloads-schema, default orchestrator)"
+        )
+    import asyncio
+
+    return asyncio.run(_resolved(dsn, ctx.args.payloads_schema, histories))
+
+
+async def _resolved(dsn: str, schema: str, histories: list[History]) -> list[History]:
+    from slotflow.pg.payloads import PostgresPayloadStore
+    from slotflow.pg.pool import create_pool
+    from slotflow.settings import PostgresSettings
+    from slotflow.workflow.payloads import resolve_payloads
+
+    pool = await create_pool(PostgresSettings(dsn=dsn), min_size=1, max_size=2)
+    try:
+        store = PostgresPayloadStore(pool, schema=schema)
+        return [
+            History(h.workflow_id, await resolve_payloads(h.events, store)) if _has_refs(h) else h
+            for h in histories
+        ]
+    finally:
+        await pool.close()
 
 
 # -- the check itself ----------------------------------------------------------------------------
