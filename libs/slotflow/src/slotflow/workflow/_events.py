@@ -25,6 +25,7 @@ from slotflow.contracts.workflows import (
     WorkflowStarted,
     WorkflowTimerFired,
 )
+from slotflow.workflow.errors import HistoryLimitExceeded
 
 INPUT, DECISION, IGNORED = 0, 1, 2
 KIND: dict[type[HistoryEvent], int] = {
@@ -49,7 +50,7 @@ KIND: dict[type[HistoryEvent], int] = {
     NonDeterminismDetected: IGNORED,
 }
 #: The error type of the failure the runtime records when a run outgrows its history ceiling.
-HISTORY_LIMIT_ERROR = "HistoryLimitExceeded"
+HISTORY_LIMIT_ERROR = HistoryLimitExceeded.__name__
 #: Failures recorded for a run from outside its code (the ceiling, an operator's TerminateWorkflow,
 #: the run's execution timeout): a replay that reaches one stops there instead of reporting the code
 #: as non-deterministic for not having failed.

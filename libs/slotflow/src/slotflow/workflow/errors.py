@@ -100,7 +100,12 @@ class ChildWorkflowError(WorkflowError):
 
 
 class HistoryLimitExceeded(WorkflowError):
-    """The run's history reached its ceiling without `workflow.continue_as_new`."""
+    """The run's history reached its ceiling without `workflow.continue_as_new`.
+
+    Its name is the `error_type` of the WorkflowFailed the runtime records then (the run fails in
+    its history; nothing raises this out of `decide`), so `WorkflowFailureError.error_type` and the
+    read model show `HistoryLimitExceeded`.
+    """
 
 
 class ContinueAsNew(BaseException):
