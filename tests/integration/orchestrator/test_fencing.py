@@ -11,7 +11,7 @@ from slotflow.pg.pool import Pool
 from slotflow.settings import KafkaSettings
 from slotflow_orchestrator.app import apply_migrations
 from slotflow_orchestrator.deciding import Decisions, LeaseLost
-from slotflow_orchestrator.intake import RECORD_INPUTS, shard_of
+from slotflow_orchestrator.intake import RECORD_INPUTS, prune_inbox, shard_of
 from slotflow_orchestrator.leases import Leases
 from slotflow_orchestrator.metrics import OrchestratorMetrics
 from slotflow_orchestrator.outbound import Outbound
@@ -84,3 +84,14 @@ async def test_a_zombie_holding_an_old_token_writes_nothing(
     assert await pg_pool.fetchval(
         "SELECT fence_token FROM orchestrator.shard_leases WHERE shard = $1", shard
     ) == (old_token + 1)
+
+
+async def test_the_inbox_forgets_only_ids_older_than_its_retention(pg_pool: Pool) -> None:
+    await apply_migrations(pg_pool)
+    await pg_pool.execute(
+        "INSERT INTO orchestrator.inbox (event_id, topic, processed_at) VALUES "
+        "('old', 't', now() - interval '9 days'), ('recent', 't', now() - interval '6 days')"
+    )
+    assert await prune_inbox(pg_pool, schema="orchestrator", older_than_seconds=8 * 86_400) == 1
+    rows = await pg_pool.fetch("SELECT event_id FROM orchestrator.inbox")
+    assert [r["event_id"] for r in rows] == ["recent"]

@@ -45,7 +45,7 @@ from slotflow.pg.pool import CONNECTION_ERRORS, Pool, create_pool
 from slotflow.service import Supervisor, metrics_listener, migrate, sleep_or_stop
 from slotflow_orchestrator.config import Settings
 from slotflow_orchestrator.deciding import Decisions, LeaseLost
-from slotflow_orchestrator.intake import admit
+from slotflow_orchestrator.intake import admit, prune_inbox
 from slotflow_orchestrator.leases import Leases
 from slotflow_orchestrator.metrics import OrchestratorMetrics
 from slotflow_orchestrator.outbound import Outbound
@@ -176,6 +176,7 @@ class Orchestrator:
         supervisor.add("intake", intake.run, stage=0)
         supervisor.add("decider", lambda s: self._decide_loop(s, consumer, commands_topic), stage=1)
         supervisor.add("relay", self._relay.run, stage=2)
+        supervisor.add("prune", self._prune_loop, stage=0, cancel_on_stop=True)
         with metrics_listener(self.metrics.registry, port=cfg.metrics_port, host=cfg.metrics_host):
             self.ready.set()
             log.info(
@@ -192,6 +193,19 @@ class Orchestrator:
                         await self.leases.release(shard)
                     except RECOVERABLE as err:
                         log.warning("orchestrator %s: releasing shard %d failed: %r", self.owner, shard, err)
+
+    async def _prune_loop(self, stop: asyncio.Event) -> None:
+        cfg = self.settings.orchestrator
+        while not await sleep_or_stop(stop, cfg.prune_interval_seconds):
+            try:
+                pruned = await prune_inbox(
+                    self.pool, schema=cfg.db_schema, older_than_seconds=cfg.inbox_retention_hours * 3600
+                )
+            except RECOVERABLE as err:
+                log.warning("orchestrator %s: inbox prune failed: %r", self.owner, err)
+                continue
+            if pruned:
+                log.info("orchestrator %s: forgot %d inbox ids", self.owner, pruned)
 
     # -- intake -----------------------------------------------------------------------------------
 

@@ -43,6 +43,11 @@ class OrchestratorSettings(BaseSettings):
     #: group.min.session.timeout.ms (6 s by default).
     session_timeout_ms: int = Field(default=10_000, ge=1000, le=300_000)
     max_poll_records: int = Field(default=500, ge=1, le=10_000)
+    #: How long consumed record ids are kept to recognise redeliveries: longer than the commands
+    #: topic keeps records (7 days), so a redelivered command is never answered twice.
+    inbox_retention_hours: float = Field(default=8 * 24, ge=1)
+    #: How often old inbox ids are pruned.
+    prune_interval_seconds: float = Field(default=600.0, gt=0)
     #: Port of the Prometheus endpoint; 0 turns it off.
     metrics_port: int = Field(default=0, ge=0, le=65535)
     metrics_host: str = "127.0.0.1"

@@ -27,7 +27,7 @@ from slotflow.contracts import (
 from slotflow.contracts.codec import encode
 from slotflow.kafka.loop import Incoming
 from slotflow.kafka.producer import partition_for
-from slotflow.pg.pool import Conn
+from slotflow.pg.pool import Conn, Pool
 
 COMMANDS = (StartWorkflow, SignalWorkflow, CancelWorkflow, TerminateWorkflow)
 
@@ -95,3 +95,15 @@ async def admit(conn: Conn, *, schema: str, shards: int, batch: Sequence[Incomin
         [encode(incoming.envelope) for incoming, _ in new],
     )
     return Admitted(frozenset(shard_ids), tuple(incoming.envelope.type for incoming, _ in new))
+
+
+# Invariant: only ids older than every input topic's redelivery window go; a redelivery of a
+# command within the commands topic's retention must still be recognised (or it would be answered
+# a second time, differently).
+PRUNE_INBOX = "DELETE FROM {schema}.inbox WHERE processed_at < now() - make_interval(secs => $1)"
+
+
+async def prune_inbox(pool: Pool, *, schema: str, older_than_seconds: float) -> int:
+    """Forget inbox ids recorded more than ``older_than_seconds`` ago; returns how many."""
+    status = await pool.execute(PRUNE_INBOX.format(schema=schema), older_than_seconds)
+    return int(status.rsplit(" ", 1)[1])
