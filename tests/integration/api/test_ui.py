@@ -207,9 +207,17 @@ async def test_dashboard_pages_and_redrive_in_chromium(
         await expect(page.get_by_role("status")).to_contain_text("The signal payload is not valid JSON")
         await page.get_by_label("Payload (JSON)").fill('{"by": "ops"}')
         await page.get_by_role("button", name="Send signal").click()
-        signal = await _command(api_settings.kafka, WORKFLOW_COMMANDS, await _published_id(page))
+        signal_id = await _published_id(page)
+        signal = await _command(api_settings.kafka, WORKFLOW_COMMANDS, signal_id)
         assert signal["type"] == "workflow.signal"
         assert signal["data"] == {"workflow_id": WORKFLOW, "signal": "approve", "payload": {"by": "ops"}}
+        await page.get_by_label("Reason").fill("stuck carrier")
+        await page.get_by_role("button", name="Terminate workflow").click()
+        # The status line still names the signal until the terminate's answer replaces it.
+        await expect(page.get_by_role("status")).not_to_contain_text(signal_id)
+        terminate = await _command(api_settings.kafka, WORKFLOW_COMMANDS, await _published_id(page))
+        assert terminate["type"] == "workflow.terminate"
+        assert terminate["data"] == {"workflow_id": WORKFLOW, "reason": "stuck carrier"}
 
         # The DLQ: a redrive button publishes RedriveDeadLetters for exactly that dead letter.
         await page.goto(f"{base}/ui/dlq")

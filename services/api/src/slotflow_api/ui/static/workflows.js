@@ -132,9 +132,12 @@
       h("div", { class: "actions" },
         field("Signal", signalName), field("Payload (JSON)", signalPayload),
         h("button", { type: "button", onclick: sendSignal }, "Send signal"),
-        field("Cancel reason", cancelReason),
+        field("Reason", cancelReason),
         h("button", { type: "button", class: "danger", onclick: (e) =>
-          command(e.currentTarget, `/v1/workflows/${enc(subject)}/cancel`, { reason: cancelReason.value }, "Cancel") }, "Cancel workflow")),
+          command(e.currentTarget, `/v1/workflows/${enc(subject)}/cancel`, { reason: cancelReason.value }, "Cancel") }, "Cancel workflow"),
+        // Terminate ends the run at once: no code runs, no compensation (the operator's last resort).
+        h("button", { type: "button", class: "danger", onclick: (e) =>
+          command(e.currentTarget, `/v1/workflows/${enc(subject)}/terminate`, { reason: cancelReason.value }, "Terminate") }, "Terminate workflow")),
       h("h2", {}, "Saga state"),
       h("p", {}, compensations.length
         ? `${compensations.length} compensation(s) registered as forward steps succeeded, ${doneCount} done. They run in this order (newest first) on failure or cancel:`
