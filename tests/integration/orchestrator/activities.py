@@ -50,7 +50,11 @@ async def _record(ctx: RunContext, activity: str) -> None:
 
 async def authorize(ctx: RunContext) -> dict[str, Any]:
     await _record(ctx, "payments.authorize")
-    return {"order_id": ctx.payload["order_id"], "authorization": f"auth-{ctx.run_id}"}
+    result: dict[str, Any] = {"order_id": ctx.payload["order_id"], "authorization": f"auth-{ctx.run_id}"}
+    if ctx.payload.get("blob_bytes"):
+        # A large result (a scanned receipt, say): the history holds it by reference.
+        result["blob"] = "x" * int(ctx.payload["blob_bytes"])
+    return result
 
 
 async def reserve(ctx: RunContext) -> dict[str, Any]:

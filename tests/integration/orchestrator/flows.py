@@ -37,3 +37,14 @@ class Sleeper:
     async def run(self, order: dict[str, Any]) -> dict[str, Any]:
         await workflow.sleep(timedelta(seconds=float(order.get("seconds", 1))))
         return await workflow.execute_activity("payments.authorize", order)
+
+
+@workflow.defn(name="tests.large_result")
+class LargeResult:
+    """Gets a large activity result and reports its size: the code sees the value itself."""
+
+    @workflow.run
+    async def run(self, order: dict[str, Any]) -> dict[str, Any]:
+        auth = await workflow.execute_activity("payments.authorize", order)
+        signal = await workflow.wait_signal("go")
+        return {"blob_size": len(auth["blob"]), "signal_size": len(signal["note"])}

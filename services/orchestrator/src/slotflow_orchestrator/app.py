@@ -39,10 +39,11 @@ from slotflow.kafka.consumer import Consumer
 from slotflow.kafka.loop import DEFAULT_OUTAGE_TYPES, ConsumeLoop, Incoming
 from slotflow.kafka.producer import Producer
 from slotflow.kafka.records import Record
+from slotflow.pg import migrations as pg_migrations
 from slotflow.pg.migrations import MigrationSource
 from slotflow.pg.outbox import OutboxRelay
 from slotflow.pg.pool import CONNECTION_ERRORS, Pool, create_pool
-from slotflow.service import Supervisor, metrics_listener, migrate, sleep_or_stop
+from slotflow.service import Supervisor, metrics_listener, sleep_or_stop
 from slotflow_orchestrator.config import Settings
 from slotflow_orchestrator.deciding import Decisions, LeaseLost
 from slotflow_orchestrator.intake import admit, prune_inbox
@@ -85,8 +86,13 @@ class NotRunning(SlotflowError):
 
 
 async def apply_migrations(pool: Pool, schema: str = "orchestrator") -> list[str]:
-    """Create or update the orchestrator's schema (workflows, history, inputs, leases, outbox, inbox)."""
-    return await migrate(pool, schema=schema, source=MIGRATIONS)
+    """Create or update the orchestrator's schema (workflows, history, inputs, leases, payloads,
+    outbox, inbox)."""
+    return await pg_migrations.apply_migrations(
+        pool,
+        schema=schema,
+        sources=[pg_migrations.OUTBOX, pg_migrations.INBOX, pg_migrations.PAYLOADS, MIGRATIONS],
+    )
 
 
 class Orchestrator:
@@ -157,6 +163,7 @@ class Orchestrator:
             metrics=self.metrics,
             shards=self._shards,
             crash_window=cfg.crash_window_seconds,
+            payload_threshold=cfg.payload_threshold_bytes,
         )
         intake = ConsumeLoop(
             consumer,

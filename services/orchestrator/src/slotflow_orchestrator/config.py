@@ -35,6 +35,9 @@ class OrchestratorSettings(BaseSettings):
     idle_poll_seconds: float = Field(default=0.05, gt=0, le=10)
     #: How often the owned shards are compared with the group's assignment.
     lease_check_seconds: float = Field(default=0.5, gt=0, le=60)
+    #: History payload fields (inputs, results, signal payloads) larger than this, as compact JSON,
+    #: are stored once in the payload table and travel by reference (`slotflow.workflow.payloads`).
+    payload_threshold_bytes: int = Field(default=64 * 1024, ge=1024)
     #: History events a run may reach before the runtime refuses to step it further.
     max_history_events: int = Field(default=50_000, ge=10)
     poll_timeout_ms: int = Field(default=200, ge=1)

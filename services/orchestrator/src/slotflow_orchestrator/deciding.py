@@ -25,7 +25,9 @@ from slotflow.contracts import REGISTRY, HistoryEvent, WorkflowStarted, wrap
 from slotflow.contracts.codec import decode, encode
 from slotflow.errors import SlotflowError
 from slotflow.pg.outbox import append_many
+from slotflow.pg.payloads import get_payload, put_payload
 from slotflow.pg.pool import Conn, Pool
+from slotflow.workflow.payloads import DEFAULT_THRESHOLD, offload_payloads, resolve_payloads
 from slotflow_orchestrator.inputs import INPUT_MESSAGES
 from slotflow_orchestrator.intake import RECORD_INPUTS, shard_of
 from slotflow_orchestrator.metrics import OrchestratorMetrics
@@ -81,6 +83,21 @@ class Outcome:
     inputs: int
 
 
+class _InTransaction:
+    """The payload table through the decision's own connection: an offloaded payload commits (or
+    vanishes) with the history event that references it."""
+
+    def __init__(self, conn: Conn, schema: str) -> None:
+        self._conn = conn
+        self._schema = schema
+
+    async def put(self, data: bytes) -> str:
+        return await put_payload(self._conn, schema=self._schema, data=data)
+
+    async def get(self, ref: str) -> bytes:
+        return await get_payload(self._conn, schema=self._schema, ref=ref)
+
+
 class Decisions:
     """Runs decision transactions for one orchestrator."""
 
@@ -94,9 +111,11 @@ class Decisions:
         metrics: OrchestratorMetrics,
         shards: int,
         crash_window: float = 0.0,
+        payload_threshold: int = DEFAULT_THRESHOLD,
     ) -> None:
         self._pool = pool
         self._shards = shards
+        self._payload_threshold = payload_threshold
         self._schema = schema
         self._decider = decider
         self._outbound = outbound
@@ -146,17 +165,22 @@ class Decisions:
             if found is not None
             else None
         )
-        history = await self._history(conn, workflow_id) if found is not None else []
+        store = _InTransaction(conn, self._schema)
+        # The code sees every value; the table and the topic hold large ones by reference.
+        history = (
+            await resolve_payloads(await self._history(conn, workflow_id), store) if found is not None else []
+        )
         inputs = [_input(r["seq"], r["envelope"]) for r in raw_inputs]
         now: datetime = await conn.fetchval("SELECT now()")
         out = step(workflow_id, row, history, inputs, decider=self._decider, now=now, redecide=redecide)
-        if out.events:
+        stored = await offload_payloads(out.events, store, threshold=self._payload_threshold)
+        if stored:
             await conn.execute(
                 sql["append"],
                 workflow_id,
-                [e.sequence for e in out.events],
-                [e.message_type for e in out.events],
-                [e.model_dump_json() for e in out.events],
+                [e.sequence for e in stored],
+                [e.message_type for e in stored],
+                [e.model_dump_json() for e in stored],
                 token,
             )
         last = out.events[-1].sequence if out.events else None
@@ -180,7 +204,7 @@ class Decisions:
             await conn.execute(sql["drop"], [r["seq"] for r in raw_inputs])
         if out.notices:
             await self._notify_parents(conn, out, now)
-        staged = self._outbound.rows(out, now=now)
+        staged = self._outbound.rows(out, stored, now=now)
         if staged:
             await append_many(conn, schema=self._schema, items=staged)
         return Outcome(out, len(raw_inputs))

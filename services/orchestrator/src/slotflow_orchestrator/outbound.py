@@ -12,6 +12,7 @@ same ids, which every consumer collapses:
 - CommandAccepted/CommandRejected: `{command_id}/accepted` or `/rejected`.
 """
 
+from collections.abc import Sequence
 from datetime import datetime
 
 from slotflow.commands import build_command
@@ -21,6 +22,7 @@ from slotflow.contracts import (
     CommandAccepted,
     CommandRejected,
     FireTimerFired,
+    HistoryEvent,
     JobDue,
     Message,
     StartTimer,
@@ -46,14 +48,17 @@ class Outbound:
         self._jobs = kafka.topic(JOBS_DUE)
         self._events = kafka.topic(WORKFLOW_EVENTS)
 
-    def rows(self, out: Step, *, now: datetime) -> list[Staged]:
+    def rows(self, out: Step, stored: Sequence[HistoryEvent], *, now: datetime) -> list[Staged]:
+        """The step's records; the history as ``stored`` (large payloads by reference), the
+        actions from the events themselves (a claimer gets the activity's payload, not a ref)."""
         staged: list[Staged] = []
         wf = out.workflow_id
-        for event in out.events:
+        for event in stored:
             envelope = wrap(
                 event, id=history_event_id(wf, event.sequence), key=wf, source=SOURCE, occurred_at=now
             )
             staged.append(Staged(self._history, envelope))
+        for event in out.events:
             if isinstance(event, ActivityScheduled):
                 staged.append(self._job_due(event, now))
                 if event.schedule_to_close_deadline is not None:

@@ -1,0 +1,63 @@
+"""A large activity result and a large signal payload pass by reference: the history table and the
+history topic hold `{"$slotflow_payload": "sha256:…"}`, the payload table holds the value once,
+and the workflow code (replayed at every decision) sees the value itself."""
+
+from slotflow.contracts import (
+    ActivityCompleted,
+    SignalReceived,
+    SignalWorkflow,
+    StartWorkflow,
+    WorkflowCompleted,
+)
+from slotflow.contracts.topics import WORKFLOW_HISTORY
+from slotflow.contracts.workflows import is_payload_ref
+from slotflow.kafka.producer import Producer
+from slotflow.pg.pool import Pool
+from slotflow.settings import KafkaSettings
+from tests.integration.claimer.support import TopicReader
+from tests.integration.orchestrator.conftest import StartClaimer, StartOrchestrator
+from tests.integration.orchestrator.support import history, send, wait_history
+
+BLOB = 300_000
+
+
+async def test_large_values_travel_by_reference_and_the_code_sees_them(
+    kafka: KafkaSettings,
+    producer: Producer,
+    db: Pool,
+    start_orchestrator_: StartOrchestrator,
+    start_claimer: StartClaimer,
+) -> None:
+    await start_orchestrator_()
+    await start_claimer()
+    order = {"order_id": "big-1", "blob_bytes": BLOB}
+    await send(
+        kafka,
+        producer,
+        StartWorkflow(workflow_id="big-1", workflow_type="tests.large_result", input=order),
+        "s-big",
+    )
+    await wait_history(db, "big-1", "workflow.activity_completed")
+    await send(
+        kafka,
+        producer,
+        SignalWorkflow(workflow_id="big-1", signal="go", payload={"note": "n" * 100_000}),
+        "g-big",
+    )
+    await wait_history(db, "big-1", "workflow.completed")
+
+    stored = await history(db, "big-1")
+    completed = next(e for e in stored if isinstance(e, ActivityCompleted))
+    signal = next(e for e in stored if isinstance(e, SignalReceived))
+    assert is_payload_ref(completed.result)
+    assert completed.result["bytes"] > BLOB
+    assert is_payload_ref(signal.payload)
+    done = stored[-1]
+    assert isinstance(done, WorkflowCompleted)
+    assert done.result == {"blob_size": BLOB, "signal_size": 100_000}
+    assert await db.fetchval("SELECT count(*) FROM orchestrator.payloads") == 2
+
+    async with TopicReader(kafka, WORKFLOW_HISTORY) as topic:
+        await topic.wait_for("workflow.completed")
+        on_topic = {e.id: e for e in topic.seen}
+        assert is_payload_ref(on_topic[f"big-1#{completed.sequence}"].data["result"])
