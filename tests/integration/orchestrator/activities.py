@@ -7,6 +7,7 @@ They are registered per test (`ACTIVITIES`), not with `@handler`, so they never 
 examples/orders' handlers of the same names in one process.
 """
 
+import asyncio
 import json
 from typing import Any
 
@@ -77,6 +78,12 @@ async def void(ctx: RunContext) -> None:
     await _record(ctx, "payments.void")
 
 
+async def slow(ctx: RunContext) -> None:
+    """Takes longer than any deadline the tests give it."""
+    await _record(ctx, "shipping.slow")
+    await asyncio.sleep(float(ctx.payload.get("seconds", 30)))
+
+
 #: Handler name -> function, for a test's HandlerRegistry.
 ACTIVITIES = {
     "payments.authorize": authorize,
@@ -84,4 +91,5 @@ ACTIVITIES = {
     "payments.capture": capture,
     "inventory.release": release,
     "payments.void": void,
+    "shipping.slow": slow,
 }

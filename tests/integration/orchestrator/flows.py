@@ -48,3 +48,16 @@ class LargeResult:
         auth = await workflow.execute_activity("payments.authorize", order)
         signal = await workflow.wait_signal("go")
         return {"blob_size": len(auth["blob"]), "signal_size": len(signal["note"])}
+
+
+@workflow.defn(name="tests.deadline")
+class Deadline:
+    """An activity that cannot finish within its schedule-to-close timeout."""
+
+    @workflow.run
+    async def run(self, order: dict[str, Any]) -> dict[str, Any]:
+        try:
+            await workflow.execute_activity("shipping.slow", order, schedule_to_close=timedelta(seconds=1))
+        except workflow.ActivityError as err:
+            return {"error_type": err.error_type, "timed_out": isinstance(err, workflow.ActivityTimeoutError)}
+        return {"error_type": None}

@@ -1,7 +1,10 @@
 """Signals, cancel and terminate reach a running workflow; a child's result reaches its parent; a
 durable sleep fires through the ticker. Real broker, real database, real claimer and ticker."""
 
+from datetime import timedelta
+
 from slotflow.contracts import (
+    ActivityFailed,
     ActivityScheduled,
     CancelRequested,
     CancelWorkflow,
@@ -21,7 +24,7 @@ from slotflow.contracts.topics import WORKFLOW_EVENTS
 from slotflow.kafka.producer import Producer
 from slotflow.pg.pool import Pool
 from slotflow.settings import KafkaSettings
-from slotflow_orchestrator.stepping import TERMINATED
+from slotflow_orchestrator.stepping import ACTIVITY_TIMED_OUT, TERMINATED, TIMED_OUT
 from tests.integration.claimer.support import TopicReader
 from tests.integration.orchestrator.conftest import StartClaimer, StartOrchestrator
 from tests.integration.orchestrator.support import effects, history, send, wait_history
@@ -142,3 +145,39 @@ async def test_a_sleep_fires_through_the_ticker_and_a_childs_result_reaches_its_
     assert child[0].parent_workflow_id == "p-1"  # type: ignore[attr-defined]
     assert isinstance(child[-1], WorkflowCompleted)
     assert len([e for e in child if isinstance(e, ActivityScheduled)]) == 3
+
+
+async def test_an_activity_past_its_deadline_and_a_run_past_its_timeout_fail_through_ticker_timers(
+    kafka: KafkaSettings,
+    producer: Producer,
+    db: Pool,
+    ticker: Replica,
+    start_orchestrator_: StartOrchestrator,
+    start_claimer: StartClaimer,
+) -> None:
+    await start_orchestrator_()
+    await start_claimer()
+    slow = StartWorkflow(
+        workflow_id="dl-1", workflow_type="tests.deadline", input={"order_id": "dl-1", "seconds": 30}
+    )
+    await send(kafka, producer, slow, "s-dl-1")
+    timed = StartWorkflow(
+        workflow_id="to-1",
+        workflow_type="tests.approval",
+        input={"order_id": "to-1"},
+        execution_timeout=timedelta(seconds=2),
+    )
+    await send(kafka, producer, timed, "s-to-1")
+
+    deadline = await wait_history(db, "dl-1", "workflow.completed", timeout=60)
+    failed = next(e for e in deadline if isinstance(e, ActivityFailed))
+    assert (failed.error_type, failed.permanent) == (ACTIVITY_TIMED_OUT, True)
+    done = deadline[-1]
+    assert isinstance(done, WorkflowCompleted)
+    assert done.result == {"error_type": ACTIVITY_TIMED_OUT, "timed_out": True}
+
+    out_of_time = await wait_history(db, "to-1", "workflow.failed", timeout=60)
+    ended = out_of_time[-1]
+    assert isinstance(ended, WorkflowFailed)
+    assert ended.error_type == TIMED_OUT
+    assert [e.message_type for e in out_of_time] == ["workflow.started", "workflow.failed"]
