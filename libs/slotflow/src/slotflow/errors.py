@@ -96,3 +96,12 @@ class UnexpectedMessageType(PoisonMessage):
     """A valid message arrived on a topic whose consumer does not handle its type."""
 
     reason = "unexpected_type"
+
+
+class DownstreamUnavailable(TransientError):
+    """A downstream the handler depends on failed or could not be reached."""
+
+    def __init__(self, downstream: str, message: str | None = None) -> None:
+        super().__init__(message or f"downstream {downstream!r} is unavailable")
+        #: The downstream's name, as declared in ``@handler(..., downstreams=[...])``.
+        self.downstream = downstream

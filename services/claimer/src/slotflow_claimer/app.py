@@ -24,6 +24,7 @@ from slotflow.service import Supervisor, metrics_listener
 from slotflow.service import migrate as migrate_schema
 from slotflow.settings import PostgresSettings
 from slotflow_claimer.config import Settings
+from slotflow_claimer.downstreams import Gate
 from slotflow_claimer.events import RunEvents
 from slotflow_claimer.executor import Executor
 from slotflow_claimer.intake import Intake
@@ -107,6 +108,14 @@ class Claimer:
             submit=self.writer.submit,
             rng=self._rng,
             max_lease_lapses=cfg.max_lease_lapses,
+            gate=Gate(
+                self.pool,
+                schema=cfg.db_schema,
+                owner=self.owner,
+                policy=cfg.downstream_policy(),
+                metrics=self.metrics,
+                rng=self._rng,
+            ),
         )
         self.intake = Intake(
             self.pool,

@@ -3,11 +3,13 @@
 import os
 import socket
 import uuid
+from datetime import timedelta
 from typing import Literal
 
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from slotflow.core.downstreams import DownstreamPolicy
 from slotflow.settings import KafkaSettings, PostgresSettings
 
 
@@ -41,6 +43,18 @@ class ClaimerSettings(BaseSettings):
     #: is dead-lettered as `quarantined` on the next takeover instead of being started again: a
     #: handler that kills its process would otherwise take down every claimer in turn.
     max_lease_lapses: int = Field(default=3, ge=1)
+    #: Retry budget per downstream (docs/claimer.md): retries at most this fraction of the first
+    #: attempts over the window, plus `downstream_min_retries_per_second` regardless of traffic.
+    downstream_retry_ratio: float = Field(default=0.2, ge=0)
+    downstream_min_retries_per_second: float = Field(default=1.0, ge=0)
+    downstream_window_seconds: float = Field(default=10.0, gt=0)
+    #: Circuit breaker per downstream: opens when this fraction of the window's calls failed (with
+    #: at least `downstream_min_volume` of them), stays open for the cool-down, then lets
+    #: `downstream_probes` attempts through; one success closes it, one failure opens it again.
+    downstream_failure_rate: float = Field(default=0.5, gt=0, le=1)
+    downstream_min_volume: int = Field(default=10, ge=1)
+    downstream_cooldown_seconds: float = Field(default=10.0, gt=0)
+    downstream_probes: int = Field(default=1, ge=1)
     #: How often leases are extended; default a third of the TTL.
     heartbeat_interval_seconds: float | None = Field(default=None, gt=0)
     #: How often the reaper looks for expired leases; default min(1 s, TTL / 4).
@@ -77,6 +91,17 @@ class ClaimerSettings(BaseSettings):
     @property
     def reaper_interval(self) -> float:
         return self.reaper_interval_seconds or min(1.0, self.lease_ttl_seconds / 4)
+
+    def downstream_policy(self) -> DownstreamPolicy:
+        return DownstreamPolicy(
+            retry_ratio=self.downstream_retry_ratio,
+            min_retries_per_second=self.downstream_min_retries_per_second,
+            window=timedelta(seconds=self.downstream_window_seconds),
+            failure_rate=self.downstream_failure_rate,
+            min_volume=self.downstream_min_volume,
+            cooldown=timedelta(seconds=self.downstream_cooldown_seconds),
+            probes=self.downstream_probes,
+        )
 
     def modules(self) -> list[str]:
         return [m.strip() for m in self.handler_modules.split(",") if m.strip()]

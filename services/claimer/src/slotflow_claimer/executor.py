@@ -37,6 +37,7 @@ from slotflow.pg.pool import Pool
 from slotflow.runs import FencedWrites, HandlerFn, HandlerRegistry, RunContext, UnknownHandler
 from slotflow.service import sleep_or_stop
 from slotflow_claimer import store
+from slotflow_claimer.downstreams import Gate, Pass
 from slotflow_claimer.metrics import ClaimerMetrics
 from slotflow_claimer.outcomes import Outcome
 from slotflow_claimer.retrying import STORAGE_RETRYABLE
@@ -83,6 +84,7 @@ class Executor:
         submit: Callable[[Outcome], None],
         rng: random.Random,
         max_lease_lapses: int = 3,
+        gate: Gate | None = None,
     ) -> None:
         self._pool = pool
         self._schema = schema
@@ -95,6 +97,7 @@ class Executor:
         self._submit_outcome = submit
         self._rng = rng
         self._max_lapses = max_lease_lapses
+        self._gate = gate
         #: Runs whose task ended without an outcome: run id -> token, released at the next heartbeat.
         self._orphans: dict[str, int] = {}
         self._executions: dict[str, Execution] = {}
@@ -185,6 +188,10 @@ class Executor:
         except UnknownHandler as err:
             self._submit(ex, self._failure(run, err))
             return
+        downstreams = self._registry.downstreams(run.handler) if self._gate is not None else ()
+        passed = await self._admit(ex, downstreams)
+        if passed is None:
+            return
         ex.in_handler = True
         started = time.monotonic()
         try:
@@ -199,7 +206,7 @@ class Executor:
                 raise  # not ours: the process is going down
             # The handler raised CancelledError itself (nobody cancelled this task): a failure.
             self._observe(run.handler, "failed", started)
-            self._submit(ex, self._failure(run, error))
+            self._submit(ex, await self._settle(run, downstreams, passed, error))
             return
         except BaseException as error:  # noqa: BLE001 - handler code never escapes its run, SystemExit included
             self._observe(run.handler, "failed", started)
@@ -207,12 +214,43 @@ class Executor:
                 log.error("run %s: handler raised %r; recorded as a failure", run.run_id, error)
             if isinstance(error, FenceRejected):
                 log.warning("run %s token %d: handler write refused: %s", run.run_id, run.fence_token, error)
-            self._submit(ex, self._failure(run, error))
+            self._submit(ex, await self._settle(run, downstreams, passed, error))
             return
         finally:
             ex.in_handler = False
         self._observe(run.handler, "completed", started)
+        await self._settle(run, downstreams, passed, None)
         self._submit(ex, Outcome(run, "completed", result=result))
+
+    async def _admit(self, ex: Execution, downstreams: Sequence[str]) -> Pass | None:
+        """Ask the run's downstreams; None when the run was held instead (its outcome submitted)."""
+        if not downstreams or self._gate is None:
+            return Pass()
+        try:
+            verdict = await self._gate.admit(ex.run, downstreams)
+        except STORAGE_RETRYABLE as err:
+            # Fail open: without the database the outcome cannot be recorded either, and a
+            # breaker that cannot be read must not stop work that may well succeed.
+            log.warning("run %s: downstream admission unavailable (%r); running it", ex.run.run_id, err)
+            return Pass()
+        if isinstance(verdict, Pass):
+            return verdict
+        self._submit(ex, verdict)
+        return None
+
+    async def _settle(
+        self, run: Run, downstreams: Sequence[str], passed: Pass, error: BaseException | None
+    ) -> Outcome:
+        """The attempt's outcome once its downstreams have seen the result (a hold if one opened)."""
+        if downstreams and self._gate is not None:
+            try:
+                held = await self._gate.settle(run, downstreams, passed, error)
+            except STORAGE_RETRYABLE as err:
+                log.warning("run %s: downstream result not recorded: %r", run.run_id, err)
+                held = None
+            if held is not None:
+                return held
+        return self._failure(run, error) if error is not None else Outcome(run, "completed")
 
     def _observe(self, handler: str, outcome: str, started: float) -> None:
         # The labelled child is looked up once per (handler, outcome), not once per run.

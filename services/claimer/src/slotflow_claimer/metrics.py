@@ -65,6 +65,30 @@ class ClaimerMetrics:
             buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900),
         )
 
+        self.held = Counter(
+            "slotflow_claimer_runs_held",
+            "Attempts held for a downstream (open circuit or spent retry budget), attempt given back",
+            registry=r,
+        )
+        self.downstream_held = Counter(
+            "slotflow_claimer_downstream_held",
+            "Attempts held, by downstream and reason (circuit_open, probing, budget_exhausted)",
+            ["downstream", "reason"],
+            registry=r,
+        )
+        self.downstream_state = Gauge(
+            "slotflow_claimer_downstream_circuit_state",
+            "Circuit state this claimer last saw move: 0 closed, 1 half-open, 2 open",
+            ["downstream"],
+            registry=r,
+        )
+        self.downstream_transitions = Counter(
+            "slotflow_claimer_downstream_transitions",
+            "Circuit state changes this claimer made, by downstream and new state",
+            ["downstream", "to"],
+            registry=r,
+        )
+
     def value(self, name: str, labels: dict[str, str] | None = None) -> float:
         """A sample's current value (0 when never observed); for tests and benchmarks."""
         found = self.registry.get_sample_value(name, labels or {})

@@ -37,7 +37,7 @@ class Outcome:
     """What one attempt came to, with the token it ran under."""
 
     run: Run
-    kind: str  # completed | failed | cancelled
+    kind: str  # completed | failed | cancelled | held (waits for a downstream, attempt given back)
     result: Any = None
     error: BaseException | None = None
     #: For failures: the wait before the next attempt, or None to dead-letter.
@@ -45,6 +45,8 @@ class Outcome:
     #: For failures that are not retried: permanent_error, attempts_exhausted or unknown_handler.
     dlq_reason: str | None = None
     retryable: bool = False
+    #: For held runs: why and for which downstream ("circuit_open:bank-api").
+    held_reason: str | None = None
 
     def write(self) -> store.OutcomeWrite:
         run = self.run
@@ -58,6 +60,19 @@ class Outcome:
             )
         error = self.error or RuntimeError("unknown failure")
         summary = {"error_type": type(error).__name__, "message": _message(error)}
+        if self.kind == "held":
+            # The attempt is given back (refund): waiting on a downstream spends none of the budget.
+            entry = {"event": "held", **summary, "reason": self.held_reason or "circuit_open"}
+            return store.OutcomeWrite(
+                run.run_id,
+                run.fence_token,
+                "retrying",
+                error=store.jsonb_text({**summary, "reason": self.held_reason}),
+                entry=store.jsonb_text(entry),
+                due=run.due,
+                refund=1,
+                held_reason=self.held_reason,
+            )
         state = "retrying" if self.delay is not None else "dead_lettered"
         if state == "dead_lettered":
             summary["reason"] = self.dlq_reason or "permanent_error"
@@ -86,6 +101,7 @@ def _plain(outcome: Outcome) -> Outcome:
         delay=outcome.delay,
         dlq_reason=outcome.dlq_reason,
         retryable=outcome.retryable,
+        held_reason=outcome.held_reason,
     )
 
 
@@ -237,6 +253,13 @@ class OutcomeWriter:
                     run, at, error_type="RunCancelled", message=str(error), traceback="", retryable=False
                 )
             ]
+        if outcome.kind == "held":
+            # No RunFailed: nothing was spent. The durable timer brings the run back.
+            wait = outcome.delay or timedelta(seconds=1)
+            return [
+                ev.retrying(run, at, retry_at=at + wait, delay=wait),
+                ev.retry_timer(run, at, retry_at=at + wait),
+            ]
         error = outcome.error or RuntimeError("unknown failure")
         failed = ev.failed(
             run,
@@ -264,6 +287,8 @@ class OutcomeWriter:
             m.completed.inc()
         elif outcome.kind == "cancelled":
             m.cancelled.inc()
+        elif outcome.kind == "held":
+            m.held.inc()
         else:
             m.failed.inc()
             if outcome.delay is not None:

@@ -316,6 +316,9 @@ class OutcomeWrite:
     error: str | None = None  # JSON
     entry: str | None = None  # JSON: a history entry (error_type, message, event)
     due: Record | None = None
+    #: Attempts given back: a run held for its downstream did not spend the one it was claimed for.
+    refund: int = 0
+    held_reason: str | None = None
 
 
 # record_outcomes --
@@ -335,9 +338,13 @@ UPDATE {{schema}}.runs AS r SET
                                'finished_at', now())) END,
     finished_at      = now(),
     lease_expires_at = NULL,
+    -- attempt - round_start + 1 is the attempt within the budget: moving both keeps it unchanged.
+    round_start      = r.round_start + u.refund,
+    held_reason      = u.held_reason,
     updated_at       = now()
-  FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[])
-       AS u(run_id, token, state, result, error, entry)
+  FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::int[],
+              $8::text[])
+       AS u(run_id, token, state, result, error, entry, refund, held_reason)
  WHERE r.run_id = u.run_id AND r.fence_token = u.token AND r.state = 'running'
 RETURNING {_RUN_COLUMNS}
 """
@@ -359,6 +366,8 @@ async def record_outcomes(conn: Conn, schema: str, writes: Sequence[OutcomeWrite
         [w.result for w in writes],
         [w.error for w in writes],
         [w.entry for w in writes],
+        [w.refund for w in writes],
+        [w.held_reason for w in writes],
     )
     records = {w.run_id: w.due for w in writes}
     return [Run(row, records[row["run_id"]]) for row in rows]

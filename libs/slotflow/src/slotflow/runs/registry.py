@@ -31,20 +31,40 @@ class HandlerRegistry:
 
     def __init__(self) -> None:
         self._handlers: dict[str, HandlerFn] = {}
+        self._downstreams: dict[str, tuple[str, ...]] = {}
 
-    def register(self, name: str, fn: HandlerFn) -> HandlerFn:
-        """Register ``fn`` under ``name``; a second, different function under one name is an error."""
+    def register(self, name: str, fn: HandlerFn, *, downstreams: Iterable[str] = ()) -> HandlerFn:
+        """Register ``fn`` under ``name``; a second, different function under one name is an error.
+
+        ``downstreams`` names the dependencies ``fn`` calls: each gets a retry budget and a circuit
+        breaker shared by every claimer (docs/claimer.md, "Retry budgets and circuit breakers").
+        """
         if _NAME.match(name) is None:
             raise ConfigurationError(f"handler name {name!r} does not match {IDENTIFIER_PATTERN}")
+        names = tuple(dict.fromkeys(downstreams))
+        for downstream in names:
+            if _NAME.match(downstream) is None:
+                raise ConfigurationError(
+                    f"downstream name {downstream!r} of handler {name!r} does not match {IDENTIFIER_PATTERN}"
+                )
         existing = self._handlers.get(name)
         if existing is not None and existing is not fn:
             raise ConfigurationError(f"handler {name!r} is already registered to {existing!r}")
         self._handlers[name] = fn
+        if names:
+            self._downstreams[name] = names
+        else:
+            self._downstreams.pop(name, None)
         return fn
 
     def unregister(self, name: str) -> None:
         """Forget ``name`` (tests; a claimer never unregisters)."""
         self._handlers.pop(name, None)
+        self._downstreams.pop(name, None)
+
+    def downstreams(self, name: str) -> tuple[str, ...]:
+        """The downstreams the handler ``name`` declared (none for an unknown handler)."""
+        return self._downstreams.get(name, ())
 
     def get(self, name: str) -> HandlerFn:
         """The handler registered as ``name``.
@@ -67,7 +87,9 @@ class HandlerRegistry:
 REGISTRY = HandlerRegistry()
 
 
-def handler(name: str, *, registry: HandlerRegistry = REGISTRY) -> Callable[[F], F]:
+def handler(
+    name: str, *, downstreams: Iterable[str] = (), registry: HandlerRegistry = REGISTRY
+) -> Callable[[F], F]:
     """Register the decorated async function as the handler called ``name``.
 
     >>> @handler("payouts.pay_merchants")
@@ -76,7 +98,7 @@ def handler(name: str, *, registry: HandlerRegistry = REGISTRY) -> Callable[[F],
     """
 
     def decorate(fn: F) -> F:
-        registry.register(name, fn)
+        registry.register(name, fn, downstreams=downstreams)
         return fn
 
     return decorate
