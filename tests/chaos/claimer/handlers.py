@@ -14,7 +14,7 @@ from typing import Any
 
 import payouts  # examples/payouts, on PYTHONPATH in the subprocess
 
-from slotflow.errors import FenceRejected
+from slotflow.errors import DownstreamUnavailable, FenceRejected
 from slotflow.pg.pool import Conn
 from slotflow.runs import RunContext, handler
 
@@ -103,3 +103,22 @@ async def chaos_crash(ctx: RunContext) -> None:
         async with ctx.pool.acquire() as conn:
             await note(conn, ctx, "start")
     os._exit(70)
+
+
+@handler("chaos.bank", downstreams=["bank-api"])
+async def chaos_bank(ctx: RunContext) -> Any:
+    """A dependency shared by every process: down while `bank_state.down`; each call is noted."""
+    if ctx.pool is None:
+        raise RuntimeError("chaos handlers need the handler database")
+    async with ctx.pool.acquire() as conn:
+        down = bool(await conn.fetchval("SELECT down FROM bank_state"))
+        await conn.execute(
+            "INSERT INTO bank_calls (run_id, attempt, owner, ok) VALUES ($1, $2, $3, $4)",
+            ctx.run_id,
+            ctx.attempt,
+            ctx.owner,
+            not down,
+        )
+    if down:
+        raise DownstreamUnavailable("bank-api", "bank-api answered 503 (simulated outage)")
+    return {"paid": ctx.run_id}
