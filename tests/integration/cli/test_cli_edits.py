@@ -42,3 +42,13 @@ async def test_update_keeps_the_payload_and_tags_and_prints_the_changes(
         nothing = await cli("schedule", "update", "reports")
         assert nothing.code == 2
         assert "nothing to change" in nothing.err
+
+
+async def test_strict_refuses_a_handler_no_claimer_serves_before_publishing(cli: Cli) -> None:
+    refused = await cli(
+        "schedule", "create", "typo", "--every", "1m", "--handler", "reprots.build", "--strict"
+    )
+    assert refused.code == 1, refused
+    assert "no live claimer serves handler 'reprots.build'" in refused.err
+    assert "nothing was published (--strict)" in refused.err
+    assert refused.out == ""

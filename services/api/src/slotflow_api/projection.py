@@ -21,6 +21,7 @@ from slotflow.commands import SCHEDULE_COMMAND_TYPES, TIMER_COMMAND_TYPES, WORKF
 from slotflow.contracts import (
     CancelTimer,
     CancelWorkflow,
+    ClaimerAnnounced,
     CommandAccepted,
     CommandRejected,
     DeadLetterStatusChanged,
@@ -159,6 +160,8 @@ async def _apply(conn: Conn, schema: str, fact: Fact, runs: _RunBatch) -> None:
             message.detail,
             fact.envelope.occurred_at,
         )
+    elif isinstance(message, ClaimerAnnounced):
+        await _claimer(conn, schema, fact, message)
     elif isinstance(message, CommandAccepted | CommandRejected):
         await _acknowledged(conn, schema, fact, message)
     elif isinstance(message, DeadLetterStatusChanged):
@@ -455,6 +458,28 @@ async def _timeline(
         fact.envelope.occurred_at,
         change,
         _json(definition) if definition is not None else None,
+    )
+
+
+# -- claimers ----------------------------------------------------------------------------------
+
+
+async def _claimer(conn: Conn, schema: str, fact: Fact, message: ClaimerAnnounced) -> None:
+    # The newest announcement wins whatever order a rebuild reads them in (one partition: in order).
+    await conn.execute(
+        f"""
+        INSERT INTO {schema}.claimers AS c (claimer_id, handlers, interval_ms, started_at, announced_at)
+        VALUES ($1, $2, $3, $4, $5)
+        ON CONFLICT (claimer_id) DO UPDATE SET handlers = EXCLUDED.handlers,
+            interval_ms = EXCLUDED.interval_ms, started_at = EXCLUDED.started_at,
+            announced_at = EXCLUDED.announced_at
+        WHERE EXCLUDED.announced_at >= c.announced_at
+        """,
+        message.claimer_id,
+        list(message.handlers),
+        int(message.interval.total_seconds() * 1000),
+        message.started_at,
+        fact.envelope.occurred_at,
     )
 
 

@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from slotflow.contracts.topics import (
+    CLAIMERS,
     DLQ_COMMANDS,
     DLQ_EVENTS,
     DLQ_MESSAGES,
@@ -66,6 +67,7 @@ PROJECTED_TOPICS: tuple[TopicSpec, ...] = (
     WORKFLOW_EVENTS,
     DLQ_COMMANDS,
     DLQ_EVENTS,
+    CLAIMERS,
 )
 
 

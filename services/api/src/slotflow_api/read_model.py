@@ -460,6 +460,17 @@ async def get_command(pool: Pool, schema: str, command_id: str) -> dict[str, Any
     return dict(row) if row is not None else None
 
 
+async def claimers(pool: Pool, schema: str) -> list[dict[str, Any]]:
+    """Every claimer's newest announcement, with whether it is live by the database clock (its
+    last announcement younger than three of its intervals)."""
+    rows = await pool.fetch(
+        f"SELECT claimer_id, handlers, interval_ms, started_at, announced_at, "
+        f"announced_at > now() - make_interval(secs => 3 * interval_ms / 1000.0) AS live "
+        f"FROM {schema}.claimers ORDER BY claimer_id"
+    )
+    return [{**dict(row), "handlers": list(row["handlers"])} for row in rows]
+
+
 async def database_now(pool: Pool) -> datetime:
     value = await pool.fetchval("SELECT now()")
     if not isinstance(value, datetime):

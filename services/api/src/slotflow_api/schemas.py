@@ -406,3 +406,22 @@ class DiscardBody(_Body):
     selection: DeadLetterFilter
     reason: str = Field(min_length=1, max_length=1000)
     limit: int = Field(default=1000, ge=1, le=100_000)
+
+
+class ServedHandler(BaseModel):
+    name: str
+    claimers: list[str] = Field(description="the live claimers that serve it")
+
+
+class ClaimerInfo(BaseModel):
+    claimer_id: str
+    handlers: list[str]
+    interval_ms: int
+    started_at: datetime
+    announced_at: datetime
+    live: bool = Field(description="announced within the last three intervals (database clock)")
+
+
+class Handlers(BaseModel):
+    handlers: list[ServedHandler]
+    claimers: list[ClaimerInfo]

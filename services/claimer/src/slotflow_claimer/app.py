@@ -13,7 +13,7 @@ import logging
 import random
 from pathlib import Path
 
-from slotflow.contracts.topics import JOBS_DUE
+from slotflow.contracts.topics import CLAIMERS, JOBS_DUE
 from slotflow.kafka.consumer import Consumer
 from slotflow.kafka.producer import Producer
 from slotflow.pg.migrations import MigrationSource
@@ -23,6 +23,7 @@ from slotflow.runs import REGISTRY, HandlerRegistry, load_handler_modules
 from slotflow.service import Supervisor, metrics_listener
 from slotflow.service import migrate as migrate_schema
 from slotflow.settings import PostgresSettings
+from slotflow_claimer.announce import Announcer
 from slotflow_claimer.config import Settings
 from slotflow_claimer.downstreams import Gate
 from slotflow_claimer.events import RunEvents
@@ -153,7 +154,25 @@ class Claimer:
             poll_timeout_ms=cfg.poll_timeout_ms,
             commit_interval=cfg.commit_interval_seconds,
         )
+        handlers = self._registry.names()
+        # One line a person can check against the schedules: what this claimer will run.
+        log.info(
+            "claimer %s serves %d handlers: %s",
+            self.owner,
+            len(handlers),
+            ", ".join(handlers) if handlers else "none (set SLOTFLOW_CLAIMER_HANDLER_MODULES)",
+        )
+        self.announcer = Announcer(
+            self.pool,
+            schema=cfg.db_schema,
+            owner=self.owner,
+            handlers=handlers,
+            interval=cfg.announce_interval_seconds,
+            topic=kafka.topic(CLAIMERS),
+            wake_relay=self.relay.wake,
+        )
         loops = self._loops
+        loops.add("announce", self.announcer.run)
         loops.add("relay", self.relay.run)
         loops.add("writer", self.writer.run)
         loops.add("heartbeat", lambda stop: self.executor.heartbeat_loop(stop, cfg.heartbeat_interval))
@@ -191,7 +210,7 @@ class Claimer:
 
     async def _drain(self) -> None:
         loops = self._loops
-        await loops.stop_loops("intake", "reaper")
+        await loops.stop_loops("intake", "reaper", "announce")
         if not await self.executor.drain(self._grace):
             released = await self.executor.release_all()
             log.info("claimer %s: released %d leases at shutdown", self.owner, released)

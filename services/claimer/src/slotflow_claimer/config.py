@@ -59,6 +59,9 @@ class ClaimerSettings(BaseSettings):
     heartbeat_interval_seconds: float | None = Field(default=None, gt=0)
     #: How often the reaper looks for expired leases; default min(1 s, TTL / 4).
     reaper_interval_seconds: float | None = Field(default=None, gt=0)
+    #: How often the claimer announces the handlers it serves (ClaimerAnnounced), so the api can
+    #: warn about a schedule whose handler no live claimer serves.
+    announce_interval_seconds: float = Field(default=30.0, gt=0)
     #: How often consumed offsets are committed (only ever up to records whose runs are durable).
     commit_interval_seconds: float = Field(default=0.2, ge=0)
     #: Most outcomes recorded in one transaction.

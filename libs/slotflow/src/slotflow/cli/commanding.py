@@ -12,6 +12,7 @@ from slotflow.cli.context import Context
 from slotflow.cli.errors import CliError, CommandRejected, UsageError
 from slotflow.cli.parsing import build_definition, build_spec, parse_instant, parse_json_object, validated
 from slotflow.cli.publishing import OPEN_STATUSES, publish, wait_for_outcome
+from slotflow.cli.serving import check_handler
 from slotflow.contracts import (
     CancelWorkflow,
     CreateSchedule,
@@ -112,9 +113,11 @@ def _schedule_id(ctx: Context) -> str:
 
 
 def schedule_create(ctx: Context) -> int:
+
     message = CreateSchedule(
         schedule_id=_schedule_id(ctx), definition=_definition(ctx), paused=ctx.args.paused
     )
+    check_handler(ctx, message.definition.handler)
     return send(ctx, message)
 
 

@@ -97,6 +97,15 @@ def _command_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _strict(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="refuse (exit 1, nothing published) when no live claimer serves the handler; "
+        "without it a warning is printed",
+    )
+
+
 def _paging(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--limit", type=int, default=50, metavar="N", help="rows per page, 1..500 (default 50)"
@@ -165,6 +174,7 @@ def _schedule(groups: Any) -> None:
     create.add_argument("schedule_id", metavar="SCHEDULE_ID")
     _definition_flags(create)
     create.add_argument("--paused", action="store_true", help="create it paused")
+    _strict(create)
     _command_options(create)
 
     update = _leaf(
@@ -178,6 +188,7 @@ def _schedule(groups: Any) -> None:
     )
     update.add_argument("schedule_id", metavar="SCHEDULE_ID")
     _definition_flags(update, patch=True)
+    _strict(update)
     _command_options(update)
 
     listing = _leaf(actions, "list", "slotflow.cli.querying:schedule_list", "list schedules")

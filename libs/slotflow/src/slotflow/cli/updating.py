@@ -15,6 +15,7 @@ from slotflow.cli.commanding import identifier, send
 from slotflow.cli.context import Context
 from slotflow.cli.errors import ApiRequestFailed, CliError, UsageError
 from slotflow.cli.parsing import build_spec, parse_duration, parse_instant, parse_json_object, validated
+from slotflow.cli.serving import check_handler
 from slotflow.cli.values import explain
 from slotflow.contracts import ScheduleDefinition, UpdateSchedule
 from slotflow.contracts.schedules import definition_changes, patch_definition
@@ -97,6 +98,8 @@ def schedule_update(ctx: Context) -> int:
     schedule_id = identifier(ctx.args.schedule_id, "SCHEDULE_ID")
     patch = build_patch(ctx.args)
     message = validated(UpdateSchedule, {"schedule_id": schedule_id, "patch": patch}, what="update")
+    if "handler" in patch:
+        check_handler(ctx, patch["handler"])
     current = _current(ctx, schedule_id)
     if current is not None:
         try:

@@ -15,6 +15,7 @@ from slotflow.contracts.policies import DstPolicy, MisfirePolicy, OverlapPolicy,
 from slotflow.contracts.registry import MessageRegistry
 from slotflow.contracts.runs import (
     AttemptRecord,
+    ClaimerAnnounced,
     JobDue,
     RunCompleted,
     RunDeadLettered,
@@ -99,6 +100,7 @@ REGISTRY = MessageRegistry(
         RunRetrying,
         RunDeadLettered,
         RunSkipped,
+        ClaimerAnnounced,
         StartTimer,
         CancelTimer,
         TimerFired,
@@ -128,6 +130,7 @@ __all__ = [
     "ChildWorkflowCompleted",
     "ChildWorkflowFailed",
     "ChildWorkflowScheduled",
+    "ClaimerAnnounced",
     "CommandAccepted",
     "CommandRejected",
     "CompensationRegistered",

@@ -14,6 +14,7 @@ from slotflow.contracts import (
     ChildWorkflowCompleted,
     ChildWorkflowFailed,
     ChildWorkflowScheduled,
+    ClaimerAnnounced,
     CommandAccepted,
     CommandRejected,
     CompensationRegistered,
@@ -222,6 +223,16 @@ EXAMPLES: dict[type[Message], tuple[str, str, Message]] = {
         f"{_RUN}/skipped",
         _SCHEDULE,
         RunSkipped.model_validate({**_RUN_FIELDS, "reason": "previous run still running"}),
+    ),
+    ClaimerAnnounced: (
+        "claimer-a@2026-03-01T02:00:00Z",
+        "claimer-a",
+        ClaimerAnnounced(
+            claimer_id="claimer-a",
+            handlers=("payouts.pay_merchants", "reports.build"),
+            interval=timedelta(seconds=30),
+            started_at=_AT,
+        ),
     ),
     StartTimer: (
         "timer-0001",

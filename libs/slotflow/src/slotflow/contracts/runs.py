@@ -1,7 +1,7 @@
 """JobDue (ticker/orchestrator to claimer) and the run lifecycle events the claimer emits."""
 
 from datetime import timedelta
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
@@ -109,3 +109,18 @@ class RunSkipped(RunEvent):
 
     message_type = "run.skipped"
     reason: str
+
+
+class ClaimerAnnounced(Message):
+    """A claimer is alive and serves these handlers: sent at start-up and every `interval`.
+
+    Keyed by the claimer id on a compacted topic, so the newest announcement of each claimer is
+    what the api reads: a schedule whose handler no live claimer serves gets a warning.
+    """
+
+    message_type = "claimer.announced"
+    claimer_id: str = Field(min_length=1, max_length=400)
+    handlers: tuple[Annotated[str, Field(max_length=400)], ...] = Field(max_length=10_000)
+    #: The next announcement comes within this; three missed ones mean the claimer is gone.
+    interval: timedelta = Field(gt=timedelta(0))
+    started_at: AwareDatetime

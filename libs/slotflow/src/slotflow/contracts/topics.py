@@ -177,6 +177,18 @@ DLQ_EVENTS = TopicSpec(
     extra_config={"max.message.bytes": str(MAX_RECORD_BYTES)},
 )
 
+CLAIMERS = TopicSpec(
+    name="slotflow.claimers.v1",
+    key="claimer id",
+    partitions=1,
+    retention_ms=FOREVER,
+    # The newest announcement per claimer is all anyone needs.
+    cleanup_policy="compact",
+    producers=("claimer",),
+    consumers=("api",),
+    purpose="ClaimerAnnounced: which handlers each live claimer serves",
+)
+
 TOPICS: tuple[TopicSpec, ...] = (
     SCHEDULE_COMMANDS,
     SCHEDULE_EVENTS,
@@ -189,4 +201,5 @@ TOPICS: tuple[TopicSpec, ...] = (
     DLQ_MESSAGES,
     DLQ_COMMANDS,
     DLQ_EVENTS,
+    CLAIMERS,
 )

@@ -27,6 +27,7 @@ from slotflow_api.errors import BadRequest, NotFound, describe_validation
 from slotflow_api.outlook import outlook
 from slotflow_api.routes.commands import COMMAND_RESPONSES, submit
 from slotflow_api.routes.common import Cursor, Limit, Wait
+from slotflow_api.routes.handlers import handler_warnings
 from slotflow_api.schemas import (
     BackfillBody,
     BackfillReport,
@@ -50,6 +51,10 @@ IdempotencyKey = Annotated[
     ),
 ]
 NEXT_SLOTS = 5
+Strict = Annotated[
+    bool,
+    Query(description="refuse (422, nothing published) when no live claimer serves the handler"),
+]
 
 
 @router.get("/v1/schedules", response_model=Page[Schedule], summary="List schedules")
@@ -154,9 +159,19 @@ async def create_schedule(
     body: CreateScheduleBody,
     idempotency_key: IdempotencyKey = None,
     wait: Wait = None,
+    strict: Strict = False,
 ) -> JSONResponse:
     message = CreateSchedule(schedule_id=body.schedule_id, definition=body.definition, paused=body.paused)
-    return await submit(s, message, idempotency_key=idempotency_key, wait=wait)
+    warnings = await _served(s, body.definition.handler, strict=strict)
+    return await submit(s, message, idempotency_key=idempotency_key, wait=wait, extra={"warnings": warnings})
+
+
+async def _served(s: Services, handler: str, *, strict: bool) -> list[str]:
+    """The warnings for a handler no live claimer serves; with ``strict`` they refuse the command."""
+    warnings = await handler_warnings(s, handler)
+    if warnings and strict:
+        raise BadRequest(f"{warnings[0]}; nothing was published (strict)")
+    return warnings
 
 
 @router.put(
@@ -171,9 +186,11 @@ async def update_schedule(
     body: UpdateScheduleBody,
     idempotency_key: IdempotencyKey = None,
     wait: Wait = None,
+    strict: Strict = False,
 ) -> JSONResponse:
     message = UpdateSchedule(schedule_id=schedule_id, definition=body.definition)
-    return await submit(s, message, idempotency_key=idempotency_key, wait=wait)
+    warnings = await _served(s, body.definition.handler, strict=strict)
+    return await submit(s, message, idempotency_key=idempotency_key, wait=wait, extra={"warnings": warnings})
 
 
 @router.patch(
@@ -196,8 +213,11 @@ async def patch_schedule(
     ],
     idempotency_key: IdempotencyKey = None,
     wait: Wait = None,
+    strict: Strict = False,
 ) -> JSONResponse:
     message = UpdateSchedule(schedule_id=schedule_id, patch=patch)
+    handler = patch.get("handler")
+    warnings = await _served(s, handler, strict=strict) if isinstance(handler, str) else []
     changes: list[dict[str, Any]] | None = None
     row = await read_model.get_schedule(s.pool, s.schema, schedule_id)
     if row is not None and not row["deleted"]:
@@ -214,7 +234,13 @@ async def patch_schedule(
             {"field": field, "from": old, "to": new}
             for field, old, new in definition_changes(current, patched)
         ]
-    return await submit(s, message, idempotency_key=idempotency_key, wait=wait, extra={"changes": changes})
+    return await submit(
+        s,
+        message,
+        idempotency_key=idempotency_key,
+        wait=wait,
+        extra={"changes": changes, "warnings": warnings},
+    )
 
 
 @router.post(
