@@ -45,7 +45,7 @@ from slotflow.pg.outbox import OutboxRelay
 from slotflow.pg.pool import CONNECTION_ERRORS, Pool, create_pool
 from slotflow.service import Supervisor, metrics_listener, sleep_or_stop
 from slotflow_orchestrator.config import Settings
-from slotflow_orchestrator.deciding import Decisions, LeaseLost
+from slotflow_orchestrator.deciding import Decisions, LeaseLost, Outcome
 from slotflow_orchestrator.intake import admit, prune_inbox
 from slotflow_orchestrator.leases import Leases
 from slotflow_orchestrator.metrics import OrchestratorMetrics
@@ -278,13 +278,55 @@ class Orchestrator:
         ]
 
     async def _decide_all(self, batch: list[tuple[str, int, bool]], concurrency: int) -> None:
+        """Decide ``batch``: per shard, up to `decisions_per_transaction` workflows share one
+        transaction; a chunk that fails (not by a lease) is decided again one workflow at a time,
+        so one bad workflow never holds back the others."""
         gate = asyncio.Semaphore(concurrency)
+        size = self.settings.orchestrator.decisions_per_transaction
+        chunks: list[tuple[list[str], int, bool]] = []
+        by_key: dict[tuple[int, bool], list[str]] = {}
+        for workflow_id, shard, redecide in batch:
+            by_key.setdefault((shard, redecide), []).append(workflow_id)
+        for (shard, redecide), ids in by_key.items():
+            chunks.extend((ids[i : i + size], shard, redecide) for i in range(0, len(ids), size))
 
-        async def one(workflow_id: str, shard: int, redecide: bool) -> None:
+        async def one(ids: list[str], shard: int, redecide: bool) -> None:
             async with gate:
-                await self._decide_one(workflow_id, shard, redecide)
+                await self._decide_chunk(ids, shard, redecide)
 
-        await asyncio.gather(*(one(*item) for item in batch))
+        await asyncio.gather(*(one(*chunk) for chunk in chunks))
+
+    async def _decide_chunk(self, workflow_ids: list[str], shard: int, redecide: bool) -> None:
+        leases, decisions = self.leases, self.decisions
+        if leases is None or decisions is None:
+            return
+        token = leases.held.get(shard)
+        if token is None:
+            return
+        if len(workflow_ids) > 1:
+            try:
+                outcomes = await decisions.decide_many(
+                    workflow_ids, shard=shard, token=token, redecide=redecide
+                )
+            except LeaseLost:
+                self.metrics.leases_lost.inc()
+                self.metrics.decisions.labels("lease_lost").inc(len(workflow_ids))
+                leases.lost(shard)
+                return
+            except Exception as err:  # noqa: BLE001 - narrowed below, one workflow at a time
+                log.warning(
+                    "orchestrator %s: %d decisions together failed (%r); one at a time",
+                    self.owner,
+                    len(workflow_ids),
+                    err,
+                )
+            else:
+                for workflow_id, outcome in zip(workflow_ids, outcomes, strict=True):
+                    self._failures.pop(workflow_id, None)
+                    self._count(outcome)
+                return
+        for workflow_id in workflow_ids:
+            await self._decide_one(workflow_id, shard, redecide)
 
     async def _decide_one(self, workflow_id: str, shard: int, redecide: bool) -> None:
         leases, decisions = self.leases, self.decisions
@@ -310,6 +352,9 @@ class Orchestrator:
             )
             return
         self._failures.pop(workflow_id, None)
+        self._count(outcome)
+
+    def _count(self, outcome: Outcome) -> None:
         out = outcome.step
         if out is None or not (out.events or out.acks):
             self.metrics.decisions.labels("unchanged").inc()

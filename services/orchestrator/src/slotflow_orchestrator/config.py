@@ -29,6 +29,9 @@ class OrchestratorSettings(BaseSettings):
     workflow_modules: str = ""
     #: Workflows decided at once (each its own transaction).
     decide_concurrency: int = Field(default=8, ge=1, le=256)
+    #: Decisions of one shard that share a transaction (one lease check, one commit); each stays
+    #: whole, and a group that fails is decided again one workflow at a time.
+    decisions_per_transaction: int = Field(default=16, ge=1, le=1000)
     #: Most workflows picked per pass over the pending inputs.
     decide_batch: int = Field(default=200, ge=1, le=10_000)
     #: How often an idle decider looks for inputs another orchestrator wrote for its shards.

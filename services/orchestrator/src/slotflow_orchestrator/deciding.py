@@ -152,6 +152,32 @@ class Decisions:
         self._metrics.decision_seconds.observe(time.perf_counter() - began)
         return outcome
 
+    async def decide_many(
+        self, workflow_ids: Sequence[str], *, shard: int, token: int, redecide: bool = False
+    ) -> list[Outcome]:
+        """Decisions for several workflows of one shard in one transaction (one lease check, one
+        commit): each decision is still whole, and all of them commit or none does. The caller
+        decides them one by one when this raises anything but LeaseLost.
+
+        Raises:
+            LeaseLost: the lease moved to another orchestrator; nothing was written.
+        """
+        began = time.perf_counter()
+        async with self._pool.acquire() as conn, conn.transaction():
+            current = await conn.fetchval(self._sql["lease"], shard)
+            if current != token:
+                raise LeaseLost(shard, token, current)
+            outcomes = [
+                await self._decide_in(conn, workflow_id, shard=shard, token=token, redecide=redecide)
+                for workflow_id in workflow_ids
+            ]
+            if self._crash_window and any(o.step is not None for o in outcomes):
+                await asyncio.sleep(self._crash_window)
+        elapsed = time.perf_counter() - began
+        for _ in workflow_ids:
+            self._metrics.decision_seconds.observe(elapsed / max(1, len(workflow_ids)))
+        return outcomes
+
     async def _decide_in(
         self, conn: Conn, workflow_id: str, *, shard: int, token: int, redecide: bool
     ) -> Outcome:
