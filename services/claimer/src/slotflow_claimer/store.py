@@ -140,6 +140,7 @@ ON CONFLICT (run_id) DO UPDATE SET
     started_at       = EXCLUDED.started_at,
     finished_at      = NULL,
     cancel_requested = false,
+    held_reason      = NULL,
     attempt          = CASE WHEN r.state = 'running' THEN r.attempt ELSE r.attempt + 1 END,
     round_start      = CASE WHEN r.state = 'dead_lettered' THEN r.attempt + 1 ELSE r.round_start END,
     redrive_count    = GREATEST(r.redrive_count, EXCLUDED.redrive_count),
