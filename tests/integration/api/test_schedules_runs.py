@@ -174,6 +174,8 @@ async def test_run_events_out_of_order_end_in_the_right_state(
     assert body["fence_token"] == 2
     assert body["owner"] == "claimer-a"
     assert body["result"] == {"paid": 3}
+    # Completed: only the final outcome on the run; the first attempt's error stays on it.
+    assert body["error"] is None
     assert body["completions"] == 1
     assert body["kind"] == "scheduled"
     assert body["handler"] == "payouts.pay"

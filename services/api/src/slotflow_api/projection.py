@@ -354,7 +354,9 @@ UPDATE {schema}.runs AS r SET
     started_at = facts.started_at,
     finished_at = facts.finished_at,
     result = facts.result,
-    error = facts.error,
+    -- A completed run's outcome is its result: the errors of the attempts before it stay on
+    -- those attempts (run_attempts), not on the run.
+    error = CASE WHEN facts.completions > 0 THEN NULL ELSE facts.error END,
     completions = COALESCE(facts.completions, 0)
 FROM (SELECT unnest($1::text[]) AS run_id) AS t
 LEFT JOIN latest ON latest.run_id = t.run_id
