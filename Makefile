@@ -5,18 +5,28 @@ VENV := .venv
 BIN := $(VENV)/bin
 SERVICES := $(sort $(dir $(wildcard services/*/pyproject.toml)))
 STAMP := $(VENV)/.installed-stamp
+# The stats processor's own environment: faust-streaming cannot share the core's (decision 0005).
+STATS_VENV := .venv-stats
+STATS_STAMP := $(STATS_VENV)/.installed-stamp
 # Starts the devstack if it is not running and exports its connection settings.
 WITH_STACK = eval "$$(deploy/devstack/up.sh)" &&
 
 .PHONY: setup tools up down status clean test test-unit test-integration test-chaos lint fmt contracts demo bench
 
-setup: $(STAMP)
+setup: $(STAMP) $(STATS_STAMP)
 
 $(STAMP): requirements-dev.txt libs/slotflow/pyproject.toml $(wildcard services/*/pyproject.toml)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -r requirements-dev.txt -e libs/slotflow $(addprefix -e ,$(SERVICES))
 	touch $(STAMP)
+
+$(STATS_STAMP): services/stats/requirements.txt services/stats/pyproject.toml
+	test -x $(STATS_VENV)/bin/python || $(PYTHON) -m venv $(STATS_VENV)
+	$(STATS_VENV)/bin/python -m pip install -q --upgrade pip
+	$(STATS_VENV)/bin/python -m pip install -q -r services/stats/requirements.txt -e services/stats
+	$(STATS_VENV)/bin/python -m pip check
+	touch $(STATS_STAMP)
 
 # Debian packages the tests drive (chromium, kcat); quick when already installed.
 tools:

@@ -20,7 +20,7 @@ from slotflow_api.app_state import Services
 from slotflow_api.config import Settings
 from slotflow_api.metrics import Metrics
 from slotflow_api.projector import Projector, migrate
-from slotflow_api.routes import audit, commands, dlq, handlers, health, runs, schedules, workflows
+from slotflow_api.routes import audit, commands, dlq, handlers, health, runs, schedules, stats, workflows
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.metrics = metrics
     errors.install(app)
-    for module in (health, schedules, runs, workflows, dlq, audit, commands, handlers):
+    for module in (health, schedules, runs, workflows, dlq, audit, commands, handlers, stats):
         app.include_router(module.router)
     _mount_ui(app)
     _instrument(app, metrics)

@@ -1,0 +1,1 @@
+"""slotflow stats: windowed run statistics kept by a faust-streaming processor."""

@@ -1,0 +1,102 @@
+"""The processor's tables, copied to PostgreSQL (schema `stats`) for the api to read.
+
+The faust tables (and their changelog topics) are the state; these rows are a copy of it, written
+a second or so behind. A row is always a whole window value, never a delta, so writing it twice
+is harmless. `events` is how many records the value has applied: it only grows for one key, so an
+upsert that would lower it is a stale copy (from a worker that lost the partition in a rebalance,
+say) and is refused by the WHERE clause.
+"""
+
+import json
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from importlib import resources
+from typing import Any, NamedTuple
+
+import asyncpg
+
+from slotflow_stats.windows import Value
+
+Row = tuple[Any, ...]
+#: A connection or a pooled one (both run the same statements).
+Conn = asyncpg.Connection | asyncpg.pool.PoolConnectionProxy
+
+# Serialises the DDL of several workers starting at once (CREATE ... IF NOT EXISTS is not safe
+# against a concurrent CREATE of the same name). The number is this service's, arbitrary.
+_DDL_LOCK = 0x5F57A75
+
+
+class WindowRow(NamedTuple):
+    """One window of one subject, as stored."""
+
+    size_s: int
+    window_start: float
+    family: str
+    subject: str
+    partition: int
+    value: Value
+
+
+async def create_schema(conn: Conn, schema: str) -> None:
+    """Create the sink's tables when they are missing (idempotent)."""
+    ddl = resources.files("slotflow_stats").joinpath("schema.sql").read_text(encoding="utf-8")
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", _DDL_LOCK)
+        await conn.execute(ddl.format(schema=schema))
+
+
+def _instant(epoch: float) -> datetime:
+    return datetime.fromtimestamp(epoch, tz=UTC)
+
+
+async def write(
+    conn: Conn,
+    schema: str,
+    windows: Iterable[WindowRow],
+    handlers: Mapping[str, tuple[str, float]],
+) -> None:
+    """Upsert ``windows`` and the job-to-handler map ``handlers`` (job id to handler, seen at)."""
+    rows = [
+        (
+            w.size_s,
+            _instant(w.window_start),
+            w.family,
+            w.subject,
+            w.partition,
+            int(w.value["n"]),
+            w.value["counts"],
+            w.value["duration"],
+            w.value["lateness"],
+        )
+        for w in windows
+    ]
+    async with conn.transaction():
+        if rows:
+            # Invariant: a stored value is replaced only by one that has applied at least as many
+            # records (events never goes down for a key).
+            await conn.executemany(
+                f"""
+                INSERT INTO {schema}.windows
+                    (size_s, window_start, family, subject, part, events, counts, duration, lateness)
+                VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8::jsonb, $9::jsonb)
+                ON CONFLICT (size_s, window_start, family, subject, part) DO UPDATE
+                   SET events = EXCLUDED.events, counts = EXCLUDED.counts,
+                       duration = EXCLUDED.duration, lateness = EXCLUDED.lateness
+                 WHERE {schema}.windows.events <= EXCLUDED.events
+                """,
+                [(*r[:6], _json(r[6]), _json(r[7]), _json(r[8])) for r in rows],
+            )
+        if handlers:
+            # Invariant: the handler a job's newest JobDue named wins (seen_at never goes back).
+            await conn.executemany(
+                f"""
+                INSERT INTO {schema}.job_handlers (job_id, handler, seen_at) VALUES ($1, $2, $3)
+                ON CONFLICT (job_id) DO UPDATE SET handler = EXCLUDED.handler, seen_at = EXCLUDED.seen_at
+                 WHERE {schema}.job_handlers.seen_at <= EXCLUDED.seen_at
+                """,
+                [(job, handler, _instant(at)) for job, (handler, at) in handlers.items()],
+            )
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
