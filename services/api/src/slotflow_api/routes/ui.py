@@ -82,6 +82,11 @@ async def dlq_page() -> HTMLResponse:
     return page("dlq", "Dead letters")
 
 
+@router.get("/ui/stats", response_class=HTMLResponse)
+async def stats_page() -> HTMLResponse:
+    return page("stats", "Run statistics")
+
+
 def mount_ui(app: FastAPI) -> None:
     """Serve the dashboard from ``app``: the pages, and the static assets under /ui/static."""
     app.mount("/ui/static", StaticFiles(directory=STATIC_DIR), name="ui-static")
