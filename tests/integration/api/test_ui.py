@@ -156,6 +156,9 @@ async def test_dashboard_pages_and_redrive_in_chromium(
         await payouts_row.get_by_role("link", name=PAYOUTS).click()
         await page.wait_for_url(f"{base}/ui/schedules/{PAYOUTS}")
         await page.get_by_role("link", name="12h").click()
+        # The window is in the URL, so the link can be shared and reloads to the same view.
+        await page.wait_for_url(f"{base}/ui/schedules/{PAYOUTS}?window=12h")
+        await expect(page.locator('p.pager strong[aria-current="true"]')).to_have_text("12h")
         await expect(page.locator("svg.timeline g.run")).to_have_count(7)
         assert await page.locator('svg.timeline g.run[data-state="completed"]').count() == 5
         assert await page.locator('svg.timeline g.run[data-state="dead_lettered"]').count() == 1

@@ -59,7 +59,9 @@
       if (err.status === 404) { show(h("p", {}, `Schedule ${subject} was not found.`)); return; }
       throw err;
     }
-    const rangeSeconds = Number(queryParam("range")) || 86400;
+    // The window lives in the URL (?window=7d) so a link shows what its sender saw; without one
+    // it fits the schedule: about 50 of its intervals, between 1 h and 30 d.
+    const rangeSeconds = windowSeconds(queryParam("window")) || Number(queryParam("range")) || defaultWindow(schedule);
     const to = queryParam("to") ? new Date(queryParam("to")) : new Date();
     const from = queryParam("from") ? new Date(queryParam("from")) : new Date(to.getTime() - rangeSeconds * 1000);
     const [runs, audit] = await Promise.all([
@@ -81,7 +83,7 @@
     const rangeNav = h("p", { class: "pager" }, "Window: ", RANGES.map(([label, seconds]) => [
       seconds === rangeSeconds && !queryParam("from")
         ? h("strong", { "aria-current": "true" }, label)
-        : h("a", { href: withQuery(window.location.pathname, { range: seconds }) }, label), " "]));
+        : h("a", { href: withQuery(window.location.pathname, { window: label }) }, label), " "]));
     const items = runs.items.slice().sort((a, b) => String(a.slot).localeCompare(String(b.slot)));
     show(
       facts([
@@ -121,6 +123,35 @@
         { label: "Run id", cell: (r) => r.run_id, cls: "mono" },
       ], items.slice().reverse(), "No runs recorded in this window."),
     );
+  }
+
+  // "7d", "12h", "30m", "90s" or a number of seconds; null for anything else.
+  function windowSeconds(value) {
+    const match = /^(\d+)([smhdw]?)$/.exec(String(value || "").trim());
+    if (!match) return null;
+    const unit = { "": 1, s: 1, m: 60, h: 3600, d: 86400, w: 604800 }[match[2]];
+    const seconds = Number(match[1]) * unit;
+    return seconds > 0 ? seconds : null;
+  }
+
+  function defaultWindow(schedule) {
+    const spec = schedule.spec || {};
+    let interval = null;
+    if (spec.kind === "interval") interval = windowSeconds(String(spec.every || "").replace(/^PT?/, "").toLowerCase())
+      || isoSeconds(spec.every);
+    const slots = schedule.next_slots || [];
+    if (!interval && slots.length > 1) interval = (new Date(slots[1].at) - new Date(slots[0].at)) / 1000;
+    if (!interval) return 86400;
+    return Math.min(Math.max(interval * 50, 3600), 2592000);
+  }
+
+  // PT15M, PT1H30M, P1D as seconds (the API's durations).
+  function isoSeconds(value) {
+    const match = /^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:([\d.]+)S)?)?$/.exec(String(value || ""));
+    if (!match) return null;
+    const [, d, hh, mm, ss] = match.map((v) => Number(v || 0));
+    const seconds = d * 86400 + hh * 3600 + mm * 60 + ss;
+    return seconds > 0 ? seconds : null;
   }
 
   function timeline(runs, audit, from, to) {
