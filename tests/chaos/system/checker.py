@@ -1,0 +1,253 @@
+"""The independent checker of the whole-system fault suite.
+
+It judges a run from what the outside world saw, never from the services' own bookkeeping: the
+append-only effects table the handlers write (no unique constraint, so nothing can hide a second
+effect), the fenced ledger, and the Kafka topics (run and workflow events, SlotSkipped,
+CommandRejected, the DLQ). The slots it expects it computes itself, with croniter, from the
+schedule definitions the workload sent and their start/end instants on the database clock. The
+one piece of service state it reads is the outbox tables, for rows never published.
+
+`check` is a pure function of a `Recording`, so a unit test can tamper with a recorded run and see
+each violation reported; `collect` (in collect.py) fills a Recording from the real stack.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
+
+from croniter import croniter
+
+from slotflow.core.identity import run_id as slot_run_id
+
+#: Effect kinds the workload's handlers write (tests/chaos/system/handlers.py).
+PAYOUT = "payout"
+TIMER = "timer"
+#: A saga's effects in order: the happy path, and the declined capture's compensation (newest first).
+SAGA_COMPLETED = ("authorize", "reserve", "capture")
+SAGA_COMPENSATED = ("authorize", "reserve", "release", "void")
+APPLIED = "applied"
+COLLAPSED = "collapsed"
+
+
+@dataclass(frozen=True)
+class ScheduleUnderTest:
+    schedule_id: str
+    expression: str
+    timezone: str
+    start_at: datetime
+    end_at: datetime
+
+    def slots(self) -> list[datetime]:
+        """Slots in [start_at, end_at), computed here with croniter (never by the ticker's code)."""
+        six = len(self.expression.split()) == 6
+        walker = croniter(
+            self.expression,
+            (self.start_at - timedelta(microseconds=1)).astimezone(ZoneInfo(self.timezone)),
+            ret_type=datetime,
+            second_at_beginning=six,
+        )
+        found: list[datetime] = []
+        while (at := walker.get_next(datetime).astimezone(UTC)) < self.end_at:
+            found.append(at)
+        return found
+
+
+@dataclass(frozen=True)
+class TimerUnderTest:
+    run_id: str
+    fire_at: datetime
+
+
+@dataclass(frozen=True)
+class OrderUnderTest:
+    workflow_id: str
+    declines: bool
+
+
+@dataclass(frozen=True)
+class Effect:
+    seq: int
+    kind: str
+    subject: str
+    run_id: str
+    phase: str
+    fence_token: int
+    owner: str
+    at: datetime
+
+
+@dataclass
+class Recording:
+    """Everything the checker judges, as read from the effects table, the ledger and the topics."""
+
+    schedules: list[ScheduleUnderTest] = field(default_factory=list)
+    timers: list[TimerUnderTest] = field(default_factory=list)
+    orders: list[OrderUnderTest] = field(default_factory=list)
+    poison_keys: list[str] = field(default_factory=list)
+    invalid_commands: list[str] = field(default_factory=list)
+    effects: list[Effect] = field(default_factory=list)
+    #: run id -> fence token of the ledger row.
+    ledger: dict[str, int] = field(default_factory=dict)
+    #: run ids of slots skipped by an explicit policy (SlotSkipped / run.skipped on the topics).
+    skipped: set[str] = field(default_factory=set)
+    #: DLQ topic: record key -> reason, for every parked record.
+    parked: dict[str, str] = field(default_factory=dict)
+    #: schedule events topic: command id -> reason of its CommandRejected.
+    rejected: dict[str, str] = field(default_factory=dict)
+    #: "table:event id" of outbox rows still unpublished after the quiet period.
+    unpublished: list[str] = field(default_factory=list)
+    #: run events topic: run ids seen started, and run ids that reached an end.
+    runs_started: set[str] = field(default_factory=set)
+    runs_ended: set[str] = field(default_factory=set)
+    #: workflow events topic: workflow id -> its last terminal event type.
+    workflows_ended: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Violation:
+    kind: str
+    ids: tuple[str, ...]
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.detail} [{', '.join(self.ids)}]"
+
+
+@dataclass
+class Report:
+    violations: list[Violation] = field(default_factory=list)
+    counts: Counter[str] = field(default_factory=Counter)
+    #: The latest an effect landed after its slot (or timer's fire_at), in seconds.
+    max_lateness_s: float = 0.0
+
+    def kinds(self) -> set[str]:
+        return {v.kind for v in self.violations}
+
+    def render(self) -> str:
+        lines = [f"  {name}: {n}" for name, n in sorted(self.counts.items())]
+        lines.append(f"  max lateness: {self.max_lateness_s:.2f} s")
+        lines.append(f"  violations: {len(self.violations)}")
+        lines.extend(f"    {v}" for v in self.violations)
+        return "\n".join(lines)
+
+
+def check(rec: Recording) -> Report:
+    report = Report()
+    applied: dict[str, list[Effect]] = defaultdict(list)
+    for effect in sorted(rec.effects, key=lambda e: e.seq):
+        if effect.phase == APPLIED:
+            applied[effect.run_id].append(effect)
+        elif effect.phase == COLLAPSED:
+            report.counts["duplicates collapsed"] += 1
+
+    # One effect per idempotency key, whatever the kind.
+    for key, effects in sorted(applied.items()):
+        if len(effects) > 1:
+            report.violations.append(
+                Violation(
+                    "duplicate effect",
+                    (key, *(f"seq={e.seq}" for e in effects)),
+                    f"{len(effects)} applied effects by {sorted({f'{e.owner}#{e.fence_token}' for e in effects})}",
+                )
+            )
+
+    _check_slots(rec, applied, report)
+    _check_timers(rec, applied, report)
+    _check_sagas(rec, applied, report)
+    _check_ledger(rec, applied, report)
+    _check_bad_input(rec, report)
+
+    for row in rec.unpublished:
+        report.violations.append(Violation("unpublished outbox row", (row,), "never published"))
+    for run in sorted(rec.runs_started - rec.runs_ended):
+        report.violations.append(Violation("unfinished run", (run,), "started, never ended"))
+    return report
+
+
+def _check_slots(rec: Recording, applied: dict[str, list[Effect]], report: Report) -> None:
+    expected: set[str] = set()
+    for schedule in rec.schedules:
+        for slot in schedule.slots():
+            key = slot_run_id(schedule.schedule_id, slot)
+            expected.add(key)
+            report.counts["slots expected"] += 1
+            effects = applied.get(key, [])
+            if effects:
+                report.counts["slots fired"] += 1
+                report.max_lateness_s = max(report.max_lateness_s, (effects[0].at - slot).total_seconds())
+                if effects[0].at < slot:
+                    report.violations.append(
+                        Violation("fired early", (key,), f"effect at {effects[0].at.isoformat()}")
+                    )
+            elif key in rec.skipped:
+                report.counts["slots skipped by policy"] += 1
+            else:
+                report.violations.append(
+                    Violation("missed slot", (key,), f"no effect for {schedule.schedule_id} at {slot.isoformat()}")
+                )
+    for key, effects in sorted(applied.items()):
+        if effects[0].kind == PAYOUT and key not in expected:
+            report.violations.append(
+                Violation("effect with no slot", (key, f"seq={effects[0].seq}"), "no expected slot has this run id")
+            )
+
+
+def _check_timers(rec: Recording, applied: dict[str, list[Effect]], report: Report) -> None:
+    for timer in rec.timers:
+        effects = applied.get(timer.run_id, [])
+        if not effects:
+            report.violations.append(Violation("missed timer", (timer.run_id,), "never fired"))
+            continue
+        report.counts["timers fired"] += 1
+        lateness = (effects[0].at - timer.fire_at).total_seconds()
+        report.max_lateness_s = max(report.max_lateness_s, lateness)
+        if lateness < 0:
+            report.violations.append(Violation("fired early", (timer.run_id,), f"{-lateness:.3f} s early"))
+
+
+def _check_sagas(rec: Recording, applied: dict[str, list[Effect]], report: Report) -> None:
+    by_order: dict[str, list[Effect]] = defaultdict(list)
+    for effects in applied.values():
+        for effect in effects:
+            if effect.kind.startswith("order."):
+                by_order[effect.subject].append(effect)
+    for order in rec.orders:
+        seen = tuple(e.kind.removeprefix("order.") for e in sorted(by_order.get(order.workflow_id, []), key=lambda e: e.seq))
+        want, end = (SAGA_COMPENSATED, "workflow.failed") if order.declines else (SAGA_COMPLETED, "workflow.completed")
+        ended = rec.workflows_ended.get(order.workflow_id)
+        if ended is None:
+            report.violations.append(Violation("unfinished workflow", (order.workflow_id,), f"effects so far {seen}"))
+            continue
+        if seen != want or ended != end:
+            report.violations.append(
+                Violation("saga out of order", (order.workflow_id,), f"effects {seen}, ended {ended}; want {want}, {end}")
+            )
+        elif order.declines:
+            report.counts["sagas compensated"] += 1
+        else:
+            report.counts["sagas completed"] += 1
+
+
+def _check_ledger(rec: Recording, applied: dict[str, list[Effect]], report: Report) -> None:
+    for key, effects in applied.items():
+        if effects[0].kind in (PAYOUT, TIMER) and key not in rec.ledger:
+            report.violations.append(Violation("effect missing from ledger", (key,), "no ledger row"))
+    for key in sorted(set(rec.ledger) - set(applied)):
+        report.violations.append(Violation("ledger row with no effect", (key,), "no applied effect"))
+
+
+def _check_bad_input(rec: Recording, report: Report) -> None:
+    for key in rec.poison_keys:
+        reason = rec.parked.get(key)
+        if reason:
+            report.counts["poison parked"] += 1
+        else:
+            report.violations.append(Violation("poison not parked", (key,), "no DLQ record with a reason"))
+    for command_id in rec.invalid_commands:
+        if rec.rejected.get(command_id):
+            report.counts["invalid commands rejected"] += 1
+        else:
+            report.violations.append(Violation("invalid command not rejected", (command_id,), "no CommandRejected"))

@@ -1,0 +1,141 @@
+"""The system suite's checker can fail: a recorded clean run passes, and each injected fault in it
+(a duplicate effect, a missed slot, a compensation out of order, and the rest) is reported with
+its ids."""
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+from slotflow.core.identity import run_id
+from tests.chaos.system.checker import (
+    APPLIED,
+    COLLAPSED,
+    Effect,
+    OrderUnderTest,
+    Recording,
+    ScheduleUnderTest,
+    TimerUnderTest,
+    check,
+)
+
+T0 = datetime(2026, 3, 29, 0, 59, 58, tzinfo=UTC)
+
+
+def recorded_run() -> Recording:
+    """A small run as collect() records it: two schedules (one across Europe/Berlin's DST jump),
+    a timer, a completed and a compensated saga, poison parked and an invalid command rejected."""
+    schedules = [
+        ScheduleUnderTest("pay-a", "*/2 * * * * *", "Europe/Berlin", T0, T0 + timedelta(seconds=6)),
+        ScheduleUnderTest("pay-b", "* * * * * *", "America/New_York", T0, T0 + timedelta(seconds=3)),
+    ]
+    effects: list[Effect] = []
+
+    def add(kind: str, subject: str, key: str, at: datetime, phase: str = APPLIED) -> None:
+        effects.append(Effect(len(effects) + 1, kind, subject, key, phase, 1, "claimer-0", at))
+
+    for schedule in schedules:
+        for slot in schedule.slots():
+            add("payout", schedule.schedule_id, run_id(schedule.schedule_id, slot), slot + timedelta(seconds=0.3))
+    add("timer", "t-1", "timer-1", T0 + timedelta(seconds=5))
+    for step, kind in enumerate(("authorize", "reserve", "capture"), start=1):
+        add(f"order.{kind}", "order-ok", f"order-ok/{step}", T0 + timedelta(seconds=step))
+    for step, kind in enumerate(("authorize", "reserve", "release", "void"), start=1):
+        add(f"order.{kind}", "order-no", f"order-no/{step}", T0 + timedelta(seconds=step))
+    # A redelivered attempt that found its effect already there: counted, not a violation.
+    add("payout", "pay-b", effects[0].run_id, T0 + timedelta(seconds=8), phase=COLLAPSED)
+    keys = [e.run_id for e in effects if e.phase == APPLIED]
+    return Recording(
+        schedules=schedules,
+        timers=[TimerUnderTest("timer-1", T0 + timedelta(seconds=4))],
+        orders=[OrderUnderTest("order-ok", declines=False), OrderUnderTest("order-no", declines=True)],
+        poison_keys=["poison-1"],
+        invalid_commands=["bad-cron-1"],
+        effects=effects,
+        ledger={k: 1 for k in keys if not k.startswith("order-")},
+        parked={"poison-1": "undecodable"},
+        rejected={"bad-cron-1": "invalid cron expression"},
+        runs_started=set(keys),
+        runs_ended=set(keys),
+        workflows_ended={"order-ok": "workflow.completed", "order-no": "workflow.failed"},
+    )
+
+
+def test_the_recorded_run_passes() -> None:
+    report = check(recorded_run())
+    assert report.violations == [], report.render()
+    # */2 in [00:59:58, 01:00:04) is 3 slots; Berlin jumps 02:00 -> 03:00 at 01:00 UTC, no gap in
+    # UTC seconds. * in [T0, T0+3s) is 3 more.
+    assert report.counts["slots expected"] == 6
+    assert report.counts["slots fired"] == 6
+    assert report.counts["sagas completed"] == 1
+    assert report.counts["sagas compensated"] == 1
+    assert report.counts["duplicates collapsed"] == 1
+    assert report.counts["poison parked"] == 1
+
+
+def test_a_duplicate_effect_is_reported_with_both_effects() -> None:
+    rec = recorded_run()
+    first = rec.effects[0]
+    rec.effects.append(replace(first, seq=99, fence_token=2, owner="claimer-1"))
+    report = check(rec)
+    [violation] = report.violations
+    assert violation.kind == "duplicate effect"
+    assert violation.ids == (first.run_id, f"seq={first.seq}", "seq=99")
+
+
+def test_a_missed_slot_is_reported() -> None:
+    rec = recorded_run()
+    lost = rec.effects.pop(1)
+    del rec.ledger[lost.run_id]
+    rec.runs_started.discard(lost.run_id)
+    rec.runs_ended.discard(lost.run_id)
+    report = check(rec)
+    assert [(v.kind, v.ids) for v in report.violations] == [("missed slot", (lost.run_id,))]
+
+
+def test_a_slot_skipped_by_policy_is_not_missed() -> None:
+    rec = recorded_run()
+    lost = rec.effects.pop(1)
+    del rec.ledger[lost.run_id]
+    rec.skipped.add(lost.run_id)
+    assert check(rec).violations == []
+
+
+def test_an_out_of_order_compensation_is_reported() -> None:
+    rec = recorded_run()
+    release = next(e for e in rec.effects if e.kind == "order.release")
+    void = next(e for e in rec.effects if e.kind == "order.void")
+    # Void before release: the authorization dropped while the stock was still held.
+    rec.effects = [
+        replace(e, seq=void.seq) if e is release else replace(e, seq=release.seq) if e is void else e
+        for e in rec.effects
+    ]
+    [violation] = check(rec).violations
+    assert violation.kind == "saga out of order"
+    assert violation.ids == ("order-no",)
+    assert "('authorize', 'reserve', 'void', 'release')" in violation.detail
+
+
+def test_an_effect_with_no_slot_is_reported() -> None:
+    rec = recorded_run()
+    stray = run_id("pay-a", T0 + timedelta(seconds=1))  # an odd second: not on */2
+    rec.effects.append(Effect(100, "payout", "pay-a", stray, APPLIED, 1, "claimer-2", T0 + timedelta(seconds=2)))
+    rec.ledger[stray] = 1
+    assert [(v.kind, v.ids[0]) for v in check(rec).violations] == [("effect with no slot", stray)]
+
+
+def test_bad_input_outbox_and_unfinished_work_are_reported() -> None:
+    rec = recorded_run()
+    rec.parked.clear()
+    rec.rejected.clear()
+    rec.unpublished.append("ticker.outbox:ev-7")
+    rec.runs_started.add("pay-z@x")
+    del rec.workflows_ended["order-ok"]
+    rec.timers.append(TimerUnderTest("timer-2", T0))
+    assert sorted((v.kind, v.ids[0]) for v in check(rec).violations) == [
+        ("invalid command not rejected", "bad-cron-1"),
+        ("missed timer", "timer-2"),
+        ("poison not parked", "poison-1"),
+        ("unfinished run", "pay-z@x"),
+        ("unfinished workflow", "order-ok"),
+        ("unpublished outbox row", "ticker.outbox:ev-7"),
+    ]
