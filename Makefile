@@ -11,7 +11,7 @@ STATS_STAMP := $(STATS_VENV)/.installed-stamp
 # Starts the devstack if it is not running and exports its connection settings.
 WITH_STACK = eval "$$(deploy/devstack/up.sh)" &&
 
-.PHONY: setup tools up down status clean test test-unit test-integration test-chaos lint fmt contracts demo bench
+.PHONY: setup tools up down status clean test test-unit test-integration test-chaos chaos lint fmt contracts demo bench
 
 setup: $(STAMP) $(STATS_STAMP)
 
@@ -57,6 +57,16 @@ test-integration: setup tools
 # pytest exits 5 when a layer has no tests yet; that is not a failure for an optional layer.
 test-chaos: setup
 	$(WITH_STACK) $(BIN)/pytest -m chaos tests; rc=$$?; [ $$rc -eq 5 ] || exit $$rc
+
+# The whole-system fault suite (docs/reliability.md) on a Kafka and PostgreSQL of its own (ports
+# 39092/39093/35432, a temp state dir): never the devstack above, since it restarts both.
+# SEED=7 or SEED=1,2,3 picks the seeds, DURATION=seconds the workload's length, PROFILE=short|long.
+SEED ?= 1,2,3
+PROFILE ?= short
+DURATION ?=
+chaos: setup tools
+	SLOTFLOW_SYSTEM_SEEDS=$(SEED) SLOTFLOW_SYSTEM_PROFILE=$(PROFILE) SLOTFLOW_SYSTEM_DURATION=$(DURATION) \
+		$(BIN)/pytest -m system -s tests/chaos/system
 
 lint: setup
 	$(BIN)/ruff format --check libs services tests bench deploy

@@ -27,6 +27,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         layer = relative.parts[0]
         if layer in LAYERS:
             item.add_marker(getattr(pytest.mark, layer))
+    # The whole-system fault suite starts its own Kafka and PostgreSQL and runs for minutes; it
+    # runs only when asked for by name (`-m system`, as `make chaos` does), never inside `make test`.
+    if "system" not in (config.option.markexpr or ""):
+        system = [i for i in items if i.get_closest_marker("system") is not None]
+        if system:
+            config.hook.pytest_deselected(items=system)
+            items[:] = [i for i in items if i.get_closest_marker("system") is None]
 
 
 def _reachable(host_port: str) -> bool:

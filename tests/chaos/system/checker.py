@@ -41,7 +41,8 @@ class ScheduleUnderTest:
     end_at: datetime
 
     def slots(self) -> list[datetime]:
-        """Slots in [start_at, end_at), computed here with croniter (never by the ticker's code)."""
+        """Slots in [start_at, end_at] (both ends count, as the ticker's contract has it), computed here
+        with croniter, never by the ticker's code."""
         six = len(self.expression.split()) == 6
         walker = croniter(
             self.expression,
@@ -50,7 +51,7 @@ class ScheduleUnderTest:
             second_at_beginning=six,
         )
         found: list[datetime] = []
-        while (at := walker.get_next(datetime).astimezone(UTC)) < self.end_at:
+        while (at := walker.get_next(datetime).astimezone(UTC)) <= self.end_at:
             found.append(at)
         return found
 
@@ -186,12 +187,16 @@ def _check_slots(rec: Recording, applied: dict[str, list[Effect]], report: Repor
                 report.counts["slots skipped by policy"] += 1
             else:
                 report.violations.append(
-                    Violation("missed slot", (key,), f"no effect for {schedule.schedule_id} at {slot.isoformat()}")
+                    Violation(
+                        "missed slot", (key,), f"no effect for {schedule.schedule_id} at {slot.isoformat()}"
+                    )
                 )
     for key, effects in sorted(applied.items()):
         if effects[0].kind == PAYOUT and key not in expected:
             report.violations.append(
-                Violation("effect with no slot", (key, f"seq={effects[0].seq}"), "no expected slot has this run id")
+                Violation(
+                    "effect with no slot", (key, f"seq={effects[0].seq}"), "no expected slot has this run id"
+                )
             )
 
 
@@ -215,15 +220,28 @@ def _check_sagas(rec: Recording, applied: dict[str, list[Effect]], report: Repor
             if effect.kind.startswith("order."):
                 by_order[effect.subject].append(effect)
     for order in rec.orders:
-        seen = tuple(e.kind.removeprefix("order.") for e in sorted(by_order.get(order.workflow_id, []), key=lambda e: e.seq))
-        want, end = (SAGA_COMPENSATED, "workflow.failed") if order.declines else (SAGA_COMPLETED, "workflow.completed")
+        seen = tuple(
+            e.kind.removeprefix("order.")
+            for e in sorted(by_order.get(order.workflow_id, []), key=lambda e: e.seq)
+        )
+        want, end = (
+            (SAGA_COMPENSATED, "workflow.failed")
+            if order.declines
+            else (SAGA_COMPLETED, "workflow.completed")
+        )
         ended = rec.workflows_ended.get(order.workflow_id)
         if ended is None:
-            report.violations.append(Violation("unfinished workflow", (order.workflow_id,), f"effects so far {seen}"))
+            report.violations.append(
+                Violation("unfinished workflow", (order.workflow_id,), f"effects so far {seen}")
+            )
             continue
         if seen != want or ended != end:
             report.violations.append(
-                Violation("saga out of order", (order.workflow_id,), f"effects {seen}, ended {ended}; want {want}, {end}")
+                Violation(
+                    "saga out of order",
+                    (order.workflow_id,),
+                    f"effects {seen}, ended {ended}; want {want}, {end}",
+                )
             )
         elif order.declines:
             report.counts["sagas compensated"] += 1
@@ -250,4 +268,6 @@ def _check_bad_input(rec: Recording, report: Report) -> None:
         if rec.rejected.get(command_id):
             report.counts["invalid commands rejected"] += 1
         else:
-            report.violations.append(Violation("invalid command not rejected", (command_id,), "no CommandRejected"))
+            report.violations.append(
+                Violation("invalid command not rejected", (command_id,), "no CommandRejected")
+            )

@@ -34,7 +34,12 @@ def recorded_run() -> Recording:
 
     for schedule in schedules:
         for slot in schedule.slots():
-            add("payout", schedule.schedule_id, run_id(schedule.schedule_id, slot), slot + timedelta(seconds=0.3))
+            add(
+                "payout",
+                schedule.schedule_id,
+                run_id(schedule.schedule_id, slot),
+                slot + timedelta(seconds=0.3),
+            )
     add("timer", "t-1", "timer-1", T0 + timedelta(seconds=5))
     for step, kind in enumerate(("authorize", "reserve", "capture"), start=1):
         add(f"order.{kind}", "order-ok", f"order-ok/{step}", T0 + timedelta(seconds=step))
@@ -62,10 +67,10 @@ def recorded_run() -> Recording:
 def test_the_recorded_run_passes() -> None:
     report = check(recorded_run())
     assert report.violations == [], report.render()
-    # */2 in [00:59:58, 01:00:04) is 3 slots; Berlin jumps 02:00 -> 03:00 at 01:00 UTC, no gap in
-    # UTC seconds. * in [T0, T0+3s) is 3 more.
-    assert report.counts["slots expected"] == 6
-    assert report.counts["slots fired"] == 6
+    # */2 in [00:59:58, 01:00:04] is 4 slots (end_at counts); Berlin jumps 02:00 -> 03:00 at
+    # 01:00 UTC, no gap in UTC seconds. * in [T0, T0+3s] is 4 more.
+    assert report.counts["slots expected"] == 8
+    assert report.counts["slots fired"] == 8
     assert report.counts["sagas completed"] == 1
     assert report.counts["sagas compensated"] == 1
     assert report.counts["duplicates collapsed"] == 1
@@ -118,7 +123,9 @@ def test_an_out_of_order_compensation_is_reported() -> None:
 def test_an_effect_with_no_slot_is_reported() -> None:
     rec = recorded_run()
     stray = run_id("pay-a", T0 + timedelta(seconds=1))  # an odd second: not on */2
-    rec.effects.append(Effect(100, "payout", "pay-a", stray, APPLIED, 1, "claimer-2", T0 + timedelta(seconds=2)))
+    rec.effects.append(
+        Effect(100, "payout", "pay-a", stray, APPLIED, 1, "claimer-2", T0 + timedelta(seconds=2))
+    )
     rec.ledger[stray] = 1
     assert [(v.kind, v.ids[0]) for v in check(rec).violations] == [("effect with no slot", stray)]
 

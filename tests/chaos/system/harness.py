@@ -1,0 +1,525 @@
+"""The whole-system fault suite's machinery: a private stack, the service processes, the seeded
+workload and fault plan, and the collection of what the checker judges.
+
+The suite restarts Kafka and PostgreSQL, so it never runs on a shared devstack: it starts its own
+broker and database through deploy/devstack with ports and a state directory of its own
+(SLOTFLOW_SYSTEM_KAFKA_PORT etc., defaults 39092/39093/35432) and stops only those.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import glob
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import IO, Any
+
+import asyncpg
+import httpx
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from slotflow.commands import publish_command
+from slotflow.contracts import CreateSchedule, CronSpec, ScheduleDefinition, StartWorkflow, TriggerNow
+from slotflow.contracts.runs import JobDue
+from slotflow.contracts.timers import FireJobDue, StartTimer
+from slotflow.contracts.topics import (
+    DLQ_MESSAGES,
+    RUN_EVENTS,
+    SCHEDULE_COMMANDS,
+    SCHEDULE_EVENTS,
+    WORKFLOW_COMMANDS,
+    WORKFLOW_HISTORY,
+    TopicSpec,
+)
+from slotflow.kafka.admin import ensure_topics
+from slotflow.kafka.producer import Producer
+from slotflow.settings import KafkaSettings
+from tests.chaos.system.checker import Effect, OrderUnderTest, Recording, ScheduleUnderTest, TimerUnderTest
+from tests.chaos.system.handlers import create_tables
+
+REPO = Path(__file__).resolve().parents[3]
+DEVSTACK = REPO / "deploy" / "devstack" / "devstack.py"
+LIBFAKETIME = next(iter(sorted(glob.glob("/usr/lib/*/faketime/libfaketimeMT.so.1"))), None)
+LEASE_TTL_S = 3.0
+#: Partitions per topic (the table's counts, capped: enough to spread work over the replicas).
+PARTITIONS = 3
+ZONES = ("UTC", "Europe/Berlin", "America/New_York", "Asia/Kolkata", "Australia/Lord_Howe")
+CRONS = ("* * * * * *", "*/2 * * * * *", "*/3 * * * * *", "*/5 * * * * *")
+RUN_END_TYPES = {"run.completed", "run.failed", "run.dead_lettered", "run.skipped"}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    duration_s: float
+    schedules: int
+    timers: int
+    orders: int
+    faults: int
+
+
+PROFILES = {
+    "short": Profile("short", 45, schedules=30, timers=10, orders=8, faults=6),
+    "long": Profile("long", 3600, schedules=300, timers=400, orders=600, faults=400),
+}
+
+
+class PrivateStack:
+    """A Kafka broker and a PostgreSQL of the suite's own, through deploy/devstack."""
+
+    def __init__(self) -> None:
+        self.kafka_port = int(os.environ.get("SLOTFLOW_SYSTEM_KAFKA_PORT", "39092"))
+        self.pg_port = int(os.environ.get("SLOTFLOW_SYSTEM_PG_PORT", "35432"))
+        self.state_dir = os.environ.get("SLOTFLOW_SYSTEM_STACK_DIR") or tempfile.mkdtemp(
+            prefix="slotflow-system-"
+        )
+        self.env = {
+            **os.environ,
+            "SLOTFLOW_KAFKA_PORT": str(self.kafka_port),
+            "SLOTFLOW_KAFKA_CONTROLLER_PORT": os.environ.get("SLOTFLOW_SYSTEM_CONTROLLER_PORT", "39093"),
+            "SLOTFLOW_PG_PORT": str(self.pg_port),
+            "SLOTFLOW_DEVSTACK_DIR": self.state_dir,
+        }
+        self.bootstrap = f"127.0.0.1:{self.kafka_port}"
+        self.admin_dsn = f"postgresql://slotflow@127.0.0.1:{self.pg_port}/slotflow"
+
+    async def devstack(self, *args: str) -> None:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            str(DEVSTACK),
+            *args,
+            env=self.env,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        _, err = await proc.communicate()
+        if proc.returncode != 0:
+            raise RuntimeError(f"devstack {' '.join(args)} failed: {err.decode(errors='replace')[-2000:]}")
+
+    async def up(self) -> None:
+        await self.devstack("up")
+
+    async def down(self) -> None:
+        await self.devstack("down", "--clean")
+
+
+class Service:
+    """One service process; its pid is the service's own, so signals reach it."""
+
+    def __init__(
+        self, name: str, module: str, env: dict[str, str], log_dir: Path, args: tuple[str, ...] = ()
+    ):
+        self.name, self.module, self.env, self.args = name, module, env, args
+        self.log_path = log_dir / f"{name}.log"
+        self._log: IO[bytes] = self.log_path.open("ab")
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.extra_env: dict[str, str] = {}
+        self.start()
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", self.module, *self.args],
+            cwd=REPO,
+            env={**self.env, **self.extra_env},
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def exited(self) -> bool:
+        return self.proc is not None and self.proc.poll() is not None
+
+    def signal(self, sig: signal.Signals) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+
+    def kill_and_wait(self) -> None:
+        if self.proc is not None:
+            self.signal(signal.SIGCONT)
+            self.signal(signal.SIGKILL)
+            self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.signal(signal.SIGCONT)
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.kill_and_wait()
+        self._log.close()
+
+
+@dataclass
+class Fault:
+    at_s: float
+    kind: str
+    target: str = ""
+
+    def __str__(self) -> str:
+        return f"t+{self.at_s:6.1f}s {self.kind} {self.target}".rstrip()
+
+
+SERVICE_FAULTS = ("sigkill", "sigstop")
+STACK_FAULTS = ("kafka_restart", "pg_restart_fast", "pg_restart_immediate")
+
+
+def fault_plan(seed: int, profile: Profile, services: list[str]) -> list[Fault]:
+    """The seeded plan: the same seed gives the same faults at the same offsets."""
+    rng = random.Random(seed)
+    plan: list[Fault] = []
+    # Faults in the first 85% of the run, at least a few seconds apart, so each settles a little.
+    span = profile.duration_s * 0.85
+    for i in range(profile.faults):
+        at = 3 + span * (i + rng.random() * 0.5) / profile.faults
+        kind = rng.choice((*SERVICE_FAULTS, *SERVICE_FAULTS, *STACK_FAULTS, "poison_burst"))
+        target = rng.choice(services) if kind in SERVICE_FAULTS else ""
+        plan.append(Fault(round(at, 1), kind, target))
+    if LIBFAKETIME is not None:
+        plan.append(Fault(round(1 + rng.random() * span / 2, 1), "clock_skew", "ticker-1"))
+    return sorted(plan, key=lambda f: f.at_s)
+
+
+@dataclass
+class Workload:
+    seed: int
+    profile: Profile
+    namespace: str
+    schedules: list[ScheduleUnderTest] = field(default_factory=list)
+    timers: list[TimerUnderTest] = field(default_factory=list)
+    orders: list[OrderUnderTest] = field(default_factory=list)
+    poison_keys: list[str] = field(default_factory=list)
+    invalid_commands: list[str] = field(default_factory=list)
+
+
+class System:
+    """The private stack's services for one seed: topics in a namespace, a database of its own."""
+
+    def __init__(self, stack: PrivateStack, seed: int, profile: Profile, log_dir: Path) -> None:
+        self.stack, self.seed, self.profile, self.log_dir = stack, seed, profile, log_dir
+        self.namespace = f"sys{seed}x{int(time.time())}"
+        self.database = self.namespace
+        self.dsn = f"postgresql://slotflow@127.0.0.1:{stack.pg_port}/{self.database}"
+        self.kafka = KafkaSettings(bootstrap=stack.bootstrap, topic_namespace=self.namespace)
+        self.services: dict[str, Service] = {}
+        self.workload = Workload(seed, profile, self.namespace)
+        self.log: list[str] = []
+        self.counts: dict[str, int] = {}
+
+    def say(self, line: str) -> None:
+        self.log.append(line)
+        # The seed, the plan and the verdict go to the terminal as they happen (pytest -s, make chaos).
+        sys.stdout.write(f"system[{self.seed}] {line}\n")
+        sys.stdout.flush()
+
+    async def prepare(self) -> None:
+        admin = await asyncpg.connect(self.stack.admin_dsn)
+        try:
+            await admin.execute(f'CREATE DATABASE "{self.database}"')
+        finally:
+            await admin.close()
+        conn = await asyncpg.connect(self.dsn)
+        try:
+            await create_tables(conn)
+        finally:
+            await conn.close()
+        specs = [
+            s.model_copy(update={"partitions": min(s.partitions, PARTITIONS)}) for s in self.kafka.topics()
+        ]
+        await ensure_topics(self.kafka.bootstrap, specs)
+
+    def _env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SLOTFLOW_")}
+        env.update(
+            {
+                "SLOTFLOW_KAFKA_BOOTSTRAP": self.kafka.bootstrap,
+                "SLOTFLOW_KAFKA_TOPIC_NAMESPACE": self.namespace,
+                "SLOTFLOW_PG_DSN": self.dsn,
+                "PYTHONPATH": str(REPO),
+            }
+        )
+        return env
+
+    def start_services(self) -> None:
+        base = self._env()
+        for i in range(2):
+            name = f"ticker-{i}"
+            env = {**base, "SLOTFLOW_TICKER_TICKER_ID": name, "SLOTFLOW_TICKER_METRICS_PORT": "0"}
+            self.services[name] = Service(
+                name, "slotflow_ticker", env, self.log_dir, ("--log-level", "INFO", "run")
+            )
+        for i in range(3):
+            name = f"claimer-{i}"
+            env = {
+                **base,
+                "SLOTFLOW_CLAIMER_CLAIMER_ID": name,
+                "SLOTFLOW_CLAIMER_HANDLER_MODULES": "tests.chaos.system.handlers",
+                "SLOTFLOW_CLAIMER_METRICS_PORT": str(_free_port()),
+                "SLOTFLOW_CLAIMER_LEASE_TTL_SECONDS": str(LEASE_TTL_S),
+            }
+            self.services[name] = Service(name, "slotflow_claimer", env, self.log_dir)
+        for i in range(2):
+            name = f"orchestrator-{i}"
+            env = {
+                **base,
+                "SLOTFLOW_ORCHESTRATOR_INSTANCE_ID": name,
+                "SLOTFLOW_ORCHESTRATOR_WORKFLOW_MODULES": "tests.chaos.system.workflow",
+                "SLOTFLOW_ORCHESTRATOR_METRICS_PORT": str(_free_port()),
+            }
+            self.services[name] = Service(name, "slotflow_orchestrator", env, self.log_dir)
+        self.services["dlq"] = Service("dlq", "slotflow_dlq", base, self.log_dir)
+        api_env = {**base, "SLOTFLOW_API_PORT": str(_free_port())}
+        self.services["api"] = Service("api", "slotflow_api", api_env, self.log_dir)
+
+    def supervise(self) -> None:
+        """Restart a service that exited, as a deployment's supervisor would; each is counted."""
+        for name, service in self.services.items():
+            if service.exited():
+                self.say(f"{name} exited ({service.proc.returncode if service.proc else '?'}); restarting it")
+                self.counts["exited, restarted"] = self.counts.get("exited, restarted", 0) + 1
+                service.start()
+
+    async def wait_ready(self, timeout: float = 180.0) -> None:
+        """Until every ticker holds a database connection and every claimer and orchestrator serves
+        its metrics: the workload's first slots must not fall into the services' start-up."""
+        ports = [
+            int(s.env[k])
+            for s in self.services.values()
+            for k in s.env
+            if k.endswith("_METRICS_PORT") and s.env[k] != "0"
+        ]
+        tickers = [f"slotflow-ticker-{n}" for n in self.services if n.startswith("ticker-")]
+        deadline = time.monotonic() + timeout
+        async with httpx.AsyncClient(timeout=2.0) as client:
+            while True:
+                self.supervise()
+                conn = await asyncpg.connect(self.dsn)
+                try:
+                    connected = await conn.fetchval(
+                        "SELECT count(DISTINCT application_name) FROM pg_stat_activity WHERE application_name = ANY($1)",
+                        tickers,
+                    )
+                finally:
+                    await conn.close()
+                serving = 0
+                for port in ports:
+                    try:
+                        await client.get(f"http://127.0.0.1:{port}/metrics")
+                        serving += 1
+                    except httpx.HTTPError:
+                        pass
+                if connected == len(tickers) and serving == len(ports):
+                    return
+                if time.monotonic() > deadline:
+                    raise AssertionError(
+                        f"services not ready: {connected} tickers, {serving}/{len(ports)} metrics"
+                    )
+                await asyncio.sleep(1.0)
+
+    def stop_services(self) -> None:
+        for service in self.services.values():
+            service.stop()
+
+    async def db_now(self) -> datetime:
+        conn = await asyncpg.connect(self.dsn)
+        try:
+            now: datetime = await conn.fetchval("SELECT now()")
+            return now
+        finally:
+            await conn.close()
+
+    async def send_workload(self, producer: Producer, start_at: datetime) -> None:
+        rng = random.Random(self.seed * 7919)
+        w = self.workload
+        end_at = start_at + timedelta(seconds=self.profile.duration_s)
+        for i in range(self.profile.schedules):
+            sid = f"pay-{i}"
+            spec = CronSpec(expression=rng.choice(CRONS), timezone=rng.choice(ZONES))
+            definition = ScheduleDefinition(
+                spec=spec, handler="system.payout", overlap="allow", start_at=start_at, end_at=end_at
+            )
+            await publish_command(
+                producer, self.kafka, CreateSchedule(schedule_id=sid, definition=definition), source="system"
+            )
+            w.schedules.append(ScheduleUnderTest(sid, spec.expression, spec.timezone, start_at, end_at))
+        for i in range(self.profile.timers):
+            fire_at = start_at + timedelta(seconds=rng.uniform(1, self.profile.duration_s))
+            rid = f"timer-{i}"
+            job = JobDue(
+                run_id=rid, job_id=rid, slot=fire_at, handler="system.payout", payload={"kind": "timer"}
+            )
+            await publish_command(
+                producer,
+                self.kafka,
+                StartTimer(timer_id=rid, fire_at=fire_at, on_fire=FireJobDue(job=job)),
+                source="system",
+            )
+            w.timers.append(TimerUnderTest(rid, fire_at))
+
+    async def start_orders(self, producer: Producer, rng: random.Random, count: int) -> None:
+        for _ in range(count):
+            n = len(self.workload.orders)
+            declines = rng.random() < 0.3
+            wid = f"order-{'decline-' if declines else ''}{n}"
+            await publish_command(
+                producer,
+                self.kafka,
+                StartWorkflow(workflow_id=wid, workflow_type="system.checkout", input={"order_id": wid}),
+                command_id=f"start-{wid}",
+                source="system",
+            )
+            self.workload.orders.append(OrderUnderTest(wid, declines))
+
+    async def poison(self, raw: AIOKafkaProducer, count: int) -> None:
+        for _ in range(count):
+            key = f"poison-{len(self.workload.poison_keys)}"
+            topic = self.kafka.topic(
+                SCHEDULE_COMMANDS if len(self.workload.poison_keys) % 2 else WORKFLOW_COMMANDS
+            )
+            await raw.send_and_wait(topic, key=key.encode(), value=b"\xff{not json " + key.encode())
+            self.workload.poison_keys.append(key)
+
+    async def invalid_command(self, producer: Producer) -> None:
+        cid = f"bad-trigger-{len(self.workload.invalid_commands)}"
+        await publish_command(
+            producer, self.kafka, TriggerNow(schedule_id=f"no-such-{cid}"), command_id=cid, source="system"
+        )
+        self.workload.invalid_commands.append(cid)
+
+    async def inject(self, fault: Fault) -> None:
+        self.counts[fault.kind] = self.counts.get(fault.kind, 0) + 1
+        if fault.kind == "sigkill":
+            service = self.services[fault.target]
+            service.kill_and_wait()
+            await asyncio.sleep(1.0)
+            service.start()
+        elif fault.kind == "sigstop":
+            service = self.services[fault.target]
+            service.signal(signal.SIGSTOP)
+            await asyncio.sleep(LEASE_TTL_S + 2.0)
+            service.signal(signal.SIGCONT)
+        elif fault.kind == "kafka_restart":
+            await self.stack.devstack("restart-kafka")
+        elif fault.kind == "pg_restart_fast":
+            await self.stack.devstack("restart-postgres")
+        elif fault.kind == "pg_restart_immediate":
+            await self.stack.devstack("restart-postgres", "--immediate")
+        elif fault.kind == "clock_skew":
+            service = self.services[fault.target]
+            service.kill_and_wait()
+            service.extra_env = {
+                "LD_PRELOAD": str(LIBFAKETIME),
+                "FAKETIME": "+20s",
+                "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+            }
+            service.start()
+        elif fault.kind != "poison_burst":
+            raise ValueError(f"unknown fault {fault.kind}")
+
+    # ---- collection -------------------------------------------------------------------------
+
+    async def collect(self) -> Recording:
+        w = self.workload
+        rec = Recording(
+            schedules=list(w.schedules),
+            timers=list(w.timers),
+            orders=list(w.orders),
+            poison_keys=list(w.poison_keys),
+            invalid_commands=list(w.invalid_commands),
+        )
+        conn = await asyncpg.connect(self.dsn)
+        try:
+            for r in await conn.fetch("SELECT * FROM system_effects ORDER BY seq"):
+                rec.effects.append(
+                    Effect(
+                        r["seq"],
+                        r["kind"],
+                        r["subject"],
+                        r["run_id"],
+                        r["phase"],
+                        r["fence_token"],
+                        r["owner"],
+                        r["at"],
+                    )
+                )
+            rec.ledger = {
+                r["run_id"]: r["fence_token"] for r in await conn.fetch("SELECT * FROM system_ledger")
+            }
+            outboxes = await conn.fetch(
+                "SELECT table_schema, table_name FROM information_schema.columns "
+                "WHERE table_name LIKE '%outbox%' AND column_name = 'published_at'"
+            )
+            for o in outboxes:
+                table = f'"{o["table_schema"]}"."{o["table_name"]}"'
+                for r in await conn.fetch(f"SELECT * FROM {table} WHERE published_at IS NULL"):
+                    rec.unpublished.append(
+                        f"{o['table_schema']}.{o['table_name']}:{dict(r).get('event_id', '?')}"
+                    )
+        finally:
+            await conn.close()
+        for envelope, _ in await self.read_topic(SCHEDULE_EVENTS):
+            if envelope.get("type") == "slot.skipped":
+                rec.skipped.add(envelope["data"]["run_id"])
+            elif envelope.get("type") == "command.rejected":
+                rec.rejected[envelope["data"]["command_id"]] = envelope["data"]["reason"]
+        for envelope, _ in await self.read_topic(RUN_EVENTS):
+            run = envelope.get("data", {}).get("run_id")
+            if envelope.get("type") == "run.started":
+                rec.runs_started.add(run)
+            elif envelope.get("type") in RUN_END_TYPES:
+                rec.runs_ended.add(run)
+                if envelope["type"] == "run.skipped":
+                    rec.skipped.add(run)
+        for envelope, key in await self.read_topic(WORKFLOW_HISTORY):
+            if envelope.get("type") in ("workflow.completed", "workflow.failed", "workflow.cancelled"):
+                rec.workflows_ended[envelope.get("data", {}).get("workflow_id") or key] = envelope["type"]
+        for envelope, _ in await self.read_topic(DLQ_MESSAGES):
+            data = envelope.get("data", {})
+            if data.get("key"):
+                rec.parked[data["key"]] = data.get("reason", "")
+        return rec
+
+    async def read_topic(self, spec: TopicSpec) -> list[tuple[dict[str, Any], str]]:
+        """Every record of the namespaced topic, from the start to its end now."""
+        topic = self.kafka.topic(spec)
+        consumer = AIOKafkaConsumer(bootstrap_servers=self.kafka.bootstrap, enable_auto_commit=False)
+        await consumer.start()
+        out: list[tuple[dict[str, Any], str]] = []
+        try:
+            parts = [TopicPartition(topic, p) for p in range(min(spec.partitions, PARTITIONS))]
+            consumer.assign(parts)
+            await consumer.seek_to_beginning(*parts)
+            ends = await consumer.end_offsets(parts)
+            remaining = {tp for tp in parts if ends[tp] > 0}
+            while remaining:
+                batch = await consumer.getmany(timeout_ms=1000)
+                for tp, records in batch.items():
+                    for record in records:
+                        try:
+                            envelope = json.loads(record.value or b"{}")
+                        except ValueError:
+                            continue
+                        out.append((envelope, (record.key or b"").decode(errors="replace")))
+                    if records and records[-1].offset + 1 >= ends[tp]:
+                        remaining.discard(tp)
+                for tp in list(remaining):
+                    if await consumer.position(tp) >= ends[tp]:
+                        remaining.discard(tp)
+        finally:
+            await consumer.stop()
+        return out

@@ -1,0 +1,119 @@
+"""The whole system under a seeded fault plan, judged by the independent checker.
+
+Run with `make chaos` (SEED=, DURATION=, PROFILE=); plain `pytest tests` leaves it out, since it
+starts a Kafka and a PostgreSQL of its own and takes minutes (tests/conftest.py deselects it
+unless `-m system` asks for it).
+"""
+
+import asyncio
+import os
+import random
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError
+
+from slotflow.errors import SlotflowError
+from slotflow.kafka.producer import Producer
+from tests.chaos.system.checker import Report, check
+from tests.chaos.system.harness import PROFILES, PrivateStack, System, fault_plan
+
+PROFILE = replace(
+    PROFILES[os.environ.get("SLOTFLOW_SYSTEM_PROFILE", "short")],
+    **(
+        {"duration_s": float(os.environ["SLOTFLOW_SYSTEM_DURATION"])}
+        if os.environ.get("SLOTFLOW_SYSTEM_DURATION")
+        else {}
+    ),
+)
+SEEDS = [int(s) for s in os.environ.get("SLOTFLOW_SYSTEM_SEEDS", "1,2,3").split(",") if s.strip()]
+QUIET_S = 150.0
+
+pytestmark = [pytest.mark.system, pytest.mark.timeout(PROFILE.duration_s + QUIET_S + 300)]
+
+
+@pytest.fixture(scope="module")
+def stack() -> Iterator[PrivateStack]:
+    """One private stack for all seeds (starting a broker costs tens of seconds)."""
+    private = PrivateStack()
+    asyncio.run(private.up())
+    yield private
+    # SLOTFLOW_SYSTEM_KEEP_STACK=1 keeps it for the next run (iterating on the suite).
+    if not os.environ.get("SLOTFLOW_SYSTEM_KEEP_STACK"):
+        asyncio.run(private.down())
+
+
+async def retrying(what: Callable[[], Awaitable[Any]], timeout: float = 90.0) -> Any:
+    """The workload's own sends ride out the broker restarts it injects."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return await what()
+        except (SlotflowError, OSError, KafkaError, asyncpg.PostgresError):
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(1.0)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+async def test_every_promise_holds_under_the_seeded_faults(
+    stack: PrivateStack, seed: int, tmp_path: Path
+) -> None:
+    system = System(stack, seed, PROFILE, tmp_path)
+    await system.prepare()
+    system.start_services()
+    plan = fault_plan(seed, PROFILE, [n for n in system.services if n != "api"])
+    system.say(f"profile {PROFILE}; logs in {tmp_path}")
+    system.say("fault plan:\n" + "\n".join(f"    {f}" for f in plan))
+    rng = random.Random(seed)
+    try:
+        await system.wait_ready()
+        async with Producer(system.kafka, client_id="system-workload") as producer:
+            raw = AIOKafkaProducer(bootstrap_servers=system.kafka.bootstrap, acks="all")
+            await raw.start()
+            try:
+                start_at = (await system.db_now()).replace(microsecond=0) + __import__("datetime").timedelta(
+                    seconds=10
+                )
+                await retrying(lambda: system.send_workload(producer, start_at))
+                t0 = time.monotonic()
+                pending = list(plan)
+                orders_per_tick = max(1, round(PROFILE.orders / max(PROFILE.duration_s / 2, 1)))
+                tick = 0
+                # Every planned fault is injected, even when slow ones (a PostgreSQL restart) overrun.
+                while (elapsed := time.monotonic() - t0) < PROFILE.duration_s + 10 or pending:
+                    while pending and pending[0].at_s + 10 <= elapsed:
+                        fault = pending.pop(0)
+                        system.say(f"inject {fault}")
+                        await system.inject(fault)
+                        if fault.kind == "poison_burst":
+                            await retrying(lambda: system.poison(raw, 5))
+                    if len(system.workload.orders) < PROFILE.orders and elapsed > 10:
+                        await retrying(lambda: system.start_orders(producer, rng, orders_per_tick))
+                    if tick % 3 == 0:
+                        await retrying(lambda: system.poison(raw, 1))
+                    if tick % 5 == 0:
+                        await retrying(lambda: system.invalid_command(producer))
+                    system.supervise()
+                    tick += 1
+                    await asyncio.sleep(2.0)
+            finally:
+                await raw.stop()
+        # Quiet period: no more faults; everything the workload asked for must now finish.
+        deadline = time.monotonic() + QUIET_S
+        report: Report = check(await system.collect())
+        while report.violations and time.monotonic() < deadline:
+            await asyncio.sleep(5.0)
+            system.supervise()
+            report = check(await system.collect())
+    finally:
+        system.stop_services()
+    faults = ", ".join(f"{k}={n}" for k, n in sorted(system.counts.items()))
+    system.say(f"faults injected: {faults}\nverdict:\n{report.render()}")
+    assert not report.violations, f"seed {seed}: {len(report.violations)} violations\n{report.render()}"
