@@ -64,8 +64,11 @@ test-chaos: setup
 SEED ?= 1,2,3
 PROFILE ?= short
 DURATION ?=
+# KNOWN="unfinished workflow": violation kinds of open, documented bugs, printed but not failing.
+KNOWN ?=
 chaos: setup tools
 	SLOTFLOW_SYSTEM_SEEDS=$(SEED) SLOTFLOW_SYSTEM_PROFILE=$(PROFILE) SLOTFLOW_SYSTEM_DURATION=$(DURATION) \
+		SLOTFLOW_SYSTEM_KNOWN="$(KNOWN)" \
 		$(BIN)/pytest -m system -s tests/chaos/system
 
 lint: setup

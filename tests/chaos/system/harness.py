@@ -75,7 +75,7 @@ class Profile:
 
 
 PROFILES = {
-    "short": Profile("short", 45, schedules=30, timers=10, orders=8, faults=6),
+    "short": Profile("short", 30, schedules=30, timers=10, orders=8, faults=6),
     "long": Profile("long", 3600, schedules=300, timers=400, orders=600, faults=400),
 }
 

@@ -34,6 +34,9 @@ PROFILE = replace(
 )
 SEEDS = [int(s) for s in os.environ.get("SLOTFLOW_SYSTEM_SEEDS", "1,2,3").split(",") if s.strip()]
 QUIET_S = 150.0
+#: Violation kinds of known, reported bugs (docs/reliability.md) that are printed but do not fail
+#: the run, so CI stays green while the bug is open: comma-separated, e.g. "unfinished workflow".
+KNOWN = {k.strip() for k in os.environ.get("SLOTFLOW_SYSTEM_KNOWN", "").split(",") if k.strip()}
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(PROFILE.duration_s + QUIET_S + 300)]
 
@@ -108,7 +111,10 @@ async def test_every_promise_holds_under_the_seeded_faults(
         # Quiet period: no more faults; everything the workload asked for must now finish.
         deadline = time.monotonic() + QUIET_S
         report: Report = check(await system.collect())
-        while report.violations and time.monotonic() < deadline:
+        while time.monotonic() < deadline and (
+            any(v.kind not in KNOWN for v in report.violations)
+            or (report.violations and time.monotonic() < deadline - QUIET_S + 45)
+        ):
             await asyncio.sleep(5.0)
             system.supervise()
             report = check(await system.collect())
@@ -116,4 +122,7 @@ async def test_every_promise_holds_under_the_seeded_faults(
         system.stop_services()
     faults = ", ".join(f"{k}={n}" for k, n in sorted(system.counts.items()))
     system.say(f"faults injected: {faults}\nverdict:\n{report.render()}")
-    assert not report.violations, f"seed {seed}: {len(report.violations)} violations\n{report.render()}"
+    failing = [v for v in report.violations if v.kind not in KNOWN]
+    if len(failing) < len(report.violations):
+        system.say(f"known bugs, not failing the run: {len(report.violations) - len(failing)} violations")
+    assert not failing, f"seed {seed}: {len(failing)} violations\n{report.render()}"
