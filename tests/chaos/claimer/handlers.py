@@ -122,3 +122,41 @@ async def chaos_bank(ctx: RunContext) -> Any:
     if down:
         raise DownstreamUnavailable("bank-api", "bank-api answered 503 (simulated outage)")
     return {"paid": ctx.run_id}
+
+
+async def _pay_once(ctx: RunContext) -> Any:
+    """The payouts example's fenced write, noted as applied or rejected in the attempts table."""
+    if ctx.pool is None:
+        raise RuntimeError("chaos handlers need the handler database")
+    async with ctx.pool.acquire() as conn:
+        try:
+            result = await payouts.pay_merchants(_on(conn, ctx))
+        except FenceRejected:
+            await note(conn, ctx, "rejected")
+            raise
+        await note(conn, ctx, "applied")
+        return result
+
+
+async def _note_start(ctx: RunContext) -> None:
+    if ctx.pool is None:
+        raise RuntimeError("chaos handlers need the handler database")
+    async with ctx.pool.acquire() as conn:
+        await note(conn, ctx, "start")
+
+
+@handler("chaos.sync_payout")
+def chaos_sync_payout(ctx: RunContext) -> Any:
+    """A plain def that blocks (a sync driver, time.sleep): it runs in the claimer's thread pool."""
+    ctx.call(_note_start(ctx))
+    time.sleep(float(ctx.payload.get("block_s", 0)))
+    return ctx.call(_pay_once(ctx))
+
+
+@handler("chaos.loop_blocker")
+async def chaos_loop_blocker(ctx: RunContext) -> Any:
+    """An async def that blocks the event loop on its first claim (the bug a thread cannot fix)."""
+    await _note_start(ctx)
+    if ctx.fence_token == 1:
+        time.sleep(float(ctx.payload.get("block_s", 0)))
+    return await _pay_once(ctx)

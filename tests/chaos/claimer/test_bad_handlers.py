@@ -6,6 +6,10 @@
 2. A handler that kills its process outright (os._exit, as a segfault or the OOM killer would):
    nothing can catch that, so the run is quarantined after a bound on lapsed leases instead of
    being handed to the next claimer forever.
+3. A plain def that blocks runs in a thread: the heartbeats of the claimer's other runs go on,
+   nothing is taken over, each run pays once.
+4. An async def that blocks the loop: the watchdog names it; the loop renews nothing meanwhile,
+   so the other claimer takes the run over and the fence refuses the blocked one's late payout.
 """
 
 import json
@@ -16,9 +20,11 @@ from slotflow.contracts.topics import DLQ_MESSAGES
 from slotflow.kafka.producer import Producer
 from slotflow.pg.pool import Pool
 from slotflow.settings import KafkaSettings
+from slotflow.testing import assert_eventually
 from tests.chaos.claimer.conftest import SpawnClaimer
 from tests.chaos.claimer.procs import ClaimerProcess
-from tests.integration.claimer.support import TopicReader, attempts, job_due, publish, wait_state
+from tests.chaos.claimer.test_failover import owner_of_first_claim, phases
+from tests.integration.claimer.support import TopicReader, attempts, job_due, ledger, publish, wait_state
 from tests.integration.ticker.support import start_ticker, stop_ticker
 
 LEASE_TTL = 2.0
@@ -73,3 +79,60 @@ async def test_a_run_that_keeps_killing_its_claimer_is_quarantined_after_the_bou
     assert letter["reason"] == "quarantined"
     assert letter["error_type"] == "RunQuarantined"
     assert [h["error_type"] for h in letter["history"]] == ["LeaseExpired", "LeaseExpired", "RunQuarantined"]
+
+
+async def test_a_blocking_plain_def_handler_runs_in_a_thread_and_freezes_no_heartbeat(
+    kafka: KafkaSettings, producer: Producer, db: Pool, spawn: SpawnClaimer
+) -> None:
+    first = await spawn("claimer-a", lease_ttl_seconds=LEASE_TTL)
+    blocking = job_due(
+        "merchant-sync", handler="chaos.sync_payout", payload={"amount_cents": 100, "block_s": 10}
+    )
+    # An async run on the same claimer: its lease is renewed only if the loop keeps running.
+    neighbour = job_due(
+        "merchant-neighbour", handler="chaos.payout", payload={"amount_cents": 200, "hold_s": 10}
+    )
+    await publish(producer, kafka, [blocking, neighbour])
+    for job in (blocking, neighbour):
+        assert await owner_of_first_claim(db, job.run_id) == "claimer-a"
+    # A second claimer that would take over any lease the first let lapse (5 leases of blocking).
+    second = await spawn("claimer-b", lease_ttl_seconds=LEASE_TTL)
+    for job in (blocking, neighbour):
+        row = await wait_state(db, job.run_id, "completed", timeout=60)
+        assert (row["owner"], row["fence_token"], row["takeovers"]) == ("claimer-a", 1, 0)
+    paid = {p["run_id"]: (p["fence_token"], p["paid_by"]) for p in await ledger(db)}
+    assert paid == {blocking.run_id: (1, "claimer-a"), neighbour.run_id: (1, "claimer-a")}
+    assert first.alive()
+    assert second.alive()
+    assert (await second.metrics()).get("slotflow_claimer_takeovers_total", 0) == 0
+
+
+async def test_a_handler_blocking_the_loop_is_named_and_the_fence_stops_a_second_effect(
+    kafka: KafkaSettings, producer: Producer, db: Pool, spawn: SpawnClaimer
+) -> None:
+    procs = {name: await spawn(name, lease_ttl_seconds=LEASE_TTL) for name in NAMES[:2]}
+    job = job_due(
+        "merchant-blocker", handler="chaos.loop_blocker", payload={"amount_cents": 300, "block_s": 8}
+    )
+    await publish(producer, kafka, [job])
+    victim = await owner_of_first_claim(db, job.run_id)
+    rival = next(name for name in procs if name != victim)
+    # The victim's loop is stuck: it renews nothing, so its lease lapses and the rival takes over
+    # with token 2 and pays. (Renewing from elsewhere would keep a stuck claimer's runs hostage.)
+    row = await wait_state(db, job.run_id, "completed", timeout=60)
+    assert (row["owner"], row["fence_token"]) == (rival, 2)
+
+    async def refused() -> bool:
+        return ("rejected", 1, victim) in phases(await attempts(db, job.run_id))
+
+    await assert_eventually(refused, timeout=30, message="the blocked claimer's late payout refused")
+    assert [(p["fence_token"], p["paid_by"]) for p in await ledger(db)] == [(2, rival)]
+    assert procs[victim].alive()
+
+    async def blamed() -> float:
+        metrics = await procs[victim].metrics()
+        return metrics.get("slotflow_claimer_loop_blocked_total{handler=chaos.loop_blocker}", 0)
+
+    assert await assert_eventually(blamed, timeout=15, message="the stall blamed on its handler") >= 1
+    assert "event loop blocked" in procs[victim].log()
+    assert "by handler chaos.loop_blocker" in procs[victim].log()

@@ -3,6 +3,9 @@ run whose task ended without an outcome is released instead of being renewed for
 
 import asyncio
 import json
+import os
+import threading
+import time
 from datetime import timedelta
 
 import pytest
@@ -14,8 +17,9 @@ from slotflow.pg.pool import Pool
 from slotflow.runs import HandlerRegistry, RunContext
 from slotflow.settings import KafkaSettings
 from slotflow_claimer.executor import Executor
+from tests.integration.claimer import cpu_handlers
 from tests.integration.claimer.conftest import StartClaimer
-from tests.integration.claimer.support import TopicReader, job_due, publish, wait_state
+from tests.integration.claimer.support import REPO, TopicReader, job_due, publish, wait_state
 
 
 class Meltdown(BaseException):
@@ -102,3 +106,45 @@ async def test_a_task_that_ends_without_an_outcome_releases_its_run(
     assert calls == [1, 2]
     assert row["fence_token"] == 2
     assert [h["error_type"] for h in json.loads(row["history"])] == ["LeaseExpired"]
+
+
+async def test_plain_def_handlers_run_off_the_loop_in_a_thread_or_a_process(
+    kafka: KafkaSettings,
+    producer: Producer,
+    db: Pool,
+    registry: HandlerRegistry,
+    start_claimer: StartClaimer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A spawned worker imports the handler's module by name (with this process's sys.path), as a
+    # deployed claimer's would; pytest's importlib mode leaves the repository off sys.path.
+    monkeypatch.syspath_prepend(str(REPO))
+    loop_thread = threading.get_ident()
+    seen: list[int] = []
+
+    def blocking(ctx: RunContext) -> str:
+        seen.append(threading.get_ident())
+        time.sleep(0.5)  # would stall the loop (and every heartbeat) if it ran there
+        return ctx.call(fetch_one(ctx))
+
+    async def fetch_one(ctx: RunContext) -> str:
+        assert ctx.pool is not None
+        return str(await ctx.pool.fetchval("SELECT 'from the loop'"))
+
+    registry.register("test.blocking", blocking)
+    registry.register("test.digest", cpu_handlers.digest, runs_in="process")
+    claimer = await start_claimer(handler_processes=1)
+    sync_job = job_due("blocking", handler="test.blocking")
+    cpu_job = job_due("digest", handler="test.digest", payload={"n": 10_000})
+    await publish(producer, kafka, [sync_job, cpu_job])
+    row = await wait_state(db, sync_job.run_id, "completed")
+    assert json.loads(row["result"]) == "from the loop"
+    assert len(seen) == 1
+    assert seen[0] != loop_thread
+    row = await wait_state(db, cpu_job.run_id, "completed", timeout=60)
+    result = json.loads(row["result"])
+    assert result["total"] == sum(i * i for i in range(10_000))
+    assert result["pid"] != os.getpid()
+    assert result["token"] == 1
+    assert result["pool"] is True  # a detached context: no pools in another process
+    assert claimer.metrics.value("slotflow_claimer_loop_blocked_total", {"handler": "test.blocking"}) == 0

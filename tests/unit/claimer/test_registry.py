@@ -65,3 +65,35 @@ def test_tables_may_be_schema_qualified_once() -> None:
     with pytest.raises(InvalidIdentifier):
         quote_table("a.b.c")
     assert '"app"."fences"' in fences_ddl("app.fences")
+
+
+def test_where_a_handler_runs_follows_its_kind() -> None:
+    registry = HandlerRegistry()
+
+    def blocking(ctx: RunContext) -> None:
+        return None
+
+    registry.register("async.one", pay)
+    registry.register("sync.one", blocking)
+    registry.register("cpu.one", blocking, runs_in="process")
+    assert registry.resolve("async.one").runs_in == "loop"
+    assert registry.resolve("sync.one").runs_in == "thread"
+    assert registry.resolve("cpu.one").runs_in == "process"
+    with pytest.raises(ConfigurationError, match="block the loop"):
+        registry.register("sync.two", blocking, runs_in="loop")
+    with pytest.raises(ConfigurationError, match="is async"):
+        registry.register("async.two", pay, runs_in="process")
+
+
+def test_async_callables_and_partials_run_on_the_loop() -> None:
+    import functools
+
+    class Gate:
+        async def __call__(self, ctx: RunContext) -> None:
+            return None
+
+    registry = HandlerRegistry()
+    registry.register("gate", Gate())
+    registry.register("partial", functools.partial(pay))
+    assert registry.resolve("gate").runs_in == "loop"
+    assert registry.resolve("partial").runs_in == "loop"

@@ -33,6 +33,7 @@ from slotflow_claimer.metrics import ClaimerMetrics
 from slotflow_claimer.outcomes import OutcomeWriter
 from slotflow_claimer.polling import MAX_BATCH, Polling
 from slotflow_claimer.reaper import Reaper
+from slotflow_claimer.watchdog import LoopWatchdog
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +118,8 @@ class Claimer:
                 metrics=self.metrics,
                 rng=self._rng,
             ),
+            handler_threads=cfg.handler_threads,
+            handler_processes=cfg.handler_processes or None,
         )
         self.intake = Intake(
             self.pool,
@@ -179,6 +182,14 @@ class Claimer:
         loops.add("reaper", lambda stop: self.reaper.run(stop, cfg.reaper_interval))
         loops.add("commit", self.polling.commit_loop)
         loops.add("intake", self.polling.intake_loop)
+        if cfg.loop_block_threshold_seconds > 0:
+            watchdog = LoopWatchdog(
+                self._registry,
+                self.metrics,
+                threshold=cfg.loop_block_threshold_seconds,
+                interval=min(0.1, cfg.loop_block_threshold_seconds / 2),
+            )
+            loops.add("watchdog", watchdog.run)
         self._resources.enter_context(
             metrics_listener(self.metrics.registry, port=cfg.metrics_port, host=cfg.metrics_host)
         )
@@ -201,6 +212,7 @@ class Claimer:
             with contextlib.suppress(Exception):
                 await self.executor.release_all()
         self.executor.abandon()
+        self.executor.close()
         self._resources.close()
         await self.consumer.stop()
         await self.producer.stop()
@@ -219,6 +231,8 @@ class Claimer:
         except TimeoutError:
             log.warning("claimer %s: outcomes still unrecorded at shutdown", self.owner)
         await loops.stop_loops("writer", "heartbeat", "commit")
+        if "watchdog" in loops.names:
+            await loops.stop_loops("watchdog")
         await self.relay.flush(timeout=10.0)
         await loops.stop_loops("relay")
 
@@ -228,6 +242,7 @@ class Claimer:
         # No stop events: a loop woken by one would take its last orderly step (commit offsets,
         # record outcomes), which is exactly what a crash does not get to do.
         self.executor.abandon()
+        self.executor.close()
         if self._running is not None:
             self._running.cancel()
         await self._join_loops()

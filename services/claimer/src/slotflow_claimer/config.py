@@ -55,6 +55,13 @@ class ClaimerSettings(BaseSettings):
     downstream_min_volume: int = Field(default=10, ge=1)
     downstream_cooldown_seconds: float = Field(default=10.0, gt=0)
     downstream_probes: int = Field(default=1, ge=1)
+    #: Threads that run plain `def` handlers (a blocking call holds one; more wait for a free one).
+    handler_threads: int = Field(default=16, ge=1, le=1024)
+    #: Processes for handlers registered with runs_in="process"; 0 means one per CPU.
+    handler_processes: int = Field(default=0, ge=0, le=256)
+    #: An event loop stalled this long is logged with the handler found blocking it; 0 turns the
+    #: watchdog off.
+    loop_block_threshold_seconds: float = Field(default=0.5, ge=0)
     #: How often leases are extended; default a third of the TTL.
     heartbeat_interval_seconds: float | None = Field(default=None, gt=0)
     #: How often the reaper looks for expired leases; default min(1 s, TTL / 4).

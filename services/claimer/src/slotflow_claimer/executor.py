@@ -16,14 +16,23 @@ claimer's own cancellation of the task is not. A run's task that ends with no ou
 (a fault in the claimer itself) releases its lease at the next heartbeat instead of having it
 renewed forever. A run whose lease keeps lapsing, which is what a handler that kills its process
 looks like from the next claimer, is quarantined after `max_lease_lapses` takeovers.
+
+A plain `def` handler runs in a bounded thread pool (``runs_in="process"``: a process pool), so
+blocking calls in it cannot stop the loop that renews leases. An `async def` that blocks the loop
+anyway stops every renewal of this claimer (see `watchdog` for how it is named in the log); its
+runs' leases lapse, another claimer takes them over, and the fence refuses the late writes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import contextvars
 import functools
+import inspect
 import logging
+import multiprocessing
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -34,7 +43,7 @@ from typing import Any
 from slotflow.core.retry import is_retryable, next_retry_delay
 from slotflow.errors import FenceRejected, PermanentError
 from slotflow.pg.pool import Pool
-from slotflow.runs import FencedWrites, HandlerFn, HandlerRegistry, RunContext, UnknownHandler
+from slotflow.runs import FencedWrites, Handler, HandlerRegistry, RunContext, UnknownHandler
 from slotflow.service import sleep_or_stop
 from slotflow_claimer import store
 from slotflow_claimer.downstreams import Gate, Pass
@@ -85,6 +94,8 @@ class Executor:
         rng: random.Random,
         max_lease_lapses: int = 3,
         gate: Gate | None = None,
+        handler_threads: int = 16,
+        handler_processes: int | None = None,
     ) -> None:
         self._pool = pool
         self._schema = schema
@@ -98,6 +109,13 @@ class Executor:
         self._rng = rng
         self._max_lapses = max_lease_lapses
         self._gate = gate
+        # Their own pools, not the loop's default executor: that one also resolves host names for
+        # the database and broker clients, which handler threads must not be able to starve.
+        self._threads = concurrent.futures.ThreadPoolExecutor(
+            max_workers=handler_threads, thread_name_prefix="slotflow-handler"
+        )
+        self._process_workers = handler_processes
+        self._process_pool: concurrent.futures.ProcessPoolExecutor | None = None
         #: Runs whose task ended without an outcome: run id -> token, released at the next heartbeat.
         self._orphans: dict[str, int] = {}
         self._executions: dict[str, Execution] = {}
@@ -184,7 +202,7 @@ class Executor:
             self._submit(ex, self._quarantined(run))
             return
         try:
-            fn = self._registry.get(run.handler)
+            fn = self._registry.resolve(run.handler)
         except UnknownHandler as err:
             self._submit(ex, self._failure(run, err))
             return
@@ -261,11 +279,48 @@ class Executor:
             )
         child.observe(time.monotonic() - started)
 
-    @staticmethod
-    async def _invoke(fn: HandlerFn, ctx: RunContext, limit: timedelta) -> Any:
-        # start_to_close: an attempt that hangs is cancelled and counts as a transient failure.
+    async def _invoke(self, handler: Handler, ctx: RunContext, limit: timedelta) -> Any:
+        # start_to_close: an attempt that hangs is cancelled and counts as a transient failure. A
+        # thread or a process cannot be cancelled: the wait for it is, and the worker stays busy
+        # until the function returns (its late writes meet the fence like any zombie's).
         async with asyncio.timeout(limit.total_seconds()):
-            return await fn(ctx)
+            if handler.runs_in == "loop":
+                return await handler.fn(ctx)
+            loop = asyncio.get_running_loop()
+            if handler.runs_in == "thread":
+                result = await loop.run_in_executor(
+                    self._threads, contextvars.copy_context().run, handler.fn, ctx
+                )
+                if inspect.isawaitable(result):
+                    # A plain callable that hands back a coroutine (a lambda over an async
+                    # handler): the awaiting belongs on the loop.
+                    result = await result
+                return result
+            processes = self._processes()
+            try:
+                return await loop.run_in_executor(processes, handler.fn, ctx.detached())
+            except concurrent.futures.process.BrokenProcessPool:
+                # A worker died (the handler ended its process, or the OOM killer did): the pool
+                # refuses all work from now on, so the next attempt gets a fresh one.
+                if self._process_pool is processes:
+                    self._process_pool = None
+                    processes.shutdown(wait=False, cancel_futures=True)
+                raise
+
+    def _processes(self) -> concurrent.futures.ProcessPoolExecutor:
+        if self._process_pool is None:
+            # spawn, not fork: forking a process that runs an event loop and driver threads copies
+            # their locks in whatever state they are.
+            self._process_pool = concurrent.futures.ProcessPoolExecutor(
+                max_workers=self._process_workers, mp_context=multiprocessing.get_context("spawn")
+            )
+        return self._process_pool
+
+    def close(self) -> None:
+        """Stop the handler pools (at exit: a worker still busy is not waited for)."""
+        self._threads.shutdown(wait=False, cancel_futures=True)
+        if self._process_pool is not None:
+            self._process_pool.shutdown(wait=False, cancel_futures=True)
 
     def _context(self, run: Run) -> RunContext:
         def rejected(err: FenceRejected) -> None:
@@ -287,6 +342,7 @@ class Executor:
             sequence=run.sequence,
             tags=run.tags,
             handler=run.handler,
+            loop=asyncio.get_running_loop(),
         )
 
     def _quarantined(self, run: Run) -> Outcome:

@@ -88,6 +88,18 @@ class ClaimerMetrics:
             ["downstream", "to"],
             registry=r,
         )
+        self.loop_lag = Histogram(
+            "slotflow_claimer_loop_lag_seconds",
+            "How late the event loop woke a timer: a blocked loop stops heartbeats too",
+            registry=r,
+            buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+        )
+        self.loop_blocked = Counter(
+            "slotflow_claimer_loop_blocked",
+            "Stalls of the event loop past the threshold, by the handler found on the loop's stack",
+            ["handler"],
+            registry=r,
+        )
 
     def value(self, name: str, labels: dict[str, str] | None = None) -> float:
         """A sample's current value (0 when never observed); for tests and benchmarks."""

@@ -3,6 +3,7 @@
 from slotflow.runs.context import FencedWrites, RunContext
 from slotflow.runs.registry import (
     REGISTRY,
+    Handler,
     HandlerFn,
     HandlerRegistry,
     UnknownHandler,
@@ -13,6 +14,7 @@ from slotflow.runs.registry import (
 __all__ = [
     "REGISTRY",
     "FencedWrites",
+    "Handler",
     "HandlerFn",
     "HandlerRegistry",
     "RunContext",

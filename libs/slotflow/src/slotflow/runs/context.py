@@ -7,16 +7,19 @@ already seen a higher one. `fenced` does that stamping for the user's own tables
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import asyncio
+import dataclasses
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from slotflow.errors import ConfigurationError, FenceRejected
 from slotflow.pg.fencing import FENCES_TABLE, Row, advance_fence, fenced_upsert
 from slotflow.pg.pool import Conn, Pool
 
 RejectionHook = Callable[[FenceRejected], None]
+T = TypeVar("T")
 
 
 class FencedWrites:
@@ -106,3 +109,33 @@ class RunContext:
     tags: tuple[str, ...] = ()
     handler: str = ""
     extra: Mapping[str, Any] = field(default_factory=dict)
+    #: The claimer's event loop, which owns `pool` and `fenced` (None in a process-pool handler).
+    loop: asyncio.AbstractEventLoop | None = field(default=None, repr=False, compare=False)
+
+    def call(self, coro: Coroutine[Any, Any, T]) -> T:
+        """From a plain `def` handler (a worker thread): run ``coro`` on the claimer's loop, wait.
+
+        The pool and the fenced writes belong to that loop, so a thread handler reaches them this
+        way: ``ctx.call(ctx.fenced.upsert(table=..., key=..., values=...))``.
+
+        Raises:
+            ConfigurationError: called on the loop itself, or where there is no loop (a process).
+        """
+        loop = self.loop
+        if loop is None:
+            coro.close()
+            raise ConfigurationError("no claimer loop here: a process-pool handler has no pools")
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            coro.close()
+            raise ConfigurationError("ctx.call from the loop would deadlock; await the coroutine")
+        return asyncio.run_coroutine_threadsafe(coro, loop).result()
+
+    def detached(self) -> RunContext:
+        """This context without the loop-bound parts, picklable for a process-pool handler."""
+        return dataclasses.replace(
+            self, fenced=FencedWrites(token=self.fence_token, pool=None), pool=None, loop=None, extra={}
+        )
