@@ -18,6 +18,7 @@ from slotflow.service import Supervisor
 from slotflow_api import errors
 from slotflow_api.app_state import Services
 from slotflow_api.config import Settings
+from slotflow_api.limits import BodyLimit
 from slotflow_api.metrics import Metrics
 from slotflow_api.projector import Projector, migrate
 from slotflow_api.routes import audit, commands, dlq, handlers, health, runs, schedules, stats, workflows
@@ -75,6 +76,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for module in (health, schedules, runs, workflows, dlq, audit, commands, handlers, stats):
         app.include_router(module.router)
     _mount_ui(app)
+    # Inside the metrics middleware, so refused bodies are counted as 413s too.
+    app.add_middleware(BodyLimit, max_bytes=chosen.api.max_body_bytes)
     _instrument(app, metrics)
     _document_errors(app)
     return app

@@ -30,6 +30,8 @@ class ApiSettings(BaseSettings):
     #: Longest a request may wait for a command to be reflected (read-your-writes).
     max_wait_seconds: float = Field(default=30.0, gt=0)
     readiness_timeout_seconds: float = Field(default=2.0, gt=0)
+    #: Largest request body accepted; larger ones get 413 before they are read.
+    max_body_bytes: int = Field(default=1_048_576, ge=1024)
 
 
 class Settings(BaseSettings):

@@ -8,7 +8,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
-from slotflow.errors import PermanentError, SlotflowError, TransientError
+from slotflow.errors import MessageTooLarge, PermanentError, SlotflowError, TransientError
 from slotflow.pg.pool import CONNECTION_ERRORS
 
 log = logging.getLogger(__name__)
@@ -54,6 +54,11 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(NotFound)
     async def _not_found(_: Request, exc: NotFound) -> JSONResponse:
         return _json(404, str(exc))
+
+    @app.exception_handler(MessageTooLarge)
+    async def _too_large(_: Request, exc: MessageTooLarge) -> JSONResponse:
+        # Under the body limit, but the command as a Kafka record is over the topic's limit.
+        return _json(413, f"the command is too large to publish: {exc}")
 
     @app.exception_handler(PermanentError)
     async def _permanent(_: Request, exc: PermanentError) -> JSONResponse:
