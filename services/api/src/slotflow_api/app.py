@@ -18,7 +18,7 @@ from slotflow.service import Supervisor
 from slotflow_api import errors
 from slotflow_api.app_state import Services
 from slotflow_api.config import Settings
-from slotflow_api.limits import BodyLimit
+from slotflow_api.limits import BodyLimit, RefuseNul
 from slotflow_api.metrics import Metrics
 from slotflow_api.projector import Projector, migrate
 from slotflow_api.routes import audit, commands, dlq, handlers, health, runs, schedules, stats, workflows
@@ -78,6 +78,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     _mount_ui(app)
     # Inside the metrics middleware, so refused bodies are counted as 413s too.
     app.add_middleware(BodyLimit, max_bytes=chosen.api.max_body_bytes)
+    app.add_middleware(RefuseNul)
     _instrument(app, metrics)
     _document_errors(app)
     return app

@@ -71,7 +71,12 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(asyncpg.DataError)
     async def _bad_data(_: Request, exc: asyncpg.DataError) -> JSONResponse:
-        # Text PostgreSQL cannot store (a NUL byte) or a value out of its range.
+        # Text PostgreSQL cannot store (a NUL byte) or a value out of its range. The edge refuses
+        # NULs first (RefuseNul, submit); this is what is left, in words rather than SQLSTATEs.
+        if exc.sqlstate in ("22021", "22P05") or "0x00" in str(exc) or "\\u0000" in str(exc):
+            return _json(422, "a value contains a NUL character (U+0000), which cannot be stored; remove it")
+        if exc.sqlstate == "22003":
+            return _json(422, "a number is out of the range that can be stored")
         return _json(422, f"invalid value: {exc}")
 
     @app.exception_handler(UnicodeError)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from slotflow.contracts import RetryPolicy
+from slotflow.core.nul import scrub_nul
 from slotflow.kafka.records import Record
 from slotflow.pg.pool import Conn
 from slotflow_claimer.runs import Due, Run
@@ -48,16 +49,6 @@ _INSERT_COLUMNS = """
 """
 
 
-def _strip_nul(value: Any) -> Any:
-    if isinstance(value, str):
-        return value.replace("\x00", "\ufffd")
-    if isinstance(value, dict):
-        return {_strip_nul(k): _strip_nul(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_strip_nul(v) for v in value]
-    return value
-
-
 def jsonb_text(value: Any) -> str:
     """``value`` as JSON text PostgreSQL's jsonb accepts.
 
@@ -66,7 +57,7 @@ def jsonb_text(value: Any) -> str:
     """
     text = json.dumps(value)
     if "\\u0000" in text:
-        text = json.dumps(_strip_nul(value))
+        text = json.dumps(scrub_nul(value))
     return text
 
 

@@ -37,6 +37,20 @@ def full_jitter_delay(*, attempt: int, base: timedelta, cap: timedelta, draw: fl
 #: Exceptions that say "try again": the world was briefly unavailable, not wrong.
 TRANSIENT_TYPES: tuple[type[BaseException], ...] = (TimeoutError, ConnectionError, OSError)
 
+#: SQLSTATE classes that are about the values, not the moment: the same statement with the same
+#: data fails the same way every time. 22 is "data exception" (a NUL in text or jsonb, a number out
+#: of range, an invalid date), 54 "program limit exceeded" (an index row or a jsonb value too big).
+PERMANENT_SQLSTATE_CLASSES = frozenset({"22", "54"})
+
+
+def is_data_error(error: BaseException) -> bool:
+    """A database error caused by the data itself (see `PERMANENT_SQLSTATE_CLASSES`).
+
+    Read from the error's `sqlstate` (asyncpg's PostgresError carries it), so no driver import.
+    """
+    sqlstate = getattr(error, "sqlstate", None)
+    return isinstance(sqlstate, str) and sqlstate[:2] in PERMANENT_SQLSTATE_CLASSES
+
 
 def _qualified(error_type: type[BaseException]) -> Iterable[str]:
     for klass in error_type.__mro__:
@@ -47,8 +61,10 @@ def _qualified(error_type: type[BaseException]) -> Iterable[str]:
 def is_retryable(error: BaseException, *, non_retryable: Iterable[str] = ()) -> bool:
     """Sort a failure: True for transient, False for permanent.
 
-    Permanent: `PermanentError`, poison input, pydantic validation errors, and any type named in
-    ``non_retryable`` (class name or dotted path, subclasses included). Transient: `TransientError`
+    Permanent: `PermanentError`, poison input, pydantic validation errors, database errors about
+    the data (`is_data_error`: a NUL PostgreSQL cannot store, a value out of range), a recursion
+    limit hit decoding or encoding nesting too deep, and any type named in ``non_retryable``
+    (class name or dotted path, subclasses included). Transient: `TransientError`
     and anything `retryable`, timeouts and connection errors. Anything else is transient: an
     unknown failure deserves another try before a human is paged.
     """
@@ -56,6 +72,8 @@ def is_retryable(error: BaseException, *, non_retryable: Iterable[str] = ()) -> 
     if names and names.intersection(_qualified(type(error))):
         return False
     if isinstance(error, PermanentError | PoisonMessage | ValidationError | ValueError | TypeError):
+        return False
+    if isinstance(error, RecursionError) or is_data_error(error):
         return False
     if isinstance(error, SlotflowError):
         return error.retryable or isinstance(error, TRANSIENT_TYPES)

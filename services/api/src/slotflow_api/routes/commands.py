@@ -9,8 +9,10 @@ from fastapi.responses import JSONResponse
 
 from slotflow.commands import publish_command
 from slotflow.contracts import Message
+from slotflow.core.nul import find_nul
 from slotflow_api import read_model
 from slotflow_api.app_state import Services, services
+from slotflow_api.errors import BadRequest
 from slotflow_api.routes.common import Wait
 from slotflow_api.schemas import CommandStatus
 
@@ -64,7 +66,16 @@ async def submit(
     extra: dict[str, Any] | None = None,
 ) -> JSONResponse:
     """Publish ``message``; 202 with its id, or with ``wait`` its reflected status (and ``extra``
-    merged into the body either way)."""
+    merged into the body either way).
+
+    Raises:
+        BadRequest: a string in the command holds a NUL, which no consumer could store.
+    """
+    where = find_nul(message.model_dump(mode="json"))
+    if where is not None:
+        raise BadRequest(
+            f"{where or '(body)'}: contains a NUL character (U+0000), which cannot be stored; remove it"
+        )
     command_id = await publish_command(
         s.producer, s.settings.kafka, message, command_id=idempotency_key, source="api"
     )

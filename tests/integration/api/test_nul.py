@@ -1,0 +1,90 @@
+"""NUL characters: refused at the edge in a person's words, and parked at once where a record
+already on a topic carries one (PostgreSQL's text and jsonb cannot hold it).
+
+Before: the api accepted a NUL payload, the projector took PostgreSQL's refusal for a transient
+failure and retried the batch 20 times (80-130 s) before parking it, projecting nothing meanwhile;
+a NUL in a query filter answered with PostgreSQL's own message.
+"""
+
+import time
+from datetime import UTC, datetime
+
+import httpx
+
+from slotflow.contracts import ScheduleCreated
+from slotflow.contracts.topics import DLQ_MESSAGES, SCHEDULE_EVENTS
+from slotflow.settings import KafkaSettings
+from slotflow.testing import assert_eventually
+from tests.integration.api.conftest import Emitter
+from tests.integration.api.helpers import cron, read_topic
+
+DEFINITION = {"spec": {"kind": "cron", "expression": "*/5 * * * *"}, "handler": "h.x"}
+
+
+async def test_a_nul_in_a_command_is_refused_with_422_naming_the_field(client: httpx.AsyncClient) -> None:
+    payload = await client.post(
+        "/v1/schedules",
+        json={"schedule_id": "nul-payload", "definition": {**DEFINITION, "payload": {"note": "a\x00b"}}},
+    )
+    assert payload.status_code == 422
+    assert payload.json()["detail"].startswith("definition.payload.note: contains a NUL character")
+    tags = await client.post(
+        "/v1/schedules",
+        json={"schedule_id": "nul-tags", "definition": {**DEFINITION, "tags": ["ok", "b\x00d"]}},
+    )
+    assert tags.status_code == 422
+    assert "definition.tags.1: contains a NUL character" in tags.json()["detail"]
+    key = await client.post(
+        "/v1/schedules",
+        json={"schedule_id": "nul-key", "definition": {**DEFINITION, "payload": {"k\x00": 1}}},
+    )
+    assert key.status_code == 422
+    assert "definition.payload.k\\x00: contains a NUL character" in key.json()["detail"]
+    fine = await client.post("/v1/schedules", json={"schedule_id": "fine", "definition": DEFINITION})
+    assert fine.status_code == 202
+
+
+async def test_a_nul_in_a_query_filter_is_refused_in_words(client: httpx.AsyncClient) -> None:
+    response = await client.get("/v1/runs", params={"job_id": "a\x00b"})
+    assert response.status_code == 422
+    detail = response.json()["detail"]
+    assert detail.startswith("query parameter 'job_id': contains a NUL character")
+    assert "0x00" not in detail  # not PostgreSQL's words
+    path = await client.get("/v1/schedules/a%00b")
+    assert path.status_code == 422
+    assert "NUL character" in path.json()["detail"]
+
+
+async def test_a_nul_record_is_parked_at_once_and_the_records_behind_it_project(
+    client: httpx.AsyncClient, emit: Emitter, kafka: KafkaSettings
+) -> None:
+    now = datetime.now(UTC)
+    poisoned = ScheduleCreated(
+        schedule_id="nul-event",
+        definition=cron().model_copy(update={"payload": {"note": "a\x00b"}}),
+        paused=False,
+        next_fire_at=now,
+    )
+    behind = [
+        ScheduleCreated(schedule_id=f"behind-{i}", definition=cron(), paused=False, next_fire_at=now)
+        for i in range(3)
+    ]
+    sent = time.monotonic()
+    # One key, one partition: the good records really are behind the bad one.
+    await emit(SCHEDULE_EVENTS, poisoned, id="nul-event/created", key="same")
+    for i, message in enumerate(behind):
+        await emit(SCHEDULE_EVENTS, message, id=f"behind-{i}/created", key="same")
+
+    async def all_projected() -> bool:
+        for i in range(3):
+            if (await client.get(f"/v1/schedules/behind-{i}")).status_code != 200:
+                return False
+        return True
+
+    await assert_eventually(all_projected, timeout=30, interval=0.05, message="records behind projected")
+    elapsed = time.monotonic() - sent
+    assert elapsed < 1.0, f"the records behind the NUL one took {elapsed:.2f} s"
+    (letter,) = await read_topic(kafka, DLQ_MESSAGES, want=1)
+    assert letter.data["reason"] == "permanent_error"
+    assert letter.data["source_service"] == "api"
+    assert letter.data["error_type"] in {"UntranslatableCharacterError", "CharacterNotInRepertoireError"}
