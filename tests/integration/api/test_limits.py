@@ -18,8 +18,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from slotflow.contracts.codec import MAX_DEPTH
 from slotflow.settings import KafkaSettings
 from slotflow.testing import assert_eventually
+from slotflow.testing.badinput import BadRequest, bad_requests
 from slotflow_api.app import create_app
 from slotflow_api.config import Settings
 
@@ -167,9 +169,14 @@ async def test_oversized_bodies_get_413_and_the_api_memory_stays_bounded(api: Ap
 
 
 async def test_a_command_too_large_for_kafka_is_413_not_500(api_settings: Settings) -> None:
-    # A body limit above Kafka's record limit (1 MiB): the body is read, the record is refused.
+    # Body and payload limits above Kafka's record limit (1 MiB): the body is read, the record is
+    # refused by the producer.
     settings = api_settings.model_copy(
-        update={"api": api_settings.api.model_copy(update={"max_body_bytes": 4 * MIB})}
+        update={
+            "api": api_settings.api.model_copy(
+                update={"max_body_bytes": 4 * MIB, "max_payload_bytes": 4 * MIB}
+            )
+        }
     )
     application = create_app(settings)
     definition = {
@@ -189,3 +196,60 @@ async def test_a_command_too_large_for_kafka_is_413_not_500(api_settings: Settin
     assert response.status_code == 413
     assert "too large to publish" in response.json()["detail"]
     assert small.status_code == 202
+
+
+def nested(depth: int) -> dict[str, object]:
+    """A payload whose own object is level 1 and that nests ``depth`` levels in all."""
+    value: dict[str, object] = {"leaf": 1}
+    for _ in range(depth - 1):
+        value = {"n": value}
+    return value
+
+
+DEFINITION = {"spec": {"kind": "cron", "expression": "*/5 * * * *"}, "handler": "h.x"}
+
+
+async def test_nesting_its_consumers_could_not_decode_is_refused(client: httpx.AsyncClient) -> None:
+    # Before: 202, then the ticker and the projector parked it ("recursion limit exceeded") and
+    # the schedule silently never existed.
+    deep = await client.post(
+        "/v1/schedules", json={"schedule_id": "deep", "definition": {**DEFINITION, "payload": nested(200)}}
+    )
+    assert deep.status_code == 422
+    assert "nested 202 levels deep; the limit is 100" in deep.json()["detail"]
+    # The deepest payload accepted: the message around it adds its own levels.
+    fits = await client.post(
+        "/v1/schedules",
+        json={"schedule_id": "fits", "definition": {**DEFINITION, "payload": nested(MAX_DEPTH - 2)}},
+    )
+    assert fits.status_code == 202, fits.text
+
+
+async def test_a_schedule_payload_over_the_cap_is_refused_naming_the_setting(
+    client: httpx.AsyncClient,
+) -> None:
+    big = await client.post(
+        "/v1/schedules",
+        json={"schedule_id": "big", "definition": {**DEFINITION, "payload": {"blob": "a" * 900_000}}},
+    )
+    assert big.status_code == 422
+    assert "SLOTFLOW_API_MAX_PAYLOAD_BYTES" in big.json()["detail"]
+    assert "the limit per schedule is 65536 bytes" in big.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    "case", [c for c in bad_requests() if c.body_bytes <= 10 * MIB], ids=lambda c: c.name
+)
+async def test_the_bad_request_catalogue_gets_clear_4xx(client: httpx.AsyncClient, case: BadRequest) -> None:
+    # The 300 MB body is sent to a real process above (memory watched); the rest in-process.
+    content = b"[" + b" " * (case.body_bytes - 2) + b"]" if case.body_bytes else None
+    response = await client.request(
+        case.method,
+        case.path,
+        json=case.json if content is None else None,
+        content=content,
+        params=case.params,
+        headers={"content-type": "application/json"},
+    )
+    assert response.status_code == case.status, response.text
+    assert case.detail in response.json()["detail"]

@@ -16,6 +16,7 @@ from slotflow.kafka.producer import Producer
 from slotflow.pg.pool import Pool
 from slotflow.runs import HandlerRegistry, RunContext
 from slotflow.settings import KafkaSettings
+from slotflow.testing.badinput import bad_handlers
 from slotflow_claimer.executor import Executor
 from tests.integration.claimer import cpu_handlers
 from tests.integration.claimer.conftest import StartClaimer
@@ -148,3 +149,22 @@ async def test_plain_def_handlers_run_off_the_loop_in_a_thread_or_a_process(
     assert result["token"] == 1
     assert result["pool"] is True  # a detached context: no pools in another process
     assert claimer.metrics.value("slotflow_claimer_loop_blocked_total", {"handler": "test.blocking"}) == 0
+
+
+async def test_the_bad_handler_catalogue_ends_as_recorded_runs(
+    kafka: KafkaSettings, producer: Producer, db: Pool, registry: HandlerRegistry, start_claimer: StartClaimer
+) -> None:
+    cases = bad_handlers()
+    for case in cases:
+        registry.register(case.name, case.fn)
+    claimer = await start_claimer(lease_ttl_seconds=30)
+    jobs = {
+        case.name: job_due(case.name, handler=case.name, retry=RetryPolicy(max_attempts=1)) for case in cases
+    }
+    await publish(producer, kafka, list(jobs.values()))
+    for case in cases:
+        row = await wait_state(db, jobs[case.name].run_id, case.state)
+        error = json.loads(row["error"]) if row["error"] is not None else None
+        assert (error or {}).get("error_type") == case.error_type, case.name
+    assert not claimer.fatal.is_set()
+    assert claimer.executor.in_flight == 0

@@ -31,7 +31,7 @@ from slotflow.kafka.producer import Producer
 from slotflow.runs import HandlerRegistry, RunContext
 from slotflow.settings import KafkaSettings, PostgresSettings
 from slotflow.testing import assert_eventually, unique_name
-from slotflow.testing.badinput import QUOTED_NAME, SQL_FRAGMENT, BadInput, catalogue
+from slotflow.testing.badinput import QUOTED_NAME, SQL_FRAGMENT, BadInput, catalogue, full_catalogue
 from slotflow_claimer.app import Claimer
 from slotflow_claimer.config import ClaimerSettings, Settings
 from slotflow_claimer.events import job_due_envelope
@@ -98,7 +98,7 @@ async def test_dlq_command_consumer(dlq: Running, producer: Producer, kafka: Kaf
         )
         return build_command(command, command_id=f"cmd-{n}", source="test")[1]
 
-    bad = catalogue(discard(0))
+    bad = full_catalogue(discard(0))
     hostile = [
         discard(900, DeadLetterFilter(source_service=HOSTILE, reason=SQL_FRAGMENT)),
         discard(901, DeadLetterFilter(job_id="nul\x00in filter", topic=QUOTED_NAME)),
@@ -150,7 +150,7 @@ async def test_claimer_job_due_consumer(
         )
         return job_due_envelope(due, at=AT)
 
-    bad = catalogue(job(0))
+    bad = full_catalogue(job(0))
     hostile = job(900, job_id=HOSTILE)
     bad.append(BadInput("hostile_job_id", hostile.key.encode(), encode(hostile), None))
     goods = [job(n) for n in range(len(bad) + 1)]
@@ -198,7 +198,7 @@ async def test_ticker_command_consumer(
         return build_command(command, command_id=f"c-{n}", source="test")[1]
 
     # The NUL-key entry is left to its own test below: the ticker cannot yet survive it.
-    bad = [e for e in catalogue(create(0)) if e.name != "nul_byte_in_name"]
+    bad = [e for e in full_catalogue(create(0)) if e.name != "nul_byte_in_name"]
     hostile = create(900, "s-hostile")
     bad.append(BadInput("hostile_payload", hostile.key.encode(), encode(hostile), None))
     goods = [create(n) for n in range(len(bad) + 1)]

@@ -30,6 +30,7 @@ from slotflow.contracts import (
     UpdateSchedule,
     wrap,
 )
+from slotflow.contracts.codec import check_depth
 from slotflow.contracts.topics import DLQ_COMMANDS, SCHEDULE_COMMANDS, WORKFLOW_COMMANDS, TopicSpec
 from slotflow.errors import PermanentError
 from slotflow.kafka.producer import Producer
@@ -142,8 +143,10 @@ def build_command(
     Raises:
         NotACommand: ``message`` is not a command.
         InvalidCommandId: ``command_id`` is unusable.
+        NestingTooDeep: the message nests deeper than its consumers can decode.
     """
     route = command_route(message)
+    check_depth(message.model_dump(mode="json"), what=message.message_type)
     chosen = check_command_id(command_id) if command_id is not None else new_command_id()
     envelope = wrap(
         message,

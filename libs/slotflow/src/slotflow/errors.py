@@ -82,6 +82,10 @@ class InvalidPayload(PoisonMessage):
     reason = "invalid_payload"
 
 
+class NestingTooDeep(InvalidPayload):
+    """A message nests deeper than `slotflow.contracts.codec.MAX_DEPTH`: no consumer could decode it."""
+
+
 class KeyMismatch(PoisonMessage):
     """The record key differs from the key the envelope claims."""
 

@@ -32,6 +32,8 @@ class ApiSettings(BaseSettings):
     readiness_timeout_seconds: float = Field(default=2.0, gt=0)
     #: Largest request body accepted; larger ones get 413 before they are read.
     max_body_bytes: int = Field(default=1_048_576, ge=1024)
+    #: Largest schedule payload (as compact JSON): every run of the schedule carries it.
+    max_payload_bytes: int = Field(default=65_536, ge=2)
 
 
 class Settings(BaseSettings):

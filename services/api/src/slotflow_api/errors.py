@@ -8,7 +8,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
-from slotflow.errors import MessageTooLarge, PermanentError, SlotflowError, TransientError
+from slotflow.errors import MessageTooLarge, PermanentError, PoisonMessage, SlotflowError, TransientError
 from slotflow.pg.pool import CONNECTION_ERRORS
 
 log = logging.getLogger(__name__)
@@ -59,6 +59,11 @@ def install(app: FastAPI) -> None:
     async def _too_large(_: Request, exc: MessageTooLarge) -> JSONResponse:
         # Under the body limit, but the command as a Kafka record is over the topic's limit.
         return _json(413, f"the command is too large to publish: {exc}")
+
+    @app.exception_handler(PoisonMessage)
+    async def _unprocessable(_: Request, exc: PoisonMessage) -> JSONResponse:
+        # What its consumers would park (nesting too deep, say): refused before it is published.
+        return _json(422, str(exc))
 
     @app.exception_handler(PermanentError)
     async def _permanent(_: Request, exc: PermanentError) -> JSONResponse:

@@ -1,12 +1,54 @@
-"""Bytes to envelope and back. The one place that knows the wire encoding (UTF-8 JSON)."""
+"""Bytes to envelope and back. The one place that knows the wire encoding (UTF-8 JSON).
+
+It also holds the limits every producer and every consumer share, so that what one side accepts
+the other can process: `DEFAULT_MAX_BYTES` for a record and `MAX_DEPTH` for nesting. Consumers
+parse with pydantic-core, whose JSON parser stops at 200 levels ("recursion limit exceeded");
+`MAX_DEPTH` leaves room below that for the envelope around a message, and producers that take
+user data (the api, the CLI, through `slotflow.commands.build_command`) refuse deeper messages.
+"""
+
+from typing import Any
 
 from pydantic import ValidationError
 
 from slotflow.contracts.envelope import Envelope
 from slotflow.contracts.registry import _summarise
-from slotflow.errors import MessageTooLarge, UndecodableMessage
+from slotflow.errors import MessageTooLarge, NestingTooDeep, UndecodableMessage
 
 DEFAULT_MAX_BYTES = 1_048_576
+#: Deepest nesting of a message's data (its own object is level 1), shared by every service.
+MAX_DEPTH = 100
+
+
+def depth_of(value: Any) -> int:
+    """How deeply ``value`` nests (a scalar is 0, ``{}`` and ``[]`` are 1); iterative, so any depth."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, level)
+        stack.extend((child, level + 1) for child in children)
+    return deepest
+
+
+def check_depth(value: Any, *, what: str = "the message", limit: int = MAX_DEPTH) -> None:
+    """Refuse ``value`` (a message's JSON data) nested deeper than ``limit``.
+
+    Raises:
+        NestingTooDeep: it is; no consumer could decode it.
+    """
+    depth = depth_of(value)
+    if depth > limit:
+        raise NestingTooDeep(
+            f"{what} is nested {depth} levels deep; the limit is {limit} "
+            "(deeper JSON cannot be decoded by the services that consume it)"
+        )
 
 
 def encode(envelope: Envelope) -> bytes:

@@ -1,11 +1,15 @@
-"""A catalogue of bad inputs for any consumer topic, each with the DLQ reason it must be parked with.
+"""A catalogue of bad inputs for any consumer topic, each with the DLQ reason it must be parked with;
+the same cases as HTTP requests (`bad_requests`), and handlers that misbehave (`bad_handlers`).
 
 Build it from one good envelope of the topic (the template every mutation starts from). Entries
 whose `reason` is None are valid messages with hostile content (quotes, SQL fragments): the
 consumer must process them harmlessly, never park them and never break.
 """
 
+import asyncio
 import json
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -21,6 +25,7 @@ from slotflow.contracts import (
 )
 from slotflow.contracts.codec import encode
 from slotflow.kafka.poison import expected_key
+from slotflow.runs import RunContext
 
 TWO_MIB = 2 * 1024 * 1024
 SQL_FRAGMENT = "x'); DROP TABLE runs; --"
@@ -128,3 +133,164 @@ def catalogue(good: Envelope, *, tag: str = "") -> list[BadInput]:
     nul["id"] = f"nul{tag}"
     entries.append(BadInput("nul_byte_in_name", b"nul\x00byte", _dump(nul), "invalid_payload"))
     return entries
+
+
+def _nested(depth: int) -> dict[str, Any]:
+    value: dict[str, Any] = {"leaf": 1}
+    for _ in range(depth - 1):
+        value = {"n": value}
+    return value
+
+
+def _payload_entries(base: dict[str, Any], key: bytes, tag: str) -> list[BadInput]:
+    """Cases inside the data: nesting the consumers' JSON parser cannot take, a NUL in a payload."""
+    entries: list[BadInput] = []
+    deep = {**base, "id": f"{base['id']}/deep{tag}", "data": {**base["data"], "deep": _nested(200)}}
+    # The api's issue case: 202 accepted, then every consumer parked it ("recursion limit
+    # exceeded"). The api now refuses it (MAX_DEPTH); a record that arrives anyway is poison.
+    entries.append(BadInput("payload_nested_200_deep", key, _dump(deep), "undecodable"))
+    data = base["data"]
+    holder = data if isinstance(data.get("payload"), dict) else data.get("definition")
+    if isinstance(holder, dict) and isinstance(holder.get("payload"), dict):
+        raw = json.loads(json.dumps(base))
+        target = raw["data"] if holder is data else raw["data"]["definition"]
+        target["payload"] = {**target["payload"], "note": "nul \u0000 inside"}
+        raw["id"] = f"{base['id']}/nul-payload{tag}"
+        # Valid JSON and a valid message: consumers that store it replace the NUL (U+FFFD) or keep
+        # it as json text; none may stall on it (the api's edge refuses it with a 422).
+        entries.append(BadInput("nul_in_payload", key, _dump(raw), None))
+    return entries
+
+
+def full_catalogue(good: Envelope, *, tag: str = "") -> list[BadInput]:
+    """`catalogue` plus the cases inside a message's data (nesting, a NUL in a payload)."""
+    return [*catalogue(good, tag=tag), *_payload_entries(_raw(good), good.key.encode(), tag)]
+
+
+# -- bad requests: the same cases at the api's edge -------------------------------------------
+
+MIB = 1024 * 1024
+_DEFINITION: dict[str, Any] = {"spec": {"kind": "cron", "expression": "*/5 * * * *"}, "handler": "h.x"}
+
+
+@dataclass(frozen=True, slots=True)
+class BadRequest:
+    """One HTTP request a careless or hostile client sends, and the answer it must get."""
+
+    name: str
+    method: str
+    path: str
+    status: int
+    #: A fragment the error's `detail` must contain (in a person's words).
+    detail: str
+    json: Any = None
+    params: dict[str, str] | None = None
+    #: A body of this many bytes instead of `json` (too big to build here; the test streams it).
+    body_bytes: int = 0
+
+
+def bad_requests() -> list[BadRequest]:
+    """Every bad request of the catalogue; sizes above a few MiB are left to process-level tests."""
+
+    def schedule(name: str, **definition: Any) -> dict[str, Any]:
+        return {"schedule_id": name, "definition": {**_DEFINITION, **definition}}
+
+    return [
+        BadRequest(
+            "body_300_mb", "POST", "/v1/schedules", 413, "request body too large", body_bytes=300 * MIB
+        ),
+        BadRequest("body_10_mb", "POST", "/v1/schedules", 413, "request body too large", body_bytes=10 * MIB),
+        BadRequest(
+            "nul_in_payload",
+            "POST",
+            "/v1/schedules",
+            422,
+            "definition.payload.note: contains a NUL character",
+            json=schedule("nul-payload", payload={"note": "a\u0000b"}),
+        ),
+        BadRequest(
+            "nul_in_tag",
+            "POST",
+            "/v1/schedules",
+            422,
+            "definition.tags.0: contains a NUL character",
+            json=schedule("nul-tag", tags=["b\u0000d"]),
+        ),
+        BadRequest(
+            "nul_in_query_filter",
+            "GET",
+            "/v1/runs",
+            422,
+            "query parameter 'job_id': contains a NUL character",
+            params={"job_id": "a\u0000b"},
+        ),
+        BadRequest(
+            "payload_nested_200_deep",
+            "POST",
+            "/v1/schedules",
+            422,
+            "levels deep; the limit is",
+            json=schedule("deep", payload=_nested(200)),
+        ),
+        BadRequest(
+            "payload_900_kb",
+            "POST",
+            "/v1/schedules",
+            422,
+            "the limit per schedule is",
+            json=schedule("big", payload={"blob": "a" * 900_000}),
+        ),
+    ]
+
+
+# -- bad handlers: code a claimer runs that tries to take it down --------------------------------
+
+
+class Meltdown(BaseException):
+    """Not an Exception: what `except Exception` around a handler used to miss."""
+
+
+@dataclass(frozen=True, slots=True)
+class BadHandler:
+    """A handler, and what must become of a run of it (with one attempt allowed)."""
+
+    name: str
+    fn: Callable[[RunContext], Any]
+    state: str
+    error_type: str | None
+
+
+async def _system_exit(ctx: RunContext) -> None:
+    raise SystemExit(f"handler gave up on {ctx.run_id}")
+
+
+async def _keyboard_interrupt(ctx: RunContext) -> None:
+    raise KeyboardInterrupt
+
+
+async def _meltdown(ctx: RunContext) -> None:
+    raise Meltdown("core temperature exceeded")
+
+
+async def _cancels_itself(ctx: RunContext) -> None:
+    raise asyncio.CancelledError("a library cancelled something of its own")
+
+
+def _blocks(ctx: RunContext) -> str:
+    time.sleep(0.5)  # a plain def: it runs in the claimer's thread pool, not on its loop
+    return "done"
+
+
+def bad_handlers() -> list[BadHandler]:
+    """Handlers that must each end as a recorded run, with the claimer still up.
+
+    Left to process-level tests: a handler that ends its process (`os._exit`; quarantined after
+    `max_lease_lapses`) and an `async def` that blocks the loop (named by the watchdog).
+    """
+    return [
+        BadHandler("bad.system_exit", _system_exit, "dead_lettered", "SystemExit"),
+        BadHandler("bad.keyboard_interrupt", _keyboard_interrupt, "dead_lettered", "KeyboardInterrupt"),
+        BadHandler("bad.base_exception", _meltdown, "dead_lettered", "Meltdown"),
+        BadHandler("bad.cancelled_error", _cancels_itself, "dead_lettered", "CancelledError"),
+        BadHandler("bad.blocking_plain_def", _blocks, "completed", None),
+    ]

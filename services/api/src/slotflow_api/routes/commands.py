@@ -1,6 +1,7 @@
 """Publishing commands over HTTP, and read-your-writes on their acknowledgement."""
 
 import asyncio
+import json
 import time
 from typing import Annotated, Any
 
@@ -9,6 +10,7 @@ from fastapi.responses import JSONResponse
 
 from slotflow.commands import publish_command
 from slotflow.contracts import Message
+from slotflow.contracts.codec import check_depth
 from slotflow.core.nul import find_nul
 from slotflow_api import read_model
 from slotflow_api.app_state import Services, services
@@ -57,6 +59,21 @@ async def wait_for_command(s: Services, command_id: str, seconds: float) -> Comm
         delay = min(delay * 1.5, 0.1)
 
 
+def _check_payload_size(s: Services, data: dict[str, Any]) -> None:
+    """A schedule's payload rides along with every one of its runs: bounded per schedule."""
+    definition = data.get("definition")
+    if not isinstance(definition, dict) or not definition.get("payload"):
+        return
+    limit = s.settings.api.max_payload_bytes
+    size = len(json.dumps(definition["payload"], separators=(",", ":")).encode())
+    if size > limit:
+        raise BadRequest(
+            f"definition.payload is {size} bytes as JSON; the limit per schedule is {limit} bytes "
+            "(SLOTFLOW_API_MAX_PAYLOAD_BYTES): every run of the schedule carries it, so pass large "
+            "data by reference"
+        )
+
+
 async def submit(
     s: Services,
     message: Message,
@@ -71,7 +88,10 @@ async def submit(
     Raises:
         BadRequest: a string in the command holds a NUL, which no consumer could store.
     """
-    where = find_nul(message.model_dump(mode="json"))
+    data = message.model_dump(mode="json")
+    check_depth(data, what="the request")  # first: the NUL search below recurses
+    _check_payload_size(s, data)
+    where = find_nul(data)
     if where is not None:
         raise BadRequest(
             f"{where or '(body)'}: contains a NUL character (U+0000), which cannot be stored; remove it"
