@@ -331,3 +331,29 @@ async def test_durable_timers_fire_once_and_cancelled_ones_never(
         "sleep:wf-1/3": "fired",
         "sleep:wf-2/1": "cancelled",
     }
+
+
+async def test_a_backfill_wider_than_the_tickers_cap_is_rejected_naming_the_setting(
+    kafka: KafkaSettings, pg_dsn: str, tail: TopicTail, producer: Producer, pg_pool: Pool
+) -> None:
+    # max_slots=100,000 on every command was accepted at will; the ticker now has its own bound.
+    async with tickers(kafka, pg_dsn, max_backfill_slots=5):
+        hourly = ScheduleDefinition(spec=CronSpec(expression="0 * * * *"), handler="reports.hourly")
+        await send(producer, kafka, CreateSchedule(schedule_id="capped", definition=hourly))
+        now = await db_now(pg_pool)
+        start = now.replace(minute=0, second=0, microsecond=0) - timedelta(days=2)
+        wide = await send(
+            producer,
+            kafka,
+            Backfill(schedule_id="capped", start=start, end=start + timedelta(hours=6), max_slots=100_000),
+        )
+        narrow = await send(
+            producer,
+            kafka,
+            Backfill(schedule_id="capped", start=start, end=start + timedelta(hours=5), max_slots=100_000),
+        )
+        await tail.wait_for(lambda t: rejected_reason(t, wide) is not None and accepted(t, narrow))
+    reason = rejected_reason(tail, wide) or ""
+    assert "more than 5 slots" in reason
+    assert "SLOTFLOW_TICKER_MAX_BACKFILL_SLOTS" in reason
+    assert len([e for e in tail.of_type("job.due") if job(e).kind == "backfill"]) == 5

@@ -189,3 +189,15 @@ def test_interval_backfill_stays_on_the_anchor_grid() -> None:
     slots = backfill_plan(Backfill(schedule_id="s", start=NOW - timedelta(hours=1), end=NOW), every, now=NOW)
     assert all((s.at - every.spec.anchor) % timedelta(minutes=7) == timedelta(0) for s in slots)  # type: ignore[union-attr]
     assert len(slots) in (8, 9)
+
+
+def test_the_tickers_own_cap_bounds_every_backfill() -> None:
+    start = NOW - timedelta(hours=10)
+    asked = Backfill(schedule_id="s", start=start, end=start + timedelta(hours=4), max_slots=100_000)
+    assert len(backfill_plan(asked, HOURLY, now=NOW, cap=4)) == 4
+    wider = Backfill(schedule_id="s", start=start, end=start + timedelta(hours=5), max_slots=100_000)
+    with pytest.raises(CommandRefused, match="SLOTFLOW_TICKER_MAX_BACKFILL_SLOTS"):
+        backfill_plan(wider, HOURLY, now=NOW, cap=4)
+    # Its own max_slots, when smaller, still speaks for itself.
+    with pytest.raises(CommandRefused, match="max_slots=2"):
+        backfill_plan(wider.model_copy(update={"max_slots": 2}), HOURLY, now=NOW, cap=4)

@@ -125,6 +125,7 @@ class TickerApp:
             claimer=claimer,
             metrics=self.metrics,
             on_commit=committed,
+            max_backfill_slots=settings.max_backfill_slots,
         )
         self.ticking, self.relay = ticking, relay
         loops = Supervisor(f"ticker-{settings.ticker_id}")

@@ -108,8 +108,10 @@ class CommandHandler:
         claimer: Claimer,
         metrics: TickerMetrics,
         on_commit: Callable[[list[tuple[str, datetime]]], None],
+        max_backfill_slots: int = 10_000,
     ) -> None:
         self._pool = pool
+        self._max_backfill_slots = max_backfill_slots
         self._schema = schema
         self._q = queries
         self._events = events
@@ -343,7 +345,7 @@ class CommandHandler:
             self._metrics.slots_fired.labels("manual").inc()
             return Applied(staged)
         if isinstance(message, Backfill):
-            slots = backfill_plan(message, live.definition, now=now)
+            slots = backfill_plan(message, live.definition, now=now, cap=self._max_backfill_slots)
             # The backfill's own overlap policy, not the schedule's: its slots are all due at once,
             # and the schedule's `skip` would run the first and skip the rest as "still running".
             staged = [

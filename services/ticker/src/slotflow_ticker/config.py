@@ -26,6 +26,9 @@ class TickerSettings(BaseSettings):
     batch_size: int = Field(default=500, ge=1, le=20_000)
     #: Claim transactions run at once while a backlog lasts (each takes different rows).
     claim_concurrency: int = Field(default=2, ge=1, le=16)
+    #: Most slots one Backfill may emit, whatever its own max_slots asks for (a backfill is
+    #: emitted at once, and can be repeated at will): a wider range is refused with this number.
+    max_backfill_slots: int = Field(default=10_000, ge=1, le=100_000)
     #: Most slots one schedule handles per claim; a longer backlog continues in the next claim.
     max_slots_per_claim: int = Field(default=1000, ge=1, le=100_000)
     #: Rows due within this many seconds are held in the in-memory timing wheel.

@@ -41,8 +41,11 @@ def require_fireable(definition: ScheduleDefinition, schedule_id: str) -> None:
         raise CommandRefused(f"schedule {schedule_id}: the one-shot instant lies outside start_at/end_at")
 
 
-def backfill_plan(command: Backfill, definition: ScheduleDefinition, *, now: datetime) -> list[Slot]:
-    """The slots a Backfill emits: every slot of the spec in [start, end), at most max_slots.
+def backfill_plan(
+    command: Backfill, definition: ScheduleDefinition, *, now: datetime, cap: int | None = None
+) -> list[Slot]:
+    """The slots a Backfill emits: every slot of the spec in [start, end), at most max_slots (and
+    at most ``cap``, the ticker's own bound, `SLOTFLOW_TICKER_MAX_BACKFILL_SLOTS`).
 
     Future slots are refused rather than clipped: they fire on their own when due, and firing them
     early would break "never before the slot".
@@ -51,6 +54,15 @@ def backfill_plan(command: Backfill, definition: ScheduleDefinition, *, now: dat
         raise CommandRefused(
             f"backfill end {command.end.isoformat()} is after the current time; future slots fire on their own"
         )
+    if cap is not None and command.max_slots > cap:
+        # Asked for more than this ticker emits at once: the range decides, within the cap.
+        slots = backfill_slots(definition, start=command.start, end=command.end, max_slots=cap)
+        if slots is None:
+            raise CommandRefused(
+                f"backfill of schedule {command.schedule_id} covers more than {cap} slots, the most "
+                "one backfill may emit here (SLOTFLOW_TICKER_MAX_BACKFILL_SLOTS); split the range"
+            )
+        return slots
     slots = backfill_slots(definition, start=command.start, end=command.end, max_slots=command.max_slots)
     if slots is None:
         raise CommandRefused(
