@@ -240,3 +240,11 @@ async def test_bad_query_parameters_are_422_with_the_field_named(client: httpx.A
     )
     assert reversed_range.status_code == 422
     assert "after" in reversed_range.json()["detail"]
+
+
+async def test_an_unknown_run_state_is_a_422_naming_the_states(client: httpx.AsyncClient) -> None:
+    for url in ("/v1/runs", "/v1/schedules/s/runs"):
+        response = await client.get(url, params={"state": "bogus"})
+        assert response.status_code == 422, url
+        assert "dead_lettered" in response.json()["detail"]
+    assert (await client.get("/v1/runs", params={"state": "completed"})).status_code == 200

@@ -1,6 +1,6 @@
 """Runs: one row per slot with every attempt, fence token, owner, timings and outcome."""
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Path, Query
 
@@ -13,13 +13,16 @@ from slotflow_api.schemas import Page, Run
 router = APIRouter(tags=["runs"])
 
 RUN_STATES = ("due", "running", "failed", "retrying", "completed", "dead_lettered", "skipped")
+#: A state filter names a state a run can be in: `state=bogus` is a 422 saying which exist, not an
+#: empty list that reads as "no runs".
+RunState = Literal["due", "running", "failed", "retrying", "completed", "dead_lettered", "skipped"]
 
 
 @router.get("/v1/runs", response_model=Page[Run], summary="List runs, newest slot first")
 async def list_runs(
     s: Annotated[Services, Depends(services)],
     job_id: Annotated[str | None, Query(max_length=400)] = None,
-    state: Annotated[str | None, Query(max_length=50, description=" | ".join(RUN_STATES))] = None,
+    state: Annotated[RunState | None, Query(description=" | ".join(RUN_STATES))] = None,
     limit: Limit = 50,
     cursor: Cursor = None,
 ) -> read_model.Page:

@@ -28,6 +28,7 @@ from slotflow_api.outlook import outlook
 from slotflow_api.routes.commands import COMMAND_RESPONSES, submit
 from slotflow_api.routes.common import Cursor, Limit, Wait
 from slotflow_api.routes.handlers import handler_warnings
+from slotflow_api.routes.runs import RUN_STATES, RunState
 from slotflow_api.schemas import (
     BackfillBody,
     BackfillReport,
@@ -127,7 +128,7 @@ async def schedule_runs(
     schedule_id: ScheduleId,
     start: Annotated[AwareDatetime | None, Query(alias="from")] = None,
     end: Annotated[AwareDatetime | None, Query(alias="to")] = None,
-    state: Annotated[str | None, Query(max_length=50)] = None,
+    state: Annotated[RunState | None, Query(description=" | ".join(RUN_STATES))] = None,
     limit: Limit = 50,
     cursor: Cursor = None,
 ) -> read_model.Page:
