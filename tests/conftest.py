@@ -6,7 +6,7 @@ cannot pass by doing nothing.
 """
 
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import asyncpg
@@ -15,6 +15,7 @@ import pytest
 from slotflow.pg.pool import Pool, create_pool
 from slotflow.settings import KafkaSettings, PostgresSettings
 from slotflow.testing import assert_eventually, unique_name
+from tests.stack import Endpoints, StackUnavailable, session_stack
 
 TESTS = Path(__file__).parent
 LAYERS = ("unit", "integration", "chaos", "contracts")
@@ -50,7 +51,22 @@ def _unavailable(what: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def kafka_settings() -> KafkaSettings:
+def test_stack() -> Iterator[Endpoints]:
+    """The session's Kafka and PostgreSQL, as SLOTFLOW_TEST_STACK chooses (tests/stack.py)."""
+    try:
+        with session_stack() as endpoints, pytest.MonkeyPatch.context() as patch:
+            # Subprocesses (services under test) read the same two variables.
+            if endpoints.kafka_bootstrap:
+                patch.setenv("SLOTFLOW_KAFKA_BOOTSTRAP", endpoints.kafka_bootstrap)
+            if endpoints.pg_dsn:
+                patch.setenv("SLOTFLOW_PG_DSN", endpoints.pg_dsn)
+            yield endpoints
+    except StackUnavailable as err:
+        pytest.fail(str(err))
+
+
+@pytest.fixture(scope="session")
+def kafka_settings(test_stack: Endpoints) -> KafkaSettings:
     settings = KafkaSettings()
     if not _reachable(settings.bootstrap.split(",")[0]):
         _unavailable(f"Kafka at {settings.bootstrap}")
@@ -58,7 +74,7 @@ def kafka_settings() -> KafkaSettings:
 
 
 @pytest.fixture(scope="session")
-def pg_settings() -> PostgresSettings:
+def pg_settings(test_stack: Endpoints) -> PostgresSettings:
     settings = PostgresSettings()
     if not _reachable(_pg_host_port(settings.dsn)):
         _unavailable("PostgreSQL")
