@@ -185,6 +185,11 @@ async def test_run_events_out_of_order_end_in_the_right_state(
     assert (second["attempt"], second["fence_token"], second["outcome"]) == (2, 2, "completed")
     assert body["timings"]["produced_at"] is not None
     assert body["timings"]["duration_ms"] is not None
+    # Rounded to the microsecond: no float noise such as 390.34200000000004.
+    for name in ("duration_ms", "lateness_ms"):
+        value = body["timings"][name]
+        assert value == round(value, 3)
+        assert len(repr(value).split(".")[-1]) <= 3
 
     runs = (
         await client.get(

@@ -8,7 +8,7 @@ import base64
 import binascii
 import json
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -176,6 +176,10 @@ SELECT r.*, COALESCE((
 """
 
 
+def _millis(span: timedelta) -> float:
+    return round(span / timedelta(microseconds=1)) / 1000
+
+
 def run_row(row: asyncpg.Record) -> dict[str, Any]:
     out = dict(row)
     out["attempts"] = _loads(out["attempts"])
@@ -190,8 +194,9 @@ def run_row(row: asyncpg.Record) -> dict[str, Any]:
         "fire_at": out["fire_at"],
         "started_at": started,
         "finished_at": finished,
-        "lateness_ms": (produced - target).total_seconds() * 1000 if produced else None,
-        "duration_ms": (finished - started).total_seconds() * 1000 if started and finished else None,
+        # Whole microseconds as milliseconds: 390.342, never 390.34200000000004 (float noise).
+        "lateness_ms": _millis(produced - target) if produced else None,
+        "duration_ms": _millis(finished - started) if started and finished else None,
     }
     return out
 
