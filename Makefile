@@ -8,8 +8,10 @@ STAMP := $(VENV)/.installed-stamp
 # The stats processor's own environment: faust-streaming cannot share the core's (decision 0005).
 STATS_VENV := .venv-stats
 STATS_STAMP := $(STATS_VENV)/.installed-stamp
-# Starts the devstack if it is not running and exports its connection settings.
-WITH_STACK = eval "$$(deploy/devstack/up.sh)" &&
+# Starts the devstack if it is not running and exports its connection settings. The env is taken
+# first and evaluated after: `eval "$$(up.sh)"` alone would hide a failed start and run the tests
+# against nothing, so a broker that did not come up reads as hundreds of test errors.
+WITH_STACK = stack_env="$$(deploy/devstack/up.sh)" && eval "$$stack_env" &&
 
 .PHONY: setup tools up down status clean test test-unit test-integration test-chaos chaos lint fmt contracts demo bench
 
