@@ -31,6 +31,7 @@ from slotflow_stats import sink
 from slotflow_stats.config import DLQ_EVENTS, JOBS_DUE, RUN_EVENTS, SCHEDULE_EVENTS, Settings
 from slotflow_stats.errors import StatsError, TopicMissing, UndecodableEvent
 from slotflow_stats.observe import Family, observe
+from slotflow_stats.producer import install_draining_buffer
 from slotflow_stats.windows import SIZES, Key, Value, apply, window_start
 
 log = logging.getLogger("slotflow_stats")
@@ -139,6 +140,8 @@ class Processor:
             datadir=str(stats.data_dir / settings.app_id),
             autodiscover=False,
         )
+        # Without it a commit can overtake the changelog writes of the events it covers.
+        install_draining_buffer(self.app)
         # Table keys are (subject, partition) tuples and values dicts: JSON both ways.
         self._json = faust.Schema(key_serializer="json", value_serializer="json")
         self.tables: dict[Family, dict[int, Any]] = {}
