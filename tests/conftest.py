@@ -46,8 +46,21 @@ def _reachable(host_port: str) -> bool:
         return False
 
 
-def _unavailable(what: str) -> None:
-    pytest.fail(f"{what} is not reachable; run `make up` (or set SLOTFLOW_KAFKA_BOOTSTRAP / SLOTFLOW_PG_DSN)")
+def _server_log_tail(name: str, lines: int = 30) -> str:
+    """The end of the devstack's log for ``name`` (kafka, postgres), to say why it is not there."""
+    log = TESTS.parent / ".devstack" / f"{name}.log"
+    try:
+        tail = log.read_text(errors="replace").splitlines()[-lines:]
+    except OSError:
+        return ""
+    return f"\nlast lines of the devstack's {log.name}:\n" + "\n".join(tail)
+
+
+def _unavailable(what: str, log: str = "") -> None:
+    pytest.fail(
+        f"{what} is not reachable; run `make up` (or set SLOTFLOW_KAFKA_BOOTSTRAP / SLOTFLOW_PG_DSN)"
+        + (_server_log_tail(log) if log else "")
+    )
 
 
 @pytest.fixture(scope="session")
@@ -69,7 +82,7 @@ def test_stack() -> Iterator[Endpoints]:
 def kafka_settings(test_stack: Endpoints) -> KafkaSettings:
     settings = KafkaSettings()
     if not _reachable(settings.bootstrap.split(",")[0]):
-        _unavailable(f"Kafka at {settings.bootstrap}")
+        _unavailable(f"Kafka at {settings.bootstrap}", log="kafka")
     return settings
 
 
@@ -77,7 +90,7 @@ def kafka_settings(test_stack: Endpoints) -> KafkaSettings:
 def pg_settings(test_stack: Endpoints) -> PostgresSettings:
     settings = PostgresSettings()
     if not _reachable(_pg_host_port(settings.dsn)):
-        _unavailable("PostgreSQL")
+        _unavailable("PostgreSQL", log="postgres")
     return settings
 
 
