@@ -27,6 +27,7 @@ from claimer_support import ClaimerProcess, fresh_database
 
 from slotflow.contracts import JobDue
 from slotflow.contracts.topics import JOBS_DUE
+from slotflow.core.identity import run_id
 from slotflow.kafka.producer import Producer
 from slotflow.pg.pool import Pool
 from slotflow_claimer.events import job_due_envelope
@@ -67,10 +68,11 @@ async def main() -> None:
                 for proc in procs.values():
                     await proc.wait_ready()
                 for trial in range(args.trials):
+                    slot = datetime(2026, 1, 1, tzinfo=UTC) + timedelta(minutes=trial)
                     job = JobDue(
-                        run_id=f"takeover@{trial}",
+                        run_id=run_id(f"takeover-{trial}", slot),
                         job_id=f"takeover-{trial}",
-                        slot=datetime(2026, 1, 1, tzinfo=UTC) + timedelta(minutes=trial),
+                        slot=slot,
                         handler="bench.hold_first_claim",
                     )
                     await feed.send(kafka.topic(JOBS_DUE), job_due_envelope(job, at=datetime.now(UTC)))

@@ -34,6 +34,7 @@ from claimer_support import BackendCpu, ClaimerProcess, broker_pid, fresh_databa
 from slotflow.contracts import JobDue
 from slotflow.contracts.codec import encode
 from slotflow.contracts.topics import JOBS_DUE, RUN_EVENTS
+from slotflow.core.identity import run_id
 from slotflow.kafka.producer import OutgoingRecord, Producer, envelope_headers
 from slotflow.kafka.records import Record
 from slotflow.pg.pool import Pool
@@ -49,7 +50,7 @@ SLOT0 = datetime(2026, 1, 1, tzinfo=UTC)
 def jobs(count: int, prefix: str) -> list[JobDue]:
     return [
         JobDue(
-            run_id=f"{prefix}{i % 1000}@{i}",
+            run_id=run_id(f"{prefix}{i % 1000}", SLOT0 + timedelta(seconds=i)),
             job_id=f"{prefix}{i % 1000}",
             slot=SLOT0 + timedelta(seconds=i),
             handler="bench.noop",

@@ -74,7 +74,9 @@ async def _seed_schedule(emit: Emitter, sid: str, now: datetime) -> list[datetim
     # Slot 3: two claims both completed: a duplicated effect.
     await emit(JOBS_DUE, due(slots[3], fire_at=datetime.now(UTC)), id=run_id(sid, slots[3]), key=sid)
     for token in (1, 2):
-        await emit(RUN_EVENTS, done(slots[3], token), id=f"{run_id(sid, slots[3])}/1/completed", key=sid)
+        await emit(
+            RUN_EVENTS, done(slots[3], token), id=f"{run_id(sid, slots[3])}/{token}/completed", key=sid
+        )
     # Slot 4: nothing at all. Then paused before slot 5, so slot 5 is the policy's doing.
     paused = SchedulePaused(schedule_id=sid, reason="maintenance", resume_at=None)
     await emit(

@@ -11,7 +11,7 @@ and the ticker's command consumer, all three real.
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import asyncpg
 
@@ -27,6 +27,7 @@ from slotflow.contracts import (
 )
 from slotflow.contracts.codec import encode
 from slotflow.contracts.topics import DLQ_COMMANDS, JOBS_DUE, SCHEDULE_COMMANDS
+from slotflow.core.identity import run_id
 from slotflow.kafka.producer import Producer
 from slotflow.runs import HandlerRegistry, RunContext
 from slotflow.settings import KafkaSettings, PostgresSettings
@@ -141,10 +142,11 @@ async def test_claimer_job_due_consumer(
 
     def job(n: int, job_id: str | None = None) -> Envelope:
         name = job_id or f"cat-{n}"
+        slot = AT + timedelta(seconds=n)
         due = JobDue(
-            run_id=f"{name}@{n}",
+            run_id=run_id(name, slot),
             job_id=name,
-            slot=AT,
+            slot=slot,
             handler="catalogue.record",
             payload={"note": SQL_FRAGMENT},
         )
@@ -173,7 +175,7 @@ async def test_claimer_job_due_consumer(
 
         await wait_processed(processed, [JobDue.model_validate(g.data).run_id for g in goods])
         await check_parked(dlq, topic, bad, offsets)
-        await assert_eventually(lambda: f"{HOSTILE}@900" in calls, timeout=30)
+        await assert_eventually(lambda: run_id(HOSTILE, AT + timedelta(seconds=900)) in calls, timeout=30)
         assert not claimer.fatal.is_set()
         assert (
             await dlq.pool.fetchval("SELECT count(*) FROM claimer.runs WHERE state = 'completed'")

@@ -6,12 +6,13 @@ consumer's own 1 MiB limit and parked whole in the DLQ topic, base64 inside its 
 
 import asyncio
 import base64
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import cast
 
 from slotflow.contracts import REGISTRY, DeadLettered, JobDue, wrap
 from slotflow.contracts.codec import decode, encode
 from slotflow.contracts.topics import DLQ_MESSAGES, JOBS_DUE
+from slotflow.core.identity import run_id
 from slotflow.kafka.admin import ensure_topics
 from slotflow.kafka.consumer import Consumer
 from slotflow.kafka.loop import ConsumeLoop, Incoming
@@ -26,7 +27,8 @@ BIG = 16 * 1024 * 1024
 
 
 def job(n: int) -> bytes:
-    message = JobDue(run_id=f"pay@{n}", job_id="pay", slot=AT, handler="h")
+    slot = AT + timedelta(seconds=n)
+    message = JobDue(run_id=run_id("pay", slot), job_id="pay", slot=slot, handler="h")
     return encode(wrap(message, id=message.run_id, key="pay", source="t", occurred_at=AT))
 
 
@@ -86,7 +88,7 @@ async def test_catalogue_on_one_partition_parks_each_bad_record_and_handles_the_
         stop.set()
         await task
 
-    assert handled == [f"pay@{n}" for n in range(len(bad) + 1)]
+    assert handled == [run_id("pay", AT + timedelta(seconds=n)) for n in range(len(bad) + 1)]
     letters = await read_letters(kafka, len(bad))
     assert len(letters) == len(bad)  # one each: nothing lost, nothing doubled
     by_name = {positions[letter.offset]: letter for letter in letters}
@@ -135,7 +137,7 @@ async def test_a_record_larger_than_the_dlq_accepts_is_parked_truncated(kafka: K
             consumer, handler=handler, dlq=dlq, dlq_topic=small_dlq.name, source_service="test"
         )
         task = asyncio.create_task(loop.run(stop))
-        await assert_eventually(lambda: handled == ["pay@1"], timeout=60)
+        await assert_eventually(lambda: handled == [run_id("pay", AT + timedelta(seconds=1))], timeout=60)
         stop.set()
         await task
     [letter] = await read_letters(kafka, 1, topic=small_dlq.name)

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from slotflow.contracts import CommandAccepted, wrap
+from slotflow.contracts import REGISTRY, CommandAccepted, DeadLettered, wrap
 from slotflow.contracts.codec import decode
-from slotflow.contracts.topics import SCHEDULE_EVENTS
+from slotflow.contracts.topics import DLQ_MAX_RECORD_BYTES, DLQ_MESSAGES, SCHEDULE_EVENTS
 from slotflow.kafka.consumer import Consumer
 from slotflow.kafka.producer import Producer
 from slotflow.pg.migrations import OUTBOX, apply_migrations
@@ -167,3 +167,59 @@ async def test_a_backlog_behind_stale_statistics_is_picked_once_and_marked_by_pr
     picks = [n for n in _plan_nodes(plan) if n.get("Node Type") == "Limit"]
     assert picks
     assert all(n["Actual Loops"] == 8 for n in picks), picks  # once per shard, not per pending row
+
+
+@pytest.mark.parametrize(
+    "mode",
+    [{}, {"one_transaction": True}],
+    ids=["shard-by-shard", "one-transaction"],
+)
+async def test_a_row_too_large_to_send_is_parked_and_the_rows_behind_it_flow(
+    pg_pool: Pool, kafka: KafkaSettings, mode: dict[str, bool]
+) -> None:
+    """Issue 23: one 2 MB RunCompleted made the relay pause every second, forever; the rows
+    behind it (same key, so same shard) never left. Now it is parked with a dead letter."""
+    await apply_migrations(pg_pool, schema=SCHEMA, sources=[OUTBOX])
+    topic = kafka.topic(SCHEDULE_EVENTS)
+    big = CommandAccepted(command_id="big", command_type="x" * 2_000_000, subject="k")
+    async with pg_pool.acquire() as conn, conn.transaction():
+        envelope = wrap(big, id="big", key="k", source="test", occurred_at=datetime.now(UTC))
+        await append(conn, schema=SCHEMA, topic=topic, envelope=envelope)
+        for n in range(3):
+            item = staged(topic, f"behind-{n}", "k")
+            await append(conn, schema=SCHEMA, topic=item.topic, envelope=item.envelope)
+    async with Producer(kafka, client_id="relay-test") as producer:
+        relay = OutboxRelay(pg_pool, producer, schema=SCHEMA, **mode)
+        stop = asyncio.Event()
+        task = asyncio.create_task(relay.run(stop))
+        try:
+            started = asyncio.get_running_loop().time()
+            assert await read_ids(kafka, topic, 3) == ["behind-0", "behind-1", "behind-2"]
+            assert asyncio.get_running_loop().time() - started < 5.0
+
+            async def pending() -> bool:
+                return await relay.pending() == 0
+
+            await assert_eventually(pending, timeout=10, message="the outbox drained")
+        finally:
+            stop.set()
+            await task
+    assert relay.parked == 1
+    dlq = kafka.topic(DLQ_MESSAGES)
+    async with Consumer(kafka, dlq, group_id=unique_name("dlq"), client_id="dlq") as consumer:
+        letters: list[Any] = []
+
+        async def parked() -> bool:
+            letters.extend(
+                REGISTRY.parse(decode(r.value, max_bytes=DLQ_MAX_RECORD_BYTES))
+                for r in await consumer.poll(timeout_ms=200)
+            )
+            return bool(letters)
+
+        await assert_eventually(parked, timeout=30, message="the dead letter")
+    [letter] = letters
+    assert isinstance(letter, DeadLettered)
+    assert (letter.reason, letter.topic, letter.partition) == ("too_large", topic, -1)
+    assert letter.source_service == f"outbox:{SCHEMA}"
+    assert letter.value_size is not None
+    assert letter.value_size > 2_000_000

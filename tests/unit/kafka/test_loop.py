@@ -7,13 +7,14 @@ let a test decide exactly when the DLQ fails or a commit is lost.
 import asyncio
 import random
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 import pytest
 
 from slotflow.contracts import REGISTRY, DeadLettered, Envelope, JobDue, wrap
 from slotflow.contracts.codec import encode
+from slotflow.core.identity import run_id
 from slotflow.errors import (
     MessageTooLarge,
     PermanentError,
@@ -30,7 +31,8 @@ AT = datetime(2026, 12, 2, 2, 0, tzinfo=UTC)
 
 
 def good(n: int) -> Record:
-    job = JobDue(run_id=f"j@{n}", job_id="j", slot=AT, handler="h")
+    slot = AT + timedelta(seconds=n)
+    job = JobDue(run_id=run_id("j", slot), job_id="j", slot=slot, handler="h")
     return Record(
         "t", 0, n, b"j", encode(wrap(job, id=job.run_id, key="j", source="s", occurred_at=AT)), (), None
     )

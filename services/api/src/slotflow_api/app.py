@@ -124,6 +124,9 @@ def _mount_ui(app: FastAPI) -> None:
         mount(app)
 
 
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
 def _route_template(request: Request) -> str:
     for route in request.app.router.routes:
         match, _ = route.matches(request.scope)
@@ -138,6 +141,8 @@ def _instrument(app: FastAPI, metrics: Metrics) -> None:
         started = time.perf_counter()
         response = await call_next(request)
         route = _route_template(request)
-        metrics.requests.labels(request.method, route, str(response.status_code)).inc()
+        # Methods are the client's text: any other than the standard ones is one label, `other`.
+        method = request.method if request.method in _METHODS else "other"
+        metrics.requests.labels(method, route, str(response.status_code)).inc()
         metrics.request_seconds.labels(route).observe(time.perf_counter() - started)
         return response

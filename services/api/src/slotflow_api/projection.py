@@ -25,11 +25,13 @@ from slotflow.contracts import (
     CommandAccepted,
     CommandRejected,
     DeadLetterStatusChanged,
+    DiscardDeadLetters,
     Envelope,
     FireTimerFired,
     HistoryEvent,
     JobDue,
     Message,
+    RedriveDeadLetters,
     RunCompleted,
     RunDeadLettered,
     RunFailed,
@@ -56,9 +58,11 @@ from slotflow_api.workflow_projection import record_event, refold
 
 #: Command types whose consumer acknowledges them (CommandAccepted/CommandRejected); the others
 #: stay `published` once seen on their topic.
+#: The DLQ service acknowledges its commands too (CommandAccepted on its events topic, staged with
+#: the status changes): until then a redrive is `pending`, so `?wait=` waits for the DLQ's answer.
 ACKNOWLEDGED_COMMANDS = frozenset(
     m.message_type for m in (*SCHEDULE_COMMAND_TYPES, *TIMER_COMMAND_TYPES, *WORKFLOW_COMMAND_TYPES)
-)
+) | {RedriveDeadLetters.message_type, DiscardDeadLetters.message_type}
 
 #: Outcome rank per claim: a later fact about the same claim can only raise it.
 RANKS = {"running": 1, "failed": 2, "retrying": 3, "skipped": 4, "dead_lettered": 4, "completed": 5}
@@ -299,6 +303,7 @@ async def _flush_runs(conn: Conn, schema: str, runs: _RunBatch) -> None:
             """,
             runs.attempts,
         )
+        await conn.execute(_TAKEN_OVER.format(schema=schema), sorted(runs.touched))
     await conn.execute(_DERIVE_RUNS.format(schema=schema), sorted(runs.touched))
 
 
@@ -315,6 +320,16 @@ def _merged_skeletons(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
                 found[i] = value
     return [tuple(values) for values in merged.values()]
 
+
+# A claim whose lease lapsed was taken over under a higher fence token: its owner's late writes
+# bounce, so it never reports an outcome and would show `running` forever. Any higher token on the
+# run settles it as `taken_over` (rank stays 1: a fact it did report before the takeover still
+# outranks it, whatever order the facts arrive in).
+_TAKEN_OVER = """
+UPDATE {schema}.run_attempts AS a SET outcome = 'taken_over'
+ WHERE a.run_id = ANY($1::text[]) AND a.outcome = 'running'
+   AND EXISTS (SELECT 1 FROM {schema}.run_attempts b WHERE b.run_id = a.run_id AND b.fence_token > a.fence_token)
+"""
 
 # A run's state is a function of all its facts, never of their arrival order: completed anywhere
 # wins; otherwise the latest claim (highest fence token, then attempt) speaks, unless a JobDue for

@@ -21,6 +21,7 @@ from datetime import datetime
 from pydantic import ValidationError
 
 from slotflow.contracts import Envelope, JobDue
+from slotflow.contracts.identity import identity_violation
 from slotflow.errors import PoisonMessage
 from slotflow.kafka.poison import dead_letter_envelope, decode_record, guess_ids, minimal_dead_letter
 from slotflow.kafka.records import Record
@@ -186,6 +187,7 @@ class Intake:
             or envelope.version != JobDue.message_version
             or envelope.key != job.job_id
             or (record.key is not None and record.key != envelope.key.encode())
+            or identity_violation(envelope, job) is not None
         ):
             return None
         return Due(record, None, job)

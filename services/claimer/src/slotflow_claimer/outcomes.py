@@ -30,6 +30,9 @@ log = logging.getLogger(__name__)
 
 _MESSAGE_CHARS = 2000
 _TRACEBACK_CHARS = 16000
+#: A handler's result is recorded whole up to this size (as JSON); past it, a truncation marker.
+RESULT_MAX_BYTES = 256 * 1024
+_PREVIEW_CHARS = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +54,7 @@ class Outcome:
     def write(self) -> store.OutcomeWrite:
         run = self.run
         if self.kind == "completed":
-            result = store.jsonb_text(to_jsonable_python(self.result, fallback=str))
+            result = capped_result(store.jsonb_text(to_jsonable_python(self.result, fallback=str)))
             return store.OutcomeWrite(run.run_id, run.fence_token, "completed", result=result, due=run.due)
         if self.kind == "cancelled":
             entry = {"event": "cancelled", "error_type": "RunCancelled", "message": _cancel_message(run)}
@@ -103,6 +106,27 @@ def _plain(outcome: Outcome) -> Outcome:
         retryable=outcome.retryable,
         held_reason=outcome.held_reason,
     )
+
+
+def capped_result(text: str, limit: int = RESULT_MAX_BYTES) -> str:
+    """``text`` (a result's JSON) if within ``limit`` bytes, else a truncation marker in its place.
+
+    The result travels in RunCompleted; one past what its topic takes could never be published
+    (issue 23: a 2,000,484-byte RunCompleted stalled the outbox). The run still completed, so it
+    is not failed (a retry would repeat its effect): the marker says the result was too large,
+    how large, and keeps its start for a person to recognise. Large results go by reference (a
+    row or object the handler writes, named in a small result).
+    """
+    # jsonb_text escapes everything outside ASCII, so characters are bytes here.
+    if len(text) <= limit:
+        return text
+    marker = {
+        "slotflow_result_truncated": True,
+        "size_bytes": len(text),
+        "limit_bytes": limit,
+        "preview": text[:_PREVIEW_CHARS],
+    }
+    return store.jsonb_text(marker)
 
 
 def _message(error: BaseException) -> str:

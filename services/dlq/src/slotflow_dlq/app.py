@@ -21,6 +21,7 @@ from pathlib import Path
 import asyncpg
 
 from slotflow.contracts import DeadLettered, DiscardDeadLetters, RedriveDeadLetters
+from slotflow.contracts.dlq import reason_label
 from slotflow.contracts.topics import DLQ_COMMANDS, DLQ_MAX_RECORD_BYTES, DLQ_MESSAGES
 from slotflow.errors import TransientStorageError
 from slotflow.kafka.consumer import Consumer
@@ -221,7 +222,7 @@ class DlqService:
     def _after_parking(self, parked: list[store.Parked]) -> None:
         for one in parked:
             if one.new:
-                self.metrics.parked.labels(one.reason).inc()
+                self.metrics.parked.labels(reason_label(one.reason)).inc()
             else:
                 self.metrics.sightings.inc()
         if parked and self._outbox is not None:
@@ -255,7 +256,7 @@ class DlqService:
         log.info("%s %s: %d entries", incoming.envelope.type, incoming.envelope.id, len(applied.changed))
 
     def _own_poison(self, record: Record, reason: str) -> None:
-        self.metrics.poison.labels(reason).inc()
+        self.metrics.poison.labels(reason_label(reason)).inc()
 
     async def _refresh_gauges(self, stop: asyncio.Event) -> None:
         shown: set[str] = set()
@@ -266,10 +267,15 @@ class DlqService:
             except _GAUGE_ERRORS as err:
                 log.warning("gauge refresh failed: %s", err)
             else:
-                for reason in shown - counts.keys():
-                    self.metrics.parked_now.labels(reason).set(0)
+                # Forged reasons fold into `other`: the label set stays the known reasons.
+                labelled: dict[str, int] = {}
                 for reason, count in counts.items():
+                    label = reason_label(reason)
+                    labelled[label] = labelled.get(label, 0) + count
+                for reason in shown - labelled.keys():
+                    self.metrics.parked_now.labels(reason).set(0)
+                for reason, count in labelled.items():
                     self.metrics.parked_now.labels(reason).set(count)
-                shown |= counts.keys()
+                shown |= labelled.keys()
                 self.metrics.oldest_parked_age.set(age)
             await sleep_or_stop(stop, self.settings.gauge_seconds)

@@ -320,16 +320,27 @@ async def redrive(
     """
     if await _seen_command(conn, schema, envelope.id):
         return Applied(envelope.id, True, ())
+    # Only this deployment's own topics are redriven to: a letter is a claim by whoever sent it,
+    # and one naming a foreign topic (issue 23) made the relay publish there, loop on it, and
+    # block every later redrive. Such entries stay parked and the acknowledgement says so.
+    own = [spec.name for spec in kafka.topics()]
     alone, alone_params = selection_sql(command.selection, default_status="parked", first=1)
     skipped = await conn.fetchval(
         f"SELECT count(*) FROM {schema}.dead_letters WHERE {alone} AND value_truncated", *alone_params
     )
-    where, params = selection_sql(command.selection, default_status="parked", first=3)
+    after_own, after_params = selection_sql(command.selection, default_status="parked", first=2)
+    foreign = await conn.fetchval(
+        f"SELECT count(*) FROM {schema}.dead_letters WHERE {after_own} AND NOT value_truncated "
+        "AND topic <> ALL ($1::text[])",
+        own,
+        *after_params,
+    )
+    where, params = selection_sql(command.selection, default_status="parked", first=4)
     rows = await conn.fetch(
         f"""
         WITH chosen AS (
             SELECT id FROM {schema}.dead_letters
-             WHERE {where} AND NOT value_truncated
+             WHERE {where} AND NOT value_truncated AND topic = ANY ($3::text[])
              ORDER BY first_seen, id
              LIMIT $1
                FOR UPDATE
@@ -343,6 +354,7 @@ async def redrive(
         """,
         command.limit,
         pg_text(f"redriven by {envelope.id}"[:1000]),
+        own,
         *params,
     )
     ids: list[str] = []
@@ -388,6 +400,8 @@ async def redrive(
     subject = f"redrove {len(rows)} dead letter(s)"
     if skipped:
         subject += f"; {skipped} parked truncated cannot be redriven"
+    if foreign:
+        subject += f"; {foreign} refused: their topic is not one of this deployment's"
     items.append(_accepted(kafka, envelope, "redrive", subject, now))
     await append_many(conn, schema=schema, items=items)
     await _record_command(conn, schema, envelope, "redrive", command.selection, "", len(rows))

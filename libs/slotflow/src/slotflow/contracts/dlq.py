@@ -13,6 +13,32 @@ REDRIVE_OF_HEADER = "slotflow-redrive-of"
 
 DeadLetterStatus = Literal["parked", "redriven", "discarded"]
 
+#: Every reason a slotflow consumer parks a record with (docs/dlq.md, "Reasons"). A letter may
+#: carry any text; metrics label only these, and any other as `other`, so forged reasons cannot
+#: create unbounded label values (issue 23: 300 letters made 900 new series).
+KNOWN_REASONS = frozenset(
+    {
+        "undecodable",
+        "too_large",
+        "unknown_type",
+        "invalid_payload",
+        "key_mismatch",
+        "unexpected_type",
+        "permanent_error",
+        "attempts_exhausted",
+        "unknown_handler",
+        "command_rejected",
+        "unprocessable",
+        "handler_error",
+        "poison",
+    }
+)
+
+
+def reason_label(reason: str) -> str:
+    """``reason`` as a metric label: itself when known, else `other` (a bounded set)."""
+    return reason if reason in KNOWN_REASONS else "other"
+
 
 class DeadLettered(Message):
     """A message that could not be processed, with everything needed to inspect and redrive it.

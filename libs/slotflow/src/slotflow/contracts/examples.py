@@ -152,7 +152,7 @@ EXAMPLES: dict[type[Message], tuple[str, str, Message]] = {
     ),
     ScheduleDeleted: ("cmd-0005/deleted", _SCHEDULE, ScheduleDeleted(schedule_id=_SCHEDULE)),
     SlotSkipped: (
-        f"{_RUN}/skipped",
+        f"{_RUN}/7/skipped",
         _SCHEDULE,
         SlotSkipped(schedule_id=_SCHEDULE, run_id=_RUN, slot=_AT, reason="misfire", detail="fire_once"),
     ),
@@ -173,12 +173,12 @@ EXAMPLES: dict[type[Message], tuple[str, str, Message]] = {
     ),
     JobDue: (job_due_event_id(_RUN, 1), _SCHEDULE, _JOB),
     RunStarted: (
-        f"{_RUN}/1/started",
+        f"{_RUN}/7/started",
         _SCHEDULE,
         RunStarted.model_validate({**_RUN_FIELDS, "started_at": _AT}),
     ),
     RunCompleted: (
-        f"{_RUN}/1/completed",
+        f"{_RUN}/7/completed",
         _SCHEDULE,
         RunCompleted.model_validate(
             {
@@ -190,7 +190,7 @@ EXAMPLES: dict[type[Message], tuple[str, str, Message]] = {
         ),
     ),
     RunFailed: (
-        f"{_RUN}/1/failed",
+        f"{_RUN}/7/failed",
         _SCHEDULE,
         RunFailed.model_validate(
             {
@@ -203,7 +203,7 @@ EXAMPLES: dict[type[Message], tuple[str, str, Message]] = {
         ),
     ),
     RunRetrying: (
-        f"{_RUN}/1/retrying",
+        f"{_RUN}/7/retrying",
         _SCHEDULE,
         RunRetrying.model_validate(
             {
@@ -215,12 +215,12 @@ EXAMPLES: dict[type[Message], tuple[str, str, Message]] = {
         ),
     ),
     RunDeadLettered: (
-        f"{_RUN}/dead-lettered",
+        f"{_RUN}/7/dead_lettered",
         _SCHEDULE,
         RunDeadLettered.model_validate({**_RUN_FIELDS, "reason": "attempts_exhausted", "history": _HISTORY}),
     ),
     RunSkipped: (
-        f"{_RUN}/skipped",
+        f"{_RUN}/7/skipped",
         _SCHEDULE,
         RunSkipped.model_validate({**_RUN_FIELDS, "reason": "previous run still running"}),
     ),

@@ -37,6 +37,7 @@ from slotflow.contracts import (
 )
 from slotflow.contracts.codec import DEFAULT_MAX_BYTES, decode, encode
 from slotflow.contracts.envelope import Message, fit_id, fit_key, storable
+from slotflow.contracts.identity import check_identity
 from slotflow.contracts.topics import DLQ_MAX_RECORD_BYTES
 from slotflow.errors import (
     KeyMismatch,
@@ -124,6 +125,9 @@ def _decode_record(
         wanted = expected_key(envelope, message)
         if wanted is not None and wanted != envelope.key:
             raise KeyMismatch(f"{envelope.type} keyed {envelope.key!r} but its payload names {wanted!r}")
+    # Ids are dedupe keys downstream: one that does not follow from the content is refused here,
+    # before any inbox or unique key can collapse a genuine record on it (issue 24).
+    check_identity(envelope, message)
     return envelope, message
 
 

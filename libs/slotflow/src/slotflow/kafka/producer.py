@@ -67,6 +67,8 @@ class Producer:
         # than any other; every producer may send them, since every service parks poison.
         self._dlq_max_bytes = max(self._max_bytes, DLQ_MAX_RECORD_BYTES - _FRAMING)
         self._dlq_suffix = DLQ_MESSAGES.name
+        #: This deployment's DLQ topic (where an outbox relay parks a row too large to send).
+        self.dlq_topic = settings.topic(DLQ_MESSAGES)
         self._producer: Any = AIOKafkaProducer(
             bootstrap_servers=settings.bootstrap,
             client_id=f"{settings.client_id_prefix}-{client_id}",

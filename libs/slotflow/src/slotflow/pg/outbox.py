@@ -15,6 +15,11 @@ shard at a time, in seq order. Any number of relays (one per service replica) sh
 
 A crash after the broker acknowledged but before the mark commits republishes those rows: the
 same envelope ids again, which consumers collapse. That is the effectively-once contract.
+
+Why one row cannot stall the outbox: a row larger than its topic takes (a 2 MB handler result)
+would fail every pass and hold every row behind it. The relay parks it instead: a dead letter
+(reason `too_large`, partition -1 and offset = the row's seq) is staged in the same transaction
+and the row stays marked published.
 """
 
 import asyncio
@@ -23,13 +28,16 @@ import json
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from slotflow.contracts.codec import encode
 from slotflow.contracts.envelope import TYPE_HEADER, VERSION_HEADER, Envelope
 from slotflow.core.stopping import sleep_or_stop
-from slotflow.errors import ConfigurationError, SlotflowError
+from slotflow.errors import ConfigurationError, MessageTooLarge, SlotflowError
+from slotflow.kafka.poison import dead_letter_envelope
 from slotflow.kafka.producer import OutgoingRecord, Producer, envelope_headers
+from slotflow.kafka.records import Record
 from slotflow.pg.pool import CONNECTION_ERRORS, Conn, Pool
 
 log = logging.getLogger(__name__)
@@ -195,6 +203,8 @@ class OutboxRelay:
             raise ConfigurationError(f"shards must be a non-empty subset of 0..{SHARDS - 1}")
         self._wake = asyncio.Event()
         self.published = 0
+        #: Rows too large to send, parked in the DLQ instead.
+        self.parked = 0
 
     def wake(self) -> None:
         """Publish soon: call after committing a transaction that staged events."""
@@ -262,11 +272,62 @@ class OutboxRelay:
             # Sorted by seq, so each key's records leave in staging order; one record batch per
             # partition (the producer keeps the order within each).
             rows.sort(key=_seq)
-            await self._producer.send_raw_many(
-                OutgoingRecord(r["topic"], r["key"].encode(), r["value"], _headers(r["headers"]))
-                for r in rows
-            )
+            limit = self._producer.limit_for
+            if any(len(r["value"]) > limit(r["topic"]) for r in rows):
+                rows = await self._park_oversized(conn, rows)
+            try:
+                await self._producer.send_raw_many(_outgoing(r) for r in rows)
+            except MessageTooLarge:
+                # The broker's limit is below ours (a topic created smaller): find the refused
+                # rows one at a time. Rows already sent may go twice; consumers collapse them.
+                for row in rows:
+                    try:
+                        await self._producer.send_raw_many([_outgoing(row)])
+                    except MessageTooLarge as err:
+                        await self._park(conn, row, err)
             return len(rows)
+
+    async def _park_oversized(self, conn: Conn, rows: list[Any]) -> list[Any]:
+        """Park rows larger than their topic takes; returns the others.
+
+        A row the producer can never send would fail every pass and hold every row behind it
+        (issue 23: one 2 MB RunCompleted stopped a claimer's events for good). It stays marked
+        published (it has left the queue) and a dead letter, staged in this transaction, carries
+        it to the DLQ with reason `too_large`.
+        """
+        limit = self._producer.limit_for
+        sendable = []
+        for row in rows:
+            if len(row["value"]) > limit(row["topic"]):
+                size = len(row["value"])
+                await self._park(
+                    conn, row, MessageTooLarge(f"{size} bytes exceed the {limit(row['topic'])}-byte limit")
+                )
+            else:
+                sendable.append(row)
+        return sendable
+
+    async def _park(self, conn: Conn, row: Any, error: MessageTooLarge) -> None:
+        log.error("outbox %s: parking row %s for %s: %s", self._schema, row["seq"], row["topic"], error)
+        # The row never reached its topic: partition -1 and its outbox seq name where it was.
+        record = Record(
+            topic=row["topic"],
+            partition=-1,
+            offset=int(row["seq"]),
+            key=row["key"].encode(),
+            value=row["value"],
+            headers=tuple(_headers(row["headers"]).items()),
+            timestamp_ms=None,
+        )
+        letter = dead_letter_envelope(
+            record,
+            error,
+            source_service=f"outbox:{self._schema}",
+            occurred_at=datetime.now(UTC),
+            reason="too_large",
+        )
+        await append_many(conn, schema=self._schema, items=[Staged(self._producer.dlq_topic, letter)])
+        self.parked += 1
 
     async def purge_published(self) -> int:
         """Delete rows published longer ago than the keep period; returns how many."""
@@ -297,6 +358,10 @@ class OutboxRelay:
                 log.warning("outbox %s: flush failed: %r", self._schema, err)
                 return
             await asyncio.sleep(0.05)
+
+
+def _outgoing(row: Any) -> OutgoingRecord:
+    return OutgoingRecord(row["topic"], row["key"].encode(), row["value"], _headers(row["headers"]))
 
 
 def _seq(row: Any) -> int:
