@@ -122,3 +122,15 @@ def test_run_events_history_events_and_letters_carry_their_own_ids() -> None:
     )
     assert identity_violation(wrap(letter, id="t:1:9", key="k", source="t", occurred_at=SLOT), letter) is None
     assert identity_violation(wrap(letter, id="t:1:8", key="k", source="t", occurred_at=SLOT), letter)
+
+
+def test_schedule_ids_are_one_path_segment() -> None:
+    """Issue 23: ids with `/` could be created but no schedule route could name them."""
+    import pydantic
+
+    from slotflow.contracts import CreateSchedule, CronSpec, ScheduleDefinition
+
+    definition = ScheduleDefinition(spec=CronSpec(expression="0 0 * * *"), handler="h")
+    with pytest.raises(pydantic.ValidationError, match="schedule_id"):
+        CreateSchedule(schedule_id="team/a", definition=definition)
+    CreateSchedule(schedule_id="team.a:b@c+d-e", definition=definition)

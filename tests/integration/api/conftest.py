@@ -14,6 +14,9 @@ from slotflow.settings import KafkaSettings, PostgresSettings
 from slotflow_api.app import create_app
 from slotflow_api.config import ApiSettings, Settings
 
+#: Every state-changing request names its client (the API's CSRF rule, docs/api.md).
+CLIENT_HEADERS = {"X-Slotflow-Client": "test"}
+
 
 @pytest.fixture
 def api_settings(kafka: KafkaSettings, pg_dsn: str) -> Settings:
@@ -34,7 +37,9 @@ async def app(api_settings: Settings) -> AsyncIterator[FastAPI]:
 @pytest.fixture
 async def client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://api.test", timeout=40) as http:
+    async with httpx.AsyncClient(
+        transport=transport, base_url="http://api.test", timeout=40, headers=CLIENT_HEADERS
+    ) as http:
         yield http
 
 

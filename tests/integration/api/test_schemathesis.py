@@ -77,7 +77,9 @@ def _fuzz(base_url: str) -> int:
             if isinstance(case.query, dict):
                 case.query.pop("wait", None)
             case.call_and_validate(
-                base_url=base_url, checks=[not_a_server_error, response_schema_conformance]
+                base_url=base_url,
+                checks=[not_a_server_error, response_schema_conformance],
+                headers={"X-Slotflow-Client": "schemathesis"},  # the API's CSRF rule
             )
             calls += 1
 

@@ -18,6 +18,9 @@ from tests.integration.claimer.support import create_user_tables, payouts_module
 
 StartClaimer = Callable[..., Awaitable[Claimer]]
 
+#: Every state-changing request names its client (the API's CSRF rule, docs/api.md).
+CLIENT_HEADERS = {"X-Slotflow-Client": "test"}
+
 
 @pytest.fixture
 async def producer(kafka: KafkaSettings) -> AsyncIterator[Producer]:
@@ -72,5 +75,7 @@ async def api(kafka: KafkaSettings, pg_dsn: str) -> AsyncIterator[httpx.AsyncCli
     app = create_app(settings)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://api.test", timeout=40) as http:
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://api.test", timeout=40, headers=CLIENT_HEADERS
+        ) as http:
             yield http

@@ -41,6 +41,9 @@ from tests.integration.dlq.conftest import Running, start_dlq, stop_dlq
 from tests.integration.dlq.helpers import origin, park
 from tests.integration.ticker.support import TopicTail, db_now, send, start_ticker, stop_ticker
 
+#: Every state-changing request names its client (the API's CSRF rule, docs/api.md).
+CLIENT_HEADERS = {"X-Slotflow-Client": "test"}
+
 
 @pytest.fixture
 async def dlq(kafka: KafkaSettings, pg_dsn: str) -> AsyncIterator[Running]:
@@ -59,7 +62,9 @@ async def api(kafka: KafkaSettings, pg_dsn: str) -> AsyncIterator[httpx.AsyncCli
     application = create_app(settings)
     async with application.router.lifespan_context(application):
         transport = httpx.ASGITransport(app=application)
-        async with httpx.AsyncClient(transport=transport, base_url="http://api.test", timeout=40) as http:
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://api.test", timeout=40, headers=CLIENT_HEADERS
+        ) as http:
             yield http
 
 

@@ -357,3 +357,14 @@ async def test_a_backfill_wider_than_the_tickers_cap_is_rejected_naming_the_sett
     assert "more than 5 slots" in reason
     assert "SLOTFLOW_TICKER_MAX_BACKFILL_SLOTS" in reason
     assert len([e for e in tail.of_type("job.due") if job(e).kind == "backfill"]) == 5
+
+
+async def test_a_schedule_that_can_never_fire_is_rejected_with_why(
+    ticker: Replica, tail: TopicTail, producer: Producer, kafka: KafkaSettings
+) -> None:
+    """Issue 23: `0 0 30 2 *` and an interval of 999,999,999 days were accepted and never fired."""
+    never = ScheduleDefinition(spec=CronSpec(expression="0 0 30 2 *"), handler="h")
+    cid = await send(producer, kafka, CreateSchedule(schedule_id="feb-30", definition=never))
+    await tail.wait_for(lambda t: rejected_reason(t, cid) is not None, message="the rejection")
+    assert "can never fire" in (rejected_reason(tail, cid) or "")
+    assert "matches no date" in (rejected_reason(tail, cid) or "")

@@ -44,3 +44,17 @@ def test_app_container_runs_an_existing_module(service: str, module: str) -> Non
             f"compose service {service} runs {module}, but services/{module.removeprefix('slotflow_')} does not exist"
         )
     assert importlib.util.find_spec(module) is not None, f"{service}: module {module} not importable"
+
+
+def test_the_api_container_listens_where_its_published_port_reaches() -> None:
+    """Issue 23: the api listened on the container's 127.0.0.1, so the published port reached nothing."""
+    api = load_compose()["services"]["api"]
+    environment = api["environment"]
+    assert environment["SLOTFLOW_API_HOST"] == "0.0.0.0"  # noqa: S104 - inside its container, on purpose
+    # The merge keeps the shared settings every service needs.
+    assert environment["SLOTFLOW_KAFKA_BOOTSTRAP"] == "kafka:9092"
+    assert "SLOTFLOW_PG_DSN" in environment
+    [published] = api["ports"]
+    host, _host_port, container_port = published.split(":")
+    assert host == "127.0.0.1"
+    assert container_port == environment.get("SLOTFLOW_API_PORT", "8080")

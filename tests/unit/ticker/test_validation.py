@@ -33,6 +33,7 @@ from slotflow_ticker.validation import (
     require_fireable,
     require_live,
     require_new,
+    require_some_slot,
 )
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
@@ -201,3 +202,37 @@ def test_the_tickers_own_cap_bounds_every_backfill() -> None:
     # Its own max_slots, when smaller, still speaks for itself.
     with pytest.raises(CommandRefused, match="max_slots=2"):
         backfill_plan(wider.model_copy(update={"max_slots": 2}), HOURLY, now=NOW, cap=4)
+
+
+CHECKED_AT = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("spec", "why"),
+    [
+        (CronSpec(expression="0 0 30 2 *"), "matches no date that exists"),
+        (CronSpec(expression="0 0 31 4 *"), "matches no date that exists"),
+        (IntervalSpec(every=timedelta(days=999_999_999)), "past the year 9999"),
+    ],
+)
+def test_a_schedule_that_can_never_fire_is_refused_with_why(spec: CronSpec | IntervalSpec, why: str) -> None:
+    """Issue 23: these were accepted and silently never fired."""
+    with pytest.raises(CommandRefused, match=f"schedule never can never fire: .*{why}"):
+        require_some_slot(ScheduleDefinition(spec=spec, handler="h"), "never", now=CHECKED_AT)
+
+
+@pytest.mark.parametrize(
+    "definition",
+    [
+        ScheduleDefinition(spec=CronSpec(expression="0 0 29 2 *"), handler="h"),  # leap years exist
+        ScheduleDefinition(spec=IntervalSpec(every=timedelta(days=3650)), handler="h"),
+        ScheduleDefinition(
+            spec=OnceSpec(at=CHECKED_AT - timedelta(days=1)), handler="h"
+        ),  # its misfire policy's
+        ScheduleDefinition(
+            spec=CronSpec(expression="0 0 * * *"), handler="h", end_at=CHECKED_AT - timedelta(days=1)
+        ),  # finished, not broken
+    ],
+)
+def test_schedules_that_can_fire_or_have_finished_pass(definition: ScheduleDefinition) -> None:
+    require_some_slot(definition, "ok", now=CHECKED_AT)

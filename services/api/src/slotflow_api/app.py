@@ -18,6 +18,7 @@ from slotflow.service import Supervisor
 from slotflow_api import errors
 from slotflow_api.app_state import Services
 from slotflow_api.config import Settings
+from slotflow_api.csrf import CsrfGuard
 from slotflow_api.limits import BodyLimit, RefuseNul
 from slotflow_api.metrics import Metrics
 from slotflow_api.projector import Projector, migrate
@@ -81,6 +82,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(RefuseNul)
     _instrument(app, metrics)
     _document_errors(app)
+    # Outermost: a forged cross-site request is refused before anything else sees it.
+    app.add_middleware(
+        CsrfGuard, allowed_hosts=chosen.api.allowed_hosts, allowed_origins=chosen.api.allowed_origins
+    )
     return app
 
 

@@ -1,9 +1,10 @@
 """Settings of the api service (env prefix SLOTFLOW_API_); no I/O at import."""
 
 from datetime import timedelta
+from typing import Annotated
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from slotflow.settings import KafkaSettings, PostgresSettings
 
@@ -34,6 +35,18 @@ class ApiSettings(BaseSettings):
     max_body_bytes: int = Field(default=1_048_576, ge=1024)
     #: Largest schedule payload (as compact JSON): every run of the schedule carries it.
     max_payload_bytes: int = Field(default=65_536, ge=2)
+    #: Host names this API answers to (comma-separated in the environment); empty: any. Set it
+    #: wherever the API is reachable by a name, against DNS rebinding (docs/api.md, "CSRF").
+    allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    #: Origins besides the API's own whose pages may send state-changing requests.
+    allowed_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
+
+    @field_validator("allowed_hosts", "allowed_origins", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
 
 
 class Settings(BaseSettings):

@@ -10,7 +10,7 @@ from typing import Any, Generic, Literal, TypeVar
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from slotflow.contracts import DeadLetterFilter, ScheduleDefinition
-from slotflow.contracts.envelope import IDENTIFIER_PATTERN
+from slotflow.contracts.envelope import IDENTIFIER_PATTERN, SCHEDULE_ID_PATTERN
 from slotflow.contracts.policies import OverlapPolicy
 from slotflow.contracts.workflows import IdReusePolicy
 
@@ -329,7 +329,8 @@ class _Body(BaseModel):
 
 
 class CreateScheduleBody(_Body):
-    schedule_id: str = Identifier
+    #: One URL path segment: no `/` (every schedule route names it as `/v1/schedules/{id}/...`).
+    schedule_id: str = Field(pattern=SCHEDULE_ID_PATTERN)
     definition: ScheduleDefinition
     paused: bool = False
 

@@ -23,7 +23,7 @@ from slotflow.contracts import (
     wrap,
 )
 from slotflow.contracts.dlq import REDRIVE_OF_HEADER
-from slotflow.contracts.envelope import REDRIVE_COUNT_HEADER, TYPE_HEADER
+from slotflow.contracts.envelope import REDRIVE_COUNT_HEADER, TYPE_HEADER, fit_id
 from slotflow.contracts.topics import DLQ_EVENTS
 from slotflow.pg.outbox import Staged, append_many
 from slotflow.pg.pool import Conn
@@ -305,7 +305,7 @@ def _accepted(kafka: KafkaSettings, envelope: Envelope, kind: str, subject: str,
     event = CommandAccepted(command_id=envelope.id, command_type=envelope.type, subject=subject)
     return Staged(
         kafka.topic(DLQ_EVENTS),
-        wrap(event, id=f"{envelope.id}/accepted"[:1000], key=envelope.key, source=SOURCE, occurred_at=at),
+        wrap(event, id=fit_id(envelope.id, "/accepted"), key=envelope.key, source=SOURCE, occurred_at=at),
     )
 
 

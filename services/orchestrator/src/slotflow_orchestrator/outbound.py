@@ -30,6 +30,7 @@ from slotflow.contracts import (
     history_event_id,
     wrap,
 )
+from slotflow.contracts.envelope import fit_id, fit_key
 from slotflow.contracts.topics import JOBS_DUE, WORKFLOW_EVENTS, WORKFLOW_HISTORY
 from slotflow.core.identity import job_due_event_id
 from slotflow.pg.outbox import Staged
@@ -137,7 +138,13 @@ class Outbound:
                 reason=ack.reason,
             )
             suffix = "rejected"
+        # The command id may already be at the envelope's limit (issue 23): fit_id keeps the
+        # derived id within it, deterministically.
         envelope = wrap(
-            message, id=f"{ack.command_id}/{suffix}", key=ack.subject, source=SOURCE, occurred_at=now
+            message,
+            id=fit_id(ack.command_id, f"/{suffix}"),
+            key=fit_key(ack.subject),
+            source=SOURCE,
+            occurred_at=now,
         )
         return Staged(self._events, envelope)

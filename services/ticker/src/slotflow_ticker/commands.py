@@ -54,6 +54,7 @@ from slotflow_ticker.validation import (
     require_fireable,
     require_live,
     require_new,
+    require_some_slot,
 )
 
 log = logging.getLogger(__name__)
@@ -368,6 +369,7 @@ class CommandHandler:
     ) -> Applied:
         require_new(row, message.schedule_id)
         require_fireable(message.definition, message.schedule_id)
+        require_some_slot(message.definition, message.schedule_id, now=now)
         position = start_position(message.schedule_id, message.definition, after=now)
         inserted = await conn.fetchval(
             self._q.insert_schedule,
@@ -397,6 +399,7 @@ class CommandHandler:
     ) -> Applied:
         definition = _new_definition(message, row)
         require_fireable(definition, message.schedule_id)
+        require_some_slot(definition, message.schedule_id, now=now)
         changed = tuple(field for field, _, _ in definition_changes(row.definition, definition))
         if not changed:
             # Nothing differs: accepted, and the grid and its coverage stay exactly as they are.

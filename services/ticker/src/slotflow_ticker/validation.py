@@ -7,10 +7,10 @@ here: the consume loop refuses them while decoding. These are the rules that nee
 from datetime import datetime
 
 from slotflow.contracts import Backfill, ScheduleDefinition
-from slotflow.contracts.schedules import OnceSpec
+from slotflow.contracts.schedules import CronSpec, OnceSpec
 from slotflow.core.cronslots import Slot
 from slotflow.errors import PermanentError
-from slotflow_ticker.planning import backfill_slots
+from slotflow_ticker.planning import backfill_slots, start_position
 from slotflow_ticker.store import ScheduleRow
 
 
@@ -39,6 +39,28 @@ def require_fireable(definition: ScheduleDefinition, schedule_id: str) -> None:
         or (definition.end_at is not None and spec.at > definition.end_at)
     ):
         raise CommandRefused(f"schedule {schedule_id}: the one-shot instant lies outside start_at/end_at")
+
+
+def require_some_slot(definition: ScheduleDefinition, schedule_id: str, *, now: datetime) -> None:
+    """A recurring schedule must have a next slot, unless its own end_at has already passed.
+
+    `0 0 30 2 *` (30 February) matches no date, and an interval of 999,999,999 days has its next
+    slot past the year 9999: both were accepted and silently never fired (issue 23). A one-shot
+    whose instant passed is left to its misfire policy, and a schedule whose end_at is past has
+    simply finished.
+    """
+    spec = definition.spec
+    if isinstance(spec, OnceSpec) or (definition.end_at is not None and definition.end_at <= now):
+        return
+    if start_position(schedule_id, definition, after=now).next_slot is not None:
+        return
+    if isinstance(spec, CronSpec):
+        why = f"the cron expression {spec.expression!r} matches no date that exists (30 February, say)"
+    else:
+        why = f"an interval of {spec.every} puts its next slot past the year 9999"
+    if definition.start_at is not None or definition.end_at is not None:
+        why += " within its start_at/end_at window"
+    raise CommandRefused(f"schedule {schedule_id} can never fire: {why}")
 
 
 def backfill_plan(

@@ -18,6 +18,10 @@ REDRIVE_COUNT_HEADER = "slotflow-redrive-count"
 
 #: Identifiers users choose (schedule ids, workflow ids, handler names): printable, bounded.
 IDENTIFIER_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,199}$"
+#: Schedule ids are one URL path segment (`/v1/schedules/{id}/pause`): the identifier pattern
+#: without `/`. `team/a` used to be created and then could not be read, paused or deleted over
+#: HTTP (issue 23); it is now refused everywhere with the same rule.
+SCHEDULE_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,199}$"
 #: The envelope's `id` and `key` are at most this many characters.
 ID_MAX_CHARS = 1000
 KEY_MAX_CHARS = 1000

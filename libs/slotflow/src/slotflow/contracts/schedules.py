@@ -7,10 +7,10 @@ from typing import Annotated, Any, Literal
 from croniter import croniter
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from slotflow.contracts.envelope import IDENTIFIER_PATTERN, Message
+from slotflow.contracts.envelope import IDENTIFIER_PATTERN, SCHEDULE_ID_PATTERN, Message
 from slotflow.contracts.policies import DstPolicy, MisfirePolicy, OverlapPolicy, RetryPolicy
 
-ScheduleId = Annotated[str, Field(pattern=IDENTIFIER_PATTERN)]
+ScheduleId = Annotated[str, Field(pattern=SCHEDULE_ID_PATTERN)]
 HandlerName = Annotated[str, Field(pattern=IDENTIFIER_PATTERN)]
 
 

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, Query
 from pydantic import AwareDatetime
 
 from slotflow.contracts import ScheduleDefinition
-from slotflow.contracts.envelope import IDENTIFIER_PATTERN
+from slotflow.contracts.envelope import SCHEDULE_ID_PATTERN
 from slotflow_api import audit as auditing
 from slotflow_api import read_model
 from slotflow_api.app_state import Services, services
@@ -29,7 +29,7 @@ DEFAULT_WINDOW = timedelta(days=1)
 )
 async def audit(
     s: Annotated[Services, Depends(services)],
-    schedule: Annotated[str, Query(pattern=IDENTIFIER_PATTERN, description="the schedule id")],
+    schedule: Annotated[str, Query(pattern=SCHEDULE_ID_PATTERN, description="the schedule id")],
     start: Annotated[
         AwareDatetime | None, Query(alias="from", description="default: `to` minus one day")
     ] = None,

@@ -17,7 +17,7 @@ from slotflow.contracts import (
     TriggerNow,
     UpdateSchedule,
 )
-from slotflow.contracts.envelope import IDENTIFIER_PATTERN
+from slotflow.contracts.envelope import SCHEDULE_ID_PATTERN
 from slotflow.contracts.schedules import definition_changes, patch_definition
 from slotflow.core.cronslots import slots_between
 from slotflow.core.identity import run_id
@@ -44,7 +44,7 @@ from slotflow_api.schemas import (
 
 router = APIRouter(tags=["schedules"])
 
-ScheduleId = Annotated[str, Path(pattern=IDENTIFIER_PATTERN, description="the schedule id")]
+ScheduleId = Annotated[str, Path(pattern=SCHEDULE_ID_PATTERN, description="the schedule id")]
 IdempotencyKey = Annotated[
     str | None,
     Header(

@@ -63,7 +63,8 @@ window.slotflowUi = (() => {
   }
 
   async function request(method, path, payload) {
-    const init = { method, headers: { Accept: "application/json" } };
+    // X-Slotflow-Client: the API refuses state-changing requests without it or a JSON body (CSRF).
+    const init = { method, headers: { Accept: "application/json", "X-Slotflow-Client": "dashboard" } };
     if (payload !== undefined) {
       init.headers["Content-Type"] = "application/json";
       init.body = JSON.stringify(payload);
