@@ -25,6 +25,7 @@ from slotflow.contracts import (
     wrap,
 )
 from slotflow.contracts.topics import DLQ_EVENTS, JOBS_DUE, RUN_EVENTS, SCHEDULE_EVENTS, TopicSpec
+from slotflow.core.identity import run_id as slot_run_id
 from slotflow.settings import KafkaSettings
 
 REPO = Path(__file__).resolve().parents[3]
@@ -129,18 +130,18 @@ def _env(message: Message, *, id: str, key: str, at: datetime) -> Envelope:
     return wrap(message, id=id, key=key, source="test", occurred_at=at)
 
 
-def workload(base: datetime, *, runs_per_schedule: int = 12, tag: str = "") -> Workload:
+def workload(base: datetime, *, runs_per_schedule: int = 12) -> Workload:
     """Runs every 10 s from ``base`` (a whole minute) for each schedule of HANDLERS.
 
     Every fourth run fails once and succeeds on retry, every fourth (offset one) fails for good and
     is dead-lettered, the rest complete; durations differ per run. Plus a skipped slot and parked
-    poison on two topics. ``tag`` makes run ids unique when one test emits several workloads.
+    poison on two topics. Run ids follow the identity rule (the consumers park any other).
     """
     w = Workload(base)
     for index, (job, handler) in enumerate(HANDLERS.items()):
         for k in range(runs_per_schedule):
             slot = base + timedelta(seconds=10 * k)
-            run_id = f"{job}@{slot.isoformat()}{tag}"
+            run_id = slot_run_id(job, slot)
             common = {"run_id": run_id, "job_id": job, "slot": slot, "owner": "c1"}
             w.add(
                 JOBS_DUE,
@@ -270,11 +271,11 @@ def workload(base: datetime, *, runs_per_schedule: int = 12, tag: str = "") -> W
         _env(
             SlotSkipped(
                 schedule_id="stats-c",
-                run_id=f"stats-c@{skipped_slot.isoformat()}{tag}",
+                run_id=slot_run_id("stats-c", skipped_slot),
                 slot=skipped_slot,
                 reason="misfire",
             ),
-            id=f"skip-{skipped_slot.isoformat()}{tag}",
+            id=f"skip-{skipped_slot.isoformat()}",
             key="stats-c",
             at=skipped_slot,
         ),
@@ -282,7 +283,7 @@ def workload(base: datetime, *, runs_per_schedule: int = 12, tag: str = "") -> W
     w.count("schedules", "stats-c", skipped_slot, "slots_skipped")
     for i, topic in enumerate(["t.orders", "t.orders", "t.orders", "t.payments", "t.payments"]):
         at = base + timedelta(seconds=20 * i)
-        dl_id = f"{topic}:0:{i}{tag}"
+        dl_id = f"{topic}:0:{i}"
         w.add(
             DLQ_EVENTS,
             _env(

@@ -155,7 +155,10 @@ def _payload_entries(base: dict[str, Any], key: bytes, tag: str) -> list[BadInpu
         raw = json.loads(json.dumps(base))
         target = raw["data"] if holder is data else raw["data"]["definition"]
         target["payload"] = {**target["payload"], "note": "nul \u0000 inside"}
-        raw["id"] = f"{base['id']}/nul-payload{tag}"
+        if raw.get("type") != "job.due":
+            raw["id"] = f"{base['id']}/nul-payload{tag}"
+        # A JobDue's id follows from its run (issue 24: any other id is parked as forged), so
+        # that case keeps the good record's id: a duplicate of it, collapsed onto the same run.
         # Valid JSON and a valid message: consumers that store it replace the NUL (U+FFFD) or keep
         # it as json text; none may stall on it (the api's edge refuses it with a 422).
         entries.append(BadInput("nul_in_payload", key, _dump(raw), None))
