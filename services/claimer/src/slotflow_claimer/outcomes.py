@@ -31,7 +31,9 @@ log = logging.getLogger(__name__)
 _MESSAGE_CHARS = 2000
 _TRACEBACK_CHARS = 16000
 #: A handler's result is recorded whole up to this size (as JSON); past it, a truncation marker.
-RESULT_MAX_BYTES = 256 * 1024
+#: Under the 1 MiB run-events record with room for the envelope: a workflow activity's result
+#: of a few hundred kB must reach the orchestrator whole (it stores it by reference there).
+RESULT_MAX_BYTES = 768 * 1024
 _PREVIEW_CHARS = 1000
 
 
