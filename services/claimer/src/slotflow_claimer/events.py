@@ -104,13 +104,14 @@ class RunEvents:
         data["started_at"] = run.started_at or at
         return self._run_row(run, RunStarted, "started", at, data)
 
-    def completed_row(self, run: Run, at: datetime) -> Encoded:
+    def completed_row(self, run: Run, at: datetime, *, logs: tuple[str, ...] = ()) -> Encoded:
         """`completed` as the outbox row, built without models."""
         finished = run.finished_at or at
         data = self._common(run)
         data["result"] = run.result
         data["started_at"] = run.started_at or finished
         data["finished_at"] = finished
+        data["logs"] = list(logs)
         return self._run_row(run, RunCompleted, "completed", at, data)
 
     def started(self, run: Run, at: datetime) -> Staged:
@@ -119,18 +120,27 @@ class RunEvents:
             run, RunStarted.model_construct(**self._common(run), started_at=started_at), "started", at
         )
 
-    def completed(self, run: Run, at: datetime) -> Staged:
+    def completed(self, run: Run, at: datetime, *, logs: tuple[str, ...] = ()) -> Staged:
         finished = run.finished_at or at
         message = RunCompleted.model_construct(
             **self._common(run),
             result=run.result,
             started_at=run.started_at or finished,
             finished_at=finished,
+            logs=logs,
         )
         return self._run_event(run, message, "completed", at)
 
     def failed(
-        self, run: Run, at: datetime, *, error_type: str, message: str, traceback: str, retryable: bool
+        self,
+        run: Run,
+        at: datetime,
+        *,
+        error_type: str,
+        message: str,
+        traceback: str,
+        retryable: bool,
+        logs: tuple[str, ...] = (),
     ) -> Staged:
         event = RunFailed.model_validate(
             {
@@ -139,6 +149,7 @@ class RunEvents:
                 "message": message,
                 "traceback": traceback,
                 "retryable": retryable,
+                "logs": logs,
                 "finished_at": run.finished_at or at,
             }
         )

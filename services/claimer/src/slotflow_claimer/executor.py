@@ -29,6 +29,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import contextvars
+import dataclasses
 import functools
 import inspect
 import logging
@@ -45,7 +46,7 @@ from slotflow.errors import FenceRejected, PermanentError
 from slotflow.pg.pool import Pool
 from slotflow.runs import FencedWrites, Handler, HandlerRegistry, RunContext, UnknownHandler
 from slotflow.service import sleep_or_stop
-from slotflow_claimer import store
+from slotflow_claimer import capture, store
 from slotflow_claimer.downstreams import Gate, Pass
 from slotflow_claimer.metrics import ClaimerMetrics
 from slotflow_claimer.outcomes import Outcome
@@ -122,6 +123,7 @@ class Executor:
         self._space = asyncio.Event()
         self._released: list[Execution] = []
         self._durations: dict[tuple[str, str], Any] = {}
+        capture.install()
 
     # -- capacity -----------------------------------------------------------------------------
 
@@ -212,8 +214,10 @@ class Executor:
             return
         ex.in_handler = True
         started = time.monotonic()
+        lines = capture.AttemptLog()
         try:
-            result = await self._invoke(fn, self._context(run), run.retry.start_to_close)
+            with capture.attempt_log() as lines:
+                result = await self._invoke(fn, self._context(run), run.retry.start_to_close)
         except asyncio.CancelledError as error:
             if ex.reason() is not None:
                 self._observe(run.handler, "cancelled", started)
@@ -224,7 +228,7 @@ class Executor:
                 raise  # not ours: the process is going down
             # The handler raised CancelledError itself (nobody cancelled this task): a failure.
             self._observe(run.handler, "failed", started)
-            self._submit(ex, await self._settle(run, downstreams, passed, error))
+            self._submit(ex, _with_logs(await self._settle(run, downstreams, passed, error), lines))
             return
         except BaseException as error:  # noqa: BLE001 - handler code never escapes its run, SystemExit included
             self._observe(run.handler, "failed", started)
@@ -232,13 +236,13 @@ class Executor:
                 log.error("run %s: handler raised %r; recorded as a failure", run.run_id, error)
             if isinstance(error, FenceRejected):
                 log.warning("run %s token %d: handler write refused: %s", run.run_id, run.fence_token, error)
-            self._submit(ex, await self._settle(run, downstreams, passed, error))
+            self._submit(ex, _with_logs(await self._settle(run, downstreams, passed, error), lines))
             return
         finally:
             ex.in_handler = False
         self._observe(run.handler, "completed", started)
         await self._settle(run, downstreams, passed, None)
-        self._submit(ex, Outcome(run, "completed", result=result))
+        self._submit(ex, Outcome(run, "completed", result=result, logs=lines.result()))
 
     async def _admit(self, ex: Execution, downstreams: Sequence[str]) -> Pass | None:
         """Ask the run's downstreams; None when the run was held instead (its outcome submitted)."""
@@ -502,3 +506,8 @@ def sort_failure(run: Run, error: BaseException, *, draw: float) -> Outcome:
     else:
         reason = "permanent_error"
     return Outcome(run, "failed", error=error, dlq_reason=reason, retryable=retryable)
+
+
+def _with_logs(outcome: Outcome, lines: capture.AttemptLog) -> Outcome:
+    """``outcome`` carrying what the handler logged during the attempt."""
+    return dataclasses.replace(outcome, logs=lines.result())

@@ -52,6 +52,8 @@ class Outcome:
     retryable: bool = False
     #: For held runs: why and for which downstream ("circuit_open:bank-api").
     held_reason: str | None = None
+    #: What the handler logged during the attempt (bounded, see `capture`); sent in its event.
+    logs: tuple[str, ...] = ()
 
     def write(self) -> store.OutcomeWrite:
         run = self.run
@@ -95,7 +97,12 @@ class Outcome:
 def _plain(outcome: Outcome) -> Outcome:
     """The outcome with its result or error reduced to plain text the database cannot refuse."""
     if outcome.kind == "completed":
-        return Outcome(outcome.run, "completed", result={"unrecordable_result": repr(outcome.result)[:2000]})
+        return Outcome(
+            outcome.run,
+            "completed",
+            result={"unrecordable_result": repr(outcome.result)[:2000]},
+            logs=outcome.logs,
+        )
     if outcome.error is None:
         return outcome
     plain = RuntimeError(f"{type(outcome.error).__name__}: {_message(outcome.error)!r}")
@@ -107,6 +114,7 @@ def _plain(outcome: Outcome) -> Outcome:
         dlq_reason=outcome.dlq_reason,
         retryable=outcome.retryable,
         held_reason=outcome.held_reason,
+        logs=outcome.logs,
     )
 
 
@@ -267,7 +275,7 @@ class OutcomeWriter:
     def _stage(self, outcome: Outcome, run: Run) -> list[Encoded]:
         at = run.updated_at
         if outcome.kind == "completed":
-            return [self._events.completed_row(run, at)]
+            return [self._events.completed_row(run, at, logs=outcome.logs)]
         return [encoded(item) for item in self._stage_failure(outcome, run, at)]
 
     def _stage_failure(self, outcome: Outcome, run: Run, at: datetime) -> list[Staged]:
@@ -294,6 +302,7 @@ class OutcomeWriter:
             message=_message(error),
             traceback=_traceback(error),
             retryable=outcome.delay is not None,
+            logs=outcome.logs,
         )
         if outcome.delay is not None:
             retry_at: datetime = at + outcome.delay

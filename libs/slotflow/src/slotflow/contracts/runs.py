@@ -74,6 +74,8 @@ class RunCompleted(RunEvent):
     result: Any = None
     started_at: AwareDatetime
     finished_at: AwareDatetime
+    #: What the handler logged during this attempt (bounded by the claimer; empty if nothing).
+    logs: tuple[str, ...] = ()
 
 
 class RunFailed(RunEvent):
@@ -85,6 +87,8 @@ class RunFailed(RunEvent):
     traceback: str = ""
     retryable: bool
     finished_at: AwareDatetime
+    #: What the handler logged during this attempt (bounded by the claimer; empty if nothing).
+    logs: tuple[str, ...] = ()
 
 
 class RunRetrying(RunEvent):
