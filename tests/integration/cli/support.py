@@ -47,7 +47,7 @@ from slotflow.contracts import (
     history_event_id,
     wrap,
 )
-from slotflow.contracts.codec import decode, encode
+from slotflow.contracts.codec import encode
 from slotflow.contracts.topics import (
     DLQ_EVENTS,
     JOBS_DUE,
@@ -58,12 +58,10 @@ from slotflow.contracts.topics import (
     TopicSpec,
 )
 from slotflow.core.identity import activity_run_id, job_due_event_id, run_id
-from slotflow.kafka.consumer import Consumer
 from slotflow.kafka.producer import Producer
 from slotflow.kafka.records import Record
 from slotflow.pg.pool import Pool
 from slotflow.settings import KafkaSettings
-from slotflow.testing import unique_name
 from slotflow_api.projection import Fact, project
 
 PAYOUTS = "merchant-payouts"
@@ -96,44 +94,6 @@ async def served(app: FastAPI) -> AsyncIterator[str]:
         server.should_exit = True
         await asyncio.wait_for(task, timeout=30)
         sock.close()
-
-
-@dataclass
-class TopicTail:
-    """Reads topics from the beginning in a background task and keeps every envelope it sees."""
-
-    kafka: KafkaSettings
-    specs: Sequence[TopicSpec]
-    seen: list[tuple[Record, Envelope]] = field(default_factory=list)
-    _task: "asyncio.Task[None] | None" = None
-    _stop: asyncio.Event = field(default_factory=asyncio.Event)
-
-    async def __aenter__(self) -> "TopicTail":
-        consumer = Consumer(
-            self.kafka,
-            *(self.kafka.topic(spec) for spec in self.specs),
-            group_id=unique_name("tail"),
-            client_id="tail",
-        )
-        await consumer.start()
-        self._task = asyncio.create_task(self._run(consumer))
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._task is not None:
-            await self._task
-
-    async def _run(self, consumer: Consumer) -> None:
-        try:
-            while not self._stop.is_set():
-                for record in await consumer.poll(timeout_ms=100):
-                    self.seen.append((record, decode(record.value)))
-        finally:
-            await consumer.stop()
-
-    def by_id(self) -> dict[str, tuple[Record, Envelope]]:
-        return {envelope.id: (record, envelope) for record, envelope in self.seen}
 
 
 @dataclass

@@ -15,6 +15,7 @@ from slotflow.core.identity import run_id
 from slotflow.pg.pool import Pool
 from slotflow.settings import KafkaSettings
 from slotflow.testing import assert_eventually
+from slotflow.testing.topics import TopicTail
 from slotflow_api.config import Settings
 from tests.integration.cli.conftest import SCRIPT, Cli, Outcome
 from tests.integration.cli.support import (
@@ -22,7 +23,6 @@ from tests.integration.cli.support import (
     PAYOUTS,
     STATEMENTS,
     WORKFLOW,
-    TopicTail,
     build_scene,
     produce_live,
     project_scene,
@@ -48,7 +48,7 @@ async def _published(kafka: KafkaSettings, expected: set[str]) -> dict[str, Any]
     async with TopicTail(kafka, [SCHEDULE_COMMANDS, WORKFLOW_COMMANDS, DLQ_COMMANDS]) as tail:
 
         def found() -> dict[str, Any] | None:
-            by_id = tail.by_id()
+            by_id = tail.indexed()
             return by_id if expected <= set(by_id) else None
 
         result: dict[str, Any] = await assert_eventually(

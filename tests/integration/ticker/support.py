@@ -10,8 +10,8 @@ import signal
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -19,78 +19,17 @@ from croniter import croniter
 
 from slotflow.commands import build_command
 from slotflow.contracts import CronSpec, Envelope, IntervalSpec, JobDue, Message, ScheduleDefinition
-from slotflow.contracts.codec import decode, encode
-from slotflow.contracts.topics import TopicSpec
-from slotflow.kafka.consumer import Consumer
+from slotflow.contracts.codec import encode
 from slotflow.kafka.producer import OutgoingRecord, Producer, envelope_headers
-from slotflow.kafka.records import Record
 from slotflow.pg.outbox import OutboxRelay
 from slotflow.pg.pool import Pool
 from slotflow.settings import KafkaSettings, PostgresSettings
 from slotflow.testing import assert_eventually, unique_name
+from slotflow.testing.topics import TopicTail
 from slotflow_ticker.app import TickerApp
 from slotflow_ticker.config import TickerSettings
 
 SCHEMA = "ticker"
-
-
-@dataclass(frozen=True)
-class Seen:
-    """A consumed record, decoded, with the test process's (unskewed) clock at receipt."""
-
-    record: Record
-    envelope: Envelope
-    received_at: datetime
-
-
-@dataclass
-class TopicTail:
-    """Reads topics from the beginning in a background task, keeping everything it sees."""
-
-    kafka: KafkaSettings
-    specs: Sequence[TopicSpec]
-    seen: list[Seen] = field(default_factory=list)
-    _task: "asyncio.Task[None] | None" = None
-    _stop: asyncio.Event = field(default_factory=asyncio.Event)
-
-    async def __aenter__(self) -> "TopicTail":
-        consumer = Consumer(
-            self.kafka,
-            *(self.kafka.topic(s) for s in self.specs),
-            group_id=unique_name("tail"),
-            client_id="tail",
-            max_poll_records=5000,
-        )
-        await consumer.start()
-        self._task = asyncio.create_task(self._run(consumer))
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._task is not None:
-            await self._task
-
-    async def _run(self, consumer: Consumer) -> None:
-        try:
-            while not self._stop.is_set():
-                for record in await consumer.poll(timeout_ms=100):
-                    self.seen.append(Seen(record, decode(record.value), datetime.now(UTC)))
-        finally:
-            await consumer.stop()
-
-    def seen_envelopes(self) -> list[Envelope]:
-        return [s.envelope for s in self.seen]
-
-    def of_type(self, type_: str) -> list[Envelope]:
-        return [s.envelope for s in self.seen if s.envelope.type == type_]
-
-    def by_id(self, event_id: str) -> list[Envelope]:
-        return [s.envelope for s in self.seen if s.envelope.id == event_id]
-
-    async def wait_for(
-        self, check: Callable[["TopicTail"], bool], *, timeout: float = 30.0, message: str = "records"
-    ) -> None:
-        await assert_eventually(lambda: check(self), timeout=timeout, message=message)
 
 
 def ticker_settings(**overrides: Any) -> TickerSettings:
