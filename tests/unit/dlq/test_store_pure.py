@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from slotflow.contracts import DeadLetterFilter
 from slotflow.contracts.envelope import REDRIVE_COUNT_HEADER
-from slotflow_dlq.queries import InvalidCursor, _parse_cursor, pg_text, selection_sql
+from slotflow.core.text import pg_text
+from slotflow_dlq.queries import selection_sql
 from slotflow_dlq.store import _decoded_json, _prior_redrives, decode_headers, encode_headers
 
 AT = datetime(2026, 12, 2, tzinfo=UTC)
@@ -81,10 +82,3 @@ def test_only_json_postgres_can_hold_is_decoded() -> None:
     assert _decoded_json(b'{"a": "nul \\u0000 inside"}') is None
     assert _decoded_json(b"[" * 50_000 + b"]" * 50_000) is None
     assert _decoded_json(b"") is None
-
-
-def test_cursors_this_service_did_not_make_are_refused() -> None:
-    with pytest.raises(InvalidCursor):
-        _parse_cursor("not-a-cursor")
-    with pytest.raises(InvalidCursor):
-        _parse_cursor("W10=")  # [] : valid base64 JSON, wrong shape

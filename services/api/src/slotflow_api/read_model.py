@@ -4,8 +4,6 @@ Keyset (not OFFSET) pagination keeps each page one index range scan however deep
 and a row inserted while a client pages cannot make it see a row twice.
 """
 
-import base64
-import binascii
 import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -13,52 +11,14 @@ from typing import Any
 
 import asyncpg
 
-from slotflow.errors import PermanentError
+from slotflow.core.cursors import decode_cursor, encode_cursor
 from slotflow.pg.pool import Pool
-
-
-class InvalidCursor(PermanentError):
-    """The cursor is not one this API handed out; start again without it."""
 
 
 @dataclass(frozen=True)
 class Page:
     items: list[dict[str, Any]]
     next_cursor: str | None
-
-
-def encode_cursor(values: list[Any]) -> str:
-    raw = json.dumps([v.isoformat() if isinstance(v, datetime) else v for v in values])
-    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str, kinds: tuple[type, ...]) -> list[Any]:
-    """The sort key a cursor carries, each value checked against ``kinds``.
-
-    Raises:
-        InvalidCursor: not base64 JSON of the expected shape.
-    """
-    try:
-        values = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-    except (binascii.Error, ValueError, UnicodeDecodeError) as err:
-        raise InvalidCursor() from err
-    if not isinstance(values, list) or len(values) != len(kinds):
-        raise InvalidCursor()
-    out: list[Any] = []
-    for value, kind in zip(values, kinds, strict=True):
-        if kind is datetime:
-            try:
-                parsed = datetime.fromisoformat(value) if isinstance(value, str) else None
-            except ValueError:
-                parsed = None
-            if parsed is None or parsed.tzinfo is None:
-                raise InvalidCursor()
-            out.append(parsed)
-        elif isinstance(value, kind) and not isinstance(value, bool):
-            out.append(value)
-        else:
-            raise InvalidCursor()
-    return out
 
 
 def _loads(value: Any) -> Any:

@@ -6,7 +6,6 @@ Every filter value is a bind parameter: names holding quotes or SQL stay data.
 """
 
 import base64
-import binascii
 import json
 from datetime import datetime
 from typing import Any, TypeAlias
@@ -15,20 +14,13 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from slotflow.contracts import DeadLetterFilter
 from slotflow.contracts.dlq import DeadLetterStatus
+from slotflow.core.cursors import decode_cursor, encode_cursor
+from slotflow.core.text import pg_text
 from slotflow.errors import PermanentError
 from slotflow.pg.pool import Conn, Pool
 
 Queryable: TypeAlias = "Pool | Conn"
 MAX_PAGE = 500
-
-
-class InvalidCursor(PermanentError):
-    """The cursor was not one this service handed out."""
-
-
-def pg_text(value: str) -> str:
-    """``value`` storable in (and comparable with) a PostgreSQL text column, which refuses NUL."""
-    return value.replace("\x00", "\ufffd")
 
 
 def selection_sql(
@@ -165,16 +157,7 @@ def _summary_fields(row: Any) -> dict[str, Any]:
 
 
 def _cursor(row: Any) -> str:
-    raw = json.dumps([row["first_seen"].isoformat(), row["id"]]).encode()
-    return base64.urlsafe_b64encode(raw).decode()
-
-
-def _parse_cursor(cursor: str) -> tuple[datetime, str]:
-    try:
-        first_seen, dead_letter_id = json.loads(base64.urlsafe_b64decode(cursor.encode()))
-        return datetime.fromisoformat(first_seen), str(dead_letter_id)
-    except (ValueError, TypeError, binascii.Error) as err:
-        raise InvalidCursor() from err
+    return encode_cursor([row["first_seen"], row["id"]])
 
 
 async def list_dead_letters(
@@ -193,7 +176,7 @@ async def list_dead_letters(
     limit = max(1, min(limit, MAX_PAGE))
     where, params = selection_sql(selection or DeadLetterFilter(), default_status=None, first=2)
     if cursor is not None:
-        first_seen, last_id = _parse_cursor(cursor)
+        first_seen, last_id = decode_cursor(cursor, (datetime, str))
         at = len(params) + 2
         where += f" AND (first_seen, id) < (${at}, ${at + 1})"
         params += [first_seen, last_id]
