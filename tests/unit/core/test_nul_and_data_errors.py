@@ -1,9 +1,11 @@
-"""NUL-finding for errors a person can act on, and data errors sorted as permanent everywhere."""
+"""slotflow.core.nul (finding NUL, and text PostgreSQL can hold); data errors sorted as permanent."""
+
+import json
 
 import asyncpg
 import pytest
 
-from slotflow.core.nul import find_nul, scrub_nul
+from slotflow.core.nul import find_nul, jsonb_text, pg_text, scrub_nul, storable
 from slotflow.core.retry import is_data_error, is_retryable
 
 
@@ -19,6 +21,22 @@ def test_scrub_nul_replaces_every_one() -> None:
         "k\ufffd": ["a\ufffdb", ["\ufffd"]],
         "n": 3,
     }
+
+
+def test_nul_becomes_the_replacement_character_everywhere_in_a_json_value() -> None:
+    value = {"k\x00": ["a\x00b", {"n": "\x00"}], "ok": 1}
+    text = jsonb_text(value)
+    assert "\\u0000" not in text
+    assert json.loads(text) == {"k\ufffd": ["a\ufffdb", {"n": "\ufffd"}], "ok": 1}
+    assert jsonb_text({"plain": "text"}) == json.dumps({"plain": "text"})
+    # A literal backslash-u-zero text is not a NUL and is kept as it is.
+    assert json.loads(jsonb_text({"s": "\\u0000"})) == {"s": "\\u0000"}
+
+
+def test_text_columns_get_no_nul_and_no_lone_surrogate() -> None:
+    assert pg_text("a\x00b") == "a\ufffdb"
+    assert storable("ok") == "ok"
+    assert storable("x\ud800y\x00") == "x?y\ufffd"
 
 
 @pytest.mark.parametrize(

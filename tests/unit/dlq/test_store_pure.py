@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from slotflow.contracts import DeadLetterFilter
 from slotflow.contracts.envelope import REDRIVE_COUNT_HEADER
-from slotflow.core.text import pg_text
+from slotflow.core.nul import pg_text
 from slotflow_dlq.queries import selection_sql
 from slotflow_dlq.store import _decoded_json, _prior_redrives, decode_headers, encode_headers
 

@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 
 from slotflow.contracts import REGISTRY, DeadLettered, Envelope, JobDue
 from slotflow.contracts.codec import encode
-from slotflow.contracts.envelope import ID_MAX_CHARS, KEY_MAX_CHARS, fit_id, fit_key, storable
+from slotflow.contracts.envelope import ID_MAX_CHARS, KEY_MAX_CHARS, fit_id, fit_key
+from slotflow.core.nul import storable
 from slotflow.errors import PoisonMessage, UndecodableMessage
 from slotflow.kafka.consumer import Consumer
 from slotflow.kafka.loop import ConsumeLoop, Incoming

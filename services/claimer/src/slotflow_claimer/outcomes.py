@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic_core import to_jsonable_python
 
+from slotflow.core.nul import jsonb_text
 from slotflow.pg.outbox import Encoded, Staged, append_encoded, encoded
 from slotflow.pg.pool import Pool
 from slotflow_claimer import store
@@ -58,12 +59,12 @@ class Outcome:
     def write(self) -> store.OutcomeWrite:
         run = self.run
         if self.kind == "completed":
-            result = capped_result(store.jsonb_text(to_jsonable_python(self.result, fallback=str)))
+            result = capped_result(jsonb_text(to_jsonable_python(self.result, fallback=str)))
             return store.OutcomeWrite(run.run_id, run.fence_token, "completed", result=result, due=run.due)
         if self.kind == "cancelled":
             entry = {"event": "cancelled", "error_type": "RunCancelled", "message": _cancel_message(run)}
             return store.OutcomeWrite(
-                run.run_id, run.fence_token, "cancelled", entry=store.jsonb_text(entry), due=run.due
+                run.run_id, run.fence_token, "cancelled", entry=jsonb_text(entry), due=run.due
             )
         error = self.error or RuntimeError("unknown failure")
         summary = {"error_type": type(error).__name__, "message": _message(error)}
@@ -74,8 +75,8 @@ class Outcome:
                 run.run_id,
                 run.fence_token,
                 "retrying",
-                error=store.jsonb_text({**summary, "reason": self.held_reason}),
-                entry=store.jsonb_text(entry),
+                error=jsonb_text({**summary, "reason": self.held_reason}),
+                entry=jsonb_text(entry),
                 due=run.due,
                 refund=1,
                 held_reason=self.held_reason,
@@ -88,8 +89,8 @@ class Outcome:
             run.run_id,
             run.fence_token,
             state,
-            error=store.jsonb_text(summary),
-            entry=store.jsonb_text(entry),
+            error=jsonb_text(summary),
+            entry=jsonb_text(entry),
             due=run.due,
         )
 

@@ -7,13 +7,11 @@ partitioned away) carries an old token, so its writes match no row and change no
 """
 
 import functools
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from slotflow.contracts import RetryPolicy
-from slotflow.core.nul import scrub_nul
+from slotflow.core.nul import jsonb_text
 from slotflow.kafka.records import Record
 from slotflow.pg.pool import Conn
 from slotflow_claimer.runs import Due, Run
@@ -47,18 +45,6 @@ _INSERT_COLUMNS = """
     attempt, round_start, redrive_count, due_topic, due_partition, due_offset, due_key, due_value,
     due_headers, due_timestamp_ms, max_concurrent
 """
-
-
-def jsonb_text(value: Any) -> str:
-    """``value`` as JSON text PostgreSQL's jsonb accepts.
-
-    jsonb refuses the NUL character, which JSON allows; a NUL anywhere would fail the whole
-    batch's statement, so it is replaced by U+FFFD (the raw record keeps the original bytes).
-    """
-    text = json.dumps(value)
-    if "\\u0000" in text:
-        text = json.dumps(scrub_nul(value))
-    return text
 
 
 @functools.lru_cache(maxsize=64)

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from slotflow.contracts import DeadLetterFilter
 from slotflow.contracts.dlq import DeadLetterStatus
 from slotflow.core.cursors import decode_cursor, encode_cursor
-from slotflow.core.text import pg_text
+from slotflow.core.nul import pg_text
 from slotflow.errors import PermanentError
 from slotflow.pg.pool import Conn, Pool
 

@@ -25,10 +25,11 @@ from slotflow.contracts import (
 from slotflow.contracts.dlq import REDRIVE_OF_HEADER
 from slotflow.contracts.envelope import REDRIVE_COUNT_HEADER, TYPE_HEADER, fit_id
 from slotflow.contracts.topics import DLQ_EVENTS
+from slotflow.core.nul import jsonb_text, pg_text
 from slotflow.pg.outbox import Staged, append_many
 from slotflow.pg.pool import Conn
 from slotflow.settings import KafkaSettings
-from slotflow_dlq.queries import pg_text, selection_sql
+from slotflow_dlq.queries import selection_sql
 
 SOURCE = "dlq"
 #: Values larger than this are not parsed into `decoded` (inspection shows the raw bytes).
@@ -287,8 +288,8 @@ async def _record_command(
         "VALUES ($1, $2, $3::jsonb, $4, $5)",
         pg_text(envelope.id),
         kind,
-        # jsonb refuses the escaped NUL too; the selection was matched with it replaced anyway.
-        selection.model_dump_json().replace("\\u0000", "\\ufffd"),
+        # The selection was matched with NUL replaced anyway (selection_sql).
+        jsonb_text(selection.model_dump(mode="json")),
         pg_text(note),
         matched,
     )

@@ -23,11 +23,12 @@ from slotflow.contracts import (
     TimerFired,
     wrap,
 )
-from slotflow.contracts.envelope import fit_id, fit_key, storable
+from slotflow.contracts.envelope import fit_id, fit_key
 from slotflow.contracts.policies import OverlapPolicy
 from slotflow.contracts.topics import DLQ_MESSAGES, JOBS_DUE, SCHEDULE_EVENTS, TIMER_EVENTS
 from slotflow.core.cronslots import SkippedSlot
 from slotflow.core.identity import job_due_event_id, run_id, slot_label
+from slotflow.core.nul import storable
 from slotflow.pg.outbox import Encoded, Staged, append_encoded, encoded, headers_json
 from slotflow.pg.pool import Conn
 from slotflow.settings import KafkaSettings

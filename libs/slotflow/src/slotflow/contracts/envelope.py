@@ -11,6 +11,8 @@ from typing import Any, ClassVar
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
+from slotflow.core.nul import storable
+
 TRACEPARENT_HEADER = "traceparent"
 TYPE_HEADER = "slotflow-type"
 VERSION_HEADER = "slotflow-version"
@@ -27,17 +29,6 @@ ID_MAX_CHARS = 1000
 KEY_MAX_CHARS = 1000
 #: Hex digits of the digest that stands in for the part of an id cut off to fit.
 _DIGEST_CHARS = 16
-
-
-def storable(text: str) -> str:
-    """``text`` as PostgreSQL text and UTF-8 JSON can hold it: NUL and lone surrogates replaced.
-
-    Ids and keys echoed from a hostile record end up in text columns (outbox, inbox) and in
-    encoded envelopes; either refusal would make the very path that reports the record fail.
-    """
-    if "\x00" not in text and text.isascii():
-        return text
-    return text.encode("utf-8", errors="replace").decode("utf-8").replace("\x00", "\ufffd")
 
 
 def fit_id(base: str, suffix: str = "", *, limit: int = ID_MAX_CHARS) -> str:

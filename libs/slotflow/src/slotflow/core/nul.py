@@ -1,9 +1,12 @@
 """The NUL character, which JSON and Kafka carry but PostgreSQL's text and jsonb cannot hold.
 
-`find_nul` names where one is (for an error a person can act on); `scrub_nul` replaces each with
-U+FFFD where a value must be stored anyway (the original bytes stay in the raw record).
+`find_nul` names where one is (for an error a person can act on, as the api's 422 does). Where a
+value must be stored anyway (a dead letter, a rejection, an outcome), NUL becomes U+FFFD: `pg_text`
+for a text column, `storable` for a text column or UTF-8 JSON (lone surrogates too), `scrub_nul`
+for a JSON-ready value and `jsonb_text` for jsonb. The raw record bytes are kept elsewhere untouched.
 """
 
+import json
 from typing import Any
 
 NUL = "\x00"
@@ -35,12 +38,40 @@ def find_nul(value: Any, path: str = "") -> str | None:
     return None
 
 
+def pg_text(value: str) -> str:
+    """``value`` storable in (and comparable with) a PostgreSQL text column."""
+    return value.replace(NUL, REPLACEMENT)
+
+
+def storable(text: str) -> str:
+    """``text`` as PostgreSQL text and UTF-8 JSON can hold it: NUL and lone surrogates replaced.
+
+    Ids and keys echoed from a hostile record end up in text columns (outbox, inbox) and in
+    encoded envelopes; either refusal would make the very path that reports the record fail.
+    """
+    if NUL not in text and text.isascii():
+        return text
+    return text.encode("utf-8", errors="replace").decode("utf-8").replace(NUL, REPLACEMENT)
+
+
 def scrub_nul(value: Any) -> Any:
     """``value`` with every NUL in its strings and keys replaced by U+FFFD (lists for tuples)."""
     if isinstance(value, str):
-        return value.replace(NUL, REPLACEMENT)
+        return pg_text(value)
     if isinstance(value, dict):
         return {scrub_nul(k): scrub_nul(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [scrub_nul(v) for v in value]
     return value
+
+
+def jsonb_text(value: Any) -> str:
+    """``value`` (JSON-ready) as JSON text PostgreSQL's jsonb accepts: NUL anywhere replaced.
+
+    jsonb refuses the escaped NUL too, and one would fail a whole batch's statement. The common
+    case (no NUL) costs one dumps; only a value that has one is walked.
+    """
+    text = json.dumps(value)
+    if "\\u0000" in text:
+        text = json.dumps(scrub_nul(value))
+    return text

@@ -36,9 +36,10 @@ from slotflow.contracts import (
     wrap,
 )
 from slotflow.contracts.codec import DEFAULT_MAX_BYTES, decode, encode
-from slotflow.contracts.envelope import Message, fit_id, fit_key, storable
+from slotflow.contracts.envelope import Message, fit_id, fit_key
 from slotflow.contracts.identity import check_identity
 from slotflow.contracts.topics import DLQ_MAX_RECORD_BYTES
+from slotflow.core.nul import storable
 from slotflow.errors import (
     KeyMismatch,
     PoisonMessage,
