@@ -4,6 +4,7 @@ from dataclasses import dataclass
 
 from fastapi import Request
 
+from slotflow.errors import SlotflowError
 from slotflow.kafka.producer import Producer
 from slotflow.pg.pool import Pool
 from slotflow_api.config import Settings
@@ -24,7 +25,7 @@ class Services:
         return self.settings.api.db_schema
 
 
-class NotStarted(RuntimeError):
+class NotStarted(SlotflowError):
     """The app's lifespan has not run: start it with uvicorn or an ASGI lifespan manager."""
 
 

@@ -19,6 +19,7 @@ from typing import Any
 from pydantic_core import to_jsonable_python
 
 from slotflow.core.nul import jsonb_text
+from slotflow.errors import SlotflowError
 from slotflow.pg.outbox import Encoded, Staged, append_encoded, encoded
 from slotflow.pg.pool import Pool
 from slotflow_claimer import store
@@ -152,7 +153,7 @@ def _cancel_message(run: Run) -> str:
     return f"cancelled by overlap policy {run.overlap}: a newer run of {run.job_id} replaced it"
 
 
-class RunCancelled(Exception):
+class RunCancelled(SlotflowError):
     """The run was cancelled because a newer run of its job replaced it (cancel_previous)."""
 
 

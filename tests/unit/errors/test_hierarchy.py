@@ -1,0 +1,34 @@
+"""Every error a slotflow package defines derives from slotflow.errors.SlotflowError."""
+
+import importlib
+import inspect
+import pkgutil
+
+import pytest
+
+from slotflow.errors import SlotflowError
+
+PACKAGES = ("slotflow", "slotflow_ticker", "slotflow_claimer", "slotflow_dlq", "slotflow_api")
+
+
+def _modules(package: str) -> list[str]:
+    root = importlib.import_module(package)
+    names = [package]
+    for info in pkgutil.walk_packages(root.__path__, prefix=f"{package}."):
+        if info.name.endswith("__main__"):
+            continue
+        names.append(info.name)
+    return names
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_every_error_class_derives_from_the_library_base(package: str) -> None:
+    strays = []
+    for name in _modules(package):
+        module = importlib.import_module(name)
+        for _, value in inspect.getmembers(module, inspect.isclass):
+            if value.__module__ != name or not issubclass(value, BaseException):
+                continue
+            if not issubclass(value, SlotflowError):
+                strays.append(f"{name}.{value.__qualname__}")
+    assert strays == []
