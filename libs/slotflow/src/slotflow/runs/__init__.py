@@ -1,5 +1,12 @@
-"""What handler authors import: `from slotflow.runs import handler, RunContext`."""
+"""What handler authors import: `from slotflow.runs import handler, RunContext, ...` (docs/claimer.md).
 
+Everything a handler needs is here: the decorator, the context it receives, the connection and
+pool types it writes with, and the errors that sort its failures (TransientError retries,
+PermanentError dead-letters at once, FenceRejected means another claimer owns the run).
+"""
+
+from slotflow.errors import FenceRejected, PermanentError, TransientError
+from slotflow.pg.pool import Conn, Pool
 from slotflow.runs.context import FencedWrites, RunContext
 from slotflow.runs.registry import (
     REGISTRY,
@@ -13,11 +20,16 @@ from slotflow.runs.registry import (
 
 __all__ = [
     "REGISTRY",
+    "Conn",
+    "FenceRejected",
     "FencedWrites",
     "Handler",
     "HandlerFn",
     "HandlerRegistry",
+    "PermanentError",
+    "Pool",
     "RunContext",
+    "TransientError",
     "UnknownHandler",
     "handler",
     "load_handler_modules",
