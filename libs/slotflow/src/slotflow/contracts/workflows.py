@@ -83,7 +83,7 @@ class TerminateWorkflow(Message):
 #   per event, gap-free. The envelope id is `history_event_id(workflow_id, sequence)`, so appending
 #   the same event twice (a retry after a lost acknowledgement) collapses for every consumer.
 # - Nothing follows WorkflowCompleted, WorkflowFailed or WorkflowCancelled.
-# - An activity's run id is `{workflow_id}/{sequence of its ActivityScheduled}` (DESIGN.md).
+# - An activity's run id is `{workflow_id}/{sequence of its ActivityScheduled}` (docs/design.md).
 
 
 def history_event_id(workflow_id: str, sequence: int) -> str:
