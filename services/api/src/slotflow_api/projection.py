@@ -11,8 +11,9 @@ partitions and batches:
   finish), and a run's state is derived from all of its facts after every batch.
 """
 
+import functools
 import json
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -141,41 +142,9 @@ async def _unseen(conn: Conn, schema: str, facts: Sequence[Fact]) -> list[Fact]:
 
 async def _apply(conn: Conn, schema: str, fact: Fact, runs: _RunBatch) -> None:
     message = fact.message
-    if isinstance(message, JobDue):
-        _job_due(fact, message, runs)
-        if message.workflow_id is not None:
-            await _history(conn, schema, message.workflow_id, fact, "activity", message.sequence)
-    elif isinstance(message, RunEvent):
-        _run_event(message, runs)
-        if message.workflow_id is not None:
-            await _history(conn, schema, message.workflow_id, fact, "activity", message.sequence)
-    elif isinstance(message, ScheduleCreated | ScheduleUpdated):
-        await _schedule_defined(conn, schema, fact, message)
-    elif isinstance(message, SchedulePaused | ScheduleResumed | ScheduleDeleted):
-        await _schedule_changed(conn, schema, fact, message)
-    elif isinstance(message, SlotSkipped):
-        await conn.execute(
-            f"INSERT INTO {schema}.skipped_slots (schedule_id, slot, run_id, reason, detail, at) "
-            "VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
-            message.schedule_id,
-            message.slot,
-            message.run_id,
-            message.reason,
-            message.detail,
-            fact.envelope.occurred_at,
-        )
-    elif isinstance(message, ClaimerAnnounced):
-        await _claimer(conn, schema, fact, message)
-    elif isinstance(message, CommandAccepted | CommandRejected):
-        await _acknowledged(conn, schema, fact, message)
-    elif isinstance(message, DeadLetterStatusChanged):
-        await _dead_letter(conn, schema, message)
-        if message.command_id is not None:
-            await _acknowledged_by_dlq(conn, schema, fact, message.command_id)
-    elif isinstance(message, StartTimer | CancelTimer | TimerFired):
-        await _timer(conn, schema, fact, message)
-    elif isinstance(message, StartWorkflow | SignalWorkflow | CancelWorkflow | TerminateWorkflow):
-        await _workflow_command(conn, schema, fact, message)
+    projection = _projection(type(message))
+    if projection is not None:
+        await projection(conn, schema, fact, message, runs)
     if fact.topic == WORKFLOW_HISTORY.name:
         if isinstance(message, HistoryEvent):
             await record_event(conn, schema, fact.envelope, message)
@@ -186,6 +155,61 @@ async def _apply(conn: Conn, schema: str, fact: Fact, runs: _RunBatch) -> None:
             await _history(conn, schema, fact.envelope.key, fact, "history", _sequence(fact.envelope))
     if fact.topic.endswith(".commands.v1"):
         await _command_seen(conn, schema, fact)
+
+
+#: What projects one message: (conn, schema, fact, the fact's message, the batch's run facts).
+Projection = Callable[[Conn, str, Fact, Any, "_RunBatch"], Awaitable[None]]
+
+
+@functools.cache
+def _projection(kind: type[Message]) -> Projection | None:
+    # The table names concrete types; a subclass (a later version's model) projects as its base.
+    for cls in kind.__mro__:
+        if cls in PROJECTIONS:
+            return PROJECTIONS[cls]
+    return None
+
+
+async def _project_job_due(conn: Conn, schema: str, fact: Fact, message: JobDue, runs: _RunBatch) -> None:
+    _job_due(fact, message, runs)
+    if message.workflow_id is not None:
+        await _history(conn, schema, message.workflow_id, fact, "activity", message.sequence)
+
+
+async def _project_run_event(conn: Conn, schema: str, fact: Fact, message: RunEvent, runs: _RunBatch) -> None:
+    _run_event(message, runs)
+    if message.workflow_id is not None:
+        await _history(conn, schema, message.workflow_id, fact, "activity", message.sequence)
+
+
+async def _project_slot_skipped(
+    conn: Conn, schema: str, fact: Fact, message: SlotSkipped, runs: _RunBatch
+) -> None:
+    await conn.execute(
+        f"INSERT INTO {schema}.skipped_slots (schedule_id, slot, run_id, reason, detail, at) "
+        "VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
+        message.schedule_id,
+        message.slot,
+        message.run_id,
+        message.reason,
+        message.detail,
+        fact.envelope.occurred_at,
+    )
+
+
+async def _project_dead_letter(
+    conn: Conn, schema: str, fact: Fact, message: DeadLetterStatusChanged, runs: _RunBatch
+) -> None:
+    await _dead_letter(conn, schema, message)
+    if message.command_id is not None:
+        await _acknowledged_by_dlq(conn, schema, fact, message.command_id)
+
+
+def _without_runs(project: Callable[[Conn, str, Fact, Any], Awaitable[None]]) -> Projection:
+    def call(conn: Conn, schema: str, fact: Fact, message: Any, runs: _RunBatch) -> Awaitable[None]:
+        return project(conn, schema, fact, message)
+
+    return call
 
 
 def _sequence(envelope: Envelope) -> int | None:
@@ -716,3 +740,23 @@ async def _history(
         _json(fact.envelope.data),
         fact.envelope.version,
     )
+
+
+#: Every message type the read model projects, and what projects it (other types are only
+#: recorded as seen, and listed in a workflow's history or the commands when on those topics).
+PROJECTIONS: dict[type[Message], Projection] = {
+    JobDue: _project_job_due,
+    **dict.fromkeys(
+        (RunStarted, RunCompleted, RunFailed, RunRetrying, RunDeadLettered, RunSkipped), _project_run_event
+    ),
+    **dict.fromkeys((ScheduleCreated, ScheduleUpdated), _without_runs(_schedule_defined)),
+    **dict.fromkeys((SchedulePaused, ScheduleResumed, ScheduleDeleted), _without_runs(_schedule_changed)),
+    SlotSkipped: _project_slot_skipped,
+    ClaimerAnnounced: _without_runs(_claimer),
+    **dict.fromkeys((CommandAccepted, CommandRejected), _without_runs(_acknowledged)),
+    DeadLetterStatusChanged: _project_dead_letter,
+    **dict.fromkeys((StartTimer, CancelTimer, TimerFired), _without_runs(_timer)),
+    **dict.fromkeys(
+        (StartWorkflow, SignalWorkflow, CancelWorkflow, TerminateWorkflow), _without_runs(_workflow_command)
+    ),
+}
