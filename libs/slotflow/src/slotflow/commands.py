@@ -31,34 +31,15 @@ from slotflow.contracts import (
     wrap,
 )
 from slotflow.contracts.codec import check_depth
+from slotflow.contracts.catalogue import COMMAND_TYPES as COMMAND_TYPES
+from slotflow.contracts.catalogue import DLQ_COMMAND_TYPES as DLQ_COMMAND_TYPES
+from slotflow.contracts.catalogue import SCHEDULE_COMMAND_TYPES as SCHEDULE_COMMAND_TYPES
+from slotflow.contracts.catalogue import TIMER_COMMAND_TYPES as TIMER_COMMAND_TYPES
+from slotflow.contracts.catalogue import WORKFLOW_COMMAND_TYPES as WORKFLOW_COMMAND_TYPES
 from slotflow.contracts.topics import DLQ_COMMANDS, SCHEDULE_COMMANDS, WORKFLOW_COMMANDS, TopicSpec
 from slotflow.errors import PermanentError
 from slotflow.kafka.producer import Producer
 from slotflow.settings import KafkaSettings
-
-SCHEDULE_COMMAND_TYPES: tuple[type[Message], ...] = (
-    CreateSchedule,
-    UpdateSchedule,
-    PauseSchedule,
-    ResumeSchedule,
-    DeleteSchedule,
-    TriggerNow,
-    Backfill,
-)
-TIMER_COMMAND_TYPES: tuple[type[Message], ...] = (StartTimer, CancelTimer)
-WORKFLOW_COMMAND_TYPES: tuple[type[Message], ...] = (
-    StartWorkflow,
-    SignalWorkflow,
-    CancelWorkflow,
-    TerminateWorkflow,
-)
-DLQ_COMMAND_TYPES: tuple[type[Message], ...] = (RedriveDeadLetters, DiscardDeadLetters)
-COMMAND_TYPES: tuple[type[Message], ...] = (
-    *SCHEDULE_COMMAND_TYPES,
-    *TIMER_COMMAND_TYPES,
-    *WORKFLOW_COMMAND_TYPES,
-    *DLQ_COMMAND_TYPES,
-)
 
 #: Longest command id accepted (the envelope id limit).
 MAX_COMMAND_ID_LENGTH = 1000

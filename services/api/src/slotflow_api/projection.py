@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from slotflow.commands import SCHEDULE_COMMAND_TYPES, TIMER_COMMAND_TYPES, WORKFLOW_COMMAND_TYPES
 from slotflow.contracts import (
     CancelTimer,
     CancelWorkflow,
@@ -26,13 +25,11 @@ from slotflow.contracts import (
     CommandAccepted,
     CommandRejected,
     DeadLetterStatusChanged,
-    DiscardDeadLetters,
     Envelope,
     FireTimerFired,
     HistoryEvent,
     JobDue,
     Message,
-    RedriveDeadLetters,
     RunCompleted,
     RunDeadLettered,
     RunFailed,
@@ -51,6 +48,12 @@ from slotflow.contracts import (
     TerminateWorkflow,
     TimerFired,
 )
+from slotflow.contracts.catalogue import (
+    DLQ_COMMAND_TYPES,
+    RUN_EVENT_TYPES,
+    TICKER_COMMAND_TYPES,
+    WORKFLOW_COMMAND_TYPES,
+)
 from slotflow.contracts.runs import RunEvent
 from slotflow.contracts.topics import WORKFLOW_HISTORY
 from slotflow.kafka.records import Record
@@ -62,8 +65,8 @@ from slotflow_api.workflow_projection import record_event, refold
 #: The DLQ service acknowledges its commands too (CommandAccepted on its events topic, staged with
 #: the status changes): until then a redrive is `pending`, so `?wait=` waits for the DLQ's answer.
 ACKNOWLEDGED_COMMANDS = frozenset(
-    m.message_type for m in (*SCHEDULE_COMMAND_TYPES, *TIMER_COMMAND_TYPES, *WORKFLOW_COMMAND_TYPES)
-) | {RedriveDeadLetters.message_type, DiscardDeadLetters.message_type}
+    m.message_type for m in (*TICKER_COMMAND_TYPES, *WORKFLOW_COMMAND_TYPES, *DLQ_COMMAND_TYPES)
+)
 
 #: Outcome rank per claim: a later fact about the same claim can only raise it.
 RANKS = {"running": 1, "failed": 2, "retrying": 3, "skipped": 4, "dead_lettered": 4, "completed": 5}
@@ -746,9 +749,7 @@ async def _history(
 #: recorded as seen, and listed in a workflow's history or the commands when on those topics).
 PROJECTIONS: dict[type[Message], Projection] = {
     JobDue: _project_job_due,
-    **dict.fromkeys(
-        (RunStarted, RunCompleted, RunFailed, RunRetrying, RunDeadLettered, RunSkipped), _project_run_event
-    ),
+    **dict.fromkeys(RUN_EVENT_TYPES, _project_run_event),
     **dict.fromkeys((ScheduleCreated, ScheduleUpdated), _without_runs(_schedule_defined)),
     **dict.fromkeys((SchedulePaused, ScheduleResumed, ScheduleDeleted), _without_runs(_schedule_changed)),
     SlotSkipped: _project_slot_skipped,

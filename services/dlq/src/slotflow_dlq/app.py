@@ -21,6 +21,7 @@ from pathlib import Path
 import asyncpg
 
 from slotflow.contracts import DeadLettered, DiscardDeadLetters, RedriveDeadLetters
+from slotflow.contracts.catalogue import DLQ_COMMAND_TYPES
 from slotflow.contracts.dlq import reason_label
 from slotflow.contracts.topics import DLQ_COMMANDS, DLQ_MAX_RECORD_BYTES, DLQ_MESSAGES
 from slotflow.errors import TransientStorageError
@@ -149,7 +150,7 @@ class DlqService:
             dlq=producer,
             dlq_topic=dlq_topic,
             source_service="dlq",
-            accept=(RedriveDeadLetters, DiscardDeadLetters),
+            accept=DLQ_COMMAND_TYPES,
             max_bytes=self.kafka.max_message_bytes,
             outage_types=OUTAGES,
             on_dead_letter=self._own_poison,

@@ -33,6 +33,7 @@ from slotflow.contracts import (
     TriggerNow,
     UpdateSchedule,
 )
+from slotflow.contracts.catalogue import TICKER_COMMAND_TYPES
 from slotflow.contracts.codec import decode
 from slotflow.contracts.envelope import KEY_MAX_CHARS, TYPE_HEADER, fit_id
 from slotflow.contracts.schedules import ScheduleDefinition, definition_changes, patch_definition
@@ -61,17 +62,7 @@ log = logging.getLogger(__name__)
 
 SERVICE = "ticker"
 #: Every command type the ticker consumes (anything else on its topic is dead-lettered).
-COMMANDS: tuple[type[Message], ...] = (
-    CreateSchedule,
-    UpdateSchedule,
-    PauseSchedule,
-    ResumeSchedule,
-    DeleteSchedule,
-    TriggerNow,
-    Backfill,
-    StartTimer,
-    CancelTimer,
-)
+COMMANDS = TICKER_COMMAND_TYPES
 #: Failures staging a rejection that mean PostgreSQL is away: the caller waits and calls again.
 STAGING_OUTAGES: tuple[type[BaseException], ...] = (TransientStorageError, *CONNECTION_ERRORS)
 #: Claims' worth of slots an UpdateSchedule or DeleteSchedule may settle in its own transaction.

@@ -3,6 +3,7 @@
 Other packages import message models from here; `tests/contracts/test_exports.py` pins the list.
 """
 
+from slotflow.contracts.catalogue import ALL_MESSAGE_TYPES
 from slotflow.contracts.dlq import (
     DeadLettered,
     DeadLetterFilter,
@@ -76,45 +77,7 @@ from slotflow.contracts.workflows import (
     history_event_id,
 )
 
-REGISTRY = MessageRegistry(
-    [
-        CreateSchedule,
-        UpdateSchedule,
-        PauseSchedule,
-        ResumeSchedule,
-        DeleteSchedule,
-        TriggerNow,
-        Backfill,
-        ScheduleCreated,
-        ScheduleUpdated,
-        SchedulePaused,
-        ScheduleResumed,
-        ScheduleDeleted,
-        SlotSkipped,
-        CommandAccepted,
-        CommandRejected,
-        JobDue,
-        RunStarted,
-        RunCompleted,
-        RunFailed,
-        RunRetrying,
-        RunDeadLettered,
-        RunSkipped,
-        ClaimerAnnounced,
-        StartTimer,
-        CancelTimer,
-        TimerFired,
-        DeadLettered,
-        RedriveDeadLetters,
-        DiscardDeadLetters,
-        DeadLetterStatusChanged,
-        StartWorkflow,
-        SignalWorkflow,
-        CancelWorkflow,
-        TerminateWorkflow,
-        *HISTORY_EVENTS,
-    ]
-)
+REGISTRY = MessageRegistry(ALL_MESSAGE_TYPES)
 
 __all__ = [
     "HISTORY_EVENTS",

@@ -1,0 +1,92 @@
+"""Every message type, grouped by what it is: the one list the registry, the command router and
+each consumer's accept list are built from. A new message is added here (and to its topic's
+consumers' groups) and nowhere else.
+"""
+
+from slotflow.contracts.dlq import (
+    DeadLettered,
+    DeadLetterStatusChanged,
+    DiscardDeadLetters,
+    RedriveDeadLetters,
+)
+from slotflow.contracts.envelope import Message
+from slotflow.contracts.runs import (
+    ClaimerAnnounced,
+    JobDue,
+    RunCompleted,
+    RunDeadLettered,
+    RunFailed,
+    RunRetrying,
+    RunSkipped,
+    RunStarted,
+)
+from slotflow.contracts.schedules import (
+    Backfill,
+    CommandAccepted,
+    CommandRejected,
+    CreateSchedule,
+    DeleteSchedule,
+    PauseSchedule,
+    ResumeSchedule,
+    ScheduleCreated,
+    ScheduleDeleted,
+    SchedulePaused,
+    ScheduleResumed,
+    ScheduleUpdated,
+    SlotSkipped,
+    TriggerNow,
+    UpdateSchedule,
+)
+from slotflow.contracts.timers import CancelTimer, StartTimer, TimerFired
+from slotflow.contracts.workflows import (
+    HISTORY_EVENTS,
+    CancelWorkflow,
+    SignalWorkflow,
+    StartWorkflow,
+    TerminateWorkflow,
+)
+
+Messages = tuple[type[Message], ...]
+
+#: Schedule commands (the ticker's, keyed by schedule id).
+SCHEDULE_COMMAND_TYPES: Messages = (
+    CreateSchedule,
+    UpdateSchedule,
+    PauseSchedule,
+    ResumeSchedule,
+    DeleteSchedule,
+    TriggerNow,
+    Backfill,
+)
+#: Durable one-shot timers (the ticker's too, on the schedule commands topic, keyed by timer id).
+TIMER_COMMAND_TYPES: Messages = (StartTimer, CancelTimer)
+#: Every command the ticker consumes.
+TICKER_COMMAND_TYPES: Messages = (*SCHEDULE_COMMAND_TYPES, *TIMER_COMMAND_TYPES)
+#: Workflow commands (the orchestrator's, keyed by workflow id).
+WORKFLOW_COMMAND_TYPES: Messages = (StartWorkflow, SignalWorkflow, CancelWorkflow, TerminateWorkflow)
+#: DLQ commands (the dlq service's).
+DLQ_COMMAND_TYPES: Messages = (RedriveDeadLetters, DiscardDeadLetters)
+COMMAND_TYPES: Messages = (*TICKER_COMMAND_TYPES, *WORKFLOW_COMMAND_TYPES, *DLQ_COMMAND_TYPES)
+
+#: Run events (the claimer's).
+RUN_EVENT_TYPES: Messages = (RunStarted, RunCompleted, RunFailed, RunRetrying, RunDeadLettered, RunSkipped)
+#: Events and facts, by their producer.
+EVENT_TYPES: Messages = (
+    ScheduleCreated,
+    ScheduleUpdated,
+    SchedulePaused,
+    ScheduleResumed,
+    ScheduleDeleted,
+    SlotSkipped,
+    CommandAccepted,
+    CommandRejected,
+    JobDue,
+    *RUN_EVENT_TYPES,
+    ClaimerAnnounced,
+    TimerFired,
+    DeadLettered,
+    DeadLetterStatusChanged,
+    *HISTORY_EVENTS,
+)
+
+ALL_MESSAGE_TYPES: Messages = (*COMMAND_TYPES, *EVENT_TYPES)
