@@ -34,7 +34,7 @@ EPSILON = timedelta(microseconds=1)
 
 # The values a claim builds per row (Firing, Position, ScheduleState, ClaimPlan) are NamedTuples:
 # as immutable as frozen dataclasses, but built in C, where a frozen dataclass's __init__ sets each
-# field through object.__setattr__ (1.2 us for three fields here, 0.6 as a NamedTuple), and a claim
+# field through object.__setattr__ (about twice the cost; docs/benchmarks/ticker.md), and a claim
 # builds five of them for every row.
 
 

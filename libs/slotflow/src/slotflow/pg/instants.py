@@ -1,10 +1,10 @@
 """Instants passed to PostgreSQL as int8 microseconds since the Unix epoch, for hot statements.
 
 asyncpg encodes a timestamptz through four Python-level datetime operations (two comparisons with
-infinity, a time-zone conversion, a subtraction): about 2.9 us a value here, against about 1 us for
-computing the microseconds and encoding an int8. A statement that advances thousands of rows a
-second with three instants each spends that difference on every row, so it passes microseconds
-and converts them in SQL with `FROM_MICROS`.
+infinity, a time-zone conversion, a subtraction), about three times what computing the
+microseconds and encoding an int8 costs (figures: docs/benchmarks/ticker.md). A statement that
+advances thousands of rows a second with three instants each pays that on every row, so it passes
+microseconds and converts them in SQL with `FROM_MICROS`.
 
 The conversion is exact: an int8 of microseconds times `interval '1 microsecond'` is computed in
 double precision, which holds every microsecond count below 2**53 (until the year 2255) exactly.
