@@ -22,7 +22,7 @@ from claimer_throughput import produce, published_completions
 from slotflow.contracts.topics import RUN_EVENTS
 from slotflow.runs import HandlerRegistry, RunContext
 from slotflow.settings import KafkaSettings, PostgresSettings
-from slotflow_claimer.app import Claimer
+from slotflow_claimer.app import ClaimerService
 from slotflow_claimer.config import ClaimerSettings, Settings
 
 
@@ -45,7 +45,7 @@ async def run(jobs: int, in_flight: int, profile: bool, top: int, dump: str | No
             kafka=KafkaSettings.model_validate(kafka.model_dump()),
             postgres=PostgresSettings(dsn=dsn),
         )
-        claimer = Claimer(settings, registry=registry)
+        claimer = ClaimerService(settings, registry=registry)
         topic = kafka.topic(RUN_EVENTS)
         profiler = cProfile.Profile() if profile else None
         cpu0, t0 = _cpu(), time.perf_counter()

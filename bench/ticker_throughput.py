@@ -9,7 +9,7 @@ Measured, one after the other on the same database server in the same run:
              next_fire_at <= now() ORDER BY next_fire_at FOR UPDATE SKIP LOCKED LIMIT batch)` in a
              loop until nothing is due: the floor cost of claiming, with nothing else done. Once
              with one connection, once with `--concurrency` loops at once (as the ticker drains).
-- interval:  the ticker's own claim loop (`Claimer.claim_schedules`, the code the service runs)
+- interval:  the ticker's own claim loop (`SlotClaimer.claim_schedules`, the code the service runs)
              over interval schedules: claim, plan the slot and the next one, stage one JobDue per
              slot in the outbox, advance the grid, commit; `--concurrency` claim transactions at
              once, as the ticker runs them while a backlog lasts. Slots staged per second.
@@ -37,7 +37,7 @@ from slotflow.kafka.producer import Producer
 from slotflow.pg.outbox import OutboxRelay
 from slotflow.pg.pool import Pool
 from slotflow.settings import KafkaSettings
-from slotflow_ticker.claims import Claimer
+from slotflow_ticker.claims import SlotClaimer
 from slotflow_ticker.config import TickerSettings
 from slotflow_ticker.events import EventFactory, Topics
 from slotflow_ticker.metrics import TickerMetrics
@@ -87,8 +87,8 @@ async def bare_loop(pool: Pool, count: int, batch: int, concurrency: int) -> flo
     return claimed / elapsed
 
 
-def claimer(pool: Pool, kafka: KafkaSettings, batch: int) -> Claimer:
-    return Claimer(
+def claimer(pool: Pool, kafka: KafkaSettings, batch: int) -> SlotClaimer:
+    return SlotClaimer(
         pool,
         schema="ticker",
         queries=Queries.for_schema("ticker"),
@@ -99,7 +99,7 @@ def claimer(pool: Pool, kafka: KafkaSettings, batch: int) -> Claimer:
     )
 
 
-async def claim_until_idle(claim: Claimer, concurrency: int) -> int:
+async def claim_until_idle(claim: SlotClaimer, concurrency: int) -> int:
     """The ticker's drain: `concurrency` claim transactions at once until nothing is due."""
 
     async def loop() -> int:

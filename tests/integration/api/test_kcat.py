@@ -15,7 +15,7 @@ from slotflow.core.identity import run_id
 from slotflow.runs import HandlerRegistry, RunContext
 from slotflow.settings import KafkaSettings
 from slotflow.testing import assert_eventually
-from slotflow_claimer.app import Claimer
+from slotflow_claimer.app import ClaimerService
 from tests.integration.api.helpers import eventually_json, read_topic
 from tests.integration.claimer.support import settings_for
 from tests.integration.ticker.support import tickers
@@ -104,7 +104,7 @@ async def test_kcat_created_schedule_fires_and_its_completed_runs_appear_in_the_
 
     registry = HandlerRegistry()
     registry.register("kcat.tick", tick)
-    async with tickers(kafka, pg_dsn), Claimer(settings_for(kafka, pg_dsn), registry=registry):
+    async with tickers(kafka, pg_dsn), ClaimerService(settings_for(kafka, pg_dsn), registry=registry):
         await kcat_produce(kafka, kafka.topic(SCHEDULE_COMMANDS), TICK, json.dumps(TICK_ENVELOPE))
         status = await eventually_json(
             client,

@@ -13,10 +13,10 @@ from slotflow.settings import KafkaSettings, PostgresSettings
 from slotflow_api.app import create_app
 from slotflow_api.config import ApiSettings
 from slotflow_api.config import Settings as ApiServiceSettings
-from slotflow_claimer.app import Claimer
+from slotflow_claimer.app import ClaimerService
 from tests.integration.claimer.support import create_user_tables, payouts_module, settings_for
 
-StartClaimer = Callable[..., Awaitable[Claimer]]
+StartClaimer = Callable[..., Awaitable[ClaimerService]]
 
 #: Every state-changing request names its client (the API's CSRF rule, docs/api.md).
 CLIENT_HEADERS = {"X-Slotflow-Client": "test"}
@@ -49,12 +49,14 @@ async def start_claimer(
     kafka: KafkaSettings, pg_dsn: str, db: Pool, registry: HandlerRegistry
 ) -> AsyncIterator[StartClaimer]:
     """Start a claimer with setting overrides; every one started is stopped after the test."""
-    started: list[Claimer] = []
+    started: list[ClaimerService] = []
 
     async def start(
         *, registry_: HandlerRegistry | None = None, rng: Any = None, **overrides: Any
-    ) -> Claimer:
-        claimer = Claimer(settings_for(kafka, pg_dsn, **overrides), registry=registry_ or registry, rng=rng)
+    ) -> ClaimerService:
+        claimer = ClaimerService(
+            settings_for(kafka, pg_dsn, **overrides), registry=registry_ or registry, rng=rng
+        )
         await claimer.start()
         started.append(claimer)
         return claimer

@@ -33,10 +33,10 @@ from slotflow.runs import HandlerRegistry, RunContext
 from slotflow.settings import KafkaSettings, PostgresSettings
 from slotflow.testing import assert_eventually, unique_name
 from slotflow.testing.badinput import QUOTED_NAME, SQL_FRAGMENT, BadInput, catalogue, full_catalogue
-from slotflow_claimer.app import Claimer
+from slotflow_claimer.app import ClaimerService
 from slotflow_claimer.config import ClaimerSettings, Settings
 from slotflow_claimer.events import job_due_envelope
-from slotflow_ticker.app import TickerApp
+from slotflow_ticker.app import TickerService
 from slotflow_ticker.config import TickerSettings
 from tests.integration.dlq.conftest import Running
 
@@ -166,7 +166,7 @@ async def test_claimer_job_due_consumer(
         kafka=kafka,
         postgres=PostgresSettings(dsn=pg_dsn),
     )
-    claimer = Claimer(settings, registry=registry)
+    claimer = ClaimerService(settings, registry=registry)
     await claimer.start()
     try:
 
@@ -207,7 +207,7 @@ async def test_ticker_command_consumer(
     offsets = await feed(producer, topic, goods, bad)
 
     settings = TickerSettings(ticker_id=unique_name("tk"), metrics_port=0)
-    ticker = TickerApp(settings, kafka, PostgresSettings(dsn=pg_dsn))
+    ticker = TickerService(settings, kafka, PostgresSettings(dsn=pg_dsn))
     stop = asyncio.Event()
     task = asyncio.create_task(ticker.run(stop))
     try:
@@ -244,7 +244,7 @@ async def test_ticker_survives_a_nul_byte_in_a_record_key(
     [nul] = [e for e in catalogue(good) if e.name == "nul_byte_in_name"]
     await producer.send_raw(topic, key=nul.key, value=nul.value, partition=0)
     await producer.send_raw(topic, key=good.key.encode(), value=encode(good), partition=0)
-    ticker = TickerApp(
+    ticker = TickerService(
         TickerSettings(ticker_id=unique_name("tk"), metrics_port=0), kafka, PostgresSettings(dsn=pg_dsn)
     )
     stop = asyncio.Event()

@@ -12,7 +12,7 @@ from slotflow.kafka.producer import Producer
 from slotflow.runs import HandlerRegistry, RunContext
 from slotflow.settings import KafkaSettings, PostgresSettings
 from slotflow.testing import assert_eventually
-from slotflow_claimer.app import Claimer
+from slotflow_claimer.app import ClaimerService
 from slotflow_claimer.config import ClaimerSettings, Settings
 from slotflow_claimer.events import job_due_envelope
 from slotflow_dlq import queries
@@ -35,7 +35,7 @@ async def test_redrive_after_the_handler_is_deployed_completes_the_run_exactly_o
         kafka=kafka,
         postgres=PostgresSettings(dsn=pg_dsn),
     )
-    claimer = Claimer(settings, registry=registry)
+    claimer = ClaimerService(settings, registry=registry)
     await claimer.start()
     try:
         job = JobDue(

@@ -9,7 +9,7 @@ from slotflow.kafka.producer import Producer
 from slotflow.pg.pool import Pool
 from slotflow.runs import HandlerRegistry
 from slotflow.settings import KafkaSettings
-from slotflow_claimer.app import Claimer
+from slotflow_claimer.app import ClaimerService
 from slotflow_orchestrator.runtime import RuntimeDecider, load_decider
 from tests.integration.claimer.support import settings_for as claimer_settings
 from tests.integration.orchestrator.activities import ACTIVITIES, create_tables
@@ -17,7 +17,7 @@ from tests.integration.orchestrator.support import Running, orchestrator_setting
 from tests.integration.ticker.support import Replica, start_ticker, stop_ticker
 
 StartOrchestrator = Callable[..., Awaitable[Running]]
-StartClaimer = Callable[..., Awaitable[Claimer]]
+StartClaimer = Callable[..., Awaitable[ClaimerService]]
 
 #: The workflow modules every orchestrator of these tests serves.
 WORKFLOW_MODULES = ["tests.integration.orchestrator.saga", "tests.integration.orchestrator.flows"]
@@ -78,10 +78,10 @@ async def ticker(kafka: KafkaSettings, pg_dsn: str, db: Pool) -> AsyncIterator[R
 async def start_claimer(
     kafka: KafkaSettings, pg_dsn: str, db: Pool, registry: HandlerRegistry
 ) -> AsyncIterator[StartClaimer]:
-    started: list[Claimer] = []
+    started: list[ClaimerService] = []
 
-    async def start(**overrides: Any) -> Claimer:
-        claimer = Claimer(claimer_settings(kafka, pg_dsn, **overrides), registry=registry)
+    async def start(**overrides: Any) -> ClaimerService:
+        claimer = ClaimerService(claimer_settings(kafka, pg_dsn, **overrides), registry=registry)
         await claimer.start()
         started.append(claimer)
         return claimer

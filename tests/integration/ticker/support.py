@@ -26,7 +26,7 @@ from slotflow.pg.pool import Pool
 from slotflow.settings import KafkaSettings, PostgresSettings
 from slotflow.testing import assert_eventually, unique_name
 from slotflow.testing.topics import TopicTail
-from slotflow_ticker.app import TickerApp
+from slotflow_ticker.app import TickerService
 from slotflow_ticker.config import TickerSettings
 
 SCHEMA = "ticker"
@@ -45,13 +45,13 @@ def ticker_settings(**overrides: Any) -> TickerSettings:
 
 @dataclass
 class Replica:
-    app: TickerApp
+    app: TickerService
     stop: asyncio.Event
     task: "asyncio.Task[None]"
 
 
 async def start_ticker(kafka: KafkaSettings, pg_dsn: str, **overrides: Any) -> Replica:
-    app = TickerApp(ticker_settings(**overrides), kafka, PostgresSettings(dsn=pg_dsn))
+    app = TickerService(ticker_settings(**overrides), kafka, PostgresSettings(dsn=pg_dsn))
     stop = asyncio.Event()
     task = asyncio.create_task(app.run(stop))
     ready = asyncio.create_task(app.started.wait())

@@ -5,7 +5,7 @@ import logging
 import signal
 import sys
 
-from slotflow_claimer.app import Claimer
+from slotflow_claimer.app import ClaimerService
 from slotflow_claimer.config import Settings
 
 log = logging.getLogger("slotflow_claimer")
@@ -13,7 +13,7 @@ log = logging.getLogger("slotflow_claimer")
 
 async def serve(settings: Settings) -> int:
     """Run until SIGTERM/SIGINT (graceful stop, exit 0) or a loop crashes (exit 1)."""
-    claimer = Claimer(settings)
+    claimer = ClaimerService(settings)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -45,7 +45,7 @@ async def migrate(pool: Pool, schema: str = "claimer") -> list[str]:
     return await migrate_schema(pool, schema=schema, source=MIGRATIONS)
 
 
-class Claimer:
+class ClaimerService:
     """One claimer: `await start()`, then `await stop()` (or use it as an async context manager)."""
 
     def __init__(
@@ -260,7 +260,7 @@ class Claimer:
         if not running.cancelled():
             running.exception()  # a crash: the supervisor has logged it, `fatal` says so
 
-    async def __aenter__(self) -> "Claimer":
+    async def __aenter__(self) -> "ClaimerService":
         await self.start()
         return self
 

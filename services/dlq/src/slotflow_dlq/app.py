@@ -63,7 +63,7 @@ class DlqService:
         self.kafka = kafka or KafkaSettings()
         self.postgres = postgres or PostgresSettings()
         self.metrics = metrics or DlqMetrics()
-        self.schema = self.settings.schema_name
+        self.schema = self.settings.db_schema
         self.ready = asyncio.Event()
         self.letters_loop: ConsumeLoop | None = None
         self.commands_loop: ConsumeLoop | None = None

@@ -17,7 +17,7 @@ class DlqSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SLOTFLOW_DLQ_", extra="ignore")
 
     instance_id: str = Field(default_factory=_default_instance, pattern=r"^[A-Za-z0-9._:-]{1,150}$")
-    schema_name: str = Field(default="dlq", pattern=r"^[a-z_][a-z0-9_]{0,62}$")
+    db_schema: str = Field(default="dlq", pattern=r"^[a-z_][a-z0-9_]{0,62}$")
     #: Consumer groups (prefixed by the topic namespace when one is set).
     messages_group: str = "slotflow.dlq.messages"
     commands_group: str = "slotflow.dlq.commands"

@@ -20,7 +20,7 @@ from slotflow.contracts import DstPolicy, ScheduleSpec
 from slotflow.contracts.schedules import CronSpec, IntervalSpec, OnceSpec
 from slotflow.pg.pool import create_pool
 from slotflow.settings import KafkaSettings, PostgresSettings
-from slotflow_ticker.app import TickerApp, migrate
+from slotflow_ticker.app import TickerService, migrate
 from slotflow_ticker.config import TickerSettings
 from slotflow_ticker.preview import preview_lines
 from slotflow_ticker.store import parse_definition
@@ -71,7 +71,7 @@ async def _run() -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    await TickerApp(TickerSettings(), KafkaSettings(), PostgresSettings()).run(stop)
+    await TickerService(TickerSettings(), KafkaSettings(), PostgresSettings()).run(stop)
 
 
 async def _migrate() -> None:
@@ -121,7 +121,7 @@ async def _stored(schedule_id: str) -> tuple[ScheduleSpec, DstPolicy] | None:
     pool = await create_pool(PostgresSettings(), min_size=1, max_size=1)
     try:
         text = await pool.fetchval(
-            f"SELECT definition::text FROM {settings.schema_name}.schedules WHERE schedule_id = $1 AND NOT deleted",
+            f"SELECT definition::text FROM {settings.db_schema}.schedules WHERE schedule_id = $1 AND NOT deleted",
             schedule_id,
         )
     finally:

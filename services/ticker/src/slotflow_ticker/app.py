@@ -19,7 +19,7 @@ from slotflow.pg.pool import CONNECTION_ERRORS, Pool, create_pool
 from slotflow.service import RelayGroup, Supervisor, metrics_listener, periodic
 from slotflow.service import migrate as migrate_schema
 from slotflow.settings import KafkaSettings, PostgresSettings
-from slotflow_ticker.claims import Claimer
+from slotflow_ticker.claims import SlotClaimer
 from slotflow_ticker.command_loop import CommandLoop
 from slotflow_ticker.commands import SERVICE, CommandHandler
 from slotflow_ticker.config import TickerSettings
@@ -36,10 +36,10 @@ _STORAGE_ERRORS: tuple[type[BaseException], ...] = (TransientStorageError, *CONN
 
 async def migrate(pool: Pool, settings: TickerSettings) -> list[str]:
     """Create or upgrade the ticker schema (outbox and inbox included); returns what was applied."""
-    return await migrate_schema(pool, schema=settings.schema_name, source=MIGRATIONS)
+    return await migrate_schema(pool, schema=settings.db_schema, source=MIGRATIONS)
 
 
-class TickerApp:
+class TickerService:
     """One ticker replica."""
 
     def __init__(
@@ -81,7 +81,7 @@ class TickerApp:
 
     async def _serve(self, pool: Pool, producer: Producer, stop: asyncio.Event) -> None:
         settings = self.settings
-        schema = settings.schema_name
+        schema = settings.db_schema
         queries = Queries.for_schema(schema)
         events = EventFactory(Topics.of(self.kafka), source=f"{SERVICE}/{settings.ticker_id}")
         relay = RelayGroup(
@@ -99,7 +99,7 @@ class TickerApp:
                 for first in range(settings.relay_loops)
             ]
         )
-        claimer = Claimer(
+        claimer = SlotClaimer(
             pool,
             schema=schema,
             queries=queries,
@@ -159,7 +159,7 @@ class TickerApp:
 
         return refresh
 
-    def _housekeeping(self, claimer: Claimer) -> Callable[[], Awaitable[None]]:
+    def _housekeeping(self, claimer: SlotClaimer) -> Callable[[], Awaitable[None]]:
         async def purge() -> None:
             inbox, timers = await claimer.purge(
                 inbox_seconds=self.settings.inbox_retention_days * 86400,

@@ -47,7 +47,7 @@ class ClaimPass:
     more: bool = False
 
 
-class Claimer:
+class SlotClaimer:
     """Runs claim transactions against one ticker schema."""
 
     def __init__(

@@ -43,7 +43,7 @@ from slotflow.kafka.records import Record
 from slotflow.pg.inbox import record_once
 from slotflow.pg.outbox import Staged
 from slotflow.pg.pool import CONNECTION_ERRORS, Conn, Pool
-from slotflow_ticker.claims import BacklogTooLong, Claimer, schedule_key, timer_key
+from slotflow_ticker.claims import BacklogTooLong, SlotClaimer, schedule_key, timer_key
 from slotflow_ticker.events import EventFactory, Outgoing, stage_all
 from slotflow_ticker.metrics import TickerMetrics
 from slotflow_ticker.planning import Position, start_position
@@ -97,7 +97,7 @@ class CommandHandler:
         schema: str,
         queries: Queries,
         events: EventFactory,
-        claimer: Claimer,
+        claimer: SlotClaimer,
         metrics: TickerMetrics,
         on_commit: Callable[[list[tuple[str, datetime]]], None],
         max_backfill_slots: int = 10_000,

@@ -19,7 +19,7 @@ class TickerSettings(BaseSettings):
 
     #: Names this replica in envelopes (`source`) and client ids; unique per process.
     ticker_id: str = Field(default_factory=_default_ticker_id, pattern=r"^[A-Za-z0-9._:-]{1,150}$")
-    schema_name: str = Field(default="ticker", pattern=r"^[a-z_][a-z0-9_]{0,62}$")
+    db_schema: str = Field(default="ticker", pattern=r"^[a-z_][a-z0-9_]{0,62}$")
     #: Kafka consumer group for the schedule-commands topic (prefixed by the topic namespace).
     group_id: str = "slotflow.ticker"
     #: Schedules (and timers) claimed per transaction with FOR UPDATE SKIP LOCKED.

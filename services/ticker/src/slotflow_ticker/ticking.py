@@ -29,7 +29,7 @@ from slotflow.core.timing_wheel import TimingWheel
 from slotflow.errors import TransientStorageError
 from slotflow.pg.pool import CONNECTION_ERRORS, Pool
 from slotflow.service import sleep_or_stop
-from slotflow_ticker.claims import TIMER_PREFIX, Claimer, ClaimPass, schedule_key, timer_key
+from slotflow_ticker.claims import TIMER_PREFIX, ClaimPass, SlotClaimer, schedule_key, timer_key
 from slotflow_ticker.config import TickerSettings
 from slotflow_ticker.metrics import TickerMetrics
 from slotflow_ticker.sql import Queries
@@ -83,7 +83,7 @@ class Ticking:
         self,
         pool: Pool,
         *,
-        claimer: Claimer,
+        claimer: SlotClaimer,
         queries: Queries,
         settings: TickerSettings,
         metrics: TickerMetrics,
