@@ -14,6 +14,7 @@ from slotflow.contracts import RetryPolicy
 from slotflow.core.nul import jsonb_text
 from slotflow.kafka.records import Record
 from slotflow.pg.pool import Conn
+from slotflow.pg.statements import compose, sql
 from slotflow_claimer.runs import Due, Run
 
 #: Columns a JobDue fills, in the order of `_due_arrays`.
@@ -103,11 +104,12 @@ def _due_arrays(dues: Sequence[Due]) -> list[list[object]]:
 # Anything else (a live lease of any owner, completed, skipped, cancelled, buffered) returns no row:
 # the caller skips the record. The row lock taken by ON CONFLICT makes two claimers of one run
 # serialise, and the loser re-evaluates the WHERE against the winner's committed row.
-_CLAIM = f"""
-INSERT INTO {{schema}}.runs AS r ({_INSERT_COLUMNS},
+_CLAIM = compose(
+    """
+INSERT INTO {schema}.runs AS r ({insert_columns},
     state, fence_token, owner, lease_expires_at, heartbeat_at, started_at)
-SELECT {_DUE_COLUMNS}, 'running', 1, $22, now() + make_interval(secs => $23), now(), now()
-  FROM {_DUE_UNNEST}
+SELECT {due_columns}, 'running', 1, $22, now() + make_interval(secs => $23), now(), now()
+  FROM {due_unnest}
 ON CONFLICT (run_id) DO UPDATE SET
     fence_token      = r.fence_token + 1,
     owner            = EXCLUDED.owner,
@@ -145,15 +147,20 @@ ON CONFLICT (run_id) DO UPDATE SET
     OR (r.state = 'running' AND r.lease_expires_at < now() AND NOT r.cancel_requested
         AND EXCLUDED.attempt >= r.attempt)
     OR (r.state = 'dead_lettered' AND EXCLUDED.redrive_count > r.redrive_count)
-RETURNING {_RUN_COLUMNS}
-"""
+RETURNING {run_columns}
+""",
+    insert_columns=_INSERT_COLUMNS,
+    due_columns=_DUE_COLUMNS,
+    due_unnest=_DUE_UNNEST,
+    run_columns=_RUN_COLUMNS,
+)
 
 
 async def claim(conn: Conn, schema: str, dues: Sequence[Due], *, owner: str, ttl: float) -> list[Run]:
     """Claim the runs of ``dues`` (unique run ids) for ``owner``; returns those claimed."""
     if not dues:
         return []
-    rows = await conn.fetch(_CLAIM.format(schema=schema), *_due_arrays(dues), owner, ttl)
+    rows = await conn.fetch(sql(_CLAIM, schema), *_due_arrays(dues), owner, ttl)
     records = {due.job.run_id: due.record for due in dues}
     return [Run(row, records[row["run_id"]]) for row in rows]
 
@@ -163,16 +170,22 @@ async def claim(conn: Conn, schema: str, dues: Sequence[Due], *, owner: str, ttl
 # fate is its one claim) or 'pending' in the job's buffer (token 0 until it starts): one slot
 # under buffer_one, a queue in slot order under buffer_all.
 # DO NOTHING: the callers hold the job's lock, and a row that exists already has a fate.
-_INSERT_UNSTARTED = f"""
-INSERT INTO {{schema}}.runs AS r ({_INSERT_COLUMNS}, state, fence_token, owner, finished_at, error)
-SELECT {_DUE_COLUMNS}, s.state, CASE WHEN s.state = 'skipped' THEN 1 ELSE 0 END, $22,
+_INSERT_UNSTARTED = compose(
+    """
+INSERT INTO {schema}.runs AS r ({insert_columns}, state, fence_token, owner, finished_at, error)
+SELECT {due_columns}, s.state, CASE WHEN s.state = 'skipped' THEN 1 ELSE 0 END, $22,
        CASE WHEN s.state = 'skipped' THEN now() END,
        CASE WHEN s.state = 'skipped' THEN jsonb_build_object('reason', s.reason) END
-  FROM {_DUE_UNNEST}
+  FROM {due_unnest}
   JOIN unnest($23::text[], $24::text[], $25::text[]) AS s(run_id, state, reason) USING (run_id)
 ON CONFLICT (run_id) DO NOTHING
-RETURNING {_RUN_COLUMNS}
-"""
+RETURNING {run_columns}
+""",
+    insert_columns=_INSERT_COLUMNS,
+    due_columns=_DUE_COLUMNS,
+    due_unnest=_DUE_UNNEST,
+    run_columns=_RUN_COLUMNS,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,7 +199,7 @@ async def insert_unstarted(conn: Conn, schema: str, items: Sequence[Unstarted], 
     if not items:
         return []
     rows = await conn.fetch(
-        _INSERT_UNSTARTED.format(schema=schema),
+        sql(_INSERT_UNSTARTED, schema),
         *_due_arrays([i.due for i in items]),
         owner,
         [i.due.job.run_id for i in items],
@@ -221,29 +234,46 @@ class Active:
     state: str  # running | pending
 
 
+_EXISTING_RUN_IDS = "SELECT run_id FROM {schema}.runs WHERE run_id = ANY($1::text[])"
+
+
 async def existing_run_ids(conn: Conn, schema: str, run_ids: Sequence[str]) -> set[str]:
-    rows = await conn.fetch(f"SELECT run_id FROM {schema}.runs WHERE run_id = ANY($1::text[])", run_ids)
+    rows = await conn.fetch(sql(_EXISTING_RUN_IDS, schema), run_ids)
     return {row["run_id"] for row in rows}
+
+
+# Running (any lease: an expired one will be taken over, so it still runs) and buffered runs.
+_ACTIVE_RUNS = """
+SELECT run_id, job_id, state FROM {schema}.runs
+ WHERE job_id = ANY($1::text[]) AND state IN ('running', 'pending') ORDER BY created_at
+"""
 
 
 async def active_runs(conn: Conn, schema: str, job_ids: Sequence[str]) -> list[Active]:
     """Running (any lease: an expired one will be taken over, so it still runs) and buffered runs."""
-    rows = await conn.fetch(
-        f"SELECT run_id, job_id, state FROM {schema}.runs "
-        "WHERE job_id = ANY($1::text[]) AND state IN ('running', 'pending') ORDER BY created_at",
-        job_ids,
-    )
+    rows = await conn.fetch(sql(_ACTIVE_RUNS, schema), job_ids)
     return [Active(row["run_id"], row["job_id"], row["state"]) for row in rows]
+
+
+# Only running runs: a run that already has a fate has nothing left to cancel.
+_REQUEST_CANCEL = """
+UPDATE {schema}.runs SET cancel_requested = true, updated_at = now()
+ WHERE run_id = ANY($1::text[]) AND state = 'running' RETURNING run_id
+"""
 
 
 async def request_cancel(conn: Conn, schema: str, run_ids: Sequence[str]) -> list[str]:
     """Ask the owners of running runs to cancel them; their next heartbeat sees the flag."""
-    rows = await conn.fetch(
-        f"UPDATE {schema}.runs SET cancel_requested = true, updated_at = now() "
-        "WHERE run_id = ANY($1::text[]) AND state = 'running' RETURNING run_id",
-        run_ids,
-    )
+    rows = await conn.fetch(sql(_REQUEST_CANCEL, schema), run_ids)
     return [row["run_id"] for row in rows]
+
+
+# Only still-buffered runs, and deciding their fate raises the token like any claim.
+_SUPERSEDE_PENDING = """
+UPDATE {schema}.runs SET state = 'skipped', fence_token = fence_token + 1, owner = $2,
+       finished_at = now(), error = jsonb_build_object('reason', $3::text), updated_at = now()
+ WHERE run_id = ANY($1::text[]) AND state = 'pending' RETURNING *
+"""
 
 
 async def supersede_pending(
@@ -251,9 +281,7 @@ async def supersede_pending(
 ) -> list[Run]:
     """Skip buffered runs a newer run replaces (cancel_previous); deciding their fate is a claim."""
     rows = await conn.fetch(
-        f"UPDATE {schema}.runs SET state = 'skipped', fence_token = fence_token + 1, owner = $2, "
-        "finished_at = now(), error = jsonb_build_object('reason', $3::text), updated_at = now() "
-        "WHERE run_id = ANY($1::text[]) AND state = 'pending' RETURNING *",
+        sql(_SUPERSEDE_PENDING, schema),
         run_ids,
         owner,
         reason,
@@ -279,7 +307,7 @@ async def heartbeat(
     """Renew leases; returns run id -> cancel requested, for the runs still held."""
     if not tokens:
         return {}
-    rows = await conn.fetch(_HEARTBEAT.format(schema=schema), list(tokens), list(tokens.values()), owner, ttl)
+    rows = await conn.fetch(sql(_HEARTBEAT, schema), list(tokens), list(tokens.values()), owner, ttl)
     return {row["run_id"]: row["cancel_requested"] for row in rows}
 
 
@@ -304,8 +332,9 @@ class OutcomeWrite:
 # was produced with. A stale token (the run was taken over) matches nothing and is never applied;
 # the caller counts it as FenceRejected. The history entry is stamped from the row itself, so it
 # names the attempt, token and owner that actually held the run.
-_RECORD_OUTCOMES = f"""
-UPDATE {{schema}}.runs AS r SET
+_RECORD_OUTCOMES = compose(
+    """
+UPDATE {schema}.runs AS r SET
     state            = u.state,
     result           = u.result::jsonb,
     error            = u.error::jsonb,
@@ -324,8 +353,10 @@ UPDATE {{schema}}.runs AS r SET
               $8::text[])
        AS u(run_id, token, state, result, error, entry, refund, held_reason)
  WHERE r.run_id = u.run_id AND r.fence_token = u.token AND r.state = 'running'
-RETURNING {_RUN_COLUMNS}
-"""
+RETURNING {run_columns}
+""",
+    run_columns=_RUN_COLUMNS,
+)
 
 
 async def record_outcomes(conn: Conn, schema: str, writes: Sequence[OutcomeWrite]) -> list[Run]:
@@ -337,7 +368,7 @@ async def record_outcomes(conn: Conn, schema: str, writes: Sequence[OutcomeWrite
     if not writes:
         return []
     rows = await conn.fetch(
-        _RECORD_OUTCOMES.format(schema=schema),
+        sql(_RECORD_OUTCOMES, schema),
         [w.run_id for w in writes],
         [w.fence_token for w in writes],
         [w.state for w in writes],
@@ -385,7 +416,7 @@ async def start_buffered(
 ) -> list[Run]:
     if not job_ids:
         return []
-    rows = await conn.fetch(_START_BUFFERED.format(schema=schema), list(job_ids), owner, ttl)
+    rows = await conn.fetch(sql(_START_BUFFERED, schema), list(job_ids), owner, ttl)
     return [Run.from_row(row) for row in rows]
 
 
@@ -422,21 +453,35 @@ RETURNING r.*
 
 
 async def reap(conn: Conn, schema: str, *, owner: str, ttl: float, limit: int) -> list[Run]:
-    rows = await conn.fetch(_REAP.format(schema=schema), limit, owner, ttl)
+    rows = await conn.fetch(sql(_REAP, schema), limit, owner, ttl)
     return [Run.from_row(row) for row in rows]
+
+
+# Buffered for a while (database clock) with nothing of the job running: its start was lost.
+_ORPHANED_BUFFERS = """
+SELECT DISTINCT p.job_id FROM {schema}.runs p
+ WHERE p.state = 'pending' AND p.updated_at < now() - make_interval(secs => $1)
+   AND NOT EXISTS (SELECT 1 FROM {schema}.runs l WHERE l.job_id = p.job_id AND l.state = 'running')
+ LIMIT $2
+"""
 
 
 async def orphaned_buffers(conn: Conn, schema: str, *, older_than: float, limit: int) -> list[str]:
     """Jobs with a buffered run but nothing running: the start after the last run was lost."""
     rows = await conn.fetch(
-        f"SELECT DISTINCT p.job_id FROM {schema}.runs p "
-        "WHERE p.state = 'pending' AND p.updated_at < now() - make_interval(secs => $1) "
-        f"AND NOT EXISTS (SELECT 1 FROM {schema}.runs l WHERE l.job_id = p.job_id AND l.state = 'running') "
-        "LIMIT $2",
+        sql(_ORPHANED_BUFFERS, schema),
         older_than,
         limit,
     )
     return [row["job_id"] for row in rows]
+
+
+# Only the token's holder releases: a run taken over meanwhile is left to its new owner.
+_RELEASE = """
+UPDATE {schema}.runs AS r SET lease_expires_at = now(), lease_released = $3, updated_at = now()
+  FROM unnest($1::text[], $2::bigint[]) AS h(run_id, token)
+ WHERE r.run_id = h.run_id AND r.fence_token = h.token AND r.state = 'running'
+"""
 
 
 async def release(conn: Conn, schema: str, tokens: Mapping[str, int], *, graceful: bool = True) -> int:
@@ -449,9 +494,7 @@ async def release(conn: Conn, schema: str, tokens: Mapping[str, int], *, gracefu
     if not tokens:
         return 0
     status = await conn.execute(
-        f"UPDATE {schema}.runs AS r SET lease_expires_at = now(), lease_released = $3, updated_at = now() "
-        "FROM unnest($1::text[], $2::bigint[]) AS h(run_id, token) "
-        "WHERE r.run_id = h.run_id AND r.fence_token = h.token AND r.state = 'running'",
+        sql(_RELEASE, schema),
         list(tokens),
         list(tokens.values()),
         graceful,
