@@ -21,12 +21,36 @@ import httpx
 
 from slotflow.core.retry import full_jitter_delay
 from slotflow.pg.pool import CONNECTION_ERRORS, Pool
+from slotflow.pg.statements import sql
 from slotflow.service import sleep_or_stop
 from slotflow_dlq.metrics import DlqMetrics
 
 log = logging.getLogger(__name__)
 
 _ERRORS: tuple[type[BaseException], ...] = (*CONNECTION_ERRORS, asyncpg.PostgresError)
+
+
+# Due notifications, each leased by moving next_at past the delivery's timeout: SKIP LOCKED so
+# several notifiers split them, and a notifier that dies mid-delivery leaves its lease to expire,
+# after which another delivers again (the receiver dedupes on the Idempotency-Key it is sent).
+LEASE_DUE = """
+UPDATE {schema}.notifications n
+   SET attempts = n.attempts + 1, next_at = now() + make_interval(secs => $2)
+ WHERE dead_letter_id IN (
+        SELECT dead_letter_id FROM {schema}.notifications
+         WHERE delivered_at IS NULL AND gave_up_at IS NULL AND next_at <= now()
+         ORDER BY next_at LIMIT $1 FOR UPDATE SKIP LOCKED)
+RETURNING dead_letter_id, payload::text AS payload, attempts
+"""
+DELIVERED = (
+    "UPDATE {schema}.notifications SET delivered_at = now(), last_error = '' WHERE dead_letter_id = $1"
+)
+GAVE_UP = "UPDATE {schema}.notifications SET gave_up_at = now(), last_error = $2 WHERE dead_letter_id = $1"
+# The next attempt's time from the database clock plus the full-jitter delay.
+RETRY_LATER = """
+UPDATE {schema}.notifications SET next_at = now() + make_interval(secs => $2), last_error = $3
+ WHERE dead_letter_id = $1
+"""
 
 
 class Notifier:
@@ -76,15 +100,7 @@ class Notifier:
     async def deliver_due(self, client: httpx.AsyncClient) -> int:
         """Deliver every notification due now (one batch); returns how many were tried."""
         rows = await self._pool.fetch(
-            f"""
-            UPDATE {self._schema}.notifications n
-               SET attempts = n.attempts + 1, next_at = now() + make_interval(secs => $2)
-             WHERE dead_letter_id IN (
-                    SELECT dead_letter_id FROM {self._schema}.notifications
-                     WHERE delivered_at IS NULL AND gave_up_at IS NULL AND next_at <= now()
-                     ORDER BY next_at LIMIT $1 FOR UPDATE SKIP LOCKED)
-            RETURNING dead_letter_id, payload::text AS payload, attempts
-            """,
+            sql(LEASE_DUE, self._schema),
             self._batch_size,
             self._timeout * 2 + 1,
         )
@@ -103,18 +119,13 @@ class Notifier:
             error = f"{type(err).__name__}: {err}"
         if error is None:
             self._metrics.notifications.labels("delivered").inc()
-            await self._pool.execute(
-                f"UPDATE {self._schema}.notifications SET delivered_at = now(), last_error = '' "
-                "WHERE dead_letter_id = $1",
-                dead_letter_id,
-            )
+            await self._pool.execute(sql(DELIVERED, self._schema), dead_letter_id)
             return
         if attempt >= self._max_attempts:
             self._metrics.notifications.labels("gave_up").inc()
             log.error("webhook for %s given up after %d attempts: %s", dead_letter_id, attempt, error)
             await self._pool.execute(
-                f"UPDATE {self._schema}.notifications SET gave_up_at = now(), last_error = $2 "
-                "WHERE dead_letter_id = $1",
+                sql(GAVE_UP, self._schema),
                 dead_letter_id,
                 error[:2000],
             )
@@ -131,8 +142,7 @@ class Notifier:
             error,
         )
         await self._pool.execute(
-            f"UPDATE {self._schema}.notifications SET next_at = now() + make_interval(secs => $2), last_error = $3 "
-            "WHERE dead_letter_id = $1",
+            sql(RETRY_LATER, self._schema),
             dead_letter_id,
             delay.total_seconds(),
             error[:2000],

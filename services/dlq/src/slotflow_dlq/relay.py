@@ -16,12 +16,32 @@ import logging
 from slotflow.errors import MessageTooLarge, SlotflowError
 from slotflow.kafka.producer import OutgoingRecord, Producer
 from slotflow.pg.pool import CONNECTION_ERRORS, Pool
+from slotflow.pg.statements import sql
 from slotflow.service import sleep_or_stop
 from slotflow_dlq.store import decode_headers
 
 log = logging.getLogger(__name__)
 
 _ERRORS: tuple[type[BaseException], ...] = (SlotflowError, *CONNECTION_ERRORS)
+
+
+# The oldest unpublished redrives, at most $1 rows and about $2 bytes of values (always at least
+# one: redriven records may be megabytes each). Only the holder of the relay's advisory lock runs
+# it, so two relays never send one row twice.
+PICK_REDRIVES = """
+SELECT seq, topic, record_key, value, headers FROM (
+    SELECT seq, topic, record_key, value, headers::text AS headers,
+           sum(octet_length(value)) OVER (ORDER BY seq) - octet_length(value) AS before
+      FROM (SELECT * FROM {schema}.redrives WHERE published_at IS NULL
+             ORDER BY seq LIMIT $1) AS pending
+) AS sized
+WHERE before < $2 ORDER BY seq
+"""
+# In the transaction that picked them, after the broker acknowledged them: sent once, or again.
+MARK_PUBLISHED = "UPDATE {schema}.redrives SET published_at = now() WHERE seq = ANY ($1::bigint[])"
+# A record its topic refuses for good keeps the refusal on its row (published, not retried).
+MARK_REFUSED = "UPDATE {schema}.redrives SET error = $2 WHERE seq = $1"
+PENDING = "SELECT count(*) FROM {schema}.redrives WHERE published_at IS NULL"
 
 
 class RedriveRelay:
@@ -74,15 +94,7 @@ class RedriveRelay:
             # At most batch_size records and about max_batch_bytes of values (always at least one):
             # redriven records may be megabytes each.
             rows = await conn.fetch(
-                f"""
-                SELECT seq, topic, record_key, value, headers FROM (
-                    SELECT seq, topic, record_key, value, headers::text AS headers,
-                           sum(octet_length(value)) OVER (ORDER BY seq) - octet_length(value) AS before
-                      FROM (SELECT * FROM {self._schema}.redrives WHERE published_at IS NULL
-                             ORDER BY seq LIMIT $1) AS pending
-                ) AS sized
-                WHERE before < $2 ORDER BY seq
-                """,
+                sql(PICK_REDRIVES, self._schema),
                 self._batch_size,
                 self._max_batch_bytes,
             )
@@ -105,21 +117,14 @@ class RedriveRelay:
                         await self._producer.send_raw_many([record])
                     except MessageTooLarge as err:
                         failed[row["seq"]] = str(err)[:2000]
-            await conn.execute(
-                f"UPDATE {self._schema}.redrives SET published_at = now() WHERE seq = ANY ($1::bigint[])",
-                [r["seq"] for r in rows],
-            )
+            await conn.execute(sql(MARK_PUBLISHED, self._schema), [r["seq"] for r in rows])
             for seq, error in failed.items():
                 log.error("redrive %d refused by its topic: %s", seq, error)
-                await conn.execute(
-                    f"UPDATE {self._schema}.redrives SET error = $2 WHERE seq = $1", seq, error
-                )
+                await conn.execute(sql(MARK_REFUSED, self._schema), seq, error)
             self.published += len(rows) - len(failed)
             self.refused += len(failed)
             return len(rows)
 
     async def pending(self) -> int:
-        value = await self._pool.fetchval(
-            f"SELECT count(*) FROM {self._schema}.redrives WHERE published_at IS NULL"
-        )
+        value = await self._pool.fetchval(sql(PENDING, self._schema))
         return int(value)
