@@ -30,12 +30,12 @@ from slotflow.contracts import (
     UpdateSchedule,
     wrap,
 )
-from slotflow.contracts.codec import check_depth
 from slotflow.contracts.catalogue import COMMAND_TYPES as COMMAND_TYPES
 from slotflow.contracts.catalogue import DLQ_COMMAND_TYPES as DLQ_COMMAND_TYPES
 from slotflow.contracts.catalogue import SCHEDULE_COMMAND_TYPES as SCHEDULE_COMMAND_TYPES
 from slotflow.contracts.catalogue import TIMER_COMMAND_TYPES as TIMER_COMMAND_TYPES
 from slotflow.contracts.catalogue import WORKFLOW_COMMAND_TYPES as WORKFLOW_COMMAND_TYPES
+from slotflow.contracts.codec import check_depth
 from slotflow.contracts.topics import DLQ_COMMANDS, SCHEDULE_COMMANDS, WORKFLOW_COMMANDS, TopicSpec
 from slotflow.errors import PermanentError
 from slotflow.kafka.producer import Producer
