@@ -10,7 +10,7 @@ from slotflow.contracts import HistoryEvent, Message
 from slotflow.pg.pool import Pool
 from slotflow.settings import KafkaSettings, PostgresSettings
 from slotflow.testing import assert_eventually
-from slotflow_orchestrator.app import Orchestrator
+from slotflow_orchestrator.app import OrchestratorService
 from slotflow_orchestrator.config import OrchestratorSettings, Settings
 from slotflow_orchestrator.deciding import history_of
 from slotflow_orchestrator.stepping import Decider
@@ -30,7 +30,7 @@ def orchestrator_settings(kafka: KafkaSettings, pg_dsn: str, **overrides: Any) -
 class Running:
     """An orchestrator running as a task until `stop()`."""
 
-    orchestrator: Orchestrator
+    orchestrator: OrchestratorService
     stop_event: asyncio.Event = field(default_factory=asyncio.Event)
     task: "asyncio.Task[None] | None" = None
 
@@ -58,7 +58,7 @@ class Running:
 
 
 async def start_orchestrator(settings: Settings, decider: Decider) -> Running:
-    return await Running(Orchestrator(settings, decider=decider)).start()
+    return await Running(OrchestratorService(settings, decider=decider)).start()
 
 
 async def send(kafka: KafkaSettings, producer: Any, message: Message, command_id: str) -> str:

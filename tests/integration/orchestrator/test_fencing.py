@@ -8,6 +8,7 @@ import pytest
 from slotflow.contracts import StartWorkflow, wrap
 from slotflow.contracts.codec import encode
 from slotflow.pg.pool import Pool
+from slotflow.pg.statements import sql
 from slotflow.settings import KafkaSettings
 from slotflow_orchestrator.app import apply_migrations
 from slotflow_orchestrator.deciding import Decisions, LeaseLost
@@ -26,7 +27,7 @@ async def _start_input(pool: Pool, workflow_id: str) -> None:
         start, id=f"start-{workflow_id}", key=workflow_id, source="test", occurred_at=datetime.now(UTC)
     )
     await pool.execute(
-        RECORD_INPUTS.format(schema="orchestrator"),
+        sql(RECORD_INPUTS, "orchestrator"),
         [workflow_id],
         [shard_of(workflow_id, SHARDS)],
         [envelope.type],

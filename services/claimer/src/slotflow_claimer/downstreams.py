@@ -27,6 +27,7 @@ from slotflow.core.downstreams import Admission, Breaker, DownstreamPolicy, admi
 from slotflow.core.retry import is_retryable
 from slotflow.errors import DownstreamUnavailable
 from slotflow.pg.pool import Conn, Pool
+from slotflow.pg.statements import sql
 from slotflow_claimer.metrics import ClaimerMetrics
 from slotflow_claimer.outcomes import Outcome
 from slotflow_claimer.runs import Run
@@ -110,21 +111,19 @@ class Gate:
         self._slots = asyncio.Semaphore(2)
 
     async def _lock(self, conn: Conn, names: Sequence[str]) -> tuple[dict[str, Breaker], datetime]:
-        await conn.execute(_ENSURE.format(schema=self._schema), list(names))
-        rows = await conn.fetch(_LOCK.format(schema=self._schema), list(names))
+        await conn.execute(sql(_ENSURE, self._schema), list(names))
+        rows = await conn.fetch(sql(_LOCK, self._schema), list(names))
         return {row["name"]: _breaker(row) for row in rows}, rows[0]["now"]
 
     async def _counts(self, conn: Conn, names: Sequence[str]) -> dict[str, dict[str, int]]:
-        rows = await conn.fetch(
-            _COUNTS.format(schema=self._schema), list(names), self._policy.window.total_seconds()
-        )
+        rows = await conn.fetch(sql(_COUNTS, self._schema), list(names), self._policy.window.total_seconds())
         return {row["name"]: dict(row) for row in rows}
 
     async def _move(self, conn: Conn, name: str, before: Breaker, after: Breaker) -> None:
         if after == before:
             return
         await conn.execute(
-            _MOVE.format(schema=self._schema),
+            sql(_MOVE, self._schema),
             name,
             after.state,
             after.opened_at,
@@ -133,9 +132,7 @@ class Gate:
         )
         self._metrics.downstream_state.labels(name).set(_STATE_VALUE[after.state])
         if after.state != before.state:
-            await conn.execute(
-                _CHANGED.format(schema=self._schema), name, before.state, after.state, self._owner
-            )
+            await conn.execute(sql(_CHANGED, self._schema), name, before.state, after.state, self._owner)
             self._metrics.downstream_transitions.labels(name, after.state).inc()
             log.warning("downstream %s: circuit %s -> %s", name, before.state, after.state)
 
@@ -166,9 +163,7 @@ class Gate:
             for name, decision in decisions.items():
                 await self._move(conn, name, breakers[name], decision.breaker)
             zeros = [0] * len(names)
-            await conn.execute(
-                _COUNT.format(schema=self._schema), names, int(not retry), int(retry), zeros, zeros
-            )
+            await conn.execute(sql(_COUNT, self._schema), names, int(not retry), int(retry), zeros, zeros)
         return Pass(frozenset(n for n, d in decisions.items() if d.probe))
 
     async def settle(
@@ -180,7 +175,7 @@ class Gate:
         async with self._slots, self._pool.acquire() as conn, conn.transaction():
             breakers, now = await self._lock(conn, names)
             await conn.execute(
-                _COUNT.format(schema=self._schema),
+                sql(_COUNT, self._schema),
                 names,
                 0,
                 0,
@@ -203,7 +198,7 @@ class Gate:
                 await self._move(conn, name, breakers[name], after)
                 if name in failed and after.state == "open" and opened is None:
                     opened = name
-            await conn.execute(_PRUNE.format(schema=self._schema), names, self._policy.window.total_seconds())
+            await conn.execute(sql(_PRUNE, self._schema), names, self._policy.window.total_seconds())
         if opened is None:
             return None
         self._metrics.downstream_held.labels(opened, "circuit_open").inc()

@@ -28,6 +28,7 @@ from slotflow.contracts.topics import DLQ_EVENTS
 from slotflow.core.nul import jsonb_text, pg_text
 from slotflow.pg.outbox import Staged, append_many
 from slotflow.pg.pool import Conn
+from slotflow.pg.statements import sql
 from slotflow.settings import KafkaSettings
 from slotflow_dlq.queries import selection_sql
 
@@ -169,7 +170,7 @@ async def park(
         if isinstance(loaded, dict) and isinstance(loaded.get("type"), str):
             original_type = loaded["type"]
     row = await conn.fetchrow(
-        _PARK.format(schema=schema),
+        sql(_PARK, schema),
         pg_text(envelope.id),
         pg_text(letter.reason),
         pg_text(letter.error_type),

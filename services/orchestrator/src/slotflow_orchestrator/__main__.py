@@ -12,7 +12,7 @@ import os
 import signal
 import sys
 
-from slotflow_orchestrator.app import Orchestrator
+from slotflow_orchestrator.app import OrchestratorService
 from slotflow_orchestrator.config import Settings
 from slotflow_orchestrator.runtime import load_decider
 
@@ -24,7 +24,7 @@ async def _serve(settings: Settings) -> None:
         loop.add_signal_handler(signum, stop.set)
     cfg = settings.orchestrator
     decider = load_decider(cfg.modules(), max_history_events=cfg.max_history_events)
-    await Orchestrator(settings, decider=decider).run(stop)
+    await OrchestratorService(settings, decider=decider).run(stop)
 
 
 def main() -> int:

@@ -43,6 +43,7 @@ from slotflow.pg import migrations as pg_migrations
 from slotflow.pg.migrations import MigrationSource
 from slotflow.pg.outbox import OutboxRelay
 from slotflow.pg.pool import CONNECTION_ERRORS, Pool, create_pool
+from slotflow.pg.statements import sql
 from slotflow.service import Supervisor, metrics_listener, sleep_or_stop
 from slotflow_orchestrator.config import Settings
 from slotflow_orchestrator.deciding import Decisions, LeaseLost, Outcome
@@ -95,7 +96,7 @@ async def apply_migrations(pool: Pool, schema: str = "orchestrator") -> list[str
     )
 
 
-class Orchestrator:
+class OrchestratorService:
     """One orchestrator process: `await run(stop)`."""
 
     def __init__(
@@ -268,9 +269,7 @@ class Orchestrator:
         if not shards:
             return []
         now = time.monotonic()
-        rows = await self.pool.fetch(
-            PENDING.format(schema=self.settings.orchestrator.db_schema), list(shards), limit
-        )
+        rows = await self.pool.fetch(sql(PENDING, self.settings.orchestrator.db_schema), list(shards), limit)
         return [
             (r["workflow_id"], r["shard"])
             for r in rows

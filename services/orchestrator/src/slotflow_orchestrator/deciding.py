@@ -27,6 +27,7 @@ from slotflow.errors import SlotflowError
 from slotflow.pg.outbox import append_many
 from slotflow.pg.payloads import get_payload, put_payload
 from slotflow.pg.pool import Conn, Pool
+from slotflow.pg.statements import sql
 from slotflow.workflow.payloads import DEFAULT_THRESHOLD, offload_payloads, resolve_payloads
 from slotflow_orchestrator.inputs import INPUT_MESSAGES
 from slotflow_orchestrator.intake import RECORD_INPUTS, shard_of
@@ -122,8 +123,8 @@ class Decisions:
         self._metrics = metrics
         self._crash_window = crash_window
         self._sql = {
-            name: sql.format(schema=schema)
-            for name, sql in {
+            name: sql(statement, schema)
+            for name, statement in {
                 "lease": LEASE_CHECK,
                 "row": LOCK_ROW,
                 "inputs": LOCK_INPUTS,
@@ -250,7 +251,7 @@ class Decisions:
             for notice in out.notices
         ]
         await conn.execute(
-            RECORD_INPUTS.format(schema=self._schema),
+            sql(RECORD_INPUTS, self._schema),
             [n.parent_workflow_id for n in out.notices],
             [shard_of(n.parent_workflow_id, self._shards) for n in out.notices],
             [e.type for e in envelopes],

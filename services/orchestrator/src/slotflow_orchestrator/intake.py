@@ -28,6 +28,7 @@ from slotflow.contracts.codec import encode
 from slotflow.kafka.loop import Incoming
 from slotflow.kafka.producer import partition_for
 from slotflow.pg.pool import Conn, Pool
+from slotflow.pg.statements import sql
 
 COMMANDS = (StartWorkflow, SignalWorkflow, CancelWorkflow, TerminateWorkflow)
 
@@ -79,7 +80,7 @@ async def admit(conn: Conn, *, schema: str, shards: int, batch: Sequence[Incomin
     if not wanted:
         return Admitted(frozenset(), ())
     ids = list(wanted)
-    fresh = await conn.fetch(RECORD_SEEN.format(schema=schema), ids, [wanted[i][0].record.topic for i in ids])
+    fresh = await conn.fetch(sql(RECORD_SEEN, schema), ids, [wanted[i][0].record.topic for i in ids])
     seen_first = {r["event_id"] for r in fresh}
     # In consumed order, which is each partition's order: a workflow's inputs apply in it.
     new = [wanted[i] for i in ids if i in seen_first]
@@ -88,7 +89,7 @@ async def admit(conn: Conn, *, schema: str, shards: int, batch: Sequence[Incomin
     workflow_ids = [workflow_id for _, workflow_id in new]
     shard_ids = [shard_of(w, shards) for w in workflow_ids]
     await conn.execute(
-        RECORD_INPUTS.format(schema=schema),
+        sql(RECORD_INPUTS, schema),
         workflow_ids,
         shard_ids,
         [incoming.envelope.type for incoming, _ in new],
@@ -105,5 +106,5 @@ PRUNE_INBOX = "DELETE FROM {schema}.inbox WHERE processed_at < now() - make_inte
 
 async def prune_inbox(pool: Pool, *, schema: str, older_than_seconds: float) -> int:
     """Forget inbox ids recorded more than ``older_than_seconds`` ago; returns how many."""
-    status = await pool.execute(PRUNE_INBOX.format(schema=schema), older_than_seconds)
+    status = await pool.execute(sql(PRUNE_INBOX, schema), older_than_seconds)
     return int(status.rsplit(" ", 1)[1])

@@ -15,6 +15,7 @@ owner in turn.
 import logging
 
 from slotflow.pg.pool import Pool
+from slotflow.pg.statements import sql
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ class Leases:
             await self.release(shard)
         acquired: list[int] = []
         for shard in sorted(assigned - set(self.held) - self._lost):
-            token = await self._pool.fetchval(ACQUIRE.format(schema=self._schema), shard, self._owner)
+            token = await self._pool.fetchval(sql(ACQUIRE, self._schema), shard, self._owner)
             self.held[shard] = int(token)
             acquired.append(shard)
             log.info("%s: acquired shard %d with fencing token %d", self._owner, shard, token)
@@ -68,11 +69,11 @@ class Leases:
     async def release(self, shard: int) -> None:
         token = self.held.pop(shard, None)
         if token is not None:
-            await self._pool.execute(RELEASE.format(schema=self._schema), shard, self._owner, token)
+            await self._pool.execute(sql(RELEASE, self._schema), shard, self._owner, token)
             log.info("%s: released shard %d", self._owner, shard)
 
     async def stuck_workflows(self, shard: int) -> list[str]:
         """Workflows of ``shard`` stuck on non-determinism: re-decided after an acquisition, so a
         deploy with code that matches their history lets them go on."""
-        rows = await self._pool.fetch(OPEN_IN_SHARD.format(schema=self._schema), shard)
+        rows = await self._pool.fetch(sql(OPEN_IN_SHARD, self._schema), shard)
         return [r["workflow_id"] for r in rows]
