@@ -16,9 +16,15 @@ from urllib.parse import parse_qsl
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from slotflow.errors import PermanentError
 
-class BodyTooLarge(HTTPException):
-    """The request body is larger than the api accepts (413); FastAPI passes HTTPExceptions on."""
+
+class BodyTooLarge(HTTPException, PermanentError):
+    """The request body is larger than the api accepts (413); FastAPI passes HTTPExceptions on.
+
+    Also a PermanentError: every slotflow error derives from the library's base (HTTPException
+    comes first, so FastAPI's handling and its constructor are the ones used).
+    """
 
     def __init__(self, limit: int, size: int | None = None) -> None:
         seen = f"{size} bytes" if size is not None else "more than that"
