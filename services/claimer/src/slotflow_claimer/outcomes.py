@@ -138,7 +138,7 @@ def capped_result(text: str, limit: int = RESULT_MAX_BYTES) -> str:
         "limit_bytes": limit,
         "preview": text[:_PREVIEW_CHARS],
     }
-    return store.jsonb_text(marker)
+    return jsonb_text(marker)
 
 
 def _message(error: BaseException) -> str:
