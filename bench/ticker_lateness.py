@@ -48,7 +48,7 @@ async def seed_rows(pool: Pool, rows: list[tuple[str, str, datetime, datetime, d
     async with pool.acquire() as conn:
         await conn.copy_records_to_table(
             "schedules",
-            db_schema="ticker",
+            schema_name="ticker",
             columns=["schedule_id", "definition", "next_slot", "next_fire_at", "covered_until"],
             records=rows,
         )
