@@ -74,13 +74,13 @@ chaos: setup tools
 		$(BIN)/pytest -m system -s tests/chaos/system
 
 lint: setup
-	$(BIN)/ruff format --check libs services tests bench deploy
-	$(BIN)/ruff check libs services tests bench deploy
-	$(BIN)/mypy libs services
+	$(BIN)/ruff format --check libs services tests bench deploy examples
+	$(BIN)/ruff check libs services tests bench deploy examples
+	$(BIN)/mypy libs services bench deploy examples
 
 fmt: setup
-	$(BIN)/ruff format libs services tests bench deploy
-	$(BIN)/ruff check --fix libs services tests bench deploy
+	$(BIN)/ruff format libs services tests bench deploy examples
+	$(BIN)/ruff check --fix libs services tests bench deploy examples
 
 contracts: setup
 	$(BIN)/python -m slotflow.contracts.export contracts

@@ -186,6 +186,7 @@ async def end_to_end(
             "(SELECT max(published_at) FROM claimer.outbox WHERE event_id LIKE '%/completed') AS last, "
             "(SELECT count(*) FROM claimer.runs WHERE state = 'completed' AND fence_token = 1) AS once"
         )
+        assert window is not None  # scalar subqueries: always one row
         if window["once"] != count:
             raise SystemExit(f"{window['once']} of {count} runs completed on their first claim")
         seconds = (window["last"] - window["first"]).total_seconds()

@@ -124,6 +124,7 @@ async def one_run(count: int, log_dir: Path) -> dict[str, float]:
                         published[envelope.key] = now
             print(f"published {len(published)} starts", flush=True)
             deadline = time.monotonic() + max(120.0, count / 5)
+            done = 0
             while time.monotonic() < deadline:
                 done = await pool.fetchval(
                     "SELECT count(*) FROM orchestrator.workflows WHERE status = 'completed'"

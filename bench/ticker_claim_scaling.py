@@ -88,7 +88,8 @@ async def main() -> None:
     }
     if len(results) >= 2:
         report["ratio_largest_to_smallest"] = round(
-            float(results[-1]["median_ms"]) / float(results[0]["median_ms"]), 2
+            float(results[-1]["median_ms"]) / float(results[0]["median_ms"]),  # type: ignore[arg-type]
+            2,
         )
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "ticker_claim_scaling.json").write_text(json.dumps(report, indent=2))

@@ -273,8 +273,8 @@ def main() -> None:
     if len(runs) == 2 and "uvloop" in runs and "asyncio" in runs:
         print("\nuvloop / asyncio, same run (per run; median):")
         for key in ("bare", "interval", "cron", "published"):
-            ratios = [u[key] / a[key] for u, a in zip(runs["uvloop"], runs["asyncio"], strict=True)]
-            print(f"- {key}: {' / '.join(f'{x:.2f}' for x in ratios)}; median {median(ratios):.2f}")
+            same_run = [u[key] / a[key] for u, a in zip(runs["uvloop"], runs["asyncio"], strict=True)]
+            print(f"- {key}: {' / '.join(f'{x:.2f}' for x in same_run)}; median {median(same_run):.2f}")
 
 
 if __name__ == "__main__":

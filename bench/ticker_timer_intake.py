@@ -91,6 +91,7 @@ async def one_run(batching: bool, count: int, cap_seconds: float) -> dict[str, o
             "SELECT count(*) AS n, count(DISTINCT created_at) AS tx,"
             " extract(epoch FROM max(created_at) - min(created_at)) AS span FROM ticker.timers"
         )
+    assert row is not None  # an aggregate always returns its one row
     stored, span = int(row["n"]), float(row["span"] or 0.0)
     return {
         "mode": "batch" if batching else "per command",
@@ -110,7 +111,7 @@ async def main() -> None:
     parser.add_argument("--cap-seconds", type=float, default=30.0)
     args = parser.parse_args()
     report: dict[str, object] = {"fingerprint": fingerprint(await server_version()), "runs": []}
-    rows = []
+    rows: list[tuple[dict[str, object], dict[str, object], float]] = []
     for i in range(args.runs):
         before = await one_run(False, args.timers, args.cap_seconds)
         after = await one_run(True, args.timers, args.cap_seconds)
@@ -123,9 +124,13 @@ async def main() -> None:
     print(f"\nfingerprint: {json.dumps(report['fingerprint'])}")
     print("| mode | timers stored/s (runs) | median | transactions (runs) |")
     print("|---|---|---:|---|")
-    for index, name in ((0, "one transaction per command"), (1, "one transaction per polled batch")):
-        rates = [float(r[index]["timers_per_s"]) for r in rows]  # type: ignore[arg-type]
-        txs = [str(r[index]["transactions"]) for r in rows]
+    modes = (
+        ([r[0] for r in rows], "one transaction per command"),
+        ([r[1] for r in rows], "one transaction per polled batch"),
+    )
+    for results, name in modes:
+        rates = [float(r["timers_per_s"]) for r in results]  # type: ignore[arg-type]
+        txs = [str(r["transactions"]) for r in results]
         print(
             f"| {name} | {' / '.join(f'{x:,.0f}' for x in rates)} | {median(rates):,.0f} | {' / '.join(txs)} |"
         )

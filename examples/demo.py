@@ -220,6 +220,8 @@ async def report(client: httpx.AsyncClient, ledger: asyncpg.Connection[Any], sta
         "SELECT count(*) AS rows, count(DISTINCT run_id) AS slots, coalesce(max(fence_token), 0) AS top "
         "FROM payouts_ledger"
     )
+    if paid is None:  # an aggregate always returns its one row
+        raise SystemExit("the payout ledger query returned no row")
     say(
         f"\n== 8. Payout ledger: {paid['rows']} payouts for {paid['slots']} distinct slots "
         f"(highest fence token {paid['top']}) -> {'one payout per slot' if paid['rows'] == paid['slots'] else 'DUPLICATES'}"
