@@ -8,8 +8,10 @@ import os
 import re
 import shutil
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -17,6 +19,7 @@ from playwright.async_api import Browser, ConsoleMessage, Page, async_playwright
 
 from slotflow.contracts.codec import decode
 from slotflow.contracts.topics import DLQ_COMMANDS, SCHEDULE_COMMANDS, WORKFLOW_COMMANDS, TopicSpec
+from slotflow.core.identity import run_id
 from slotflow.kafka.consumer import Consumer
 from slotflow.pg.pool import Pool
 from slotflow.settings import KafkaSettings
@@ -28,6 +31,7 @@ from tests.integration.cli.support import (
     PAYOUTS,
     STATEMENTS,
     WORKFLOW,
+    Scene,
     build_scene,
     produce_live,
     project_scene,
@@ -65,7 +69,7 @@ def shots(tmp_path: Path) -> Path:
     return target
 
 
-async def _seeded(base: str, settings: Settings, pool: Pool) -> None:
+async def _seeded(base: str, settings: Settings, pool: Pool) -> Scene:
     scene = build_scene()
     await project_scene(pool, settings.api.db_schema, scene.facts)
     await produce_live(settings.kafka, scene.now, scene.hour)
@@ -78,6 +82,7 @@ async def _seeded(base: str, settings: Settings, pool: Pool) -> None:
             return len(schedules) == 3 and len(letters) == 2
 
         await assert_eventually(projected, timeout=30, message="live events projected")
+    return scene
 
 
 def _watch_errors(page: Page) -> list[str]:
@@ -131,7 +136,7 @@ async def test_dashboard_pages_and_redrive_in_chromium(
     api_settings: Settings, pg_pool: Pool, browser: Browser, shots: Path
 ) -> None:
     async with served(create_app(api_settings)) as base:
-        await _seeded(base, api_settings, pg_pool)
+        scene = await _seeded(base, api_settings, pg_pool)
         page = await browser.new_page(viewport={"width": 1280, "height": 860})
         problems = _watch_errors(page)
 
@@ -183,6 +188,30 @@ async def test_dashboard_pages_and_redrive_in_chromium(
             {"schedule_id": PAYOUTS},
         )
 
+        # Every marker of the timeline and every row of the runs table opens the run's page.
+        retried = run_id(PAYOUTS, scene.hour - timedelta(hours=6))
+        marker = page.locator(f'svg.timeline a[href="/ui/runs/{quote(retried, safe="")}"] g.run')
+        await expect(marker).to_have_count(1)
+        await runs.get_by_role("link", name=retried).click()
+        await page.wait_for_url(f"{base}/ui/runs/{quote(retried, safe='')}")
+        await expect(page.get_by_role("heading", level=1)).to_have_text(f"Run {retried}")
+        await expect(page.locator("dl.facts").first).to_contain_text("completed")
+        await expect(page.locator("pre.json").first).to_contain_text('"currency": "EUR"')
+        attempts = page.locator("section.attempt")
+        await expect(attempts).to_have_count(2)
+        first = attempts.nth(0)
+        await expect(first).to_contain_text("TimeoutError: bank API timed out")
+        await expect(first.get_by_label("Log of attempt 1")).to_contain_text(
+            "INFO payouts: attempt 1: paying merchant m-1042"
+        )
+        await expect(first.get_by_label("Traceback of attempt 1")).to_contain_text(
+            'File "payouts.py", line 12'
+        )
+        await expect(attempts.nth(1)).to_contain_text("The handler logged nothing in this attempt.")
+        await page.screenshot(path=shots / "dashboard-run.png", full_page=True)
+        await page.get_by_role("link", name=PAYOUTS).click()
+        await page.wait_for_url(f"{base}/ui/schedules/{PAYOUTS}")
+
         # A workflow: its saga state (compensations in the order they run), steps, pending work, history.
         await page.goto(f"{base}/ui/workflows/{WORKFLOW}")
         await expect(page.locator("dl.facts")).to_contain_text("compensating")
@@ -227,6 +256,10 @@ async def test_dashboard_pages_and_redrive_in_chromium(
         letters = page.get_by_role("table", name="Dead letters")
         await expect(letters.get_by_role("row")).to_have_count(3)
         await expect(letters).to_contain_text("CardDeclined: card declined by issuer")
+        dead_run = run_id(PAYOUTS, scene.hour - timedelta(hours=3))
+        await expect(letters.get_by_role("link", name=dead_run)).to_have_attribute(
+            "href", f"/ui/runs/{quote(dead_run, safe='')}"
+        )
         await page.get_by_role("button", name=f"Redrive {DEAD_LETTERS[1]}").click()
         status = page.get_by_role("status")
         redrive_id = await _published_id(page)
@@ -250,6 +283,7 @@ async def test_dashboard_pages_and_redrive_in_chromium(
             f"/ui/workflows/{WORKFLOW}",
             "/ui/dlq",
             "/ui/workflows",
+            f"/ui/runs/{quote(retried, safe='')}",
         ):
             await page.goto(f"{base}{path}")
             await expect(page.locator("#content")).to_have_attribute("aria-busy", "false")

@@ -247,12 +247,24 @@ def _payout_slot(scene: Scene, slot: datetime, outcome: str) -> None:
             continue
         if (outcome == "retried" and attempt == 1) or outcome == "dead_lettered":
             retryable = outcome == "retried"
+            error_type = "TimeoutError" if retryable else "CardDeclined"
+            message = "bank API timed out" if retryable else "card declined by issuer"
             failed = RunFailed(
                 **common,
-                error_type="TimeoutError" if retryable else "CardDeclined",
-                message="bank API timed out" if retryable else "card declined by issuer",
+                error_type=error_type,
+                message=message,
                 retryable=retryable,
                 finished_at=finished,
+                traceback=(
+                    "Traceback (most recent call last):\n"
+                    '  File "payouts.py", line 12, in pay\n'
+                    "    bank.charge(merchant)\n"
+                    f"{error_type}: {message}\n"
+                ),
+                logs=(
+                    f"{at:%Y-%m-%d %H:%M:%S},120 INFO payouts: attempt {attempt}: paying merchant m-1042",
+                    f"{finished:%Y-%m-%d %H:%M:%S},480 WARNING payouts: bank answered {message}",
+                ),
             )
             scene.add(RUN_EVENTS, failed, id=f"{rid}/{attempt}/failed", key=PAYOUTS, occurred_at=finished)
             if retryable:

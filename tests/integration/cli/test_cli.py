@@ -255,6 +255,11 @@ async def test_queries_print_tables_or_json(
     assert len(json.loads(_ok(runs).out)["items"]) == 7
     assert "TimeoutError: bank API timed out" in _ok(run).out
     assert "claimer-2" in run.out
+    # The run page in text: the payload, then per attempt its log lines and traceback.
+    assert "payload:" in run.out
+    assert "attempt 1 (fence 1, claimer-1): retrying TimeoutError: bank API timed out" in run.out
+    assert "INFO payouts: attempt 1: paying merchant m-1042" in run.out
+    assert '      File "payouts.py", line 12, in pay' in run.out
     shown = _ok(workflow).out
     assert "status:           compensating" in shown
     assert "current step:     inventory.release" in shown
@@ -279,6 +284,9 @@ async def test_queries_print_tables_or_json(
     assert "add --module MODULE to replay it against workflow code" in replay.err
     assert len(_ok(dlq).out.splitlines()) == 3
     assert "card declined by issuer" in _ok(letter).out
+    # The letter of a dead-lettered run carries the run's attempt history with its traceback.
+    assert "attempt 1 (fence 1, claimer-1): dead_lettered CardDeclined: card declined by issuer" in letter.out
+    assert "    CardDeclined: card declined by issuer" in letter.out
     assert audit.code == 1, audit
     assert "missed=1" in audit.out
     assert "duplicated_effect=1" in audit.out

@@ -56,6 +56,7 @@ from slotflow.contracts.catalogue import (
 )
 from slotflow.contracts.runs import RunEvent
 from slotflow.contracts.topics import WORKFLOW_HISTORY
+from slotflow.core.nul import scrub_nul
 from slotflow.kafka.records import Record
 from slotflow.pg.pool import Conn
 from slotflow_api.workflow_projection import record_event, refold
@@ -234,6 +235,7 @@ def _job_due(fact: Fact, due: JobDue, runs: _RunBatch) -> None:
             due.kind,
             due.handler,
             list(due.tags),
+            _json(scrub_nul(due.payload)),
         )
     )
     runs.dues.append(
@@ -246,15 +248,20 @@ def _run_event(event: RunEvent, runs: _RunBatch) -> None:
     started = finished = retry_at = None
     error: dict[str, Any] | None = None
     result: str | None = None
+    traceback: str | None = None
+    logs: str | None = None
     completed = False
     if isinstance(event, RunStarted):
         outcome, started = "running", event.started_at
     elif isinstance(event, RunCompleted):
         outcome, started, finished, completed = "completed", event.started_at, event.finished_at, True
         result = _json(event.result)
+        logs = _json(scrub_nul(event.logs)) if event.logs else None
     elif isinstance(event, RunFailed):
         outcome, finished = "failed", event.finished_at
         error = {"type": event.error_type, "message": event.message, "retryable": event.retryable}
+        traceback = scrub_nul(event.traceback) or None
+        logs = _json(scrub_nul(event.logs)) if event.logs else None
     elif isinstance(event, RunRetrying):
         outcome, retry_at = "retrying", event.retry_at
     elif isinstance(event, RunDeadLettered):
@@ -264,7 +271,7 @@ def _run_event(event: RunEvent, runs: _RunBatch) -> None:
     else:
         return
     runs.skeletons.append(
-        (event.run_id, event.job_id, event.slot, event.workflow_id, event.sequence, None, None, [])
+        (event.run_id, event.job_id, event.slot, event.workflow_id, event.sequence, None, None, [], None)
     )
     runs.attempts.append(
         (
@@ -280,6 +287,8 @@ def _run_event(event: RunEvent, runs: _RunBatch) -> None:
             retry_at,
             _json(error) if error is not None else None,
             result,
+            traceback,
+            logs,
         )
     )
     runs.touched.add(event.run_id)
@@ -292,10 +301,12 @@ async def _flush_runs(conn: Conn, schema: str, runs: _RunBatch) -> None:
     # what only it knows (kind, handler, tags), whichever arrives first.
     await conn.executemany(
         f"""
-        INSERT INTO {schema}.runs (run_id, job_id, slot, workflow_id, sequence, kind, handler, tags, state)
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'due')
+        INSERT INTO {schema}.runs (run_id, job_id, slot, workflow_id, sequence, kind, handler, tags,
+            payload, state)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, 'due')
         ON CONFLICT (run_id) DO UPDATE SET
             kind = COALESCE(runs.kind, EXCLUDED.kind),
+            payload = COALESCE(runs.payload, EXCLUDED.payload),
             handler = COALESCE(runs.handler, EXCLUDED.handler),
             tags = CASE WHEN cardinality(runs.tags) = 0 THEN EXCLUDED.tags ELSE runs.tags END,
             workflow_id = COALESCE(runs.workflow_id, EXCLUDED.workflow_id),
@@ -313,8 +324,8 @@ async def _flush_runs(conn: Conn, schema: str, runs: _RunBatch) -> None:
         await conn.executemany(
             f"""
             INSERT INTO {schema}.run_attempts AS a (run_id, attempt, fence_token, owner, outcome, rank,
-                completed, started_at, finished_at, retry_at, error, result)
-            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::jsonb, $12::jsonb)
+                completed, started_at, finished_at, retry_at, error, result, traceback, logs)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::jsonb, $12::jsonb, $13, $14::jsonb)
             ON CONFLICT (run_id, fence_token, attempt) DO UPDATE SET
                 outcome = CASE WHEN EXCLUDED.rank > a.rank THEN EXCLUDED.outcome ELSE a.outcome END,
                 rank = GREATEST(a.rank, EXCLUDED.rank),
@@ -326,7 +337,10 @@ async def _flush_runs(conn: Conn, schema: str, runs: _RunBatch) -> None:
                 error = CASE WHEN a.error IS NULL THEN EXCLUDED.error
                              WHEN EXCLUDED.error IS NULL THEN a.error
                              ELSE a.error || EXCLUDED.error END,
-                result = COALESCE(a.result, EXCLUDED.result)
+                result = COALESCE(a.result, EXCLUDED.result),
+                -- one claim ends in one RunFailed or RunCompleted: the first that carries them
+                traceback = COALESCE(a.traceback, EXCLUDED.traceback),
+                logs = COALESCE(a.logs, EXCLUDED.logs)
             """,
             runs.attempts,
         )

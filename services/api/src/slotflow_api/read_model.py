@@ -130,18 +130,27 @@ SELECT r.*, COALESCE((
     SELECT json_agg(json_build_object(
         'attempt', a.attempt, 'fence_token', a.fence_token, 'owner', a.owner,
         'started_at', a.started_at, 'finished_at', a.finished_at, 'outcome', a.outcome,
-        'error', a.error, 'retry_at', a.retry_at) ORDER BY a.fence_token, a.attempt)
+        'error', a.error, 'retry_at', a.retry_at{detail}) ORDER BY a.fence_token, a.attempt)
       FROM {schema}.run_attempts a WHERE a.run_id = r.run_id), '[]') AS attempts
   FROM {schema}.runs r
 """
+#: Only one run's page reads the tracebacks and log lines; lists of runs leave them out.
+_ATTEMPT_DETAIL = ", 'traceback', a.traceback, 'logs', COALESCE(a.logs, '[]'::jsonb)"
+
+
+def _run_select(schema: str, *, detail: bool = False) -> str:
+    return _RUN_SELECT.format(schema=schema, detail=_ATTEMPT_DETAIL if detail else "")
 
 
 def _millis(span: timedelta) -> float:
     return round(span / timedelta(microseconds=1)) / 1000
 
 
-def run_row(row: asyncpg.Record) -> dict[str, Any]:
+def run_row(row: asyncpg.Record, *, detail: bool = False) -> dict[str, Any]:
     out = dict(row)
+    payload = out.pop("payload", None)
+    if detail:
+        out["payload"] = _loads(payload)
     out["attempts"] = _loads(out["attempts"])
     out["result"] = _loads(out["result"])
     out["error"] = _loads(out["error"])
@@ -186,7 +195,7 @@ async def list_runs(
         slot, run_id = decode_cursor(cursor, (datetime, str))
         f.add("(r.slot, r.run_id) > ({}, {})" if ascending else "(r.slot, r.run_id) < ({}, {})", slot, run_id)
     order = "ASC" if ascending else "DESC"
-    sql = _RUN_SELECT.format(schema=schema) + f" WHERE {f.where()} ORDER BY r.slot {order}, r.run_id {order}"
+    sql = _run_select(schema) + f" WHERE {f.where()} ORDER BY r.slot {order}, r.run_id {order}"
     rows, next_cursor = await _page(pool, sql, f, limit, ("slot", "run_id"))
     return Page([run_row(r) for r in rows], next_cursor)
 
@@ -206,8 +215,8 @@ async def backfill_states(
 
 
 async def get_run(pool: Pool, schema: str, run_id: str) -> dict[str, Any] | None:
-    row = await pool.fetchrow(_RUN_SELECT.format(schema=schema) + " WHERE r.run_id = $1", run_id)
-    return run_row(row) if row is not None else None
+    row = await pool.fetchrow(_run_select(schema, detail=True) + " WHERE r.run_id = $1", run_id)
+    return run_row(row, detail=True) if row is not None else None
 
 
 # -- workflows ----------------------------------------------------------------------------------
@@ -274,7 +283,7 @@ async def get_workflow(pool: Pool, schema: str, workflow_id: str) -> dict[str, A
     derived: dict[str, Any] = _loads(row["derived"]) or {}
     out = workflow_row(row)
     activities = await pool.fetch(
-        _RUN_SELECT.format(schema=schema) + " WHERE r.workflow_id = $1 ORDER BY r.sequence, r.slot",
+        _run_select(schema) + " WHERE r.workflow_id = $1 ORDER BY r.sequence, r.slot",
         workflow_id,
     )
     out["activities"] = [run_row(r) for r in activities]
@@ -417,7 +426,17 @@ async def get_dead_letter(pool: Pool, schema: str, dead_letter_id: str) -> dict[
     row = await pool.fetchrow(
         f"SELECT * FROM {schema}.dead_letters WHERE dead_letter_id = $1", dead_letter_id
     )
-    return _dead_letter_row(row) if row is not None else None
+    if row is None:
+        return None
+    out = _dead_letter_row(row)
+    # A dead-lettered run's letter shows what the run page shows: every attempt with its error,
+    # traceback and log lines, and the traceback of the failure that gave up.
+    run = await get_run(pool, schema, out["run_id"]) if out["run_id"] else None
+    attempts: list[dict[str, Any]] = run["attempts"] if run is not None else []
+    out["attempts"] = attempts
+    failed = [a for a in attempts if a.get("traceback")]
+    out["traceback"] = failed[-1]["traceback"] if failed else None
+    return out
 
 
 async def get_command(pool: Pool, schema: str, command_id: str) -> dict[str, Any] | None:

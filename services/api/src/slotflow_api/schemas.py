@@ -80,6 +80,13 @@ class Attempt(BaseModel):
     retry_at: datetime | None = None
 
 
+class AttemptDetail(Attempt):
+    traceback: str | None = Field(default=None, description="where the handler raised (failed attempts)")
+    logs: list[str] = Field(
+        default_factory=list, description="what the handler logged during this attempt (bounded)"
+    )
+
+
 class Timings(BaseModel):
     due_at: datetime | None = Field(description="when the JobDue was staged (first attempt)")
     produced_at: datetime | None = Field(description="Kafka timestamp of the first JobDue")
@@ -108,6 +115,13 @@ class Run(BaseModel):
     completions: int
     timings: Timings
     attempts: list[Attempt]
+
+
+class RunDetail(Run):
+    """One run with what its page shows: the payload, and per attempt the traceback and log lines."""
+
+    payload: dict[str, Any] | None = Field(description="what the run was given (its JobDue's payload)")
+    attempts: list[AttemptDetail]  # type: ignore[assignment]
 
 
 class Timer(BaseModel):
@@ -251,6 +265,15 @@ class DeadLetter(BaseModel):
     note: str
     command_id: str | None
     redrive_of: str | None
+
+
+class DeadLetterDetail(DeadLetter):
+    """One dead letter; a dead-lettered run's letter adds its run's attempts and last traceback."""
+
+    attempts: list[AttemptDetail] = Field(
+        default_factory=list, description="the run's attempts, oldest first (run letters only)"
+    )
+    traceback: str | None = Field(default=None, description="where the last failed attempt raised")
 
 
 class AuditSlot(BaseModel):

@@ -164,15 +164,32 @@ def runs_show(ctx: Context) -> int:
             ("lateness ms", "timings.lateness_ms"),
             ("duration ms", "timings.duration_ms"),
             ("completions", "completions"),
+            ("handler", "handler"),
+            ("payload", "payload"),
             ("result", "result"),
         )
     )
     if body.get("error"):
         ctx.emit_fields([("error", error_text(body["error"]))])
-    attempts = [item for item in body.get("attempts") or [] if isinstance(item, dict)]
+    _attempts(ctx, body.get("attempts"))
+    return 0
+
+
+def _attempts(ctx: Context, found: Any) -> None:
+    """The attempts table, then per attempt its traceback and the handler's log lines."""
+    attempts = [item for item in found or [] if isinstance(item, dict)]
     ctx.out.write("\nattempts:\n")
     ctx.emit_table(attempts, ATTEMPT_COLUMNS, empty="  none recorded")
-    return 0
+    for a in attempts:
+        tb, logs = a.get("traceback") or "", [str(line) for line in a.get("logs") or []]
+        if not tb and not logs:
+            continue
+        ctx.out.write(f"\nattempt {a.get('attempt')} (fence {a.get('fence_token')}, {a.get('owner')}): ")
+        ctx.out.write(f"{a.get('outcome')}{' ' + error_text(a['error']) if a.get('error') else ''}\n")
+        if logs:
+            ctx.out.write("  log:\n" + "".join(f"    {line}\n" for line in logs))
+        if tb:
+            ctx.out.write("  traceback:\n" + "".join(f"    {line}\n" for line in tb.rstrip().splitlines()))
 
 
 def workflow_list(ctx: Context) -> int:
@@ -201,8 +218,17 @@ def dlq_show(ctx: Context) -> int:
         ctx.emit_json(body)
         return 0
     ctx.emit_fields(
-        (name.replace("_", " "), text(value)) for name, value in body.items() if name != "value_b64"
+        (name.replace("_", " "), text(value))
+        for name, value in body.items()
+        if name not in ("value_b64", "attempts", "traceback")
     )
+    if body.get("attempts"):
+        # A dead-lettered run's letter: the run's attempt history, each with traceback and log.
+        _attempts(ctx, body["attempts"])
+    elif body.get("traceback"):
+        ctx.out.write(
+            "\ntraceback:\n" + "".join(f"  {line}\n" for line in str(body["traceback"]).splitlines())
+        )
     return 0
 
 

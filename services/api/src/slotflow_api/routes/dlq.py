@@ -12,7 +12,7 @@ from slotflow_api.errors import NotFound
 from slotflow_api.routes.commands import COMMAND_RESPONSES, submit
 from slotflow_api.routes.common import Cursor, Limit, Wait
 from slotflow_api.routes.schedules import IdempotencyKey
-from slotflow_api.schemas import DeadLetter, DiscardBody, Page, RedriveBody
+from slotflow_api.schemas import DeadLetter, DeadLetterDetail, DiscardBody, Page, RedriveBody
 
 router = APIRouter(tags=["dlq"])
 
@@ -77,8 +77,9 @@ async def discard(
 
 @router.get(
     "/v1/dlq/{dead_letter_id:path}",
-    response_model=DeadLetter,
-    summary="One dead letter (its id is topic:partition:offset of the original record)",
+    response_model=DeadLetterDetail,
+    summary="One dead letter (its id is topic:partition:offset of the original record); a run's "
+    "letter carries the run's attempts with their tracebacks and log lines",
     responses={404: {"description": "no such dead letter"}},
 )
 async def get_dead_letter(

@@ -8,7 +8,7 @@ from slotflow_api import read_model
 from slotflow_api.app_state import Services, services
 from slotflow_api.errors import NotFound
 from slotflow_api.routes.common import Cursor, Limit
-from slotflow_api.schemas import Page, Run
+from slotflow_api.schemas import Page, Run, RunDetail
 
 router = APIRouter(tags=["runs"])
 
@@ -41,8 +41,9 @@ async def list_runs(
 
 @router.get(
     "/v1/runs/{run_id:path}",
-    response_model=Run,
-    summary="One run (URL-encode the run id: it holds '@' and ':')",
+    response_model=RunDetail,
+    summary="One run with its payload, result and every attempt's error, traceback and log lines "
+    "(URL-encode the run id: it holds '@' and ':')",
     responses={404: {"description": "no such run"}},
 )
 async def get_run(

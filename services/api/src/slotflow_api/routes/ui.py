@@ -77,6 +77,11 @@ async def workflow_page(workflow_id: str) -> HTMLResponse:
     return page("workflow", f"Workflow {workflow_id}", workflow_id)
 
 
+@router.get("/ui/runs/{run_id:path}", response_class=HTMLResponse)
+async def run_page(run_id: str) -> HTMLResponse:
+    return page("run", f"Run {run_id}", run_id)
+
+
 @router.get("/ui/dlq", response_class=HTMLResponse)
 async def dlq_page() -> HTMLResponse:
     return page("dlq", "Dead letters")

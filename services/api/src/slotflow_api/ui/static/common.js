@@ -251,6 +251,16 @@ window.slotflowUi = (() => {
     done();
   }
 
+  // The run page (or, with json, the API's answer for it); run ids hold "@", ":" and "/".
+  function runHref(runId, json) {
+    return json ? `/v1/runs/${enc(runId)}` : `/ui/runs/${enc(runId)}`;
+  }
+
+  function runLink(runId) {
+    if (!runId) return "–";
+    return h("a", { href: runHref(runId), class: "mono" }, runId);
+  }
+
   function attemptList(run) {
     const attempts = run.attempts || [];
     if (!attempts.length) return text(run.attempt);
@@ -260,7 +270,7 @@ window.slotflowUi = (() => {
   }
 
   return {
-    body, page, subject, content, COLORS, RANGES, h, append, svg, enc, ApiError, get, post, withQuery, allPages, say, fmtTime, text, badge, specText, durationText, scheduleState, slotValue, slotItem, errorText, started, finished, table, facts, jsonBlock, jsonDetails, field, queryParam, command, done, show, attemptList,
+    body, page, subject, content, COLORS, RANGES, h, append, svg, enc, ApiError, get, post, withQuery, allPages, say, fmtTime, text, badge, specText, durationText, scheduleState, slotValue, slotItem, errorText, started, finished, table, facts, jsonBlock, jsonDetails, field, queryParam, command, done, show, attemptList, runHref, runLink,
     pages: {},
   };
 })();

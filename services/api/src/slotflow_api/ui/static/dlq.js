@@ -3,7 +3,7 @@
 
 (() => {
   const {
-    body, page, subject, content, COLORS, RANGES, h, append, svg, enc, ApiError, get, post, withQuery, allPages, say, fmtTime, text, badge, specText, durationText, scheduleState, slotValue, slotItem, errorText, started, finished, table, facts, jsonBlock, jsonDetails, field, queryParam, command, done, show, attemptList,
+    body, page, subject, content, COLORS, RANGES, h, append, svg, enc, ApiError, get, post, withQuery, allPages, say, fmtTime, text, badge, specText, durationText, scheduleState, slotValue, slotItem, errorText, started, finished, table, facts, jsonBlock, jsonDetails, field, queryParam, command, done, show, attemptList, runHref, runLink,
   } = window.slotflowUi;
 
   async function dlqPage() {
@@ -75,7 +75,7 @@
         { label: "Status", cell: (r) => [badge(r.status), r.redrive_count ? ` redriven ${r.redrive_count}×` : ""] },
         { label: "Reason", cell: (r) => text(r.reason) },
         { label: "Origin", cell: (r) => [text(r.source_service || r.source), h("br"), h("span", { class: "mono" }, text(r.topic))] },
-        { label: "Job", cell: (r) => jobLink(r) },
+        { label: "Job", cell: (r) => [jobLink(r), r.run_id ? [h("br"), runLink(r.run_id)] : ""] },
         { label: "Error", cell: (r) => [r.error_type ? `${r.error_type}: ` : "", text(r.error)], cls: "wrap" },
         { label: "Last seen", cell: (r) => fmtTime(r.last_seen || r.status_at) },
         { label: "Actions", cell: (r) => [

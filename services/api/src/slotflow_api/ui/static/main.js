@@ -3,7 +3,7 @@
 
 (() => {
   const { page, pages, h, show, say } = window.slotflowUi;
-  const navKey = { schedule: "schedules", workflow: "workflows" }[page] || page;
+  const navKey = { schedule: "schedules", workflow: "workflows", run: "schedules" }[page] || page;
   const current = document.querySelector(`nav a[data-nav="${navKey}"]`);
   if (current) current.setAttribute("aria-current", "page");
   const render = pages[page];

@@ -3,7 +3,7 @@
 
 (() => {
   const {
-    body, page, subject, content, COLORS, RANGES, h, append, svg, enc, ApiError, get, post, withQuery, allPages, say, fmtTime, text, badge, specText, durationText, scheduleState, slotValue, slotItem, errorText, started, finished, table, facts, jsonBlock, jsonDetails, field, queryParam, command, done, show, attemptList,
+    body, page, subject, content, COLORS, RANGES, h, append, svg, enc, ApiError, get, post, withQuery, allPages, say, fmtTime, text, badge, specText, durationText, scheduleState, slotValue, slotItem, errorText, started, finished, table, facts, jsonBlock, jsonDetails, field, queryParam, command, done, show, attemptList, runHref, runLink,
   } = window.slotflowUi;
 
   async function schedulesPage() {
@@ -120,7 +120,7 @@
         { label: "Owner", cell: (r) => text(r.owner), cls: "mono" },
         { label: "Started", cell: (r) => fmtTime(started(r)) },
         { label: "Finished", cell: (r) => fmtTime(finished(r)) },
-        { label: "Run id", cell: (r) => r.run_id, cls: "mono" },
+        { label: "Run id", cell: (r) => runLink(r.run_id), cls: "mono" },
       ], items.slice().reverse(), "No runs recorded in this window."),
     );
   }
@@ -199,7 +199,8 @@
           fill: COLORS[attempt.outcome] || "#6e7781",
         }));
       });
-      chart.append(group);
+      // Each marker opens its run's page.
+      chart.append(svg("a", { href: runHref(run.run_id), "aria-label": `Run ${run.run_id}` }, group));
     }
     if (audit) {
       const auditY = runsY + 50;

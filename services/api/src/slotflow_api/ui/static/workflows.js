@@ -3,7 +3,7 @@
 
 (() => {
   const {
-    body, page, subject, content, COLORS, RANGES, h, append, svg, enc, ApiError, get, post, withQuery, allPages, say, fmtTime, text, badge, specText, durationText, scheduleState, slotValue, slotItem, errorText, started, finished, table, facts, jsonBlock, jsonDetails, field, queryParam, command, done, show, attemptList,
+    body, page, subject, content, COLORS, RANGES, h, append, svg, enc, ApiError, get, post, withQuery, allPages, say, fmtTime, text, badge, specText, durationText, scheduleState, slotValue, slotItem, errorText, started, finished, table, facts, jsonBlock, jsonDetails, field, queryParam, command, done, show, attemptList, runHref, runLink,
   } = window.slotflowUi;
 
   async function workflowsPage() {
@@ -151,7 +151,7 @@
         { label: "Activity", cell: (s) => text(s.activity), cls: "mono" },
         { label: "Kind", cell: (s) => (s.compensates ? `undoes #${s.compensates}` : "forward") },
         { label: "Outcome", cell: (s) => badge(s.state) },
-        { label: "Run", cell: (s) => [h("span", { class: "mono" }, text(s.run_id)), s.run_state ? [" ", badge(s.run_state)] : ""] },
+        { label: "Run", cell: (s) => [runLink(s.run_id), s.run_state ? [" ", badge(s.run_state)] : ""] },
         { label: "Result or error", cell: (s) => (s.error ? errorText(s.error) : jsonDetails(s.result)), cls: "wrap" },
       ], steps, "No steps recorded in the history."),
       h("h2", {}, "Pending"),
@@ -159,7 +159,7 @@
         { label: "#", cell: (a) => text(a.sequence) },
         { label: "Activity", cell: (a) => text(a.handler), cls: "mono" },
         { label: "State", cell: (a) => badge(a.state || "pending") },
-        { label: "Run id", cell: (a) => text(a.run_id), cls: "mono" },
+        { label: "Run id", cell: (a) => runLink(a.run_id), cls: "mono" },
       ], pendingActivities, "No pending activities."),
       table("Pending timers", [
         { label: "Timer", cell: (t) => text(t.timer_id), cls: "mono" },
@@ -172,7 +172,7 @@
         { label: "Activity", cell: (a) => text(a.handler), cls: "mono" },
         { label: "State", cell: (a) => badge(a.state) },
         { label: "Attempts", cell: (a) => attemptList(a) },
-        { label: "Run id", cell: (a) => text(a.run_id), cls: "mono" },
+        { label: "Run id", cell: (a) => runLink(a.run_id), cls: "mono" },
       ], workflow.activities || [], "No activity runs yet."),
       h("h2", {}, "History"),
       table(`History of ${subject}, in order`, [
