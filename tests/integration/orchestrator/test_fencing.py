@@ -3,9 +3,10 @@ the one that lost it (a zombie), and nothing of its decision is written. Real Po
 
 from datetime import UTC, datetime
 
+import asyncpg
 import pytest
 
-from slotflow.contracts import StartWorkflow, wrap
+from slotflow.contracts import RunCompleted, StartWorkflow, wrap
 from slotflow.contracts.codec import encode
 from slotflow.pg.pool import Pool
 from slotflow.pg.statements import sql
@@ -16,7 +17,7 @@ from slotflow_orchestrator.intake import RECORD_INPUTS, prune_inbox, shard_of
 from slotflow_orchestrator.leases import Leases
 from slotflow_orchestrator.metrics import OrchestratorMetrics
 from slotflow_orchestrator.outbound import Outbound
-from slotflow_orchestrator.runtime import RuntimeDecider
+from slotflow_orchestrator.runtime import RuntimeDecider, load_decider
 
 SHARDS = 3
 
@@ -96,3 +97,117 @@ async def test_the_inbox_forgets_only_ids_older_than_its_retention(pg_pool: Pool
     assert await prune_inbox(pg_pool, schema="orchestrator", older_than_seconds=8 * 86_400) == 1
     rows = await pg_pool.fetch("SELECT event_id FROM orchestrator.inbox")
     assert [r["event_id"] for r in rows] == ["recent"]
+
+
+async def _completed_input(pool: Pool, workflow_id: str, sequence: int) -> None:
+    done = RunCompleted(
+        run_id=f"{workflow_id}/{sequence}",
+        job_id=workflow_id,
+        slot=datetime.now(UTC),
+        attempt=1,
+        fence_token=1,
+        owner="claimer",
+        workflow_id=workflow_id,
+        sequence=sequence,
+        result={"ok": sequence},
+        started_at=datetime.now(UTC),
+        finished_at=datetime.now(UTC),
+    )
+    envelope = wrap(
+        done,
+        id=f"done-{workflow_id}-{sequence}",
+        key=workflow_id,
+        source="test",
+        occurred_at=datetime.now(UTC),
+    )
+    await pool.execute(
+        RECORD_INPUTS.format(schema="orchestrator"),
+        [workflow_id],
+        [shard_of(workflow_id, SHARDS)],
+        [envelope.type],
+        [encode(envelope)],
+    )
+
+
+async def test_a_history_kept_from_an_own_decision_is_not_used_after_another_appended(
+    pg_pool: Pool, decider: RuntimeDecider, kafka: KafkaSettings
+) -> None:
+    """The first owner keeps the history it committed; the shard moves away and back, the heir
+    appended meanwhile: the first owner's next decision reads the table, not what it kept."""
+    await apply_migrations(pg_pool)
+    workflow_id = "kept-1"
+    shard = shard_of(workflow_id, SHARDS)
+    first = Leases(pg_pool, schema="orchestrator", owner="first")
+    heir = Leases(pg_pool, schema="orchestrator", owner="heir")
+    first_decisions = _decisions(pg_pool, decider, kafka)
+    # The heir runs its own workflow runtime: two processes share no cache.
+    heir_decisions = _decisions(pg_pool, load_decider(["tests.integration.orchestrator.saga"]), kafka)
+    await first.reconcile(frozenset({shard}))
+    await _start_input(pg_pool, workflow_id)
+    await first_decisions.decide(workflow_id, shard=shard, token=first.held[shard])
+    await _completed_input(pg_pool, workflow_id, 2)
+    await first_decisions.decide(workflow_id, shard=shard, token=first.held[shard])
+    assert (first_decisions.cache_hits, first_decisions.cache_misses) == (1, 0)
+
+    await heir.reconcile(frozenset({shard}))
+    # The newest event is the pending activity (`inventory.reserve`).
+    pending = await pg_pool.fetchval("SELECT last_sequence FROM orchestrator.workflows")
+    await _completed_input(pg_pool, workflow_id, pending)
+    heir_outcome = await heir_decisions.decide(workflow_id, shard=shard, token=heir.held[shard])
+    assert heir_outcome.step is not None
+    assert heir_outcome.step.events
+    assert heir_decisions.cache_misses == 1
+
+    first.lost(shard)
+    await first.reconcile(frozenset())
+    await first.reconcile(frozenset({shard}))
+    last = await pg_pool.fetchval("SELECT last_sequence FROM orchestrator.workflows")
+    await _completed_input(pg_pool, workflow_id, last)
+    outcome = await first_decisions.decide(workflow_id, shard=shard, token=first.held[shard])
+    assert first_decisions.cache_misses == 1
+    assert outcome.step is not None
+    assert outcome.step.events[0].sequence == last + 1
+    sequences = [
+        r["sequence"] for r in await pg_pool.fetch("SELECT sequence FROM orchestrator.history ORDER BY 1")
+    ]
+    assert sequences == list(range(1, len(sequences) + 1))
+
+
+async def test_a_group_that_fails_leaves_nothing_kept(
+    pg_pool: Pool, decider: RuntimeDecider, kafka: KafkaSettings
+) -> None:
+    """Two decisions share a transaction; one of them cannot append (its sequence is taken), so
+    neither commits, and the next decision of the other reads its history from the table."""
+    await apply_migrations(pg_pool)
+    ids = ["group-a", "group-b"]
+    shard = shard_of(ids[0], SHARDS)
+    other = next(i for i in range(100) if shard_of(f"group-b{i}", SHARDS) == shard)
+    ids[1] = f"group-b{other}"
+    leases = Leases(pg_pool, schema="orchestrator", owner="one")
+    await leases.reconcile(frozenset({shard}))
+    token = leases.held[shard]
+    decisions = _decisions(pg_pool, decider, kafka)
+    for workflow_id in ids:
+        await _start_input(pg_pool, workflow_id)
+    await decisions.decide_many(ids, shard=shard, token=token)
+    for workflow_id in ids:
+        await _completed_input(pg_pool, workflow_id, 2)
+    # Sequence 3 of the second workflow is taken behind the orchestrator's back.
+    await pg_pool.execute(
+        "INSERT INTO orchestrator.history (workflow_id, sequence, type, data, fence_token) "
+        "VALUES ($1, 3, 'workflow.signal_received', '{}', $2)",
+        ids[1],
+        token,
+    )
+    with pytest.raises(asyncpg.UniqueViolationError):
+        await decisions.decide_many(ids, shard=shard, token=token)
+    assert await pg_pool.fetchval("SELECT count(*) FROM orchestrator.inputs") == 2
+    assert (
+        await pg_pool.fetchval("SELECT count(*) FROM orchestrator.history WHERE workflow_id = $1", ids[0])
+        == 2
+    )
+    misses = decisions.cache_misses
+    outcome = await decisions.decide(ids[0], shard=shard, token=token)
+    assert decisions.cache_misses == misses + 1
+    assert outcome.step is not None
+    assert outcome.step.events[0].sequence == 3

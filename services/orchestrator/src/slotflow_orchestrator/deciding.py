@@ -17,14 +17,15 @@ relay publishes what was staged. So no decision is lost and none is made twice.
 import asyncio
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from slotflow.contracts import REGISTRY, HistoryEvent, WorkflowStarted, wrap
 from slotflow.contracts.codec import decode, encode
 from slotflow.errors import SlotflowError
-from slotflow.pg.outbox import append_many
+from slotflow.pg.outbox import Staged, append_many
 from slotflow.pg.payloads import get_payload, put_payload
 from slotflow.pg.pool import Conn, Pool
 from slotflow.pg.statements import sql
@@ -48,32 +49,50 @@ class LeaseLost(SlotflowError):
 
 
 # The fence: the lease row read under FOR SHARE, so an acquisition (an UPDATE raising the token)
-# waits for decisions in flight and no decision of the old token can commit after it.
-LEASE_CHECK = "SELECT fence_token FROM {schema}.shard_leases WHERE shard = $1 FOR SHARE"
-LOCK_ROW = (
-    "SELECT workflow_type, status, execution_deadline, last_sequence FROM {schema}.workflows "
-    "WHERE workflow_id = $1 FOR UPDATE"
+# waits for decisions in flight and no decision of the old token can commit after it. The
+# transaction's clock comes with it (now() is the transaction's start either way).
+LEASE_CHECK = "SELECT fence_token, now() AS now FROM {schema}.shard_leases WHERE shard = $1 FOR SHARE"
+# Every row of the group locked in one statement, in workflow id order (two groups never wait on
+# each other in a cycle; a workflow is in one group of a pass anyway).
+LOCK_ROWS = (
+    "SELECT workflow_id, workflow_type, status, execution_deadline, last_sequence, decided_with_token "
+    "FROM {schema}.workflows WHERE workflow_id = ANY($1::text[]) ORDER BY workflow_id FOR UPDATE"
 )
-# Applied in arrival order; locked so a concurrent pass over the same workflow waits.
-LOCK_INPUTS = "SELECT seq, envelope FROM {schema}.inputs WHERE workflow_id = $1 ORDER BY seq FOR UPDATE"
-HISTORY = "SELECT type, data FROM {schema}.history WHERE workflow_id = $1 ORDER BY sequence"
+# Applied in arrival order; locked so a concurrent pass over the same workflows waits. An input
+# recorded after this read waits for the next decision.
+LOCK_INPUTS = (
+    "SELECT seq, workflow_id, envelope FROM {schema}.inputs WHERE workflow_id = ANY($1::text[]) "
+    "ORDER BY seq FOR UPDATE"
+)
+# Only for workflows whose history this process does not hold from its own last commit.
+HISTORY = (
+    "SELECT workflow_id, type, data FROM {schema}.history WHERE workflow_id = ANY($1::text[]) "
+    "ORDER BY workflow_id, sequence"
+)
 # (workflow_id, sequence) is the primary key: a second event at a taken sequence fails the whole
-# decision instead of forking the history.
+# transaction instead of forking a history.
 APPEND = (
     "INSERT INTO {schema}.history (workflow_id, sequence, type, data, fence_token) "
-    "SELECT $1, s, t, d::json, $5 FROM unnest($2::int[], $3::text[], $4::text[]) AS u(s, t, d)"
+    "SELECT w, s, t, d::json, $5 FROM unnest($1::text[], $2::int[], $3::text[], $4::text[]) AS u(w, s, t, d)"
 )
-CREATE_ROW = """
+# workflow_id is the primary key: two starts of one id cannot both create it.
+CREATE_ROWS = """
 INSERT INTO {schema}.workflows (workflow_id, shard, workflow_type, status, last_sequence,
     start_command_id, started_at, execution_deadline, decided_with_token)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+SELECT w, $2, t, st, l, c, $7, d, $8
+FROM unnest($1::text[], $3::text[], $4::text[], $5::int[], $6::text[], $9::timestamptz[])
+    AS u(w, t, st, l, c, d)
 """
-UPDATE_ROW = """
-UPDATE {schema}.workflows SET status = $2, last_sequence = $3, decided_with_token = $4,
-    closed_at = CASE WHEN $2 IN ('completed', 'failed', 'cancelled') THEN $5 ELSE closed_at END
-WHERE workflow_id = $1
+UPDATE_ROWS = """
+UPDATE {schema}.workflows AS w SET status = u.st, last_sequence = u.l, decided_with_token = $4,
+    closed_at = CASE WHEN u.st IN ('completed', 'failed', 'cancelled') THEN $5 ELSE w.closed_at END
+FROM unnest($1::text[], $2::text[], $3::int[]) AS u(id, st, l)
+WHERE w.workflow_id = u.id
 """
 DROP_INPUTS = "DELETE FROM {schema}.inputs WHERE seq = ANY($1::bigint[])"
+
+#: Histories kept from this process's own commits (workflows, least recently decided go first).
+HISTORY_CACHE_SIZE = 20_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +118,28 @@ class _InTransaction:
         return await get_payload(self._conn, schema=self._schema, ref=ref)
 
 
+@dataclass(frozen=True, slots=True)
+class _Known:
+    """A history as this process committed it: valid while the row still says this sequence and
+    token (history is append-only and gap-free, so nobody appended since)."""
+
+    last_sequence: int
+    token: int
+    history: tuple[HistoryEvent, ...]
+
+
+@dataclass(slots=True)
+class _Writes:
+    """What a group of decisions writes, gathered so each table takes one statement."""
+
+    history: list[tuple[str, int, str, str]] = field(default_factory=list)
+    created: list[tuple[str, str, str, int, str, datetime | None]] = field(default_factory=list)
+    updated: list[tuple[str, str, int]] = field(default_factory=list)
+    dropped: list[int] = field(default_factory=list)
+    staged: list[Staged] = field(default_factory=list)
+    known: dict[str, tuple[int, tuple[HistoryEvent, ...]] | None] = field(default_factory=dict)
+
+
 class Decisions:
     """Runs decision transactions for one orchestrator."""
 
@@ -113,6 +154,7 @@ class Decisions:
         shards: int,
         crash_window: float = 0.0,
         payload_threshold: int = DEFAULT_THRESHOLD,
+        history_cache_size: int = HISTORY_CACHE_SIZE,
     ) -> None:
         self._pool = pool
         self._shards = shards
@@ -122,16 +164,21 @@ class Decisions:
         self._outbound = outbound
         self._metrics = metrics
         self._crash_window = crash_window
+        self._cache_size = history_cache_size
+        self._known: OrderedDict[str, _Known] = OrderedDict()
+        #: History reads saved by the cache, and made (tests and the benchmark read them).
+        self.cache_hits = 0
+        self.cache_misses = 0
         self._sql = {
             name: sql(statement, schema)
             for name, statement in {
                 "lease": LEASE_CHECK,
-                "row": LOCK_ROW,
+                "rows": LOCK_ROWS,
                 "inputs": LOCK_INPUTS,
                 "history": HISTORY,
                 "append": APPEND,
-                "create": CREATE_ROW,
-                "update": UPDATE_ROW,
+                "create": CREATE_ROWS,
+                "update": UPDATE_ROWS,
                 "drop": DROP_INPUTS,
             }.items()
         }
@@ -142,99 +189,182 @@ class Decisions:
         Raises:
             LeaseLost: the lease moved to another orchestrator; nothing was written.
         """
-        began = time.perf_counter()
-        async with self._pool.acquire() as conn, conn.transaction():
-            current = await conn.fetchval(self._sql["lease"], shard)
-            if current != token:
-                raise LeaseLost(shard, token, current)
-            outcome = await self._decide_in(conn, workflow_id, shard=shard, token=token, redecide=redecide)
-            if self._crash_window and outcome.step is not None:
-                await asyncio.sleep(self._crash_window)
-        self._metrics.decision_seconds.observe(time.perf_counter() - began)
-        return outcome
+        return (await self.decide_many([workflow_id], shard=shard, token=token, redecide=redecide))[0]
 
     async def decide_many(
         self, workflow_ids: Sequence[str], *, shard: int, token: int, redecide: bool = False
     ) -> list[Outcome]:
-        """Decisions for several workflows of one shard in one transaction (one lease check, one
-        commit): each decision is still whole, and all of them commit or none does. The caller
-        decides them one by one when this raises anything but LeaseLost.
+        """Decisions for several workflows of one shard in one transaction: one lease check, one
+        statement per table for the whole group, one commit. Each decision is still whole, and
+        all of them commit or none does. The caller decides them one by one when this raises
+        anything but LeaseLost.
 
         Raises:
             LeaseLost: the lease moved to another orchestrator; nothing was written.
         """
         began = time.perf_counter()
-        async with self._pool.acquire() as conn, conn.transaction():
-            current = await conn.fetchval(self._sql["lease"], shard)
-            if current != token:
-                raise LeaseLost(shard, token, current)
-            outcomes = [
-                await self._decide_in(conn, workflow_id, shard=shard, token=token, redecide=redecide)
-                for workflow_id in workflow_ids
-            ]
-            if self._crash_window and any(o.step is not None for o in outcomes):
-                await asyncio.sleep(self._crash_window)
+        ids = list(dict.fromkeys(workflow_ids))
+        try:
+            async with self._pool.acquire() as conn, conn.transaction():
+                lease = await conn.fetchrow(self._sql["lease"], shard)
+                current = lease["fence_token"] if lease is not None else None
+                if lease is None or current != token:
+                    raise LeaseLost(shard, token, current)
+                now: datetime = lease["now"]
+                writes = _Writes()
+                by_id = await self._decide_in(
+                    conn, ids, shard=shard, token=token, redecide=redecide, now=now, writes=writes
+                )
+                await self._write(conn, writes, shard=shard, token=token, now=now)
+                if self._crash_window and any(o.step is not None for o in by_id.values()):
+                    await asyncio.sleep(self._crash_window)
+        except BaseException:
+            # What this transaction appended never happened: nothing of it may be remembered.
+            for workflow_id in ids:
+                self._known.pop(workflow_id, None)
+            raise
+        self._remember(writes, token)
         elapsed = time.perf_counter() - began
-        for _ in workflow_ids:
-            self._metrics.decision_seconds.observe(elapsed / max(1, len(workflow_ids)))
-        return outcomes
+        for _ in ids:
+            self._metrics.decision_seconds.observe(elapsed / max(1, len(ids)))
+        return [by_id[w] for w in workflow_ids]
+
+    def _remember(self, writes: _Writes, token: int) -> None:
+        for workflow_id, entry in writes.known.items():
+            if entry is None:
+                self._known.pop(workflow_id, None)
+                continue
+            last, history = entry
+            self._known[workflow_id] = _Known(last, token, history)
+            self._known.move_to_end(workflow_id)
+        while len(self._known) > self._cache_size:
+            self._known.popitem(last=False)
 
     async def _decide_in(
-        self, conn: Conn, workflow_id: str, *, shard: int, token: int, redecide: bool
-    ) -> Outcome:
+        self,
+        conn: Conn,
+        ids: list[str],
+        *,
+        shard: int,
+        token: int,
+        redecide: bool,
+        now: datetime,
+        writes: _Writes,
+    ) -> dict[str, Outcome]:
         sql = self._sql
-        found = await conn.fetchrow(sql["row"], workflow_id)
-        raw_inputs = await conn.fetch(sql["inputs"], workflow_id)
-        if not raw_inputs and not redecide:
-            return Outcome(None, 0)
-        row = (
-            Row(found["workflow_type"], found["status"], found["execution_deadline"])
-            if found is not None
-            else None
-        )
+        found = {r["workflow_id"]: r for r in await conn.fetch(sql["rows"], ids)}
+        waiting: dict[str, list[Input]] = {}
+        for r in await conn.fetch(sql["inputs"], ids):
+            waiting.setdefault(r["workflow_id"], []).append(_input(r["seq"], r["envelope"]))
+        outcomes = {w: Outcome(None, 0) for w in ids}
+        todo = [w for w in ids if waiting.get(w) or redecide]
+        if not todo:
+            return outcomes
         store = _InTransaction(conn, self._schema)
-        # The code sees every value; the table and the topic hold large ones by reference.
-        history = (
-            await resolve_payloads(await self._history(conn, workflow_id), store) if found is not None else []
-        )
-        inputs = [_input(r["seq"], r["envelope"]) for r in raw_inputs]
-        now: datetime = await conn.fetchval("SELECT now()")
-        out = step(workflow_id, row, history, inputs, decider=self._decider, now=now, redecide=redecide)
-        stored = await offload_payloads(out.events, store, threshold=self._payload_threshold)
-        if stored:
-            await conn.execute(
-                sql["append"],
+        histories: dict[str, Sequence[HistoryEvent]] = {}
+        missing: list[str] = []
+        for workflow_id in todo:
+            stored_row = found.get(workflow_id)
+            if stored_row is None:
+                histories[workflow_id] = ()
+                continue
+            known = self._known.get(workflow_id)
+            if (
+                known is not None
+                and known.last_sequence == stored_row["last_sequence"]
+                and known.token == stored_row["decided_with_token"]
+            ):
+                self.cache_hits += 1
+                histories[workflow_id] = known.history
+            else:
+                self.cache_misses += 1
+                missing.append(workflow_id)
+        if missing:
+            stored: dict[str, list[HistoryEvent]] = {w: [] for w in missing}
+            for r in await conn.fetch(sql["history"], missing):
+                stored[r["workflow_id"]].append(_event(r["type"], r["data"]))
+            for workflow_id, events in stored.items():
+                # The code sees every value; the table and the topic hold large ones by reference.
+                histories[workflow_id] = await resolve_payloads(events, store)
+        for workflow_id in todo:
+            record = found.get(workflow_id)
+            inputs = waiting.get(workflow_id, [])
+            out = step(
                 workflow_id,
-                [e.sequence for e in stored],
-                [e.message_type for e in stored],
-                [e.model_dump_json() for e in stored],
-                token,
+                Row(record["workflow_type"], record["status"], record["execution_deadline"])
+                if record is not None
+                else None,
+                histories[workflow_id],
+                inputs,
+                decider=self._decider,
+                now=now,
+                redecide=redecide,
             )
+            await self._gather(
+                conn,
+                store,
+                out,
+                record is not None,
+                inputs,
+                now=now,
+                writes=writes,
+                history=histories[workflow_id],
+            )
+            outcomes[workflow_id] = Outcome(out, len(inputs))
+        return outcomes
+
+    async def _gather(
+        self,
+        conn: Conn,
+        store: _InTransaction,
+        out: Step,
+        exists: bool,
+        inputs: list[Input],
+        *,
+        now: datetime,
+        writes: _Writes,
+        history: Sequence[HistoryEvent],
+    ) -> None:
+        """Add one decision's rows to the group's writes."""
+        workflow_id = out.workflow_id
+        stored = await offload_payloads(out.events, store, threshold=self._payload_threshold)
+        writes.history.extend((workflow_id, e.sequence, e.message_type, e.model_dump_json()) for e in stored)
         last = out.events[-1].sequence if out.events else None
         if out.started is not None and last is not None:
             deadline = now + out.started.execution_timeout if out.started.execution_timeout else None
-            await conn.execute(
-                sql["create"],
-                workflow_id,
-                shard,
-                out.started.workflow_type,
-                out.status,
-                last,
-                first.command_id if isinstance(first := out.events[0], WorkflowStarted) else "",
-                now,
-                deadline,
-                token,
+            first = out.events[0]
+            command_id = first.command_id if isinstance(first, WorkflowStarted) else ""
+            writes.created.append(
+                (workflow_id, out.started.workflow_type, out.status or "running", last, command_id, deadline)
             )
-        elif found is not None and last is not None:
-            await conn.execute(sql["update"], workflow_id, out.status, last, token, now)
-        if raw_inputs:
-            await conn.execute(sql["drop"], [r["seq"] for r in raw_inputs])
+        elif exists and last is not None:
+            writes.updated.append((workflow_id, out.status or "running", last))
+        writes.dropped.extend(i.seq for i in inputs)
         if out.notices:
             await self._notify_parents(conn, out, now)
-        staged = self._outbound.rows(out, stored, now=now)
-        if staged:
-            await append_many(conn, schema=self._schema, items=staged)
-        return Outcome(out, len(raw_inputs))
+        writes.staged.extend(self._outbound.rows(out, stored, now=now))
+        if last is not None:
+            closed = out.status in ("completed", "failed", "cancelled")
+            # A closed workflow is decided again only for late inputs: not worth its memory.
+            writes.known[workflow_id] = None if closed else (last, (*history, *out.events))
+
+    async def _write(self, conn: Conn, writes: _Writes, *, shard: int, token: int, now: datetime) -> None:
+        sql = self._sql
+        if writes.history:
+            w, s, t, d = zip(*writes.history, strict=True)
+            await conn.execute(sql["append"], list(w), list(s), list(t), list(d), token)
+        if writes.created:
+            w, t, st, last, c, dl = zip(*writes.created, strict=True)
+            await conn.execute(
+                sql["create"], list(w), shard, list(t), list(st), list(last), list(c), now, token, list(dl)
+            )
+        if writes.updated:
+            w, st, last = zip(*writes.updated, strict=True)
+            await conn.execute(sql["update"], list(w), list(st), list(last), token, now)
+        if writes.dropped:
+            await conn.execute(sql["drop"], writes.dropped)
+        if writes.staged:
+            await append_many(conn, schema=self._schema, items=writes.staged)
 
     async def _notify_parents(self, conn: Conn, out: Step, now: datetime) -> None:
         # Staged as the parent's input in this transaction: the child's end and its report to the
@@ -257,10 +387,6 @@ class Decisions:
             [e.type for e in envelopes],
             [encode(e) for e in envelopes],
         )
-
-    async def _history(self, conn: Conn, workflow_id: str) -> list[HistoryEvent]:
-        rows = await conn.fetch(self._sql["history"], workflow_id)
-        return [_event(r["type"], r["data"]) for r in rows]
 
 
 def _event(type_: str, data: str) -> HistoryEvent:

@@ -70,7 +70,7 @@ class Outbound:
                         on_fire=FireTimerFired(owner=wf, sequence=event.sequence),
                     )
                     staged.append(self._command(deadline, f"{timer_id}/start", now))
-            elif isinstance(event, TimerStarted):
+            elif isinstance(event, TimerStarted) and event.sequence not in out.fired_here:
                 staged.append(
                     self._command(
                         StartTimer(

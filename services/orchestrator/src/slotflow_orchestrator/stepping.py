@@ -63,6 +63,9 @@ ACTIVITY_TIMED_OUT = "ScheduleToCloseTimeout"
 CHILD_NOT_STARTED = "ChildWorkflowNotStarted"
 #: Continue-as-new runs one decision may start back to back (a loop that only continues).
 MAX_RUNS_PER_DECISION = 10
+#: Due timers (zero-length sleeps) one decision fires itself, in a row; the next one goes through
+#: the ticker like any timer, so a loop of zero sleeps cannot hold a decision forever.
+MAX_DUE_TIMERS_PER_DECISION = 100
 
 
 def deadline_timer_id(run_id: str) -> str:
@@ -175,6 +178,8 @@ class Step:
     started: StartWorkflow | None = None
     status: Status | None = None
     diverged: bool = False
+    #: Sequences of the timers started and already fired in this step (never sent to the ticker).
+    fired_here: set[int] = field(default_factory=set)
 
 
 @dataclass
@@ -473,12 +478,8 @@ def _outcome(book: _Book, message: Message, out: Step) -> None:
 
 
 def _decide(book: _Book, out: Step, *, decider: Decider, now: datetime) -> None:
-    try:
-        moves = decider.decide(tuple(book.history), now=now)
-    except Diverged as err:
-        _diverged(book, out, err)
+    if not _advance(book, out, decider=decider, now=now):
         return
-    _take(book, moves, out)
     for _ in range(MAX_RUNS_PER_DECISION):
         last = book.history[-1]
         if not isinstance(last, WorkflowContinuedAsNew) or book.run is None:
@@ -500,12 +501,46 @@ def _decide(book: _Book, out: Step, *, decider: Decider, now: datetime) -> None:
             ),
             out,
         )
+        if not _advance(book, out, decider=decider, now=now):
+            return
+
+
+def _advance(book: _Book, out: Step, *, decider: Decider, now: datetime) -> bool:
+    """Let the code move on; a timer it started that is already due (a zero-length sleep) fires
+    here and the code moves on again, up to `MAX_DUE_TIMERS_PER_DECISION` times. False when the
+    replay diverged."""
+    fired = 0
+    while True:
         try:
             moves = decider.decide(tuple(book.history), now=now)
         except Diverged as err:
             _diverged(book, out, err)
-            return
+            return False
         _take(book, moves, out)
+        if book.ended or fired >= MAX_DUE_TIMERS_PER_DECISION or not _fire_due(book, out, now):
+            return True
+        fired += 1
+
+
+def _fire_due(book: _Book, out: Step, now: datetime) -> bool:
+    """Fire the timers started in this step whose time has come by the decision's clock (only a
+    zero-length one: any other ends after `now`). Recorded as any firing is, so a replay sees the
+    same history; the ticker never hears of them (`Step.fired_here`)."""
+    started_here = {e.sequence for e in out.events if isinstance(e, TimerStarted)}
+    due = [t for t in book.timers.values() if t.sequence in started_here and t.fire_at <= now]
+    for timer in due:
+        book.append(
+            WorkflowTimerFired(
+                workflow_id=book.workflow_id,
+                sequence=book.next_sequence,
+                started_sequence=timer.sequence,
+                timer_id=timer.timer_id,
+                fired_at=now,
+            ),
+            out,
+        )
+        out.fired_here.add(timer.sequence)
+    return bool(due)
 
 
 def _diverged(book: _Book, out: Step, err: Diverged) -> None:

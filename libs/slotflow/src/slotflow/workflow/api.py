@@ -58,8 +58,8 @@ def _load(kind: Any, value: Any) -> Any:
 
 def _seconds(duration: timedelta | float) -> timedelta:
     value = duration if isinstance(duration, timedelta) else timedelta(seconds=duration)
-    if value <= timedelta(0):
-        raise ValueError(f"a durable timer needs a positive duration, not {value}")
+    if value < timedelta(0):
+        raise ValueError(f"a durable timer needs a duration of zero or more, not {value}")
     return value
 
 
