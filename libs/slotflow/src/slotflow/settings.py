@@ -35,3 +35,6 @@ class PostgresSettings(BaseSettings):
     dsn: str = "postgresql://slotflow@127.0.0.1:15432/slotflow"
     pool_min_size: int = Field(default=1, ge=0)
     pool_max_size: int = Field(default=10, ge=1)
+    #: How long a service starting up waits for PostgreSQL (still starting, or restarting) before
+    #: it gives up; 0 fails at once. `SLOTFLOW_PG_STARTUP_WAIT_SECONDS`.
+    startup_wait_seconds: float = Field(default=300.0, ge=0)

@@ -16,7 +16,7 @@ import sys
 import uvicorn
 
 from slotflow.errors import SlotflowError
-from slotflow.pg.pool import create_pool
+from slotflow.pg.pool import create_pool, wait_for_pool
 from slotflow_api.app import create_app
 from slotflow_api.config import Settings
 from slotflow_api.projector import Projector, migrate, rebuild, run_until_idle
@@ -39,7 +39,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 async def _project(settings: Settings) -> None:
-    pool = await create_pool(settings.postgres)
+    pool = await wait_for_pool(settings.postgres)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

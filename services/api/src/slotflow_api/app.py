@@ -13,7 +13,7 @@ from fastapi.openapi.utils import get_openapi
 from starlette.routing import Match
 
 from slotflow.kafka.producer import Producer
-from slotflow.pg.pool import create_pool
+from slotflow.pg.pool import wait_for_pool
 from slotflow.service import Supervisor
 from slotflow_api import errors
 from slotflow_api.app_state import Services
@@ -36,7 +36,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        pool = await create_pool(chosen.postgres)
+        pool = await wait_for_pool(chosen.postgres)
         producer = Producer(chosen.kafka, client_id="api")
         stop = asyncio.Event()
         task: asyncio.Task[None] | None = None

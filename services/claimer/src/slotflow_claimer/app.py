@@ -18,7 +18,7 @@ from slotflow.kafka.consumer import Consumer
 from slotflow.kafka.producer import Producer
 from slotflow.pg.migrations import MigrationSource
 from slotflow.pg.outbox import OutboxRelay
-from slotflow.pg.pool import Pool, create_pool
+from slotflow.pg.pool import Pool, wait_for_pool
 from slotflow.runs import REGISTRY, HandlerRegistry, load_handler_modules
 from slotflow.service import Supervisor, metrics_listener
 from slotflow.service import migrate as migrate_schema
@@ -77,10 +77,10 @@ class ClaimerService:
         cfg = self.settings.claimer
         kafka = self.settings.kafka
         load_handler_modules(cfg.modules())
-        self.pool = await create_pool(self.settings.postgres, min_size=1, max_size=cfg.pool_max_size)
+        self.pool = await wait_for_pool(self.settings.postgres, min_size=1, max_size=cfg.pool_max_size)
         await migrate(self.pool, cfg.db_schema)
         handler_dsn = cfg.handler_dsn or self.settings.postgres.dsn
-        self.handler_pool = await create_pool(
+        self.handler_pool = await wait_for_pool(
             PostgresSettings(dsn=handler_dsn), min_size=0, max_size=cfg.handler_pool_max_size
         )
         self.producer = Producer(kafka, client_id=f"claimer-{self.owner}")

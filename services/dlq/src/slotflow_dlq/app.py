@@ -32,7 +32,7 @@ from slotflow.kafka.producer import Producer
 from slotflow.kafka.records import Record
 from slotflow.pg.migrations import MigrationSource
 from slotflow.pg.outbox import OutboxRelay, append_many
-from slotflow.pg.pool import CONNECTION_ERRORS, Conn, Pool, create_pool
+from slotflow.pg.pool import CONNECTION_ERRORS, Conn, Pool, wait_for_pool
 from slotflow.service import Supervisor, metrics_listener, migrate, sleep_or_stop
 from slotflow.settings import KafkaSettings, PostgresSettings
 from slotflow_dlq import queries, store
@@ -84,7 +84,7 @@ class DlqService:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Migrate, start every part, and run until ``stop``; the batches in hand finish first."""
-        pool = await create_pool(self.postgres, min_size=1, max_size=self.settings.pool_size)
+        pool = await wait_for_pool(self.postgres, min_size=1, max_size=self.settings.pool_size)
         self._pool = pool
         listener = metrics_listener(
             self.metrics.registry, port=self.settings.metrics_port, host=self.settings.metrics_host

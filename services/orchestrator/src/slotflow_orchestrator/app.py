@@ -42,7 +42,7 @@ from slotflow.kafka.records import Record
 from slotflow.pg import migrations as pg_migrations
 from slotflow.pg.migrations import MigrationSource
 from slotflow.pg.outbox import OutboxRelay
-from slotflow.pg.pool import CONNECTION_ERRORS, Pool, create_pool
+from slotflow.pg.pool import CONNECTION_ERRORS, Pool, wait_for_pool
 from slotflow.pg.statements import sql
 from slotflow.service import Supervisor, metrics_listener, sleep_or_stop
 from slotflow_orchestrator.config import Settings
@@ -125,7 +125,7 @@ class OrchestratorService:
         """Migrate, start every part, and run until ``stop``; the work in hand finishes first."""
         cfg = self.settings.orchestrator
         kafka = self.settings.kafka
-        pool = await create_pool(self.settings.postgres, min_size=1, max_size=cfg.pool_max_size)
+        pool = await wait_for_pool(self.settings.postgres, min_size=1, max_size=cfg.pool_max_size)
         self._pool = pool
         try:
             await apply_migrations(pool, cfg.db_schema)

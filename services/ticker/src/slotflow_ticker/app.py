@@ -15,7 +15,7 @@ from slotflow.errors import TransientStorageError
 from slotflow.kafka.producer import Producer
 from slotflow.pg.migrations import MigrationSource
 from slotflow.pg.outbox import SHARDS, OutboxRelay
-from slotflow.pg.pool import CONNECTION_ERRORS, Pool, create_pool
+from slotflow.pg.pool import CONNECTION_ERRORS, Pool, wait_for_pool
 from slotflow.service import RelayGroup, Supervisor, metrics_listener, periodic
 from slotflow.service import migrate as migrate_schema
 from slotflow.settings import KafkaSettings, PostgresSettings
@@ -62,7 +62,7 @@ class TickerService:
     async def run(self, stop: asyncio.Event) -> None:
         """Run until ``stop`` is set."""
         settings = self.settings
-        pool = await create_pool(
+        pool = await wait_for_pool(
             self.postgres,
             min_size=2,
             max_size=settings.pool_size,

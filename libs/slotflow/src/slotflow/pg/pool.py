@@ -4,12 +4,17 @@ Functions that take `conn: Conn` run inside the caller's transaction and never o
 that take `pool: Pool` own their transaction.
 """
 
+import asyncio
+import logging
+import random
 from typing import Any, TypeAlias
 
 import asyncpg
 
 from slotflow.errors import TransientStorageError
 from slotflow.settings import PostgresSettings
+
+log = logging.getLogger(__name__)
 
 Pool: TypeAlias = "asyncpg.Pool[asyncpg.Record]"
 Conn: TypeAlias = "asyncpg.Connection[asyncpg.Record] | asyncpg.pool.PoolConnectionProxy[asyncpg.Record]"
@@ -23,6 +28,10 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.AdminShutdownError,
     asyncpg.CrashShutdownError,
     asyncpg.TooManyConnectionsError,
+    # A connection torn down under an operation in flight (a fast shutdown while the pool resets
+    # a released connection: "cannot switch to state 15; another operation (2) is in progress").
+    # It says nothing about the statement; the outbox relay crashed on it (reliability bug 2).
+    asyncpg.InternalClientError,
 )
 
 
@@ -44,3 +53,38 @@ async def create_pool(
     except CONNECTION_ERRORS as err:
         raise TransientStorageError(f"cannot connect to PostgreSQL: {err}") from err
     return pool
+
+
+async def wait_for_pool(
+    settings: PostgresSettings,
+    *,
+    min_size: int | None = None,
+    max_size: int | None = None,
+    rng: random.Random | None = None,
+    **kwargs: Any,
+) -> Pool:
+    """`create_pool` for a service starting up: PostgreSQL still starting or restarting is waited
+    for, with full-jitter back-off (0.1 s doubling, capped at 5 s), for up to
+    ``settings.startup_wait_seconds``.
+
+    Why: a service that exits because the database came up a second after it did is a replica
+    lost wherever nothing restarts it (reliability bug 2: tickers and the api did).
+
+    Raises:
+        TransientStorageError: PostgreSQL did not answer within the wait.
+    """
+    draw = (rng or random.Random()).random  # noqa: S311 - jitter, not secrets
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + settings.startup_wait_seconds
+    attempt = 0
+    while True:
+        try:
+            return await create_pool(settings, min_size=min_size, max_size=max_size, **kwargs)
+        except TransientStorageError as err:
+            left = deadline - loop.time()
+            if left <= 0:
+                raise
+            delay = min(left, draw() * min(5.0, 0.1 * 2 ** min(attempt, 10)))
+            attempt += 1
+            log.warning("PostgreSQL not reachable yet (try %d), retrying in %.2f s: %s", attempt, delay, err)
+            await asyncio.sleep(delay)
