@@ -1,8 +1,12 @@
 """The notification hook: money-moving runs reach the webhook; a failing one is retried with jitter
-and a dead one never holds up parking."""
+and a dead one never holds up parking; a slow-drip receiver is cut at the delivery deadline and
+delays no other delivery; bodies are signed."""
 
 import asyncio
+import hashlib
+import hmac
 import json
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -16,6 +20,7 @@ from slotflow.errors import PermanentError
 from slotflow.kafka.producer import Producer
 from slotflow.settings import KafkaSettings
 from slotflow.testing import assert_eventually
+from slotflow_dlq.notify import SIGNATURE_HEADER, verify
 from tests.integration.dlq.helpers import AT, origin, park
 
 
@@ -26,6 +31,8 @@ class Hook:
     statuses: list[int] = field(default_factory=list)
     bodies: list[dict[str, Any]] = field(default_factory=list)
     keys: list[str] = field(default_factory=list)
+    raw: list[bytes] = field(default_factory=list)
+    signatures: list[str] = field(default_factory=list)
     port: int = 0
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -34,7 +41,9 @@ class Hook:
         headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:] if line)}
         body = await reader.readexactly(int(headers.get("content-length", "0")))
         self.bodies.append(json.loads(body))
+        self.raw.append(body)
         self.keys.append(headers.get("idempotency-key", ""))
+        self.signatures.append(headers.get(SIGNATURE_HEADER.lower(), ""))
         code = self.statuses.pop(0) if self.statuses else 200
         writer.write(f"HTTP/1.1 {code} X\r\ncontent-length: 0\r\nconnection: close\r\n\r\n".encode())
         await writer.drain()
@@ -200,3 +209,159 @@ async def test_a_hanging_webhook_never_holds_up_parking(
         )
         for writer in hung:
             writer.close()
+
+
+async def read_request(reader: asyncio.StreamReader) -> dict[str, Any]:
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:] if line)}
+    body: dict[str, Any] = json.loads(await reader.readexactly(int(headers.get("content-length", "0"))))
+    return body
+
+
+async def park_money_moving(producer: Producer, kafka: KafkaSettings, n: int) -> None:
+    job, record = job_record(kafka, n, ("money-moving",))
+    await park(
+        producer,
+        kafka,
+        record,
+        PermanentError("x"),
+        source="claimer",
+        run_id=job.run_id,
+        job_id=job.job_id,
+        tags=job.tags,
+    )
+
+
+async def test_a_slow_drip_receiver_is_cut_at_the_deadline_and_delays_no_other_delivery(
+    start: Any, producer: Producer, kafka: KafkaSettings
+) -> None:
+    """Issue 23: httpx's per-read timeout let a receiver dripping a byte at a time hold a delivery
+    for 120 s, and the deliveries behind it waited for the whole batch."""
+    deadline = 6.0
+    slow_open = asyncio.Event()
+    slow_spans: list[tuple[float, float]] = []  # (request read, connection given up) per slow try
+    fast: list[tuple[str, bool]] = []  # (run id, the slow delivery still dripping when it came)
+
+    async def receiver(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        body = await read_request(reader)
+        if body["run_id"] == "payouts@0" and body["attempt"] == 1:
+            began = time.monotonic()
+            slow_open.set()
+            # Headers at once, then one byte every 0.2 s of a 1,000-byte body: no single read
+            # ever waits the 5 s read timeout, so only a total deadline ends it.
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 1000\r\n\r\n")
+            try:
+                for _ in range(1000):
+                    await writer.drain()
+                    if reader.at_eof():
+                        break
+                    writer.write(b"x")
+                    await asyncio.sleep(0.2)
+            except ConnectionError:
+                pass
+            finally:
+                slow_spans.append((began, time.monotonic()))
+                slow_open.clear()
+                writer.close()
+            return
+        fast.append((body["run_id"], slow_open.is_set()))
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(receiver, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        dlq = await start(
+            webhook_url=f"http://127.0.0.1:{port}/",
+            webhook_timeout_seconds=5,
+            webhook_deadline_seconds=deadline,
+            webhook_concurrency=4,
+            webhook_backoff_base_seconds=0.05,
+            webhook_backoff_cap_seconds=0.1,
+            notifier_poll_seconds=0.05,
+        )
+        await park_money_moving(producer, kafka, 0)
+        await asyncio.wait_for(slow_open.wait(), timeout=30)
+        for n in range(1, 6):
+            await park_money_moving(producer, kafka, n)
+        await assert_eventually(lambda: len(fast) >= 5, timeout=30, message="the other deliveries")
+        # Every other delivery reached the receiver while the slow one was still dripping.
+        assert sorted(fast[:5]) == [(f"payouts@{n}", True) for n in range(1, 6)]
+
+        async def delivered() -> bool:
+            count = await dlq.pool.fetchval(
+                "SELECT count(*) FROM dlq.notifications WHERE delivered_at IS NOT NULL"
+            )
+            return bool(count == 6)
+
+        await assert_eventually(delivered, timeout=30, message="all six delivered, the slow one on its retry")
+    assert len(slow_spans) == 1
+    began, ended = slow_spans[0]
+    # Cut at the deadline, not at the 200 s the drip would take (nor at the 5 s read timeout).
+    assert deadline - 0.5 <= ended - began <= deadline + 3
+    row = await dlq.pool.fetchrow("SELECT attempts FROM dlq.notifications WHERE dead_letter_id LIKE '%:0'")
+    assert row is not None
+    assert row["attempts"] == 2
+    registry = dlq.service.metrics.registry
+    assert registry.get_sample_value("slotflow_dlq_notifications_total", {"outcome": "failed"}) == 1
+
+
+async def test_deliveries_in_flight_never_exceed_the_bound(
+    start: Any, producer: Producer, kafka: KafkaSettings
+) -> None:
+    open_now = 0
+    peak = 0
+    seen = 0
+
+    async def never_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal open_now, peak, seen
+        await read_request(reader)
+        open_now += 1
+        seen += 1
+        peak = max(peak, open_now)
+        try:
+            await reader.read()  # until the notifier gives up on it at its deadline
+        finally:
+            open_now -= 1
+            writer.close()
+
+    server = await asyncio.start_server(never_answer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        await start(
+            webhook_url=f"http://127.0.0.1:{port}/",
+            webhook_deadline_seconds=1.0,
+            webhook_concurrency=2,
+            webhook_max_attempts=1,
+            notifier_poll_seconds=0.05,
+        )
+        for n in range(6):
+            await park_money_moving(producer, kafka, n)
+        await assert_eventually(lambda: seen == 6, timeout=60, message="every delivery tried once")
+    assert peak == 2
+
+
+async def test_bodies_are_signed_with_the_configured_secret(
+    start: Any, hook: Hook, producer: Producer, kafka: KafkaSettings
+) -> None:
+    secret = "whsec-test-3b1f"
+    await start(
+        webhook_url=f"http://127.0.0.1:{hook.port}/hooks/dlq",
+        webhook_secret=secret,
+        notifier_poll_seconds=0.05,
+    )
+    await park_money_moving(producer, kafka, 0)
+    await assert_eventually(lambda: len(hook.bodies) == 1, timeout=30, message="the delivery")
+    header, raw = hook.signatures[0], hook.raw[0]
+    # What docs/dlq.md tells a receiver to do, written out by hand.
+    fields = dict(part.split("=", 1) for part in header.split(","))
+    assert abs(time.time() - int(fields["t"])) < 60
+    expected = hmac.new(secret.encode(), fields["t"].encode() + b"." + raw, hashlib.sha256).hexdigest()
+    assert hmac.compare_digest(fields["v1"], expected)
+    assert verify(secret.encode(), header, raw, now=time.time())
+    # A changed body, another key or a stale timestamp does not verify.
+    assert not verify(secret.encode(), header, raw.replace(b"payouts", b"payoutz"), now=time.time())
+    assert not verify(b"other", header, raw, now=time.time())
+    assert not verify(secret.encode(), header, raw, now=time.time() + 3600)

@@ -162,12 +162,18 @@ class DlqService:
         loops.add("redrives", self._redrives.run)
         loops.add("gauges", self._refresh_gauges)
         if self.settings.webhook_url is not None:
+            secret = self.settings.webhook_secret
+            if secret is None:
+                log.warning("SLOTFLOW_DLQ_WEBHOOK_SECRET is unset: webhook bodies go unsigned")
             self._notifier = Notifier(
                 pool,
                 schema=self.schema,
                 url=str(self.settings.webhook_url),
                 metrics=self.metrics,
                 timeout=self.settings.webhook_timeout_seconds,
+                deadline=self.settings.webhook_deadline_seconds,
+                concurrency=self.settings.webhook_concurrency,
+                secret=None if secret is None else secret.get_secret_value().encode(),
                 max_attempts=self.settings.webhook_max_attempts,
                 base=self.settings.webhook_backoff_base_seconds,
                 cap=self.settings.webhook_backoff_cap_seconds,

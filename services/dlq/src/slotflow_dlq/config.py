@@ -3,7 +3,7 @@
 import os
 import socket
 
-from pydantic import AnyHttpUrl, Field
+from pydantic import AnyHttpUrl, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -24,7 +24,14 @@ class DlqSettings(BaseSettings):
     #: Where to POST a summary of each dead-lettered run tagged `money_moving_tag`; unset: no hook.
     webhook_url: AnyHttpUrl | None = None
     money_moving_tag: str = "money-moving"
+    #: Bounds each connect, write and read of a delivery (httpx's timeout).
     webhook_timeout_seconds: float = Field(default=5.0, gt=0, le=120)
+    #: Bounds a whole delivery, however slowly the receiver drips its answer.
+    webhook_deadline_seconds: float = Field(default=10.0, gt=0, le=300)
+    #: Deliveries in flight at once: a slow receiver holds one place, not the others.
+    webhook_concurrency: int = Field(default=8, ge=1, le=256)
+    #: Key of the HMAC-SHA256 signature sent in X-Slotflow-Signature; unset: bodies are unsigned.
+    webhook_secret: SecretStr | None = None
     #: Deliveries per notification before it is given up (recorded, and counted in a metric).
     webhook_max_attempts: int = Field(default=8, ge=1, le=100)
     #: Full-jitter back-off between deliveries: random(0, min(cap, base * 2**attempt)).
