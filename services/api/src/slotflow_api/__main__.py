@@ -20,6 +20,7 @@ from slotflow.pg.pool import create_pool, wait_for_pool
 from slotflow_api.app import create_app
 from slotflow_api.config import Settings
 from slotflow_api.projector import Projector, migrate, rebuild, run_until_idle
+from slotflow_api.retention import purge_read_model
 
 log = logging.getLogger("slotflow_api")
 
@@ -45,7 +46,9 @@ async def _project(settings: Settings) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
-        await Projector(pool, settings).run(stop)
+        async with asyncio.TaskGroup() as both:
+            both.create_task(Projector(pool, settings).run(stop))
+            both.create_task(purge_read_model(stop, pool, settings))
     finally:
         await pool.close()
 

@@ -22,6 +22,7 @@ from slotflow_api.csrf import CsrfGuard
 from slotflow_api.limits import BodyLimit, RefuseNul
 from slotflow_api.metrics import Metrics
 from slotflow_api.projector import Projector, migrate
+from slotflow_api.retention import purge_read_model
 from slotflow_api.routes import audit, commands, dlq, handlers, health, runs, schedules, stats, workflows
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 state.projector = Projector(pool, chosen, metrics)
                 loops = Supervisor("api")
                 loops.add("projector", state.projector.run)
+                # The read model's owner purges it: with the projector, wherever that runs.
+                loops.add("purge", lambda stop: purge_read_model(stop, pool, chosen))
                 task = asyncio.create_task(loops.run(stop), name="api")
             app.state.services = state
             yield

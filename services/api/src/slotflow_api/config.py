@@ -31,6 +31,11 @@ class ApiSettings(BaseSettings):
     #: Longest a request may wait for a command to be reflected (read-your-writes).
     max_wait_seconds: float = Field(default=30.0, gt=0)
     readiness_timeout_seconds: float = Field(default=2.0, gt=0)
+    #: Days an ended job run (and a skipped slot) is kept in the read model; 0 keeps everything.
+    #: The audit judges no slot older than what was purged (docs/api.md, "Retention").
+    retention_days: float = Field(default=30.0, ge=0)
+    purge_interval_seconds: float = Field(default=300.0, gt=0)
+    purge_batch_size: int = Field(default=1000, ge=1, le=100_000)
     #: Largest request body accepted; larger ones get 413 before they are read.
     max_body_bytes: int = Field(default=1_048_576, ge=1024)
     #: Largest schedule payload (as compact JSON): every run of the schedule carries it.

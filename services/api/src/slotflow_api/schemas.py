@@ -319,7 +319,10 @@ class Audit(BaseModel):
         description="runs in the window that ended dead-lettered: their slot fired, their work failed",
     )
     audited_from: datetime = Field(
-        description="where the audit starts: `from`, or the schedule's creation when that is later"
+        description=(
+            "where the audit starts: `from`, or the schedule's creation or the retention horizon (runs"
+            " before it purged) when later"
+        )
     )
     note: str | None = Field(default=None, description="what a reader should know about the window")
 

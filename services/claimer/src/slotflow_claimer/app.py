@@ -19,10 +19,12 @@ from slotflow.kafka.producer import Producer
 from slotflow.pg.migrations import MigrationSource
 from slotflow.pg.outbox import OutboxRelay
 from slotflow.pg.pool import Pool, wait_for_pool
+from slotflow.pg.retention import purge_loop
 from slotflow.runs import REGISTRY, HandlerRegistry, load_handler_modules
 from slotflow.service import Supervisor, metrics_listener
 from slotflow.service import migrate as migrate_schema
 from slotflow.settings import PostgresSettings
+from slotflow_claimer import retention
 from slotflow_claimer.announce import Announcer
 from slotflow_claimer.config import Settings
 from slotflow_claimer.downstreams import Gate
@@ -182,6 +184,13 @@ class ClaimerService:
         loops.add("reaper", lambda stop: self.reaper.run(stop, cfg.reaper_interval))
         loops.add("commit", self.polling.commit_loop)
         loops.add("intake", self.polling.intake_loop)
+        purges = retention.purges(cfg.db_schema, days=cfg.run_retention_days)
+        loops.add(
+            "purge",
+            lambda stop: purge_loop(
+                stop, self.pool, purges, interval=cfg.purge_interval_seconds, batch_size=cfg.purge_batch_size
+            ),
+        )
         if cfg.loop_block_threshold_seconds > 0:
             watchdog = LoopWatchdog(
                 self._registry,
@@ -222,7 +231,7 @@ class ClaimerService:
 
     async def _drain(self) -> None:
         loops = self._loops
-        await loops.stop_loops("intake", "reaper", "announce")
+        await loops.stop_loops("intake", "reaper", "announce", "purge")
         if not await self.executor.drain(self._grace):
             released = await self.executor.release_all()
             log.info("claimer %s: released %d leases at shutdown", self.owner, released)

@@ -19,6 +19,10 @@ def _default_claimer_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
+#: jobs.due keeps records 7 days; a run's row must outlive any JobDue that could come back.
+MIN_RUN_RETENTION_DAYS = 8
+
+
 class ClaimerSettings(BaseSettings):
     """How one claimer process claims, runs and records runs."""
 
@@ -76,6 +80,11 @@ class ClaimerSettings(BaseSettings):
     #: On SIGTERM, how long running handlers may finish before they are cancelled and released.
     shutdown_grace_seconds: float = Field(default=20.0, ge=0)
     poll_timeout_ms: int = Field(default=200, ge=1)
+    #: Days an ended run (completed, skipped, cancelled) is kept; 0 keeps every run. At least 8:
+    #: the row is the run's dedupe key and jobs.due keeps records 7 days (docs/claimer.md).
+    run_retention_days: float = Field(default=30.0, ge=0)
+    purge_interval_seconds: float = Field(default=300.0, gt=0)
+    purge_batch_size: int = Field(default=1000, ge=1, le=100_000)
     #: Port of the Prometheus endpoint; 0 turns it off.
     metrics_port: int = Field(default=0, ge=0, le=65535)
     metrics_host: str = "127.0.0.1"
@@ -92,6 +101,15 @@ class ClaimerSettings(BaseSettings):
             and self.heartbeat_interval_seconds >= self.lease_ttl_seconds
         ):
             raise ValueError("heartbeat_interval_seconds must be shorter than lease_ttl_seconds")
+        return self
+
+    @model_validator(mode="after")
+    def _retention_outlasts_the_topic(self) -> "ClaimerSettings":
+        if 0 < self.run_retention_days < MIN_RUN_RETENTION_DAYS:
+            raise ValueError(
+                f"run_retention_days must be 0 (keep every run) or at least {MIN_RUN_RETENTION_DAYS}: "
+                "a JobDue replayed from the 7-day jobs.due topic after its run was purged would run again"
+            )
         return self
 
     @property

@@ -33,9 +33,10 @@ from slotflow.kafka.records import Record
 from slotflow.pg.migrations import MigrationSource
 from slotflow.pg.outbox import OutboxRelay, append_many
 from slotflow.pg.pool import CONNECTION_ERRORS, Conn, Pool, wait_for_pool
+from slotflow.pg.retention import purge_loop
 from slotflow.service import Supervisor, metrics_listener, migrate, sleep_or_stop
 from slotflow.settings import KafkaSettings, PostgresSettings
-from slotflow_dlq import queries, store
+from slotflow_dlq import queries, retention, store
 from slotflow_dlq.config import DlqSettings
 from slotflow_dlq.metrics import DlqMetrics
 from slotflow_dlq.notify import Notifier
@@ -161,6 +162,21 @@ class DlqService:
         loops.add("outbox", self._outbox.run)
         loops.add("redrives", self._redrives.run)
         loops.add("gauges", self._refresh_gauges)
+        purges = retention.purges(
+            self.schema,
+            resolved_days=self.settings.retention_days,
+            parked_days=self.settings.parked_retention_days,
+        )
+        loops.add(
+            "purge",
+            lambda stop: purge_loop(
+                stop,
+                pool,
+                purges,
+                interval=self.settings.purge_interval_seconds,
+                batch_size=self.settings.purge_batch_size,
+            ),
+        )
         if self.settings.webhook_url is not None:
             secret = self.settings.webhook_secret
             if secret is None:

@@ -38,6 +38,12 @@ class DlqSettings(BaseSettings):
     webhook_backoff_base_seconds: float = Field(default=1.0, gt=0)
     webhook_backoff_cap_seconds: float = Field(default=300.0, gt=0)
     notifier_poll_seconds: float = Field(default=0.5, gt=0)
+    #: Days a redriven or discarded letter is kept after its status last changed; 0 keeps all.
+    retention_days: float = Field(default=30.0, ge=0)
+    #: Days a letter nobody resolved is kept after it was first parked; 0 (default) keeps it.
+    parked_retention_days: float = Field(default=0.0, ge=0)
+    purge_interval_seconds: float = Field(default=300.0, gt=0)
+    purge_batch_size: int = Field(default=1000, ge=1, le=100_000)
     #: Redriven records published per relay pass.
     redrive_batch_size: int = Field(default=500, ge=1, le=50_000)
     redrive_idle_seconds: float = Field(default=0.05, gt=0)

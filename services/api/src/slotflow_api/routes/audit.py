@@ -1,7 +1,7 @@
 """GET /v1/audit: expected slots of a schedule against what was recorded."""
 
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
@@ -10,7 +10,7 @@ from pydantic import AwareDatetime
 from slotflow.contracts import ScheduleDefinition
 from slotflow.contracts.envelope import SCHEDULE_ID_PATTERN
 from slotflow_api import audit as auditing
-from slotflow_api import read_model
+from slotflow_api import read_model, retention
 from slotflow_api.app_state import Services, services
 from slotflow_api.errors import BadRequest, NotFound
 from slotflow_api.schemas import Audit
@@ -42,7 +42,14 @@ async def audit(
     start = start or end - DEFAULT_WINDOW
     if end <= start:
         raise BadRequest("`to` must be after `from`")
-    timeline_rows, run_rows, skip_rows = await read_model.audit_inputs(s.pool, s.schema, schedule, start, end)
+    # Runs before the retention horizon were purged: a slot there cannot be told missed from
+    # purged, so none is judged, and the answer says from when it vouches (audited_from, note).
+    horizon = await retention.horizon(s.pool, s.schema)
+    purged = horizon is not None and horizon > start
+    judged_from = min(horizon, end) if horizon is not None and purged else start
+    timeline_rows, run_rows, skip_rows = await read_model.audit_inputs(
+        s.pool, s.schema, schedule, judged_from, end
+    )
     if not timeline_rows:
         raise NotFound(f"schedule {schedule!r} is not known (yet)")
     timeline = [
@@ -74,7 +81,7 @@ async def audit(
         timeline,
         runs,
         skips,
-        start=start,
+        start=judged_from,
         end=end,
         now=now,
         late_threshold=threshold,
@@ -97,13 +104,8 @@ async def audit(
                 {"slot": r.slot, "run_id": r.run_id, "kind": r.kind, "state": r.state}
                 for r in report.dead_lettered
             ],
-            "audited_from": report.created_at or start,
-            "note": (
-                f"the schedule was created at {report.created_at.isoformat()}, after `from`: "
-                "audited from its creation (backfilled slots before it are listed too)"
-                if report.created_at is not None
-                else None
-            ),
+            "audited_from": max(report.created_at or judged_from, judged_from),
+            "note": _note(report.created_at, judged_from if purged else None, s.settings.api.retention_days),
             "summary": report.summary(),
             "unscheduled": [
                 {"slot": r.slot, "run_id": r.run_id, "kind": r.kind, "state": r.state}
@@ -111,3 +113,18 @@ async def audit(
             ],
         }
     )
+
+
+def _note(created_at: datetime | None, horizon: datetime | None, retention_days: float) -> str | None:
+    notes = []
+    if horizon is not None:
+        notes.append(
+            f"runs that ended before {horizon.isoformat()} were purged (SLOTFLOW_API_RETENTION_DAYS="
+            f"{retention_days:g}): audited from then, the oldest instant the read model vouches for"
+        )
+    if created_at is not None and (horizon is None or created_at > horizon):
+        notes.append(
+            f"the schedule was created at {created_at.isoformat()}, after `from`: "
+            "audited from its creation (backfilled slots before it are listed too)"
+        )
+    return "; ".join(notes) or None

@@ -1,0 +1,30 @@
+"""What the claimer purges: runs that ended (completed, skipped, cancelled) longer ago than
+`SLOTFLOW_CLAIMER_RUN_RETENTION_DAYS` (docs/claimer.md, "Retention").
+
+A run's row is its dedupe key: a JobDue arriving after its run was purged would run again. So the
+retention must outlast every way an old JobDue can come back: the jobs.due topic keeps records 7
+days (a consumer group reset replays them), hence the setting's floor. Dead-lettered runs are kept
+(a redrive continues them, with their attempt count and budget), and so are live ones.
+"""
+
+from datetime import timedelta
+
+from slotflow.pg.retention import Purge
+from slotflow.pg.statements import sql
+
+# Ended runs last changed more than $1 seconds ago, at most $2, oldest first (runs_ended).
+PURGE_ENDED = """
+WITH doomed AS (
+    SELECT run_id FROM {schema}.runs
+     WHERE state IN ('completed', 'skipped', 'cancelled')
+       AND updated_at < now() - make_interval(secs => $1)
+     ORDER BY updated_at
+     LIMIT $2
+       FOR UPDATE SKIP LOCKED
+)
+DELETE FROM {schema}.runs WHERE run_id IN (SELECT run_id FROM doomed) RETURNING run_id
+"""
+
+
+def purges(schema: str, *, days: float) -> list[Purge]:
+    return [Purge("ended runs", sql(PURGE_ENDED, schema), timedelta(days=days))]
