@@ -17,6 +17,7 @@ import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -108,9 +109,11 @@ async def test_a_forged_job_due_is_parked_and_the_victims_slot_runs_once_with_it
             row = await dlq.pool.fetchrow(
                 "SELECT * FROM dlq.dead_letters WHERE run_id = $1 AND job_id = 'attacker'", victim_run
             )
-            return row if row is not None and "claimer" in row["seen_by"] else None
+            return row if row is not None and {"claimer", "api"} <= set(row["seen_by"]) else None
 
-        letter = await assert_eventually(forged_parked, timeout=30, message="the claimer parked the forgery")
+        letter = await assert_eventually(
+            forged_parked, timeout=30, message="the claimer and the api's projector parked the forgery"
+        )
         assert letter["reason"] == "invalid_payload"
         assert "forged or malformed identity" in letter["error"]
         assert "is not 'attacker@" in letter["error"]
@@ -139,6 +142,9 @@ async def test_a_forged_job_due_is_parked_and_the_victims_slot_runs_once_with_it
     audit = await assert_eventually(audited, timeout=30, message="the audit shows the slot fired")
     assert audit["slots"][0]["run_id"] == victim_run
     assert audit["summary"]["fired"] == 1
+    # The read model holds the victim's run under its own job, not the forgery's.
+    projected = (await api.get(f"/v1/runs/{quote(victim_run, safe='')}")).json()
+    assert projected["job_id"] == "victim"
 
 
 async def test_a_nul_in_a_command_id_is_rejected_and_parked_at_once(
