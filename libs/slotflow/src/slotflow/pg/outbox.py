@@ -12,6 +12,8 @@ moved past it forever.
 Why records of one key stay in order: rows are sharded by `hashtext(key) & 7`, and a relay takes a
 transaction-scoped advisory lock on a shard before reading it, so at most one relay publishes a
 shard at a time, in seq order. Any number of relays (one per service replica) share the shards.
+A relay that stops while it holds shards (a SIGSTOPped process) loses them after
+`hold_timeout_seconds`: PostgreSQL ends a session idle that long inside the pass's transaction.
 
 A crash after the broker acknowledged but before the mark commits republishes those rows: the
 same envelope ids again, which consumers collapse. That is the effectively-once contract.
@@ -181,6 +183,7 @@ class OutboxRelay:
         parallel_shards: bool = False,
         one_transaction: bool = False,
         shards: Iterable[int] | None = None,
+        hold_timeout_seconds: float = 30.0,
     ) -> None:
         self._pool = pool
         self._producer = producer
@@ -201,6 +204,15 @@ class OutboxRelay:
         self._shards = sorted(set(range(SHARDS) if shards is None else shards))
         if not self._shards or not set(self._shards) <= set(range(SHARDS)):
             raise ConfigurationError(f"shards must be a non-empty subset of 0..{SHARDS - 1}")
+        # A relay holds its shards' locks while it waits for the broker. A relay that stops there
+        # (its process SIGSTOPped, a send that never returns) would hold them, and with them the
+        # whole outbox, for as long as its connection lives: PostgreSQL ends a session idle in the
+        # pass's transaction this long, which frees the locks for the other relays (reliability
+        # bug 4). Longer than any acknowledgement worth waiting for; a legitimately slow pass cut
+        # off sends its rows again, which consumers collapse.
+        if hold_timeout_seconds <= 0:
+            raise ConfigurationError("hold_timeout_seconds must be positive")
+        self._hold_timeout = f"{max(1, round(hold_timeout_seconds * 1000))}ms"
         self._wake = asyncio.Event()
         self.published = 0
         #: Rows too large to send, parked in the DLQ instead.
@@ -253,11 +265,15 @@ class OutboxRelay:
         async with self._pool.acquire() as conn, conn.transaction():
             # Transaction-scoped: released by commit or by the connection dying with us. Shards
             # another relay holds are left to it.
+            # The hold timeout is set (for this transaction only) in the same round trip.
             locked = await conn.fetchval(
-                "SELECT coalesce(array_agg(s), '{}') FROM unnest($2::int[]) AS s "
+                "SELECT coalesce(array_agg(s), '{}') "
+                "FROM set_config('idle_in_transaction_session_timeout', $3, true) AS hold, "
+                "unnest($2::int[]) AS s "
                 "WHERE pg_try_advisory_xact_lock(hashtext($1), s)",
                 f"{self._schema}.outbox",
                 shards,
+                self._hold_timeout,
             )
             if not locked:
                 return 0
