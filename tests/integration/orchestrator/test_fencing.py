@@ -55,10 +55,10 @@ async def test_a_zombie_holding_an_old_token_writes_nothing(
     shard = shard_of(workflow_id, SHARDS)
     zombie = Leases(pg_pool, schema="orchestrator", owner="zombie")
     heir = Leases(pg_pool, schema="orchestrator", owner="heir")
-    assert await zombie.reconcile(frozenset({shard})) == [shard]
+    assert await zombie.reconcile(frozenset({shard}), 1) == [shard]
     old_token = zombie.held[shard]
     # The group moved the partition while the zombie was paused: the heir takes the lease.
-    await heir.reconcile(frozenset({shard}))
+    await heir.reconcile(frozenset({shard}), 1)
     assert heir.held[shard] == old_token + 1
     await _start_input(pg_pool, workflow_id)
 
@@ -80,12 +80,58 @@ async def test_a_zombie_holding_an_old_token_writes_nothing(
     assert (row["status"], row["decided_with_token"]) == ("running", old_token + 1)
     assert await pg_pool.fetchval("SELECT count(*) FROM orchestrator.inputs") == 0
 
-    # The zombie, once told, does not take the shard back until the assignment changes.
-    zombie.lost(shard)
-    assert await zombie.reconcile(frozenset({shard})) == []
+    # The zombie, once told, does not take the shard back until the group rebalances again.
+    zombie.lost(shard, old_token)
+    assert await zombie.reconcile(frozenset({shard}), 1) == []
     assert await pg_pool.fetchval(
         "SELECT fence_token FROM orchestrator.shard_leases WHERE shard = $1", shard
     ) == (old_token + 1)
+
+
+async def test_a_shard_handed_away_and_back_between_two_checks_is_decided_again(
+    pg_pool: Pool, decider: RuntimeDecider, kafka: KafkaSettings
+) -> None:
+    """Bug 1 of docs/reliability.md (seed 2): the partition went A -> B -> A between two of A's
+    lease checks. B took the lease (token + 1) and released it when the partition left it; A saw
+    the same partitions at both checks, so it kept its old token, was refused, and never took the
+    shard again: the workflow's inputs waited for good. A new assignment number re-acquires."""
+    await apply_migrations(pg_pool)
+    workflow_id = "handed-back-1"
+    shard = shard_of(workflow_id, SHARDS)
+    first = Leases(pg_pool, schema="orchestrator", owner="orchestrator-0")
+    second = Leases(pg_pool, schema="orchestrator", owner="orchestrator-1")
+    await first.reconcile(frozenset({shard}), 1)
+    old_token = first.held[shard]
+    # Assignment 2 (unseen by `first`): the shard is the second's; assignment 3 hands it back.
+    await second.reconcile(frozenset({shard}), 1)
+    await second.reconcile(frozenset(), 2)
+    await _start_input(pg_pool, workflow_id)
+    with pytest.raises(LeaseLost):
+        await _decisions(pg_pool, decider, kafka).decide(workflow_id, shard=shard, token=old_token)
+    first.lost(shard, old_token)
+
+    assert await first.reconcile(frozenset({shard}), 3) == [shard]
+    assert first.held[shard] == old_token + 2
+    outcome = await _decisions(pg_pool, decider, kafka).decide(
+        workflow_id, shard=shard, token=first.held[shard]
+    )
+    assert outcome.step is not None
+    assert outcome.step.events
+    assert await pg_pool.fetchval("SELECT count(*) FROM orchestrator.inputs") == 0
+
+
+async def test_a_held_shard_is_acquired_again_at_every_new_assignment(pg_pool: Pool) -> None:
+    """The same partitions before and after a rebalance do not mean the lease stayed ours: the
+    token is raised again, and a refusal of the old token no longer drops the shard."""
+    await apply_migrations(pg_pool)
+    leases = Leases(pg_pool, schema="orchestrator", owner="orchestrator-0")
+    assert await leases.reconcile(frozenset({0, 1}), 1) == [0, 1]
+    tokens = dict(leases.held)
+    assert await leases.reconcile(frozenset({0, 1}), 1) == []
+    assert await leases.reconcile(frozenset({0, 1}), 2) == [0, 1]
+    assert leases.held == {0: tokens[0] + 1, 1: tokens[1] + 1}
+    leases.lost(0, tokens[0])  # a decision begun under the old token, refused
+    assert leases.held == {0: tokens[0] + 1, 1: tokens[1] + 1}
 
 
 async def test_the_inbox_forgets_only_ids_older_than_its_retention(pg_pool: Pool) -> None:
@@ -142,14 +188,14 @@ async def test_a_history_kept_from_an_own_decision_is_not_used_after_another_app
     first_decisions = _decisions(pg_pool, decider, kafka)
     # The heir runs its own workflow runtime: two processes share no cache.
     heir_decisions = _decisions(pg_pool, load_decider(["tests.integration.orchestrator.saga"]), kafka)
-    await first.reconcile(frozenset({shard}))
+    await first.reconcile(frozenset({shard}), 1)
     await _start_input(pg_pool, workflow_id)
     await first_decisions.decide(workflow_id, shard=shard, token=first.held[shard])
     await _completed_input(pg_pool, workflow_id, 2)
     await first_decisions.decide(workflow_id, shard=shard, token=first.held[shard])
     assert (first_decisions.cache_hits, first_decisions.cache_misses) == (1, 0)
 
-    await heir.reconcile(frozenset({shard}))
+    await heir.reconcile(frozenset({shard}), 1)
     # The newest event is the pending activity (`inventory.reserve`).
     pending = await pg_pool.fetchval("SELECT last_sequence FROM orchestrator.workflows")
     await _completed_input(pg_pool, workflow_id, pending)
@@ -158,9 +204,9 @@ async def test_a_history_kept_from_an_own_decision_is_not_used_after_another_app
     assert heir_outcome.step.events
     assert heir_decisions.cache_misses == 1
 
-    first.lost(shard)
-    await first.reconcile(frozenset())
-    await first.reconcile(frozenset({shard}))
+    first.lost(shard, first.held[shard])
+    await first.reconcile(frozenset(), 2)
+    await first.reconcile(frozenset({shard}), 3)
     last = await pg_pool.fetchval("SELECT last_sequence FROM orchestrator.workflows")
     await _completed_input(pg_pool, workflow_id, last)
     outcome = await first_decisions.decide(workflow_id, shard=shard, token=first.held[shard])
@@ -184,7 +230,7 @@ async def test_a_group_that_fails_leaves_nothing_kept(
     other = next(i for i in range(100) if shard_of(f"group-b{i}", SHARDS) == shard)
     ids[1] = f"group-b{other}"
     leases = Leases(pg_pool, schema="orchestrator", owner="one")
-    await leases.reconcile(frozenset({shard}))
+    await leases.reconcile(frozenset({shard}), 1)
     token = leases.held[shard]
     decisions = _decisions(pg_pool, decider, kafka)
     for workflow_id in ids:

@@ -56,9 +56,17 @@ from slotflow_orchestrator.stepping import Decider
 log = logging.getLogger(__name__)
 
 MIGRATIONS = MigrationSource("orchestrator", Path(__file__).parent / "migrations")
-OUTAGES: tuple[type[BaseException], ...] = (*DEFAULT_OUTAGE_TYPES, *CONNECTION_ERRORS)
+#: asyncpg's InternalClientError ("cannot switch to state ...") is what a connection released while
+#: the server shuts down (a fast PostgreSQL restart) raises: an outage, not something wrong with the
+#: record. Counted as anything else, a workflow's input is retried ten times and then parked in the
+#: DLQ, and the workflow waits for a redrive.
+OUTAGES: tuple[type[BaseException], ...] = (
+    *DEFAULT_OUTAGE_TYPES,
+    *CONNECTION_ERRORS,
+    asyncpg.InternalClientError,
+)
 #: What a decider pass outlives (the database away, a lease row refused): it pauses and tries again.
-RECOVERABLE: tuple[type[BaseException], ...] = (*CONNECTION_ERRORS, SlotflowError, asyncpg.PostgresError)
+RECOVERABLE: tuple[type[BaseException], ...] = (*OUTAGES, SlotflowError, asyncpg.PostgresError)
 #: Everything the three consumed topics carry; anything else there is poison.
 ACCEPTED = (
     StartWorkflow,
@@ -244,7 +252,7 @@ class OrchestratorService:
             try:
                 if time.monotonic() >= next_check:
                     assigned = frozenset(p for t, p in consumer.assignment() if t == commands_topic)
-                    for shard in await leases.reconcile(assigned):
+                    for shard in await leases.reconcile(assigned, consumer.assignments):
                         redecide.extend((wf, shard) for wf in await leases.stuck_workflows(shard))
                     self.metrics.shards_owned.set(len(leases.held))
                     next_check = time.monotonic() + cfg.lease_check_seconds
@@ -310,7 +318,7 @@ class OrchestratorService:
             except LeaseLost:
                 self.metrics.leases_lost.inc()
                 self.metrics.decisions.labels("lease_lost").inc(len(workflow_ids))
-                leases.lost(shard)
+                leases.lost(shard, token)
                 return
             except Exception as err:  # noqa: BLE001 - narrowed below, one workflow at a time
                 log.warning(
@@ -339,7 +347,7 @@ class OrchestratorService:
         except LeaseLost:
             self.metrics.leases_lost.inc()
             self.metrics.decisions.labels("lease_lost").inc()
-            leases.lost(shard)
+            leases.lost(shard, token)
             return
         except Exception as err:  # noqa: BLE001 - one workflow's failure must not stop the others
             tries = self._failures.get(workflow_id, (0, 0.0))[0] + 1

@@ -7,9 +7,15 @@ raising the token by one whoever held it before; when the partition goes away it
 A zombie (paused, partitioned from the group) still believing it owns a shard is refused at its
 next decision: the token it carries is no longer the row's (`deciding.LEASE_CHECK`).
 
-After a refusal the shard is not taken back until the assignment changes: the zombie's consumer
-has not yet learnt that the group moved on, and taking the lease back would only fence the rightful
-owner in turn.
+After a refusal the shard is not taken back until the group rebalances again: the zombie's
+consumer has not yet learnt that the group moved on, and taking the lease back would only fence the
+rightful owner in turn.
+
+"Rebalances" is counted, not inferred from the partitions: between two checks a shard can be taken
+away and handed back (A, B, A), and the lease then moved to the other orchestrator and was released
+by it. Comparing partition sets sees no change, keeps the refused shard out (or the stale token in)
+and nobody decides for the shard's workflows again. So every new assignment the group hands this
+member re-acquires every assigned shard: the token it held may be any older one.
 """
 
 import logging
@@ -43,30 +49,39 @@ class Leases:
         self._owner = owner
         self.held: dict[int, int] = {}
         self._lost: set[int] = set()
-        self._last_assignment: frozenset[int] = frozenset()
+        #: Held shards whose token predates the latest assignment: acquired again.
+        self._stale: set[int] = set()
+        self._generation: int | None = None
 
-    async def reconcile(self, assigned: frozenset[int]) -> list[int]:
-        """Hold exactly the ``assigned`` shards; returns the shards newly acquired."""
-        if assigned != self._last_assignment:
+    async def reconcile(self, assigned: frozenset[int], generation: int) -> list[int]:
+        """Hold exactly the ``assigned`` shards of the group's assignment number ``generation``
+        (`Consumer.assignments`); returns the shards (re)acquired."""
+        if generation != self._generation:
             self._lost.clear()
-            self._last_assignment = assigned
+            self._stale = set(self.held)
+            self._generation = generation
         for shard in sorted(set(self.held) - assigned):
             await self.release(shard)
         acquired: list[int] = []
-        for shard in sorted(assigned - set(self.held) - self._lost):
+        for shard in sorted((assigned - set(self.held) - self._lost) | (self._stale & assigned)):
             token = await self._pool.fetchval(sql(ACQUIRE, self._schema), shard, self._owner)
             self.held[shard] = int(token)
+            self._stale.discard(shard)
             acquired.append(shard)
             log.info("%s: acquired shard %d with fencing token %d", self._owner, shard, token)
         return acquired
 
-    def lost(self, shard: int) -> None:
-        """A decision was refused: another orchestrator holds ``shard`` now."""
-        if self.held.pop(shard, None) is not None:
-            log.warning("%s: shard %d was taken over; no longer deciding for it", self._owner, shard)
+    def lost(self, shard: int, token: int) -> None:
+        """A decision under ``token`` was refused: another orchestrator holds ``shard`` now (unless
+        this one has acquired it again since, with a newer token)."""
+        if self.held.get(shard) != token:
+            return
+        del self.held[shard]
+        log.warning("%s: shard %d was taken over; no longer deciding for it", self._owner, shard)
         self._lost.add(shard)
 
     async def release(self, shard: int) -> None:
+        self._stale.discard(shard)
         token = self.held.pop(shard, None)
         if token is not None:
             await self._pool.execute(sql(RELEASE, self._schema), shard, self._owner, token)

@@ -3,13 +3,26 @@
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from aiokafka import AIOKafkaConsumer
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
 from aiokafka.errors import KafkaError
 from aiokafka.structs import OffsetAndMetadata, TopicPartition
 
 from slotflow.errors import TransientStorageError
 from slotflow.kafka.records import Record
 from slotflow.settings import KafkaSettings
+
+
+class _CountAssignments(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is untyped
+    """Counts the assignments the group handed this member (one per rebalance it took part in)."""
+
+    def __init__(self) -> None:
+        self.assignments = 0
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        return None
+
+    async def on_partitions_assigned(self, assigned: Any) -> None:
+        self.assignments += 1
 
 
 class Consumer:
@@ -30,7 +43,6 @@ class Consumer:
     ) -> None:
         self.group_id = group_id
         self._consumer: Any = AIOKafkaConsumer(
-            *topics,
             bootstrap_servers=settings.bootstrap,
             client_id=f"{settings.client_id_prefix}-{client_id}",
             group_id=group_id,
@@ -44,6 +56,9 @@ class Consumer:
             session_timeout_ms=session_timeout_ms,
             heartbeat_interval_ms=heartbeat_interval_ms,
         )
+        self._rebalances = _CountAssignments()
+        if topics:
+            self._consumer.subscribe(list(topics), listener=self._rebalances)
 
     async def start(self) -> None:
         try:
@@ -80,6 +95,13 @@ class Consumer:
 
     def assignment(self) -> set[tuple[str, int]]:
         return {(tp.topic, tp.partition) for tp in self._consumer.assignment()}
+
+    @property
+    def assignments(self) -> int:
+        """How many assignments this member has received so far. Two reads of `assignment()` that
+        agree may still straddle rebalances (a partition taken away and handed back in between);
+        a changed count says one happened, whatever the partitions look like."""
+        return self._rebalances.assignments
 
 
 def next_offsets(records: Sequence[Record]) -> dict[tuple[str, int], int]:
