@@ -9,9 +9,9 @@ import pytest
 from slotflow.kafka.producer import Producer
 from slotflow.pg.pool import Pool
 from slotflow.settings import KafkaSettings
-from slotflow.testing import assert_eventually
+from slotflow.testing.processes import ProcessGroup, ServiceProcess
 from slotflow_claimer.app import migrate
-from tests.chaos.claimer.procs import ClaimerProcess
+from tests.chaos.claimer.procs import claimer_process
 from tests.integration.claimer.support import create_user_tables
 
 SpawnClaimer = Callable[..., Any]
@@ -33,16 +33,12 @@ async def producer(kafka: KafkaSettings) -> AsyncIterator[Producer]:
 
 
 @pytest.fixture
-async def spawn(kafka: KafkaSettings, pg_dsn: str, db: Pool, tmp_path: Path) -> AsyncIterator[SpawnClaimer]:
+def spawn(
+    kafka: KafkaSettings, pg_dsn: str, db: Pool, tmp_path: Path, processes: ProcessGroup
+) -> SpawnClaimer:
     """Start claimer processes (waiting until each serves metrics); all are killed afterwards."""
-    started: list[ClaimerProcess] = []
 
-    async def _spawn(name: str, **settings: Any) -> ClaimerProcess:
-        proc = ClaimerProcess(name, kafka, pg_dsn, tmp_path, **settings)
-        started.append(proc)
-        await assert_eventually(proc.ready, timeout=60, interval=0.2, message=f"claimer {name} ready")
-        return proc
+    async def _spawn(name: str, **settings: Any) -> ServiceProcess:
+        return await processes.start(claimer_process(name, kafka, pg_dsn, tmp_path, **settings))
 
-    yield _spawn
-    for proc in started:
-        proc.close()
+    return _spawn

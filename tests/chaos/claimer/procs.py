@@ -1,84 +1,28 @@
 """Claimer subprocesses (`python -m slotflow_claimer`) that tests can SIGKILL, SIGSTOP and SIGCONT."""
 
 import os
-import signal
-import socket
-import subprocess
-import sys
 from pathlib import Path
-from typing import IO, Any
-
-import httpx
-from prometheus_client.parser import text_string_to_metric_families
+from typing import Any
 
 from slotflow.settings import KafkaSettings
+from slotflow.testing.processes import ServiceProcess, free_port, stack_env
 from tests.integration.claimer.support import PAYOUTS_DIR, REPO
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class ClaimerProcess:
-    """One claimer process with its own metrics port and log file."""
-
-    def __init__(self, name: str, kafka: KafkaSettings, pg_dsn: str, log_dir: Path, **settings: Any) -> None:
-        self.name = name
-        self.port = free_port()
-        self.log_path = log_dir / f"{name}.log"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SLOTFLOW_")}
-        env.update(
-            {
-                "SLOTFLOW_KAFKA_BOOTSTRAP": kafka.bootstrap,
-                "SLOTFLOW_KAFKA_TOPIC_NAMESPACE": kafka.topic_namespace,
-                "SLOTFLOW_PG_DSN": pg_dsn,
-                "SLOTFLOW_CLAIMER_CLAIMER_ID": name,
-                "SLOTFLOW_CLAIMER_HANDLER_MODULES": "tests.chaos.claimer.handlers",
-                "SLOTFLOW_CLAIMER_METRICS_PORT": str(self.port),
-                "PYTHONPATH": os.pathsep.join([str(REPO), str(PAYOUTS_DIR)]),
-            }
-        )
-        for key, value in settings.items():
-            env[f"SLOTFLOW_CLAIMER_{key.upper()}"] = str(value)
-        self._log: IO[bytes] = self.log_path.open("wb")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "slotflow_claimer"], cwd=REPO, env=env, stdout=self._log, stderr=self._log
-        )
-
-    def signal(self, sig: signal.Signals) -> None:
-        self.proc.send_signal(sig)
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    async def metrics(self) -> dict[str, float]:
-        """Every sample of the process's metrics endpoint, by name with labels."""
-        async with httpx.AsyncClient(timeout=2.0) as client:
-            response = await client.get(f"http://127.0.0.1:{self.port}/metrics")
-        samples: dict[str, float] = {}
-        for family in text_string_to_metric_families(response.text):
-            for sample in family.samples:
-                labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
-                samples[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
-        return samples
-
-    async def ready(self) -> bool:
-        if not self.alive():
-            raise AssertionError(f"claimer {self.name} exited: {self.log()}")
-        try:
-            await self.metrics()
-        except httpx.HTTPError:
-            return False
-        return True
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")[-4000:]
-
-    def close(self) -> None:
-        if self.alive():
-            self.proc.send_signal(signal.SIGCONT)
-            self.proc.kill()
-        self.proc.wait(timeout=10)
-        self._log.close()
+def claimer_process(
+    name: str, kafka: KafkaSettings, pg_dsn: str, log_dir: Path, **settings: Any
+) -> ServiceProcess:
+    """One claimer serving the chaos handlers, with its own metrics port; ``settings`` are its
+    SLOTFLOW_CLAIMER_* settings by lower-case name."""
+    port = free_port()
+    env = stack_env(
+        kafka,
+        pg_dsn,
+        "SLOTFLOW_CLAIMER_",
+        claimer_id=name,
+        handler_modules="tests.chaos.claimer.handlers",
+        metrics_port=port,
+        **settings,
+    )
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(PAYOUTS_DIR)])
+    return ServiceProcess("slotflow_claimer", name, env=env, log_dir=log_dir, cwd=REPO, metrics_port=port)

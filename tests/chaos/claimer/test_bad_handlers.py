@@ -21,8 +21,8 @@ from slotflow.kafka.producer import Producer
 from slotflow.pg.pool import Pool
 from slotflow.settings import KafkaSettings
 from slotflow.testing import assert_eventually
+from slotflow.testing.processes import ServiceProcess
 from tests.chaos.claimer.conftest import SpawnClaimer
-from tests.chaos.claimer.procs import ClaimerProcess
 from tests.chaos.claimer.test_failover import owner_of_first_claim, phases
 from tests.integration.claimer.support import TopicReader, attempts, job_due, ledger, publish, wait_state
 from tests.integration.ticker.support import start_ticker, stop_ticker
@@ -34,7 +34,7 @@ NAMES = ("claimer-a", "claimer-b", "claimer-c")
 async def test_system_exit_in_a_handler_leaves_every_claimer_alive_and_dead_letters_the_run(
     kafka: KafkaSettings, pg_dsn: str, producer: Producer, db: Pool, spawn: SpawnClaimer
 ) -> None:
-    procs: list[ClaimerProcess] = [await spawn(name, lease_ttl_seconds=LEASE_TTL) for name in NAMES]
+    procs: list[ServiceProcess] = [await spawn(name, lease_ttl_seconds=LEASE_TTL) for name in NAMES]
     policy = RetryPolicy(base=timedelta(milliseconds=100), cap=timedelta(milliseconds=200), max_attempts=3)
     job = job_due("merchant-exit", handler="chaos.exit", payload={}, retry=policy)
     ticker = await start_ticker(kafka, pg_dsn)  # keeps the retries' timers

@@ -17,8 +17,8 @@ from slotflow.kafka.producer import Producer
 from slotflow.pg.pool import Pool
 from slotflow.settings import KafkaSettings
 from slotflow.testing import assert_eventually
+from slotflow.testing.processes import ServiceProcess
 from tests.chaos.claimer.conftest import SpawnClaimer
-from tests.chaos.claimer.procs import ClaimerProcess
 from tests.integration.claimer.support import TopicReader, attempts, job_due, ledger, publish, wait_state
 
 LEASE_TTL = 2.0
@@ -41,7 +41,7 @@ def phases(rows: list[dict[str, object]]) -> list[tuple[object, object, object]]
 async def test_sigkill_mid_run_finishes_on_another_claimer_with_one_payout(
     kafka: KafkaSettings, producer: Producer, db: Pool, spawn: SpawnClaimer
 ) -> None:
-    procs: dict[str, ClaimerProcess] = {
+    procs: dict[str, ServiceProcess] = {
         name: await spawn(name, lease_ttl_seconds=LEASE_TTL) for name in ("claimer-a", "claimer-b")
     }
     job = job_due("merchant-kill", handler="chaos.payout", payload={"amount_cents": 900, "hold_s": 60})
@@ -77,7 +77,7 @@ async def test_sigkill_mid_run_finishes_on_another_claimer_with_one_payout(
 async def test_zombie_frozen_past_its_lease_has_its_payout_write_refused(
     kafka: KafkaSettings, producer: Producer, db: Pool, spawn: SpawnClaimer
 ) -> None:
-    procs: dict[str, ClaimerProcess] = {
+    procs: dict[str, ServiceProcess] = {
         name: await spawn(name, lease_ttl_seconds=LEASE_TTL) for name in ("claimer-a", "claimer-b")
     }
     # The first claim pauses until an instant before paying; the test freezes it in that pause.
@@ -160,7 +160,7 @@ async def test_sigterm_releases_the_lease_so_another_claimer_takes_over_at_once(
 ) -> None:
     # A long lease: without the release at shutdown the takeover would wait 30 s.
     settings = {"lease_ttl_seconds": 30, "shutdown_grace_seconds": 0.5}
-    procs: dict[str, ClaimerProcess] = {
+    procs: dict[str, ServiceProcess] = {
         name: await spawn(name, **settings) for name in ("claimer-a", "claimer-b")
     }
     job = job_due("merchant-term", handler="chaos.payout", payload={"amount_cents": 300, "hold_s": 60})

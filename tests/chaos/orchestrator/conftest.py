@@ -1,6 +1,6 @@
 """Fixtures for orchestrator chaos tests: orchestrator subprocesses, an in-process claimer."""
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -8,9 +8,9 @@ import pytest
 
 from slotflow.pg.pool import Pool
 from slotflow.settings import KafkaSettings
-from slotflow.testing import assert_eventually
+from slotflow.testing.processes import ProcessGroup, ServiceProcess
 from slotflow_orchestrator.app import apply_migrations
-from tests.chaos.orchestrator.procs import OrchestratorProcess
+from tests.chaos.orchestrator.procs import orchestrator_process
 from tests.integration.orchestrator.conftest import (  # noqa: F401 - fixtures shared with integration
     db,
     producer,
@@ -29,18 +29,12 @@ async def schema(db: Pool) -> Pool:  # noqa: F811 - the shared fixture
 
 
 @pytest.fixture
-async def spawn(
-    kafka: KafkaSettings, pg_dsn: str, schema: Pool, tmp_path: Path
-) -> AsyncIterator[SpawnOrchestrator]:
+def spawn(
+    kafka: KafkaSettings, pg_dsn: str, schema: Pool, tmp_path: Path, processes: ProcessGroup
+) -> SpawnOrchestrator:
     """Start orchestrator processes (waiting until each serves metrics); all are killed afterwards."""
-    started: list[OrchestratorProcess] = []
 
-    async def _spawn(name: str, **settings: Any) -> OrchestratorProcess:
-        proc = OrchestratorProcess(name, kafka, pg_dsn, tmp_path, **settings)
-        started.append(proc)
-        await assert_eventually(proc.ready, timeout=60, interval=0.2, message=f"orchestrator {name} ready")
-        return proc
+    async def _spawn(name: str, **settings: Any) -> ServiceProcess:
+        return await processes.start(orchestrator_process(name, kafka, pg_dsn, tmp_path, **settings))
 
-    yield _spawn
-    for proc in started:
-        proc.close()
+    return _spawn

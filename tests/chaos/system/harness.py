@@ -14,15 +14,13 @@ import json
 import os
 import random
 import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import asyncpg
 import httpx
@@ -44,6 +42,7 @@ from slotflow.contracts.topics import (
 from slotflow.kafka.admin import ensure_topics
 from slotflow.kafka.producer import Producer
 from slotflow.settings import KafkaSettings
+from slotflow.testing.processes import ServiceProcess, free_port
 from tests.chaos.system.checker import Effect, OrderUnderTest, Recording, ScheduleUnderTest, TimerUnderTest
 from tests.chaos.system.handlers import create_tables
 
@@ -56,12 +55,6 @@ PARTITIONS = 3
 ZONES = ("UTC", "Europe/Berlin", "America/New_York", "Asia/Kolkata", "Australia/Lord_Howe")
 CRONS = ("* * * * * *", "*/2 * * * * *", "*/3 * * * * *", "*/5 * * * * *")
 RUN_END_TYPES = {"run.completed", "run.failed", "run.dead_lettered", "run.skipped"}
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass(frozen=True)
@@ -119,52 +112,6 @@ class PrivateStack:
         await self.devstack("down", "--clean")
 
 
-class Service:
-    """One service process; its pid is the service's own, so signals reach it."""
-
-    def __init__(
-        self, name: str, module: str, env: dict[str, str], log_dir: Path, args: tuple[str, ...] = ()
-    ):
-        self.name, self.module, self.env, self.args = name, module, env, args
-        self.log_path = log_dir / f"{name}.log"
-        self._log: IO[bytes] = self.log_path.open("ab")
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.extra_env: dict[str, str] = {}
-        self.start()
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", self.module, *self.args],
-            cwd=REPO,
-            env={**self.env, **self.extra_env},
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-        )
-
-    def exited(self) -> bool:
-        return self.proc is not None and self.proc.poll() is not None
-
-    def signal(self, sig: signal.Signals) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(sig)
-
-    def kill_and_wait(self) -> None:
-        if self.proc is not None:
-            self.signal(signal.SIGCONT)
-            self.signal(signal.SIGKILL)
-            self.proc.wait(timeout=30)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.signal(signal.SIGCONT)
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.kill_and_wait()
-        self._log.close()
-
-
 @dataclass
 class Fault:
     at_s: float
@@ -216,7 +163,7 @@ class System:
         self.database = self.namespace
         self.dsn = f"postgresql://slotflow@127.0.0.1:{stack.pg_port}/{self.database}"
         self.kafka = KafkaSettings(bootstrap=stack.bootstrap, topic_namespace=self.namespace)
-        self.services: dict[str, Service] = {}
+        self.services: dict[str, ServiceProcess] = {}
         self.workload = Workload(seed, profile, self.namespace)
         self.log: list[str] = []
         self.counts: dict[str, int] = {}
@@ -244,24 +191,26 @@ class System:
         await ensure_topics(self.kafka.bootstrap, specs)
 
     def _env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SLOTFLOW_")}
-        env.update(
-            {
-                "SLOTFLOW_KAFKA_BOOTSTRAP": self.kafka.bootstrap,
-                "SLOTFLOW_KAFKA_TOPIC_NAMESPACE": self.namespace,
-                "SLOTFLOW_PG_DSN": self.dsn,
-                "PYTHONPATH": str(REPO),
-            }
-        )
-        return env
+        # ServiceProcess adds the rest of the environment, without the runner's own SLOTFLOW_*.
+        return {
+            "SLOTFLOW_KAFKA_BOOTSTRAP": self.kafka.bootstrap,
+            "SLOTFLOW_KAFKA_TOPIC_NAMESPACE": self.namespace,
+            "SLOTFLOW_PG_DSN": self.dsn,
+            "PYTHONPATH": str(REPO),
+        }
 
     def start_services(self) -> None:
         base = self._env()
         for i in range(2):
             name = f"ticker-{i}"
             env = {**base, "SLOTFLOW_TICKER_TICKER_ID": name, "SLOTFLOW_TICKER_METRICS_PORT": "0"}
-            self.services[name] = Service(
-                name, "slotflow_ticker", env, self.log_dir, ("--log-level", "INFO", "run")
+            self.services[name] = ServiceProcess(
+                "slotflow_ticker",
+                name,
+                env=env,
+                log_dir=self.log_dir,
+                cwd=REPO,
+                args=("--log-level", "INFO", "run"),
             )
         for i in range(3):
             name = f"claimer-{i}"
@@ -269,28 +218,34 @@ class System:
                 **base,
                 "SLOTFLOW_CLAIMER_CLAIMER_ID": name,
                 "SLOTFLOW_CLAIMER_HANDLER_MODULES": "tests.chaos.system.handlers",
-                "SLOTFLOW_CLAIMER_METRICS_PORT": str(_free_port()),
+                "SLOTFLOW_CLAIMER_METRICS_PORT": str(free_port()),
                 "SLOTFLOW_CLAIMER_LEASE_TTL_SECONDS": str(LEASE_TTL_S),
             }
-            self.services[name] = Service(name, "slotflow_claimer", env, self.log_dir)
+            self.services[name] = ServiceProcess(
+                "slotflow_claimer", name, env=env, log_dir=self.log_dir, cwd=REPO
+            )
         for i in range(2):
             name = f"orchestrator-{i}"
             env = {
                 **base,
                 "SLOTFLOW_ORCHESTRATOR_INSTANCE_ID": name,
                 "SLOTFLOW_ORCHESTRATOR_WORKFLOW_MODULES": "tests.chaos.system.workflow",
-                "SLOTFLOW_ORCHESTRATOR_METRICS_PORT": str(_free_port()),
+                "SLOTFLOW_ORCHESTRATOR_METRICS_PORT": str(free_port()),
             }
-            self.services[name] = Service(name, "slotflow_orchestrator", env, self.log_dir)
-        self.services["dlq"] = Service("dlq", "slotflow_dlq", base, self.log_dir)
-        api_env = {**base, "SLOTFLOW_API_PORT": str(_free_port())}
-        self.services["api"] = Service("api", "slotflow_api", api_env, self.log_dir)
+            self.services[name] = ServiceProcess(
+                "slotflow_orchestrator", name, env=env, log_dir=self.log_dir, cwd=REPO
+            )
+        self.services["dlq"] = ServiceProcess("slotflow_dlq", "dlq", env=base, log_dir=self.log_dir, cwd=REPO)
+        api_env = {**base, "SLOTFLOW_API_PORT": str(free_port())}
+        self.services["api"] = ServiceProcess(
+            "slotflow_api", "api", env=api_env, log_dir=self.log_dir, cwd=REPO
+        )
 
     def supervise(self) -> None:
         """Restart a service that exited, as a deployment's supervisor would; each is counted."""
         for name, service in self.services.items():
-            if service.exited():
-                self.say(f"{name} exited ({service.proc.returncode if service.proc else '?'}); restarting it")
+            if not service.alive():
+                self.say(f"{name} exited ({service.proc.returncode}); restarting it")
                 self.counts["exited, restarted"] = self.counts.get("exited, restarted", 0) + 1
                 service.start()
 
@@ -405,7 +360,7 @@ class System:
         self.counts[fault.kind] = self.counts.get(fault.kind, 0) + 1
         if fault.kind == "sigkill":
             service = self.services[fault.target]
-            service.kill_and_wait()
+            service.kill()
             await asyncio.sleep(1.0)
             service.start()
         elif fault.kind == "sigstop":
@@ -421,7 +376,7 @@ class System:
             await self.stack.devstack("restart-postgres", "--immediate")
         elif fault.kind == "clock_skew":
             service = self.services[fault.target]
-            service.kill_and_wait()
+            service.kill()
             service.extra_env = {
                 "LD_PRELOAD": str(LIBFAKETIME),
                 "FAKETIME": "+20s",

@@ -1,13 +1,10 @@
 """The stats processor as a subprocess of its own environment (.venv-stats), and a known workload."""
 
-import os
-import signal
-import subprocess
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import IO
+from typing import Any
 
 import asyncpg
 
@@ -27,12 +24,13 @@ from slotflow.contracts import (
 from slotflow.contracts.topics import DLQ_EVENTS, JOBS_DUE, RUN_EVENTS, SCHEDULE_EVENTS, TopicSpec
 from slotflow.core.identity import run_id as slot_run_id
 from slotflow.settings import KafkaSettings
+from slotflow.testing.processes import ServiceProcess, stack_env
 
 REPO = Path(__file__).resolve().parents[3]
 STATS_PYTHON = REPO / ".venv-stats" / "bin" / "python"
 
 
-class StatsProcess:
+class StatsProcess(ServiceProcess):
     """`python -m slotflow_stats worker` from the stats environment, logging to a file."""
 
     def __init__(self, kafka: KafkaSettings, pg_dsn: str, workdir: Path, name: str = "stats") -> None:
@@ -40,49 +38,19 @@ class StatsProcess:
             raise AssertionError(
                 f"{STATS_PYTHON} is missing: run `make setup` (it builds the stats environment)"
             )
-        self.log_path = workdir / f"{name}.log"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SLOTFLOW_")}
-        env.update(
-            {
-                "SLOTFLOW_KAFKA_BOOTSTRAP": kafka.bootstrap,
-                "SLOTFLOW_KAFKA_TOPIC_NAMESPACE": kafka.topic_namespace,
-                "SLOTFLOW_PG_DSN": pg_dsn,
-                "SLOTFLOW_STATS_DATA_DIR": str(workdir / "faust"),
-                "SLOTFLOW_STATS_FLUSH_INTERVAL_SECONDS": "0.5",
-            }
+        env = stack_env(
+            kafka, pg_dsn, "SLOTFLOW_STATS_", data_dir=workdir / "faust", flush_interval_seconds=0.5
         )
-        self._log: IO[bytes] = self.log_path.open("ab")
-        self.proc = subprocess.Popen(
-            [str(STATS_PYTHON), "-m", "slotflow_stats", "worker"],
-            cwd=REPO,
-            env=env,
-            stdout=self._log,
-            stderr=self._log,
+        super().__init__(
+            "slotflow_stats", name, env=env, log_dir=workdir, cwd=REPO, args=("worker",), python=STATS_PYTHON
         )
 
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")[-6000:]
-
-    def kill(self) -> None:
-        """SIGKILL: no flush, no commit, no goodbye."""
-        if self.alive():
-            self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=30)
-        self._log.close()
+    def log(self, chars: int = 6000) -> str:
+        return super().log(chars)
 
     def close(self) -> None:
-        if self.alive():
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        if not self._log.closed:
-            self._log.close()
+        """SIGTERM: the worker flushes and commits, given up to 30 s (faust's shutdown is slow)."""
+        self.stop(timeout=30.0)
 
 
 async def stored_counts(dsn: str, size_s: int = 60) -> dict[tuple[str, str, datetime, str], int]:
@@ -130,6 +98,48 @@ def _env(message: Message, *, id: str, key: str, at: datetime) -> Envelope:
     return wrap(message, id=id, key=key, source="test", occurred_at=at)
 
 
+@dataclass
+class _Run:
+    """One run's events into a workload, each counted where the stats processor counts it."""
+
+    w: Workload
+    job: str
+    run_id: str
+    common: dict[str, Any]
+
+    def add(self, message: Message, suffix: str, at: datetime, counter: str) -> None:
+        self.w.add(RUN_EVENTS, _env(message, id=f"{self.run_id}/{suffix}", key=self.job, at=at))
+        self.w.count("runs", self.job, at, counter)
+
+    def started(self, attempt: int, at: datetime) -> None:
+        self.add(
+            RunStarted(**self.common, attempt=attempt, fence_token=attempt, started_at=at),
+            f"{attempt}/s",
+            at,
+            "started",
+        )
+
+    def failed(self, attempt: int, at: datetime, error_type: str, *, retryable: bool) -> None:
+        failed = RunFailed(
+            **self.common,
+            attempt=attempt,
+            fence_token=attempt,
+            error_type=error_type,
+            message="x",
+            retryable=retryable,
+            finished_at=at,
+        )
+        self.add(failed, f"{attempt}/f", at, "failed")
+
+    def completed(self, attempt: int, started: datetime, duration: timedelta) -> None:
+        done = started + duration
+        completed = RunCompleted(
+            **self.common, attempt=attempt, fence_token=attempt, started_at=started, finished_at=done
+        )
+        self.add(completed, f"{attempt}/c", done, "completed")
+        self.w.durations.setdefault(self.job, []).append(duration.total_seconds())
+
+
 def workload(base: datetime, *, runs_per_schedule: int = 12) -> Workload:
     """Runs every 10 s from ``base`` (a whole minute) for each schedule of HANDLERS.
 
@@ -148,123 +158,32 @@ def workload(base: datetime, *, runs_per_schedule: int = 12) -> Workload:
                 _env(JobDue(**common | {"handler": handler, "fire_at": slot}), id=run_id, key=job, at=slot),
             )
             w.count("runs", job, slot, "due")
+            run = _Run(w, job, run_id, common)
             started = slot + timedelta(seconds=1)
-            w.add(
-                RUN_EVENTS,
-                _env(
-                    RunStarted(**common, attempt=1, fence_token=1, started_at=started),
-                    id=f"{run_id}/1/s",
-                    key=job,
-                    at=started,
-                ),
-            )
-            w.count("runs", job, started, "started")
+            run.started(1, started)
             duration = timedelta(milliseconds=40 * (k + 1) * (index + 1))
             if k % 4 == 0:
                 failed = started + timedelta(milliseconds=500)
-                w.add(
-                    RUN_EVENTS,
-                    _env(
-                        RunFailed(
-                            **common,
-                            attempt=1,
-                            fence_token=1,
-                            error_type="Boom",
-                            message="x",
-                            retryable=True,
-                            finished_at=failed,
-                        ),
-                        id=f"{run_id}/1/f",
-                        key=job,
-                        at=failed,
-                    ),
-                )
-                w.count("runs", job, failed, "failed")
-                w.add(
-                    RUN_EVENTS,
-                    _env(
-                        RunRetrying(
-                            **common,
-                            attempt=1,
-                            fence_token=1,
-                            next_attempt=2,
-                            retry_at=failed + timedelta(seconds=1),
-                            delay=timedelta(seconds=1),
-                        ),
-                        id=f"{run_id}/1/r",
-                        key=job,
-                        at=failed,
-                    ),
-                )
-                w.count("runs", job, failed, "retried")
+                run.failed(1, failed, "Boom", retryable=True)
                 again = failed + timedelta(seconds=1)
-                w.add(
-                    RUN_EVENTS,
-                    _env(
-                        RunStarted(**common, attempt=2, fence_token=2, started_at=again),
-                        id=f"{run_id}/2/s",
-                        key=job,
-                        at=again,
-                    ),
+                retrying = RunRetrying(
+                    **common,
+                    attempt=1,
+                    fence_token=1,
+                    next_attempt=2,
+                    retry_at=again,
+                    delay=timedelta(seconds=1),
                 )
-                w.count("runs", job, again, "started")
-                done = again + duration
-                w.add(
-                    RUN_EVENTS,
-                    _env(
-                        RunCompleted(**common, attempt=2, fence_token=2, started_at=again, finished_at=done),
-                        id=f"{run_id}/2/c",
-                        key=job,
-                        at=done,
-                    ),
-                )
-                w.count("runs", job, done, "completed")
-                w.durations.setdefault(job, []).append(duration.total_seconds())
+                run.add(retrying, "1/r", failed, "retried")
+                run.started(2, again)
+                run.completed(2, again, duration)
             elif k % 4 == 1:
                 failed = started + timedelta(milliseconds=300)
-                w.add(
-                    RUN_EVENTS,
-                    _env(
-                        RunFailed(
-                            **common,
-                            attempt=1,
-                            fence_token=1,
-                            error_type="Bad",
-                            message="x",
-                            retryable=False,
-                            finished_at=failed,
-                        ),
-                        id=f"{run_id}/1/f",
-                        key=job,
-                        at=failed,
-                    ),
-                )
-                w.count("runs", job, failed, "failed")
-                w.add(
-                    RUN_EVENTS,
-                    _env(
-                        RunDeadLettered(**common, attempt=1, fence_token=1, reason="permanent_error"),
-                        id=f"{run_id}/1/d",
-                        key=job,
-                        at=failed,
-                    ),
-                )
-                w.count("runs", job, failed, "dead_lettered")
+                run.failed(1, failed, "Bad", retryable=False)
+                dead = RunDeadLettered(**common, attempt=1, fence_token=1, reason="permanent_error")
+                run.add(dead, "1/d", failed, "dead_lettered")
             else:
-                done = started + duration
-                w.add(
-                    RUN_EVENTS,
-                    _env(
-                        RunCompleted(
-                            **common, attempt=1, fence_token=1, started_at=started, finished_at=done
-                        ),
-                        id=f"{run_id}/1/c",
-                        key=job,
-                        at=done,
-                    ),
-                )
-                w.count("runs", job, done, "completed")
-                w.durations.setdefault(job, []).append(duration.total_seconds())
+                run.completed(1, started, duration)
     skipped_slot = base + timedelta(seconds=5)
     w.add(
         SCHEDULE_EVENTS,

@@ -13,7 +13,12 @@ from slotflow_claimer.app import ClaimerService
 from slotflow_orchestrator.runtime import RuntimeDecider, load_decider
 from tests.integration.claimer.support import settings_for as claimer_settings
 from tests.integration.orchestrator.activities import ACTIVITIES, create_tables
-from tests.integration.orchestrator.support import Running, orchestrator_settings, start_orchestrator
+from tests.integration.orchestrator.support import (
+    Running,
+    Workflows,
+    orchestrator_settings,
+    start_orchestrator,
+)
 from tests.integration.ticker.support import Replica, start_ticker, stop_ticker
 
 StartOrchestrator = Callable[..., Awaitable[Running]]
@@ -89,3 +94,17 @@ async def start_claimer(
     yield start
     for claimer in started:
         await claimer.stop(grace=0.5)
+
+
+@pytest.fixture
+async def workflows(
+    kafka: KafkaSettings,
+    producer: Producer,
+    db: Pool,
+    start_orchestrator_: StartOrchestrator,
+    start_claimer: StartClaimer,
+) -> Workflows:
+    """One orchestrator serving WORKFLOW_MODULES and one claimer serving ACTIVITIES, started."""
+    await start_orchestrator_()
+    await start_claimer()
+    return Workflows(kafka, producer, db)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from slotflow.commands import publish_command
-from slotflow.contracts import HistoryEvent, Message
+from slotflow.contracts import HistoryEvent, Message, StartWorkflow
 from slotflow.pg.pool import Pool
 from slotflow.settings import KafkaSettings, PostgresSettings
 from slotflow.testing import assert_eventually
@@ -97,3 +97,33 @@ async def effects(pool: Pool, run_id_prefix: str = "") -> list[dict[str, Any]]:
         f"{run_id_prefix}%",
     )
     return [dict(r) for r in rows]
+
+
+@dataclass
+class Workflows:
+    """A test's view of a running orchestrator and claimer: send commands, read what happened."""
+
+    kafka: KafkaSettings
+    producer: Any
+    db: Pool
+
+    async def send(self, message: Message, command_id: str) -> str:
+        return await send(self.kafka, self.producer, message, command_id)
+
+    async def start(
+        self, workflow_id: str, workflow_type: str, input: dict[str, Any], command_id: str, **options: Any
+    ) -> str:
+        """StartWorkflow (``options``: its other fields, such as ``execution_timeout``)."""
+        start = StartWorkflow(workflow_id=workflow_id, workflow_type=workflow_type, input=input, **options)
+        return await self.send(start, command_id)
+
+    async def wait(self, workflow_id: str, last_type: str, *, timeout: float = 60.0) -> list[HistoryEvent]:
+        """The history once its newest event is of ``last_type`` (`wait_history`)."""
+        return await wait_history(self.db, workflow_id, last_type, timeout=timeout)
+
+    async def history(self, workflow_id: str) -> list[HistoryEvent]:
+        return await history(self.db, workflow_id)
+
+    async def effects(self, run_id_prefix: str = "") -> list[str]:
+        """The activities whose effects the test activities recorded, in order."""
+        return [e["activity"] for e in await effects(self.db, run_id_prefix)]

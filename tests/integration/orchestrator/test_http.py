@@ -5,21 +5,16 @@ completed with its steps, its compensations and its activity runs."""
 import httpx
 from fastapi import FastAPI
 
-from slotflow.pg.pool import Pool
 from tests.integration.api.conftest import api_settings, app, client  # noqa: F401 - the api fixtures
 from tests.integration.api.helpers import eventually_json
-from tests.integration.orchestrator.conftest import StartClaimer, StartOrchestrator
+from tests.integration.orchestrator.support import Workflows
 
 
 async def test_a_saga_started_over_http_is_accepted_and_shown_from_its_history(
     client: httpx.AsyncClient,  # noqa: F811 - the api fixture
     app: FastAPI,  # noqa: F811 - the api fixture
-    db: Pool,
-    start_orchestrator_: StartOrchestrator,
-    start_claimer: StartClaimer,
+    workflows: Workflows,
 ) -> None:
-    await start_orchestrator_()
-    await start_claimer()
     body = {"workflow_id": "web-1", "workflow_type": "tests.checkout", "input": {"order_id": "web-1"}}
     started = await client.post("/v1/workflows", json=body, params={"wait": 30})
     assert started.status_code == 200, started.text

@@ -6,47 +6,30 @@ from slotflow.contracts import (
     ActivityCompleted,
     SignalReceived,
     SignalWorkflow,
-    StartWorkflow,
     WorkflowCompleted,
 )
 from slotflow.contracts.topics import WORKFLOW_HISTORY
 from slotflow.contracts.workflows import is_payload_ref
-from slotflow.kafka.producer import Producer
-from slotflow.pg.pool import Pool
 from slotflow.settings import KafkaSettings
 from tests.integration.claimer.support import TopicReader
-from tests.integration.orchestrator.conftest import StartClaimer, StartOrchestrator
-from tests.integration.orchestrator.support import history, send, wait_history
+from tests.integration.orchestrator.support import Workflows
 
 BLOB = 300_000
 
 
 async def test_large_values_travel_by_reference_and_the_code_sees_them(
-    kafka: KafkaSettings,
-    producer: Producer,
-    db: Pool,
-    start_orchestrator_: StartOrchestrator,
-    start_claimer: StartClaimer,
+    kafka: KafkaSettings, workflows: Workflows
 ) -> None:
-    await start_orchestrator_()
-    await start_claimer()
     order = {"order_id": "big-1", "blob_bytes": BLOB}
-    await send(
-        kafka,
-        producer,
-        StartWorkflow(workflow_id="big-1", workflow_type="tests.large_result", input=order),
-        "s-big",
-    )
-    await wait_history(db, "big-1", "workflow.activity_completed")
-    await send(
-        kafka,
-        producer,
+    await workflows.start("big-1", "tests.large_result", order, "s-big")
+    await workflows.wait("big-1", "workflow.activity_completed")
+    await workflows.send(
         SignalWorkflow(workflow_id="big-1", signal="go", payload={"note": "n" * 100_000}),
         "g-big",
     )
-    await wait_history(db, "big-1", "workflow.completed")
+    await workflows.wait("big-1", "workflow.completed")
 
-    stored = await history(db, "big-1")
+    stored = await workflows.history("big-1")
     completed = next(e for e in stored if isinstance(e, ActivityCompleted))
     signal = next(e for e in stored if isinstance(e, SignalReceived))
     assert is_payload_ref(completed.result)
@@ -55,7 +38,7 @@ async def test_large_values_travel_by_reference_and_the_code_sees_them(
     done = stored[-1]
     assert isinstance(done, WorkflowCompleted)
     assert done.result == {"blob_size": BLOB, "signal_size": 100_000}
-    assert await db.fetchval("SELECT count(*) FROM orchestrator.payloads") == 2
+    assert await workflows.db.fetchval("SELECT count(*) FROM orchestrator.payloads") == 2
 
     async with TopicReader(kafka, WORKFLOW_HISTORY) as topic:
         await topic.wait_for("workflow.completed")

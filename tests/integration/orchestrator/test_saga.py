@@ -14,26 +14,17 @@ from slotflow.contracts import (
     WorkflowStarted,
 )
 from slotflow.contracts.topics import WORKFLOW_EVENTS, WORKFLOW_HISTORY
-from slotflow.kafka.producer import Producer
-from slotflow.pg.pool import Pool
 from slotflow.settings import KafkaSettings
 from tests.integration.claimer.support import TopicReader
-from tests.integration.orchestrator.conftest import StartClaimer, StartOrchestrator
-from tests.integration.orchestrator.support import effects, send, wait_history
+from tests.integration.orchestrator.support import Workflows
 
 
 async def test_the_order_saga_completes_and_a_second_start_appends_nothing(
-    kafka: KafkaSettings,
-    producer: Producer,
-    db: Pool,
-    start_orchestrator_: StartOrchestrator,
-    start_claimer: StartClaimer,
+    kafka: KafkaSettings, workflows: Workflows
 ) -> None:
-    await start_orchestrator_()
-    await start_claimer()
     start = StartWorkflow(workflow_id="order-1", workflow_type="tests.checkout", input={"order_id": "1"})
-    await send(kafka, producer, start, "start-order-1")
-    events = await wait_history(db, "order-1", "workflow.completed")
+    await workflows.send(start, "start-order-1")
+    events = await workflows.wait("order-1", "workflow.completed")
     assert [type(e) for e in events][:3] == [WorkflowStarted, ActivityScheduled, ActivityCompleted]
     scheduled = [e for e in events if isinstance(e, ActivityScheduled)]
     assert [e.activity for e in scheduled] == ["payments.authorize", "inventory.reserve", "payments.capture"]
@@ -41,7 +32,7 @@ async def test_the_order_saga_completes_and_a_second_start_appends_nothing(
     done = events[-1]
     assert isinstance(done, WorkflowCompleted)
     assert done.result["captured"] is True
-    assert [e["activity"] for e in await effects(db, "order-1/")] == [
+    assert await workflows.effects("order-1/") == [
         "payments.authorize",
         "inventory.reserve",
         "payments.capture",
@@ -49,44 +40,31 @@ async def test_the_order_saga_completes_and_a_second_start_appends_nothing(
 
     # The same command again (a client retry) appends nothing and is not answered twice; another
     # start of the same id is rejected with the reason.
-    await send(kafka, producer, start, "start-order-1")
-    await send(kafka, producer, start, "start-order-1-again")
+    await workflows.send(start, "start-order-1")
+    await workflows.send(start, "start-order-1-again")
     async with TopicReader(kafka, WORKFLOW_EVENTS) as answers:
         rejected = await answers.wait_for("command.rejected")
         assert rejected[0].data["command_id"] == "start-order-1-again"
         assert "already exists" in CommandRejected.model_validate(rejected[0].data).reason
         accepted = answers.of_type("command.accepted")
         assert [CommandAccepted.model_validate(a.data).command_id for a in accepted] == ["start-order-1"]
-    assert len(await wait_history(db, "order-1", "workflow.completed")) == len(events)
+    assert len(await workflows.wait("order-1", "workflow.completed")) == len(events)
     async with TopicReader(kafka, WORKFLOW_HISTORY) as published:
         await published.wait_for("workflow.completed")
         assert [e.id for e in published.seen] == [f"order-1#{e.sequence}" for e in events]
 
 
-async def test_a_failed_capture_releases_then_voids_and_fails_compensated(
-    kafka: KafkaSettings,
-    producer: Producer,
-    db: Pool,
-    start_orchestrator_: StartOrchestrator,
-    start_claimer: StartClaimer,
-) -> None:
-    await start_orchestrator_()
-    await start_claimer()
+async def test_a_failed_capture_releases_then_voids_and_fails_compensated(workflows: Workflows) -> None:
     order = {"order_id": "2", "capture_fails": True}
-    await send(
-        kafka,
-        producer,
-        StartWorkflow(workflow_id="order-2", workflow_type="tests.checkout", input=order),
-        "start-order-2",
-    )
-    events = await wait_history(db, "order-2", "workflow.failed")
+    await workflows.start("order-2", "tests.checkout", order, "start-order-2")
+    events = await workflows.wait("order-2", "workflow.failed")
     failed = events[-1]
     assert isinstance(failed, WorkflowFailed)
     assert failed.compensated is True
     assert any(isinstance(e, ActivityFailed) and e.permanent for e in events)
     compensations = [e for e in events if isinstance(e, ActivityScheduled) and e.compensation]
     assert [e.activity for e in compensations] == ["inventory.release", "payments.void"]
-    assert [e["activity"] for e in await effects(db, "order-2/")] == [
+    assert await workflows.effects("order-2/") == [
         "payments.authorize",
         "inventory.reserve",
         "payments.capture",

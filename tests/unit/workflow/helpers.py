@@ -7,11 +7,13 @@ from typing import Any
 from slotflow.contracts.workflows import (
     ActivityCompleted,
     ActivityFailed,
+    ActivityScheduled,
     CancelRequested,
     ChildWorkflowCompleted,
     ChildWorkflowFailed,
     HistoryEvent,
     SignalReceived,
+    TimerStarted,
     WorkflowStarted,
     WorkflowTimerFired,
 )
@@ -105,6 +107,23 @@ class History:
             error_type=error_type,
             message="child broke",
         )
+
+    def drive(self, *, stop_at: str | None = None) -> "History":
+        """Decide, then answer what the decision asked for (each activity completed with None, each
+        timer fired), until a decision asks for nothing more, or right after one holding an event
+        of type ``stop_at`` (left unanswered): the history a run of the code records."""
+        while True:
+            decision = self.decide()
+            if any(e.message_type == stop_at for e in decision.events):
+                return self
+            asked = [e for e in decision.events if isinstance(e, ActivityScheduled | TimerStarted)]
+            if not asked:
+                return self
+            for event in asked:
+                if isinstance(event, ActivityScheduled):
+                    self.complete(event.sequence)
+                else:
+                    self.fire(event.sequence)
 
     def advance(self, delta: timedelta) -> None:
         self.now += delta

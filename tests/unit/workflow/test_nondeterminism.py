@@ -70,15 +70,8 @@ class StopsEarly:
 
 
 def _recorded() -> History:
-    history = History(WorkflowRuntime([Original]), "flow")
-    history.decide()
-    history.complete(2)
-    history.decide()  # timer at 4
-    history.fire(4)
-    history.decide()  # a.second at 6
-    history.complete(6)
-    history.decide()  # completed at 8
-    return history
+    """a.first at 2, completed; the timer at 4, fired; a.second at 6, completed; done at 8."""
+    return History(WorkflowRuntime([Original]), "flow").drive()
 
 
 def test_the_original_code_replays_its_history() -> None:
@@ -112,10 +105,8 @@ def test_changed_code_is_caught_at_the_sequence_it_parts(
 
 
 def test_a_removed_timer_at_the_end_of_a_history_is_caught() -> None:
-    history = History(WorkflowRuntime([Original]), "flow")
-    history.decide()
-    history.complete(2)
-    history.decide()  # the timer at 4 is the last event
+    # The timer at 4 is the last event.
+    history = History(WorkflowRuntime([Original]), "flow").drive(stop_at="workflow.timer_started")
     with pytest.raises(NonDeterminismError) as caught:
         WorkflowRuntime([TimerRemoved]).decide(history.events, now=T0)
     assert (caught.value.sequence, caught.value.got) == (4, "activity a.second")

@@ -57,17 +57,10 @@ class V4:
 
 
 def _run(code: type[object], until_timer: bool = True) -> History:
+    """pay, then the booking (after a marker where the code records one), then the sleep: left
+    sleeping, or fired and finished."""
     history = History(WorkflowRuntime([code]), "ship")
-    history.decide()
-    history.complete(2)
-    decision = history.decide()  # (marker,) booking
-    booking = next(e for e in decision.events if e.message_type == "workflow.activity_scheduled")
-    history.complete(booking.sequence)
-    timer = history.decide().events[0]
-    if not until_timer:
-        history.fire(timer.sequence)
-        history.decide()
-    return history
+    return history.drive(stop_at="workflow.timer_started" if until_timer else None)
 
 
 def test_old_histories_take_the_old_path_new_runs_record_a_marker() -> None:

@@ -5,18 +5,41 @@ import inspect
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar, overload
 
 T = TypeVar("T")
 
 
+# Two signatures, so a coroutine probe's result type is what it awaits to (not the coroutine) and
+# a plain function's is its return type; None is dropped (a falsy result means "not yet"), so
+# `found = await assert_eventually(probe)` is typed as what the probe finds.
+@overload
 async def assert_eventually(
-    probe: Callable[[], Awaitable[T] | T],
+    probe: Callable[[], Awaitable[T | None]],
+    *,
+    timeout: float = ...,
+    interval: float = ...,
+    message: str = ...,
+) -> T: ...
+
+
+@overload
+async def assert_eventually(
+    probe: Callable[[], T | None],
+    *,
+    timeout: float = ...,
+    interval: float = ...,
+    message: str = ...,
+) -> T: ...
+
+
+async def assert_eventually(
+    probe: Callable[[], Any],
     *,
     timeout: float = 20.0,
     interval: float = 0.05,
     message: str = "condition",
-) -> T:
+) -> Any:
     """Call ``probe`` until it returns a truthy value (returned) or ``timeout`` seconds pass.
 
     An `AssertionError` raised by the probe counts as "not yet"; the last one is re-raised at the
