@@ -1,11 +1,15 @@
 """Fixtures for the api tests: the app running in-process against the real Kafka and PostgreSQL."""
 
+import os
+import shutil
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
+from pathlib import Path
 
 import httpx
 import pytest
 from fastapi import FastAPI
+from playwright.async_api import Browser, async_playwright
 
 from slotflow.contracts import Message, wrap
 from slotflow.contracts.topics import TopicSpec
@@ -73,3 +77,35 @@ class Emitter:
 @pytest.fixture
 def emit(producer: Producer, kafka: KafkaSettings) -> Emitter:
     return Emitter(producer, kafka)
+
+
+# The dashboard's browser tests (test_ui*.py): Debian's Chromium, never a downloaded one.
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Browser]:
+    if shutil.which(CHROMIUM) is None:
+        pytest.fail(f"{CHROMIUM} is missing: run deploy/devstack/install-tools.sh (make test does)")
+    async with async_playwright() as playwright:
+        launched = await playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield launched
+        finally:
+            await launched.close()
+
+
+@pytest.fixture
+def shots(tmp_path: Path) -> Path:
+    target = Path(os.environ.get("SLOTFLOW_SCREENSHOT_DIR") or tmp_path)
+    target.mkdir(parents=True, exist_ok=True)
+    return target

@@ -4,18 +4,14 @@ Screenshots go to a temporary directory, or to $SLOTFLOW_SCREENSHOT_DIR (docs/im
 ones in docs/dashboard.md).
 """
 
-import os
 import re
-import shutil
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import httpx
-import pytest
-from playwright.async_api import Browser, ConsoleMessage, Page, async_playwright, expect
+from playwright.async_api import Browser, ConsoleMessage, Page, expect
 
 from slotflow.contracts.codec import decode
 from slotflow.contracts.topics import DLQ_COMMANDS, SCHEDULE_COMMANDS, WORKFLOW_COMMANDS, TopicSpec
@@ -37,36 +33,6 @@ from tests.integration.cli.support import (
     project_scene,
     served,
 )
-
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-
-
-@pytest.fixture
-async def browser() -> AsyncIterator[Browser]:
-    if shutil.which(CHROMIUM) is None:
-        pytest.fail(f"{CHROMIUM} is missing: run deploy/devstack/install-tools.sh (make test does)")
-    async with async_playwright() as playwright:
-        launched = await playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            yield launched
-        finally:
-            await launched.close()
-
-
-@pytest.fixture
-def shots(tmp_path: Path) -> Path:
-    target = Path(os.environ.get("SLOTFLOW_SCREENSHOT_DIR") or tmp_path)
-    target.mkdir(parents=True, exist_ok=True)
-    return target
 
 
 async def _seeded(base: str, settings: Settings, pool: Pool) -> Scene:

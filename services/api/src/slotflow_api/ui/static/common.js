@@ -10,6 +10,7 @@ window.slotflowUi = (() => {
   const subject = body.dataset.subject || "";
   const content = document.getElementById("content");
   const statusBox = document.getElementById("status");
+  const pages = {};
 
   const COLORS = {
     completed: "#1a7f37", fired: "#1a7f37", succeeded: "#1a7f37",
@@ -113,9 +114,13 @@ window.slotflowUi = (() => {
     return { items, truncated: true };
   }
 
+  let said = 0;
+
   function say(message, isError) {
+    said += 1;
     statusBox.textContent = message;
     statusBox.classList.toggle("error", Boolean(isError));
+    return said;
   }
 
   function fmtTime(value) {
@@ -229,17 +234,46 @@ window.slotflowUi = (() => {
     return new URLSearchParams(window.location.search).get(name);
   }
 
+  // How long a page waits for the owning service to apply a command before it stops waiting.
+  const APPLY_WAIT_SECONDS = 10;
+
+  // Publish, say so at once, then wait for the owning service's answer (read-your-writes: once
+  // it is `accepted` the read model shows the change) and render the page again from the API, so
+  // a paused schedule shows paused and a redriven letter is no longer parked, without a reload.
   async function command(button, path, payload, what) {
     button.disabled = true;
+    let reply;
     try {
-      const reply = await post(path, payload);
-      say(`${what}: command ${reply.command_id} published.`);
-      return reply;
+      reply = await post(path, payload);
     } catch (err) {
       say(`${what} failed: ${err.message}`, true);
       button.disabled = false;
       return null;
     }
+    const published = say(`${what}: command ${reply.command_id} published; waiting for it to be applied…`);
+    let status;
+    try {
+      status = await get(`/v1/commands/${enc(reply.command_id)}`, { wait: APPLY_WAIT_SECONDS });
+    } catch (err) {
+      status = { status: "unknown", reason: err.message };
+    }
+    if (said !== published) return reply; // the user has moved on: a newer message stays
+    if (status.status === "rejected") {
+      say(`${what}: command ${reply.command_id} published and rejected: ${status.reason || "no reason given"}`, true);
+      button.disabled = false;
+      return reply;
+    }
+    if (status.status !== "accepted" && status.status !== "published") {
+      say(`${what}: command ${reply.command_id} published; not applied after ${APPLY_WAIT_SECONDS} s `
+        + "(is the owning service running?). Reload to see it once it is.");
+      return reply;
+    }
+    const render = pages[page];
+    if (render) {
+      await render().catch((err) => say(`Could not load data from the API: ${err.message}`, true));
+    }
+    if (said === published) say(`${what}: command ${reply.command_id} published and applied.`);
+    return reply;
   }
 
   function done() {
@@ -271,6 +305,6 @@ window.slotflowUi = (() => {
 
   return {
     body, page, subject, content, COLORS, RANGES, h, append, svg, enc, ApiError, get, post, withQuery, allPages, say, fmtTime, text, badge, specText, durationText, scheduleState, slotValue, slotItem, errorText, started, finished, table, facts, jsonBlock, jsonDetails, field, queryParam, command, done, show, attemptList, runHref, runLink,
-    pages: {},
+    pages,
   };
 })();

@@ -1,0 +1,117 @@
+"""After a command the dashboard waits for the owning service to apply it and shows the new state.
+
+The real ticker and DLQ service apply the commands (on the real broker and database); the page is
+never reloaded: a marker set in the page before the click must still be there after it.
+"""
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+from playwright.async_api import Browser, Page, expect
+
+from slotflow.contracts import JobDue, wrap
+from slotflow.contracts.codec import encode
+from slotflow.contracts.topics import JOBS_DUE
+from slotflow.core.identity import job_due_event_id
+from slotflow.kafka.producer import Producer
+from slotflow.settings import KafkaSettings
+from slotflow.testing import assert_eventually
+from slotflow_api.app import create_app
+from slotflow_api.config import Settings
+from tests.integration.api.conftest import CLIENT_HEADERS
+from tests.integration.api.test_ui import _watch_errors
+from tests.integration.cli.support import served
+from tests.integration.dlq.conftest import start_dlq, stop_dlq
+from tests.integration.dlq.helpers import origin, park
+from tests.integration.ticker.support import start_ticker, stop_ticker
+
+SLOT = datetime(2026, 12, 2, 2, 0, tzinfo=UTC)
+DEFINITION = {"spec": {"kind": "interval", "every": "PT1H"}, "handler": "reports.build"}
+
+
+async def _same_document(page: Page) -> bool:
+    return bool(await page.evaluate("window.slotflowNotReloaded === true"))
+
+
+async def test_pause_resume_and_redrive_show_their_effect_without_a_reload(
+    api_settings: Settings, kafka: KafkaSettings, pg_dsn: str, browser: Browser, shots: Path
+) -> None:
+    ticker = await start_ticker(kafka, pg_dsn)
+    dlq = await start_dlq(kafka, pg_dsn, metrics_port=0)
+    try:
+        async with served(create_app(api_settings)) as base:
+            async with httpx.AsyncClient(base_url=base, headers=CLIENT_HEADERS, timeout=30) as http:
+                created = await http.post(
+                    "/v1/schedules",
+                    params={"wait": 20},
+                    json={"schedule_id": "nightly-report", "definition": DEFINITION},
+                )
+                assert created.status_code == 200, created.text
+            page = await browser.new_page(viewport={"width": 1280, "height": 860})
+            problems = _watch_errors(page)
+            await page.goto(f"{base}/ui/schedules/nightly-report")
+            await expect(page.locator("dl.facts")).to_contain_text("active")
+            await page.evaluate("window.slotflowNotReloaded = true")
+
+            await page.get_by_label("Pause reason").fill("quarter close")
+            await page.get_by_role("button", name="Pause").click()
+            status = page.get_by_role("status")
+            await expect(status).to_contain_text("published and applied", timeout=20_000)
+            await expect(page.locator("dl.facts")).to_contain_text("paused quarter close")
+            await expect(page.get_by_role("button", name="Resume")).to_be_enabled()
+            assert await _same_document(page)
+
+            await page.get_by_role("button", name="Resume").click()
+            await expect(status).to_contain_text("Resume: command", timeout=5_000)
+            await expect(status).to_contain_text("published and applied", timeout=20_000)
+            await expect(page.get_by_role("button", name="Pause")).to_be_enabled()
+            await expect(page.locator("dl.facts")).not_to_contain_text("paused")
+
+            await page.get_by_role("button", name="Trigger now").click()
+            await expect(status).to_contain_text("Trigger: command", timeout=5_000)
+            await expect(status).to_contain_text("published and applied", timeout=20_000)
+            assert await _same_document(page)
+
+            # A letter parked by the real DLQ service; redriving it takes it off the parked list.
+            # The record is a good JobDue (a handler failed on it), so its redrive is not parked again.
+            due = JobDue(
+                run_id="nightly-report@2026-12-02T02:00:00Z",
+                job_id="nightly-report",
+                slot=SLOT,
+                handler="reports.build",
+            )
+            value = encode(
+                wrap(
+                    due, id=job_due_event_id(due.run_id, 1), key=due.job_id, source="ticker", occurred_at=SLOT
+                )
+            )
+            async with Producer(kafka, client_id="ui-refresh") as producer:
+                await park(
+                    producer,
+                    kafka,
+                    origin(kafka.topic(JOBS_DUE), 7, value, key=due.job_id.encode()),
+                    ValueError("bad"),
+                )
+            async with httpx.AsyncClient(base_url=base, timeout=30) as http:
+
+                async def parked() -> str | None:
+                    items = (await http.get("/v1/dlq", params={"status": "parked"})).json()["items"]
+                    return str(items[0]["dead_letter_id"]) if items else None
+
+                letter = await assert_eventually(parked, timeout=30, message="the letter parked")
+            await page.goto(f"{base}/ui/dlq")
+            await page.evaluate("window.slotflowNotReloaded = true")
+            letters = page.get_by_role("table", name="Dead letters")
+            await expect(letters.get_by_role("row")).to_have_count(2)
+            await page.get_by_role("button", name=f"Redrive {letter}").click()
+            await expect(status).to_contain_text("published and applied", timeout=20_000)
+            await expect(page.get_by_text("No dead letters match.")).to_be_visible()
+            assert await _same_document(page)
+            await page.locator('select[name="status"]').select_option("")
+            await page.get_by_role("button", name="Apply").click()
+            await expect(page.get_by_role("table", name="Dead letters")).to_contain_text("redriven")
+            assert problems == []
+    finally:
+        await stop_dlq(dlq)
+        await stop_ticker(ticker)
