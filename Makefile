@@ -76,7 +76,7 @@ chaos: setup tools
 lint: setup
 	$(BIN)/ruff format --check libs services tests bench deploy examples
 	$(BIN)/ruff check libs services tests bench deploy examples
-	$(BIN)/mypy libs services bench deploy examples
+	$(BIN)/mypy libs services bench deploy examples tests
 
 fmt: setup
 	$(BIN)/ruff format libs services tests bench deploy examples

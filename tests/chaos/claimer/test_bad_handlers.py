@@ -131,7 +131,7 @@ async def test_a_handler_blocking_the_loop_is_named_and_the_fence_stops_a_second
 
     async def blamed() -> float:
         metrics = await procs[victim].metrics()
-        return metrics.get("slotflow_claimer_loop_blocked_total{handler=chaos.loop_blocker}", 0)
+        return float(metrics.get("slotflow_claimer_loop_blocked_total{handler=chaos.loop_blocker}", 0))
 
     assert await assert_eventually(blamed, timeout=15, message="the stall blamed on its handler") >= 1
     assert "event loop blocked" in procs[victim].log()

@@ -141,7 +141,7 @@ async def test_redelivered_job_due_after_a_crash_does_not_run_again(
 
     async def redelivered_and_skipped() -> bool:
         metrics = await second.metrics()
-        return metrics.get("slotflow_claimer_jobdue_duplicates_total", 0) >= 1
+        return bool(metrics.get("slotflow_claimer_jobdue_duplicates_total", 0) >= 1)
 
     await assert_eventually(redelivered_and_skipped, timeout=60, message="the redelivery reached the claimer")
     assert (await second.metrics()).get("slotflow_claimer_runs_claimed_total{how=intake}", 0) == 0

@@ -45,7 +45,8 @@ async def test_a_paused_orchestrator_is_fenced_after_its_shard_moved(
         row = await schema.fetchrow(
             "SELECT owner, fence_token FROM orchestrator.shard_leases WHERE shard = $1", shard
         )
-        return row["owner"] == "heir" and row["fence_token"] > old
+        assert row is not None
+        return bool(row["owner"] == "heir" and row["fence_token"] > old)
 
     await assert_eventually(moved, timeout=60, interval=0.1, message="the heir took the shard")
     await send(

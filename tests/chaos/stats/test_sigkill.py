@@ -3,6 +3,7 @@ count is lost or doubled (events whose effect reached the changelog before their
 committed are delivered again and recognised by the per-window offsets)."""
 
 from collections import Counter
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,8 @@ async def test_sigkill_mid_stream_loses_and_doubles_nothing(
     # 100 runs 10 s apart: 17 minutes of windows, all younger than the 2 h expiry.
     base = past_minute(60)
     first = workload(base, runs_per_schedule=100)
-    second = workload(base, runs_per_schedule=100, tag="-again")
+    # Slots 5 s later: other run ids (the identity rule ties them to the slot), the same windows.
+    second = workload(base + timedelta(seconds=5), runs_per_schedule=100)
     expected_total = sum(first.expected.values())
 
     worker = StatsProcess(kafka, pg_dsn, tmp_path, name="w1")
@@ -44,7 +46,7 @@ async def test_sigkill_mid_stream_loses_and_doubles_nothing(
 
             worker = StatsProcess(kafka, pg_dsn, tmp_path, name="w2")
 
-            async def exactly(expected: Counter[tuple[object, ...]]) -> bool:
+            async def exactly(expected: Counter[tuple[str, str, datetime, str]]) -> bool:
                 assert worker.alive(), worker.log()
                 found = Counter(await stored_counts(pg_dsn))
                 if found != expected:

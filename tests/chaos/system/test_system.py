@@ -24,14 +24,12 @@ from slotflow.kafka.producer import Producer
 from tests.chaos.system.checker import Report, check
 from tests.chaos.system.harness import PROFILES, PrivateStack, System, fault_plan
 
-PROFILE = replace(
-    PROFILES[os.environ.get("SLOTFLOW_SYSTEM_PROFILE", "short")],
-    **(
-        {"duration_s": float(os.environ["SLOTFLOW_SYSTEM_DURATION"])}
-        if os.environ.get("SLOTFLOW_SYSTEM_DURATION")
-        else {}
-    ),
+_OVERRIDES: dict[str, Any] = (
+    {"duration_s": float(os.environ["SLOTFLOW_SYSTEM_DURATION"])}
+    if os.environ.get("SLOTFLOW_SYSTEM_DURATION")
+    else {}
 )
+PROFILE = replace(PROFILES[os.environ.get("SLOTFLOW_SYSTEM_PROFILE", "short")], **_OVERRIDES)
 SEEDS = [int(s) for s in os.environ.get("SLOTFLOW_SYSTEM_SEEDS", "1,2,3").split(",") if s.strip()]
 QUIET_S = 150.0
 #: Violation kinds of known, reported bugs (docs/reliability.md) that are printed but do not fail

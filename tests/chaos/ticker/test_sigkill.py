@@ -12,6 +12,7 @@ expected slot arrived, and every record of one slot is the same event.
 import time
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from slotflow.contracts import CreateSchedule, CronSpec, ScheduleDefinition
 from slotflow.contracts.topics import JOBS_DUE, SCHEDULE_EVENTS
@@ -35,7 +36,7 @@ from tests.integration.ticker.support import (
 
 SCHEDULES = 200
 KILLS = 5
-OPTIONS = {"debug_hold_claim_ms": 120, "batch_size": 80, "horizon_seconds": 1.0}
+OPTIONS: dict[str, Any] = {"debug_hold_claim_ms": 120, "batch_size": 80, "horizon_seconds": 1.0}
 
 # The advance statement is the claim transaction's last; idle in transaction right after it means
 # the JobDue rows are staged and the grid is moved, but nothing is committed.
@@ -65,7 +66,7 @@ async def kill_inside_claim(pool: Pool, victim: Process) -> None:
             "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
             f"slotflow-ticker-{victim.ticker_id}",
         )
-        return count == 0
+        return bool(count == 0)
 
     await assert_eventually(backend_gone, timeout=30, message="the killed ticker's sessions ended")
 

@@ -38,11 +38,11 @@ async def eventually_json(
         body = response.json()
         seen[:] = [response.status_code, body]
         if response.status_code == status and check(body):
-            return body  # type: ignore[no-any-return]
+            return dict(body)
         return None
 
     try:
-        result = await assert_eventually(probe, timeout=30)
+        result: dict[str, Any] = await assert_eventually(probe, timeout=30)
     except AssertionError as err:
         raise AssertionError(f"{url}: last answer {seen}") from err
     return result

@@ -48,6 +48,11 @@ class StatsProcess(ServiceProcess):
     def log(self, chars: int = 6000) -> str:
         return super().log(chars)
 
+    def kill(self, timeout: float = 30.0) -> None:
+        """SIGKILL: no flush, no commit, no goodbye; a worker is never restarted, so its log closes."""
+        super().kill(timeout)
+        self._log.close()
+
     def close(self) -> None:
         """SIGTERM: the worker flushes and commits, given up to 30 s (faust's shutdown is slow)."""
         self.stop(timeout=30.0)
@@ -152,7 +157,7 @@ def workload(base: datetime, *, runs_per_schedule: int = 12) -> Workload:
         for k in range(runs_per_schedule):
             slot = base + timedelta(seconds=10 * k)
             run_id = slot_run_id(job, slot)
-            common = {"run_id": run_id, "job_id": job, "slot": slot, "owner": "c1"}
+            common: dict[str, Any] = {"run_id": run_id, "job_id": job, "slot": slot, "owner": "c1"}
             w.add(
                 JOBS_DUE,
                 _env(JobDue(**common | {"handler": handler, "fire_at": slot}), id=run_id, key=job, at=slot),

@@ -205,7 +205,7 @@ async def test_rebuild_reproduces_every_row(
         assert (await read_model_snapshot(pool, schema))["runs"] == []
 
         async def rebuilt() -> bool:
-            return await read_model_snapshot(pool, schema) == before
+            return bool(await read_model_snapshot(pool, schema) == before)
 
         await assert_eventually(rebuilt, timeout=60, message="the rebuilt read model equals the original")
         assert await pool.fetchval(f"SELECT group_id FROM {schema}.projector_state") == new_group

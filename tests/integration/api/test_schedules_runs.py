@@ -1,6 +1,7 @@
 """Schedules and runs projected from their topics and served over HTTP."""
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 from urllib.parse import quote
 
 import httpx
@@ -119,7 +120,7 @@ async def test_run_events_out_of_order_end_in_the_right_state(
     job = "payouts"
     slot = NOW - timedelta(minutes=3)
     rid = run_id(job, slot)
-    base = {"run_id": rid, "job_id": job, "slot": slot, "owner": "claimer-a"}
+    base: dict[str, Any] = {"run_id": rid, "job_id": job, "slot": slot, "owner": "claimer-a"}
     t0 = slot + timedelta(seconds=1)
     # Attempt 2 completes; its RunStarted and attempt 1's facts arrive after the completion.
     completed = RunCompleted(
@@ -206,7 +207,7 @@ async def test_run_events_out_of_order_end_in_the_right_state(
 async def test_a_late_start_never_undoes_a_running_retry(client: httpx.AsyncClient, emit: Emitter) -> None:
     job, slot = "reports", NOW - timedelta(minutes=1)
     rid = run_id(job, slot)
-    base = {"run_id": rid, "job_id": job, "slot": slot, "owner": "b"}
+    base: dict[str, Any] = {"run_id": rid, "job_id": job, "slot": slot, "owner": "b"}
     retry_due = JobDue(run_id=rid, job_id=job, slot=slot, attempt=2, kind="retry", handler="reports.build")
     await emit(JOBS_DUE, retry_due, id=job_due_event_id(rid, 2), key=job)
     failed = RunFailed(

@@ -12,6 +12,6 @@ async def test_health_and_readiness(client: httpx.AsyncClient) -> None:
     assert "slotflow_api_requests" in metrics.text
 
     async def listed() -> bool:
-        return (await client.get("/v1/schedules")).json() == {"items": [], "next_cursor": None}
+        return bool((await client.get("/v1/schedules")).json() == {"items": [], "next_cursor": None})
 
     await assert_eventually(listed)

@@ -130,7 +130,7 @@ async def test_counts_are_exact_and_equal_the_read_model(
         )
 
     # Lateness against the read model's own (JobDue produce time minus fire time).
-    lateness = {
+    lateness: dict[str, list[float]] = {
         r["job_id"]: []
         for r in await pool.fetch("SELECT DISTINCT job_id FROM api.runs WHERE slot >= $1", base)
     }

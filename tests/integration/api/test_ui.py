@@ -155,12 +155,12 @@ async def test_dashboard_pages_and_redrive_in_chromium(
         )
 
         # Every marker of the timeline and every row of the runs table opens the run's page.
-        retried = run_id(PAYOUTS, scene.hour - timedelta(hours=6))
-        marker = page.locator(f'svg.timeline a[href="/ui/runs/{quote(retried, safe="")}"] g.run')
+        retried_id = run_id(PAYOUTS, scene.hour - timedelta(hours=6))
+        marker = page.locator(f'svg.timeline a[href="/ui/runs/{quote(retried_id, safe="")}"] g.run')
         await expect(marker).to_have_count(1)
-        await runs.get_by_role("link", name=retried).click()
-        await page.wait_for_url(f"{base}/ui/runs/{quote(retried, safe='')}")
-        await expect(page.get_by_role("heading", level=1)).to_have_text(f"Run {retried}")
+        await runs.get_by_role("link", name=retried_id).click()
+        await page.wait_for_url(f"{base}/ui/runs/{quote(retried_id, safe='')}")
+        await expect(page.get_by_role("heading", level=1)).to_have_text(f"Run {retried_id}")
         await expect(page.locator("dl.facts").first).to_contain_text("completed")
         await expect(page.locator("pre.json").first).to_contain_text('"currency": "EUR"')
         attempts = page.locator("section.attempt")
@@ -249,7 +249,7 @@ async def test_dashboard_pages_and_redrive_in_chromium(
             f"/ui/workflows/{WORKFLOW}",
             "/ui/dlq",
             "/ui/workflows",
-            f"/ui/runs/{quote(retried, safe='')}",
+            f"/ui/runs/{quote(retried_id, safe='')}",
         ):
             await page.goto(f"{base}{path}")
             await expect(page.locator("#content")).to_have_attribute("aria-busy", "false")

@@ -13,6 +13,7 @@ from slotflow.contracts import (
     StartTimer,
     TimerFired,
 )
+from slotflow.contracts.dlq import DeadLetterStatus
 from slotflow.contracts.topics import DLQ_EVENTS, JOBS_DUE, RUN_EVENTS, SCHEDULE_COMMANDS, TIMER_EVENTS
 from slotflow.core.identity import activity_run_id
 from tests.integration.api.conftest import Emitter
@@ -97,7 +98,9 @@ async def test_workflow_page_gathers_commands_activities_and_timers(
 
 
 async def test_dlq_entries_follow_their_status_events(client: httpx.AsyncClient, emit: Emitter) -> None:
-    def letter(dead_letter_id: str, status: str, at: datetime, **extra: object) -> DeadLetterStatusChanged:
+    def letter(
+        dead_letter_id: str, status: DeadLetterStatus, at: datetime, **extra: object
+    ) -> DeadLetterStatusChanged:
         return DeadLetterStatusChanged(
             dead_letter_id=dead_letter_id,
             status=status,

@@ -4,6 +4,7 @@ is the dry run before and the summary after."""
 
 import asyncio
 from datetime import timedelta
+from typing import Any
 
 import httpx
 import pytest
@@ -63,7 +64,7 @@ async def test_a_backfill_runs_every_slot_in_order_within_its_concurrency(
         await send(producer, kafka, CreateSchedule(schedule_id="hourly", definition=definition))
         start, end = now - timedelta(minutes=12), now - timedelta(minutes=2)
 
-        async def planned() -> dict[str, object] | None:
+        async def planned() -> dict[str, Any] | None:
             answer = await api.get(
                 "/v1/schedules/hourly/backfill", params={"from": start.isoformat(), "to": end.isoformat()}
             )

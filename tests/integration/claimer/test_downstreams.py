@@ -15,6 +15,7 @@ import math
 import time
 from collections import Counter
 from datetime import timedelta
+from typing import Any
 
 from slotflow.contracts import RetryPolicy
 from slotflow.core.downstreams import retry_allowance
@@ -33,7 +34,7 @@ JOBS = 200
 OUTAGE_SECONDS = 8.0
 #: Three attempts: without the breaker, an 8 s outage at these back-offs dead-letters every run.
 POLICY = RetryPolicy(base=timedelta(milliseconds=200), cap=timedelta(seconds=1), max_attempts=3)
-BUDGET = {
+BUDGET: dict[str, Any] = {
     "downstream_retry_ratio": 0.2,
     "downstream_min_retries_per_second": 20.0,
     "downstream_window_seconds": 2.0,

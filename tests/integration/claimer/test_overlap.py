@@ -4,6 +4,7 @@ cancel_previous."""
 import asyncio
 from collections import defaultdict
 from datetime import timedelta
+from typing import Any
 
 from slotflow.contracts.topics import RUN_EVENTS
 from slotflow.kafka.producer import Producer
@@ -39,7 +40,7 @@ class Gate:
         return "done"
 
 
-def slots(job: str, overlap: str, n: int) -> list:
+def slots(job: str, overlap: str, n: int) -> list[Any]:
     return [
         job_due(job, handler="test.gate", overlap=overlap, slot=SLOT + timedelta(minutes=i)) for i in range(n)
     ]

@@ -255,7 +255,7 @@ async def test_ticker_survives_a_nul_byte_in_a_record_key(
             if task.done():
                 raise RuntimeError(f"the ticker stopped: {task.exception()!r}")
             try:
-                return await dlq.pool.fetchval("SELECT count(*) FROM ticker.schedules") == 1
+                return bool(await dlq.pool.fetchval("SELECT count(*) FROM ticker.schedules") == 1)
             except asyncpg.UndefinedTableError:
                 return False
 

@@ -217,6 +217,7 @@ async def test_a_redriven_record_that_fails_again_is_linked_to_its_first_entry(
     row = await dlq.pool.fetchrow(
         "SELECT id, prior_redrives, status FROM dlq.dead_letters WHERE redrive_of = $1", first.position
     )
+    assert row is not None
     assert row["id"] != first.position
     assert (row["prior_redrives"], row["status"]) == (1, "parked")
     page = await queries.list_dead_letters(

@@ -36,7 +36,7 @@ async def test_a_forged_redrive_target_is_refused_and_later_redrives_still_go(
 
     [sent] = await read_records(kafka, own_topic, 1)
     assert sent.value == b"genuine"
-    statuses = dict(await dlq.pool.fetch("SELECT id, status FROM dlq.dead_letters"))
+    statuses = {r["id"]: r["status"] for r in await dlq.pool.fetch("SELECT id, status FROM dlq.dead_letters")}
     assert statuses == {forged.position: "parked", genuine.position: "redriven"}
     assert await dlq.pool.fetchval("SELECT count(*) FROM dlq.redrives WHERE topic = $1", forged.topic) == 0
     events = await read_messages(kafka, kafka.topic(DLQ_EVENTS), 2)

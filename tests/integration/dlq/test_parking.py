@@ -31,7 +31,7 @@ async def test_a_letter_is_parked_once_per_origin_and_counted_per_sighting(
     await park(producer, kafka, record, UndecodableMessage("truncated"), reason="undecodable", source="api")
 
     async def sightings() -> bool:
-        return await dlq.pool.fetchval("SELECT count FROM dlq.dead_letters") == 3
+        return bool(await dlq.pool.fetchval("SELECT count FROM dlq.dead_letters") == 3)
 
     await assert_eventually(sightings, timeout=30)
     assert await dlq.count() == 1
@@ -118,10 +118,10 @@ async def test_list_filters_and_pages(dlq: Running, producer: Producer, kafka: K
 
     await assert_eventually(parked, timeout=30)
 
-    async def ids(**fields: object) -> set[str]:
+    async def ids(**fields: Any) -> set[str]:
         page = await queries.list_dead_letters(
             dlq.pool, schema="dlq", selection=DeadLetterFilter(**fields), limit=500
-        )  # type: ignore[arg-type]
+        )
         return {i.dead_letter_id for i in page.items}
 
     assert len(await ids()) == 10

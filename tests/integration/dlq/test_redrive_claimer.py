@@ -75,7 +75,7 @@ async def test_redrive_after_the_handler_is_deployed_completes_the_run_exactly_o
 
         async def completed() -> bool:
             state = await dlq.pool.fetchval("SELECT state FROM claimer.runs WHERE run_id = $1", job.run_id)
-            return state == "completed"
+            return bool(state == "completed")
 
         await assert_eventually(completed, timeout=30, message="the redriven run completed")
         assert len(calls) == 1
@@ -93,6 +93,7 @@ async def test_redrive_after_the_handler_is_deployed_completes_the_run_exactly_o
         row = await dlq.pool.fetchrow(
             "SELECT state, redrive_count FROM claimer.runs WHERE run_id = $1", job.run_id
         )
+        assert row is not None
         assert (row["state"], row["redrive_count"]) == ("completed", 1)
         detail = await queries.get_dead_letter(dlq.pool, schema="dlq", dead_letter_id=entry.dead_letter_id)
         assert detail is not None

@@ -68,7 +68,7 @@ async def test_purge_keeps_exactly_what_the_retention_says(
     )
 
     async def parked() -> bool:
-        return await dlq.count() == 7
+        return bool(await dlq.count() == 7)
 
     await assert_eventually(parked, timeout=30)
     letters = [origin(commands, n, b"").position for n in range(6)]
@@ -123,7 +123,7 @@ async def test_parked_letters_expire_only_when_a_parked_retention_is_set(
         await park(producer, kafka, origin(topic, n, b"\xff"), InvalidPayload("x"), reason="undecodable")
 
     async def parked() -> bool:
-        return await dlq.count() == 3
+        return bool(await dlq.count() == 3)
 
     await assert_eventually(parked, timeout=30)
     letters = [origin(topic, n, b"").position for n in range(3)]

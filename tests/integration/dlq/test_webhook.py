@@ -93,7 +93,7 @@ async def test_money_moving_runs_notify_after_retries_others_do_not(
     await park(producer, kafka, loose, PermanentError("x"), tags=("money-moving",))
 
     async def parked() -> bool:
-        return await dlq.count() == 4
+        return bool(await dlq.count() == 4)
 
     await assert_eventually(parked, timeout=30)
     await assert_eventually(lambda: len(hook.bodies) == 3, timeout=30, message="delivered after two failures")
@@ -147,15 +147,13 @@ async def test_a_dead_webhook_never_holds_up_parking(
         )
 
     async def parked() -> bool:
-        return await dlq.count() == 20
+        return bool(await dlq.count() == 20)
 
     await assert_eventually(parked, timeout=30)
 
     async def given_up() -> bool:
-        return (
-            await dlq.pool.fetchval("SELECT count(*) FROM dlq.notifications WHERE gave_up_at IS NOT NULL")
-            == 20
-        )
+        given = await dlq.pool.fetchval("SELECT count(*) FROM dlq.notifications WHERE gave_up_at IS NOT NULL")
+        return bool(given == 20)
 
     await assert_eventually(given_up, timeout=30)
     attempts = await dlq.pool.fetch("SELECT DISTINCT attempts FROM dlq.notifications")
@@ -197,7 +195,7 @@ async def test_a_hanging_webhook_never_holds_up_parking(
             )
 
         async def parked() -> bool:
-            return await dlq.count() == 30
+            return bool(await dlq.count() == 30)
 
         # Well inside the webhook's 60 s timeout: parking does not wait for it.
         await assert_eventually(parked, timeout=20)

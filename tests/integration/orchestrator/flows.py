@@ -36,7 +36,8 @@ class Sleeper:
     @workflow.run
     async def run(self, order: dict[str, Any]) -> dict[str, Any]:
         await workflow.sleep(timedelta(seconds=float(order.get("seconds", 1))))
-        return await workflow.execute_activity("payments.authorize", order)
+        authorized: dict[str, Any] = await workflow.execute_activity("payments.authorize", order)
+        return authorized
 
 
 @workflow.defn(name="tests.large_result")

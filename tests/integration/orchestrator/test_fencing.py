@@ -77,6 +77,7 @@ async def test_a_zombie_holding_an_old_token_writes_nothing(
         "workflow.activity_scheduled",
     ]
     row = await pg_pool.fetchrow("SELECT status, decided_with_token FROM orchestrator.workflows")
+    assert row is not None
     assert (row["status"], row["decided_with_token"]) == ("running", old_token + 1)
     assert await pg_pool.fetchval("SELECT count(*) FROM orchestrator.inputs") == 0
 

@@ -21,7 +21,9 @@ INSTANTS = st.datetimes(
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(at=INSTANTS)
 async def test_every_instant_to_the_microsecond_survives_the_trip(pg_pool: Pool, at: datetime) -> None:
-    same, back = await pg_pool.fetchrow(ROUND_TRIP, to_micros(at), at)
+    row = await pg_pool.fetchrow(ROUND_TRIP, to_micros(at), at)
+    assert row is not None
+    same, back = row
     assert same, (at, back)
     assert back == at
 
@@ -33,7 +35,9 @@ async def test_the_edges_that_matter_and_null(pg_pool: Pool) -> None:
         datetime(2255, 6, 1, tzinfo=UTC) - timedelta(microseconds=1),
         datetime.now(UTC),
     ):
-        same, back = await pg_pool.fetchrow(ROUND_TRIP, to_micros(at), at)
+        row = await pg_pool.fetchrow(ROUND_TRIP, to_micros(at), at)
+        assert row is not None
+        same, back = row
         assert same
         assert back == at
     assert to_micros(None) is None

@@ -49,7 +49,7 @@ async def read_ids(kafka: KafkaSettings, topic: str, want: int) -> list[str]:
     ids=["shard-by-shard", "parallel-shards", "one-transaction"],
 )
 async def test_a_row_committed_after_a_higher_seq_was_published_is_still_published(
-    pg_pool: Pool, kafka: KafkaSettings, mode: dict[str, bool]
+    pg_pool: Pool, kafka: KafkaSettings, mode: dict[str, Any]
 ) -> None:
     await apply_migrations(pg_pool, schema=SCHEMA, sources=[OUTBOX])
     topic = kafka.topic(SCHEDULE_EVENTS)
@@ -175,7 +175,7 @@ async def test_a_backlog_behind_stale_statistics_is_picked_once_and_marked_by_pr
     ids=["shard-by-shard", "one-transaction"],
 )
 async def test_a_row_too_large_to_send_is_parked_and_the_rows_behind_it_flow(
-    pg_pool: Pool, kafka: KafkaSettings, mode: dict[str, bool]
+    pg_pool: Pool, kafka: KafkaSettings, mode: dict[str, Any]
 ) -> None:
     """Issue 23: one 2 MB RunCompleted made the relay pause every second, forever; the rows
     behind it (same key, so same shard) never left. Now it is parked with a dead letter."""

@@ -144,6 +144,7 @@ async def test_a_5_mb_activity_result_travels_by_reference_through_the_store(
     (offloaded,) = await offload_payloads([completed], as_protocol)
     (resolved,) = await resolve_payloads([offloaded], as_protocol)
 
+    assert isinstance(offloaded, ActivityCompleted)
     assert is_payload_ref(offloaded.result)
     assert len(offloaded.model_dump_json()) < 200  # the event on the topic is small
     assert resolved == completed

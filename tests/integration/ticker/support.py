@@ -25,7 +25,7 @@ from slotflow.pg.outbox import OutboxRelay
 from slotflow.pg.pool import Pool
 from slotflow.settings import KafkaSettings, PostgresSettings
 from slotflow.testing import assert_eventually, unique_name
-from slotflow.testing.topics import TopicTail
+from slotflow.testing.topics import TopicTail as TopicTail  # re-exported: the tests import it here
 from slotflow_ticker.app import TickerService
 from slotflow_ticker.config import TickerSettings
 

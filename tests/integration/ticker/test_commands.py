@@ -198,6 +198,7 @@ async def test_trigger_backfill_update_and_delete(
     await tail.wait_for(lambda t: accepted(t, delete))
     deleted_at = await db_now(pg_pool)
     row = await pg_pool.fetchrow("SELECT deleted, next_fire_at FROM ticker.schedules WHERE schedule_id = 'r'")
+    assert row is not None
     assert row["deleted"]
     assert row["next_fire_at"] is None
     again = await send(producer, kafka, TriggerNow(schedule_id="r"))
@@ -221,7 +222,7 @@ async def test_semantically_invalid_commands_are_rejected_not_parked(
     assert "does not exist" in (rejected_reason(tail, ghost) or "")
     # Answers, not poison: nothing reaches the DLQ. A poison command sent after them is parked,
     # so by the time its letter is seen, any letter for the two refusals would have been too.
-    await producer.send_raw(kafka.topic(SCHEDULE_COMMANDS), key=b"dup", value=b"{not json", headers=[])
+    await producer.send_raw(kafka.topic(SCHEDULE_COMMANDS), key=b"dup", value=b"{not json", headers={})
     await tail.wait_for(lambda t: len(t.of_type("dlq.dead_lettered")) >= 1)
     letters = tail.of_type("dlq.dead_lettered")
     assert [e.data["reason"] for e in letters] == ["undecodable"]
@@ -325,7 +326,9 @@ async def test_durable_timers_fire_once_and_cancelled_ones_never(
     await wait_db_time(pg_pool, now + timedelta(seconds=3))
     await tail.wait_for(lambda t: bool(t.of_type("command.accepted")))
     assert len(tail.of_type("timer.fired")) == 1
-    states = dict(await pg_pool.fetch("SELECT timer_id, state FROM ticker.timers"))
+    states = {
+        r["timer_id"]: r["state"] for r in await pg_pool.fetch("SELECT timer_id, state FROM ticker.timers")
+    }
     assert states == {
         "retry:pay@2026-01-01T00:00:00Z#2": "fired",
         "sleep:wf-1/3": "fired",

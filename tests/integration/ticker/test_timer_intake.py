@@ -58,7 +58,7 @@ async def test_a_burst_of_start_timers_is_stored_in_batches_and_fires_each_timer
                 records.append(
                     record(kafka, UpdateSchedule(schedule_id="ghost", definition=definition), "cmd-ghost")
                 )
-                raw = json.loads(records[-2].value)
+                raw = json.loads(records[-2].value or b"null")
                 raw["data"]["fire_at"] = "not a time"
                 raw["id"] = "cmd-poison"
                 records.append(

@@ -32,7 +32,7 @@ def test_a_permanent_error_or_success_blames_none() -> None:
     class Declined(Exception):
         pass
 
-    policy = RetryPolicy(non_retryable=["Declined"])
+    policy = RetryPolicy(non_retryable=("Declined",))
     assert _failed(run(retry=policy), DECLARED, Declined()) == set()
 
 

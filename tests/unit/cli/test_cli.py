@@ -233,7 +233,7 @@ def test_server_errors_are_failures_not_tracebacks() -> None:
     assert "Traceback" not in err
 
 
-AUDIT = {
+AUDIT: dict[str, Any] = {
     "schedule_id": "s1",
     "from": "2026-01-01T00:00:00Z",
     "to": "2026-01-01T03:00:00Z",
@@ -407,7 +407,7 @@ def test_workflow_show_prints_saga_state() -> None:
 
 
 def test_render_table_aligns_and_clips() -> None:
-    rows = [{"a": "x", "b": "y" * 100}, {"a": "longer", "b": None}]
+    rows: list[dict[str, Any]] = [{"a": "x", "b": "y" * 100}, {"a": "longer", "b": None}]
     table = render_table(rows, [("a", lambda r: str(r["a"])), ("b", lambda r: str(r["b"]))], max_width=10)
     assert table.splitlines() == ["A       B", "x       yyyyyyyyy…", "longer  None"]
 

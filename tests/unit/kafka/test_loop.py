@@ -108,7 +108,7 @@ async def test_poison_is_parked_before_the_commit_and_goods_keep_their_order() -
 
     async def handler(incoming: Incoming) -> None:
         seen.append(incoming.record.offset)
-        cast(list[str], log).append(f"handled:{incoming.record.offset}")
+        log.append(f"handled:{incoming.record.offset}")
 
     producer = FakeProducer()
     loop, _, stop, log = make_loop([[good(0), bad(1), good(2)], [bad(3), good(4)]], handler, producer)

@@ -99,9 +99,9 @@ def test_payload_key_is_checked_per_type() -> None:
 
 
 def test_timer_commands_are_keyed_by_timer_id() -> None:
-    timer = StartTimer(
-        timer_id="retry:payouts#2", fire_at=AT, on_fire=FireJobDue(job=REGISTRY.parse(job_due()))
-    )  # type: ignore[arg-type]
+    job = REGISTRY.parse(job_due())
+    assert isinstance(job, JobDue)
+    timer = StartTimer(timer_id="retry:payouts#2", fire_at=AT, on_fire=FireJobDue(job=job))
     envelope = wrap(timer, id="t-1", key="retry:payouts#2", source="claimer", occurred_at=AT)
     decode_record(record(encode(envelope), b"retry:payouts#2"))
     with pytest.raises(KeyMismatch):

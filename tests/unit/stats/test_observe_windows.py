@@ -1,6 +1,7 @@
 """Decoding the contracts' events as the stats worker does, and counting each record once."""
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -26,7 +27,14 @@ from slotflow_stats.observe import Observation, observe
 from slotflow_stats.windows import HOUR, MINUTE, apply, window_start
 
 T = datetime(2026, 3, 1, 12, 0, 30, tzinfo=UTC)
-COMMON = {"run_id": "s@x", "job_id": "s", "slot": T, "attempt": 1, "fence_token": 1, "owner": "c"}
+COMMON: dict[str, Any] = {
+    "run_id": "s@x",
+    "job_id": "s",
+    "slot": T,
+    "attempt": 1,
+    "fence_token": 1,
+    "owner": "c",
+}
 
 
 def _bytes(message: Message, at: datetime = T) -> bytes:

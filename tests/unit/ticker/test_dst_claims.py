@@ -72,7 +72,10 @@ def test_each_dst_policy_through_each_transition(zone: str, expression: str, day
         assert len(first) == 1
         assert len(last) == 1
         assert both == [first[0], last[0]]
-        assert last[0] - first[0] == first[0].astimezone(tz).utcoffset() - last[0].astimezone(tz).utcoffset()
+        offset_first, offset_last = first[0].astimezone(tz).utcoffset(), last[0].astimezone(tz).utcoffset()
+        assert offset_first is not None
+        assert offset_last is not None
+        assert last[0] - first[0] == offset_first - offset_last
         assert skipped == []
         for at in both:
             assert at.astimezone(tz).minute == minute

@@ -24,7 +24,7 @@ def test_the_estimate_is_the_last_database_reading_plus_monotonic_time(
 ) -> None:
     # A monotonic clock with a strange epoch (libfaketime moves it too) changes nothing.
     mono = FakeMonotonic(1_796_215_059.0)
-    monkeypatch.setattr(ticking.time, "monotonic", mono)
+    monkeypatch.setattr(ticking.time, "monotonic", mono)  # type: ignore[attr-defined]
     clock = DatabaseClock()
     clock.anchor(DB_NOW)
     mono.value += 1.25

@@ -51,10 +51,12 @@ class Program:
             elif kind == "signal":
                 out.append(await workflow.wait_signal("go"))
             elif kind == "cond":
+
+                def pinged(n: int = arg) -> bool:
+                    return self.pings >= n
+
                 try:
-                    await workflow.wait_condition(
-                        lambda n=arg: self.pings >= n, timeout=timedelta(seconds=30)
-                    )
+                    await workflow.wait_condition(pinged, timeout=timedelta(seconds=30))
                     out.append("pinged")
                 except TimeoutError:
                     out.append("timeout")
@@ -118,7 +120,9 @@ def test_replay_reproduces_every_decision(steps: list[tuple[str, Any]], data: st
         if isinstance(history.events[-1], RUN_ENDING_EVENTS):
             break
         activities, timers = _pending(history.events)
-        choices = [("act", s) for s in activities] + [("timer", t.sequence) for t in timers]
+        choices: list[tuple[str, Any]] = [("act", s) for s in activities] + [
+            ("timer", t.sequence) for t in timers
+        ]
         choices += [("signal", "go"), ("signal", "ping"), ("cancel", "")]
         kind, what = data.draw(st.sampled_from(choices))
         if kind == "act":

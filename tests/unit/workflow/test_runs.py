@@ -44,7 +44,7 @@ class Forever:
 def test_continue_as_new_ends_the_run_and_the_next_starts_after_it() -> None:
     runtime = WorkflowRuntime([Poller], max_history_events=20, suggest_continue_as_new_at=10)
     history = History(runtime, "feed.poll", {"until": 100})
-    history.decide()
+    decision = history.decide()
     while not isinstance(history.events[-1], WorkflowContinuedAsNew):
         history.complete(history.events[-1].sequence)
         decision = history.decide()

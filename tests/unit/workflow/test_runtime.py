@@ -1,5 +1,6 @@
 """The runtime on recorded histories: results handed back, decisions matched, new ones recorded."""
 
+from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
@@ -226,14 +227,15 @@ def test_cached_executions_decide_exactly_like_fresh_replays(cache_size: int) ->
     history = History(cached, "orders.checkout", {"order_id": 3})
     fresh = WorkflowRuntime([Checkout])
     outcomes = [history.decide()]
-    for step in (
+    steps: list[Callable[[], None]] = [
         lambda: history.complete(2, {"auth": "A"}),
         lambda: history.complete(5, {"hold": "H"}),
         lambda: history.fire(8),
         lambda: history.fail(10, "CardDeclined"),
         lambda: history.complete(12),
         lambda: history.complete(14),
-    ):
+    ]
+    for step in steps:
         step()
         expected = fresh.decide(history.events, now=history.now)
         got = history.decide()

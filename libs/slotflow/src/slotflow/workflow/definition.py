@@ -23,6 +23,8 @@ from slotflow.workflow.errors import WorkflowDefinitionError
 T = TypeVar("T")
 C = TypeVar("C", bound=type[Any])
 F = TypeVar("F", bound=Callable[..., Coroutine[Any, Any, Any]])
+#: A signal handler may be a plain method too (the runtime calls either), so its bound is wider.
+S = TypeVar("S", bound=Callable[..., Any])
 
 _RUN_MARK = "__slotflow_workflow_run__"
 _SIGNAL_MARK = "__slotflow_workflow_signal__"
@@ -117,10 +119,10 @@ def run(fn: F) -> F:
 
 
 @overload
-def signal(fn: F, /) -> F: ...
+def signal(fn: S, /) -> S: ...
 @overload
-def signal(*, name: str | None = None) -> Callable[[F], F]: ...
-def signal(fn: F | None = None, /, *, name: str | None = None) -> F | Callable[[F], F]:
+def signal(*, name: str | None = None) -> Callable[[S], S]: ...
+def signal(fn: S | None = None, /, *, name: str | None = None) -> S | Callable[[S], S]:
     """Mark a signal handler (sync or async), called with the payload when the signal arrives.
 
     >>> @workflow.signal
@@ -128,7 +130,7 @@ def signal(fn: F | None = None, /, *, name: str | None = None) -> F | Callable[[
     ...     self.address = address
     """
 
-    def decorate(target: F) -> F:
+    def decorate(target: S) -> S:
         setattr(target, _SIGNAL_MARK, name or target.__name__)
         return target
 
