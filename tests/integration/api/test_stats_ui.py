@@ -12,7 +12,7 @@ from slotflow.testing import assert_eventually
 from slotflow_api.app import create_app
 from slotflow_api.config import Settings
 from tests.integration.api.stats_support import HANDLERS, StatsProcess, past_minute, stored_counts, workload
-from tests.integration.api.test_ui import _unlabelled_controls, _watch_errors, browser, shots  # noqa: F401
+from tests.integration.api.test_ui import _unlabelled_controls, _watch_errors
 from tests.integration.cli.support import served
 
 
@@ -20,8 +20,8 @@ async def test_stats_page_draws_the_charts(
     api_settings: Settings,
     pg_pool: Pool,
     pg_dsn: str,
-    browser: Browser,  # noqa: F811
-    shots: Path,  # noqa: F811
+    browser: Browser,
+    shots: Path,
     tmp_path: Path,
 ) -> None:
     base = past_minute(40)
