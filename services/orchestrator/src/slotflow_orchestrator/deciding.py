@@ -251,10 +251,10 @@ class Decisions:
         now: datetime,
         writes: _Writes,
     ) -> dict[str, Outcome]:
-        sql = self._sql
-        found = {r["workflow_id"]: r for r in await conn.fetch(sql["rows"], ids)}
+        statements = self._sql
+        found = {r["workflow_id"]: r for r in await conn.fetch(statements["rows"], ids)}
         waiting: dict[str, list[Input]] = {}
-        for r in await conn.fetch(sql["inputs"], ids):
+        for r in await conn.fetch(statements["inputs"], ids):
             waiting.setdefault(r["workflow_id"], []).append(_input(r["seq"], r["envelope"]))
         outcomes = {w: Outcome(None, 0) for w in ids}
         todo = [w for w in ids if waiting.get(w) or redecide]
@@ -281,7 +281,7 @@ class Decisions:
                 missing.append(workflow_id)
         if missing:
             stored: dict[str, list[HistoryEvent]] = {w: [] for w in missing}
-            for r in await conn.fetch(sql["history"], missing):
+            for r in await conn.fetch(statements["history"], missing):
                 stored[r["workflow_id"]].append(_event(r["type"], r["data"]))
             for workflow_id, events in stored.items():
                 # The code sees every value; the table and the topic hold large ones by reference.
@@ -349,20 +349,20 @@ class Decisions:
             writes.known[workflow_id] = None if closed else (last, (*history, *out.events))
 
     async def _write(self, conn: Conn, writes: _Writes, *, shard: int, token: int, now: datetime) -> None:
-        sql = self._sql
+        statements = self._sql
         if writes.history:
             w, s, t, d = zip(*writes.history, strict=True)
-            await conn.execute(sql["append"], list(w), list(s), list(t), list(d), token)
+            await conn.execute(statements["append"], list(w), list(s), list(t), list(d), token)
         if writes.created:
             w, t, st, last, c, dl = zip(*writes.created, strict=True)
             await conn.execute(
-                sql["create"], list(w), shard, list(t), list(st), list(last), list(c), now, token, list(dl)
+                statements["create"], list(w), shard, list(t), list(st), list(last), list(c), now, token, list(dl)
             )
         if writes.updated:
             w, st, last = zip(*writes.updated, strict=True)
-            await conn.execute(sql["update"], list(w), list(st), list(last), token, now)
+            await conn.execute(statements["update"], list(w), list(st), list(last), token, now)
         if writes.dropped:
-            await conn.execute(sql["drop"], writes.dropped)
+            await conn.execute(statements["drop"], writes.dropped)
         if writes.staged:
             await append_many(conn, schema=self._schema, items=writes.staged)
 
