@@ -23,7 +23,8 @@ comparison shares one stretch of the box's (noisy) load:
 from before zero-length sleeps refuses a zero timer, so it runs a 1 ms one.)
 
 Recovery (`--recovery 10000`): that many `bench.waits` workflows are started and left open, the
-orchestrator is SIGKILLed and a new one started at once; the driver signals every workflow at the
+orchestrator is SIGKILLed and a new one started at once (`--standby`: a second orchestrator is
+already in the group and takes the killed one's shards); the driver signals every workflow at the
 moment of the kill. Recovery time: kill to the first signal applied on every shard (the new owner
 deciding everywhere); drain: kill to all of them completed.
 """
@@ -236,8 +237,11 @@ async def wait_closed(pool: Pool, count: int, *, timeout: float) -> None:
     raise SystemExit(f"only {done} of {count} workflows completed in time")
 
 
-async def recovery_run(count: int, log_dir: Path, arm: Arm, session_timeout_ms: int) -> dict[str, float]:
-    """``count`` open workflows, the orchestrator SIGKILLed, a new one started at once."""
+async def recovery_run(
+    count: int, log_dir: Path, arm: Arm, session_timeout_ms: int, *, standby: bool = False
+) -> dict[str, float]:
+    """``count`` open workflows, the orchestrator SIGKILLed, a new one started at once (or, with
+    ``standby``, a second one already running in the group takes its shards over)."""
     async with bench_topics() as kafka, scratch_database() as dsn:
         orchestrator_settings = {
             "workflow_modules": "orchestrator_flows",
@@ -247,6 +251,9 @@ async def recovery_run(count: int, log_dir: Path, arm: Arm, session_timeout_ms: 
         services = [first]
         try:
             await first.wait_ready()
+            if standby:
+                services.append(Service("orchestrator", kafka, dsn, log_dir, arm, **orchestrator_settings))
+                await services[-1].wait_ready()
             await asyncio.sleep(3)
             pool = await create_pool(PostgresSettings(dsn=dsn), min_size=1, max_size=2)
             await publish_starts(kafka, count, "bench.waits")
@@ -263,7 +270,8 @@ async def recovery_run(count: int, log_dir: Path, arm: Arm, session_timeout_ms: 
             print(f"[{arm.name}] {count} workflows open on {shards} shards; SIGKILL", flush=True)
             killed = datetime.now(UTC)
             first.kill()
-            services.append(Service("orchestrator", kafka, dsn, log_dir, arm, **orchestrator_settings))
+            if not standby:
+                services.append(Service("orchestrator", kafka, dsn, log_dir, arm, **orchestrator_settings))
             async with Producer(kafka, client_id="bench-signals") as producer:
                 items = []
                 for i in range(count):
@@ -277,6 +285,8 @@ async def recovery_run(count: int, log_dir: Path, arm: Arm, session_timeout_ms: 
                 "SELECT shard, min(closed_at) AS first FROM orchestrator.workflows GROUP BY shard"
             )
             drained = await pool.fetchval("SELECT max(closed_at) FROM orchestrator.workflows")
+            # The last shard lease taken: when the new owner of every shard was known.
+            taken = await pool.fetchval("SELECT max(acquired_at) FROM orchestrator.shard_leases")
             await pool.close()
         finally:
             for service in services:
@@ -284,8 +294,10 @@ async def recovery_run(count: int, log_dir: Path, arm: Arm, session_timeout_ms: 
     recovered = max(r["first"] for r in per_shard)
     return {
         "open_workflows": float(count),
+        "standby": float(standby),
         "session_timeout_ms": float(session_timeout_ms),
         "load_average_1m": os.getloadavg()[0],
+        "leases_taken_seconds": (taken - killed).total_seconds(),
         "recovery_seconds": (recovered - killed).total_seconds(),
         "drain_seconds": (drained - killed).total_seconds(),
     }
@@ -302,6 +314,7 @@ async def main() -> None:
     )
     parser.add_argument("--recovery", type=int, default=0, help="open workflows for the recovery run")
     parser.add_argument("--session-timeout-ms", type=int, default=10_000)
+    parser.add_argument("--standby", action="store_true", help="recovery: a second orchestrator takes over")
     args = parser.parse_args()
     arms: list[Arm] = args.arm or [CURRENT]
     results: dict[str, list[dict[str, float]]] = {arm.name: [] for arm in arms}
@@ -311,7 +324,9 @@ async def main() -> None:
             # Alternating arms: each pair of runs shares the box's load of that moment.
             for arm in arms:
                 if args.recovery:
-                    result = await recovery_run(args.recovery, logs, arm, args.session_timeout_ms)
+                    result = await recovery_run(
+                        args.recovery, logs, arm, args.session_timeout_ms, standby=args.standby
+                    )
                 else:
                     result = await one_run(args.workflows, logs, arm)
                 results[arm.name].append(result)

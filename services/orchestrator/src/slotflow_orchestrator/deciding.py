@@ -356,7 +356,16 @@ class Decisions:
         if writes.created:
             w, t, st, last, c, dl = zip(*writes.created, strict=True)
             await conn.execute(
-                statements["create"], list(w), shard, list(t), list(st), list(last), list(c), now, token, list(dl)
+                statements["create"],
+                list(w),
+                shard,
+                list(t),
+                list(st),
+                list(last),
+                list(c),
+                now,
+                token,
+                list(dl),
             )
         if writes.updated:
             w, st, last = zip(*writes.updated, strict=True)
