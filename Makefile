@@ -46,9 +46,14 @@ status: setup
 clean:
 	@if [ -x $(BIN)/python ]; then deploy/devstack/down.sh --clean; fi
 
-# Every layer, against the real Kafka and PostgreSQL; unreachable services fail, never skip.
+# Every layer, against the real Kafka and PostgreSQL; unreachable services fail, never skip. Then
+# one seed of the system fault suite's short profile (docs/reliability.md), so every CI run checks
+# the three promises under faults: a seed whose faults hit only fixed bugs, a few minutes.
+TEST_CHAOS_SEED ?= 1
+TEST_CHAOS_KNOWN ?=
 test: setup tools
 	$(WITH_STACK) $(BIN)/pytest tests
+	$(MAKE) chaos SEED=$(TEST_CHAOS_SEED) PROFILE=short KNOWN="$(TEST_CHAOS_KNOWN)"
 
 test-unit: setup
 	$(BIN)/pytest -m "unit or contracts" tests
@@ -66,7 +71,7 @@ test-chaos: setup
 SEED ?= 1,2,3
 PROFILE ?= short
 DURATION ?=
-# KNOWN="unfinished workflow": violation kinds of open, documented bugs, printed but not failing.
+# KNOWN="missed slot": violation kinds of open, documented bugs, printed but not failing.
 KNOWN ?=
 chaos: setup tools
 	SLOTFLOW_SYSTEM_SEEDS=$(SEED) SLOTFLOW_SYSTEM_PROFILE=$(PROFILE) SLOTFLOW_SYSTEM_DURATION=$(DURATION) \

@@ -39,6 +39,7 @@ from slotflow.contracts.topics import (
     WORKFLOW_HISTORY,
     TopicSpec,
 )
+from slotflow.core.identity import run_id
 from slotflow.kafka.admin import ensure_topics
 from slotflow.kafka.producer import Producer
 from slotflow.settings import KafkaSettings
@@ -82,6 +83,9 @@ class PrivateStack:
         self.state_dir = os.environ.get("SLOTFLOW_SYSTEM_STACK_DIR") or tempfile.mkdtemp(
             prefix="slotflow-system-"
         )
+        # mkdtemp makes it 0700; run as root, the devstack starts PostgreSQL as the postgres OS
+        # user, which must be able to reach its data directory inside.
+        os.chmod(self.state_dir, 0o755)  # noqa: S103 - a test stack's state, no secrets
         self.env = {
             **os.environ,
             "SLOTFLOW_KAFKA_PORT": str(self.kafka_port),
@@ -314,14 +318,16 @@ class System:
             w.schedules.append(ScheduleUnderTest(sid, spec.expression, spec.timezone, start_at, end_at))
         for i in range(self.profile.timers):
             fire_at = start_at + timedelta(seconds=rng.uniform(1, self.profile.duration_s))
-            rid = f"timer-{i}"
+            job_id = f"timer-{i}"
+            # The run id is the job's and slot's (`core.identity.run_id`): consumers refuse any other.
+            rid = run_id(job_id, fire_at)
             job = JobDue(
-                run_id=rid, job_id=rid, slot=fire_at, handler="system.payout", payload={"kind": "timer"}
+                run_id=rid, job_id=job_id, slot=fire_at, handler="system.payout", payload={"kind": "timer"}
             )
             await publish_command(
                 producer,
                 self.kafka,
-                StartTimer(timer_id=rid, fire_at=fire_at, on_fire=FireJobDue(job=job)),
+                StartTimer(timer_id=job_id, fire_at=fire_at, on_fire=FireJobDue(job=job)),
                 source="system",
             )
             w.timers.append(TimerUnderTest(rid, fire_at))

@@ -33,7 +33,7 @@ PROFILE = replace(PROFILES[os.environ.get("SLOTFLOW_SYSTEM_PROFILE", "short")], 
 SEEDS = [int(s) for s in os.environ.get("SLOTFLOW_SYSTEM_SEEDS", "1,2,3").split(",") if s.strip()]
 QUIET_S = 150.0
 #: Violation kinds of known, reported bugs (docs/reliability.md) that are printed but do not fail
-#: the run, so CI stays green while the bug is open: comma-separated, e.g. "unfinished workflow".
+#: the run, so CI stays green while the bug is open: comma-separated, e.g. "missed slot".
 KNOWN = {k.strip() for k in os.environ.get("SLOTFLOW_SYSTEM_KNOWN", "").split(",") if k.strip()}
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(PROFILE.duration_s + QUIET_S + 300)]
