@@ -20,6 +20,7 @@ from slotflow.kafka.producer import Producer
 from slotflow.pg.migrations import OUTBOX, apply_migrations
 from slotflow.pg.outbox import PICK_AND_MARK, OutboxRelay, Staged, append
 from slotflow.pg.pool import Pool
+from slotflow.pg.statements import sql
 from slotflow.settings import KafkaSettings
 from slotflow.testing import assert_eventually, unique_name
 
@@ -150,7 +151,7 @@ async def test_a_backlog_behind_stale_statistics_is_picked_once_and_marked_by_pr
         f"INSERT INTO {table} (topic, event_id, key, shard, value) "
         "SELECT 't', 'new-' || g, 'k' || g, g % 8, '\\x00' FROM generate_series(1, 5000) g"
     )
-    statement = PICK_AND_MARK.format(schema=SCHEMA)
+    statement = sql(PICK_AND_MARK, SCHEMA)
     async with pg_pool.acquire() as conn:
         transaction = conn.transaction()
         await transaction.start()

@@ -25,6 +25,7 @@ import asyncpg
 
 from slotflow.errors import ConfigurationError, FenceRejected
 from slotflow.pg.pool import Conn
+from slotflow.pg.statements import compose
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
@@ -69,6 +70,27 @@ def fences_ddl(table: str = FENCES_TABLE) -> str:
 #: DDL for the default fence table (`slotflow_fences`).
 FENCES_DDL = fences_ddl()
 
+# Each `{name}` below is filled by `compose` with identifiers already validated and quoted (or
+# `$n` placeholders): no value is ever part of the text.
+
+#: The WHERE on DO UPDATE is the fence: a conflicting row with a higher token is left alone and
+#: RETURNING yields nothing, all under the row lock, so two writers cannot both pass.
+FENCED_UPSERT = (
+    "INSERT INTO {table} AS t ({columns}) VALUES ({placeholders}) "
+    "ON CONFLICT ({key_columns}) DO UPDATE SET {updates} "
+    "WHERE t.{token} <= EXCLUDED.{token} "
+    "RETURNING *"
+)
+CURRENT_FENCE_VALUE = "SELECT {token} FROM {table} WHERE {where}"
+#: The fence row's lock serialises writers of one resource; a lower token updates nothing.
+ADVANCE_FENCE = (
+    "INSERT INTO {table} AS f (resource, fence_token) VALUES ($1, $2) "
+    "ON CONFLICT (resource) DO UPDATE SET fence_token = EXCLUDED.fence_token, updated_at = now() "
+    "WHERE f.fence_token <= EXCLUDED.fence_token "
+    "RETURNING fence_token"
+)
+SEEN_FENCE = "SELECT fence_token FROM {table} WHERE resource = $1"
+
 
 async def fenced_upsert(
     conn: Conn,
@@ -102,19 +124,22 @@ async def fenced_upsert(
     params = [*key.values(), *values.values(), token]
     placeholders = ", ".join(f"${i}" for i in range(1, len(params) + 1))
     updates = ", ".join(f"{c} = EXCLUDED.{c}" for c in [*value_columns, quoted_token])
-    # The WHERE on DO UPDATE is the fence: a conflicting row with a higher token is left alone and
-    # RETURNING yields nothing, all under the row lock, so two writers cannot both pass.
-    row = await conn.fetchrow(
-        f"INSERT INTO {quoted_table} AS t ({', '.join(columns)}) VALUES ({placeholders}) "
-        f"ON CONFLICT ({', '.join(key_columns)}) DO UPDATE SET {updates} "
-        f"WHERE t.{quoted_token} <= EXCLUDED.{quoted_token} "
-        "RETURNING *",
-        *params,
+    upsert = compose(
+        FENCED_UPSERT,
+        table=quoted_table,
+        columns=", ".join(columns),
+        placeholders=placeholders,
+        key_columns=", ".join(key_columns),
+        updates=updates,
+        token=quoted_token,
     )
+    row = await conn.fetchrow(upsert, *params)
     if row is not None:
         return row
     where = " AND ".join(f"{c} = ${i}" for i, c in enumerate(key_columns, start=1))
-    current = await conn.fetchval(f"SELECT {quoted_token} FROM {quoted_table} WHERE {where}", *key.values())
+    current = await conn.fetchval(
+        compose(CURRENT_FENCE_VALUE, token=quoted_token, table=quoted_table, where=where), *key.values()
+    )
     resource = f"{table}[{', '.join(f'{k}={v!r}' for k, v in key.items())}]"
     raise FenceRejected(resource, token, int(current) if current is not None else -1)
 
@@ -130,15 +155,8 @@ async def advance_fence(conn: Conn, resource: str, token: int, *, table: str = F
         FenceRejected: the resource has already seen a higher token; roll the transaction back.
     """
     quoted = quote_table(table)
-    current = await conn.fetchval(
-        f"INSERT INTO {quoted} AS f (resource, fence_token) VALUES ($1, $2) "
-        "ON CONFLICT (resource) DO UPDATE SET fence_token = EXCLUDED.fence_token, updated_at = now() "
-        "WHERE f.fence_token <= EXCLUDED.fence_token "
-        "RETURNING fence_token",
-        resource,
-        token,
-    )
+    current = await conn.fetchval(compose(ADVANCE_FENCE, table=quoted), resource, token)
     if current is not None:
         return
-    seen = await conn.fetchval(f"SELECT fence_token FROM {quoted} WHERE resource = $1", resource)
+    seen = await conn.fetchval(compose(SEEN_FENCE, table=quoted), resource)
     raise FenceRejected(resource, token, int(seen) if seen is not None else -1)

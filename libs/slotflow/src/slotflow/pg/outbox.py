@@ -41,6 +41,7 @@ from slotflow.kafka.poison import dead_letter_envelope
 from slotflow.kafka.producer import OutgoingRecord, Producer, envelope_headers
 from slotflow.kafka.records import Record
 from slotflow.pg.pool import CONNECTION_ERRORS, Conn, Pool
+from slotflow.pg.statements import compose, sql
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +102,26 @@ def _row(item: Staged) -> tuple[str, str, str, bytes, str]:
     return (row.topic, row.event_id, row.key, row.value, row.headers)
 
 
+#: Stages rows in the caller's transaction; returns how many were new. The shard is the key's hash,
+#: so one key's rows share a shard and leave in seq order.
+APPEND_ROWS = compose(
+    """
+    WITH staged AS (
+        INSERT INTO {schema}.outbox (topic, event_id, key, shard, value, headers)
+        SELECT t, i, k, hashtext(k) & {shard_mask}, v, h::json
+          FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::text[]) AS u(t, i, k, v, h)
+        ON CONFLICT (topic, event_id) DO NOTHING   -- unique (topic, event_id): duplicates collapse
+        RETURNING 1
+    )
+    SELECT count(*) FROM staged
+    """,
+    shard_mask=str(SHARDS - 1),
+)
+#: Published rows older than the keep period ($1 seconds); pending rows are never touched.
+PURGE_PUBLISHED = "DELETE FROM {schema}.outbox WHERE published_at < now() - make_interval(secs => $1)"
+COUNT_PENDING = "SELECT count(*) FROM {schema}.outbox WHERE published_at IS NULL"
+
+
 async def append(
     conn: Conn, *, schema: str, topic: str, envelope: Envelope, headers: Mapping[str, bytes] | None = None
 ) -> bool:
@@ -129,16 +150,7 @@ async def append_encoded(conn: Conn, *, schema: str, rows: Iterable[Encoded]) ->
     if not topics:
         return 0
     inserted = await conn.fetchval(
-        f"""
-        WITH staged AS (
-            INSERT INTO {schema}.outbox (topic, event_id, key, shard, value, headers)
-            SELECT t, i, k, hashtext(k) & {SHARDS - 1}, v, h::json
-              FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::text[]) AS u(t, i, k, v, h)
-            ON CONFLICT (topic, event_id) DO NOTHING   -- duplicates collapse
-            RETURNING 1
-        )
-        SELECT count(*) FROM staged
-        """,
+        sql(APPEND_ROWS, schema),
         topics,
         ids,
         keys,
@@ -279,7 +291,7 @@ class OutboxRelay:
                 return 0
             # Read and marked in one statement (PICK_AND_MARK says how it is planned).
             rows = await conn.fetch(
-                PICK_AND_MARK.format(schema=self._schema),
+                sql(PICK_AND_MARK, self._schema),
                 locked,
                 self._batch_size,
             )
@@ -348,16 +360,14 @@ class OutboxRelay:
     async def purge_published(self) -> int:
         """Delete rows published longer ago than the keep period; returns how many."""
         status = await self._pool.execute(
-            f"DELETE FROM {self._schema}.outbox WHERE published_at < now() - make_interval(secs => $1)",
+            sql(PURGE_PUBLISHED, self._schema),
             self._keep_published_seconds,
         )
         return int(status.split()[-1])
 
     async def pending(self) -> int:
         """Rows staged but not yet published (the outbox backlog)."""
-        value = await self._pool.fetchval(
-            f"SELECT count(*) FROM {self._schema}.outbox WHERE published_at IS NULL"
-        )
+        value = await self._pool.fetchval(sql(COUNT_PENDING, self._schema))
         return int(value)
 
     async def flush(self, timeout: float = 10.0) -> None:

@@ -15,12 +15,20 @@ import re
 
 from slotflow.errors import ConfigurationError, TransientStorageError
 from slotflow.pg.pool import CONNECTION_ERRORS, Conn, Pool
+from slotflow.pg.statements import sql
 from slotflow.workflow.payloads import PayloadNotFound, content_ref
 
 __all__ = ["PayloadNotFound", "PostgresPayloadStore", "get_payload", "put_payload"]
 
 _REF = re.compile(r"^sha256:[0-9a-f]{64}$")
 _SCHEMA = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+
+# primary key (ref), the bytes' own hash: the same bytes are one row, however often they are put.
+INSERT_PAYLOAD = (
+    "INSERT INTO {schema}.payloads (ref, data, size) VALUES ($1, $2, $3) ON CONFLICT (ref) DO NOTHING"
+)
+SELECT_PAYLOAD = "SELECT data FROM {schema}.payloads WHERE ref = $1"
 
 
 def _checked_ref(ref: str) -> str:
@@ -34,7 +42,7 @@ async def put_payload(conn: Conn, *, schema: str, data: bytes) -> str:
     ref = content_ref(data)
     # A concurrent put of the same bytes waits on the primary key, then does nothing: no error.
     await conn.execute(
-        f"INSERT INTO {schema}.payloads (ref, data, size) VALUES ($1, $2, $3) ON CONFLICT (ref) DO NOTHING",
+        sql(INSERT_PAYLOAD, schema),
         ref,
         data,
         len(data),
@@ -48,7 +56,7 @@ async def get_payload(conn: Conn, *, schema: str, ref: str) -> bytes:
     Raises:
         PayloadNotFound: nothing is stored under ``ref`` (or it is not a payload reference).
     """
-    data = await conn.fetchval(f"SELECT data FROM {schema}.payloads WHERE ref = $1", _checked_ref(ref))
+    data = await conn.fetchval(sql(SELECT_PAYLOAD, schema), _checked_ref(ref))
     if data is None:
         raise PayloadNotFound(f"no payload {ref} in {schema}.payloads")
     return bytes(data)
