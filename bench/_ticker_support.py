@@ -14,6 +14,7 @@ from _common import process_cpu_seconds, scratch_database
 
 from slotflow.contracts import ScheduleDefinition
 from slotflow.pg.pool import Pool, create_pool
+from slotflow.pg.statements import compose
 from slotflow.settings import PostgresSettings
 from slotflow_ticker.app import migrate
 from slotflow_ticker.config import TickerSettings
@@ -29,6 +30,14 @@ async def fresh_database(pool_size: int = 8) -> AsyncIterator[tuple[str, Pool]]:
             yield dsn, pool
         finally:
             await pool.close()
+
+
+# `{first_fire}` and `{covered}` are SQL expressions of `i` given by the bench, not values.
+_SEED = """
+INSERT INTO ticker.schedules (schedule_id, definition, next_slot, next_fire_at, covered_until)
+SELECT $3::text || i, $1::jsonb, {first_fire}, {first_fire}, {covered}
+  FROM generate_series(1, $2) AS i
+"""
 
 
 async def seed(
@@ -48,13 +57,10 @@ async def seed(
         raise ValueError("seeded schedules have no jitter")
     covered_sql = covered or f"({first_fire}) - interval '1 microsecond'"
     await pool.execute(
-        f"""
-        INSERT INTO ticker.schedules (schedule_id, definition, next_slot, next_fire_at, covered_until)
-        SELECT '{prefix}' || i, $1::jsonb, {first_fire}, {first_fire}, {covered_sql}
-          FROM generate_series(1, $2) AS i
-        """,
+        compose(_SEED, first_fire=first_fire, covered=covered_sql),
         definition.model_dump_json(),
         count,
+        prefix,
     )
     await pool.execute("VACUUM ANALYZE ticker.schedules")
 

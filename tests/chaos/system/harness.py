@@ -42,6 +42,7 @@ from slotflow.contracts.topics import (
 from slotflow.core.identity import run_id
 from slotflow.kafka.admin import ensure_topics
 from slotflow.kafka.producer import Producer
+from slotflow.pg.statements import quote_ident, sql_with
 from slotflow.settings import KafkaSettings
 from slotflow.testing.processes import ServiceProcess, free_port
 from tests.chaos.system.checker import Effect, OrderUnderTest, Recording, ScheduleUnderTest, TimerUnderTest
@@ -426,8 +427,12 @@ class System:
                 "WHERE table_name LIKE '%outbox%' AND column_name = 'published_at'"
             )
             for o in outboxes:
-                table = f'"{o["table_schema"]}"."{o["table_name"]}"'
-                for r in await conn.fetch(f"SELECT * FROM {table} WHERE published_at IS NULL"):
+                unpublished = sql_with(
+                    "SELECT * FROM {schema}.{table} WHERE published_at IS NULL",
+                    o["table_schema"],
+                    table=quote_ident(o["table_name"]),
+                )
+                for r in await conn.fetch(unpublished):
                     rec.unpublished.append(
                         f"{o['table_schema']}.{o['table_name']}:{dict(r).get('event_id', '?')}"
                     )

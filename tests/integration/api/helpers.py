@@ -11,6 +11,7 @@ from slotflow.contracts.codec import decode
 from slotflow.contracts.topics import TopicSpec
 from slotflow.kafka.consumer import Consumer
 from slotflow.pg.pool import Pool
+from slotflow.pg.statements import quote_ident, sql_with
 from slotflow.settings import KafkaSettings
 from slotflow.testing import assert_eventually, unique_name
 
@@ -82,6 +83,9 @@ async def read_model_snapshot(pool: Pool, schema: str) -> dict[str, list[tuple[s
         )
         out = {}
         for row in tables:
-            records = await conn.fetch(f"SELECT * FROM {schema}.{row['tablename']}")
+            every_row = sql_with(
+                "SELECT * FROM {schema}.{table}", schema, table=quote_ident(row["tablename"])
+            )
+            records = await conn.fetch(every_row)
             out[row["tablename"]] = sorted(tuple(str(v) for v in r.values()) for r in records)
     return out

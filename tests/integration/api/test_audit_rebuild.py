@@ -21,6 +21,7 @@ from slotflow.contracts import (
 from slotflow.contracts.topics import DLQ_EVENTS, JOBS_DUE, RUN_EVENTS, SCHEDULE_EVENTS, WORKFLOW_HISTORY
 from slotflow.core.identity import run_id
 from slotflow.pg.pool import create_pool
+from slotflow.pg.statements import sql
 from slotflow.settings import PostgresSettings
 from slotflow.testing import assert_eventually
 from slotflow_api.config import Settings
@@ -176,7 +177,7 @@ async def test_rebuild_reproduces_every_row(
             # The acknowledgement changes a row without adding one: counts alone cannot see it. Read
             # before the snapshot: once accepted it stays so, so the snapshot then holds it too.
             acknowledged = await pool.fetchval(
-                f"SELECT status = 'accepted' FROM {schema}.commands WHERE command_id = $1",
+                sql("SELECT status = 'accepted' FROM {schema}.commands WHERE command_id = $1", schema),
                 command.json()["command_id"],
             )
             snap = await read_model_snapshot(pool, schema)
@@ -199,7 +200,7 @@ async def test_rebuild_reproduces_every_row(
             return snap if settled else None
 
         before = await assert_eventually(complete, timeout=60)
-        old_group = await pool.fetchval(f"SELECT group_id FROM {schema}.projector_state")
+        old_group = await pool.fetchval(sql("SELECT group_id FROM {schema}.projector_state", schema))
         new_group = await rebuild(pool, api_settings)
         assert new_group != old_group
         assert (await read_model_snapshot(pool, schema))["runs"] == []
@@ -208,6 +209,6 @@ async def test_rebuild_reproduces_every_row(
             return bool(await read_model_snapshot(pool, schema) == before)
 
         await assert_eventually(rebuilt, timeout=60, message="the rebuilt read model equals the original")
-        assert await pool.fetchval(f"SELECT group_id FROM {schema}.projector_state") == new_group
+        assert await pool.fetchval(sql("SELECT group_id FROM {schema}.projector_state", schema)) == new_group
     finally:
         await pool.close()

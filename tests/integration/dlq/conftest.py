@@ -9,6 +9,7 @@ import pytest
 
 from slotflow.kafka.producer import Producer
 from slotflow.pg.pool import Pool, create_pool
+from slotflow.pg.statements import sql_with
 from slotflow.settings import KafkaSettings, PostgresSettings
 from slotflow_dlq.app import DlqService
 from slotflow_dlq.config import DlqSettings
@@ -24,7 +25,8 @@ class Running:
     task: "asyncio.Task[None]"
 
     async def count(self, where: str = "true", *args: Any) -> int:
-        return int(await self.pool.fetchval(f"SELECT count(*) FROM dlq.dead_letters WHERE {where}", *args))
+        counted = sql_with("SELECT count(*) FROM {schema}.dead_letters WHERE {where}", "dlq", where=where)
+        return int(await self.pool.fetchval(counted, *args))
 
 
 async def start_dlq(kafka: KafkaSettings, pg_dsn: str, **overrides: Any) -> Running:

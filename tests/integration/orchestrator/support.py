@@ -8,6 +8,7 @@ from typing import Any
 from slotflow.commands import publish_command
 from slotflow.contracts import HistoryEvent, Message, StartWorkflow
 from slotflow.pg.pool import Pool
+from slotflow.pg.statements import sql
 from slotflow.settings import KafkaSettings, PostgresSettings
 from slotflow.testing import assert_eventually
 from slotflow_orchestrator.app import OrchestratorService
@@ -67,7 +68,8 @@ async def send(kafka: KafkaSettings, producer: Any, message: Message, command_id
 
 async def history(pool: Pool, workflow_id: str, schema: str = "orchestrator") -> list[HistoryEvent]:
     rows = await pool.fetch(
-        f"SELECT type, data FROM {schema}.history WHERE workflow_id = $1 ORDER BY sequence", workflow_id
+        sql("SELECT type, data FROM {schema}.history WHERE workflow_id = $1 ORDER BY sequence", schema),
+        workflow_id,
     )
     return history_of([(r["type"], r["data"]) for r in rows])
 

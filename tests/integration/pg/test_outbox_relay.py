@@ -61,17 +61,21 @@ async def test_a_row_committed_after_a_higher_seq_was_published_is_still_publish
             await slow_tx.start()
             item = staged(topic, "slow", "k")
             await append(slow, schema=SCHEMA, topic=item.topic, envelope=item.envelope)
-            slow_seq = await slow.fetchval(f"SELECT seq FROM {SCHEMA}.outbox WHERE event_id = 'slow'")
+            slow_seq = await slow.fetchval(
+                sql("SELECT seq FROM {schema}.outbox WHERE event_id = 'slow'", SCHEMA)
+            )
             async with fast.transaction():
                 item = staged(topic, "fast", "k")
                 await append(fast, schema=SCHEMA, topic=item.topic, envelope=item.envelope)
-            fast_seq = await fast.fetchval(f"SELECT seq FROM {SCHEMA}.outbox WHERE event_id = 'fast'")
+            fast_seq = await fast.fetchval(
+                sql("SELECT seq FROM {schema}.outbox WHERE event_id = 'fast'", SCHEMA)
+            )
             assert slow_seq < fast_seq
 
             # The slow transaction is still open: only the higher seq is visible, and it goes out.
             assert await relay.relay_once() == 1
             last_seen = await pg_pool.fetchval(
-                f"SELECT max(seq) FROM {SCHEMA}.outbox WHERE published_at IS NOT NULL"
+                sql("SELECT max(seq) FROM {schema}.outbox WHERE published_at IS NOT NULL", SCHEMA)
             )
             assert last_seen == fast_seq  # a `seq > last_seen` poller would never look at slow_seq again
 
@@ -140,16 +144,21 @@ async def test_a_backlog_behind_stale_statistics_is_picked_once_and_marked_by_pr
     # claims outrun it before autovacuum analyses the table. The pick must run once (not once per
     # pending row) and the mark must find its rows by primary key (not by filtering the backlog).
     await apply_migrations(pg_pool, schema=SCHEMA, sources=[OUTBOX])
-    table = f"{SCHEMA}.outbox"
-    await pg_pool.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
+    await pg_pool.execute(sql("ALTER TABLE {schema}.outbox SET (autovacuum_enabled = false)", SCHEMA))
     await pg_pool.execute(
-        f"INSERT INTO {table} (topic, event_id, key, shard, value, published_at) "
-        "SELECT 't', 'old-' || g, 'k', g % 8, '\\x00', now() FROM generate_series(1, 5000) g"
+        sql(
+            "INSERT INTO {schema}.outbox (topic, event_id, key, shard, value, published_at) "
+            "SELECT 't', 'old-' || g, 'k', g % 8, '\\x00', now() FROM generate_series(1, 5000) g",
+            SCHEMA,
+        )
     )
-    await pg_pool.execute(f"ANALYZE {table}")
+    await pg_pool.execute(sql("ANALYZE {schema}.outbox", SCHEMA))
     await pg_pool.execute(
-        f"INSERT INTO {table} (topic, event_id, key, shard, value) "
-        "SELECT 't', 'new-' || g, 'k' || g, g % 8, '\\x00' FROM generate_series(1, 5000) g"
+        sql(
+            "INSERT INTO {schema}.outbox (topic, event_id, key, shard, value) "
+            "SELECT 't', 'new-' || g, 'k' || g, g % 8, '\\x00' FROM generate_series(1, 5000) g",
+            SCHEMA,
+        )
     )
     statement = sql(PICK_AND_MARK, SCHEMA)
     async with pg_pool.acquire() as conn:

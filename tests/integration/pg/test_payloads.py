@@ -13,6 +13,7 @@ from slotflow.errors import ConfigurationError, SlotflowError
 from slotflow.pg.migrations import PAYLOADS, apply_migrations
 from slotflow.pg.payloads import PayloadNotFound, PostgresPayloadStore, get_payload, put_payload
 from slotflow.pg.pool import Pool
+from slotflow.pg.statements import sql
 from slotflow.testing import assert_eventually
 from slotflow.workflow.payloads import PayloadStore, offload_payloads, resolve_payloads
 
@@ -27,7 +28,7 @@ async def store(pg_pool: Pool) -> PostgresPayloadStore:
 
 
 async def rows(pool: Pool) -> int:
-    count: int = await pool.fetchval(f"SELECT count(*) FROM {SCHEMA}.payloads")
+    count: int = await pool.fetchval(sql("SELECT count(*) FROM {schema}.payloads", SCHEMA))
     return count
 
 
@@ -40,7 +41,10 @@ async def test_a_5_mb_payload_round_trips_under_its_sha256(
 
     assert ref == "sha256:" + hashlib.sha256(data).hexdigest()
     assert await store.get(ref) == data
-    assert await pg_pool.fetchval(f"SELECT size FROM {SCHEMA}.payloads WHERE ref = $1", ref) == FIVE_MB
+    assert (
+        await pg_pool.fetchval(sql("SELECT size FROM {schema}.payloads WHERE ref = $1", SCHEMA), ref)
+        == FIVE_MB
+    )
 
 
 async def test_the_same_bytes_stored_twice_are_one_row(store: PostgresPayloadStore, pg_pool: Pool) -> None:
@@ -113,7 +117,7 @@ async def test_the_table_refuses_bytes_that_do_not_match_their_ref(
 
     with pytest.raises(asyncpg.CheckViolationError, match="payloads_ref_is_digest"):
         await pg_pool.execute(
-            f"INSERT INTO {SCHEMA}.payloads (ref, data, size) VALUES ($1, $2, 8)",
+            sql("INSERT INTO {schema}.payloads (ref, data, size) VALUES ($1, $2, 8)", SCHEMA),
             "sha256:" + "1" * 64,
             b"tampered",
         )

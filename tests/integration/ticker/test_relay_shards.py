@@ -16,6 +16,7 @@ from slotflow.kafka.producer import Producer
 from slotflow.pg.migrations import OUTBOX, apply_migrations
 from slotflow.pg.outbox import OutboxRelay, Staged, append_many
 from slotflow.pg.pool import Pool
+from slotflow.pg.statements import sql
 from slotflow.settings import KafkaSettings
 from slotflow.testing import assert_eventually, unique_name
 
@@ -37,14 +38,18 @@ async def test_relays_on_disjoint_shards_publish_only_their_own_and_together_eve
         await append_many(conn, schema=SCHEMA, items=items)
     by_shard = {
         r["shard"]: r["n"]
-        for r in await pg_pool.fetch(f"SELECT shard, count(*) AS n FROM {SCHEMA}.outbox GROUP BY shard")
+        for r in await pg_pool.fetch(
+            sql("SELECT shard, count(*) AS n FROM {schema}.outbox GROUP BY shard", SCHEMA)
+        )
     }
     assert len(by_shard) > 2, "the keys must spread over several shards"
     async with Producer(kafka, client_id="relay-shards") as producer:
         even = OutboxRelay(pg_pool, producer, schema=SCHEMA, one_transaction=True, shards=[0, 2, 4, 6])
         odd = OutboxRelay(pg_pool, producer, schema=SCHEMA, parallel_shards=True, shards=[1, 3, 5, 7])
         assert await even.relay_once() == sum(n for s, n in by_shard.items() if s % 2 == 0)
-        left = await pg_pool.fetch(f"SELECT DISTINCT shard FROM {SCHEMA}.outbox WHERE published_at IS NULL")
+        left = await pg_pool.fetch(
+            sql("SELECT DISTINCT shard FROM {schema}.outbox WHERE published_at IS NULL", SCHEMA)
+        )
         assert {r["shard"] for r in left} == {s for s in by_shard if s % 2 == 1}
         assert await odd.relay_once() == sum(n for s, n in by_shard.items() if s % 2 == 1)
         assert await even.relay_once() == 0

@@ -59,6 +59,7 @@ from slotflow.contracts.topics import WORKFLOW_HISTORY
 from slotflow.core.nul import scrub_nul
 from slotflow.kafka.records import Record
 from slotflow.pg.pool import Conn
+from slotflow.pg.statements import sql
 from slotflow_api.workflow_projection import record_event, refold
 
 #: Command types whose consumer acknowledges them (CommandAccepted/CommandRejected); the others
@@ -127,6 +128,12 @@ async def project(conn: Conn, *, schema: str, facts: Sequence[Fact]) -> int:
     return len(fresh)
 
 
+_RECORD_SEEN = (
+    "INSERT INTO {schema}.seen (topic, event_id) SELECT * FROM unnest($1::text[], $2::text[]) "
+    "ON CONFLICT DO NOTHING RETURNING topic, event_id"
+)
+
+
 async def _unseen(conn: Conn, schema: str, facts: Sequence[Fact]) -> list[Fact]:
     unique: dict[tuple[str, str], Fact] = {}
     for fact in facts:
@@ -135,8 +142,7 @@ async def _unseen(conn: Conn, schema: str, facts: Sequence[Fact]) -> list[Fact]:
         return []
     topics, ids = zip(*unique, strict=True)
     rows = await conn.fetch(
-        f"INSERT INTO {schema}.seen (topic, event_id) SELECT * FROM unnest($1::text[], $2::text[]) "
-        "ON CONFLICT DO NOTHING RETURNING topic, event_id",
+        sql(_RECORD_SEEN, schema),
         list(topics),
         list(ids),
     )
@@ -186,12 +192,17 @@ async def _project_run_event(conn: Conn, schema: str, fact: Fact, message: RunEv
         await _history(conn, schema, message.workflow_id, fact, "activity", message.sequence)
 
 
+_INSERT_SKIPPED_SLOT = (
+    "INSERT INTO {schema}.skipped_slots (schedule_id, slot, run_id, reason, detail, at) "
+    "VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING"
+)
+
+
 async def _project_slot_skipped(
     conn: Conn, schema: str, fact: Fact, message: SlotSkipped, runs: _RunBatch
 ) -> None:
     await conn.execute(
-        f"INSERT INTO {schema}.skipped_slots (schedule_id, slot, run_id, reason, detail, at) "
-        "VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
+        sql(_INSERT_SKIPPED_SLOT, schema),
         message.schedule_id,
         message.slot,
         message.run_id,
@@ -294,58 +305,69 @@ def _run_event(event: RunEvent, runs: _RunBatch) -> None:
     runs.touched.add(event.run_id)
 
 
+_UPSERT_RUN_SKELETON = """
+INSERT INTO {schema}.runs (run_id, job_id, slot, workflow_id, sequence, kind, handler, tags,
+    payload, state)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, 'due')
+ON CONFLICT (run_id) DO UPDATE SET
+    kind = COALESCE(runs.kind, EXCLUDED.kind),
+    payload = COALESCE(runs.payload, EXCLUDED.payload),
+    handler = COALESCE(runs.handler, EXCLUDED.handler),
+    tags = CASE WHEN cardinality(runs.tags) = 0 THEN EXCLUDED.tags ELSE runs.tags END,
+    workflow_id = COALESCE(runs.workflow_id, EXCLUDED.workflow_id),
+    sequence = COALESCE(runs.sequence, EXCLUDED.sequence)
+"""
+
+
+_INSERT_RUN_DUE = (
+    "INSERT INTO {schema}.run_dues (run_id, attempt, kind, due_at, produced_at, fire_at) "
+    "VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING"
+)
+
+
+_MERGE_RUN_ATTEMPT = """
+INSERT INTO {schema}.run_attempts AS a (run_id, attempt, fence_token, owner, outcome, rank,
+    completed, started_at, finished_at, retry_at, error, result, traceback, logs)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::jsonb, $12::jsonb, $13, $14::jsonb)
+ON CONFLICT (run_id, fence_token, attempt) DO UPDATE SET
+    outcome = CASE WHEN EXCLUDED.rank > a.rank THEN EXCLUDED.outcome ELSE a.outcome END,
+    rank = GREATEST(a.rank, EXCLUDED.rank),
+    completed = a.completed OR EXCLUDED.completed,
+    started_at = LEAST(a.started_at, EXCLUDED.started_at),
+    finished_at = GREATEST(a.finished_at, EXCLUDED.finished_at),
+    retry_at = GREATEST(a.retry_at, EXCLUDED.retry_at),
+    -- failure and dead-letter facts carry disjoint keys: the merge commutes
+    error = CASE WHEN a.error IS NULL THEN EXCLUDED.error
+                 WHEN EXCLUDED.error IS NULL THEN a.error
+                 ELSE a.error || EXCLUDED.error END,
+    result = COALESCE(a.result, EXCLUDED.result),
+    -- one claim ends in one RunFailed or RunCompleted: the first that carries them
+    traceback = COALESCE(a.traceback, EXCLUDED.traceback),
+    logs = COALESCE(a.logs, EXCLUDED.logs)
+"""
+
+
 async def _flush_runs(conn: Conn, schema: str, runs: _RunBatch) -> None:
     if not runs.touched:
         return
     # The skeleton exists so the derived update below has a row to land on; the JobDue fills in
     # what only it knows (kind, handler, tags), whichever arrives first.
     await conn.executemany(
-        f"""
-        INSERT INTO {schema}.runs (run_id, job_id, slot, workflow_id, sequence, kind, handler, tags,
-            payload, state)
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, 'due')
-        ON CONFLICT (run_id) DO UPDATE SET
-            kind = COALESCE(runs.kind, EXCLUDED.kind),
-            payload = COALESCE(runs.payload, EXCLUDED.payload),
-            handler = COALESCE(runs.handler, EXCLUDED.handler),
-            tags = CASE WHEN cardinality(runs.tags) = 0 THEN EXCLUDED.tags ELSE runs.tags END,
-            workflow_id = COALESCE(runs.workflow_id, EXCLUDED.workflow_id),
-            sequence = COALESCE(runs.sequence, EXCLUDED.sequence)
-        """,
+        sql(_UPSERT_RUN_SKELETON, schema),
         _merged_skeletons(runs.skeletons),
     )
     if runs.dues:
         await conn.executemany(
-            f"INSERT INTO {schema}.run_dues (run_id, attempt, kind, due_at, produced_at, fire_at) "
-            "VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
+            sql(_INSERT_RUN_DUE, schema),
             runs.dues,
         )
     if runs.attempts:
         await conn.executemany(
-            f"""
-            INSERT INTO {schema}.run_attempts AS a (run_id, attempt, fence_token, owner, outcome, rank,
-                completed, started_at, finished_at, retry_at, error, result, traceback, logs)
-            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::jsonb, $12::jsonb, $13, $14::jsonb)
-            ON CONFLICT (run_id, fence_token, attempt) DO UPDATE SET
-                outcome = CASE WHEN EXCLUDED.rank > a.rank THEN EXCLUDED.outcome ELSE a.outcome END,
-                rank = GREATEST(a.rank, EXCLUDED.rank),
-                completed = a.completed OR EXCLUDED.completed,
-                started_at = LEAST(a.started_at, EXCLUDED.started_at),
-                finished_at = GREATEST(a.finished_at, EXCLUDED.finished_at),
-                retry_at = GREATEST(a.retry_at, EXCLUDED.retry_at),
-                -- failure and dead-letter facts carry disjoint keys: the merge commutes
-                error = CASE WHEN a.error IS NULL THEN EXCLUDED.error
-                             WHEN EXCLUDED.error IS NULL THEN a.error
-                             ELSE a.error || EXCLUDED.error END,
-                result = COALESCE(a.result, EXCLUDED.result),
-                -- one claim ends in one RunFailed or RunCompleted: the first that carries them
-                traceback = COALESCE(a.traceback, EXCLUDED.traceback),
-                logs = COALESCE(a.logs, EXCLUDED.logs)
-            """,
+            sql(_MERGE_RUN_ATTEMPT, schema),
             runs.attempts,
         )
-        await conn.execute(_TAKEN_OVER.format(schema=schema), sorted(runs.touched))
-    await conn.execute(_DERIVE_RUNS.format(schema=schema), sorted(runs.touched))
+        await conn.execute(sql(_TAKEN_OVER, schema), sorted(runs.touched))
+    await conn.execute(sql(_DERIVE_RUNS, schema), sorted(runs.touched))
 
 
 def _merged_skeletons(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
@@ -425,6 +447,23 @@ WHERE r.run_id = t.run_id
 # -- schedules ----------------------------------------------------------------------------------
 
 
+_UPSERT_CREATED_SCHEDULE = """
+INSERT INTO {schema}.schedules (schedule_id, definition, handler, tags, paused, next_fire_at,
+    deleted, created_at, updated_at)
+VALUES ($1, $2::jsonb, $3, $4, $5, $6, false, $7, $7)
+ON CONFLICT (schedule_id) DO UPDATE SET definition = EXCLUDED.definition,
+    handler = EXCLUDED.handler, tags = EXCLUDED.tags, paused = EXCLUDED.paused,
+    pause_reason = NULL, resume_at = NULL, next_fire_at = EXCLUDED.next_fire_at,
+    deleted = false, created_at = EXCLUDED.created_at, updated_at = EXCLUDED.updated_at
+"""
+
+
+_UPDATE_SCHEDULE_DEFINITION = (
+    "UPDATE {schema}.schedules SET definition = $2::jsonb, handler = $3, tags = $4, "
+    "next_fire_at = $5, updated_at = $6 WHERE schedule_id = $1"
+)
+
+
 async def _schedule_defined(
     conn: Conn, schema: str, fact: Fact, message: ScheduleCreated | ScheduleUpdated
 ) -> None:
@@ -432,15 +471,7 @@ async def _schedule_defined(
     at = fact.envelope.occurred_at
     if isinstance(message, ScheduleCreated):
         await conn.execute(
-            f"""
-            INSERT INTO {schema}.schedules (schedule_id, definition, handler, tags, paused, next_fire_at,
-                deleted, created_at, updated_at)
-            VALUES ($1, $2::jsonb, $3, $4, $5, $6, false, $7, $7)
-            ON CONFLICT (schedule_id) DO UPDATE SET definition = EXCLUDED.definition,
-                handler = EXCLUDED.handler, tags = EXCLUDED.tags, paused = EXCLUDED.paused,
-                pause_reason = NULL, resume_at = NULL, next_fire_at = EXCLUDED.next_fire_at,
-                deleted = false, created_at = EXCLUDED.created_at, updated_at = EXCLUDED.updated_at
-            """,
+            sql(_UPSERT_CREATED_SCHEDULE, schema),
             message.schedule_id,
             _json(definition),
             message.definition.handler,
@@ -455,8 +486,7 @@ async def _schedule_defined(
             change = "paused"
     else:
         await conn.execute(
-            f"UPDATE {schema}.schedules SET definition = $2::jsonb, handler = $3, tags = $4, "
-            "next_fire_at = $5, updated_at = $6 WHERE schedule_id = $1",
+            sql(_UPDATE_SCHEDULE_DEFINITION, schema),
             message.schedule_id,
             _json(definition),
             message.definition.handler,
@@ -468,6 +498,24 @@ async def _schedule_defined(
     await _timeline(conn, schema, fact, message.schedule_id, change, definition)
 
 
+_PAUSE_SCHEDULE = (
+    "UPDATE {schema}.schedules SET paused = true, pause_reason = $2, resume_at = $3, "
+    "updated_at = $4 WHERE schedule_id = $1"
+)
+
+
+_RESUME_SCHEDULE = (
+    "UPDATE {schema}.schedules SET paused = false, pause_reason = NULL, resume_at = NULL, "
+    "next_fire_at = $2, updated_at = $3 WHERE schedule_id = $1"
+)
+
+
+_DELETE_SCHEDULE = (
+    "UPDATE {schema}.schedules SET deleted = true, next_fire_at = NULL, updated_at = $2 "
+    "WHERE schedule_id = $1"
+)
+
+
 async def _schedule_changed(
     conn: Conn, schema: str, fact: Fact, message: SchedulePaused | ScheduleResumed | ScheduleDeleted
 ) -> None:
@@ -475,8 +523,7 @@ async def _schedule_changed(
     if isinstance(message, SchedulePaused):
         change = "paused"
         await conn.execute(
-            f"UPDATE {schema}.schedules SET paused = true, pause_reason = $2, resume_at = $3, "
-            "updated_at = $4 WHERE schedule_id = $1",
+            sql(_PAUSE_SCHEDULE, schema),
             message.schedule_id,
             message.reason,
             message.resume_at,
@@ -485,8 +532,7 @@ async def _schedule_changed(
     elif isinstance(message, ScheduleResumed):
         change = "resumed"
         await conn.execute(
-            f"UPDATE {schema}.schedules SET paused = false, pause_reason = NULL, resume_at = NULL, "
-            "next_fire_at = $2, updated_at = $3 WHERE schedule_id = $1",
+            sql(_RESUME_SCHEDULE, schema),
             message.schedule_id,
             message.next_fire_at,
             at,
@@ -494,12 +540,17 @@ async def _schedule_changed(
     else:
         change = "deleted"
         await conn.execute(
-            f"UPDATE {schema}.schedules SET deleted = true, next_fire_at = NULL, updated_at = $2 "
-            "WHERE schedule_id = $1",
+            sql(_DELETE_SCHEDULE, schema),
             message.schedule_id,
             at,
         )
     await _timeline(conn, schema, fact, message.schedule_id, change, None)
+
+
+_INSERT_TIMELINE = (
+    "INSERT INTO {schema}.schedule_timeline (schedule_id, event_id, position, at, change, definition) "
+    "VALUES ($1, $2, $3, $4, $5, $6::jsonb) ON CONFLICT DO NOTHING"
+)
 
 
 async def _timeline(
@@ -508,8 +559,7 @@ async def _timeline(
     # A paused create records two changes from one event; the suffix keeps both rows unique.
     event_id = fact.envelope.id if change != "paused" or definition is None else f"{fact.envelope.id}#paused"
     await conn.execute(
-        f"INSERT INTO {schema}.schedule_timeline (schedule_id, event_id, position, at, change, definition) "
-        "VALUES ($1, $2, $3, $4, $5, $6::jsonb) ON CONFLICT DO NOTHING",
+        sql(_INSERT_TIMELINE, schema),
         schedule_id,
         event_id,
         fact.record.offset,
@@ -522,17 +572,20 @@ async def _timeline(
 # -- claimers ----------------------------------------------------------------------------------
 
 
+_UPSERT_CLAIMER = """
+INSERT INTO {schema}.claimers AS c (claimer_id, handlers, interval_ms, started_at, announced_at)
+VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (claimer_id) DO UPDATE SET handlers = EXCLUDED.handlers,
+    interval_ms = EXCLUDED.interval_ms, started_at = EXCLUDED.started_at,
+    announced_at = EXCLUDED.announced_at
+WHERE EXCLUDED.announced_at >= c.announced_at
+"""
+
+
 async def _claimer(conn: Conn, schema: str, fact: Fact, message: ClaimerAnnounced) -> None:
     # The newest announcement wins whatever order a rebuild reads them in (one partition: in order).
     await conn.execute(
-        f"""
-        INSERT INTO {schema}.claimers AS c (claimer_id, handlers, interval_ms, started_at, announced_at)
-        VALUES ($1, $2, $3, $4, $5)
-        ON CONFLICT (claimer_id) DO UPDATE SET handlers = EXCLUDED.handlers,
-            interval_ms = EXCLUDED.interval_ms, started_at = EXCLUDED.started_at,
-            announced_at = EXCLUDED.announced_at
-        WHERE EXCLUDED.announced_at >= c.announced_at
-        """,
+        sql(_UPSERT_CLAIMER, schema),
         message.claimer_id,
         list(message.handlers),
         int(message.interval.total_seconds() * 1000),
@@ -544,20 +597,23 @@ async def _claimer(conn: Conn, schema: str, fact: Fact, message: ClaimerAnnounce
 # -- commands -----------------------------------------------------------------------------------
 
 
+_UPSERT_COMMAND_SEEN = """
+INSERT INTO {schema}.commands (command_id, command_type, subject, status, source, published_at)
+VALUES ($1, $2, $3, $4, $5, $6)
+ON CONFLICT (command_id) DO UPDATE SET
+    command_type = COALESCE(commands.command_type, EXCLUDED.command_type),
+    subject = COALESCE(commands.subject, EXCLUDED.subject),
+    source = EXCLUDED.source, published_at = EXCLUDED.published_at,
+    -- an acknowledgement projected first is final: the command itself only fills blanks
+    status = CASE WHEN commands.status IN ('accepted', 'rejected') THEN commands.status
+                  ELSE EXCLUDED.status END
+"""
+
+
 async def _command_seen(conn: Conn, schema: str, fact: Fact) -> None:
     status = "pending" if fact.envelope.type in ACKNOWLEDGED_COMMANDS else "published"
     await conn.execute(
-        f"""
-        INSERT INTO {schema}.commands (command_id, command_type, subject, status, source, published_at)
-        VALUES ($1, $2, $3, $4, $5, $6)
-        ON CONFLICT (command_id) DO UPDATE SET
-            command_type = COALESCE(commands.command_type, EXCLUDED.command_type),
-            subject = COALESCE(commands.subject, EXCLUDED.subject),
-            source = EXCLUDED.source, published_at = EXCLUDED.published_at,
-            -- an acknowledgement projected first is final: the command itself only fills blanks
-            status = CASE WHEN commands.status IN ('accepted', 'rejected') THEN commands.status
-                          ELSE EXCLUDED.status END
-        """,
+        sql(_UPSERT_COMMAND_SEEN, schema),
         fact.envelope.id,
         fact.envelope.type,
         fact.envelope.key,
@@ -567,19 +623,22 @@ async def _command_seen(conn: Conn, schema: str, fact: Fact) -> None:
     )
 
 
+_UPSERT_ACKNOWLEDGED = """
+INSERT INTO {schema}.commands (command_id, command_type, subject, status, reason, acknowledged_at)
+VALUES ($1, $2, $3, $4, $5, $6)
+ON CONFLICT (command_id) DO UPDATE SET status = EXCLUDED.status, reason = EXCLUDED.reason,
+    acknowledged_at = EXCLUDED.acknowledged_at,
+    command_type = COALESCE(commands.command_type, EXCLUDED.command_type),
+    subject = COALESCE(commands.subject, EXCLUDED.subject)
+"""
+
+
 async def _acknowledged(
     conn: Conn, schema: str, fact: Fact, message: CommandAccepted | CommandRejected
 ) -> None:
     accepted = isinstance(message, CommandAccepted)
     await conn.execute(
-        f"""
-        INSERT INTO {schema}.commands (command_id, command_type, subject, status, reason, acknowledged_at)
-        VALUES ($1, $2, $3, $4, $5, $6)
-        ON CONFLICT (command_id) DO UPDATE SET status = EXCLUDED.status, reason = EXCLUDED.reason,
-            acknowledged_at = EXCLUDED.acknowledged_at,
-            command_type = COALESCE(commands.command_type, EXCLUDED.command_type),
-            subject = COALESCE(commands.subject, EXCLUDED.subject)
-        """,
+        sql(_UPSERT_ACKNOWLEDGED, schema),
         message.command_id,
         message.command_type,
         message.subject,
@@ -589,14 +648,17 @@ async def _acknowledged(
     )
 
 
+_UPSERT_ACCEPTED_BY_DLQ = """
+INSERT INTO {schema}.commands (command_id, status, acknowledged_at) VALUES ($1, 'accepted', $2)
+ON CONFLICT (command_id) DO UPDATE SET status = 'accepted',
+    acknowledged_at = LEAST(commands.acknowledged_at, EXCLUDED.acknowledged_at)
+"""
+
+
 async def _acknowledged_by_dlq(conn: Conn, schema: str, fact: Fact, command_id: str) -> None:
     # The dlq service names the command that redrove or discarded an entry: that is its acceptance.
     await conn.execute(
-        f"""
-        INSERT INTO {schema}.commands (command_id, status, acknowledged_at) VALUES ($1, 'accepted', $2)
-        ON CONFLICT (command_id) DO UPDATE SET status = 'accepted',
-            acknowledged_at = LEAST(commands.acknowledged_at, EXCLUDED.acknowledged_at)
-        """,
+        sql(_UPSERT_ACCEPTED_BY_DLQ, schema),
         command_id,
         fact.envelope.occurred_at,
     )
@@ -605,33 +667,36 @@ async def _acknowledged_by_dlq(conn: Conn, schema: str, fact: Fact, command_id: 
 # -- dead letters -------------------------------------------------------------------------------
 
 
+_UPSERT_DEAD_LETTER = """
+INSERT INTO {schema}.dead_letters (dead_letter_id, status, reason, topic, source_service, partition,
+    "offset", key, job_id, run_id, original_type, error_type, error, tags, count, redrive_count,
+    first_seen, last_seen, status_at, note, command_id, redrive_of)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19,
+    $20, $21, $22)
+ON CONFLICT (dead_letter_id) DO UPDATE SET status = EXCLUDED.status, reason = EXCLUDED.reason,
+    topic = EXCLUDED.topic, source_service = EXCLUDED.source_service,
+    partition = COALESCE(EXCLUDED.partition, dead_letters.partition),
+    "offset" = COALESCE(EXCLUDED."offset", dead_letters."offset"),
+    key = COALESCE(EXCLUDED.key, dead_letters.key),
+    job_id = COALESCE(EXCLUDED.job_id, dead_letters.job_id),
+    run_id = COALESCE(EXCLUDED.run_id, dead_letters.run_id),
+    original_type = COALESCE(EXCLUDED.original_type, dead_letters.original_type),
+    error_type = CASE WHEN EXCLUDED.error_type = '' THEN dead_letters.error_type ELSE EXCLUDED.error_type END,
+    error = CASE WHEN EXCLUDED.error = '' THEN dead_letters.error ELSE EXCLUDED.error END,
+    tags = CASE WHEN cardinality(EXCLUDED.tags) = 0 THEN dead_letters.tags ELSE EXCLUDED.tags END,
+    count = EXCLUDED.count, redrive_count = EXCLUDED.redrive_count,
+    first_seen = COALESCE(dead_letters.first_seen, EXCLUDED.first_seen),
+    last_seen = COALESCE(EXCLUDED.last_seen, dead_letters.last_seen),
+    status_at = EXCLUDED.status_at, note = EXCLUDED.note,
+    command_id = COALESCE(EXCLUDED.command_id, dead_letters.command_id),
+    redrive_of = COALESCE(EXCLUDED.redrive_of, dead_letters.redrive_of)
+"""
+
+
 async def _dead_letter(conn: Conn, schema: str, m: DeadLetterStatusChanged) -> None:
     # Ordered per dead letter id (its partition): the newest status event is the truth.
     await conn.execute(
-        f"""
-        INSERT INTO {schema}.dead_letters (dead_letter_id, status, reason, topic, source_service, partition,
-            "offset", key, job_id, run_id, original_type, error_type, error, tags, count, redrive_count,
-            first_seen, last_seen, status_at, note, command_id, redrive_of)
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19,
-            $20, $21, $22)
-        ON CONFLICT (dead_letter_id) DO UPDATE SET status = EXCLUDED.status, reason = EXCLUDED.reason,
-            topic = EXCLUDED.topic, source_service = EXCLUDED.source_service,
-            partition = COALESCE(EXCLUDED.partition, dead_letters.partition),
-            "offset" = COALESCE(EXCLUDED."offset", dead_letters."offset"),
-            key = COALESCE(EXCLUDED.key, dead_letters.key),
-            job_id = COALESCE(EXCLUDED.job_id, dead_letters.job_id),
-            run_id = COALESCE(EXCLUDED.run_id, dead_letters.run_id),
-            original_type = COALESCE(EXCLUDED.original_type, dead_letters.original_type),
-            error_type = CASE WHEN EXCLUDED.error_type = '' THEN dead_letters.error_type ELSE EXCLUDED.error_type END,
-            error = CASE WHEN EXCLUDED.error = '' THEN dead_letters.error ELSE EXCLUDED.error END,
-            tags = CASE WHEN cardinality(EXCLUDED.tags) = 0 THEN dead_letters.tags ELSE EXCLUDED.tags END,
-            count = EXCLUDED.count, redrive_count = EXCLUDED.redrive_count,
-            first_seen = COALESCE(dead_letters.first_seen, EXCLUDED.first_seen),
-            last_seen = COALESCE(EXCLUDED.last_seen, dead_letters.last_seen),
-            status_at = EXCLUDED.status_at, note = EXCLUDED.note,
-            command_id = COALESCE(EXCLUDED.command_id, dead_letters.command_id),
-            redrive_of = COALESCE(EXCLUDED.redrive_of, dead_letters.redrive_of)
-        """,
+        sql(_UPSERT_DEAD_LETTER, schema),
         m.dead_letter_id,
         m.status,
         m.reason,
@@ -660,6 +725,20 @@ async def _dead_letter(conn: Conn, schema: str, m: DeadLetterStatusChanged) -> N
 # -- timers and workflows -----------------------------------------------------------------------
 
 
+_MERGE_TIMER = """
+INSERT INTO {schema}.timers AS t (timer_id, owner, action, sequence, fire_at, status, rank, fired_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+ON CONFLICT (timer_id) DO UPDATE SET
+    owner = CASE WHEN t.owner = '' THEN EXCLUDED.owner ELSE t.owner END,
+    action = CASE WHEN t.action = 'unknown' THEN EXCLUDED.action ELSE t.action END,
+    sequence = COALESCE(t.sequence, EXCLUDED.sequence),
+    fire_at = COALESCE(t.fire_at, EXCLUDED.fire_at),
+    status = CASE WHEN EXCLUDED.rank > t.rank THEN EXCLUDED.status ELSE t.status END,
+    rank = GREATEST(t.rank, EXCLUDED.rank),
+    fired_at = COALESCE(t.fired_at, EXCLUDED.fired_at)
+"""
+
+
 async def _timer(conn: Conn, schema: str, fact: Fact, message: StartTimer | CancelTimer | TimerFired) -> None:
     owner, action, sequence = "", "unknown", None
     fire_at: datetime | None = None
@@ -678,18 +757,7 @@ async def _timer(conn: Conn, schema: str, fact: Fact, message: StartTimer | Canc
         owner, action, sequence, status = message.owner, "timer_fired", message.sequence, "fired"
         fire_at, fired_at = message.fire_at, message.fired_at
     await conn.execute(
-        f"""
-        INSERT INTO {schema}.timers AS t (timer_id, owner, action, sequence, fire_at, status, rank, fired_at)
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-        ON CONFLICT (timer_id) DO UPDATE SET
-            owner = CASE WHEN t.owner = '' THEN EXCLUDED.owner ELSE t.owner END,
-            action = CASE WHEN t.action = 'unknown' THEN EXCLUDED.action ELSE t.action END,
-            sequence = COALESCE(t.sequence, EXCLUDED.sequence),
-            fire_at = COALESCE(t.fire_at, EXCLUDED.fire_at),
-            status = CASE WHEN EXCLUDED.rank > t.rank THEN EXCLUDED.status ELSE t.status END,
-            rank = GREATEST(t.rank, EXCLUDED.rank),
-            fired_at = COALESCE(t.fired_at, EXCLUDED.fired_at)
-        """,
+        sql(_MERGE_TIMER, schema),
         message.timer_id,
         owner,
         action,
@@ -703,6 +771,26 @@ async def _timer(conn: Conn, schema: str, fact: Fact, message: StartTimer | Canc
         await _history(conn, schema, owner, fact, "timer", sequence)
 
 
+_UPSERT_WORKFLOW_REQUESTED = """
+INSERT INTO {schema}.workflows (workflow_id, workflow_type, input, status, requested_at, updated_at)
+VALUES ($1, $2, $3::jsonb, 'requested', $4, $4)
+ON CONFLICT (workflow_id) DO UPDATE SET
+    workflow_type = COALESCE(workflows.workflow_type, EXCLUDED.workflow_type),
+    input = COALESCE(workflows.input, EXCLUDED.input),
+    requested_at = LEAST(workflows.requested_at, EXCLUDED.requested_at),
+    updated_at = GREATEST(workflows.updated_at, EXCLUDED.updated_at)
+"""
+
+
+_UPSERT_WORKFLOW_CANCEL = """
+INSERT INTO {schema}.workflows (workflow_id, status, cancel_requested, cancel_reason, updated_at)
+VALUES ($1, 'requested', true, $2, $3)
+ON CONFLICT (workflow_id) DO UPDATE SET cancel_requested = true,
+    cancel_reason = COALESCE(workflows.cancel_reason, EXCLUDED.cancel_reason),
+    updated_at = GREATEST(workflows.updated_at, EXCLUDED.updated_at)
+"""
+
+
 async def _workflow_command(
     conn: Conn,
     schema: str,
@@ -712,15 +800,7 @@ async def _workflow_command(
     at = fact.envelope.occurred_at
     if isinstance(message, StartWorkflow):
         await conn.execute(
-            f"""
-            INSERT INTO {schema}.workflows (workflow_id, workflow_type, input, status, requested_at, updated_at)
-            VALUES ($1, $2, $3::jsonb, 'requested', $4, $4)
-            ON CONFLICT (workflow_id) DO UPDATE SET
-                workflow_type = COALESCE(workflows.workflow_type, EXCLUDED.workflow_type),
-                input = COALESCE(workflows.input, EXCLUDED.input),
-                requested_at = LEAST(workflows.requested_at, EXCLUDED.requested_at),
-                updated_at = GREATEST(workflows.updated_at, EXCLUDED.updated_at)
-            """,
+            sql(_UPSERT_WORKFLOW_REQUESTED, schema),
             message.workflow_id,
             message.workflow_type,
             _json(message.input),
@@ -728,13 +808,7 @@ async def _workflow_command(
         )
     elif isinstance(message, CancelWorkflow):
         await conn.execute(
-            f"""
-            INSERT INTO {schema}.workflows (workflow_id, status, cancel_requested, cancel_reason, updated_at)
-            VALUES ($1, 'requested', true, $2, $3)
-            ON CONFLICT (workflow_id) DO UPDATE SET cancel_requested = true,
-                cancel_reason = COALESCE(workflows.cancel_reason, EXCLUDED.cancel_reason),
-                updated_at = GREATEST(workflows.updated_at, EXCLUDED.updated_at)
-            """,
+            sql(_UPSERT_WORKFLOW_CANCEL, schema),
             message.workflow_id,
             message.reason,
             at,
@@ -742,12 +816,17 @@ async def _workflow_command(
     await _history(conn, schema, message.workflow_id, fact, "command", None)
 
 
+_INSERT_HISTORY_ENTRY = (
+    "INSERT INTO {schema}.workflow_history (workflow_id, entry_id, at, origin, type, sequence, data, "
+    "version) VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8) ON CONFLICT DO NOTHING"
+)
+
+
 async def _history(
     conn: Conn, schema: str, workflow_id: str, fact: Fact, origin: str, sequence: int | None
 ) -> None:
     await conn.execute(
-        f"INSERT INTO {schema}.workflow_history (workflow_id, entry_id, at, origin, type, sequence, data, "
-        "version) VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8) ON CONFLICT DO NOTHING",
+        sql(_INSERT_HISTORY_ENTRY, schema),
         workflow_id,
         f"{fact.topic}/{fact.dedupe_id}",
         fact.envelope.occurred_at,

@@ -44,6 +44,7 @@ from slotflow.kafka.producer import Producer
 from slotflow.kafka.records import Record
 from slotflow.pg.migrations import MigrationSource
 from slotflow.pg.pool import Pool
+from slotflow.pg.statements import compose, quote_ident, sql
 from slotflow.service import migrate as migrate_schema
 from slotflow.service import sleep_or_stop
 from slotflow.settings import KafkaSettings
@@ -84,16 +85,37 @@ async def migrate(pool: Pool, schema: str) -> list[str]:
     return await migrate_schema(pool, schema=schema, source=MIGRATIONS, outbox=False, inbox=False)
 
 
+# projector_state holds one row (`singleton` is its primary key): the first projector to start
+# names the group, and every later one reads that name.
+_CLAIM_GROUP = (
+    "INSERT INTO {schema}.projector_state (singleton, group_id) VALUES (true, $1) ON CONFLICT DO NOTHING"
+)
+_CURRENT_GROUP = "SELECT group_id FROM {schema}.projector_state"
+# A batch holds the row (shared with other batches) until it commits, and a rebuild's TRUNCATE waits
+# for every holder: the model is emptied before a batch or after it, never under it, and a batch
+# that starts after a rebuild reads the new group and stops.
+_CURRENT_GROUP_SHARED = "SELECT group_id FROM {schema}.projector_state FOR SHARE"
+
+
 async def current_group(pool: Pool, settings: Settings) -> str:
     """The projector group of this read model, choosing one the first time."""
     schema = settings.api.db_schema
     async with pool.acquire() as conn:
         await conn.execute(
-            f"INSERT INTO {schema}.projector_state (singleton, group_id) VALUES (true, $1) "
-            "ON CONFLICT DO NOTHING",
+            sql(_CLAIM_GROUP, schema),
             settings.group_id(uuid.uuid4().hex[:12]),
         )
-        return str(await conn.fetchval(f"SELECT group_id FROM {schema}.projector_state"))
+        return str(await conn.fetchval(sql(_CURRENT_GROUP, schema)))
+
+
+# The model's tables (all but the migration log) are emptied in one statement; its own
+# transaction then names the new group, so projectors see an empty model and a new group together.
+_MODEL_TABLES = (
+    "SELECT tablename FROM pg_tables WHERE schemaname = $1 AND tablename <> 'schema_migrations' "
+    "ORDER BY tablename"
+)
+_TRUNCATE = "TRUNCATE {tables}"
+_SET_GROUP = "INSERT INTO {schema}.projector_state (singleton, group_id) VALUES (true, $1)"
 
 
 async def rebuild(pool: Pool, settings: Settings) -> str:
@@ -106,16 +128,10 @@ async def rebuild(pool: Pool, settings: Settings) -> str:
     await migrate(pool, schema)
     group = settings.group_id(uuid.uuid4().hex[:12])
     async with pool.acquire() as conn, conn.transaction():
-        tables = await conn.fetch(
-            "SELECT tablename FROM pg_tables WHERE schemaname = $1 AND tablename <> 'schema_migrations' "
-            "ORDER BY tablename",
-            schema,
-        )
-        names = ", ".join(f"{schema}.{r['tablename']}" for r in tables)
-        await conn.execute(f"TRUNCATE {names}")
-        await conn.execute(
-            f"INSERT INTO {schema}.projector_state (singleton, group_id) VALUES (true, $1)", group
-        )
+        tables = await conn.fetch(_MODEL_TABLES, schema)
+        names = ", ".join(f"{quote_ident(schema)}.{quote_ident(r['tablename'])}" for r in tables)
+        await conn.execute(compose(_TRUNCATE, tables=names))
+        await conn.execute(sql(_SET_GROUP, schema), group)
     log.info("read model %s emptied; projector group is now %s", schema, group)
     return group
 
@@ -215,7 +231,7 @@ class Projector:
             if await sleep_or_stop(stop, GROUP_CHECK_SECONDS):
                 break
             try:
-                group = await self._pool.fetchval(f"SELECT group_id FROM {self._schema}.projector_state")
+                group = await self._pool.fetchval(sql(_CURRENT_GROUP, self._schema))
             except Exception as err:  # noqa: BLE001 - an unreachable database is the batches' concern
                 log.debug("group check failed: %s", err)
                 continue
@@ -256,7 +272,7 @@ class Projector:
 
     async def _write(self, facts: Sequence[Fact]) -> int:
         async with self._pool.acquire() as conn, conn.transaction():
-            group = await conn.fetchval(f"SELECT group_id FROM {self._schema}.projector_state FOR SHARE")
+            group = await conn.fetchval(sql(_CURRENT_GROUP_SHARED, self._schema))
             if group != self._group:
                 raise GroupChanged(f"projector group is now {group}, was {self._group}")
             return await project(conn, schema=self._schema, facts=facts)

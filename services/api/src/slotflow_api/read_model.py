@@ -13,6 +13,7 @@ import asyncpg
 
 from slotflow.core.cursors import decode_cursor, encode_cursor
 from slotflow.pg.pool import Pool
+from slotflow.pg.statements import Filters, compose, sql, sql_with
 
 
 @dataclass(frozen=True)
@@ -25,32 +26,14 @@ def _loads(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else value
 
 
-class Filters:
-    """Builds a WHERE clause with numbered parameters."""
-
-    def __init__(self) -> None:
-        self.clauses: list[str] = []
-        self.args: list[Any] = []
-
-    def add(self, clause: str, *values: Any) -> None:
-        names = []
-        for value in values:
-            self.args.append(value)
-            names.append(f"${len(self.args)}")
-        self.clauses.append(clause.format(*names))
-
-    def where(self) -> str:
-        return " AND ".join(self.clauses) if self.clauses else "true"
-
-    def param(self, value: Any) -> str:
-        self.args.append(value)
-        return f"${len(self.args)}"
-
-
 async def _page(
-    pool: Pool, sql: str, filters: Filters, limit: int, key: tuple[str, ...]
+    pool: Pool, statement: str, schema: str, filters: Filters, limit: int, key: tuple[str, ...], **fixed: str
 ) -> tuple[list[asyncpg.Record], str | None]:
-    rows = await pool.fetch(sql + f" LIMIT {filters.param(limit + 1)}", *filters.args)
+    """One page of ``statement`` (its `{where}` from ``filters``, `{limit}` one more than ``limit``
+    to learn whether another page follows) and the cursor of the next page."""
+    limit_param = filters.param(limit + 1)
+    rendered = sql_with(statement, schema, where=filters.where(), limit=limit_param, **fixed)
+    rows = await pool.fetch(rendered, *filters.args)
     more = len(rows) > limit
     rows = rows[:limit]
     cursor = encode_cursor([rows[-1][k] for k in key]) if more and rows else None
@@ -69,6 +52,15 @@ _SCHEDULE_COLUMNS = (
     "AND r.slot = (s.definition->'spec'->>'at')::timestamptz) OR "
     "EXISTS (SELECT 1 FROM {schema}.skipped_slots k WHERE k.schedule_id = s.schedule_id "
     "AND k.slot = (s.definition->'spec'->>'at')::timestamptz))) AS once_handled"
+)
+
+
+_SCHEDULES_PAGE = compose(
+    "SELECT {columns} FROM {schema}.schedules s WHERE {where} ORDER BY schedule_id LIMIT {limit}",
+    columns=_SCHEDULE_COLUMNS,
+)
+_SCHEDULE = compose(
+    "SELECT {columns} FROM {schema}.schedules s WHERE schedule_id = $1", columns=_SCHEDULE_COLUMNS
 )
 
 
@@ -102,23 +94,19 @@ async def list_schedules(
     if cursor is not None:
         (after,) = decode_cursor(cursor, (str,))
         f.add("schedule_id > {}", after)
-    columns = _SCHEDULE_COLUMNS.format(schema=schema)
-    sql = f"SELECT {columns} FROM {schema}.schedules s WHERE {f.where()} ORDER BY schedule_id"
-    rows, next_cursor = await _page(pool, sql, f, limit, ("schedule_id",))
+    rows, next_cursor = await _page(pool, _SCHEDULES_PAGE, schema, f, limit, ("schedule_id",))
     return Page([schedule_row(r) for r in rows], next_cursor)
 
 
+_RUN_COUNTS_BY_STATE = "SELECT state, count(*) AS n FROM {schema}.runs WHERE job_id = $1 GROUP BY state"
+
+
 async def get_schedule(pool: Pool, schema: str, schedule_id: str) -> dict[str, Any] | None:
-    row = await pool.fetchrow(
-        f"SELECT {_SCHEDULE_COLUMNS.format(schema=schema)} FROM {schema}.schedules s WHERE schedule_id = $1",
-        schedule_id,
-    )
+    row = await pool.fetchrow(sql(_SCHEDULE, schema), schedule_id)
     if row is None:
         return None
     out = schedule_row(row)
-    counts = await pool.fetch(
-        f"SELECT state, count(*) AS n FROM {schema}.runs WHERE job_id = $1 GROUP BY state", schedule_id
-    )
+    counts = await pool.fetch(sql(_RUN_COUNTS_BY_STATE, schema), schedule_id)
     out["runs_by_state"] = {r["state"]: int(r["n"]) for r in counts}
     return out
 
@@ -138,8 +126,15 @@ SELECT r.*, COALESCE((
 _ATTEMPT_DETAIL = ", 'traceback', a.traceback, 'logs', COALESCE(a.logs, '[]'::jsonb)"
 
 
-def _run_select(schema: str, *, detail: bool = False) -> str:
-    return _RUN_SELECT.format(schema=schema, detail=_ATTEMPT_DETAIL if detail else "")
+_RUNS_PAGE = compose(
+    "{run_select} WHERE {where} ORDER BY r.slot {order}, r.run_id {order} LIMIT {limit}",
+    run_select=compose(_RUN_SELECT, detail=""),
+)
+_RUN = compose("{run_select} WHERE r.run_id = $1", run_select=compose(_RUN_SELECT, detail=_ATTEMPT_DETAIL))
+_ACTIVITIES = compose(
+    "{run_select} WHERE r.workflow_id = $1 ORDER BY r.sequence, r.slot",
+    run_select=compose(_RUN_SELECT, detail=""),
+)
 
 
 def _millis(span: timedelta) -> float:
@@ -195,9 +190,14 @@ async def list_runs(
         slot, run_id = decode_cursor(cursor, (datetime, str))
         f.add("(r.slot, r.run_id) > ({}, {})" if ascending else "(r.slot, r.run_id) < ({}, {})", slot, run_id)
     order = "ASC" if ascending else "DESC"
-    sql = _run_select(schema) + f" WHERE {f.where()} ORDER BY r.slot {order}, r.run_id {order}"
-    rows, next_cursor = await _page(pool, sql, f, limit, ("slot", "run_id"))
+    rows, next_cursor = await _page(pool, _RUNS_PAGE, schema, f, limit, ("slot", "run_id"), order=order)
     return Page([run_row(r) for r in rows], next_cursor)
+
+
+_BACKFILL_STATES = (
+    "SELECT run_id, state FROM {schema}.runs WHERE job_id = $1 AND slot >= $2 AND slot < $3 "
+    "AND kind = 'backfill'"
+)
 
 
 async def backfill_states(
@@ -205,8 +205,7 @@ async def backfill_states(
 ) -> dict[str, str]:
     """Run id -> state of the schedule's backfilled runs with slot in [start, end)."""
     rows = await pool.fetch(
-        f"SELECT run_id, state FROM {schema}.runs WHERE job_id = $1 AND slot >= $2 AND slot < $3 "
-        "AND kind = 'backfill'",
+        sql(_BACKFILL_STATES, schema),
         job_id,
         start,
         end,
@@ -215,7 +214,7 @@ async def backfill_states(
 
 
 async def get_run(pool: Pool, schema: str, run_id: str) -> dict[str, Any] | None:
-    row = await pool.fetchrow(_run_select(schema, detail=True) + " WHERE r.run_id = $1", run_id)
+    row = await pool.fetchrow(sql(_RUN, schema), run_id)
     return run_row(row, detail=True) if row is not None else None
 
 
@@ -231,6 +230,14 @@ SELECT w.workflow_id, w.workflow_type, w.input, w.status, w.cancel_requested, w.
          ORDER BY r.sequence DESC NULLS LAST, r.slot DESC LIMIT 1) END AS current_step
   FROM {schema}.workflows w
 """
+
+
+_WORKFLOWS_PAGE = compose(
+    "{workflow_select} WHERE {where} ORDER BY COALESCE(w.requested_at, w.updated_at) DESC, w.workflow_id DESC "
+    "LIMIT {limit}",
+    workflow_select=_WORKFLOW_SELECT,
+)
+_WORKFLOW = compose("{workflow_select} WHERE w.workflow_id = $1", workflow_select=_WORKFLOW_SELECT)
 
 
 def workflow_row(row: asyncpg.Record) -> dict[str, Any]:
@@ -263,44 +270,41 @@ async def list_workflows(
     if cursor is not None:
         at, workflow_id = decode_cursor(cursor, (datetime, str))
         f.add("(COALESCE(w.requested_at, w.updated_at), w.workflow_id) < ({}, {})", at, workflow_id)
-    sql = (
-        _WORKFLOW_SELECT.format(schema=schema)
-        + f" WHERE {f.where()} ORDER BY COALESCE(w.requested_at, w.updated_at) DESC, w.workflow_id DESC"
-    )
-    rows, next_cursor = await _page(pool, sql, f, limit, ("sort_at", "workflow_id"))
+    rows, next_cursor = await _page(pool, _WORKFLOWS_PAGE, schema, f, limit, ("sort_at", "workflow_id"))
     return Page([workflow_row(r) for r in rows], next_cursor)
 
 
 _TERMINAL_RUN_STATES = ["completed", "dead_lettered", "skipped"]
 
 
+_HISTORY_LENGTH = "SELECT count(*) FROM {schema}.workflow_history WHERE workflow_id = $1"
+
+
 async def get_workflow(pool: Pool, schema: str, workflow_id: str) -> dict[str, Any] | None:
-    row = await pool.fetchrow(
-        _WORKFLOW_SELECT.format(schema=schema) + " WHERE w.workflow_id = $1", workflow_id
-    )
+    row = await pool.fetchrow(sql(_WORKFLOW, schema), workflow_id)
     if row is None:
         return None
     derived: dict[str, Any] = _loads(row["derived"]) or {}
     out = workflow_row(row)
-    activities = await pool.fetch(
-        _run_select(schema) + " WHERE r.workflow_id = $1 ORDER BY r.sequence, r.slot",
-        workflow_id,
-    )
+    activities = await pool.fetch(sql(_ACTIVITIES, schema), workflow_id)
     out["activities"] = [run_row(r) for r in activities]
     runs = {a["run_id"]: a for a in out["activities"]}
     if row["last_sequence"] is None:
         _untyped(out, await _ticker_timers(pool, schema, workflow_id))
     else:
         _typed(out, derived, runs)
-    out["history_length"] = await pool.fetchval(
-        f"SELECT count(*) FROM {schema}.workflow_history WHERE workflow_id = $1", workflow_id
-    )
+    out["history_length"] = await pool.fetchval(sql(_HISTORY_LENGTH, schema), workflow_id)
     return out
+
+
+_TICKER_TIMERS = (
+    "SELECT * FROM {schema}.timers WHERE owner = $1 AND action = 'timer_fired' ORDER BY fire_at, timer_id"
+)
 
 
 async def _ticker_timers(pool: Pool, schema: str, workflow_id: str) -> list[dict[str, Any]]:
     timers = await pool.fetch(
-        f"SELECT * FROM {schema}.timers WHERE owner = $1 AND action = 'timer_fired' ORDER BY fire_at, timer_id",
+        sql(_TICKER_TIMERS, schema),
         workflow_id,
     )
     return [dict(t) for t in timers]
@@ -355,6 +359,13 @@ def _typed(out: dict[str, Any], derived: dict[str, Any], runs: dict[str, dict[st
         out[name] = derived.get(name)
 
 
+# Events recorded in the same instant keep their history order (sequence), not the id's text order.
+_HISTORY_PAGE = """
+SELECT *, COALESCE(sequence, 0) AS position FROM {schema}.workflow_history WHERE {where}
+ ORDER BY at, COALESCE(sequence, 0), entry_id LIMIT {limit}
+"""
+
+
 def history_row(row: asyncpg.Record) -> dict[str, Any]:
     out = dict(row)
     out["data"] = _loads(out["data"])
@@ -372,16 +383,14 @@ async def workflow_history(
     if cursor is not None:
         at, position, entry_id = decode_cursor(cursor, (datetime, int, str))
         f.add("(at, COALESCE(sequence, 0), entry_id) > ({}, {}, {})", at, position, entry_id)
-    # Events recorded in the same instant keep their history order (sequence), not the id's text order.
-    sql = (
-        f"SELECT *, COALESCE(sequence, 0) AS position FROM {schema}.workflow_history WHERE {f.where()} "
-        "ORDER BY at, COALESCE(sequence, 0), entry_id"
-    )
-    rows, next_cursor = await _page(pool, sql, f, limit, ("at", "position", "entry_id"))
+    rows, next_cursor = await _page(pool, _HISTORY_PAGE, schema, f, limit, ("at", "position", "entry_id"))
     return Page([history_row(r) for r in rows], next_cursor)
 
 
 # -- dead letters and commands ------------------------------------------------------------------
+
+
+_DEAD_LETTERS_PAGE = "SELECT * FROM {schema}.dead_letters WHERE {where} ORDER BY status_at DESC, dead_letter_id DESC LIMIT {limit}"
 
 
 async def list_dead_letters(
@@ -409,10 +418,9 @@ async def list_dead_letters(
     if cursor is not None:
         at, dead_letter_id = decode_cursor(cursor, (datetime, str))
         f.add("(status_at, dead_letter_id) < ({}, {})", at, dead_letter_id)
-    sql = (
-        f"SELECT * FROM {schema}.dead_letters WHERE {f.where()} ORDER BY status_at DESC, dead_letter_id DESC"
+    rows, next_cursor = await _page(
+        pool, _DEAD_LETTERS_PAGE, schema, f, limit, ("status_at", "dead_letter_id")
     )
-    rows, next_cursor = await _page(pool, sql, f, limit, ("status_at", "dead_letter_id"))
     return Page([_dead_letter_row(r) for r in rows], next_cursor)
 
 
@@ -422,10 +430,11 @@ def _dead_letter_row(row: asyncpg.Record) -> dict[str, Any]:
     return out
 
 
+_DEAD_LETTER = "SELECT * FROM {schema}.dead_letters WHERE dead_letter_id = $1"
+
+
 async def get_dead_letter(pool: Pool, schema: str, dead_letter_id: str) -> dict[str, Any] | None:
-    row = await pool.fetchrow(
-        f"SELECT * FROM {schema}.dead_letters WHERE dead_letter_id = $1", dead_letter_id
-    )
+    row = await pool.fetchrow(sql(_DEAD_LETTER, schema), dead_letter_id)
     if row is None:
         return None
     out = _dead_letter_row(row)
@@ -439,19 +448,25 @@ async def get_dead_letter(pool: Pool, schema: str, dead_letter_id: str) -> dict[
     return out
 
 
+_COMMAND = "SELECT * FROM {schema}.commands WHERE command_id = $1"
+
+
 async def get_command(pool: Pool, schema: str, command_id: str) -> dict[str, Any] | None:
-    row = await pool.fetchrow(f"SELECT * FROM {schema}.commands WHERE command_id = $1", command_id)
+    row = await pool.fetchrow(sql(_COMMAND, schema), command_id)
     return dict(row) if row is not None else None
+
+
+_CLAIMERS = (
+    "SELECT claimer_id, handlers, interval_ms, started_at, announced_at, "
+    "announced_at > now() - make_interval(secs => 3 * interval_ms / 1000.0) AS live "
+    "FROM {schema}.claimers ORDER BY claimer_id"
+)
 
 
 async def claimers(pool: Pool, schema: str) -> list[dict[str, Any]]:
     """Every claimer's newest announcement, with whether it is live by the database clock (its
     last announcement younger than three of its intervals)."""
-    rows = await pool.fetch(
-        f"SELECT claimer_id, handlers, interval_ms, started_at, announced_at, "
-        f"announced_at > now() - make_interval(secs => 3 * interval_ms / 1000.0) AS live "
-        f"FROM {schema}.claimers ORDER BY claimer_id"
-    )
+    rows = await pool.fetch(sql(_CLAIMERS, schema))
     return [{**dict(row), "handlers": list(row["handlers"])} for row in rows]
 
 
@@ -465,29 +480,43 @@ async def database_now(pool: Pool) -> datetime:
 # -- audit inputs -------------------------------------------------------------------------------
 
 
+_TIMELINE_OF = (
+    "SELECT at, change, definition FROM {schema}.schedule_timeline WHERE schedule_id = $1 "
+    "ORDER BY at, position, event_id"
+)
+
+
+#: Each run's completing fence tokens: two tokens are one run's effect happening twice.
+_RUNS_IN_RANGE = """
+SELECT r.run_id, r.slot, r.kind, r.state, r.produced_at, r.fire_at, r.completions,
+       COALESCE((SELECT array_agg(a.fence_token ORDER BY a.fence_token) FROM {schema}.run_attempts a
+                  WHERE a.run_id = r.run_id AND a.completed), '{}') AS tokens
+  FROM {schema}.runs r WHERE r.job_id = $1 AND r.slot >= $2 AND r.slot < $3
+"""
+
+
+_SKIPPED_IN_RANGE = (
+    "SELECT slot, run_id, reason, detail FROM {schema}.skipped_slots "
+    "WHERE schedule_id = $1 AND slot >= $2 AND slot < $3"
+)
+
+
 async def audit_inputs(
     pool: Pool, schema: str, schedule_id: str, start: datetime, end: datetime
 ) -> tuple[list[asyncpg.Record], list[asyncpg.Record], list[asyncpg.Record]]:
     """The schedule's timeline, its runs in [start, end) with completing tokens, its skipped slots."""
     timeline = await pool.fetch(
-        f"SELECT at, change, definition FROM {schema}.schedule_timeline WHERE schedule_id = $1 "
-        "ORDER BY at, position, event_id",
+        sql(_TIMELINE_OF, schema),
         schedule_id,
     )
     runs = await pool.fetch(
-        f"""
-        SELECT r.run_id, r.slot, r.kind, r.state, r.produced_at, r.fire_at, r.completions,
-               COALESCE((SELECT array_agg(a.fence_token ORDER BY a.fence_token) FROM {schema}.run_attempts a
-                          WHERE a.run_id = r.run_id AND a.completed), '{{}}') AS tokens
-          FROM {schema}.runs r WHERE r.job_id = $1 AND r.slot >= $2 AND r.slot < $3
-        """,
+        sql(_RUNS_IN_RANGE, schema),
         schedule_id,
         start,
         end,
     )
     skips = await pool.fetch(
-        f"SELECT slot, run_id, reason, detail FROM {schema}.skipped_slots "
-        "WHERE schedule_id = $1 AND slot >= $2 AND slot < $3",
+        sql(_SKIPPED_IN_RANGE, schema),
         schedule_id,
         start,
         end,

@@ -15,6 +15,7 @@ from typing import Any, Literal
 import asyncpg
 
 from slotflow.pg.pool import Pool
+from slotflow.pg.statements import compose, sql, sql_with
 from slotflow_stats import histogram
 from slotflow_stats.observe import DLQ_COUNTERS, RUN_COUNTERS, SCHEDULE_COUNTERS
 
@@ -97,6 +98,22 @@ FAMILY_COUNTERS: dict[str, tuple[str, ...]] = {
 }
 
 
+# One family's windows of one size in [since, until); run windows carry the handler their job's
+# newest JobDue named (the sink's job_handlers), dead-letter windows have none.
+_WINDOWS = """
+SELECT w.subject, {handler} AS handler, w.window_start, w.counts, w.duration, w.lateness
+  FROM {schema}.windows w {join}
+ WHERE w.size_s = $1 AND w.family = $2 AND w.window_start >= $3 AND w.window_start < $4{subject}
+"""
+_RUN_WINDOWS = compose(
+    _WINDOWS, handler="h.handler", join="LEFT JOIN {schema}.job_handlers h ON h.job_id = w.subject"
+)
+_DLQ_WINDOWS = compose(_WINDOWS, handler="NULL::text", join="")
+#: The one series asked for (`$5`): by the handler's name, or by the window's subject.
+_BY_HANDLER = " AND h.handler = $5"
+_BY_SUBJECT = " AND w.subject = $5"
+
+
 async def series(
     pool: Pool,
     schema: str,
@@ -112,22 +129,13 @@ async def series(
     family = "dlq" if by == "topic" else "runs"
     seconds = SIZE_SECONDS[size]
     params: list[Any] = [seconds, family, since, until]
-    handler_sql = "NULL::text"
-    join = ""
-    if family == "runs":
-        handler_sql = "h.handler"
-        join = f"LEFT JOIN {schema}.job_handlers h ON h.job_id = w.subject"
-    where = ""
+    subject_filter = ""
     if subject is not None:
         params.append(subject)
-        where = " AND h.handler = $5" if by == "handler" else " AND w.subject = $5"
-    sql = f"""
-        SELECT w.subject, {handler_sql} AS handler, w.window_start, w.counts, w.duration, w.lateness
-          FROM {schema}.windows w {join}
-         WHERE w.size_s = $1 AND w.family = $2 AND w.window_start >= $3 AND w.window_start < $4{where}
-    """
+        subject_filter = _BY_HANDLER if by == "handler" else _BY_SUBJECT
+    windows_of = _RUN_WINDOWS if family == "runs" else _DLQ_WINDOWS
     try:
-        rows = await pool.fetch(sql, *params)
+        rows = await pool.fetch(sql_with(windows_of, schema, subject=subject_filter), *params)
     except asyncpg.UndefinedTableError:
         return []  # the processor has not started against this database yet
     skipped = await _slots_skipped(pool, schema, seconds, since, until) if family == "runs" else {}
@@ -173,17 +181,20 @@ async def series(
     return out
 
 
+_SLOTS_SKIPPED = """
+SELECT w.subject, h.handler, w.window_start, sum((w.counts->>'slots_skipped')::bigint) AS n
+  FROM {schema}.windows w LEFT JOIN {schema}.job_handlers h ON h.job_id = w.subject
+ WHERE w.size_s = $1 AND w.family = 'schedules' AND w.window_start >= $2 AND w.window_start < $3
+ GROUP BY w.subject, h.handler, w.window_start
+"""
+
+
 async def _slots_skipped(
     pool: Pool, schema: str, seconds: int, since: datetime, until: datetime
 ) -> dict[tuple[str, str | None, datetime], int]:
     # SlotSkipped comes from the schedule topic (its own table); merged into the runs series.
     rows = await pool.fetch(
-        f"""
-        SELECT w.subject, h.handler, w.window_start, sum((w.counts->>'slots_skipped')::bigint) AS n
-          FROM {schema}.windows w LEFT JOIN {schema}.job_handlers h ON h.job_id = w.subject
-         WHERE w.size_s = $1 AND w.family = 'schedules' AND w.window_start >= $2 AND w.window_start < $3
-         GROUP BY w.subject, h.handler, w.window_start
-        """,
+        sql(_SLOTS_SKIPPED, schema),
         seconds,
         since,
         until,

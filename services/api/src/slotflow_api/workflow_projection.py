@@ -13,17 +13,23 @@ from typing import Any
 from slotflow.contracts import REGISTRY, Envelope, HistoryEvent
 from slotflow.history import Recorded, WorkflowState, fold
 from slotflow.pg.pool import Conn
+from slotflow.pg.statements import sql
 
 
 def _json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), sort_keys=True, default=str)
 
 
+_INSERT_EVENT = (
+    "INSERT INTO {schema}.workflow_events (workflow_id, sequence, event_id, type, version, at, data) "
+    "VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb) ON CONFLICT DO NOTHING"
+)
+
+
 async def record_event(conn: Conn, schema: str, envelope: Envelope, event: HistoryEvent) -> None:
     """Keep ``event`` at its sequence; an event already there (a conflicting re-append) wins."""
     await conn.execute(
-        f"INSERT INTO {schema}.workflow_events (workflow_id, sequence, event_id, type, version, at, data) "
-        "VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb) ON CONFLICT DO NOTHING",
+        sql(_INSERT_EVENT, schema),
         event.workflow_id,
         event.sequence,
         envelope.id,
@@ -34,14 +40,19 @@ async def record_event(conn: Conn, schema: str, envelope: Envelope, event: Histo
     )
 
 
+_EVENTS_OF = (
+    "SELECT workflow_id, type, version, at, data FROM {schema}.workflow_events "
+    "WHERE workflow_id = ANY($1::text[]) ORDER BY workflow_id, sequence"
+)
+
+
 async def refold(conn: Conn, schema: str, workflow_ids: Iterable[str]) -> None:
     """Derive and store the state of each workflow from all of its recorded history events."""
     ids = sorted(set(workflow_ids))
     if not ids:
         return
     rows = await conn.fetch(
-        f"SELECT workflow_id, type, version, at, data FROM {schema}.workflow_events "
-        "WHERE workflow_id = ANY($1::text[]) ORDER BY workflow_id, sequence",
+        sql(_EVENTS_OF, schema),
         ids,
     )
     histories: dict[str, list[Recorded]] = {}
@@ -57,28 +68,31 @@ async def refold(conn: Conn, schema: str, workflow_ids: Iterable[str]) -> None:
             await _store(conn, schema, workflow_id, state)
 
 
+_STORE_STATE = """
+INSERT INTO {schema}.workflows AS w (workflow_id, workflow_type, input, status, cancel_requested,
+    cancel_reason, requested_at, updated_at, current_step, last_sequence, started_at, ended_at, derived)
+VALUES ($1, $2, $3::jsonb, $4, $5, $6, $7, $8, $9, $10, $7, $11, $12::jsonb)
+ON CONFLICT (workflow_id) DO UPDATE SET
+    workflow_type = COALESCE(EXCLUDED.workflow_type, w.workflow_type),
+    input = COALESCE(EXCLUDED.input, w.input),
+    status = EXCLUDED.status,
+    cancel_requested = w.cancel_requested OR EXCLUDED.cancel_requested,
+    cancel_reason = COALESCE(w.cancel_reason, EXCLUDED.cancel_reason),
+    requested_at = LEAST(w.requested_at, EXCLUDED.requested_at),
+    updated_at = GREATEST(w.updated_at, EXCLUDED.updated_at),
+    current_step = EXCLUDED.current_step,
+    last_sequence = EXCLUDED.last_sequence,
+    started_at = EXCLUDED.started_at,
+    ended_at = EXCLUDED.ended_at,
+    derived = EXCLUDED.derived
+"""
+
+
 async def _store(conn: Conn, schema: str, workflow_id: str, state: WorkflowState) -> None:
     # The history speaks for the workflow's type and input; a StartWorkflow command (another
     # topic, projected in any order) only fills blanks, so both orders give the same row.
     await conn.execute(
-        f"""
-        INSERT INTO {schema}.workflows AS w (workflow_id, workflow_type, input, status, cancel_requested,
-            cancel_reason, requested_at, updated_at, current_step, last_sequence, started_at, ended_at, derived)
-        VALUES ($1, $2, $3::jsonb, $4, $5, $6, $7, $8, $9, $10, $7, $11, $12::jsonb)
-        ON CONFLICT (workflow_id) DO UPDATE SET
-            workflow_type = COALESCE(EXCLUDED.workflow_type, w.workflow_type),
-            input = COALESCE(EXCLUDED.input, w.input),
-            status = EXCLUDED.status,
-            cancel_requested = w.cancel_requested OR EXCLUDED.cancel_requested,
-            cancel_reason = COALESCE(w.cancel_reason, EXCLUDED.cancel_reason),
-            requested_at = LEAST(w.requested_at, EXCLUDED.requested_at),
-            updated_at = GREATEST(w.updated_at, EXCLUDED.updated_at),
-            current_step = EXCLUDED.current_step,
-            last_sequence = EXCLUDED.last_sequence,
-            started_at = EXCLUDED.started_at,
-            ended_at = EXCLUDED.ended_at,
-            derived = EXCLUDED.derived
-        """,
+        sql(_STORE_STATE, schema),
         workflow_id,
         state.workflow_type,
         _json(state.input) if state.input is not None else None,

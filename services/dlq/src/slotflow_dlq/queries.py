@@ -18,6 +18,7 @@ from slotflow.core.cursors import decode_cursor, encode_cursor
 from slotflow.core.nul import pg_text
 from slotflow.errors import PermanentError
 from slotflow.pg.pool import Conn, Pool
+from slotflow.pg.statements import Filters, compose, sql, sql_with
 
 Queryable: TypeAlias = "Pool | Conn"
 MAX_PAGE = 500
@@ -31,21 +32,14 @@ def selection_sql(
     ``default_status`` applies when the selection names no status: redrive and discard act on
     parked entries only, listing shows every status.
     """
-    clauses: list[str] = []
-    params: list[Any] = []
-
-    def bind(value: Any) -> str:
-        params.append(value)
-        return f"${first + len(params) - 1}"
-
+    f = Filters(first=first)
     if selection.ids:
-        clauses.append(f"id = ANY ({bind([pg_text(i) for i in selection.ids])}::text[])")
+        f.add("id = ANY ({}::text[])", [pg_text(i) for i in selection.ids])
     status = selection.status or default_status
     if status is not None:
-        clauses.append(f"status = {bind(status)}")
+        f.add("status = {}", status)
     if selection.source_service is not None:
-        name = bind(pg_text(selection.source_service))
-        clauses.append(f"(source_service = {name} OR {name} = ANY (seen_by))")
+        f.add("(source_service = {0} OR {0} = ANY (seen_by))", pg_text(selection.source_service))
     for column, value in (
         ("topic", selection.topic),
         ("reason", selection.reason),
@@ -53,12 +47,12 @@ def selection_sql(
         ("run_id", selection.run_id),
     ):
         if value is not None:
-            clauses.append(f"{column} = {bind(pg_text(value))}")
+            f.add(f"{column} = {{}}", pg_text(value))
     if selection.since is not None:
-        clauses.append(f"first_seen >= {bind(selection.since)}")
+        f.add("first_seen >= {}", selection.since)
     if selection.until is not None:
-        clauses.append(f"first_seen < {bind(selection.until)}")
-    return (" AND ".join(clauses) or "true"), params
+        f.add("first_seen < {}", selection.until)
+    return f.where(), f.args
 
 
 class DeadLetterSummary(BaseModel):
@@ -127,6 +121,21 @@ _SUMMARY = """id, status, reason, error_type, left(error, 2000) AS error, source
     value_size, value_truncated, first_seen, last_seen, status_changed_at, note, redrive_of"""
 
 
+#: A page, newest first; `{where}` is the selection's clause from `$2` on (`$1` is the limit).
+_PAGE = compose(
+    "SELECT {summary} FROM {schema}.dead_letters WHERE {where} ORDER BY first_seen DESC, id DESC LIMIT $1",
+    summary=_SUMMARY,
+)
+_DETAIL = compose(
+    """
+SELECT {summary}, error AS full_error, traceback, record_key, value, headers::text AS headers,
+       decoded::text AS decoded, history::text AS history, record_time, prior_redrives
+  FROM {schema}.dead_letters WHERE id = $1
+""",
+    summary=_SUMMARY,
+)
+
+
 def _summary_fields(row: Any) -> dict[str, Any]:
     return {
         "dead_letter_id": row["id"],
@@ -181,8 +190,7 @@ async def list_dead_letters(
         where += f" AND (first_seen, id) < (${at}, ${at + 1})"
         params += [first_seen, last_id]
     rows = await db.fetch(
-        f"SELECT {_SUMMARY} FROM {schema}.dead_letters WHERE {where} "
-        "ORDER BY first_seen DESC, id DESC LIMIT $1",
+        sql_with(_PAGE, schema, where=where),
         limit + 1,
         *params,
     )
@@ -190,19 +198,22 @@ async def list_dead_letters(
     return Page(items=items, next_cursor=_cursor(rows[limit - 1]) if len(rows) > limit else None)
 
 
+_REDRIVES_OF = (
+    "SELECT redrive_number, command_id, created_at, published_at, error FROM {schema}.redrives "
+    "WHERE dead_letter_id = $1 ORDER BY redrive_number"
+)
+
+
 async def get_dead_letter(db: Queryable, *, schema: str, dead_letter_id: str) -> DeadLetterDetail | None:
     """The entry ``dead_letter_id`` with its raw record and redrives, or None."""
     row = await db.fetchrow(
-        f"""SELECT {_SUMMARY}, error AS full_error, traceback, record_key, value, headers::text AS headers,
-            decoded::text AS decoded, history::text AS history, record_time, prior_redrives
-            FROM {schema}.dead_letters WHERE id = $1""",
+        sql(_DETAIL, schema),
         pg_text(dead_letter_id),
     )
     if row is None:
         return None
     redrives = await db.fetch(
-        f"SELECT redrive_number, command_id, created_at, published_at, error FROM {schema}.redrives "
-        "WHERE dead_letter_id = $1 ORDER BY redrive_number",
+        sql(_REDRIVES_OF, schema),
         row["id"],
     )
     pairs: list[list[str]] = json.loads(row["headers"])
@@ -227,18 +238,24 @@ async def get_dead_letter(db: Queryable, *, schema: str, dead_letter_id: str) ->
         raise PermanentError(f"dead letter {dead_letter_id!r} does not read back: {err}") from err
 
 
+_PARKED_BY_REASON = (
+    "SELECT reason, count(*) AS n FROM {schema}.dead_letters WHERE status = 'parked' GROUP BY reason"
+)
+
+
 async def parked_by_reason(db: Queryable, *, schema: str) -> dict[str, int]:
     """How many entries are parked now, per reason."""
-    rows = await db.fetch(
-        f"SELECT reason, count(*) AS n FROM {schema}.dead_letters WHERE status = 'parked' GROUP BY reason"
-    )
+    rows = await db.fetch(sql(_PARKED_BY_REASON, schema))
     return {str(r["reason"]): int(r["n"]) for r in rows}
+
+
+_OLDEST_PARKED_AGE = (
+    "SELECT COALESCE(extract(epoch FROM now() - min(first_seen)), 0) FROM {schema}.dead_letters "
+    "WHERE status = 'parked'"
+)
 
 
 async def oldest_parked_age_seconds(db: Queryable, *, schema: str) -> float:
     """Seconds since the oldest parked entry was first seen, by the database clock; 0 when none."""
-    age = await db.fetchval(
-        f"SELECT COALESCE(extract(epoch FROM now() - min(first_seen)), 0) FROM {schema}.dead_letters "
-        "WHERE status = 'parked'"
-    )
+    age = await db.fetchval(sql(_OLDEST_PARKED_AGE, schema))
     return float(age)

@@ -28,7 +28,7 @@ from slotflow.contracts.topics import DLQ_EVENTS
 from slotflow.core.nul import jsonb_text, pg_text
 from slotflow.pg.outbox import Staged, append_many
 from slotflow.pg.pool import Conn
-from slotflow.pg.statements import sql
+from slotflow.pg.statements import compose, sql, sql_with
 from slotflow.settings import KafkaSettings
 from slotflow_dlq.queries import selection_sql
 
@@ -139,6 +139,12 @@ RETURNING id, (xmax = 0) AS inserted, status, reason, error_type, error, source_
 """
 
 
+_QUEUE_NOTIFICATION = (
+    "INSERT INTO {schema}.notifications (dead_letter_id, payload) VALUES ($1, $2::jsonb) "
+    "ON CONFLICT DO NOTHING"
+)
+
+
 async def park(
     conn: Conn,
     *,
@@ -206,8 +212,7 @@ async def park(
     notify = bool(new and notify_tag is not None and letter.run_id is not None and notify_tag in letter.tags)
     if notify:
         await conn.execute(
-            f"INSERT INTO {schema}.notifications (dead_letter_id, payload) VALUES ($1, $2::jsonb) "
-            "ON CONFLICT DO NOTHING",
+            sql(_QUEUE_NOTIFICATION, schema),
             row["id"],
             json.dumps(notification_payload(row, letter)),
         )
@@ -263,6 +268,8 @@ def _status_event(row: Any, *, event_id: str, at: datetime, command_id: str | No
 _EVENT_COLUMNS = """id, status, reason, error_type, error, source_service, topic, "partition", "offset",
     key_text, original_type, run_id, job_id, tags, count, redrive_count, first_seen, last_seen,
     status_changed_at, note, redrive_of"""
+#: The same columns of the updated row `d`.
+_D_EVENT_COLUMNS = ", ".join("d." + c.strip() for c in _EVENT_COLUMNS.split(","))
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,6 +282,12 @@ class Applied:
     skipped_truncated: int = 0
 
 
+_RECORD_COMMAND = (
+    "INSERT INTO {schema}.commands (command_id, kind, selection, note, matched) "
+    "VALUES ($1, $2, $3::jsonb, $4, $5)"
+)
+
+
 async def _record_command(
     conn: Conn,
     schema: str,
@@ -285,8 +298,7 @@ async def _record_command(
     matched: int,
 ) -> None:
     await conn.execute(
-        f"INSERT INTO {schema}.commands (command_id, kind, selection, note, matched) "
-        "VALUES ($1, $2, $3::jsonb, $4, $5)",
+        sql(_RECORD_COMMAND, schema),
         pg_text(envelope.id),
         kind,
         # The selection was matched with NUL replaced anyway (selection_sql).
@@ -296,10 +308,11 @@ async def _record_command(
     )
 
 
+_COMMAND_SEEN = "SELECT true FROM {schema}.commands WHERE command_id = $1"
+
+
 async def _seen_command(conn: Conn, schema: str, command_id: str) -> bool:
-    found = await conn.fetchval(
-        f"SELECT true FROM {schema}.commands WHERE command_id = $1", pg_text(command_id)
-    )
+    found = await conn.fetchval(sql(_COMMAND_SEEN, schema), pg_text(command_id))
     return found is True
 
 
@@ -309,6 +322,45 @@ def _accepted(kafka: KafkaSettings, envelope: Envelope, kind: str, subject: str,
         kafka.topic(DLQ_EVENTS),
         wrap(event, id=fit_id(envelope.id, "/accepted"), key=envelope.key, source=SOURCE, occurred_at=at),
     )
+
+
+_RECORD_REDRIVES = """
+INSERT INTO {schema}.redrives (dead_letter_id, redrive_number, command_id, topic, record_key, value, headers)
+SELECT d.id, d.redrive_count, $1, d.topic, d.record_key, d.value, u.headers::jsonb
+  FROM unnest($2::text[], $3::text[]) AS u(id, headers)
+  JOIN {schema}.dead_letters d ON d.id = u.id
+ON CONFLICT (dead_letter_id, redrive_number) DO NOTHING
+"""
+
+
+# A redrive's selection (`{where}`, the clause of `selection_sql`) is counted in three parts.
+# Entries parked truncated: their bytes are incomplete, so they stay parked (counted, not sent).
+_COUNT_TRUNCATED = "SELECT count(*) FROM {schema}.dead_letters WHERE {where} AND value_truncated"
+# Entries naming a topic that is not one of this deployment's ($1): refused, and stay parked.
+_COUNT_FOREIGN = """
+SELECT count(*) FROM {schema}.dead_letters
+ WHERE {where} AND NOT value_truncated AND topic <> ALL ($1::text[])
+"""
+# The rest, oldest first and at most $1, become `redriven` with their count raised by one. FOR
+# UPDATE serialises two commands over the same entries: the second re-reads them once the first
+# commits and, selecting parked entries (the default), finds them redriven already.
+_REDRIVE = compose(
+    """
+WITH chosen AS (
+    SELECT id FROM {schema}.dead_letters
+     WHERE {where} AND NOT value_truncated AND topic = ANY ($3::text[])
+     ORDER BY first_seen, id
+     LIMIT $1
+       FOR UPDATE
+)
+UPDATE {schema}.dead_letters d
+   SET status = 'redriven', redrive_count = d.redrive_count + 1, status_changed_at = now(),
+       note = $2
+  FROM chosen WHERE d.id = chosen.id
+RETURNING {event_columns}, d.headers::text AS headers, d.prior_redrives
+""",
+    event_columns=_D_EVENT_COLUMNS,
+)
 
 
 async def redrive(
@@ -327,33 +379,16 @@ async def redrive(
     # block every later redrive. Such entries stay parked and the acknowledgement says so.
     own = [spec.name for spec in kafka.topics()]
     alone, alone_params = selection_sql(command.selection, default_status="parked", first=1)
-    skipped = await conn.fetchval(
-        f"SELECT count(*) FROM {schema}.dead_letters WHERE {alone} AND value_truncated", *alone_params
-    )
+    skipped = await conn.fetchval(sql_with(_COUNT_TRUNCATED, schema, where=alone), *alone_params)
     after_own, after_params = selection_sql(command.selection, default_status="parked", first=2)
     foreign = await conn.fetchval(
-        f"SELECT count(*) FROM {schema}.dead_letters WHERE {after_own} AND NOT value_truncated "
-        "AND topic <> ALL ($1::text[])",
+        sql_with(_COUNT_FOREIGN, schema, where=after_own),
         own,
         *after_params,
     )
     where, params = selection_sql(command.selection, default_status="parked", first=4)
     rows = await conn.fetch(
-        f"""
-        WITH chosen AS (
-            SELECT id FROM {schema}.dead_letters
-             WHERE {where} AND NOT value_truncated AND topic = ANY ($3::text[])
-             ORDER BY first_seen, id
-             LIMIT $1
-               FOR UPDATE
-        )
-        UPDATE {schema}.dead_letters d
-           SET status = 'redriven', redrive_count = d.redrive_count + 1, status_changed_at = now(),
-               note = $2
-          FROM chosen WHERE d.id = chosen.id
-        RETURNING {", ".join("d." + c.strip() for c in _EVENT_COLUMNS.split(","))}, d.headers::text AS headers,
-            d.prior_redrives
-        """,
+        sql_with(_REDRIVE, schema, where=where),
         command.limit,
         pg_text(f"redriven by {envelope.id}"[:1000]),
         own,
@@ -374,13 +409,7 @@ async def redrive(
     if ids:
         # The value is copied inside the database: a large selection never passes through memory.
         await conn.execute(
-            f"""
-            INSERT INTO {schema}.redrives (dead_letter_id, redrive_number, command_id, topic, record_key, value, headers)
-            SELECT d.id, d.redrive_count, $1, d.topic, d.record_key, d.value, u.headers::jsonb
-              FROM unnest($2::text[], $3::text[]) AS u(id, headers)
-              JOIN {schema}.dead_letters d ON d.id = u.id
-            ON CONFLICT (dead_letter_id, redrive_number) DO NOTHING
-            """,
+            sql(_RECORD_REDRIVES, schema),
             pg_text(envelope.id),
             ids,
             new_headers,
@@ -410,6 +439,22 @@ async def redrive(
     return Applied(envelope.id, False, tuple(ids), int(skipped))
 
 
+# Discarded entries keep their bytes (for the record) and are never sent; locked as in _REDRIVE.
+_DISCARD = compose(
+    """
+WITH chosen AS (
+    SELECT id FROM {schema}.dead_letters WHERE {where}
+     ORDER BY first_seen, id LIMIT $1 FOR UPDATE
+)
+UPDATE {schema}.dead_letters d
+   SET status = 'discarded', status_changed_at = now(), note = $2
+  FROM chosen WHERE d.id = chosen.id
+RETURNING {event_columns}
+""",
+    event_columns=_D_EVENT_COLUMNS,
+)
+
+
 async def discard(
     conn: Conn, *, schema: str, kafka: KafkaSettings, envelope: Envelope, command: DiscardDeadLetters
 ) -> Applied:
@@ -419,16 +464,7 @@ async def discard(
     where, params = selection_sql(command.selection, default_status="parked", first=3)
     note = pg_text(command.reason)
     rows = await conn.fetch(
-        f"""
-        WITH chosen AS (
-            SELECT id FROM {schema}.dead_letters WHERE {where}
-             ORDER BY first_seen, id LIMIT $1 FOR UPDATE
-        )
-        UPDATE {schema}.dead_letters d
-           SET status = 'discarded', status_changed_at = now(), note = $2
-          FROM chosen WHERE d.id = chosen.id
-        RETURNING {", ".join("d." + c.strip() for c in _EVENT_COLUMNS.split(","))}
-        """,
+        sql_with(_DISCARD, schema, where=where),
         command.limit,
         note,
         *params,

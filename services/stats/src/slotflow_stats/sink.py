@@ -7,6 +7,7 @@ upsert that would lower it is a stale copy (from a worker that lost the partitio
 say) and is refused by the WHERE clause.
 """
 
+import functools
 import json
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
@@ -42,11 +43,37 @@ async def create_schema(conn: Conn, schema: str) -> None:
     ddl = resources.files("slotflow_stats").joinpath("schema.sql").read_text(encoding="utf-8")
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1)", _DDL_LOCK)
-        await conn.execute(ddl.format(schema=schema))
+        await conn.execute(sql(ddl, schema))
+
+
+@functools.lru_cache(maxsize=64)
+def sql(statement: str, schema: str) -> str:
+    """``statement`` with `{schema}` filled in, once per pair. The worker does not import
+    `slotflow` (decision 0005), so this is the sink's own copy of `slotflow.pg.statements.sql`;
+    ``schema`` is a plain lower-case name (the `db_schema` setting's pattern)."""
+    return statement.replace("{schema}", schema)
 
 
 def _instant(epoch: float) -> datetime:
     return datetime.fromtimestamp(epoch, tz=UTC)
+
+
+_MERGE_WINDOW = """
+INSERT INTO {schema}.windows
+    (size_s, window_start, family, subject, part, events, counts, duration, lateness)
+VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8::jsonb, $9::jsonb)
+ON CONFLICT (size_s, window_start, family, subject, part) DO UPDATE
+   SET events = EXCLUDED.events, counts = EXCLUDED.counts,
+       duration = EXCLUDED.duration, lateness = EXCLUDED.lateness
+ WHERE {schema}.windows.events <= EXCLUDED.events
+"""
+
+
+_UPSERT_JOB_HANDLER = """
+INSERT INTO {schema}.job_handlers (job_id, handler, seen_at) VALUES ($1, $2, $3)
+ON CONFLICT (job_id) DO UPDATE SET handler = EXCLUDED.handler, seen_at = EXCLUDED.seen_at
+ WHERE {schema}.job_handlers.seen_at <= EXCLUDED.seen_at
+"""
 
 
 async def write(
@@ -75,25 +102,13 @@ async def write(
             # Invariant: a stored value is replaced only by one that has applied at least as many
             # records (events never goes down for a key).
             await conn.executemany(
-                f"""
-                INSERT INTO {schema}.windows
-                    (size_s, window_start, family, subject, part, events, counts, duration, lateness)
-                VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8::jsonb, $9::jsonb)
-                ON CONFLICT (size_s, window_start, family, subject, part) DO UPDATE
-                   SET events = EXCLUDED.events, counts = EXCLUDED.counts,
-                       duration = EXCLUDED.duration, lateness = EXCLUDED.lateness
-                 WHERE {schema}.windows.events <= EXCLUDED.events
-                """,
+                sql(_MERGE_WINDOW, schema),
                 [(*r[:6], _json(r[6]), _json(r[7]), _json(r[8])) for r in rows],
             )
         if handlers:
             # Invariant: the handler a job's newest JobDue named wins (seen_at never goes back).
             await conn.executemany(
-                f"""
-                INSERT INTO {schema}.job_handlers (job_id, handler, seen_at) VALUES ($1, $2, $3)
-                ON CONFLICT (job_id) DO UPDATE SET handler = EXCLUDED.handler, seen_at = EXCLUDED.seen_at
-                 WHERE {schema}.job_handlers.seen_at <= EXCLUDED.seen_at
-                """,
+                sql(_UPSERT_JOB_HANDLER, schema),
                 [(job, handler, _instant(at)) for job, (handler, at) in handlers.items()],
             )
 

@@ -19,10 +19,12 @@ from pydantic import ValidationError
 from slotflow.contracts import DstPolicy, ScheduleSpec
 from slotflow.contracts.schedules import CronSpec, IntervalSpec, OnceSpec
 from slotflow.pg.pool import create_pool
+from slotflow.pg.statements import sql
 from slotflow.settings import KafkaSettings, PostgresSettings
 from slotflow_ticker.app import TickerService, migrate
 from slotflow_ticker.config import TickerSettings
 from slotflow_ticker.preview import preview_lines
+from slotflow_ticker.sql import STORED_DEFINITION
 from slotflow_ticker.store import parse_definition
 
 
@@ -120,10 +122,7 @@ async def _stored(schedule_id: str) -> tuple[ScheduleSpec, DstPolicy] | None:
     settings = TickerSettings()
     pool = await create_pool(PostgresSettings(), min_size=1, max_size=1)
     try:
-        text = await pool.fetchval(
-            f"SELECT definition::text FROM {settings.db_schema}.schedules WHERE schedule_id = $1 AND NOT deleted",
-            schedule_id,
-        )
+        text = await pool.fetchval(sql(STORED_DEFINITION, settings.db_schema), schedule_id)
     finally:
         await pool.close()
     if text is None:

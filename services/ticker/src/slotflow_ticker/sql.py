@@ -1,12 +1,13 @@
 """Every statement the ticker runs, each with the invariant it protects.
 
-`{schema}` is the ticker's schema (validated by the settings pattern). Statements that decide
+`{schema}` is the ticker's schema, quoted by `slotflow.pg.statements.sql`. Statements that decide
 whether something is due compare with `now()`, the database clock, and never take a host time.
 """
 
 from dataclasses import dataclass
 
 from slotflow.pg.instants import FROM_MICROS
+from slotflow.pg.statements import compose, sql
 
 _SCHEDULE_COLUMNS = (
     "schedule_id, definition::text AS definition, version, paused, pause_reason, resume_at, "
@@ -32,16 +33,21 @@ SELECT {columns}, ctid::text AS row_tid, now() AS db_now
 # because the claim's row locks keep every other writer, and VACUUM FULL or CLUSTER, off them until
 # this transaction ends. The caller checks that every row was updated. The instants arrive as int8
 # microseconds (slotflow.pg.instants: a fraction of asyncpg's cost per timestamptz).
-ADVANCE = f"""
-UPDATE {{schema}}.schedules AS s
-   SET next_slot = {FROM_MICROS.format("u.next_slot")},
-       next_fire_at = {FROM_MICROS.format("u.next_fire_at")},
-       covered_until = {FROM_MICROS.format("u.covered_until")},
+ADVANCE = compose(
+    """
+UPDATE {schema}.schedules AS s
+   SET next_slot = {next_slot},
+       next_fire_at = {next_fire_at},
+       covered_until = {covered_until},
        updated_at = now()
   FROM unnest($1::text[]::tid[], $2::int8[], $3::int8[], $4::int8[])
        AS u(row_tid, next_slot, next_fire_at, covered_until)
  WHERE s.ctid = u.row_tid
-"""
+""",
+    next_slot=FROM_MICROS.format("u.next_slot"),
+    next_fire_at=FROM_MICROS.format("u.next_fire_at"),
+    covered_until=FROM_MICROS.format("u.covered_until"),
+)
 
 # Paused rows whose automatic resume time passed (database clock); SKIP LOCKED so concurrent
 # tickers resume each row once. Slots that passed meanwhile are then due and meet the misfire policy.
@@ -112,6 +118,9 @@ SELECT timer_id, fire_at
 """
 
 NOW = "SELECT now()"
+
+# A schedule's stored definition, for `preview --schedule` (a deleted one has none).
+STORED_DEFINITION = "SELECT definition::text FROM {schema}.schedules WHERE schedule_id = $1 AND NOT deleted"
 
 # Commands lock the one row they change (waiting, not skipping: a command must apply), so a claim
 # and a command never interleave on one schedule.
@@ -209,7 +218,7 @@ DELETE FROM {schema}.timers WHERE state <> 'pending' AND created_at < now() - ma
 
 @dataclass(frozen=True)
 class Queries:
-    """The statements above with the schema filled in."""
+    """The statements above rendered for one schema (`slotflow.pg.statements.sql`)."""
 
     claim_due: str
     advance: str
@@ -237,8 +246,8 @@ class Queries:
 
     @classmethod
     def for_schema(cls, schema: str) -> "Queries":
-        def fill(sql: str) -> str:
-            return sql.replace("{columns}", _SCHEDULE_COLUMNS).replace("{schema}", schema)
+        def fill(statement: str) -> str:
+            return sql(compose(statement, columns=_SCHEDULE_COLUMNS), schema)
 
         return cls(
             claim_due=fill(CLAIM_DUE),

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from slotflow.errors import MigrationDrift, MigrationError
 from slotflow.pg.pool import Pool
+from slotflow.pg.statements import sql
 
 _NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 _SCHEMA = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
@@ -33,6 +34,11 @@ CREATE TABLE IF NOT EXISTS {schema}.schema_migrations (
     applied_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (source, version)        -- unique: a file is recorded, and so applied, once
 );
+"""
+_APPLIED = "SELECT source, version, checksum FROM {schema}.schema_migrations"
+# Recorded in the transaction that applied the file (the primary key refuses a second record).
+_RECORD = """
+INSERT INTO {schema}.schema_migrations (source, version, name, checksum) VALUES ($1, $2, $3, $4)
 """
 
 
@@ -97,8 +103,8 @@ async def apply_migrations(pool: Pool, *, schema: str, sources: Sequence[Migrati
     applied: list[str] = []
     async with pool.acquire() as conn, conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock(hashtext($1))", f"slotflow.migrate.{schema}")
-        await conn.execute(_BOOTSTRAP.format(schema=schema))
-        rows = await conn.fetch(f"SELECT source, version, checksum FROM {schema}.schema_migrations")
+        await conn.execute(sql(_BOOTSTRAP, schema))
+        rows = await conn.fetch(sql(_APPLIED, schema))
         done = {(str(r["source"]), int(r["version"])): str(r["checksum"]) for r in rows}
         for source in sources:
             for migration in load_migrations(source.directory):
@@ -110,10 +116,9 @@ async def apply_migrations(pool: Pool, *, schema: str, sources: Sequence[Migrati
                             "changed after it was applied"
                         )
                     continue
-                await conn.execute(migration.sql.replace("{schema}", schema))
+                await conn.execute(sql(migration.sql, schema))
                 await conn.execute(
-                    f"INSERT INTO {schema}.schema_migrations (source, version, name, checksum) "
-                    "VALUES ($1, $2, $3, $4)",
+                    sql(_RECORD, schema),
                     source.name,
                     migration.version,
                     migration.name,

@@ -8,6 +8,7 @@ and no caller formats SQL itself (ruff's S608 is on everywhere but here).
 
 import functools
 import re
+from typing import Any
 
 from slotflow.errors import ConfigurationError
 
@@ -47,3 +48,28 @@ def compose(statement: str, **fragments: str) -> str:
 def sql_with(statement: str, schema: str, **fragments: str) -> str:
     """`sql`, then `compose`: a statement with a clause composed at run time."""
     return compose(sql(statement, schema), **fragments)
+
+
+class Filters:
+    """A WHERE clause composed at run time from fixed conditions and numbered parameters: each
+    condition is a constant with `{}` where its values go, and every value travels as a `$n`
+    parameter (`args`), never in the text."""
+
+    def __init__(self, *, first: int = 1) -> None:
+        #: Placeholders start at `$first` (the statement's fixed parameters come before).
+        self.first = first
+        self.clauses: list[str] = []
+        self.args: list[Any] = []
+
+    def add(self, clause: str, *values: Any) -> None:
+        """AND ``clause`` (its `{}` filled with one placeholder per value, in order)."""
+        self.clauses.append(clause.format(*(self.param(value) for value in values)))
+
+    def param(self, value: Any) -> str:
+        """The placeholder (`$n`) of ``value``, appended to `args`."""
+        self.args.append(value)
+        return f"${self.first + len(self.args) - 1}"
+
+    def where(self) -> str:
+        """The conditions joined with AND (`true` when there are none)."""
+        return " AND ".join(self.clauses) if self.clauses else "true"
