@@ -1,25 +1,8 @@
 """The slot audit: the slots a schedule should have fired, against what was recorded.
 
 Pure code: the caller reads the schedule's timeline, its runs and skipped slots in the window, and
-the database clock, and gets back one verdict per expected slot.
-
-Expected slots come from the definition in force at each moment (a schedule's timeline of
-create/update/pause/resume/delete events), clipped to [from, to), to the schedule's life and to
-its start_at/end_at. Each is then:
-
-- `duplicated_effect`: more than one claim (distinct fence tokens) completed the run;
-- `skipped_by_policy`: a SlotSkipped was recorded, the overlap policy skipped the run, the DST
-  policy says the local time does not exist, or the schedule was paused at that instant;
-- `late`: a JobDue was produced more than the threshold after the slot (after its jittered fire
-  time when it has one);
-- `fired`: a JobDue (or a run) was recorded in time;
-- `missed`: nothing at all was recorded, and the slot is older than the threshold and the grace.
-
-Slots with no record yet that are younger than the late threshold or the schedule's misfire grace
-(the ticker may still fire them, late) are not judged: they are counted as `pending`.
-Runs of the schedule off the spec's grid (manual triggers) are listed apart as `unscheduled`; a
-backfilled run on the grid is a fired slot (with its kind), also before the schedule was created.
-Runs that ended dead-lettered are listed as `dead_lettered`: the slot fired, its work failed.
+the database clock, and gets back one verdict per expected slot (`duplicated_effect`,
+`skipped_by_policy`, `late`, `fired`, `missed`; the rules, in order: docs/api.md, "The slot audit").
 """
 
 from collections.abc import Iterable, Sequence

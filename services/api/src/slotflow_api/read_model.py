@@ -65,6 +65,7 @@ _SCHEDULE = compose(
 
 
 def schedule_row(row: asyncpg.Record) -> dict[str, Any]:
+    """A schedules row as the api returns it: the definition parsed, its spec beside it."""
     out = dict(row)
     out["definition"] = _loads(out["definition"])
     out["spec"] = out["definition"]["spec"]
@@ -83,6 +84,7 @@ async def list_schedules(
     limit: int,
     cursor: str | None,
 ) -> Page:
+    """One page of schedules matching the filters, in schedule id order."""
     f = Filters()
     f.add("deleted = {}", deleted)
     if paused is not None:
@@ -102,6 +104,7 @@ _RUN_COUNTS_BY_STATE = "SELECT state, count(*) AS n FROM {schema}.runs WHERE job
 
 
 async def get_schedule(pool: Pool, schema: str, schedule_id: str) -> dict[str, Any] | None:
+    """One schedule with how many of its runs are in each state, or None."""
     row = await pool.fetchrow(sql(_SCHEDULE, schema), schedule_id)
     if row is None:
         return None
@@ -142,6 +145,7 @@ def _millis(span: timedelta) -> float:
 
 
 def run_row(row: asyncpg.Record, *, detail: bool = False) -> dict[str, Any]:
+    """A runs row as the api returns it: JSON parsed, timings gathered (payload only with ``detail``)."""
     out = dict(row)
     payload = out.pop("payload", None)
     if detail:
@@ -177,6 +181,7 @@ async def list_runs(
     limit: int,
     cursor: str | None,
 ) -> Page:
+    """One page of runs matching the filters, by slot (oldest first when ``ascending``)."""
     f = Filters()
     if job_id is not None:
         f.add("r.job_id = {}", job_id)
@@ -214,6 +219,7 @@ async def backfill_states(
 
 
 async def get_run(pool: Pool, schema: str, run_id: str) -> dict[str, Any] | None:
+    """One run with every attempt, its traceback and log lines, or None."""
     row = await pool.fetchrow(sql(_RUN, schema), run_id)
     return run_row(row, detail=True) if row is not None else None
 
@@ -241,6 +247,7 @@ _WORKFLOW = compose("{workflow_select} WHERE w.workflow_id = $1", workflow_selec
 
 
 def workflow_row(row: asyncpg.Record) -> dict[str, Any]:
+    """A workflows row as the api returns it (the folded details left out)."""
     out = dict(row)
     out["input"] = _loads(out["input"])
     out.pop("derived", None)
@@ -258,6 +265,7 @@ async def list_workflows(
     limit: int,
     cursor: str | None,
 ) -> Page:
+    """One page of workflows matching the filters, newest request first."""
     f = Filters()
     if workflow_type is not None:
         f.add("w.workflow_type = {}", workflow_type)
@@ -281,6 +289,7 @@ _HISTORY_LENGTH = "SELECT count(*) FROM {schema}.workflow_history WHERE workflow
 
 
 async def get_workflow(pool: Pool, schema: str, workflow_id: str) -> dict[str, Any] | None:
+    """One workflow with its activities, timers and the state folded from its history, or None."""
     row = await pool.fetchrow(sql(_WORKFLOW, schema), workflow_id)
     if row is None:
         return None
@@ -367,6 +376,7 @@ SELECT *, COALESCE(sequence, 0) AS position FROM {schema}.workflow_history WHERE
 
 
 def history_row(row: asyncpg.Record) -> dict[str, Any]:
+    """A workflow_history row as the api returns it."""
     out = dict(row)
     out["data"] = _loads(out["data"])
     out.pop("position", None)
@@ -376,6 +386,7 @@ def history_row(row: asyncpg.Record) -> dict[str, Any]:
 async def workflow_history(
     pool: Pool, schema: str, workflow_id: str, *, limit: int, cursor: str | None, origin: str | None = None
 ) -> Page:
+    """One page of a workflow's history entries in recorded order (of one origin if given)."""
     f = Filters()
     f.add("workflow_id = {}", workflow_id)
     if origin is not None:
@@ -405,6 +416,7 @@ async def list_dead_letters(
     limit: int,
     cursor: str | None,
 ) -> Page:
+    """One page of dead letters matching the filters, newest status change first."""
     f = Filters()
     for column, value in (
         ("status", status),
@@ -434,6 +446,7 @@ _DEAD_LETTER = "SELECT * FROM {schema}.dead_letters WHERE dead_letter_id = $1"
 
 
 async def get_dead_letter(pool: Pool, schema: str, dead_letter_id: str) -> dict[str, Any] | None:
+    """One dead letter with its run's attempts and the last traceback, or None."""
     row = await pool.fetchrow(sql(_DEAD_LETTER, schema), dead_letter_id)
     if row is None:
         return None
@@ -452,6 +465,7 @@ _COMMAND = "SELECT * FROM {schema}.commands WHERE command_id = $1"
 
 
 async def get_command(pool: Pool, schema: str, command_id: str) -> dict[str, Any] | None:
+    """One command's row (its status, the acknowledgement's reason), or None."""
     row = await pool.fetchrow(sql(_COMMAND, schema), command_id)
     return dict(row) if row is not None else None
 
@@ -471,6 +485,7 @@ async def claimers(pool: Pool, schema: str) -> list[dict[str, Any]]:
 
 
 async def database_now(pool: Pool) -> datetime:
+    """The database clock (`now()`), which every decision about time uses."""
     value = await pool.fetchval("SELECT now()")
     if not isinstance(value, datetime):
         raise TypeError("now() did not return a timestamp")

@@ -1,26 +1,10 @@
 """Running handlers under a lease: heartbeats extend it, and losing it cancels the handler.
 
 One heartbeat statement per interval renews every lease this claimer holds, each guarded by the
-token it was claimed with. A run missing from the answer was taken over (its token moved on): its
-handler is cancelled and nothing is recorded for it, since the run belongs to someone else now.
-If the database cannot be reached for longer than the lease lasts, the leases are as good as lost
-and the handlers are cancelled too. A run whose row says `cancel_requested` (a newer run of its
-job replaced it) is cancelled and recorded as cancelled.
-
-The fence makes all of this safe rather than the cancellation: a handler cancelled too late, or a
-whole process frozen past its lease, can still reach storage, and its writes carry the old token.
-
-Handler code never escapes its run. Whatever it raises, `BaseException`s such as `SystemExit`
-included, is the attempt's failure (retried or dead-lettered by the retry policy); only the
-claimer's own cancellation of the task is not. A run's task that ends with no outcome submitted
-(a fault in the claimer itself) releases its lease at the next heartbeat instead of having it
-renewed forever. A run whose lease keeps lapsing, which is what a handler that kills its process
-looks like from the next claimer, is quarantined after `max_lease_lapses` takeovers.
-
-A plain `def` handler runs in a bounded thread pool (``runs_in="process"``: a process pool), so
-blocking calls in it cannot stop the loop that renews leases. An `async def` that blocks the loop
-anyway stops every renewal of this claimer (see `watchdog` for how it is named in the log); its
-runs' leases lapse, another claimer takes them over, and the fence refuses the late writes.
+token it was claimed with; a run missing from the answer was taken over and its handler is
+cancelled with nothing recorded. The fence, not the cancellation, makes that safe. Where handlers
+run, what cancels them and when a run is quarantined: docs/claimer.md ("Where a handler runs",
+"Cancellation", "Failure sorting").
 """
 
 from __future__ import annotations

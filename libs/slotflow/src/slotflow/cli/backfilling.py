@@ -40,6 +40,7 @@ def summary_line(report: dict[str, Any]) -> str:
 
 
 def schedule_backfill(ctx: Context) -> int:
+    """`schedule backfill`: send a Backfill for a slot range (or show it with --dry-run)."""
     a = ctx.args
     fields = {
         "schedule_id": identifier(a.schedule_id, "SCHEDULE_ID"),

@@ -16,6 +16,7 @@ class WorkflowCheckFindings(CliError):
 
 
 def workflow_check(ctx: Context) -> int:
+    """`workflow check`: look for determinism traps in the workflow code of the named modules."""
     targets: list[str] = list(ctx.args.modules)
     try:
         result = check_modules(targets)

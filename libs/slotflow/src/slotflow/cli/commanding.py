@@ -113,7 +113,7 @@ def _schedule_id(ctx: Context) -> str:
 
 
 def schedule_create(ctx: Context) -> int:
-
+    """`schedule create`: send a CreateSchedule built from the flags."""
     message = CreateSchedule(
         schedule_id=_schedule_id(ctx), definition=_definition(ctx), paused=ctx.args.paused
     )
@@ -122,6 +122,7 @@ def schedule_create(ctx: Context) -> int:
 
 
 def schedule_pause(ctx: Context) -> int:
+    """`schedule pause`: send a PauseSchedule (with an automatic resume time if given)."""
     fields: dict[str, Any] = {"schedule_id": _schedule_id(ctx), "reason": ctx.args.reason}
     if ctx.args.resume_at is not None:
         fields["resume_at"] = parse_instant(ctx.args.resume_at, flag="--resume-at")
@@ -129,14 +130,17 @@ def schedule_pause(ctx: Context) -> int:
 
 
 def schedule_resume(ctx: Context) -> int:
+    """`schedule resume`: send a ResumeSchedule."""
     return send(ctx, ResumeSchedule(schedule_id=_schedule_id(ctx)))
 
 
 def schedule_delete(ctx: Context) -> int:
+    """`schedule delete`: send a DeleteSchedule."""
     return send(ctx, DeleteSchedule(schedule_id=_schedule_id(ctx)))
 
 
 def schedule_trigger(ctx: Context) -> int:
+    """`schedule trigger`: send a TriggerNow (one run now, outside the grid)."""
     return send(ctx, TriggerNow(schedule_id=_schedule_id(ctx)))
 
 
@@ -145,6 +149,7 @@ def _workflow_id(ctx: Context) -> str:
 
 
 def workflow_start(ctx: Context) -> int:
+    """`workflow start`: send a StartWorkflow."""
     a = ctx.args
     fields: dict[str, Any] = {
         "workflow_id": _workflow_id(ctx),
@@ -157,6 +162,7 @@ def workflow_start(ctx: Context) -> int:
 
 
 def workflow_signal(ctx: Context) -> int:
+    """`workflow signal`: send a SignalWorkflow with its JSON payload."""
     a = ctx.args
     message = SignalWorkflow(
         workflow_id=_workflow_id(ctx),
@@ -167,11 +173,13 @@ def workflow_signal(ctx: Context) -> int:
 
 
 def workflow_cancel(ctx: Context) -> int:
+    """`workflow cancel`: send a CancelWorkflow (the workflow compensates and ends)."""
     fields = {"workflow_id": _workflow_id(ctx), "reason": ctx.args.reason}
     return send(ctx, validated(CancelWorkflow, fields, what="cancel"))
 
 
 def workflow_terminate(ctx: Context) -> int:
+    """`workflow terminate`: send a TerminateWorkflow (it ends without compensating)."""
     fields = {"workflow_id": _workflow_id(ctx), "reason": ctx.args.reason}
     return send(ctx, validated(TerminateWorkflow, fields, what="terminate"))
 
@@ -203,10 +211,12 @@ def selection(ctx: Context) -> DeadLetterFilter:
 
 
 def dlq_redrive(ctx: Context) -> int:
+    """`dlq redrive`: send a RedriveDeadLetters for the selection."""
     fields = {"selection": selection(ctx), "limit": ctx.args.limit}
     return send(ctx, validated(RedriveDeadLetters, fields, what="redrive"))
 
 
 def dlq_discard(ctx: Context) -> int:
+    """`dlq discard`: send a DiscardDeadLetters for the selection, with its reason."""
     fields = {"selection": selection(ctx), "reason": ctx.args.reason, "limit": ctx.args.limit}
     return send(ctx, validated(DiscardDeadLetters, fields, what="discard"))

@@ -71,12 +71,14 @@ def _listing(ctx: Context, path: str, params: Params, columns: Sequence[Column],
 
 
 def schedule_list(ctx: Context) -> int:
+    """`schedule list`: the schedules matching the filters, a page at a time."""
     a = ctx.args
     params = {"paused": a.paused, "tag": a.tag, "handler": a.handler}
     return _listing(ctx, "/v1/schedules", params, SCHEDULE_COLUMNS, empty="no schedules")
 
 
 def schedule_show(ctx: Context) -> int:
+    """`schedule show`: one schedule, its next slots and its runs by state."""
     schedule_id = ctx.args.schedule_id
     body = _fetch(
         ctx, f"/v1/schedules/{path_segment(schedule_id)}", not_found=f"schedule {schedule_id} not found"
@@ -122,6 +124,7 @@ def slot_text(slot: Any) -> str:
 
 
 def runs_list(ctx: Context) -> int:
+    """`runs list`: runs of one schedule (by slot range) or of any job."""
     a = ctx.args
     start, end = _iso(a.start, "--from"), _iso(a.end, "--to")
     if a.schedule is not None and a.job is not None:
@@ -142,6 +145,7 @@ def runs_list(ctx: Context) -> int:
 
 
 def runs_show(ctx: Context) -> int:
+    """`runs show`: one run with its timings and every attempt."""
     run_id = ctx.args.run_id
     body = _fetch(ctx, f"/v1/runs/{path_segment(run_id)}", not_found=f"run {run_id} not found")
     if ctx.as_json:
@@ -193,6 +197,7 @@ def _attempts(ctx: Context, found: Any) -> None:
 
 
 def workflow_list(ctx: Context) -> int:
+    """`workflow list`: the workflows matching the filters, a page at a time."""
     a = ctx.args
     params = {
         "type": a.workflow_type,
@@ -204,12 +209,14 @@ def workflow_list(ctx: Context) -> int:
 
 
 def dlq_list(ctx: Context) -> int:
+    """`dlq list`: the dead letters matching the filters, a page at a time."""
     a = ctx.args
     params = {"status": a.status, "reason": a.reason, "topic": a.topic, "source": a.source, "job_id": a.job}
     return _listing(ctx, "/v1/dlq", params, DLQ_COLUMNS, empty="no dead letters")
 
 
 def dlq_show(ctx: Context) -> int:
+    """`dlq show`: one dead letter, with its run's attempts or its traceback."""
     dead_letter_id = ctx.args.dead_letter_id
     body = _fetch(
         ctx, f"/v1/dlq/{path_segment(dead_letter_id)}", not_found=f"dead letter {dead_letter_id} not found"
@@ -236,6 +243,7 @@ AUDIT_STATUSES = ("fired", "missed", "skipped_by_policy", "late", "duplicated_ef
 
 
 def audit(ctx: Context) -> int:
+    """`audit`: every expected slot of a schedule in a range and what became of it."""
     a = ctx.args
     start, end = parse_instant(a.start, flag="--from"), parse_instant(a.end, flag="--to")
     if end <= start:

@@ -60,6 +60,7 @@ class History:
 
 
 def replay(ctx: Context) -> int:
+    """`replay`: replay recorded histories against the code of --module (or list one without it)."""
     a = ctx.args
     chosen = [
         name

@@ -95,6 +95,7 @@ def change_lines(before: ScheduleDefinition, after: ScheduleDefinition) -> list[
 
 
 def schedule_update(ctx: Context) -> int:
+    """`schedule update`: send an UpdateSchedule with the changed fields, showing the change first."""
     schedule_id = identifier(ctx.args.schedule_id, "SCHEDULE_ID")
     patch = build_patch(ctx.args)
     message = validated(UpdateSchedule, {"schedule_id": schedule_id, "patch": patch}, what="update")

@@ -112,6 +112,7 @@ TYPED_HISTORY_COLUMNS: Sequence[Column] = (
 
 
 def workflow_show(ctx: Context) -> int:
+    """`workflow show`: one workflow's state as its history makes it."""
     with ctx.api() as api:
         body = _workflow(ctx, api)
     if ctx.as_json:
@@ -165,6 +166,7 @@ def _divergence(d: Mapping[str, Any]) -> str:
 
 
 def workflow_history(ctx: Context) -> int:
+    """`workflow history`: a workflow's history entries, of one origin if given."""
     with ctx.api() as api:
         items = _history(ctx, api, getattr(ctx.args, "origin", None))
     if ctx.as_json:
@@ -290,6 +292,7 @@ DECISION_COLUMNS: Sequence[Column] = (
 
 
 def replay(ctx: Context) -> int:
+    """`replay WORKFLOW_ID` without --module: what a replay hands back, decision by decision."""
     with ctx.api() as api:
         workflow = _workflow(ctx, api)
         history = _history(ctx, api, "history")

@@ -1,24 +1,10 @@
 """An envelope's identity is checked, never trusted: the one rule every consumer applies.
 
-Ids are dedupe keys (the claimer's runs, every inbox, the api's `seen` table, the DLQ's entries),
-so a record whose id does not follow from its own content could collapse someone else's record:
-a JobDue with `job_id: attacker` and `run_id: victim@<slot>` ran the attacker's payload under the
-victim's run id, and the victim's real JobDue was then dropped as a duplicate (issue 24).
-
-The rules, by message:
-
-- every envelope: its id holds no control character (NUL cannot be stored as text, and an id
-  with a newline or escape is never one a slotflow producer made), its key no NUL (keys are
-  the sender's bytes; a dead letter carries the origin's key);
-- JobDue: the run id is exactly `{job_id}@{slot as UTC ISO-8601}`, or `{workflow_id}/{sequence}`
-  for a workflow activity (both set or neither); `kind` matches that shape (`activity` only with
-  a workflow id; `retry` exactly when the attempt is past the first); the envelope id is
-  `job_due_event_id(run_id, attempt)`;
-- a run event (RunStarted, RunCompleted, ...): its envelope id is `{run_id}/{fence_token}/...`;
-- a workflow-history event: its envelope id is `history_event_id(workflow_id, sequence)`;
-- a DeadLettered: its envelope id is its origin's `topic:partition:offset` (fitted to the limit).
-
-A violation is an `InvalidPayload` (reason `invalid_payload`) whose message says which rule.
+Ids are dedupe keys, so a record whose id does not follow from its own content could collapse
+someone else's record (issue 24). The rule per message (a JobDue's run id and kind, a run event's
+and a history event's envelope id, a dead letter's origin) is in the checks below and in
+docs/claimer.md, "A run's identity is checked, not trusted"; a violation is an `InvalidPayload`
+(reason `invalid_payload`) whose message says which rule.
 """
 
 import re

@@ -1,25 +1,8 @@
 """The consume loop every service runs: decode, validate, handle, and never block on poison.
 
-For each polled batch: records that do not decode or validate go to the DLQ with the reason; the
-rest reach the service's handler. A handler's `PermanentError` (or poison it detects itself)
-dead-letters that one record. Other failures are retried in place with full-jitter back-off:
-
-- an *outage* (storage or broker unreachable: `TransientStorageError`, connection errors, or the
-  types a service adds through ``outage_types``) is waited out for as long as it lasts, since
-  nothing behind it could progress either and skipping would only fill the DLQ;
-- any other retryable failure gets ``max_attempts`` tries and is then dead-lettered with reason
-  `attempts_exhausted`, so a handler bug that raises on one record cannot hold its partition.
-
-With a ``batch_handler`` the good records of a poll are handled in one call (one transaction for
-all of them); if it fails other than by an outage, the batch is handled again one record at a
-time with ``handler``, so one bad record still cannot hold back the rest. Both handlers must be
-idempotent per record, as redelivery already requires.
-
-Offsets are committed only after every record of the batch is handled or acknowledged by the DLQ,
-so a crash redelivers, and handlers collapse redeliveries on the envelope id. Dead-lettering
-itself never raises out of the loop: a DLQ that is down is waited for (the offset stays
-uncommitted), a record too large for the DLQ topic is parked truncated, and one whose every letter
-the DLQ topic refuses for another reason is skipped with a critical log (`stats.unparkable`).
+Poison goes to the DLQ with its reason, an outage is waited out, any other retryable failure gets
+``max_attempts`` tries; offsets are committed once every record of a batch is handled or parked.
+How each failure is sorted, and why: docs/dlq.md, "The consume wrapper".
 """
 
 import asyncio

@@ -1,8 +1,8 @@
 """Instants passed to PostgreSQL as int8 microseconds since the Unix epoch, for hot statements.
 
 asyncpg encodes a timestamptz through four Python-level datetime operations (two comparisons with
-infinity, a time-zone conversion, a subtraction), about three times what computing the
-microseconds and encoding an int8 costs (figures: docs/benchmarks/ticker.md). A statement that
+infinity, a time-zone conversion, a subtraction), several times what computing the microseconds
+and encoding an int8 costs (figures: docs/benchmarks/ticker.md). A statement that
 advances thousands of rows a second with three instants each pays that on every row, so it passes
 microseconds and converts them in SQL with `FROM_MICROS`.
 
