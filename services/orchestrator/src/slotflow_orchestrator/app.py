@@ -5,49 +5,33 @@ Loops (under `slotflow.service.Supervisor`, drained in this order):
 - `intake`: one consumer in the orchestrator group over the workflow commands, the run events and
   the timer events; each poll's inputs are recorded in one transaction (`intake.admit`), then the
   offsets are committed. Poison goes to the DLQ.
-- `decider`: holds the leases of the command-topic partitions the group assigned to this process
-  and, for every workflow of those shards with waiting inputs, runs one decision transaction
-  (`deciding.Decisions`). Stuck workflows of a newly acquired shard are decided again, so a deploy
-  that fixes their code lets them go on.
+- `decider` (`decider_loop.DeciderLoop`): holds the leases of the command-topic partitions the
+  group assigned to this process and decides the workflows of those shards with waiting inputs
+  (`deciding.Decisions`).
 - `relay`: publishes the outbox (history, JobDue, timers, child starts, acknowledgements).
 """
 
 import asyncio
 import logging
-import time
-from collections.abc import Sequence
 from pathlib import Path
 
-import asyncpg
-
-from slotflow.contracts import (
-    CancelWorkflow,
-    RunCompleted,
-    RunDeadLettered,
-    RunFailed,
-    RunRetrying,
-    RunSkipped,
-    RunStarted,
-    SignalWorkflow,
-    StartWorkflow,
-    TerminateWorkflow,
-    TimerFired,
-)
+from slotflow.contracts import TimerFired
+from slotflow.contracts.catalogue import RUN_EVENT_TYPES, WORKFLOW_COMMAND_TYPES, Messages
 from slotflow.contracts.topics import DLQ_MESSAGES, RUN_EVENTS, TIMER_EVENTS, WORKFLOW_COMMANDS
 from slotflow.errors import SlotflowError
 from slotflow.kafka.consumer import Consumer
-from slotflow.kafka.loop import DEFAULT_OUTAGE_TYPES, ConsumeLoop, Incoming
+from slotflow.kafka.loop import ConsumeLoop, Incoming
 from slotflow.kafka.producer import Producer
 from slotflow.kafka.records import Record
 from slotflow.pg import migrations as pg_migrations
 from slotflow.pg.migrations import MigrationSource
 from slotflow.pg.outbox import OutboxRelay
-from slotflow.pg.pool import CONNECTION_ERRORS, Pool, wait_for_pool
-from slotflow.pg.statements import sql
+from slotflow.pg.pool import Pool, wait_for_pool
 from slotflow.service import Supervisor, metrics_listener, sleep_or_stop
 from slotflow_orchestrator.config import Settings
-from slotflow_orchestrator.deciding import Decisions, LeaseLost, Outcome
-from slotflow_orchestrator.intake import admit, prune_inbox
+from slotflow_orchestrator.decider_loop import RECOVERABLE, DeciderLoop
+from slotflow_orchestrator.deciding import Decisions
+from slotflow_orchestrator.intake import OUTAGES, admit, prune_inbox
 from slotflow_orchestrator.leases import Leases
 from slotflow_orchestrator.metrics import OrchestratorMetrics
 from slotflow_orchestrator.outbound import Outbound
@@ -56,38 +40,8 @@ from slotflow_orchestrator.stepping import Decider
 log = logging.getLogger(__name__)
 
 MIGRATIONS = MigrationSource("orchestrator", Path(__file__).parent / "migrations")
-#: asyncpg's InternalClientError ("cannot switch to state ...") is what a connection released while
-#: the server shuts down (a fast PostgreSQL restart) raises: an outage, not something wrong with the
-#: record. Counted as anything else, a workflow's input is retried ten times and then parked in the
-#: DLQ, and the workflow waits for a redrive.
-OUTAGES: tuple[type[BaseException], ...] = (
-    *DEFAULT_OUTAGE_TYPES,
-    *CONNECTION_ERRORS,
-    asyncpg.InternalClientError,
-)
-#: What a decider pass outlives (the database away, a lease row refused): it pauses and tries again.
-RECOVERABLE: tuple[type[BaseException], ...] = (*OUTAGES, SlotflowError, asyncpg.PostgresError)
 #: Everything the three consumed topics carry; anything else there is poison.
-ACCEPTED = (
-    StartWorkflow,
-    SignalWorkflow,
-    CancelWorkflow,
-    TerminateWorkflow,
-    RunStarted,
-    RunCompleted,
-    RunFailed,
-    RunRetrying,
-    RunDeadLettered,
-    RunSkipped,
-    TimerFired,
-)
-#: A workflow whose decision failed (not by a lease) waits this long, doubling, before the next try.
-FAILURE_PAUSE = (0.2, 30.0)
-
-PENDING = (
-    "SELECT workflow_id, min(shard) AS shard FROM {schema}.inputs WHERE shard = ANY($1::int[]) "
-    "GROUP BY workflow_id ORDER BY min(seq) LIMIT $2"
-)
+ACCEPTED: Messages = (*WORKFLOW_COMMAND_TYPES, *RUN_EVENT_TYPES, TimerFired)
 
 
 class NotRunning(SlotflowError):
@@ -116,7 +70,6 @@ class OrchestratorService:
         self._decider = decider
         self.ready = asyncio.Event()
         self._wake = asyncio.Event()
-        self._failures: dict[str, tuple[int, float]] = {}
         self._pool: Pool | None = None
         self._relay: OutboxRelay | None = None
         self._shards = 0
@@ -190,7 +143,19 @@ class OrchestratorService:
         commands_topic = kafka.topic(WORKFLOW_COMMANDS)
         supervisor = Supervisor("orchestrator")
         supervisor.add("intake", intake.run, stage=0)
-        supervisor.add("decider", lambda s: self._decide_loop(s, consumer, commands_topic), stage=1)
+        decider = DeciderLoop(
+            pool,
+            cfg,
+            owner=self.owner,
+            leases=self.leases,
+            decisions=self.decisions,
+            metrics=self.metrics,
+            consumer=consumer,
+            commands_topic=commands_topic,
+            relay=self._relay,
+            wake=self._wake,
+        )
+        supervisor.add("decider", decider.run, stage=1)
         supervisor.add("relay", self._relay.run, stage=2)
         supervisor.add("prune", self._prune_loop, stage=0, cancel_on_stop=True)
         with metrics_listener(self.metrics.registry, port=cfg.metrics_port, host=cfg.metrics_host):
@@ -237,144 +202,6 @@ class OrchestratorService:
 
     async def _on_input(self, incoming: Incoming) -> None:
         await self._on_inputs([incoming])
-
-    # -- decisions --------------------------------------------------------------------------------
-
-    async def _decide_loop(self, stop: asyncio.Event, consumer: Consumer, commands_topic: str) -> None:
-        cfg = self.settings.orchestrator
-        leases = self.leases
-        if leases is None:
-            raise NotRunning("no leases")
-        redecide: list[tuple[str, int]] = []
-        next_check = 0.0
-        failures = 0
-        while not stop.is_set():
-            try:
-                if time.monotonic() >= next_check:
-                    assigned = frozenset(p for t, p in consumer.assignment() if t == commands_topic)
-                    for shard in await leases.reconcile(assigned, consumer.assignments):
-                        redecide.extend((wf, shard) for wf in await leases.stuck_workflows(shard))
-                    self.metrics.shards_owned.set(len(leases.held))
-                    next_check = time.monotonic() + cfg.lease_check_seconds
-                work = await self._pending(list(leases.held), cfg.decide_batch)
-                failures = 0
-            except RECOVERABLE as err:
-                failures += 1
-                log.warning("orchestrator %s: decider pass failed (try %d): %r", self.owner, failures, err)
-                await sleep_or_stop(stop, min(5.0, 0.1 * 2**failures))
-                continue
-            batch = [(wf, shard, False) for wf, shard in work] + [(wf, s, True) for wf, s in redecide]
-            redecide = []
-            if not batch:
-                await sleep_or_stop(stop, cfg.idle_poll_seconds, wake=self._wake)
-                self._wake.clear()
-                continue
-            await self._decide_all(batch, cfg.decide_concurrency)
-            if self._relay is not None:
-                self._relay.wake()
-
-    async def _pending(self, shards: Sequence[int], limit: int) -> list[tuple[str, int]]:
-        if not shards:
-            return []
-        now = time.monotonic()
-        rows = await self.pool.fetch(sql(PENDING, self.settings.orchestrator.db_schema), list(shards), limit)
-        return [
-            (r["workflow_id"], r["shard"])
-            for r in rows
-            if self._failures.get(r["workflow_id"], (0, 0.0))[1] <= now
-        ]
-
-    async def _decide_all(self, batch: list[tuple[str, int, bool]], concurrency: int) -> None:
-        """Decide ``batch``: per shard, up to `decisions_per_transaction` workflows share one
-        transaction; a chunk that fails (not by a lease) is decided again one workflow at a time,
-        so one bad workflow never holds back the others."""
-        gate = asyncio.Semaphore(concurrency)
-        size = self.settings.orchestrator.decisions_per_transaction
-        chunks: list[tuple[list[str], int, bool]] = []
-        by_key: dict[tuple[int, bool], list[str]] = {}
-        for workflow_id, shard, redecide in batch:
-            by_key.setdefault((shard, redecide), []).append(workflow_id)
-        for (shard, redecide), ids in by_key.items():
-            chunks.extend((ids[i : i + size], shard, redecide) for i in range(0, len(ids), size))
-
-        async def one(ids: list[str], shard: int, redecide: bool) -> None:
-            async with gate:
-                await self._decide_chunk(ids, shard, redecide)
-
-        await asyncio.gather(*(one(*chunk) for chunk in chunks))
-
-    async def _decide_chunk(self, workflow_ids: list[str], shard: int, redecide: bool) -> None:
-        leases, decisions = self.leases, self.decisions
-        if leases is None or decisions is None:
-            return
-        token = leases.held.get(shard)
-        if token is None:
-            return
-        if len(workflow_ids) > 1:
-            try:
-                outcomes = await decisions.decide_many(
-                    workflow_ids, shard=shard, token=token, redecide=redecide
-                )
-            except LeaseLost:
-                self.metrics.leases_lost.inc()
-                self.metrics.decisions.labels("lease_lost").inc(len(workflow_ids))
-                leases.lost(shard, token)
-                return
-            except Exception as err:  # noqa: BLE001 - narrowed below, one workflow at a time
-                log.warning(
-                    "orchestrator %s: %d decisions together failed (%r); one at a time",
-                    self.owner,
-                    len(workflow_ids),
-                    err,
-                )
-            else:
-                for workflow_id, outcome in zip(workflow_ids, outcomes, strict=True):
-                    self._failures.pop(workflow_id, None)
-                    self._count(outcome)
-                return
-        for workflow_id in workflow_ids:
-            await self._decide_one(workflow_id, shard, redecide)
-
-    async def _decide_one(self, workflow_id: str, shard: int, redecide: bool) -> None:
-        leases, decisions = self.leases, self.decisions
-        if leases is None or decisions is None:
-            return
-        token = leases.held.get(shard)
-        if token is None:
-            return
-        try:
-            outcome = await decisions.decide(workflow_id, shard=shard, token=token, redecide=redecide)
-        except LeaseLost:
-            self.metrics.leases_lost.inc()
-            self.metrics.decisions.labels("lease_lost").inc()
-            leases.lost(shard, token)
-            return
-        except Exception as err:  # noqa: BLE001 - one workflow's failure must not stop the others
-            tries = self._failures.get(workflow_id, (0, 0.0))[0] + 1
-            pause = min(FAILURE_PAUSE[1], FAILURE_PAUSE[0] * 2 ** min(tries, 16))
-            self._failures[workflow_id] = (tries, time.monotonic() + pause)
-            self.metrics.decisions.labels("failed").inc()
-            log.error(
-                "orchestrator %s: decision for %s failed (try %d): %r", self.owner, workflow_id, tries, err
-            )
-            return
-        self._failures.pop(workflow_id, None)
-        self._count(outcome)
-
-    def _count(self, outcome: Outcome) -> None:
-        out = outcome.step
-        if out is None or not (out.events or out.acks):
-            self.metrics.decisions.labels("unchanged").inc()
-            return
-        self.metrics.decisions.labels("appended").inc()
-        for event in out.events:
-            self.metrics.history_events.labels(event.message_type).inc()
-        for ack in out.acks:
-            self.metrics.commands.labels(
-                ack.command_type, "accepted" if ack.reason is None else "rejected"
-            ).inc()
-        if out.diverged:
-            self.metrics.non_determinism.inc()
 
     def _own_poison(self, record: Record, reason: str) -> None:
         self.metrics.poison.labels(reason).inc()

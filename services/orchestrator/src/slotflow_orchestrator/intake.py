@@ -14,6 +14,8 @@ every TimerFired (the ticker fires TimerFired only for workflow timers).
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import asyncpg
+
 from slotflow.contracts import (
     CancelWorkflow,
     Message,
@@ -25,12 +27,22 @@ from slotflow.contracts import (
     TimerFired,
 )
 from slotflow.contracts.codec import encode
-from slotflow.kafka.loop import Incoming
+from slotflow.kafka.loop import DEFAULT_OUTAGE_TYPES, Incoming
 from slotflow.kafka.producer import partition_for
-from slotflow.pg.pool import Conn, Pool
+from slotflow.pg.pool import CONNECTION_ERRORS, Conn, Pool
 from slotflow.pg.statements import sql
 
 COMMANDS = (StartWorkflow, SignalWorkflow, CancelWorkflow, TerminateWorkflow)
+#: What the intake waits out rather than parks. asyncpg's InternalClientError ("cannot switch to
+#: state ...") is what a connection released while the server shuts down (a fast PostgreSQL
+#: restart) raises: an outage, not something wrong with the record. Counted as anything else, a
+#: workflow's input is retried ten times and then parked in the DLQ, and the workflow waits for a
+#: redrive.
+OUTAGES: tuple[type[BaseException], ...] = (
+    *DEFAULT_OUTAGE_TYPES,
+    *CONNECTION_ERRORS,
+    asyncpg.InternalClientError,
+)
 
 # The inbox entry and the input row in one statement each; the inbox's primary key is the dedupe.
 RECORD_SEEN = (
