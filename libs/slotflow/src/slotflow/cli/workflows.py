@@ -6,7 +6,10 @@ a field an older server does not send prints as `-`), never by importing the api
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import Any
+
+from pydantic import ValidationError
 
 from slotflow.cli.api import ApiClient, path_segment
 from slotflow.cli.context import Context
@@ -20,6 +23,9 @@ from slotflow.cli.output import (
     field,
     text,
 )
+from slotflow.contracts import REGISTRY, HistoryEvent
+from slotflow.errors import SlotflowError
+from slotflow.history import Recorded, fold
 
 MAX_LIMIT = 500
 _PREFIX = "workflow."
@@ -179,8 +185,10 @@ def workflow_history(ctx: Context) -> int:
 def replay_plan(workflow: Mapping[str, Any], history: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """What a replay of the typed history hands back to the code, decision by decision.
 
-    Results (activity completions and failures, timer firings) are matched to the decision that
-    asked for them; an open NonDeterminismDetected (nothing recorded after it) is reported.
+    Which result (an activity's completion or failure, a timer's firing) answers which decision,
+    and whether a NonDeterminismDetected is still open, is the library's history fold
+    (`slotflow.history`), the one the api derives a workflow's state with; the rows show the
+    recorded entries' own values.
     """
     events = sorted(
         (
@@ -192,23 +200,25 @@ def replay_plan(workflow: Mapping[str, Any], history: Iterable[Mapping[str, Any]
         ),
         key=lambda e: int(e["sequence"]),
     )
-    outcomes: dict[int, Mapping[str, Any]] = {}
+    by_sequence: dict[int, Mapping[str, Any]] = {}
     for e in events:
-        d = e.get("data") or {}
-        key = d.get("scheduled_sequence") or d.get("started_sequence")
-        if e["type"] in _OUTCOMES and isinstance(key, int):
-            outcomes.setdefault(key, e)
-    decisions: list[dict[str, Any]] = []
+        by_sequence.setdefault(int(e["sequence"]), e)
+    state = fold([r for r in map(_recorded, by_sequence.values()) if r is not None])
+    answered: dict[int, Any] = {}
     divergence: dict[str, Any] | None = None
+    if state is not None:
+        answered.update((s["sequence"], s["finished_sequence"]) for s in state.steps)
+        answered.update((t["sequence"], t["fired_sequence"]) for t in state.timers)
+        if state.non_determinism is not None:
+            found = state.non_determinism
+            divergence = {
+                name: found[name] for name in ("at_sequence", "expected", "got", "sequence", "open")
+            }
+    decisions: list[dict[str, Any]] = []
     for e in events:
         seq, kind, d = int(e["sequence"]), str(e["type"]).removeprefix(_PREFIX), e.get("data") or {}
-        if kind == "non_determinism_detected":
-            divergence = {name: d.get(name) for name in ("at_sequence", "expected", "got")}
-            divergence.update(sequence=seq, open=True)
-            continue
-        if divergence is not None:
-            divergence["open"] = False
-        row = _decision(seq, kind, d, outcomes.get(seq))
+        answer = answered.get(seq)
+        row = _decision(seq, kind, d, by_sequence.get(answer) if answer is not None else None)
         if row is not None:
             decisions.append(row)
     return {
@@ -221,6 +231,18 @@ def replay_plan(workflow: Mapping[str, Any], history: Iterable[Mapping[str, Any]
         "code_checked": False,
         "note": CODE_NOT_CHECKED,
     }
+
+
+def _recorded(entry: Mapping[str, Any]) -> Recorded | None:
+    """A history entry as the fold takes it; None when this client does not know its type or it
+    does not validate (the row still shows, unanswered)."""
+    try:
+        model = REGISTRY.model_for(str(entry["type"]), int(entry.get("version") or 1))
+        event = model.model_validate(entry.get("data") or {})
+        at = datetime.fromisoformat(str(entry.get("at")))
+    except (SlotflowError, ValidationError, ValueError, TypeError):
+        return None
+    return Recorded(event, at) if isinstance(event, HistoryEvent) else None
 
 
 def _decision(
