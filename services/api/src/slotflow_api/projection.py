@@ -128,6 +128,8 @@ async def project(conn: Conn, *, schema: str, facts: Sequence[Fact]) -> int:
     return len(fresh)
 
 
+# The dedupe: (topic, event id) is the primary key of `seen`, so a fact redelivered or read
+# again by a rebuild is projected once; only the ids this statement inserted are applied.
 _RECORD_SEEN = (
     "INSERT INTO {schema}.seen (topic, event_id) SELECT * FROM unnest($1::text[], $2::text[]) "
     "ON CONFLICT DO NOTHING RETURNING topic, event_id"
@@ -192,6 +194,7 @@ async def _project_run_event(conn: Conn, schema: str, fact: Fact, message: RunEv
         await _history(conn, schema, message.workflow_id, fact, "activity", message.sequence)
 
 
+# One row per (schedule, slot) (primary key): a SlotSkipped seen again adds nothing.
 _INSERT_SKIPPED_SLOT = (
     "INSERT INTO {schema}.skipped_slots (schedule_id, slot, run_id, reason, detail, at) "
     "VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING"
@@ -305,6 +308,9 @@ def _run_event(event: RunEvent, runs: _RunBatch) -> None:
     runs.touched.add(event.run_id)
 
 
+# The skeleton exists so the derived update below has a row to land on; the JobDue fills in
+# what only it knows (kind, handler, tags), whichever arrives first: every field keeps its first
+# known value, so the order the facts arrive in changes nothing.
 _UPSERT_RUN_SKELETON = """
 INSERT INTO {schema}.runs (run_id, job_id, slot, workflow_id, sequence, kind, handler, tags,
     payload, state)
@@ -319,12 +325,15 @@ ON CONFLICT (run_id) DO UPDATE SET
 """
 
 
+# One row per (run, attempt) (primary key): each attempt's JobDue, kept once.
 _INSERT_RUN_DUE = (
     "INSERT INTO {schema}.run_dues (run_id, attempt, kind, due_at, produced_at, fire_at) "
     "VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING"
 )
 
 
+# One row per claim (run, fence token, attempt); its facts merge monotonically (highest rank,
+# earliest start, latest finish, first result), so any arrival order gives the same row.
 _MERGE_RUN_ATTEMPT = """
 INSERT INTO {schema}.run_attempts AS a (run_id, attempt, fence_token, owner, outcome, rank,
     completed, started_at, finished_at, retry_at, error, result, traceback, logs)
@@ -350,8 +359,6 @@ ON CONFLICT (run_id, fence_token, attempt) DO UPDATE SET
 async def _flush_runs(conn: Conn, schema: str, runs: _RunBatch) -> None:
     if not runs.touched:
         return
-    # The skeleton exists so the derived update below has a row to land on; the JobDue fills in
-    # what only it knows (kind, handler, tags), whichever arrives first.
     await conn.executemany(
         sql(_UPSERT_RUN_SKELETON, schema),
         _merged_skeletons(runs.skeletons),
@@ -447,6 +454,8 @@ WHERE r.run_id = t.run_id
 # -- schedules ----------------------------------------------------------------------------------
 
 
+# A schedule's events arrive in record order (one partition per schedule id), so each applies as
+# it comes; a create takes over whatever a deleted schedule of the same id left.
 _UPSERT_CREATED_SCHEDULE = """
 INSERT INTO {schema}.schedules (schedule_id, definition, handler, tags, paused, next_fire_at,
     deleted, created_at, updated_at)
@@ -498,6 +507,7 @@ async def _schedule_defined(
     await _timeline(conn, schema, fact, message.schedule_id, change, definition)
 
 
+# Pause, resume and delete apply in record order too (one partition per schedule id).
 _PAUSE_SCHEDULE = (
     "UPDATE {schema}.schedules SET paused = true, pause_reason = $2, resume_at = $3, "
     "updated_at = $4 WHERE schedule_id = $1"
@@ -547,6 +557,8 @@ async def _schedule_changed(
     await _timeline(conn, schema, fact, message.schedule_id, change, None)
 
 
+# One row per (schedule, event id) (primary key): an event read again adds nothing; `position`
+# (the record offset) orders the changes of one instant.
 _INSERT_TIMELINE = (
     "INSERT INTO {schema}.schedule_timeline (schedule_id, event_id, position, at, change, definition) "
     "VALUES ($1, $2, $3, $4, $5, $6::jsonb) ON CONFLICT DO NOTHING"
@@ -572,6 +584,7 @@ async def _timeline(
 # -- claimers ----------------------------------------------------------------------------------
 
 
+# The newest announcement wins whatever order a rebuild reads them in (one partition: in order).
 _UPSERT_CLAIMER = """
 INSERT INTO {schema}.claimers AS c (claimer_id, handlers, interval_ms, started_at, announced_at)
 VALUES ($1, $2, $3, $4, $5)
@@ -583,7 +596,6 @@ WHERE EXCLUDED.announced_at >= c.announced_at
 
 
 async def _claimer(conn: Conn, schema: str, fact: Fact, message: ClaimerAnnounced) -> None:
-    # The newest announcement wins whatever order a rebuild reads them in (one partition: in order).
     await conn.execute(
         sql(_UPSERT_CLAIMER, schema),
         message.claimer_id,
@@ -597,6 +609,8 @@ async def _claimer(conn: Conn, schema: str, fact: Fact, message: ClaimerAnnounce
 # -- commands -----------------------------------------------------------------------------------
 
 
+# A command and its acknowledgement come from different topics, in either order: the command
+# fills blanks, and an acknowledgement projected first stays final.
 _UPSERT_COMMAND_SEEN = """
 INSERT INTO {schema}.commands (command_id, command_type, subject, status, source, published_at)
 VALUES ($1, $2, $3, $4, $5, $6)
@@ -623,6 +637,7 @@ async def _command_seen(conn: Conn, schema: str, fact: Fact) -> None:
     )
 
 
+# The acknowledgement sets the status and the reason; type and subject only fill blanks.
 _UPSERT_ACKNOWLEDGED = """
 INSERT INTO {schema}.commands (command_id, command_type, subject, status, reason, acknowledged_at)
 VALUES ($1, $2, $3, $4, $5, $6)
@@ -648,6 +663,8 @@ async def _acknowledged(
     )
 
 
+# The dlq service names the command that redrove or discarded an entry: that is its acceptance
+# (the earliest acknowledgement time stays).
 _UPSERT_ACCEPTED_BY_DLQ = """
 INSERT INTO {schema}.commands (command_id, status, acknowledged_at) VALUES ($1, 'accepted', $2)
 ON CONFLICT (command_id) DO UPDATE SET status = 'accepted',
@@ -656,7 +673,6 @@ ON CONFLICT (command_id) DO UPDATE SET status = 'accepted',
 
 
 async def _acknowledged_by_dlq(conn: Conn, schema: str, fact: Fact, command_id: str) -> None:
-    # The dlq service names the command that redrove or discarded an entry: that is its acceptance.
     await conn.execute(
         sql(_UPSERT_ACCEPTED_BY_DLQ, schema),
         command_id,
@@ -667,6 +683,8 @@ async def _acknowledged_by_dlq(conn: Conn, schema: str, fact: Fact, command_id: 
 # -- dead letters -------------------------------------------------------------------------------
 
 
+# Ordered per dead letter id (its partition): the newest status event is the truth; a field it
+# leaves empty keeps what an earlier one said.
 _UPSERT_DEAD_LETTER = """
 INSERT INTO {schema}.dead_letters (dead_letter_id, status, reason, topic, source_service, partition,
     "offset", key, job_id, run_id, original_type, error_type, error, tags, count, redrive_count,
@@ -694,7 +712,6 @@ ON CONFLICT (dead_letter_id) DO UPDATE SET status = EXCLUDED.status, reason = EX
 
 
 async def _dead_letter(conn: Conn, schema: str, m: DeadLetterStatusChanged) -> None:
-    # Ordered per dead letter id (its partition): the newest status event is the truth.
     await conn.execute(
         sql(_UPSERT_DEAD_LETTER, schema),
         m.dead_letter_id,
@@ -725,6 +742,8 @@ async def _dead_letter(conn: Conn, schema: str, m: DeadLetterStatusChanged) -> N
 # -- timers and workflows -----------------------------------------------------------------------
 
 
+# A timer's facts (StartTimer, CancelTimer, TimerFired) come from two topics in any order: the
+# status of the highest rank wins (TIMER_RANKS) and every other field keeps its first known value.
 _MERGE_TIMER = """
 INSERT INTO {schema}.timers AS t (timer_id, owner, action, sequence, fire_at, status, rank, fired_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
@@ -771,6 +790,9 @@ async def _timer(conn: Conn, schema: str, fact: Fact, message: StartTimer | Canc
         await _history(conn, schema, owner, fact, "timer", sequence)
 
 
+# A workflow command only fills blanks and widens the times (earliest request, latest update):
+# the history, folded into the same row (workflow_projection), speaks for the rest. A cancel
+# request sticks, with its first reason.
 _UPSERT_WORKFLOW_REQUESTED = """
 INSERT INTO {schema}.workflows (workflow_id, workflow_type, input, status, requested_at, updated_at)
 VALUES ($1, $2, $3::jsonb, 'requested', $4, $4)
@@ -816,6 +838,8 @@ async def _workflow_command(
     await _history(conn, schema, message.workflow_id, fact, "command", None)
 
 
+# One row per (workflow, entry id) (primary key): the entry id names the topic and the fact's
+# dedupe id, so a fact is listed once however often it arrives.
 _INSERT_HISTORY_ENTRY = (
     "INSERT INTO {schema}.workflow_history (workflow_id, entry_id, at, origin, type, sequence, data, "
     "version) VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8) ON CONFLICT DO NOTHING"

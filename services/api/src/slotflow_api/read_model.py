@@ -55,6 +55,8 @@ _SCHEDULE_COLUMNS = (
 )
 
 
+# Reads run without locks in their own statement; a page is a keyset range (`{where}` ends with
+# the cursor's condition, `{limit}` asks one row more to learn whether a page follows).
 _SCHEDULES_PAGE = compose(
     "SELECT {columns} FROM {schema}.schedules s WHERE {where} ORDER BY schedule_id LIMIT {limit}",
     columns=_SCHEDULE_COLUMNS,
@@ -100,6 +102,7 @@ async def list_schedules(
     return Page([schedule_row(r) for r in rows], next_cursor)
 
 
+# How many of a schedule's runs are in each state.
 _RUN_COUNTS_BY_STATE = "SELECT state, count(*) AS n FROM {schema}.runs WHERE job_id = $1 GROUP BY state"
 
 
@@ -129,6 +132,8 @@ SELECT r.*, COALESCE((
 _ATTEMPT_DETAIL = ", 'traceback', a.traceback, 'logs', COALESCE(a.logs, '[]'::jsonb)"
 
 
+# A page by slot, then run id (the cursor's key), in the asked direction; one run with detail; a
+# workflow's activities in sequence order.
 _RUNS_PAGE = compose(
     "{run_select} WHERE {where} ORDER BY r.slot {order}, r.run_id {order} LIMIT {limit}",
     run_select=compose(_RUN_SELECT, detail=""),
@@ -199,6 +204,7 @@ async def list_runs(
     return Page([run_row(r) for r in rows], next_cursor)
 
 
+# The backfilled runs of a schedule in [start, end): the backfill route's progress.
 _BACKFILL_STATES = (
     "SELECT run_id, state FROM {schema}.runs WHERE job_id = $1 AND slot >= $2 AND slot < $3 "
     "AND kind = 'backfill'"
@@ -238,6 +244,7 @@ SELECT w.workflow_id, w.workflow_type, w.input, w.status, w.cancel_requested, w.
 """
 
 
+# A page newest request first, then by id (the cursor's key); one workflow.
 _WORKFLOWS_PAGE = compose(
     "{workflow_select} WHERE {where} ORDER BY COALESCE(w.requested_at, w.updated_at) DESC, w.workflow_id DESC "
     "LIMIT {limit}",
@@ -285,6 +292,7 @@ async def list_workflows(
 _TERMINAL_RUN_STATES = ["completed", "dead_lettered", "skipped"]
 
 
+# How many history entries a workflow has.
 _HISTORY_LENGTH = "SELECT count(*) FROM {schema}.workflow_history WHERE workflow_id = $1"
 
 
@@ -401,6 +409,7 @@ async def workflow_history(
 # -- dead letters and commands ------------------------------------------------------------------
 
 
+# A page newest status change first, then by id (the cursor's key).
 _DEAD_LETTERS_PAGE = "SELECT * FROM {schema}.dead_letters WHERE {where} ORDER BY status_at DESC, dead_letter_id DESC LIMIT {limit}"
 
 
@@ -442,6 +451,7 @@ def _dead_letter_row(row: asyncpg.Record) -> dict[str, Any]:
     return out
 
 
+# One dead letter by its primary key.
 _DEAD_LETTER = "SELECT * FROM {schema}.dead_letters WHERE dead_letter_id = $1"
 
 
@@ -461,6 +471,7 @@ async def get_dead_letter(pool: Pool, schema: str, dead_letter_id: str) -> dict[
     return out
 
 
+# One command by its primary key (its status, the acknowledgement's reason).
 _COMMAND = "SELECT * FROM {schema}.commands WHERE command_id = $1"
 
 
@@ -470,6 +481,8 @@ async def get_command(pool: Pool, schema: str, command_id: str) -> dict[str, Any
     return dict(row) if row is not None else None
 
 
+# A claimer is live while its newest announcement is younger than three of its intervals, by the
+# database clock.
 _CLAIMERS = (
     "SELECT claimer_id, handlers, interval_ms, started_at, announced_at, "
     "announced_at > now() - make_interval(secs => 3 * interval_ms / 1000.0) AS live "
@@ -495,6 +508,8 @@ async def database_now(pool: Pool) -> datetime:
 # -- audit inputs -------------------------------------------------------------------------------
 
 
+# The audit's inputs: the schedule's timeline in the order its changes happened, its runs and
+# skipped slots in [start, end).
 _TIMELINE_OF = (
     "SELECT at, change, definition FROM {schema}.schedule_timeline WHERE schedule_id = $1 "
     "ORDER BY at, position, event_id"

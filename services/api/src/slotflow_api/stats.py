@@ -181,6 +181,7 @@ async def series(
     return out
 
 
+# SlotSkipped comes from the schedule topic (its own windows); merged into the runs series.
 _SLOTS_SKIPPED = """
 SELECT w.subject, h.handler, w.window_start, sum((w.counts->>'slots_skipped')::bigint) AS n
   FROM {schema}.windows w LEFT JOIN {schema}.job_handlers h ON h.job_id = w.subject
@@ -192,7 +193,6 @@ SELECT w.subject, h.handler, w.window_start, sum((w.counts->>'slots_skipped')::b
 async def _slots_skipped(
     pool: Pool, schema: str, seconds: int, since: datetime, until: datetime
 ) -> dict[tuple[str, str | None, datetime], int]:
-    # SlotSkipped comes from the schedule topic (its own table); merged into the runs series.
     rows = await pool.fetch(
         sql(_SLOTS_SKIPPED, schema),
         seconds,

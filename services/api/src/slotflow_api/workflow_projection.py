@@ -20,6 +20,8 @@ def _json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), sort_keys=True, default=str)
 
 
+# One row per (workflow, sequence) (primary key): the first event at a sequence stays, so the
+# fold reads one history however often, and in whatever batches, its events arrive.
 _INSERT_EVENT = (
     "INSERT INTO {schema}.workflow_events (workflow_id, sequence, event_id, type, version, at, data) "
     "VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb) ON CONFLICT DO NOTHING"
@@ -40,6 +42,7 @@ async def record_event(conn: Conn, schema: str, envelope: Envelope, event: Histo
     )
 
 
+# Every recorded event of the workflows, in sequence order: the fold's whole input.
 _EVENTS_OF = (
     "SELECT workflow_id, type, version, at, data FROM {schema}.workflow_events "
     "WHERE workflow_id = ANY($1::text[]) ORDER BY workflow_id, sequence"
@@ -68,6 +71,8 @@ async def refold(conn: Conn, schema: str, workflow_ids: Iterable[str]) -> None:
             await _store(conn, schema, workflow_id, state)
 
 
+# The history speaks for the workflow's type and input; a StartWorkflow command (another
+# topic, projected in any order) only fills blanks, so both orders give the same row.
 _STORE_STATE = """
 INSERT INTO {schema}.workflows AS w (workflow_id, workflow_type, input, status, cancel_requested,
     cancel_reason, requested_at, updated_at, current_step, last_sequence, started_at, ended_at, derived)
@@ -89,8 +94,6 @@ ON CONFLICT (workflow_id) DO UPDATE SET
 
 
 async def _store(conn: Conn, schema: str, workflow_id: str, state: WorkflowState) -> None:
-    # The history speaks for the workflow's type and input; a StartWorkflow command (another
-    # topic, projected in any order) only fills blanks, so both orders give the same row.
     await conn.execute(
         sql(_STORE_STATE, schema),
         workflow_id,

@@ -126,6 +126,7 @@ _PAGE = compose(
     "SELECT {summary} FROM {schema}.dead_letters WHERE {where} ORDER BY first_seen DESC, id DESC LIMIT $1",
     summary=_SUMMARY,
 )
+# One entry with everything kept of it; the id is matched as text made storable (`pg_text`).
 _DETAIL = compose(
     """
 SELECT {summary}, error AS full_error, traceback, record_key, value, headers::text AS headers,
@@ -198,6 +199,7 @@ async def list_dead_letters(
     return Page(items=items, next_cursor=_cursor(rows[limit - 1]) if len(rows) > limit else None)
 
 
+# An entry's redrives, oldest first.
 _REDRIVES_OF = (
     "SELECT redrive_number, command_id, created_at, published_at, error FROM {schema}.redrives "
     "WHERE dead_letter_id = $1 ORDER BY redrive_number"
@@ -238,6 +240,7 @@ async def get_dead_letter(db: Queryable, *, schema: str, dead_letter_id: str) ->
         raise PermanentError(f"dead letter {dead_letter_id!r} does not read back: {err}") from err
 
 
+# The gauges read the parked entries by the database clock; no row is locked.
 _PARKED_BY_REASON = (
     "SELECT reason, count(*) AS n FROM {schema}.dead_letters WHERE status = 'parked' GROUP BY reason"
 )

@@ -139,6 +139,7 @@ RETURNING id, (xmax = 0) AS inserted, status, reason, error_type, error, source_
 """
 
 
+# At most one notification per entry (primary key), staged in the parking transaction.
 _QUEUE_NOTIFICATION = (
     "INSERT INTO {schema}.notifications (dead_letter_id, payload) VALUES ($1, $2::jsonb) "
     "ON CONFLICT DO NOTHING"
@@ -282,6 +283,8 @@ class Applied:
     skipped_truncated: int = 0
 
 
+# Recorded in the command's own transaction; the primary key is the command id, so
+# `_COMMAND_SEEN` finds a redelivered command and it is applied once.
 _RECORD_COMMAND = (
     "INSERT INTO {schema}.commands (command_id, kind, selection, note, matched) "
     "VALUES ($1, $2, $3::jsonb, $4, $5)"
@@ -324,6 +327,8 @@ def _accepted(kafka: KafkaSettings, envelope: Envelope, kind: str, subject: str,
     )
 
 
+# One row per (entry, redrive number) (primary key): the bytes the redrive relay sends, copied
+# inside the database so a large selection never passes through memory.
 _RECORD_REDRIVES = """
 INSERT INTO {schema}.redrives (dead_letter_id, redrive_number, command_id, topic, record_key, value, headers)
 SELECT d.id, d.redrive_count, $1, d.topic, d.record_key, d.value, u.headers::jsonb
@@ -407,7 +412,6 @@ async def redrive(
         ids.append(row["id"])
         new_headers.append(encode_headers(headers))
     if ids:
-        # The value is copied inside the database: a large selection never passes through memory.
         await conn.execute(
             sql(_RECORD_REDRIVES, schema),
             pg_text(envelope.id),

@@ -58,6 +58,8 @@ def _instant(epoch: float) -> datetime:
     return datetime.fromtimestamp(epoch, tz=UTC)
 
 
+# A stored value is replaced only by one that has applied at least as many records (`events`
+# never goes down for a key): a stale copy from a worker that lost the partition is refused.
 _MERGE_WINDOW = """
 INSERT INTO {schema}.windows
     (size_s, window_start, family, subject, part, events, counts, duration, lateness)
@@ -69,6 +71,7 @@ ON CONFLICT (size_s, window_start, family, subject, part) DO UPDATE
 """
 
 
+# The handler a job's newest JobDue named wins (`seen_at` never goes back).
 _UPSERT_JOB_HANDLER = """
 INSERT INTO {schema}.job_handlers (job_id, handler, seen_at) VALUES ($1, $2, $3)
 ON CONFLICT (job_id) DO UPDATE SET handler = EXCLUDED.handler, seen_at = EXCLUDED.seen_at
@@ -99,14 +102,11 @@ async def write(
     ]
     async with conn.transaction():
         if rows:
-            # Invariant: a stored value is replaced only by one that has applied at least as many
-            # records (events never goes down for a key).
             await conn.executemany(
                 sql(_MERGE_WINDOW, schema),
                 [(*r[:6], _json(r[6]), _json(r[7]), _json(r[8])) for r in rows],
             )
         if handlers:
-            # Invariant: the handler a job's newest JobDue named wins (seen_at never goes back).
             await conn.executemany(
                 sql(_UPSERT_JOB_HANDLER, schema),
                 [(job, handler, _instant(at)) for job, (handler, at) in handlers.items()],
