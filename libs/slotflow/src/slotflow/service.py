@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 
 from slotflow.core.stopping import sleep_or_stop
 from slotflow.errors import SlotflowError
-from slotflow.pg.migrations import INBOX, OUTBOX, MigrationSource, apply_migrations
+from slotflow.pg.migrations import INBOX, OUTBOX, PAYLOADS, MigrationSource, apply_migrations
 from slotflow.pg.outbox import OutboxRelay
 from slotflow.pg.pool import Pool
 
@@ -31,10 +31,22 @@ class SupervisorError(SlotflowError):
 
 
 async def migrate(
-    pool: Pool, *, schema: str, source: MigrationSource, outbox: bool = True, inbox: bool = True
+    pool: Pool,
+    *,
+    schema: str,
+    source: MigrationSource,
+    outbox: bool = True,
+    inbox: bool = True,
+    payloads: bool = False,
 ) -> list[str]:
-    """Create or upgrade a service's schema: the library's outbox and inbox, then its own files."""
-    sources = [*([OUTBOX] if outbox else []), *([INBOX] if inbox else []), source]
+    """Create or upgrade a service's schema: the library's outbox and inbox (and the payload table
+    of a service that offloads large payloads), then its own files."""
+    sources = [
+        *([OUTBOX] if outbox else []),
+        *([INBOX] if inbox else []),
+        *([PAYLOADS] if payloads else []),
+        source,
+    ]
     return await apply_migrations(pool, schema=schema, sources=sources)
 
 

@@ -23,11 +23,10 @@ from slotflow.kafka.consumer import Consumer
 from slotflow.kafka.loop import ConsumeLoop, Incoming
 from slotflow.kafka.producer import Producer
 from slotflow.kafka.records import Record
-from slotflow.pg import migrations as pg_migrations
 from slotflow.pg.migrations import MigrationSource
 from slotflow.pg.outbox import OutboxRelay
 from slotflow.pg.pool import Pool, wait_for_pool
-from slotflow.service import Supervisor, metrics_listener, sleep_or_stop
+from slotflow.service import Supervisor, metrics_listener, migrate, sleep_or_stop
 from slotflow_orchestrator.config import Settings
 from slotflow_orchestrator.decider_loop import RECOVERABLE, DeciderLoop
 from slotflow_orchestrator.deciding import Decisions
@@ -51,11 +50,7 @@ class NotRunning(SlotflowError):
 async def apply_migrations(pool: Pool, schema: str = "orchestrator") -> list[str]:
     """Create or update the orchestrator's schema (workflows, history, inputs, leases, payloads,
     outbox, inbox)."""
-    return await pg_migrations.apply_migrations(
-        pool,
-        schema=schema,
-        sources=[pg_migrations.OUTBOX, pg_migrations.INBOX, pg_migrations.PAYLOADS, MIGRATIONS],
-    )
+    return await migrate(pool, schema=schema, source=MIGRATIONS, payloads=True)
 
 
 class OrchestratorService:
