@@ -4,57 +4,19 @@ One import gives everything workflow code needs::
 
     from datetime import timedelta
     from slotflow import workflow
-    from slotflow.workflow import ActivityError, RetryPolicy, Saga
 
     @workflow.defn(name="orders.checkout")
     class Checkout:
-        def __init__(self) -> None:
-            self.address: Address | None = None
-
         @workflow.run
         async def run(self, order: Order) -> Receipt:
-            saga = Saga()
-            auth = await workflow.execute_activity(
-                "payments.authorize", order, retry=RetryPolicy(max_attempts=5),
-                start_to_close=timedelta(seconds=30))
-            saga.add_compensation("payments.void", auth)
-            await workflow.sleep(timedelta(hours=24))        # a durable timer, never asyncio.sleep
-            try:
-                return await workflow.execute_activity("payments.capture", auth, result_type=Receipt)
-            except ActivityError:
-                await saga.compensate()
-                raise
+            auth = await workflow.execute_activity("payments.authorize", order)
+            await workflow.sleep(timedelta(hours=24))  # a durable timer, never asyncio.sleep
+            return await workflow.execute_activity("payments.capture", auth, result_type=Receipt)
 
-        @workflow.signal
-        async def address_changed(self, address: Address) -> None:
-            self.address = address
-
-Activities are the `@handler` functions of `slotflow.runs`, run by the claimers with run id
-`{workflow_id}/{sequence}` (their idempotency key). The workflow body only decides: anything that
-touches the world (clock, randomness, network, files, environment) is an activity or one of the
-recorded primitives below. The runtime enforces it: asyncio timers, tasks and futures, threads,
-sockets and `time.sleep` raise `WorkflowDeterminismError` inside workflow code, and
-`slotflow workflow check MODULE` finds host clock, `random`, `uuid` and I/O before deploy.
-
-Reference (each function's docstring has an example):
-
-- defining: `defn`, `run`, `signal`
-- activities: `execute_activity` (`RetryPolicy`, `start_to_close`, `schedule_to_close`,
-  `non_retryable`; raises `ActivityError` / `ActivityTimeoutError`)
-- time: `sleep`, `wait_condition(fn, timeout=)` (raises `TimeoutError`), `now`
-- signals: `@signal` handlers, `wait_signal(name, timeout=)`
-- concurrency: `create_task`, `gather`
-- recorded values: `now`, `random`, `uuid4`; `info()` (ids, history length,
-  `is_continue_as_new_suggested`)
-- cancellation: a cancel request raises `asyncio.CancelledError` (also `workflow.CancelledError`)
-  at the code's next await; the code may clean up and compensate, then re-raise
-- sagas: `Saga.add_compensation`, `await saga.compensate()`, `async with Saga()`
-- versioning: `patched(id)`, `deprecate_patch(id)`
-- long runs: `continue_as_new(input)`; the history ceiling (`HistoryLimitExceeded`)
-- children: `start_child_workflow`, `execute_child_workflow`, `ChildWorkflowHandle`
-  (raises `ChildWorkflowError`), parent close policy `request_cancel` / `abandon`
-- running and checking: `slotflow.workflow.runtime.WorkflowRuntime` (the orchestrator's pure
-  step), `Replayer`, `slotflow.workflow.testing.WorkflowEnvironment`
+Activities are the `@handler` functions of `slotflow.runs`; the workflow body only decides, and
+anything that touches the world is an activity or a recorded primitive (each function's docstring
+has an example). The guide and the whole reference (timers, signals, sagas, versioning,
+continue-as-new, children, testing, replay): docs/workflows.md.
 """
 
 from asyncio import CancelledError

@@ -1,23 +1,8 @@
 """Test workflows offline: their activities in process, a virtual clock that skips ahead.
 
-    from slotflow.workflow.testing import WorkflowEnvironment
-
-    async def test_checkout_captures_after_a_day() -> None:
-        async with WorkflowEnvironment([Checkout], replay_every_step=True) as env:
-            receipt = await env.execute_workflow(Checkout, Order(order_id=1), id="order-1")
-            assert receipt["capture"] == "C1"
-            assert env.now - start == timedelta(hours=24)      # took milliseconds
-
 `WorkflowEnvironment` is a small in-process orchestrator around the same `WorkflowRuntime` the
-orchestrator service uses: it appends every decision to an in-memory history, runs activities (the
-`@handler` functions registered with `slotflow.runs`, or those passed as ``activities``) with a
-`RunContext` whose run id is `{workflow_id}/{sequence}`, retries them by their RetryPolicy, and
-keeps durable timers on a virtual clock. Whenever no activity is running and the test waits for a
-result, the clock jumps to the next timer, so a 24-hour sleep takes milliseconds.
-
-``replay_every_step=True`` replays the whole history with a fresh runtime after every decision and
-fails (`NonDeterminismError`) if any decision changes: code that reads the host clock, randomness or
-a changing global is caught in the test, not in production.
+orchestrator service uses; with ``replay_every_step=True`` it replays the whole history after every
+decision and fails on any change. Examples: docs/workflows.md, "Testing".
 """
 
 import asyncio
