@@ -193,7 +193,13 @@ class BadRequest:
 
 
 def bad_requests() -> list[BadRequest]:
-    """Every bad request of the catalogue; sizes above a few MiB are left to process-level tests."""
+    """Every bad request of the catalogue; sizes above a few MiB are left to process-level tests.
+
+    Left to tests with a ticker and a claimer, since they need state first: a backfill wider than
+    `SLOTFLOW_TICKER_MAX_BACKFILL_SLOTS` (409 with ?wait=, tests/integration/ticker/test_commands.py)
+    and one more backfill than `SLOTFLOW_API_MAX_BACKFILLS_IN_FLIGHT` (409,
+    tests/integration/claimer/test_backfill.py).
+    """
 
     def schedule(name: str, **definition: Any) -> dict[str, Any]:
         return {"schedule_id": name, "definition": {**_DEFINITION, **definition}}
