@@ -289,3 +289,48 @@ def test_a_signal_payload_that_does_not_validate_fails_the_run() -> None:
     (failed,) = history.decide().events
     assert isinstance(failed, WorkflowFailed)
     assert failed.error_type == "ValidationError"
+
+
+@workflow.defn(name="exits.everywhere")
+class ExitsEverywhere:
+    """`sys.exit` from the body, a signal handler or a wait_condition predicate, as asked."""
+
+    def __init__(self) -> None:
+        self.where = ""
+
+    @workflow.run
+    async def run(self, order: dict[str, str]) -> str:
+        if order["where"] == "body":
+            raise SystemExit("the body gave up")
+        await workflow.wait_condition(self._ready)
+        return "never"
+
+    def _ready(self) -> bool:
+        if self.where == "predicate":
+            raise KeyboardInterrupt
+        return False
+
+    @workflow.signal
+    def go(self, payload: dict[str, str]) -> None:
+        if payload["where"] == "handler":
+            raise SystemExit("the signal handler gave up")
+        self.where = payload["where"]
+
+
+@pytest.mark.parametrize(
+    ("where", "error_type"),
+    [("body", "SystemExit"), ("handler", "SystemExit"), ("predicate", "KeyboardInterrupt")],
+)
+def test_system_exit_anywhere_in_workflow_code_fails_the_run_not_the_decider(
+    where: str, error_type: str
+) -> None:
+    # Issue 20: it escaped `decide` and ended the orchestrator's process.
+    history = History(WorkflowRuntime([ExitsEverywhere]), "exits.everywhere", {"where": where})
+    outcome = history.decide()
+    if where != "body":
+        assert outcome.events == []
+        history.signal("go", {"where": where})
+        outcome = history.decide()
+    (failed,) = outcome.events
+    assert isinstance(failed, WorkflowFailed)
+    assert failed.error_type == error_type
