@@ -290,6 +290,10 @@ def _blocks(ctx: RunContext) -> str:
     return "done"
 
 
+async def _deep_result(ctx: RunContext) -> dict[str, Any]:
+    return _nested(200)  # no consumer could decode it: recorded as a truncation marker
+
+
 def bad_handlers() -> list[BadHandler]:
     """Handlers that must each end as a recorded run, with the claimer still up.
 
@@ -302,4 +306,5 @@ def bad_handlers() -> list[BadHandler]:
         BadHandler("bad.base_exception", _meltdown, "dead_lettered", "Meltdown"),
         BadHandler("bad.cancelled_error", _cancels_itself, "dead_lettered", "CancelledError"),
         BadHandler("bad.blocking_plain_def", _blocks, "completed", None),
+        BadHandler("bad.result_nested_200_deep", _deep_result, "completed", None),
     ]
