@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic_core import to_jsonable_python
 
-from slotflow.contracts.codec import MAX_DEPTH, depth_of
+from slotflow.contracts.codec import FIELD_MAX_DEPTH, depth_of
 from slotflow.core.nul import jsonb_text
 from slotflow.errors import SlotflowError
 from slotflow.pg.outbox import Encoded, Staged, append_encoded, encoded
@@ -39,7 +39,7 @@ _TRACEBACK_CHARS = 16000
 RESULT_MAX_BYTES = 768 * 1024
 #: A result nests at most this deep: RunCompleted's data is level 1 and the result sits in it, so
 #: the message stays within the one limit every consumer decodes (`codec.MAX_DEPTH`).
-RESULT_MAX_DEPTH = MAX_DEPTH - 1
+RESULT_MAX_DEPTH = FIELD_MAX_DEPTH
 _PREVIEW_CHARS = 1000
 
 

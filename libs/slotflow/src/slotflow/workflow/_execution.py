@@ -27,6 +27,7 @@ from datetime import datetime
 from hashlib import sha256
 from typing import Any, ClassVar
 
+from slotflow.contracts.codec import FIELD_MAX_DEPTH, check_depth
 from slotflow.contracts.workflows import (
     ActivityCompleted,
     ActivityFailed,
@@ -445,6 +446,7 @@ class Execution:
         if exc is None:
             try:
                 result = self.definition.result.dump(main.result())
+                check_depth(result, what="the workflow's result", limit=FIELD_MAX_DEPTH)
             except Exception as err:  # noqa: BLE001 - an unserialisable result fails the run, with why
                 self._finish_with_error(err)
                 return
