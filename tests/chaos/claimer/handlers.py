@@ -10,6 +10,8 @@ import asyncio
 import contextlib
 import os
 import time
+from collections.abc import Coroutine
+from pathlib import Path
 from typing import Any
 
 import payouts  # examples/payouts, on PYTHONPATH in the subprocess
@@ -46,25 +48,35 @@ async def chaos_payout(ctx: RunContext) -> Any:
                 # when it wakes after that instant.
                 await asyncio.sleep(max(float(ctx.payload["pay_after_epoch"]) - time.time(), 0.0))
 
-        async def pay() -> Any:
-            try:
-                result = await payouts.pay_merchants(_on(conn, ctx))
-            except FenceRejected:
-                await note(conn, ctx, "rejected")
-                raise
-            await note(conn, ctx, "applied")
-            return result
+        return await on_the_wire(_pay_and_note(conn, ctx))
 
-        # A write that has started cannot be recalled by cancelling the handler (the claimer
-        # noticing its lease is gone), like a request already on the wire. Only the fence stops
-        # it, which is what these tests are about.
-        write = asyncio.ensure_future(pay())
-        try:
-            return await asyncio.shield(write)
-        except asyncio.CancelledError:
-            with contextlib.suppress(Exception):
-                await write
-            raise
+
+async def on_the_wire(write: Coroutine[Any, Any, Any]) -> Any:
+    """Await ``write`` (the payout and its note) to the end, even if the handler is cancelled.
+
+    A write that has started cannot be recalled by cancelling the handler (the claimer noticing
+    its lease is gone), like a request already on the wire. Only the fence stops it, which is what
+    these tests are about; and the note of its fate must land whichever comes first, or a test
+    waiting for it waits for nothing.
+    """
+    task = asyncio.ensure_future(write)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            await task
+        raise
+
+
+async def _pay_and_note(conn: Conn, ctx: RunContext) -> Any:
+    """The payouts example's fenced write, noted as applied or rejected in the attempts table."""
+    try:
+        result = await payouts.pay_merchants(_on(conn, ctx))
+    except FenceRejected:
+        await note(conn, ctx, "rejected")
+        raise
+    await note(conn, ctx, "applied")
+    return result
 
 
 def _on(conn: Conn, ctx: RunContext) -> RunContext:
@@ -125,17 +137,11 @@ async def chaos_bank(ctx: RunContext) -> Any:
 
 
 async def _pay_once(ctx: RunContext) -> Any:
-    """The payouts example's fenced write, noted as applied or rejected in the attempts table."""
+    """`_pay_and_note` on a connection of its own."""
     if ctx.pool is None:
         raise RuntimeError("chaos handlers need the handler database")
     async with ctx.pool.acquire() as conn:
-        try:
-            result = await payouts.pay_merchants(_on(conn, ctx))
-        except FenceRejected:
-            await note(conn, ctx, "rejected")
-            raise
-        await note(conn, ctx, "applied")
-        return result
+        return await _pay_and_note(conn, ctx)
 
 
 async def _note_start(ctx: RunContext) -> None:
@@ -155,8 +161,17 @@ def chaos_sync_payout(ctx: RunContext) -> Any:
 
 @handler("chaos.loop_blocker")
 async def chaos_loop_blocker(ctx: RunContext) -> Any:
-    """An async def that blocks the event loop on its first claim (the bug a thread cannot fix)."""
+    """An async def that blocks the event loop on its first claim (the bug a thread cannot fix).
+
+    It blocks until the file named by ``release`` exists (a test creates it once another claimer
+    has taken the run over and paid), at most ``block_s`` seconds, then pays. The payout is on the
+    wire the moment the loop is free again: the overdue heartbeat that then learns the lease is
+    gone cancels the handler, not the write, so the late write always meets the fence.
+    """
     await _note_start(ctx)
     if ctx.fence_token == 1:
-        time.sleep(float(ctx.payload.get("block_s", 0)))
-    return await _pay_once(ctx)
+        release = Path(str(ctx.payload["release"]))
+        deadline = time.monotonic() + float(ctx.payload.get("block_s", 60))
+        while not release.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)  # on the loop, on purpose
+    return await on_the_wire(_pay_once(ctx))

@@ -14,6 +14,7 @@
 
 import json
 from datetime import timedelta
+from pathlib import Path
 
 from slotflow.contracts import DeadLettered, RetryPolicy
 from slotflow.contracts.topics import DLQ_MESSAGES
@@ -108,11 +109,14 @@ async def test_a_blocking_plain_def_handler_runs_in_a_thread_and_freezes_no_hear
 
 
 async def test_a_handler_blocking_the_loop_is_named_and_the_fence_stops_a_second_effect(
-    kafka: KafkaSettings, producer: Producer, db: Pool, spawn: SpawnClaimer
+    kafka: KafkaSettings, producer: Producer, db: Pool, spawn: SpawnClaimer, tmp_path: Path
 ) -> None:
     procs = {name: await spawn(name, lease_ttl_seconds=LEASE_TTL) for name in NAMES[:2]}
+    release = tmp_path / "release-the-blocked-loop"
     job = job_due(
-        "merchant-blocker", handler="chaos.loop_blocker", payload={"amount_cents": 300, "block_s": 8}
+        "merchant-blocker",
+        handler="chaos.loop_blocker",
+        payload={"amount_cents": 300, "release": str(release), "block_s": 120},
     )
     await publish(producer, kafka, [job])
     victim = await owner_of_first_claim(db, job.run_id)
@@ -121,6 +125,10 @@ async def test_a_handler_blocking_the_loop_is_named_and_the_fence_stops_a_second
     # with token 2 and pays. (Renewing from elsewhere would keep a stuck claimer's runs hostage.)
     row = await wait_state(db, job.run_id, "completed", timeout=60)
     assert (row["owner"], row["fence_token"]) == (rival, 2)
+    # Only now is the victim's loop let go, so its payout is late whatever the load: it used to
+    # block for a fixed 8 s, and its overdue heartbeat could cancel the handler before the payout
+    # was sent, so the refusal this test waits for sometimes never came (the write runs on now).
+    release.touch()
 
     async def refused() -> bool:
         return ("rejected", 1, victim) in phases(await attempts(db, job.run_id))

@@ -1,6 +1,7 @@
 """The stats processor (faust-streaming) on the real broker: exact counts after a known workload,
 equal to the read model's for the same windows, and served by /v1/stats."""
 
+import json
 from collections import Counter
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -9,6 +10,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
+from slotflow.contracts.topics import RUN_EVENTS
 from slotflow.kafka.producer import Producer
 from slotflow.pg.pool import Pool
 from slotflow.settings import KafkaSettings
@@ -184,3 +186,46 @@ async def test_stats_requests_are_checked(client: httpx.AsyncClient) -> None:
     spec = (await client.get("/v1/openapi.json")).json()
     for path in ("/v1/stats/schedules", "/v1/stats/handlers", "/v1/stats/topics"):
         assert path in spec["paths"]
+
+
+async def test_a_record_postgresql_cannot_store_does_not_stop_the_copy(
+    producer: Producer, kafka: KafkaSettings, pg_dsn: str, tmp_path: Path
+) -> None:
+    # Issue 20's class of bug in the stats processor: a job id with a NUL (a record from a foreign
+    # producer; the contracts refuse one) was counted like any other, and PostgreSQL refused every
+    # copy of the windows after it, the good ones with it, on every flush for as long as it lived.
+    at = past_minute(5) + timedelta(seconds=1)
+    started = {"run_id": "r", "attempt": 1, "fence_token": 1, "owner": "c", "slot": at.isoformat()}
+    data = {**started, "job_id": "nul\u0000job", "started_at": at.isoformat()}
+    forged: dict[str, object] = {
+        "type": "run.started",
+        "version": 1,
+        "id": "forged/1/started",
+        "key": "nul",
+        "source": "foreign",
+        "occurred_at": at.isoformat(),
+        "data": data,
+    }
+    topic = kafka.topic(RUN_EVENTS)
+    await producer.send_raw(topic, key=b"nul", value=json.dumps(forged).encode())
+    after = {
+        **forged,
+        "id": "after/1/started",
+        "key": "after-nul",
+        "data": {**data, "job_id": "after-nul"},
+    }
+    await producer.send_raw(topic, key=b"after-nul", value=json.dumps(after).encode())
+    worker = StatsProcess(kafka, pg_dsn, tmp_path)
+    try:
+        window = at.replace(second=0, microsecond=0)
+
+        async def counted() -> bool:
+            assert worker.alive(), worker.log()
+            return (await stored_counts(pg_dsn)).get(("runs", "after-nul", window, "started")) == 1
+
+        await assert_eventually(
+            counted, timeout=90, interval=0.5, message="the record after the NUL one counted"
+        )
+        assert "failed, will retry" not in worker.log(chars=200_000)
+    finally:
+        worker.close()

@@ -3,6 +3,7 @@
 is the dry run before and the summary after."""
 
 import asyncio
+import functools
 from datetime import timedelta
 from typing import Any
 
@@ -95,3 +96,95 @@ async def test_a_backfill_runs_every_slot_in_order_within_its_concurrency(
     if max_concurrent == 1:
         # One after another, in slot order.
         assert tracker.started == slots
+
+
+async def test_backfills_in_flight_per_schedule_are_capped_with_a_clear_error(
+    kafka: KafkaSettings,
+    pg_dsn: str,
+    producer: Producer,
+    db: Pool,
+    registry: HandlerRegistry,
+    start_claimer: StartClaimer,
+    api: httpx.AsyncClient,
+) -> None:
+    # Issue 20: a backfill of up to 10,000 slots could be repeated at will. Two may be in flight
+    # per schedule (SLOTFLOW_API_MAX_BACKFILLS_IN_FLIGHT); the third is refused until one finishes.
+    gate = asyncio.Event()
+
+    async def gated(ctx: RunContext) -> str:
+        await gate.wait()
+        return "done"
+
+    registry.register("reports.gated", gated)
+    async with tickers(kafka, pg_dsn):
+        await start_claimer()
+        now = (await db_now(db)).replace(second=0, microsecond=0)
+        definition = ScheduleDefinition(
+            spec=IntervalSpec(every=timedelta(minutes=1)), handler="reports.gated"
+        )
+        await send(producer, kafka, CreateSchedule(schedule_id="capped", definition=definition))
+        ranges = [(now - timedelta(minutes=m + 2), now - timedelta(minutes=m)) for m in (20, 10, 4)]
+
+        def body(index: int) -> dict[str, Any]:
+            start, end = ranges[index]
+            return {
+                "start": start.isoformat(),
+                "end": end.isoformat(),
+                "overlap": "allow",
+                "max_concurrent": 2,
+            }
+
+        async def report(index: int) -> dict[str, Any] | None:
+            start, end = ranges[index]
+            answer = await api.get(
+                "/v1/schedules/capped/backfill", params={"from": start.isoformat(), "to": end.isoformat()}
+            )
+            return answer.json() if answer.status_code == 200 else None
+
+        await assert_eventually(lambda: report(0), timeout=30, message="the schedule projected")
+        for index in (0, 1):
+            sent = await api.post(
+                "/v1/schedules/capped/backfill", json=body(index), headers={"Idempotency-Key": f"bf-{index}"}
+            )
+            assert sent.status_code == 202, sent.text
+
+        async def runs_shown(index: int) -> bool:
+            shown = await report(index)
+            return shown is not None and shown["not_started"] == 0 and not shown["finished"]
+
+        # Both are in flight on their runs' account now, whatever time has passed.
+        for index in (0, 1):
+            await assert_eventually(
+                functools.partial(runs_shown, index), timeout=30, message=f"backfill {index} running"
+            )
+        refused = await api.post(
+            "/v1/schedules/capped/backfill", json=body(2), headers={"Idempotency-Key": "bf-2"}
+        )
+        assert refused.status_code == 409, refused.text
+        assert "has 2 backfills in flight" in refused.json()["detail"]
+        assert "SLOTFLOW_API_MAX_BACKFILLS_IN_FLIGHT = 2" in refused.json()["detail"]
+        # A client retrying its own command with the same key is not refused for it.
+        again = await api.post(
+            "/v1/schedules/capped/backfill", json=body(1), headers={"Idempotency-Key": "bf-1"}
+        )
+        assert again.status_code == 202, again.text
+        # Nothing was published for the refused one.
+        assert (await api.get("/v1/commands/bf-2")).json()["status"] == "unknown"
+
+        gate.set()
+
+        async def third_accepted() -> bool:
+            answer = await api.post(
+                "/v1/schedules/capped/backfill", json=body(2), headers={"Idempotency-Key": "bf-2"}
+            )
+            return answer.status_code == 202
+
+        await assert_eventually(
+            third_accepted, timeout=60, message="a backfill accepted once the others finished"
+        )
+
+        async def third_finished() -> bool:
+            shown = await report(2)
+            return shown is not None and bool(shown["finished"])
+
+        await assert_eventually(third_finished, timeout=60, message="the third backfill finished")

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from slotflow.contracts.codec import decode
+from slotflow.contracts.codec import MAX_DEPTH, decode
 from slotflow.contracts.topics import RUN_EVENTS
 from slotflow.kafka.consumer import Consumer
 from slotflow.kafka.producer import Producer
@@ -77,3 +77,55 @@ async def test_a_2mb_result_is_capped_and_other_runs_events_keep_flowing(
     assert int(marker["size_bytes"]) > 2_000_000
     assert row["result"] is not None
     assert await db.fetchval("SELECT count(*) FROM claimer.outbox WHERE published_at IS NULL") == 0
+
+
+def nested(depth: int) -> dict[str, object]:
+    value: dict[str, object] = {"leaf": 1}
+    for _ in range(depth - 1):
+        value = {"n": value}
+    return value
+
+
+async def test_a_result_nested_deeper_than_its_consumers_decode_is_recorded_as_a_marker(
+    kafka: KafkaSettings,
+    producer: Producer,
+    db: Pool,
+    registry: HandlerRegistry,
+    start_claimer: StartClaimer,
+    run_events: Consumer,
+) -> None:
+    # Issue 20, one depth limit for every service: a result nested 200 deep was published in a
+    # RunCompleted no consumer could decode (the api parked it, a workflow never saw its activity
+    # finish); one nested 5,000 deep could not be recorded at all, so the run was taken over and
+    # run again until quarantined.
+    depths = {"fits": MAX_DEPTH - 1, "deep": 200, "deeper": 5000}
+    for name, depth in depths.items():
+
+        async def returns(ctx: RunContext, depth: int = depth) -> object:
+            return nested(depth)
+
+        registry.register(f"test.{name}", returns)
+    await start_claimer()
+    jobs = {name: job_due(f"nested-{name}", handler=f"test.{name}", slot=SLOT) for name in depths}
+    await publish(producer, kafka, list(jobs.values()))
+    for job in jobs.values():
+        row = await wait_state(db, job.run_id, "completed", timeout=30)
+        assert (row["fence_token"], row["takeovers"]) == (1, 0)
+
+    completed: dict[str, dict[str, object]] = {}
+
+    async def seen() -> bool:
+        for record in await run_events.poll(timeout_ms=200):
+            envelope = decode(record.value)  # every one decodes: none is parked
+            if envelope.type == "run.completed":
+                completed[envelope.data["run_id"]] = envelope.data
+        return {j.run_id for j in jobs.values()} <= completed.keys()
+
+    await assert_eventually(seen, timeout=30, message="every RunCompleted published")
+    assert completed[jobs["fits"].run_id]["result"] == nested(MAX_DEPTH - 1)
+    for name in ("deep", "deeper"):
+        marker = completed[jobs[name].run_id]["result"]
+        assert isinstance(marker, dict)
+        assert marker["slotflow_result_truncated"] is True
+        assert marker["limit_depth"] == MAX_DEPTH - 1
+        assert "levels deep" in str(marker["reason"])

@@ -12,6 +12,7 @@ from slotflow.contracts.codec import encode
 from slotflow.contracts.topics import DLQ_MESSAGES, JOBS_DUE, SCHEDULE_COMMANDS
 from slotflow.errors import InvalidPayload, PermanentError, UndecodableMessage
 from slotflow.kafka.producer import Producer
+from slotflow.kafka.records import Record
 from slotflow.settings import KafkaSettings
 from slotflow.testing import assert_eventually
 from slotflow_dlq import queries
@@ -196,3 +197,34 @@ async def test_garbage_on_the_dlq_topic_itself_is_parked_too(
         )
         == 1
     )
+
+
+async def test_a_letter_postgresql_refuses_as_data_is_parked_at_once_as_own_poison(
+    dlq: Running, producer: Producer, kafka: KafkaSettings
+) -> None:
+    # Issue 20, the same class of bug as the projector's: a partition number beyond PostgreSQL's
+    # integer (SQLSTATE 22003) fails the same way on every try, but parking took every database
+    # error for an outage and retried the letter forever, holding up its partition.
+    topic = kafka.topic(JOBS_DUE)
+    bad = Record(topic, 2**31, 7, b"k", b"{}", (), 1_780_000_000_000)
+    await park(producer, kafka, bad, UndecodableMessage("not an envelope"), reason="undecodable")
+    good = origin(topic, 8, b"{}")
+    await park(producer, kafka, good, UndecodableMessage("not an envelope"), reason="undecodable")
+    dlq_topic = kafka.topic(DLQ_MESSAGES)
+
+    async def both_parked() -> bool:
+        return (
+            await dlq.count("id = $1", f"{topic}:1:8") == 1 and await dlq.count("topic = $1", dlq_topic) == 1
+        )
+
+    await assert_eventually(both_parked, timeout=30, message="the good letter and the wrapped bad one parked")
+    (wrapped,) = await dlq.pool.fetch("SELECT id FROM dlq.dead_letters WHERE topic = $1", dlq_topic)
+    entry = await queries.get_dead_letter(dlq.pool, schema="dlq", dead_letter_id=wrapped["id"])
+    assert entry is not None
+    assert (entry.reason, entry.source_service, entry.error_type) == (
+        "permanent_error",
+        "dlq",
+        "DataError",
+    )
+    # The refused letter itself, byte for byte, for whoever looks into it.
+    assert f'"partition":{2**31}'.encode() in base64.b64decode(entry.value_b64)

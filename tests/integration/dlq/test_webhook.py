@@ -363,3 +363,53 @@ async def test_bodies_are_signed_with_the_configured_secret(
     assert not verify(secret.encode(), header, raw.replace(b"payouts", b"payoutz"), now=time.time())
     assert not verify(b"other", header, raw, now=time.time())
     assert not verify(secret.encode(), header, raw, now=time.time() + 3600)
+
+
+async def test_a_huge_answer_is_not_read_past_its_bound(
+    start: Any, producer: Producer, kafka: KafkaSettings
+) -> None:
+    """Issue 20, every HTTP body bounded: the notifier read a webhook's whole answer into memory,
+    so a receiver answering 200 with a body of gigabytes took the DLQ service's memory with it. It
+    reads at most `ANSWER_MAX_BYTES` of an answer (the status decides) and hangs up."""
+    declared = 1024 * 1024 * 1024
+    give_up_at = 128 * 1024 * 1024  # the most this receiver sends, should the notifier read on
+    sent: list[int] = []
+
+    async def receiver(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(f"HTTP/1.1 200 OK\r\ncontent-length: {declared}\r\n\r\n".encode())
+        chunk = b"x" * (64 * 1024)
+        total = 0
+        try:
+            while total < give_up_at and not reader.at_eof():
+                writer.write(chunk)
+                await writer.drain()
+                total += len(chunk)
+        except ConnectionError:
+            pass
+        finally:
+            sent.append(total)
+            writer.close()
+
+    server = await asyncio.start_server(receiver, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        dlq = await start(
+            webhook_url=f"http://127.0.0.1:{port}/",
+            webhook_deadline_seconds=20,
+            webhook_backoff_base_seconds=0.05,
+            webhook_backoff_cap_seconds=0.1,
+            notifier_poll_seconds=0.05,
+        )
+        await park_money_moving(producer, kafka, 0)
+
+        async def delivered() -> bool:
+            count = await dlq.pool.fetchval(
+                "SELECT count(*) FROM dlq.notifications WHERE delivered_at IS NOT NULL"
+            )
+            return bool(count == 1)
+
+        await assert_eventually(delivered, timeout=30, message="delivered on its status")
+        await assert_eventually(lambda: bool(sent), timeout=30, message="the receiver hung up on")
+    # What the receiver got out before the notifier hung up: the bound plus socket buffers.
+    assert sent[0] < 16 * 1024 * 1024, f"the notifier read {sent[0] / 1024 / 1024:.0f} MiB of the answer"

@@ -62,3 +62,34 @@ class Deadline:
         except workflow.ActivityError as err:
             return {"error_type": err.error_type, "timed_out": isinstance(err, workflow.ActivityTimeoutError)}
         return {"error_type": None}
+
+
+class Meltdown(BaseException):
+    """Not an Exception: what `except Exception` around workflow code misses."""
+
+
+@workflow.defn(name="tests.exits")
+class Exits:
+    """Careless workflow code: `sys.exit` in the body (it ended the orchestrator's process)."""
+
+    @workflow.run
+    async def run(self, order: dict[str, Any]) -> None:
+        raise SystemExit(f"workflow code gave up on {order['order_id']}")
+
+
+@workflow.defn(name="tests.melts")
+class Melts:
+    """Workflow code raising a BaseException of its own."""
+
+    @workflow.run
+    async def run(self, order: dict[str, Any]) -> None:
+        raise Meltdown("core temperature exceeded")
+
+
+@workflow.defn(name="tests.echo")
+class Echo:
+    """Returns its input: a workflow that needs nothing but its orchestrator."""
+
+    @workflow.run
+    async def run(self, order: dict[str, Any]) -> dict[str, Any]:
+        return order

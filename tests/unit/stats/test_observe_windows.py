@@ -153,3 +153,19 @@ def test_unused_schedule_lifecycle_is_ignored() -> None:
         next_fire_at=T,
     )
     assert observe("schedules", _bytes(created), None) is None
+
+
+def test_what_postgresql_cannot_store_or_no_parser_decodes_is_undecodable() -> None:
+    # Counted, a NUL subject made every copy of the windows fail; deep nesting raised RecursionError.
+    nul = _bytes(RunStarted(**COMMON, started_at=T)).replace(b'"job_id":"s"', b'"job_id":"s\\u0000x"')
+    with pytest.raises(UndecodableEvent, match="NUL"):
+        observe("runs", nul, None)
+    deep = b'{"type": "run.started", "data": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    with pytest.raises(UndecodableEvent, match="nested too deeply"):
+        observe("runs", deep, None)
+    due = _bytes(JobDue(**COMMON, handler="h.x", fire_at=T)).replace(
+        b'"handler":"h.x"', b'"handler":"h\\u0000x"'
+    )
+    observation = observe("runs", due, None)
+    assert observation is not None
+    assert observation.handler is None  # counted, but no handler name PostgreSQL cannot store

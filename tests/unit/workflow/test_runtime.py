@@ -2,10 +2,12 @@
 
 from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
 from slotflow import workflow
+from slotflow.contracts.codec import FIELD_MAX_DEPTH
 from slotflow.contracts.workflows import (
     ActivityScheduled,
     CompensationRegistered,
@@ -289,3 +291,77 @@ def test_a_signal_payload_that_does_not_validate_fails_the_run() -> None:
     (failed,) = history.decide().events
     assert isinstance(failed, WorkflowFailed)
     assert failed.error_type == "ValidationError"
+
+
+@workflow.defn(name="exits.everywhere")
+class ExitsEverywhere:
+    """`sys.exit` from the body, a signal handler or a wait_condition predicate, as asked."""
+
+    def __init__(self) -> None:
+        self.where = ""
+
+    @workflow.run
+    async def run(self, order: dict[str, str]) -> str:
+        if order["where"] == "body":
+            raise SystemExit("the body gave up")
+        await workflow.wait_condition(self._ready)
+        return "never"
+
+    def _ready(self) -> bool:
+        if self.where == "predicate":
+            raise KeyboardInterrupt
+        return False
+
+    @workflow.signal
+    def go(self, payload: dict[str, str]) -> None:
+        if payload["where"] == "handler":
+            raise SystemExit("the signal handler gave up")
+        self.where = payload["where"]
+
+
+@pytest.mark.parametrize(
+    ("where", "error_type"),
+    [("body", "SystemExit"), ("handler", "SystemExit"), ("predicate", "KeyboardInterrupt")],
+)
+def test_system_exit_anywhere_in_workflow_code_fails_the_run_not_the_decider(
+    where: str, error_type: str
+) -> None:
+    # Issue 20: it escaped `decide` and ended the orchestrator's process.
+    history = History(WorkflowRuntime([ExitsEverywhere]), "exits.everywhere", {"where": where})
+    outcome = history.decide()
+    if where != "body":
+        assert outcome.events == []
+        history.signal("go", {"where": where})
+        outcome = history.decide()
+    (failed,) = outcome.events
+    assert isinstance(failed, WorkflowFailed)
+    assert failed.error_type == error_type
+
+
+def _nested(depth: int) -> dict[str, Any]:
+    value: dict[str, Any] = {"leaf": 1}
+    for _ in range(depth - 1):
+        value = {"n": value}
+    return value
+
+
+@workflow.defn(name="deep.data")
+class DeepData:
+    """Hands an activity, or returns, data nested deeper than any consumer decodes."""
+
+    @workflow.run
+    async def run(self, order: dict[str, str]) -> dict[str, Any]:
+        if order["where"] == "activity":
+            await workflow.execute_activity("payments.authorize", _nested(150))
+        return _nested(150)
+
+
+@pytest.mark.parametrize("where", ["activity", "result"])
+def test_data_nested_past_the_shared_limit_fails_the_run_at_the_call(where: str) -> None:
+    # Issue 20, one depth limit for every service: the JobDue (or the history event) carrying it
+    # would have been parked by its consumer, leaving the workflow waiting for nothing.
+    history = History(WorkflowRuntime([DeepData]), "deep.data", {"where": where})
+    (failed,) = history.decide().events
+    assert isinstance(failed, WorkflowFailed)
+    assert failed.error_type == "NestingTooDeep"
+    assert f"nested 150 levels deep; the limit is {FIELD_MAX_DEPTH}" in failed.message

@@ -40,6 +40,10 @@ class ApiSettings(BaseSettings):
     max_body_bytes: int = Field(default=1_048_576, ge=1024)
     #: Largest schedule payload (as compact JSON): every run of the schedule carries it.
     max_payload_bytes: int = Field(default=65_536, ge=2)
+    #: Backfills of one schedule in flight at once (not answered by the ticker yet, or a run of
+    #: their range not finished): each emits up to SLOTFLOW_TICKER_MAX_BACKFILL_SLOTS runs at once,
+    #: so one more is refused with 409 until one of them has finished.
+    max_backfills_in_flight: int = Field(default=2, ge=1, le=1000)
     #: Host names this API answers to (comma-separated in the environment); empty: any. Set it
     #: wherever the API is reachable by a name, against DNS rebinding (docs/api.md, "CSRF").
     allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)

@@ -22,6 +22,10 @@ class BadRequest(PermanentError):
     """The request cannot be served as asked."""
 
 
+class BackfillsInFlight(SlotflowError):
+    """The schedule has as many backfills in flight as `max_backfills_in_flight` allows."""
+
+
 def describe_validation(errors: list[dict[str, object]] | object) -> str:
     """`where: what` for each failing field, joined: the message a person reads."""
     if not isinstance(errors, list):
@@ -54,6 +58,10 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(NotFound)
     async def _not_found(_: Request, exc: NotFound) -> JSONResponse:
         return _json(404, str(exc))
+
+    @app.exception_handler(BackfillsInFlight)
+    async def _in_flight(_: Request, exc: BackfillsInFlight) -> JSONResponse:
+        return _json(409, str(exc))
 
     @app.exception_handler(MessageTooLarge)
     async def _too_large(_: Request, exc: MessageTooLarge) -> JSONResponse:

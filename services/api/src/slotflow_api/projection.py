@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from slotflow.contracts import (
+    Backfill,
     CancelTimer,
     CancelWorkflow,
     ClaimerAnnounced,
@@ -612,11 +613,14 @@ async def _claimer(conn: Conn, schema: str, fact: Fact, message: ClaimerAnnounce
 # A command and its acknowledgement come from different topics, in either order: the command
 # fills blanks, and an acknowledgement projected first stays final.
 _UPSERT_COMMAND_SEEN = """
-INSERT INTO {schema}.commands (command_id, command_type, subject, status, source, published_at)
-VALUES ($1, $2, $3, $4, $5, $6)
+INSERT INTO {schema}.commands (command_id, command_type, subject, status, source, published_at,
+                               range_start, range_end)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
 ON CONFLICT (command_id) DO UPDATE SET
     command_type = COALESCE(commands.command_type, EXCLUDED.command_type),
     subject = COALESCE(commands.subject, EXCLUDED.subject),
+    range_start = COALESCE(commands.range_start, EXCLUDED.range_start),
+    range_end = COALESCE(commands.range_end, EXCLUDED.range_end),
     source = EXCLUDED.source, published_at = EXCLUDED.published_at,
     -- an acknowledgement projected first is final: the command itself only fills blanks
     status = CASE WHEN commands.status IN ('accepted', 'rejected') THEN commands.status
@@ -626,6 +630,8 @@ ON CONFLICT (command_id) DO UPDATE SET
 
 async def _command_seen(conn: Conn, schema: str, fact: Fact) -> None:
     status = "pending" if fact.envelope.type in ACKNOWLEDGED_COMMANDS else "published"
+    # A backfill's range: what the api's cap on backfills in flight per schedule counts by.
+    backfill = fact.message if isinstance(fact.message, Backfill) else None
     await conn.execute(
         sql(_UPSERT_COMMAND_SEEN, schema),
         fact.envelope.id,
@@ -634,6 +640,8 @@ async def _command_seen(conn: Conn, schema: str, fact: Fact) -> None:
         status,
         fact.envelope.source,
         fact.envelope.occurred_at,
+        backfill.start if backfill is not None else None,
+        backfill.end if backfill is not None else None,
     )
 
 

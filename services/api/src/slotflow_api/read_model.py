@@ -12,7 +12,7 @@ from typing import Any
 import asyncpg
 
 from slotflow.core.cursors import decode_cursor, encode_cursor
-from slotflow.pg.pool import Pool
+from slotflow.pg.pool import Conn, Pool
 from slotflow.pg.statements import Filters, compose, sql, sql_with
 
 
@@ -552,3 +552,54 @@ async def audit_inputs(
         end,
     )
     return list(timeline), list(runs), list(skips)
+
+
+# -- backfills in flight ------------------------------------------------------------------------
+
+#: A schedule's backfills still in flight, leaving out ``$2`` (a client retrying its own command).
+#: In flight: not rejected, and not answered by the ticker yet, or accepted less than 10 s ago
+#: (its JobDues travel on another topic than its acceptance, so the projector may show its runs a
+#: little later), or with a run of its range not finished. The api takes the schedule's advisory
+#: lock (`LOCK_BACKFILLS`) around this count and the row `RECORD_BACKFILL` writes, so two requests
+#: cannot both pass on the same count.
+COUNT_BACKFILLS_IN_FLIGHT = """
+SELECT count(*) FROM {schema}.commands c
+ WHERE c.subject = $1 AND c.range_start IS NOT NULL AND c.command_id <> $2
+   AND c.status <> 'rejected'
+   AND (c.status <> 'accepted' OR c.acknowledged_at > now() - interval '10 seconds' OR EXISTS (
+        SELECT 1 FROM {schema}.runs r
+         WHERE r.job_id = c.subject AND r.slot >= c.range_start AND r.slot < c.range_end
+           AND r.state NOT IN ('completed', 'dead_lettered', 'skipped')
+           -- a run cancelled by a newer one (cancel_previous) ends on its RunFailed
+           AND NOT (r.state = 'failed' AND r.error->>'type' = 'RunCancelled')))
+"""
+
+#: One backfill request at a time per schedule (per database: every api replica agrees).
+LOCK_BACKFILLS = "SELECT pg_advisory_xact_lock(hashtextextended('slotflow.api.backfills:' || $1, 0))"
+
+#: The published Backfill, counted at once: the projector sees it on its topic only later, and
+#: fills in the rest of the row (its source, when it was published, the ticker's answer).
+RECORD_BACKFILL = """
+INSERT INTO {schema}.commands (command_id, command_type, subject, status, range_start, range_end)
+VALUES ($1, 'schedule.backfill', $2, 'pending', $3, $4)
+ON CONFLICT (command_id) DO UPDATE SET
+    range_start = COALESCE(commands.range_start, EXCLUDED.range_start),
+    range_end = COALESCE(commands.range_end, EXCLUDED.range_end)
+"""
+
+
+async def backfills_in_flight(conn: Conn, schema: str, schedule_id: str, *, besides: str = "") -> int:
+    """How many backfills of ``schedule_id`` are in flight (``besides`` not counted)."""
+    return int(await conn.fetchval(sql(COUNT_BACKFILLS_IN_FLIGHT, schema), schedule_id, besides))
+
+
+async def lock_backfills(conn: Conn, schedule_id: str) -> None:
+    """Hold the schedule's backfill lock until ``conn``'s transaction ends."""
+    await conn.execute(LOCK_BACKFILLS, schedule_id)
+
+
+async def record_backfill(
+    conn: Conn, schema: str, *, command_id: str, schedule_id: str, start: datetime, end: datetime
+) -> None:
+    """Count a just-published Backfill at once, before the projector sees it on its topic."""
+    await conn.execute(sql(RECORD_BACKFILL, schema), command_id, schedule_id, start, end)

@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic_core import to_jsonable_python
 
+from slotflow.contracts.codec import FIELD_MAX_DEPTH, depth_of
 from slotflow.core.nul import jsonb_text
 from slotflow.errors import SlotflowError
 from slotflow.pg.outbox import Encoded, Staged, append_encoded, encoded
@@ -36,6 +37,9 @@ _TRACEBACK_CHARS = 16000
 #: Under the 1 MiB run-events record with room for the envelope: a workflow activity's result
 #: of a few hundred kB must reach the orchestrator whole (it stores it by reference there).
 RESULT_MAX_BYTES = 768 * 1024
+#: A result nests at most this deep: RunCompleted's data is level 1 and the result sits in it, so
+#: the message stays within the one limit every consumer decodes (`codec.MAX_DEPTH`).
+RESULT_MAX_DEPTH = FIELD_MAX_DEPTH
 _PREVIEW_CHARS = 1000
 
 
@@ -60,7 +64,7 @@ class Outcome:
     def write(self) -> store.OutcomeWrite:
         run = self.run
         if self.kind == "completed":
-            result = capped_result(jsonb_text(to_jsonable_python(self.result, fallback=str)))
+            result = recordable_result(self.result)
             return store.OutcomeWrite(run.run_id, run.fence_token, "completed", result=result, due=run.due)
         if self.kind == "cancelled":
             entry = {"event": "cancelled", "error_type": "RunCancelled", "message": _cancel_message(run)}
@@ -118,6 +122,36 @@ def _plain(outcome: Outcome) -> Outcome:
         held_reason=outcome.held_reason,
         logs=outcome.logs,
     )
+
+
+def recordable_result(value: Any) -> str:
+    """A handler's return value as the JSON text recorded and sent in RunCompleted.
+
+    Too deep or too large for what its consumers decode, it is replaced by a truncation marker
+    (`capped_result`): the run did complete, and a result no one can read must neither park its
+    RunCompleted (a workflow would never see its activity finish) nor leave the run unrecorded
+    (it would be taken over and run again).
+    """
+    try:
+        jsonable = to_jsonable_python(value, fallback=str)
+    except ValueError:  # deeper than the serialiser itself goes (about 255 levels)
+        return _too_deep(depth=None, preview="")
+    depth = depth_of(jsonable)
+    if depth > RESULT_MAX_DEPTH:
+        return _too_deep(depth=depth, preview=jsonb_text(jsonable)[:_PREVIEW_CHARS])
+    return capped_result(jsonb_text(jsonable))
+
+
+def _too_deep(*, depth: int | None, preview: str) -> str:
+    how_deep = f"{depth} levels deep" if depth is not None else "too many levels deep to serialise"
+    marker = {
+        "slotflow_result_truncated": True,
+        "reason": f"the result is nested {how_deep}; the limit is {RESULT_MAX_DEPTH} (RESULT_MAX_DEPTH)",
+        "depth": depth,
+        "limit_depth": RESULT_MAX_DEPTH,
+        "preview": preview,
+    }
+    return jsonb_text(marker)
 
 
 def capped_result(text: str, limit: int = RESULT_MAX_BYTES) -> str:

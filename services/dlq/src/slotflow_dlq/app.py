@@ -24,6 +24,7 @@ from slotflow.contracts import DeadLettered, DiscardDeadLetters, RedriveDeadLett
 from slotflow.contracts.catalogue import DLQ_COMMAND_TYPES
 from slotflow.contracts.dlq import reason_label
 from slotflow.contracts.topics import DLQ_COMMANDS, DLQ_MAX_RECORD_BYTES, DLQ_MESSAGES
+from slotflow.core.retry import is_data_error
 from slotflow.errors import TransientStorageError
 from slotflow.kafka.consumer import Consumer
 from slotflow.kafka.loop import DEFAULT_OUTAGE_TYPES, ConsumeLoop, Incoming
@@ -223,6 +224,11 @@ class DlqService:
                 if parked is not None:
                     await append_many(conn, schema=self.schema, items=[parked.event])
         except asyncpg.PostgresError as err:
+            if is_data_error(err):
+                # A value PostgreSQL refuses (a partition number past its integer, SQLSTATE class
+                # 22) fails the same way on every try: waiting would hold up every letter behind
+                # it for good. The loop parks it at once, wrapped, with the DLQ topic as origin.
+                raise
             raise TransientStorageError(f"parking {incoming.envelope.id} failed; waiting: {err}") from err
         self._after_parking([parked] if parked is not None else [])
 

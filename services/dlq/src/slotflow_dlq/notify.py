@@ -36,6 +36,10 @@ from slotflow_dlq.metrics import DlqMetrics
 
 log = logging.getLogger(__name__)
 
+#: The most of a webhook's answer that is read: its status decides, its body is never used, and a
+#: receiver answering gigabytes must not take the service's memory with it.
+ANSWER_MAX_BYTES = 64 * 1024
+
 _ERRORS: tuple[type[BaseException], ...] = (*CONNECTION_ERRORS, asyncpg.PostgresError)
 
 # Due notifications, each leased by moving next_at past the delivery's deadline: SKIP LOCKED so
@@ -191,8 +195,11 @@ class Notifier:
         if self._secret is not None:
             headers[SIGNATURE_HEADER] = signature(self._secret, int(time.time()), content)
         try:
-            async with asyncio.timeout(self._deadline):
-                response = await client.post(self._url, content=content, headers=headers)
+            async with (
+                asyncio.timeout(self._deadline),
+                client.stream("POST", self._url, content=content, headers=headers) as response,
+            ):
+                await _read_bounded(response, ANSWER_MAX_BYTES)
             error = None if response.is_success else f"HTTP {response.status_code}"
         except TimeoutError:
             error = f"no complete answer within the {self._deadline:g} s delivery deadline"
@@ -228,3 +235,16 @@ class Notifier:
             delay.total_seconds(),
             error[:2000],
         )
+
+
+async def _read_bounded(response: httpx.Response, limit: int) -> None:
+    """Read ``response``'s body to its end or to ``limit`` bytes, whichever comes first.
+
+    Raw bytes, not decoded ones: a compressed answer is not inflated. Read to the end when it is
+    short, so a receiver that drips even a small answer is still cut at the delivery deadline.
+    """
+    seen = 0
+    async for chunk in response.aiter_raw():
+        seen += len(chunk)
+        if seen >= limit:
+            return

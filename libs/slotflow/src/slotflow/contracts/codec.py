@@ -18,6 +18,9 @@ from slotflow.errors import MessageTooLarge, NestingTooDeep, UndecodableMessage
 DEFAULT_MAX_BYTES = 1_048_576
 #: Deepest nesting of a message's data (its own object is level 1), shared by every service.
 MAX_DEPTH = 100
+#: Deepest nesting of a value held in a field of a message's data (a payload, a result, an input):
+#: the data around it is one level more.
+FIELD_MAX_DEPTH = MAX_DEPTH - 1
 
 
 def depth_of(value: Any) -> int:

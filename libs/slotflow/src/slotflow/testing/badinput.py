@@ -193,7 +193,13 @@ class BadRequest:
 
 
 def bad_requests() -> list[BadRequest]:
-    """Every bad request of the catalogue; sizes above a few MiB are left to process-level tests."""
+    """Every bad request of the catalogue; sizes above a few MiB are left to process-level tests.
+
+    Left to tests with a ticker and a claimer, since they need state first: a backfill wider than
+    `SLOTFLOW_TICKER_MAX_BACKFILL_SLOTS` (409 with ?wait=, tests/integration/ticker/test_commands.py)
+    and one more backfill than `SLOTFLOW_API_MAX_BACKFILLS_IN_FLIGHT` (409,
+    tests/integration/claimer/test_backfill.py).
+    """
 
     def schedule(name: str, **definition: Any) -> dict[str, Any]:
         return {"schedule_id": name, "definition": {**_DEFINITION, **definition}}
@@ -284,6 +290,10 @@ def _blocks(ctx: RunContext) -> str:
     return "done"
 
 
+async def _deep_result(ctx: RunContext) -> dict[str, Any]:
+    return _nested(200)  # no consumer could decode it: recorded as a truncation marker
+
+
 def bad_handlers() -> list[BadHandler]:
     """Handlers that must each end as a recorded run, with the claimer still up.
 
@@ -296,4 +306,5 @@ def bad_handlers() -> list[BadHandler]:
         BadHandler("bad.base_exception", _meltdown, "dead_lettered", "Meltdown"),
         BadHandler("bad.cancelled_error", _cancels_itself, "dead_lettered", "CancelledError"),
         BadHandler("bad.blocking_plain_def", _blocks, "completed", None),
+        BadHandler("bad.result_nested_200_deep", _deep_result, "completed", None),
     ]

@@ -27,6 +27,7 @@ from datetime import datetime
 from hashlib import sha256
 from typing import Any, ClassVar
 
+from slotflow.contracts.codec import FIELD_MAX_DEPTH, check_depth
 from slotflow.contracts.workflows import (
     ActivityCompleted,
     ActivityFailed,
@@ -60,6 +61,7 @@ from slotflow.workflow.errors import (
     ActivityError,
     ActivityTimeoutError,
     ChildWorkflowError,
+    ContinueAsNew,
     InvalidHistory,
     NonDeterminismError,
     WorkflowDeterminismError,
@@ -191,6 +193,8 @@ class Execution:
             self._finish(main)
         elif self.handler_failure is not None and self.closed is None:
             self._finish_with_error(self.handler_failure)
+        elif self.loop.exits and self.closed is None:
+            self._finish_with_error(self.loop.exits[0])
 
     # -- the two cursors -----------------------------------------------------------------------
 
@@ -405,9 +409,9 @@ class Execution:
         try:
             args = () if handler.payload is None else (handler.payload.load(event.payload),)
             outcome = handler.method(self.instance, *args)
-        except NonDeterminismError:
+        except (NonDeterminismError, ContinueAsNew):
             raise
-        except Exception as err:  # noqa: BLE001 - a failing handler fails the run, like a failing body
+        except BaseException as err:  # noqa: BLE001 - a failing handler fails the run, like a failing body
             if self.handler_failure is None:
                 self.handler_failure = err
             return
@@ -438,12 +442,11 @@ class Execution:
     # -- the end -------------------------------------------------------------------------------
 
     def _finish(self, main: "asyncio.Task[Any]") -> None:
-        from slotflow.workflow.errors import ContinueAsNew
-
         exc: BaseException | None = asyncio.CancelledError() if main.cancelled() else main.exception()
         if exc is None:
             try:
                 result = self.definition.result.dump(main.result())
+                check_depth(result, what="the workflow's result", limit=FIELD_MAX_DEPTH)
             except Exception as err:  # noqa: BLE001 - an unserialisable result fails the run, with why
                 self._finish_with_error(err)
                 return
@@ -456,10 +459,10 @@ class Execution:
             )
         elif isinstance(exc, NonDeterminismError):
             raise exc
-        elif isinstance(exc, Exception):
-            self._finish_with_error(exc)
         else:
-            raise exc
+            # Anything else the code raised, `SystemExit` and other BaseExceptions included, fails
+            # this workflow: workflow code never takes down the orchestrator deciding it.
+            self._finish_with_error(exc)
 
     def _finish_with_error(self, exc: BaseException) -> None:
         error_type = (

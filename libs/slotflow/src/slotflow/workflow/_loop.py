@@ -181,6 +181,9 @@ class Loop(_Refusing):
         self.tasks: list[asyncio.Task[Any]] = []
         #: Exceptions raised by callbacks (a guard error in a done-callback, say).
         self.errors: list[BaseException] = []
+        #: `SystemExit` or `KeyboardInterrupt` from workflow code (only its code runs on this loop):
+        #: they fail that workflow, never the process deciding it (a task also keeps its own).
+        self.exits: list[BaseException] = []
         self.disposed = False
 
     # -- what asyncio's clock-free machinery needs ---------------------------------------------
@@ -256,8 +259,8 @@ class Loop(_Refusing):
                         handle.callback(*handle.args)
                     else:
                         handle.context.run(handle.callback, *handle.args)
-                except (SystemExit, KeyboardInterrupt):
-                    raise
+                except (SystemExit, KeyboardInterrupt) as exc:
+                    self.exits.append(exc)
                 except BaseException as exc:  # noqa: BLE001 - asyncio's contract: report, go on
                     self.call_exception_handler({"message": "callback failed", "exception": exc})
             if not self.conditions or not self._check_conditions():
@@ -271,7 +274,7 @@ class Loop(_Refusing):
             else:
                 try:
                     met = condition.predicate()
-                except Exception as err:  # noqa: BLE001 - raised at the wait_condition that owns it
+                except BaseException as err:  # noqa: BLE001 - raised at the wait_condition that owns it
                     self.conditions.remove(condition)
                     condition.future.set_exception(err)
                     moved = True

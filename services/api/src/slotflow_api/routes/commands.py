@@ -88,6 +88,16 @@ async def submit(
     Raises:
         BadRequest: a string in the command holds a NUL, which no consumer could store.
     """
+    command_id = await publish_checked(s, message, idempotency_key=idempotency_key)
+    return await answer(s, command_id, wait=wait, extra=extra)
+
+
+async def publish_checked(s: Services, message: Message, *, idempotency_key: str | None) -> str:
+    """Publish ``message`` once it passes the edge's checks; its command id.
+
+    Raises:
+        BadRequest: nested too deep, a payload over its cap, or a NUL in a string.
+    """
     data = message.model_dump(mode="json")
     check_depth(data, what="the request")  # first: the NUL search below recurses
     _check_payload_size(s, data)
@@ -100,6 +110,13 @@ async def submit(
         s.producer, s.settings.kafka, message, command_id=idempotency_key, source="api"
     )
     s.metrics.commands_published.labels(message.message_type).inc()
+    return command_id
+
+
+async def answer(
+    s: Services, command_id: str, *, wait: float | None, extra: dict[str, Any] | None = None
+) -> JSONResponse:
+    """202 with the command id, or with ``wait`` the command's reflected status."""
     if wait is None:
         return JSONResponse(status_code=202, content={"command_id": command_id, **(extra or {})})
     status = await wait_for_command(s, command_id, wait)

@@ -23,9 +23,9 @@ from slotflow.core.cronslots import slots_between
 from slotflow.core.identity import run_id
 from slotflow_api import read_model
 from slotflow_api.app_state import Services, services
-from slotflow_api.errors import BadRequest, NotFound, describe_validation
+from slotflow_api.errors import BackfillsInFlight, BadRequest, NotFound, describe_validation
 from slotflow_api.outlook import outlook
-from slotflow_api.routes.commands import COMMAND_RESPONSES, submit
+from slotflow_api.routes.commands import COMMAND_RESPONSES, answer, publish_checked, submit
 from slotflow_api.routes.common import Cursor, Limit, Wait
 from slotflow_api.routes.handlers import handler_warnings
 from slotflow_api.routes.runs import RUN_STATES, RunState
@@ -303,7 +303,13 @@ async def trigger_schedule(
 @router.post(
     "/v1/schedules/{schedule_id}/backfill",
     status_code=202,
-    responses=COMMAND_RESPONSES,
+    responses={
+        **COMMAND_RESPONSES,
+        409: {
+            "description": "the schedule has SLOTFLOW_API_MAX_BACKFILLS_IN_FLIGHT backfills in flight "
+            "already (nothing was published); or with ?wait=: the ticker rejected the backfill"
+        },
+    },
     summary="Run every slot of the spec in [start, end) (GET the same path first for a dry run)",
 )
 async def backfill_schedule(
@@ -321,7 +327,25 @@ async def backfill_schedule(
         overlap=body.overlap,
         max_concurrent=body.max_concurrent,
     )
-    return await submit(s, message, idempotency_key=idempotency_key, wait=wait)
+    limit = s.settings.api.max_backfills_in_flight
+    # Each backfill emits all its slots at once; without a bound per schedule one client could
+    # repeat a 10,000-slot backfill at will. The lock makes concurrent requests count in turn.
+    async with s.pool.acquire() as conn, conn.transaction():
+        await read_model.lock_backfills(conn, schedule_id)
+        in_flight = await read_model.backfills_in_flight(
+            conn, s.schema, schedule_id, besides=idempotency_key or ""
+        )
+        if in_flight >= limit:
+            raise BackfillsInFlight(
+                f"schedule {schedule_id!r} has {in_flight} backfills in flight, the most allowed "
+                f"(SLOTFLOW_API_MAX_BACKFILLS_IN_FLIGHT = {limit}); wait until one has finished "
+                "(GET this path with its from and to shows its progress)"
+            )
+        command_id = await publish_checked(s, message, idempotency_key=idempotency_key)
+        await read_model.record_backfill(
+            conn, s.schema, command_id=command_id, schedule_id=schedule_id, start=body.start, end=body.end
+        )
+    return await answer(s, command_id, wait=wait)
 
 
 @router.get(
