@@ -16,26 +16,34 @@ from slotflow.pg.retention import Purge, purge_loop
 from slotflow.pg.statements import sql
 from slotflow_api.config import Settings
 
-# Ended job runs with COALESCE(finished_at, slot) before the cut (runs_ended), at most $2; their
-# dues and attempts go in the same statement, and the horizon rises to the cut when any run went.
-# now() is the transaction's instant, so every reference names the same cut.
-PURGE_RUNS = """
-WITH doomed AS (
-    SELECT run_id FROM {schema}.runs
-     WHERE state IN ('completed', 'dead_lettered', 'skipped') AND workflow_id IS NULL
-       AND COALESCE(finished_at, slot) < now() - make_interval(secs => $1)
-     ORDER BY COALESCE(finished_at, slot)
-     LIMIT $2
-       FOR UPDATE SKIP LOCKED
-), dues AS (
-    DELETE FROM {schema}.run_dues WHERE run_id IN (SELECT run_id FROM doomed)
+# Ended job runs with COALESCE(finished_at, slot) before the cut (runs_ended), at most $2, locked
+# and only locked: PURGE_LOCKED_RUNS deletes them in a second statement of the same transaction.
+# The projector locks a run (its skeleton upsert) before it adds a due or an attempt, so the
+# second statement's snapshot, taken after these locks, sees every due and attempt the run will
+# ever have; one statement's snapshot (taken before its locks) missed those committed in between,
+# and they outlived their run (slotflow.pg.retention).
+LOCK_ENDED_RUNS = """
+SELECT run_id FROM {schema}.runs
+ WHERE state IN ('completed', 'dead_lettered', 'skipped') AND workflow_id IS NULL
+   AND COALESCE(finished_at, slot) < now() - make_interval(secs => $1)
+ ORDER BY COALESCE(finished_at, slot)
+ LIMIT $2
+   FOR UPDATE SKIP LOCKED
+"""
+
+# The runs LOCK_ENDED_RUNS locked ($1), with their dues and attempts; the horizon rises to the cut
+# ($2 seconds before now()) when any run went. now() is the transaction's instant, so both
+# statements name the same cut.
+PURGE_LOCKED_RUNS = """
+WITH dues AS (
+    DELETE FROM {schema}.run_dues WHERE run_id = ANY($1::text[])
 ), tries AS (
-    DELETE FROM {schema}.run_attempts WHERE run_id IN (SELECT run_id FROM doomed)
+    DELETE FROM {schema}.run_attempts WHERE run_id = ANY($1::text[])
 ), gone AS (
-    DELETE FROM {schema}.runs WHERE run_id IN (SELECT run_id FROM doomed) RETURNING run_id
+    DELETE FROM {schema}.runs WHERE run_id = ANY($1::text[]) RETURNING run_id
 ), raised AS (
     INSERT INTO {schema}.retention AS t (only_row, horizon)
-    SELECT true, now() - make_interval(secs => $1) WHERE EXISTS (SELECT 1 FROM gone)
+    SELECT true, now() - make_interval(secs => $2) WHERE EXISTS (SELECT 1 FROM gone)
     ON CONFLICT (only_row) DO UPDATE SET horizon = GREATEST(t.horizon, EXCLUDED.horizon)
 )
 SELECT run_id FROM gone
@@ -66,7 +74,7 @@ HORIZON = "SELECT horizon FROM {schema}.retention"
 def purges(schema: str, *, days: float) -> list[Purge]:
     keep = timedelta(days=days)
     return [
-        Purge("ended runs", sql(PURGE_RUNS, schema), keep),
+        Purge("ended runs", sql(LOCK_ENDED_RUNS, schema), keep, delete=sql(PURGE_LOCKED_RUNS, schema)),
         Purge("skipped slots", sql(PURGE_SKIPPED, schema), keep),
     ]
 
