@@ -9,7 +9,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from slotflow.contracts import JobDue, Message, RunCompleted, ScheduleCreated, wrap
+from slotflow.contracts import JobDue, Message, RunCompleted, ScheduleCreated, SlotSkipped, wrap
 from slotflow.contracts.codec import encode
 from slotflow.contracts.topics import JOBS_DUE, RUN_EVENTS, SCHEDULE_EVENTS, TopicSpec
 from slotflow.core.identity import run_id
@@ -21,7 +21,7 @@ from slotflow.testing import assert_eventually
 from slotflow_api.app import create_app
 from slotflow_api.config import Settings
 from slotflow_api.projection import Fact, project
-from slotflow_api.projector import migrate
+from slotflow_api.projector import migrate, rebuild, run_until_idle
 from slotflow_api.retention import purges
 from tests.integration.api.conftest import CLIENT_HEADERS, Emitter
 from tests.integration.api.helpers import eventually_json, interval
@@ -213,3 +213,61 @@ async def _race_once(pool: Pool, purge_pool: Pool, round_: int) -> int:
         return 0
     # ... and the purge took this run, with the due and attempt that commit added (no orphan above).
     return 1
+
+
+async def test_a_rebuild_keeps_the_horizon_and_brings_no_purged_run_back(
+    api_settings: Settings, emit: Emitter
+) -> None:
+    """The topics still hold the purged runs' events: a rebuild replays them, and must neither
+    lose the horizon (the audit would call the purged slots missed) nor project them again."""
+    settings = api_settings.model_copy(
+        update={"api": api_settings.api.model_copy(update={"retention_days": 30})}
+    )
+    now = datetime.now(UTC).replace(microsecond=0)
+    slots = {d: now - d * DAY for d in (1, 2, 40, 41)}
+    for slot in slots.values():
+        rid = run_id(SID, slot)
+        due = JobDue(run_id=rid, job_id=SID, slot=slot, handler="reports.build", fire_at=slot)
+        await emit(JOBS_DUE, due, id=rid, key=SID, occurred_at=slot)
+        await emit(
+            RUN_EVENTS, _completed(rid, slot, token=1), id=f"{rid}/1/completed", key=SID, occurred_at=slot
+        )
+    for d in (2, 40):
+        skipped = SlotSkipped(
+            schedule_id="other", run_id=run_id("other", now - d * DAY), slot=now - d * DAY, reason="misfire"
+        )
+        await emit(SCHEDULE_EVENTS, skipped, id=f"other/skipped/{d}", key="other")
+    kept = {run_id(SID, slots[1]), run_id(SID, slots[2])}
+    pool = await create_pool(PostgresSettings(dsn=settings.postgres.dsn), min_size=1, max_size=2)
+    schema = settings.api.db_schema
+    assert schema == "api"
+    try:
+
+        async def read_model() -> tuple[set[str], set[str], set[str], set[datetime]]:
+            runs = await pool.fetch("SELECT run_id FROM api.runs")
+            dues = await pool.fetch("SELECT run_id FROM api.run_dues")
+            tries = await pool.fetch("SELECT run_id FROM api.run_attempts")
+            skipped = await pool.fetch("SELECT slot FROM api.skipped_slots")
+            return (
+                {r["run_id"] for r in runs},
+                {r["run_id"] for r in dues},
+                {r["run_id"] for r in tries},
+                {r["slot"] for r in skipped},
+            )
+
+        await run_until_idle(pool, settings)
+        runs, _, _, _ = await read_model()
+        assert runs == {run_id(SID, slot) for slot in slots.values()}
+        for purge in purges(schema, days=30):
+            await purge_once(pool, purge, batch_size=100)
+        horizon = await pool.fetchval("SELECT horizon FROM api.retention")
+        assert horizon is not None
+        assert await read_model() == (kept, kept, kept, {now - 2 * DAY})
+
+        await rebuild(pool, settings)
+        await run_until_idle(pool, settings)
+        # No purge ran since: what the replay brought from before the horizon never stayed.
+        assert await pool.fetchval("SELECT horizon FROM api.retention") == horizon
+        assert await read_model() == (kept, kept, kept, {now - 2 * DAY})
+    finally:
+        await pool.close()

@@ -71,6 +71,10 @@ PROJECTED_TOPICS: tuple[TopicSpec, ...] = (
 )
 
 
+#: Tables a rebuild keeps: the migrations applied, and the retention horizon (what was purged
+#: stays purged: the replay does not bring it back, and the audit still judges nothing before it).
+KEPT_BY_REBUILD = ("schema_migrations", "retention")
+
 #: How often an idle projector looks for a rebuild.
 GROUP_CHECK_SECONDS = 1.0
 
@@ -97,7 +101,8 @@ async def current_group(pool: Pool, settings: Settings) -> str:
 
 
 async def rebuild(pool: Pool, settings: Settings) -> str:
-    """Empty the read model and point the projector at a fresh group; returns the new group id.
+    """Empty the read model (but for `KEPT_BY_REBUILD`) and point the projector at a fresh group;
+    returns the new group id.
 
     Every running projector restarts on the new group at its next batch and replays the topics
     from the beginning (use `run_until_idle` to do it in this process).
@@ -107,9 +112,10 @@ async def rebuild(pool: Pool, settings: Settings) -> str:
     group = settings.group_id(uuid.uuid4().hex[:12])
     async with pool.acquire() as conn, conn.transaction():
         tables = await conn.fetch(
-            "SELECT tablename FROM pg_tables WHERE schemaname = $1 AND tablename <> 'schema_migrations' "
+            "SELECT tablename FROM pg_tables WHERE schemaname = $1 AND tablename <> ALL($2::text[]) "
             "ORDER BY tablename",
             schema,
+            list(KEPT_BY_REBUILD),
         )
         names = ", ".join(f"{schema}.{r['tablename']}" for r in tables)
         await conn.execute(f"TRUNCATE {names}")

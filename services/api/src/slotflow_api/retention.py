@@ -6,12 +6,16 @@ after its slot, so once the purge has cut at instant H every run whose slot is a
 still here: H is the horizon, recorded with the deletion itself, and the audit judges no slot
 before it (it cannot tell a purged run from a missed one). Activity runs stay with their
 workflows, and runs still in progress stay however old.
+
+The horizon outlives a rebuild, and every projected batch drops what it brought from before it
+(`forget_purged`), so a replay of the topics does not bring purged runs back.
 """
 
 import asyncio
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from slotflow.pg.pool import Pool
+from slotflow.pg.pool import Conn, Pool
 from slotflow.pg.retention import Purge, purge_loop
 from slotflow.pg.statements import sql
 from slotflow_api.config import Settings
@@ -70,6 +74,30 @@ SELECT slot FROM gone
 
 HORIZON = "SELECT horizon FROM {schema}.retention"
 
+# After each projected batch, in its transaction: the batch's job runs ($1) that ended before the
+# horizon go again with their dues and attempts, and so do skipped slots before it. Everything
+# there was purged (or would have been), so a rebuild replaying the topics, or a fact that arrives
+# after its run went, never brings it back; the horizon keeps meaning "nothing before it is here".
+# The batch holds these runs' locks (its skeleton upsert), so this snapshot sees every due and
+# attempt they have. Without a horizon (nothing purged yet) nothing matches.
+FORGET_PURGED = """
+WITH cut AS (
+    SELECT horizon FROM {schema}.retention
+), doomed AS (
+    SELECT r.run_id FROM {schema}.runs r, cut
+     WHERE r.run_id = ANY($1::text[]) AND r.workflow_id IS NULL
+       AND r.state IN ('completed', 'dead_lettered', 'skipped')
+       AND COALESCE(r.finished_at, r.slot) < cut.horizon
+), dues AS (
+    DELETE FROM {schema}.run_dues WHERE run_id IN (SELECT run_id FROM doomed)
+), tries AS (
+    DELETE FROM {schema}.run_attempts WHERE run_id IN (SELECT run_id FROM doomed)
+), slots AS (
+    DELETE FROM {schema}.skipped_slots s USING cut WHERE s.slot < cut.horizon
+)
+DELETE FROM {schema}.runs WHERE run_id IN (SELECT run_id FROM doomed)
+"""
+
 
 def purges(schema: str, *, days: float) -> list[Purge]:
     keep = timedelta(days=days)
@@ -77,6 +105,11 @@ def purges(schema: str, *, days: float) -> list[Purge]:
         Purge("ended runs", sql(LOCK_ENDED_RUNS, schema), keep, delete=sql(PURGE_LOCKED_RUNS, schema)),
         Purge("skipped slots", sql(PURGE_SKIPPED, schema), keep),
     ]
+
+
+async def forget_purged(conn: Conn, schema: str, run_ids: Sequence[str]) -> None:
+    """Drop what a batch projected from before the horizon (in the batch's transaction)."""
+    await conn.execute(sql(FORGET_PURGED, schema), list(run_ids))
 
 
 async def horizon(pool: Pool, schema: str) -> datetime | None:
