@@ -10,6 +10,7 @@ Loops (under `slotflow.service.Supervisor`, drained in this order):
   (`deciding.Decisions`). Stuck workflows of a newly acquired shard are decided again, so a deploy
   that fixes their code lets them go on.
 - `relay`: publishes the outbox (history, JobDue, timers, child starts, acknowledgements).
+- `prune` and `purge`: forget old inbox ids; purge closed workflows' history rows (retention.py).
 """
 
 import asyncio
@@ -43,6 +44,7 @@ from slotflow.pg import migrations as pg_migrations
 from slotflow.pg.migrations import MigrationSource
 from slotflow.pg.outbox import OutboxRelay
 from slotflow.pg.pool import CONNECTION_ERRORS, Pool, wait_for_pool
+from slotflow.pg.retention import purge_loop
 from slotflow.pg.statements import sql
 from slotflow.service import Supervisor, metrics_listener, sleep_or_stop
 from slotflow_orchestrator.config import Settings
@@ -51,6 +53,7 @@ from slotflow_orchestrator.intake import admit, prune_inbox
 from slotflow_orchestrator.leases import Leases
 from slotflow_orchestrator.metrics import OrchestratorMetrics
 from slotflow_orchestrator.outbound import Outbound
+from slotflow_orchestrator.retention import purges
 from slotflow_orchestrator.stepping import Decider
 
 log = logging.getLogger(__name__)
@@ -193,6 +196,7 @@ class OrchestratorService:
         supervisor.add("decider", lambda s: self._decide_loop(s, consumer, commands_topic), stage=1)
         supervisor.add("relay", self._relay.run, stage=2)
         supervisor.add("prune", self._prune_loop, stage=0, cancel_on_stop=True)
+        supervisor.add("purge", self._purge_loop, stage=0, cancel_on_stop=True)
         with metrics_listener(self.metrics.registry, port=cfg.metrics_port, host=cfg.metrics_host):
             self.ready.set()
             log.info(
@@ -222,6 +226,17 @@ class OrchestratorService:
                 continue
             if pruned:
                 log.info("orchestrator %s: forgot %d inbox ids", self.owner, pruned)
+
+    async def _purge_loop(self, stop: asyncio.Event) -> None:
+        cfg = self.settings.orchestrator
+        await purge_loop(
+            stop,
+            self.pool,
+            purges(cfg.db_schema, days=cfg.history_retention_days),
+            interval=cfg.purge_interval_seconds,
+            batch_size=cfg.purge_batch_size,
+            on_purged=lambda _name, count: self.metrics.histories_purged.inc(count),
+        )
 
     # -- intake -----------------------------------------------------------------------------------
 
