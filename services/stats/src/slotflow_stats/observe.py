@@ -61,10 +61,17 @@ def _instant(data: dict[str, Any], field: str) -> float:
     return parsed.timestamp()
 
 
+#: The contracts' limit on ids and keys: a subject becomes a window table's key (and its
+#: changelog record's), so a longer one, which no producer of ours writes, is refused here.
+SUBJECT_MAX_CHARS = 1000
+
+
 def _text(data: dict[str, Any], field: str) -> str:
     raw = data.get(field)
     if not isinstance(raw, str) or not raw:
         raise UndecodableEvent(f"field {field!r} is missing or not a string")
+    if len(raw) > SUBJECT_MAX_CHARS:
+        raise UndecodableEvent(f"field {field!r} is longer than {SUBJECT_MAX_CHARS} characters")
     return raw
 
 
@@ -75,6 +82,9 @@ def _envelope(value: bytes | None) -> tuple[str, dict[str, Any]]:
         envelope = json.loads(value)
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise UndecodableEvent(f"record is not JSON: {err}") from err
+    except RecursionError as err:
+        # `[[[[...`: nested past the interpreter's limit; it killed the worker's agent.
+        raise UndecodableEvent("record is JSON nested too deeply") from err
     if not isinstance(envelope, dict):
         raise UndecodableEvent("envelope is not a JSON object")
     kind, data = envelope.get("type"), envelope.get("data")
