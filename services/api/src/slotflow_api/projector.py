@@ -36,7 +36,7 @@ from slotflow.contracts.topics import (
     TopicSpec,
 )
 from slotflow.core.retry import is_retryable, sleep_backoff
-from slotflow.errors import SlotflowError
+from slotflow.errors import SlotflowError, TransientError, UnparkableRecord
 from slotflow.kafka.consumer import Consumer
 from slotflow.kafka.loop import ConsumeLoop, Incoming
 from slotflow.kafka.poison import send_to_dlq
@@ -279,17 +279,37 @@ class Projector:
             except Exception as err:  # parked with the reason, never dropped
                 if self._dlq is None:
                     raise
+                await self._park(self._dlq, fact, err)
+            else:
+                self._observe([fact], fresh)
+
+    async def _park(self, dlq: Producer, fact: Fact, error: BaseException) -> None:
+        """Park ``fact``'s record, waiting out a DLQ outage as the consume loop does: raised from
+        here, the batch's other facts were dropped while the next batch's commit passed them."""
+        attempt = 0
+        while True:
+            try:
                 await send_to_dlq(
-                    self._dlq,
+                    dlq,
                     fact.record,
-                    err,
+                    error,
                     dlq_topic=self._settings.kafka.topic(DLQ_MESSAGES),
                     source_service="api",
                     occurred_at=datetime.now(UTC),
                     reason="permanent_error",
                 )
+            except UnparkableRecord as unparkable:
+                # Not even the minimal letter was taken, for a reason waiting will not change.
+                log.critical("skipping %s, unparkable: %s", fact.record.position, unparkable)
+                return
+            except TransientError as outage:
+                attempt += 1
+                if self._stop_loop.is_set() and attempt > 3:
+                    raise  # stopping: uncommitted, the record comes back to the next projector
+                log.warning("DLQ send failed (try %d): %s", attempt, outage)
+                await sleep_backoff(min(attempt, 8), draw=self._rng.random())
             else:
-                self._observe([fact], fresh)
+                return
 
     def _observe(self, facts: Sequence[Fact], fresh: int) -> None:
         self.projected += fresh
