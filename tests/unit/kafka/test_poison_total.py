@@ -238,7 +238,7 @@ def test_the_claimers_intake_is_total(record: Record) -> None:
 @given(records())
 def test_the_stats_workers_decode_is_total(record: Record) -> None:
     """It never parks (the projector parks the same record); it skips anything it cannot count,
-    and only that: an UndecodableEvent, never another error out of its agent."""
+    and only that: an UndecodableEvent, never another error out of its faust agent."""
     families: tuple[Family, ...] = ("runs", "schedules", "dlq")
     for family in families:
         try:

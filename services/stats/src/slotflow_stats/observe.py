@@ -83,7 +83,7 @@ def _envelope(value: bytes | None) -> tuple[str, dict[str, Any]]:
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise UndecodableEvent(f"record is not JSON: {err}") from err
     except RecursionError as err:
-        # `[[[[...`: nested past the interpreter's limit; it killed the worker's agent.
+        # `[[[[...`: nested past the interpreter's limit; it killed the worker's faust agent.
         raise UndecodableEvent("record is JSON nested too deeply") from err
     if not isinstance(envelope, dict):
         raise UndecodableEvent("envelope is not a JSON object")
