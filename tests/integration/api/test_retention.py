@@ -1,6 +1,7 @@
 """Retention of the read model: the purge keeps exactly the runs that ended inside the retention,
 and the audit judges no slot before what it purged (issue 23)."""
 
+import asyncio
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
@@ -8,13 +9,20 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from slotflow.contracts import JobDue, RunCompleted, ScheduleCreated
-from slotflow.contracts.topics import JOBS_DUE, RUN_EVENTS, SCHEDULE_EVENTS
+from slotflow.contracts import JobDue, Message, RunCompleted, ScheduleCreated, SlotSkipped, wrap
+from slotflow.contracts.codec import encode
+from slotflow.contracts.topics import JOBS_DUE, RUN_EVENTS, SCHEDULE_EVENTS, TopicSpec
 from slotflow.core.identity import run_id
-from slotflow.pg.pool import Pool
+from slotflow.kafka.records import Record
+from slotflow.pg.pool import Pool, create_pool
+from slotflow.pg.retention import purge_once
+from slotflow.settings import PostgresSettings
 from slotflow.testing import assert_eventually
 from slotflow_api.app import create_app
 from slotflow_api.config import Settings
+from slotflow_api.projection import Fact, project
+from slotflow_api.projector import migrate, rebuild, run_until_idle
+from slotflow_api.retention import purges
 from tests.integration.api.conftest import CLIENT_HEADERS, Emitter
 from tests.integration.api.helpers import eventually_json, interval
 
@@ -101,3 +109,174 @@ async def test_purge_keeps_exactly_what_the_retention_says_and_the_audit_says_so
     assert body["summary"]["late"] + body["summary"]["fired"] == len(kept)
     assert {s["run_id"] for s in body["slots"]} == kept
     assert all(datetime.fromisoformat(s["slot"]) >= horizon for s in body["slots"])
+
+
+#: Ended runs older than the raced one: the purge locks them first, which holds its walk open long
+#: enough for the projection to commit after the purge's statement began and before it reached
+#: the raced run.
+FILLER = 50_000
+
+
+def _fact(spec: TopicSpec, message: Message, *, id: str, key: str, offset: int) -> Fact:
+    envelope = wrap(message, id=id, key=key, source="test", occurred_at=datetime.now(UTC))
+    record = Record(spec.name, 0, offset, key.encode(), encode(envelope), (), None)
+    return Fact(spec.name, record, envelope, message)
+
+
+def _completed(rid: str, slot: datetime, *, token: int) -> RunCompleted:
+    return RunCompleted(
+        run_id=rid,
+        job_id=SID,
+        slot=slot,
+        attempt=1,
+        fence_token=token,
+        owner=f"c{token}",
+        started_at=slot,
+        finished_at=slot + timedelta(minutes=1),
+    )
+
+
+async def test_a_due_and_attempt_committed_while_the_purge_walks_go_with_their_run(pg_dsn: str) -> None:
+    """The race: a projection that locks a run, adds a due and an attempt, and commits after the
+    purge began but before the purge reached that run. A purge whose deletes shared the snapshot
+    of its lock missed both rows and left them without their run."""
+    pool = await create_pool(PostgresSettings(dsn=pg_dsn), min_size=2, max_size=4)
+    # The purge on a connection of its own whose statements are already prepared: once it shows
+    # as active its next step is the snapshot, not a parse.
+    purge_pool = await create_pool(PostgresSettings(dsn=pg_dsn), min_size=1, max_size=1)
+    purge = purges("api", days=30)[0]
+    try:
+        await migrate(pool, "api")
+        assert await purge_once(purge_pool, purge, batch_size=FILLER + 10) == 0
+        # The commit must land inside the purge's walk: when it lands before the walk starts or
+        # after the walk passed the run (the run still locked, so skipped), try a fresh run.
+        raced = 0
+        for round_ in range(8):
+            raced += await _race_once(pool, purge_pool, round_)
+            if raced:
+                break
+        assert raced, "the projection never committed inside the purge's walk"
+    finally:
+        await purge_pool.close()
+        await pool.close()
+
+
+async def _race_once(pool: Pool, purge_pool: Pool, round_: int) -> int:
+    """One round; 1 when the purge took the raced run (the interleaving happened), else 0."""
+    purge = purges("api", days=30)[0]
+    slot = datetime.now(UTC).replace(microsecond=0) - 40 * DAY - round_ * timedelta(minutes=1)
+    rid = run_id(SID, slot)
+    # The run's first claim completed 40 days ago: it ended before the cut and may go.
+    async with pool.acquire() as conn, conn.transaction():
+        first = _fact(RUN_EVENTS, _completed(rid, slot, token=1), id=f"{rid}/1/completed", key=SID, offset=0)
+        await project(conn, schema="api", facts=[first])
+    await pool.execute(
+        "INSERT INTO api.runs (run_id, job_id, slot, state, finished_at) "
+        "SELECT 'filler-' || n, 'filler', $1, 'completed', $1 FROM generate_series(1, $2) AS n",
+        slot - DAY,
+        FILLER,
+    )
+    due = JobDue(run_id=rid, job_id=SID, slot=slot, handler="reports.build", fire_at=slot)
+    late = [
+        _fact(JOBS_DUE, due, id=rid, key=SID, offset=1),
+        _fact(RUN_EVENTS, _completed(rid, slot, token=2), id=f"{rid}/1/completed", key=SID, offset=2),
+    ]
+    async with pool.acquire() as writer:
+        projecting = writer.transaction()
+        await projecting.start()
+        await project(writer, schema="api", facts=late)  # the run is locked until the commit
+        purging = asyncio.create_task(purge_once(purge_pool, purge, batch_size=FILLER + 10))
+
+        async def purge_walking() -> bool:
+            if purging.done():
+                return True  # finished before it was seen: it skipped the locked run, try again
+            walking = await pool.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' "
+                "AND query LIKE '%SKIP LOCKED%' AND pid <> pg_backend_pid()"
+            )
+            return bool(walking)
+
+        await assert_eventually(purge_walking, timeout=10, interval=0.001, message="the purge began")
+        await projecting.commit()
+        purged = await purging
+    # Whichever way it went, no due or attempt is left without its run ...
+    orphans = await pool.fetch(
+        "SELECT 'due' AS kind, run_id FROM api.run_dues d "
+        "WHERE NOT EXISTS (SELECT 1 FROM api.runs r WHERE r.run_id = d.run_id) "
+        "UNION ALL SELECT 'attempt', run_id FROM api.run_attempts a "
+        "WHERE NOT EXISTS (SELECT 1 FROM api.runs r WHERE r.run_id = a.run_id)"
+    )
+    assert [(r["kind"], r["run_id"]) for r in orphans] == []
+    assert purged >= FILLER
+    state = await pool.fetchval("SELECT state FROM api.runs WHERE run_id = $1", rid)
+    if state is not None:
+        # The walk reached the run while the projection still held it: skipped, kept whole.
+        assert state == "completed"
+        return 0
+    # ... and the purge took this run, with the due and attempt that commit added (no orphan above).
+    return 1
+
+
+async def test_a_rebuild_keeps_the_horizon_and_brings_no_purged_run_back(
+    api_settings: Settings, emit: Emitter
+) -> None:
+    """The topics still hold the purged runs' events: a rebuild replays them, and must neither
+    lose the horizon (the audit would call the purged slots missed) nor project them again."""
+    settings = api_settings.model_copy(
+        update={"api": api_settings.api.model_copy(update={"retention_days": 30})}
+    )
+    now = datetime.now(UTC).replace(microsecond=0)
+    # Oldest first, so the newest run projected means every older record of its partition was too.
+    slots = {d: now - d * DAY for d in (41, 40, 2, 1)}
+    for slot in slots.values():
+        rid = run_id(SID, slot)
+        due = JobDue(run_id=rid, job_id=SID, slot=slot, handler="reports.build", fire_at=slot)
+        await emit(JOBS_DUE, due, id=rid, key=SID, occurred_at=slot)
+        await emit(
+            RUN_EVENTS, _completed(rid, slot, token=1), id=f"{rid}/1/completed", key=SID, occurred_at=slot
+        )
+    for d in (40, 2):
+        skipped = SlotSkipped(
+            schedule_id="other", run_id=run_id("other", now - d * DAY), slot=now - d * DAY, reason="misfire"
+        )
+        await emit(SCHEDULE_EVENTS, skipped, id=f"other/skipped/{d}", key="other")
+    kept = {run_id(SID, slots[1]), run_id(SID, slots[2])}
+    pool = await create_pool(PostgresSettings(dsn=settings.postgres.dsn), min_size=1, max_size=2)
+    schema = settings.api.db_schema
+    assert schema == "api"
+    try:
+
+        async def read_model() -> tuple[set[str], set[str], set[str], set[datetime]]:
+            runs = await pool.fetch("SELECT run_id FROM api.runs")
+            dues = await pool.fetch("SELECT run_id FROM api.run_dues")
+            tries = await pool.fetch("SELECT run_id FROM api.run_attempts")
+            skipped = await pool.fetch("SELECT slot FROM api.skipped_slots")
+            return (
+                {r["run_id"] for r in runs},
+                {r["run_id"] for r in dues},
+                {r["run_id"] for r in tries},
+                {r["slot"] for r in skipped},
+            )
+
+        async def project_until(expected: tuple[set[str], set[str], set[str], set[datetime]]) -> None:
+            # A projector joining its group under load may go idle before it has read everything.
+            for _ in range(5):
+                await run_until_idle(pool, settings)
+                if await read_model() == expected:
+                    return
+            assert await read_model() == expected
+
+        every = {run_id(SID, slot) for slot in slots.values()}
+        await project_until((every, every, every, {now - 40 * DAY, now - 2 * DAY}))
+        for purge in purges(schema, days=30):
+            await purge_once(pool, purge, batch_size=100)
+        horizon = await pool.fetchval("SELECT horizon FROM api.retention")
+        assert horizon is not None
+        assert await read_model() == (kept, kept, kept, {now - 2 * DAY})
+
+        await rebuild(pool, settings)
+        # No purge runs here: what the replay brings from before the horizon must never stay.
+        await project_until((kept, kept, kept, {now - 2 * DAY}))
+        assert await pool.fetchval("SELECT horizon FROM api.retention") == horizon
+    finally:
+        await pool.close()

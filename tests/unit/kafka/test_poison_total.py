@@ -3,9 +3,10 @@
 Issue 23: one record whose rejection could not be built (its id too long to suffix, its key past
 the envelope's limit) escaped the ticker's reject path and crash-looped it. These properties feed
 arbitrary records to each consumer's poison path (the shared decode and letter, the consume
-loop as the DLQ service and the api projector run it, the ticker's CommandRejected, the
-claimer's intake) and check it returns with something PostgreSQL and Kafka will take: ids and
-keys within the envelope's limits, no NUL, no lone surrogate, encodable.
+loop as the DLQ service's two loops, the api projector, the ticker and the orchestrator run it,
+the ticker's CommandRejected, the claimer's intake, the stats worker's decode) and check it
+returns with something PostgreSQL and Kafka will take: ids and keys within the envelope's limits,
+no NUL, no lone surrogate, encodable.
 """
 
 import asyncio
@@ -17,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from slotflow.contracts import REGISTRY, DeadLettered, Envelope, JobDue
+from slotflow.contracts.catalogue import DLQ_COMMAND_TYPES
 from slotflow.contracts.codec import encode
 from slotflow.contracts.envelope import ID_MAX_CHARS, KEY_MAX_CHARS, fit_id, fit_key
 from slotflow.core.nul import storable
@@ -36,6 +38,9 @@ from slotflow.pg.outbox import Encoded, Staged, encoded
 from slotflow.settings import KafkaSettings
 from slotflow_claimer.events import RunEvents
 from slotflow_claimer.intake import Intake, poison_letter
+from slotflow_orchestrator.app import ACCEPTED as ORCHESTRATOR_INPUTS
+from slotflow_stats.errors import UndecodableEvent
+from slotflow_stats.observe import SUBJECT_MAX_CHARS, Family, observe
 from slotflow_ticker.commands import COMMANDS, poison_rejection
 from slotflow_ticker.events import EventFactory, Topics
 from tests.unit.kafka.test_loop import FakeProducer
@@ -84,6 +89,7 @@ def records(draw: Any) -> Record:
             st.none(),
             st.binary(max_size=200),
             st.builds(lambda: b"{" * 5000),
+            st.builds(lambda n: b"[" * n, st.integers(900, 100_000)),
             st.composite(lambda d: _envelope_json(d))(),
         )
     )
@@ -154,25 +160,34 @@ class _OneBatch:
         self.committed = True
 
 
-async def _through_loop(record: Record, accept: tuple[type[Any], ...] | None, max_bytes: int) -> None:
+async def _through_loop(
+    record: Record, accept: tuple[type[Any], ...] | None, max_bytes: int, *, batched: bool = False
+) -> None:
     handled: list[Incoming] = []
+    reasons: list[str] = []
 
     async def handler(incoming: Incoming) -> None:
         handled.append(incoming)
+
+    async def batch_handler(batch: list[Incoming]) -> None:
+        handled.extend(batch)
 
     consumer, producer = _OneBatch(), FakeProducer()
     loop = ConsumeLoop(
         cast(Consumer, consumer),
         handler=handler,
+        batch_handler=batch_handler if batched else None,
         dlq=cast(Producer, producer),
         dlq_topic="dlq",
         source_service="test",
         accept=accept,
         max_bytes=max_bytes,
+        on_dead_letter=lambda _record, reason: reasons.append(reason),
     )
     await loop.process([record])
     assert consumer.committed
     assert len(handled) + len(producer.sent) == 1
+    assert len(reasons) == len(producer.sent)
     for letter in producer.sent:
         assert_storable(encoded(Staged("dlq", letter)))
 
@@ -181,9 +196,12 @@ async def _through_loop(record: Record, accept: tuple[type[Any], ...] | None, ma
 @given(records())
 def test_the_consume_loop_parks_or_hands_over_every_record(record: Record) -> None:
     # As the DLQ service's letters loop, the api projector (every type) and the ticker run it.
-    asyncio.run(_through_loop(record, (DeadLettered,), 16 * 1024 * 1024))
+    asyncio.run(_through_loop(record, (DeadLettered,), 16 * 1024 * 1024, batched=True))
     asyncio.run(_through_loop(record, None, 1_048_576))
     asyncio.run(_through_loop(record, COMMANDS, 1_048_576))
+    # The DLQ service's commands loop, and the orchestrator's intake (batched).
+    asyncio.run(_through_loop(record, DLQ_COMMAND_TYPES, 1_048_576))
+    asyncio.run(_through_loop(record, ORCHESTRATOR_INPUTS, 1_048_576, batched=True))
 
 
 @PROPERTY
@@ -214,3 +232,18 @@ def test_the_claimers_intake_is_total(record: Record) -> None:
     assert len(dues) + len(poison) == 1
     for bad, err in poison:
         assert_storable(encoded(poison_letter("dlq", bad, err, at=AT)))
+
+
+@PROPERTY
+@given(records())
+def test_the_stats_workers_decode_is_total(record: Record) -> None:
+    """It never parks (the projector parks the same record); it skips anything it cannot count,
+    and only that: an UndecodableEvent, never another error out of its faust agent."""
+    families: tuple[Family, ...] = ("runs", "schedules", "dlq")
+    for family in families:
+        try:
+            observation = observe(family, record.value, 1_780_000_000.0)
+        except UndecodableEvent:
+            continue
+        if observation is not None:
+            assert 1 <= len(observation.subject) <= SUBJECT_MAX_CHARS

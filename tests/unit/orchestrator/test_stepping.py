@@ -276,3 +276,29 @@ def test_a_runtime_that_skips_a_sequence_keeps_nothing() -> None:
 
     with pytest.raises(BrokenDecision):
         step(WF, RUNNING, scheduled(), [item(run_completed(2), "r1")], decider=Scripted(gap), now=NOW)
+
+
+@pytest.mark.parametrize("status", ["completed", "failed", "cancelled"])
+def test_a_closed_workflow_whose_history_was_purged_is_still_ended(status: str) -> None:
+    """The retention purged its history rows; the row alone keeps its id taken and its end."""
+    decider = Scripted(schedule_next())
+    row = Row("checkout", status)  # type: ignore[arg-type]
+    again = StartWorkflow(workflow_id=WF, workflow_type="checkout", input={})
+    signal = SignalWorkflow(workflow_id=WF, signal="go")
+    cancel = CancelWorkflow(workflow_id=WF, reason="late")
+    inputs = [
+        item(again, "c2", 1),
+        item(signal, "s1", 2),
+        item(cancel, "x1", 3),
+        item(run_completed(2), "r", 4),
+    ]
+    out = step(WF, row, [], inputs, decider=decider, now=NOW)
+    assert out.events == []
+    assert out.started is None
+    assert out.status is None
+    assert decider.calls == []
+    assert [(a.command_id, a.reason) for a in out.acks] == [
+        ("c2", f"workflow {WF} already exists (closed, history purged); id_reuse_policy is reject_duplicate"),
+        ("s1", f"workflow {WF} has already ended"),
+        ("x1", f"workflow {WF} has already ended"),
+    ]

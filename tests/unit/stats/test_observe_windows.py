@@ -105,6 +105,9 @@ def test_due_without_fire_at_is_late_against_its_slot_and_never_negative() -> No
         (b'{"type": "run.started", "data": {"job_id": "s", "started_at": "yesterday"}}', "ISO-8601"),
         (b'{"type": "run.started", "data": {"job_id": "s", "started_at": "2026-01-01T00:00:00"}}', "offset"),
         (b'{"type": "run.started", "data": {"started_at": "2026-01-01T00:00:00Z"}}', "job_id"),
+        # Killed the worker's faust agent (RecursionError) before; a key no producer of ours writes.
+        (b"[" * 100_000, "nested too deeply"),
+        (b'{"type": "run.started", "data": {"job_id": "' + b"j" * 1001 + b'"}}', "longer than 1000"),
     ],
 )
 def test_unreadable_records_say_why(value: bytes | None, why: str) -> None:

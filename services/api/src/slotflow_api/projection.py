@@ -61,6 +61,7 @@ from slotflow.core.nul import scrub_nul
 from slotflow.kafka.records import Record
 from slotflow.pg.pool import Conn
 from slotflow.pg.statements import sql
+from slotflow_api.retention import forget_purged
 from slotflow_api.workflow_projection import record_event, refold
 
 #: Command types whose consumer acknowledges them (CommandAccepted/CommandRejected); the others
@@ -125,6 +126,7 @@ async def project(conn: Conn, *, schema: str, facts: Sequence[Fact]) -> int:
     for fact in fresh:
         await _apply(conn, schema, fact, runs)
     await _flush_runs(conn, schema, runs)
+    await forget_purged(conn, schema, sorted(runs.touched))
     await refold(conn, schema, runs.workflows)
     return len(fresh)
 

@@ -36,7 +36,7 @@ from slotflow.contracts.topics import (
     TopicSpec,
 )
 from slotflow.core.retry import is_retryable, sleep_backoff
-from slotflow.errors import SlotflowError
+from slotflow.errors import SlotflowError, TransientError, UnparkableRecord
 from slotflow.kafka.consumer import Consumer
 from slotflow.kafka.loop import ConsumeLoop, Incoming
 from slotflow.kafka.poison import send_to_dlq
@@ -71,6 +71,10 @@ PROJECTED_TOPICS: tuple[TopicSpec, ...] = (
     CLAIMERS,
 )
 
+
+#: Tables a rebuild keeps: the migrations applied, and the retention horizon (what was purged
+#: stays purged: the replay does not bring it back, and the audit still judges nothing before it).
+KEPT_BY_REBUILD = ("schema_migrations", "retention")
 
 #: How often an idle projector looks for a rebuild.
 GROUP_CHECK_SECONDS = 1.0
@@ -110,8 +114,9 @@ async def current_group(pool: Pool, settings: Settings) -> str:
 
 # The model's tables (all but the migration log) are emptied in one statement; its own
 # transaction then names the new group, so projectors see an empty model and a new group together.
+#: The read model's tables a rebuild empties: all but ``$2`` (`KEPT_BY_REBUILD`).
 _MODEL_TABLES = (
-    "SELECT tablename FROM pg_tables WHERE schemaname = $1 AND tablename <> 'schema_migrations' "
+    "SELECT tablename FROM pg_tables WHERE schemaname = $1 AND tablename <> ALL($2::text[]) "
     "ORDER BY tablename"
 )
 _TRUNCATE = "TRUNCATE {tables}"
@@ -119,7 +124,8 @@ _SET_GROUP = "INSERT INTO {schema}.projector_state (singleton, group_id) VALUES 
 
 
 async def rebuild(pool: Pool, settings: Settings) -> str:
-    """Empty the read model and point the projector at a fresh group; returns the new group id.
+    """Empty the read model (but for `KEPT_BY_REBUILD`) and point the projector at a fresh group;
+    returns the new group id.
 
     Every running projector restarts on the new group at its next batch and replays the topics
     from the beginning (use `run_until_idle` to do it in this process).
@@ -128,7 +134,7 @@ async def rebuild(pool: Pool, settings: Settings) -> str:
     await migrate(pool, schema)
     group = settings.group_id(uuid.uuid4().hex[:12])
     async with pool.acquire() as conn, conn.transaction():
-        tables = await conn.fetch(_MODEL_TABLES, schema)
+        tables = await conn.fetch(_MODEL_TABLES, schema, list(KEPT_BY_REBUILD))
         names = ", ".join(f"{quote_ident(schema)}.{quote_ident(r['tablename'])}" for r in tables)
         await conn.execute(compose(_TRUNCATE, tables=names))
         await conn.execute(sql(_SET_GROUP, schema), group)
@@ -289,17 +295,37 @@ class Projector:
             except Exception as err:  # parked with the reason, never dropped
                 if self._dlq is None:
                     raise
+                await self._park(self._dlq, fact, err)
+            else:
+                self._observe([fact], fresh)
+
+    async def _park(self, dlq: Producer, fact: Fact, error: BaseException) -> None:
+        """Park ``fact``'s record, waiting out a DLQ outage as the consume loop does: raised from
+        here, the batch's other facts were dropped while the next batch's commit passed them."""
+        attempt = 0
+        while True:
+            try:
                 await send_to_dlq(
-                    self._dlq,
+                    dlq,
                     fact.record,
-                    err,
+                    error,
                     dlq_topic=self._settings.kafka.topic(DLQ_MESSAGES),
                     source_service="api",
                     occurred_at=datetime.now(UTC),
                     reason="permanent_error",
                 )
+            except UnparkableRecord as unparkable:
+                # Not even the minimal letter was taken, for a reason waiting will not change.
+                log.critical("skipping %s, unparkable: %s", fact.record.position, unparkable)
+                return
+            except TransientError as outage:
+                attempt += 1
+                if self._stop_loop.is_set() and attempt > 3:
+                    raise  # stopping: uncommitted, the record comes back to the next projector
+                log.warning("DLQ send failed (try %d): %s", attempt, outage)
+                await sleep_backoff(min(attempt, 8), draw=self._rng.random())
             else:
-                self._observe([fact], fresh)
+                return
 
     def _observe(self, facts: Sequence[Fact], fresh: int) -> None:
         self.projected += fresh

@@ -6,36 +6,48 @@ after its slot, so once the purge has cut at instant H every run whose slot is a
 still here: H is the horizon, recorded with the deletion itself, and the audit judges no slot
 before it (it cannot tell a purged run from a missed one). Activity runs stay with their
 workflows, and runs still in progress stay however old.
+
+The horizon outlives a rebuild, and every projected batch drops what it brought from before it
+(`forget_purged`), so a replay of the topics does not bring purged runs back.
 """
 
 import asyncio
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from slotflow.pg.pool import Pool
+from slotflow.pg.pool import Conn, Pool
 from slotflow.pg.retention import Purge, purge_loop
 from slotflow.pg.statements import sql
 from slotflow_api.config import Settings
 
-# Ended job runs with COALESCE(finished_at, slot) before the cut (runs_ended), at most $2; their
-# dues and attempts go in the same statement, and the horizon rises to the cut when any run went.
-# now() is the transaction's instant, so every reference names the same cut.
-PURGE_RUNS = """
-WITH doomed AS (
-    SELECT run_id FROM {schema}.runs
-     WHERE state IN ('completed', 'dead_lettered', 'skipped') AND workflow_id IS NULL
-       AND COALESCE(finished_at, slot) < now() - make_interval(secs => $1)
-     ORDER BY COALESCE(finished_at, slot)
-     LIMIT $2
-       FOR UPDATE SKIP LOCKED
-), dues AS (
-    DELETE FROM {schema}.run_dues WHERE run_id IN (SELECT run_id FROM doomed)
+# Ended job runs with COALESCE(finished_at, slot) before the cut (runs_ended), at most $2, locked
+# and only locked: PURGE_LOCKED_RUNS deletes them in a second statement of the same transaction.
+# The projector locks a run (its skeleton upsert) before it adds a due or an attempt, so the
+# second statement's snapshot, taken after these locks, sees every due and attempt the run will
+# ever have; one statement's snapshot (taken before its locks) missed those committed in between,
+# and they outlived their run (slotflow.pg.retention).
+LOCK_ENDED_RUNS = """
+SELECT run_id FROM {schema}.runs
+ WHERE state IN ('completed', 'dead_lettered', 'skipped') AND workflow_id IS NULL
+   AND COALESCE(finished_at, slot) < now() - make_interval(secs => $1)
+ ORDER BY COALESCE(finished_at, slot)
+ LIMIT $2
+   FOR UPDATE SKIP LOCKED
+"""
+
+# The runs LOCK_ENDED_RUNS locked ($1), with their dues and attempts; the horizon rises to the cut
+# ($2 seconds before now()) when any run went. now() is the transaction's instant, so both
+# statements name the same cut.
+PURGE_LOCKED_RUNS = """
+WITH dues AS (
+    DELETE FROM {schema}.run_dues WHERE run_id = ANY($1::text[])
 ), tries AS (
-    DELETE FROM {schema}.run_attempts WHERE run_id IN (SELECT run_id FROM doomed)
+    DELETE FROM {schema}.run_attempts WHERE run_id = ANY($1::text[])
 ), gone AS (
-    DELETE FROM {schema}.runs WHERE run_id IN (SELECT run_id FROM doomed) RETURNING run_id
+    DELETE FROM {schema}.runs WHERE run_id = ANY($1::text[]) RETURNING run_id
 ), raised AS (
     INSERT INTO {schema}.retention AS t (only_row, horizon)
-    SELECT true, now() - make_interval(secs => $1) WHERE EXISTS (SELECT 1 FROM gone)
+    SELECT true, now() - make_interval(secs => $2) WHERE EXISTS (SELECT 1 FROM gone)
     ON CONFLICT (only_row) DO UPDATE SET horizon = GREATEST(t.horizon, EXCLUDED.horizon)
 )
 SELECT run_id FROM gone
@@ -62,13 +74,42 @@ SELECT slot FROM gone
 
 HORIZON = "SELECT horizon FROM {schema}.retention"
 
+# After each projected batch, in its transaction: the batch's job runs ($1) that ended before the
+# horizon go again with their dues and attempts, and so do skipped slots before it. Everything
+# there was purged (or would have been), so a rebuild replaying the topics, or a fact that arrives
+# after its run went, never brings it back; the horizon keeps meaning "nothing before it is here".
+# The batch holds these runs' locks (its skeleton upsert), so this snapshot sees every due and
+# attempt they have. Without a horizon (nothing purged yet) nothing matches.
+FORGET_PURGED = """
+WITH cut AS (
+    SELECT horizon FROM {schema}.retention
+), doomed AS (
+    SELECT r.run_id FROM {schema}.runs r, cut
+     WHERE r.run_id = ANY($1::text[]) AND r.workflow_id IS NULL
+       AND r.state IN ('completed', 'dead_lettered', 'skipped')
+       AND COALESCE(r.finished_at, r.slot) < cut.horizon
+), dues AS (
+    DELETE FROM {schema}.run_dues WHERE run_id IN (SELECT run_id FROM doomed)
+), tries AS (
+    DELETE FROM {schema}.run_attempts WHERE run_id IN (SELECT run_id FROM doomed)
+), slots AS (
+    DELETE FROM {schema}.skipped_slots s USING cut WHERE s.slot < cut.horizon
+)
+DELETE FROM {schema}.runs WHERE run_id IN (SELECT run_id FROM doomed)
+"""
+
 
 def purges(schema: str, *, days: float) -> list[Purge]:
     keep = timedelta(days=days)
     return [
-        Purge("ended runs", sql(PURGE_RUNS, schema), keep),
+        Purge("ended runs", sql(LOCK_ENDED_RUNS, schema), keep, delete=sql(PURGE_LOCKED_RUNS, schema)),
         Purge("skipped slots", sql(PURGE_SKIPPED, schema), keep),
     ]
+
+
+async def forget_purged(conn: Conn, schema: str, run_ids: Sequence[str]) -> None:
+    """Drop what a batch projected from before the horizon (in the batch's transaction)."""
+    await conn.execute(sql(FORGET_PURGED, schema), list(run_ids))
 
 
 async def horizon(pool: Pool, schema: str) -> datetime | None:

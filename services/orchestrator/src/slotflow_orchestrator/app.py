@@ -9,6 +9,7 @@ Loops (under `slotflow.service.Supervisor`, drained in this order):
   group assigned to this process and decides the workflows of those shards with waiting inputs
   (`deciding.Decisions`).
 - `relay`: publishes the outbox (history, JobDue, timers, child starts, acknowledgements).
+- `prune` and `purge`: forget old inbox ids; purge closed workflows' history rows (retention.py).
 """
 
 import asyncio
@@ -26,6 +27,7 @@ from slotflow.kafka.records import Record
 from slotflow.pg.migrations import MigrationSource
 from slotflow.pg.outbox import OutboxRelay
 from slotflow.pg.pool import Pool, wait_for_pool
+from slotflow.pg.retention import purge_loop
 from slotflow.service import Supervisor, metrics_listener, migrate, sleep_or_stop
 from slotflow_orchestrator.config import Settings
 from slotflow_orchestrator.decider_loop import RECOVERABLE, DeciderLoop
@@ -34,6 +36,7 @@ from slotflow_orchestrator.intake import OUTAGES, admit, prune_inbox
 from slotflow_orchestrator.leases import Leases
 from slotflow_orchestrator.metrics import OrchestratorMetrics
 from slotflow_orchestrator.outbound import Outbound
+from slotflow_orchestrator.retention import purges
 from slotflow_orchestrator.stepping import Decider
 
 log = logging.getLogger(__name__)
@@ -153,6 +156,7 @@ class OrchestratorService:
         supervisor.add("decider", decider.run, stage=1)
         supervisor.add("relay", self._relay.run, stage=2)
         supervisor.add("prune", self._prune_loop, stage=0, cancel_on_stop=True)
+        supervisor.add("purge", self._purge_loop, stage=0, cancel_on_stop=True)
         with metrics_listener(self.metrics.registry, port=cfg.metrics_port, host=cfg.metrics_host):
             self.ready.set()
             log.info(
@@ -182,6 +186,17 @@ class OrchestratorService:
                 continue
             if pruned:
                 log.info("orchestrator %s: forgot %d inbox ids", self.owner, pruned)
+
+    async def _purge_loop(self, stop: asyncio.Event) -> None:
+        cfg = self.settings.orchestrator
+        await purge_loop(
+            stop,
+            self.pool,
+            purges(cfg.db_schema, days=cfg.history_retention_days),
+            interval=cfg.purge_interval_seconds,
+            batch_size=cfg.purge_batch_size,
+            on_purged=lambda _name, count: self.metrics.histories_purged.inc(count),
+        )
 
     # -- intake -----------------------------------------------------------------------------------
 

@@ -54,6 +54,11 @@ class OrchestratorSettings(BaseSettings):
     inbox_retention_hours: float = Field(default=8 * 24, ge=1)
     #: How often old inbox ids are pruned.
     prune_interval_seconds: float = Field(default=600.0, gt=0)
+    #: Closed workflows' history rows go this long after they closed (0 keeps them); the row
+    #: stays, and the history topic keeps every event forever (docs/orchestrator.md, "Retention").
+    history_retention_days: float = Field(default=30.0, ge=0)
+    purge_interval_seconds: float = Field(default=300.0, gt=0)
+    purge_batch_size: int = Field(default=1000, ge=1, le=100_000)
     #: Port of the Prometheus endpoint; 0 turns it off.
     metrics_port: int = Field(default=0, ge=0, le=65535)
     metrics_host: str = "127.0.0.1"

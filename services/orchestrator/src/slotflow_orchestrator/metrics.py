@@ -57,3 +57,8 @@ class OrchestratorMetrics:
             ["reason"],
             registry=self.registry,
         )
+        self.histories_purged = Counter(
+            "slotflow_orchestrator_histories_purged_total",
+            "Closed workflows whose history rows the retention purged (the history topic keeps them)",
+            registry=self.registry,
+        )

@@ -52,6 +52,8 @@ from slotflow.errors import SlotflowError
 from slotflow_orchestrator.inputs import ChildOutcome
 
 Status = Literal["running", "stuck", "completed", "failed", "cancelled"]
+#: A workflow in one of these has ended: nothing is appended to its history again.
+CLOSED: frozenset[Status] = frozenset(("completed", "failed", "cancelled"))
 
 #: Error type of the WorkflowFailed a TerminateWorkflow appends.
 TERMINATED = "WorkflowTerminated"
@@ -195,6 +197,8 @@ class _Book:
     run: WorkflowStarted | None = None
     ended: bool = False
     diverged: bool = False
+    #: Closed, and its history purged from the table (the row says so; the topic keeps it).
+    purged: bool = False
 
     def __post_init__(self) -> None:
         for event in self.history:
@@ -248,6 +252,9 @@ def step(
     ``redecide`` runs the code even without a new event: a stuck workflow after a deploy.
     """
     book = _Book(workflow_id, list(history))
+    if row is not None and not book.history and row.status in CLOSED:
+        # Its history rows were purged (retention.py): the row alone says it ended.
+        book.ended = book.purged = True
     out = Step(workflow_id)
     for item in inputs:
         _apply(book, row, item, out, decider=decider, now=now)
@@ -326,13 +333,13 @@ def _apply(book: _Book, row: Row | None, item: Input, out: Step, *, decider: Dec
     message = item.message
     command_id = item.envelope.id
     wf = book.workflow_id
-    exists = bool(book.history)
+    exists = bool(book.history) or book.purged
     if isinstance(message, StartWorkflow):
         if exists:
             # A reused id would need a second sequence 1 in one history: the run it would start
             # cannot be recorded, so every policy refuses it (and terminate_running terminates
             # nothing: ending a run for a start that cannot happen would only lose the run).
-            state = "open" if not book.ended else "closed"
+            state = "open" if not book.ended else "closed, history purged" if book.purged else "closed"
             _refuse_start(item, message, f"workflow {wf} already exists ({state}); {_reuse(message)}", out)
             return
         if not decider.knows(message.workflow_type):

@@ -61,6 +61,11 @@ def _instant(data: dict[str, Any], field: str) -> float:
     return parsed.timestamp()
 
 
+#: The contracts' limit on ids and keys: a subject becomes a window table's key (and its
+#: changelog record's), so a longer one, which no producer of ours writes, is refused here.
+SUBJECT_MAX_CHARS = 1000
+
+
 def _text(data: dict[str, Any], field: str) -> str:
     raw = data.get(field)
     if not isinstance(raw, str) or not raw:
@@ -69,6 +74,8 @@ def _text(data: dict[str, Any], field: str) -> str:
         # PostgreSQL's text cannot hold it: counted, it would make every copy of the windows fail
         # (the good ones with it) on every flush. No producer of ours sends one; the api parks it.
         raise UndecodableEvent(f"field {field!r} contains a NUL character")
+    if len(raw) > SUBJECT_MAX_CHARS:
+        raise UndecodableEvent(f"field {field!r} is longer than {SUBJECT_MAX_CHARS} characters")
     return raw
 
 
@@ -84,8 +91,9 @@ def _envelope(value: bytes | None) -> tuple[str, dict[str, Any]]:
         envelope = json.loads(value)
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise UndecodableEvent(f"record is not JSON: {err}") from err
-    except RecursionError as err:  # nested past what any consumer decodes
-        raise UndecodableEvent("record is nested too deeply to decode") from err
+    except RecursionError as err:
+        # `[[[[...`: nested past the interpreter's limit; it killed the worker's faust agent.
+        raise UndecodableEvent("record is JSON nested too deeply") from err
     if not isinstance(envelope, dict):
         raise UndecodableEvent("envelope is not a JSON object")
     kind, data = envelope.get("type"), envelope.get("data")

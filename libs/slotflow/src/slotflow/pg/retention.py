@@ -6,6 +6,14 @@ row per deleted row. A purge runs its statement until a batch comes back short, 
 empties the backlog while no transaction holds more than a batch's locks; each statement selects
 with `FOR UPDATE SKIP LOCKED` so replicas purging at once split the work instead of queueing.
 
+Rows that other transactions hang dependants on (a read-model run's dues and attempts) are purged
+in two statements of one transaction: the first locks a batch and returns its keys, the second
+deletes them with their dependants. One statement cannot: under READ COMMITTED its snapshot is
+taken before it locks, so a dependant committed between the two (by a writer that locked the
+parent, added the dependant and committed in that gap) is invisible to the statement's own
+deletes and outlives its parent. Writers lock the parent before adding to it, so once the batch is
+locked the second statement's fresh snapshot sees every dependant there will be.
+
 A retention of 0 keeps everything: no purge runs.
 """
 
@@ -27,11 +35,17 @@ _ERRORS: tuple[type[BaseException], ...] = (*CONNECTION_ERRORS, asyncpg.Postgres
 
 @dataclass(frozen=True)
 class Purge:
-    """One kind of row to purge: ``statement`` takes ($1 age in seconds, $2 batch size)."""
+    """One kind of row to purge: ``statement`` takes ($1 age in seconds, $2 batch size).
+
+    With ``delete`` set, ``statement`` only locks the batch and returns its keys (first column),
+    and ``delete`` takes ($1 those keys, $2 the age in seconds) in the same transaction (see the
+    module docstring for why). Each returns one row per row it took.
+    """
 
     name: str
     statement: str
     keep: timedelta
+    delete: str | None = None
 
 
 async def purge_once(pool: Pool, purge: Purge, *, batch_size: int, max_batches: int = 1_000) -> int:
@@ -40,11 +54,22 @@ async def purge_once(pool: Pool, purge: Purge, *, batch_size: int, max_batches: 
         return 0
     total = 0
     for _ in range(max_batches):
-        rows = await pool.fetch(purge.statement, purge.keep.total_seconds(), batch_size)
-        total += len(rows)
-        if len(rows) < batch_size:
+        taken = await _purge_batch(pool, purge, batch_size)
+        total += taken
+        if taken < batch_size:
             break
     return total
+
+
+async def _purge_batch(pool: Pool, purge: Purge, batch_size: int) -> int:
+    seconds = purge.keep.total_seconds()
+    if purge.delete is None:
+        return len(await pool.fetch(purge.statement, seconds, batch_size))
+    async with pool.acquire() as conn, conn.transaction():
+        locked = await conn.fetch(purge.statement, seconds, batch_size)
+        if locked:
+            await conn.fetch(purge.delete, [row[0] for row in locked], seconds)
+    return len(locked)
 
 
 async def purge_loop(
