@@ -121,6 +121,13 @@ async def test_dashboard_pages_and_redrive_in_chromium(
         await expect(statements_row).to_contain_text("(resumes ")
         await expect(statements_row).to_contain_text("local")
         await expect(page.locator('nav a[aria-current="page"]')).to_have_text("Schedules")
+        # Is it healthy? The newest run (linked to its page) and the failure streak, per schedule.
+        newest = run_id(PAYOUTS, scene.hour)
+        await expect(payouts_row.locator(f'a[data-last-run="{newest}"]')).to_have_attribute(
+            "href", f"/ui/runs/{quote(newest, safe='')}"
+        )
+        await expect(payouts_row).to_contain_text("running")
+        await expect(statements_row).to_contain_text("none yet")
         await page.screenshot(path=shots / "dashboard-schedules.png", full_page=True)
 
         # A schedule's runs timeline: one marker per recorded run, attempts stacked, the audit lane below.

@@ -111,6 +111,57 @@ async def test_pause_resume_and_redrive_show_their_effect_without_a_reload(
             await page.locator('select[name="status"]').select_option("")
             await page.get_by_role("button", name="Apply").click()
             await expect(page.get_by_role("table", name="Dead letters")).to_contain_text("redriven")
+
+            # Several schedules paused at once with one reason, and resumed, from the list.
+            async with httpx.AsyncClient(base_url=base, headers=CLIENT_HEADERS, timeout=30) as http:
+                created = await http.post(
+                    "/v1/schedules",
+                    params={"wait": 20},
+                    json={"schedule_id": "nightly-ledger", "definition": DEFINITION},
+                )
+                assert created.status_code == 200, created.text
+            await page.goto(f"{base}/ui/?id_prefix=nightly")
+            await page.evaluate("window.slotflowNotReloaded = true")
+            listing = page.get_by_role("table", name="Schedules and their next slots")
+            await expect(listing.get_by_role("row")).to_have_count(3)
+            await page.get_by_label("Select nightly-report").check()
+            await page.get_by_label("Select nightly-ledger").check()
+            await page.get_by_label("Pause reason").fill("year-end freeze")
+            await page.get_by_role("button", name="Pause selected").click()
+            await expect(status).to_contain_text("2 command(s) published and applied", timeout=20_000)
+            for sid in ("nightly-report", "nightly-ledger"):
+                row = listing.get_by_role("row").filter(has_text=sid)
+                await expect(row).to_contain_text("paused year-end freeze")
+            await page.screenshot(path=shots / "dashboard-schedules-paused.png", full_page=True)
+            await page.get_by_label("Select nightly-report").check()
+            await page.get_by_label("Select nightly-ledger").check()
+            await page.get_by_role("button", name="Resume selected").click()
+            await expect(status).to_contain_text("2 command(s) published and applied", timeout=20_000)
+            await expect(listing).not_to_contain_text("paused")
+            assert await _same_document(page)
+
+            # The calendar: every schedule's firings of the next 24 hours, soonest first.
+            await page.get_by_role("link", name="Calendar").click()
+            await page.wait_for_url(f"{base}/ui/calendar")
+            await expect(page.locator('nav a[aria-current="page"]')).to_have_text("Calendar")
+            firings = page.get_by_role("table", name="Firings, soonest first")
+            # Hourly, each: 24 in the next 24 hours (25 when a slot falls exactly on now).
+            await expect(firings.get_by_role("row").filter(has_text="nightly-ledger").first).to_be_visible()
+            report_rows = await firings.get_by_role("row").filter(has_text="nightly-report").count()
+            ledger_rows = await firings.get_by_role("row").filter(has_text="nightly-ledger").count()
+            assert report_rows in (24, 25)
+            assert ledger_rows in (24, 25)
+            times = await firings.locator("time").evaluate_all("(nodes) => nodes.map((n) => n.dateTime)")
+            assert times == sorted(times)
+            await page.get_by_role("link", name="6 h").click()
+            await page.wait_for_url(f"{base}/ui/calendar?hours=6")
+            await expect(page.locator('p.pager strong[aria-current="true"]')).to_have_text("6 h")
+            assert await page.get_by_role("table", name="Firings, soonest first").locator("time").count() in (
+                12,
+                13,
+                14,
+            )
+            await page.screenshot(path=shots / "dashboard-calendar.png", full_page=False)
             assert problems == []
     finally:
         await stop_dlq(dlq)

@@ -72,6 +72,39 @@ _SCHEDULE_COLUMNS = (
 )
 
 
+#: What a list of schedules needs to answer "is this healthy?": the newest run (by slot) and the
+#: failure streak, the runs that ended dead-lettered or failed since the newest completed one
+#: (runs still in flight and skipped ones neither break nor extend it). Both walk the
+#: (job_id, slot) index backwards from the newest run, so a page costs one short scan per row.
+_HEALTH_COLUMNS = (
+    "last.run_id AS last_run_id, last.slot AS last_run_slot, last.state AS last_run_state, "
+    "last.finished_at AS last_run_finished_at, "
+    "(SELECT count(*) FROM {schema}.runs f WHERE f.job_id = s.schedule_id "
+    "AND f.state IN ('dead_lettered', 'failed') AND f.slot > COALESCE((SELECT max(c.slot) "
+    "FROM {schema}.runs c WHERE c.job_id = s.schedule_id AND c.state = 'completed'), "
+    "'-infinity')) AS failure_streak"
+)
+_LAST_RUN_JOIN = (
+    "LEFT JOIN LATERAL (SELECT r.run_id, r.slot, r.state, r.finished_at FROM {schema}.runs r "
+    "WHERE r.job_id = s.schedule_id ORDER BY r.slot DESC, r.run_id DESC LIMIT 1) last ON true"
+)
+
+
+def with_health(row: dict[str, Any]) -> dict[str, Any]:
+    """Fold the health columns of a schedule row into `last_run` and `failure_streak`."""
+    run_id = row.pop("last_run_id", None)
+    slot = row.pop("last_run_slot", None)
+    state = row.pop("last_run_state", None)
+    finished_at = row.pop("last_run_finished_at", None)
+    row["last_run"] = (
+        None
+        if run_id is None
+        else {"run_id": run_id, "slot": slot, "state": state, "finished_at": finished_at}
+    )
+    row["failure_streak"] = int(row.get("failure_streak") or 0)
+    return row
+
+
 def schedule_row(row: asyncpg.Record) -> dict[str, Any]:
     out = dict(row)
     out["definition"] = _loads(out["definition"])
@@ -90,9 +123,12 @@ async def list_schedules(
     deleted: bool,
     limit: int,
     cursor: str | None,
+    id_prefix: str | None = None,
 ) -> Page:
     f = Filters()
     f.add("deleted = {}", deleted)
+    if id_prefix:
+        f.add("starts_with(schedule_id, {})", id_prefix)
     if paused is not None:
         f.add("paused = {}", paused)
     if tag is not None:
@@ -102,20 +138,31 @@ async def list_schedules(
     if cursor is not None:
         (after,) = decode_cursor(cursor, (str,))
         f.add("schedule_id > {}", after)
-    columns = _SCHEDULE_COLUMNS.format(schema=schema)
-    sql = f"SELECT {columns} FROM {schema}.schedules s WHERE {f.where()} ORDER BY schedule_id"
+    columns = f"{_SCHEDULE_COLUMNS}, {_HEALTH_COLUMNS}".format(schema=schema)
+    joined = _LAST_RUN_JOIN.format(schema=schema)
+    sql = f"SELECT {columns} FROM {schema}.schedules s {joined} WHERE {f.where()} ORDER BY schedule_id"
     rows, next_cursor = await _page(pool, sql, f, limit, ("schedule_id",))
-    return Page([schedule_row(r) for r in rows], next_cursor)
+    return Page([with_health(schedule_row(r)) for r in rows], next_cursor)
+
+
+async def live_schedules(pool: Pool, schema: str, *, limit: int) -> list[dict[str, Any]]:
+    """Every schedule not deleted, by id, at most ``limit`` (the calendar's input)."""
+    columns = _SCHEDULE_COLUMNS.format(schema=schema)
+    rows = await pool.fetch(
+        f"SELECT {columns} FROM {schema}.schedules s WHERE NOT deleted ORDER BY schedule_id LIMIT $1", limit
+    )
+    return [schedule_row(r) for r in rows]
 
 
 async def get_schedule(pool: Pool, schema: str, schedule_id: str) -> dict[str, Any] | None:
+    columns = f"{_SCHEDULE_COLUMNS}, {_HEALTH_COLUMNS}".format(schema=schema)
+    joined = _LAST_RUN_JOIN.format(schema=schema)
     row = await pool.fetchrow(
-        f"SELECT {_SCHEDULE_COLUMNS.format(schema=schema)} FROM {schema}.schedules s WHERE schedule_id = $1",
-        schedule_id,
+        f"SELECT {columns} FROM {schema}.schedules s {joined} WHERE schedule_id = $1", schedule_id
     )
     if row is None:
         return None
-    out = schedule_row(row)
+    out = with_health(schedule_row(row))
     counts = await pool.fetch(
         f"SELECT state, count(*) AS n FROM {schema}.runs WHERE job_id = $1 GROUP BY state", schedule_id
     )

@@ -197,6 +197,7 @@ def _schedule(groups: Any) -> None:
     state.add_argument("--active", dest="paused", action="store_const", const=False, help="only active ones")
     listing.add_argument("--tag", metavar="TAG", help="only schedules with this tag")
     listing.add_argument("--handler", metavar="NAME", help="only schedules running this handler")
+    listing.add_argument("--id-prefix", metavar="PREFIX", help="only schedules whose id starts with this")
     _paging(listing)
 
     show = _leaf(actions, "show", "slotflow.cli.querying:schedule_show", "one schedule with its next slots")

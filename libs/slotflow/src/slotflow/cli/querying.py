@@ -72,7 +72,7 @@ def _listing(ctx: Context, path: str, params: Params, columns: Sequence[Column],
 
 def schedule_list(ctx: Context) -> int:
     a = ctx.args
-    params = {"paused": a.paused, "tag": a.tag, "handler": a.handler}
+    params = {"paused": a.paused, "tag": a.tag, "handler": a.handler, "id_prefix": a.id_prefix}
     return _listing(ctx, "/v1/schedules", params, SCHEDULE_COLUMNS, empty="no schedules")
 
 

@@ -88,6 +88,22 @@ async def submit(
     Raises:
         BadRequest: a string in the command holds a NUL, which no consumer could store.
     """
+    command_id = await publish(s, message, command_id=idempotency_key)
+    if wait is None:
+        return JSONResponse(status_code=202, content={"command_id": command_id, **(extra or {})})
+    status = await wait_for_command(s, command_id, wait)
+    body = {**status.model_dump(mode="json"), **(extra or {})}
+    if status.status == "rejected":
+        return JSONResponse(status_code=409, content={"detail": status.reason or "rejected", **body})
+    return JSONResponse(status_code=200 if status.status in FINAL else 202, content=body)
+
+
+async def publish(s: Services, message: Message, *, command_id: str | None) -> str:
+    """Check ``message`` the way every command is checked, publish it and return its command id.
+
+    Raises:
+        BadRequest: too deep, a payload over the limit, or a string holding a NUL.
+    """
     data = message.model_dump(mode="json")
     check_depth(data, what="the request")  # first: the NUL search below recurses
     _check_payload_size(s, data)
@@ -96,17 +112,11 @@ async def submit(
         raise BadRequest(
             f"{where or '(body)'}: contains a NUL character (U+0000), which cannot be stored; remove it"
         )
-    command_id = await publish_command(
-        s.producer, s.settings.kafka, message, command_id=idempotency_key, source="api"
+    published = await publish_command(
+        s.producer, s.settings.kafka, message, command_id=command_id, source="api"
     )
     s.metrics.commands_published.labels(message.message_type).inc()
-    if wait is None:
-        return JSONResponse(status_code=202, content={"command_id": command_id, **(extra or {})})
-    status = await wait_for_command(s, command_id, wait)
-    body = {**status.model_dump(mode="json"), **(extra or {})}
-    if status.status == "rejected":
-        return JSONResponse(status_code=409, content={"detail": status.reason or "rejected", **body})
-    return JSONResponse(status_code=200 if status.status in FINAL else 202, content=body)
+    return published
 
 
 @router.get(

@@ -276,6 +276,36 @@ window.slotflowUi = (() => {
     return reply;
   }
 
+  // The same for a command on several schedules at once (POST /v1/schedules/pause|resume): the
+  // api publishes one command per schedule and, with ?wait=, answers with each one's status.
+  async function bulkCommand(button, path, payload, what) {
+    button.disabled = true;
+    let reply;
+    const published = say(`${what}: publishing…`);
+    try {
+      reply = await post(withQuery(path, { wait: APPLY_WAIT_SECONDS }), payload);
+    } catch (err) {
+      say(`${what} failed: ${err.message}`, true);
+      button.disabled = false;
+      return null;
+    }
+    if (said !== published) return reply;
+    const commands = reply.commands || [];
+    const refused = commands.filter((c) => c.status === "rejected");
+    const waiting = commands.filter((c) => c.status !== "accepted" && c.status !== "rejected");
+    const render = pages[page];
+    if (render) await render().catch((err) => say(`Could not load data from the API: ${err.message}`, true));
+    if (refused.length) {
+      say(`${what}: ${refused.map((c) => `${c.schedule_id}: ${c.reason || "rejected"}`).join("; ")}`, true);
+    } else if (waiting.length) {
+      say(`${what}: ${commands.length - waiting.length} of ${commands.length} applied; `
+        + `${waiting.map((c) => c.schedule_id).join(", ")} not yet (reload later).`);
+    } else {
+      say(`${what}: ${commands.length} command(s) published and applied.`);
+    }
+    return reply;
+  }
+
   function done() {
     content.setAttribute("aria-busy", "false");
   }
@@ -304,7 +334,7 @@ window.slotflowUi = (() => {
   }
 
   return {
-    body, page, subject, content, COLORS, RANGES, h, append, svg, enc, ApiError, get, post, withQuery, allPages, say, fmtTime, text, badge, specText, durationText, scheduleState, slotValue, slotItem, errorText, started, finished, table, facts, jsonBlock, jsonDetails, field, queryParam, command, done, show, attemptList, runHref, runLink,
+    body, page, subject, content, COLORS, RANGES, h, append, svg, enc, ApiError, get, post, withQuery, allPages, say, fmtTime, text, badge, specText, durationText, scheduleState, slotValue, slotItem, errorText, started, finished, table, facts, jsonBlock, jsonDetails, field, queryParam, command, bulkCommand, done, show, attemptList, runHref, runLink,
     pages,
   };
 })();

@@ -3,25 +3,32 @@
 
 (() => {
   const {
-    body, page, subject, content, COLORS, RANGES, h, append, svg, enc, ApiError, get, post, withQuery, allPages, say, fmtTime, text, badge, specText, durationText, scheduleState, slotValue, slotItem, errorText, started, finished, table, facts, jsonBlock, jsonDetails, field, queryParam, command, done, show, attemptList, runHref, runLink,
+    body, page, subject, content, COLORS, RANGES, h, append, svg, enc, ApiError, get, post, withQuery, allPages, say, fmtTime, text, badge, specText, durationText, scheduleState, slotValue, slotItem, errorText, started, finished, table, facts, jsonBlock, jsonDetails, field, queryParam, command, bulkCommand, done, show, attemptList, runHref, runLink,
   } = window.slotflowUi;
 
   async function schedulesPage() {
     const form = h("form", { class: "filters", "aria-label": "Filter schedules" });
     const state = h("select", { name: "state" },
       h("option", { value: "" }, "all"), h("option", { value: "false" }, "active"), h("option", { value: "true" }, "paused"));
+    const prefix = h("input", { name: "id_prefix", type: "search", size: 16 });
     const tag = h("input", { name: "tag", type: "text", size: 14 });
     const handler = h("input", { name: "handler", type: "text", size: 18 });
+    prefix.value = queryParam("id_prefix") || "";
     state.value = queryParam("paused") || "";
     tag.value = queryParam("tag") || "";
     handler.value = queryParam("handler") || "";
-    append(form, [field("State", state), field("Tag", tag), field("Handler", handler),
+    append(form, [field("Id starts with", prefix), field("State", state), field("Tag", tag), field("Handler", handler),
       h("button", { type: "submit" }, "Apply")]);
     form.addEventListener("submit", (event) => {
       event.preventDefault();
-      window.location.search = withQuery("", { paused: state.value, tag: tag.value, handler: handler.value });
+      window.location.search = withQuery("", {
+        id_prefix: prefix.value, paused: state.value, tag: tag.value, handler: handler.value,
+      });
     });
-    const params = { paused: state.value, tag: tag.value, handler: handler.value, limit: 50, cursor: queryParam("cursor") };
+    const params = {
+      id_prefix: prefix.value, paused: state.value, tag: tag.value, handler: handler.value,
+      limit: 50, cursor: queryParam("cursor"),
+    };
     const listing = await get("/v1/schedules", params);
     const rows = listing.items || [];
     // The list carries next_fire_at; the next slots come from each schedule's own page.
@@ -32,15 +39,39 @@
     if (listing.next_cursor) {
       append(pager, [h("a", { href: withQuery("/ui/", { ...params, limit: null, cursor: listing.next_cursor }) }, "Next page")]);
     }
+    const reason = h("input", { type: "text", name: "bulk-reason", size: 24 });
+    const selected = () => Array.from(content.querySelectorAll("input[data-schedule]:checked"))
+      .map((box) => box.dataset.schedule);
+    const bulk = (button, verb) => {
+      const ids = selected();
+      if (!ids.length) { say("Select at least one schedule first.", true); return; }
+      const payload = verb === "pause" ? { schedule_ids: ids, reason: reason.value.trim() } : { schedule_ids: ids };
+      bulkCommand(button, `/v1/schedules/${verb}`, payload,
+        `${verb === "pause" ? "Pause" : "Resume"} of ${ids.length} schedule(s)`);
+    };
     show(
       form,
+      rows.length ? h("div", { class: "actions", "aria-label": "Act on selected schedules", role: "group" },
+        field("Pause reason", reason),
+        h("button", { type: "button", onclick: (e) => bulk(e.currentTarget, "pause") }, "Pause selected"),
+        h("button", { type: "button", onclick: (e) => bulk(e.currentTarget, "resume") }, "Resume selected")) : null,
       table("Schedules and their next slots", [
+        { label: "Select", cell: (r) => r.deleted ? "" : h("input", {
+          type: "checkbox", "data-schedule": r.schedule_id, "aria-label": `Select ${r.schedule_id}`,
+        }) },
         { label: "Schedule", cell: (r) => h("a", { href: `/ui/schedules/${enc(r.schedule_id)}` }, r.schedule_id) },
         { label: "Spec", cell: (r) => specText(r.spec), cls: "mono" },
         { label: "Handler", cell: (r) => text(r.handler), cls: "mono" },
         { label: "State", cell: (r) => [badge(scheduleState(r)), r.pause_reason ? ` ${r.pause_reason}` : "",
           r.resume_at ? ` (resumes ${fmtTime(r.resume_at)})` : ""] },
         { label: "Next fire", cell: (r) => fmtTime(r.next_fire_at) },
+        { label: "Last run", cell: (r) => r.last_run
+          ? [badge(r.last_run.state), " ", h("a", { href: runHref(r.last_run.run_id), "data-last-run": r.last_run.run_id },
+            fmtTime(r.last_run.slot))]
+          : "none yet" },
+        { label: "Failing", cell: (r) => r.failure_streak
+          ? h("span", { class: "badge s-failed", "data-streak": r.failure_streak }, `${r.failure_streak} in a row`)
+          : "–" },
         { label: "Next slots", cell: (r) => r.next_slots.length
           ? h("ul", { class: "slots" }, r.next_slots.map(slotItem))
           : "none" },
@@ -241,5 +272,37 @@
         [i ? ", " : "", h("span", { class: `s-${name}` }, `${summary[name] || 0} ${name.replace(/_/g, " ")}`)]));
   }
 
-  Object.assign(window.slotflowUi.pages, { schedules: schedulesPage, schedule: schedulePage });
+  // Every schedule's firings in the next hours (24 by default, ?hours= in the URL), soonest first.
+  async function calendarPage() {
+    const hours = Math.min(Math.max(Number(queryParam("hours")) || 24, 1), 168);
+    const answer = await get("/v1/calendar", { hours, limit: 500 });
+    const items = answer.items || [];
+    const nav = h("p", { class: "pager" }, "Next: ", [6, 24, 72, 168].map((n) => [
+      n === hours ? h("strong", { "aria-current": "true" }, `${n} h`)
+        : h("a", { href: withQuery("/ui/calendar", { hours: n }) }, `${n} h`), " "]));
+    // One group per hour, so a glance shows where the load sits.
+    const byHour = new Map();
+    for (const item of items) {
+      const hour = String(item.fire_at).slice(0, 13);
+      if (!byHour.has(hour)) byHour.set(hour, []);
+      byHour.get(hour).push(item);
+    }
+    show(
+      nav,
+      h("p", {}, `${items.length} firing(s) from ${fmtTime(answer.from)} to ${fmtTime(answer.to)}`
+        + (answer.truncated ? "; only the first 500 are shown." : ".")),
+      items.length ? h("ul", { class: "hours", "aria-label": "Firings per hour" }, Array.from(byHour.entries()).map(
+        ([hour, group]) => h("li", {}, h("strong", {}, `${hour.replace("T", " ")}:00 UTC`), ` ${group.length}`))) : null,
+      table("Firings, soonest first", [
+        { label: "Fires at", cell: (r) => h("time", { datetime: r.fire_at }, fmtTime(r.fire_at)) },
+        { label: "Local time", cell: (r) => text(r.local), cls: "mono" },
+        { label: "Schedule", cell: (r) => h("a", { href: `/ui/schedules/${enc(r.schedule_id)}` }, r.schedule_id) },
+        { label: "State", cell: (r) => badge(r.status) },
+        { label: "Handler", cell: (r) => text(r.handler), cls: "mono" },
+        { label: "Run id", cell: (r) => text(r.run_id), cls: "mono" },
+      ], items, `Nothing fires in the next ${hours} hours.`),
+    );
+  }
+
+  Object.assign(window.slotflowUi.pages, { schedules: schedulesPage, schedule: schedulePage, calendar: calendarPage });
 })();
