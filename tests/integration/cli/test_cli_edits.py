@@ -52,3 +52,23 @@ async def test_strict_refuses_a_handler_no_claimer_serves_before_publishing(cli:
     assert "no live claimer serves handler 'reprots.build'" in refused.err
     assert "nothing was published (--strict)" in refused.err
     assert refused.out == ""
+
+
+async def test_at_now_plus_two_minutes_names_a_slot_to_the_second(
+    cli: Cli, kafka: KafkaSettings, pg_dsn: str, api_url: str
+) -> None:
+    async with tickers(kafka, pg_dsn):
+        created = await cli(
+            "schedule", "create", "reminder", "--at", "now+2m", "--handler", "reports.build", "--wait", "30"
+        )  # fmt: skip
+        assert created.code == 0, created
+        async with httpx.AsyncClient(base_url=api_url) as http:
+
+            async def slot() -> str | None:
+                body = (await http.get("/v1/schedules/reminder")).json()
+                slots = body.get("next_slots") or []
+                return str(slots[0]["at"]) if slots else None
+
+            at = await assert_eventually(slot, timeout=30, message="the one-shot projected")
+    # No fraction of a second: its run id will read reminder@...T11:37:12Z.
+    assert "." not in at, at

@@ -56,7 +56,9 @@ def parse_instant(text: str, *, flag: str = "time", now: datetime | None = None)
     relative = _RELATIVE.fullmatch(value.lower())
     if relative:
         # "now" in a query is a convenience for the person typing; no slot decision rests on it.
-        base = now or datetime.now(tz=UTC)
+        # Whole seconds: `--at now+2m` names a one-shot whose run id reads ...T11:37:12Z, not
+        # ...T11:37:12.483920Z (an ISO time with a fraction keeps it: asked for, given).
+        base = (now or datetime.now(tz=UTC)).replace(microsecond=0)
         if relative.group("amount") is None:
             return base
         delta = parse_duration(relative.group("amount"), flag=flag)

@@ -189,7 +189,7 @@ async def get_schedule(
 @router.get(
     "/v1/schedules/{schedule_id}/runs",
     response_model=Page[Run],
-    summary="Runs of a schedule by slot range [from, to), oldest first",
+    summary="Runs of a schedule by slot range [from, to), newest first",
 )
 async def schedule_runs(
     s: Annotated[Services, Depends(services)],
@@ -208,7 +208,7 @@ async def schedule_runs(
         state=state,
         start=start,
         end=end,
-        ascending=True,
+        ascending=False,
         limit=limit,
         cursor=cursor,
     )

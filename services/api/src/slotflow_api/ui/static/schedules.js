@@ -140,7 +140,7 @@
       rangeNav,
       timeline(items, audit, from, to),
       legend(),
-      runs.truncated ? h("p", { class: "empty" }, "Only the first 2000 runs of this window are shown.") : null,
+      runs.truncated ? h("p", { class: "empty" }, "Only the newest 2000 runs of this window are shown.") : null,
       audit ? auditSummary(audit) : h("p", { class: "empty" }, "The audit is not available for this window."),
       h("h2", {}, "Runs"),
       table(`Runs of ${subject} from ${fmtTime(from)} to ${fmtTime(to)}`, [
