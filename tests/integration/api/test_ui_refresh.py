@@ -162,6 +162,60 @@ async def test_pause_resume_and_redrive_show_their_effect_without_a_reload(
                 14,
             )
             await page.screenshot(path=shots / "dashboard-calendar.png", full_page=False)
+
+            # Create, edit, backfill and delete a schedule from the dashboard's forms.
+            await page.get_by_role("link", name="Schedules").click()
+            await page.get_by_text("New schedule").click()
+            form = page.get_by_role("form", name="New schedule")
+            await form.get_by_label("Schedule id").fill("hourly-fx")
+            await form.get_by_label("Kind").select_option("interval")
+            await form.get_by_label("Cron expression, interval or time").fill("1h")
+            await form.get_by_label("Handler", exact=True).fill("fx.rates")
+            await form.get_by_label("Payload (JSON object)").fill('{"pair": "EURUSD"}')
+            await form.get_by_role("button", name="Create schedule").click()
+            await page.wait_for_url(f"{base}/ui/schedules/hourly-fx", timeout=20_000)
+            facts = page.locator("dl.facts")
+            await expect(facts).to_contain_text("every 1h")
+            await expect(facts).to_contain_text("fx.rates")
+
+            await page.get_by_text("Edit", exact=True).click()
+            edit = page.get_by_role("form", name="Edit schedule")
+            await edit.get_by_label("Handler", exact=True).fill("fx.rates_v2")
+            await edit.get_by_label("Tags (comma-separated)").fill("fx, hourly")
+            await edit.get_by_role("button", name="Save changes").click()
+            await expect(status).to_contain_text("Edit (handler, tags)", timeout=5_000)
+            await expect(status).to_contain_text("published and applied", timeout=20_000)
+            await expect(facts).to_contain_text("fx.rates_v2")
+            await expect(facts).to_contain_text("fx, hourly")
+            async with httpx.AsyncClient(base_url=base, timeout=30) as http:
+                stored = (await http.get("/v1/schedules/hourly-fx")).json()["definition"]
+            assert stored["payload"] == {"pair": "EURUSD"}  # kept: the edit sent only what changed
+
+            await page.get_by_text("Backfill", exact=True).click()
+            backfill = page.get_by_role("form", name="Backfill")
+            await backfill.get_by_label("From (ISO 8601)").fill("2026-01-01T00:00:00Z")
+            await backfill.get_by_label("To (ISO 8601)").fill("2026-01-01T03:00:00Z")
+            await backfill.get_by_role("button", name="Dry run").click()
+            await expect(page.locator("div.plan")).to_contain_text("Dry run: 3 slot(s)")
+            await expect(page.locator("div.plan")).not_to_contain_text("null")
+            await expect(
+                page.get_by_role("list", name="Slots it would run").get_by_role("listitem")
+            ).to_have_count(3)
+            await page.screenshot(path=shots / "dashboard-forms.png", full_page=True)
+            await backfill.get_by_role("button", name="Run backfill").click()
+            await expect(status).to_contain_text("Backfill: command", timeout=5_000)
+            await expect(status).to_contain_text("published and applied", timeout=20_000)
+
+            await page.get_by_text("Delete", exact=True).click()
+            delete = page.get_by_role("form", name="Delete schedule")
+            await delete.get_by_role("button", name="Delete schedule").click()
+            await expect(status).to_contain_text("Type hourly-fx to confirm the delete.")
+            await delete.get_by_label("Type hourly-fx to confirm").fill("hourly-fx")
+            await delete.get_by_role("button", name="Delete schedule").click()
+            await page.wait_for_url(f"{base}/ui/", timeout=20_000)
+            await expect(
+                page.get_by_role("table", name="Schedules and their next slots")
+            ).not_to_contain_text("hourly-fx")
             assert problems == []
     finally:
         await stop_dlq(dlq)

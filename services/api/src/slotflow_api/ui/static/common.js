@@ -15,8 +15,10 @@ window.slotflowUi = (() => {
   const COLORS = {
     completed: "#1a7f37", fired: "#1a7f37", succeeded: "#1a7f37",
     running: "#0969da", due: "#0969da", started: "#0969da",
-    retrying: "#9a6700", late: "#9a6700",
-    failed: "#cf222e", dead_lettered: "#cf222e", missed: "#cf222e",
+    // Each state its own colour: a retry in progress is not a late firing, and a failed attempt
+    // that will be retried is not a dead letter (state is written out beside it too).
+    retrying: "#9a6700", late: "#bc4c00",
+    failed: "#cf222e", dead_lettered: "#82071e", missed: "#cf222e",
     skipped: "#6e7781", skipped_by_policy: "#6e7781",
     duplicated_effect: "#8250df",
   };
@@ -240,11 +242,13 @@ window.slotflowUi = (() => {
   // Publish, say so at once, then wait for the owning service's answer (read-your-writes: once
   // it is `accepted` the read model shows the change) and render the page again from the API, so
   // a paused schedule shows paused and a redriven letter is no longer parked, without a reload.
-  async function command(button, path, payload, what) {
+  // `method` for PATCH and DELETE; `after`, when given, runs once the command is applied instead
+  // of rendering the page again (a created schedule opens its page, a deleted one the list).
+  async function command(button, path, payload, what, method = "POST", after = null) {
     button.disabled = true;
     let reply;
     try {
-      reply = await post(path, payload);
+      reply = await request(method, path, payload);
     } catch (err) {
       say(`${what} failed: ${err.message}`, true);
       button.disabled = false;
@@ -266,6 +270,11 @@ window.slotflowUi = (() => {
     if (status.status !== "accepted" && status.status !== "published") {
       say(`${what}: command ${reply.command_id} published; not applied after ${APPLY_WAIT_SECONDS} s `
         + "(is the owning service running?). Reload to see it once it is.");
+      return reply;
+    }
+    if (after) {
+      say(`${what}: command ${reply.command_id} published and applied.`);
+      after(reply);
       return reply;
     }
     const render = pages[page];
@@ -334,7 +343,7 @@ window.slotflowUi = (() => {
   }
 
   return {
-    body, page, subject, content, COLORS, RANGES, h, append, svg, enc, ApiError, get, post, withQuery, allPages, say, fmtTime, text, badge, specText, durationText, scheduleState, slotValue, slotItem, errorText, started, finished, table, facts, jsonBlock, jsonDetails, field, queryParam, command, bulkCommand, done, show, attemptList, runHref, runLink,
+    body, page, subject, content, COLORS, RANGES, h, append, svg, enc, ApiError, get, post, request, withQuery, allPages, say, fmtTime, text, badge, specText, durationText, scheduleState, slotValue, slotItem, errorText, started, finished, table, facts, jsonBlock, jsonDetails, field, queryParam, command, bulkCommand, done, show, attemptList, runHref, runLink,
     pages,
   };
 })();
