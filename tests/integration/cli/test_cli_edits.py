@@ -72,3 +72,12 @@ async def test_at_now_plus_two_minutes_names_a_slot_to_the_second(
             at = await assert_eventually(slot, timeout=30, message="the one-shot projected")
     # No fraction of a second: its run id will read reminder@...T11:37:12Z.
     assert "." not in at, at
+
+
+async def test_runs_list_of_an_unknown_state_is_an_error_not_no_runs(cli: Cli) -> None:
+    bogus = await cli("runs", "list", "--job", "payouts", "--state", "bogus")
+    assert bogus.code == 1, bogus
+    assert (
+        "state: must be one of due, running, failed, retrying, completed, dead_lettered, skipped" in bogus.err
+    )
+    assert "no runs" not in bogus.out
