@@ -15,7 +15,7 @@ def _logged(monkeypatch: pytest.MonkeyPatch, fmt: str) -> str:
     root = logging.getLogger()
     saved = (list(root.handlers), root.level, logging.getLogger("aiokafka").level)
     try:
-        configure_logging(stream=out)
+        configure_logging(stream=out, force=True)
         logging.getLogger("slotflow_claimer.executor").warning(
             "run %s failed", "r@1", extra={"run_id": "r@1", "attempt": 2}
         )
@@ -47,8 +47,20 @@ def test_text_lines_append_the_extras(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_an_unknown_format_or_level_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SLOTFLOW_LOG_FORMAT", "yaml")
     with pytest.raises(BadLogSetting, match="SLOTFLOW_LOG_FORMAT='yaml': expected one of text, json"):
-        configure_logging(stream=io.StringIO())
+        configure_logging(stream=io.StringIO(), force=True)
     monkeypatch.setenv("SLOTFLOW_LOG_FORMAT", "json")
     monkeypatch.setenv("SLOTFLOW_LOG_LEVEL", "LOUD")
     with pytest.raises(BadLogSetting, match="SLOTFLOW_LOG_LEVEL"):
+        configure_logging(stream=io.StringIO(), force=True)
+
+
+def test_a_host_that_set_up_logging_keeps_it() -> None:
+    root = logging.getLogger()
+    mine = logging.NullHandler()
+    saved = list(root.handlers)
+    root.handlers[:] = [mine]
+    try:
         configure_logging(stream=io.StringIO())
+        assert root.handlers == [mine]
+    finally:
+        root.handlers[:] = saved

@@ -5,7 +5,7 @@ ones in docs/dashboard.md).
 """
 
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -133,6 +133,15 @@ async def test_dashboard_pages_and_redrive_in_chromium(
         # A schedule's runs timeline: one marker per recorded run, attempts stacked, the audit lane below.
         await payouts_row.get_by_role("link", name=PAYOUTS).click()
         await page.wait_for_url(f"{base}/ui/schedules/{PAYOUTS}")
+        # Without ?window= the window fits the schedule: 50 of its hourly intervals.
+        caption = (
+            await page.get_by_role("table", name=re.compile(f"^Runs of {PAYOUTS}"))
+            .locator("caption")
+            .inner_text()
+        )
+        bounds = re.findall(r"(\d{4}-\d\d-\d\d \d\d:\d\d(?::\d\d(?:\.\d+)?)?) UTC", caption)
+        shown_from, shown_to = (datetime.fromisoformat(f"{b}+00:00") for b in bounds)
+        assert shown_to - shown_from == timedelta(hours=50), caption
         await page.get_by_role("link", name="12h").click()
         # The window is in the URL, so the link can be shared and reloads to the same view.
         await page.wait_for_url(f"{base}/ui/schedules/{PAYOUTS}?window=12h")

@@ -281,6 +281,11 @@ def test_audit_prints_slots_and_summary_and_check_fails_on_missed_slots() -> Non
     assert "1 missed and 0 duplicated-effect" in err
     clean = {**AUDIT, "summary": {**AUDIT["summary"], "missed": 0}}
     assert run([*argv, "--check"], reply(clean))[0] == 0
+    # Every slot fired, but a run's work dead-lettered: --check fails on that too.
+    dead = {**clean, "dead_lettered": [{"run_id": "s1@2026-01-01T01:00:00Z", "slot": "2026-01-01T01:00:00Z"}]}
+    code, _, err, _ = run([*argv, "--check"], reply(dead))
+    assert code == 1
+    assert "1 dead-lettered runs in the range" in err
 
 
 def _entries(*events: HistoryEvent) -> list[dict[str, Any]]:

@@ -77,8 +77,12 @@ def _choice(name: str, default: str, allowed: tuple[str, ...]) -> str:
     return chosen
 
 
-def configure_logging(*, level: str | None = None, stream: TextIO | None = None) -> None:
+def configure_logging(*, level: str | None = None, stream: TextIO | None = None, force: bool = False) -> None:
     """Set up the root logger from SLOTFLOW_LOG_* (``level`` overrides SLOTFLOW_LOG_LEVEL).
+
+    Like `logging.basicConfig`, it leaves a root logger that already has handlers alone (an
+    entry point called inside a host that set up logging, pytest among them, must not take
+    its output away) unless ``force`` is given.
 
     Raises:
         BadLogSetting: a variable holds an unknown format or level.
@@ -86,9 +90,11 @@ def configure_logging(*, level: str | None = None, stream: TextIO | None = None)
     fmt = _choice("SLOTFLOW_LOG_FORMAT", "text", FORMATS)
     chosen = level.upper() if level else _choice("SLOTFLOW_LOG_LEVEL", "INFO", LEVELS)
     kafka_level = _choice("SLOTFLOW_LOG_KAFKA_LEVEL", "WARNING", LEVELS)
+    root = logging.getLogger()
+    if root.handlers and not force:
+        return
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
-    root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
     root.addHandler(handler)
