@@ -5,7 +5,7 @@ ones in docs/dashboard.md).
 """
 
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -121,11 +121,27 @@ async def test_dashboard_pages_and_redrive_in_chromium(
         await expect(statements_row).to_contain_text("(resumes ")
         await expect(statements_row).to_contain_text("local")
         await expect(page.locator('nav a[aria-current="page"]')).to_have_text("Schedules")
+        # Is it healthy? The newest run (linked to its page) and the failure streak, per schedule.
+        newest = run_id(PAYOUTS, scene.hour)
+        await expect(payouts_row.locator(f'a[data-last-run="{newest}"]')).to_have_attribute(
+            "href", f"/ui/runs/{quote(newest, safe='')}"
+        )
+        await expect(payouts_row).to_contain_text("running")
+        await expect(statements_row).to_contain_text("none yet")
         await page.screenshot(path=shots / "dashboard-schedules.png", full_page=True)
 
         # A schedule's runs timeline: one marker per recorded run, attempts stacked, the audit lane below.
         await payouts_row.get_by_role("link", name=PAYOUTS).click()
         await page.wait_for_url(f"{base}/ui/schedules/{PAYOUTS}")
+        # Without ?window= the window fits the schedule: 50 of its hourly intervals.
+        caption = (
+            await page.get_by_role("table", name=re.compile(f"^Runs of {PAYOUTS}"))
+            .locator("caption")
+            .inner_text()
+        )
+        bounds = re.findall(r"(\d{4}-\d\d-\d\d \d\d:\d\d(?::\d\d(?:\.\d+)?)?) UTC", caption)
+        shown_from, shown_to = (datetime.fromisoformat(f"{b}+00:00") for b in bounds)
+        assert shown_to - shown_from == timedelta(hours=50), caption
         await page.get_by_role("link", name="12h").click()
         # The window is in the URL, so the link can be shared and reloads to the same view.
         await page.wait_for_url(f"{base}/ui/schedules/{PAYOUTS}?window=12h")
@@ -145,6 +161,29 @@ async def test_dashboard_pages_and_redrive_in_chromium(
         runs = page.get_by_role("table", name=re.compile(f"^Runs of {PAYOUTS}"))
         await expect(runs).to_contain_text("TimeoutError: bank API timed out")
         await expect(runs).to_contain_text("CardDeclined: card declined by issuer")
+        # Retrying and late, failed and dead-lettered: four states, four colours.
+        swatch = "(state) => getComputedStyle(document.querySelector(`.legend .c-${state}`)).backgroundColor"
+        colours = {
+            state: await page.evaluate(swatch, state)
+            for state in ("retrying", "late", "failed", "dead_lettered")
+        }
+        assert len(set(colours.values())) == 4, colours
+        # The runs table: a state filter and pages, both in the URL.
+        await expect(page.get_by_role("group", name="Pages of runs")).to_contain_text("Page 1 of 1 (7 runs)")
+        await page.get_by_label("Runs in state").select_option("dead_lettered")
+        await page.wait_for_url(re.compile(r"state=dead_lettered"))
+        await expect(runs.get_by_role("row")).to_have_count(2)
+        await expect(runs).to_contain_text("CardDeclined")
+        await page.goto(f"{base}/ui/schedules/{PAYOUTS}?window=12h&per_page=5")
+        await expect(page.get_by_role("group", name="Pages of runs")).to_contain_text("Page 1 of 2 (7 runs)")
+        await expect(runs.get_by_role("row")).to_have_count(6)
+        await page.get_by_role("link", name="Older").click()
+        await page.wait_for_url(re.compile(r"page=2"))
+        await expect(runs.get_by_role("row")).to_have_count(3)
+        await page.get_by_role("link", name="Newer").click()
+        await page.wait_for_url(re.compile(r"window=12h&per_page=5$"))
+        await page.goto(f"{base}/ui/schedules/{PAYOUTS}?window=12h")
+        await expect(runs.get_by_role("row")).to_have_count(8)
         await page.screenshot(path=shots / "dashboard-schedule.png", full_page=True)
         await page.get_by_role("button", name="Trigger now").click()
         trigger = await _command(api_settings.kafka, SCHEDULE_COMMANDS, await _published_id(page))
@@ -222,6 +261,15 @@ async def test_dashboard_pages_and_redrive_in_chromium(
         letters = page.get_by_role("table", name="Dead letters")
         await expect(letters.get_by_role("row")).to_have_count(3)
         await expect(letters).to_contain_text("CardDeclined: card declined by issuer")
+        # Every row's buttons are on screen, on a laptop's 1024 px too, without scrolling sideways.
+        for width in (1280, 1024):
+            await page.set_viewport_size({"width": width, "height": 860})
+            for letter in DEAD_LETTERS:
+                for action in ("Redrive", "Discard"):
+                    box = await page.get_by_role("button", name=f"{action} {letter}").bounding_box()
+                    assert box is not None
+                    assert box["x"] + box["width"] <= width, (width, action, letter, box)
+        await page.set_viewport_size({"width": 1280, "height": 860})
         dead_run = run_id(PAYOUTS, scene.hour - timedelta(hours=3))
         await expect(letters.get_by_role("link", name=dead_run)).to_have_attribute(
             "href", f"/ui/runs/{quote(dead_run, safe='')}"

@@ -111,6 +111,111 @@ async def test_pause_resume_and_redrive_show_their_effect_without_a_reload(
             await page.locator('select[name="status"]').select_option("")
             await page.get_by_role("button", name="Apply").click()
             await expect(page.get_by_role("table", name="Dead letters")).to_contain_text("redriven")
+
+            # Several schedules paused at once with one reason, and resumed, from the list.
+            async with httpx.AsyncClient(base_url=base, headers=CLIENT_HEADERS, timeout=30) as http:
+                created = await http.post(
+                    "/v1/schedules",
+                    params={"wait": 20},
+                    json={"schedule_id": "nightly-ledger", "definition": DEFINITION},
+                )
+                assert created.status_code == 200, created.text
+            await page.goto(f"{base}/ui/?id_prefix=nightly")
+            await page.evaluate("window.slotflowNotReloaded = true")
+            listing = page.get_by_role("table", name="Schedules and their next slots")
+            await expect(listing.get_by_role("row")).to_have_count(3)
+            await page.get_by_label("Select nightly-report").check()
+            await page.get_by_label("Select nightly-ledger").check()
+            await page.get_by_label("Pause reason").fill("year-end freeze")
+            await page.get_by_role("button", name="Pause selected").click()
+            await expect(status).to_contain_text("2 command(s) published and applied", timeout=20_000)
+            for sid in ("nightly-report", "nightly-ledger"):
+                row = listing.get_by_role("row").filter(has_text=sid)
+                await expect(row).to_contain_text("paused year-end freeze")
+            await page.screenshot(path=shots / "dashboard-schedules-paused.png", full_page=True)
+            await page.get_by_label("Select nightly-report").check()
+            await page.get_by_label("Select nightly-ledger").check()
+            await page.get_by_role("button", name="Resume selected").click()
+            await expect(status).to_contain_text("2 command(s) published and applied", timeout=20_000)
+            await expect(listing).not_to_contain_text("paused")
+            assert await _same_document(page)
+
+            # The calendar: every schedule's firings of the next 24 hours, soonest first.
+            await page.get_by_role("link", name="Calendar").click()
+            await page.wait_for_url(f"{base}/ui/calendar")
+            await expect(page.locator('nav a[aria-current="page"]')).to_have_text("Calendar")
+            firings = page.get_by_role("table", name="Firings, soonest first")
+            # Hourly, each: 24 in the next 24 hours (25 when a slot falls exactly on now).
+            await expect(firings.get_by_role("row").filter(has_text="nightly-ledger").first).to_be_visible()
+            report_rows = await firings.get_by_role("row").filter(has_text="nightly-report").count()
+            ledger_rows = await firings.get_by_role("row").filter(has_text="nightly-ledger").count()
+            assert report_rows in (24, 25)
+            assert ledger_rows in (24, 25)
+            times = await firings.locator("time").evaluate_all("(nodes) => nodes.map((n) => n.dateTime)")
+            assert times == sorted(times)
+            await page.get_by_role("link", name="6 h").click()
+            await page.wait_for_url(f"{base}/ui/calendar?hours=6")
+            await expect(page.locator('p.pager strong[aria-current="true"]')).to_have_text("6 h")
+            assert await page.get_by_role("table", name="Firings, soonest first").locator("time").count() in (
+                12,
+                13,
+                14,
+            )
+            await page.screenshot(path=shots / "dashboard-calendar.png", full_page=False)
+
+            # Create, edit, backfill and delete a schedule from the dashboard's forms.
+            await page.get_by_role("link", name="Schedules").click()
+            await page.get_by_text("New schedule").click()
+            form = page.get_by_role("form", name="New schedule")
+            await form.get_by_label("Schedule id").fill("hourly-fx")
+            await form.get_by_label("Kind").select_option("interval")
+            await form.get_by_label("Cron expression, interval or time").fill("1h")
+            await form.get_by_label("Handler", exact=True).fill("fx.rates")
+            await form.get_by_label("Payload (JSON object)").fill('{"pair": "EURUSD"}')
+            await form.get_by_role("button", name="Create schedule").click()
+            await page.wait_for_url(f"{base}/ui/schedules/hourly-fx", timeout=20_000)
+            facts = page.locator("dl.facts")
+            await expect(facts).to_contain_text("every 1h")
+            await expect(facts).to_contain_text("fx.rates")
+
+            await page.get_by_text("Edit", exact=True).click()
+            edit = page.get_by_role("form", name="Edit schedule")
+            await edit.get_by_label("Handler", exact=True).fill("fx.rates_v2")
+            await edit.get_by_label("Tags (comma-separated)").fill("fx, hourly")
+            await edit.get_by_role("button", name="Save changes").click()
+            await expect(status).to_contain_text("Edit (handler, tags)", timeout=5_000)
+            await expect(status).to_contain_text("published and applied", timeout=20_000)
+            await expect(facts).to_contain_text("fx.rates_v2")
+            await expect(facts).to_contain_text("fx, hourly")
+            async with httpx.AsyncClient(base_url=base, timeout=30) as http:
+                stored = (await http.get("/v1/schedules/hourly-fx")).json()["definition"]
+            assert stored["payload"] == {"pair": "EURUSD"}  # kept: the edit sent only what changed
+
+            await page.get_by_text("Backfill", exact=True).click()
+            backfill = page.get_by_role("form", name="Backfill")
+            await backfill.get_by_label("From (ISO 8601)").fill("2026-01-01T00:00:00Z")
+            await backfill.get_by_label("To (ISO 8601)").fill("2026-01-01T03:00:00Z")
+            await backfill.get_by_role("button", name="Dry run").click()
+            await expect(page.locator("div.plan")).to_contain_text("Dry run: 3 slot(s)")
+            await expect(page.locator("div.plan")).not_to_contain_text("null")
+            await expect(
+                page.get_by_role("list", name="Slots it would run").get_by_role("listitem")
+            ).to_have_count(3)
+            await page.screenshot(path=shots / "dashboard-forms.png", full_page=True)
+            await backfill.get_by_role("button", name="Run backfill").click()
+            await expect(status).to_contain_text("Backfill: command", timeout=5_000)
+            await expect(status).to_contain_text("published and applied", timeout=20_000)
+
+            await page.get_by_text("Delete", exact=True).click()
+            delete = page.get_by_role("form", name="Delete schedule")
+            await delete.get_by_role("button", name="Delete schedule").click()
+            await expect(status).to_contain_text("Type hourly-fx to confirm the delete.")
+            await delete.get_by_label("Type hourly-fx to confirm").fill("hourly-fx")
+            await delete.get_by_role("button", name="Delete schedule").click()
+            await page.wait_for_url(f"{base}/ui/", timeout=20_000)
+            await expect(
+                page.get_by_role("table", name="Schedules and their next slots")
+            ).not_to_contain_text("hourly-fx")
             assert problems == []
     finally:
         await stop_dlq(dlq)

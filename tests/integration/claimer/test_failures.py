@@ -243,3 +243,33 @@ async def test_unknown_handler_is_dead_lettered_and_a_redrive_after_deploy_compl
     )
     assert calls == [2]
     assert (await wait_state(db, job.run_id, "completed"))["fence_token"] == 2
+
+
+async def test_a_transient_error_that_ran_out_of_attempts_stays_retryable(
+    kafka: KafkaSettings,
+    pg_dsn: str,
+    producer: Producer,
+    db: Pool,
+    registry: HandlerRegistry,
+    start_claimer: StartClaimer,
+) -> None:
+    """Dead-lettered for running out of attempts, not for being permanent: a redrive may succeed,
+    so every RunFailed says `retryable: true`, and the letter attempts_exhausted."""
+
+    async def times_out(ctx: RunContext) -> None:
+        raise ConnectionError(f"bank API timed out on attempt {ctx.attempt}")
+
+    registry.register("test.times_out", times_out)
+    await start_claimer()
+    policy = RetryPolicy(base=timedelta(milliseconds=100), cap=timedelta(milliseconds=200), max_attempts=2)
+    job = job_due("exhausted", handler="test.times_out", retry=policy)
+    async with ticking(kafka, pg_dsn):
+        await publish(producer, kafka, [job])
+        await wait_state(db, job.run_id, "dead_lettered")
+    async with TopicReader(kafka, DLQ_MESSAGES) as dlq, TopicReader(kafka, RUN_EVENTS) as events:
+        letters = await dlq.wait_for(DeadLettered.message_type)
+        dead = await events.wait_for("run.dead_lettered", run_id=job.run_id)
+        failed = events.of_type("run.failed", job.run_id)
+    assert [f.data["retryable"] for f in failed] == [True, True]
+    assert dead[0].data["reason"] == "attempts_exhausted"
+    assert letters[0].data["reason"] == "attempts_exhausted"

@@ -262,6 +262,8 @@ async def test_queries_print_tables_or_json(
     assert "attempt 1 (fence 1, claimer-1): retrying TimeoutError: bank API timed out" in run.out
     assert "INFO payouts: attempt 1: paying merchant m-1042" in run.out
     assert '      File "payouts.py", line 12, in pay' in run.out
+    # Completed: the run itself shows its result only; the retried attempt's error is the attempt's.
+    assert not [line for line in run.out.splitlines() if line.startswith("error:")], run.out
     shown = _ok(workflow).out
     assert "status:           compensating" in shown
     assert "current step:     inventory.release" in shown
@@ -293,6 +295,9 @@ async def test_queries_print_tables_or_json(
     assert "missed=1" in audit.out
     assert "duplicated_effect=1" in audit.out
     assert "1 missed and 1 duplicated-effect" in audit.err
+    # --from before the schedule existed: audited from its creation, and the output says so.
+    assert "note: " in audit.out
+    assert "created at" in audit.out
     assert (missing.code, missing.err) == (1, "slotflow: error: schedule no-such-schedule not found\n")
 
 

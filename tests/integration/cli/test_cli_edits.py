@@ -52,3 +52,62 @@ async def test_strict_refuses_a_handler_no_claimer_serves_before_publishing(cli:
     assert "no live claimer serves handler 'reprots.build'" in refused.err
     assert "nothing was published (--strict)" in refused.err
     assert refused.out == ""
+
+
+async def test_at_now_plus_two_minutes_names_a_slot_to_the_second(
+    cli: Cli, kafka: KafkaSettings, pg_dsn: str, api_url: str
+) -> None:
+    async with tickers(kafka, pg_dsn):
+        created = await cli(
+            "schedule", "create", "reminder", "--at", "now+2m", "--handler", "reports.build", "--wait", "30"
+        )  # fmt: skip
+        assert created.code == 0, created
+        async with httpx.AsyncClient(base_url=api_url) as http:
+
+            async def slot() -> str | None:
+                body = (await http.get("/v1/schedules/reminder")).json()
+                slots = body.get("next_slots") or []
+                return str(slots[0]["at"]) if slots else None
+
+            at = await assert_eventually(slot, timeout=30, message="the one-shot projected")
+    # No fraction of a second: its run id will read reminder@...T11:37:12Z.
+    assert "." not in at, at
+
+
+async def test_runs_list_of_an_unknown_state_is_an_error_not_no_runs(cli: Cli) -> None:
+    bogus = await cli("runs", "list", "--job", "payouts", "--state", "bogus")
+    assert bogus.code == 1, bogus
+    assert (
+        "state: must be one of due, running, failed, retrying, completed, dead_lettered, skipped" in bogus.err
+    )
+    assert "no runs" not in bogus.out
+
+
+async def test_pause_and_resume_take_several_schedules_with_one_reason(
+    cli: Cli, kafka: KafkaSettings, pg_dsn: str, api_url: str
+) -> None:
+    async with tickers(kafka, pg_dsn):
+        for sid in ("fx.eur", "fx.usd"):
+            created = await cli(
+                "schedule", "create", sid, "--every", "1h", "--handler", "fx.rates", "--wait", "30"
+            )
+            assert created.code == 0, created
+        paused = await cli(
+            "schedule", "pause", "fx.eur", "fx.usd", "--reason", "year-end freeze", "--wait", "30",
+            "--command-id", "freeze-1",
+        )  # fmt: skip
+        assert paused.code == 0, paused
+        assert paused.out.count("status:     accepted") == 2
+        assert "freeze-1:fx.eur" in paused.out
+        assert "freeze-1:fx.usd" in paused.out
+        async with httpx.AsyncClient(base_url=api_url) as http:
+            rows = (await http.get("/v1/schedules", params={"id_prefix": "fx."})).json()["items"]
+            assert [(r["status"], r["pause_reason"]) for r in rows] == [("paused", "year-end freeze")] * 2
+            resumed = await cli("schedule", "resume", "fx.eur", "fx.usd", "--wait", "30")
+            assert resumed.code == 0, resumed
+            rows = (await http.get("/v1/schedules", params={"id_prefix": "fx."})).json()["items"]
+            assert [r["status"] for r in rows] == ["active", "active"]
+        # One of them unknown: the other is still resumed, the unknown one is reported, exit 1.
+        partly = await cli("schedule", "resume", "fx.eur", "fx.gbp", "--wait", "30")
+        assert partly.code == 1, partly
+        assert "fx.gbp: " in partly.err

@@ -129,19 +129,29 @@ def test_global_options_work_before_and_after_the_subcommand() -> None:
 
 
 def test_schedule_list_prints_a_table_and_points_at_the_next_page() -> None:
+    failing = {
+        "last_run": {"run_id": "hourly@x", "slot": "2026-12-02T01:00:00Z", "state": "dead_lettered"},
+        "failure_streak": 3,
+    }
     page = {
-        "items": [SCHEDULE, {**SCHEDULE, "schedule_id": "hourly", "paused": True, "pause_reason": "bank"}]
+        "items": [
+            SCHEDULE,
+            {**SCHEDULE, "schedule_id": "hourly", "paused": True, "pause_reason": "bank", **failing},
+        ]
     }
     code, out, err, requests = run(
-        ["schedule", "list", "--tag", "money-moving", "--paused", "--limit", "2"],
+        ["schedule", "list", "--tag", "money-moving", "--paused", "--limit", "2", "--id-prefix", "h"],
         reply({**page, "next_cursor": "c2"}),
     )
     assert code == 0
     lines = out.splitlines()
-    assert lines[0].split() == ["SCHEDULE", "SPEC", "HANDLER", "STATE", "NEXT", "FIRE", "TAGS"]
+    header = ["SCHEDULE", "SPEC", "HANDLER", "STATE", "NEXT", "FIRE", "LAST", "RUN", "FAILING", "TAGS"]
+    assert lines[0].split() == header
     assert "merchant-payouts  cron 0 2 * * * (Europe/Berlin)" in lines[1]
     assert "paused (bank)" in lines[2]
+    assert "dead_lettered 2026-12-02T01:00:00Z  3 in a row" in lines[2]
     assert "--cursor c2" in err
+    assert requests[0].url.params["id_prefix"] == "h"
     assert requests[0].url.params["tag"] == "money-moving"
     assert requests[0].url.params["paused"] == "true"
     assert requests[0].url.params["limit"] == "2"
@@ -271,6 +281,11 @@ def test_audit_prints_slots_and_summary_and_check_fails_on_missed_slots() -> Non
     assert "1 missed and 0 duplicated-effect" in err
     clean = {**AUDIT, "summary": {**AUDIT["summary"], "missed": 0}}
     assert run([*argv, "--check"], reply(clean))[0] == 0
+    # Every slot fired, but a run's work dead-lettered: --check fails on that too.
+    dead = {**clean, "dead_lettered": [{"run_id": "s1@2026-01-01T01:00:00Z", "slot": "2026-01-01T01:00:00Z"}]}
+    code, _, err, _ = run([*argv, "--check"], reply(dead))
+    assert code == 1
+    assert "1 dead-lettered runs in the range" in err
 
 
 def _entries(*events: HistoryEvent) -> list[dict[str, Any]]:

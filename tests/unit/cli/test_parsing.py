@@ -76,6 +76,9 @@ def test_relative_instants_count_from_now() -> None:
     assert parse_instant("NOW+2h30m", now=NOW) == NOW + timedelta(hours=2, minutes=30)
     with pytest.raises(UsageError, match="not a duration"):
         parse_instant("now-lots", now=NOW)
+    # Whole seconds from "now" (a one-shot's run id reads ...T12:02:00Z); a written fraction stays.
+    assert parse_instant("now+2m", now=NOW.replace(microsecond=483_920)) == NOW + timedelta(minutes=2)
+    assert parse_instant("2026-03-01T12:00:00.5Z").microsecond == 500_000
 
 
 def test_json_objects_inline_or_from_a_file(tmp_path: Path) -> None:

@@ -61,3 +61,15 @@ def test_an_invalid_result_or_an_unknown_field_is_refused() -> None:
         UpdateSchedule(schedule_id="s", patch={"handler": "x"}, definition=BASE)
     with pytest.raises(ValidationError, match="changes nothing"):
         UpdateSchedule(schedule_id="s", patch={})
+
+
+def test_a_spec_without_kind_is_the_kind_its_field_implies() -> None:
+    cron = ScheduleDefinition.model_validate({"spec": {"expression": "0 2 * * *"}, "handler": "h"})
+    assert cron.spec.kind == "cron"
+    interval = ScheduleDefinition.model_validate({"spec": {"every": "15m"}, "handler": "h"})
+    assert interval.spec == IntervalSpec(every=timedelta(minutes=15))
+    # A patch naming another kind's field replaces the spec, as one naming its kind would.
+    patched = patch_definition(cron, {"spec": {"every": "30s"}})
+    assert patched.spec == IntervalSpec(every=timedelta(seconds=30))
+    same_kind = patch_definition(cron, {"spec": {"expression": "30 2 * * *"}})
+    assert same_kind.spec == CronSpec(expression="30 2 * * *")

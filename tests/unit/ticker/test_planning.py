@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slotflow.contracts import CronSpec, DstPolicy, IntervalSpec, MisfirePolicy, OnceSpec, ScheduleDefinition
+from slotflow.core.identity import run_id
 from slotflow_ticker.planning import (
     EPSILON,
     ClaimPlan,
@@ -16,6 +17,7 @@ from slotflow_ticker.planning import (
     Position,
     ScheduleState,
     fire_time,
+    manual_slot,
     plan_due,
     start_position,
 )
@@ -299,3 +301,15 @@ def test_successive_claims_fire_exactly_croniters_sequence(expression: str, step
     expected = croniter(expression, T0, ret_type=datetime, second_at_beginning=len(expression.split()) == 6)
     assert fired == [expected.get_next(datetime) for _ in fired]
     assert len(fired) == steps
+
+
+def test_a_manual_trigger_names_its_run_to_the_second_unless_that_is_a_grid_slot() -> None:
+    hourly = ScheduleDefinition(spec=CronSpec(expression="0 * * * *"), handler="h")
+    now = datetime(2026, 12, 2, 11, 35, 12, 483_920, tzinfo=UTC)
+    assert manual_slot(hourly, now) == now.replace(microsecond=0)
+    assert run_id("s", manual_slot(hourly, now)) == "s@2026-12-02T11:35:12Z"
+    # 12:00:00 is the hourly slot: the fraction keeps the trigger's run apart from the scheduled one.
+    on_the_hour = datetime(2026, 12, 2, 12, 0, 0, 250_000, tzinfo=UTC)
+    assert manual_slot(hourly, on_the_hour) == on_the_hour
+    exact = datetime(2026, 12, 2, 11, 35, 12, tzinfo=UTC)
+    assert manual_slot(hourly, exact) == exact

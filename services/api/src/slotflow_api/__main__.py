@@ -16,6 +16,7 @@ import sys
 import uvicorn
 
 from slotflow.errors import SlotflowError
+from slotflow.logs import configure_logging
 from slotflow.pg.pool import create_pool, wait_for_pool
 from slotflow_api.app import create_app
 from slotflow_api.config import Settings
@@ -75,7 +76,7 @@ async def _migrate(settings: Settings) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging()
     settings = Settings()
     command = args.command or "serve"
     try:

@@ -24,6 +24,7 @@ from slotflow_api.metrics import Metrics
 from slotflow_api.projector import Projector, migrate
 from slotflow_api.retention import purge_read_model
 from slotflow_api.routes import audit, commands, dlq, handlers, health, runs, schedules, stats, workflows
+from slotflow_api.routes.apidocs import mount_api_docs
 
 log = logging.getLogger(__name__)
 
@@ -72,13 +73,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         ),
         lifespan=lifespan,
         openapi_url="/v1/openapi.json",
-        docs_url="/v1/docs",
+        # Served offline by mount_api_docs, not from FastAPI's CDN.
+        docs_url=None,
         redoc_url=None,
     )
     app.state.metrics = metrics
     errors.install(app)
     for module in (health, schedules, runs, workflows, dlq, audit, commands, handlers, stats):
         app.include_router(module.router)
+    mount_api_docs(app)
     _mount_ui(app)
     # Inside the metrics middleware, so refused bodies are counted as 413s too.
     app.add_middleware(BodyLimit, max_bytes=chosen.api.max_body_bytes)

@@ -26,17 +26,95 @@ class BackfillsInFlight(SlotflowError):
     """The schedule has as many backfills in flight as `max_backfills_in_flight` allows."""
 
 
+#: Where a request value came from: dropped from the field's path (a user wrote `definition.spec`,
+#: not `body.definition.spec`).
+_SOURCES = frozenset({"body", "query", "path", "header"})
+#: The tags pydantic adds to a path inside a tagged union (`spec.interval.every`).
+_SPEC_KINDS = frozenset({"cron", "interval", "once"})
+_DURATION_WORDS = (
+    "is not a duration; use ISO 8601 (PT15M, PT1H30M), a number of seconds, or 15m, 1h30m, 250ms"
+)
+_INSTANT_WORDS = "is not a time; use ISO 8601 with a UTC offset, e.g. 2026-12-02T02:00:00Z"
+
+
+def _where(loc: object) -> str:
+    if not isinstance(loc, list | tuple):
+        return str(loc)
+    parts = [str(p) for p in loc]
+    if parts and parts[0] in _SOURCES:
+        parts = parts[1:]
+    kept = [p for i, p in enumerate(parts) if not (p in _SPEC_KINDS and i > 0 and parts[i - 1] == "spec")]
+    return ".".join(kept)
+
+
+def _choices(expected: object) -> str:
+    # pydantic's "'a', 'b' or 'c'" as "a, b, c"
+    return str(expected).replace("'", "").replace(" or ", ", ")
+
+
+def _in_words(item: dict[str, object]) -> str:
+    """One validation error as a sentence about the value, not about the validation library."""
+    kind = str(item.get("type", ""))
+    found = item.get("ctx")
+    context: dict[str, object] = found if isinstance(found, dict) else {}
+    msg = str(item.get("msg", "invalid"))
+    if kind == "missing":
+        return "is required"
+    if kind == "extra_forbidden":
+        return "is not a field here"
+    if kind in ("literal_error", "enum"):
+        return f"must be one of {_choices(context.get('expected', ''))}"
+    if kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
+        word = {"greater_than_equal": "at least", "greater_than": "more than"}.get(kind)
+        word = word or {"less_than_equal": "at most", "less_than": "less than"}[kind]
+        bound = next(iter(context.values()), "")
+        return f"must be {word} {bound}"
+    if kind.startswith("time_delta"):
+        return _DURATION_WORDS
+    if kind == "timezone_aware":
+        return "has no UTC offset (time zone); add one, e.g. 2026-12-02T02:00:00Z"
+    if kind.startswith(("datetime", "date_")):
+        return _INSTANT_WORDS
+    if kind in ("int_parsing", "int_type", "int_from_float"):
+        return "must be a whole number"
+    if kind in ("bool_parsing", "bool_type"):
+        return "must be true or false"
+    if kind in ("string_too_long", "too_long"):
+        return f"is too long (at most {context.get('max_length', '?')})"
+    if kind in ("string_too_short", "too_short"):
+        return f"is too short (at least {context.get('min_length', '?')})"
+    if kind == "string_pattern_mismatch":
+        return f"has characters that are not allowed (it must match {context.get('pattern', '')})"
+    if kind in ("union_tag_not_found", "union_tag_invalid"):
+        return "needs a kind: cron (with expression), interval (with every) or once (with at)"
+    if kind in ("dict_type", "model_type", "model_attributes_type"):
+        return "must be a JSON object"
+    if kind == "json_invalid":
+        return f"is not valid JSON ({context.get('error', msg)})"
+    if kind == "value_error":
+        return msg.removeprefix("Value error, ")
+    return msg
+
+
 def describe_validation(errors: list[dict[str, object]] | object) -> str:
-    """`where: what` for each failing field, joined: the message a person reads."""
+    """`where: what` for each failing field, joined: the message a person reads.
+
+    The field is named as the user wrote it and the problem in the user's words (`definition.spec.every:
+    is not a duration; use ...`), not in the validation library's.
+    """
     if not isinstance(errors, list):
         return str(errors)
     parts = []
+    names = [_where(item.get("loc", ())) for item in errors if isinstance(item, dict)]
     for item in errors[:20]:
         if not isinstance(item, dict):
             continue
-        loc = item.get("loc", ())
-        where = ".".join(str(p) for p in loc) if isinstance(loc, list | tuple) else str(loc)
-        parts.append(f"{where or '(body)'}: {item.get('msg', 'invalid')}")
+        parts.append(f"{_where(item.get('loc', ())) or '(body)'}: {_in_words(item)}")
+    # A flat create body (spec and handler beside schedule_id) is the commonest first mistake.
+    if "definition" in names and ("spec" in names or "handler" in names):
+        parts.append(
+            'put spec, handler and the policies inside "definition" (docs/api.md has one example per command)'
+        )
     return "; ".join(parts) or "invalid request"
 
 

@@ -55,15 +55,58 @@ _SCHEDULE_COLUMNS = (
 )
 
 
+#: What a list of schedules needs to answer "is this healthy?": the newest run (by slot) and the
+#: failure streak, the runs that ended dead-lettered or failed since the newest completed one
+#: (runs still in flight and skipped ones neither break nor extend it). Both walk the
+#: (job_id, slot) index backwards from the newest run, so a page costs one short scan per row.
+_HEALTH_COLUMNS = (
+    "last.run_id AS last_run_id, last.slot AS last_run_slot, last.state AS last_run_state, "
+    "last.finished_at AS last_run_finished_at, "
+    "(SELECT count(*) FROM {schema}.runs f WHERE f.job_id = s.schedule_id "
+    "AND f.state IN ('dead_lettered', 'failed') AND f.slot > COALESCE((SELECT max(c.slot) "
+    "FROM {schema}.runs c WHERE c.job_id = s.schedule_id AND c.state = 'completed'), "
+    "'-infinity')) AS failure_streak"
+)
+_LAST_RUN_JOIN = (
+    "LEFT JOIN LATERAL (SELECT r.run_id, r.slot, r.state, r.finished_at FROM {schema}.runs r "
+    "WHERE r.job_id = s.schedule_id ORDER BY r.slot DESC, r.run_id DESC LIMIT 1) last ON true"
+)
+
 # Reads run without locks in their own statement; a page is a keyset range (`{where}` ends with
 # the cursor's condition, `{limit}` asks one row more to learn whether a page follows).
 _SCHEDULES_PAGE = compose(
-    "SELECT {columns} FROM {schema}.schedules s WHERE {where} ORDER BY schedule_id LIMIT {limit}",
+    "SELECT {columns}, {health} FROM {schema}.schedules s {joined} WHERE {where} "
+    "ORDER BY schedule_id LIMIT {limit}",
     columns=_SCHEDULE_COLUMNS,
+    health=_HEALTH_COLUMNS,
+    joined=_LAST_RUN_JOIN,
 )
 _SCHEDULE = compose(
-    "SELECT {columns} FROM {schema}.schedules s WHERE schedule_id = $1", columns=_SCHEDULE_COLUMNS
+    "SELECT {columns}, {health} FROM {schema}.schedules s {joined} WHERE schedule_id = $1",
+    columns=_SCHEDULE_COLUMNS,
+    health=_HEALTH_COLUMNS,
+    joined=_LAST_RUN_JOIN,
 )
+# Every schedule not deleted, by id, at most $1 (the calendar's input).
+_LIVE_SCHEDULES = compose(
+    "SELECT {columns} FROM {schema}.schedules s WHERE NOT deleted ORDER BY schedule_id LIMIT $1",
+    columns=_SCHEDULE_COLUMNS,
+)
+
+
+def with_health(row: dict[str, Any]) -> dict[str, Any]:
+    """Fold the health columns of a schedule row into `last_run` and `failure_streak`."""
+    run_id = row.pop("last_run_id", None)
+    slot = row.pop("last_run_slot", None)
+    state = row.pop("last_run_state", None)
+    finished_at = row.pop("last_run_finished_at", None)
+    row["last_run"] = (
+        None
+        if run_id is None
+        else {"run_id": run_id, "slot": slot, "state": state, "finished_at": finished_at}
+    )
+    row["failure_streak"] = int(row.get("failure_streak") or 0)
+    return row
 
 
 def schedule_row(row: asyncpg.Record) -> dict[str, Any]:
@@ -85,10 +128,13 @@ async def list_schedules(
     deleted: bool,
     limit: int,
     cursor: str | None,
+    id_prefix: str | None = None,
 ) -> Page:
     """One page of schedules matching the filters, in schedule id order."""
     f = Filters()
     f.add("deleted = {}", deleted)
+    if id_prefix:
+        f.add("starts_with(schedule_id, {})", id_prefix)
     if paused is not None:
         f.add("paused = {}", paused)
     if tag is not None:
@@ -99,7 +145,13 @@ async def list_schedules(
         (after,) = decode_cursor(cursor, (str,))
         f.add("schedule_id > {}", after)
     rows, next_cursor = await _page(pool, _SCHEDULES_PAGE, schema, f, limit, ("schedule_id",))
-    return Page([schedule_row(r) for r in rows], next_cursor)
+    return Page([with_health(schedule_row(r)) for r in rows], next_cursor)
+
+
+async def live_schedules(pool: Pool, schema: str, *, limit: int) -> list[dict[str, Any]]:
+    """Every schedule not deleted, by id, at most ``limit`` (the calendar's input)."""
+    rows = await pool.fetch(sql(_LIVE_SCHEDULES, schema), limit)
+    return [schedule_row(r) for r in rows]
 
 
 # How many of a schedule's runs are in each state.
@@ -107,11 +159,11 @@ _RUN_COUNTS_BY_STATE = "SELECT state, count(*) AS n FROM {schema}.runs WHERE job
 
 
 async def get_schedule(pool: Pool, schema: str, schedule_id: str) -> dict[str, Any] | None:
-    """One schedule with how many of its runs are in each state, or None."""
+    """One schedule with its health and how many of its runs are in each state, or None."""
     row = await pool.fetchrow(sql(_SCHEDULE, schema), schedule_id)
     if row is None:
         return None
-    out = schedule_row(row)
+    out = with_health(schedule_row(row))
     counts = await pool.fetch(sql(_RUN_COUNTS_BY_STATE, schema), schedule_id)
     out["runs_by_state"] = {r["state"]: int(r["n"]) for r in counts}
     return out

@@ -5,7 +5,7 @@ DeadLetterFilter), so the API refuses exactly what the consumer would.
 """
 
 from datetime import datetime
-from typing import Any, Generic, Literal, TypeVar
+from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
@@ -39,6 +39,13 @@ class SlotPreview(BaseModel):
     dst: str | None = None
 
 
+class LastRun(BaseModel):
+    run_id: str
+    slot: datetime
+    state: str
+    finished_at: datetime | None
+
+
 class Schedule(BaseModel):
     schedule_id: str
     spec: dict[str, Any]
@@ -62,11 +69,35 @@ class Schedule(BaseModel):
     updated_at: datetime
     deleted: bool
     definition: dict[str, Any]
+    last_run: LastRun | None = Field(default=None, description="its newest run by slot, and how it stands")
+    failure_streak: int = Field(
+        default=0,
+        description="runs that ended dead-lettered or failed since its newest completed run (0: healthy)",
+    )
 
 
 class ScheduleDetail(Schedule):
     next_slots: list[SlotPreview] = Field(description="the grid's next slots that will fire")
     runs_by_state: dict[str, int]
+
+
+class CalendarEntry(BaseModel):
+    fire_at: datetime = Field(description="when it fires: the slot plus the schedule's jitter")
+    slot: datetime
+    local: str = Field(description="the slot's wall-clock time in the schedule's zone")
+    schedule_id: str
+    handler: str
+    run_id: str
+    status: str = Field(description="the schedule's status: active, or paused with a resume_at")
+
+
+class Calendar(BaseModel):
+    start: datetime = Field(alias="from")
+    end: datetime = Field(alias="to")
+    items: list[CalendarEntry] = Field(description="every firing in [from, to), soonest first")
+    truncated: bool = Field(description="more firings fall in the window than `limit`")
+
+    model_config = ConfigDict(populate_by_name=True, serialize_by_alias=True)
 
 
 class Attempt(BaseModel):
@@ -368,6 +399,29 @@ class UpdateScheduleBody(_Body):
 class PauseBody(_Body):
     reason: str = Field(default="", max_length=1000)
     resume_at: AwareDatetime | None = None
+
+
+class BulkBody(_Body):
+    #: Each one URL path segment, like every schedule id; a repeated id is one command.
+    schedule_ids: list[Annotated[str, Field(pattern=SCHEDULE_ID_PATTERN)]] = Field(
+        min_length=1, max_length=500
+    )
+
+
+class BulkPauseBody(BulkBody):
+    reason: str = Field(default="", max_length=1000)
+    resume_at: AwareDatetime | None = None
+
+
+class BulkCommand(BaseModel):
+    schedule_id: str
+    command_id: str
+    status: str | None = Field(default=None, description="with ?wait=: the command's status")
+    reason: str | None = Field(default=None, description="with ?wait=: why it was rejected")
+
+
+class BulkAnswer(BaseModel):
+    commands: list[BulkCommand]
 
 
 class BackfillBody(_Body):

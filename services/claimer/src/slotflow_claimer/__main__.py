@@ -5,6 +5,7 @@ import logging
 import signal
 import sys
 
+from slotflow.logs import configure_logging
 from slotflow_claimer.app import ClaimerService
 from slotflow_claimer.config import Settings
 
@@ -29,9 +30,7 @@ async def serve(settings: Settings) -> int:
 
 
 def main() -> None:
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
-    )
+    configure_logging()
     settings = Settings()
     if settings.claimer.event_loop == "uvloop":
         import uvloop

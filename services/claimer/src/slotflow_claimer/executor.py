@@ -350,6 +350,8 @@ class Executor:
 
     def _submit(self, ex: Execution, outcome: Outcome) -> None:
         ex.submitted = True
+        if outcome.kind == "failed":
+            log_failure(outcome)
         self._submit_outcome(outcome)
 
     def _cancelled(self, ex: Execution) -> None:
@@ -490,6 +492,45 @@ def sort_failure(run: Run, error: BaseException, *, draw: float) -> Outcome:
     else:
         reason = "permanent_error"
     return Outcome(run, "failed", error=error, dlq_reason=reason, retryable=retryable)
+
+
+def log_failure(outcome: Outcome) -> None:
+    """One line per failed attempt, saying whether it is retried or dead-lettered and why.
+
+    The run id, attempt and error go in as `extra` fields too, so JSON logs (SLOTFLOW_LOG_FORMAT)
+    carry them as keys a log search can filter on.
+    """
+    run, error = outcome.run, outcome.error
+    error_type = type(error).__name__ if error is not None else "unknown"
+    fields: dict[str, object] = {
+        "run_id": run.run_id,
+        "attempt": run.attempt,
+        "fence_token": run.fence_token,
+        "handler": run.handler,
+        "error_type": error_type,
+        "error": str(error),
+    }
+    if outcome.delay is not None:
+        seconds = round(outcome.delay.total_seconds(), 3)
+        log.warning(
+            "run %s attempt %d failed (%s: %s); retrying in %s s",
+            run.run_id,
+            run.attempt,
+            error_type,
+            error,
+            seconds,
+            extra={**fields, "outcome": "retrying", "retry_in_seconds": seconds},
+        )
+    else:
+        log.error(
+            "run %s attempt %d failed (%s: %s); dead-lettered: %s",
+            run.run_id,
+            run.attempt,
+            error_type,
+            error,
+            outcome.dlq_reason,
+            extra={**fields, "outcome": "dead_lettered", "dlq_reason": outcome.dlq_reason},
+        )
 
 
 def _with_logs(outcome: Outcome, lines: capture.AttemptLog) -> Outcome:

@@ -337,7 +337,9 @@ class OutcomeWriter:
             error_type=type(error).__name__,
             message=_message(error),
             traceback=_traceback(error),
-            retryable=outcome.delay is not None,
+            # The error's kind, not whether it is retried: a transient error that ran out of
+            # attempts stays retryable (a redrive may succeed); RunRetrying/RunDeadLettered say the rest.
+            retryable=outcome.retryable,
             logs=outcome.logs,
         )
         if outcome.delay is not None:

@@ -5,11 +5,10 @@ connection is closed. Anything staged but not yet published is published by the 
 """
 
 import asyncio
-import logging
-import os
 import signal
 import sys
 
+from slotflow.logs import configure_logging
 from slotflow_dlq.app import DlqService
 
 
@@ -22,11 +21,7 @@ async def _serve() -> None:
 
 
 def main() -> int:
-    logging.basicConfig(
-        level=os.environ.get("SLOTFLOW_LOG_LEVEL", "INFO"),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    configure_logging()
     asyncio.run(_serve())
     return 0
 

@@ -7,11 +7,10 @@ are redelivered by Kafka.
 """
 
 import asyncio
-import logging
-import os
 import signal
 import sys
 
+from slotflow.logs import configure_logging
 from slotflow_orchestrator.app import OrchestratorService
 from slotflow_orchestrator.config import Settings
 from slotflow_orchestrator.runtime import load_decider
@@ -28,11 +27,7 @@ async def _serve(settings: Settings) -> None:
 
 
 def main() -> int:
-    logging.basicConfig(
-        level=os.environ.get("SLOTFLOW_LOG_LEVEL", "INFO"),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    configure_logging()
     asyncio.run(_serve(Settings()))
     return 0
 

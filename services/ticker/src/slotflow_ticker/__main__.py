@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from slotflow.contracts import DstPolicy, ScheduleSpec
 from slotflow.contracts.schedules import CronSpec, IntervalSpec, OnceSpec
+from slotflow.logs import configure_logging
 from slotflow.pg.pool import create_pool
 from slotflow.pg.statements import sql
 from slotflow.settings import KafkaSettings, PostgresSettings
@@ -30,9 +31,7 @@ from slotflow_ticker.store import parse_definition
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=getattr(logging, args.log_level), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(level=args.log_level)
     command = args.command or "run"
     if command == "run":
         if TickerSettings().event_loop == "uvloop":
@@ -49,7 +48,12 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="slotflow-ticker", description="slotflow ticker: owns time")
-    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    parser.add_argument(
+        "--log-level",
+        default=None,
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="default SLOTFLOW_LOG_LEVEL",
+    )
     sub = parser.add_subparsers(dest="command")
     sub.add_parser("run", help="run one ticker replica (the default)")
     sub.add_parser("migrate", help="create or upgrade the ticker schema and exit")

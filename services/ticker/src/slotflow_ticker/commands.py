@@ -46,7 +46,7 @@ from slotflow.pg.pool import CONNECTION_ERRORS, Conn, Pool
 from slotflow_ticker.claims import BacklogTooLong, SlotClaimer, schedule_key, timer_key
 from slotflow_ticker.events import EventFactory, Outgoing, stage_all
 from slotflow_ticker.metrics import TickerMetrics
-from slotflow_ticker.planning import Position, start_position
+from slotflow_ticker.planning import Position, manual_slot, start_position
 from slotflow_ticker.sql import Queries
 from slotflow_ticker.store import ScheduleRow, dump_action
 from slotflow_ticker.validation import (
@@ -329,9 +329,10 @@ class CommandHandler:
             )
             return Applied(staged)
         if isinstance(message, TriggerNow):
+            slot = manual_slot(live.definition, now)
             staged = [
                 self._events.job_due(
-                    schedule_id, live.definition, now, kind="manual", fire_at=now, occurred_at=now
+                    schedule_id, live.definition, slot, kind="manual", fire_at=now, occurred_at=now
                 )
             ]
             self._metrics.slots_fired.labels("manual").inc()

@@ -102,6 +102,21 @@ def lookahead(policy: MisfirePolicy) -> int:
     return 0
 
 
+def manual_slot(definition: ScheduleDefinition, now: datetime) -> datetime:
+    """The slot a manual trigger at ``now`` names: ``now`` to the whole second.
+
+    Its run id reads `payouts@2026-12-02T11:35:12Z`, as a person would write it. Two triggers in
+    one second name one run (a double click runs once). The fraction is kept only when the whole
+    second is a slot of the schedule's own grid, so a trigger never shares a run id with (and is
+    never swallowed by) the scheduled run of that slot.
+    """
+    whole = now.replace(microsecond=0)
+    if whole == now:
+        return now
+    on_grid = next_slot(definition.spec, definition.dst, after=whole - timedelta(microseconds=1))
+    return now if on_grid is not None and on_grid.at == whole else whole
+
+
 def start_position(schedule_id: str, definition: ScheduleDefinition, *, after: datetime) -> Position:
     """The grid of a schedule (re)defined at ``after``: its slots strictly after that instant.
 

@@ -5,6 +5,7 @@ publishes it to Kafka, and with `--wait` asks the API whether it was accepted.
 """
 
 import re
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -121,17 +122,47 @@ def schedule_create(ctx: Context) -> int:
     return send(ctx, message)
 
 
+def _each_schedule(ctx: Context, build: Callable[[str], Message]) -> int:
+    """``build``'s command for every SCHEDULE_ID given (a repeated one once), each sent on its own.
+
+    With several, `--command-id ID` becomes `ID:{schedule}` per command (a retry applies each
+    once), and a rejection is reported and the rest still sent; the exit code is 1 if any was.
+    """
+    ids = [identifier(value, "SCHEDULE_ID") for value in dict.fromkeys(ctx.args.schedule_id)]
+    messages = [build(sid) for sid in ids]  # every one checked before anything is published
+    if len(messages) == 1:
+        return send(ctx, messages[0])
+    base = ctx.args.command_id
+    rejected = 0
+    try:
+        for sid, message in zip(ids, messages, strict=True):
+            ctx.args.command_id = None if base is None else f"{base}:{sid}"
+            try:
+                send(ctx, message)
+            except CommandRejected as err:
+                ctx.note(f"{sid}: {err}")
+                rejected += 1
+    finally:
+        ctx.args.command_id = base
+    return 1 if rejected else 0
+
+
 def schedule_pause(ctx: Context) -> int:
-    """`schedule pause`: send a PauseSchedule (with an automatic resume time if given)."""
-    fields: dict[str, Any] = {"schedule_id": _schedule_id(ctx), "reason": ctx.args.reason}
-    if ctx.args.resume_at is not None:
-        fields["resume_at"] = parse_instant(ctx.args.resume_at, flag="--resume-at")
-    return send(ctx, validated(PauseSchedule, fields, what="pause"))
+    """`schedule pause`: a PauseSchedule per SCHEDULE_ID (with an automatic resume time if given)."""
+    resume_at = parse_instant(ctx.args.resume_at, flag="--resume-at") if ctx.args.resume_at else None
+
+    def pause(sid: str) -> Message:
+        fields: dict[str, Any] = {"schedule_id": sid, "reason": ctx.args.reason}
+        if resume_at is not None:
+            fields["resume_at"] = resume_at
+        return validated(PauseSchedule, fields, what="pause")
+
+    return _each_schedule(ctx, pause)
 
 
 def schedule_resume(ctx: Context) -> int:
-    """`schedule resume`: send a ResumeSchedule."""
-    return send(ctx, ResumeSchedule(schedule_id=_schedule_id(ctx)))
+    """`schedule resume`: a ResumeSchedule per SCHEDULE_ID."""
+    return _each_schedule(ctx, lambda sid: ResumeSchedule(schedule_id=sid))
 
 
 def schedule_delete(ctx: Context) -> int:

@@ -132,12 +132,28 @@ def schedule_state(row: Row) -> str:
     return status if isinstance(status, str) else "active"
 
 
+def last_run_text(row: Row) -> str:
+    """The newest run's state and slot, e.g. `dead_lettered 2026-12-02T02:00:00Z`."""
+    last = row.get("last_run")
+    if not isinstance(last, Mapping):
+        return MISSING
+    return f"{text(last.get('state'))} {text(last.get('slot'))}"
+
+
+def failing_text(row: Row) -> str:
+    """The failure streak: `-` when healthy, else how many runs in a row ended in failure."""
+    streak = row.get("failure_streak")
+    return f"{streak} in a row" if isinstance(streak, int) and streak > 0 else MISSING
+
+
 SCHEDULE_COLUMNS: Sequence[Column] = (
     ("schedule", field("schedule_id")),
     ("spec", lambda row: spec_text(row.get("spec"))),
     ("handler", field("handler")),
     ("state", schedule_state),
     ("next fire", field("next_fire_at")),
+    ("last run", last_run_text),
+    ("failing", failing_text),
     ("tags", field("tags")),
 )
 

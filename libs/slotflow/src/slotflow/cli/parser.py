@@ -197,13 +197,14 @@ def _schedule(groups: Any) -> None:
     state.add_argument("--active", dest="paused", action="store_const", const=False, help="only active ones")
     listing.add_argument("--tag", metavar="TAG", help="only schedules with this tag")
     listing.add_argument("--handler", metavar="NAME", help="only schedules running this handler")
+    listing.add_argument("--id-prefix", metavar="PREFIX", help="only schedules whose id starts with this")
     _paging(listing)
 
     show = _leaf(actions, "show", "slotflow.cli.querying:schedule_show", "one schedule with its next slots")
     show.add_argument("schedule_id", metavar="SCHEDULE_ID")
 
     pause = _leaf(actions, "pause", "slotflow.cli.commanding:schedule_pause", "stop firing until resumed")
-    pause.add_argument("schedule_id", metavar="SCHEDULE_ID")
+    pause.add_argument("schedule_id", metavar="SCHEDULE_ID", nargs="+", help="one or more, one command each")
     pause.add_argument("--reason", default="", help="why (shown in list and the dashboard)")
     pause.add_argument("--resume-at", metavar="TIME", help="resume by itself at this time")
     _command_options(pause)
@@ -218,7 +219,12 @@ def _schedule(groups: Any) -> None:
         ("trigger", "slotflow.cli.commanding:schedule_trigger", "run once now, outside the spec"),
     ):
         leaf = _leaf(actions, name, handler, text)
-        leaf.add_argument("schedule_id", metavar="SCHEDULE_ID")
+        if name == "resume":
+            leaf.add_argument(
+                "schedule_id", metavar="SCHEDULE_ID", nargs="+", help="one or more, one command each"
+            )
+        else:
+            leaf.add_argument("schedule_id", metavar="SCHEDULE_ID")
         _command_options(leaf)
 
     backfill = _leaf(

@@ -73,7 +73,7 @@ def _listing(ctx: Context, path: str, params: Params, columns: Sequence[Column],
 def schedule_list(ctx: Context) -> int:
     """`schedule list`: the schedules matching the filters, a page at a time."""
     a = ctx.args
-    params = {"paused": a.paused, "tag": a.tag, "handler": a.handler}
+    params = {"paused": a.paused, "tag": a.tag, "handler": a.handler, "id_prefix": a.id_prefix}
     return _listing(ctx, "/v1/schedules", params, SCHEDULE_COLUMNS, empty="no schedules")
 
 

@@ -7,51 +7,28 @@ flag and says what a valid value looks like.
 
 import json
 import re
-from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ValidationError
 
 from slotflow.cli.errors import UsageError
+from slotflow.core.durations import DURATION_HINT, parse_duration_text
 
-_UNITS: Mapping[str, timedelta] = {
-    "w": timedelta(weeks=1),
-    "d": timedelta(days=1),
-    "h": timedelta(hours=1),
-    "m": timedelta(minutes=1),
-    "s": timedelta(seconds=1),
-    "ms": timedelta(milliseconds=1),
-    "us": timedelta(microseconds=1),
-}
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|us|w|d|h|m|s)")
-_DURATION = re.compile(r"^(?:\d+(?:\.\d+)?(?:ms|us|w|d|h|m|s))+$")
 _RELATIVE = re.compile(r"^now(?:(?P<sign>[+-])(?P<amount>.+))?$")
-_TIMEDELTA = TypeAdapter(timedelta)
 
-DURATION_HINT = "use e.g. 30s, 5m, 1h30m, 2d, 250ms, a number of seconds, or ISO 8601 (PT1H)"
 INSTANT_HINT = "use ISO 8601 with a UTC offset (2026-03-01T02:00:00Z, 2026-03-01T03:00+01:00) or now, now-1d"
 
 
 def parse_duration(text: str, *, flag: str = "duration") -> timedelta:
     """`"1h30m"`, `"90"` (seconds), `"250ms"` or ISO 8601 `"PT1H30M"` as a timedelta."""
-    value = text.strip().lower()
-    if not value:
+    if not text.strip():
         raise UsageError(f"{flag} is empty; {DURATION_HINT}")
-    if re.fullmatch(r"\d+(?:\.\d+)?", value):
-        return timedelta(seconds=float(value))
-    if _DURATION.fullmatch(value):
-        total = timedelta(0)
-        for amount, unit in _DURATION_PART.findall(value):
-            total += _UNITS[unit] * float(amount)
-        return total
-    if value.startswith(("p", "-p")):
-        try:
-            return _TIMEDELTA.validate_python(text.strip().upper())
-        except ValidationError:
-            pass
-    raise UsageError(f"{flag} {text!r} is not a duration; {DURATION_HINT}")
+    try:
+        return parse_duration_text(text)
+    except ValueError:
+        raise UsageError(f"{flag} {text!r} is not a duration; {DURATION_HINT}") from None
 
 
 def format_duration(value: timedelta) -> str:
@@ -79,7 +56,9 @@ def parse_instant(text: str, *, flag: str = "time", now: datetime | None = None)
     relative = _RELATIVE.fullmatch(value.lower())
     if relative:
         # "now" in a query is a convenience for the person typing; no slot decision rests on it.
-        base = now or datetime.now(tz=UTC)
+        # Whole seconds: `--at now+2m` names a one-shot whose run id reads ...T11:37:12Z, not
+        # ...T11:37:12.483920Z (an ISO time with a fraction keeps it: asked for, given).
+        base = (now or datetime.now(tz=UTC)).replace(microsecond=0)
         if relative.group("amount") is None:
             return base
         delta = parse_duration(relative.group("amount"), flag=flag)

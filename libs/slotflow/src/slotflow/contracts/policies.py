@@ -1,9 +1,15 @@
 """Per-schedule policies: what happens to missed slots, overlapping runs, retries and DST."""
 
 from datetime import timedelta
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+from slotflow.core.durations import lenient_duration
+
+#: A duration field: ISO 8601 (`PT15M`) or seconds as pydantic reads them, and the CLI's short
+#: forms (`15m`, `1h30m`, `250ms`) too, so a body is read the same over HTTP as on the command line.
+Duration = Annotated[timedelta, BeforeValidator(lenient_duration)]
 
 
 class _Policy(BaseModel):
@@ -20,9 +26,9 @@ class MisfirePolicy(_Policy):
 
     policy: Literal["fire_all", "fire_once", "skip"] = "fire_once"
     max_catch_up: int = Field(default=100, ge=1, le=10_000)
-    catch_up_window: timedelta = Field(default=timedelta(days=1), gt=timedelta(0))
+    catch_up_window: Duration = Field(default=timedelta(days=1), gt=timedelta(0))
     #: A slot counts as missed (not merely late) once it is this far behind the database clock.
-    grace: timedelta = Field(default=timedelta(seconds=60), ge=timedelta(0))
+    grace: Duration = Field(default=timedelta(seconds=60), ge=timedelta(0))
 
 
 class DstPolicy(_Policy):
@@ -44,13 +50,13 @@ OverlapPolicy = Literal["allow", "skip", "buffer_one", "buffer_all", "cancel_pre
 class RetryPolicy(_Policy):
     """Full-jitter exponential back-off: delay = random(0, min(cap, base * 2**attempt))."""
 
-    base: timedelta = Field(default=timedelta(seconds=1), gt=timedelta(0))
-    cap: timedelta = Field(default=timedelta(seconds=120), gt=timedelta(0))
+    base: Duration = Field(default=timedelta(seconds=1), gt=timedelta(0))
+    cap: Duration = Field(default=timedelta(seconds=120), gt=timedelta(0))
     max_attempts: int = Field(default=5, ge=1, le=1000)
     #: Error type names (class `__name__` or dotted path) that are never retried.
     non_retryable: tuple[str, ...] = ()
     #: How long one attempt may run before it is cancelled and counted as a transient failure.
-    start_to_close: timedelta = Field(default=timedelta(minutes=5), gt=timedelta(0))
+    start_to_close: Duration = Field(default=timedelta(minutes=5), gt=timedelta(0))
 
     @model_validator(mode="after")
     def _cap_not_below_base(self) -> "RetryPolicy":

@@ -79,7 +79,9 @@ class RunCompleted(RunEvent):
 
 
 class RunFailed(RunEvent):
-    """An attempt raised. `retryable` says whether a RunRetrying or RunDeadLettered follows."""
+    """An attempt raised. `retryable` is the error's kind: true for a transient error, also one
+    that ran out of attempts (a redrive may succeed); the RunRetrying or RunDeadLettered that
+    follows says whether it is retried."""
 
     message_type = "run.failed"
     error_type: str

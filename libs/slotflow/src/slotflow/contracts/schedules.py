@@ -8,7 +8,7 @@ from croniter import croniter
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from slotflow.contracts.envelope import IDENTIFIER_PATTERN, SCHEDULE_ID_PATTERN, Message
-from slotflow.contracts.policies import DstPolicy, MisfirePolicy, OverlapPolicy, RetryPolicy
+from slotflow.contracts.policies import DstPolicy, Duration, MisfirePolicy, OverlapPolicy, RetryPolicy
 
 ScheduleId = Annotated[str, Field(pattern=SCHEDULE_ID_PATTERN)]
 HandlerName = Annotated[str, Field(pattern=IDENTIFIER_PATTERN)]
@@ -49,7 +49,7 @@ class IntervalSpec(_Spec):
     """Every `every`, on a grid anchored at `anchor` (never at when a run finished)."""
 
     kind: Literal["interval"] = "interval"
-    every: timedelta = Field(ge=timedelta(seconds=1))
+    every: Duration = Field(ge=timedelta(seconds=1))
     anchor: AwareDatetime = datetime.fromisoformat("2000-01-01T00:00:00+00:00")
 
 
@@ -61,6 +61,26 @@ class OnceSpec(_Spec):
 
 
 ScheduleSpec = Annotated[CronSpec | IntervalSpec | OnceSpec, Field(discriminator="kind")]
+
+#: The field that only one kind of spec has, so a spec written without its `kind` still says it.
+_KIND_BY_FIELD = {"expression": "cron", "every": "interval", "at": "once"}
+
+
+def inferred_kind(spec: dict[str, Any]) -> str | None:
+    """The kind a spec object names, or the one its fields imply (`every` -> interval); None if neither."""
+    kind = spec.get("kind")
+    if isinstance(kind, str):
+        return kind
+    implied = {k for field, k in _KIND_BY_FIELD.items() if field in spec}
+    return implied.pop() if len(implied) == 1 else None
+
+
+def _with_kind(spec: Any) -> Any:
+    if isinstance(spec, dict) and "kind" not in spec:
+        kind = inferred_kind(spec)
+        if kind is not None:
+            return {"kind": kind, **spec}
+    return spec
 
 
 class ScheduleDefinition(BaseModel):
@@ -76,10 +96,19 @@ class ScheduleDefinition(BaseModel):
     overlap: OverlapPolicy = "skip"
     retry: RetryPolicy = RetryPolicy()
     #: Each slot fires up to this much late, by an amount fixed per slot (spreads a herd of :00 jobs).
-    jitter: timedelta = Field(default=timedelta(0), ge=timedelta(0), le=timedelta(hours=1))
+    jitter: Duration = Field(default=timedelta(0), ge=timedelta(0), le=timedelta(hours=1))
     start_at: AwareDatetime | None = None
     end_at: AwareDatetime | None = None
     tags: tuple[Annotated[str, Field(max_length=100)], ...] = ()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _spec_kind_implied(cls, data: Any) -> Any:
+        # Each spec's `kind` has a default in the schema; a spec written without it is read by
+        # the one field only its kind has ({"every": "PT15M"} is an interval).
+        if isinstance(data, dict) and isinstance(data.get("spec"), dict):
+            return {**data, "spec": _with_kind(data["spec"])}
+        return data
 
     @model_validator(mode="after")
     def _window_ordered(self) -> "ScheduleDefinition":
@@ -128,8 +157,11 @@ def patch_definition(definition: ScheduleDefinition, patch: dict[str, Any]) -> S
     """
     current = definition.model_dump(mode="json")
     spec = patch.get("spec")
-    if isinstance(spec, dict) and spec.get("kind", current["spec"]["kind"]) != current["spec"]["kind"]:
-        current["spec"] = {}
+    if isinstance(spec, dict):
+        kind = inferred_kind(spec) or current["spec"]["kind"]
+        if kind != current["spec"]["kind"]:
+            current["spec"] = {}
+            patch = {**patch, "spec": {"kind": kind, **spec}}
     for name in ATOMIC_FIELDS:
         # The handler's own data is replaced whole, never merged key by key into the old one.
         if patch.get(name) is not None:

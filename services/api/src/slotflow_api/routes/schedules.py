@@ -1,5 +1,6 @@
 """Schedules: list, show (with the next slots), runs by slot range, and the schedule commands."""
 
+import asyncio
 from datetime import datetime, timedelta
 from typing import Annotated, Any
 
@@ -24,8 +25,14 @@ from slotflow.core.identity import run_id
 from slotflow_api import read_model
 from slotflow_api.app_state import Services, services
 from slotflow_api.errors import BackfillsInFlight, BadRequest, NotFound, describe_validation
-from slotflow_api.outlook import outlook
-from slotflow_api.routes.commands import COMMAND_RESPONSES, answer, publish_checked, submit
+from slotflow_api.outlook import fire_time, outlook
+from slotflow_api.routes.commands import (
+    COMMAND_RESPONSES,
+    answer,
+    publish_checked,
+    submit,
+    wait_for_command,
+)
 from slotflow_api.routes.common import Cursor, Limit, Wait
 from slotflow_api.routes.handlers import handler_warnings
 from slotflow_api.routes.runs import RUN_STATES, RunState
@@ -33,6 +40,12 @@ from slotflow_api.schemas import (
     BackfillBody,
     BackfillReport,
     BackfillSlot,
+    BulkAnswer,
+    BulkBody,
+    BulkCommand,
+    BulkPauseBody,
+    Calendar,
+    CalendarEntry,
     CreateScheduleBody,
     Page,
     PauseBody,
@@ -65,11 +78,22 @@ async def list_schedules(
     tag: Annotated[str | None, Query(max_length=100)] = None,
     handler: Annotated[str | None, Query(max_length=200)] = None,
     deleted: Annotated[bool, Query(description="list deleted schedules instead of live ones")] = False,
+    id_prefix: Annotated[
+        str | None, Query(max_length=200, description="only schedules whose id starts with this")
+    ] = None,
     limit: Limit = 50,
     cursor: Cursor = None,
 ) -> read_model.Page:
     page = await read_model.list_schedules(
-        s.pool, s.schema, paused=paused, tag=tag, handler=handler, deleted=deleted, limit=limit, cursor=cursor
+        s.pool,
+        s.schema,
+        paused=paused,
+        tag=tag,
+        handler=handler,
+        deleted=deleted,
+        limit=limit,
+        cursor=cursor,
+        id_prefix=id_prefix,
     )
     now = await read_model.database_now(s.pool)
     for row in page.items:
@@ -102,6 +126,56 @@ def with_outlook(row: dict[str, object], *, now: datetime, count: int) -> dict[s
     return row
 
 
+#: How many schedules the calendar reads at most; past this it says `truncated`.
+CALENDAR_SCHEDULES = 10_000
+
+
+@router.get("/v1/calendar", response_model=Calendar, summary="Every schedule's firings in the next hours")
+async def calendar(
+    s: Annotated[Services, Depends(services)],
+    hours: Annotated[int, Query(ge=1, le=168, description="the window after now")] = 24,
+    limit: Annotated[int, Query(ge=1, le=2000, description="at most this many firings")] = 500,
+) -> Calendar:
+    now = await read_model.database_now(s.pool)
+    until = now + timedelta(hours=hours)
+    rows = await read_model.live_schedules(s.pool, s.schema, limit=CALENDAR_SCHEDULES + 1)
+    truncated = len(rows) > CALENDAR_SCHEDULES
+    entries: list[CalendarEntry] = []
+    for row in rows[:CALENDAR_SCHEDULES]:
+        schedule_id = str(row["schedule_id"])
+        definition = ScheduleDefinition.model_validate(row["definition"])
+        resume_at = row["resume_at"]
+        # One more than the limit per schedule: if that many fall in the window, some are cut.
+        seen = outlook(
+            schedule_id,
+            definition,
+            paused=bool(row["paused"]),
+            resume_at=resume_at if isinstance(resume_at, datetime) else None,
+            deleted=False,
+            once_handled=bool(row["once_handled"]),
+            now=now,
+            count=limit + 1,
+        )
+        for slot in seen.next_slots:
+            fires = fire_time(schedule_id, definition, slot.at)
+            if fires >= until:
+                break
+            entries.append(
+                CalendarEntry(
+                    fire_at=fires,
+                    slot=slot.at,
+                    local=slot.local,
+                    schedule_id=schedule_id,
+                    handler=definition.handler,
+                    run_id=run_id(schedule_id, slot.at),
+                    status=seen.status,
+                )
+            )
+    entries.sort(key=lambda e: (e.fire_at, e.schedule_id))
+    truncated = truncated or len(entries) > limit
+    return Calendar(start=now, end=until, items=entries[:limit], truncated=truncated)
+
+
 @router.get(
     "/v1/schedules/{schedule_id}",
     response_model=ScheduleDetail,
@@ -121,7 +195,7 @@ async def get_schedule(
 @router.get(
     "/v1/schedules/{schedule_id}/runs",
     response_model=Page[Run],
-    summary="Runs of a schedule by slot range [from, to), oldest first",
+    summary="Runs of a schedule by slot range [from, to), newest first",
 )
 async def schedule_runs(
     s: Annotated[Services, Depends(services)],
@@ -140,7 +214,7 @@ async def schedule_runs(
         state=state,
         start=start,
         end=end,
-        ascending=True,
+        ascending=False,
         limit=limit,
         cursor=cursor,
     )
@@ -242,6 +316,63 @@ async def patch_schedule(
         wait=wait,
         extra={"changes": changes, "warnings": warnings},
     )
+
+
+async def _bulk(
+    s: Services,
+    messages: list[PauseSchedule] | list[ResumeSchedule],
+    *,
+    idempotency_key: str | None,
+    wait: float | None,
+) -> BulkAnswer:
+    # One command per schedule, each keyed by its schedule like a single pause; a retried request
+    # with the same Idempotency-Key publishes the same ids, so each schedule applies it once.
+    answer = []
+    for message in messages:
+        key = None if idempotency_key is None else f"{idempotency_key}:{message.schedule_id}"
+        command_id = await publish_checked(s, message, idempotency_key=key)
+        answer.append(BulkCommand(schedule_id=message.schedule_id, command_id=command_id))
+    if wait is not None:
+        statuses = await asyncio.gather(*(wait_for_command(s, c.command_id, wait) for c in answer))
+        for command, status in zip(answer, statuses, strict=True):
+            command.status = status.status
+            command.reason = status.reason
+    return BulkAnswer(commands=answer)
+
+
+@router.post(
+    "/v1/schedules/pause",
+    status_code=202,
+    response_model=BulkAnswer,
+    responses={422: COMMAND_RESPONSES[422], 503: COMMAND_RESPONSES[503]},
+    summary="Pause several schedules with one reason (one PauseSchedule each)",
+)
+async def pause_schedules(
+    s: Annotated[Services, Depends(services)],
+    body: BulkPauseBody,
+    idempotency_key: IdempotencyKey = None,
+    wait: Wait = None,
+) -> BulkAnswer:
+    ids = list(dict.fromkeys(body.schedule_ids))
+    messages = [PauseSchedule(schedule_id=i, reason=body.reason, resume_at=body.resume_at) for i in ids]
+    return await _bulk(s, messages, idempotency_key=idempotency_key, wait=wait)
+
+
+@router.post(
+    "/v1/schedules/resume",
+    status_code=202,
+    response_model=BulkAnswer,
+    responses={422: COMMAND_RESPONSES[422], 503: COMMAND_RESPONSES[503]},
+    summary="Resume several schedules (one ResumeSchedule each)",
+)
+async def resume_schedules(
+    s: Annotated[Services, Depends(services)],
+    body: BulkBody,
+    idempotency_key: IdempotencyKey = None,
+    wait: Wait = None,
+) -> BulkAnswer:
+    messages = [ResumeSchedule(schedule_id=i) for i in dict.fromkeys(body.schedule_ids)]
+    return await _bulk(s, messages, idempotency_key=idempotency_key, wait=wait)
 
 
 @router.post(

@@ -67,6 +67,11 @@ async def schedule_page(schedule_id: str) -> HTMLResponse:
     return page("schedule", f"Schedule {schedule_id}", schedule_id)
 
 
+@router.get("/ui/calendar", response_class=HTMLResponse)
+async def calendar_page() -> HTMLResponse:
+    return page("calendar", "Calendar")
+
+
 @router.get("/ui/workflows", response_class=HTMLResponse)
 async def workflows_page() -> HTMLResponse:
     return page("workflows", "Workflows")

@@ -15,8 +15,10 @@ window.slotflowUi = (() => {
   const COLORS = {
     completed: "#1a7f37", fired: "#1a7f37", succeeded: "#1a7f37",
     running: "#0969da", due: "#0969da", started: "#0969da",
-    retrying: "#9a6700", late: "#9a6700",
-    failed: "#cf222e", dead_lettered: "#cf222e", missed: "#cf222e",
+    // Each state its own colour: a retry in progress is not a late firing, and a failed attempt
+    // that will be retried is not a dead letter (state is written out beside it too).
+    retrying: "#9a6700", late: "#bc4c00",
+    failed: "#cf222e", dead_lettered: "#82071e", missed: "#cf222e",
     skipped: "#6e7781", skipped_by_policy: "#6e7781",
     duplicated_effect: "#8250df",
   };
@@ -240,11 +242,13 @@ window.slotflowUi = (() => {
   // Publish, say so at once, then wait for the owning service's answer (read-your-writes: once
   // it is `accepted` the read model shows the change) and render the page again from the API, so
   // a paused schedule shows paused and a redriven letter is no longer parked, without a reload.
-  async function command(button, path, payload, what) {
+  // `method` for PATCH and DELETE; `after`, when given, runs once the command is applied instead
+  // of rendering the page again (a created schedule opens its page, a deleted one the list).
+  async function command(button, path, payload, what, method = "POST", after = null) {
     button.disabled = true;
     let reply;
     try {
-      reply = await post(path, payload);
+      reply = await request(method, path, payload);
     } catch (err) {
       say(`${what} failed: ${err.message}`, true);
       button.disabled = false;
@@ -268,11 +272,46 @@ window.slotflowUi = (() => {
         + "(is the owning service running?). Reload to see it once it is.");
       return reply;
     }
+    if (after) {
+      say(`${what}: command ${reply.command_id} published and applied.`);
+      after(reply);
+      return reply;
+    }
     const render = pages[page];
     if (render) {
       await render().catch((err) => say(`Could not load data from the API: ${err.message}`, true));
     }
     if (said === published) say(`${what}: command ${reply.command_id} published and applied.`);
+    return reply;
+  }
+
+  // The same for a command on several schedules at once (POST /v1/schedules/pause|resume): the
+  // api publishes one command per schedule and, with ?wait=, answers with each one's status.
+  async function bulkCommand(button, path, payload, what) {
+    button.disabled = true;
+    let reply;
+    const published = say(`${what}: publishing…`);
+    try {
+      reply = await post(withQuery(path, { wait: APPLY_WAIT_SECONDS }), payload);
+    } catch (err) {
+      say(`${what} failed: ${err.message}`, true);
+      button.disabled = false;
+      return null;
+    }
+    if (said !== published) return reply;
+    const commands = reply.commands || [];
+    const refused = commands.filter((c) => c.status === "rejected");
+    const waiting = commands.filter((c) => c.status !== "accepted" && c.status !== "rejected");
+    const render = pages[page];
+    if (render) await render().catch((err) => say(`Could not load data from the API: ${err.message}`, true));
+    if (refused.length) {
+      say(`${what}: ${refused.map((c) => `${c.schedule_id}: ${c.reason || "rejected"}`).join("; ")}`, true);
+    } else if (waiting.length) {
+      say(`${what}: ${commands.length - waiting.length} of ${commands.length} applied; `
+        + `${waiting.map((c) => c.schedule_id).join(", ")} not yet (reload later).`);
+    } else {
+      say(`${what}: ${commands.length} command(s) published and applied.`);
+    }
     return reply;
   }
 
@@ -304,7 +343,7 @@ window.slotflowUi = (() => {
   }
 
   return {
-    body, page, subject, content, COLORS, RANGES, h, append, svg, enc, ApiError, get, post, withQuery, allPages, say, fmtTime, text, badge, specText, durationText, scheduleState, slotValue, slotItem, errorText, started, finished, table, facts, jsonBlock, jsonDetails, field, queryParam, command, done, show, attemptList, runHref, runLink,
+    body, page, subject, content, COLORS, RANGES, h, append, svg, enc, ApiError, get, post, request, withQuery, allPages, say, fmtTime, text, badge, specText, durationText, scheduleState, slotValue, slotItem, errorText, started, finished, table, facts, jsonBlock, jsonDetails, field, queryParam, command, bulkCommand, done, show, attemptList, runHref, runLink,
     pages,
   };
 })();

@@ -3,25 +3,32 @@
 
 (() => {
   const {
-    body, page, subject, content, COLORS, RANGES, h, append, svg, enc, ApiError, get, post, withQuery, allPages, say, fmtTime, text, badge, specText, durationText, scheduleState, slotValue, slotItem, errorText, started, finished, table, facts, jsonBlock, jsonDetails, field, queryParam, command, done, show, attemptList, runHref, runLink,
+    body, page, subject, content, COLORS, RANGES, h, append, svg, enc, ApiError, get, post, request, withQuery, allPages, say, fmtTime, text, badge, specText, durationText, scheduleState, slotValue, slotItem, errorText, started, finished, table, facts, jsonBlock, jsonDetails, field, queryParam, command, bulkCommand, done, show, attemptList, runHref, runLink,
   } = window.slotflowUi;
 
   async function schedulesPage() {
     const form = h("form", { class: "filters", "aria-label": "Filter schedules" });
     const state = h("select", { name: "state" },
       h("option", { value: "" }, "all"), h("option", { value: "false" }, "active"), h("option", { value: "true" }, "paused"));
+    const prefix = h("input", { name: "id_prefix", type: "search", size: 16 });
     const tag = h("input", { name: "tag", type: "text", size: 14 });
     const handler = h("input", { name: "handler", type: "text", size: 18 });
+    prefix.value = queryParam("id_prefix") || "";
     state.value = queryParam("paused") || "";
     tag.value = queryParam("tag") || "";
     handler.value = queryParam("handler") || "";
-    append(form, [field("State", state), field("Tag", tag), field("Handler", handler),
+    append(form, [field("Id starts with", prefix), field("State", state), field("Tag", tag), field("Handler", handler),
       h("button", { type: "submit" }, "Apply")]);
     form.addEventListener("submit", (event) => {
       event.preventDefault();
-      window.location.search = withQuery("", { paused: state.value, tag: tag.value, handler: handler.value });
+      window.location.search = withQuery("", {
+        id_prefix: prefix.value, paused: state.value, tag: tag.value, handler: handler.value,
+      });
     });
-    const params = { paused: state.value, tag: tag.value, handler: handler.value, limit: 50, cursor: queryParam("cursor") };
+    const params = {
+      id_prefix: prefix.value, paused: state.value, tag: tag.value, handler: handler.value,
+      limit: 50, cursor: queryParam("cursor"),
+    };
     const listing = await get("/v1/schedules", params);
     const rows = listing.items || [];
     // The list carries next_fire_at; the next slots come from each schedule's own page.
@@ -32,15 +39,40 @@
     if (listing.next_cursor) {
       append(pager, [h("a", { href: withQuery("/ui/", { ...params, limit: null, cursor: listing.next_cursor }) }, "Next page")]);
     }
+    const reason = h("input", { type: "text", name: "bulk-reason", size: 24 });
+    const selected = () => Array.from(content.querySelectorAll("input[data-schedule]:checked"))
+      .map((box) => box.dataset.schedule);
+    const bulk = (button, verb) => {
+      const ids = selected();
+      if (!ids.length) { say("Select at least one schedule first.", true); return; }
+      const payload = verb === "pause" ? { schedule_ids: ids, reason: reason.value.trim() } : { schedule_ids: ids };
+      bulkCommand(button, `/v1/schedules/${verb}`, payload,
+        `${verb === "pause" ? "Pause" : "Resume"} of ${ids.length} schedule(s)`);
+    };
     show(
       form,
+      createForm(),
+      rows.length ? h("div", { class: "actions", "aria-label": "Act on selected schedules", role: "group" },
+        field("Pause reason", reason),
+        h("button", { type: "button", onclick: (e) => bulk(e.currentTarget, "pause") }, "Pause selected"),
+        h("button", { type: "button", onclick: (e) => bulk(e.currentTarget, "resume") }, "Resume selected")) : null,
       table("Schedules and their next slots", [
+        { label: "Select", cell: (r) => r.deleted ? "" : h("input", {
+          type: "checkbox", "data-schedule": r.schedule_id, "aria-label": `Select ${r.schedule_id}`,
+        }) },
         { label: "Schedule", cell: (r) => h("a", { href: `/ui/schedules/${enc(r.schedule_id)}` }, r.schedule_id) },
         { label: "Spec", cell: (r) => specText(r.spec), cls: "mono" },
         { label: "Handler", cell: (r) => text(r.handler), cls: "mono" },
         { label: "State", cell: (r) => [badge(scheduleState(r)), r.pause_reason ? ` ${r.pause_reason}` : "",
           r.resume_at ? ` (resumes ${fmtTime(r.resume_at)})` : ""] },
         { label: "Next fire", cell: (r) => fmtTime(r.next_fire_at) },
+        { label: "Last run", cell: (r) => r.last_run
+          ? [badge(r.last_run.state), " ", h("a", { href: runHref(r.last_run.run_id), "data-last-run": r.last_run.run_id },
+            fmtTime(r.last_run.slot))]
+          : "none yet" },
+        { label: "Failing", cell: (r) => r.failure_streak
+          ? h("span", { class: "badge s-failed", "data-streak": r.failure_streak }, `${r.failure_streak} in a row`)
+          : "–" },
         { label: "Next slots", cell: (r) => r.next_slots.length
           ? h("ul", { class: "slots" }, r.next_slots.map(slotItem))
           : "none" },
@@ -80,6 +112,26 @@
           command(e.currentTarget, `/v1/schedules/${enc(subject)}/pause`, { reason: reason.value }, "Pause") }, "Pause")],
     );
     const nextSlots = schedule.next_slots || [];
+    // The runs table: a state filter and pages of 50, both in the URL (?state=&page=).
+    const stateFilter = queryParam("state") || "";
+    const pageNo = Math.max(Number(queryParam("page")) || 1, 1);
+    const newestFirst = runs.items.slice().sort((a, b) => String(b.slot).localeCompare(String(a.slot)));
+    const filtered = stateFilter ? newestFirst.filter((r) => r.state === stateFilter) : newestFirst;
+    const perPage = Math.min(Math.max(Number(queryParam("per_page")) || RUNS_PER_PAGE, 5), 500);
+    const pageCount = Math.max(Math.ceil(filtered.length / perPage), 1);
+    const shown = filtered.slice((pageNo - 1) * perPage, pageNo * perPage);
+    const here = (changes) => withQuery(window.location.pathname, {
+      window: queryParam("window"), from: queryParam("from"), to: queryParam("to"),
+      state: stateFilter, page: pageNo > 1 ? pageNo : null, per_page: queryParam("per_page"), ...changes,
+    });
+    const runFilter = h("select", { name: "run-state", onchange: (e) => window.location.assign(here({ state: e.currentTarget.value, page: null })) },
+      ["", ...RUN_STATES].map((st) => h("option", { value: st }, st || "any")));
+    runFilter.value = stateFilter;
+    const runPager = h("div", { class: "pager", role: "group", "aria-label": "Pages of runs" },
+      field("Runs in state", runFilter),
+      pageNo > 1 ? h("a", { href: here({ page: pageNo > 2 ? pageNo - 1 : null }), rel: "prev" }, "Newer") : null,
+      ` Page ${pageNo} of ${pageCount} (${filtered.length} runs) `,
+      pageNo < pageCount ? h("a", { href: here({ page: pageNo + 1 }), rel: "next" }, "Older") : null);
     const rangeNav = h("p", { class: "pager" }, "Window: ", RANGES.map(([label, seconds]) => [
       seconds === rangeSeconds && !queryParam("from")
         ? h("strong", { "aria-current": "true" }, label)
@@ -99,6 +151,9 @@
         ["Updated", fmtTime(schedule.updated_at)],
       ]),
       actions,
+      editForm(schedule),
+      backfillForm(schedule),
+      deleteForm(schedule),
       h("h2", {}, "Next slots"),
       nextSlots.length
         ? h("ol", { class: "slots" }, nextSlots.map(slotItem))
@@ -109,9 +164,10 @@
       rangeNav,
       timeline(items, audit, from, to),
       legend(),
-      runs.truncated ? h("p", { class: "empty" }, "Only the first 2000 runs of this window are shown.") : null,
+      runs.truncated ? h("p", { class: "empty" }, "Only the newest 2000 runs of this window are shown.") : null,
       audit ? auditSummary(audit) : h("p", { class: "empty" }, "The audit is not available for this window."),
       h("h2", {}, "Runs"),
+      runPager,
       table(`Runs of ${subject} from ${fmtTime(from)} to ${fmtTime(to)}`, [
         { label: "Slot", cell: (r) => h("time", { datetime: r.slot }, fmtTime(r.slot)) },
         { label: "State", cell: (r) => badge(r.state) },
@@ -121,8 +177,171 @@
         { label: "Started", cell: (r) => fmtTime(started(r)) },
         { label: "Finished", cell: (r) => fmtTime(finished(r)) },
         { label: "Run id", cell: (r) => runLink(r.run_id), cls: "mono" },
-      ], items.slice().reverse(), "No runs recorded in this window."),
+      ], shown, stateFilter ? `No ${stateFilter} runs in this window.` : "No runs recorded in this window."),
     );
+  }
+
+  const RUNS_PER_PAGE = 50;
+  const RUN_STATES = ["due", "running", "retrying", "failed", "completed", "dead_lettered", "skipped"];
+  const OVERLAPS = ["buffer_all", "allow", "skip", "buffer_one", "cancel_previous"];
+
+  // The value a spec is written with in the forms: a cron expression, an interval (15m) or a time.
+  function specValue(spec) {
+    if (!spec) return "";
+    if (spec.kind === "cron") return spec.expression || "";
+    if (spec.kind === "interval") return durationText(spec.every);
+    return spec.at || "";
+  }
+
+  function specFrom(kind, value, timezone) {
+    const v = value.trim();
+    if (kind === "cron") return { kind, expression: v, timezone: timezone.trim() || "UTC" };
+    if (kind === "interval") return { kind, every: v };
+    return { kind, at: v };
+  }
+
+  // A JSON object from a textarea; null (after saying why) when it is not one.
+  function jsonObject(input, label) {
+    const raw = input.value.trim();
+    if (!raw) return {};
+    try {
+      const value = JSON.parse(raw);
+      if (value && typeof value === "object" && !Array.isArray(value)) return value;
+    } catch (err) {
+      say(`${label} is not valid JSON: ${err.message}`, true);
+      return null;
+    }
+    say(`${label} must be a JSON object`, true);
+    return null;
+  }
+
+  function kindSelect(value) {
+    const select = h("select", { name: "kind" },
+      h("option", { value: "cron" }, "cron"), h("option", { value: "interval" }, "interval"), h("option", { value: "once" }, "once"));
+    select.value = value || "cron";
+    return select;
+  }
+
+  function createForm() {
+    const id = h("input", { name: "schedule_id", type: "text", size: 22, required: true });
+    const kind = kindSelect("cron");
+    const when = h("input", { name: "when", type: "text", size: 22, placeholder: "0 2 * * *  /  15m  /  2030-01-01T00:00:00Z" });
+    const zone = h("input", { name: "timezone", type: "text", size: 16, value: "UTC" });
+    const handler = h("input", { name: "handler", type: "text", size: 22 });
+    const payload = h("textarea", { name: "payload", rows: 2, cols: 40 });
+    const create = (event) => {
+      event.preventDefault();
+      const data = jsonObject(payload, "Payload");
+      if (data === null) return;
+      const sid = id.value.trim();
+      const body = {
+        schedule_id: sid,
+        definition: { spec: specFrom(kind.value, when.value, zone.value), handler: handler.value.trim(), payload: data },
+      };
+      command(event.submitter || event.currentTarget.querySelector("button"), "/v1/schedules", body, `Create ${sid}`, "POST",
+        () => window.location.assign(`/ui/schedules/${enc(sid)}`));
+    };
+    return h("details", { class: "form" }, h("summary", {}, "New schedule"),
+      h("form", { class: "filters", "aria-label": "New schedule", onsubmit: create },
+        field("Schedule id", id), field("Kind", kind), field("Cron expression, interval or time", when),
+        field("Time zone (cron)", zone), field("Handler", handler), field("Payload (JSON object)", payload),
+        h("button", { type: "submit", class: "primary" }, "Create schedule")));
+  }
+
+  // Sends only what changed, as a merge patch (PATCH keeps every field it does not name).
+  function editForm(schedule) {
+    const spec = schedule.spec || {};
+    const definition = schedule.definition || {};
+    const kind = kindSelect(spec.kind);
+    const when = h("input", { name: "edit-when", type: "text", size: 22, value: specValue(spec) });
+    const zone = h("input", { name: "edit-timezone", type: "text", size: 16, value: spec.timezone || "UTC" });
+    const handler = h("input", { name: "edit-handler", type: "text", size: 22, value: schedule.handler || "" });
+    const payload = h("textarea", { name: "edit-payload", rows: 3, cols: 40 });
+    payload.value = JSON.stringify(definition.payload || {}, null, 1);
+    const tags = h("input", { name: "edit-tags", type: "text", size: 22, value: (schedule.tags || []).join(", ") });
+    const save = (event) => {
+      event.preventDefault();
+      const patch = {};
+      const newSpec = specFrom(kind.value, when.value, zone.value);
+      if (kind.value !== spec.kind || when.value.trim() !== specValue(spec)
+        || (kind.value === "cron" && (zone.value.trim() || "UTC") !== (spec.timezone || "UTC"))) patch.spec = newSpec;
+      if (handler.value.trim() !== schedule.handler) patch.handler = handler.value.trim();
+      const data = jsonObject(payload, "Payload");
+      if (data === null) return;
+      if (JSON.stringify(data) !== JSON.stringify(definition.payload || {})) patch.payload = data;
+      const newTags = tags.value.split(",").map((t) => t.trim()).filter(Boolean);
+      if (newTags.join(",") !== (schedule.tags || []).join(",")) patch.tags = newTags;
+      if (!Object.keys(patch).length) { say("Nothing changed.", true); return; }
+      command(event.submitter || event.currentTarget.querySelector("button"), `/v1/schedules/${enc(subject)}`, patch,
+        `Edit (${Object.keys(patch).join(", ")})`, "PATCH");
+    };
+    return h("details", { class: "form" }, h("summary", {}, "Edit"),
+      h("form", { class: "filters", "aria-label": "Edit schedule", onsubmit: save },
+        field("Kind", kind), field("Cron expression, interval or time", when), field("Time zone (cron)", zone),
+        field("Handler", handler), field("Payload (JSON object)", payload), field("Tags (comma-separated)", tags),
+        h("button", { type: "submit", class: "primary" }, "Save changes")));
+  }
+
+  function backfillForm(schedule) {
+    const now = new Date();
+    const start = h("input", { name: "backfill-start", type: "text", size: 24,
+      value: isoWholeSeconds(new Date(now.getTime() - 86400000)) });
+    const end = h("input", { name: "backfill-end", type: "text", size: 24, value: isoWholeSeconds(now) });
+    const overlap = h("select", { name: "backfill-overlap" }, OVERLAPS.map((o) => h("option", { value: o }, o)));
+    const concurrent = h("input", { name: "backfill-concurrent", type: "number", min: 1, max: 100, value: 1, size: 4 });
+    const plan = h("div", { class: "plan", "aria-live": "polite" });
+    const range = () => ({ start: start.value.trim(), end: end.value.trim() });
+    const dryRun = async (event) => {
+      const { start: from, end: to } = range();
+      try {
+        const report = await get(`/v1/schedules/${enc(schedule.schedule_id)}/backfill`, { from, to });
+        const slots = report.slots || [];
+        plan.replaceChildren(...[
+          h("p", { class: report.refused ? "alert" : null }, report.refused
+            ? `Dry run: refused: ${report.refused}`
+            : `Dry run: ${report.expected} slot(s) from ${fmtTime(from)} to ${fmtTime(to)}; nothing was published.`),
+          slots.length ? h("ul", { class: "slots", "aria-label": "Slots it would run" }, slots.slice(0, 20).map((slot) =>
+            h("li", { class: "mono" }, slot.run_id, slot.state ? ` (already ${slot.state})` : ""))) : null,
+          slots.length > 20 ? h("p", { class: "empty" }, `… and ${slots.length - 20} more`) : null,
+        ].filter(Boolean));
+      } catch (err) {
+        say(`Dry run failed: ${err.message}`, true);
+      }
+    };
+    const run = (event) => {
+      event.preventDefault();
+      const body = { ...range(), overlap: overlap.value, max_concurrent: Number(concurrent.value) || 1 };
+      command(event.submitter || event.currentTarget.querySelector("button.primary"), `/v1/schedules/${enc(schedule.schedule_id)}/backfill`, body, "Backfill");
+    };
+    return h("details", { class: "form" }, h("summary", {}, "Backfill"),
+      h("form", { class: "filters", "aria-label": "Backfill", onsubmit: run },
+        field("From (ISO 8601)", start), field("To (ISO 8601)", end), field("Overlap", overlap),
+        field("At most at once", concurrent),
+        h("button", { type: "button", onclick: dryRun }, "Dry run"),
+        h("button", { type: "submit", class: "primary" }, "Run backfill")),
+      plan);
+  }
+
+  function deleteForm(schedule) {
+    const confirmId = h("input", { name: "delete-confirm", type: "text", size: 22 });
+    const remove = (event) => {
+      event.preventDefault();
+      if (confirmId.value.trim() !== schedule.schedule_id) {
+        say(`Type ${schedule.schedule_id} to confirm the delete.`, true);
+        confirmId.focus();
+        return;
+      }
+      command(event.submitter || event.currentTarget.querySelector("button"), `/v1/schedules/${enc(schedule.schedule_id)}`, undefined,
+        `Delete ${schedule.schedule_id}`, "DELETE", () => window.location.assign("/ui/"));
+    };
+    return h("details", { class: "form" }, h("summary", {}, "Delete"),
+      h("form", { class: "filters", "aria-label": "Delete schedule", onsubmit: remove },
+        field(`Type ${schedule.schedule_id} to confirm`, confirmId),
+        h("button", { type: "submit", class: "danger" }, "Delete schedule")));
+  }
+
+  function isoWholeSeconds(date) {
+    return date.toISOString().replace(/\.\d{3}Z$/, "Z");
   }
 
   // "7d", "12h", "30m", "90s" or a number of seconds; null for anything else.
@@ -241,5 +460,37 @@
         [i ? ", " : "", h("span", { class: `s-${name}` }, `${summary[name] || 0} ${name.replace(/_/g, " ")}`)]));
   }
 
-  Object.assign(window.slotflowUi.pages, { schedules: schedulesPage, schedule: schedulePage });
+  // Every schedule's firings in the next hours (24 by default, ?hours= in the URL), soonest first.
+  async function calendarPage() {
+    const hours = Math.min(Math.max(Number(queryParam("hours")) || 24, 1), 168);
+    const answer = await get("/v1/calendar", { hours, limit: 500 });
+    const items = answer.items || [];
+    const nav = h("p", { class: "pager" }, "Next: ", [6, 24, 72, 168].map((n) => [
+      n === hours ? h("strong", { "aria-current": "true" }, `${n} h`)
+        : h("a", { href: withQuery("/ui/calendar", { hours: n }) }, `${n} h`), " "]));
+    // One group per hour, so a glance shows where the load sits.
+    const byHour = new Map();
+    for (const item of items) {
+      const hour = String(item.fire_at).slice(0, 13);
+      if (!byHour.has(hour)) byHour.set(hour, []);
+      byHour.get(hour).push(item);
+    }
+    show(
+      nav,
+      h("p", {}, `${items.length} firing(s) from ${fmtTime(answer.from)} to ${fmtTime(answer.to)}`
+        + (answer.truncated ? "; only the first 500 are shown." : ".")),
+      items.length ? h("ul", { class: "hours", "aria-label": "Firings per hour" }, Array.from(byHour.entries()).map(
+        ([hour, group]) => h("li", {}, h("strong", {}, `${hour.replace("T", " ")}:00 UTC`), ` ${group.length}`))) : null,
+      table("Firings, soonest first", [
+        { label: "Fires at", cell: (r) => h("time", { datetime: r.fire_at }, fmtTime(r.fire_at)) },
+        { label: "Local time", cell: (r) => text(r.local), cls: "mono" },
+        { label: "Schedule", cell: (r) => h("a", { href: `/ui/schedules/${enc(r.schedule_id)}` }, r.schedule_id) },
+        { label: "State", cell: (r) => badge(r.status) },
+        { label: "Handler", cell: (r) => text(r.handler), cls: "mono" },
+        { label: "Run id", cell: (r) => text(r.run_id), cls: "mono" },
+      ], items, `Nothing fires in the next ${hours} hours.`),
+    );
+  }
+
+  Object.assign(window.slotflowUi.pages, { schedules: schedulesPage, schedule: schedulePage, calendar: calendarPage });
 })();
