@@ -493,3 +493,55 @@ async def audit_inputs(
         end,
     )
     return list(timeline), list(runs), list(skips)
+
+
+# -- downstreams --------------------------------------------------------------------------------
+
+_DOWNSTREAM_COLUMNS = """
+    name, state, manual, settings::text AS settings, held, window_seconds, first_attempts, retries,
+    retry_allowance, successes, failures, changed_at, reported_at
+"""
+
+
+def _downstream(row: asyncpg.Record) -> dict[str, Any]:
+    out = dict(row)
+    out["settings"] = json.loads(row["settings"])
+    allowance, retries = row["retry_allowance"], row["retries"]
+    out["budget_used"] = (
+        None if allowance is None or retries is None else (retries / allowance if allowance else 1.0)
+    )
+    return out
+
+
+async def downstreams(pool: Pool, schema: str) -> list[dict[str, Any]]:
+    """Every downstream the claimers have reported, by name."""
+    rows = await pool.fetch(f"SELECT {_DOWNSTREAM_COLUMNS} FROM {schema}.downstreams ORDER BY name")
+    return [_downstream(row) for row in rows]
+
+
+async def downstream(pool: Pool, schema: str, name: str) -> dict[str, Any] | None:
+    """One downstream with its latest changes and the runs held for it, in slot order."""
+    row = await pool.fetchrow(f"SELECT {_DOWNSTREAM_COLUMNS} FROM {schema}.downstreams WHERE name = $1", name)
+    if row is None:
+        return None
+    out = _downstream(row)
+    changes = await pool.fetch(
+        f"SELECT from_state, to_state, cause, reason, manual, by_claimer, command_id, held, at "
+        f"FROM {schema}.downstream_changes WHERE name = $1 ORDER BY at DESC, event_id DESC LIMIT 50",
+        name,
+    )
+    out["changes"] = [dict(c) for c in changes]
+    # A held run names its downstream after the colon of its reason ("circuit_open:bank-api").
+    held = await pool.fetch(
+        f"""
+        SELECT r.run_id, r.job_id, r.slot, r.attempt, r.error->>'held_reason' AS held_reason,
+               (SELECT max(a.retry_at) FROM {schema}.run_attempts a WHERE a.run_id = r.run_id) AS retry_at
+          FROM {schema}.runs r
+         WHERE r.state = 'held'
+           AND substr(r.error->>'held_reason', strpos(r.error->>'held_reason', ':') + 1) = $1
+         ORDER BY r.slot, r.job_id LIMIT 100
+        """,
+        name,
+    )
+    out["held_runs"] = [dict(h) for h in held]
+    return out

@@ -104,17 +104,23 @@ VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id, at
 """
 # A held run names its downstream after the colon of its reason ("circuit_open:bank-api").
 _HELD_FOR = "substr(held_reason, strpos(held_reason, ':') + 1)"
+# Held: waiting for it, or claimed again and not yet admitted (held_reason is cleared on admission).
 _HELD_COUNT = compose(
     "SELECT count(*)::int FROM {schema}.runs "
-    "WHERE state = 'retrying' AND held_reason IS NOT NULL AND {held_for} = $1",
+    "WHERE state IN ('retrying', 'running') AND held_reason IS NOT NULL AND {held_for} = $1",
     held_for=_HELD_FOR,
 )
-# Slot order within a job: an earlier slot of the same job still waiting for one of these
-# downstreams goes first (runs_held index).
+# Slot order within a job: an earlier slot of the same job that was held for one of these
+# downstreams and not yet admitted (waiting, or claimed and on its way here) goes first
+# (runs_held index). held_reason is cleared only by the admission (_ADMITTED), under the row lock.
 _EARLIER_HELD = compose(
     "SELECT EXISTS (SELECT 1 FROM {schema}.runs WHERE job_id = $1 AND slot < $2 AND run_id <> $3 "
-    "AND state = 'retrying' AND held_reason IS NOT NULL AND {held_for} = ANY($4::text[]))",
+    "AND state IN ('retrying', 'running') AND held_reason IS NOT NULL AND {held_for} = ANY($4::text[]))",
     held_for=_HELD_FOR,
+)
+_ADMITTED = (
+    "UPDATE {schema}.runs SET held_reason = NULL "
+    "WHERE run_id = $1 AND fence_token = $2 AND held_reason IS NOT NULL"
 )
 # The runs a closing breaker brings forward, oldest slot first (ties by job, for a stable order).
 _HELD_RUNS = compose(
@@ -130,7 +136,7 @@ SELECT name, state, manual, settings::text AS settings, changed_at, now() AS now
 """
 _HELD_COUNTS = compose(
     "SELECT {held_for} AS name, count(*)::int AS held FROM {schema}.runs "
-    "WHERE state = 'retrying' AND held_reason IS NOT NULL GROUP BY 1",
+    "WHERE state IN ('retrying', 'running') AND held_reason IS NOT NULL GROUP BY 1",
     held_for=_HELD_FOR,
 )
 _REPORTED = "UPDATE {schema}.downstreams SET reported_at = now() WHERE name = ANY($1::text[])"
@@ -393,6 +399,7 @@ class Gate:
                 staged += await self.move(conn, name, locked[name], decision.breaker)
             zeros = [0] * len(names)
             await conn.execute(sql(_COUNT, self._schema), names, int(not retry), int(retry), zeros, zeros)
+            await conn.execute(sql(_ADMITTED, self._schema), run.run_id, run.fence_token)
             await self._stage(conn, staged)
         self._woken(staged)
         return Pass(frozenset(n for n, d in decisions.items() if d.probe))
