@@ -68,6 +68,7 @@ async def test_an_operator_opens_and_closes_a_downstream(
         assert opened.status_code == 200, opened.text
         assert opened.json()["status"] == "accepted"
         row = await db.fetchrow("SELECT state, manual FROM claimer.downstreams WHERE name = 'bank-api'")
+        assert row is not None
         assert (row["state"], row["manual"]) == ("open", True)
 
         # Slots published newest first, so arrival order is not slot order.
