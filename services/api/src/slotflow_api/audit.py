@@ -12,6 +12,10 @@ its start_at/end_at. Each is then:
   policy says the local time does not exist, or the schedule was paused at that instant;
 - `late`: a JobDue was produced more than the threshold after the slot (after its jittered fire
   time when it has one);
+- `held`: the JobDue fired in time but the run waits for a downstream (its circuit is open or its
+  retry budget spent; docs/claimer.md): not missed, and not fired until it runs. Once a held run
+  completes it is judged by when it completed: `late` past the threshold, with the hold in the
+  detail;
 - `fired`: a JobDue (or a run) was recorded in time;
 - `missed`: nothing at all was recorded, and the slot is older than the threshold and the grace.
 
@@ -31,8 +35,15 @@ from slotflow.contracts import ScheduleDefinition
 from slotflow.core.cronslots import dst_skips_between, slots_between
 from slotflow.errors import PermanentError
 
-SlotStatus = Literal["fired", "missed", "skipped_by_policy", "late", "duplicated_effect"]
-STATUSES: tuple[SlotStatus, ...] = ("fired", "missed", "skipped_by_policy", "late", "duplicated_effect")
+SlotStatus = Literal["fired", "missed", "skipped_by_policy", "late", "held", "duplicated_effect"]
+STATUSES: tuple[SlotStatus, ...] = (
+    "fired",
+    "missed",
+    "skipped_by_policy",
+    "late",
+    "held",
+    "duplicated_effect",
+)
 _TICK = timedelta(microseconds=1)
 
 
@@ -61,6 +72,10 @@ class RecordedRun:
     fire_at: datetime | None
     completions: int
     fence_tokens: tuple[int, ...] = ()
+    #: An attempt of the run was held for a downstream (nothing ran); while state is `held`, why.
+    was_held: bool = False
+    held_reason: str | None = None
+    finished_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -276,6 +291,21 @@ def _judge(
         target = run.fire_at or at
         lateness = run.produced_at - target
         kind = f" ({run.kind})" if run.kind and run.kind != "scheduled" else ""
+        if run.state == "held":
+            waited = (
+                f"; its JobDue came {lateness.total_seconds():.3f}s after its fire time"
+                if lateness > late_threshold
+                else ""
+            )
+            detail = f"waiting for a downstream ({run.held_reason or 'held'}){waited}{kind}"
+            return SlotVerdict(at, run.run_id, "held", detail, run.kind)
+        if run.was_held and run.state == "completed" and run.finished_at is not None:
+            done = run.finished_at - target
+            if done > late_threshold:
+                detail = (
+                    f"held for a downstream; completed {done.total_seconds():.3f}s after its fire time{kind}"
+                )
+                return SlotVerdict(at, run.run_id, "late", detail, run.kind)
         if lateness > late_threshold:
             detail = (
                 f"JobDue produced {lateness.total_seconds():.3f}s after its fire time{kind}; run {run.state}"

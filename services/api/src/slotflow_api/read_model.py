@@ -476,9 +476,12 @@ async def audit_inputs(
     )
     runs = await pool.fetch(
         f"""
-        SELECT r.run_id, r.slot, r.kind, r.state, r.produced_at, r.fire_at, r.completions,
+        SELECT r.run_id, r.slot, r.kind, r.state, r.produced_at, r.fire_at, r.completions, r.finished_at,
                COALESCE((SELECT array_agg(a.fence_token ORDER BY a.fence_token) FROM {schema}.run_attempts a
-                          WHERE a.run_id = r.run_id AND a.completed), '{{}}') AS tokens
+                          WHERE a.run_id = r.run_id AND a.completed), '{{}}') AS tokens,
+               EXISTS (SELECT 1 FROM {schema}.run_attempts a
+                        WHERE a.run_id = r.run_id AND a.outcome = 'held') AS was_held,
+               r.error->>'held_reason' AS held_reason
           FROM {schema}.runs r WHERE r.job_id = $1 AND r.slot >= $2 AND r.slot < $3
         """,
         schedule_id,

@@ -279,7 +279,7 @@ class DeadLetterDetail(DeadLetter):
 class AuditSlot(BaseModel):
     slot: datetime
     run_id: str | None
-    status: Literal["fired", "missed", "skipped_by_policy", "late", "duplicated_effect"]
+    status: Literal["fired", "missed", "skipped_by_policy", "late", "held", "duplicated_effect"]
     detail: str
     kind: str | None = Field(default=None, description="the run's kind: scheduled, backfill, ...")
 
@@ -296,6 +296,7 @@ class AuditSummary(BaseModel):
     missed: int
     skipped_by_policy: int
     late: int
+    held: int = Field(default=0, description="fired, waiting for a downstream (not missed, not run yet)")
     duplicated_effect: int
 
 

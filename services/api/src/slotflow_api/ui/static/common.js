@@ -15,7 +15,7 @@ window.slotflowUi = (() => {
   const COLORS = {
     completed: "#1a7f37", fired: "#1a7f37", succeeded: "#1a7f37",
     running: "#0969da", due: "#0969da", started: "#0969da",
-    retrying: "#9a6700", late: "#9a6700",
+    retrying: "#9a6700", late: "#9a6700", held: "#9a6700",
     failed: "#cf222e", dead_lettered: "#cf222e", missed: "#cf222e",
     skipped: "#6e7781", skipped_by_policy: "#6e7781",
     duplicated_effect: "#8250df",
