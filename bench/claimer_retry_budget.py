@@ -12,8 +12,10 @@ PostgreSQL.
   budget and circuit breaker (or `--cooldown`/`--window`) apply.
 
 Reported per arm: calls that reached the dependency during the outage (total, per second, peak in
-any one second), runs dead-lettered, and the time to drain after recovery (recovery to the last
-run completed); then budget / jitter ratios. Every run must complete exactly once.
+any one second, and the repeat calls: a run's second and later calls, the storm itself), runs
+dead-lettered, the time to drain after recovery (recovery to the last run completed) and, with
+budgets, when the breaker closed after the recovery; then budget / jitter ratios. Every run must
+complete exactly once.
 
     .venv/bin/python bench/claimer_retry_budget.py --jobs 600 --outage 30 --runs 1
 """
@@ -53,11 +55,14 @@ class Bank:
 
     outage: float
     first_call: float | None = None
+    #: The wall clock at the first call (the database's now() is this host's clock too).
+    first_call_wall: float | None = None
     calls: list[tuple[str, float, bool]] = field(default_factory=list)
 
     def down(self, now: float) -> bool:
         if self.first_call is None:
             self.first_call = now
+            self.first_call_wall = time.time()
         return now - self.first_call < self.outage
 
     async def __call__(self, ctx: RunContext) -> dict[str, str]:
@@ -113,6 +118,14 @@ async def run_arm(arm: str, args: argparse.Namespace) -> dict[str, Any]:
                 await asyncio.sleep(0.2)
             rows = await pool.fetch("SELECT state, count(*) AS n FROM claimer.runs GROUP BY state")
             states: dict[str, int] = {row["state"]: row["n"] for row in rows}
+            # Where the drain's time goes: when the breaker closed after the recovery.
+            recovered_wall = (bank.first_call_wall or 0.0) + args.outage
+            closes = await pool.fetch(
+                "SELECT extract(epoch FROM at)::float8 AS at, cause FROM claimer.downstream_changes "
+                "WHERE to_state = 'closed' ORDER BY id"
+            )
+            closed_after = [row["at"] - recovered_wall for row in closes if row["at"] >= recovered_wall]
+            changes = await pool.fetchval("SELECT count(*) FROM claimer.downstream_changes")
         finally:
             await pool.close()
             for claimer in claimers:
@@ -120,6 +133,8 @@ async def run_arm(arm: str, args: argparse.Namespace) -> dict[str, Any]:
             stop_ticker.set()
             await asyncio.wait_for(ticker_task, timeout=60)
     outage_calls = [at for _, at, ok in bank.calls if at < recovered_at]
+    # A run's second and later calls during the outage: the retry storm itself.
+    repeat_calls = len(outage_calls) - len({rid for rid, at, _ in bank.calls if at < recovered_at})
     per_second = Counter(math.floor(at - (bank.first_call or 0.0)) for at in outage_calls)
     successes = Counter(rid for rid, _, ok in bank.calls if ok)
     last_success = max((at for _, at, ok in bank.calls if ok), default=math.nan)
@@ -128,7 +143,10 @@ async def run_arm(arm: str, args: argparse.Namespace) -> dict[str, Any]:
         "outage_calls": len(outage_calls),
         "outage_calls_per_second": len(outage_calls) / args.outage,
         "peak_calls_in_one_second": max(per_second.values(), default=0),
+        "repeat_calls_during_outage": repeat_calls,
         "drain_after_recovery_s": last_success - recovered_at,
+        "breaker_closed_after_recovery_s": closed_after[0] if closed_after else None,
+        "breaker_changes": changes,
         "completed": states.get("completed", 0),
         "dead_lettered": states.get("dead_lettered", 0),
         "completed_more_than_once": sum(1 for n in successes.values() if n > 1),
@@ -181,6 +199,8 @@ def main() -> None:
             / max(jitter["outage_calls_per_second"], 1e-9),
             "peak_calls_in_one_second": budget["peak_calls_in_one_second"]
             / max(jitter["peak_calls_in_one_second"], 1),
+            "repeat_calls": budget["repeat_calls_during_outage"]
+            / max(jitter["repeat_calls_during_outage"], 1),
             "drain_after_recovery": budget["drain_after_recovery_s"]
             / max(jitter["drain_after_recovery_s"], 1e-9),
         }
@@ -188,7 +208,7 @@ def main() -> None:
         print(json.dumps({"run": n + 1, **rounds[-1]}))
     summary = {
         name: median([r["ratios"][name] for r in rounds])
-        for name in ("calls_per_second", "peak_calls_in_one_second", "drain_after_recovery")
+        for name in ("calls_per_second", "peak_calls_in_one_second", "repeat_calls", "drain_after_recovery")
     }
     print(json.dumps({"median_ratios_budget_over_jitter": summary}))
     RESULTS.mkdir(exist_ok=True)
