@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from slotflow.contracts import DownstreamSettings
 from slotflow.core.downstreams import (
+    OPERATOR_OPEN_RECHECK,
     Breaker,
     DownstreamPolicy,
     admit,
@@ -202,7 +203,8 @@ def test_an_operators_open_holds_past_every_cooldown_and_ignores_results() -> No
         assert not decision.admitted
         assert decision.reason == "operator_open"
         assert decision.breaker == held_open  # no half-open, no probe
-        assert decision.retry_at == T0 + later + policy.cooldown
+        # It looks again only minutes later: the close brings held runs forward by itself.
+        assert decision.retry_at == T0 + later + OPERATOR_OPEN_RECHECK
     # A call admitted before the operator opened it reports back: nothing moves.
     assert observe(policy, held_open, now=T0, ok=True, probe=True, successes=1, failures=0) == held_open
 

@@ -26,6 +26,11 @@ from slotflow.contracts.downstreams import DownstreamSettings
 
 BreakerState = Literal["closed", "open", "half_open"]
 
+#: How long a run held by an operator's open waits before it looks again. Long, because closing
+#: brings every held run forward at once (in slot order); a short recheck would only make every
+#: held run bounce through the claimer and the ticker for the whole maintenance.
+OPERATOR_OPEN_RECHECK = timedelta(minutes=5)
+
 
 @dataclass(frozen=True, slots=True)
 class DownstreamPolicy:
@@ -122,8 +127,9 @@ def admit(
 ) -> Admission:
     """Decide one attempt against ``breaker`` and the window's counters (pure)."""
     if breaker.state == "open" and breaker.manual:
-        # Only an operator closes it; look again about a cool-down later.
-        return Admission(False, breaker, reason="operator_open", retry_at=now + policy.cooldown)
+        # Only an operator closes it, and the close brings held runs forward: look again much later.
+        recheck = max(policy.cooldown, OPERATOR_OPEN_RECHECK)
+        return Admission(False, breaker, reason="operator_open", retry_at=now + recheck)
     if breaker.state == "open":
         # An open breaker always has opened_at; a stored row without one opened "now".
         reopen = (breaker.opened_at or now) + policy.cooldown
