@@ -183,7 +183,8 @@ class Changes:
     def __init__(self, *, schema: str, owner: str, kafka: KafkaSettings, metrics: ClaimerMetrics) -> None:
         self._schema = schema
         self._owner = owner
-        self._topic = kafka.topic(DOWNSTREAM_EVENTS)
+        #: Where DownstreamChanged and DownstreamReported go.
+        self.topic = kafka.topic(DOWNSTREAM_EVENTS)
         self._runs = RunEvents(kafka)
         self._metrics = metrics
 
@@ -232,7 +233,7 @@ class Changes:
             at=at,
         )
         envelope = wrap(event, id=f"{name}/{change_id}", key=name, source="claimer", occurred_at=at)
-        staged.append(Staged(self._topic, envelope))
+        staged.append(Staged(self.topic, envelope))
         self._metrics.downstream_state.labels(name).set(_STATE_VALUE[after.state])
         if after.state != before.state:
             self._metrics.downstream_transitions.labels(name, after.state).inc()
@@ -490,7 +491,7 @@ class Gate:
             names = [row["name"] for row in rows]
             counts = await self.counts(conn, names)
             held = {r["name"]: r["held"] for r in await conn.fetch(sql(_HELD_COUNTS, self._schema))}
-            topic = self.changes._topic
+            topic = self.changes.topic
             staged: list[Staged] = []
             for row in rows:
                 name, now = row["name"], row["now"]
