@@ -57,8 +57,10 @@ from slotflow_claimer.runs import Run
 log = logging.getLogger(__name__)
 
 _STATE_VALUE = {"closed": 0, "half_open": 1, "open": 2}
-#: Most held runs one closing breaker brings forward; the rest return on their own timers.
-RESUME_LIMIT = 10_000
+#: Most held runs one closing breaker brings forward (oldest slots first), in the transaction that
+#: closes it, under the downstream's row lock: each is a stored JobDue read and two timer commands
+#: staged. The rest return on their own timers, and the slot-order gate still orders them.
+RESUME_LIMIT = 2_000
 
 _ENSURE = "INSERT INTO {schema}.downstreams (name) SELECT unnest($1::text[]) ON CONFLICT (name) DO NOTHING"
 # Taken before any counter is read: the lock serialises every claimer's decisions on these rows.
