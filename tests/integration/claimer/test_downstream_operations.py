@@ -16,13 +16,14 @@ from typing import Any
 import httpx
 
 from slotflow.contracts import RetryPolicy
+from slotflow.contracts.topics import DOWNSTREAM_EVENTS
 from slotflow.kafka.producer import Producer
 from slotflow.pg.pool import Pool
 from slotflow.runs import HandlerRegistry, RunContext
 from slotflow.settings import KafkaSettings
 from slotflow.testing import assert_eventually
 from tests.integration.claimer.conftest import StartClaimer
-from tests.integration.claimer.support import SLOT, job_due, publish
+from tests.integration.claimer.support import SLOT, TopicReader, job_due, publish
 from tests.integration.ticker.support import start_ticker, stop_ticker
 
 JOBS = 3
@@ -181,3 +182,22 @@ async def _wait_seconds(db: Pool, seconds: float) -> None:
         return (now - start).total_seconds() >= seconds or None
 
     await assert_eventually(passed, timeout=seconds + 30.0, message="the database clock stood still")
+
+
+async def test_an_idle_downstream_is_reported_once_then_when_it_changes(
+    kafka: KafkaSettings, db: Pool, start_claimer: StartClaimer, api: httpx.AsyncClient
+) -> None:
+    """Reports keep the views current without filling the events topic for idle downstreams."""
+    await start_claimer(downstream_report_interval_seconds=0.3)
+    async with TopicReader(kafka, DOWNSTREAM_EVENTS) as events:
+        configured = await api.put("/v1/downstreams/ledger-api/settings?wait=20", json={"probes": 2})
+        assert configured.status_code == 200, configured.text
+        await events.wait_for("downstream.reported", count=1)
+        await _wait_seconds(db, 2.0)  # several report intervals, nothing happening
+        await events.drain()
+        assert len(events.of_type("downstream.reported")) == 1
+        opened = await api.post("/v1/downstreams/ledger-api/open?wait=20", json={"reason": "drill"})
+        assert opened.status_code == 200, opened.text
+        reports = await events.wait_for("downstream.reported", count=2)
+        assert reports[-1].data["state"] == "open"
+        assert reports[-1].data["manual"] is True

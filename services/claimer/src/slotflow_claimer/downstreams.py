@@ -132,7 +132,7 @@ _HELD_RUNS = compose(
 )
 # One claimer reports each downstream per interval: the one that takes its row first.
 _DUE_REPORTS = """
-SELECT name, state, manual, settings::text AS settings, changed_at, now() AS now
+SELECT name, state, manual, settings::text AS settings, changed_at, reported_at, reported_idle, now() AS now
   FROM {schema}.downstreams WHERE reported_at <= now() - make_interval(secs => $1)
  ORDER BY name FOR UPDATE SKIP LOCKED
 """
@@ -141,7 +141,10 @@ _HELD_COUNTS = compose(
     "WHERE state IN ('retrying', 'running') AND held_reason IS NOT NULL GROUP BY 1",
     held_for=_HELD_FOR,
 )
-_REPORTED = "UPDATE {schema}.downstreams SET reported_at = now() WHERE name = ANY($1::text[])"
+_REPORTED = """
+UPDATE {schema}.downstreams AS d SET reported_at = now(), reported_idle = u.idle
+  FROM unnest($1::text[], $2::bool[]) AS u(name, idle) WHERE d.name = u.name
+"""
 
 #: Why a breaker moved, from where to where (the automatic moves; an operator's carry their own).
 _CAUSES = {
@@ -485,7 +488,7 @@ class Gate:
 
     async def report(self, interval: float) -> int:
         """Stage a DownstreamReported for every downstream not reported within ``interval`` (by
-        any claimer); returns how many."""
+        any claimer), except an idle one already reported idle; returns how many."""
         async with self._pool.acquire() as conn, conn.transaction():
             rows = await conn.fetch(sql(_DUE_REPORTS, self._schema), interval)
             if not rows:
@@ -495,11 +498,23 @@ class Gate:
             held = {r["name"]: r["held"] for r in await conn.fetch(sql(_HELD_COUNTS, self._schema))}
             topic = self.changes.topic
             staged: list[Staged] = []
+            reported: list[str] = []
+            idle_flags: list[bool] = []
             for row in rows:
                 name, now = row["name"], row["now"]
                 settings = _settings(row["settings"])
                 policy = self.policy_for(settings)
                 c = counts[name]
+                idle = (
+                    row["state"] == "closed"
+                    and not row["manual"]
+                    and not any(c[k] for k in ("firsts", "retries", "successes", "failures"))
+                    and not held.get(name, 0)
+                )
+                if idle and row["reported_idle"] and row["changed_at"] <= row["reported_at"]:
+                    continue  # said once already, and nothing changed since
+                reported.append(name)
+                idle_flags.append(idle)
                 message = DownstreamReported(
                     downstream=name,
                     state=row["state"],
@@ -523,8 +538,9 @@ class Gate:
                     occurred_at=now,
                 )
                 staged.append(Staged(topic, envelope))
-            await conn.execute(sql(_REPORTED, self._schema), names)
-            await append_many(conn, schema=self._schema, items=staged)
+            if reported:
+                await conn.execute(sql(_REPORTED, self._schema), reported, idle_flags)
+                await append_many(conn, schema=self._schema, items=staged)
         self._woken(staged)
         return len(staged)
 

@@ -10,6 +10,9 @@ ALTER TABLE {schema}.downstreams ADD COLUMN settings jsonb NOT NULL DEFAULT '{}'
 -- When one claimer last sent DownstreamReported for it: the claimer that updates this (row lock,
 -- SKIP LOCKED) reports, so N claimers send one report per interval, not N.
 ALTER TABLE {schema}.downstreams ADD COLUMN reported_at timestamptz NOT NULL DEFAULT '-infinity';
+-- The last report showed it idle (closed, nothing in the window, nothing held): an idle downstream
+-- is reported once, then again only when something happens, not every interval forever.
+ALTER TABLE {schema}.downstreams ADD COLUMN reported_idle boolean NOT NULL DEFAULT false;
 
 -- Why a change happened (failures, cooldown, probe_succeeded, probe_failed, operator_open,
 -- operator_close, configured) and, for an operator's, the command that asked.
