@@ -18,6 +18,9 @@ PINNED = {
     "CompensationRegistered", "CancelRequested", "WorkflowCompleted", "WorkflowFailed",
     "WorkflowCancelled", "NonDeterminismDetected", "MarkerRecorded", "TimerCancelled",
     "ChildWorkflowScheduled", "ChildWorkflowCompleted", "ChildWorkflowFailed", "WorkflowContinuedAsNew",
+    # the downstream topics
+    "OpenDownstream", "CloseDownstream", "ConfigureDownstream", "DownstreamChanged", "DownstreamReported",
+    "DownstreamSettings",
 }  # fmt: skip
 
 

@@ -119,6 +119,7 @@ async def test_audit_reports_every_category(client: httpx.AsyncClient, emit: Emi
         "missed": 1,
         "skipped_by_policy": 2,
         "late": 1,
+        "held": 0,
         "duplicated_effect": 1,
     }
     assert body["expected"] == 6

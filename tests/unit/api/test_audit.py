@@ -76,6 +76,7 @@ def test_each_category_is_reported() -> None:
         "missed": 1,
         "skipped_by_policy": 2,
         "late": 1,
+        "held": 0,
         "duplicated_effect": 1,
     }
     assert "180.000s" in report.slots[1].detail
@@ -225,3 +226,40 @@ def test_every_expected_slot_gets_exactly_one_verdict(recorded: list[int], skipp
     assert summary["fired"] == len(recorded)
     assert summary["skipped_by_policy"] == len(skips)
     assert summary["missed"] == 24 - len(recorded) - len(skips)
+
+
+def test_a_held_run_is_held_not_missed_and_late_once_it_completes() -> None:
+    """A run waiting for its downstream fired (its JobDue came in time) but has not run: `held`.
+    Once it completes, its lateness is when it completed."""
+    timeline = [TimelineEntry(T0 - timedelta(minutes=1), "created", HOURLY)]
+    slots = [T0, T0 + timedelta(hours=1), T0 + timedelta(hours=2)]
+    waiting = RecordedRun(
+        run_id("s", slots[0]), slots[0], "scheduled", "held", slots[0] + timedelta(seconds=1), None, 0,
+        was_held=True, held_reason="circuit_open:bank-api",
+    )  # fmt: skip
+    done_late = RecordedRun(
+        run_id("s", slots[1]), slots[1], "scheduled", "completed", slots[1] + timedelta(seconds=1), None, 1,
+        (3,), was_held=True, finished_at=slots[1] + timedelta(minutes=20),
+    )  # fmt: skip
+    done_in_time = RecordedRun(
+        run_id("s", slots[2]), slots[2], "scheduled", "completed", slots[2] + timedelta(seconds=1), None, 1,
+        (2,), was_held=True, finished_at=slots[2] + timedelta(seconds=2),
+    )  # fmt: skip
+    report = audit(
+        timeline,
+        [waiting, done_late, done_in_time],
+        [],
+        start=T0,
+        end=T0 + timedelta(hours=3),
+        now=T0 + timedelta(hours=5),
+        late_threshold=LATE,
+        limit=100,
+    )
+    verdicts = {v.slot: v for v in report.slots}
+    assert verdicts[slots[0]].status == "held"
+    assert "circuit_open:bank-api" in verdicts[slots[0]].detail
+    assert verdicts[slots[1]].status == "late"
+    assert "held for a downstream; completed 1200.000s after" in verdicts[slots[1]].detail
+    assert verdicts[slots[2]].status == "fired"
+    assert report.summary()["held"] == 1
+    assert report.summary()["missed"] == 0

@@ -6,13 +6,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from slotflow.contracts import DownstreamSettings
 from slotflow.core.downstreams import (
+    OPERATOR_OPEN_RECHECK,
     Breaker,
     DownstreamPolicy,
     admit,
     observe,
     retry_allowance,
     retry_allowed,
+    with_settings,
 )
 from slotflow.errors import DownstreamUnavailable, TransientError
 from slotflow.runs import HandlerRegistry, RunContext
@@ -190,3 +193,35 @@ def test_handlers_declare_their_downstreams() -> None:
     assert isinstance(err, TransientError)
     assert err.downstream == "bank-api"
     assert "bank-api" in str(err)
+
+
+def test_an_operators_open_holds_past_every_cooldown_and_ignores_results() -> None:
+    policy = DownstreamPolicy(cooldown=timedelta(seconds=10))
+    held_open = Breaker("open", T0, manual=True)
+    for later in (timedelta(seconds=1), timedelta(seconds=10), timedelta(days=3)):
+        decision = admit(policy, held_open, now=T0 + later, retry=False, firsts=0, retries=0)
+        assert not decision.admitted
+        assert decision.reason == "operator_open"
+        assert decision.breaker == held_open  # no half-open, no probe
+        # It looks again only minutes later: the close brings held runs forward by itself.
+        assert decision.retry_at == T0 + later + OPERATOR_OPEN_RECHECK
+    # A call admitted before the operator opened it reports back: nothing moves.
+    assert observe(policy, held_open, now=T0, ok=True, probe=True, successes=1, failures=0) == held_open
+
+
+def test_a_downstreams_own_settings_lie_over_the_defaults() -> None:
+    defaults = DownstreamPolicy()
+    own = with_settings(defaults, DownstreamSettings(cooldown_seconds=60, failure_rate=0.3, probes=2))
+    assert own.cooldown == timedelta(seconds=60)
+    assert own.failure_rate == 0.3
+    assert own.probes == 2
+    assert own.window == defaults.window  # left out: the default
+    assert own.retry_ratio == defaults.retry_ratio
+    assert with_settings(defaults, DownstreamSettings()) is defaults
+
+
+def test_settings_out_of_range_are_refused_by_the_contract() -> None:
+    with pytest.raises(ValueError, match="failure_rate"):
+        DownstreamSettings.model_validate({"failure_rate": 2})
+    with pytest.raises(ValueError, match="extra"):
+        DownstreamSettings.model_validate({"cooldown": 5})

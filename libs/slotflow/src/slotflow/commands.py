@@ -14,11 +14,14 @@ from slotflow.contracts import (
     Backfill,
     CancelTimer,
     CancelWorkflow,
+    CloseDownstream,
+    ConfigureDownstream,
     CreateSchedule,
     DeleteSchedule,
     DiscardDeadLetters,
     Envelope,
     Message,
+    OpenDownstream,
     PauseSchedule,
     RedriveDeadLetters,
     ResumeSchedule,
@@ -32,11 +35,18 @@ from slotflow.contracts import (
 )
 from slotflow.contracts.catalogue import COMMAND_TYPES as COMMAND_TYPES
 from slotflow.contracts.catalogue import DLQ_COMMAND_TYPES as DLQ_COMMAND_TYPES
+from slotflow.contracts.catalogue import DOWNSTREAM_COMMAND_TYPES as DOWNSTREAM_COMMAND_TYPES
 from slotflow.contracts.catalogue import SCHEDULE_COMMAND_TYPES as SCHEDULE_COMMAND_TYPES
 from slotflow.contracts.catalogue import TIMER_COMMAND_TYPES as TIMER_COMMAND_TYPES
 from slotflow.contracts.catalogue import WORKFLOW_COMMAND_TYPES as WORKFLOW_COMMAND_TYPES
 from slotflow.contracts.codec import check_depth
-from slotflow.contracts.topics import DLQ_COMMANDS, SCHEDULE_COMMANDS, WORKFLOW_COMMANDS, TopicSpec
+from slotflow.contracts.topics import (
+    DLQ_COMMANDS,
+    DOWNSTREAM_COMMANDS,
+    SCHEDULE_COMMANDS,
+    WORKFLOW_COMMANDS,
+    TopicSpec,
+)
 from slotflow.errors import PermanentError
 from slotflow.kafka.producer import Producer
 from slotflow.settings import KafkaSettings
@@ -65,8 +75,9 @@ def command_route(message: Message) -> CommandRoute:
     """The topic and record key for ``message``.
 
     Schedule commands are keyed by schedule id and timer commands by timer id (both go to the
-    ticker); workflow commands by workflow id; a DLQ command by its single selected id, or by the
-    command id when it selects by filter (see `build_command`).
+    ticker); workflow commands by workflow id; downstream commands by downstream name (the
+    claimers); a DLQ command by its single selected id, or by the command id when it selects by
+    filter (see `build_command`).
 
     Raises:
         NotACommand: ``message`` is an event or an unknown type.
@@ -89,6 +100,8 @@ def command_route(message: Message) -> CommandRoute:
     if isinstance(message, RedriveDeadLetters | DiscardDeadLetters):
         ids = message.selection.ids
         return CommandRoute(DLQ_COMMANDS, ids[0] if len(ids) == 1 else "")
+    if isinstance(message, OpenDownstream | CloseDownstream | ConfigureDownstream):
+        return CommandRoute(DOWNSTREAM_COMMANDS, message.downstream)
     raise NotACommand(f"{type(message).__name__} ({message.message_type}) is not a command")
 
 

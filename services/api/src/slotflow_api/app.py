@@ -23,7 +23,18 @@ from slotflow_api.limits import BodyLimit, RefuseNul
 from slotflow_api.metrics import Metrics
 from slotflow_api.projector import Projector, migrate
 from slotflow_api.retention import purge_read_model
-from slotflow_api.routes import audit, commands, dlq, handlers, health, runs, schedules, stats, workflows
+from slotflow_api.routes import (
+    audit,
+    commands,
+    dlq,
+    downstreams,
+    handlers,
+    health,
+    runs,
+    schedules,
+    stats,
+    workflows,
+)
 from slotflow_api.routes.apidocs import mount_api_docs
 
 log = logging.getLogger(__name__)
@@ -79,7 +90,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.metrics = metrics
     errors.install(app)
-    for module in (health, schedules, runs, workflows, dlq, audit, commands, handlers, stats):
+    for module in (health, schedules, runs, workflows, dlq, downstreams, audit, commands, handlers, stats):
         app.include_router(module.router)
     mount_api_docs(app)
     _mount_ui(app)

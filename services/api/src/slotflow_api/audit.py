@@ -2,7 +2,8 @@
 
 Pure code: the caller reads the schedule's timeline, its runs and skipped slots in the window, and
 the database clock, and gets back one verdict per expected slot (`duplicated_effect`,
-`skipped_by_policy`, `late`, `fired`, `missed`; the rules, in order: docs/api.md, "The slot audit").
+`skipped_by_policy`, `late`, `held`, `fired`, `missed`; the rules, in order: docs/api.md, "The slot
+audit").
 """
 
 from collections.abc import Iterable, Sequence
@@ -14,8 +15,15 @@ from slotflow.contracts import ScheduleDefinition
 from slotflow.core.cronslots import dst_skips_between, slots_between
 from slotflow.errors import PermanentError
 
-SlotStatus = Literal["fired", "missed", "skipped_by_policy", "late", "duplicated_effect"]
-STATUSES: tuple[SlotStatus, ...] = ("fired", "missed", "skipped_by_policy", "late", "duplicated_effect")
+SlotStatus = Literal["fired", "missed", "skipped_by_policy", "late", "held", "duplicated_effect"]
+STATUSES: tuple[SlotStatus, ...] = (
+    "fired",
+    "missed",
+    "skipped_by_policy",
+    "late",
+    "held",
+    "duplicated_effect",
+)
 _TICK = timedelta(microseconds=1)
 
 
@@ -44,6 +52,10 @@ class RecordedRun:
     fire_at: datetime | None
     completions: int
     fence_tokens: tuple[int, ...] = ()
+    #: An attempt of the run was held for a downstream (nothing ran); while state is `held`, why.
+    was_held: bool = False
+    held_reason: str | None = None
+    finished_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -259,6 +271,21 @@ def _judge(
         target = run.fire_at or at
         lateness = run.produced_at - target
         kind = f" ({run.kind})" if run.kind and run.kind != "scheduled" else ""
+        if run.state == "held":
+            waited = (
+                f"; its JobDue came {lateness.total_seconds():.3f}s after its fire time"
+                if lateness > late_threshold
+                else ""
+            )
+            detail = f"waiting for a downstream ({run.held_reason or 'held'}){waited}{kind}"
+            return SlotVerdict(at, run.run_id, "held", detail, run.kind)
+        if run.was_held and run.state == "completed" and run.finished_at is not None:
+            done = run.finished_at - target
+            if done > late_threshold:
+                detail = (
+                    f"held for a downstream; completed {done.total_seconds():.3f}s after its fire time{kind}"
+                )
+                return SlotVerdict(at, run.run_id, "late", detail, run.kind)
         if lateness > late_threshold:
             detail = (
                 f"JobDue produced {lateness.total_seconds():.3f}s after its fire time{kind}; run {run.state}"

@@ -26,6 +26,8 @@ from slotflow.contracts import (
     CommandAccepted,
     CommandRejected,
     DeadLetterStatusChanged,
+    DownstreamChanged,
+    DownstreamReported,
     Envelope,
     FireTimerFired,
     HistoryEvent,
@@ -51,6 +53,7 @@ from slotflow.contracts import (
 )
 from slotflow.contracts.catalogue import (
     DLQ_COMMAND_TYPES,
+    DOWNSTREAM_COMMAND_TYPES,
     RUN_EVENT_TYPES,
     TICKER_COMMAND_TYPES,
     WORKFLOW_COMMAND_TYPES,
@@ -69,11 +72,21 @@ from slotflow_api.workflow_projection import record_event, refold
 #: The DLQ service acknowledges its commands too (CommandAccepted on its events topic, staged with
 #: the status changes): until then a redrive is `pending`, so `?wait=` waits for the DLQ's answer.
 ACKNOWLEDGED_COMMANDS = frozenset(
-    m.message_type for m in (*TICKER_COMMAND_TYPES, *WORKFLOW_COMMAND_TYPES, *DLQ_COMMAND_TYPES)
+    m.message_type
+    for m in (*TICKER_COMMAND_TYPES, *WORKFLOW_COMMAND_TYPES, *DLQ_COMMAND_TYPES, *DOWNSTREAM_COMMAND_TYPES)
 )
 
 #: Outcome rank per claim: a later fact about the same claim can only raise it.
-RANKS = {"running": 1, "failed": 2, "retrying": 3, "skipped": 4, "dead_lettered": 4, "completed": 5}
+#: `held` is a retry that waits for a downstream (RunRetrying with a held_reason): nothing ran.
+RANKS = {
+    "running": 1,
+    "failed": 2,
+    "retrying": 3,
+    "held": 3,
+    "skipped": 4,
+    "dead_lettered": 4,
+    "completed": 5,
+}
 TIMER_RANKS = {"pending": 1, "cancelled": 2, "fired": 3}
 
 
@@ -279,6 +292,8 @@ def _run_event(event: RunEvent, runs: _RunBatch) -> None:
         error = {"type": event.error_type, "message": event.message, "retryable": event.retryable}
         traceback = scrub_nul(event.traceback) or None
         logs = _json(scrub_nul(event.logs)) if event.logs else None
+    elif isinstance(event, RunRetrying) and event.held_reason is not None:
+        outcome, retry_at, error = "held", event.retry_at, {"held_reason": event.held_reason}
     elif isinstance(event, RunRetrying):
         outcome, retry_at = "retrying", event.retry_at
     elif isinstance(event, RunDeadLettered):
@@ -609,6 +624,86 @@ async def _claimer(conn: Conn, schema: str, fact: Fact, message: ClaimerAnnounce
     )
 
 
+# -- downstreams -------------------------------------------------------------------------------
+
+# One row per change event: a redelivered event collapses on its id.
+_INSERT_DOWNSTREAM_CHANGE = """
+INSERT INTO {schema}.downstream_changes (event_id, name, from_state, to_state, cause, reason,
+    manual, by_claimer, command_id, held, at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT (event_id) DO NOTHING
+"""
+
+# A change is newer than any report taken before it (the same clock): it sets the state; an
+# older fact never overwrites a newer one, so arrival order does not matter.
+_UPSERT_DOWNSTREAM_CHANGED = """
+INSERT INTO {schema}.downstreams AS d (name, state, manual, settings, held, changed_at, fact_at)
+VALUES ($1, $2, $3, $4::jsonb, $5, $6, $6)
+ON CONFLICT (name) DO UPDATE SET state = EXCLUDED.state, manual = EXCLUDED.manual,
+    settings = EXCLUDED.settings, held = EXCLUDED.held, changed_at = EXCLUDED.changed_at,
+    fact_at = EXCLUDED.fact_at
+WHERE EXCLUDED.fact_at >= d.fact_at
+"""
+
+# The latest report of a downstream, unless a newer fact (change or report) is already there.
+_UPSERT_DOWNSTREAM_REPORTED = """
+INSERT INTO {schema}.downstreams AS d (name, state, manual, settings, held, window_seconds,
+    first_attempts, retries, retry_allowance, successes, failures, changed_at, reported_at, fact_at)
+VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7, $8, $9, $10, $11, $12, $13, $13)
+ON CONFLICT (name) DO UPDATE SET state = EXCLUDED.state, manual = EXCLUDED.manual,
+    settings = EXCLUDED.settings, held = EXCLUDED.held, window_seconds = EXCLUDED.window_seconds,
+    first_attempts = EXCLUDED.first_attempts, retries = EXCLUDED.retries,
+    retry_allowance = EXCLUDED.retry_allowance, successes = EXCLUDED.successes,
+    failures = EXCLUDED.failures, changed_at = EXCLUDED.changed_at,
+    reported_at = EXCLUDED.reported_at, fact_at = EXCLUDED.fact_at
+WHERE EXCLUDED.fact_at >= d.fact_at
+"""
+
+
+async def _downstream_changed(conn: Conn, schema: str, fact: Fact, message: DownstreamChanged) -> None:
+    await conn.execute(
+        sql(_INSERT_DOWNSTREAM_CHANGE, schema),
+        fact.envelope.id,
+        message.downstream,
+        message.from_state,
+        message.to_state,
+        message.cause,
+        scrub_nul(message.reason),
+        message.manual,
+        message.by,
+        message.command_id,
+        message.held,
+        message.at,
+    )
+    await conn.execute(
+        sql(_UPSERT_DOWNSTREAM_CHANGED, schema),
+        message.downstream,
+        message.to_state,
+        message.manual,
+        message.settings.model_dump_json(exclude_none=True),
+        message.held,
+        message.at,
+    )
+
+
+async def _downstream_reported(conn: Conn, schema: str, fact: Fact, message: DownstreamReported) -> None:
+    await conn.execute(
+        sql(_UPSERT_DOWNSTREAM_REPORTED, schema),
+        message.downstream,
+        message.state,
+        message.manual,
+        message.settings.model_dump_json(exclude_none=True),
+        message.held,
+        message.window_seconds,
+        message.first_attempts,
+        message.retries,
+        message.retry_allowance,
+        message.successes,
+        message.failures,
+        message.changed_at,
+        message.at,
+    )
+
+
 # -- commands -----------------------------------------------------------------------------------
 
 
@@ -881,6 +976,8 @@ PROJECTIONS: dict[type[Message], Projection] = {
     **dict.fromkeys((SchedulePaused, ScheduleResumed, ScheduleDeleted), _without_runs(_schedule_changed)),
     SlotSkipped: _project_slot_skipped,
     ClaimerAnnounced: _without_runs(_claimer),
+    DownstreamChanged: _without_runs(_downstream_changed),
+    DownstreamReported: _without_runs(_downstream_reported),
     **dict.fromkeys((CommandAccepted, CommandRejected), _without_runs(_acknowledged)),
     DeadLetterStatusChanged: _project_dead_letter,
     **dict.fromkeys((StartTimer, CancelTimer, TimerFired), _without_runs(_timer)),

@@ -25,6 +25,8 @@ from slotflow.contracts.topics import (
     DLQ_COMMANDS,
     DLQ_EVENTS,
     DLQ_MESSAGES,
+    DOWNSTREAM_COMMANDS,
+    DOWNSTREAM_EVENTS,
     JOBS_DUE,
     RUN_EVENTS,
     SCHEDULE_COMMANDS,
@@ -69,6 +71,8 @@ PROJECTED_TOPICS: tuple[TopicSpec, ...] = (
     DLQ_COMMANDS,
     DLQ_EVENTS,
     CLAIMERS,
+    DOWNSTREAM_COMMANDS,
+    DOWNSTREAM_EVENTS,
 )
 
 

@@ -570,9 +570,13 @@ _TIMELINE_OF = (
 
 #: Each run's completing fence tokens: two tokens are one run's effect happening twice.
 _RUNS_IN_RANGE = """
-SELECT r.run_id, r.slot, r.kind, r.state, r.produced_at, r.fire_at, r.completions,
+SELECT r.run_id, r.slot, r.kind, r.state, r.produced_at, r.fire_at, r.completions, r.finished_at,
        COALESCE((SELECT array_agg(a.fence_token ORDER BY a.fence_token) FROM {schema}.run_attempts a
-                  WHERE a.run_id = r.run_id AND a.completed), '{}') AS tokens
+                  WHERE a.run_id = r.run_id AND a.completed), '{}') AS tokens,
+       -- a run that waited for a downstream is judged by when it completed (audit `held`/`late`)
+       EXISTS (SELECT 1 FROM {schema}.run_attempts a
+                WHERE a.run_id = r.run_id AND a.outcome = 'held') AS was_held,
+       r.error->>'held_reason' AS held_reason
   FROM {schema}.runs r WHERE r.job_id = $1 AND r.slot >= $2 AND r.slot < $3
 """
 
@@ -655,3 +659,62 @@ async def record_backfill(
 ) -> None:
     """Count a just-published Backfill at once, before the projector sees it on its topic."""
     await conn.execute(sql(RECORD_BACKFILL, schema), command_id, schedule_id, start, end)
+
+
+# -- downstreams --------------------------------------------------------------------------------
+
+_DOWNSTREAM_COLUMNS = (
+    "name, state, manual, settings::text AS settings, held, window_seconds, first_attempts, retries, "
+    "retry_allowance, successes, failures, changed_at, reported_at"
+)
+# What the claimers last reported of each downstream (a projection of their events).
+_DOWNSTREAMS = compose(
+    "SELECT {columns} FROM {schema}.downstreams ORDER BY name", columns=_DOWNSTREAM_COLUMNS
+)
+_DOWNSTREAM = compose(
+    "SELECT {columns} FROM {schema}.downstreams WHERE name = $1", columns=_DOWNSTREAM_COLUMNS
+)
+# The newest 50 changes of one downstream's circuit, newest first.
+_DOWNSTREAM_CHANGES = (
+    "SELECT from_state, to_state, cause, reason, manual, by_claimer, command_id, held, at "
+    "FROM {schema}.downstream_changes WHERE name = $1 ORDER BY at DESC, event_id DESC LIMIT 50"
+)
+# The runs held for downstream $1, in slot order: a held run names its downstream after the colon
+# of its reason ("circuit_open:bank-api").
+_HELD_RUNS = """
+SELECT r.run_id, r.job_id, r.slot, r.attempt, r.error->>'held_reason' AS held_reason,
+       (SELECT max(a.retry_at) FROM {schema}.run_attempts a WHERE a.run_id = r.run_id) AS retry_at
+  FROM {schema}.runs r
+ WHERE r.state = 'held'
+   AND substr(r.error->>'held_reason', strpos(r.error->>'held_reason', ':') + 1) = $1
+ ORDER BY r.slot, r.job_id LIMIT 100
+"""
+
+
+def _downstream(row: asyncpg.Record) -> dict[str, Any]:
+    out = dict(row)
+    out["settings"] = json.loads(row["settings"])
+    allowance, retries = row["retry_allowance"], row["retries"]
+    out["budget_used"] = (
+        None if allowance is None or retries is None else (retries / allowance if allowance else 1.0)
+    )
+    return out
+
+
+async def downstreams(pool: Pool, schema: str) -> list[dict[str, Any]]:
+    """Every downstream the claimers have reported, by name."""
+    rows = await pool.fetch(sql(_DOWNSTREAMS, schema))
+    return [_downstream(row) for row in rows]
+
+
+async def downstream(pool: Pool, schema: str, name: str) -> dict[str, Any] | None:
+    """One downstream with its latest changes and the runs held for it, in slot order."""
+    row = await pool.fetchrow(sql(_DOWNSTREAM, schema), name)
+    if row is None:
+        return None
+    out = _downstream(row)
+    changes = await pool.fetch(sql(_DOWNSTREAM_CHANGES, schema), name)
+    out["changes"] = [dict(c) for c in changes]
+    held = await pool.fetch(sql(_HELD_RUNS, schema), name)
+    out["held_runs"] = [dict(h) for h in held]
+    return out

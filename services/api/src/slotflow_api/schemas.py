@@ -310,7 +310,7 @@ class DeadLetterDetail(DeadLetter):
 class AuditSlot(BaseModel):
     slot: datetime
     run_id: str | None
-    status: Literal["fired", "missed", "skipped_by_policy", "late", "duplicated_effect"]
+    status: Literal["fired", "missed", "skipped_by_policy", "late", "held", "duplicated_effect"]
     detail: str
     kind: str | None = Field(default=None, description="the run's kind: scheduled, backfill, ...")
 
@@ -327,6 +327,7 @@ class AuditSummary(BaseModel):
     missed: int
     skipped_by_policy: int
     late: int
+    held: int = Field(default=0, description="fired, waiting for a downstream (not missed, not run yet)")
     duplicated_effect: int
 
 
@@ -506,3 +507,52 @@ class ClaimerInfo(BaseModel):
 class Handlers(BaseModel):
     handlers: list[ServedHandler]
     claimers: list[ClaimerInfo]
+
+
+class Downstream(BaseModel):
+    """A downstream as its claimers last reported it (DownstreamChanged, DownstreamReported)."""
+
+    name: str
+    state: Literal["closed", "open", "half_open"]
+    manual: bool = Field(description="opened by an operator: stays open until one closes it")
+    settings: dict[str, Any] = Field(description="its own settings over the claimers' defaults")
+    held: int = Field(description="runs waiting for it (attempts kept), as last reported")
+    window_seconds: float | None
+    first_attempts: int | None = Field(description="first attempts admitted over the window")
+    retries: int | None = Field(description="retries admitted over the window")
+    retry_allowance: int | None = Field(description="retries the budget allows over the window")
+    budget_used: float | None = Field(description="retries / retry_allowance (1.0: spent)")
+    successes: int | None
+    failures: int | None
+    changed_at: datetime
+    reported_at: datetime | None
+
+
+class DownstreamChange(BaseModel):
+    from_state: str
+    to_state: str
+    cause: str
+    reason: str
+    manual: bool
+    by_claimer: str
+    command_id: str | None
+    held: int
+    at: datetime
+
+
+class HeldRun(BaseModel):
+    run_id: str
+    job_id: str
+    slot: datetime
+    attempt: int
+    held_reason: str | None
+    retry_at: datetime | None
+
+
+class DownstreamDetail(Downstream):
+    changes: list[DownstreamChange] = Field(description="newest first (at most 50)")
+    held_runs: list[HeldRun] = Field(description="held runs in slot order (at most 100)")
+
+
+class DownstreamReasonBody(_Body):
+    reason: str = Field(min_length=1, max_length=1000, description="why, for the audit of the change")

@@ -13,8 +13,10 @@ import logging
 import random
 from pathlib import Path
 
-from slotflow.contracts.topics import CLAIMERS, JOBS_DUE
+from slotflow.contracts.catalogue import DOWNSTREAM_COMMAND_TYPES
+from slotflow.contracts.topics import CLAIMERS, DLQ_MESSAGES, DOWNSTREAM_COMMANDS, JOBS_DUE
 from slotflow.kafka.consumer import Consumer
+from slotflow.kafka.loop import ConsumeLoop
 from slotflow.kafka.producer import Producer
 from slotflow.pg.migrations import MigrationSource
 from slotflow.pg.outbox import OutboxRelay
@@ -27,6 +29,7 @@ from slotflow.settings import PostgresSettings
 from slotflow_claimer import retention
 from slotflow_claimer.announce import Announcer
 from slotflow_claimer.config import Settings
+from slotflow_claimer.downstream_commands import DownstreamCommands
 from slotflow_claimer.downstreams import Gate
 from slotflow_claimer.events import RunEvents
 from slotflow_claimer.executor import Executor
@@ -100,6 +103,16 @@ class ClaimerService:
             on_settled=lambda outcomes, started: self.executor.settled(outcomes, started),
             wake_relay=self.relay.wake,
         )
+        self.gate = Gate(
+            self.pool,
+            schema=cfg.db_schema,
+            owner=self.owner,
+            policy=cfg.downstream_policy(),
+            metrics=self.metrics,
+            rng=self._rng,
+            kafka=kafka,
+            wake_relay=self.relay.wake,
+        )
         self.executor = Executor(
             pool=self.pool,
             schema=cfg.db_schema,
@@ -112,14 +125,7 @@ class ClaimerService:
             submit=self.writer.submit,
             rng=self._rng,
             max_lease_lapses=cfg.max_lease_lapses,
-            gate=Gate(
-                self.pool,
-                schema=cfg.db_schema,
-                owner=self.owner,
-                policy=cfg.downstream_policy(),
-                metrics=self.metrics,
-                rng=self._rng,
-            ),
+            gate=self.gate,
             handler_threads=cfg.handler_threads,
             handler_processes=cfg.handler_processes or None,
         )
@@ -150,6 +156,30 @@ class ClaimerService:
             max_poll_records=MAX_BATCH,
         )
         await self.consumer.start()
+        self.command_consumer = Consumer(
+            kafka,
+            kafka.topic(DOWNSTREAM_COMMANDS),
+            group_id=self.settings.downstream_commands_group_id(),
+            client_id=f"claimer-commands-{self.owner}",
+        )
+        await self.command_consumer.start()
+        commands = DownstreamCommands(
+            self.pool,
+            schema=cfg.db_schema,
+            gate=self.gate,
+            kafka=kafka,
+            metrics=self.metrics,
+            wake_relay=self.relay.wake,
+        )
+        self.commands = ConsumeLoop(
+            self.command_consumer,
+            handler=commands.handle,
+            dlq=self.producer,
+            dlq_topic=kafka.topic(DLQ_MESSAGES),
+            source_service="claimer",
+            accept=DOWNSTREAM_COMMAND_TYPES,
+            max_bytes=kafka.max_message_bytes,
+        )
         self.polling = Polling(
             self.consumer,
             intake=self.intake,
@@ -184,6 +214,10 @@ class ClaimerService:
         loops.add("reaper", lambda stop: self.reaper.run(stop, cfg.reaper_interval))
         loops.add("commit", self.polling.commit_loop)
         loops.add("intake", self.polling.intake_loop)
+        loops.add("downstream-commands", self.commands.run)
+        if cfg.downstream_report_interval_seconds > 0:
+            interval = cfg.downstream_report_interval_seconds
+            loops.add("downstream-reports", lambda stop: self.gate.report_loop(stop, interval))
         purges = retention.purges(cfg.db_schema, days=cfg.run_retention_days)
         loops.add(
             "purge",
@@ -224,6 +258,7 @@ class ClaimerService:
         self.executor.close()
         self._resources.close()
         await self.consumer.stop()
+        await self.command_consumer.stop()
         await self.producer.stop()
         await self.handler_pool.close()
         await self.pool.close()
@@ -231,7 +266,9 @@ class ClaimerService:
 
     async def _drain(self) -> None:
         loops = self._loops
-        await loops.stop_loops("intake", "reaper", "announce", "purge")
+        await loops.stop_loops("intake", "reaper", "announce", "purge", "downstream-commands")
+        if "downstream-reports" in loops.names:
+            await loops.stop_loops("downstream-reports")
         if not await self.executor.drain(self._grace):
             released = await self.executor.release_all()
             log.info("claimer %s: released %d leases at shutdown", self.owner, released)
@@ -257,6 +294,7 @@ class ClaimerService:
         await self._join_loops()
         self._resources.close()
         await self.consumer.stop()
+        await self.command_consumer.stop()
         await self.producer.stop()
         self.handler_pool.terminate()
         self.pool.terminate()

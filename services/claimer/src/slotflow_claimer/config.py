@@ -59,6 +59,11 @@ class ClaimerSettings(BaseSettings):
     downstream_min_volume: int = Field(default=10, ge=1)
     downstream_cooldown_seconds: float = Field(default=10.0, gt=0)
     downstream_probes: int = Field(default=1, ge=1)
+    #: How often each downstream's state, window and held runs are reported (DownstreamReported,
+    #: for the api's views); one claimer reports each downstream per interval. 0 turns it off.
+    downstream_report_interval_seconds: float = Field(default=10.0, ge=0)
+    #: Consumer group over the downstream commands topic (one claimer applies each command).
+    downstream_commands_group_id: str = "slotflow-claimer-downstream-commands"
     #: Threads that run plain `def` handlers (a blocking call holds one; more wait for a free one).
     handler_threads: int = Field(default=16, ge=1, le=1024)
     #: Processes for handlers registered with runs_in="process"; 0 means one per CPU.
@@ -143,5 +148,11 @@ class Settings(BaseSettings):
     postgres: PostgresSettings = Field(default_factory=PostgresSettings)
 
     def group_id(self) -> str:
+        return self._namespaced(self.claimer.group_id)
+
+    def downstream_commands_group_id(self) -> str:
+        return self._namespaced(self.claimer.downstream_commands_group_id)
+
+    def _namespaced(self, group: str) -> str:
         namespace = self.kafka.topic_namespace
-        return f"{namespace}.{self.claimer.group_id}" if namespace else self.claimer.group_id
+        return f"{namespace}.{group}" if namespace else group

@@ -12,6 +12,7 @@ from typing import Any
 from pydantic_core import to_json
 
 from slotflow.contracts import (
+    CancelTimer,
     FireJobDue,
     JobDue,
     RunCompleted,
@@ -155,9 +156,23 @@ class RunEvents:
         )
         return self._run_event(run, event, "failed", at)
 
-    def retrying(self, run: Run, at: datetime, *, retry_at: datetime, delay: timedelta) -> Staged:
+    def retrying(
+        self,
+        run: Run,
+        at: datetime,
+        *,
+        retry_at: datetime,
+        delay: timedelta,
+        held_reason: str | None = None,
+    ) -> Staged:
         event = RunRetrying.model_validate(
-            {**self._common(run), "next_attempt": run.attempt + 1, "retry_at": retry_at, "delay": delay}
+            {
+                **self._common(run),
+                "next_attempt": run.attempt + 1,
+                "retry_at": retry_at,
+                "delay": delay,
+                "held_reason": held_reason,
+            }
         )
         return self._run_event(run, event, "retrying", at)
 
@@ -169,6 +184,28 @@ class RunEvents:
         timer_id = retry_timer_id(run.run_id, nxt)
         timer = StartTimer(timer_id=timer_id, fire_at=retry_at, on_fire=FireJobDue(job=job))
         return Staged(self._commands, wrap(timer, id=timer_id, key=timer_id, source=SOURCE, occurred_at=at))
+
+    def resume_timers(self, run: Run, at: datetime, *, resume_at: datetime) -> list[Staged]:
+        """A held run brought forward (its downstream closed): a StartTimer for the same next
+        attempt at `resume_at`, and the CancelTimer of the hold's own, later timer.
+
+        Both timers would emit the same JobDue (one envelope id, one attempt): should the old one
+        fire anyway, its JobDue finds the attempt already claimed and is skipped as a duplicate.
+        """
+        nxt = run.attempt + 1
+        job = run.job_due().model_copy(update={"attempt": nxt, "kind": "retry"})
+        job = JobDue.model_validate(job.model_dump())
+        timer_id = resume_timer_id(run.run_id, nxt)
+        timer = StartTimer(timer_id=timer_id, fire_at=resume_at, on_fire=FireJobDue(job=job))
+        held_timer = retry_timer_id(run.run_id, nxt)
+        cancel = CancelTimer(timer_id=held_timer)
+        return [
+            Staged(self._commands, wrap(timer, id=timer_id, key=timer_id, source=SOURCE, occurred_at=at)),
+            Staged(
+                self._commands,
+                wrap(cancel, id=f"cancel:{held_timer}", key=held_timer, source=SOURCE, occurred_at=at),
+            ),
+        ]
 
     def skipped(self, run: Run, at: datetime, *, reason: str) -> Staged:
         event = RunSkipped.model_validate({**self._common(run), "reason": reason})
@@ -206,6 +243,11 @@ def _headers(message_type: str, version: int) -> str:
 def retry_timer_id(run_id: str, next_attempt: int) -> str:
     """The ticker timer that fires attempt ``next_attempt``: unique per run and attempt."""
     return f"retry:{run_id}#{next_attempt}"
+
+
+def resume_timer_id(run_id: str, next_attempt: int) -> str:
+    """The timer that brings a held run's ``next_attempt`` forward when its downstream closes."""
+    return f"resume:{run_id}#{next_attempt}"
 
 
 def job_due_envelope(job: JobDue, *, at: datetime, source: str = SOURCE) -> Envelope:

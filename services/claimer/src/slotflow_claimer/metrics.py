@@ -72,7 +72,8 @@ class ClaimerMetrics:
         )
         self.downstream_held = Counter(
             "slotflow_claimer_downstream_held",
-            "Attempts held, by downstream and reason (circuit_open, probing, budget_exhausted)",
+            "Attempts held, by downstream and reason "
+            "(circuit_open, operator_open, probing, budget_exhausted, slot_order)",
             ["downstream", "reason"],
             registry=r,
         )
@@ -86,6 +87,18 @@ class ClaimerMetrics:
             "slotflow_claimer_downstream_transitions",
             "Circuit state changes this claimer made, by downstream and new state",
             ["downstream", "to"],
+            registry=r,
+        )
+        self.downstream_resumed = Counter(
+            "slotflow_claimer_downstream_resumed",
+            "Held runs brought forward (in slot order) when their downstream closed",
+            ["downstream"],
+            registry=r,
+        )
+        self.downstream_commands = Counter(
+            "slotflow_claimer_downstream_commands",
+            "Operator commands on downstreams, by type and outcome (accepted, rejected)",
+            ["command", "outcome"],
             registry=r,
         )
         self.loop_lag = Histogram(

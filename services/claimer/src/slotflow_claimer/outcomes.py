@@ -327,7 +327,7 @@ class OutcomeWriter:
             # No RunFailed: nothing was spent. The durable timer brings the run back.
             wait = outcome.delay or timedelta(seconds=1)
             return [
-                ev.retrying(run, at, retry_at=at + wait, delay=wait),
+                ev.retrying(run, at, retry_at=at + wait, delay=wait, held_reason=outcome.held_reason),
                 ev.retry_timer(run, at, retry_at=at + wait),
             ]
         error = outcome.error or RuntimeError("unknown failure")

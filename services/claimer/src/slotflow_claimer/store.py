@@ -119,7 +119,8 @@ ON CONFLICT (run_id) DO UPDATE SET
     started_at       = EXCLUDED.started_at,
     finished_at      = NULL,
     cancel_requested = false,
-    held_reason      = NULL,
+    -- held_reason stays until the downstream gate admits the attempt: a later slot of the job is
+    -- not admitted before this one (slot order; slotflow_claimer.downstreams).
     attempt          = CASE WHEN r.state = 'running' THEN r.attempt ELSE r.attempt + 1 END,
     round_start      = CASE WHEN r.state = 'dead_lettered' THEN r.attempt + 1 ELSE r.round_start END,
     redrive_count    = GREATEST(r.redrive_count, EXCLUDED.redrive_count),

@@ -35,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     _workflow(groups)
     _runs(groups)
     _dlq(groups)
+    _downstream(groups)
     _audit(groups)
     _replay(groups)
     _stack(groups)
@@ -443,6 +444,45 @@ def _dlq(groups: Any) -> None:
     _selection(discard)
     discard.add_argument("--reason", required=True, help="why they are discarded (kept with them)")
     _command_options(discard)
+
+
+def _downstream(groups: Any) -> None:
+    parser = groups.add_parser(
+        "downstream", help="the claimers' retry budgets and circuit breakers per downstream"
+    )
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    module = "slotflow.cli.downstreams"
+    _leaf(actions, "list", f"{module}:downstream_list", "every downstream: circuit, budget, held runs")
+    show = _leaf(actions, "show", f"{module}:downstream_show", "one downstream: held runs and changes")
+    show.add_argument("name", metavar="DOWNSTREAM")
+    opening = _leaf(
+        actions,
+        "open",
+        f"{module}:downstream_open",
+        "open its circuit by hand: runs that need it are held until it is closed",
+    )
+    closing = _leaf(
+        actions, "close", f"{module}:downstream_close", "close its circuit: held runs resume in slot order"
+    )
+    for leaf in (opening, closing):
+        leaf.add_argument("name", metavar="DOWNSTREAM")
+        leaf.add_argument("--reason", required=True, help="why (kept with the change)")
+        _command_options(leaf)
+    configure = _leaf(
+        actions,
+        "configure",
+        f"{module}:downstream_configure",
+        "set its own budget and breaker settings (flags left out keep the claimers' defaults)",
+    )
+    configure.add_argument("name", metavar="DOWNSTREAM")
+    configure.add_argument("--retry-ratio", type=float, metavar="R", help="retries per first attempt")
+    configure.add_argument("--min-retries-per-second", type=float, metavar="N", help="the budget's floor")
+    configure.add_argument("--window-seconds", type=float, metavar="S", help="the sliding window")
+    configure.add_argument("--failure-rate", type=float, metavar="R", help="failures/calls that open it")
+    configure.add_argument("--min-volume", type=int, metavar="N", help="fewest calls before it may open")
+    configure.add_argument("--cooldown-seconds", type=float, metavar="S", help="open this long, then probe")
+    configure.add_argument("--probes", type=int, metavar="N", help="attempts let through half-open")
+    _command_options(configure)
 
 
 def _audit(groups: Any) -> None:

@@ -239,7 +239,7 @@ def dlq_show(ctx: Context) -> int:
     return 0
 
 
-AUDIT_STATUSES = ("fired", "missed", "skipped_by_policy", "late", "duplicated_effect")
+AUDIT_STATUSES = ("fired", "missed", "skipped_by_policy", "late", "held", "duplicated_effect")
 
 
 def audit(ctx: Context) -> int:

@@ -11,6 +11,14 @@ from slotflow.contracts.dlq import (
     DiscardDeadLetters,
     RedriveDeadLetters,
 )
+from slotflow.contracts.downstreams import (
+    CloseDownstream,
+    ConfigureDownstream,
+    DownstreamChanged,
+    DownstreamReported,
+    DownstreamSettings,
+    OpenDownstream,
+)
 from slotflow.contracts.envelope import Envelope, Message, wrap
 from slotflow.contracts.policies import DstPolicy, MisfirePolicy, OverlapPolicy, RetryPolicy
 from slotflow.contracts.registry import MessageRegistry
@@ -94,9 +102,11 @@ __all__ = [
     "ChildWorkflowFailed",
     "ChildWorkflowScheduled",
     "ClaimerAnnounced",
+    "CloseDownstream",
     "CommandAccepted",
     "CommandRejected",
     "CompensationRegistered",
+    "ConfigureDownstream",
     "CreateSchedule",
     "CronSpec",
     "DeadLetterFilter",
@@ -104,6 +114,9 @@ __all__ = [
     "DeadLettered",
     "DeleteSchedule",
     "DiscardDeadLetters",
+    "DownstreamChanged",
+    "DownstreamReported",
+    "DownstreamSettings",
     "DstPolicy",
     "Envelope",
     "FireJobDue",
@@ -117,6 +130,7 @@ __all__ = [
     "MisfirePolicy",
     "NonDeterminismDetected",
     "OnceSpec",
+    "OpenDownstream",
     "OverlapPolicy",
     "PauseSchedule",
     "RedriveDeadLetters",

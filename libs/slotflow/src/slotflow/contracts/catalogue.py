@@ -9,6 +9,13 @@ from slotflow.contracts.dlq import (
     DiscardDeadLetters,
     RedriveDeadLetters,
 )
+from slotflow.contracts.downstreams import (
+    CloseDownstream,
+    ConfigureDownstream,
+    DownstreamChanged,
+    DownstreamReported,
+    OpenDownstream,
+)
 from slotflow.contracts.envelope import Message
 from slotflow.contracts.runs import (
     ClaimerAnnounced,
@@ -66,7 +73,14 @@ TICKER_COMMAND_TYPES: Messages = (*SCHEDULE_COMMAND_TYPES, *TIMER_COMMAND_TYPES)
 WORKFLOW_COMMAND_TYPES: Messages = (StartWorkflow, SignalWorkflow, CancelWorkflow, TerminateWorkflow)
 #: DLQ commands (the dlq service's).
 DLQ_COMMAND_TYPES: Messages = (RedriveDeadLetters, DiscardDeadLetters)
-COMMAND_TYPES: Messages = (*TICKER_COMMAND_TYPES, *WORKFLOW_COMMAND_TYPES, *DLQ_COMMAND_TYPES)
+#: Downstream commands (the claimers', keyed by downstream name).
+DOWNSTREAM_COMMAND_TYPES: Messages = (OpenDownstream, CloseDownstream, ConfigureDownstream)
+COMMAND_TYPES: Messages = (
+    *TICKER_COMMAND_TYPES,
+    *WORKFLOW_COMMAND_TYPES,
+    *DLQ_COMMAND_TYPES,
+    *DOWNSTREAM_COMMAND_TYPES,
+)
 
 #: Run events (the claimer's).
 RUN_EVENT_TYPES: Messages = (RunStarted, RunCompleted, RunFailed, RunRetrying, RunDeadLettered, RunSkipped)
@@ -83,6 +97,8 @@ EVENT_TYPES: Messages = (
     JobDue,
     *RUN_EVENT_TYPES,
     ClaimerAnnounced,
+    DownstreamChanged,
+    DownstreamReported,
     TimerFired,
     DeadLettered,
     DeadLetterStatusChanged,

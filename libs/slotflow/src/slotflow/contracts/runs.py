@@ -100,6 +100,9 @@ class RunRetrying(RunEvent):
     next_attempt: int
     retry_at: AwareDatetime
     delay: timedelta
+    #: Set when nothing ran: the run waits for a downstream (`circuit_open:bank-api`), its attempt
+    #: kept; None for a retry after a failure.
+    held_reason: str | None = Field(default=None, max_length=400)
 
 
 class RunDeadLettered(RunEvent):

@@ -189,6 +189,27 @@ CLAIMERS = TopicSpec(
     purpose="ClaimerAnnounced: which handlers each live claimer serves",
 )
 
+DOWNSTREAM_COMMANDS = TopicSpec(
+    name="slotflow.downstreams.commands.v1",
+    key="downstream name",
+    partitions=3,
+    retention_ms=7 * DAY_MS,
+    cleanup_policy="delete",
+    producers=("api", "cli", "any client"),
+    consumers=("claimer",),
+    purpose="OpenDownstream, CloseDownstream, ConfigureDownstream: an operator's hand on a breaker",
+)
+DOWNSTREAM_EVENTS = TopicSpec(
+    name="slotflow.downstreams.events.v1",
+    key="downstream name",
+    partitions=3,
+    retention_ms=30 * DAY_MS,
+    cleanup_policy="delete",
+    producers=("claimer",),
+    consumers=("api",),
+    purpose="DownstreamChanged (every breaker change), DownstreamReported, CommandAccepted/CommandRejected",
+)
+
 TOPICS: tuple[TopicSpec, ...] = (
     SCHEDULE_COMMANDS,
     SCHEDULE_EVENTS,
@@ -202,4 +223,6 @@ TOPICS: tuple[TopicSpec, ...] = (
     DLQ_COMMANDS,
     DLQ_EVENTS,
     CLAIMERS,
+    DOWNSTREAM_COMMANDS,
+    DOWNSTREAM_EVENTS,
 )

@@ -22,7 +22,14 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Literal
 
+from slotflow.contracts.downstreams import DownstreamSettings
+
 BreakerState = Literal["closed", "open", "half_open"]
+
+#: How long a run held by an operator's open waits before it looks again. Long, because closing
+#: brings every held run forward at once (in slot order); a short recheck would only make every
+#: held run bounce through the claimer and the ticker for the whole maintenance.
+OPERATOR_OPEN_RECHECK = timedelta(minutes=5)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +60,22 @@ class DownstreamPolicy:
             raise ValueError("min_volume and probes must be >= 1")
 
 
+def with_settings(policy: DownstreamPolicy, settings: DownstreamSettings) -> DownstreamPolicy:
+    """``policy`` (the claimers' defaults) with one downstream's own settings laid over it.
+
+    Raises:
+        ValueError: the combination is not a policy (the contract bounds each field alone).
+    """
+    seconds = {"window_seconds": "window", "cooldown_seconds": "cooldown"}
+    changes: dict[str, object] = {}
+    for field, value in settings.model_dump(exclude_none=True).items():
+        if field in seconds:
+            changes[seconds[field]] = timedelta(seconds=value)
+        else:
+            changes[field] = value
+    return replace(policy, **changes) if changes else policy  # type: ignore[arg-type]
+
+
 def retry_allowance(policy: DownstreamPolicy, *, firsts: int, window_seconds: float | None = None) -> int:
     """How many retries the window may hold, given ``firsts`` first attempts in it."""
     seconds = policy.window.total_seconds() if window_seconds is None else window_seconds
@@ -74,6 +97,8 @@ class Breaker:
     #: When the current probes went out (half-open): probes that never report back (their claimer
     #: died) are written off after a cool-down and new ones go out.
     probed_at: datetime | None = None
+    #: Opened by an operator: it stays open (no cool-down, no probes) until one closes it.
+    manual: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +109,8 @@ class Admission:
     breaker: Breaker
     #: The attempt is the half-open breaker's probe: its result decides the breaker.
     probe: bool = False
-    #: For a refused attempt: why (``circuit_open``, ``probing``, ``budget_exhausted``).
+    #: For a refused attempt: why (``circuit_open``, ``operator_open``, ``probing``,
+    #: ``budget_exhausted``).
     reason: str | None = None
     #: For a refused attempt: the earliest instant worth trying again.
     retry_at: datetime | None = None
@@ -100,6 +126,10 @@ def admit(
     retries: int,
 ) -> Admission:
     """Decide one attempt against ``breaker`` and the window's counters (pure)."""
+    if breaker.state == "open" and breaker.manual:
+        # Only an operator closes it, and the close brings held runs forward: look again much later.
+        recheck = max(policy.cooldown, OPERATOR_OPEN_RECHECK)
+        return Admission(False, breaker, reason="operator_open", retry_at=now + recheck)
     if breaker.state == "open":
         # An open breaker always has opened_at; a stored row without one opened "now".
         reopen = (breaker.opened_at or now) + policy.cooldown
@@ -130,6 +160,8 @@ def observe(
     failures: int,
 ) -> Breaker:
     """The breaker after one call's result (``successes``/``failures`` in the window include it)."""
+    if breaker.manual:
+        return breaker  # held open by an operator: results of calls already out change nothing
     if breaker.state == "half_open":
         if not probe:
             return breaker  # a call admitted before the breaker opened: its result is old news

@@ -72,6 +72,9 @@ async def audit(
             fire_at=r["fire_at"],
             completions=r["completions"],
             fence_tokens=tuple(r["tokens"]),
+            was_held=r["was_held"],
+            held_reason=r["held_reason"],
+            finished_at=r["finished_at"],
         )
         for r in run_rows
     ]

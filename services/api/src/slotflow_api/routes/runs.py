@@ -12,10 +12,10 @@ from slotflow_api.schemas import Page, Run, RunDetail
 
 router = APIRouter(tags=["runs"])
 
-RUN_STATES = ("due", "running", "failed", "retrying", "completed", "dead_lettered", "skipped")
+RUN_STATES = ("due", "running", "failed", "retrying", "held", "completed", "dead_lettered", "skipped")
 #: A state filter names a state a run can be in: `state=bogus` is a 422 saying which exist, not an
 #: empty list that reads as "no runs".
-RunState = Literal["due", "running", "failed", "retrying", "completed", "dead_lettered", "skipped"]
+RunState = Literal["due", "running", "failed", "retrying", "held", "completed", "dead_lettered", "skipped"]
 
 
 @router.get("/v1/runs", response_model=Page[Run], summary="List runs, newest slot first")

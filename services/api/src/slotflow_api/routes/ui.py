@@ -92,6 +92,11 @@ async def dlq_page() -> HTMLResponse:
     return page("dlq", "Dead letters")
 
 
+@router.get("/ui/downstreams", response_class=HTMLResponse)
+async def downstreams_page() -> HTMLResponse:
+    return page("downstreams", "Downstreams")
+
+
 @router.get("/ui/stats", response_class=HTMLResponse)
 async def stats_page() -> HTMLResponse:
     return page("stats", "Run statistics")

@@ -17,7 +17,7 @@ window.slotflowUi = (() => {
     running: "#0969da", due: "#0969da", started: "#0969da",
     // Each state its own colour: a retry in progress is not a late firing, and a failed attempt
     // that will be retried is not a dead letter (state is written out beside it too).
-    retrying: "#9a6700", late: "#bc4c00",
+    retrying: "#9a6700", late: "#bc4c00", held: "#9a6700",
     failed: "#cf222e", dead_lettered: "#82071e", missed: "#cf222e",
     skipped: "#6e7781", skipped_by_policy: "#6e7781",
     duplicated_effect: "#8250df",

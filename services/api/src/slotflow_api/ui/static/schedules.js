@@ -447,7 +447,7 @@
   }
 
   function legend() {
-    const states = ["completed", "running", "retrying", "failed", "dead_lettered", "skipped", "missed", "late", "duplicated_effect"];
+    const states = ["completed", "running", "retrying", "held", "failed", "dead_lettered", "skipped", "missed", "late", "duplicated_effect"];
     return h("ul", { class: "legend", "aria-label": "Colours" }, states.map((state) =>
       h("li", {}, h("span", { class: `swatch c-${state}`, "aria-hidden": "true" }), state.replace(/_/g, " "))));
   }
@@ -456,7 +456,7 @@
     const summary = audit.summary || {};
     const pending = audit.pending ? ` (${audit.pending} too recent to judge)` : "";
     return h("p", { class: "audit" }, `Audit: ${text(audit.expected)} slots expected${pending} — `,
-      ["fired", "missed", "skipped_by_policy", "late", "duplicated_effect"].map((name, i) =>
+      ["fired", "missed", "skipped_by_policy", "late", "held", "duplicated_effect"].map((name, i) =>
         [i ? ", " : "", h("span", { class: `s-${name}` }, `${summary[name] || 0} ${name.replace(/_/g, " ")}`)]));
   }
 
