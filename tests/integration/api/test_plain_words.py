@@ -100,7 +100,7 @@ async def test_a_bad_body_is_answered_in_plain_words(
 async def test_bad_query_parameters_are_answered_in_plain_words(client: httpx.AsyncClient) -> None:
     states = await client.get("/v1/runs", params={"state": "bogus"})
     assert states.json()["detail"] == (
-        "state: must be one of due, running, failed, retrying, completed, dead_lettered, skipped"
+        "state: must be one of due, running, failed, retrying, held, completed, dead_lettered, skipped"
     )
     limit = await client.get("/v1/schedules", params={"limit": "ten"})
     assert limit.json()["detail"] == "limit: must be a whole number"

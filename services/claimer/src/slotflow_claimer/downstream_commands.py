@@ -25,6 +25,7 @@ from slotflow.contracts import (
 from slotflow.contracts.envelope import fit_id
 from slotflow.contracts.topics import DOWNSTREAM_EVENTS
 from slotflow.core.downstreams import Breaker, with_settings
+from slotflow.errors import PermanentError
 from slotflow.kafka.loop import Incoming
 from slotflow.pg.inbox import record_once
 from slotflow.pg.outbox import Staged, append_many
@@ -39,7 +40,7 @@ log = logging.getLogger(__name__)
 _KNOWN = "SELECT EXISTS (SELECT 1 FROM {schema}.downstreams WHERE name = $1)"
 
 
-class Rejected(Exception):
+class Rejected(PermanentError):
     """The command cannot be applied as asked; the message says why (sent in CommandRejected)."""
 
 
