@@ -67,6 +67,9 @@ class WorkflowState:
     non_determinism: dict[str, Any] | None = None
     #: Events that break the contract (a result for no scheduled activity, events after the end).
     anomalies: list[str] = field(default_factory=list)
+    #: Runs started by a StartWorkflow under this id (a reuse after close starts another; a
+    #: continue-as-new does not count): the state above is the newest run's.
+    runs: int = 1
 
     @property
     def pending_activities(self) -> list[dict[str, Any]]:
@@ -90,6 +93,7 @@ class WorkflowState:
             "compensations": self.compensations,
             "non_determinism": self.non_determinism,
             "anomalies": self.anomalies,
+            "runs": self.runs,
         }
 
 
@@ -125,6 +129,12 @@ def fold(events: list[Recorded]) -> WorkflowState | None:
     terminal: str | None = None
     for recorded in prefix:
         event, at = recorded.event, recorded.at
+        if terminal is not None and isinstance(event, WorkflowStarted) and event.reused_after is not None:
+            # A new run of the closed id (its StartWorkflow's id_reuse_policy): the read model
+            # shows the newest run; the earlier ones stay in the history.
+            state = WorkflowState(gap_at=gap, anomalies=state.anomalies, runs=state.runs + 1)
+            steps, timers, registered = {}, {}, {}
+            compensating, terminal = False, None
         state.last_sequence = event.sequence
         state.updated_at = at
         if terminal is not None:
