@@ -18,6 +18,7 @@ PINNED = {
     "CompensationRegistered", "CancelRequested", "WorkflowCompleted", "WorkflowFailed",
     "WorkflowCancelled", "NonDeterminismDetected", "MarkerRecorded", "TimerCancelled",
     "ChildWorkflowScheduled", "ChildWorkflowCompleted", "ChildWorkflowFailed", "WorkflowContinuedAsNew",
+    "ActivityParked",
 }  # fmt: skip
 
 

@@ -62,3 +62,18 @@ class Deadline:
         except workflow.ActivityError as err:
             return {"error_type": err.error_type, "timed_out": isinstance(err, workflow.ActivityTimeoutError)}
         return {"error_type": None}
+
+
+@workflow.defn(name="tests.parked_booking")
+class ParkedBooking:
+    """Books a shipment whose run, should the claimers give up, waits in the DLQ for a redrive."""
+
+    @workflow.run
+    async def run(self, order: dict[str, Any]) -> dict[str, Any]:
+        quick = workflow.RetryPolicy(
+            base=timedelta(milliseconds=100), cap=timedelta(milliseconds=200), max_attempts=2
+        )
+        booking: dict[str, Any] = await workflow.execute_activity(
+            "shipping.book", order, retry=quick, on_dead_letter="park"
+        )
+        return booking

@@ -7,7 +7,9 @@ PostgreSQL transaction that appends the result, so the rules here are the only p
 history grows:
 
 - an outcome counts only for something still pending (an activity's first RunCompleted or
-  RunDeadLettered, a timer's first TimerFired); late, duplicate or foreign ones are dropped;
+  RunDeadLettered, a timer's first TimerFired); late, duplicate or foreign ones are dropped; a
+  RunDeadLettered of an activity scheduled with `on_dead_letter="park"` only marks it
+  (ActivityParked), so a redrive's outcome still counts;
 - nothing is appended after a terminal event but a new run's WorkflowStarted, for a StartWorkflow
   whose `id_reuse_policy` allows reusing the id; every command still gets its answer;
 - the runtime's events must continue the history gap-free, or nothing of them is kept;
@@ -22,6 +24,7 @@ from typing import Literal, Protocol
 from slotflow.contracts import (
     ActivityCompleted,
     ActivityFailed,
+    ActivityParked,
     ActivityScheduled,
     CancelRequested,
     CancelWorkflow,
@@ -431,7 +434,10 @@ def _outcome(book: _Book, message: Message, out: Step) -> None:
     answered = None
     if isinstance(message, RunCompleted | RunDeadLettered) and message.sequence is not None:
         answered = book.activities.get(message.sequence)
-    if answered is not None and answered.schedule_to_close_deadline is not None:
+    parks = (
+        answered is not None and isinstance(message, RunDeadLettered) and answered.on_dead_letter == "park"
+    )
+    if answered is not None and answered.schedule_to_close_deadline is not None and not parks:
         out.cancel_timers.append(deadline_timer_id(answered.run_id))
     if isinstance(message, RunCompleted) and message.sequence in book.activities:
         book.append(
@@ -440,6 +446,21 @@ def _outcome(book: _Book, message: Message, out: Step) -> None:
                 sequence=book.next_sequence,
                 scheduled_sequence=message.sequence,
                 result=message.result,
+            ),
+            out,
+        )
+    elif isinstance(message, RunDeadLettered) and answered is not None and parks:
+        # The step shows failed with the DLQ reason and stays pending: the outcome of a redrive
+        # of the parked run is its outcome (the run's next dead-letter parks it again).
+        last = message.history[-1] if message.history else None
+        book.append(
+            ActivityParked(
+                workflow_id=wf,
+                sequence=book.next_sequence,
+                scheduled_sequence=answered.sequence,
+                reason=message.reason,
+                error_type=last.error_type[:400] if last is not None and last.error_type else message.reason,
+                message=(last.message if last is not None else "")[:10_000],
             ),
             out,
         )

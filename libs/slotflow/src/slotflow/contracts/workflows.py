@@ -24,6 +24,12 @@ ParentClosePolicy = Literal["request_cancel", "abandon"]
 IdReusePolicy = Literal["reject_duplicate", "allow_after_close", "terminate_running"]
 
 
+#: What a dead-lettered activity does to its workflow (docs/orchestrator.md): `fail` hands the
+#: code an ActivityFailed (it raises ActivityError); `park` appends ActivityParked with the DLQ
+#: reason and keeps the step pending, so a redrive of the parked run lets the workflow go on.
+DeadLetterPolicy = Literal["fail", "park"]
+
+
 class StartWorkflow(Message):
     """Start `workflow_type` with `input`; a second start with the same command id is a no-op."""
 
@@ -161,6 +167,8 @@ class ActivityScheduled(HistoryEvent):
     #: Schedule-to-close: past this instant no further attempt starts and the activity fails with
     #: error type `ScheduleToCloseTimeout` (the decision's time plus the code's timeout).
     schedule_to_close_deadline: AwareDatetime | None = None
+    #: What its run being dead-lettered does: fail the step, or park it until a redrive.
+    on_dead_letter: DeadLetterPolicy = "fail"
 
     @model_validator(mode="after")
     def _consistent(self) -> "ActivityScheduled":
@@ -365,6 +373,24 @@ class WorkflowContinuedAsNew(HistoryEvent):
     input: dict[str, Any] = Field(default_factory=dict)
 
 
+class ActivityParked(HistoryEvent):
+    """The claimers dead-lettered the run of an activity scheduled with `on_dead_letter="park"`:
+    the run is parked in the DLQ with `reason`, and the step shows failed with it.
+
+    The step stays pending: the outcome of a redrive of the parked run (ActivityCompleted, or
+    ActivityParked again) is its outcome. A marker, not an input: a replay skips it, and the
+    code, still awaiting the activity, sees nothing until that outcome.
+    """
+
+    message_type = "workflow.activity_parked"
+    scheduled_sequence: int = Field(ge=1)
+    #: The DLQ reason the claimer gave (`permanent_error`, `attempts_exhausted`).
+    reason: str = Field(min_length=1, max_length=400)
+    #: The last attempt's error.
+    error_type: str = Field(min_length=1, max_length=400)
+    message: str = Field(default="", max_length=10_000)
+
+
 #: Every history event type, in the order the docs list them.
 HISTORY_EVENTS: tuple[type[HistoryEvent], ...] = (
     WorkflowStarted,
@@ -386,6 +412,7 @@ HISTORY_EVENTS: tuple[type[HistoryEvent], ...] = (
     ChildWorkflowCompleted,
     ChildWorkflowFailed,
     WorkflowContinuedAsNew,
+    ActivityParked,
 )
 #: Events after which the orchestrator appends nothing.
 TERMINAL_EVENTS: tuple[type[HistoryEvent], ...] = (WorkflowCompleted, WorkflowFailed, WorkflowCancelled)

@@ -12,6 +12,7 @@ from typing import Any
 from slotflow.contracts import (
     ActivityCompleted,
     ActivityFailed,
+    ActivityParked,
     ActivityScheduled,
     CancelRequested,
     CompensationRegistered,
@@ -73,7 +74,7 @@ class WorkflowState:
 
     @property
     def pending_activities(self) -> list[dict[str, Any]]:
-        return [step for step in self.steps if step["state"] == "scheduled"]
+        return [step for step in self.steps if step["state"] in ("scheduled", "parked")]
 
     @property
     def pending_timers(self) -> list[dict[str, Any]]:
@@ -175,16 +176,30 @@ def fold(events: list[Recorded]) -> WorkflowState | None:
                     entry.update(
                         state="running", scheduled_sequence=event.sequence, run_id=event.run_id, error=None
                     )
+        elif isinstance(event, ActivityParked):
+            step = steps.get(event.scheduled_sequence)
+            if step is None or step["state"] not in ("scheduled", "parked"):
+                state.anomalies.append(
+                    f"#{event.sequence} {event.message_type} for #{event.scheduled_sequence}, not a pending activity"
+                )
+                continue
+            # Failed with the DLQ reason, still pending: a redrive of the parked run finishes it.
+            parked: dict[str, Any] = {
+                "type": event.error_type,
+                "message": event.message,
+                "dead_letter_reason": event.reason,
+            }
+            step.update(state="parked", error=parked)
         elif isinstance(event, ActivityCompleted | ActivityFailed):
             step = steps.get(event.scheduled_sequence)
-            if step is None or step["state"] != "scheduled":
+            if step is None or step["state"] not in ("scheduled", "parked"):
                 state.anomalies.append(
                     f"#{event.sequence} {event.message_type} for #{event.scheduled_sequence}, not a pending activity"
                 )
                 continue
             step.update(finished_at=_iso(at), finished_sequence=event.sequence)
             if isinstance(event, ActivityCompleted):
-                step.update(state="completed", result=event.result)
+                step.update(state="completed", result=event.result, error=None)
             else:
                 error = {"type": event.error_type, "message": event.message, "permanent": event.permanent}
                 step.update(state="failed", error=error)
