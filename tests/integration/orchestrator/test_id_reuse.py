@@ -22,7 +22,8 @@ from slotflow.settings import KafkaSettings
 from slotflow.testing import assert_eventually
 from slotflow_orchestrator.stepping import TERMINATED
 from tests.integration.claimer.support import TopicReader
-from tests.integration.orchestrator.support import Workflows
+from tests.integration.cli.test_replay_topic import slotflow
+from tests.integration.orchestrator.support import Workflows, wait_published
 
 WF = "reuse-1"
 
@@ -124,3 +125,11 @@ async def test_each_id_reuse_policy_is_answered_and_starts_a_new_run_only_where_
         "closed": True,
         "deadline": True,
     }
+    # `slotflow replay` reads the published history and replays every run of it against the code.
+    await wait_published(kafka, WF, len(events))
+    code, out, err = await slotflow(
+        kafka, "replay", "--topic", "--workflow-id", WF, "--module", "tests.integration.orchestrator.flows"
+    )
+    assert code == 0, (out, err)
+    assert out.startswith(f"ok  {WF}  tests.")
+    assert f"{len(events)} events, 4 runs, completed" in out, out
