@@ -248,9 +248,13 @@ class OrchestratorService:
         redecide: list[tuple[str, int]] = []
         next_check = 0.0
         failures = 0
+        seen_assignments = -1
         while not stop.is_set():
             try:
-                if time.monotonic() >= next_check:
+                # A new assignment is acted on at once (a failover waits for nothing more); the
+                # periodic check catches the rest.
+                if time.monotonic() >= next_check or consumer.assignments != seen_assignments:
+                    seen_assignments = consumer.assignments
                     assigned = frozenset(p for t, p in consumer.assignment() if t == commands_topic)
                     for shard in await leases.reconcile(assigned, consumer.assignments):
                         redecide.extend((wf, shard) for wf in await leases.stuck_workflows(shard))
