@@ -84,10 +84,16 @@ ACCEPTED = (
 #: A workflow whose decision failed (not by a lease) waits this long, doubling, before the next try.
 FAILURE_PAUSE = (0.2, 30.0)
 
-PENDING = (
-    "SELECT workflow_id, min(shard) AS shard FROM {schema}.inputs WHERE shard = ANY($1::int[]) "
-    "GROUP BY workflow_id ORDER BY min(seq) LIMIT $2"
-)
+# Each held shard's oldest waiting workflows, up to $2 a shard, oldest first overall: a backlog on
+# some shards (a survivor's own, when it takes over a dead orchestrator's shards) cannot keep
+# the others' first inputs waiting behind it.
+PENDING = """
+SELECT w.workflow_id, sh.s AS shard
+FROM unnest($1::int[]) AS sh(s),
+    LATERAL (SELECT workflow_id, min(seq) AS first FROM {schema}.inputs WHERE shard = sh.s
+             GROUP BY workflow_id ORDER BY min(seq) LIMIT $2) AS w
+ORDER BY w.first
+"""
 
 
 class NotRunning(SlotflowError):
@@ -281,7 +287,10 @@ class OrchestratorService:
         if not shards:
             return []
         now = time.monotonic()
-        rows = await self.pool.fetch(sql(PENDING, self.settings.orchestrator.db_schema), list(shards), limit)
+        per_shard = max(1, limit // len(shards))
+        rows = await self.pool.fetch(
+            sql(PENDING, self.settings.orchestrator.db_schema), list(shards), per_shard
+        )
         return [
             (r["workflow_id"], r["shard"])
             for r in rows
