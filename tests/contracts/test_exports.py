@@ -21,6 +21,7 @@ PINNED = {
     # the downstream topics
     "OpenDownstream", "CloseDownstream", "ConfigureDownstream", "DownstreamChanged", "DownstreamReported",
     "DownstreamSettings",
+    "ActivityParked",
 }  # fmt: skip
 
 

@@ -20,7 +20,7 @@ from slotflow.contracts.workflows import TERMINAL_EVENTS
 
 def test_every_history_event_is_registered_under_the_workflow_namespace() -> None:
     names = {model.message_type for model in HISTORY_EVENTS}
-    assert len(names) == len(HISTORY_EVENTS) == 19
+    assert len(names) == len(HISTORY_EVENTS) == 20
     assert all(name.startswith("workflow.") for name in names)
     assert all(REGISTRY.model_for(m.message_type, 1) is m for m in HISTORY_EVENTS)
     # The ticker's TimerFired keeps its own name: the history records it under another.
@@ -42,8 +42,16 @@ def test_examples_use_the_deterministic_envelope_id(model: type[HistoryEvent]) -
 
 def test_workflow_started_is_sequence_one() -> None:
     WorkflowStarted(workflow_id="w", sequence=1, workflow_type="t", command_id="c")
-    with pytest.raises(ValidationError, match="always sequence 1"):
+    with pytest.raises(ValidationError, match="sequence 1 unless"):
         WorkflowStarted(workflow_id="w", sequence=2, workflow_type="t", command_id="c")
+    # A run reusing a closed id starts right after the previous run's end, and only there.
+    WorkflowStarted(workflow_id="w", sequence=5, workflow_type="t", command_id="c", reused_after=4)
+    with pytest.raises(ValidationError, match="right after the previous run's end"):
+        WorkflowStarted(workflow_id="w", sequence=6, workflow_type="t", command_id="c", reused_after=4)
+    with pytest.raises(ValidationError, match="not both"):
+        WorkflowStarted(
+            workflow_id="w", sequence=5, workflow_type="t", command_id="c", reused_after=4, continued_from=4
+        )
 
 
 def test_sequence_starts_at_one() -> None:

@@ -16,6 +16,7 @@ from fastapi import FastAPI
 from slotflow.contracts import (
     ActivityCompleted,
     ActivityFailed,
+    ActivityParked,
     ActivityScheduled,
     CompensationRegistered,
     HistoryEvent,
@@ -201,3 +202,42 @@ async def test_saga_history_is_folded_into_the_workflow(
         await assert_eventually(rebuilt, timeout=60, message="the rebuilt read model equals the original")
     finally:
         await pool.close()
+
+
+async def test_a_parked_step_and_a_reused_id_as_the_api_serves_them(
+    client: httpx.AsyncClient, emit: Emitter
+) -> None:
+    """A step parked in the DLQ stays pending, marked with the DLQ reason, until its redrive's
+    outcome; a new run of the closed id is what the workflow shows afterwards."""
+    first = [
+        WorkflowStarted(workflow_id=W, sequence=1, workflow_type="orders.checkout", command_id="s1"),
+        scheduled(2, "shipping.book"),
+        ActivityParked(
+            workflow_id=W,
+            sequence=3,
+            scheduled_sequence=2,
+            reason="attempts_exhausted",
+            error_type="CarrierDown",
+            message="503",
+        ),
+    ]
+    url = f"/v1/workflows/{W}"
+    await append(emit, first)
+    body = await eventually_json(client, url, lambda b: b["last_sequence"] == 3)
+    assert body["status"] == "running"
+    assert [(s["state"], s["error"]) for s in body["steps"]] == [
+        ("parked", {"type": "CarrierDown", "message": "503", "dead_letter_reason": "attempts_exhausted"})
+    ]
+    assert [(a["sequence"], a["handler"]) for a in body["pending_activities"]] == [(2, "shipping.book")]
+
+    # The redrive's outcome completes the step; the run ends; the id is reused for a second run.
+    rest = [
+        done(4, 2),
+        WorkflowFailed(workflow_id=W, sequence=5, error_type="Later", message="later"),
+        WorkflowStarted(
+            workflow_id=W, sequence=6, workflow_type="orders.checkout", command_id="s2", reused_after=5
+        ),
+    ]
+    await append(emit, rest)
+    body = await eventually_json(client, url, lambda b: b["last_sequence"] == 6)
+    assert (body["status"], body["error"], body["steps"], body["anomalies"]) == ("running", None, [], [])

@@ -78,7 +78,8 @@ async def test_runs_list_of_an_unknown_state_is_an_error_not_no_runs(cli: Cli) -
     bogus = await cli("runs", "list", "--job", "payouts", "--state", "bogus")
     assert bogus.code == 1, bogus
     assert (
-        "state: must be one of due, running, failed, retrying, held, completed, dead_lettered, skipped" in bogus.err
+        "state: must be one of due, running, failed, retrying, held, completed, dead_lettered, skipped"
+        in bogus.err
     )
     assert "no runs" not in bogus.out
 

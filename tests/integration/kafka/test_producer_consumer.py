@@ -14,7 +14,7 @@ from slotflow.contracts.codec import decode
 from slotflow.contracts.envelope import TYPE_HEADER, Envelope
 from slotflow.contracts.topics import JOBS_DUE
 from slotflow.kafka.consumer import Consumer
-from slotflow.kafka.producer import Producer
+from slotflow.kafka.producer import OutgoingRecord, Producer
 from slotflow.kafka.records import Record
 from slotflow.settings import KafkaSettings
 from slotflow.testing import assert_eventually, unique_name
@@ -205,3 +205,38 @@ async def test_offsets_sent_in_a_transaction_commit_with_the_output(kafka: Kafka
             leftovers.extend(await again.poll(timeout_ms=300))
             await asyncio.sleep(0)
     assert leftovers == []
+
+
+async def test_a_poll_takes_every_partitions_share_before_one_partitions_backlog(
+    kafka: KafkaSettings,
+) -> None:
+    """A backlog on one partition does not fill the batch while the others' records wait behind
+    it (aiokafka alone hands out its buffer one partition after another)."""
+    topic = kafka.topic(JOBS_DUE)
+    backlog = [OutgoingRecord(topic, b"hot", f"hot-{n}".encode()) for n in range(600)]
+    others = [OutgoingRecord(topic, f"cold-{n}".encode(), b"cold") for n in range(40)]
+    async with Producer(kafka, client_id="fair") as producer:
+        delivered = await producer.send_raw_many([*backlog, *others])
+    hot = delivered[0].partition
+    cold = {d.partition for d in delivered[len(backlog) :]} - {hot}
+    assert cold
+    consumer = Consumer(kafka, topic, group_id=unique_name("fair"), client_id="test", max_poll_records=100)
+    async with consumer:
+        seen: list[Record] = []
+
+        async def everything_buffered() -> bool:
+            # The first poll waits for the first fetch, which brings every partition's records.
+            seen.extend(await consumer.poll(timeout_ms=500))
+            return bool(seen)
+
+        await assert_eventually(everything_buffered, timeout=30, message="a first batch")
+        first = {r.partition for r in seen}
+        assert cold <= first, (hot, sorted(cold), sorted(first))
+        assert len(seen) == 100
+        while len(seen) < len(delivered):
+            batch = await consumer.poll(timeout_ms=500)
+            assert batch, f"{len(seen)} of {len(delivered)} records read"
+            seen.extend(batch)
+    # Each partition's records in offset order, none twice.
+    assert [r.value for r in seen if r.key == b"hot"] == [f"hot-{n}".encode() for n in range(600)]
+    assert len({(r.partition, r.offset) for r in seen}) == len(delivered)

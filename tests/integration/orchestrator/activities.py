@@ -34,6 +34,7 @@ class CaptureDeclined(PermanentError):
 async def create_tables(conn: Conn) -> None:
     """Create the effects table in the handler database (idempotent)."""
     await conn.execute(EFFECTS_SQL)
+    await conn.execute(CARRIER_SQL)
 
 
 async def _record(ctx: RunContext, activity: str) -> None:
@@ -84,6 +85,24 @@ async def slow(ctx: RunContext) -> None:
     await asyncio.sleep(float(ctx.payload.get("seconds", 30)))
 
 
+class CarrierClosed(Exception):
+    """The carrier's booking API is down: a retryable failure."""
+
+
+CARRIER_SQL = "CREATE TABLE IF NOT EXISTS carrier_open (order_id text PRIMARY KEY)"
+
+
+async def book(ctx: RunContext) -> dict[str, Any]:
+    """Books a shipment once the test opened the carrier for the order (`carrier_open`)."""
+    await _record(ctx, "shipping.book")
+    if ctx.pool is None:
+        raise PermanentError("shipping.book needs a handler database")
+    order_id = str(ctx.payload["order_id"])
+    if await ctx.pool.fetchval("SELECT count(*) FROM carrier_open WHERE order_id = $1", order_id) == 0:
+        raise CarrierClosed(f"carrier closed for order {order_id}")
+    return {"order_id": order_id, "booking": f"book-{ctx.run_id}"}
+
+
 #: Handler name -> function, for a test's HandlerRegistry.
 ACTIVITIES = {
     "payments.authorize": authorize,
@@ -92,4 +111,5 @@ ACTIVITIES = {
     "inventory.release": release,
     "payments.void": void,
     "shipping.slow": slow,
+    "shipping.book": book,
 }

@@ -93,3 +93,35 @@ class Echo:
     @workflow.run
     async def run(self, order: dict[str, Any]) -> dict[str, Any]:
         return order
+
+
+@workflow.defn(name="tests.parked_booking")
+class ParkedBooking:
+    """Books a shipment whose run, should the claimers give up, waits in the DLQ for a redrive."""
+
+    @workflow.run
+    async def run(self, order: dict[str, Any]) -> dict[str, Any]:
+        quick = workflow.RetryPolicy(
+            base=timedelta(milliseconds=100), cap=timedelta(milliseconds=200), max_attempts=2
+        )
+        booking: dict[str, Any] = await workflow.execute_activity(
+            "shipping.book", order, retry=quick, on_dead_letter="park"
+        )
+        return booking
+
+
+@workflow.defn(name="tests.batches")
+class Batches:
+    """Authorizes one batch a run, waits for a `next` signal, and continues as new with the
+    cursor moved on; after the last batch it returns every run it saw."""
+
+    @workflow.run
+    async def run(self, state: dict[str, Any]) -> dict[str, Any]:
+        cursor, last = int(state.get("cursor", 0)), int(state.get("last", 2))
+        info = workflow.info()
+        await workflow.execute_activity("payments.authorize", {"order_id": f"{info.workflow_id}-{cursor}"})
+        runs = [*state.get("runs", []), {"run_id": info.run_id, "continued_from": info.continued_from}]
+        if cursor < last:
+            await workflow.wait_signal("next")
+            workflow.continue_as_new({"cursor": cursor + 1, "last": last, "runs": runs})
+        return {"cursor": cursor, "runs": runs}

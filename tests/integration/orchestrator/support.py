@@ -7,6 +7,7 @@ from typing import Any
 
 from slotflow.commands import publish_command
 from slotflow.contracts import HistoryEvent, Message, StartWorkflow
+from slotflow.contracts.topics import WORKFLOW_HISTORY
 from slotflow.pg.pool import Pool
 from slotflow.pg.statements import sql
 from slotflow.settings import KafkaSettings, PostgresSettings
@@ -15,6 +16,7 @@ from slotflow_orchestrator.app import OrchestratorService
 from slotflow_orchestrator.config import OrchestratorSettings, Settings
 from slotflow_orchestrator.deciding import history_of
 from slotflow_orchestrator.stepping import Decider
+from tests.integration.claimer.support import TopicReader
 
 
 def orchestrator_settings(kafka: KafkaSettings, pg_dsn: str, **overrides: Any) -> Settings:
@@ -129,3 +131,14 @@ class Workflows:
     async def effects(self, run_id_prefix: str = "") -> list[str]:
         """The activities whose effects the test activities recorded, in order."""
         return [e["activity"] for e in await effects(self.db, run_id_prefix)]
+
+
+async def wait_published(kafka: KafkaSettings, workflow_id: str, count: int) -> None:
+    """Until the history topic holds ``count`` events of ``workflow_id`` (the relay's lag)."""
+    async with TopicReader(kafka, WORKFLOW_HISTORY) as published:
+
+        async def probe() -> bool:
+            await published.drain()
+            return len({e.id for e in published.seen if e.key == workflow_id}) >= count
+
+        await assert_eventually(probe, timeout=30, message=f"{count} events of {workflow_id} published")

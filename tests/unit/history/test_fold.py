@@ -183,6 +183,19 @@ def test_completed_carries_its_result_and_nothing_after_counts() -> None:
     assert state.anomalies == ["#3 workflow.activity_scheduled after the workflow ended"]
 
 
+def test_a_reused_id_shows_its_newest_run_and_only_a_reuse_reopens_it() -> None:
+    first = [started(), scheduled(2, "a"), done(3, 2), WorkflowCompleted(workflow_id=W, sequence=4, result=1)]
+    again = WorkflowStarted(
+        workflow_id=W, sequence=5, workflow_type="checkout", input={"o": 8}, command_id="c2", reused_after=4
+    )
+    state = fold(rec(*first, again, scheduled(6, "b")))
+    assert state is not None
+    assert (state.status, state.runs, state.command_id, state.input) == ("running", 2, "c2", {"o": 8})
+    assert [s["activity"] for s in state.steps] == ["b"]
+    assert state.result is None
+    assert state.anomalies == []
+
+
 def test_non_determinism_stops_the_workflow_until_it_moves_on() -> None:
     diverged = NonDeterminismDetected(
         workflow_id=W, sequence=3, at_sequence=2, expected="activity a", got="activity b"

@@ -135,13 +135,94 @@ def test_a_start_of_an_unknown_type_is_rejected_and_appends_nothing() -> None:
     assert out.acks[0].reason == "unknown workflow type 'nope'"
 
 
-@pytest.mark.parametrize("policy", ["reject_duplicate", "allow_after_close", "terminate_running"])
-def test_a_second_start_of_a_taken_id_is_rejected_whatever_the_policy(policy: str) -> None:
+def closed() -> list[HistoryEvent]:
+    return [*started(), WorkflowCompleted(workflow_id=WF, sequence=2, result={"n": 1})]
+
+
+CLOSED = Row("checkout", "completed")
+
+
+@pytest.mark.parametrize(
+    ("policy", "history", "row", "answer"),
+    [
+        (
+            "reject_duplicate",
+            scheduled(),
+            RUNNING,
+            "already exists (running); id_reuse_policy is reject_duplicate",
+        ),
+        (
+            "reject_duplicate",
+            closed(),
+            CLOSED,
+            "already exists (closed); id_reuse_policy is reject_duplicate",
+        ),
+        (
+            "allow_after_close",
+            scheduled(),
+            RUNNING,
+            "is still open (running); id_reuse_policy allow_after_close",
+        ),
+    ],
+)
+def test_a_start_of_a_taken_id_refused_by_its_policy_appends_nothing(
+    policy: str, history: list[HistoryEvent], row: Row, answer: str
+) -> None:
     start = StartWorkflow(workflow_id=WF, workflow_type="checkout", id_reuse_policy=policy)  # type: ignore[arg-type]
-    out = step(WF, RUNNING, scheduled(), [item(start, "c2")], decider=Scripted(), now=NOW)
+    out = step(WF, row, history, [item(start, "c2")], decider=Scripted(), now=NOW)
     assert out.events == []
     assert out.acks[0].reason is not None
-    assert "already exists (open)" in out.acks[0].reason
+    assert answer in out.acks[0].reason
+
+
+@pytest.mark.parametrize("policy", ["allow_after_close", "terminate_running"])
+def test_a_closed_id_reused_starts_a_new_run_after_the_last_ones_end(policy: str) -> None:
+    start = StartWorkflow(workflow_id=WF, workflow_type="checkout", input={"n": 2}, id_reuse_policy=policy)  # type: ignore[arg-type]
+    out = step(WF, CLOSED, closed(), [item(start, "c2")], decider=Scripted(schedule_next()), now=NOW)
+    assert [type(e) for e in out.events] == [WorkflowStarted, ActivityScheduled]
+    again = out.events[0]
+    assert isinstance(again, WorkflowStarted)
+    assert (again.sequence, again.reused_after, again.command_id, again.input) == (3, 2, "c2", {"n": 2})
+    assert out.events[1].sequence == 4
+    assert out.status == "running"
+    assert [(a.command_id, a.reason) for a in out.acks] == [("c2", None)]
+
+
+def test_terminate_running_ends_the_open_run_cancels_its_timers_and_starts_the_next() -> None:
+    history = [
+        *started(),
+        TimerStarted(workflow_id=WF, sequence=2, timer_id=f"{WF}/timer/2", fire_at=NOW + timedelta(hours=1)),
+    ]
+    row = Row("checkout", "running", NOW + timedelta(hours=2))
+    start = StartWorkflow(
+        workflow_id=WF,
+        workflow_type="checkout",
+        id_reuse_policy="terminate_running",
+        execution_timeout=timedelta(minutes=5),
+    )
+    out = step(WF, row, history, [item(start, "c2")], decider=Scripted(schedule_next()), now=NOW)
+    assert [type(e) for e in out.events] == [WorkflowFailed, WorkflowStarted, ActivityScheduled]
+    ended, again = out.events[0], out.events[1]
+    assert isinstance(ended, WorkflowFailed)
+    assert ended.error_type == TERMINATED
+    assert "c2" in ended.message
+    assert isinstance(again, WorkflowStarted)
+    assert again.reused_after == 3
+    # The first run's timers go; the new run's deadline has a timer id of its own.
+    assert out.cancel_timers == [f"{WF}/timer/2", execution_timer_id(WF)]
+    assert [t.timer_id for t in out.timers] == [execution_timer_id(WF, 4)]
+    assert execution_timer_id(WF, 4) != execution_timer_id(WF)
+    # The old run's execution timer firing late is not the new run's.
+    late = TimerFired(timer_id=execution_timer_id(WF), owner=WF, fire_at=NOW, fired_at=NOW)
+    after = step(
+        WF,
+        Row("checkout", "running", NOW),
+        [*history, *out.events],
+        [item(late, "t1")],
+        decider=Scripted(),
+        now=NOW,
+    )
+    assert after.events == []
 
 
 def test_an_execution_timeout_starts_a_timer_and_its_firing_fails_the_run() -> None:

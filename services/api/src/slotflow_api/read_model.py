@@ -407,7 +407,7 @@ def _typed(out: dict[str, Any], derived: dict[str, Any], runs: dict[str, dict[st
             "scheduled_at": step["scheduled_at"],
         }
         for step in steps
-        if step["state"] == "scheduled"
+        if step["state"] in ("scheduled", "parked")
     ]
     out["timers"] = [
         {

@@ -214,7 +214,9 @@ class WorkflowStep(BaseModel):
     run_id: str
     compensation: bool
     compensates: int | None
-    state: Literal["scheduled", "completed", "failed"]
+    state: Literal["scheduled", "parked", "completed", "failed"] = Field(
+        description="parked: its run is in the DLQ (error has the reason); a redrive finishes it"
+    )
     run_state: str | None = Field(default=None, description="the run's state in the runs read model")
     scheduled_at: datetime
     finished_at: datetime | None

@@ -70,6 +70,8 @@ class OrchestratorService:
         self._wake = asyncio.Event()
         self._pool: Pool | None = None
         self._relay: OutboxRelay | None = None
+        #: The decision loop, once running (tests read which workflows a pass would pick).
+        self.decider: DeciderLoop | None = None
         self._shards = 0
         self.leases: Leases | None = None
         self.decisions: Decisions | None = None
@@ -141,7 +143,7 @@ class OrchestratorService:
         commands_topic = kafka.topic(WORKFLOW_COMMANDS)
         supervisor = Supervisor("orchestrator")
         supervisor.add("intake", intake.run, stage=0)
-        decider = DeciderLoop(
+        self.decider = decider = DeciderLoop(
             pool,
             cfg,
             owner=self.owner,

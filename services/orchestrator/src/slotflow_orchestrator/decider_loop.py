@@ -35,10 +35,16 @@ FAILURE_PAUSE = (0.2, 30.0)
 
 # Workflows of the held shards with waiting inputs, the oldest input first. Only the lease holder
 # of a shard decides its workflows, and the decision transaction checks the lease's token again.
-PENDING = (
-    "SELECT workflow_id, min(shard) AS shard FROM {schema}.inputs WHERE shard = ANY($1::int[]) "
-    "GROUP BY workflow_id ORDER BY min(seq) LIMIT $2"
-)
+# Each held shard's oldest waiting workflows, up to $2 a shard, oldest first overall: a backlog on
+# some shards (a survivor's own, when it takes over a dead orchestrator's shards) cannot keep
+# the others' first inputs waiting behind it.
+PENDING = """
+SELECT w.workflow_id, sh.s AS shard
+FROM unnest($1::int[]) AS sh(s),
+    LATERAL (SELECT workflow_id, min(seq) AS first FROM {schema}.inputs WHERE shard = sh.s
+             GROUP BY workflow_id ORDER BY min(seq) LIMIT $2) AS w
+ORDER BY w.first
+"""
 
 
 class DeciderLoop:
@@ -78,9 +84,13 @@ class DeciderLoop:
         redecide: list[tuple[str, int]] = []
         next_check = 0.0
         failures = 0
+        seen_assignments = -1
         while not stop.is_set():
             try:
-                if time.monotonic() >= next_check:
+                # A new assignment is acted on at once (a failover waits for nothing more); the
+                # periodic check catches the rest.
+                if time.monotonic() >= next_check or consumer.assignments != seen_assignments:
+                    seen_assignments = consumer.assignments
                     assigned = frozenset(p for t, p in consumer.assignment() if t == self._commands_topic)
                     for shard in await leases.reconcile(assigned, consumer.assignments):
                         redecide.extend((wf, shard) for wf in await leases.stuck_workflows(shard))
@@ -106,7 +116,8 @@ class DeciderLoop:
         if not shards:
             return []
         now = time.monotonic()
-        rows = await self.pool.fetch(sql(PENDING, self._cfg.db_schema), list(shards), limit)
+        per_shard = max(1, limit // len(shards))
+        rows = await self.pool.fetch(sql(PENDING, self._cfg.db_schema), list(shards), per_shard)
         return [
             (r["workflow_id"], r["shard"])
             for r in rows

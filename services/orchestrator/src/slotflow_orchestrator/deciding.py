@@ -89,6 +89,16 @@ UPDATE {schema}.workflows AS w SET status = u.st, last_sequence = u.l, decided_w
 FROM unnest($1::text[], $2::text[], $3::int[]) AS u(id, st, l)
 WHERE w.workflow_id = u.id
 """
+# A new run of a taken id (id_reuse_policy): the row describes the newest run from now on.
+RESTART_ROWS = """
+UPDATE {schema}.workflows AS w SET workflow_type = u.t, status = u.st, last_sequence = u.l,
+    start_command_id = u.c, started_at = $2::timestamptz, execution_deadline = u.d,
+    decided_with_token = $3,
+    closed_at = CASE WHEN u.st IN ('completed', 'failed', 'cancelled') THEN $2::timestamptz END
+FROM unnest($1::text[], $4::text[], $5::text[], $6::int[], $7::text[], $8::timestamptz[])
+    AS u(id, t, st, l, c, d)
+WHERE w.workflow_id = u.id
+"""
 DROP_INPUTS = "DELETE FROM {schema}.inputs WHERE seq = ANY($1::bigint[])"
 
 #: Histories kept from this process's own commits (workflows, least recently decided go first).
@@ -134,6 +144,7 @@ class _Writes:
 
     history: list[tuple[str, int, str, str]] = field(default_factory=list)
     created: list[tuple[str, str, str, int, str, datetime | None]] = field(default_factory=list)
+    restarted: list[tuple[str, str, str, int, str, datetime | None]] = field(default_factory=list)
     updated: list[tuple[str, str, int]] = field(default_factory=list)
     dropped: list[int] = field(default_factory=list)
     staged: list[Staged] = field(default_factory=list)
@@ -179,6 +190,7 @@ class Decisions:
                 "append": APPEND,
                 "create": CREATE_ROWS,
                 "update": UPDATE_ROWS,
+                "restart": RESTART_ROWS,
                 "drop": DROP_INPUTS,
             }.items()
         }
@@ -332,11 +344,17 @@ class Decisions:
         last = out.events[-1].sequence if out.events else None
         if out.started is not None and last is not None:
             deadline = now + out.started.execution_timeout if out.started.execution_timeout else None
-            first = out.events[0]
-            command_id = first.command_id if isinstance(first, WorkflowStarted) else ""
-            writes.created.append(
-                (workflow_id, out.started.workflow_type, out.status or "running", last, command_id, deadline)
+            # The newest run a StartWorkflow began (one step may end a run and start the next).
+            start = [e for e in out.events if isinstance(e, WorkflowStarted) and e.continued_from is None][-1]
+            row = (
+                workflow_id,
+                out.started.workflow_type,
+                out.status or "running",
+                last,
+                start.command_id,
+                deadline,
             )
+            (writes.restarted if exists else writes.created).append(row)
         elif exists and last is not None:
             writes.updated.append((workflow_id, out.status or "running", last))
         writes.dropped.extend(i.seq for i in inputs)
@@ -370,6 +388,11 @@ class Decisions:
         if writes.updated:
             w, st, last = zip(*writes.updated, strict=True)
             await conn.execute(statements["update"], list(w), list(st), list(last), token, now)
+        if writes.restarted:
+            w, t, st, last, c, dl = zip(*writes.restarted, strict=True)
+            await conn.execute(
+                statements["restart"], list(w), now, token, list(t), list(st), list(last), list(c), list(dl)
+            )
         if writes.dropped:
             await conn.execute(statements["drop"], writes.dropped)
         if writes.staged:
@@ -382,7 +405,7 @@ class Decisions:
         envelopes = [
             wrap(
                 notice.outcome,
-                id=f"{out.workflow_id}#{last}/parent",
+                id=f"{out.workflow_id}#{notice.end_sequence or last}/parent",
                 key=notice.parent_workflow_id,
                 source="orchestrator",
                 occurred_at=now,

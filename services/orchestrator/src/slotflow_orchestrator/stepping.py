@@ -7,8 +7,11 @@ PostgreSQL transaction that appends the result, so the rules here are the only p
 history grows:
 
 - an outcome counts only for something still pending (an activity's first RunCompleted or
-  RunDeadLettered, a timer's first TimerFired); late, duplicate or foreign ones are dropped;
-- nothing is appended after a terminal event, except that commands still get their answer;
+  RunDeadLettered, a timer's first TimerFired); late, duplicate or foreign ones are dropped; a
+  RunDeadLettered of an activity scheduled with `on_dead_letter="park"` only marks it
+  (ActivityParked), so a redrive's outcome still counts;
+- nothing is appended after a terminal event but a new run's WorkflowStarted, for a StartWorkflow
+  whose `id_reuse_policy` allows reusing the id; every command still gets its answer;
 - the runtime's events must continue the history gap-free, or nothing of them is kept;
 - a replay that diverges appends NonDeterminismDetected and leaves the workflow `stuck`.
 """
@@ -21,6 +24,7 @@ from typing import Literal, Protocol
 from slotflow.contracts import (
     ActivityCompleted,
     ActivityFailed,
+    ActivityParked,
     ActivityScheduled,
     CancelRequested,
     CancelWorkflow,
@@ -75,9 +79,16 @@ def deadline_timer_id(run_id: str) -> str:
     return f"{run_id}#deadline"
 
 
-def execution_timer_id(workflow_id: str) -> str:
-    """The ticker timer that enforces a run's execution timeout (`#` never occurs in a workflow id)."""
-    return f"{workflow_id}#execution-timeout"
+def execution_timer_id(workflow_id: str, chain_start: int = 1) -> str:
+    """The ticker timer that enforces a run's execution timeout (`#` never occurs in a workflow id).
+
+    ``chain_start`` is the sequence of the WorkflowStarted the StartWorkflow appended (runs continued
+    from it share its deadline); a run reusing a closed id gets its own timer, since the first one's
+    StartTimer and CancelTimer ids are taken for good at the ticker.
+    """
+    if chain_start == 1:
+        return f"{workflow_id}#execution-timeout"
+    return f"{workflow_id}#{chain_start}/execution-timeout"
 
 
 class Diverged(SlotflowError):
@@ -161,6 +172,8 @@ class ParentNotice:
 
     parent_workflow_id: str
     outcome: ChildOutcome
+    #: The sequence of the child's terminal event (None for a start that was refused).
+    end_sequence: int | None = None
 
 
 @dataclass
@@ -195,6 +208,11 @@ class _Book:
     children: dict[int, ChildWorkflowScheduled] = field(default_factory=dict)
     #: The current run's start (a continue-as-new starts a new run in the same history).
     run: WorkflowStarted | None = None
+    #: Sequence of the WorkflowStarted a StartWorkflow appended: the current run's, or the one it
+    #: was continued from. The execution timeout belongs to it (`execution_timer_id`).
+    chain_start: int = 1
+    #: Whether that start set an execution timeout (its timer is cancelled when the run ends).
+    chain_deadline: bool = False
     ended: bool = False
     diverged: bool = False
     #: Closed, and its history purged from the table (the row says so; the topic keeps it).
@@ -213,6 +231,9 @@ class _Book:
         if isinstance(event, WorkflowStarted):
             # A new run: what the previous one left pending is not this run's to answer.
             self.run = event
+            self.ended = False
+            if event.continued_from is None:
+                self.chain_start = event.sequence
             self.activities.clear()
             self.timers.clear()
             self.children.clear()
@@ -255,6 +276,7 @@ def step(
     if row is not None and not book.history and row.status in CLOSED:
         # Its history rows were purged (retention.py): the row alone says it ended.
         book.ended = book.purged = True
+    book.chain_deadline = row is not None and row.execution_deadline is not None
     out = Step(workflow_id)
     for item in inputs:
         _apply(book, row, item, out, decider=decider, now=now)
@@ -263,13 +285,18 @@ def step(
     if out.events or out.started is not None:
         out.status = _status(book)
     if book.ended and out.events:
-        out.cancel_timers.extend(_timers_to_cancel(book, row, out))
-        _closing(book, out)
+        _close_run(book, out)
     return out
 
 
+def _close_run(book: _Book, out: Step) -> None:
+    """The run ended in this step: its timers are cancelled, its parent hears of it, its children
+    get their policy."""
+    out.cancel_timers.extend(_timers_to_cancel(book))
+    _closing(book, out)
+
+
 def _closing(book: _Book, out: Step) -> None:
-    """The run ended in this step: its parent hears of it, its children get their policy."""
     end = book.history[-1]
     run = book.run
     for child in book.children.values():
@@ -307,7 +334,7 @@ def _closing(book: _Book, out: Step) -> None:
         )
     else:
         return
-    out.notices.append(ParentNotice(run.parent_workflow_id, outcome))
+    out.notices.append(ParentNotice(run.parent_workflow_id, outcome, end.sequence))
 
 
 def _status(book: _Book) -> Status:
@@ -319,13 +346,10 @@ def _status(book: _Book) -> Status:
     return "stuck" if book.diverged else "running"
 
 
-def _timers_to_cancel(book: _Book, row: Row | None, out: Step) -> list[str]:
+def _timers_to_cancel(book: _Book) -> list[str]:
     ids = [t.timer_id for t in book.timers.values()]
-    has_deadline = (row is not None and row.execution_deadline is not None) or any(
-        t.timer_id == execution_timer_id(book.workflow_id) for t in out.timers
-    )
-    if has_deadline:
-        ids.append(execution_timer_id(book.workflow_id))
+    if book.chain_deadline:
+        ids.append(execution_timer_id(book.workflow_id, book.chain_start))
     return ids
 
 
@@ -335,20 +359,32 @@ def _apply(book: _Book, row: Row | None, item: Input, out: Step, *, decider: Dec
     wf = book.workflow_id
     exists = bool(book.history) or book.purged
     if isinstance(message, StartWorkflow):
-        if exists:
-            # A reused id would need a second sequence 1 in one history: the run it would start
-            # cannot be recorded, so every policy refuses it (and terminate_running terminates
-            # nothing: ending a run for a start that cannot happen would only lose the run).
-            state = "open" if not book.ended else "closed, history purged" if book.purged else "closed"
-            _refuse_start(item, message, f"workflow {wf} already exists ({state}); {_reuse(message)}", out)
+        if book.purged:
+            # A new run continues the history after its last sequence, which only the topic still
+            # holds: every policy refuses (the id stays taken, docs/orchestrator.md "Retention").
+            reason = f"workflow {wf} already exists (closed, history purged); id_reuse_policy is {message.id_reuse_policy}"
+            _refuse_start(item, message, reason, out)
             return
+        # Checked first: an open run is never terminated for a start that cannot happen.
         if not decider.knows(message.workflow_type):
             _refuse_start(item, message, f"unknown workflow type {message.workflow_type!r}", out)
             return
+        if exists:
+            refusal = _reuse_refusal(book, message)
+            if refusal is not None:
+                _refuse_start(item, message, refusal, out)
+                return
+            if not book.ended:
+                reason = f"terminated by StartWorkflow {command_id} (id_reuse_policy terminate_running)"
+                book.append(_terminal_failure(book, TERMINATED, reason), out)
+            if out.events and out.events[-1] is book.history[-1]:
+                # The previous run ended in this very step: it closes before the next one starts.
+                _close_run(book, out)
         book.append(
             WorkflowStarted(
                 workflow_id=wf,
-                sequence=1,
+                sequence=book.next_sequence,
+                reused_after=book.next_sequence - 1 if exists else None,
                 workflow_type=message.workflow_type,
                 input=message.input,
                 command_id=command_id,
@@ -359,8 +395,10 @@ def _apply(book: _Book, row: Row | None, item: Input, out: Step, *, decider: Dec
             out,
         )
         out.started = message
+        book.chain_deadline = message.execution_timeout is not None
         if message.execution_timeout is not None:
-            out.timers.append(TimerRequest(execution_timer_id(wf), now + message.execution_timeout))
+            timer_id = execution_timer_id(wf, book.chain_start)
+            out.timers.append(TimerRequest(timer_id, now + message.execution_timeout))
         out.acks.append(_accepted(item))
     elif isinstance(message, SignalWorkflow | CancelWorkflow | TerminateWorkflow):
         if not exists:
@@ -409,7 +447,10 @@ def _outcome(book: _Book, message: Message, out: Step) -> None:
     answered = None
     if isinstance(message, RunCompleted | RunDeadLettered) and message.sequence is not None:
         answered = book.activities.get(message.sequence)
-    if answered is not None and answered.schedule_to_close_deadline is not None:
+    parks = (
+        answered is not None and isinstance(message, RunDeadLettered) and answered.on_dead_letter == "park"
+    )
+    if answered is not None and answered.schedule_to_close_deadline is not None and not parks:
         out.cancel_timers.append(deadline_timer_id(answered.run_id))
     if isinstance(message, RunCompleted) and message.sequence in book.activities:
         book.append(
@@ -418,6 +459,21 @@ def _outcome(book: _Book, message: Message, out: Step) -> None:
                 sequence=book.next_sequence,
                 scheduled_sequence=message.sequence,
                 result=message.result,
+            ),
+            out,
+        )
+    elif isinstance(message, RunDeadLettered) and answered is not None and parks:
+        # The step shows failed with the DLQ reason and stays pending: the outcome of a redrive
+        # of the parked run is its outcome (the run's next dead-letter parks it again).
+        last = message.history[-1] if message.history else None
+        book.append(
+            ActivityParked(
+                workflow_id=wf,
+                sequence=book.next_sequence,
+                scheduled_sequence=answered.sequence,
+                reason=message.reason,
+                error_type=last.error_type[:400] if last is not None and last.error_type else message.reason,
+                message=(last.message if last is not None else "")[:10_000],
             ),
             out,
         )
@@ -457,7 +513,7 @@ def _outcome(book: _Book, message: Message, out: Step) -> None:
         book.append(event, out)
     elif isinstance(message, TimerFired):
         pending = book.activities.get(message.sequence) if message.sequence is not None else None
-        if message.timer_id == execution_timer_id(wf):
+        if message.timer_id == execution_timer_id(wf, book.chain_start):
             book.append(_terminal_failure(book, TIMED_OUT, "the execution timeout passed"), out)
         elif pending is not None and message.timer_id == deadline_timer_id(pending.run_id):
             book.append(
@@ -596,13 +652,16 @@ def _terminal_failure(book: _Book, error_type: str, message: str) -> WorkflowFai
     )
 
 
-_REUSE = "reusing the id of a closed workflow is not supported in history v1"
-
-
-def _reuse(message: StartWorkflow) -> str:
+def _reuse_refusal(book: _Book, message: StartWorkflow) -> str | None:
+    """Why a StartWorkflow for a taken id is refused under its `id_reuse_policy`, or None when it
+    starts a new run (after terminating the open one, for `terminate_running`)."""
+    wf = book.workflow_id
+    state = "closed" if book.ended else ("stuck" if book.diverged else "running")
     if message.id_reuse_policy == "reject_duplicate":
-        return "id_reuse_policy is reject_duplicate"
-    return _REUSE
+        return f"workflow {wf} already exists ({state}); id_reuse_policy is reject_duplicate"
+    if message.id_reuse_policy == "allow_after_close" and not book.ended:
+        return f"workflow {wf} is still open ({state}); id_reuse_policy allow_after_close starts a new run only once it closed"
+    return None
 
 
 def _accepted(item: Input) -> Ack:

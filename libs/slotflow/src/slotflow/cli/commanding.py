@@ -186,6 +186,7 @@ def workflow_start(ctx: Context) -> int:
         "workflow_id": _workflow_id(ctx),
         "workflow_type": identifier(a.workflow_type, "--type"),
         "input": parse_json_object(a.input, flag="--input") if a.input is not None else {},
+        "id_reuse_policy": a.id_reuse_policy,
     }
     if a.execution_timeout is not None:
         fields["execution_timeout"] = timedelta(seconds=a.execution_timeout)

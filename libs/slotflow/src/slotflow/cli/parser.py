@@ -294,6 +294,13 @@ def _workflow(groups: Any) -> None:
         metavar="SECONDS",
         help="fail the run (WorkflowTimedOut) if it has not ended this long after its start",
     )
+    start.add_argument(
+        "--id-reuse-policy",
+        choices=("reject_duplicate", "allow_after_close", "terminate_running"),
+        default="reject_duplicate",
+        help="when the id is taken: refuse (default), start a new run once the last one closed, or "
+        "terminate the open run and start a new one",
+    )
     _command_options(start)
 
     signal = _leaf(

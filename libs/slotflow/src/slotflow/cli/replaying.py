@@ -291,7 +291,8 @@ def check_history(history: History) -> list[int]:
     """The indexes of the history's run starts; the contract checks a replay relies on.
 
     Raises:
-        BadHistory: no WorkflowStarted at sequence 1, a gap, or events after a terminal event.
+        BadHistory: no WorkflowStarted at sequence 1, a gap, or events after a terminal event
+            (but a new run of the reused id).
     """
     from slotflow.contracts.workflows import TERMINAL_EVENTS
 
@@ -305,7 +306,8 @@ def check_history(history: History) -> list[int]:
                 f"workflow {wid}: history has a gap after #{before.sequence} (next is #{after.sequence}); "
                 "replay needs every event"
             )
-        if isinstance(before, TERMINAL_EVENTS):
+        reused = isinstance(after, WorkflowStarted) and after.reused_after is not None
+        if isinstance(before, TERMINAL_EVENTS) and not reused:
             raise BadHistory(
                 f"workflow {wid}: #{after.sequence} {after.message_type} follows the end "
                 f"(#{before.sequence} {before.message_type})"

@@ -5,6 +5,7 @@ from datetime import UTC, datetime, timedelta
 from slotflow.contracts import (
     ActivityCompleted,
     ActivityFailed,
+    ActivityParked,
     ActivityScheduled,
     AttemptRecord,
     Backfill,
@@ -412,6 +413,14 @@ _HISTORY_EXAMPLES: tuple[HistoryEvent, ...] = (
         error_type="NoCarrier",
         message="no carrier for 10115",
         permanent=True,
+    ),
+    ActivityParked(
+        workflow_id=_WF,
+        sequence=9,
+        scheduled_sequence=8,
+        reason="attempts_exhausted",
+        error_type="CarrierUnavailable",
+        message="carrier API answered 503",
     ),
     CancelRequested(workflow_id=_WF, sequence=10, reason="customer cancelled", command_id="wf-cmd-0003"),
     WorkflowCompleted(workflow_id=_WF, sequence=11, result={"shipped": True}),

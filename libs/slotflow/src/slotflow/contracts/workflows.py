@@ -16,11 +16,18 @@ ParentClosePolicy = Literal["request_cancel", "abandon"]
 
 
 #: What a StartWorkflow does when its workflow id is taken (docs/orchestrator.md):
-#: `reject_duplicate` refuses it whatever the other run's state; `allow_after_close` refuses it only
-#: while that run is open; `terminate_running` ends an open run first. A closed id can be reused only
-#: where the history keeps runs apart, which v1's `{workflow_id}#{sequence}` ids do not: until then
-#: the orchestrator rejects a reuse of a closed id with that reason, whatever the policy.
+#: `reject_duplicate` refuses it whatever the other run's state; `allow_after_close` starts a new
+#: run once the last one closed and refuses it while that run is open; `terminate_running` ends an
+#: open run first (WorkflowFailed `WorkflowTerminated`) and starts the new one. A new run of a taken
+#: id starts in the same history at the next sequence (`WorkflowStarted.reused_after`), so every
+#: `{workflow_id}#{sequence}` id stays unique.
 IdReusePolicy = Literal["reject_duplicate", "allow_after_close", "terminate_running"]
+
+
+#: What a dead-lettered activity does to its workflow (docs/orchestrator.md): `fail` hands the
+#: code an ActivityFailed (it raises ActivityError); `park` appends ActivityParked with the DLQ
+#: reason and keeps the step pending, so a redrive of the parked run lets the workflow go on.
+DeadLetterPolicy = Literal["fail", "park"]
 
 
 class StartWorkflow(Message):
@@ -100,9 +107,11 @@ class HistoryEvent(Message):
 
 
 class WorkflowStarted(HistoryEvent):
-    """Sequence 1 of every history: the orchestrator accepted a StartWorkflow and began the code.
+    """A run begins: sequence 1 of every history, the orchestrator accepted a StartWorkflow.
 
-    Appended once per workflow id; a second StartWorkflow for the same id appends nothing.
+    A second StartWorkflow with the same command id appends nothing. A later run in the same
+    history follows a continue-as-new (`continued_from`) or reuses the id of a closed run
+    (`reused_after`, by the StartWorkflow's `id_reuse_policy`).
     """
 
     message_type = "workflow.started"
@@ -113,6 +122,9 @@ class WorkflowStarted(HistoryEvent):
     #: A run continued from the previous run's WorkflowContinuedAsNew at this sequence; the new run
     #: starts right after it (same workflow id, sequences carry on, so every id stays unique).
     continued_from: int | None = Field(default=None, ge=1)
+    #: A new run of a workflow id whose previous run ended (completed, failed, cancelled, or was
+    #: terminated for this start) at this sequence; it starts right after that terminal event.
+    reused_after: int | None = Field(default=None, ge=1)
     #: A child workflow names its parent and the parent's ChildWorkflowScheduled sequence, so the
     #: orchestrator can report the child's outcome back into the parent's history.
     parent_workflow_id: WorkflowId | None = None
@@ -122,10 +134,15 @@ class WorkflowStarted(HistoryEvent):
 
     @model_validator(mode="after")
     def _first(self) -> "WorkflowStarted":
-        if self.continued_from is None and self.sequence != 1:
-            raise ValueError("WorkflowStarted is always sequence 1 (unless it continues a run)")
+        if self.continued_from is not None and self.reused_after is not None:
+            raise ValueError("a run either continues the previous one or reuses its closed id, not both")
+        after = self.continued_from if self.continued_from is not None else self.reused_after
+        if after is None and self.sequence != 1:
+            raise ValueError("WorkflowStarted is sequence 1 unless it continues a run or reuses a closed id")
         if self.continued_from is not None and self.sequence != self.continued_from + 1:
             raise ValueError("a continued run starts right after its WorkflowContinuedAsNew")
+        if self.reused_after is not None and self.sequence != self.reused_after + 1:
+            raise ValueError("a run reusing a closed id starts right after the previous run's end")
         if (self.parent_workflow_id is None) != (self.parent_sequence is None):
             raise ValueError("a child names both its parent and the parent's sequence")
         return self
@@ -150,6 +167,8 @@ class ActivityScheduled(HistoryEvent):
     #: Schedule-to-close: past this instant no further attempt starts and the activity fails with
     #: error type `ScheduleToCloseTimeout` (the decision's time plus the code's timeout).
     schedule_to_close_deadline: AwareDatetime | None = None
+    #: What its run being dead-lettered does: fail the step, or park it until a redrive.
+    on_dead_letter: DeadLetterPolicy = "fail"
 
     @model_validator(mode="after")
     def _consistent(self) -> "ActivityScheduled":
@@ -354,6 +373,24 @@ class WorkflowContinuedAsNew(HistoryEvent):
     input: dict[str, Any] = Field(default_factory=dict)
 
 
+class ActivityParked(HistoryEvent):
+    """The claimers dead-lettered the run of an activity scheduled with `on_dead_letter="park"`:
+    the run is parked in the DLQ with `reason`, and the step shows failed with it.
+
+    The step stays pending: the outcome of a redrive of the parked run (ActivityCompleted, or
+    ActivityParked again) is its outcome. A marker, not an input: a replay skips it, and the
+    code, still awaiting the activity, sees nothing until that outcome.
+    """
+
+    message_type = "workflow.activity_parked"
+    scheduled_sequence: int = Field(ge=1)
+    #: The DLQ reason the claimer gave (`permanent_error`, `attempts_exhausted`).
+    reason: str = Field(min_length=1, max_length=400)
+    #: The last attempt's error.
+    error_type: str = Field(min_length=1, max_length=400)
+    message: str = Field(default="", max_length=10_000)
+
+
 #: Every history event type, in the order the docs list them.
 HISTORY_EVENTS: tuple[type[HistoryEvent], ...] = (
     WorkflowStarted,
@@ -375,6 +412,7 @@ HISTORY_EVENTS: tuple[type[HistoryEvent], ...] = (
     ChildWorkflowCompleted,
     ChildWorkflowFailed,
     WorkflowContinuedAsNew,
+    ActivityParked,
 )
 #: Events after which the orchestrator appends nothing.
 TERMINAL_EVENTS: tuple[type[HistoryEvent], ...] = (WorkflowCompleted, WorkflowFailed, WorkflowCancelled)

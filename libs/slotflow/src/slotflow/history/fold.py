@@ -12,6 +12,7 @@ from typing import Any
 from slotflow.contracts import (
     ActivityCompleted,
     ActivityFailed,
+    ActivityParked,
     ActivityScheduled,
     CancelRequested,
     CompensationRegistered,
@@ -67,10 +68,13 @@ class WorkflowState:
     non_determinism: dict[str, Any] | None = None
     #: Events that break the contract (a result for no scheduled activity, events after the end).
     anomalies: list[str] = field(default_factory=list)
+    #: Runs started by a StartWorkflow under this id (a reuse after close starts another; a
+    #: continue-as-new does not count): the state above is the newest run's.
+    runs: int = 1
 
     @property
     def pending_activities(self) -> list[dict[str, Any]]:
-        return [step for step in self.steps if step["state"] == "scheduled"]
+        return [step for step in self.steps if step["state"] in ("scheduled", "parked")]
 
     @property
     def pending_timers(self) -> list[dict[str, Any]]:
@@ -90,6 +94,7 @@ class WorkflowState:
             "compensations": self.compensations,
             "non_determinism": self.non_determinism,
             "anomalies": self.anomalies,
+            "runs": self.runs,
         }
 
 
@@ -125,6 +130,12 @@ def fold(events: list[Recorded]) -> WorkflowState | None:
     terminal: str | None = None
     for recorded in prefix:
         event, at = recorded.event, recorded.at
+        if terminal is not None and isinstance(event, WorkflowStarted) and event.reused_after is not None:
+            # A new run of the closed id (its StartWorkflow's id_reuse_policy): the read model
+            # shows the newest run; the earlier ones stay in the history.
+            state = WorkflowState(gap_at=gap, anomalies=state.anomalies, runs=state.runs + 1)
+            steps, timers, registered = {}, {}, {}
+            compensating, terminal = False, None
         state.last_sequence = event.sequence
         state.updated_at = at
         if terminal is not None:
@@ -165,16 +176,30 @@ def fold(events: list[Recorded]) -> WorkflowState | None:
                     entry.update(
                         state="running", scheduled_sequence=event.sequence, run_id=event.run_id, error=None
                     )
+        elif isinstance(event, ActivityParked):
+            step = steps.get(event.scheduled_sequence)
+            if step is None or step["state"] not in ("scheduled", "parked"):
+                state.anomalies.append(
+                    f"#{event.sequence} {event.message_type} for #{event.scheduled_sequence}, not a pending activity"
+                )
+                continue
+            # Failed with the DLQ reason, still pending: a redrive of the parked run finishes it.
+            parked: dict[str, Any] = {
+                "type": event.error_type,
+                "message": event.message,
+                "dead_letter_reason": event.reason,
+            }
+            step.update(state="parked", error=parked)
         elif isinstance(event, ActivityCompleted | ActivityFailed):
             step = steps.get(event.scheduled_sequence)
-            if step is None or step["state"] != "scheduled":
+            if step is None or step["state"] not in ("scheduled", "parked"):
                 state.anomalies.append(
                     f"#{event.sequence} {event.message_type} for #{event.scheduled_sequence}, not a pending activity"
                 )
                 continue
             step.update(finished_at=_iso(at), finished_sequence=event.sequence)
             if isinstance(event, ActivityCompleted):
-                step.update(state="completed", result=event.result)
+                step.update(state="completed", result=event.result, error=None)
             else:
                 error = {"type": event.error_type, "message": event.message, "permanent": event.permanent}
                 step.update(state="failed", error=error)

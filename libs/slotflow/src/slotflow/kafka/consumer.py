@@ -42,6 +42,7 @@ class Consumer:
         heartbeat_interval_ms: int = 3_000,
     ) -> None:
         self.group_id = group_id
+        self._max_poll_records = max_poll_records
         self._consumer: Any = AIOKafkaConsumer(
             bootstrap_servers=settings.bootstrap,
             client_id=f"{settings.client_id_prefix}-{client_id}",
@@ -78,9 +79,36 @@ class Consumer:
         await self.stop()
 
     async def poll(self, *, timeout_ms: int = 1000, max_records: int | None = None) -> list[Record]:
-        """The next batch, partitions interleaved, each partition's records in offset order."""
-        batches = await self._consumer.getmany(timeout_ms=timeout_ms, max_records=max_records)
-        return [Record.from_aiokafka(r) for records in batches.values() for r in records]
+        """The next batch, partitions interleaved, each partition's records in offset order.
+
+        aiokafka hands out what it has buffered one partition after another, so a backlog on one
+        partition filled whole batches while every other partition's records waited behind it (a
+        new orchestrator owning six shards took in the first five shards' backlog before it could
+        decide anything for the sixth). Here every partition with buffered records gets an even
+        share of the batch first; what is left of it is filled from whatever is buffered.
+        """
+        limit = max_records or self._max_poll_records
+        partitions = sorted(self._consumer.assignment())
+        share = max(1, limit // max(1, len(partitions)))
+        taken: dict[Any, list[Any]] = {}
+        count = 0
+
+        def add(batches: Mapping[Any, Sequence[Any]]) -> None:
+            nonlocal count
+            for tp, records in batches.items():
+                taken.setdefault(tp, []).extend(records)
+                count += len(records)
+
+        add(await self._consumer.getmany(timeout_ms=timeout_ms, max_records=share))
+        if count:  # something is buffered: take the other partitions' shares without waiting
+            for tp in partitions:
+                if count >= limit:
+                    break
+                if tp not in taken:
+                    add(await self._consumer.getmany(tp, timeout_ms=0, max_records=min(share, limit - count)))
+            if count < limit:
+                add(await self._consumer.getmany(timeout_ms=0, max_records=limit - count))
+        return [Record.from_aiokafka(r) for records in taken.values() for r in records]
 
     async def commit(self, records: Sequence[Record]) -> None:
         """Commit past the highest offset of each partition in ``records``."""

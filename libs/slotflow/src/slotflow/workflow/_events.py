@@ -6,6 +6,7 @@ from typing import Any
 from slotflow.contracts.workflows import (
     ActivityCompleted,
     ActivityFailed,
+    ActivityParked,
     ActivityScheduled,
     CancelRequested,
     ChildWorkflowCompleted,
@@ -48,6 +49,8 @@ KIND: dict[type[HistoryEvent], int] = {
     WorkflowCancelled: DECISION,
     WorkflowContinuedAsNew: DECISION,
     NonDeterminismDetected: IGNORED,
+    # A marker for operators: the code is still awaiting the activity (on_dead_letter="park").
+    ActivityParked: IGNORED,
 }
 #: The error type of the failure the runtime records when a run outgrows its history ceiling.
 HISTORY_LIMIT_ERROR = HistoryLimitExceeded.__name__

@@ -19,6 +19,7 @@ from pydantic import TypeAdapter
 from slotflow.contracts.policies import RetryPolicy
 from slotflow.contracts.workflows import (
     ActivityScheduled,
+    DeadLetterPolicy,
     TimerCancelled,
     TimerStarted,
 )
@@ -92,6 +93,7 @@ def schedule(
     *,
     schedule_to_close: timedelta | None = None,
     compensates: int | None = None,
+    on_dead_letter: DeadLetterPolicy = "fail",
 ) -> tuple[int, "asyncio.Future[Any]"]:
     """Match or record an ActivityScheduled; returns its sequence and the future of its outcome."""
     recorded = execution.match(ActivityScheduled, (activity, compensates))
@@ -110,6 +112,7 @@ def schedule(
             compensation=compensates is not None,
             compensates=compensates,
             schedule_to_close_deadline=deadline,
+            on_dead_letter=on_dead_letter,
         )
         execution.commands.append(
             ScheduleActivity(
@@ -121,6 +124,7 @@ def schedule(
                 retry=policy,
                 schedule_to_close_deadline=deadline,
                 compensates=compensates,
+                on_dead_letter=on_dead_letter,
             )
         )
     execution.activities[sequence] = activity
@@ -137,6 +141,7 @@ async def execute_activity(
     start_to_close: timedelta | None = None,
     schedule_to_close: timedelta | None = None,
     non_retryable: Iterable[str | type[BaseException]] = (),
+    on_dead_letter: DeadLetterPolicy = "fail",
 ) -> T: ...
 @overload
 async def execute_activity(
@@ -148,6 +153,7 @@ async def execute_activity(
     start_to_close: timedelta | None = None,
     schedule_to_close: timedelta | None = None,
     non_retryable: Iterable[str | type[BaseException]] = (),
+    on_dead_letter: DeadLetterPolicy = "fail",
 ) -> Any: ...
 async def execute_activity(
     activity: str,
@@ -158,12 +164,16 @@ async def execute_activity(
     start_to_close: timedelta | None = None,
     schedule_to_close: timedelta | None = None,
     non_retryable: Iterable[str | type[BaseException]] = (),
+    on_dead_letter: DeadLetterPolicy = "fail",
 ) -> Any:
     """Run the `@handler` named ``activity`` with ``arg`` (a model or dict) and return its result.
 
     The claimers run it as run `{workflow_id}/{sequence}` with ``retry``; retried attempts are not
     history, so the code sees one result. ``start_to_close`` bounds one attempt,
-    ``schedule_to_close`` all of them; ``non_retryable`` error types fail at once.
+    ``schedule_to_close`` all of them; ``non_retryable`` error types fail at once. When the
+    claimers give up (dead-lettered: a non-retryable error or out of attempts),
+    ``on_dead_letter="fail"`` raises ActivityError here; ``"park"`` keeps waiting: the step is
+    marked ActivityParked with the DLQ reason, and a redrive of the parked run brings its outcome.
 
     >>> auth = await workflow.execute_activity(
     ...     "payments.authorize", order, retry=RetryPolicy(max_attempts=5),
@@ -182,6 +192,7 @@ async def execute_activity(
         payload,
         _policy(retry, start_to_close, non_retryable),
         schedule_to_close=schedule_to_close,
+        on_dead_letter=on_dead_letter,
     )
     result = await future
     task = asyncio.current_task()

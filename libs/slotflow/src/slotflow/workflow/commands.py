@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from slotflow.contracts.policies import RetryPolicy
-from slotflow.contracts.workflows import HistoryEvent, ParentClosePolicy
+from slotflow.contracts.workflows import DeadLetterPolicy, HistoryEvent, ParentClosePolicy
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +33,8 @@ class ScheduleActivity:
     schedule_to_close_deadline: datetime | None = None
     #: A saga compensation: `compensates` is the forward step's ActivityScheduled sequence.
     compensates: int | None = None
+    #: What the claimers giving up does: fail the step, or park it until a redrive.
+    on_dead_letter: DeadLetterPolicy = "fail"
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ from slotflow.contracts.workflows import (
     TERMINAL_EVENTS,
     ActivityCompleted,
     ActivityFailed,
+    ActivityParked,
     CancelRequested,
     ChildWorkflowCompleted,
     ChildWorkflowFailed,
@@ -425,11 +426,24 @@ class WorkflowEnvironment:
             self._at(self.now + delay, lambda: self._attempt(workflow_id, command, attempt + 1))
             return
         timed_out = delay is not None
+        permanent = timed_out or not is_retryable(error, non_retryable=policy.non_retryable)
+        if command.on_dead_letter == "park" and not timed_out:
+            # As the orchestrator does with a dead-lettered run: the step is marked and stays
+            # pending (this environment has no DLQ to redrive it from).
+            self._append(
+                run,
+                ActivityParked,
+                scheduled_sequence=command.sequence,
+                reason="permanent_error" if permanent else "attempts_exhausted",
+                error_type=type(error).__name__,
+                message=str(error)[:10_000],
+            )
+            return
         self._append(
             run,
             ActivityFailed,
             scheduled_sequence=command.sequence,
             error_type=SCHEDULE_TO_CLOSE_TIMEOUT if timed_out else type(error).__name__,
             message=str(error)[:10_000],
-            permanent=timed_out or not is_retryable(error, non_retryable=policy.non_retryable),
+            permanent=permanent,
         )

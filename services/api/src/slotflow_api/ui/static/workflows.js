@@ -62,6 +62,8 @@
       case "activity_completed": return `#${d.scheduled_sequence} completed: ${js(d.result)}`;
       case "activity_failed":
         return `#${d.scheduled_sequence} failed: ${d.error_type}: ${d.message}${d.permanent ? " (permanent)" : " (out of attempts)"}`;
+      case "activity_parked":
+        return `#${d.scheduled_sequence} parked in the DLQ (${d.reason}): ${d.error_type}: ${d.message}; waits for a redrive`;
       case "timer_started": return `timer ${d.timer_id} until ${fmtTime(d.fire_at)}`;
       case "timer_fired": return `timer #${d.started_sequence} fired at ${fmtTime(d.fired_at)}`;
       case "signal_received": return `signal ${d.signal} ${js(d.payload)}`;
