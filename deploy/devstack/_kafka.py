@@ -224,11 +224,21 @@ def cluster_id(cfg: Config) -> str:
             say(f"Kafka data dir was formatted with cluster id {formatted}; keeping it (was {stored})")
         cfg.cluster_id_file.write_text(formatted + "\n")
         return formatted
-    if stored:
+    if stored and not stored.startswith("-"):
         return stored
-    new_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    new_id = new_cluster_id()
     cfg.cluster_id_file.write_text(new_id + "\n")
     return new_id
+
+
+def new_cluster_id() -> str:
+    """A random cluster id as Kafka writes them (22 url-safe base64 characters), never starting
+    with `-`: `StorageTool format -t -x...` reads such an id as an option and refuses to start (one
+    id in 64 did; Kafka's own `Uuid.randomUuid` skips them for the same reason)."""
+    while True:
+        candidate = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not candidate.startswith("-"):
+            return candidate
 
 
 def kafka_pid(cfg: Config | None = None) -> int | None:
