@@ -10,13 +10,18 @@ from slotflow.contracts import (
     ActivityFailed,
     ActivityScheduled,
     CancelRequested,
+    ChildWorkflowCompleted,
+    ChildWorkflowFailed,
+    ChildWorkflowScheduled,
     CompensationRegistered,
     HistoryEvent,
     NonDeterminismDetected,
     SignalReceived,
+    TimerCancelled,
     TimerStarted,
     WorkflowCancelled,
     WorkflowCompleted,
+    WorkflowContinuedAsNew,
     WorkflowFailed,
     WorkflowStarted,
     WorkflowTimerFired,
@@ -194,6 +199,83 @@ def test_a_reused_id_shows_its_newest_run_and_only_a_reuse_reopens_it() -> None:
     assert [s["activity"] for s in state.steps] == ["b"]
     assert state.result is None
     assert state.anomalies == []
+
+
+def test_a_cancelled_timer_is_no_longer_pending() -> None:
+    timer = TimerStarted(workflow_id=W, sequence=2, timer_id=f"{W}/timer/2", fire_at=T0 + timedelta(hours=1))
+    cancelled = TimerCancelled(workflow_id=W, sequence=3, started_sequence=2, timer_id=timer.timer_id)
+    state = fold(rec(started(), timer, cancelled))
+    assert state is not None
+    assert (state.pending_timers, state.current_step) == ([], None)
+    assert [(t["status"], t["cancelled_sequence"]) for t in state.timers] == [("cancelled", 3)]
+    again = TimerCancelled(workflow_id=W, sequence=4, started_sequence=2, timer_id=timer.timer_id)
+    twice = fold(rec(started(), timer, cancelled, again))
+    assert twice is not None
+    assert twice.anomalies == ["#4 cancelled #2, not a pending timer"]
+
+
+def test_children_are_pending_until_their_outcome() -> None:
+    def child(seq: int, name: str) -> ChildWorkflowScheduled:
+        return ChildWorkflowScheduled(
+            workflow_id=W, sequence=seq, child_workflow_id=name, workflow_type="payments.capture"
+        )
+
+    kids = [child(2, "kid-a"), child(3, "kid-b"), child(4, "kid-c")]
+    state = fold(rec(started(), *kids))
+    assert state is not None
+    assert [c["child_workflow_id"] for c in state.pending_children] == ["kid-a", "kid-b", "kid-c"]
+    outcomes = [
+        ChildWorkflowCompleted(
+            workflow_id=W, sequence=5, initiated_sequence=2, child_workflow_id="kid-a", result=7
+        ),
+        ChildWorkflowFailed(
+            workflow_id=W,
+            sequence=6,
+            initiated_sequence=3,
+            child_workflow_id="kid-b",
+            error_type="E",
+            message="m",
+        ),
+        ChildWorkflowFailed(
+            workflow_id=W,
+            sequence=7,
+            initiated_sequence=4,
+            child_workflow_id="kid-c",
+            error_type="WorkflowCancelled",
+            message="",
+            cancelled=True,
+        ),
+    ]
+    state = fold(rec(started(), *kids, *outcomes))
+    assert state is not None
+    assert state.pending_children == []
+    assert [(c["status"], c["finished_sequence"], c["result"]) for c in state.children] == [
+        ("completed", 5, 7),
+        ("failed", 6, None),
+        ("cancelled", 7, None),
+    ]
+    assert state.derived()["children"] == state.children
+
+
+def test_a_run_continued_as_new_leaves_nothing_pending_in_the_next_run() -> None:
+    timer = TimerStarted(workflow_id=W, sequence=3, timer_id=f"{W}/timer/3", fire_at=T0 + timedelta(hours=1))
+    child = ChildWorkflowScheduled(workflow_id=W, sequence=4, child_workflow_id="kid", workflow_type="k")
+    continued = WorkflowContinuedAsNew(workflow_id=W, sequence=5, workflow_type="checkout", input={"o": 8})
+    next_run = WorkflowStarted(
+        workflow_id=W, sequence=6, workflow_type="checkout", input={"o": 8}, command_id="c1", continued_from=5
+    )
+    state = fold(rec(started(), scheduled(2, "a"), timer, child, continued, next_run, scheduled(7, "b")))
+    assert state is not None
+    # Every run's steps stay listed; only the current run's are pending.
+    assert [(s["activity"], s["state"]) for s in state.steps] == [("a", "abandoned"), ("b", "scheduled")]
+    assert [a["activity"] for a in state.pending_activities] == ["b"]
+    assert (state.pending_timers, state.pending_children) == ([], [])
+    assert [t["status"] for t in state.timers] == ["abandoned"]
+    assert [c["status"] for c in state.children] == ["abandoned"]
+    assert (state.status, state.current_step, state.input, state.runs) == ("running", "b", {"o": 8}, 1)
+    late = fold(rec(started(), scheduled(2, "a"), timer, child, continued, next_run, done(7, 2)))
+    assert late is not None
+    assert late.anomalies == ["#7 workflow.activity_completed for #2, not a pending activity"]
 
 
 def test_non_determinism_stops_the_workflow_until_it_moves_on() -> None:

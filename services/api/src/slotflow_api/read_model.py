@@ -382,6 +382,7 @@ async def _ticker_timers(pool: Pool, schema: str, workflow_id: str) -> list[dict
 def _untyped(out: dict[str, Any], timers: list[dict[str, Any]]) -> None:
     """No typed history yet: what the commands, activity runs and timers alone tell."""
     out["steps"], out["compensations"], out["signals"], out["anomalies"] = [], [], [], []
+    out["children"] = []
     out.update(result=None, error=None, compensated=None, non_determinism=None, gap_at=None)
     out["pending_activities"] = [a for a in out["activities"] if a["state"] not in _TERMINAL_RUN_STATES]
     out["timers"] = timers
@@ -422,7 +423,7 @@ def _typed(out: dict[str, Any], derived: dict[str, Any], runs: dict[str, dict[st
         for timer in derived.get("timers", [])
     ]
     out["pending_timers"] = [t for t in out["timers"] if t["status"] == "pending"]
-    for name in ("compensations", "signals", "anomalies"):
+    for name in ("children", "compensations", "signals", "anomalies"):
         out[name] = derived.get(name, [])
     for name in ("result", "error", "compensated", "non_determinism", "gap_at"):
         out[name] = derived.get(name)

@@ -214,10 +214,26 @@ class WorkflowStep(BaseModel):
     run_id: str
     compensation: bool
     compensates: int | None
-    state: Literal["scheduled", "parked", "completed", "failed"] = Field(
-        description="parked: its run is in the DLQ (error has the reason); a redrive finishes it"
+    state: Literal["scheduled", "parked", "completed", "failed", "abandoned"] = Field(
+        description="parked: its run is in the DLQ (error has the reason); a redrive finishes it. "
+        "abandoned: its run continued as new before an outcome, which no longer counts"
     )
     run_state: str | None = Field(default=None, description="the run's state in the runs read model")
+    scheduled_at: datetime
+    finished_at: datetime | None
+    finished_sequence: int | None
+    result: Any = None
+    error: dict[str, Any] | None
+
+
+class WorkflowChild(BaseModel):
+    """A child workflow the history started, with its recorded outcome."""
+
+    sequence: int = Field(description="sequence of its ChildWorkflowScheduled")
+    child_workflow_id: str
+    workflow_type: str
+    parent_close_policy: str
+    status: Literal["pending", "completed", "failed", "cancelled", "abandoned"]
     scheduled_at: datetime
     finished_at: datetime | None
     finished_sequence: int | None
@@ -265,6 +281,7 @@ class WorkflowDetail(Workflow):
     pending_activities: list[PendingActivity]
     timers: list[Timer]
     pending_timers: list[Timer]
+    children: list[WorkflowChild] = Field(default_factory=list)
     compensations: list[Compensation]
     signals: list[Signal]
     result: Any = None

@@ -25,12 +25,10 @@ from slotflow.contracts import (
     ActivityCompleted,
     ActivityFailed,
     ActivityParked,
-    ActivityScheduled,
     CancelRequested,
     CancelWorkflow,
     ChildWorkflowCompleted,
     ChildWorkflowFailed,
-    ChildWorkflowScheduled,
     Envelope,
     HistoryEvent,
     Message,
@@ -41,7 +39,6 @@ from slotflow.contracts import (
     SignalWorkflow,
     StartWorkflow,
     TerminateWorkflow,
-    TimerCancelled,
     TimerFired,
     TimerStarted,
     WorkflowCancelled,
@@ -51,8 +48,8 @@ from slotflow.contracts import (
     WorkflowStarted,
     WorkflowTimerFired,
 )
-from slotflow.contracts.workflows import TERMINAL_EVENTS
 from slotflow.errors import SlotflowError
+from slotflow.history import OpenWork
 from slotflow_orchestrator.inputs import ChildOutcome
 
 Status = Literal["running", "stuck", "completed", "failed", "cancelled"]
@@ -199,63 +196,32 @@ class Step:
 
 @dataclass
 class _Book:
-    """What the history says is open: pending activities and timers, the end."""
+    """The history so far, its open work (`slotflow.history.OpenWork`), and what only the
+    orchestrator's row adds: a purged history, the chain's execution deadline."""
 
     workflow_id: str
     history: list[HistoryEvent]
-    activities: dict[int, ActivityScheduled] = field(default_factory=dict)
-    timers: dict[int, TimerStarted] = field(default_factory=dict)
-    children: dict[int, ChildWorkflowScheduled] = field(default_factory=dict)
-    #: The current run's start (a continue-as-new starts a new run in the same history).
-    run: WorkflowStarted | None = None
-    #: Sequence of the WorkflowStarted a StartWorkflow appended: the current run's, or the one it
-    #: was continued from. The execution timeout belongs to it (`execution_timer_id`).
-    chain_start: int = 1
-    #: Whether that start set an execution timeout (its timer is cancelled when the run ends).
+    work: OpenWork = field(init=False)
+    #: Whether the chain's start set an execution timeout (its timer is cancelled when the run ends).
     chain_deadline: bool = False
-    ended: bool = False
-    diverged: bool = False
     #: Closed, and its history purged from the table (the row says so; the topic keeps it).
     purged: bool = False
 
     def __post_init__(self) -> None:
-        for event in self.history:
-            self._see(event)
+        self.work = OpenWork.of(self.history)
+
+    @property
+    def ended(self) -> bool:
+        return self.work.ended or self.purged
 
     @property
     def next_sequence(self) -> int:
         return len(self.history) + 1
 
-    def _see(self, event: HistoryEvent) -> None:
-        self.diverged = isinstance(event, NonDeterminismDetected)
-        if isinstance(event, WorkflowStarted):
-            # A new run: what the previous one left pending is not this run's to answer.
-            self.run = event
-            self.ended = False
-            if event.continued_from is None:
-                self.chain_start = event.sequence
-            self.activities.clear()
-            self.timers.clear()
-            self.children.clear()
-        elif isinstance(event, ActivityScheduled):
-            self.activities[event.sequence] = event
-        elif isinstance(event, ActivityCompleted | ActivityFailed):
-            self.activities.pop(event.scheduled_sequence, None)
-        elif isinstance(event, TimerStarted):
-            self.timers[event.sequence] = event
-        elif isinstance(event, WorkflowTimerFired | TimerCancelled):
-            self.timers.pop(event.started_sequence, None)
-        elif isinstance(event, ChildWorkflowScheduled):
-            self.children[event.sequence] = event
-        elif isinstance(event, ChildWorkflowCompleted | ChildWorkflowFailed):
-            self.children.pop(event.initiated_sequence, None)
-        elif isinstance(event, TERMINAL_EVENTS):
-            self.ended = True
-
     def append(self, event: HistoryEvent, step: Step) -> None:
         self.history.append(event)
         step.events.append(event)
-        self._see(event)
+        self.work.see(event)
 
 
 def step(
@@ -275,7 +241,7 @@ def step(
     book = _Book(workflow_id, list(history))
     if row is not None and not book.history and row.status in CLOSED:
         # Its history rows were purged (retention.py): the row alone says it ended.
-        book.ended = book.purged = True
+        book.purged = True
     book.chain_deadline = row is not None and row.execution_deadline is not None
     out = Step(workflow_id)
     for item in inputs:
@@ -298,8 +264,8 @@ def _close_run(book: _Book, out: Step) -> None:
 
 def _closing(book: _Book, out: Step) -> None:
     end = book.history[-1]
-    run = book.run
-    for child in book.children.values():
+    run = book.work.run
+    for child in book.work.children.values():
         if child.parent_close_policy == "request_cancel":
             reason = f"parent {book.workflow_id} ended"
             cancel = CancelWorkflow(workflow_id=child.child_workflow_id, reason=reason)
@@ -339,17 +305,17 @@ def _closing(book: _Book, out: Step) -> None:
 
 def _status(book: _Book) -> Status:
     if book.ended:
-        last = next(e for e in reversed(book.history) if isinstance(e, TERMINAL_EVENTS))
+        last = book.work.end
         if isinstance(last, WorkflowCompleted):
             return "completed"
         return "cancelled" if isinstance(last, WorkflowCancelled) else "failed"
-    return "stuck" if book.diverged else "running"
+    return "stuck" if book.work.diverged else "running"
 
 
 def _timers_to_cancel(book: _Book) -> list[str]:
-    ids = [t.timer_id for t in book.timers.values()]
+    ids = [t.timer_id for t in book.work.timers.values()]
     if book.chain_deadline:
-        ids.append(execution_timer_id(book.workflow_id, book.chain_start))
+        ids.append(execution_timer_id(book.workflow_id, book.work.chain_start))
     return ids
 
 
@@ -397,7 +363,7 @@ def _apply(book: _Book, row: Row | None, item: Input, out: Step, *, decider: Dec
         out.started = message
         book.chain_deadline = message.execution_timeout is not None
         if message.execution_timeout is not None:
-            timer_id = execution_timer_id(wf, book.chain_start)
+            timer_id = execution_timer_id(wf, book.work.chain_start)
             out.timers.append(TimerRequest(timer_id, now + message.execution_timeout))
         out.acks.append(_accepted(item))
     elif isinstance(message, SignalWorkflow | CancelWorkflow | TerminateWorkflow):
@@ -446,13 +412,13 @@ def _outcome(book: _Book, message: Message, out: Step) -> None:
     wf = book.workflow_id
     answered = None
     if isinstance(message, RunCompleted | RunDeadLettered) and message.sequence is not None:
-        answered = book.activities.get(message.sequence)
+        answered = book.work.activities.get(message.sequence)
     parks = (
         answered is not None and isinstance(message, RunDeadLettered) and answered.on_dead_letter == "park"
     )
     if answered is not None and answered.schedule_to_close_deadline is not None and not parks:
         out.cancel_timers.append(deadline_timer_id(answered.run_id))
-    if isinstance(message, RunCompleted) and message.sequence in book.activities:
+    if isinstance(message, RunCompleted) and message.sequence in book.work.activities:
         book.append(
             ActivityCompleted(
                 workflow_id=wf,
@@ -477,7 +443,7 @@ def _outcome(book: _Book, message: Message, out: Step) -> None:
             ),
             out,
         )
-    elif isinstance(message, RunDeadLettered) and message.sequence in book.activities:
+    elif isinstance(message, RunDeadLettered) and message.sequence in book.work.activities:
         last = message.history[-1] if message.history else None
         book.append(
             ActivityFailed(
@@ -490,8 +456,8 @@ def _outcome(book: _Book, message: Message, out: Step) -> None:
             ),
             out,
         )
-    elif isinstance(message, ChildOutcome) and message.parent_sequence in book.children:
-        child = book.children[message.parent_sequence]
+    elif isinstance(message, ChildOutcome) and message.parent_sequence in book.work.children:
+        child = book.work.children[message.parent_sequence]
         if message.outcome == "completed":
             event: HistoryEvent = ChildWorkflowCompleted(
                 workflow_id=wf,
@@ -512,8 +478,8 @@ def _outcome(book: _Book, message: Message, out: Step) -> None:
             )
         book.append(event, out)
     elif isinstance(message, TimerFired):
-        pending = book.activities.get(message.sequence) if message.sequence is not None else None
-        if message.timer_id == execution_timer_id(wf, book.chain_start):
+        pending = book.work.activities.get(message.sequence) if message.sequence is not None else None
+        if message.timer_id == execution_timer_id(wf, book.work.chain_start):
             book.append(_terminal_failure(book, TIMED_OUT, "the execution timeout passed"), out)
         elif pending is not None and message.timer_id == deadline_timer_id(pending.run_id):
             book.append(
@@ -527,7 +493,7 @@ def _outcome(book: _Book, message: Message, out: Step) -> None:
                 ),
                 out,
             )
-        elif message.sequence is not None and message.sequence in book.timers:
+        elif message.sequence is not None and message.sequence in book.work.timers:
             book.append(
                 WorkflowTimerFired(
                     workflow_id=wf,
@@ -545,11 +511,11 @@ def _decide(book: _Book, out: Step, *, decider: Decider, now: datetime) -> None:
         return
     for _ in range(MAX_RUNS_PER_DECISION):
         last = book.history[-1]
-        if not isinstance(last, WorkflowContinuedAsNew) or book.run is None:
+        if not isinstance(last, WorkflowContinuedAsNew) or book.work.run is None:
             return
         # The next run starts in the same history, right after the event that ended this one,
         # with the same parent; the runtime replays only from the newest WorkflowStarted.
-        run = book.run
+        run = book.work.run
         book.append(
             WorkflowStarted(
                 workflow_id=book.workflow_id,
@@ -590,7 +556,7 @@ def _fire_due(book: _Book, out: Step, now: datetime) -> bool:
     zero-length one: any other ends after `now`). Recorded as any firing is, so a replay sees the
     same history; the ticker never hears of them (`Step.fired_here`)."""
     started_here = {e.sequence for e in out.events if isinstance(e, TimerStarted)}
-    due = [t for t in book.timers.values() if t.sequence in started_here and t.fire_at <= now]
+    due = [t for t in book.work.timers.values() if t.sequence in started_here and t.fire_at <= now]
     for timer in due:
         book.append(
             WorkflowTimerFired(
@@ -656,7 +622,7 @@ def _reuse_refusal(book: _Book, message: StartWorkflow) -> str | None:
     """Why a StartWorkflow for a taken id is refused under its `id_reuse_policy`, or None when it
     starts a new run (after terminating the open one, for `terminate_running`)."""
     wf = book.workflow_id
-    state = "closed" if book.ended else ("stuck" if book.diverged else "running")
+    state = "closed" if book.ended else ("stuck" if book.work.diverged else "running")
     if message.id_reuse_policy == "reject_duplicate":
         return f"workflow {wf} already exists ({state}); id_reuse_policy is reject_duplicate"
     if message.id_reuse_policy == "allow_after_close" and not book.ended:

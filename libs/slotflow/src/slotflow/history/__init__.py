@@ -1,8 +1,9 @@
-"""Reading a workflow's recorded history: the pure fold from events to state.
+"""Reading a workflow's recorded history (docs/workflows-history.md).
 
-The api's read model and `slotflow replay` (which result answers which decision, whether a
-divergence is still open) read history through this package (docs/workflows-history.md). The
-orchestrator decides by replaying the workflow code itself (`slotflow.workflow`).
+`fold` derives the state the api's read model and `slotflow replay` show (status, steps, timers,
+children, saga, divergence); `OpenWork` folds, one event at a time, what the history leaves open
+(the current run, its pending activities, timers and children, its end), which the orchestrator
+decides with. Both are pure and agree on the pending work of the current run.
 """
 
 from slotflow.history.fold import (
@@ -13,5 +14,6 @@ from slotflow.history.fold import (
     contiguous,
     fold,
 )
+from slotflow.history.open_work import OpenWork
 
-__all__ = ["STATUSES", "TERMINAL_STATUSES", "Recorded", "WorkflowState", "contiguous", "fold"]
+__all__ = ["STATUSES", "TERMINAL_STATUSES", "OpenWork", "Recorded", "WorkflowState", "contiguous", "fold"]

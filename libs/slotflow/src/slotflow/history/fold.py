@@ -15,10 +15,14 @@ from slotflow.contracts import (
     ActivityParked,
     ActivityScheduled,
     CancelRequested,
+    ChildWorkflowCompleted,
+    ChildWorkflowFailed,
+    ChildWorkflowScheduled,
     CompensationRegistered,
     HistoryEvent,
     NonDeterminismDetected,
     SignalReceived,
+    TimerCancelled,
     TimerStarted,
     WorkflowCancelled,
     WorkflowCompleted,
@@ -63,6 +67,7 @@ class WorkflowState:
     steps: list[dict[str, Any]] = field(default_factory=list)
     timers: list[dict[str, Any]] = field(default_factory=list)
     signals: list[dict[str, Any]] = field(default_factory=list)
+    children: list[dict[str, Any]] = field(default_factory=list)
     #: In the order they run on failure or cancel: newest registration first.
     compensations: list[dict[str, Any]] = field(default_factory=list)
     non_determinism: dict[str, Any] | None = None
@@ -80,6 +85,10 @@ class WorkflowState:
     def pending_timers(self) -> list[dict[str, Any]]:
         return [timer for timer in self.timers if timer["status"] == "pending"]
 
+    @property
+    def pending_children(self) -> list[dict[str, Any]]:
+        return [child for child in self.children if child["status"] == "pending"]
+
     def derived(self) -> dict[str, Any]:
         """The lists and details stored beside the scalar columns (JSON-ready)."""
         return {
@@ -91,6 +100,7 @@ class WorkflowState:
             "steps": self.steps,
             "timers": self.timers,
             "signals": self.signals,
+            "children": self.children,
             "compensations": self.compensations,
             "non_determinism": self.non_determinism,
             "anomalies": self.anomalies,
@@ -125,6 +135,7 @@ def fold(events: list[Recorded]) -> WorkflowState | None:
     state = WorkflowState(gap_at=gap)
     steps: dict[int, dict[str, Any]] = {}
     timers: dict[int, dict[str, Any]] = {}
+    children: dict[int, dict[str, Any]] = {}
     registered: dict[int, dict[str, Any]] = {}
     compensating = False
     terminal: str | None = None
@@ -134,7 +145,7 @@ def fold(events: list[Recorded]) -> WorkflowState | None:
             # A new run of the closed id (its StartWorkflow's id_reuse_policy): the read model
             # shows the newest run; the earlier ones stay in the history.
             state = WorkflowState(gap_at=gap, anomalies=state.anomalies, runs=state.runs + 1)
-            steps, timers, registered = {}, {}, {}
+            steps, timers, children, registered = {}, {}, {}, {}
             compensating, terminal = False, None
         state.last_sequence = event.sequence
         state.updated_at = at
@@ -145,6 +156,9 @@ def fold(events: list[Recorded]) -> WorkflowState | None:
             # The orchestrator moved on: code matching the history was deployed.
             state.non_determinism["open"] = False
         if isinstance(event, WorkflowStarted):
+            if event.continued_from is not None:
+                # The previous run continued as new: what it left pending is answered no more.
+                _abandon(steps, timers, children)
             state.workflow_type, state.input, state.command_id = (
                 event.workflow_type,
                 event.input,
@@ -216,6 +230,7 @@ def fold(events: list[Recorded]) -> WorkflowState | None:
                 "status": "pending",
                 "fired_at": None,
                 "fired_sequence": None,
+                "cancelled_sequence": None,
             }
         elif isinstance(event, WorkflowTimerFired):
             timer = timers.get(event.started_sequence)
@@ -225,6 +240,42 @@ def fold(events: list[Recorded]) -> WorkflowState | None:
                 )
                 continue
             timer.update(status="fired", fired_at=_iso(event.fired_at), fired_sequence=event.sequence)
+        elif isinstance(event, TimerCancelled):
+            timer = timers.get(event.started_sequence)
+            if timer is None or timer["status"] != "pending":
+                state.anomalies.append(
+                    f"#{event.sequence} cancelled #{event.started_sequence}, not a pending timer"
+                )
+                continue
+            timer.update(status="cancelled", cancelled_sequence=event.sequence)
+        elif isinstance(event, ChildWorkflowScheduled):
+            children[event.sequence] = {
+                "sequence": event.sequence,
+                "child_workflow_id": event.child_workflow_id,
+                "workflow_type": event.workflow_type,
+                "parent_close_policy": event.parent_close_policy,
+                "status": "pending",
+                "scheduled_at": _iso(at),
+                "finished_at": None,
+                "finished_sequence": None,
+                "result": None,
+                "error": None,
+            }
+        elif isinstance(event, ChildWorkflowCompleted | ChildWorkflowFailed):
+            child = children.get(event.initiated_sequence)
+            if child is None or child["status"] != "pending":
+                state.anomalies.append(
+                    f"#{event.sequence} {event.message_type} for #{event.initiated_sequence}, not a pending child"
+                )
+                continue
+            child.update(finished_at=_iso(at), finished_sequence=event.sequence)
+            if isinstance(event, ChildWorkflowCompleted):
+                child.update(status="completed", result=event.result)
+            else:
+                child.update(
+                    status="cancelled" if event.cancelled else "failed",
+                    error={"type": event.error_type, "message": event.message},
+                )
         elif isinstance(event, SignalReceived):
             state.signals.append(
                 {"sequence": event.sequence, "signal": event.signal, "payload": event.payload, "at": _iso(at)}
@@ -271,6 +322,7 @@ def fold(events: list[Recorded]) -> WorkflowState | None:
             state.ended_at = at
     state.steps = [steps[s] for s in sorted(steps)]
     state.timers = [timers[s] for s in sorted(timers)]
+    state.children = [children[s] for s in sorted(children)]
     state.compensations = sorted(registered.values(), key=lambda c: -int(c["registered_sequence"]))
     open_divergence = state.non_determinism is not None and state.non_determinism["open"]
     if terminal is not None:
@@ -281,6 +333,16 @@ def fold(events: list[Recorded]) -> WorkflowState | None:
         state.status = "compensating" if compensating else "running"
     state.current_step = None if terminal is not None else _current_step(state)
     return state
+
+
+def _abandon(*pending_by_sequence: dict[int, dict[str, Any]]) -> None:
+    """Mark the steps, timers and children a run left pending when it continued as new."""
+    for entries in pending_by_sequence:
+        for entry in entries.values():
+            if entry.get("state") in ("scheduled", "parked"):
+                entry["state"] = "abandoned"
+            elif entry.get("status") == "pending":
+                entry["status"] = "abandoned"
 
 
 def _current_step(state: WorkflowState) -> str | None:
