@@ -4,6 +4,9 @@ and the workflow code (replayed at every decision) sees the value itself. A resu
 a Kafka record (5 MB) leaves the claimer by reference too: its payload table, in the outcome's
 transaction, and RunCompleted names it; `slotflow replay --payloads-dsn` replays the history."""
 
+import httpx
+from fastapi import FastAPI
+
 from slotflow.contracts import (
     ActivityCompleted,
     ActivityScheduled,
@@ -14,6 +17,8 @@ from slotflow.contracts import (
 from slotflow.contracts.topics import RUN_EVENTS, WORKFLOW_HISTORY
 from slotflow.contracts.workflows import PAYLOAD_REF_KEY, is_payload_ref
 from slotflow.settings import KafkaSettings
+from tests.integration.api.conftest import api_settings, app, client  # noqa: F401 - the api fixtures
+from tests.integration.api.helpers import eventually_json
 from tests.integration.claimer.support import TopicReader
 from tests.integration.cli.test_replay_topic import slotflow
 from tests.integration.orchestrator.support import Workflows, wait_published
@@ -54,7 +59,11 @@ HUGE = 5 * 1024 * 1024
 
 
 async def test_a_5_mb_activity_result_leaves_the_claimer_by_reference_and_replays(
-    kafka: KafkaSettings, workflows: Workflows, pg_dsn: str
+    kafka: KafkaSettings,
+    workflows: Workflows,
+    pg_dsn: str,
+    client: httpx.AsyncClient,  # noqa: F811 - the api fixture
+    app: FastAPI,  # noqa: F811 - the api fixture
 ) -> None:
     order = {"order_id": "huge-1", "blob_bytes": HUGE}
     await workflows.start("huge-1", "tests.large_result", order, "s-huge")
@@ -91,6 +100,13 @@ async def test_a_5_mb_activity_result_leaves_the_claimer_by_reference_and_replay
         )
         == completed.result["bytes"]
     )
+
+    # The api's read model shows the references and their sizes, from the run events and history.
+    shown = await eventually_json(client, "/v1/workflows/huge-1", lambda b: b["status"] == "completed")
+    (step,) = shown["steps"]
+    assert step["result"] == completed.result
+    run = await eventually_json(client, f"/v1/runs/{scheduled.run_id}", lambda b: b["state"] == "completed")
+    assert run["result"] == reference
 
     # `slotflow replay` reads the published history and resolves the reference in that table.
     await wait_published(kafka, "huge-1", len(events))
