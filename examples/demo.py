@@ -1,12 +1,16 @@
 """`make demo`: the whole system on the real Kafka and PostgreSQL, end to end, in about a minute.
 
-It starts a ticker, two claimers (with the payout handler from examples/payouts), the DLQ service
-and the api as separate processes, in a fresh topic namespace and a fresh database, then:
+It starts a ticker, two claimers (with the payout handler from examples/payouts and the order
+saga's activities from examples/orders), the orchestrator (serving the order saga), the DLQ
+service and the api as separate processes, in a fresh topic namespace and a fresh database, then:
 
 1. creates a payout schedule firing every 2 seconds and a schedule whose payload is refused
    (a permanent error), through the HTTP API;
-2. SIGKILLs one claimer halfway, so its partitions and leases move to the other;
-3. shows the runs, the slot audit, the DLQ and the payout ledger: one payout per slot, none twice.
+2. starts two checkouts of the order saga over HTTP: one whose capture succeeds, one whose card
+   declines the capture for good, so the saga releases the stock, then voids the authorization;
+3. SIGKILLs one claimer halfway, so its partitions and leases move to the other;
+4. shows the runs, the slot audit, the DLQ, the payout ledger (one payout per slot, none twice)
+   and the two workflows: completed, and failed with `compensated: true`.
 
 Everything it prints comes from the running services (HTTP API) and the ledger table.
 """
@@ -31,8 +35,11 @@ from slotflow.kafka.admin import describe_cluster, ensure_topics
 from slotflow.settings import KafkaSettings, PostgresSettings
 
 ROOT = Path(__file__).resolve().parents[1]
-PAYOUTS = ROOT / "examples" / "payouts"
+EXAMPLES = ROOT / "examples"
+PAYOUTS = EXAMPLES / "payouts"
 RUN_SECONDS = 24
+#: The order saga's hold between authorization and capture, shortened from its 24 hours.
+ORDER_HOLD = "PT3S"
 
 
 def say(text: str = "") -> None:
@@ -113,6 +120,23 @@ async def create_schedule(client: httpx.AsyncClient, schedule_id: str, payload: 
     say(f"  {schedule_id}: command {response.json()['command_id']} -> {response.json()['status']}")
 
 
+async def start_checkout(client: httpx.AsyncClient, workflow_id: str, card_token: str) -> None:
+    order = {
+        "order_id": workflow_id,
+        "customer_id": "c-7",
+        "amount_cents": 9990,
+        "card_token": card_token,
+        "lines": [{"sku": "mug", "quantity": 2}],
+        "hold": ORDER_HOLD,
+    }
+    body = {"workflow_id": workflow_id, "workflow_type": "orders.checkout", "input": order}
+    response = await client.post("/v1/workflows", json=body, params={"wait": 20})
+    response.raise_for_status()
+    say(
+        f"  {workflow_id} (card {card_token}): command {response.json()['command_id']} -> {response.json()['status']}"
+    )
+
+
 async def main() -> int:
     kafka = KafkaSettings()
     postgres = PostgresSettings()
@@ -145,19 +169,23 @@ async def main() -> int:
     port = free_port()
     env = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(PAYOUTS), os.environ.get("PYTHONPATH", "")]),
+        "PYTHONPATH": os.pathsep.join([str(PAYOUTS), str(EXAMPLES), os.environ.get("PYTHONPATH", "")]),
         "SLOTFLOW_KAFKA_TOPIC_NAMESPACE": namespace,
         "SLOTFLOW_PG_DSN": dsn,
         "SLOTFLOW_TICKER_METRICS_PORT": "0",
-        "SLOTFLOW_CLAIMER_HANDLER_MODULES": "payouts",
+        "SLOTFLOW_CLAIMER_HANDLER_MODULES": "payouts,orders.activities",
+        "SLOTFLOW_ORCHESTRATOR_WORKFLOW_MODULES": "orders.workflow",
         "SLOTFLOW_CLAIMER_LEASE_TTL_SECONDS": "4",
         "SLOTFLOW_API_PORT": str(port),
     }
     stack = Stack(env, logs)
-    say(f"\n== 2. Starting ticker, two claimers, dlq and api (logs in {logs.relative_to(ROOT)})")
+    say(
+        f"\n== 2. Starting ticker, two claimers, orchestrator, dlq and api (logs in {logs.relative_to(ROOT)})"
+    )
     stack.start("ticker", "slotflow_ticker")
     stack.start("claimer-a", "slotflow_claimer")
     stack.start("claimer-b", "slotflow_claimer")
+    stack.start("orchestrator", "slotflow_orchestrator")
     stack.start("dlq", "slotflow_dlq")
     stack.start("api", "slotflow_api", "serve")
     try:
@@ -170,8 +198,12 @@ async def main() -> int:
             await create_schedule(client, "merchant-42", {"merchant_id": "m-42", "amount_cents": 1250})
             await create_schedule(client, "merchant-broken", {"merchant_id": "m-0", "amount_cents": -1})
 
+            say("\n== 4. Two checkouts of the order saga (examples/orders), started over HTTP")
+            await start_checkout(client, "order-ok", "tok_visa")
+            await start_checkout(client, "order-declined", "tok_capture_declined")
+
             await asyncio.sleep(RUN_SECONDS / 2)
-            say("\n== 4. SIGKILL claimer-a mid-stream: its partitions and leases move to claimer-b")
+            say("\n== 5. SIGKILL claimer-a mid-stream: its partitions and leases move to claimer-b")
             stack.kill("claimer-a")
             await asyncio.sleep(RUN_SECONDS / 2)
             # Pause so the last slots settle before the report.
@@ -180,6 +212,7 @@ async def main() -> int:
             await asyncio.sleep(6)
 
             await report(client, ledger, started)
+            await report_checkouts(client)
     finally:
         stack.stop_all()
         await ledger.close()
@@ -189,7 +222,7 @@ async def main() -> int:
 
 async def report(client: httpx.AsyncClient, ledger: asyncpg.Connection[Any], started: datetime) -> None:
     runs = (await client.get("/v1/schedules/merchant-42/runs", params={"limit": 500})).json()["items"]
-    say(f"\n== 5. Runs of merchant-42 (read model over HTTP): {len(runs)}")
+    say(f"\n== 6. Runs of merchant-42 (read model over HTTP): {len(runs)}")
     say(f"  {'run id':<42} {'state':<12} {'attempts':>8} {'token':>6}  owner")
     for run in runs[-8:]:
         attempts = len(run.get("attempts") or [])
@@ -209,10 +242,10 @@ async def report(client: httpx.AsyncClient, ledger: asyncpg.Connection[Any], sta
             },
         )
     ).json()
-    say(f"\n== 6. Slot audit for merchant-42: expected {audit.get('expected')}, {audit.get('summary')}")
+    say(f"\n== 7. Slot audit for merchant-42: expected {audit.get('expected')}, {audit.get('summary')}")
 
     dead = (await client.get("/v1/dlq", params={"limit": 5})).json()["items"]
-    say(f"\n== 7. DLQ: {len(dead)} parked (the refused payout is permanent: never retried)")
+    say(f"\n== 8. DLQ: {len(dead)} parked (the refused payout is permanent: never retried)")
     for item in dead[:3]:
         say(f"  {item.get('dead_letter_id')}: {item.get('reason')} ({item.get('job_id')})")
 
@@ -223,9 +256,43 @@ async def report(client: httpx.AsyncClient, ledger: asyncpg.Connection[Any], sta
     if paid is None:  # an aggregate always returns its one row
         raise SystemExit("the payout ledger query returned no row")
     say(
-        f"\n== 8. Payout ledger: {paid['rows']} payouts for {paid['slots']} distinct slots "
+        f"\n== 9. Payout ledger: {paid['rows']} payouts for {paid['slots']} distinct slots "
         f"(highest fence token {paid['top']}) -> {'one payout per slot' if paid['rows'] == paid['slots'] else 'DUPLICATES'}"
     )
+
+
+async def report_checkouts(client: httpx.AsyncClient) -> None:
+    say("\n== 10. The two checkouts (read model of the workflow history, over HTTP)")
+    for workflow_id in ("order-ok", "order-declined"):
+        shown = await settled_workflow(client, workflow_id)
+        ended = shown["status"]
+        if shown.get("compensated") is not None:
+            ended += f", compensated: {str(shown['compensated']).lower()}"
+        say(f"  {workflow_id}: {ended}")
+        for step in shown["steps"]:
+            role = "undo " if step["compensation"] else "step "
+            error = step.get("error") or {}
+            detail = f" ({error.get('type', '')}: {error.get('message', '')})" if error else ""
+            say(f"    {role}#{step['sequence']:<3} {step['activity']:<20} {step['state']}{detail}")
+        if shown["status"] == "completed":
+            say(f"    result: {shown['result']}")
+        else:
+            order = " then ".join(c["activity"] for c in shown["compensations"])
+            say(f"    compensations, newest step first: {order}")
+
+
+async def settled_workflow(
+    client: httpx.AsyncClient, workflow_id: str, seconds: float = 60
+) -> dict[str, Any]:
+    """The workflow's detail once it ended (or as it stands after ``seconds``)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        response = await client.get(f"/v1/workflows/{workflow_id}")
+        shown: dict[str, Any] = response.json()
+        ended = response.status_code == 200 and shown["status"] in {"completed", "failed", "cancelled"}
+        if ended or time.monotonic() > deadline:
+            return shown
+        await asyncio.sleep(0.5)
 
 
 if __name__ == "__main__":

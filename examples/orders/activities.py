@@ -30,8 +30,6 @@ class Sandbox:
     effects: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)
     #: Every call, retries and refusals included, by activity name.
     attempts: Counter[str] = field(default_factory=Counter)
-    #: The card behind each authorization (the gateway's own record).
-    cards: dict[str, str] = field(default_factory=dict)
 
     def apply(self, key: str, action: str, detail: dict[str, Any]) -> dict[str, Any]:
         # The same key twice is the same request retried: the first answer stands.
@@ -41,10 +39,14 @@ class Sandbox:
         """The effects that happened, oldest first."""
         return [action for action, _ in self.effects.values()]
 
+    def journal_of(self, workflow_id: str) -> list[str]:
+        """The effects of one workflow's activities (run ids `{workflow_id}/{sequence}`), oldest first."""
+        prefix = f"{workflow_id}/"
+        return [action for key, (action, _) in self.effects.items() if key.startswith(prefix)]
+
     def clear(self) -> None:
         self.effects.clear()
         self.attempts.clear()
-        self.cards.clear()
 
 
 #: The payment gateway and the warehouse of this example (one journal, so their order shows).
@@ -56,10 +58,11 @@ async def authorize(ctx: RunContext) -> dict[str, Any]:
     SANDBOX.attempts["payments.authorize"] += 1
     order = Order.model_validate(ctx.payload)
     auth = Authorization(
-        authorization_id=f"auth-{order.order_id}", order_id=order.order_id, amount_cents=order.amount_cents
+        authorization_id=f"auth-{order.order_id}",
+        order_id=order.order_id,
+        amount_cents=order.amount_cents,
+        card_token=order.card_token,
     )
-    # The gateway remembers the card behind the authorization; the workflow never sees it.
-    SANDBOX.cards[auth.authorization_id] = order.card_token
     return SANDBOX.apply(ctx.run_id, "payments.authorize", auth.model_dump())
 
 
@@ -77,7 +80,8 @@ async def reserve(ctx: RunContext) -> dict[str, Any]:
 async def capture(ctx: RunContext) -> dict[str, Any]:
     SANDBOX.attempts["payments.capture"] += 1
     auth = Authorization.model_validate(ctx.payload)
-    if SANDBOX.cards.get(auth.authorization_id) == DECLINES_CAPTURE:
+    # Decided from the authorization alone, so any claimer process answers the same.
+    if auth.card_token == DECLINES_CAPTURE:
         raise CaptureDeclined(f"capture of {auth.authorization_id} declined by the issuer")
     receipt = Receipt(
         order_id=auth.order_id, capture_id=f"cap-{auth.order_id}", amount_cents=auth.amount_cents

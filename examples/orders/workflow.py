@@ -1,4 +1,4 @@
-"""The order saga: authorize, reserve, wait 24 hours, capture; on a failed capture, undo in reverse.
+"""The order saga: authorize, reserve, wait the hold (24 hours), capture; on a failed capture, undo in reverse.
 
 Workflow code only decides; every effect is an activity (orders.activities). It passes
 `slotflow workflow check orders` (no host clock, randomness or I/O in here).
@@ -10,8 +10,6 @@ from orders.models import Authorization, Order, Receipt, Reservation
 from slotflow import workflow
 from slotflow.workflow import ActivityError, RetryPolicy, Saga
 
-#: Between authorization and capture: the fraud-review window of the seed's scenario.
-HOLD = timedelta(hours=24)
 STEP_RETRY = RetryPolicy(max_attempts=5, start_to_close=timedelta(seconds=30))
 
 
@@ -29,7 +27,7 @@ class Checkout:
                 "inventory.reserve", order, result_type=Reservation, retry=STEP_RETRY
             )
             saga.add_compensation("inventory.release", reservation)
-            await workflow.sleep(HOLD)
+            await workflow.sleep(order.hold)
             return await workflow.execute_activity(
                 "payments.capture",
                 auth,

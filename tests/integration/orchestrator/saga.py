@@ -1,6 +1,8 @@
 """The order saga as the orchestrator's tests drive it: examples/orders' shape (authorize, reserve,
 capture; on a failed capture undo newest first) with the pause before the capture taken from the
-input instead of 24 hours, a cancel compensating too, and a `note` signal.
+input instead of 24 hours, a cancel compensating too, and a `note` signal. Its activities record
+every attempt in an append-only table, which the cancel, signal, fencing and chaos tests count;
+examples/orders itself is what test_saga.py and test_http.py run.
 
 Each forward step registers its undo as soon as it succeeded (CompensationRegistered in the
 history), so however often the orchestrator crashes, a failed capture runs `inventory.release`

@@ -46,8 +46,9 @@ MIGRATIONS = MigrationSource("claimer", Path(__file__).parent / "migrations")
 
 
 async def migrate(pool: Pool, schema: str = "claimer") -> list[str]:
-    """Create or update the claimer's schema (runs, outbox, inbox)."""
-    return await migrate_schema(pool, schema=schema, source=MIGRATIONS)
+    """Create or update the claimer's schema (runs, outbox, inbox, payloads: activity results
+    too large to travel inline)."""
+    return await migrate_schema(pool, schema=schema, source=MIGRATIONS, payloads=True)
 
 
 class ClaimerService:

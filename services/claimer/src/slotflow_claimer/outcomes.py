@@ -19,10 +19,12 @@ from typing import Any
 from pydantic_core import to_jsonable_python
 
 from slotflow.contracts.codec import FIELD_MAX_DEPTH, depth_of
+from slotflow.contracts.workflows import payload_ref
 from slotflow.core.nul import jsonb_text
 from slotflow.errors import SlotflowError
 from slotflow.pg.outbox import Encoded, Staged, append_encoded, encoded
-from slotflow.pg.pool import Pool
+from slotflow.pg.payloads import put_payload
+from slotflow.pg.pool import Conn, Pool
 from slotflow_claimer import store
 from slotflow_claimer.events import RunEvents
 from slotflow_claimer.metrics import ClaimerMetrics
@@ -37,6 +39,10 @@ _TRACEBACK_CHARS = 16000
 #: Under the 1 MiB run-events record with room for the envelope: a workflow activity's result
 #: of a few hundred kB must reach the orchestrator whole (it stores it by reference there).
 RESULT_MAX_BYTES = 768 * 1024
+#: A workflow activity's result larger than RESULT_MAX_BYTES is stored in the claimer's payload
+#: table, in the outcome's own transaction, and RunCompleted carries a reference to it
+#: (`{"$slotflow_payload": "sha256:…", "bytes": N}`); up to this size, past it a truncation marker.
+ACTIVITY_RESULT_MAX_BYTES = 64 * 1024 * 1024
 #: A result nests at most this deep: RunCompleted's data is level 1 and the result sits in it, so
 #: the message stays within the one limit every consumer decodes (`codec.MAX_DEPTH`).
 RESULT_MAX_DEPTH = FIELD_MAX_DEPTH
@@ -61,10 +67,11 @@ class Outcome:
     #: What the handler logged during the attempt (bounded, see `capture`); sent in its event.
     logs: tuple[str, ...] = ()
 
-    def write(self) -> store.OutcomeWrite:
+    def write(self, *, result: str | None = None) -> store.OutcomeWrite:
+        """The fenced write; ``result``: the JSON recorded for a completed run (default inline)."""
         run = self.run
         if self.kind == "completed":
-            result = recordable_result(self.result)
+            result = result if result is not None else recordable_result(self.result)
             return store.OutcomeWrite(run.run_id, run.fence_token, "completed", result=result, due=run.due)
         if self.kind == "cancelled":
             entry = {"event": "cancelled", "error_type": "RunCancelled", "message": _cancel_message(run)}
@@ -124,6 +131,21 @@ def _plain(outcome: Outcome) -> Outcome:
     )
 
 
+async def activity_result(conn: Conn, *, schema: str, value: Any) -> str:
+    """A workflow activity's result as recorded and sent in RunCompleted: inline up to
+    RESULT_MAX_BYTES; larger, stored once in ``schema``'s payload table in the caller's transaction
+    (so it commits with the outcome) and replaced by its reference, which the orchestrator
+    resolves; past ACTIVITY_RESULT_MAX_BYTES, or too deep, the truncation marker as for any run."""
+    text = result_json(value)
+    if len(text) <= RESULT_MAX_BYTES:
+        return text
+    if len(text) > ACTIVITY_RESULT_MAX_BYTES:
+        return capped_result(text, ACTIVITY_RESULT_MAX_BYTES)
+    data = text.encode()  # jsonb_text escapes everything outside ASCII
+    ref = await put_payload(conn, schema=schema, data=data)
+    return jsonb_text(payload_ref(ref, len(data)))
+
+
 def recordable_result(value: Any) -> str:
     """A handler's return value as the JSON text recorded and sent in RunCompleted.
 
@@ -132,6 +154,11 @@ def recordable_result(value: Any) -> str:
     RunCompleted (a workflow would never see its activity finish) nor leave the run unrecorded
     (it would be taken over and run again).
     """
+    return capped_result(result_json(value))
+
+
+def result_json(value: Any) -> str:
+    """A handler's return value as JSON text, or the too-deep marker in its place."""
     try:
         jsonable = to_jsonable_python(value, fallback=str)
     except ValueError:  # deeper than the serialiser itself goes (about 255 levels)
@@ -139,7 +166,7 @@ def recordable_result(value: Any) -> str:
     depth = depth_of(jsonable)
     if depth > RESULT_MAX_DEPTH:
         return _too_deep(depth=depth, preview=jsonb_text(jsonable)[:_PREVIEW_CHARS])
-    return capped_result(jsonb_text(jsonable))
+    return jsonb_text(jsonable)
 
 
 def _too_deep(*, depth: int | None, preview: str) -> str:
@@ -275,10 +302,8 @@ class OutcomeWriter:
         async with self._pool.acquire() as conn, conn.transaction():
             guarded = {o.run.job_id for o in items if o.run.overlap != "allow"}
             await store.lock_jobs(conn, guarded)
-            applied = {
-                run.run_id: run
-                for run in await store.record_outcomes(conn, schema, [o.write() for o in items])
-            }
+            writes = [await self._write(conn, o) for o in items]
+            applied = {run.run_id: run for run in await store.record_outcomes(conn, schema, writes)}
             staged: list[Encoded] = []
             freed: list[str] = []
             rejected: list[Outcome] = []
@@ -307,6 +332,15 @@ class OutcomeWriter:
                 self._count(outcome)
         self._metrics.claimed.labels("buffered").inc(len(started))
         return started
+
+    async def _write(self, conn: Conn, outcome: Outcome) -> store.OutcomeWrite:
+        if outcome.kind == "completed" and outcome.run.kind == "activity":
+            # A payload row of an outcome whose token turns out stale stays: content-addressed,
+            # it is the same row a later put of those bytes would write.
+            return outcome.write(
+                result=await activity_result(conn, schema=self._schema, value=outcome.result)
+            )
+        return outcome.write()
 
     def _stage(self, outcome: Outcome, run: Run) -> list[Encoded]:
         at = run.updated_at

@@ -126,6 +126,7 @@ class OrchestratorService:
             shards=self._shards,
             crash_window=cfg.crash_window_seconds,
             payload_threshold=cfg.payload_threshold_bytes,
+            activity_payloads_schema=cfg.activity_payloads_schema,
         )
         intake = ConsumeLoop(
             consumer,

@@ -41,6 +41,9 @@ class OrchestratorSettings(BaseSettings):
     #: History payload fields (inputs, results, signal payloads) larger than this, as compact JSON,
     #: are stored once in the payload table and travel by reference (`slotflow.workflow.payloads`).
     payload_threshold_bytes: int = Field(default=64 * 1024, ge=1024)
+    #: The claimers' schema, in the same database: an activity result too large for RunCompleted
+    #: is stored in its payload table and RunCompleted carries a reference the orchestrator reads.
+    activity_payloads_schema: str = Field(default="claimer", pattern=r"^[a-z_][a-z0-9_]{0,62}$")
     #: History events a run may reach before the runtime refuses to step it further.
     max_history_events: int = Field(default=50_000, ge=10)
     poll_timeout_ms: int = Field(default=200, ge=1)

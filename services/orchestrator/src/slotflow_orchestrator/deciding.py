@@ -15,15 +15,17 @@ relay publishes what was staged. So no decision is lost and none is made twice.
 """
 
 import asyncio
+import json
 import logging
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from slotflow.contracts import REGISTRY, HistoryEvent, WorkflowStarted, wrap
+from slotflow.contracts import REGISTRY, HistoryEvent, RunCompleted, WorkflowStarted, wrap
 from slotflow.contracts.codec import decode, encode
+from slotflow.contracts.workflows import PAYLOAD_REF_KEY, is_payload_ref
 from slotflow.errors import SlotflowError
 from slotflow.pg.outbox import Staged, append_many
 from slotflow.pg.payloads import get_payload, put_payload
@@ -165,9 +167,11 @@ class Decisions:
         shards: int,
         crash_window: float = 0.0,
         payload_threshold: int = DEFAULT_THRESHOLD,
+        activity_payloads_schema: str = "claimer",
         history_cache_size: int = HISTORY_CACHE_SIZE,
     ) -> None:
         self._pool = pool
+        self._activity_payloads_schema = activity_payloads_schema
         self._shards = shards
         self._payload_threshold = payload_threshold
         self._schema = schema
@@ -267,7 +271,9 @@ class Decisions:
         found = {r["workflow_id"]: r for r in await conn.fetch(statements["rows"], ids)}
         waiting: dict[str, list[Input]] = {}
         for r in await conn.fetch(statements["inputs"], ids):
-            waiting.setdefault(r["workflow_id"], []).append(_input(r["seq"], r["envelope"]))
+            waiting.setdefault(r["workflow_id"], []).append(
+                await self._resolved(conn, _input(r["seq"], r["envelope"]))
+            )
         outcomes = {w: Outcome(None, 0) for w in ids}
         todo = [w for w in ids if waiting.get(w) or redecide]
         if not todo:
@@ -324,6 +330,22 @@ class Decisions:
             )
             outcomes[workflow_id] = Outcome(out, len(inputs))
         return outcomes
+
+    async def _resolved(self, conn: Conn, waiting: Input) -> Input:
+        """The input with an activity result the claimer stored by reference read back from the
+        claimer's payload table (same database): the code sees the value, and offloading puts it
+        in this schema's table in this decision's transaction, so the history never points into
+        another service's table.
+
+        Raises:
+            PayloadNotFound: the claimer's table has nothing under the reference.
+        """
+        message = waiting.message
+        if not (isinstance(message, RunCompleted) and is_payload_ref(message.result)):
+            return waiting
+        ref = message.result[PAYLOAD_REF_KEY]
+        data = await get_payload(conn, schema=self._activity_payloads_schema, ref=ref)
+        return replace(waiting, message=message.model_copy(update={"result": json.loads(data)}))
 
     async def _gather(
         self,
