@@ -85,6 +85,7 @@ class PrivateStack:
         )
         # mkdtemp makes it 0700; run as root, the devstack starts PostgreSQL as the postgres OS
         # user, which must be able to reach its data directory inside.
+        os.makedirs(self.state_dir, exist_ok=True)
         os.chmod(self.state_dir, 0o755)  # noqa: S103 - a test stack's state, no secrets
         self.env = {
             **os.environ,
@@ -143,6 +144,20 @@ def fault_plan(seed: int, profile: Profile, services: list[str]) -> list[Fault]:
         plan.append(Fault(round(at, 1), kind, target))
     if LIBFAKETIME is not None:
         plan.append(Fault(round(1 + rng.random() * span / 2, 1), "clock_skew", "ticker-1"))
+    return sorted(plan, key=lambda f: f.at_s)
+
+
+def given_plan(spec: str) -> list[Fault]:
+    """A plan written out instead of drawn from the seed (reproducing one fault):
+    `"21.4:pg_restart_fast,30:sigkill:claimer-1"` (offset in seconds, kind, target)."""
+    plan: list[Fault] = []
+    for item in spec.split(","):
+        if not item.strip():
+            continue
+        at, kind, *target = item.strip().split(":")
+        if kind not in (*SERVICE_FAULTS, *STACK_FAULTS, "poison_burst", "clock_skew"):
+            raise ValueError(f"unknown fault kind {kind!r} in {spec!r}")
+        plan.append(Fault(float(at), kind, target[0] if target else ""))
     return sorted(plan, key=lambda f: f.at_s)
 
 
@@ -289,6 +304,26 @@ class System:
                         f"services not ready: {connected} tickers, {serving}/{len(ports)} metrics"
                     )
                 await asyncio.sleep(1.0)
+
+    async def claimer_gauges(self) -> dict[str, str]:
+        """Each claimer's runs in flight, from its metrics: a claimer whose executor is full or
+        whose intake stopped shows here when the verdict is not clean."""
+        out: dict[str, str] = {}
+        async with httpx.AsyncClient(timeout=2.0) as client:
+            for name, service in self.services.items():
+                port = service.env.get("SLOTFLOW_CLAIMER_METRICS_PORT")
+                if port is None:
+                    continue
+                try:
+                    text = (await client.get(f"http://127.0.0.1:{port}/metrics")).text
+                except httpx.HTTPError as err:
+                    out[name] = f"metrics unavailable: {err!r}"
+                    continue
+                lines = [
+                    line for line in text.splitlines() if line.startswith("slotflow_claimer_runs_in_flight")
+                ]
+                out[name] = "; ".join(lines)
+        return out
 
     def stop_services(self) -> None:
         for service in self.services.values():
