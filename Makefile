@@ -73,9 +73,11 @@ PROFILE ?= short
 DURATION ?=
 # KNOWN="missed slot": violation kinds of open, documented bugs, printed but not failing.
 KNOWN ?=
+# FAULTS="21.4:pg_restart_fast,7.4:sigkill:claimer-2": this plan instead of the seed's (replaying one).
+FAULTS ?=
 chaos: setup tools
 	SLOTFLOW_SYSTEM_SEEDS=$(SEED) SLOTFLOW_SYSTEM_PROFILE=$(PROFILE) SLOTFLOW_SYSTEM_DURATION=$(DURATION) \
-		SLOTFLOW_SYSTEM_KNOWN="$(KNOWN)" \
+		SLOTFLOW_SYSTEM_KNOWN="$(KNOWN)" SLOTFLOW_SYSTEM_FAULTS="$(FAULTS)" \
 		$(BIN)/pytest -m system -s tests/chaos/system
 
 lint: setup
