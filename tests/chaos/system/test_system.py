@@ -125,6 +125,7 @@ async def test_every_promise_holds_under_the_seeded_faults(
                 system.say(f"{name}: {gauge}")
     finally:
         system.stop_services()
+        await system.close_proxies()
     faults = ", ".join(f"{k}={n}" for k, n in sorted(system.counts.items()))
     system.say(f"faults injected: {faults}\nverdict:\n{report.render()}")
     failing = [v for v in report.violations if v.kind not in KNOWN]
