@@ -281,8 +281,11 @@ class System:
             self.services[name] = ServiceProcess(
                 "slotflow_orchestrator", name, env=env, log_dir=self.log_dir, cwd=REPO
             )
+        # Port 0: the default (9340) may be taken on a shared machine, and a dlq that cannot bind
+        # its metrics exits at start, again and again.
+        dlq_env = {**self._env("dlq"), "SLOTFLOW_DLQ_METRICS_PORT": "0"}
         self.services["dlq"] = ServiceProcess(
-            "slotflow_dlq", "dlq", env=self._env("dlq"), log_dir=self.log_dir, cwd=REPO
+            "slotflow_dlq", "dlq", env=dlq_env, log_dir=self.log_dir, cwd=REPO
         )
         api_env = {**self._env("api"), "SLOTFLOW_API_PORT": str(free_port())}
         self.services["api"] = ServiceProcess(
