@@ -7,6 +7,7 @@ the ledger is a redelivery or a takeover after the write, recorded as `collapsed
 writing after a newer one is refused by the fence and leaves no effect row at all.
 """
 
+import os
 from typing import Any
 
 from slotflow.errors import PermanentError
@@ -35,6 +36,9 @@ CREATE TABLE IF NOT EXISTS system_ledger (
 """
 
 
+HOLD_S = float(os.environ.get("SYSTEM_EFFECT_HOLD_S", "0"))
+
+
 class CaptureDeclined(PermanentError):
     """The sandbox issuer refuses this order's capture (its workflow id says so)."""
 
@@ -51,6 +55,8 @@ async def apply_once(ctx: RunContext, kind: str, subject: str) -> dict[str, Any]
         # the row does not exist yet. A claimer frozen inside this transaction keeps the lock, so its
         # rival waits, then finds the row once the frozen one wakes and commits.
         await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", ctx.run_id)
+        if HOLD_S:
+            await conn.execute("SELECT pg_sleep($1)", HOLD_S)
         held = await conn.fetchval("SELECT fence_token FROM system_ledger WHERE run_id = $1", ctx.run_id)
         phase = "collapsed"
         if held is None:

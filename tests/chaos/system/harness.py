@@ -47,6 +47,7 @@ from slotflow.settings import KafkaSettings
 from slotflow.testing.processes import ServiceProcess, free_port
 from tests.chaos.system.checker import Effect, OrderUnderTest, Recording, ScheduleUnderTest, TimerUnderTest
 from tests.chaos.system.handlers import create_tables
+from tests.chaos.system.proxy import FaultyProxy
 
 REPO = Path(__file__).resolve().parents[3]
 DEVSTACK = REPO / "deploy" / "devstack" / "devstack.py"
@@ -86,6 +87,7 @@ class PrivateStack:
         )
         # mkdtemp makes it 0700; run as root, the devstack starts PostgreSQL as the postgres OS
         # user, which must be able to reach its data directory inside.
+        os.makedirs(self.state_dir, exist_ok=True)
         os.chmod(self.state_dir, 0o755)  # noqa: S103 - a test stack's state, no secrets
         self.env = {
             **os.environ,
@@ -129,6 +131,20 @@ class Fault:
 
 SERVICE_FAULTS = ("sigkill", "sigstop")
 STACK_FAULTS = ("kafka_restart", "pg_restart_fast", "pg_restart_immediate")
+#: Between one service and PostgreSQL, through its FaultyProxy: 200 ms on every chunk for 5 s;
+#: nothing moving for lease + 2 s; every connection reset.
+NETWORK_FAULTS = ("pg_latency", "pg_stall", "pg_drop")
+SERVICE_NAMES = (
+    "ticker-0",
+    "ticker-1",
+    "claimer-0",
+    "claimer-1",
+    "claimer-2",
+    "orchestrator-0",
+    "orchestrator-1",
+    "dlq",
+    "api",
+)
 
 
 def fault_plan(seed: int, profile: Profile, services: list[str]) -> list[Fault]:
@@ -144,6 +160,26 @@ def fault_plan(seed: int, profile: Profile, services: list[str]) -> list[Fault]:
         plan.append(Fault(round(at, 1), kind, target))
     if LIBFAKETIME is not None:
         plan.append(Fault(round(1 + rng.random() * span / 2, 1), "clock_skew", "ticker-1"))
+    # Network faults from a stream of their own, so adding them left every seed's other faults
+    # where they were.
+    net = random.Random(seed * 7919 + 17)
+    for _ in range(max(1, profile.faults // 3)):
+        at = 3 + net.random() * span
+        plan.append(Fault(round(at, 1), net.choice(NETWORK_FAULTS), net.choice(services)))
+    return sorted(plan, key=lambda f: f.at_s)
+
+
+def given_plan(spec: str) -> list[Fault]:
+    """A plan written out instead of drawn from the seed (reproducing one fault):
+    `"21.4:pg_restart_fast,30:sigkill:claimer-1"` (offset in seconds, kind, target)."""
+    plan: list[Fault] = []
+    for item in spec.split(","):
+        if not item.strip():
+            continue
+        at, kind, *target = item.strip().split(":")
+        if kind not in (*SERVICE_FAULTS, *STACK_FAULTS, *NETWORK_FAULTS, "poison_burst", "clock_skew"):
+            raise ValueError(f"unknown fault kind {kind!r} in {spec!r}")
+        plan.append(Fault(float(at), kind, target[0] if target else ""))
     return sorted(plan, key=lambda f: f.at_s)
 
 
@@ -172,6 +208,8 @@ class System:
         self.workload = Workload(seed, profile, self.namespace)
         self.log: list[str] = []
         self.counts: dict[str, int] = {}
+        #: Each service reaches PostgreSQL through its own proxy (the network faults).
+        self.proxies: dict[str, FaultyProxy] = {}
 
     def say(self, line: str) -> None:
         self.log.append(line)
@@ -180,6 +218,10 @@ class System:
         sys.stdout.flush()
 
     async def prepare(self) -> None:
+        for name in SERVICE_NAMES:
+            proxy = FaultyProxy(name, "127.0.0.1", self.stack.pg_port)
+            await proxy.start()
+            self.proxies[name] = proxy
         admin = await asyncpg.connect(self.stack.admin_dsn)
         try:
             await admin.execute(f'CREATE DATABASE "{self.database}"')
@@ -195,20 +237,20 @@ class System:
         ]
         await ensure_topics(self.kafka.bootstrap, specs)
 
-    def _env(self) -> dict[str, str]:
+    def _env(self, name: str) -> dict[str, str]:
         # ServiceProcess adds the rest of the environment, without the runner's own SLOTFLOW_*.
+        proxy = self.proxies[name]
         return {
             "SLOTFLOW_KAFKA_BOOTSTRAP": self.kafka.bootstrap,
             "SLOTFLOW_KAFKA_TOPIC_NAMESPACE": self.namespace,
-            "SLOTFLOW_PG_DSN": self.dsn,
+            "SLOTFLOW_PG_DSN": f"postgresql://slotflow@127.0.0.1:{proxy.port}/{self.database}",
             "PYTHONPATH": str(REPO),
         }
 
     def start_services(self) -> None:
-        base = self._env()
         for i in range(2):
             name = f"ticker-{i}"
-            env = {**base, "SLOTFLOW_TICKER_TICKER_ID": name, "SLOTFLOW_TICKER_METRICS_PORT": "0"}
+            env = {**self._env(name), "SLOTFLOW_TICKER_TICKER_ID": name, "SLOTFLOW_TICKER_METRICS_PORT": "0"}
             self.services[name] = ServiceProcess(
                 "slotflow_ticker",
                 name,
@@ -220,7 +262,7 @@ class System:
         for i in range(3):
             name = f"claimer-{i}"
             env = {
-                **base,
+                **self._env(name),
                 "SLOTFLOW_CLAIMER_CLAIMER_ID": name,
                 "SLOTFLOW_CLAIMER_HANDLER_MODULES": "tests.chaos.system.handlers",
                 "SLOTFLOW_CLAIMER_METRICS_PORT": str(free_port()),
@@ -232,7 +274,7 @@ class System:
         for i in range(2):
             name = f"orchestrator-{i}"
             env = {
-                **base,
+                **self._env(name),
                 "SLOTFLOW_ORCHESTRATOR_INSTANCE_ID": name,
                 "SLOTFLOW_ORCHESTRATOR_WORKFLOW_MODULES": "tests.chaos.system.workflow",
                 "SLOTFLOW_ORCHESTRATOR_METRICS_PORT": str(free_port()),
@@ -240,8 +282,13 @@ class System:
             self.services[name] = ServiceProcess(
                 "slotflow_orchestrator", name, env=env, log_dir=self.log_dir, cwd=REPO
             )
-        self.services["dlq"] = ServiceProcess("slotflow_dlq", "dlq", env=base, log_dir=self.log_dir, cwd=REPO)
-        api_env = {**base, "SLOTFLOW_API_PORT": str(free_port())}
+        # Port 0: the default (9340) may be taken on a shared machine, and a dlq that cannot bind
+        # its metrics exits at start, again and again.
+        dlq_env = {**self._env("dlq"), "SLOTFLOW_DLQ_METRICS_PORT": "0"}
+        self.services["dlq"] = ServiceProcess(
+            "slotflow_dlq", "dlq", env=dlq_env, log_dir=self.log_dir, cwd=REPO
+        )
+        api_env = {**self._env("api"), "SLOTFLOW_API_PORT": str(free_port())}
         self.services["api"] = ServiceProcess(
             "slotflow_api", "api", env=api_env, log_dir=self.log_dir, cwd=REPO
         )
@@ -291,9 +338,33 @@ class System:
                     )
                 await asyncio.sleep(1.0)
 
+    async def claimer_gauges(self) -> dict[str, str]:
+        """Each claimer's runs in flight, from its metrics: a claimer whose executor is full or
+        whose intake stopped shows here when the verdict is not clean."""
+        out: dict[str, str] = {}
+        async with httpx.AsyncClient(timeout=2.0) as client:
+            for name, service in self.services.items():
+                port = service.env.get("SLOTFLOW_CLAIMER_METRICS_PORT")
+                if port is None:
+                    continue
+                try:
+                    text = (await client.get(f"http://127.0.0.1:{port}/metrics")).text
+                except httpx.HTTPError as err:
+                    out[name] = f"metrics unavailable: {err!r}"
+                    continue
+                lines = [
+                    line for line in text.splitlines() if line.startswith("slotflow_claimer_runs_in_flight")
+                ]
+                out[name] = "; ".join(lines)
+        return out
+
     def stop_services(self) -> None:
         for service in self.services.values():
             service.stop()
+
+    async def close_proxies(self) -> None:
+        for proxy in self.proxies.values():
+            await proxy.close()
 
     async def db_now(self) -> datetime:
         conn = await asyncpg.connect(self.dsn)
@@ -390,6 +461,13 @@ class System:
                 "FAKETIME_DONT_FAKE_MONOTONIC": "1",
             }
             service.start()
+        elif fault.kind == "pg_latency":
+            await self.proxies[fault.target].latency(0.2, for_s=5.0)
+        elif fault.kind == "pg_stall":
+            await self.proxies[fault.target].stall(for_s=LEASE_TTL_S + 2.0)
+        elif fault.kind == "pg_drop":
+            dropped = self.proxies[fault.target].drop()
+            self.say(f"    {fault.target}: {dropped} PostgreSQL connections reset")
         elif fault.kind != "poison_burst":
             raise ValueError(f"unknown fault {fault.kind}")
 

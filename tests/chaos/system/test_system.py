@@ -22,7 +22,7 @@ from aiokafka.errors import KafkaError
 from slotflow.errors import SlotflowError
 from slotflow.kafka.producer import Producer
 from tests.chaos.system.checker import Report, check
-from tests.chaos.system.harness import PROFILES, PrivateStack, System, fault_plan
+from tests.chaos.system.harness import PROFILES, PrivateStack, System, fault_plan, given_plan
 
 _OVERRIDES: dict[str, Any] = (
     {"duration_s": float(os.environ["SLOTFLOW_SYSTEM_DURATION"])}
@@ -69,7 +69,11 @@ async def test_every_promise_holds_under_the_seeded_faults(
     system = System(stack, seed, PROFILE, tmp_path)
     await system.prepare()
     system.start_services()
-    plan = fault_plan(seed, PROFILE, [n for n in system.services if n != "api"])
+    # SLOTFLOW_SYSTEM_FAULTS (make chaos FAULTS=...) replaces the seeded plan to replay one fault.
+    given = os.environ.get("SLOTFLOW_SYSTEM_FAULTS", "")
+    plan = (
+        given_plan(given) if given else fault_plan(seed, PROFILE, [n for n in system.services if n != "api"])
+    )
     system.say(f"profile {PROFILE}; logs in {tmp_path}")
     system.say("fault plan:\n" + "\n".join(f"    {f}" for f in plan))
     rng = random.Random(seed)
@@ -116,8 +120,12 @@ async def test_every_promise_holds_under_the_seeded_faults(
             await asyncio.sleep(5.0)
             system.supervise()
             report = check(await system.collect())
+        if report.violations:
+            for name, gauge in (await system.claimer_gauges()).items():
+                system.say(f"{name}: {gauge}")
     finally:
         system.stop_services()
+        await system.close_proxies()
     faults = ", ".join(f"{k}={n}" for k, n in sorted(system.counts.items()))
     system.say(f"faults injected: {faults}\nverdict:\n{report.render()}")
     failing = [v for v in report.violations if v.kind not in KNOWN]

@@ -118,7 +118,13 @@ class Polling:
                 return
 
     async def commit_offsets(self) -> dict[tuple[str, int], int]:
-        """Commit the highest contiguous durable offset per partition; returns what was committed."""
+        """Commit the highest contiguous durable offset per partition; returns what was committed.
+
+        Nothing while the group rebalances (see `Consumer.rebalancing`): the offsets stay tracked
+        and go with the first commit after the assignment, under the new generation.
+        """
+        if self._consumer.rebalancing:
+            return {}
         offsets = self._tracker.committable()
         if not offsets:
             return {}

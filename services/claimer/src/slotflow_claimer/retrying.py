@@ -15,6 +15,7 @@ from typing import TypeVar
 import asyncpg
 
 from slotflow.core.retry import full_jitter_delay
+from slotflow.core.stopping import raise_if_cancelled
 from slotflow.errors import TransientStorageError
 from slotflow.pg.pool import CONNECTION_ERRORS
 
@@ -33,7 +34,13 @@ _rng = random.Random()  # noqa: S311 - jitter, not secrets
 
 
 async def storage_pause(attempt: int) -> None:
-    """A full-jitter pause before retry ``attempt`` (50 ms doubling, capped at 2 s)."""
+    """A full-jitter pause before retry ``attempt`` (50 ms doubling, capped at 2 s).
+
+    Raises:
+        asyncio.CancelledError: the task was cancelled and the storage error being retried is what
+            the driver made of it (`raise_if_cancelled`): the retry must not swallow it.
+    """
+    raise_if_cancelled()
     delay = full_jitter_delay(
         attempt=min(attempt, 10),
         base=timedelta(milliseconds=50),

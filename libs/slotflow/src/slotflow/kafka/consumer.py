@@ -12,17 +12,20 @@ from slotflow.kafka.records import Record
 from slotflow.settings import KafkaSettings
 
 
-class _CountAssignments(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is untyped
-    """Counts the assignments the group handed this member (one per rebalance it took part in)."""
+class _Membership(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is untyped
+    """Counts the assignments the group handed this member (one per rebalance it took part in) and
+    knows whether one is under way (from the revocation to the next assignment)."""
 
     def __init__(self) -> None:
         self.assignments = 0
+        self.rebalancing = False
 
     async def on_partitions_revoked(self, revoked: Any) -> None:
-        return None
+        self.rebalancing = True
 
     async def on_partitions_assigned(self, assigned: Any) -> None:
         self.assignments += 1
+        self.rebalancing = False
 
 
 class Consumer:
@@ -57,9 +60,9 @@ class Consumer:
             session_timeout_ms=session_timeout_ms,
             heartbeat_interval_ms=heartbeat_interval_ms,
         )
-        self._rebalances = _CountAssignments()
+        self._membership = _Membership()
         if topics:
-            self._consumer.subscribe(list(topics), listener=self._rebalances)
+            self._consumer.subscribe(list(topics), listener=self._membership)
 
     async def start(self) -> None:
         try:
@@ -129,7 +132,15 @@ class Consumer:
         """How many assignments this member has received so far. Two reads of `assignment()` that
         agree may still straddle rebalances (a partition taken away and handed back in between);
         a changed count says one happened, whatever the partitions look like."""
-        return self._rebalances.assignments
+        return self._membership.assignments
+
+    @property
+    def rebalancing(self) -> bool:
+        """Between this member's revocation and its next assignment. Commit nothing then: the
+        request queues behind the member's JoinGroup, reaches the broker under the old generation
+        and is refused, and aiokafka answers that by joining again, which starts the next
+        rebalance (reliability bug 3: a claimer committing every 0.2 s rebalanced for minutes)."""
+        return self._membership.rebalancing
 
 
 def next_offsets(records: Sequence[Record]) -> dict[tuple[str, int], int]:
