@@ -240,3 +240,29 @@ async def test_a_poll_takes_every_partitions_share_before_one_partitions_backlog
     # Each partition's records in offset order, none twice.
     assert [r.value for r in seen if r.key == b"hot"] == [f"hot-{n}".encode() for n in range(600)]
     assert len({(r.partition, r.offset) for r in seen}) == len(delivered)
+
+
+async def test_a_second_producer_with_the_same_transactional_id_fences_the_first(
+    kafka: KafkaSettings,
+) -> None:
+    """Kafka 4.1 with aiokafka: starting a producer under a transactional id bumps its epoch; the
+    older one's open transaction is aborted by the broker and its commit is refused, so a zombie
+    writes nothing a read_committed consumer sees (docs/decisions/0004-orchestrator.md)."""
+    from aiokafka.errors import KafkaError, ProducerFenced
+
+    topic = kafka.topic(JOBS_DUE)
+    transactional_id = unique_name("fence")
+    zombie = Producer(kafka, client_id="zombie", transactional_id=transactional_id)
+    successor = Producer(kafka, client_id="successor", transactional_id=transactional_id)
+    async with zombie:
+        await zombie._producer.begin_transaction()
+        await zombie.send(topic, job_envelope(1))  # written, not yet committed
+        async with successor:
+            async with successor.transaction():
+                await successor.send(topic, job_envelope(2))
+            with pytest.raises(KafkaError) as refused:
+                await zombie._producer.commit_transaction()
+    assert isinstance(refused.value, ProducerFenced), refused.value
+
+    committed = await read_all(kafka, topic, expect=1)
+    assert [r.key for r in committed] == [b"job-2"]
