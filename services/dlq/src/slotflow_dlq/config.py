@@ -51,7 +51,8 @@ class DlqSettings(BaseSettings):
     gauge_seconds: float = Field(default=5.0, gt=0)
     #: Prometheus metrics port on 0.0.0.0; 0 turns the HTTP endpoint off.
     metrics_port: int = Field(default=9340, ge=0, le=65535)
-    metrics_host: str = "0.0.0.0"  # noqa: S104 - a metrics endpoint is meant to be scraped
+    #: Loopback unless exposed on purpose: the endpoint has no authentication.
+    metrics_host: str = "127.0.0.1"
     pool_size: int = Field(default=6, ge=2, le=200)
     #: Testing only: hold each parked batch this long before its offsets are committed, widening
     #: the window a crash must land in to leave letters parked but not committed (chaos tests).

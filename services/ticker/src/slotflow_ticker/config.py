@@ -60,7 +60,8 @@ class TickerSettings(BaseSettings):
     event_loop: Literal["uvloop", "asyncio"] = "uvloop"
     #: Prometheus metrics port on 0.0.0.0; 0 turns the HTTP endpoint off.
     metrics_port: int = Field(default=9310, ge=0, le=65535)
-    metrics_host: str = "0.0.0.0"  # noqa: S104 - a metrics endpoint is meant to be scraped
+    #: Loopback unless exposed on purpose: the endpoint has no authentication.
+    metrics_host: str = "127.0.0.1"
     #: Kafka keeps commands for 7 days, so an inbox entry older than this cannot see a redelivery.
     inbox_retention_days: float = Field(default=8.0, gt=0)
     #: Fired and cancelled timers are kept this long so a late duplicate StartTimer stays a no-op.
