@@ -1,5 +1,5 @@
-"""Choosing the test session's stack (tests/stack.py) without a Docker engine: the selection logic
-is tested here; the container path itself needs an engine this machine does not have."""
+"""Choosing the test session's stack (tests/stack.py): the selection logic. The container path
+itself runs with `make test-containers` (docs/devstack.md), where podman or Docker runs."""
 
 import pytest
 
@@ -12,10 +12,21 @@ def test_the_devstack_is_the_default() -> None:
     assert choose({"SLOTFLOW_TEST_STACK": " DevStack "}, docker=False) == "devstack"
 
 
+IMAGES = {"SLOTFLOW_TEST_KAFKA_IMAGE": "localhost/k:1", "SLOTFLOW_TEST_POSTGRES_IMAGE": "localhost/p:1"}
+
+
 def test_testcontainers_only_with_a_docker_engine() -> None:
-    assert choose({"SLOTFLOW_TEST_STACK": "testcontainers"}, docker=True) == "testcontainers"
+    assert choose({"SLOTFLOW_TEST_STACK": "testcontainers", **IMAGES}, docker=True) == "testcontainers"
     with pytest.raises(StackUnavailable, match="needs a Docker engine"):
-        choose({"SLOTFLOW_TEST_STACK": "testcontainers"}, docker=False)
+        choose({"SLOTFLOW_TEST_STACK": "testcontainers", **IMAGES}, docker=False)
+
+
+def test_testcontainers_needs_both_images_named() -> None:
+    only_kafka = {"SLOTFLOW_TEST_STACK": "testcontainers", "SLOTFLOW_TEST_KAFKA_IMAGE": "localhost/k:1"}
+    with pytest.raises(
+        StackUnavailable, match=r"needs SLOTFLOW_TEST_POSTGRES_IMAGE: deploy/containers/build-images\.sh"
+    ):
+        choose(only_kafka, docker=True)
 
 
 def test_external_needs_both_variables() -> None:
