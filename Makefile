@@ -13,7 +13,7 @@ STATS_STAMP := $(STATS_VENV)/.installed-stamp
 # against nothing, so a broker that did not come up reads as hundreds of test errors.
 WITH_STACK = stack_env="$$(deploy/devstack/up.sh)" && eval "$$stack_env" &&
 
-.PHONY: setup tools up down status clean test test-unit test-integration test-chaos chaos lint fmt contracts demo bench
+.PHONY: setup tools up down status clean test test-unit test-integration test-containers test-chaos chaos lint fmt contracts demo bench
 
 setup: $(STAMP) $(STATS_STAMP)
 
@@ -60,6 +60,13 @@ test-unit: setup
 
 test-integration: setup tools
 	$(WITH_STACK) $(BIN)/pytest -m integration tests
+
+# The integration layer on testcontainers: podman, images built locally (docs/devstack.md). Root only.
+test-containers: setup
+	apt-get install -y -q podman runc debootstrap >/dev/null
+	eval "$$(deploy/containers/engine.sh start)" && export $$(deploy/containers/build-images.sh) && \
+		SLOTFLOW_TEST_STACK=testcontainers $(BIN)/pytest -m integration tests; \
+		rc=$$?; deploy/containers/engine.sh stop; exit $$rc
 
 # pytest exits 5 when a layer has no tests yet; that is not a failure for an optional layer.
 test-chaos: setup
