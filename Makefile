@@ -73,7 +73,8 @@ test-chaos: setup
 	$(WITH_STACK) $(BIN)/pytest -m chaos tests; rc=$$?; [ $$rc -eq 5 ] || exit $$rc
 
 # The whole-system fault suite (docs/reliability.md) on a Kafka and PostgreSQL of its own (ports
-# 39092/39093/35432, a temp state dir): never the devstack above, since it restarts both.
+# first free from 27092/27093/27432, below the ephemeral range, a temp state dir): never the
+# devstack above, since it restarts both.
 # SEED=7 or SEED=1,2,3 picks the seeds, DURATION=seconds the workload's length, PROFILE=short|long.
 SEED ?= 1,2,3
 PROFILE ?= short

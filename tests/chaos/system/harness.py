@@ -3,7 +3,10 @@ workload and fault plan, and the collection of what the checker judges.
 
 The suite restarts Kafka and PostgreSQL, so it never runs on a shared devstack: it starts its own
 broker and database through deploy/devstack with ports and a state directory of its own
-(SLOTFLOW_SYSTEM_KAFKA_PORT etc., defaults 39092/39093/35432) and stops only those.
+(SLOTFLOW_SYSTEM_KAFKA_PORT etc.; by default the first free ones from 27092/27093/27432) and stops
+only those. The ports sit below the kernel's ephemeral range on purpose: a port in that range can be
+taken by any outgoing connection's local end, before the stack starts or while the suite has the
+broker or database down for a restart.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import json
 import os
 import random
 import signal
+import socket
 import sys
 import tempfile
 import time
@@ -44,7 +48,7 @@ from slotflow.kafka.admin import ensure_topics
 from slotflow.kafka.producer import Producer
 from slotflow.pg.statements import quote_ident, sql_with
 from slotflow.settings import KafkaSettings
-from slotflow.testing.processes import ServiceProcess, free_port
+from slotflow.testing.processes import ServiceProcess
 from tests.chaos.system.checker import Effect, OrderUnderTest, Recording, ScheduleUnderTest, TimerUnderTest
 from tests.chaos.system.handlers import create_tables
 from tests.chaos.system.proxy import FaultyProxy
@@ -76,12 +80,36 @@ PROFILES = {
 }
 
 
+def _port_is_free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_fixed_port(setting: str, preferred: int, taken: set[int]) -> int:
+    """The port named by ``setting`` if set, else the first free one from ``preferred`` upward
+    (below 32768, so never one the kernel hands out as a connection's local port: a service the
+    suite restarts finds its port again)."""
+    if setting and os.environ.get(setting):
+        return int(os.environ[setting])
+    for port in range(preferred, 32768):
+        if port not in taken and _port_is_free(port):
+            taken.add(port)
+            return port
+    raise RuntimeError(f"no free port on 127.0.0.1 from {preferred} to 32767; set {setting}")
+
+
 class PrivateStack:
     """A Kafka broker and a PostgreSQL of the suite's own, through deploy/devstack."""
 
     def __init__(self) -> None:
-        self.kafka_port = int(os.environ.get("SLOTFLOW_SYSTEM_KAFKA_PORT", "39092"))
-        self.pg_port = int(os.environ.get("SLOTFLOW_SYSTEM_PG_PORT", "35432"))
+        taken: set[int] = set()
+        self.kafka_port = free_fixed_port("SLOTFLOW_SYSTEM_KAFKA_PORT", 27092, taken)
+        controller_port = free_fixed_port("SLOTFLOW_SYSTEM_CONTROLLER_PORT", 27093, taken)
+        self.pg_port = free_fixed_port("SLOTFLOW_SYSTEM_PG_PORT", 27432, taken)
         self.state_dir = os.environ.get("SLOTFLOW_SYSTEM_STACK_DIR") or tempfile.mkdtemp(
             prefix="slotflow-system-"
         )
@@ -92,7 +120,7 @@ class PrivateStack:
         self.env = {
             **os.environ,
             "SLOTFLOW_KAFKA_PORT": str(self.kafka_port),
-            "SLOTFLOW_KAFKA_CONTROLLER_PORT": os.environ.get("SLOTFLOW_SYSTEM_CONTROLLER_PORT", "39093"),
+            "SLOTFLOW_KAFKA_CONTROLLER_PORT": str(controller_port),
             "SLOTFLOW_PG_PORT": str(self.pg_port),
             "SLOTFLOW_DEVSTACK_DIR": self.state_dir,
         }
@@ -205,6 +233,8 @@ class System:
         self.dsn = f"postgresql://slotflow@127.0.0.1:{stack.pg_port}/{self.database}"
         self.kafka = KafkaSettings(bootstrap=stack.bootstrap, topic_namespace=self.namespace)
         self.services: dict[str, ServiceProcess] = {}
+        #: Ports handed to this seed's services (kept below the ephemeral range, see free_fixed_port).
+        self._ports: set[int] = {stack.kafka_port, stack.pg_port}
         self.workload = Workload(seed, profile, self.namespace)
         self.log: list[str] = []
         self.counts: dict[str, int] = {}
@@ -265,7 +295,7 @@ class System:
                 **self._env(name),
                 "SLOTFLOW_CLAIMER_CLAIMER_ID": name,
                 "SLOTFLOW_CLAIMER_HANDLER_MODULES": "tests.chaos.system.handlers",
-                "SLOTFLOW_CLAIMER_METRICS_PORT": str(free_port()),
+                "SLOTFLOW_CLAIMER_METRICS_PORT": str(free_fixed_port("", 27500, self._ports)),
                 "SLOTFLOW_CLAIMER_LEASE_TTL_SECONDS": str(LEASE_TTL_S),
             }
             self.services[name] = ServiceProcess(
@@ -277,7 +307,7 @@ class System:
                 **self._env(name),
                 "SLOTFLOW_ORCHESTRATOR_INSTANCE_ID": name,
                 "SLOTFLOW_ORCHESTRATOR_WORKFLOW_MODULES": "tests.chaos.system.workflow",
-                "SLOTFLOW_ORCHESTRATOR_METRICS_PORT": str(free_port()),
+                "SLOTFLOW_ORCHESTRATOR_METRICS_PORT": str(free_fixed_port("", 27500, self._ports)),
             }
             self.services[name] = ServiceProcess(
                 "slotflow_orchestrator", name, env=env, log_dir=self.log_dir, cwd=REPO
@@ -288,7 +318,7 @@ class System:
         self.services["dlq"] = ServiceProcess(
             "slotflow_dlq", "dlq", env=dlq_env, log_dir=self.log_dir, cwd=REPO
         )
-        api_env = {**self._env("api"), "SLOTFLOW_API_PORT": str(free_port())}
+        api_env = {**self._env("api"), "SLOTFLOW_API_PORT": str(free_fixed_port("", 27500, self._ports))}
         self.services["api"] = ServiceProcess(
             "slotflow_api", "api", env=api_env, log_dir=self.log_dir, cwd=REPO
         )
