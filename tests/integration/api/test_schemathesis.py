@@ -23,6 +23,7 @@ from schemathesis.specs.openapi.checks import response_schema_conformance
 
 from slotflow.settings import KafkaSettings
 from slotflow.testing import assert_eventually
+from tests.integration.api.conftest import AUTH, TEST_TOKEN
 
 EXAMPLES_PER_OPERATION = 12
 
@@ -42,6 +43,9 @@ def server(kafka: KafkaSettings, pg_dsn: str, tmp_path: Path) -> Iterator[str]:
         "SLOTFLOW_KAFKA_TOPIC_NAMESPACE": kafka.topic_namespace,
         "SLOTFLOW_PG_DSN": pg_dsn,
         "SLOTFLOW_API_PORT": str(port),
+        # Authentication on, as deployed: every generated request carries an admin token.
+        "SLOTFLOW_API_AUTH": "on",
+        "SLOTFLOW_API_BOOTSTRAP_TOKEN": TEST_TOKEN,
     }
     log = (tmp_path / "api.log").open("w")
     process = subprocess.Popen(
@@ -79,7 +83,7 @@ def _fuzz(base_url: str) -> int:
             case.call_and_validate(
                 base_url=base_url,
                 checks=[not_a_server_error, response_schema_conformance],
-                headers={"X-Slotflow-Client": "schemathesis"},  # the API's CSRF rule
+                headers={"X-Slotflow-Client": "schemathesis", **AUTH},  # the API's CSRF rule, a token
             )
             calls += 1
 
