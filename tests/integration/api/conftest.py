@@ -11,6 +11,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 from playwright.async_api import Browser, async_playwright
+from pydantic import SecretStr
 
 from slotflow.contracts import Message, wrap
 from slotflow.contracts.topics import TopicSpec
@@ -30,7 +31,9 @@ CLIENT_HEADERS = {"X-Slotflow-Client": "test", **AUTH}
 @pytest.fixture
 def api_settings(kafka: KafkaSettings, pg_dsn: str) -> Settings:
     return Settings(
-        api=ApiSettings(projector_poll_ms=50, readiness_timeout_seconds=5.0, bootstrap_token=TEST_TOKEN),
+        api=ApiSettings(
+            projector_poll_ms=50, readiness_timeout_seconds=5.0, bootstrap_token=SecretStr(TEST_TOKEN)
+        ),
         kafka=kafka,
         postgres=PostgresSettings(dsn=pg_dsn, pool_min_size=1, pool_max_size=5),
     )

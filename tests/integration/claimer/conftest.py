@@ -5,6 +5,7 @@ from typing import Any
 
 import httpx
 import pytest
+from pydantic import SecretStr
 
 from slotflow.kafka.producer import Producer
 from slotflow.pg.pool import Pool
@@ -71,7 +72,9 @@ async def start_claimer(
 async def api(kafka: KafkaSettings, pg_dsn: str) -> AsyncIterator[httpx.AsyncClient]:
     """The api in-process (projector included) on the same Kafka namespace and database."""
     settings = ApiServiceSettings(
-        api=ApiSettings(projector_poll_ms=50, readiness_timeout_seconds=5.0, bootstrap_token=TEST_TOKEN),
+        api=ApiSettings(
+            projector_poll_ms=50, readiness_timeout_seconds=5.0, bootstrap_token=SecretStr(TEST_TOKEN)
+        ),
         kafka=kafka,
         postgres=PostgresSettings(dsn=pg_dsn, pool_min_size=1, pool_max_size=5),
     )

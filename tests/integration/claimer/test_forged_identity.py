@@ -21,6 +21,7 @@ from urllib.parse import quote
 
 import httpx
 import pytest
+from pydantic import SecretStr
 
 from slotflow.contracts import CreateSchedule, CronSpec, JobDue, OnceSpec, ScheduleDefinition, wrap
 from slotflow.contracts.codec import encode
@@ -57,7 +58,9 @@ async def dlq(kafka: KafkaSettings, pg_dsn: str) -> AsyncIterator[Running]:
 @pytest.fixture
 async def api(kafka: KafkaSettings, pg_dsn: str) -> AsyncIterator[httpx.AsyncClient]:
     settings = ApiAppSettings(
-        api=ApiSettings(projector_poll_ms=50, readiness_timeout_seconds=5.0, bootstrap_token=TEST_TOKEN),
+        api=ApiSettings(
+            projector_poll_ms=50, readiness_timeout_seconds=5.0, bootstrap_token=SecretStr(TEST_TOKEN)
+        ),
         kafka=kafka,
         postgres=PostgresSettings(dsn=pg_dsn, pool_min_size=1, pool_max_size=5),
     )

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from pydantic import SecretStr
 
 from slotflow.settings import KafkaSettings, PostgresSettings
 from slotflow_api.app import create_app
@@ -67,7 +68,9 @@ class Cli:
 @pytest.fixture
 def api_settings(kafka: KafkaSettings, pg_dsn: str) -> Settings:
     return Settings(
-        api=ApiSettings(projector_poll_ms=50, readiness_timeout_seconds=5.0, bootstrap_token=TEST_TOKEN),
+        api=ApiSettings(
+            projector_poll_ms=50, readiness_timeout_seconds=5.0, bootstrap_token=SecretStr(TEST_TOKEN)
+        ),
         kafka=kafka,
         postgres=PostgresSettings(dsn=pg_dsn, pool_min_size=1, pool_max_size=5),
     )
