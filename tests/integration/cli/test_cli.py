@@ -108,6 +108,8 @@ async def test_every_command_reaches_its_topic_with_its_key(cli: Cli, kafka: Kaf
         if c.startswith("c-") and topics[c] == kafka.topic(SCHEDULE_COMMANDS)
     } == {"payouts"}
     assert all(envelope.source == "cli" for envelope in envelopes.values())
+    # Straight to Kafka, unauthenticated: the login name is recorded, marked as the CLI's.
+    assert all((envelope.principal or "").startswith("cli:") for envelope in envelopes.values())
 
     create = REGISTRY.parse(envelopes["c-create"])
     assert isinstance(create, CreateSchedule)
