@@ -29,11 +29,13 @@ from slotflow.contracts.codec import encode
 from slotflow.contracts.topics import JOBS_DUE
 from slotflow.core.identity import job_due_event_id
 from slotflow.kafka.producer import Producer
-from slotflow.settings import KafkaSettings
+from slotflow.pg.pool import create_pool
+from slotflow.settings import KafkaSettings, PostgresSettings
 from slotflow.testing import assert_eventually, unique_name
 from slotflow_api.app import create_app
 from slotflow_api.auth import ROUTE_SCOPES
 from slotflow_api.config import Settings
+from slotflow_api.projector import rebuild
 from tests.integration.api.conftest import AUTH
 from tests.integration.dlq.conftest import start_dlq, stop_dlq
 from tests.integration.dlq.helpers import origin, park
@@ -466,3 +468,16 @@ async def test_a_jwks_that_does_not_answer_is_503_not_401(
             )
     assert answer.status_code == 503, answer.text
     assert "JWKS" in answer.json()["detail"]
+
+
+async def test_a_read_model_rebuild_keeps_the_tokens(
+    client: httpx.AsyncClient, anonymous: httpx.AsyncClient, api_settings: Settings
+) -> None:
+    _, secret = await _token(client, "read")
+    pool = await create_pool(PostgresSettings(dsn=api_settings.postgres.dsn), min_size=1, max_size=2)
+    try:
+        await rebuild(pool, api_settings)
+    finally:
+        await pool.close()
+    # Tokens are not projected from any topic: emptied, they would be gone for good.
+    assert (await anonymous.get("/v1/runs", headers=_as(secret))).status_code == 200

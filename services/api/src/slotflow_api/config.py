@@ -96,6 +96,12 @@ class ApiSettings(BaseSettings):
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
 
+    @field_validator("bootstrap_token", "oidc_jwks_url", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        # `SLOTFLOW_API_BOOTSTRAP_TOKEN=` (compose passes an unset variable as empty) means none.
+        return None if value == "" else value
+
     @field_validator("bootstrap_token")
     @classmethod
     def _long_enough(cls, value: SecretStr | None) -> SecretStr | None:
