@@ -52,6 +52,9 @@ export SLOTFLOW_KAFKA_IMAGE="$SLOTFLOW_TEST_KAFKA_IMAGE"
 export SLOTFLOW_POSTGRES_IMAGE="$SLOTFLOW_TEST_POSTGRES_IMAGE"
 export SLOTFLOW_PYTHON_IMAGE="$SLOTFLOW_TEST_PYTHON_IMAGE"
 export SLOTFLOW_IMAGE=localhost/slotflow:compose-check
+# The api runs with authentication on; this run's admin token exists only for the run.
+SLOTFLOW_API_BOOTSTRAP_TOKEN="sft_$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+export SLOTFLOW_API_BOOTSTRAP_TOKEN
 compose() { "$COMPOSE" -p "$PROJECT" --profile app "$@"; }
 
 healthchecks_pid=
@@ -99,6 +102,6 @@ kill "$healthchecks_pid" 2>/dev/null || true
 say "every service up in $(($(date +%s) - started)) s:"
 compose ps --format 'table {{.Service}}\t{{.State}}\t{{.Status}}' >&2
 
-"$REPO/.venv/bin/python" "$HERE/compose_smoke.py" \
+SLOTFLOW_TOKEN="$SLOTFLOW_API_BOOTSTRAP_TOKEN" "$REPO/.venv/bin/python" "$HERE/compose_smoke.py" \
   --api "http://127.0.0.1:$SLOTFLOW_COMPOSE_API_PORT" \
   --pg "postgresql://slotflow:slotflow@127.0.0.1:$SLOTFLOW_COMPOSE_PG_PORT/slotflow"

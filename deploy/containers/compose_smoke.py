@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import time
 from pathlib import Path
@@ -105,13 +106,18 @@ async def ended_workflow(client: httpx.AsyncClient, workflow_id: str, seconds: f
     )
 
 
-async def smoke(api: str, pg: str) -> None:
+async def smoke(api: str, pg: str, token: str) -> None:
     ledger = await asyncpg.connect(pg)
     try:
         await ledger.execute(LEDGER_SQL.read_text())
-        async with httpx.AsyncClient(base_url=api, timeout=40) as client:
+        headers = {"Authorization": f"Bearer {token}"}
+        async with httpx.AsyncClient(base_url=api, timeout=40, headers=headers) as client:
             await wait_ready(client, 120)
             say("api ready")
+            # The image's api runs with authentication on: a request without the token is refused.
+            anonymous = await client.get("/v1/schedules", headers={"Authorization": ""})
+            if anonymous.status_code != 401:
+                raise SmokeFailed(f"a request without a token answered {anonymous.status_code}, not 401")
             await create_payout_schedule(client)
             await start_checkout(client, "compose-order-ok", "tok_visa")
             await start_checkout(client, "compose-order-declined", "tok_capture_declined")
@@ -142,8 +148,12 @@ def main() -> int:
     parser.add_argument("--api", required=True, help="the api's base URL on the host")
     parser.add_argument("--pg", required=True, help="the compose PostgreSQL's DSN on the host")
     args = parser.parse_args()
+    token = os.environ.get("SLOTFLOW_TOKEN", "")
+    if not token:
+        say("SLOTFLOW_TOKEN is not set: the api's token (compose's SLOTFLOW_API_BOOTSTRAP_TOKEN)")
+        return 2
     try:
-        asyncio.run(smoke(args.api, args.pg))
+        asyncio.run(smoke(args.api, args.pg, token))
     except SmokeFailed as exc:
         say(f"FAILED: {exc}")
         return 1
