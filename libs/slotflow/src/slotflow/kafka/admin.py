@@ -453,11 +453,26 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m slotflow.kafka.admin")
     parser.add_argument("command", choices=["ensure-topics", "describe"])
+    # One replica suits the single-broker devstack only; a cluster wants 3 (and a managed service
+    # may refuse fewer).
+    parser.add_argument(
+        "--replication-factor",
+        type=int,
+        default=1,
+        metavar="N",
+        help="replicas of each topic ensure-topics creates (default 1; 3 on a real cluster)",
+    )
     args = parser.parse_args(argv)
+    if args.replication_factor < 1:
+        parser.error(f"--replication-factor must be at least 1, got {args.replication_factor}")
     settings = KafkaSettings()
     try:
         if args.command == "ensure-topics":
-            created = asyncio.run(ensure_topics(settings.bootstrap, settings.topics()))
+            created = asyncio.run(
+                ensure_topics(
+                    settings.bootstrap, settings.topics(), replication_factor=args.replication_factor
+                )
+            )
             print(f"created {len(created)} topics: {', '.join(created) or '-'}")  # noqa: T201
         else:
             info = asyncio.run(describe_cluster(settings.bootstrap))
