@@ -26,6 +26,7 @@ from pydantic_settings import BaseSettings
 
 from slotflow.settings import KafkaSettings, PostgresSettings
 from slotflow_api.config import ApiSettings
+from slotflow_api.routes.health import router as api_health
 from slotflow_claimer.config import ClaimerSettings
 from slotflow_dlq.config import DlqSettings
 from slotflow_orchestrator.config import OrchestratorSettings
@@ -64,6 +65,12 @@ LISTENERS: dict[str, tuple[type[BaseSettings], str, str]] = {
 EVERY_INTERFACE = "0.0.0.0"  # noqa: S104 - the point of the check
 #: Python's tempfile directory, which the read-only root filesystem must not be.
 SCRATCH = "/tmp"  # noqa: S108 - a path inside the container, checked to be a volume
+#: The paths a probe may ask: the api's health routes; the Prometheus endpoint of the others
+#: (prometheus_client answers any path with the metrics, so a typo would pass unseen).
+PROBE_PATHS: dict[str, set[str]] = {
+    "api": {getattr(route, "path", "") for route in api_health.routes} - {"/metrics"},
+    **{name: {"/metrics"} for name in ("ticker", "claimer", "orchestrator", "dlq")},
+}
 #: Services without any HTTP listener (faust's web server is off): no probe can reach them.
 NO_LISTENER = {"stats"}
 #: Variables without which a service runs, but not usefully: it would look for Kafka and
@@ -188,6 +195,10 @@ def probe_problems(resources: list[Resource]) -> list[str]:
                 if probe not in c:
                     problems.append(f"{component}: no {probe}")
             for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+                if probe in c and c[probe]["httpGet"]["path"] not in PROBE_PATHS[component]:
+                    problems.append(
+                        f"{component}: {probe} asks {c[probe]['httpGet']['path']}, not a health path"
+                    )
                 if probe in c and c[probe]["httpGet"]["port"] not in names:
                     problems.append(
                         f"{component}: {probe} port {c[probe]['httpGet']['port']} is no containerPort"
@@ -447,6 +458,9 @@ def test_the_rules_catch_broken_manifests(monkeypatch: pytest.MonkeyPatch) -> No
     def probe_elsewhere(r: Resource) -> None:
         container(r)["livenessProbe"]["httpGet"]["port"] = 9999
 
+    def probe_nowhere(r: Resource) -> None:
+        container(r)["readinessProbe"]["httpGet"]["path"] = "/ready"
+
     def as_root(r: Resource) -> None:
         r["spec"]["template"]["spec"]["securityContext"]["runAsUser"] = 0
 
@@ -476,6 +490,8 @@ def test_the_rules_catch_broken_manifests(monkeypatch: pytest.MonkeyPatch) -> No
 
     assert probe_problems(mutate(good, "Deployment/slotflow-claimer", no_readiness))
     assert probe_problems(mutate(good, "Deployment/slotflow-api", probe_elsewhere))
+    assert probe_problems(mutate(good, "Deployment/slotflow-api", probe_nowhere))
+    assert probe_problems(mutate(good, "Deployment/slotflow-dlq", probe_nowhere))
     assert security_problems(mutate(good, "Deployment/slotflow-ticker", as_root))
     assert security_problems(mutate(good, "Deployment/slotflow-stats", writable_root))
     assert image_problems(mutate(good, "Deployment/slotflow-orchestrator", other_image), kustomization)
