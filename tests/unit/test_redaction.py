@@ -67,7 +67,8 @@ def test_postgres_settings_register_their_passwords_and_print_none() -> None:
 def test_service_settings_register_their_secrets() -> None:
     ClaimerSettings(handler_dsn="postgresql://h:handler-secret-3@h/d")
     DlqSettings(
-        webhook_secret=SecretStr("hmac-secret-4"), webhook_url="https://u:url-secret-5@hooks.example/x"
+        webhook_secret=SecretStr("hmac-secret-4"),
+        webhook_url=AnyHttpUrl("https://u:url-secret-5@hooks.example/x"),
     )
     assert redact("handler-secret-3 hmac-secret-4 url-secret-5") == " ".join([REDACTED] * 3)
 
