@@ -85,6 +85,7 @@ from _postgres import (
     find_pg_bin,
     postgres_pid,
     postgres_running_port,
+    running_with_tls,
     start_postgres,
     stop_postgres,
 )
@@ -163,6 +164,7 @@ async def cmd_up(cfg: Config) -> int:
         and p_pid is not None
         and listener_ports(cfg.server_properties) == (cfg.kafka_port, cfg.controller_port)
         and postgres_running_port(cfg) == cfg.pg_port
+        and running_with_tls(cfg) == cfg.pg_tls
         and proc_state(k_pid) != "T"
         and proc_state(p_pid) != "T"
         and port_answers(cfg.kafka_port)
@@ -339,7 +341,8 @@ def _parser() -> argparse.ArgumentParser:
         prog="devstack.py",
         description="slotflow developer stack: Kafka (KRaft, one node) and PostgreSQL on 127.0.0.1.",
         epilog="Environment: SLOTFLOW_DEVSTACK_DIR, SLOTFLOW_KAFKA_PORT, SLOTFLOW_KAFKA_CONTROLLER_PORT, "
-        "SLOTFLOW_PG_PORT, SLOTFLOW_DEVSTACK_CACHE. See deploy/devstack/README.md.",
+        "SLOTFLOW_PG_PORT, SLOTFLOW_PG_TLS (1: PostgreSQL over TLS, DSN with sslmode=verify-full), "
+        "SLOTFLOW_DEVSTACK_CACHE. See deploy/devstack/README.md.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     sub.add_parser("up", help="start Kafka and PostgreSQL, create topics, print the env")

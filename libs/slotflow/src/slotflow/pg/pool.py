@@ -60,7 +60,7 @@ async def create_pool(
     except ssl.SSLCertVerificationError as err:
         raise PostgresCertificateRefused(
             f"PostgreSQL at {settings.display_dsn} presented a certificate that failed verification: "
-            f"{err.verify_message or err}; check sslrootcert (the CA that signed the server's "
+            f"certificate verify failed: {err.verify_message or err}; check sslrootcert (the CA that signed the server's "
             "certificate) and that the DSN's host is a name the certificate holds"
         ) from err
     except CONNECTION_ERRORS as err:
