@@ -35,9 +35,8 @@ def _with_port(dsn: str, port: int) -> str:
 
 
 def _with_database(dsn: str, database: str) -> str:
-    base, _, tail = dsn.rpartition("/")
-    query = tail.partition("?")[2]
-    return f"{base}/{database}" + (f"?{query}" if query else "")
+    head, sep, query = dsn.partition("?")
+    return f"{head.rsplit('/', 1)[0]}/{database}{sep}{query}"
 
 
 async def _exited(process: ServiceProcess, timeout: float = 60) -> int:
