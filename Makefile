@@ -64,7 +64,7 @@ test-integration: setup tools
 # The integration layer on testcontainers: podman, images built locally (docs/devstack.md). Root only.
 test-containers: setup
 	apt-get install -y -q podman runc debootstrap >/dev/null
-	eval "$$(deploy/containers/engine.sh start)" && export $$(deploy/containers/build-images.sh) && \
+	eval "$$(deploy/containers/engine.sh start)" && images="$$(deploy/containers/build-images.sh)" && export $$images && \
 		SLOTFLOW_TEST_STACK=testcontainers $(BIN)/pytest -m integration tests; \
 		rc=$$?; deploy/containers/engine.sh stop; exit $$rc
 

@@ -371,6 +371,7 @@ def _parser() -> argparse.ArgumentParser:
     down.add_argument("--clean", action="store_true", help="also delete the state dir (all data)")
     sub.add_parser("status", help="show what runs; exit 0 if both are up, 3 otherwise")
     sub.add_parser("env", help="print the export lines")
+    sub.add_parser("fetch-kafka", help="fetch the Kafka jars into the cache (once) and print their folder")
     sub.add_parser("describe", help="cluster id, API versions and topics, as the broker reports them")
     sub.add_parser("kafka-pid", help="print the broker's pid (exit 3 if it does not run)")
     sub.add_parser("pg-pid", help="print the postmaster's pid (exit 3 if it does not run)")
@@ -402,6 +403,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_status(cfg)
         if command == "describe":
             return asyncio.run(cmd_describe(cfg))
+        if command == "fetch-kafka":
+            print(asyncio.run(ensure_jars(cfg)))
+            return 0
         if command == "kafka-pid":
             return cmd_pid(kafka_pid(cfg))
         if command == "pg-pid":

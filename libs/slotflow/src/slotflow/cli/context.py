@@ -40,7 +40,10 @@ class Context:
         return value
 
     def api(self) -> ApiClient:
-        return ApiClient(str(self.args.api_url), timeout=self.timeout, transport=self.api_transport)
+        token = getattr(self.args, "token", None)
+        return ApiClient(
+            str(self.args.api_url), timeout=self.timeout, transport=self.api_transport, token=token or None
+        )
 
     def kafka(self) -> "KafkaSettings":
         # Imported here: the settings pull in the contract models, which queries never need.

@@ -11,8 +11,9 @@ from slotflow.cli.errors import DEFAULT_API_URL
 
 _EPILOG = """\
 Commands (create, pause, start, redrive, ...) are published to Kafka (SLOTFLOW_KAFKA_BOOTSTRAP,
-SLOTFLOW_KAFKA_TOPIC_NAMESPACE); queries (list, show, audit, ...) call the read-model API
-(SLOTFLOW_API_URL, default http://127.0.0.1:8080). Exit codes: 0 ok, 1 failed, 2 bad usage.
+SLOTFLOW_KAFKA_TOPIC_NAMESPACE); queries (list, show, audit, ...) and `token` call the API
+(SLOTFLOW_API_URL, default http://127.0.0.1:8080) with a bearer token (--token or SLOTFLOW_TOKEN).
+Exit codes: 0 ok, 1 failed, 2 bad usage.
 """
 
 
@@ -38,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     _dlq(groups)
     _downstream(groups)
     _audit(groups)
+    _token(groups)
     _replay(groups)
     _stack(groups)
     _db(groups)
@@ -50,6 +52,7 @@ def _global_options(parser: argparse.ArgumentParser, *, on_leaf: bool) -> None:
         "json": False,
         "api_url": os.environ.get("SLOTFLOW_API_URL", DEFAULT_API_URL),
         "timeout": 10.0,
+        "token": os.environ.get("SLOTFLOW_TOKEN") or None,
     }
     if on_leaf:
         defaults = dict.fromkeys(defaults, argparse.SUPPRESS)
@@ -61,6 +64,13 @@ def _global_options(parser: argparse.ArgumentParser, *, on_leaf: bool) -> None:
         metavar="URL",
         default=defaults["api_url"],
         help=f"read-model API base URL (env SLOTFLOW_API_URL, default {DEFAULT_API_URL})",
+    )
+    parser.add_argument(
+        "--token",
+        metavar="TOKEN",
+        default=defaults["token"],
+        # The value is never echoed: --help says where it comes from, not what it is.
+        help="API bearer token (env SLOTFLOW_TOKEN; `slotflow token create` makes one)",
     )
     parser.add_argument(
         "--timeout",
@@ -453,6 +463,26 @@ def _dlq(groups: Any) -> None:
     _selection(discard)
     discard.add_argument("--reason", required=True, help="why they are discarded (kept with them)")
     _command_options(discard)
+
+
+def _token(groups: Any) -> None:
+    parser = groups.add_parser("token", help="API tokens: create, list, revoke (needs an admin token)")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    create = _leaf(
+        actions,
+        "create",
+        "slotflow.cli.tokens:token_create",
+        "create a token and print its secret (shown only once)",
+        "Create an API token. Scopes nest: admin (define schedules, manage tokens) implies operate "
+        "(pause, resume, trigger, backfill, signal, cancel, terminate, redrive, discard), which "
+        "implies read. The secret is printed once on stdout; only its digest is stored.",
+    )
+    create.add_argument("--name", required=True, metavar="NAME", help="who or what holds it: oncall, ci, ...")
+    create.add_argument("--scope", required=True, choices=("read", "operate", "admin"))
+    listing = _leaf(actions, "list", "slotflow.cli.tokens:token_list", "list tokens (never their secrets)")
+    listing.add_argument("--revoked", action="store_true", help="include revoked tokens")
+    revoke = _leaf(actions, "revoke", "slotflow.cli.tokens:token_revoke", "revoke a token by id or name")
+    revoke.add_argument("which", metavar="TOKEN_ID_OR_NAME")
 
 
 def _downstream(groups: Any) -> None:
