@@ -11,6 +11,7 @@ from pydantic import AnyHttpUrl, SecretStr
 
 from slotflow.logs import REDACTED, configure_logging, dsn_password, redact, register_secret
 from slotflow.settings import PostgresSettings
+from slotflow_api.config import ApiSettings
 from slotflow_claimer.config import ClaimerSettings
 from slotflow_dlq.config import DlqSettings
 
@@ -71,7 +72,9 @@ def test_service_settings_register_their_secrets() -> None:
         webhook_secret=SecretStr("hmac-secret-4"),
         webhook_url=AnyHttpUrl("https://u:url-secret-5@hooks.example/x"),
     )
+    ApiSettings(bootstrap_token=SecretStr("sft_bootstrap-secret-10-" + "x" * 20))
     assert redact("handler-secret-3 hmac-secret-4 url-secret-5") == " ".join([REDACTED] * 3)
+    assert redact("Bearer sft_bootstrap-secret-10-" + "x" * 20) == f"Bearer {REDACTED}"
 
 
 def _log_with(monkeypatch: pytest.MonkeyPatch, fmt: str) -> str:

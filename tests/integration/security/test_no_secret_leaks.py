@@ -1,8 +1,9 @@
 """No secret reaches a log line or an API answer: real service processes (ticker, dlq, api) run
-with a password in their DSN (or in SLOTFLOW_PG_PASSWORD), a webhook signing key and a webhook URL
-with a password, through a normal start and stop and through failures (PostgreSQL unreachable, a
-database that does not exist), and their whole output, plus the api's answers, is scanned for each
-secret. The failure logs must show the DSN masked: the secret was there and was caught."""
+with a password in their DSN (or in SLOTFLOW_PG_PASSWORD), a webhook signing key, a webhook URL
+with a password and the api's bootstrap token (the bearer of every request), through a normal
+start and stop and through failures (PostgreSQL unreachable, a database that does not exist), and
+their whole output, plus the api's answers, is scanned for each secret. The failure logs must show
+the DSN masked: the secret was there and was caught."""
 
 import asyncio
 import uuid
@@ -48,7 +49,17 @@ async def _exited(process: ServiceProcess, timeout: float = 60) -> int:
 async def test_no_secret_in_any_log_line_or_answer(kafka: KafkaSettings, pg_dsn: str, tmp_path: Path) -> None:
     secrets = {
         kind: _secret(kind)
-        for kind in ("ticker-pw", "dlq-pw", "api-pw", "hmac", "hook-pw", "down-pw", "nodb-pw", "env-pw")
+        for kind in (
+            "ticker-pw",
+            "dlq-pw",
+            "api-pw",
+            "hmac",
+            "hook-pw",
+            "down-pw",
+            "nodb-pw",
+            "env-pw",
+            "token",
+        )
     }
     ticker_port, dlq_port, api_port = free_port(), free_port(), free_port()
     ticker = ServiceProcess(
@@ -79,6 +90,7 @@ async def test_no_secret_in_any_log_line_or_answer(kafka: KafkaSettings, pg_dsn:
     )
     api_env = stack_env(kafka, _with_password(pg_dsn, secrets["api-pw"]), "SLOTFLOW_API_", port=api_port)
     api_env["SLOTFLOW_PG_PASSWORD"] = secrets["env-pw"]
+    api_env["SLOTFLOW_API_BOOTSTRAP_TOKEN"] = secrets["token"]
     api = ServiceProcess("slotflow_api", "api", env=api_env, log_dir=tmp_path, cwd=REPO, args=["serve"])
     answers: list[str] = []
     try:
@@ -95,9 +107,15 @@ async def test_no_secret_in_any_log_line_or_answer(kafka: KafkaSettings, pg_dsn:
                     return False
 
             await assert_eventually(api_up, timeout=90, message="the api answers")
+            bearer = {"Authorization": f"Bearer {secrets['token']}"}
             for path in ("/readyz", "/v1/schedules", "/v1/schedules/nope", "/v1/runs?limit=0", "/metrics"):
-                response = await client.get(path)
+                response = await client.get(path, headers=bearer)
                 answers.append(f"{path} {response.status_code} {response.headers} {response.text}")
+            # A wrong token's refusal does not echo what was presented.
+            response = await client.get(
+                "/v1/schedules", headers={"Authorization": f"Bearer {secrets['token']}x"}
+            )
+            answers.append(f"wrong-token {response.status_code} {response.headers} {response.text}")
     finally:
         for process in (ticker, dlq, api):
             process.stop()
@@ -139,3 +157,4 @@ async def test_no_secret_in_any_log_line_or_answer(kafka: KafkaSettings, pg_dsn:
     # The api's readiness and error answers were produced (not empty pages).
     assert any(a.startswith("/readyz 200") for a in answers), answers
     assert any(a.startswith("/v1/schedules/nope 404") for a in answers), answers
+    assert any(a.startswith("wrong-token 401") for a in answers), answers
