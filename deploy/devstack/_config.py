@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import shlex
 import sys
 import tempfile
@@ -74,6 +75,38 @@ def _flag_from_env(name: str) -> bool:
 
 
 @dataclass(frozen=True)
+class ExtraListener:
+    """A further PLAINTEXT listener on the broker, advertised at another port: the system fault
+    suite puts a proxy of its own at `advertised_port` for each service, so the service's every
+    connection to the broker (metadata included) passes through it."""
+
+    name: str
+    port: int
+    advertised_port: int
+
+
+def _extra_listeners_from_env() -> tuple[ExtraListener, ...]:
+    raw = os.environ.get("SLOTFLOW_KAFKA_EXTRA_LISTENERS", "").strip()
+    listeners: list[ExtraListener] = []
+    for item in filter(None, (part.strip() for part in raw.split(","))):
+        fields = item.split(":")
+        if len(fields) != 3 or not re.fullmatch(r"[A-Z][A-Z0-9_]*", fields[0]):
+            raise DevstackError(
+                f"SLOTFLOW_KAFKA_EXTRA_LISTENERS: {item!r} is not NAME:PORT:ADVERTISED_PORT (NAME in capitals)"
+            )
+        if fields[0] in {"PLAINTEXT", "CONTROLLER"}:
+            raise DevstackError(f"SLOTFLOW_KAFKA_EXTRA_LISTENERS: {fields[0]} is the devstack's own listener")
+        try:
+            port, advertised = int(fields[1]), int(fields[2])
+        except ValueError:
+            raise DevstackError(
+                f"SLOTFLOW_KAFKA_EXTRA_LISTENERS: {item!r} has a port that is not a number"
+            ) from None
+        listeners.append(ExtraListener(fields[0], port, advertised))
+    return tuple(listeners)
+
+
+@dataclass(frozen=True)
 class Config:
     state_dir: Path
     cache_dir: Path
@@ -83,6 +116,7 @@ class Config:
     #: SLOTFLOW_PG_TLS=1: PostgreSQL serves TLS with a certificate of the devstack's own CA, and
     #: the DSN asks for sslmode=verify-full against that CA.
     pg_tls: bool = False
+    extra_listeners: tuple[ExtraListener, ...] = ()
 
     @classmethod
     def from_env(cls) -> Config:
@@ -96,11 +130,13 @@ class Config:
             controller_port=_port_from_env("SLOTFLOW_KAFKA_CONTROLLER_PORT", 19093),
             pg_port=_port_from_env("SLOTFLOW_PG_PORT", 15432),
             pg_tls=_flag_from_env("SLOTFLOW_PG_TLS"),
+            extra_listeners=_extra_listeners_from_env(),
         )
-        ports = [cfg.kafka_port, cfg.controller_port, cfg.pg_port]
+        ports = [cfg.kafka_port, cfg.controller_port, cfg.pg_port, *(x.port for x in cfg.extra_listeners)]
         if len(set(ports)) != len(ports):
             raise DevstackError(
-                "SLOTFLOW_KAFKA_PORT, SLOTFLOW_KAFKA_CONTROLLER_PORT and SLOTFLOW_PG_PORT must differ "
+                "SLOTFLOW_KAFKA_PORT, SLOTFLOW_KAFKA_CONTROLLER_PORT, SLOTFLOW_PG_PORT and the extra "
+                "listeners' ports must differ "
                 f"(got {ports})"
             )
         return cfg
