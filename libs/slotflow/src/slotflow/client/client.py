@@ -1,5 +1,6 @@
 """`Client`: schedules, workflows and reads in typed calls, over Kafka or the api."""
 
+import time
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol, TypeVar
@@ -108,6 +109,9 @@ class Client:
         if wait is None:
             return sent
         status = await self.wait(sent.command_id, timeout=wait)
+        return self._outcome(sent, status, wait)
+
+    def _outcome(self, sent: Sent, status: CommandStatus, wait: float) -> Sent:
         if status.status == "rejected":
             raise CommandRejected(sent.command_id, status.reason)
         if not status.final:
@@ -120,6 +124,12 @@ class Client:
         returned, not raised. Over Kafka, only commands this client's transport published can be
         waited on (else `ReadsNeedHttp`); the api can wait on any.
 
+        Read-your-writes over Kafka: the acknowledgement event is read straight from its topic,
+        before the api has projected it. With a ``reads`` transport the wait goes on until the api
+        reports the same outcome, so what the command changed is visible to this client's reads
+        once `wait` returns `accepted` (the api projects the acknowledgement after the change
+        it describes: same partition, in order).
+
         Example::
 
             sent = await client.pause_schedule("nightly-payouts", reason="bank holiday")
@@ -127,7 +137,13 @@ class Client:
             if status.status == "rejected":
                 print(status.reason)
         """
-        return await self.commands.wait(command_id, timeout=timeout)
+        started = time.monotonic()
+        status = await self.commands.wait(command_id, timeout=timeout)
+        if status.final and self.reads is not None and self.reads is not self.commands:
+            remaining = max(timeout - (time.monotonic() - started), 0.1)
+            seen = await self.reads.wait(command_id, timeout=remaining)
+            return seen if seen.final else status.model_copy(update={"status": "pending"})
+        return status
 
     async def create_schedule(
         self,
