@@ -123,9 +123,17 @@ async def test_schedules_over_both_transports(
         status = await client.wait(unknown.command_id, timeout=WAIT)
         assert (status.status, status.reason) == ("rejected", f"schedule no-such-{name} does not exist")
 
-    # Kafka alone holds no read model.
+    # Kafka alone: outcomes come from the ticker's acknowledgement events, no api involved.
+    alone = Client(kafka_transport)
+    accepted(await alone.trigger_schedule("pay-kafka", wait=WAIT))
+    refused_alone = await alone.trigger_schedule("no-such-schedule")
+    status = await alone.wait(refused_alone.command_id, timeout=WAIT)
+    assert (status.status, status.reason) == ("rejected", "schedule no-such-schedule does not exist")
+    # It holds no read model, and cannot tell where a command it did not publish is acknowledged.
     with pytest.raises(ReadsNeedHttp):
-        await Client(kafka_transport).get_schedule("pay-kafka")
+        await alone.get_schedule("pay-kafka")
+    with pytest.raises(ReadsNeedHttp):
+        await alone.wait("cmd-published-elsewhere", timeout=1)
 
 
 async def test_workflows_over_both_transports(
