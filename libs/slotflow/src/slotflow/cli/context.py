@@ -27,7 +27,7 @@ class Context:
     out: TextIO = field(default_factory=lambda: sys.stdout)
     err: TextIO = field(default_factory=lambda: sys.stderr)
     #: Tests hand in an in-memory transport; normally None (real HTTP).
-    api_transport: httpx.BaseTransport | None = None
+    api_transport: httpx.AsyncBaseTransport | None = None
 
     @property
     def as_json(self) -> bool:
