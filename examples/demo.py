@@ -54,7 +54,9 @@ def free_port() -> int:
 
 
 def with_database(dsn: str, database: str) -> str:
-    return f"{dsn.rsplit('/', 1)[0]}/{database}"
+    # The query kept (sslmode, sslrootcert), and split off first: its paths hold slashes too.
+    head, sep, query = dsn.partition("?")
+    return f"{head.rsplit('/', 1)[0]}/{database}{sep}{query}"
 
 
 class Stack:

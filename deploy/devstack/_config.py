@@ -10,12 +10,14 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import shlex
 import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parents[1]
@@ -63,6 +65,47 @@ def _port_from_env(name: str, default: int) -> int:
     return port
 
 
+def _flag_from_env(name: str) -> bool:
+    raw = os.environ.get(name, "").strip().lower()
+    if raw in ("", "0", "false", "no", "off"):
+        return False
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    raise DevstackError(f"{name}={raw!r}: expected 1 or 0")
+
+
+@dataclass(frozen=True)
+class ExtraListener:
+    """A further PLAINTEXT listener on the broker, advertised at another port: the system fault
+    suite puts a proxy of its own at `advertised_port` for each service, so the service's every
+    connection to the broker (metadata included) passes through it."""
+
+    name: str
+    port: int
+    advertised_port: int
+
+
+def _extra_listeners_from_env() -> tuple[ExtraListener, ...]:
+    raw = os.environ.get("SLOTFLOW_KAFKA_EXTRA_LISTENERS", "").strip()
+    listeners: list[ExtraListener] = []
+    for item in filter(None, (part.strip() for part in raw.split(","))):
+        fields = item.split(":")
+        if len(fields) != 3 or not re.fullmatch(r"[A-Z][A-Z0-9_]*", fields[0]):
+            raise DevstackError(
+                f"SLOTFLOW_KAFKA_EXTRA_LISTENERS: {item!r} is not NAME:PORT:ADVERTISED_PORT (NAME in capitals)"
+            )
+        if fields[0] in {"PLAINTEXT", "CONTROLLER"}:
+            raise DevstackError(f"SLOTFLOW_KAFKA_EXTRA_LISTENERS: {fields[0]} is the devstack's own listener")
+        try:
+            port, advertised = int(fields[1]), int(fields[2])
+        except ValueError:
+            raise DevstackError(
+                f"SLOTFLOW_KAFKA_EXTRA_LISTENERS: {item!r} has a port that is not a number"
+            ) from None
+        listeners.append(ExtraListener(fields[0], port, advertised))
+    return tuple(listeners)
+
+
 @dataclass(frozen=True)
 class Config:
     state_dir: Path
@@ -70,6 +113,10 @@ class Config:
     kafka_port: int
     controller_port: int
     pg_port: int
+    #: SLOTFLOW_PG_TLS=1: PostgreSQL serves TLS with a certificate of the devstack's own CA, and
+    #: the DSN asks for sslmode=verify-full against that CA.
+    pg_tls: bool = False
+    extra_listeners: tuple[ExtraListener, ...] = ()
 
     @classmethod
     def from_env(cls) -> Config:
@@ -82,11 +129,14 @@ class Config:
             kafka_port=_port_from_env("SLOTFLOW_KAFKA_PORT", 19092),
             controller_port=_port_from_env("SLOTFLOW_KAFKA_CONTROLLER_PORT", 19093),
             pg_port=_port_from_env("SLOTFLOW_PG_PORT", 15432),
+            pg_tls=_flag_from_env("SLOTFLOW_PG_TLS"),
+            extra_listeners=_extra_listeners_from_env(),
         )
-        ports = [cfg.kafka_port, cfg.controller_port, cfg.pg_port]
+        ports = [cfg.kafka_port, cfg.controller_port, cfg.pg_port, *(x.port for x in cfg.extra_listeners)]
         if len(set(ports)) != len(ports):
             raise DevstackError(
-                "SLOTFLOW_KAFKA_PORT, SLOTFLOW_KAFKA_CONTROLLER_PORT and SLOTFLOW_PG_PORT must differ "
+                "SLOTFLOW_KAFKA_PORT, SLOTFLOW_KAFKA_CONTROLLER_PORT, SLOTFLOW_PG_PORT and the extra "
+                "listeners' ports must differ "
                 f"(got {ports})"
             )
         return cfg
@@ -140,6 +190,20 @@ class Config:
             return self.pg_data
         return Path(tempfile.gettempdir()) / f"slotflow-devstack-pg-{self.pg_port}"
 
+    @property
+    def pg_tls_dir(self) -> Path:
+        """The devstack's CA (ca.crt is what clients verify the server with; ca.key signs)."""
+        return self.state_dir / "pg-tls"
+
+    @property
+    def pg_ca_cert(self) -> Path:
+        return self.pg_tls_dir / "ca.crt"
+
+    @property
+    def pg_server_tls_dir(self) -> Path:
+        """The server's certificate and key, beside its data directory (the postgres user owns both)."""
+        return self.pg_dir / "tls"
+
     # Connection settings
     @property
     def bootstrap(self) -> str:
@@ -147,7 +211,11 @@ class Config:
 
     @property
     def dsn(self) -> str:
-        return f"postgresql://{PG_ROLE}@127.0.0.1:{self.pg_port}/{PG_DATABASE}"
+        plain = f"postgresql://{PG_ROLE}@127.0.0.1:{self.pg_port}/{PG_DATABASE}"
+        if not self.pg_tls:
+            return plain
+        # verify-full: the chain must end at the devstack's CA and the certificate must name 127.0.0.1.
+        return f"{plain}?sslmode=verify-full&sslrootcert={quote(str(self.pg_ca_cert), safe='/')}"
 
     @property
     def env_file(self) -> Path:

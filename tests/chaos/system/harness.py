@@ -102,6 +102,11 @@ def free_fixed_port(setting: str, preferred: int, taken: set[int]) -> int:
     raise RuntimeError(f"no free port on 127.0.0.1 from {preferred} to 32767; set {setting}")
 
 
+def kafka_listener_name(service: str) -> str:
+    """The broker's listener for one service: `claimer-2` → `SVC_CLAIMER_2`."""
+    return "SVC_" + service.upper().replace("-", "_")
+
+
 class PrivateStack:
     """A Kafka broker and a PostgreSQL of the suite's own, through deploy/devstack."""
 
@@ -117,8 +122,19 @@ class PrivateStack:
         # user, which must be able to reach its data directory inside.
         os.makedirs(self.state_dir, exist_ok=True)
         os.chmod(self.state_dir, 0o755)  # noqa: S103 - a test stack's state, no secrets
+        #: Per service, the broker's extra listener and the port it is advertised at, where that
+        #: service's Kafka proxy listens (proxy.py): (listener port, proxy port).
+        self.kafka_routes = {
+            name: (free_fixed_port("", 27200, taken), free_fixed_port("", 27300, taken))
+            for name in SERVICE_NAMES
+        }
+        self.ports = taken
         self.env = {
             **os.environ,
+            "SLOTFLOW_KAFKA_EXTRA_LISTENERS": ",".join(
+                f"{kafka_listener_name(name)}:{port}:{proxy_port}"
+                for name, (port, proxy_port) in self.kafka_routes.items()
+            ),
             "SLOTFLOW_KAFKA_PORT": str(self.kafka_port),
             "SLOTFLOW_KAFKA_CONTROLLER_PORT": str(controller_port),
             "SLOTFLOW_PG_PORT": str(self.pg_port),
@@ -162,6 +178,8 @@ STACK_FAULTS = ("kafka_restart", "pg_restart_fast", "pg_restart_immediate")
 #: Between one service and PostgreSQL, through its FaultyProxy: 200 ms on every chunk for 5 s;
 #: nothing moving for lease + 2 s; every connection reset.
 NETWORK_FAULTS = ("pg_latency", "pg_stall", "pg_drop")
+#: The same three between one service and the broker (its own listener and proxy).
+KAFKA_NETWORK_FAULTS = ("kafka_latency", "kafka_stall", "kafka_drop")
 SERVICE_NAMES = (
     "ticker-0",
     "ticker-1",
@@ -194,6 +212,11 @@ def fault_plan(seed: int, profile: Profile, services: list[str]) -> list[Fault]:
     for _ in range(max(1, profile.faults // 3)):
         at = 3 + net.random() * span
         plan.append(Fault(round(at, 1), net.choice(NETWORK_FAULTS), net.choice(services)))
+    # Kafka's network faults came later still: a stream of their own as well.
+    kafka_net = random.Random(seed * 104729 + 31)
+    for _ in range(max(1, profile.faults // 3)):
+        at = 3 + kafka_net.random() * span
+        plan.append(Fault(round(at, 1), kafka_net.choice(KAFKA_NETWORK_FAULTS), kafka_net.choice(services)))
     return sorted(plan, key=lambda f: f.at_s)
 
 
@@ -205,7 +228,14 @@ def given_plan(spec: str) -> list[Fault]:
         if not item.strip():
             continue
         at, kind, *target = item.strip().split(":")
-        if kind not in (*SERVICE_FAULTS, *STACK_FAULTS, *NETWORK_FAULTS, "poison_burst", "clock_skew"):
+        if kind not in (
+            *SERVICE_FAULTS,
+            *STACK_FAULTS,
+            *NETWORK_FAULTS,
+            *KAFKA_NETWORK_FAULTS,
+            "poison_burst",
+            "clock_skew",
+        ):
             raise ValueError(f"unknown fault kind {kind!r} in {spec!r}")
         plan.append(Fault(float(at), kind, target[0] if target else ""))
     return sorted(plan, key=lambda f: f.at_s)
@@ -234,12 +264,14 @@ class System:
         self.kafka = KafkaSettings(bootstrap=stack.bootstrap, topic_namespace=self.namespace)
         self.services: dict[str, ServiceProcess] = {}
         #: Ports handed to this seed's services (kept below the ephemeral range, see free_fixed_port).
-        self._ports: set[int] = {stack.kafka_port, stack.pg_port}
+        self._ports: set[int] = set(stack.ports)
         self.workload = Workload(seed, profile, self.namespace)
         self.log: list[str] = []
         self.counts: dict[str, int] = {}
-        #: Each service reaches PostgreSQL through its own proxy (the network faults).
+        #: Each service reaches PostgreSQL through its own proxy (the network faults)...
         self.proxies: dict[str, FaultyProxy] = {}
+        #: ... and the broker through another, at the port its listener is advertised at.
+        self.kafka_proxies: dict[str, FaultyProxy] = {}
 
     def say(self, line: str) -> None:
         self.log.append(line)
@@ -252,6 +284,10 @@ class System:
             proxy = FaultyProxy(name, "127.0.0.1", self.stack.pg_port)
             await proxy.start()
             self.proxies[name] = proxy
+            listener_port, proxy_port = self.stack.kafka_routes[name]
+            kafka_proxy = FaultyProxy(f"{name}/kafka", "127.0.0.1", listener_port)
+            await kafka_proxy.start(proxy_port)
+            self.kafka_proxies[name] = kafka_proxy
         admin = await asyncpg.connect(self.stack.admin_dsn)
         try:
             await admin.execute(f'CREATE DATABASE "{self.database}"')
@@ -271,7 +307,7 @@ class System:
         # ServiceProcess adds the rest of the environment, without the runner's own SLOTFLOW_*.
         proxy = self.proxies[name]
         return {
-            "SLOTFLOW_KAFKA_BOOTSTRAP": self.kafka.bootstrap,
+            "SLOTFLOW_KAFKA_BOOTSTRAP": f"127.0.0.1:{self.kafka_proxies[name].port}",
             "SLOTFLOW_KAFKA_TOPIC_NAMESPACE": self.namespace,
             "SLOTFLOW_PG_DSN": f"postgresql://slotflow@127.0.0.1:{proxy.port}/{self.database}",
             "PYTHONPATH": str(REPO),
@@ -393,7 +429,7 @@ class System:
             service.stop()
 
     async def close_proxies(self) -> None:
-        for proxy in self.proxies.values():
+        for proxy in (*self.proxies.values(), *self.kafka_proxies.values()):
             await proxy.close()
 
     async def db_now(self) -> datetime:
@@ -498,6 +534,13 @@ class System:
         elif fault.kind == "pg_drop":
             dropped = self.proxies[fault.target].drop()
             self.say(f"    {fault.target}: {dropped} PostgreSQL connections reset")
+        elif fault.kind == "kafka_latency":
+            await self.kafka_proxies[fault.target].latency(0.2, for_s=5.0)
+        elif fault.kind == "kafka_stall":
+            await self.kafka_proxies[fault.target].stall(for_s=LEASE_TTL_S + 2.0)
+        elif fault.kind == "kafka_drop":
+            dropped = self.kafka_proxies[fault.target].drop()
+            self.say(f"    {fault.target}: {dropped} Kafka connections reset")
         elif fault.kind != "poison_burst":
             raise ValueError(f"unknown fault {fault.kind}")
 

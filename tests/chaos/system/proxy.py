@@ -1,13 +1,15 @@
-"""A TCP forwarder the harness owns between one service and PostgreSQL, to break the network.
+"""A TCP forwarder the harness owns between one service and PostgreSQL or Kafka, to break the network.
 
 This kernel has no netem, so the network faults are made here: every byte a service exchanges with
-PostgreSQL passes through its own `FaultyProxy`, which can add latency to each chunk, stall both
-directions (the connections stay open, nothing moves: a partition), or drop every connection at
-once (a reset). Chunks are forwarded in order per direction, so latency delays a stream without
-reordering it.
+PostgreSQL, and with the broker, passes through a `FaultyProxy` of its own, which can add latency to
+each chunk, stall both directions (the connections stay open, nothing moves: a partition), or drop
+every connection at once (a reset). Chunks are forwarded in order per direction, so latency delays
+a stream without reordering it.
 
-Only PostgreSQL: a Kafka client bootstraps through an address and then connects to the listener
-the broker advertises, which would route around a forwarder like this one.
+A Kafka client bootstraps through one address and then connects to the address the broker
+advertises, which would route around a forwarder. So the broker has one extra listener per service
+(SLOTFLOW_KAFKA_EXTRA_LISTENERS), advertised at that service's proxy port: the metadata a service
+receives points back at its own proxy, and every connection it opens passes through it.
 """
 
 import asyncio
@@ -33,8 +35,9 @@ class FaultyProxy:
         self._pumps: set[asyncio.Task[None]] = set()
         self.port = 0
 
-    async def start(self) -> int:
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+    async def start(self, port: int = 0) -> int:
+        """Listen on ``port`` (0: any free one); a broker advertises a fixed one, so its proxy needs it."""
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", port)
         self.port = self._server.sockets[0].getsockname()[1]
         return self.port
 

@@ -1,11 +1,12 @@
 """Settings of the api service (env prefix SLOTFLOW_API_); no I/O at import."""
 
 from datetime import timedelta
-from typing import Annotated, Literal, Self
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from slotflow.logs import register_dsn, register_secret
 from slotflow.settings import KafkaSettings, PostgresSettings
 
 #: The bootstrap token is a standing admin secret: at least this long (about 190 bits in base64).
@@ -111,6 +112,12 @@ class ApiSettings(BaseSettings):
                 "(e.g. `python -c 'import secrets; print(\"sft_\" + secrets.token_urlsafe(32))'`)"
             )
         return value
+
+    def model_post_init(self, context: Any, /) -> None:
+        # The bootstrap token (and a password in the JWKS URL) are masked in every log line.
+        register_secret(self.bootstrap_token)
+        if self.oidc_jwks_url:
+            register_dsn(self.oidc_jwks_url)
 
     @model_validator(mode="after")
     def _oidc_complete(self) -> Self:

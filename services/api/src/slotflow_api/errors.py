@@ -9,6 +9,7 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
 from slotflow.errors import MessageTooLarge, PermanentError, PoisonMessage, SlotflowError, TransientError
+from slotflow.logs import redact
 from slotflow.pg.pool import CONNECTION_ERRORS
 from slotflow_api.auth import Forbidden, Unauthenticated
 
@@ -124,7 +125,9 @@ def describe_validation(errors: list[dict[str, object]] | object) -> str:
 
 
 def _json(status: int, detail: str) -> JSONResponse:
-    return JSONResponse(status_code=status, content={"detail": detail})
+    # An error's text may embed a DSN or another secret (a dependency's message): masked here, the
+    # one door every error body leaves by.
+    return JSONResponse(status_code=status, content={"detail": redact(detail)})
 
 
 def install(app: FastAPI) -> None:

@@ -4,7 +4,7 @@ slotflow service, read here without the slotflow library (the worker's environme
 import tempfile
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 # The topic table's names (slotflow.contracts.topics); tests/unit/stats checks they agree.
@@ -28,6 +28,8 @@ class PostgresConnection(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SLOTFLOW_PG_", extra="ignore")
 
     dsn: str = "postgresql://slotflow@127.0.0.1:15432/slotflow"
+    #: `SLOTFLOW_PG_PASSWORD`, as for every service; given, it takes precedence over the DSN's.
+    password: SecretStr | None = None
 
 
 class StatsSettings(BaseSettings):

@@ -1,54 +1,81 @@
-"""A small synchronous client for the read-model API (queries and command status).
+"""The CLI's synchronous face of `slotflow.client.HttpTransport` (queries, command status, tokens).
 
 Every transport failure and error status becomes a `CliError` whose message says what to do.
 """
 
-from collections.abc import Iterator, Mapping
-from typing import Any
-from urllib.parse import quote
+import asyncio
+from collections.abc import Coroutine, Iterator
+from typing import Any, TypeVar
 
 import httpx
 
 from slotflow.cli.errors import DEFAULT_API_URL, ApiRequestFailed, ApiUnavailable
+from slotflow.client.errors import ClientError
+from slotflow.client.http import HttpTransport, Params, path_segment
 
 __all__ = ["DEFAULT_API_URL", "ApiClient", "Params", "path_segment"]
-Params = Mapping[str, str | int | float | bool | None]
-
-
-def path_segment(value: str) -> str:
-    """``value`` escaped as one URL path segment (run ids hold `@`, `:` and `/`)."""
-    return quote(value, safe="")
+T = TypeVar("T")
 
 
 class ApiClient:
-    """Calls `{base_url}/v1/...`; one instance per CLI invocation."""
+    """Calls `{base_url}/v1/...` through `slotflow.client`'s HTTP transport; one per CLI invocation.
+
+    The CLI is synchronous: each call runs the transport's coroutine on this client's own event
+    loop, and the client's errors become the CLI's (`ApiRequestFailed` with the status, or
+    `ApiUnavailable`), with the CLI's hints.
+    """
 
     def __init__(
         self,
         base_url: str,
         *,
         timeout: float = 10.0,
-        transport: httpx.BaseTransport | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
         token: str | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
-        # X-Slotflow-Client: the API refuses state-changing requests without it or a JSON body (CSRF).
-        headers = {"X-Slotflow-Client": "cli"}
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
         self._token = bool(token)
-        self._client = httpx.Client(
-            base_url=self.base_url, timeout=timeout, transport=transport, headers=headers
+        self._runner = asyncio.Runner()
+        self.transport = HttpTransport(
+            self.base_url, token=token or None, timeout=timeout, transport=transport, client_name="cli"
         )
 
     def close(self) -> None:
-        self._client.close()
+        try:
+            self._runner.run(self.transport.close())
+        finally:
+            self._runner.close()
 
     def __enter__(self) -> "ApiClient":
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def run(self, call: Coroutine[Any, Any, T]) -> T:
+        """``call`` (a transport coroutine) to its end, its client errors as the CLI's.
+
+        Raises:
+            ApiUnavailable: nothing answered at the base URL (or it timed out).
+            ApiRequestFailed: the API answered 4xx/5xx; `.detail` is its message.
+        """
+        try:
+            return self._runner.run(call)
+        except ClientError as err:
+            raise self._cli_error(err) from None
+
+    def _cli_error(self, err: ClientError) -> ApiRequestFailed | ApiUnavailable:
+        if err.status is None:
+            return ApiUnavailable(str(err))
+        detail = err.detail or str(err)
+        if err.status == 401:
+            hint = (
+                "the token was refused"
+                if self._token
+                else "no token given: pass --token or set SLOTFLOW_TOKEN"
+            )
+            return ApiRequestFailed(401, f"{detail}; {hint}")
+        return ApiRequestFailed(err.status, detail)
 
     def get(self, path: str, params: Params | None = None, *, timeout: float | None = None) -> Any:
         """GET ``path`` and return its JSON body.
@@ -74,39 +101,7 @@ class ApiClient:
             ApiUnavailable: nothing answered at the base URL (or it timed out).
             ApiRequestFailed: the API answered 4xx/5xx; `.detail` is its message.
         """
-        query = {name: _param(value) for name, value in (params or {}).items() if value is not None}
-        try:
-            response = self._client.request(
-                method,
-                path,
-                params=query,
-                json=json,
-                timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
-            )
-        except httpx.TimeoutException as err:
-            raise ApiUnavailable(
-                f"the slotflow API at {self.base_url} did not answer in time ({type(err).__name__})"
-            ) from None
-        except httpx.TransportError as err:
-            raise ApiUnavailable(
-                f"cannot reach the slotflow API at {self.base_url}: {err}; "
-                "start it (slotflow-api) or point SLOTFLOW_API_URL / --api-url at it"
-            ) from None
-        if response.status_code == 401:
-            hint = (
-                "the token was refused"
-                if self._token
-                else "no token given: pass --token or set SLOTFLOW_TOKEN"
-            )
-            raise ApiRequestFailed(401, f"{_detail(response)}; {hint}")
-        if response.status_code >= 400:
-            raise ApiRequestFailed(response.status_code, _detail(response))
-        try:
-            return response.json()
-        except ValueError:
-            raise ApiRequestFailed(
-                response.status_code, f"the API at {self.base_url} sent a body that is not JSON"
-            ) from None
+        return self.run(self.transport.request(method, path, params, json=json, timeout=timeout))
 
     def pages(self, path: str, params: Params, *, follow: bool) -> Iterator[dict[str, Any]]:
         """Each page of a paginated listing; all of them when ``follow``, else only the first."""
@@ -119,28 +114,3 @@ class ApiClient:
             cursor = page.get("next_cursor")
             if not follow or not cursor:
                 return
-
-
-def _param(value: str | int | float | bool) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-def _detail(response: httpx.Response) -> str:
-    try:
-        body = response.json()
-    except ValueError:
-        body = None
-    detail: Any = body.get("detail") if isinstance(body, dict) else None
-    if isinstance(detail, list):
-        # FastAPI's validation errors: [{"loc": [...], "msg": "..."}]
-        parts = []
-        for item in detail:
-            if isinstance(item, dict):
-                where = ".".join(str(p) for p in item.get("loc", ()) if p not in ("query", "body", "path"))
-                parts.append(f"{where}: {item.get('msg')}" if where else str(item.get("msg")))
-        detail = "; ".join(parts)
-    if not detail:
-        detail = response.text.strip()[:300] or response.reason_phrase
-    return f"{detail} (HTTP {response.status_code})"

@@ -13,6 +13,7 @@ from slotflow.cli.api import ApiClient
 from slotflow.cli.errors import UsageError
 from slotflow.cli.output import Column, dump_json, render_fields, render_table
 from slotflow.cli.values import explain
+from slotflow.logs import register_secret
 
 if TYPE_CHECKING:
     from slotflow.settings import KafkaSettings
@@ -26,7 +27,7 @@ class Context:
     out: TextIO = field(default_factory=lambda: sys.stdout)
     err: TextIO = field(default_factory=lambda: sys.stderr)
     #: Tests hand in an in-memory transport; normally None (real HTTP).
-    api_transport: httpx.BaseTransport | None = None
+    api_transport: httpx.AsyncBaseTransport | None = None
 
     @property
     def as_json(self) -> bool:
@@ -41,6 +42,7 @@ class Context:
 
     def api(self) -> ApiClient:
         token = getattr(self.args, "token", None)
+        register_secret(token)  # masked should any message or log line carry it
         return ApiClient(
             str(self.args.api_url), timeout=self.timeout, transport=self.api_transport, token=token or None
         )

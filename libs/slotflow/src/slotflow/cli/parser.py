@@ -20,6 +20,7 @@ Exit codes: 0 ok, 1 failed, 2 bad usage.
 #: Handlers are named, not imported: `--help` and usage errors stay fast (no pydantic models,
 #: aiokafka or httpx to load), and only the chosen handler's module is imported.
 STACK = "slotflow.cli.stack:stack"
+BOOTSTRAP_ROLES = "slotflow.cli.database:bootstrap_roles"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     _token(groups)
     _replay(groups)
     _stack(groups)
+    _db(groups)
     return root
 
 
@@ -602,3 +604,35 @@ def _stack(groups: Any) -> None:
     down = _leaf(actions, "down", STACK, "stop them")
     down.add_argument("--clean", action="store_true", help="also delete their data")
     _leaf(actions, "status", STACK, "are they running (exit 0) or not (3)")
+
+
+def _db(groups: Any) -> None:
+    parser = groups.add_parser("db", help="PostgreSQL set-up an operator runs once (roles, schemas)")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    roles = _leaf(
+        actions,
+        "bootstrap-roles",
+        BOOTSTRAP_ROLES,
+        "create one role per service, owning its schema, with read grants where a service reads another",
+        description="Create (or bring up to date) one login role per service (ticker, claimer, orchestrator,\n"
+        "dlq, stats, api), each owning its schema and nothing else, plus the read grants the code needs\n"
+        "(orchestrator reads claimer, api reads stats). Idempotent. Connect as a role that may create\n"
+        "roles. Set each role's password afterwards (psql: \\password slotflow_ticker).",
+    )
+    roles.add_argument(
+        "--dsn",
+        metavar="DSN",
+        help="administrator connection (default SLOTFLOW_PG_ADMIN_DSN, then SLOTFLOW_PG_DSN)",
+    )
+    roles.add_argument(
+        "--prefix",
+        default="slotflow_",
+        metavar="PREFIX",
+        help="role names are PREFIX + service (default slotflow_)",
+    )
+    roles.add_argument(
+        "--print",
+        dest="print_sql",
+        action="store_true",
+        help="print the SQL (for psql) instead of running it",
+    )

@@ -6,8 +6,8 @@ aborted transaction's records are never replayed as history.
 """
 
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from aiokafka import AIOKafkaConsumer
 from aiokafka.errors import KafkaError
@@ -16,6 +16,8 @@ from aiokafka.structs import TopicPartition
 from slotflow.errors import SlotflowError, TransientStorageError
 from slotflow.kafka.records import Record
 from slotflow.settings import KafkaSettings
+
+T = TypeVar("T")
 
 
 class TopicNotFound(SlotflowError):
@@ -99,3 +101,88 @@ async def _read(
                     if keep is None or keep(record):
                         by_partition[tp.partition].append(record)
     return [record for partition in sorted(by_partition) for record in by_partition[partition]]
+
+
+class TopicReader:
+    """A topic read from given positions by hand (no group, nothing committed, read_committed).
+
+    For clients that must see what a service writes after a point in time they control: note the
+    topic's `end_offsets()` before acting, then `find()` the reply from there on. Used by
+    `slotflow.client`'s Kafka transport to see a command's CommandAccepted/CommandRejected.
+    """
+
+    def __init__(self, settings: KafkaSettings, topic: str, *, client_id: str = "reader") -> None:
+        self.topic = topic
+        self._settings = settings
+        self._consumer: Any = AIOKafkaConsumer(
+            bootstrap_servers=settings.bootstrap,
+            client_id=f"{settings.client_id_prefix}-{client_id}",
+            group_id=None,
+            enable_auto_commit=False,
+            isolation_level="read_committed",
+            max_partition_fetch_bytes=settings.max_message_bytes * 4,
+        )
+        self._partitions: list[Any] = []
+
+    async def start(self) -> None:
+        """Connect and learn the topic's partitions.
+
+        Raises:
+            TopicNotFound: the broker has no such topic.
+            TransientStorageError: Kafka was unreachable.
+        """
+        try:
+            await self._consumer.start()
+            cluster = await self._consumer._client.fetch_all_metadata()
+        except KafkaError as err:
+            await self._consumer.stop()
+            raise TransientStorageError(f"cannot reach Kafka at {self._settings.bootstrap}: {err}") from err
+        numbers = cluster.partitions_for_topic(self.topic)
+        if not numbers:
+            await self._consumer.stop()
+            raise TopicNotFound(f"topic {self.topic} does not exist on the broker")
+        self._partitions = [TopicPartition(self.topic, p) for p in sorted(numbers)]
+        self._consumer.assign(self._partitions)
+
+    async def stop(self) -> None:
+        await self._consumer.stop()
+
+    async def end_offsets(self) -> dict[int, int]:
+        """Each partition's end (the last stable offset under read_committed): what comes later is new.
+
+        Raises:
+            TransientStorageError: Kafka did not answer.
+        """
+        try:
+            found = await self._consumer.end_offsets(self._partitions)
+        except KafkaError as err:
+            raise TransientStorageError(f"reading the end of {self.topic} failed: {err}") from err
+        return {tp.partition: int(offset) for tp, offset in found.items()}
+
+    async def find(
+        self, start: Mapping[int, int], match: Callable[[Record], T | None], *, timeout: float
+    ) -> T | None:
+        """The first non-None ``match`` of a record at or after ``start`` (per partition), or None
+        once ``timeout`` seconds pass without one. A partition missing from ``start`` is read from
+        its beginning.
+
+        Raises:
+            TransientStorageError: Kafka failed while reading.
+        """
+        deadline = time.monotonic() + timeout
+        try:
+            for tp in self._partitions:
+                if tp.partition in start:
+                    self._consumer.seek(tp, start[tp.partition])
+                else:
+                    await self._consumer.seek_to_beginning(tp)
+            while (left := deadline - time.monotonic()) > 0:
+                batches = await self._consumer.getmany(timeout_ms=max(1, int(min(left, 0.5) * 1000)))
+                for raw in batches.values():
+                    for item in raw:
+                        found = match(Record.from_aiokafka(item))
+                        if found is not None:
+                            return found
+        except KafkaError as err:
+            raise TransientStorageError(f"reading {self.topic} failed: {err}") from err
+        return None

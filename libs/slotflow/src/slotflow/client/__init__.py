@@ -1,0 +1,58 @@
+"""A typed Python client for slotflow: schedules, workflows and reads, over Kafka or the api.
+
+Two transports issue commands, both returning the command id and offering a read-your-writes
+wait: `HttpTransport` (through the api, with a bearer token; reads too) and `KafkaTransport`
+(straight to the command topics; its wait reads the acknowledgement events; reads need the api).
+See docs/client.md.
+
+Example::
+
+    from slotflow.client import Client, HttpTransport
+
+    async with Client(HttpTransport("http://127.0.0.1:8080", token=token)) as client:
+        await client.trigger_schedule("nightly-payouts", wait=10)
+"""
+
+from slotflow.client.client import Client, CommandTransport
+from slotflow.client.errors import (
+    ApiError,
+    BrokerUnreachable,
+    ClientError,
+    CommandRejected,
+    Conflict,
+    Forbidden,
+    InvalidRequest,
+    NotAuthorized,
+    NotFound,
+    ReadsNeedHttp,
+    Unavailable,
+    WaitTimedOut,
+)
+from slotflow.client.http import HttpTransport
+from slotflow.client.kafka import KafkaTransport
+from slotflow.client.models import CommandStatus, Page, Run, Schedule, Sent, Workflow
+
+__all__ = [
+    "ApiError",
+    "BrokerUnreachable",
+    "Client",
+    "ClientError",
+    "CommandRejected",
+    "CommandStatus",
+    "CommandTransport",
+    "Conflict",
+    "Forbidden",
+    "HttpTransport",
+    "InvalidRequest",
+    "KafkaTransport",
+    "NotAuthorized",
+    "NotFound",
+    "Page",
+    "ReadsNeedHttp",
+    "Run",
+    "Schedule",
+    "Sent",
+    "Unavailable",
+    "WaitTimedOut",
+    "Workflow",
+]

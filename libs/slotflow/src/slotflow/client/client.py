@@ -1,0 +1,498 @@
+"""`Client`: schedules, workflows and reads in typed calls, over Kafka or the api."""
+
+import time
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any, Literal, Protocol, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from slotflow.client.errors import CommandRejected, InvalidRequest, ReadsNeedHttp, WaitTimedOut
+from slotflow.client.http import HttpTransport, Params, path_segment
+from slotflow.client.models import CommandStatus, Page, Run, Schedule, Sent, Workflow
+from slotflow.contracts import (
+    Backfill,
+    CancelWorkflow,
+    CreateSchedule,
+    DeleteSchedule,
+    Message,
+    PauseSchedule,
+    ResumeSchedule,
+    ScheduleDefinition,
+    SignalWorkflow,
+    StartWorkflow,
+    TerminateWorkflow,
+    TriggerNow,
+    UpdateSchedule,
+)
+from slotflow.contracts.policies import OverlapPolicy
+from slotflow.contracts.workflows import IdReusePolicy
+
+M = TypeVar("M", bound=Message)
+B = TypeVar("B", bound=BaseModel)
+
+
+class CommandTransport(Protocol):
+    """What `Client` sends commands through: `KafkaTransport` or `HttpTransport`."""
+
+    async def send(self, message: Message, *, command_id: str | None = None) -> Sent: ...
+
+    async def wait(self, command_id: str, *, timeout: float) -> CommandStatus: ...
+
+    async def close(self) -> None: ...
+
+
+def _build(model: type[M], **fields: Any) -> M:
+    """``model`` from ``fields``; a field the contract refuses is an `InvalidRequest` naming it."""
+    try:
+        return model.model_validate(fields)
+    except ValidationError as err:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" if e["loc"] else str(e["msg"])
+            for e in err.errors()
+        )
+        raise InvalidRequest(f"{model.__name__}: {problems}") from None
+
+
+class Client:
+    """The slotflow client: every call that issues a command returns a `Sent` with its command id.
+
+    Commands go through ``commands`` (a `KafkaTransport` or an `HttpTransport`); reads need the
+    api, so they go through ``reads``, by default ``commands`` when that is an `HttpTransport`.
+    Every command call takes ``command_id`` (a retry with the same id is applied once) and
+    ``wait``: seconds to wait for the owning service's answer (read-your-writes). With ``wait``,
+    the call returns once the command was accepted (`Sent.outcome`), raises `CommandRejected`
+    with the reason if it was refused, and `WaitTimedOut` if no answer came in time.
+
+    Example::
+
+        from slotflow.client import Client, HttpTransport
+
+        async with Client(HttpTransport("http://127.0.0.1:8080", token=token)) as client:
+            sent = await client.trigger_schedule("nightly-payouts", wait=10)
+            print(sent.command_id, sent.outcome.status)   # cmd-…, accepted
+    """
+
+    def __init__(self, commands: CommandTransport, *, reads: HttpTransport | None = None) -> None:
+        self.commands = commands
+        self.reads = reads if reads is not None else commands if isinstance(commands, HttpTransport) else None
+
+    async def __aenter__(self) -> "Client":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close both transports."""
+        await self.commands.close()
+        if self.reads is not None and self.reads is not self.commands:
+            await self.reads.close()
+
+    # -- commands -------------------------------------------------------------------------------
+
+    async def send(
+        self, message: Message, *, command_id: str | None = None, wait: float | None = None
+    ) -> Sent:
+        """Send any command ``message`` (the contract model) and optionally wait for its outcome.
+
+        Example::
+
+            sent = await client.send(ResumeSchedule(schedule_id="nightly-payouts"), wait=10)
+
+        Raises:
+            CommandRejected: with ``wait``, the owning service refused it (`reason` says why).
+            WaitTimedOut: with ``wait``, no final status within ``wait`` seconds.
+            InvalidRequest, NotAuthorized, Forbidden, Unavailable: see `slotflow.client.errors`.
+        """
+        sent = await self.commands.send(message, command_id=command_id)
+        if wait is None:
+            return sent
+        status = await self.wait(sent.command_id, timeout=wait)
+        return self._outcome(sent, status, wait)
+
+    def _outcome(self, sent: Sent, status: CommandStatus, wait: float) -> Sent:
+        if status.status == "rejected":
+            raise CommandRejected(sent.command_id, status.reason)
+        if not status.final:
+            raise WaitTimedOut(sent.command_id, status.status, wait)
+        return sent.model_copy(update={"outcome": status})
+
+    async def wait(self, command_id: str, *, timeout: float = 10.0) -> CommandStatus:
+        """The command's status once final (`accepted`, `rejected` with its `reason`, `published`),
+        or its last status (`unknown`, `pending`) after ``timeout`` seconds. A rejection is
+        returned, not raised. Over Kafka, only commands this client's transport published can be
+        waited on (else `ReadsNeedHttp`); the api can wait on any.
+
+        Read-your-writes over Kafka: the acknowledgement event is read straight from its topic,
+        before the api has projected it. With a ``reads`` transport the wait goes on until the api
+        reports the same outcome, so what the command changed is visible to this client's reads
+        once `wait` returns `accepted` (the api projects the acknowledgement after the change
+        it describes: same partition, in order).
+
+        Example::
+
+            sent = await client.pause_schedule("nightly-payouts", reason="bank holiday")
+            status = await client.wait(sent.command_id, timeout=10)
+            if status.status == "rejected":
+                print(status.reason)
+        """
+        started = time.monotonic()
+        status = await self.commands.wait(command_id, timeout=timeout)
+        if status.final and self.reads is not None and self.reads is not self.commands:
+            remaining = max(timeout - (time.monotonic() - started), 0.1)
+            seen = await self.reads.wait(command_id, timeout=remaining)
+            return seen if seen.final else status.model_copy(update={"status": "pending"})
+        return status
+
+    async def create_schedule(
+        self,
+        schedule_id: str,
+        definition: ScheduleDefinition | Mapping[str, Any],
+        *,
+        paused: bool = False,
+        command_id: str | None = None,
+        wait: float | None = None,
+    ) -> Sent:
+        """Create a schedule (scope `admin` over HTTP). ``definition`` is a `ScheduleDefinition` or its JSON.
+
+        Example::
+
+            await client.create_schedule(
+                "nightly-payouts",
+                {"spec": {"kind": "cron", "expression": "0 2 * * *", "timezone": "Europe/Berlin"},
+                 "handler": "payouts.pay_merchants", "retry": {"max_attempts": 3}},
+                wait=10,
+            )
+        """
+        message = _build(CreateSchedule, schedule_id=schedule_id, definition=definition, paused=paused)
+        return await self.send(message, command_id=command_id, wait=wait)
+
+    async def update_schedule(
+        self,
+        schedule_id: str,
+        *,
+        definition: ScheduleDefinition | Mapping[str, Any] | None = None,
+        patch: Mapping[str, Any] | None = None,
+        command_id: str | None = None,
+        wait: float | None = None,
+    ) -> Sent:
+        """Replace a schedule's whole ``definition``, or change only the fields a JSON merge
+        ``patch`` names (exactly one of the two; scope `admin` over HTTP).
+
+        Example::
+
+            await client.update_schedule("nightly-payouts", patch={"retry": {"max_attempts": 5}}, wait=10)
+        """
+        message = _build(
+            UpdateSchedule,
+            schedule_id=schedule_id,
+            definition=definition,
+            patch=dict(patch) if patch is not None else None,
+        )
+        return await self.send(message, command_id=command_id, wait=wait)
+
+    async def pause_schedule(
+        self,
+        schedule_id: str,
+        *,
+        reason: str = "",
+        resume_at: datetime | None = None,
+        command_id: str | None = None,
+        wait: float | None = None,
+    ) -> Sent:
+        """Pause a schedule (no slot fires until resumed, or until ``resume_at``).
+
+        Example::
+
+            await client.pause_schedule("nightly-payouts", reason="bank maintenance", wait=10)
+        """
+        message = _build(PauseSchedule, schedule_id=schedule_id, reason=reason, resume_at=resume_at)
+        return await self.send(message, command_id=command_id, wait=wait)
+
+    async def resume_schedule(
+        self, schedule_id: str, *, command_id: str | None = None, wait: float | None = None
+    ) -> Sent:
+        """Resume a paused schedule (its misfire policy decides about the slots it missed).
+
+        Example::
+
+            await client.resume_schedule("nightly-payouts", wait=10)
+        """
+        return await self.send(
+            _build(ResumeSchedule, schedule_id=schedule_id), command_id=command_id, wait=wait
+        )
+
+    async def trigger_schedule(
+        self, schedule_id: str, *, command_id: str | None = None, wait: float | None = None
+    ) -> Sent:
+        """Run a schedule's handler once now, outside its grid (a `manual` run).
+
+        Example::
+
+            sent = await client.trigger_schedule("nightly-payouts", wait=10)
+            runs = await client.list_runs(job_id="nightly-payouts")
+        """
+        return await self.send(_build(TriggerNow, schedule_id=schedule_id), command_id=command_id, wait=wait)
+
+    async def backfill_schedule(
+        self,
+        schedule_id: str,
+        start: datetime,
+        end: datetime,
+        *,
+        max_slots: int = 1000,
+        overlap: OverlapPolicy = "buffer_all",
+        max_concurrent: int = 1,
+        command_id: str | None = None,
+        wait: float | None = None,
+    ) -> Sent:
+        """Run every slot of ``[start, end)`` as a backfill (by default one after another).
+
+        Example::
+
+            await client.backfill_schedule(
+                "nightly-payouts", datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 1, 4, tzinfo=UTC), wait=10
+            )
+        """
+        message = _build(
+            Backfill,
+            schedule_id=schedule_id,
+            start=start,
+            end=end,
+            max_slots=max_slots,
+            overlap=overlap,
+            max_concurrent=max_concurrent,
+        )
+        return await self.send(message, command_id=command_id, wait=wait)
+
+    async def delete_schedule(
+        self, schedule_id: str, *, command_id: str | None = None, wait: float | None = None
+    ) -> Sent:
+        """Delete a schedule (its runs stay readable; scope `admin` over HTTP).
+
+        Example::
+
+            await client.delete_schedule("nightly-payouts", wait=10)
+        """
+        return await self.send(
+            _build(DeleteSchedule, schedule_id=schedule_id), command_id=command_id, wait=wait
+        )
+
+    async def start_workflow(
+        self,
+        workflow_id: str,
+        workflow_type: str,
+        input: Mapping[str, Any] | None = None,
+        *,
+        id_reuse_policy: IdReusePolicy = "reject_duplicate",
+        execution_timeout: timedelta | None = None,
+        command_id: str | None = None,
+        wait: float | None = None,
+    ) -> Sent:
+        """Start a workflow of ``workflow_type`` (as registered with `@workflow.defn(name=...)`).
+
+        An unknown type or a workflow id already taken is rejected with the reason.
+
+        Example::
+
+            await client.start_workflow(
+                "order-1042", "orders.checkout",
+                {"order_id": "1042", "customer_id": "c-7", "amount_cents": 9990,
+                 "card_token": "tok_visa", "lines": [{"sku": "mug", "quantity": 2}]},
+                wait=10,
+            )
+            workflow = await client.get_workflow("order-1042")
+        """
+        message = _build(
+            StartWorkflow,
+            workflow_id=workflow_id,
+            workflow_type=workflow_type,
+            input=dict(input or {}),
+            id_reuse_policy=id_reuse_policy,
+            execution_timeout=execution_timeout,
+        )
+        return await self.send(message, command_id=command_id, wait=wait)
+
+    async def signal_workflow(
+        self,
+        workflow_id: str,
+        signal: str,
+        payload: Mapping[str, Any] | None = None,
+        *,
+        command_id: str | None = None,
+        wait: float | None = None,
+    ) -> Sent:
+        """Deliver ``signal`` with ``payload`` to a running workflow (rejected if it has ended).
+
+        Example::
+
+            await client.signal_workflow("order-1042", "approved", {"by": "ops"}, wait=10)
+        """
+        message = _build(SignalWorkflow, workflow_id=workflow_id, signal=signal, payload=dict(payload or {}))
+        return await self.send(message, command_id=command_id, wait=wait)
+
+    async def cancel_workflow(
+        self, workflow_id: str, *, reason: str = "", command_id: str | None = None, wait: float | None = None
+    ) -> Sent:
+        """Cancel a workflow: it runs its compensations, newest first, and ends `cancelled`.
+
+        Example::
+
+            await client.cancel_workflow("order-1042", reason="customer asked", wait=10)
+        """
+        message = _build(CancelWorkflow, workflow_id=workflow_id, reason=reason)
+        return await self.send(message, command_id=command_id, wait=wait)
+
+    async def terminate_workflow(
+        self, workflow_id: str, *, reason: str = "", command_id: str | None = None, wait: float | None = None
+    ) -> Sent:
+        """End a workflow at once, without compensating (recorded as failed, `WorkflowTerminated`).
+
+        Example::
+
+            await client.terminate_workflow("order-1042", reason="stuck on a bad deploy", wait=10)
+        """
+        message = _build(TerminateWorkflow, workflow_id=workflow_id, reason=reason)
+        return await self.send(message, command_id=command_id, wait=wait)
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    def _reads(self) -> HttpTransport:
+        if self.reads is None:
+            raise ReadsNeedHttp()
+        return self.reads
+
+    async def _one(self, model: type[B], path: str) -> B:
+        return model.model_validate(await self._reads().get(path))
+
+    async def _page(self, model: type[B], path: str, params: Params) -> Page[B]:
+        body = await self._reads().get(path, params)
+        items = [model.model_validate(item) for item in body.get("items", [])]
+        return Page[model](items=items, next_cursor=body.get("next_cursor"))  # type: ignore[valid-type]
+
+    async def command_status(self, command_id: str) -> CommandStatus:
+        """A command's status now, as the api knows it (HTTP only).
+
+        Example::
+
+            status = await client.command_status("cmd-2f1c…")
+        """
+        return await self._reads().status(command_id)
+
+    async def get_schedule(self, schedule_id: str) -> Schedule:
+        """One schedule (raises `NotFound` if there is none).
+
+        Example::
+
+            schedule = await client.get_schedule("nightly-payouts")
+            print(schedule.paused, schedule.model_extra["next_slots"])
+        """
+        return await self._one(Schedule, f"/v1/schedules/{path_segment(schedule_id)}")
+
+    async def list_schedules(
+        self,
+        *,
+        paused: bool | None = None,
+        tag: str | None = None,
+        handler: str | None = None,
+        id_prefix: str | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+    ) -> Page[Schedule]:
+        """One page of schedules matching the filters.
+
+        Example::
+
+            page = await client.list_schedules(paused=True)
+        """
+        params: Params = {
+            "paused": paused,
+            "tag": tag,
+            "handler": handler,
+            "id_prefix": id_prefix,
+            "limit": limit,
+            "cursor": cursor,
+        }
+        return await self._page(Schedule, "/v1/schedules", params)
+
+    async def get_run(self, run_id: str) -> Run:
+        """One run with its attempts, timings, result or error (raises `NotFound` if there is none).
+
+        Example::
+
+            run = await client.get_run("nightly-payouts@2026-03-01T02:00:00+00:00")
+            if run.state == "completed":
+                print(run.result)
+        """
+        return await self._one(Run, f"/v1/runs/{path_segment(run_id)}")
+
+    async def list_runs(
+        self,
+        *,
+        job_id: str | None = None,
+        state: str | None = None,
+        schedule_id: str | None = None,
+        start: datetime | None = None,
+        end: datetime | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+    ) -> Page[Run]:
+        """One page of runs, newest slot first: of any job (``job_id``), or of one schedule by
+        slot range (``schedule_id`` with ``start``/``end``).
+
+        Example::
+
+            page = await client.list_runs(job_id="nightly-payouts", state="completed")
+        """
+        if schedule_id is not None:
+            params: Params = {
+                "from": start.isoformat() if start else None,
+                "to": end.isoformat() if end else None,
+                "state": state,
+                "limit": limit,
+                "cursor": cursor,
+            }
+            return await self._page(Run, f"/v1/schedules/{path_segment(schedule_id)}/runs", params)
+        if start is not None or end is not None:
+            raise InvalidRequest("start/end select a slot range of one schedule: give schedule_id too")
+        return await self._page(
+            Run, "/v1/runs", {"job_id": job_id, "state": state, "limit": limit, "cursor": cursor}
+        )
+
+    async def get_workflow(self, workflow_id: str) -> Workflow:
+        """One workflow's state (raises `NotFound` if there is none).
+
+        Example::
+
+            workflow = await client.get_workflow("order-1042")
+            print(workflow.status, workflow.result)
+        """
+        return await self._one(Workflow, f"/v1/workflows/{path_segment(workflow_id)}")
+
+    async def list_workflows(
+        self,
+        *,
+        workflow_type: str | None = None,
+        status: Literal["requested", "running", "compensating", "completed", "failed", "cancelled", "stuck"]
+        | None = None,
+        start: datetime | None = None,
+        end: datetime | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+    ) -> Page[Workflow]:
+        """One page of workflows, newest first.
+
+        Example::
+
+            page = await client.list_workflows(workflow_type="orders.checkout", status="running")
+        """
+        params: Params = {
+            "type": workflow_type,
+            "status": status,
+            "from": start.isoformat() if start else None,
+            "to": end.isoformat() if end else None,
+            "limit": limit,
+            "cursor": cursor,
+        }
+        return await self._page(Workflow, "/v1/workflows", params)

@@ -1,0 +1,100 @@
+"""The typed results of `slotflow.client`.
+
+Read results are pydantic models of the api's JSON with the fields most callers branch on typed;
+every other field the api sends is kept (``model_extra``), so a newer api's additions are not lost
+and `model_dump()` gives the whole body back.
+"""
+
+from datetime import datetime
+from typing import Any, Generic, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict
+
+#: What a command's status can be; `accepted`, `rejected` and `published` are final.
+Status = Literal["unknown", "pending", "published", "accepted", "rejected"]
+#: Statuses after which waiting longer cannot change the answer.
+FINAL_STATUSES: frozenset[str] = frozenset({"accepted", "rejected", "published"})
+
+
+class _Body(BaseModel):
+    """A read model's body: typed where declared, everything else kept as sent."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+
+class CommandStatus(_Body):
+    """Where a command stands.
+
+    `accepted`: its consumer applied it (read-your-writes: the change is visible in the api's
+    read model); `rejected`: refused, `reason` says why; `published`: seen on its topic, and its
+    consumer does not acknowledge commands; `pending`/`unknown`: not final yet.
+    """
+
+    command_id: str
+    status: Status
+    reason: str | None = None
+    command_type: str | None = None
+    subject: str | None = None
+    principal: str | None = None
+
+    @property
+    def final(self) -> bool:
+        """Whether waiting longer cannot change the status."""
+        return self.status in FINAL_STATUSES
+
+
+class Sent(BaseModel):
+    """A command on its way: its id (the envelope id; pass it to `Client.wait`), and its outcome if waited for."""
+
+    model_config = ConfigDict(frozen=True)
+
+    command_id: str
+    command_type: str
+    #: The command topic it was published to (namespaced), or None when sent through the api.
+    topic: str | None = None
+    #: The record key (schedule id, workflow id, ...), or None when sent through the api.
+    key: str | None = None
+    #: The final status when the call waited (`wait=`), else None.
+    outcome: CommandStatus | None = None
+
+
+class Schedule(_Body):
+    """One schedule as the api shows it (`GET /v1/schedules/{id}`), with `spec`, `next_slots`, ..."""
+
+    schedule_id: str
+    handler: str | None = None
+    #: `active`, `paused`, `finished` (nothing left to fire) or `deleted`.
+    status: str | None = None
+    paused: bool = False
+
+
+class Run(_Body):
+    """One run (`GET /v1/runs/{id}`): `state`, `timings`, `attempts`, `result`, `error`, ..."""
+
+    run_id: str
+    job_id: str | None = None
+    state: str
+    slot: datetime | None = None
+    kind: str | None = None
+    result: Any = None
+
+
+class Workflow(_Body):
+    """One workflow (`GET /v1/workflows/{id}`): `status`, `steps`, `result`, `error`, ..."""
+
+    workflow_id: str
+    workflow_type: str | None = None
+    status: str
+    result: Any = None
+
+
+T = TypeVar("T", bound=BaseModel)
+
+
+class Page(BaseModel, Generic[T]):
+    """One page of a listing; pass `next_cursor` back as ``cursor`` for the next (None: the last)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    items: list[T]
+    next_cursor: str | None = None
