@@ -17,6 +17,7 @@ import uvicorn
 
 from slotflow.errors import SlotflowError
 from slotflow.logs import configure_logging
+from slotflow.tracing import configure_tracing
 from slotflow.pg.pool import create_pool, wait_for_pool
 from slotflow_api.app import create_app
 from slotflow_api.config import Settings
@@ -77,6 +78,7 @@ async def _migrate(settings: Settings) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     configure_logging()
+    configure_tracing("slotflow-api")
     settings = Settings()
     command = args.command or "serve"
     try:

@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from slotflow.contracts import DstPolicy, ScheduleSpec
 from slotflow.contracts.schedules import CronSpec, IntervalSpec, OnceSpec
 from slotflow.logs import configure_logging
+from slotflow.tracing import configure_tracing
 from slotflow.pg.pool import create_pool
 from slotflow.pg.statements import sql
 from slotflow.settings import KafkaSettings, PostgresSettings
@@ -32,6 +33,7 @@ from slotflow_ticker.store import parse_definition
 def main(argv: Sequence[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     configure_logging(level=args.log_level)
+    configure_tracing("slotflow-ticker")
     command = args.command or "run"
     if command == "run":
         if TickerSettings().event_loop == "uvloop":
