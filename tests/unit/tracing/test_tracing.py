@@ -9,6 +9,7 @@ from typing import cast
 
 import pytest
 from opentelemetry.context import Context
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
@@ -239,3 +240,38 @@ async def test_consume_loop_spans_continue_the_producers_trace_and_record_dead_l
     assert (second.attributes or {})["slotflow.dlq.reason"] == "permanent_error"
     assert isinstance(cast(Consumer, consumer), object)
     assert asyncio.iscoroutinefunction(handler)
+
+
+async def test_a_batch_span_links_every_records_context_and_a_batch_of_one_continues_it(
+    spans: InMemorySpanExporter,
+) -> None:
+    one = tracing.produced("s", "t", message_id="1")
+    two = tracing.produced("s", "t", message_id="2")
+
+    async def handler(incoming: Incoming) -> None:
+        return None
+
+    async def batch(goods: list[Incoming]) -> None:
+        return None
+
+    batches = [[_record(0, one), _record(1, two), _record(2, {})], [_record(3, one)]]
+    loop, consumer, stop, _ = make_loop(batches, handler, FakeProducer(), batch_handler=batch)
+    consumer.group_id = "g"  # type: ignore[attr-defined]
+    await loop.run(stop)
+    created = {
+        (s.attributes or {})["messaging.message.id"]: s
+        for s in spans.get_finished_spans()
+        if s.name == "create t"
+    }
+    linked, single = [s for s in spans.get_finished_spans() if s.name == "process t"]
+    assert (linked.attributes or {})["messaging.batch.message_count"] == 3
+    assert linked.parent is None
+    ids = {key: _span_id(span) for key, span in created.items()}
+    assert [link.context.span_id for link in linked.links] == [ids["1"], ids["2"]]
+    assert single.parent is not None
+    assert single.parent.span_id == ids["1"]
+
+
+def _span_id(span: ReadableSpan) -> int:
+    assert span.context is not None
+    return span.context.span_id

@@ -223,9 +223,12 @@ class ConsumeLoop:
         )
 
     def _batch_span(self, goods: list[Incoming]) -> AbstractContextManager[object]:
-        """One CONSUMER span for a batch, linked to every record's context (if tracing)."""
+        """One CONSUMER span for a batch (if tracing): a batch of one continues its record's
+        trace like `_span`; a larger one is linked to every record's context."""
         if not tracing.enabled():
             return contextlib.nullcontext()
+        if len(goods) == 1:
+            return self._span(goods[0])
         first = goods[0].record
         links = [c for g in goods if (c := tracing.extract(g.record.headers)) is not None]
         return tracing.span(
