@@ -274,4 +274,4 @@ async def test_a_batch_span_links_every_records_context_and_a_batch_of_one_conti
 
 def _span_id(span: ReadableSpan) -> int:
     assert span.context is not None
-    return span.context.span_id
+    return int(span.context.span_id)
