@@ -17,8 +17,8 @@ import uvicorn
 
 from slotflow.errors import SlotflowError
 from slotflow.logs import configure_logging
-from slotflow.tracing import configure_tracing
 from slotflow.pg.pool import create_pool, wait_for_pool
+from slotflow.tracing import configure_tracing
 from slotflow_api.app import create_app
 from slotflow_api.config import Settings
 from slotflow_api.projector import Projector, migrate, rebuild, run_until_idle

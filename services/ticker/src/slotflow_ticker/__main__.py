@@ -19,10 +19,10 @@ from pydantic import ValidationError
 from slotflow.contracts import DstPolicy, ScheduleSpec
 from slotflow.contracts.schedules import CronSpec, IntervalSpec, OnceSpec
 from slotflow.logs import configure_logging
-from slotflow.tracing import configure_tracing
 from slotflow.pg.pool import create_pool
 from slotflow.pg.statements import sql
 from slotflow.settings import KafkaSettings, PostgresSettings
+from slotflow.tracing import configure_tracing
 from slotflow_ticker.app import TickerService, migrate
 from slotflow_ticker.config import TickerSettings
 from slotflow_ticker.preview import preview_lines
