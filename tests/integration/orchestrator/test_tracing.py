@@ -13,7 +13,14 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from slotflow import tracing
-from slotflow.contracts import ActivityScheduled, CreateSchedule, OnceSpec, ScheduleDefinition, StartWorkflow
+from slotflow.contracts import (
+    ActivityScheduled,
+    CreateSchedule,
+    OnceSpec,
+    RetryPolicy,
+    ScheduleDefinition,
+    StartWorkflow,
+)
 from slotflow.contracts.topics import JOBS_DUE, RUN_EVENTS
 from slotflow.core.identity import run_id
 from slotflow.errors import PermanentError
@@ -59,8 +66,14 @@ def registry() -> HandlerRegistry:
     async def declined(ctx: RunContext) -> None:
         raise PermanentError("card declined")
 
+    async def flaky(ctx: RunContext) -> str:
+        if ctx.attempt == 1:
+            raise ConnectionError("gateway unavailable")
+        return "paid"
+
     registry.register("test.traced_payout", traced_payout)
     registry.register("test.declined", declined)
+    registry.register("test.flaky", flaky)
     return registry
 
 
@@ -108,15 +121,21 @@ async def test_a_scheduled_run_is_one_trace_from_job_due_to_run_completed(
 ) -> None:
     await start_claimer()
     slot = (await db_now(db)).replace(microsecond=0) + timedelta(seconds=2)
-    schedules = {"traced-payout": "test.traced_payout", "traced-declined": "test.declined"}
+    schedules = {
+        "traced-payout": "test.traced_payout",
+        "traced-declined": "test.declined",
+        "traced-retry": "test.flaky",
+    }
+    retry = RetryPolicy(base=timedelta(milliseconds=300), cap=timedelta(seconds=1), max_attempts=3)
     for schedule_id, handler_name in schedules.items():
         definition = ScheduleDefinition(
-            spec=OnceSpec(at=slot), handler=handler_name, payload={"amount_cents": 1250}
+            spec=OnceSpec(at=slot), handler=handler_name, payload={"amount_cents": 1250}, retry=retry
         )
         await send(producer, kafka, CreateSchedule(schedule_id=schedule_id, definition=definition))
-    paid, declined = (run_id(s, slot) for s in schedules)
+    paid, declined, retried = (run_id(s, slot) for s in schedules)
     await wait_state(db, paid, "completed", timeout=60)
     await wait_state(db, declined, "dead_lettered", timeout=60)
+    await wait_state(db, retried, "completed", timeout=60)
     finished = spans.get_finished_spans()
 
     job_due = _one(
@@ -156,6 +175,27 @@ async def test_a_scheduled_run_is_one_trace_from_job_due_to_run_completed(
         [s for s in finished if s.name == job_due.name and _attr(s, "slotflow.run_id") == declined], "JobDue"
     )
     _child_of(failed_claim, failed_due)
+    # A retry attempt, fired by the ticker's durable timer, continues the run's trace: its JobDue
+    # hangs below the failed attempt's outcome (the StartTimer's context, kept with the timer).
+    of_retried = [s for s in finished if _attr(s, "slotflow.run_id") == retried]
+    dues = sorted(
+        (s for s in of_retried if s.name == job_due.name), key=lambda s: str(_attr(s, "slotflow.attempt"))
+    )
+    assert [_attr(s, "slotflow.attempt") for s in dues] == [1, 2]
+    first_failed = _one(
+        [s for s in of_retried if _attr(s, "slotflow.outcome") == "failed"], "the first attempt's RunFailed"
+    )
+    _child_of(dues[1], first_failed)
+    second_claim = _one(
+        [s for s in of_retried if s.name.startswith("claim ") and _attr(s, "slotflow.attempt") == 2],
+        "claim 2",
+    )
+    _child_of(second_claim, dues[1])
+    assert dues[0].context is not None
+    assert {s.context.trace_id for s in of_retried if s.context is not None} == {dues[0].context.trace_id}
+    assert {s.name.split()[0] for s in of_retried} == {"create", "claim", "handler"}
+    assert len(of_retried) == 8  # per attempt: JobDue, claim, handler, outcome
+
     # No payload or result ever becomes an attribute.
     for span in finished:
         assert 1250 not in (span.attributes or {}).values()

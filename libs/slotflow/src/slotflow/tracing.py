@@ -33,7 +33,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
-from opentelemetry.context import Context
+from opentelemetry.context import Context as Context
 from opentelemetry.trace import (
     Link,
     NonRecordingSpan,

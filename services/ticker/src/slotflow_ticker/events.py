@@ -211,8 +211,13 @@ class EventFactory:
         )
         return self.job_due_message(message, occurred_at=occurred_at)
 
-    def job_due_message(self, message: JobDue, *, occurred_at: datetime) -> Staged:
-        """A ready JobDue (a timer's retry attempt): id from its run id and attempt."""
+    def job_due_message(
+        self, message: JobDue, *, occurred_at: datetime, parent: tracing.Context | None = None
+    ) -> Staged:
+        """A ready JobDue (a timer's retry attempt): id from its run id and attempt.
+
+        Its span hangs below ``parent`` (a retry: the failed attempt's outcome) or the current span.
+        """
         envelope = wrap(
             message,
             id=job_due_event_id(message.run_id, message.attempt),
@@ -225,6 +230,7 @@ class EventFactory:
             self.topics.jobs,
             message_id=envelope.id,
             key=message.job_id,
+            parent=parent,
             attributes=tracing.run_attributes(
                 run_id=message.run_id,
                 job_id=message.job_id,
