@@ -3,6 +3,7 @@ their parents, the workflow trace's derived ids, ConsumeLoop's consumer spans (i
 
 import asyncio
 import json
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import cast
@@ -275,3 +276,13 @@ async def test_a_batch_span_links_every_records_context_and_a_batch_of_one_conti
 def _span_id(span: ReadableSpan) -> int:
     assert span.context is not None
     return int(span.context.span_id)
+
+
+def test_asking_for_otlp_without_the_exporter_stops_with_the_extra_named(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # None in sys.modules makes the import fail, as if the `tracing` extra were not installed.
+    monkeypatch.setitem(sys.modules, "opentelemetry.exporter.otlp.proto.http.trace_exporter", None)
+    with pytest.raises(ConfigurationError, match=r"SLOTFLOW_TRACING=otlp needs .* `tracing` extra"):
+        tracing.configure_tracing("unit", environ={"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"})
+    assert not tracing.enabled()
