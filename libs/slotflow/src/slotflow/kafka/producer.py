@@ -28,6 +28,9 @@ from slotflow.contracts.topics import DLQ_MAX_RECORD_BYTES, DLQ_MESSAGES
 from slotflow.errors import MessageTooLarge, TransientStorageError
 from slotflow.kafka.records import Delivered
 from slotflow.settings import KafkaSettings
+from slotflow.tracing import TRACEPARENT
+from slotflow.tracing import enabled as tracing_enabled
+from slotflow.tracing import produced as traced_create
 
 Headers = Mapping[str, bytes]
 
@@ -127,7 +130,7 @@ class Producer:
             topic,
             key=envelope.key.encode(),
             value=encode(envelope),
-            headers={**envelope_headers(envelope), **(headers or {})},
+            headers={**envelope_headers(envelope), **_traced(topic, envelope, headers)},
         )
 
     async def send_many(
@@ -139,7 +142,7 @@ class Producer:
                 topic,
                 envelope.key.encode(),
                 encode(envelope),
-                {**envelope_headers(envelope), **(headers or {})},
+                {**envelope_headers(envelope), **_traced(topic, envelope, headers)},
             )
             for topic, envelope in items
         )
@@ -276,6 +279,15 @@ def partition_for(key: bytes | None, partitions: Sequence[int], available: Seque
     if key is None:
         return random.choice(available or partitions)  # noqa: S311 - placement, not secrets
     return partitions[(_murmur2(key) & 0x7FFFFFFF) % len(partitions)]
+
+
+def _traced(topic: str, envelope: Envelope, headers: Headers | None) -> Headers:
+    """``headers`` plus the trace context of the message's creation, while tracing is on and the
+    caller did not bring a context of its own (slotflow.tracing)."""
+    if not tracing_enabled() or (headers and TRACEPARENT in headers):
+        return headers or {}
+    created = traced_create("slotflow.kafka", topic, message_id=envelope.id, key=envelope.key)
+    return {**(headers or {}), **created}
 
 
 def envelope_headers(envelope: Envelope) -> dict[str, bytes]:
