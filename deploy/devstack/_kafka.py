@@ -19,6 +19,7 @@ import time
 import uuid
 from pathlib import Path
 
+import _kafka_security
 from _config import EXIT_CONFLICT, HERE, REPO_ROOT, Config, DevstackError, prepare_state_dir, say, show
 from _processes import (
     alive,
@@ -36,6 +37,7 @@ from _processes import (
     wait_ports_free,
 )
 
+from slotflow.errors import KafkaAuthenticationFailed
 from slotflow.kafka.admin import ClusterInfo, KafkaUnavailable, describe_cluster
 
 POM = HERE / "pom.xml"
@@ -152,12 +154,7 @@ def _server_properties(cfg: Config) -> str:
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:{cfg.controller_port}
-listeners=PLAINTEXT://127.0.0.1:{cfg.kafka_port},CONTROLLER://127.0.0.1:{cfg.controller_port}
-advertised.listeners=PLAINTEXT://127.0.0.1:{cfg.kafka_port}
-inter.broker.listener.name=PLAINTEXT
-controller.listener.names=CONTROLLER
-listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
-log.dirs={cfg.kafka_data}
+{_kafka_security.server_properties(cfg)}log.dirs={cfg.kafka_data}
 
 # A single broker: every internal topic must live with one replica, or the first consumer group
 # (__consumer_offsets) and the first transaction (__transaction_state) wait forever.
@@ -201,7 +198,7 @@ def listener_ports(properties: Path) -> tuple[int, int] | None:
     except OSError:
         return None
     broker = re.search(
-        r"^listeners=PLAINTEXT://127\.0\.0\.1:(\d+),CONTROLLER://127\.0\.0\.1:(\d+)", text, re.M
+        r"^listeners=(?:PLAINTEXT|SASL_SSL)://127\.0\.0\.1:(\d+),CONTROLLER://127\.0\.0\.1:(\d+)", text, re.M
     )
     return (int(broker.group(1)), int(broker.group(2))) if broker else None
 
@@ -310,9 +307,11 @@ async def wait_kafka_ready(cfg: Config, deadline: float) -> ClusterInfo:
     while time.monotonic() < deadline:
         try:
             return await asyncio.wait_for(
-                describe_cluster(cfg.bootstrap), max(deadline - time.monotonic(), 0.1)
+                describe_cluster(cfg.bootstrap, security=_kafka_security.admin_security(cfg)),
+                max(deadline - time.monotonic(), 0.1),
             )
-        except (KafkaUnavailable, TimeoutError) as err:
+        except (KafkaUnavailable, KafkaAuthenticationFailed, TimeoutError) as err:
+            # A broker just started may refuse SCRAM logins until its metadata is loaded.
             last = err
         await asyncio.sleep(0.3)
     raise KafkaStartTimeout(f"Kafka at {cfg.bootstrap} did not answer within the timeout: {last}")
@@ -356,11 +355,16 @@ async def start_kafka(cfg: Config | None = None, *, timeout: float = KAFKA_TIMEO
     jars = await ensure_jars(cfg)
     deadline = time.monotonic() + timeout
     cfg.kafka_dir.mkdir(parents=True, exist_ok=True)
+    _kafka_security.check_formatted_mode(cfg)
+    if cfg.secured:
+        await _kafka_security.ensure_tls(cfg)
     cfg.server_properties.write_text(_server_properties(cfg))
+    os.chmod(cfg.server_properties, 0o600)  # the admin's password, in sasl_ssl mode
     cid = cluster_id(cfg)
     if not (cfg.kafka_data / "meta.properties").exists():
-        say(f"formatting Kafka storage (cluster id {cid})")
-        await run_command(
+        say(f"formatting Kafka storage (cluster id {cid}, {cfg.kafka_security})")
+        await _format(
+            cfg,
             [
                 java,
                 "-Xmx256m",
@@ -374,9 +378,10 @@ async def start_kafka(cfg: Config | None = None, *, timeout: float = KAFKA_TIMEO
                 "-c",
                 str(cfg.server_properties),
                 "--ignore-formatted",
+                *_kafka_security.format_arguments(cfg),
             ],
-            what="kafka-storage format",
         )
+        _kafka_security.record_formatted_mode(cfg)
     pid = _spawn_kafka(cfg, _kafka_command(cfg, java, jars))
     say(f"Kafka {kafka_version()} starting (pid {pid}, log {show(cfg.kafka_log)})")
     try:
@@ -393,6 +398,14 @@ async def start_kafka(cfg: Config | None = None, *, timeout: float = KAFKA_TIMEO
         await _wait_kafka_log(cfg, pid, deadline)
         await wait_kafka_ready(cfg, deadline)
     return pid
+
+
+async def _format(cfg: Config, argv: list[str]) -> None:
+    try:
+        await run_command(argv, what="kafka-storage format")
+    except DevstackError as err:
+        # The command line holds the SCRAM users' passwords.
+        raise DevstackError(_kafka_security.redact(str(err), cfg), err.exit_code) from None
 
 
 async def stop_kafka(

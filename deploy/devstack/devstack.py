@@ -77,6 +77,7 @@ from _kafka import (
     stop_kafka,
     wait_kafka_ready,
 )
+from _kafka_security import admin_security, client_security, grant_service_acls
 from _postgres import (
     PG_TIMEOUT_S,
     PgStopMode,
@@ -102,10 +103,13 @@ __all__ = [
     "Config",
     "DevstackError",
     "PgStopMode",
+    "admin_security",
+    "client_security",
     "cluster_id",
     "ensure_jars",
     "ensure_pg_bin",
     "find_pg_bin",
+    "grant_service_acls",
     "jars_dir",
     "kafka_pid",
     "kafka_version",
@@ -208,9 +212,11 @@ async def cmd_up(cfg: Config) -> int:
     k_pid, p_pid = (int(r) for r in results if isinstance(r, int))
 
     try:
-        created = await ensure_topics(cfg.bootstrap, TOPICS)
+        security = admin_security(cfg)
+        created = await ensure_topics(cfg.bootstrap, TOPICS, security=security)
         # __consumer_offsets and __transaction_state now, so the first test's group join does not wait.
-        await warm_coordinators(cfg.bootstrap)
+        await warm_coordinators(cfg.bootstrap, security=security)
+        await grant_service_acls(cfg)
     except SlotflowError as err:
         raise DevstackError(f"Kafka runs, but setting it up failed: {err}") from err
     if created:
@@ -275,7 +281,7 @@ def cmd_status(cfg: Config) -> int:
 
 async def cmd_describe(cfg: Config) -> int:
     try:
-        info = await asyncio.wait_for(describe_cluster(cfg.bootstrap), 15)
+        info = await asyncio.wait_for(describe_cluster(cfg.bootstrap, security=admin_security(cfg)), 15)
     except (KafkaUnavailable, TimeoutError) as err:
         raise DevstackError(f"Kafka at {cfg.bootstrap} does not answer: {err}", EXIT_DOWN) from err
     print(f"cluster id     {info.cluster_id}")
@@ -339,7 +345,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="devstack.py",
         description="slotflow developer stack: Kafka (KRaft, one node) and PostgreSQL on 127.0.0.1.",
         epilog="Environment: SLOTFLOW_DEVSTACK_DIR, SLOTFLOW_KAFKA_PORT, SLOTFLOW_KAFKA_CONTROLLER_PORT, "
-        "SLOTFLOW_PG_PORT, SLOTFLOW_DEVSTACK_CACHE. See deploy/devstack/README.md.",
+        "SLOTFLOW_PG_PORT, SLOTFLOW_DEVSTACK_CACHE, SLOTFLOW_DEVSTACK_KAFKA_SECURITY (plaintext or sasl_ssl). See deploy/devstack/README.md.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     sub.add_parser("up", help="start Kafka and PostgreSQL, create topics, print the env")
