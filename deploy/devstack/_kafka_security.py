@@ -125,7 +125,8 @@ listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
     # Every enabled mechanism needs a login entry on the listener, even though only -512 is used
     # by the broker itself (its inter-broker connections).
     jaas_lines = "".join(
-        f"listener.name.sasl_ssl.{mechanism.lower()}.sasl.jaas.config={jaas}\n" for mechanism in SCRAM_MECHANISMS
+        f"listener.name.sasl_ssl.{mechanism.lower()}.sasl.jaas.config={jaas}\n"
+        for mechanism in SCRAM_MECHANISMS
     )
     tls = cfg.kafka_tls_dir
     return f"""\

@@ -43,6 +43,7 @@ _AUTHENTICATION_ERRORS: tuple[type[Exception], ...] = (
     SaslAuthenticationFailed,
     AuthenticationFailedError,
     UnsupportedSaslMechanismError,
+    ssl.SSLError,
 )
 
 #: How long the diagnostic connection may take.
@@ -101,7 +102,7 @@ async def _probe(bootstrap: str, security: KafkaSecurity) -> BaseException | Non
         conn = await asyncio.wait_for(
             create_conn(host.strip("[]"), int(port), client_id="slotflow-probe", **options), _PROBE_TIMEOUT_S
         )
-    except (*_AUTHENTICATION_ERRORS, ssl.SSLError) as err:
+    except _AUTHENTICATION_ERRORS as err:
         return err
     except (KafkaError, OSError, TimeoutError, ValueError):
         return None  # not a credentials problem: the caller reports the original error

@@ -138,7 +138,7 @@ def service_acls(service: str, principal: str, kafka: KafkaSettings) -> list[Acl
     return acls
 
 
-class _CreateAclsResponseV3(Response):
+class _CreateAclsResponseV3(Response):  # type: ignore[misc]  # aiokafka is untyped
     API_KEY = 30
     API_VERSION = 3
     SCHEMA = Schema(
@@ -155,7 +155,7 @@ class _CreateAclsResponseV3(Response):
     )
 
 
-class _CreateAclsRequestV3(RequestStruct):
+class _CreateAclsRequestV3(RequestStruct):  # type: ignore[misc]  # aiokafka is untyped
     FLEXIBLE_VERSION = True
     API_KEY = 30
     API_VERSION = 3
@@ -178,7 +178,7 @@ class _CreateAclsRequestV3(RequestStruct):
     )
 
 
-class _CreateAclsRequest(Request[_CreateAclsRequestV3]):
+class _CreateAclsRequest(Request[_CreateAclsRequestV3]):  # type: ignore[misc]  # aiokafka is untyped
     API_KEY = 30
 
     def __init__(self, bindings: Sequence[AclBinding]) -> None:

@@ -114,6 +114,20 @@ class KafkaSecurity(BaseSettings):
             raise ValueError(f"{prefix}SSL_KEYFILE needs {prefix}SSL_CERTFILE")
         return self
 
+    def env(self) -> dict[str, str]:
+        """These settings as the SLOTFLOW_KAFKA_* variables that recreate them (for a child process;
+        secrets included, so never log the result)."""
+        values: dict[str, str] = {}
+        for name, value in self.model_dump().items():
+            if value is None:
+                continue
+            if isinstance(value, SecretStr):
+                value = value.get_secret_value()
+            values[f"SLOTFLOW_KAFKA_{name.upper()}"] = (
+                str(value).lower() if isinstance(value, bool) else str(value)
+            )
+        return values
+
     def ssl_context(self) -> ssl.SSLContext:
         """A client TLS context: the CA file (or the system's CAs), the client certificate if any.
 
@@ -202,9 +216,10 @@ def _token_provider(function: TokenFunction) -> Any:
 
     class _Provider(AbstractTokenProvider):  # type: ignore[misc]  # aiokafka is untyped
         async def token(self) -> str:
-            value = function()
+            value: object = function()
             if inspect.isawaitable(value):
                 value = await value
+            # A user's callable: its annotation promises a str, but nothing checks it at run time.
             if not isinstance(value, str) or not value:
                 raise ConfigurationError("the OAUTHBEARER token provider returned no token (a non-empty str)")
             return value
