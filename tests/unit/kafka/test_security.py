@@ -61,7 +61,7 @@ def test_inconsistent_settings_are_refused_with_the_variable_to_fix(
 
 def test_a_missing_ca_file_is_a_configuration_error_naming_it(tmp_path: Path) -> None:
     security = KafkaSecurity(security_protocol="SSL", ssl_cafile=tmp_path / "absent.pem")
-    with pytest.raises(ConfigurationError, match="absent.pem"):
+    with pytest.raises(ConfigurationError, match=r"absent\.pem"):
         security.client_options()
 
 

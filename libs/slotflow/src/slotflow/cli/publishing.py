@@ -13,7 +13,12 @@ from slotflow.cli.api import ApiClient, path_segment
 from slotflow.cli.errors import ApiRequestFailed, CommandRejected, KafkaUnreachable, UsageError
 from slotflow.commands import InvalidCommandId, command_route, publish_command
 from slotflow.contracts import Message
-from slotflow.errors import TransientStorageError
+from slotflow.errors import (
+    ConfigurationError,
+    KafkaAccessDenied,
+    KafkaAuthenticationFailed,
+    TransientStorageError,
+)
 from slotflow.kafka.producer import Producer
 from slotflow.settings import KafkaSettings
 
@@ -67,11 +72,17 @@ def publish(
 
 
 async def _send(settings: KafkaSettings, message: Message, *, command_id: str | None, timeout: float) -> str:
-    producer = Producer(settings, client_id="cli", linger_ms=0)
+    secured = "check SLOTFLOW_KAFKA_SECURITY_PROTOCOL, SLOTFLOW_KAFKA_SASL_* and SLOTFLOW_KAFKA_SSL_*"
+    try:
+        producer = Producer(settings, client_id="cli", linger_ms=0)
+    except ConfigurationError as err:
+        raise KafkaUnreachable(f"{err}; {secured}") from None
     hint = "start the devstack (slotflow stack up) or set SLOTFLOW_KAFKA_BOOTSTRAP"
     try:
         async with asyncio.timeout(timeout):
             await producer.start()
+    except (KafkaAuthenticationFailed, KafkaAccessDenied) as err:
+        raise KafkaUnreachable(f"{err}; {secured}") from None
     except TransientStorageError as err:
         raise KafkaUnreachable(f"cannot reach Kafka at {settings.bootstrap}: {err}; {hint}") from None
     except TimeoutError:
@@ -82,6 +93,8 @@ async def _send(settings: KafkaSettings, message: Message, *, command_id: str | 
     try:
         async with asyncio.timeout(timeout):
             return await publish_command(producer, settings, message, command_id=command_id, source=SOURCE)
+    except KafkaAccessDenied as err:
+        raise KafkaUnreachable(f"{err}; the command was not written") from None
     except TransientStorageError as err:
         raise KafkaUnreachable(
             f"Kafka did not acknowledge the command: {err}; it may or may not have been written, "
