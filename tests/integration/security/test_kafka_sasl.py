@@ -4,7 +4,9 @@ A broker of this module's own, started through deploy/devstack in its sasl_ssl m
 own, SCRAM-SHA-512 users made at format time, StandardAuthorizer with nothing allowed without an
 ACL), on free ports; PostgreSQL is the session's. The ticker and the claimer run as real processes,
 each as its own user with the ACLs `slotflow.kafka.acls.service_acls` grants (docs/security.md);
-the test itself publishes as the `cli` user. A wrong password, and a missing ACL, make a service
+the test itself publishes as the `cli` user. A workflow (a durable sleep through the ticker, then an
+activity through the claimer) completes with an orchestrator, a claimer and a ticker in this
+process, each again as its own user. A wrong password, and a missing ACL, make a service
 exit at start with a message that says so.
 """
 
@@ -21,7 +23,19 @@ from typing import Any
 
 import pytest
 
-from slotflow.contracts import CreateSchedule, OnceSpec, ScheduleDefinition
+from slotflow.commands import publish_command
+from slotflow.contracts import (
+    ActivityCompleted,
+    ActivityScheduled,
+    CreateSchedule,
+    OnceSpec,
+    ScheduleDefinition,
+    StartWorkflow,
+    TimerStarted,
+    WorkflowCompleted,
+    WorkflowStarted,
+    WorkflowTimerFired,
+)
 from slotflow.core.identity import run_id
 from slotflow.errors import KafkaAccessDenied, KafkaAuthenticationFailed
 from slotflow.kafka.acls import AclBinding, Operation, ResourceType, create_acls, service_acls
@@ -29,11 +43,17 @@ from slotflow.kafka.admin import ensure_topics, warm_coordinators
 from slotflow.kafka.producer import Producer
 from slotflow.kafka.security import KafkaSecurity
 from slotflow.pg.pool import Pool, create_pool
+from slotflow.runs import HandlerRegistry
 from slotflow.settings import KafkaSettings, PostgresSettings
 from slotflow.testing import assert_eventually, unique_name
 from slotflow.testing.processes import ProcessGroup, ServiceProcess, free_port, stack_env
+from slotflow_claimer.app import ClaimerService
+from slotflow_orchestrator.runtime import load_decider
 from tests.integration.claimer.support import REPO, wait_state
-from tests.integration.ticker.support import db_now, send
+from tests.integration.claimer.support import settings_for as claimer_settings
+from tests.integration.orchestrator.activities import ACTIVITIES, create_tables
+from tests.integration.orchestrator.support import orchestrator_settings, start_orchestrator, wait_history
+from tests.integration.ticker.support import db_now, send, start_ticker, stop_ticker
 
 DEVSTACK = REPO / "deploy" / "devstack" / "devstack.py"
 HANDLERS = "tests.integration.security.handlers"
@@ -104,7 +124,7 @@ async def _namespace(
     await warm_coordinators(broker.bootstrap, security=admin.security)
     bindings = [
         acl
-        for service in ("ticker", "claimer", "cli")
+        for service in ("ticker", "claimer", "orchestrator", "cli")
         for acl in service_acls(service, f"User:{service}", admin)
         if acl not in without
     ]
@@ -164,6 +184,48 @@ async def test_a_schedule_fires_and_completes_with_one_principal_per_service(
     finally:
         group.close()
     assert row["attempt"] == 1
+
+
+async def test_a_workflow_sleeps_and_runs_its_activity_with_one_principal_per_service(
+    secured_broker: SecuredBroker, pg_dsn: str, pg_pool: Pool
+) -> None:
+    namespace = await _namespace(secured_broker)
+    async with pg_pool.acquire() as conn:
+        await create_tables(conn)
+    registry = HandlerRegistry()
+    for name, fn in ACTIVITIES.items():
+        registry.register(name, fn)
+    ticker = await start_ticker(secured_broker.settings("ticker", namespace), pg_dsn)
+    orchestrator = await start_orchestrator(
+        orchestrator_settings(secured_broker.settings("orchestrator", namespace), pg_dsn),
+        load_decider(["tests.integration.orchestrator.flows"]),
+    )
+    claimer = ClaimerService(
+        claimer_settings(secured_broker.settings("claimer", namespace), pg_dsn), registry=registry
+    )
+    await claimer.start()
+    try:
+        cli = secured_broker.settings("cli", namespace)
+        async with Producer(cli, client_id="secure-test") as producer:
+            start = StartWorkflow(
+                workflow_id="secured-nap",
+                workflow_type="tests.sleeper",
+                input={"order_id": "o-1", "seconds": 1},
+            )
+            await publish_command(producer, cli, start, command_id="start-secured-nap", source="test")
+        events = await wait_history(pg_pool, "secured-nap", "workflow.completed", timeout=60)
+    finally:
+        await claimer.stop(grace=0.5)
+        await orchestrator.stop()
+        await stop_ticker(ticker)
+    assert [type(e) for e in events] == [
+        WorkflowStarted,
+        TimerStarted,
+        WorkflowTimerFired,
+        ActivityScheduled,
+        ActivityCompleted,
+        WorkflowCompleted,
+    ]
 
 
 async def test_the_cli_user_may_not_write_what_only_the_ticker_writes(

@@ -11,6 +11,7 @@ needs a TransactionalId ACL; the idempotent producers need no IdempotentWrite on
 since Kafka 3.0 WRITE on a topic allows it (KIP-679).
 """
 
+import asyncio
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
@@ -203,15 +204,105 @@ class _CreateAclsRequest(Request[_CreateAclsRequestV3]):  # type: ignore[misc]  
         )
 
 
+class _DescribeAclsResponseV3(Response):  # type: ignore[misc]  # aiokafka is untyped
+    API_KEY = 29
+    API_VERSION = 3
+    SCHEMA = Schema(
+        ("throttle_time_ms", Int32),
+        ("error_code", Int16),
+        ("error_message", CompactString("utf-8")),
+        (
+            "resources",
+            CompactArray(
+                ("resource_type", Int8),
+                ("resource_name", CompactString("utf-8")),
+                ("pattern_type", Int8),
+                (
+                    "acls",
+                    CompactArray(
+                        ("principal", CompactString("utf-8")),
+                        ("host", CompactString("utf-8")),
+                        ("operation", Int8),
+                        ("permission_type", Int8),
+                        ("tags", TaggedFields),
+                    ),
+                ),
+                ("tags", TaggedFields),
+            ),
+        ),
+        ("tags", TaggedFields),
+    )
+
+
+class _DescribeAclsRequestV3(RequestStruct):  # type: ignore[misc]  # aiokafka is untyped
+    FLEXIBLE_VERSION = True
+    API_KEY = 29
+    API_VERSION = 3
+    RESPONSE_TYPE = _DescribeAclsResponseV3
+    SCHEMA = Schema(
+        ("resource_type_filter", Int8),
+        ("resource_name_filter", CompactString("utf-8")),
+        ("pattern_type_filter", Int8),
+        ("principal_filter", CompactString("utf-8")),
+        ("host_filter", CompactString("utf-8")),
+        ("operation", Int8),
+        ("permission_type", Int8),
+        ("tags", TaggedFields),
+    )
+
+
+#: The ANY code of each DescribeAcls filter field (resource type, pattern type, operation, permission).
+_ANY = 1
+
+
+class _DescribeAclsRequest(Request[_DescribeAclsRequestV3]):  # type: ignore[misc]  # aiokafka is untyped
+    """Every ACL of one principal (the broker answers from its own authoriser's view)."""
+
+    API_KEY = 29
+
+    def __init__(self, principal: str) -> None:
+        self._principal = principal
+
+    def build(self, request_struct_class: type[_DescribeAclsRequestV3]) -> _DescribeAclsRequestV3:
+        return request_struct_class(_ANY, None, _ANY, self._principal, None, _ANY, _ANY, {})
+
+
+def _described(response: Any) -> set[AclBinding]:
+    if response.error_code:
+        raise AclCreationFailed(
+            f"DescribeAcls failed: {for_code(response.error_code).__name__}: {response.error_message or ''}"
+        )
+    found = set()
+    for resource_type, name, pattern, acls, _tags in response.resources:
+        for principal, host, operation, permission, _acl_tags in acls:
+            if permission == _ALLOW:
+                found.add(
+                    AclBinding(
+                        principal,
+                        ResourceType(resource_type),
+                        name,
+                        Operation(operation),
+                        PatternType(pattern),
+                        host,
+                    )
+                )
+    return found
+
+
 async def create_acls(
     bootstrap: str,
     bindings: Iterable[AclBinding],
     *,
     security: KafkaSecurity,
     request_timeout_ms: int = 30_000,
+    timeout_s: float = 30.0,
 ) -> None:
     """Create every ACL in ``bindings`` (an existing one is kept as it is), as a principal allowed to
-    alter ACLs (a super user).
+    alter ACLs (a super user); return once the broker's authoriser enforces all of them.
+
+    The controller commits new ACLs before the broker applies them from its metadata log, so a
+    client let in right after CreateAcls answered could still be refused; DescribeAcls is answered
+    from the broker's own view, so it is polled until every binding shows (``timeout_s``).
 
     Raises:
         AclCreationFailed: the broker refused one or more of them.
@@ -231,13 +322,33 @@ async def create_acls(
             await client.bootstrap()
             node_id: Any = client.get_random_node()
             response: Any = await client.send(node_id, _CreateAclsRequest(wanted))
+            failures = [
+                f"{binding}: {for_code(code).__name__}: {message or ''}"
+                for binding, (code, message, _tags) in zip(wanted, response.results, strict=True)
+                if code
+            ]
+            if failures:
+                raise AclCreationFailed("cannot create Kafka ACLs: " + "; ".join(failures))
+            await _until_enforced(client, node_id, wanted, timeout_s)
         except (TimeoutError, KafkaError, OSError) as err:
             raise await start_failure(bootstrap, security, err, "creating Kafka ACLs") from err
     finally:
         await client.close()
-    failures = []
-    for binding, (code, message, _tags) in zip(wanted, response.results, strict=True):
-        if code:
-            failures.append(f"{binding}: {for_code(code).__name__}: {message or ''}")
-    if failures:
-        raise AclCreationFailed("cannot create Kafka ACLs: " + "; ".join(failures))
+
+
+async def _until_enforced(client: Any, node_id: Any, wanted: Sequence[AclBinding], timeout_s: float) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    principals = sorted({b.principal for b in wanted})
+    while True:
+        found: set[AclBinding] = set()
+        for principal in principals:
+            found |= _described(await client.send(node_id, _DescribeAclsRequest(principal)))
+        missing = [b for b in wanted if b not in found]
+        if not missing:
+            return
+        if loop.time() >= deadline:
+            raise AclCreationFailed(
+                f"{len(missing)} created ACLs not enforced after {timeout_s:.0f} s, e.g. {missing[0]}"
+            )
+        await asyncio.sleep(0.1)
