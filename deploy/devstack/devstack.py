@@ -77,7 +77,7 @@ from _kafka import (
     stop_kafka,
     wait_kafka_ready,
 )
-from _kafka_security import admin_security, client_security, grant_service_acls
+from _kafka_security import admin_security, check_formatted_mode, client_security, grant_service_acls
 from _postgres import (
     PG_TIMEOUT_S,
     PgStopMode,
@@ -161,6 +161,8 @@ def _print_env(cfg: Config) -> None:
 async def cmd_up(cfg: Config) -> int:
     started = time.monotonic()
     prepare_state_dir(cfg)
+    # A running broker of the other mode must not get this mode's export lines.
+    check_formatted_mode(cfg)
     k_pid, p_pid = kafka_pid(cfg), postgres_pid(cfg)
     if (
         k_pid is not None
@@ -375,6 +377,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = _parser().parse_args(args_list)
         command: str = args.command
         if command == "env":
+            check_formatted_mode(cfg)
             _print_env(cfg)
             return 0
         if command == "status":
