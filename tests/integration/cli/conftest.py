@@ -39,6 +39,7 @@ class Cli:
             SLOTFLOW_KAFKA_TOPIC_NAMESPACE=self.kafka.topic_namespace,
             SLOTFLOW_API_URL=self.api_url,
         )
+        env.update(self.kafka.security.env())
         env.update(overrides)
         return env
 

@@ -15,6 +15,7 @@ import dataclasses
 import importlib.util
 import sys
 import tempfile
+from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -49,6 +50,7 @@ from slotflow.testing import assert_eventually, unique_name
 from slotflow.testing.processes import ProcessGroup, ServiceProcess, free_port, stack_env
 from slotflow_claimer.app import ClaimerService
 from slotflow_orchestrator.runtime import load_decider
+from tests.integration.api.stats_support import StatsProcess, past_minute, stored_counts, workload
 from tests.integration.claimer.support import REPO, wait_state
 from tests.integration.claimer.support import settings_for as claimer_settings
 from tests.integration.orchestrator.activities import ACTIVITIES, create_tables
@@ -124,7 +126,7 @@ async def _namespace(
     await warm_coordinators(broker.bootstrap, security=admin.security)
     bindings = [
         acl
-        for service in ("ticker", "claimer", "orchestrator", "cli")
+        for service in ("ticker", "claimer", "orchestrator", "stats", "cli")
         for acl in service_acls(service, f"User:{service}", admin)
         if acl not in without
     ]
@@ -226,6 +228,26 @@ async def test_a_workflow_sleeps_and_runs_its_activity_with_one_principal_per_se
         ActivityCompleted,
         WorkflowCompleted,
     ]
+
+
+async def test_the_stats_worker_counts_as_its_own_principal(
+    secured_broker: SecuredBroker, pg_dsn: str, tmp_path: Path
+) -> None:
+    namespace = await _namespace(secured_broker)
+    work = workload(past_minute(10), runs_per_schedule=3)
+    admin = secured_broker.settings("admin", namespace)
+    async with Producer(admin, client_id="secure-test") as producer:
+        await producer.send_many(work.topics(admin))
+    worker = StatsProcess(secured_broker.settings("stats", namespace), pg_dsn, tmp_path)
+    try:
+
+        async def all_counted() -> bool:
+            assert worker.alive(), worker.log()
+            return Counter(await stored_counts(pg_dsn)) == work.expected
+
+        await assert_eventually(all_counted, timeout=90, interval=0.5, message="stats equal the workload")
+    finally:
+        worker.close()
 
 
 async def test_the_cli_user_may_not_write_what_only_the_ticker_writes(

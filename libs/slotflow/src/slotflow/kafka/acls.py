@@ -22,7 +22,7 @@ from aiokafka.errors import KafkaError, for_code
 from aiokafka.protocol.api import Request, RequestStruct, Response
 from aiokafka.protocol.types import CompactArray, CompactString, Int8, Int16, Int32, Schema, TaggedFields
 
-from slotflow.contracts.topics import TOPICS, TopicSpec
+from slotflow.contracts.topics import DLQ_EVENTS, JOBS_DUE, RUN_EVENTS, SCHEDULE_EVENTS, TOPICS, TopicSpec
 from slotflow.errors import PermanentError
 from slotflow.kafka.access import start_failure
 from slotflow.kafka.security import KafkaSecurity
@@ -66,17 +66,23 @@ _ALLOW = 3
 
 #: The consumer groups each service joins, as prefixes (before the topic namespace): the service
 #: settings' defaults (ticker `group_id`, claimer `group_id` and `downstream_commands_group_id`,
-#: orchestrator `group_id`, dlq `messages_group`/`commands_group`, api `group_base`). A deployment
-#: that changes one of those settings grants its own group instead. The stats worker (faust, its
-#: own environment) is not here: its Kafka clients do not take these security settings yet.
+#: orchestrator `group_id`, dlq `messages_group`/`commands_group`, api `group_base`, stats
+#: `app_name`). A deployment that changes one of those settings grants its own group instead.
 SERVICE_GROUPS: dict[str, tuple[str, ...]] = {
     "ticker": ("slotflow.ticker",),
     "claimer": ("slotflow-claimer",),
     "orchestrator": ("slotflow-orchestrator",),
     "dlq": ("slotflow.dlq.",),
     "api": ("slotflow-api-projector.",),
+    "stats": ("slotflow-stats",),
     "cli": (),
 }
+
+#: The stats worker (faust) is not in the topic table: it reads these event topics, and keeps each
+#: table in a changelog topic of its own, `<app_id>-<table>-changelog`, that it creates and
+#: reads back at start (services/stats: SOURCES, ensure_changelogs).
+STATS_SOURCES = (RUN_EVENTS, JOBS_DUE, SCHEDULE_EVENTS, DLQ_EVENTS)
+STATS_CHANGELOG_OPERATIONS = (Operation.CREATE, Operation.READ, Operation.WRITE)
 
 #: Producers named in the topic table that stand for several services.
 _EVERY_CONSUMER = "every consumer"
@@ -116,7 +122,7 @@ def _produces(spec: TopicSpec, service: str) -> bool:
 
 
 def service_acls(service: str, principal: str, kafka: KafkaSettings) -> list[AclBinding]:
-    """What ``service`` (ticker, claimer, orchestrator, dlq, api, cli) needs, for ``principal``
+    """What ``service`` (ticker, claimer, orchestrator, dlq, api, stats, cli) needs, for ``principal``
     (e.g. ``User:claimer``), in the topic namespace of ``kafka``.
 
     Raises:
@@ -132,6 +138,15 @@ def service_acls(service: str, principal: str, kafka: KafkaSettings) -> list[Acl
         if _produces(spec, service):
             acls.append(AclBinding(principal, ResourceType.TOPIC, name, Operation.WRITE))
     namespace = f"{kafka.topic_namespace}." if kafka.topic_namespace else ""
+    if service == "stats":
+        acls += [
+            AclBinding(principal, ResourceType.TOPIC, kafka.topic(s), Operation.READ) for s in STATS_SOURCES
+        ]
+        acls += [
+            AclBinding(principal, ResourceType.TOPIC, f"{namespace}{group}-", operation, PatternType.PREFIXED)
+            for group in SERVICE_GROUPS[service]
+            for operation in STATS_CHANGELOG_OPERATIONS
+        ]
     for group in SERVICE_GROUPS[service]:
         acls.append(
             AclBinding(principal, ResourceType.GROUP, namespace + group, Operation.READ, PatternType.PREFIXED)
