@@ -75,7 +75,7 @@ def test_the_sasl_ssl_broker_authorises_and_hides_its_passwords(
     (tmp_path / "server.properties").write_text(properties)
     assert kafka_helpers.listener_ports(tmp_path / "server.properties") == (23192, 23193)
     users = json.loads(cfg.kafka_users_file.read_text())
-    assert set(users) == {"admin", "ticker", "claimer", "orchestrator", "dlq", "api", "cli"}
+    assert set(users) == {"admin", "ticker", "claimer", "orchestrator", "dlq", "api", "stats", "cli"}
     assert stat.S_IMODE(cfg.kafka_users_file.stat().st_mode) == 0o600
     security = importlib.import_module("_kafka_security")
     arguments = security.format_arguments(cfg)
