@@ -25,9 +25,9 @@ RESULTS = REPO / "bench" / "results"
 
 def with_database(dsn: str, database: str) -> str:
     """``dsn`` pointed at ``database`` (query parameters kept)."""
-    base, _, tail = dsn.rpartition("/")
-    query = "?" + tail.split("?", 1)[1] if "?" in tail else ""
-    return f"{base}/{database}{query}"
+    # The query first: it may hold paths (sslrootcert=/etc/...) whose slashes are not the path's.
+    head, sep, query = dsn.partition("?")
+    return f"{head.rsplit('/', 1)[0]}/{database}{sep}{query}"
 
 
 @asynccontextmanager

@@ -18,6 +18,7 @@ import asyncio
 import json
 import os
 import platform
+import secrets
 import socket
 import statistics
 import subprocess
@@ -138,10 +139,11 @@ class Run:
         return sent / elapsed
 
 
-async def http_latency(base_url: str, run: str, count: int = 50) -> float:
-    """Median time of GET /v1/runs/{id} for a projected run: what the API adds on top."""
+async def http_latency(base_url: str, run: str, token: str, count: int = 50) -> float:
+    """Median time of GET /v1/runs/{id} for a projected run: what the API adds on top (its token
+    check included: authentication is on, as deployed)."""
     times = []
-    async with httpx.AsyncClient(timeout=30) as http:
+    async with httpx.AsyncClient(timeout=30, headers={"Authorization": f"Bearer {token}"}) as http:
         for _ in range(count):
             begin = time.monotonic()
             response = await http.get(f"{base_url}/v1/runs/{quote(run, safe='')}")
@@ -162,11 +164,13 @@ async def one_run(args: argparse.Namespace) -> dict[str, float]:
     await admin.close()
     dsn = pg.dsn.rsplit("/", 1)[0] + f"/{database}"
     port = _free_port()
+    token = "sft_" + secrets.token_urlsafe(32)
     env = {
         **os.environ,
         "SLOTFLOW_KAFKA_TOPIC_NAMESPACE": kafka.topic_namespace,
         "SLOTFLOW_PG_DSN": dsn,
         "SLOTFLOW_API_PORT": str(port),
+        "SLOTFLOW_API_BOOTSTRAP_TOKEN": token,
     }
     server = subprocess.Popen(
         [sys.executable, "-m", "slotflow_api", "serve"],
@@ -195,7 +199,7 @@ async def one_run(args: argparse.Namespace) -> dict[str, float]:
                 producer, pool, rate=args.rate, seconds=args.seconds, sample_every=10
             )
         await pool.close()
-        get_ms = await http_latency(base_url, run_id("job0", datetime(2030, 1, 3, tzinfo=UTC))) * 1000
+        get_ms = await http_latency(base_url, run_id("job0", datetime(2030, 1, 3, tzinfo=UTC)), token) * 1000
     finally:
         server.terminate()
         server.wait(timeout=30)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -53,7 +54,9 @@ def free_port() -> int:
 
 
 def with_database(dsn: str, database: str) -> str:
-    return f"{dsn.rsplit('/', 1)[0]}/{database}"
+    # The query kept (sslmode, sslrootcert), and split off first: its paths hold slashes too.
+    head, sep, query = dsn.partition("?")
+    return f"{head.rsplit('/', 1)[0]}/{database}{sep}{query}"
 
 
 class Stack:
@@ -167,6 +170,7 @@ async def main() -> int:
     logs = ROOT / ".devstack" / "demo-logs" / stamp
     logs.mkdir(parents=True, exist_ok=True)
     port = free_port()
+    bootstrap = "sft_" + secrets.token_urlsafe(32)
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(PAYOUTS), str(EXAMPLES), os.environ.get("PYTHONPATH", "")]),
@@ -177,6 +181,9 @@ async def main() -> int:
         "SLOTFLOW_ORCHESTRATOR_WORKFLOW_MODULES": "orders.workflow",
         "SLOTFLOW_CLAIMER_LEASE_TTL_SECONDS": "4",
         "SLOTFLOW_API_PORT": str(port),
+        # Authentication stays on: the demo's own one-off admin token (never printed) creates a
+        # read token for the dashboard, and drives everything else itself.
+        "SLOTFLOW_API_BOOTSTRAP_TOKEN": bootstrap,
     }
     stack = Stack(env, logs)
     say(
@@ -189,9 +196,14 @@ async def main() -> int:
     stack.start("dlq", "slotflow_dlq")
     stack.start("api", "slotflow_api", "serve")
     try:
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+        async with httpx.AsyncClient(
+            base_url=f"http://127.0.0.1:{port}", timeout=30, headers={"Authorization": f"Bearer {bootstrap}"}
+        ) as client:
             await wait_ready(client)
+            viewer = await client.post("/v1/tokens", json={"name": f"demo-viewer-{stamp}", "scope": "read"})
+            viewer.raise_for_status()
             say(f"  api ready on http://127.0.0.1:{port} (dashboard at /ui/)")
+            say(f"  a read-only token for the dashboard: {viewer.json()['secret']}")
 
             say("\n== 3. Two schedules, every 2 seconds, created over HTTP")
             started = datetime.now(UTC)

@@ -102,11 +102,9 @@ def _pg_host_port(dsn: str) -> str:
 
 
 def _with_database(dsn: str, database: str) -> str:
-    base, _, tail = dsn.rpartition("/")
-    query = ""
-    if "?" in tail:
-        query = "?" + tail.split("?", 1)[1]
-    return f"{base}/{database}{query}"
+    # The query first: it may hold paths (sslrootcert=/etc/...) whose slashes are not the path's.
+    head, sep, query = dsn.partition("?")
+    return f"{head.rsplit('/', 1)[0]}/{database}{sep}{query}"
 
 
 @pytest.fixture

@@ -7,6 +7,8 @@
 # jar cache (make up once, or SLOTFLOW_DEVSTACK_CACHE pointing at it).
 # Prints the two image names, as tests/stack.py reads them:
 #   SLOTFLOW_TEST_KAFKA_IMAGE=...  SLOTFLOW_TEST_POSTGRES_IMAGE=...
+# --python also builds a Debian Python 3.11 base for deploy/docker/Dockerfile (PYTHON_IMAGE) and
+# prints SLOTFLOW_TEST_PYTHON_IMAGE=... (deploy/containers/check-compose.sh uses it).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "$0")" && pwd)"
@@ -16,15 +18,23 @@ WORK="${SLOTFLOW_CONTAINERS_CACHE:-$CACHE/containers}"
 SUITE=bookworm
 MIRROR="${SLOTFLOW_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 FORCE=0
-[[ "${1:-}" == "--force" ]] && FORCE=1
+WITH_PYTHON=0
+for arg in "$@"; do
+  case "$arg" in
+    --force) FORCE=1 ;;
+    --python) WITH_PYTHON=1 ;;
+    *) echo "build-images: unknown option $arg (--force, --python)" >&2; exit 2 ;;
+  esac
+done
 
 KAFKA_VERSION="$(sed -n 's:.*<kafka\.version>\s*\([^<[:space:]]*\)\s*</kafka\.version>.*:\1:p' "$REPO/deploy/devstack/pom.xml")"
 JARS="$CACHE/kafka-libs-$KAFKA_VERSION"
 # The tag follows every input that changes the image's content.
-INPUTS_DIGEST="$(cat "$0" "$HERE/kafka-entrypoint.sh" "$HERE/postgres-entrypoint.sh" \
+INPUTS_DIGEST="$(cat "$0" "$HERE/kafka-entrypoint.sh" "$HERE/kafka-configs.sh" "$HERE/postgres-entrypoint.sh" \
   "$REPO/deploy/devstack/_kafka.py" "$REPO/deploy/devstack/log4j2.properties" | sha256sum | cut -c1-12)"
 KAFKA_IMAGE="localhost/slotflow-test-kafka:$KAFKA_VERSION-$INPUTS_DIGEST"
 POSTGRES_IMAGE="localhost/slotflow-test-postgres:15-$INPUTS_DIGEST"
+PYTHON_IMAGE="localhost/slotflow-test-python:3.11-$INPUTS_DIGEST"
 
 say() { echo "build-images: $*" >&2; }
 
@@ -32,7 +42,8 @@ for tool in podman debootstrap chroot; do
   command -v "$tool" >/dev/null || { say "$tool not found: apt-get install -y podman runc debootstrap"; exit 1; }
 done
 [[ $(id -u) == 0 ]] || { say "needs root (debootstrap, chroot)"; exit 1; }
-[[ -f "$JARS/.complete.json" ]] || { say "no Kafka jars in $JARS: run make up once (it fetches them)"; exit 1; }
+# The devstack's jars, fetched with mvn the first time (the same cache `make up` fills).
+[[ -f "$JARS/.complete.json" ]] || "$REPO/.venv/bin/python" "$REPO/deploy/devstack/devstack.py" fetch-kafka >/dev/null
 
 mkdir -p "$WORK"
 
@@ -99,6 +110,10 @@ argv[-1] = "/opt/kafka/server.properties"
 PY
   )
   install -m 0755 "$HERE/kafka-entrypoint.sh" "$root/usr/local/bin/kafka-entrypoint"
+  # The official image's path for the one admin tool the broker's own jars carry, so compose.yaml's
+  # healthcheck runs unchanged on either image.
+  mkdir -p "$root/opt/kafka/bin"
+  install -m 0755 "$HERE/kafka-configs.sh" "$root/opt/kafka/bin/kafka-configs.sh"
   import_rootfs "$root" "$KAFKA_IMAGE" \
     --change 'ENTRYPOINT ["/usr/local/bin/kafka-entrypoint"]' --change 'EXPOSE 9092'
 fi
@@ -110,5 +125,12 @@ if ! exists "$POSTGRES_IMAGE"; then
     --change 'ENTRYPOINT ["/usr/local/bin/postgres-entrypoint"]' --change 'EXPOSE 5432'
 fi
 
+if [[ $WITH_PYTHON == 1 ]] && ! exists "$PYTHON_IMAGE"; then
+  # Debian bookworm's python3 is 3.11; the Dockerfile makes its own virtual environments.
+  root="$(rootfs_with python python3 python3-venv ca-certificates)"
+  import_rootfs "$root" "$PYTHON_IMAGE"
+fi
+
 echo "SLOTFLOW_TEST_KAFKA_IMAGE=$KAFKA_IMAGE"
+if [[ $WITH_PYTHON == 1 ]]; then echo "SLOTFLOW_TEST_PYTHON_IMAGE=$PYTHON_IMAGE"; fi
 echo "SLOTFLOW_TEST_POSTGRES_IMAGE=$POSTGRES_IMAGE"

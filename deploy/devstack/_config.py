@@ -17,6 +17,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parents[1]
@@ -77,6 +78,15 @@ def _security_from_env() -> str:
     return raw
 
 
+def _flag_from_env(name: str) -> bool:
+    raw = os.environ.get(name, "").strip().lower()
+    if raw in ("", "0", "false", "no", "off"):
+        return False
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    raise DevstackError(f"{name}={raw!r}: expected 1 or 0")
+
+
 @dataclass(frozen=True)
 class Config:
     state_dir: Path
@@ -85,6 +95,9 @@ class Config:
     controller_port: int
     pg_port: int
     kafka_security: str = "plaintext"
+    #: SLOTFLOW_PG_TLS=1: PostgreSQL serves TLS with a certificate of the devstack's own CA, and
+    #: the DSN asks for sslmode=verify-full against that CA.
+    pg_tls: bool = False
 
     @classmethod
     def from_env(cls) -> Config:
@@ -98,6 +111,7 @@ class Config:
             controller_port=_port_from_env("SLOTFLOW_KAFKA_CONTROLLER_PORT", 19093),
             pg_port=_port_from_env("SLOTFLOW_PG_PORT", 15432),
             kafka_security=_security_from_env(),
+            pg_tls=_flag_from_env("SLOTFLOW_PG_TLS"),
         )
         ports = [cfg.kafka_port, cfg.controller_port, cfg.pg_port]
         if len(set(ports)) != len(ports):
@@ -179,6 +193,20 @@ class Config:
             return self.pg_data
         return Path(tempfile.gettempdir()) / f"slotflow-devstack-pg-{self.pg_port}"
 
+    @property
+    def pg_tls_dir(self) -> Path:
+        """The devstack's CA (ca.crt is what clients verify the server with; ca.key signs)."""
+        return self.state_dir / "pg-tls"
+
+    @property
+    def pg_ca_cert(self) -> Path:
+        return self.pg_tls_dir / "ca.crt"
+
+    @property
+    def pg_server_tls_dir(self) -> Path:
+        """The server's certificate and key, beside its data directory (the postgres user owns both)."""
+        return self.pg_dir / "tls"
+
     # Connection settings
     @property
     def bootstrap(self) -> str:
@@ -186,7 +214,11 @@ class Config:
 
     @property
     def dsn(self) -> str:
-        return f"postgresql://{PG_ROLE}@127.0.0.1:{self.pg_port}/{PG_DATABASE}"
+        plain = f"postgresql://{PG_ROLE}@127.0.0.1:{self.pg_port}/{PG_DATABASE}"
+        if not self.pg_tls:
+            return plain
+        # verify-full: the chain must end at the devstack's CA and the certificate must name 127.0.0.1.
+        return f"{plain}?sslmode=verify-full&sslrootcert={quote(str(self.pg_ca_cert), safe='/')}"
 
     @property
     def env_file(self) -> Path:

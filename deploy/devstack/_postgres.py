@@ -42,6 +42,7 @@ from _processes import (
     wait_gone,
     wait_ports_free,
 )
+from _tls import ensure_pg_tls
 
 PG_TIMEOUT_S = 60.0
 PG_OS_USER = "postgres"
@@ -124,8 +125,11 @@ def postgres_running_port(cfg: Config) -> int | None:
         return None
 
 
+TLS_ON = "ssl = on"
+
+
 def _pg_conf(cfg: Config) -> str:
-    return f"""\
+    conf = f"""\
 # Written by deploy/devstack/_postgres.py at every start; included from postgresql.conf.
 listen_addresses = '127.0.0.1'
 port = {cfg.pg_port}
@@ -135,6 +139,24 @@ unix_socket_directories = '{cfg.pg_socket_dir}'
 max_connections = 200
 shared_buffers = 256MB
 """
+    if cfg.pg_tls:
+        tls = cfg.pg_server_tls_dir
+        conf += f"""\
+# SLOTFLOW_PG_TLS=1: a certificate signed by the devstack's CA ({cfg.pg_ca_cert.name} beside the state dir).
+{TLS_ON}
+ssl_cert_file = '{tls / "server.crt"}'
+ssl_key_file = '{tls / "server.key"}'
+ssl_min_protocol_version = 'TLSv1.2'
+"""
+    return conf
+
+
+def running_with_tls(cfg: Config) -> bool:
+    """Whether the running server was started with TLS (its settings file says so)."""
+    try:
+        return TLS_ON in (cfg.pg_data / PG_CONF_NAME).read_text().splitlines()
+    except OSError:
+        return False
 
 
 async def _initdb(cfg: Config, bindir: Path) -> None:
@@ -237,6 +259,12 @@ async def start_postgres(cfg: Config | None = None, *, timeout: float = PG_TIMEO
                 f"PostgreSQL (pid {pid}) runs on port {running}, not {cfg.pg_port}; "
                 "run `down` first to change SLOTFLOW_PG_PORT"
             )
+        if running_with_tls(cfg) != cfg.pg_tls:
+            raise DevstackError(
+                f"PostgreSQL (pid {pid}) runs with TLS {'on' if running_with_tls(cfg) else 'off'}, "
+                f"but SLOTFLOW_PG_TLS asks for {'on' if cfg.pg_tls else 'off'}; "
+                "run `restart-postgres` (same SLOTFLOW_PG_TLS) to switch"
+            )
         await _pg_bootstrap(cfg, deadline)
         return pid
 
@@ -253,6 +281,10 @@ async def start_postgres(cfg: Config | None = None, *, timeout: float = PG_TIMEO
                 f"{show(cfg.pg_data)} was created by PostgreSQL {data_major}, but the binaries in "
                 f"{bindir} are {bin_major}; run `down --clean` to start over"
             )
+    if cfg.pg_tls:
+        cfg.pg_server_tls_dir.mkdir(mode=0o700, exist_ok=True)
+        _chown_pg(cfg.pg_server_tls_dir)
+        ensure_pg_tls(cfg.pg_tls_dir, cfg.pg_server_tls_dir)
     conf = cfg.pg_data / PG_CONF_NAME
     conf.write_text(_pg_conf(cfg))
     _chown_pg(conf)
@@ -263,7 +295,8 @@ async def start_postgres(cfg: Config | None = None, *, timeout: float = PG_TIMEO
     cfg.pg_log.touch()
     _chown_pg(cfg.pg_log)
     options = f"-c listen_addresses=127.0.0.1 -p {cfg.pg_port} -k {shlex.quote(str(socket_dir))}"
-    say(f"PostgreSQL starting on 127.0.0.1:{cfg.pg_port} (log {show(cfg.pg_log)})")
+    tls = f", TLS with {show(cfg.pg_ca_cert)}" if cfg.pg_tls else ""
+    say(f"PostgreSQL starting on 127.0.0.1:{cfg.pg_port}{tls} (log {show(cfg.pg_log)})")
     code, output = await run_command(
         as_pg_user(
             [

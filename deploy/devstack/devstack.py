@@ -26,6 +26,7 @@ import argparse
 import asyncio
 import logging
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -34,11 +35,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 try:
-    import asyncpg  # noqa: F401  (imported here only so a missing virtualenv gets the message below)
+    import asyncpg
 
     from slotflow.contracts.topics import TOPICS
     from slotflow.errors import SlotflowError
     from slotflow.kafka.admin import KafkaUnavailable, describe_cluster, ensure_topics, warm_coordinators
+    from slotflow.pg.roles import DEFAULT_PREFIX, SERVICE_ROLES, bootstrap_roles
 except ImportError as _err:  # pragma: no cover - only without the virtualenv
     sys.exit(f"devstack: cannot import {_err.name}: run `make setup` first, then use .venv/bin/python")
 
@@ -51,6 +53,8 @@ from _config import (
     EXIT_DOWN,
     EXIT_ERROR,
     HERE,
+    PG_DATABASE,
+    PG_ROLE,
     REPO_ROOT,
     STATE_MARKER,
     Config,
@@ -86,6 +90,7 @@ from _postgres import (
     find_pg_bin,
     postgres_pid,
     postgres_running_port,
+    running_with_tls,
     start_postgres,
     stop_postgres,
 )
@@ -169,6 +174,7 @@ async def cmd_up(cfg: Config) -> int:
         and p_pid is not None
         and listener_ports(cfg.server_properties) == (cfg.kafka_port, cfg.controller_port)
         and postgres_running_port(cfg) == cfg.pg_port
+        and running_with_tls(cfg) == cfg.pg_tls
         and proc_state(k_pid) != "T"
         and proc_state(p_pid) != "T"
         and port_answers(cfg.kafka_port)
@@ -342,12 +348,31 @@ async def cmd_restart_postgres(cfg: Config, immediate: bool) -> int:
     return 0
 
 
+async def cmd_roles(cfg: Config) -> int:
+    """`slotflow db bootstrap-roles` on the devstack's database, then each service's DSN."""
+    if postgres_pid(cfg) is None:
+        raise DevstackError("PostgreSQL is not running; run `up` first", EXIT_DOWN)
+    try:
+        await bootstrap_roles(cfg.dsn, DEFAULT_PREFIX)
+    except (OSError, asyncpg.PostgresError) as err:
+        raise DevstackError(f"bootstrap-roles failed: {err}") from err
+    say(f"one role per service in database {PG_DATABASE} (docs/security.md); run a service as its own with:")
+    user = f"{PG_ROLE}@"
+    for entry in SERVICE_ROLES:
+        print(
+            f"{entry.service:<13} SLOTFLOW_PG_DSN={shlex.quote(cfg.dsn.replace(user, f'{DEFAULT_PREFIX}{entry.service}@', 1))}"
+        )
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="devstack.py",
         description="slotflow developer stack: Kafka (KRaft, one node) and PostgreSQL on 127.0.0.1.",
         epilog="Environment: SLOTFLOW_DEVSTACK_DIR, SLOTFLOW_KAFKA_PORT, SLOTFLOW_KAFKA_CONTROLLER_PORT, "
-        "SLOTFLOW_PG_PORT, SLOTFLOW_DEVSTACK_CACHE, SLOTFLOW_DEVSTACK_KAFKA_SECURITY (plaintext or sasl_ssl). See deploy/devstack/README.md.",
+        "SLOTFLOW_PG_PORT, SLOTFLOW_PG_TLS (1: PostgreSQL over TLS, DSN with sslmode=verify-full), "
+        "SLOTFLOW_DEVSTACK_KAFKA_SECURITY (plaintext or sasl_ssl), "
+        "SLOTFLOW_DEVSTACK_CACHE. See deploy/devstack/README.md.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     sub.add_parser("up", help="start Kafka and PostgreSQL, create topics, print the env")
@@ -355,10 +380,14 @@ def _parser() -> argparse.ArgumentParser:
     down.add_argument("--clean", action="store_true", help="also delete the state dir (all data)")
     sub.add_parser("status", help="show what runs; exit 0 if both are up, 3 otherwise")
     sub.add_parser("env", help="print the export lines")
+    sub.add_parser("fetch-kafka", help="fetch the Kafka jars into the cache (once) and print their folder")
     sub.add_parser("describe", help="cluster id, API versions and topics, as the broker reports them")
     sub.add_parser("kafka-pid", help="print the broker's pid (exit 3 if it does not run)")
     sub.add_parser("pg-pid", help="print the postmaster's pid (exit 3 if it does not run)")
     sub.add_parser("pg-ctl", help="run pg_ctl -D <data dir> ARGS... as the right OS user", add_help=False)
+    sub.add_parser(
+        "roles", help="one PostgreSQL role per service (slotflow db bootstrap-roles); print their DSNs"
+    )
     restart_kafka = sub.add_parser("restart-kafka", help="stop and start the broker")
     restart_kafka.add_argument("--kill", action="store_true", help="SIGKILL instead of a controlled shutdown")
     restart_pg = sub.add_parser("restart-postgres", help="stop and start PostgreSQL")
@@ -384,10 +413,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_status(cfg)
         if command == "describe":
             return asyncio.run(cmd_describe(cfg))
+        if command == "fetch-kafka":
+            print(asyncio.run(ensure_jars(cfg)))
+            return 0
         if command == "kafka-pid":
             return cmd_pid(kafka_pid(cfg))
         if command == "pg-pid":
             return cmd_pid(postgres_pid(cfg))
+        if command == "roles":
+            return asyncio.run(cmd_roles(cfg))
         if command == "down" and not cfg.state_dir.exists():
             say("not running (no state directory)")
             return 0

@@ -3,6 +3,7 @@
 import io
 import json
 import logging
+import sys
 
 import pytest
 
@@ -11,6 +12,7 @@ from slotflow.logs import BadLogSetting, configure_logging
 
 def _logged(monkeypatch: pytest.MonkeyPatch, fmt: str) -> str:
     monkeypatch.setenv("SLOTFLOW_LOG_FORMAT", fmt)
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)  # configure_logging installs its own
     out = io.StringIO()
     root = logging.getLogger()
     saved = (list(root.handlers), root.level, logging.getLogger("aiokafka").level)
@@ -46,6 +48,7 @@ def test_text_lines_append_the_extras(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_an_unknown_format_or_level_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SLOTFLOW_LOG_FORMAT", "yaml")
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)
     with pytest.raises(BadLogSetting, match="SLOTFLOW_LOG_FORMAT='yaml': expected one of text, json"):
         configure_logging(stream=io.StringIO(), force=True)
     monkeypatch.setenv("SLOTFLOW_LOG_FORMAT", "json")

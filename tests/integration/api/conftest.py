@@ -1,6 +1,7 @@
 """Fixtures for the api tests: the app running in-process against the real Kafka and PostgreSQL."""
 
 import os
+import secrets
 import shutil
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -10,6 +11,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 from playwright.async_api import Browser, async_playwright
+from pydantic import SecretStr
 
 from slotflow.contracts import Message, wrap
 from slotflow.contracts.topics import TopicSpec
@@ -18,14 +20,20 @@ from slotflow.settings import KafkaSettings, PostgresSettings
 from slotflow_api.app import create_app
 from slotflow_api.config import ApiSettings, Settings
 
+#: The api under test runs with authentication on and this bootstrap (admin) token: the tests
+#: exercise the API as a deployment would, and the ones about tokens and scopes create their own.
+TEST_TOKEN = "sft_" + secrets.token_urlsafe(32)
+AUTH = {"Authorization": f"Bearer {TEST_TOKEN}"}
 #: Every state-changing request names its client (the API's CSRF rule, docs/api.md).
-CLIENT_HEADERS = {"X-Slotflow-Client": "test"}
+CLIENT_HEADERS = {"X-Slotflow-Client": "test", **AUTH}
 
 
 @pytest.fixture
 def api_settings(kafka: KafkaSettings, pg_dsn: str) -> Settings:
     return Settings(
-        api=ApiSettings(projector_poll_ms=50, readiness_timeout_seconds=5.0),
+        api=ApiSettings(
+            projector_poll_ms=50, readiness_timeout_seconds=5.0, bootstrap_token=SecretStr(TEST_TOKEN)
+        ),
         kafka=kafka,
         postgres=PostgresSettings(dsn=pg_dsn, pool_min_size=1, pool_max_size=5),
     )

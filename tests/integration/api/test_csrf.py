@@ -9,13 +9,16 @@ from fastapi import FastAPI
 
 from slotflow_api.app import create_app
 from slotflow_api.config import Settings
+from tests.integration.api.conftest import AUTH
 
 
 @pytest.fixture
 async def bare(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
     """A client that sends only what a browser form would (no X-Slotflow-Client)."""
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://api.test", timeout=40) as http:
+    async with httpx.AsyncClient(
+        transport=transport, base_url="http://api.test", timeout=40, headers=AUTH
+    ) as http:
         yield http
 
 
@@ -60,11 +63,15 @@ async def test_allowed_hosts_refuse_any_other_host(api_settings: Settings) -> No
     application = create_app(settings)
     async with application.router.lifespan_context(application):
         transport = httpx.ASGITransport(app=application)
-        async with httpx.AsyncClient(transport=transport, base_url="http://rebound.example") as http:
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://rebound.example", headers=AUTH
+        ) as http:
             refused = await http.get("/v1/schedules")
             assert refused.status_code == 403
             assert "Host" in refused.json()["detail"]
-        async with httpx.AsyncClient(transport=transport, base_url="http://slotflow.internal:8080") as http:
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://slotflow.internal:8080", headers=AUTH
+        ) as http:
             assert (await http.get("/v1/schedules")).status_code == 200
 
 

@@ -24,6 +24,7 @@ from slotflow.testing import assert_eventually
 from slotflow.testing.badinput import BadRequest, bad_requests
 from slotflow_api.app import create_app
 from slotflow_api.config import Settings
+from tests.integration.api.conftest import AUTH, TEST_TOKEN
 
 REPO = Path(__file__).resolve().parents[3]
 MIB = 1024 * 1024
@@ -55,6 +56,7 @@ class ApiProcess:
                 "SLOTFLOW_KAFKA_TOPIC_NAMESPACE": kafka.topic_namespace,
                 "SLOTFLOW_PG_DSN": pg_dsn,
                 "SLOTFLOW_API_PORT": str(self.port),
+                "SLOTFLOW_API_BOOTSTRAP_TOKEN": TEST_TOKEN,
             }
         )
         self._log = log_path.open("wb")
@@ -131,7 +133,7 @@ async def raw_post(port: int, path: str, *, total: int, declared: bool) -> int:
 
 async def test_oversized_bodies_get_413_and_the_api_memory_stays_bounded(api: ApiProcess) -> None:
     pid = api.proc.pid
-    async with httpx.AsyncClient(timeout=30) as client:
+    async with httpx.AsyncClient(timeout=30, headers=AUTH) as client:
         # Warm up the paths a refused request touches, so the baseline includes them.
         await client.post(f"{api.base}/v1/schedules", json={})
     baseline = rss(pid)
@@ -152,7 +154,7 @@ async def test_oversized_bodies_get_413_and_the_api_memory_stays_bounded(api: Ap
             await raw_post(api.port, "/v1/schedules", total=10 * MIB, declared=True),
             await raw_post(api.port, "/v1/schedules", total=10 * MIB, declared=False),
         ]
-        async with httpx.AsyncClient(timeout=60) as client:
+        async with httpx.AsyncClient(timeout=60, headers=AUTH) as client:
             response = await client.post(
                 f"{api.base}/v1/schedules",
                 content=b'{"x": "' + b"a" * (10 * MIB) + b'"}',
@@ -189,7 +191,9 @@ async def test_a_command_too_large_for_kafka_is_413_not_500(api_settings: Settin
     }
     async with application.router.lifespan_context(application):
         transport = httpx.ASGITransport(app=application)
-        async with httpx.AsyncClient(transport=transport, base_url="http://api.test", timeout=40) as client:
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://api.test", timeout=40, headers=AUTH
+        ) as client:
             response = await client.post(
                 "/v1/schedules", json={"schedule_id": "big", "definition": definition}
             )

@@ -23,6 +23,7 @@ from schemathesis.specs.openapi.checks import response_schema_conformance
 
 from slotflow.settings import KafkaSettings
 from slotflow.testing import assert_eventually
+from tests.integration.api.conftest import AUTH, TEST_TOKEN
 
 EXAMPLES_PER_OPERATION = 12
 
@@ -42,6 +43,9 @@ def server(kafka: KafkaSettings, pg_dsn: str, tmp_path: Path) -> Iterator[str]:
         "SLOTFLOW_KAFKA_TOPIC_NAMESPACE": kafka.topic_namespace,
         "SLOTFLOW_PG_DSN": pg_dsn,
         "SLOTFLOW_API_PORT": str(port),
+        # Authentication on, as deployed: every generated request carries an admin token.
+        "SLOTFLOW_API_AUTH": "on",
+        "SLOTFLOW_API_BOOTSTRAP_TOKEN": TEST_TOKEN,
     }
     log = (tmp_path / "api.log").open("w")
     process = subprocess.Popen(
@@ -55,9 +59,11 @@ def server(kafka: KafkaSettings, pg_dsn: str, tmp_path: Path) -> Iterator[str]:
         log.close()
 
 
-def _fuzz(base_url: str) -> int:
+def _fuzz(base_url: str) -> tuple[int, int]:
+    """Generated calls made, and how many without the token were refused as unauthenticated."""
     schema = schemathesis.openapi.from_url(f"{base_url}/v1/openapi.json")
     calls = 0
+    unauthenticated = 0
     for result in schema.get_all_operations():
         operation = result.ok()  # type: ignore[union-attr]  # an invalid schema fails the test here
         strategy = st.one_of(
@@ -72,19 +78,26 @@ def _fuzz(base_url: str) -> int:
         )
         @given(case=strategy)
         def check(case: schemathesis.Case) -> None:  # type: ignore[type-arg]
-            nonlocal calls
+            nonlocal calls, unauthenticated
             # Waiting for commands nobody acknowledges would only spend the time budget.
             if isinstance(case.query, dict):
                 case.query.pop("wait", None)
-            case.call_and_validate(
+            response = case.call_and_validate(
                 base_url=base_url,
                 checks=[not_a_server_error, response_schema_conformance],
-                headers={"X-Slotflow-Client": "schemathesis"},  # the API's CSRF rule
+                headers={"X-Slotflow-Client": "schemathesis", **AUTH},  # the API's CSRF rule, a token
             )
             calls += 1
+            # Negative cases may leave the security scheme's header out on purpose: those must be
+            # refused; a request that carries the token must never be.
+            sent = response.request.headers.get("authorization")
+            if sent == AUTH["Authorization"]:
+                assert response.status_code != 401, (case.operation.label, response.text)
+            elif response.status_code == 401:
+                unauthenticated += 1
 
         check()
-    return calls
+    return calls, unauthenticated
 
 
 async def test_no_generated_request_gets_a_server_error(server: str) -> None:
@@ -96,5 +109,7 @@ async def test_no_generated_request_gets_a_server_error(server: str) -> None:
             return False
 
     await assert_eventually(up, timeout=60, interval=0.2, message="the api process answers /readyz")
-    calls = await asyncio.to_thread(_fuzz, server)
+    calls, unauthenticated = await asyncio.to_thread(_fuzz, server)
     assert calls > 100
+    # Some negative cases went without the token, and were answered 401, not served.
+    assert unauthenticated > 0

@@ -11,6 +11,7 @@ from slotflow.pg.pool import Pool
 from slotflow.testing import assert_eventually
 from slotflow_api.app import create_app
 from slotflow_api.config import Settings
+from tests.integration.api.conftest import AUTH
 from tests.integration.api.stats_support import HANDLERS, StatsProcess, past_minute, stored_counts, workload
 from tests.integration.api.test_ui import _unlabelled_controls, _watch_errors
 from tests.integration.cli.support import served
@@ -51,7 +52,7 @@ async def test_stats_page_draws_the_charts(
         worker.close()
 
     async with served(create_app(api_settings)) as url:
-        page = await browser.new_page(viewport={"width": 1280, "height": 900})
+        page = await browser.new_page(extra_http_headers=AUTH, viewport={"width": 1280, "height": 900})
         problems = _watch_errors(page)
         await page.goto(f"{url}/ui/stats")
         await expect(page.get_by_role("heading", level=1)).to_have_text("Run statistics")

@@ -22,6 +22,7 @@ from slotflow.settings import KafkaSettings
 from slotflow.testing import assert_eventually, unique_name
 from slotflow_api.app import create_app
 from slotflow_api.config import Settings
+from tests.integration.api.conftest import AUTH
 from tests.integration.cli.support import (
     DEAD_LETTERS,
     PAYOUTS,
@@ -40,7 +41,7 @@ async def _seeded(base: str, settings: Settings, pool: Pool) -> Scene:
     await project_scene(pool, settings.api.db_schema, scene.facts)
     await produce_live(settings.kafka, scene.now, scene.hour)
 
-    async with httpx.AsyncClient(base_url=base, timeout=10) as http:
+    async with httpx.AsyncClient(base_url=base, timeout=10, headers=AUTH) as http:
 
         async def projected() -> bool:
             schedules = (await http.get("/v1/schedules")).json()["items"]
@@ -103,7 +104,7 @@ async def test_dashboard_pages_and_redrive_in_chromium(
 ) -> None:
     async with served(create_app(api_settings)) as base:
         scene = await _seeded(base, api_settings, pg_pool)
-        page = await browser.new_page(viewport={"width": 1280, "height": 860})
+        page = await browser.new_page(extra_http_headers=AUTH, viewport={"width": 1280, "height": 860})
         problems = _watch_errors(page)
 
         # The root redirects to the schedules page, which lists every schedule with its next slots.
@@ -310,7 +311,7 @@ async def test_unknown_pages_say_not_found_and_assets_are_local(
     api_settings: Settings, browser: Browser
 ) -> None:
     async with served(create_app(api_settings)) as base:
-        page = await browser.new_page()
+        page = await browser.new_page(extra_http_headers=AUTH)
         problems = _watch_errors(page)
         external: list[str] = []
         page.on(
@@ -323,7 +324,7 @@ async def test_unknown_pages_say_not_found_and_assets_are_local(
         await expect(page.locator("#content")).to_contain_text("Workflow no-such-workflow was not found.")
         assert external == []
         assert problems == [] or all("404" in problem for problem in problems)
-        async with httpx.AsyncClient(base_url=base) as http:
+        async with httpx.AsyncClient(base_url=base, headers=AUTH) as http:
             response = await http.get("/ui/dlq")
             assert "script-src 'self'" in response.headers["content-security-policy"]
             assert (await http.get("/ui/static/common.js")).status_code == 200

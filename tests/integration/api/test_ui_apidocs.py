@@ -12,6 +12,7 @@ from playwright.async_api import Browser, Request, Route, expect
 
 from slotflow_api.app import create_app
 from slotflow_api.config import Settings
+from tests.integration.api.conftest import AUTH
 from tests.integration.api.test_ui import _watch_errors
 from tests.integration.cli.support import served
 
@@ -20,7 +21,7 @@ async def test_swagger_ui_and_redoc_render_without_another_origin(
     api_settings: Settings, browser: Browser, shots: Path
 ) -> None:
     async with served(create_app(api_settings)) as base:
-        async with httpx.AsyncClient(base_url=base, timeout=10) as http:
+        async with httpx.AsyncClient(base_url=base, timeout=10, headers=AUTH) as http:
             moved = await http.get("/docs")
             assert moved.status_code == 307
             assert moved.headers["location"] == "/v1/docs"
@@ -37,7 +38,7 @@ async def test_swagger_ui_and_redoc_render_without_another_origin(
                 elsewhere.append(request.url)
                 await route.abort("internetdisconnected")
 
-        page = await browser.new_page(viewport={"width": 1280, "height": 900})
+        page = await browser.new_page(extra_http_headers=AUTH, viewport={"width": 1280, "height": 900})
         await page.route("**/*", offline)
         problems = _watch_errors(page)
 

@@ -16,10 +16,11 @@ from slotflow.settings import KafkaSettings
 from slotflow_api.app import create_app
 from slotflow_api.config import Settings
 from slotflow_claimer.app import ClaimerService
+from tests.integration.api.conftest import AUTH
 from tests.integration.claimer.support import settings_for
 from tests.integration.cli.support import served
 
-CLIENT = {"X-Slotflow-Client": "test"}
+CLIENT = {"X-Slotflow-Client": "test", **AUTH}
 
 
 async def test_downstreams_page_shows_and_closes_a_downstream(
@@ -36,7 +37,7 @@ async def test_downstreams_page_shows_and_closes_a_downstream(
                     "/v1/downstreams/bank-api/open?wait=20", json={"reason": "bank maintenance, INC-9"}
                 )
                 assert opened.status_code == 200, opened.text
-            page = await browser.new_page(viewport={"width": 1280, "height": 860})
+            page = await browser.new_page(extra_http_headers=AUTH, viewport={"width": 1280, "height": 860})
             problems: list[str] = []
             page.on("pageerror", lambda err: problems.append(str(err)))
             await page.goto(f"{base}/ui/downstreams?name=bank-api")

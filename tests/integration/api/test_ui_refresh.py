@@ -19,7 +19,7 @@ from slotflow.settings import KafkaSettings
 from slotflow.testing import assert_eventually
 from slotflow_api.app import create_app
 from slotflow_api.config import Settings
-from tests.integration.api.conftest import CLIENT_HEADERS
+from tests.integration.api.conftest import AUTH, CLIENT_HEADERS
 from tests.integration.api.test_ui import _watch_errors
 from tests.integration.cli.support import served
 from tests.integration.dlq.conftest import start_dlq, stop_dlq
@@ -48,7 +48,7 @@ async def test_pause_resume_and_redrive_show_their_effect_without_a_reload(
                     json={"schedule_id": "nightly-report", "definition": DEFINITION},
                 )
                 assert created.status_code == 200, created.text
-            page = await browser.new_page(viewport={"width": 1280, "height": 860})
+            page = await browser.new_page(extra_http_headers=AUTH, viewport={"width": 1280, "height": 860})
             problems = _watch_errors(page)
             await page.goto(f"{base}/ui/schedules/nightly-report")
             await expect(page.locator("dl.facts")).to_contain_text("active")
@@ -93,7 +93,7 @@ async def test_pause_resume_and_redrive_show_their_effect_without_a_reload(
                     origin(kafka.topic(JOBS_DUE), 7, value, key=due.job_id.encode()),
                     ValueError("bad"),
                 )
-            async with httpx.AsyncClient(base_url=base, timeout=30) as http:
+            async with httpx.AsyncClient(base_url=base, timeout=30, headers=AUTH) as http:
 
                 async def parked() -> str | None:
                     items = (await http.get("/v1/dlq", params={"status": "parked"})).json()["items"]
@@ -187,7 +187,7 @@ async def test_pause_resume_and_redrive_show_their_effect_without_a_reload(
             await expect(status).to_contain_text("published and applied", timeout=20_000)
             await expect(facts).to_contain_text("fx.rates_v2")
             await expect(facts).to_contain_text("fx, hourly")
-            async with httpx.AsyncClient(base_url=base, timeout=30) as http:
+            async with httpx.AsyncClient(base_url=base, timeout=30, headers=AUTH) as http:
                 stored = (await http.get("/v1/schedules/hourly-fx")).json()["definition"]
             assert stored["payload"] == {"pair": "EURUSD"}  # kept: the edit sent only what changed
 

@@ -5,6 +5,7 @@ from typing import Any
 
 import httpx
 import pytest
+from pydantic import SecretStr
 
 from slotflow.kafka.producer import Producer
 from slotflow.pg.pool import Pool
@@ -14,12 +15,13 @@ from slotflow_api.app import create_app
 from slotflow_api.config import ApiSettings
 from slotflow_api.config import Settings as ApiServiceSettings
 from slotflow_claimer.app import ClaimerService
+from tests.integration.api.conftest import AUTH, TEST_TOKEN
 from tests.integration.claimer.support import create_user_tables, payouts_module, settings_for
 
 StartClaimer = Callable[..., Awaitable[ClaimerService]]
 
 #: Every state-changing request names its client (the API's CSRF rule, docs/api.md).
-CLIENT_HEADERS = {"X-Slotflow-Client": "test"}
+CLIENT_HEADERS = {"X-Slotflow-Client": "test", **AUTH}
 
 
 @pytest.fixture
@@ -70,7 +72,9 @@ async def start_claimer(
 async def api(kafka: KafkaSettings, pg_dsn: str) -> AsyncIterator[httpx.AsyncClient]:
     """The api in-process (projector included) on the same Kafka namespace and database."""
     settings = ApiServiceSettings(
-        api=ApiSettings(projector_poll_ms=50, readiness_timeout_seconds=5.0),
+        api=ApiSettings(
+            projector_poll_ms=50, readiness_timeout_seconds=5.0, bootstrap_token=SecretStr(TEST_TOKEN)
+        ),
         kafka=kafka,
         postgres=PostgresSettings(dsn=pg_dsn, pool_min_size=1, pool_max_size=5),
     )

@@ -21,6 +21,7 @@ from urllib.parse import quote
 
 import httpx
 import pytest
+from pydantic import SecretStr
 
 from slotflow.contracts import CreateSchedule, CronSpec, JobDue, OnceSpec, ScheduleDefinition, wrap
 from slotflow.contracts.codec import encode
@@ -36,6 +37,7 @@ from slotflow_api.app import create_app
 from slotflow_api.config import ApiSettings
 from slotflow_api.config import Settings as ApiAppSettings
 from slotflow_claimer.events import job_due_envelope
+from tests.integration.api.conftest import AUTH, TEST_TOKEN
 from tests.integration.claimer.conftest import StartClaimer
 from tests.integration.claimer.support import job_due, publish, wait_state
 from tests.integration.dlq.conftest import Running, start_dlq, stop_dlq
@@ -43,7 +45,7 @@ from tests.integration.dlq.helpers import origin, park
 from tests.integration.ticker.support import TopicTail, db_now, send, start_ticker, stop_ticker
 
 #: Every state-changing request names its client (the API's CSRF rule, docs/api.md).
-CLIENT_HEADERS = {"X-Slotflow-Client": "test"}
+CLIENT_HEADERS = {"X-Slotflow-Client": "test", **AUTH}
 
 
 @pytest.fixture
@@ -56,7 +58,9 @@ async def dlq(kafka: KafkaSettings, pg_dsn: str) -> AsyncIterator[Running]:
 @pytest.fixture
 async def api(kafka: KafkaSettings, pg_dsn: str) -> AsyncIterator[httpx.AsyncClient]:
     settings = ApiAppSettings(
-        api=ApiSettings(projector_poll_ms=50, readiness_timeout_seconds=5.0),
+        api=ApiSettings(
+            projector_poll_ms=50, readiness_timeout_seconds=5.0, bootstrap_token=SecretStr(TEST_TOKEN)
+        ),
         kafka=kafka,
         postgres=PostgresSettings(dsn=pg_dsn, pool_min_size=1, pool_max_size=5),
     )

@@ -9,10 +9,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from pydantic import SecretStr
 
 from slotflow.settings import KafkaSettings, PostgresSettings
 from slotflow_api.app import create_app
 from slotflow_api.config import ApiSettings, Settings
+from tests.integration.api.conftest import TEST_TOKEN
 from tests.integration.cli.support import served
 
 SCRIPT = Path(sys.executable).with_name("slotflow")
@@ -38,6 +40,8 @@ class Cli:
             SLOTFLOW_KAFKA_BOOTSTRAP=self.kafka.bootstrap,
             SLOTFLOW_KAFKA_TOPIC_NAMESPACE=self.kafka.topic_namespace,
             SLOTFLOW_API_URL=self.api_url,
+            # The api runs with authentication on; the CLI takes its token from the environment.
+            SLOTFLOW_TOKEN=TEST_TOKEN,
         )
         env.update(self.kafka.security.env())
         env.update(overrides)
@@ -65,7 +69,9 @@ class Cli:
 @pytest.fixture
 def api_settings(kafka: KafkaSettings, pg_dsn: str) -> Settings:
     return Settings(
-        api=ApiSettings(projector_poll_ms=50, readiness_timeout_seconds=5.0),
+        api=ApiSettings(
+            projector_poll_ms=50, readiness_timeout_seconds=5.0, bootstrap_token=SecretStr(TEST_TOKEN)
+        ),
         kafka=kafka,
         postgres=PostgresSettings(dsn=pg_dsn, pool_min_size=1, pool_max_size=5),
     )

@@ -17,6 +17,7 @@ from slotflow.settings import KafkaSettings
 from slotflow.testing import assert_eventually
 from slotflow.testing.topics import TopicTail
 from slotflow_api.config import Settings
+from tests.integration.api.conftest import AUTH
 from tests.integration.cli.conftest import SCRIPT, Cli, Outcome
 from tests.integration.cli.support import (
     DEAD_LETTERS,
@@ -107,6 +108,8 @@ async def test_every_command_reaches_its_topic_with_its_key(cli: Cli, kafka: Kaf
         if c.startswith("c-") and topics[c] == kafka.topic(SCHEDULE_COMMANDS)
     } == {"payouts"}
     assert all(envelope.source == "cli" for envelope in envelopes.values())
+    # Straight to Kafka, unauthenticated: the login name is recorded, marked as the CLI's.
+    assert all((envelope.principal or "").startswith("cli:") for envelope in envelopes.values())
 
     create = REGISTRY.parse(envelopes["c-create"])
     assert isinstance(create, CreateSchedule)
@@ -170,7 +173,7 @@ async def test_a_schedule_created_from_the_cli_is_fired_by_the_ticker_and_shown_
         created = _ok(await cli(*create))
         assert "status:     accepted" in created.out
 
-        async with httpx.AsyncClient(base_url=api_url) as http:
+        async with httpx.AsyncClient(base_url=api_url, headers=AUTH) as http:
 
             async def two_runs() -> bool:
                 body = (await http.get("/v1/runs", params={"job_id": "cli-tick"})).json()
@@ -205,7 +208,7 @@ async def test_queries_print_tables_or_json(
     scene = build_scene()
     await project_scene(pg_pool, api_settings.api.db_schema, scene.facts)
     await produce_live(api_settings.kafka, scene.now, scene.hour)
-    async with httpx.AsyncClient(base_url=api_url) as http:
+    async with httpx.AsyncClient(base_url=api_url, headers=AUTH) as http:
 
         async def projected() -> bool:
             return (

@@ -4,6 +4,7 @@ import httpx
 
 from slotflow.settings import KafkaSettings
 from slotflow.testing import assert_eventually
+from tests.integration.api.conftest import AUTH
 from tests.integration.cli.conftest import Cli
 from tests.integration.ticker.support import tickers
 
@@ -27,7 +28,7 @@ async def test_update_keeps_the_payload_and_tags_and_prints_the_changes(
         assert "  handler: reports.build -> reports.v2\n" in updated.err
         assert "payload" not in updated.err
 
-        async with httpx.AsyncClient(base_url=api_url) as http:
+        async with httpx.AsyncClient(base_url=api_url, headers=AUTH) as http:
 
             async def definition() -> dict[str, object] | None:
                 body = (await http.get("/v1/schedules/reports")).json()
@@ -62,7 +63,7 @@ async def test_at_now_plus_two_minutes_names_a_slot_to_the_second(
             "schedule", "create", "reminder", "--at", "now+2m", "--handler", "reports.build", "--wait", "30"
         )  # fmt: skip
         assert created.code == 0, created
-        async with httpx.AsyncClient(base_url=api_url) as http:
+        async with httpx.AsyncClient(base_url=api_url, headers=AUTH) as http:
 
             async def slot() -> str | None:
                 body = (await http.get("/v1/schedules/reminder")).json()
@@ -101,7 +102,7 @@ async def test_pause_and_resume_take_several_schedules_with_one_reason(
         assert paused.out.count("status:     accepted") == 2
         assert "freeze-1:fx.eur" in paused.out
         assert "freeze-1:fx.usd" in paused.out
-        async with httpx.AsyncClient(base_url=api_url) as http:
+        async with httpx.AsyncClient(base_url=api_url, headers=AUTH) as http:
             rows = (await http.get("/v1/schedules", params={"id_prefix": "fx."})).json()["items"]
             assert [(r["status"], r["pause_reason"]) for r in rows] == [("paused", "year-end freeze")] * 2
             resumed = await cli("schedule", "resume", "fx.eur", "fx.usd", "--wait", "30")

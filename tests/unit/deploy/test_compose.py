@@ -55,6 +55,32 @@ def test_the_api_container_listens_where_its_published_port_reaches() -> None:
     assert environment["SLOTFLOW_KAFKA_BOOTSTRAP"] == "kafka:9092"
     assert "SLOTFLOW_PG_DSN" in environment
     [published] = api["ports"]
-    host, _host_port, container_port = published.split(":")
+    # "127.0.0.1:${SLOTFLOW_COMPOSE_API_PORT:-8080}:8080": the host side may be a variable.
+    host, _, rest = published.partition(":")
+    container_port = rest.rsplit(":", 1)[1]
     assert host == "127.0.0.1"
     assert container_port == environment.get("SLOTFLOW_API_PORT", "8080")
+
+
+@pytest.mark.parametrize(
+    ("service", "setting"),
+    [
+        ("claimer", "SLOTFLOW_CLAIMER_HANDLER_MODULES"),
+        ("orchestrator", "SLOTFLOW_ORCHESTRATOR_WORKFLOW_MODULES"),
+    ],
+)
+def test_user_code_containers_name_modules_their_pythonpath_holds(service: str, setting: str) -> None:
+    """A claimer without handler modules claims every run and fails it: the modules must be named and found."""
+    environment = load_compose()["services"][service]["environment"]
+    modules = [m.strip() for m in environment[setting].split(",") if m.strip()]
+    assert modules, f"{service}: {setting} is empty"
+    # The image holds the repository at /app; PYTHONPATH entries map to folders of this checkout.
+    roots = [ROOT / entry.removeprefix("/app/") for entry in environment["PYTHONPATH"].split(":")]
+    for module in modules:
+        relative = Path(*module.split("."))
+        found = [
+            root
+            for root in roots
+            if (root / f"{relative}.py").exists() or (root / relative / "__init__.py").exists()
+        ]
+        assert found, f"{service}: {module} is on none of {environment['PYTHONPATH']}"

@@ -129,10 +129,13 @@ def build_command(
     command_id: str | None = None,
     source: str,
     occurred_at: datetime | None = None,
+    principal: str | None = None,
 ) -> tuple[TopicSpec, Envelope]:
     """The envelope for ``message`` (id = command id) and the topic spec it goes to.
 
     ``occurred_at`` is informational (when the client asked); no consumer decides time from it.
+    ``principal`` names who issued the command (the api's authenticated caller); the read model
+    records it beside the command, so the audit can say who paused or redrove what.
 
     Raises:
         NotACommand: ``message`` is not a command.
@@ -148,6 +151,7 @@ def build_command(
         key=route.key or chosen,
         source=source,
         occurred_at=occurred_at or datetime.now(UTC),
+        principal=principal,
     )
     return route.topic, envelope
 
@@ -159,6 +163,7 @@ async def publish_command(
     *,
     command_id: str | None = None,
     source: str,
+    principal: str | None = None,
 ) -> str:
     """Publish ``message`` to its command topic and wait for the broker; return the command id.
 
@@ -167,6 +172,6 @@ async def publish_command(
         InvalidCommandId: ``command_id`` is unusable.
         TransientStorageError: Kafka did not acknowledge (retry with the same command id).
     """
-    spec, envelope = build_command(message, command_id=command_id, source=source)
+    spec, envelope = build_command(message, command_id=command_id, source=source, principal=principal)
     await producer.send(settings.topic(spec), envelope)
     return envelope.id

@@ -2,11 +2,12 @@
 
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from slotflow.contracts.topics import TOPICS, TopicSpec
 from slotflow.kafka.security import KafkaSecurity
+from slotflow.logs import redact, register_dsn, register_secret
 
 
 class KafkaSettings(BaseSettings):
@@ -38,13 +39,39 @@ class KafkaSettings(BaseSettings):
 
 
 class PostgresSettings(BaseSettings):
-    """Where PostgreSQL is; `SLOTFLOW_PG_DSN` (the devstack prints it)."""
+    """Where PostgreSQL is; `SLOTFLOW_PG_DSN` (the devstack prints it).
+
+    TLS is set in the DSN's query, as libpq spells it: `?sslmode=verify-full&sslrootcert=/ca.crt`
+    (asyncpg reads sslmode, sslrootcert, sslcert, sslkey and sslcrl from there). The password
+    may sit in the DSN or, better, in `SLOTFLOW_PG_PASSWORD` (a secret: never shown); either way
+    it is registered with `slotflow.logs` when the settings are built, so no log line shows it.
+    """
 
     model_config = SettingsConfigDict(env_prefix="SLOTFLOW_PG_", extra="ignore")
 
     dsn: str = "postgresql://slotflow@127.0.0.1:15432/slotflow"
+    #: `SLOTFLOW_PG_PASSWORD`; given, it takes precedence over a password in the DSN.
+    password: SecretStr | None = None
     pool_min_size: int = Field(default=1, ge=0)
     pool_max_size: int = Field(default=10, ge=1)
     #: How long a service starting up waits for PostgreSQL (still starting, or restarting) before
     #: it gives up; 0 fails at once. `SLOTFLOW_PG_STARTUP_WAIT_SECONDS`.
     startup_wait_seconds: float = Field(default=300.0, ge=0)
+
+    def model_post_init(self, context: Any, /) -> None:
+        register_dsn(self.dsn)
+        register_secret(self.password)
+
+    def __repr_args__(self) -> Any:
+        # A settings object printed (a debugger, an error report) shows the DSN without its password.
+        for name, value in super().__repr_args__():
+            yield name, redact(value) if name == "dsn" and isinstance(value, str) else value
+
+    @property
+    def display_dsn(self) -> str:
+        """The DSN for messages: its password masked."""
+        return redact(self.dsn)
+
+    def connect_kwargs(self) -> dict[str, Any]:
+        """What asyncpg takes besides the DSN: the password from `SLOTFLOW_PG_PASSWORD`, if set."""
+        return {"password": self.password.get_secret_value()} if self.password is not None else {}

@@ -97,7 +97,9 @@ def main(argv: list[str] | None = None) -> int:
                 }
             )
             chosen = settings.model_copy(update={"api": api})
-            uvicorn.run(create_app(chosen), host=api.host, port=api.port, log_level="info")
+            # log_config=None: uvicorn's loggers propagate to the root handler configure_logging
+            # set up (one format, and the secret mask), instead of handlers of uvicorn's own.
+            uvicorn.run(create_app(chosen), host=api.host, port=api.port, log_level="info", log_config=None)
     except SlotflowError as err:
         print(f"slotflow-api: {err}", file=sys.stderr)  # noqa: T201
         return 1

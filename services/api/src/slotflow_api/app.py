@@ -8,7 +8,8 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from fastapi import FastAPI, Request, Response
+from fastapi import Depends, FastAPI, Request, Response
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.openapi.utils import get_openapi
 from starlette.routing import Match
 
@@ -17,8 +18,10 @@ from slotflow.pg.pool import wait_for_pool
 from slotflow.service import Supervisor
 from slotflow_api import errors
 from slotflow_api.app_state import Services
+from slotflow_api.auth import Authenticator, required_scope
 from slotflow_api.config import Settings
-from slotflow_api.csrf import CsrfGuard
+from slotflow_api.csrf import CLIENT_HEADER, CsrfGuard
+from slotflow_api.guard import authorize
 from slotflow_api.limits import BodyLimit, RefuseNul
 from slotflow_api.metrics import Metrics
 from slotflow_api.projector import Projector, migrate
@@ -33,6 +36,7 @@ from slotflow_api.routes import (
     runs,
     schedules,
     stats,
+    tokens,
     workflows,
 )
 from slotflow_api.routes.apidocs import mount_api_docs
@@ -46,6 +50,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     """The FastAPI application; its lifespan opens the pool and producer (and the projector)."""
     chosen = settings or Settings()
     metrics = Metrics()
+    if chosen.api.auth == "off":
+        # Said at start-up, where whoever deploys it reads: an open API can pause every payout.
+        log.warning(
+            "API AUTHENTICATION IS OFF (SLOTFLOW_API_AUTH=off): anyone who can reach this API may "
+            "read, operate and define everything, and commands are recorded as `anonymous`"
+        )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -56,7 +66,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         try:
             await migrate(pool, chosen.api.db_schema)
             await producer.start()
-            state = Services(chosen, pool, producer, metrics)
+            state = Services(chosen, pool, producer, metrics, Authenticator(chosen.api, pool))
             if chosen.api.embedded_projector:
                 state.projector = Projector(pool, chosen, metrics)
                 loops = Supervisor("api")
@@ -90,8 +100,23 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.metrics = metrics
     errors.install(app)
-    for module in (health, schedules, runs, workflows, dlq, downstreams, audit, commands, handlers, stats):
-        app.include_router(module.router)
+    # Every API route authenticates its caller and checks its scope (slotflow_api.auth.ROUTE_SCOPES;
+    # health, readiness and metrics are public). The dashboard's pages and the API docs carry no
+    # data: their scripts call these routes with the operator's token.
+    for module in (
+        health,
+        schedules,
+        runs,
+        workflows,
+        dlq,
+        downstreams,
+        audit,
+        commands,
+        handlers,
+        stats,
+        tokens,
+    ):
+        app.include_router(module.router, dependencies=[Depends(authorize)])
     mount_api_docs(app)
     _mount_ui(app)
     # Inside the metrics middleware, so refused bodies are counted as 413s too.
@@ -101,8 +126,20 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     _document_errors(app)
     # Outermost: a forged cross-site request is refused before anything else sees it.
     app.add_middleware(
-        CsrfGuard, allowed_hosts=chosen.api.allowed_hosts, allowed_origins=chosen.api.allowed_origins
+        CsrfGuard,
+        allowed_hosts=chosen.api.allowed_hosts,
+        allowed_origins=[*chosen.api.allowed_origins, *chosen.api.cors_origins],
     )
+    if chosen.api.cors_origins:
+        # Closed unless asked: without SLOTFLOW_API_CORS_ORIGINS no CORS header is ever sent, so no
+        # page of another origin can read an answer (or send a preflighted request).
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=chosen.api.cors_origins,
+            allow_methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
+            allow_headers=["Authorization", "Content-Type", "Idempotency-Key", CLIENT_HEADER],
+            allow_credentials=False,
+        )
     return app
 
 
@@ -125,13 +162,46 @@ def _document_errors(app: FastAPI) -> None:
                 description=app.description,
                 routes=app.routes,
             )
-            schema.setdefault("components", {}).setdefault("schemas", {})["HTTPValidationError"] = (
-                ERROR_SCHEMA
-            )
+            components = schema.setdefault("components", {})
+            components.setdefault("schemas", {})["HTTPValidationError"] = ERROR_SCHEMA
+            _document_auth(schema, components)
             app.openapi_schema = schema
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
+
+
+_AUTH_ERRORS: dict[str, dict[str, Any]] = {
+    "401": {
+        "description": "no bearer token, or one that is unknown, revoked or expired",
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/HTTPValidationError"}}},
+    },
+    "403": {
+        "description": "the token lacks the scope this needs",
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/HTTPValidationError"}}},
+    },
+}
+
+
+def _document_auth(schema: dict[str, Any], components: dict[str, Any]) -> None:
+    # The bearer scheme, and on every operation that needs a token: which scope, and its 401/403.
+    components.setdefault("securitySchemes", {})["bearer"] = {
+        "type": "http",
+        "scheme": "bearer",
+        "description": "an API token (`slotflow token create`) or, when configured, an OIDC JWT",
+    }
+    for path, operations in schema.get("paths", {}).items():
+        for method, operation in operations.items():
+            needed = required_scope(method.upper(), path)
+            if needed is None:
+                operation["security"] = []
+                continue
+            operation["security"] = [{"bearer": []}]
+            operation["description"] = (
+                f"{operation.get('description', '')}\n\nNeeds a token with the `{needed}` scope."
+            ).strip()
+            for status, response in _AUTH_ERRORS.items():
+                operation.setdefault("responses", {}).setdefault(status, response)
 
 
 def _mount_ui(app: FastAPI) -> None:

@@ -7,6 +7,7 @@ from fastapi import Request
 from slotflow.errors import SlotflowError
 from slotflow.kafka.producer import Producer
 from slotflow.pg.pool import Pool
+from slotflow_api.auth import Authenticator
 from slotflow_api.config import Settings
 from slotflow_api.metrics import Metrics
 from slotflow_api.projector import Projector
@@ -18,6 +19,7 @@ class Services:
     pool: Pool
     producer: Producer
     metrics: Metrics
+    auth: Authenticator
     projector: Projector | None = None
 
     @property

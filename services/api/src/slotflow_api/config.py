@@ -1,12 +1,22 @@
 """Settings of the api service (env prefix SLOTFLOW_API_); no I/O at import."""
 
 from datetime import timedelta
-from typing import Annotated
+from typing import Annotated, Any, Literal, Self
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from slotflow.logs import register_dsn, register_secret
 from slotflow.settings import KafkaSettings, PostgresSettings
+
+#: The bootstrap token is a standing admin secret: at least this long (about 190 bits in base64).
+MIN_BOOTSTRAP_TOKEN_CHARS = 32
+#: Which values of the OIDC scope claim grant which slotflow scope, unless configured.
+DEFAULT_OIDC_SCOPE_MAP: dict[str, Literal["read", "operate", "admin"]] = {
+    "slotflow:read": "read",
+    "slotflow:operate": "operate",
+    "slotflow:admin": "admin",
+}
 
 
 class ApiSettings(BaseSettings):
@@ -50,12 +60,73 @@ class ApiSettings(BaseSettings):
     #: Origins besides the API's own whose pages may send state-changing requests.
     allowed_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
 
-    @field_validator("allowed_hosts", "allowed_origins", mode="before")
+    #: Origins whose pages may call this API from a browser (CORS, comma-separated). Empty (the
+    #: default): no CORS headers at all, so no other origin can read an answer. Listed origins
+    #: may also send state-changing requests (they join `allowed_origins`).
+    cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
+
+    # -- authentication (docs/security.md, "API authentication and authorisation") --
+    #: `on`: every endpoint but /healthz, /readyz and /metrics needs a bearer token with the
+    #: route's scope. `off` lets anyone do anything; only ever set explicitly, and logged as a
+    #: warning at start-up.
+    auth: Literal["on", "off"] = "on"
+    #: An admin token that lives only in this environment (principal `bootstrap`), to create the
+    #: first tokens with `slotflow token create`; unset it once they exist. At least 32 characters.
+    bootstrap_token: SecretStr | None = None
+    #: OIDC: the JWKS whose keys sign the JWTs this API accepts; unset, JWTs are refused.
+    oidc_jwks_url: str | None = None
+    #: The `iss` and `aud` a JWT must carry (both required with a JWKS).
+    oidc_issuer: str | None = None
+    oidc_audience: str | None = None
+    oidc_algorithms: Annotated[list[str], NoDecode] = Field(default_factory=lambda: ["RS256"])
+    #: The claim that names the caller (recorded as `oidc:<value>` on its commands).
+    oidc_principal_claim: str = "sub"
+    #: The claim holding the caller's grants (a space-separated string or a list) ...
+    oidc_scope_claim: str = "scope"
+    #: ... and which of its values grant which slotflow scope (JSON object); the highest wins.
+    oidc_scope_map: dict[str, Literal["read", "operate", "admin"]] = Field(
+        default_factory=DEFAULT_OIDC_SCOPE_MAP.copy
+    )
+    oidc_jwks_cache_seconds: float = Field(default=300.0, gt=0)
+    oidc_jwks_timeout_seconds: float = Field(default=5.0, gt=0)
+
+    @field_validator("allowed_hosts", "allowed_origins", "cors_origins", "oidc_algorithms", mode="before")
     @classmethod
     def _comma_separated(cls, value: object) -> object:
         if isinstance(value, str):
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
+
+    @field_validator("bootstrap_token", "oidc_jwks_url", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        # `SLOTFLOW_API_BOOTSTRAP_TOKEN=` (compose passes an unset variable as empty) means none.
+        return None if value == "" else value
+
+    @field_validator("bootstrap_token")
+    @classmethod
+    def _long_enough(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value()) < MIN_BOOTSTRAP_TOKEN_CHARS:
+            raise ValueError(
+                f"SLOTFLOW_API_BOOTSTRAP_TOKEN must be at least {MIN_BOOTSTRAP_TOKEN_CHARS} characters "
+                "(e.g. `python -c 'import secrets; print(\"sft_\" + secrets.token_urlsafe(32))'`)"
+            )
+        return value
+
+    def model_post_init(self, context: Any, /) -> None:
+        # The bootstrap token (and a password in the JWKS URL) are masked in every log line.
+        register_secret(self.bootstrap_token)
+        if self.oidc_jwks_url:
+            register_dsn(self.oidc_jwks_url)
+
+    @model_validator(mode="after")
+    def _oidc_complete(self) -> Self:
+        if self.oidc_jwks_url and not (self.oidc_issuer and self.oidc_audience):
+            raise ValueError(
+                "SLOTFLOW_API_OIDC_JWKS_URL needs SLOTFLOW_API_OIDC_ISSUER and SLOTFLOW_API_OIDC_AUDIENCE: "
+                "a JWT for another issuer or service must not pass"
+            )
+        return self
 
 
 class Settings(BaseSettings):

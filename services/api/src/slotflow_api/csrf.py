@@ -9,6 +9,11 @@ sent cross-origin without a CORS preflight, which this API never grants. An `Ori
 sent, must be this API's own origin (or one of `SLOTFLOW_API_ALLOWED_ORIGINS`). And when
 `SLOTFLOW_API_ALLOWED_HOSTS` is set, any request whose Host is not listed is refused (against DNS
 rebinding). Refusals are 403 with a `detail` saying what to send.
+
+Authentication (slotflow_api.auth) does not replace this: tokens travel in the `Authorization`
+header, which a browser never adds to another site's request (the dashboard keeps its token in
+`sessionStorage`, not a cookie), so the two are independent layers, and this one still guards an
+API run with `SLOTFLOW_API_AUTH=off`.
 """
 
 import json

@@ -9,7 +9,9 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
 from slotflow.errors import MessageTooLarge, PermanentError, PoisonMessage, SlotflowError, TransientError
+from slotflow.logs import redact
 from slotflow.pg.pool import CONNECTION_ERRORS
+from slotflow_api.auth import Forbidden, Unauthenticated
 
 log = logging.getLogger(__name__)
 
@@ -20,6 +22,10 @@ class NotFound(SlotflowError):
 
 class BadRequest(PermanentError):
     """The request cannot be served as asked."""
+
+
+class TokenConflict(SlotflowError):
+    """A live token already has that name: revoke it first, or choose another."""
 
 
 class BackfillsInFlight(SlotflowError):
@@ -119,7 +125,9 @@ def describe_validation(errors: list[dict[str, object]] | object) -> str:
 
 
 def _json(status: int, detail: str) -> JSONResponse:
-    return JSONResponse(status_code=status, content={"detail": detail})
+    # An error's text may embed a DSN or another secret (a dependency's message): masked here, the
+    # one door every error body leaves by.
+    return JSONResponse(status_code=status, content={"detail": redact(detail)})
 
 
 def install(app: FastAPI) -> None:
@@ -132,6 +140,28 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(ValidationError)
     async def _invalid_model(_: Request, exc: ValidationError) -> JSONResponse:
         return _json(422, describe_validation(list(exc.errors(include_url=False))))
+
+    @app.exception_handler(Unauthenticated)
+    async def _unauthenticated(_: Request, exc: Unauthenticated) -> JSONResponse:
+        # RFC 6750: the challenge names the scheme, and the error when a token was sent.
+        challenge = 'Bearer realm="slotflow"'
+        if exc.error is not None:
+            challenge += f', error="{exc.error}"'
+        return JSONResponse(
+            status_code=401, content={"detail": str(exc)}, headers={"WWW-Authenticate": challenge}
+        )
+
+    @app.exception_handler(Forbidden)
+    async def _forbidden(_: Request, exc: Forbidden) -> JSONResponse:
+        return JSONResponse(
+            status_code=403,
+            content={"detail": str(exc)},
+            headers={"WWW-Authenticate": 'Bearer realm="slotflow", error="insufficient_scope"'},
+        )
+
+    @app.exception_handler(TokenConflict)
+    async def _token_conflict(_: Request, exc: TokenConflict) -> JSONResponse:
+        return _json(409, str(exc))
 
     @app.exception_handler(NotFound)
     async def _not_found(_: Request, exc: NotFound) -> JSONResponse:

@@ -711,9 +711,10 @@ async def _downstream_reported(conn: Conn, schema: str, fact: Fact, message: Dow
 # fills blanks, and an acknowledgement projected first stays final.
 _UPSERT_COMMAND_SEEN = """
 INSERT INTO {schema}.commands (command_id, command_type, subject, status, source, published_at,
-                               range_start, range_end)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+                               range_start, range_end, principal)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
 ON CONFLICT (command_id) DO UPDATE SET
+    principal = EXCLUDED.principal,
     command_type = COALESCE(commands.command_type, EXCLUDED.command_type),
     subject = COALESCE(commands.subject, EXCLUDED.subject),
     range_start = COALESCE(commands.range_start, EXCLUDED.range_start),
@@ -739,6 +740,7 @@ async def _command_seen(conn: Conn, schema: str, fact: Fact) -> None:
         fact.envelope.occurred_at,
         backfill.start if backfill is not None else None,
         backfill.end if backfill is not None else None,
+        fact.envelope.principal,
     )
 
 

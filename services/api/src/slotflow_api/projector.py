@@ -77,8 +77,9 @@ PROJECTED_TOPICS: tuple[TopicSpec, ...] = (
 
 
 #: Tables a rebuild keeps: the migrations applied, and the retention horizon (what was purged
-#: stays purged: the replay does not bring it back, and the audit still judges nothing before it).
-KEPT_BY_REBUILD = ("schema_migrations", "retention")
+#: stays purged: the replay does not bring it back, and the audit still judges nothing before it),
+#: and the API tokens (not projected from any topic: emptied, they would be gone for good).
+KEPT_BY_REBUILD = ("schema_migrations", "retention", "api_tokens")
 
 #: How often an idle projector looks for a rebuild.
 GROUP_CHECK_SECONDS = 1.0

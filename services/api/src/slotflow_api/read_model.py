@@ -462,8 +462,19 @@ async def workflow_history(
 # -- dead letters and commands ------------------------------------------------------------------
 
 
-# A page newest status change first, then by id (the cursor's key).
-_DEAD_LETTERS_PAGE = "SELECT * FROM {schema}.dead_letters WHERE {where} ORDER BY status_at DESC, dead_letter_id DESC LIMIT {limit}"
+# A dead letter with who last redrove or discarded it (`changed_by`: the principal of the command
+# that changed it, when the api published that command and the command has been projected).
+_DEAD_LETTER_SELECT = (
+    "SELECT d.*, c.principal AS changed_by FROM {schema}.dead_letters d "
+    "LEFT JOIN {schema}.commands c ON c.command_id = d.command_id"
+)
+# A page newest status change first, then by id (the cursor's key). The filters name the dead
+# letter's own columns, so they apply to the joined row as a whole.
+_DEAD_LETTERS_PAGE = compose(
+    "SELECT * FROM ({dead_letter_select}) x WHERE {where} ORDER BY status_at DESC, dead_letter_id DESC "
+    "LIMIT {limit}",
+    dead_letter_select=_DEAD_LETTER_SELECT,
+)
 
 
 async def list_dead_letters(
@@ -505,7 +516,9 @@ def _dead_letter_row(row: asyncpg.Record) -> dict[str, Any]:
 
 
 # One dead letter by its primary key.
-_DEAD_LETTER = "SELECT * FROM {schema}.dead_letters WHERE dead_letter_id = $1"
+_DEAD_LETTER = compose(
+    "{dead_letter_select} WHERE d.dead_letter_id = $1", dead_letter_select=_DEAD_LETTER_SELECT
+)
 
 
 async def get_dead_letter(pool: Pool, schema: str, dead_letter_id: str) -> dict[str, Any] | None:
@@ -532,6 +545,38 @@ async def get_command(pool: Pool, schema: str, command_id: str) -> dict[str, Any
     """One command's row (its status, the acknowledgement's reason), or None."""
     row = await pool.fetchrow(sql(_COMMAND, schema), command_id)
     return dict(row) if row is not None else None
+
+
+# A page newest publication first, then by id (the cursor's key, index commands_by_publication).
+# Rows only acknowledged so far (the command itself not projected yet) have no publication time
+# and wait until it is.
+_COMMANDS_PAGE = (
+    "SELECT command_id, command_type, subject, status, reason, principal, source, published_at, "
+    "acknowledged_at FROM {schema}.commands WHERE published_at IS NOT NULL AND {where} "
+    "ORDER BY published_at DESC, command_id DESC LIMIT {limit}"
+)
+
+
+async def list_commands(
+    pool: Pool,
+    schema: str,
+    *,
+    subject: str | None,
+    command_type: str | None,
+    principal: str | None,
+    limit: int,
+    cursor: str | None,
+) -> Page:
+    """One page of commands (who issued what, when, and how it ended), newest first."""
+    f = Filters()
+    for column, value in (("subject", subject), ("command_type", command_type), ("principal", principal)):
+        if value is not None:
+            f.add(f"{column} = {{}}", value)
+    if cursor is not None:
+        at, command_id = decode_cursor(cursor, (datetime, str))
+        f.add("(published_at, command_id) < ({}, {})", at, command_id)
+    rows, next_cursor = await _page(pool, _COMMANDS_PAGE, schema, f, limit, ("published_at", "command_id"))
+    return Page([dict(r) for r in rows], next_cursor)
 
 
 # A claimer is live while its newest announcement is younger than three of its intervals, by the
@@ -563,6 +608,31 @@ async def database_now(pool: Pool) -> datetime:
 
 # The audit's inputs: the schedule's timeline in the order its changes happened, its runs and
 # skipped slots in [start, end).
+# A schedule's changes in [$2, $3) with who asked for each: the ticker names each change event
+# `<command id>/<change>` (`fit_id`; `#paused` added for a create that starts paused), so the
+# command, and its principal, is found by cutting that suffix off. A change whose command id was
+# too long to keep whole in the event id finds no command: `by` is then null.
+_CHANGES_OF = """
+SELECT t.at, t.change, c.command_id, c.principal
+  FROM {schema}.schedule_timeline t
+  LEFT JOIN {schema}.commands c
+    ON c.command_id = regexp_replace(t.event_id, '/(created|updated|paused|resumed|deleted)(#paused)?$', '')
+ WHERE t.schedule_id = $1 AND t.at >= $2 AND t.at < $3
+ ORDER BY t.at, t.position, t.event_id
+"""
+
+
+async def schedule_changes(
+    pool: Pool, schema: str, schedule_id: str, start: datetime, end: datetime
+) -> list[dict[str, Any]]:
+    """Who created, updated, paused, resumed or deleted the schedule in [start, end), and when."""
+    rows = await pool.fetch(sql(_CHANGES_OF, schema), schedule_id, start, end)
+    return [
+        {"at": r["at"], "change": r["change"], "by": r["principal"], "command_id": r["command_id"]}
+        for r in rows
+    ]
+
+
 _TIMELINE_OF = (
     "SELECT at, change, definition FROM {schema}.schedule_timeline WHERE schedule_id = $1 "
     "ORDER BY at, position, event_id"

@@ -5,9 +5,9 @@ DeadLetterFilter), so the API refuses exactly what the consumer would.
 """
 
 from datetime import datetime
-from typing import Annotated, Any, Generic, Literal, TypeVar
+from typing import Annotated, Any, Generic, Literal, Self, TypeVar
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
 from slotflow.contracts import DeadLetterFilter, ScheduleDefinition
 from slotflow.contracts.envelope import IDENTIFIER_PATTERN, SCHEDULE_ID_PATTERN
@@ -315,6 +315,9 @@ class DeadLetter(BaseModel):
     note: str
     command_id: str | None
     redrive_of: str | None
+    changed_by: str | None = Field(
+        default=None, description="who redrove or discarded it (the principal of `command_id`), when known"
+    )
 
 
 class DeadLetterDetail(DeadLetter):
@@ -350,6 +353,16 @@ class AuditSummary(BaseModel):
     duplicated_effect: int
 
 
+class AuditChange(BaseModel):
+    at: datetime
+    change: Literal["created", "updated", "paused", "resumed", "deleted"]
+    by: str | None = Field(
+        description="who asked (the command's principal: token:<name>, oidc:<subject>, bootstrap, "
+        "anonymous); null when the command was not published through the api"
+    )
+    command_id: str | None = Field(description="the command that made the change, when known")
+
+
 class Audit(BaseModel):
     model_config = ConfigDict(populate_by_name=True)
 
@@ -376,6 +389,10 @@ class Audit(BaseModel):
         )
     )
     note: str | None = Field(default=None, description="what a reader should know about the window")
+    changes: list[AuditChange] = Field(
+        default_factory=list,
+        description="the schedule's changes in [from, to): created, updated, paused, resumed, deleted, by whom",
+    )
 
 
 class CommandStatus(BaseModel):
@@ -390,6 +407,22 @@ class CommandStatus(BaseModel):
     subject: str | None = None
     published_at: datetime | None = None
     acknowledged_at: datetime | None = None
+    principal: str | None = Field(
+        default=None,
+        description="who issued it (token:<name>, oidc:<subject>, bootstrap, anonymous when auth is off)",
+    )
+
+
+class CommandRecord(BaseModel):
+    command_id: str
+    command_type: str | None
+    subject: str | None
+    status: str
+    reason: str | None
+    principal: str | None = Field(description="who issued it; null for a command published without the api")
+    source: str | None
+    published_at: datetime | None
+    acknowledged_at: datetime | None
 
 
 class CommandPublished(BaseModel):
@@ -498,15 +531,37 @@ class CancelBody(_Body):
     reason: str = Field(default="", max_length=1000)
 
 
-class RedriveBody(_Body):
-    selection: DeadLetterFilter
+class _Selecting(_Body):
+    """A redrive or discard selects by `selection`; one that narrows nothing (no ids, no filter)
+    would take every parked letter, so it must say so with `all: true`."""
+
+    selection: DeadLetterFilter = Field(default_factory=DeadLetterFilter)
+    all: bool = Field(
+        default=False, description="select every dead letter (of `selection.status`, parked by default)"
+    )
     limit: int = Field(default=1000, ge=1, le=100_000)
 
+    @model_validator(mode="after")
+    def _explicit_all(self) -> Self:
+        narrowed = self.selection.model_dump(exclude_defaults=True, exclude={"status"})
+        if not narrowed and not self.all:
+            raise ValueError(
+                "the selection is empty, which would take every parked dead letter: name ids or a filter "
+                '(topic, reason, job_id, ...) in "selection", or send "all": true to mean every one'
+            )
+        if narrowed and self.all:
+            raise ValueError(
+                '"all": true selects every dead letter, but "selection" narrows it: send one or the other'
+            )
+        return self
 
-class DiscardBody(_Body):
-    selection: DeadLetterFilter
+
+class RedriveBody(_Selecting):
+    pass
+
+
+class DiscardBody(_Selecting):
     reason: str = Field(min_length=1, max_length=1000)
-    limit: int = Field(default=1000, ge=1, le=100_000)
 
 
 class ServedHandler(BaseModel):

@@ -4,12 +4,13 @@ import os
 import socket
 import uuid
 from datetime import timedelta
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from slotflow.core.downstreams import DownstreamPolicy
+from slotflow.logs import register_dsn
 from slotflow.settings import KafkaSettings, PostgresSettings
 
 
@@ -37,7 +38,7 @@ class ClaimerSettings(BaseSettings):
     #: Comma-separated module paths imported at start-up; their @handler decorators register.
     handler_modules: str = ""
     #: Database for handlers' own tables (RunContext.pool); empty means the claimer's database.
-    handler_dsn: str = ""
+    handler_dsn: str = ""  # its password is masked in logs (model_post_init)
     handler_pool_max_size: int = Field(default=10, ge=1)
     #: Runs claimed and not yet recorded, per claimer.
     max_in_flight: int = Field(default=64, ge=1, le=10_000)
@@ -116,6 +117,9 @@ class ClaimerSettings(BaseSettings):
                 "a JobDue replayed from the 7-day jobs.due topic after its run was purged would run again"
             )
         return self
+
+    def model_post_init(self, context: Any, /) -> None:
+        register_dsn(self.handler_dsn)
 
     @property
     def heartbeat_interval(self) -> float:

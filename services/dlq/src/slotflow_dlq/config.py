@@ -2,9 +2,12 @@
 
 import os
 import socket
+from typing import Any
 
 from pydantic import AnyHttpUrl, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from slotflow.logs import register_dsn, register_secret
 
 
 def _default_instance() -> str:
@@ -49,7 +52,7 @@ class DlqSettings(BaseSettings):
     redrive_idle_seconds: float = Field(default=0.05, gt=0)
     #: How often the oldest-parked-age and parked gauges are refreshed from the table.
     gauge_seconds: float = Field(default=5.0, gt=0)
-    #: Prometheus metrics port on 0.0.0.0; 0 turns the HTTP endpoint off.
+    #: Prometheus metrics port (on `metrics_host`); 0 turns the HTTP endpoint off.
     metrics_port: int = Field(default=9340, ge=0, le=65535)
     #: Loopback unless exposed on purpose: the endpoint has no authentication.
     metrics_host: str = "127.0.0.1"
@@ -58,3 +61,9 @@ class DlqSettings(BaseSettings):
     #: the window a crash must land in to leave letters parked but not committed (chaos tests).
     crash_window_seconds: float = Field(default=0.0, ge=0, le=60)
     max_poll_records: int = Field(default=200, ge=1, le=10_000)
+
+    def model_post_init(self, context: Any, /) -> None:
+        # The signing key, and a password in the webhook URL, are masked in every log line.
+        register_secret(self.webhook_secret)
+        if self.webhook_url is not None:
+            register_dsn(str(self.webhook_url))

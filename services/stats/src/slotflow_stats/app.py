@@ -301,7 +301,9 @@ class Processor:
     async def flush(self) -> None:
         """Copy the windows changed since the last flush (all of them after a recovery)."""
         if self.pool is None:
-            self.pool = await asyncpg.create_pool(self.settings.postgres.dsn, min_size=1, max_size=2)
+            postgres = self.settings.postgres
+            password = postgres.password.get_secret_value() if postgres.password is not None else None
+            self.pool = await asyncpg.create_pool(postgres.dsn, password=password, min_size=1, max_size=2)
             async with self.pool.acquire() as conn:
                 await sink.create_schema(conn, self.settings.stats.db_schema)
         if self.full_copy:

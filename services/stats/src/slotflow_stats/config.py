@@ -107,6 +107,8 @@ class PostgresConnection(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SLOTFLOW_PG_", extra="ignore")
 
     dsn: str = "postgresql://slotflow@127.0.0.1:15432/slotflow"
+    #: `SLOTFLOW_PG_PASSWORD`, as for every service; given, it takes precedence over the DSN's.
+    password: SecretStr | None = None
 
 
 class StatsSettings(BaseSettings):

@@ -1,6 +1,7 @@
 -- The stats sink: a copy of the stream processor's windowed tables (the tables and their
--- changelog topics are the state). Idempotent: applied at every worker start.
-CREATE SCHEMA IF NOT EXISTS {schema};
+-- changelog topics are the state). Idempotent: applied at every worker start. The schema itself
+-- is created by sink.create_schema when missing (a role given only its own schema cannot run
+-- CREATE SCHEMA, not even IF NOT EXISTS).
 
 -- One row per window, subject and source partition. Invariant: (size_s, window_start, family,
 -- subject, part) is one faust table key; `events` counts the records applied to it and never

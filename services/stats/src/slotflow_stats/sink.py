@@ -25,6 +25,10 @@ Conn = asyncpg.Connection | asyncpg.pool.PoolConnectionProxy
 # Serialises the DDL of several workers starting at once (CREATE ... IF NOT EXISTS is not safe
 # against a concurrent CREATE of the same name). The number is this service's, arbitrary.
 _DDL_LOCK = 0x5F57A75
+# Created only when missing: even CREATE SCHEMA IF NOT EXISTS needs CREATE on the database, which
+# the stats role does not hold where its schema was made for it (docs/security.md).
+_SCHEMA_EXISTS = "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)"
+_CREATE_SCHEMA = "CREATE SCHEMA IF NOT EXISTS {schema}"
 
 
 class WindowRow(NamedTuple):
@@ -43,6 +47,8 @@ async def create_schema(conn: Conn, schema: str) -> None:
     ddl = resources.files("slotflow_stats").joinpath("schema.sql").read_text(encoding="utf-8")
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1)", _DDL_LOCK)
+        if not await conn.fetchval(_SCHEMA_EXISTS, schema):
+            await conn.execute(sql(_CREATE_SCHEMA, schema))
         await conn.execute(sql(ddl, schema))
 
 

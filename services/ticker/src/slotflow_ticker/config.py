@@ -58,7 +58,7 @@ class TickerSettings(BaseSettings):
     #: per socket read than asyncio's own loop, which the claim and relay loops are full of;
     #: "asyncio" turns it off. Only the process entry point reads this (tests use their own loop).
     event_loop: Literal["uvloop", "asyncio"] = "uvloop"
-    #: Prometheus metrics port on 0.0.0.0; 0 turns the HTTP endpoint off.
+    #: Prometheus metrics port (on `metrics_host`); 0 turns the HTTP endpoint off.
     metrics_port: int = Field(default=9310, ge=0, le=65535)
     #: Loopback unless exposed on purpose: the endpoint has no authentication.
     metrics_host: str = "127.0.0.1"

@@ -24,10 +24,22 @@ class ApiClient:
     """Calls `{base_url}/v1/...`; one instance per CLI invocation."""
 
     def __init__(
-        self, base_url: str, *, timeout: float = 10.0, transport: httpx.BaseTransport | None = None
+        self,
+        base_url: str,
+        *,
+        timeout: float = 10.0,
+        transport: httpx.BaseTransport | None = None,
+        token: str | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
-        self._client = httpx.Client(base_url=self.base_url, timeout=timeout, transport=transport)
+        # X-Slotflow-Client: the API refuses state-changing requests without it or a JSON body (CSRF).
+        headers = {"X-Slotflow-Client": "cli"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        self._token = bool(token)
+        self._client = httpx.Client(
+            base_url=self.base_url, timeout=timeout, transport=transport, headers=headers
+        )
 
     def close(self) -> None:
         self._client.close()
@@ -45,10 +57,31 @@ class ApiClient:
             ApiUnavailable: nothing answered at the base URL (or it timed out).
             ApiRequestFailed: the API answered 4xx/5xx; `.detail` is its message.
         """
+        return self.request("GET", path, params, timeout=timeout)
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        params: Params | None = None,
+        *,
+        json: Any = None,
+        timeout: float | None = None,
+    ) -> Any:
+        """``method`` on ``path`` (with a JSON body if ``json`` is given); its JSON body.
+
+        Raises:
+            ApiUnavailable: nothing answered at the base URL (or it timed out).
+            ApiRequestFailed: the API answered 4xx/5xx; `.detail` is its message.
+        """
         query = {name: _param(value) for name, value in (params or {}).items() if value is not None}
         try:
-            response = self._client.get(
-                path, params=query, timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT
+            response = self._client.request(
+                method,
+                path,
+                params=query,
+                json=json,
+                timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
             )
         except httpx.TimeoutException as err:
             raise ApiUnavailable(
@@ -59,6 +92,13 @@ class ApiClient:
                 f"cannot reach the slotflow API at {self.base_url}: {err}; "
                 "start it (slotflow-api) or point SLOTFLOW_API_URL / --api-url at it"
             ) from None
+        if response.status_code == 401:
+            hint = (
+                "the token was refused"
+                if self._token
+                else "no token given: pass --token or set SLOTFLOW_TOKEN"
+            )
+            raise ApiRequestFailed(401, f"{_detail(response)}; {hint}")
         if response.status_code >= 400:
             raise ApiRequestFailed(response.status_code, _detail(response))
         try:

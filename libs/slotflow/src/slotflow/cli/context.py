@@ -13,6 +13,7 @@ from slotflow.cli.api import ApiClient
 from slotflow.cli.errors import UsageError
 from slotflow.cli.output import Column, dump_json, render_fields, render_table
 from slotflow.cli.values import explain
+from slotflow.logs import register_secret
 
 if TYPE_CHECKING:
     from slotflow.settings import KafkaSettings
@@ -40,7 +41,11 @@ class Context:
         return value
 
     def api(self) -> ApiClient:
-        return ApiClient(str(self.args.api_url), timeout=self.timeout, transport=self.api_transport)
+        token = getattr(self.args, "token", None)
+        register_secret(token)  # masked should any message or log line carry it
+        return ApiClient(
+            str(self.args.api_url), timeout=self.timeout, transport=self.api_transport, token=token or None
+        )
 
     def kafka(self) -> "KafkaSettings":
         # Imported here: the settings pull in the contract models, which queries never need.

@@ -11,14 +11,16 @@ from slotflow.cli.errors import DEFAULT_API_URL
 
 _EPILOG = """\
 Commands (create, pause, start, redrive, ...) are published to Kafka (SLOTFLOW_KAFKA_BOOTSTRAP,
-SLOTFLOW_KAFKA_TOPIC_NAMESPACE); queries (list, show, audit, ...) call the read-model API
-(SLOTFLOW_API_URL, default http://127.0.0.1:8080). Exit codes: 0 ok, 1 failed, 2 bad usage.
+SLOTFLOW_KAFKA_TOPIC_NAMESPACE); queries (list, show, audit, ...) and `token` call the API
+(SLOTFLOW_API_URL, default http://127.0.0.1:8080) with a bearer token (--token or SLOTFLOW_TOKEN).
+Exit codes: 0 ok, 1 failed, 2 bad usage.
 """
 
 
 #: Handlers are named, not imported: `--help` and usage errors stay fast (no pydantic models,
 #: aiokafka or httpx to load), and only the chosen handler's module is imported.
 STACK = "slotflow.cli.stack:stack"
+BOOTSTRAP_ROLES = "slotflow.cli.database:bootstrap_roles"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,8 +39,10 @@ def build_parser() -> argparse.ArgumentParser:
     _dlq(groups)
     _downstream(groups)
     _audit(groups)
+    _token(groups)
     _replay(groups)
     _stack(groups)
+    _db(groups)
     return root
 
 
@@ -48,6 +52,7 @@ def _global_options(parser: argparse.ArgumentParser, *, on_leaf: bool) -> None:
         "json": False,
         "api_url": os.environ.get("SLOTFLOW_API_URL", DEFAULT_API_URL),
         "timeout": 10.0,
+        "token": os.environ.get("SLOTFLOW_TOKEN") or None,
     }
     if on_leaf:
         defaults = dict.fromkeys(defaults, argparse.SUPPRESS)
@@ -59,6 +64,13 @@ def _global_options(parser: argparse.ArgumentParser, *, on_leaf: bool) -> None:
         metavar="URL",
         default=defaults["api_url"],
         help=f"read-model API base URL (env SLOTFLOW_API_URL, default {DEFAULT_API_URL})",
+    )
+    parser.add_argument(
+        "--token",
+        metavar="TOKEN",
+        default=defaults["token"],
+        # The value is never echoed: --help says where it comes from, not what it is.
+        help="API bearer token (env SLOTFLOW_TOKEN; `slotflow token create` makes one)",
     )
     parser.add_argument(
         "--timeout",
@@ -453,6 +465,26 @@ def _dlq(groups: Any) -> None:
     _command_options(discard)
 
 
+def _token(groups: Any) -> None:
+    parser = groups.add_parser("token", help="API tokens: create, list, revoke (needs an admin token)")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    create = _leaf(
+        actions,
+        "create",
+        "slotflow.cli.tokens:token_create",
+        "create a token and print its secret (shown only once)",
+        "Create an API token. Scopes nest: admin (define schedules, manage tokens) implies operate "
+        "(pause, resume, trigger, backfill, signal, cancel, terminate, redrive, discard), which "
+        "implies read. The secret is printed once on stdout; only its digest is stored.",
+    )
+    create.add_argument("--name", required=True, metavar="NAME", help="who or what holds it: oncall, ci, ...")
+    create.add_argument("--scope", required=True, choices=("read", "operate", "admin"))
+    listing = _leaf(actions, "list", "slotflow.cli.tokens:token_list", "list tokens (never their secrets)")
+    listing.add_argument("--revoked", action="store_true", help="include revoked tokens")
+    revoke = _leaf(actions, "revoke", "slotflow.cli.tokens:token_revoke", "revoke a token by id or name")
+    revoke.add_argument("which", metavar="TOKEN_ID_OR_NAME")
+
+
 def _downstream(groups: Any) -> None:
     parser = groups.add_parser(
         "downstream", help="the claimers' retry budgets and circuit breakers per downstream"
@@ -572,3 +604,35 @@ def _stack(groups: Any) -> None:
     down = _leaf(actions, "down", STACK, "stop them")
     down.add_argument("--clean", action="store_true", help="also delete their data")
     _leaf(actions, "status", STACK, "are they running (exit 0) or not (3)")
+
+
+def _db(groups: Any) -> None:
+    parser = groups.add_parser("db", help="PostgreSQL set-up an operator runs once (roles, schemas)")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    roles = _leaf(
+        actions,
+        "bootstrap-roles",
+        BOOTSTRAP_ROLES,
+        "create one role per service, owning its schema, with read grants where a service reads another",
+        description="Create (or bring up to date) one login role per service (ticker, claimer, orchestrator,\n"
+        "dlq, stats, api), each owning its schema and nothing else, plus the read grants the code needs\n"
+        "(orchestrator reads claimer, api reads stats). Idempotent. Connect as a role that may create\n"
+        "roles. Set each role's password afterwards (psql: \\password slotflow_ticker).",
+    )
+    roles.add_argument(
+        "--dsn",
+        metavar="DSN",
+        help="administrator connection (default SLOTFLOW_PG_ADMIN_DSN, then SLOTFLOW_PG_DSN)",
+    )
+    roles.add_argument(
+        "--prefix",
+        default="slotflow_",
+        metavar="PREFIX",
+        help="role names are PREFIX + service (default slotflow_)",
+    )
+    roles.add_argument(
+        "--print",
+        dest="print_sql",
+        action="store_true",
+        help="print the SQL (for psql) instead of running it",
+    )

@@ -5,6 +5,7 @@ from the CLI is byte-for-byte what the same command over HTTP would be.
 """
 
 import asyncio
+import getpass
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -92,7 +93,9 @@ async def _send(settings: KafkaSettings, message: Message, *, command_id: str | 
         ) from None
     try:
         async with asyncio.timeout(timeout):
-            return await publish_command(producer, settings, message, command_id=command_id, source=SOURCE)
+            return await publish_command(
+                producer, settings, message, command_id=command_id, source=SOURCE, principal=cli_principal()
+            )
     except KafkaAccessDenied as err:
         raise KafkaUnreachable(f"{err}; the command was not written") from None
     except TransientStorageError as err:
@@ -108,6 +111,18 @@ async def _send(settings: KafkaSettings, message: Message, *, command_id: str | 
         ) from None
     finally:
         await producer.stop()
+
+
+def cli_principal() -> str | None:
+    """Who publishes a command straight to Kafka from this CLI: `cli:<login name>`.
+
+    Informational: nothing authenticates it (whoever may write the command topics may write any
+    principal); the api's principals are authenticated. None when the login name is unknown.
+    """
+    try:
+        return f"cli:{getpass.getuser()}"[:300]
+    except (OSError, KeyError):
+        return None
 
 
 def wait_for_outcome(api: ApiClient, published: Published, *, wait: float) -> Published:

@@ -55,7 +55,13 @@ def check_depth(value: Any, *, what: str = "the message", limit: int = MAX_DEPTH
 
 
 def encode(envelope: Envelope) -> bytes:
-    """Serialise an envelope as compact UTF-8 JSON."""
+    """Serialise an envelope as compact UTF-8 JSON.
+
+    An absent `principal` is left out rather than written as null: records without one stay
+    byte for byte what they were before the field existed.
+    """
+    if envelope.principal is None:
+        return envelope.model_dump_json(exclude={"principal"}).encode()
     return envelope.model_dump_json().encode()
 
 

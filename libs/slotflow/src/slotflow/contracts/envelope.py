@@ -27,6 +27,8 @@ SCHEDULE_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,199}$"
 #: The envelope's `id` and `key` are at most this many characters.
 ID_MAX_CHARS = 1000
 KEY_MAX_CHARS = 1000
+#: The envelope's optional `principal` (who issued a command) is at most this many characters.
+PRINCIPAL_MAX_CHARS = 300
 #: Hex digits of the digest that stands in for the part of an id cut off to fit.
 _DIGEST_CHARS = 16
 
@@ -75,9 +77,21 @@ class Envelope(BaseModel):
     occurred_at: AwareDatetime
     source: str = Field(min_length=1, max_length=200)
     data: dict[str, Any]
+    #: Who issued a command (`token:oncall`, `oidc:alice@example.com`, `bootstrap`), as the api
+    #: authenticated them; absent on events and on commands from clients that name nobody. Added
+    #: within version 1: optional, left out of the record when absent, ignored by older readers.
+    principal: str | None = Field(default=None, min_length=1, max_length=PRINCIPAL_MAX_CHARS)
 
 
-def wrap(message: Message, *, id: str, key: str, source: str, occurred_at: datetime) -> Envelope:
+def wrap(
+    message: Message,
+    *,
+    id: str,
+    key: str,
+    source: str,
+    occurred_at: datetime,
+    principal: str | None = None,
+) -> Envelope:
     """Put ``message`` into an envelope named by its own type and version."""
     return Envelope(
         type=message.message_type,
@@ -87,4 +101,5 @@ def wrap(message: Message, *, id: str, key: str, source: str, occurred_at: datet
         occurred_at=occurred_at,
         source=source,
         data=message.model_dump(mode="json"),
+        principal=principal,
     )

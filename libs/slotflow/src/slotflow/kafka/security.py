@@ -31,6 +31,7 @@ from pydantic import SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from slotflow.errors import ConfigurationError
+from slotflow.logs import register_secret
 
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"]
@@ -57,6 +58,11 @@ class KafkaSecurity(BaseSettings):
     ssl_keyfile: Path | None = None
     ssl_key_password: SecretStr | None = None
     ssl_check_hostname: bool = True
+
+    def model_post_init(self, context: Any, /) -> None:
+        # Masked in every log line from now on (slotflow.logs), wherever a library prints them.
+        for secret in (self.sasl_password, self.sasl_oauth_token, self.ssl_key_password):
+            register_secret(secret)
 
     @property
     def uses_ssl(self) -> bool:

@@ -22,10 +22,14 @@ from slotflow.pg.statements import sql
 _NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 _SCHEMA = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
+# The schema is created only when it is missing: even `CREATE SCHEMA IF NOT EXISTS` needs CREATE
+# on the database, which a service's own role does not hold where the schema was made for it
+# (`slotflow db bootstrap-roles`: the schema exists, owned by the role).
+_SCHEMA_EXISTS = "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)"
+_CREATE_SCHEMA = "CREATE SCHEMA IF NOT EXISTS {schema}"
 # The bookkeeping table lives in the service's own schema. The advisory lock makes the whole
 # "read applied versions, apply the rest" step atomic across concurrent runners.
 _BOOTSTRAP = """
-CREATE SCHEMA IF NOT EXISTS {schema};
 CREATE TABLE IF NOT EXISTS {schema}.schema_migrations (
     source     text        NOT NULL,
     version    integer     NOT NULL,
@@ -103,6 +107,8 @@ async def apply_migrations(pool: Pool, *, schema: str, sources: Sequence[Migrati
     applied: list[str] = []
     async with pool.acquire() as conn, conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock(hashtext($1))", f"slotflow.migrate.{schema}")
+        if not await conn.fetchval(_SCHEMA_EXISTS, schema):
+            await conn.execute(sql(_CREATE_SCHEMA, schema))
         await conn.execute(sql(_BOOTSTRAP, schema))
         rows = await conn.fetch(sql(_APPLIED, schema))
         done = {(str(r["source"]), int(r["version"])): str(r["checksum"]) for r in rows}

@@ -7,11 +7,12 @@ that take `pool: Pool` own their transaction.
 import asyncio
 import logging
 import random
+import ssl
 from typing import Any, TypeAlias
 
 import asyncpg
 
-from slotflow.errors import TransientStorageError
+from slotflow.errors import ConfigurationError, TransientStorageError
 from slotflow.settings import PostgresSettings
 
 log = logging.getLogger(__name__)
@@ -35,12 +36,18 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
+class PostgresCertificateRefused(ConfigurationError):
+    """The server's TLS certificate did not verify against sslrootcert, or not for the DSN's host."""
+
+
 async def create_pool(
     settings: PostgresSettings, *, min_size: int | None = None, max_size: int | None = None, **kwargs: Any
 ) -> Pool:
     """Open a pool against ``settings.dsn``.
 
     Raises:
+        PostgresCertificateRefused: the server's certificate failed verification (sslmode
+            verify-ca or verify-full): a wrong CA or host name does not heal by waiting.
         TransientStorageError: PostgreSQL did not answer.
     """
     try:
@@ -48,10 +55,17 @@ async def create_pool(
             settings.dsn,
             min_size=settings.pool_min_size if min_size is None else min_size,
             max_size=settings.pool_max_size if max_size is None else max_size,
-            **kwargs,
+            **{**settings.connect_kwargs(), **kwargs},
         )
+    except ssl.SSLCertVerificationError as err:
+        raise PostgresCertificateRefused(
+            f"PostgreSQL at {settings.display_dsn} presented a certificate that failed verification: "
+            f"certificate verify failed: {err.verify_message or err}; check sslrootcert (the CA that signed the server's "
+            "certificate) and that the DSN's host is a name the certificate holds"
+        ) from err
     except CONNECTION_ERRORS as err:
-        raise TransientStorageError(f"cannot connect to PostgreSQL: {err}") from err
+        # The DSN is shown masked: this message reaches logs and crash reports.
+        raise TransientStorageError(f"cannot connect to PostgreSQL at {settings.display_dsn}: {err}") from err
     return pool
 
 

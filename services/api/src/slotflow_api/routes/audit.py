@@ -79,6 +79,7 @@ async def audit(
         for r in run_rows
     ]
     skips = [auditing.RecordedSkip(r["slot"], r["run_id"], r["reason"], r["detail"]) for r in skip_rows]
+    changes = await read_model.schedule_changes(s.pool, s.schema, schedule, start, end)
     threshold = s.settings.api.late_threshold
     report = auditing.audit(
         timeline,
@@ -114,6 +115,7 @@ async def audit(
                 {"slot": r.slot, "run_id": r.run_id, "kind": r.kind, "state": r.state}
                 for r in report.unscheduled
             ],
+            "changes": changes,
         }
     )
 

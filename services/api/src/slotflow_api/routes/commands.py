@@ -5,7 +5,7 @@ import json
 import time
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path
+from fastapi import APIRouter, Depends, Path, Query
 from fastapi.responses import JSONResponse
 
 from slotflow.commands import publish_command
@@ -14,9 +14,10 @@ from slotflow.contracts.codec import check_depth
 from slotflow.core.nul import find_nul
 from slotflow_api import read_model
 from slotflow_api.app_state import Services, services
+from slotflow_api.auth import current_principal
 from slotflow_api.errors import BadRequest
-from slotflow_api.routes.common import Wait
-from slotflow_api.schemas import CommandStatus
+from slotflow_api.routes.common import Cursor, Limit, Wait
+from slotflow_api.schemas import CommandRecord, CommandStatus, Page
 
 router = APIRouter(tags=["commands"])
 
@@ -44,6 +45,7 @@ async def command_status(s: Services, command_id: str) -> CommandStatus:
         subject=row["subject"],
         published_at=row["published_at"],
         acknowledged_at=row["acknowledged_at"],
+        principal=row["principal"],
     )
 
 
@@ -106,8 +108,15 @@ async def publish_checked(s: Services, message: Message, *, idempotency_key: str
         raise BadRequest(
             f"{where or '(body)'}: contains a NUL character (U+0000), which cannot be stored; remove it"
         )
+    # Who asked travels with the command (the envelope's principal): the read model records it.
+    who = current_principal()
     command_id = await publish_command(
-        s.producer, s.settings.kafka, message, command_id=idempotency_key, source="api"
+        s.producer,
+        s.settings.kafka,
+        message,
+        command_id=idempotency_key,
+        source="api",
+        principal=who.name if who is not None else None,
     )
     s.metrics.commands_published.labels(message.message_type).inc()
     return command_id
@@ -139,3 +148,31 @@ async def get_command(
     if wait:
         return await wait_for_command(s, command_id, wait)
     return await command_status(s, command_id)
+
+
+@router.get(
+    "/v1/commands",
+    response_model=Page[CommandRecord],
+    summary="Commands seen on the command topics, newest first: who issued what, when, and its outcome",
+)
+async def list_commands(
+    s: Annotated[Services, Depends(services)],
+    subject: Annotated[
+        str | None, Query(max_length=1000, description="schedule, workflow, dead letter...")
+    ] = None,
+    command_type: Annotated[
+        str | None, Query(alias="type", max_length=200, description="e.g. schedule.pause")
+    ] = None,
+    principal: Annotated[str | None, Query(max_length=300, description="e.g. token:oncall")] = None,
+    limit: Limit = 50,
+    cursor: Cursor = None,
+) -> read_model.Page:
+    return await read_model.list_commands(
+        s.pool,
+        s.schema,
+        subject=subject,
+        command_type=command_type,
+        principal=principal,
+        limit=limit,
+        cursor=cursor,
+    )

@@ -8,6 +8,7 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from slotflow.kafka.admin import describe_cluster
+from slotflow.logs import redact
 from slotflow_api.app_state import Services, services
 from slotflow_api.schemas import Health, Readiness
 
@@ -44,7 +45,7 @@ async def _kafka(s: Services, timeout: float) -> str:
             timeout=timeout + 0.5,
         )
     except Exception as err:  # noqa: BLE001 - readiness reports any failure as text
-        return f"error: {type(err).__name__}: {err}"[:500]
+        return redact(f"error: {type(err).__name__}: {err}")[:500]
     return "ok"
 
 
@@ -52,7 +53,7 @@ async def _postgres(s: Services, timeout: float) -> str:
     try:
         await asyncio.wait_for(s.pool.fetchval("SELECT 1"), timeout=timeout)
     except Exception as err:  # noqa: BLE001 - readiness reports any failure as text
-        return f"error: {type(err).__name__}: {err}"[:500]
+        return redact(f"error: {type(err).__name__}: {err}")[:500]
     return "ok"
 
 

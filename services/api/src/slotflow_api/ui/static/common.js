@@ -65,9 +65,54 @@ window.slotflowUi = (() => {
     }
   }
 
+  // ---- the operator's API token -------------------------------------------------------------
+  // Entered once per browser tab (sessionStorage: gone when the tab closes) and sent as
+  // `Authorization: Bearer`, never as a cookie, so no other site's page can make the browser send
+  // it (the API's CSRF rule still applies on top). The scope decides what the buttons may do.
+
+  const TOKEN_KEY = "slotflow.token";
+  const signIn = document.getElementById("signin");
+  const signOut = document.getElementById("signout");
+
+  function storedToken() {
+    try {
+      return window.sessionStorage.getItem(TOKEN_KEY) || "";
+    } catch (err) {
+      return "";
+    }
+  }
+
+  function askForToken(why) {
+    if (!signIn) return;
+    signIn.hidden = false;
+    const reason = document.getElementById("signin-why");
+    if (reason) reason.textContent = why;
+    const input = document.getElementById("signin-token");
+    if (input) input.focus();
+  }
+
+  if (signIn) {
+    signIn.addEventListener("submit", (event) => {
+      event.preventDefault();
+      const value = document.getElementById("signin-token").value.trim();
+      if (!value) return;
+      window.sessionStorage.setItem(TOKEN_KEY, value);
+      window.location.reload();
+    });
+  }
+  if (signOut) {
+    signOut.hidden = !storedToken();
+    signOut.addEventListener("click", () => {
+      window.sessionStorage.removeItem(TOKEN_KEY);
+      window.location.reload();
+    });
+  }
+
   async function request(method, path, payload) {
     // X-Slotflow-Client: the API refuses state-changing requests without it or a JSON body (CSRF).
     const init = { method, headers: { Accept: "application/json", "X-Slotflow-Client": "dashboard" } };
+    const token = storedToken();
+    if (token) init.headers.Authorization = `Bearer ${token}`;
     if (payload !== undefined) {
       init.headers["Content-Type"] = "application/json";
       init.body = JSON.stringify(payload);
@@ -83,6 +128,9 @@ window.slotflowUi = (() => {
       data = await response.json();
     } catch (err) {
       data = null;
+    }
+    if (response.status === 401) {
+      askForToken(token ? "The API refused this token (unknown, revoked or expired)." : "The API needs a token.");
     }
     if (!response.ok) {
       let detail = data && data.detail;
