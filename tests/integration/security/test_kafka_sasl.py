@@ -13,6 +13,7 @@ exit at start with a message that says so.
 import asyncio
 import dataclasses
 import importlib.util
+import shutil
 import sys
 import tempfile
 from collections import Counter
@@ -114,6 +115,7 @@ def secured_broker() -> Iterator[SecuredBroker]:
         yield SecuredBroker(devstack, cfg)
     finally:
         asyncio.run(devstack.stop_kafka(False, cfg))
+        shutil.rmtree(state, ignore_errors=True)
 
 
 async def _namespace(
