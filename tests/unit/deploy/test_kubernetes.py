@@ -12,7 +12,6 @@ some on a broken copy, so a rule that could never fail shows up.
 """
 
 import copy
-import importlib.util
 import os
 import re
 from collections.abc import Callable, Iterator
@@ -24,6 +23,7 @@ import pytest
 import yaml
 from pydantic_settings import BaseSettings
 
+from slotflow.kafka.security import KafkaSecurity
 from slotflow.settings import KafkaSettings, PostgresSettings
 from slotflow_api.config import ApiSettings
 from slotflow_api.routes.health import router as api_health
@@ -84,14 +84,6 @@ REQUIRED_ENV: dict[str, set[str]] = {
 }
 #: Read by slotflow.logs with os.environ, not a settings class (checked against its source below).
 LOG_ENV = {"SLOTFLOW_LOG_FORMAT", "SLOTFLOW_LOG_LEVEL", "SLOTFLOW_LOG_KAFKA_LEVEL"}
-#: The Kafka TLS and SASL settings (docs/security.md, "Kafka"), read by
-#: slotflow.kafka.security.KafkaSecurity; these names stand in only where that module is absent.
-KAFKA_SECURITY_ENV = {
-    "SLOTFLOW_KAFKA_SECURITY_PROTOCOL",
-    "SLOTFLOW_KAFKA_SASL_MECHANISM",
-    "SLOTFLOW_KAFKA_SASL_USERNAME",
-    "SLOTFLOW_KAFKA_SASL_PASSWORD",
-}
 
 
 # -- loading ---------------------------------------------------------------------------------
@@ -152,11 +144,8 @@ def known_env() -> set[str]:
     """Every variable a slotflow process reads: the settings classes' fields, prefixed."""
     classes = [cls for group in SERVICE_SETTINGS.values() for cls in group]
     names = LOG_ENV | {"PYTHONPATH"}
-    if importlib.util.find_spec("slotflow.kafka.security") is not None:
-        security = importlib.import_module("slotflow.kafka.security").KafkaSecurity
-        classes.append(security)
-    else:
-        names |= KAFKA_SECURITY_ENV
+    # The Kafka TLS and SASL settings (docs/security.md, "Kafka").
+    classes.append(KafkaSecurity)
     for cls in classes:
         prefix = str(cls.model_config.get("env_prefix", ""))
         names |= {f"{prefix}{field}".upper() for field in cls.model_fields}

@@ -6,6 +6,7 @@ from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from slotflow.contracts.topics import TOPICS, TopicSpec
+from slotflow.kafka.security import KafkaSecurity
 from slotflow.logs import redact, register_dsn, register_secret
 
 
@@ -20,6 +21,13 @@ class KafkaSettings(BaseSettings):
     max_message_bytes: int = Field(default=1_048_576, ge=1024)
     #: Prefix for every topic name, so several deployments (or test runs) share one cluster.
     topic_namespace: str = Field(default="", pattern=r"^[A-Za-z0-9._-]{0,100}$")
+    #: TLS and SASL (SLOTFLOW_KAFKA_SECURITY_PROTOCOL, SLOTFLOW_KAFKA_SASL_*, SLOTFLOW_KAFKA_SSL_*;
+    #: slotflow.kafka.security), read from the environment on its own.
+    security: KafkaSecurity = Field(default_factory=KafkaSecurity)
+
+    def client_options(self) -> dict[str, Any]:
+        """Bootstrap and security keyword arguments for any aiokafka client."""
+        return {"bootstrap_servers": self.bootstrap, **self.security.client_options()}
 
     def topic(self, spec: TopicSpec) -> str:
         """The topic name to use for ``spec`` in this deployment."""

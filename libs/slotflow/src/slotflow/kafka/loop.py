@@ -19,7 +19,7 @@ from slotflow import tracing
 from slotflow.contracts import REGISTRY, MessageRegistry
 from slotflow.contracts.envelope import Envelope, Message
 from slotflow.core.retry import is_retryable, sleep_backoff
-from slotflow.errors import PoisonMessage, TransientStorageError, UnparkableRecord
+from slotflow.errors import KafkaAccessDenied, PoisonMessage, TransientStorageError, UnparkableRecord
 from slotflow.kafka.consumer import Consumer
 from slotflow.kafka.poison import DLQ_MAX_ENVELOPE_BYTES, decode_record, guess_ids, send_to_dlq
 from slotflow.kafka.producer import Producer
@@ -116,8 +116,8 @@ class ConsumeLoop:
         while not stop.is_set():
             try:
                 records = await self._consumer.poll(timeout_ms=self._poll_timeout_ms)
-            except asyncio.CancelledError:
-                raise
+            except (asyncio.CancelledError, KafkaAccessDenied):
+                raise  # a missing ACL never heals by polling again: the service stops and says why
             except Exception as err:  # noqa: BLE001 - aiokafka raises many types; all mean "poll again"
                 failures += 1
                 self.stats.poll_errors += 1

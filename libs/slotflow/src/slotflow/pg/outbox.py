@@ -36,7 +36,7 @@ from typing import Any, NamedTuple
 from slotflow.contracts.codec import encode
 from slotflow.contracts.envelope import TYPE_HEADER, VERSION_HEADER, Envelope
 from slotflow.core.stopping import sleep_or_stop
-from slotflow.errors import ConfigurationError, MessageTooLarge, SlotflowError
+from slotflow.errors import ConfigurationError, KafkaAccessDenied, MessageTooLarge, SlotflowError
 from slotflow.kafka.poison import dead_letter_envelope
 from slotflow.kafka.producer import OutgoingRecord, Producer, envelope_headers
 from slotflow.kafka.records import Record
@@ -268,6 +268,8 @@ class OutboxRelay:
                 passes += 1
                 if passes % 1000 == 0:
                     await self.purge_published()
+            except KafkaAccessDenied:
+                raise  # no WRITE on a topic: waiting will not grant it; the service stops and says why
             except _RELAY_ERRORS as err:
                 log.warning("outbox relay for %s paused: %s", self._schema, err)
                 moved = 0
