@@ -23,6 +23,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import httpx
 import pytest
 
 from slotflow.commands import publish_command
@@ -128,7 +129,7 @@ async def _namespace(
     await warm_coordinators(broker.bootstrap, security=admin.security)
     bindings = [
         acl
-        for service in ("ticker", "claimer", "orchestrator", "stats", "cli")
+        for service in ("ticker", "claimer", "orchestrator", "dlq", "api", "stats", "cli")
         for acl in service_acls(service, f"User:{service}", admin)
         if acl not in without
     ]
@@ -188,6 +189,93 @@ async def test_a_schedule_fires_and_completes_with_one_principal_per_service(
     finally:
         group.close()
     assert row["attempt"] == 1
+
+
+async def test_the_api_and_the_dlq_serve_as_their_own_principals(
+    secured_broker: SecuredBroker, pg_dsn: str, db: Pool, tmp_path: Path
+) -> None:
+    """The whole path through the door people use: a schedule made over HTTP (the api writes the
+    command as User:api), one run completed and one dead-lettered (the claimer), the letter parked
+    and then discarded over HTTP (the dlq as User:dlq), every outcome read back from the api's read
+    model (the api reading the event topics): each service with only its own ACLs."""
+    namespace = await _namespace(secured_broker)
+    token = "sft_" + "s" * 40
+    group = ProcessGroup()
+    try:
+        await group.start(_ticker(secured_broker.settings("ticker", namespace), pg_dsn, tmp_path))
+        await group.start(_claimer(secured_broker.settings("claimer", namespace), pg_dsn, tmp_path))
+        dlq_port = free_port()
+        dlq_env = stack_env(
+            secured_broker.settings("dlq", namespace), pg_dsn, "SLOTFLOW_DLQ_", metrics_port=dlq_port
+        )
+        await group.start(
+            ServiceProcess(
+                "slotflow_dlq", "dlq", env=dlq_env, log_dir=tmp_path, cwd=REPO, metrics_port=dlq_port
+            )
+        )
+        api_port = free_port()
+        api_env = stack_env(
+            secured_broker.settings("api", namespace),
+            pg_dsn,
+            "SLOTFLOW_API_",
+            port=api_port,
+            bootstrap_token=token,
+            projector_poll_ms=50,
+        )
+        await group.start(
+            ServiceProcess(
+                "slotflow_api", "api", env=api_env, log_dir=tmp_path, cwd=REPO, metrics_port=api_port
+            )
+        )
+        slot = (await db_now(db)).replace(microsecond=0) + timedelta(seconds=3)
+        headers = {"Authorization": f"Bearer {token}"}
+        async with httpx.AsyncClient(
+            base_url=f"http://127.0.0.1:{api_port}", headers=headers, timeout=40
+        ) as api:
+            for schedule_id, handler in (
+                ("secured-ok", "secure.settle"),
+                ("secured-refused", "secure.refuse"),
+            ):
+                body = {
+                    "schedule_id": schedule_id,
+                    "definition": {"spec": {"kind": "once", "at": slot.isoformat()}, "handler": handler},
+                }
+                created = await api.post("/v1/schedules", json=body, params={"wait": 30})
+                assert created.status_code == 200, created.text
+                assert created.json()["status"] == "accepted", created.text
+
+            async def listed(path: str, **params: str) -> list[dict[str, Any]]:
+                answer = await api.get(path, params=params)
+                assert answer.status_code == 200, answer.text
+                items: list[dict[str, Any]] = answer.json()["items"]
+                return items
+
+            async def completed() -> bool:
+                return len(await listed("/v1/runs", job_id="secured-ok", state="completed")) == 1
+
+            async def parked() -> bool:
+                return len(await listed("/v1/dlq", job_id="secured-refused", status="parked")) == 1
+
+            await assert_eventually(completed, timeout=90, interval=0.5, message="the run completes")
+            await assert_eventually(parked, timeout=90, interval=0.5, message="the refused run is parked")
+            [letter] = await listed("/v1/dlq", job_id="secured-refused", status="parked")
+            assert letter["source_service"] == "claimer", letter
+            assert "refused" in letter["error"], letter
+
+            discard = {"selection": {"job_id": "secured-refused"}, "reason": "checked by the security test"}
+            answered = await api.post("/v1/dlq/discard", json=discard, params={"wait": 30})
+            assert answered.status_code == 200, answered.text
+
+            async def discarded() -> bool:
+                return len(await listed("/v1/dlq", job_id="secured-refused", status="discarded")) == 1
+
+            await assert_eventually(
+                discarded, timeout=60, interval=0.5, message="the dlq discards the letter"
+            )
+            [gone] = await listed("/v1/dlq", job_id="secured-refused", status="discarded")
+            assert gone["changed_by"] == "bootstrap", gone
+    finally:
+        group.close()
 
 
 async def test_a_workflow_sleeps_and_runs_its_activity_with_one_principal_per_service(
