@@ -59,6 +59,7 @@ LISTENERS: dict[str, tuple[type[BaseSettings], str, str]] = {
     "orchestrator": (OrchestratorSettings, "metrics_host", "metrics_port"),
     "dlq": (DlqSettings, "metrics_host", "metrics_port"),
     "api": (ApiSettings, "host", "port"),
+    "stats": (StatsSettings, "health_host", "health_port"),
 }
 #: Inside a pod a listener must bind every interface: 127.0.0.1 is the pod's own loopback, which
 #: neither the kubelet's probes nor a scraper reach.
@@ -70,9 +71,11 @@ SCRATCH = "/tmp"  # noqa: S108 - a path inside the container, checked to be a vo
 PROBE_PATHS: dict[str, set[str]] = {
     "api": {getattr(route, "path", "") for route in api_health.routes} - {"/metrics"},
     **{name: {"/metrics"} for name in ("ticker", "claimer", "orchestrator", "dlq")},
+    # The stats worker's own health listener (slotflow_stats.health); faust's web server is off.
+    "stats": {"/livez", "/readyz"},
 }
-#: Services without any HTTP listener (faust's web server is off): no probe can reach them.
-NO_LISTENER = {"stats"}
+#: Services without any HTTP listener: no probe can reach them (none today).
+NO_LISTENER: set[str] = set()
 #: Variables without which a service runs, but not usefully: it would look for Kafka and
 #: PostgreSQL on its own loopback, or serve no handler or workflow.
 REQUIRED_ENV: dict[str, set[str]] = {

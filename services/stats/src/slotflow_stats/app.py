@@ -30,6 +30,7 @@ from aiokafka.structs import TopicPartition
 from slotflow_stats import sink
 from slotflow_stats.config import DLQ_EVENTS, JOBS_DUE, RUN_EVENTS, SCHEDULE_EVENTS, KafkaConnection, Settings
 from slotflow_stats.errors import StatsError, TopicMissing, UndecodableEvent
+from slotflow_stats.health import FlushClock, serve_health
 from slotflow_stats.observe import Family, observe
 from slotflow_stats.producer import install_draining_buffer
 from slotflow_stats.windows import SIZES, Key, Value, apply, window_start
@@ -189,6 +190,19 @@ class Processor:
         )
         self.handlers.on_recover(self._recovered)
         self.app.timer(stats.flush_interval_seconds)(self.flush)
+        #: Successful copies to PostgreSQL, for the health listener's /readyz.
+        self.flushes = FlushClock()
+        if stats.health_port:
+            self.app.task(self._serve_health)
+
+    async def _serve_health(self) -> None:
+        stats = self.settings.stats
+        server = await serve_health(
+            stats.health_host, stats.health_port, self.flushes, stats.health_stale_after_seconds
+        )
+        log.info("health listener on %s:%d (/livez, /readyz)", stats.health_host, stats.health_port)
+        async with server:
+            await server.serve_forever()
 
     def changelogs(self) -> list[Changelog]:
         """Every table's changelog topic, configured as faust declares it (compacted; windowed
@@ -315,6 +329,7 @@ class Processor:
             windows, handlers = self.dirty, self.dirty_handlers
         self.dirty, self.dirty_handlers = {}, {}
         if not windows and not handlers:
+            self.flushes.copied()
             return
         rows = [
             sink.WindowRow(size, start, family, key.subject, key.partition, value)
@@ -329,4 +344,5 @@ class Processor:
             self.dirty = {**windows, **self.dirty}
             self.dirty_handlers = {**handlers, **self.dirty_handlers}
             return
+        self.flushes.copied()
         log.debug("copied %d windows and %d handlers", len(rows), len(handlers))

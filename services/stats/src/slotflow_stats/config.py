@@ -133,6 +133,12 @@ class StatsSettings(BaseSettings):
     changelog_replication_factor: int = Field(default=1, ge=1)
     #: How often the consumer commits offsets (faust's broker_commit_interval).
     commit_interval_seconds: float = Field(default=1.0, gt=0)
+    #: The health listener (/livez, /readyz; slotflow_stats.health): loopback unless exposed on
+    #: purpose, like every slotflow listener; port 0 keeps it off.
+    health_host: str = "127.0.0.1"
+    health_port: int = Field(default=0, ge=0, le=65535)
+    #: /readyz fails when no copy to PostgreSQL succeeded for this long.
+    health_stale_after_seconds: float = Field(default=60.0, gt=0)
 
 
 class Settings(BaseSettings):
