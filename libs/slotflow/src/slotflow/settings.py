@@ -20,6 +20,10 @@ class KafkaSettings(BaseSettings):
     max_message_bytes: int = Field(default=1_048_576, ge=1024)
     #: Prefix for every topic name, so several deployments (or test runs) share one cluster.
     topic_namespace: str = Field(default="", pattern=r"^[A-Za-z0-9._-]{0,100}$")
+    #: Replicas per partition when slotflow creates its topics; None: min(3, the cluster's brokers).
+    replication_factor: int | None = Field(default=None, ge=1)
+    #: The topics' `min.insync.replicas`; None: replication factor - 1 when that is above 1.
+    min_insync_replicas: int | None = Field(default=None, ge=1)
 
     def topic(self, spec: TopicSpec) -> str:
         """The topic name to use for ``spec`` in this deployment."""
