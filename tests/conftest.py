@@ -12,6 +12,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from slotflow.kafka.security import KafkaSecurity
 from slotflow.pg.pool import Pool, create_pool
 from slotflow.settings import KafkaSettings, PostgresSettings
 from slotflow.testing import assert_eventually, unique_name
@@ -147,10 +148,12 @@ async def kafka(kafka_settings: KafkaSettings) -> AsyncIterator[KafkaSettings]:
     specs = [
         s.model_copy(update={"partitions": min(s.partitions, TEST_PARTITIONS)}) for s in settings.topics()
     ]
-    await ensure_topics(settings.bootstrap, specs)
-    await wait_for_leaders(settings.bootstrap, {s.name: s.partitions for s in specs})
+    await ensure_topics(settings.bootstrap, specs, security=settings.security)
+    await wait_for_leaders(
+        settings.bootstrap, {s.name: s.partitions for s in specs}, security=settings.security
+    )
     yield settings
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap)
+    admin = AIOKafkaAdminClient(**settings.client_options())
     await admin.start()
     try:
         existing = await admin.list_topics()
@@ -161,7 +164,9 @@ async def kafka(kafka_settings: KafkaSettings) -> AsyncIterator[KafkaSettings]:
         await admin.close()
 
 
-async def wait_for_leaders(bootstrap: str, partitions: dict[str, int], timeout: float = 60.0) -> None:
+async def wait_for_leaders(
+    bootstrap: str, partitions: dict[str, int], timeout: float = 60.0, security: KafkaSecurity | None = None
+) -> None:
     """Block until every partition of the new topics has a leader.
 
     A loaded broker elects leaders for fresh partitions one by one; a test that produces before
@@ -170,7 +175,8 @@ async def wait_for_leaders(bootstrap: str, partitions: dict[str, int], timeout: 
     from aiokafka import AIOKafkaClient
     from aiokafka.structs import TopicPartition
 
-    client = AIOKafkaClient(bootstrap_servers=bootstrap)
+    security = KafkaSecurity() if security is None else security
+    client = AIOKafkaClient(bootstrap_servers=bootstrap, **security.client_options())
     await client.bootstrap()
     try:
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import re
 import shlex
@@ -25,6 +26,10 @@ REPO_ROOT = HERE.parents[1]
 PG_ROLE = "slotflow"
 PG_DATABASE = "slotflow"
 STATE_MARKER = ".slotflow-devstack"
+
+#: SLOTFLOW_DEVSTACK_KAFKA_SECURITY: the broker's client listener. `plaintext` (the default) or
+#: `sasl_ssl` (TLS with a CA of the devstack's own, SCRAM users, StandardAuthorizer ACLs).
+KAFKA_SECURITY_MODES = ("plaintext", "sasl_ssl")
 
 EXIT_ERROR = 1
 EXIT_CONFLICT = 2
@@ -63,6 +68,15 @@ def _port_from_env(name: str, default: int) -> int:
     if not 1 <= port <= 65535:
         raise DevstackError(f"{name}={port} is outside 1..65535")
     return port
+
+
+def _security_from_env() -> str:
+    raw = os.environ.get("SLOTFLOW_DEVSTACK_KAFKA_SECURITY", "").strip().lower() or "plaintext"
+    if raw not in KAFKA_SECURITY_MODES:
+        raise DevstackError(
+            f"SLOTFLOW_DEVSTACK_KAFKA_SECURITY={raw!r}: choose one of {', '.join(KAFKA_SECURITY_MODES)}"
+        )
+    return raw
 
 
 def _flag_from_env(name: str) -> bool:
@@ -165,6 +179,7 @@ class Config:
     kafka_port: int
     controller_port: int
     pg_port: int
+    kafka_security: str = "plaintext"
     #: SLOTFLOW_PG_TLS=1: PostgreSQL serves TLS with a certificate of the devstack's own CA, and
     #: the DSN asks for sslmode=verify-full against that CA.
     pg_tls: bool = False
@@ -183,6 +198,7 @@ class Config:
             kafka_port=_port_from_env("SLOTFLOW_KAFKA_PORT", 19092),
             controller_port=_port_from_env("SLOTFLOW_KAFKA_CONTROLLER_PORT", 19093),
             pg_port=_port_from_env("SLOTFLOW_PG_PORT", 15432),
+            kafka_security=_security_from_env(),
             pg_tls=_flag_from_env("SLOTFLOW_PG_TLS"),
             extra_listeners=_extra_listeners_from_env(),
             brokers=_brokers_from_env(),
@@ -191,6 +207,12 @@ class Config:
             # An extra listener is one port on one broker; three brokers would need one each.
             raise DevstackError(
                 "SLOTFLOW_KAFKA_EXTRA_LISTENERS works with one broker only (SLOTFLOW_KAFKA_BROKERS=1)"
+            )
+        if cfg.brokers > 1 and cfg.secured:
+            # The 3-broker mode writes PLAINTEXT listeners only; SCRAM users and TLS are per node work
+            # not done yet.
+            raise DevstackError(
+                "SLOTFLOW_DEVSTACK_KAFKA_SECURITY=sasl_ssl works with one broker only (SLOTFLOW_KAFKA_BROKERS=1)"
             )
         node_ports = [p for n in cfg.kafka_nodes[1:] for p in (n.port, n.controller_port)]
         ports = [
@@ -207,6 +229,11 @@ class Config:
                 "SLOTFLOW_KAFKA_PORT, SLOTFLOW_KAFKA_CONTROLLER_PORT, SLOTFLOW_PG_PORT and the extra "
                 "listeners' ports must differ "
                 f"(got {ports})"
+            )
+        if cfg.extra_listeners and cfg.secured:
+            raise DevstackError(
+                "SLOTFLOW_KAFKA_EXTRA_LISTENERS are PLAINTEXT: they would bypass "
+                "SLOTFLOW_DEVSTACK_KAFKA_SECURITY=sasl_ssl, so the two cannot be combined"
             )
         return cfg
 
@@ -244,6 +271,29 @@ class Config:
             KafkaNode(n, self.kafka_port + 2 * (n - 1), self.controller_port + 2 * (n - 1), self.state_dir)
             for n in range(1, self.brokers + 1)
         )
+
+    @property
+    def secured(self) -> bool:
+        return self.kafka_security == "sasl_ssl"
+
+    @property
+    def kafka_tls_dir(self) -> Path:
+        """The devstack's CA and the broker's key and certificate (sasl_ssl)."""
+        return self.kafka_dir / "tls"
+
+    @property
+    def kafka_ca_file(self) -> Path:
+        return self.kafka_tls_dir / "ca.pem"
+
+    @property
+    def kafka_users_file(self) -> Path:
+        """The SCRAM users and their passwords, made at the first format (sasl_ssl)."""
+        return self.kafka_dir / "users.json"
+
+    @property
+    def kafka_security_file(self) -> Path:
+        """Which mode the storage was formatted for: SCRAM users exist only from a format on."""
+        return self.kafka_dir / "security-mode"
 
     # PostgreSQL files
     @property
@@ -303,10 +353,29 @@ class Config:
         return self.state_dir / "env"
 
     def env_lines(self) -> str:
-        return (
+        lines = (
             f"export SLOTFLOW_KAFKA_BOOTSTRAP={shlex.quote(self.bootstrap)}\n"
             f"export SLOTFLOW_PG_DSN={shlex.quote(self.dsn)}\n"
         )
+        if self.secured:
+            # The admin (a super user) for tools and tests; each service's own user is in users.json.
+            for name, value in self.kafka_client_env("admin").items():
+                lines += f"export {name}={shlex.quote(value)}\n"
+            lines += f"export SLOTFLOW_DEVSTACK_KAFKA_USERS={shlex.quote(str(self.kafka_users_file))}\n"
+        return lines
+
+    def kafka_client_env(self, user: str) -> dict[str, str]:
+        """The SLOTFLOW_KAFKA_* variables a client connecting as ``user`` needs (sasl_ssl)."""
+        users = json.loads(self.kafka_users_file.read_text())
+        if user not in users:
+            raise DevstackError(f"no Kafka user {user!r} in {self.kafka_users_file}")
+        return {
+            "SLOTFLOW_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+            "SLOTFLOW_KAFKA_SASL_MECHANISM": "SCRAM-SHA-512",
+            "SLOTFLOW_KAFKA_SASL_USERNAME": user,
+            "SLOTFLOW_KAFKA_SASL_PASSWORD": str(users[user]),
+            "SLOTFLOW_KAFKA_SSL_CAFILE": str(self.kafka_ca_file),
+        }
 
 
 def prepare_state_dir(cfg: Config) -> None:

@@ -85,6 +85,7 @@ from _kafka import (
     wait_kafka_ready,
 )
 from _kafka_cluster import node_by_id, start_nodes, stop_node
+from _kafka_security import admin_security, check_formatted_mode, client_security, grant_service_acls
 from _postgres import (
     PG_TIMEOUT_S,
     PgStopMode,
@@ -111,10 +112,13 @@ __all__ = [
     "Config",
     "DevstackError",
     "PgStopMode",
+    "admin_security",
+    "client_security",
     "cluster_id",
     "ensure_jars",
     "ensure_pg_bin",
     "find_pg_bin",
+    "grant_service_acls",
     "jars_dir",
     "kafka_pid",
     "kafka_pids",
@@ -170,6 +174,8 @@ def _print_env(cfg: Config) -> None:
 async def cmd_up(cfg: Config) -> int:
     started = time.monotonic()
     prepare_state_dir(cfg)
+    # A running broker of the other mode must not get this mode's export lines.
+    check_formatted_mode(cfg)
     k_pid, p_pid = kafka_pid(cfg), postgres_pid(cfg)
     if cfg.brokers > 1 and None in kafka_pids(cfg).values():
         k_pid = None  # one node down: start_kafka starts the missing ones
@@ -226,9 +232,11 @@ async def cmd_up(cfg: Config) -> int:
     k_pid, p_pid = (int(r) for r in results if isinstance(r, int))
 
     try:
-        created = await ensure_topics(cfg.bootstrap, TOPICS)
+        security = admin_security(cfg)
+        created = await ensure_topics(cfg.bootstrap, TOPICS, security=security)
         # __consumer_offsets and __transaction_state now, so the first test's group join does not wait.
-        await warm_coordinators(cfg.bootstrap)
+        await warm_coordinators(cfg.bootstrap, security=security)
+        await grant_service_acls(cfg)
     except SlotflowError as err:
         raise DevstackError(f"Kafka runs, but setting it up failed: {err}") from err
     if created:
@@ -309,7 +317,7 @@ def cmd_status(cfg: Config) -> int:
 
 async def cmd_describe(cfg: Config) -> int:
     try:
-        info = await asyncio.wait_for(describe_cluster(cfg.bootstrap), 15)
+        info = await asyncio.wait_for(describe_cluster(cfg.bootstrap, security=admin_security(cfg)), 15)
     except (KafkaUnavailable, TimeoutError) as err:
         raise DevstackError(f"Kafka at {cfg.bootstrap} does not answer: {err}", EXIT_DOWN) from err
     print(f"cluster id     {info.cluster_id}")
@@ -415,7 +423,9 @@ def _parser() -> argparse.ArgumentParser:
         prog="devstack.py",
         description="slotflow developer stack: Kafka (KRaft, one node) and PostgreSQL on 127.0.0.1.",
         epilog="Environment: SLOTFLOW_DEVSTACK_DIR, SLOTFLOW_KAFKA_PORT, SLOTFLOW_KAFKA_CONTROLLER_PORT, "
-        "SLOTFLOW_PG_PORT, SLOTFLOW_KAFKA_BROKERS (1 or 3: three KRaft brokers), SLOTFLOW_PG_TLS (1: PostgreSQL over TLS, DSN with sslmode=verify-full), "
+        "SLOTFLOW_PG_PORT, SLOTFLOW_KAFKA_BROKERS (1 or 3: three KRaft brokers), "
+        "SLOTFLOW_PG_TLS (1: PostgreSQL over TLS, DSN with sslmode=verify-full), "
+        "SLOTFLOW_DEVSTACK_KAFKA_SECURITY (plaintext or sasl_ssl), "
         "SLOTFLOW_DEVSTACK_CACHE. See deploy/devstack/README.md.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -464,6 +474,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = _parser().parse_args(args_list)
         command: str = args.command
         if command == "env":
+            check_formatted_mode(cfg)
             _print_env(cfg)
             return 0
         if command == "status":

@@ -24,7 +24,7 @@ from slotflow.contracts import (
 from slotflow.contracts.topics import DLQ_EVENTS, JOBS_DUE, RUN_EVENTS, SCHEDULE_EVENTS, TopicSpec
 from slotflow.core.identity import run_id as slot_run_id
 from slotflow.settings import KafkaSettings
-from slotflow.testing.processes import ServiceProcess, stack_env
+from slotflow.testing.processes import ServiceProcess, free_port, stack_env
 
 REPO = Path(__file__).resolve().parents[3]
 STATS_PYTHON = REPO / ".venv-stats" / "bin" / "python"
@@ -38,8 +38,15 @@ class StatsProcess(ServiceProcess):
             raise AssertionError(
                 f"{STATS_PYTHON} is missing: run `make setup` (it builds the stats environment)"
             )
+        #: The worker's health listener (/livez, /readyz).
+        self.health_port = free_port()
         env = stack_env(
-            kafka, pg_dsn, "SLOTFLOW_STATS_", data_dir=workdir / "faust", flush_interval_seconds=0.5
+            kafka,
+            pg_dsn,
+            "SLOTFLOW_STATS_",
+            data_dir=workdir / "faust",
+            flush_interval_seconds=0.5,
+            health_port=self.health_port,
         )
         super().__init__(
             "slotflow_stats", name, env=env, log_dir=workdir, cwd=REPO, args=("worker",), python=STATS_PYTHON

@@ -87,6 +87,11 @@ async def test_counts_are_exact_and_equal_the_read_model(
             return True
 
         await assert_eventually(all_counted, timeout=90, interval=0.5, message="stats equal the workload")
+        # Its health listener: alive, and ready since its copies to PostgreSQL succeed.
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{worker.health_port}", timeout=5) as health:
+            assert (await health.get("/livez")).status_code == 200
+            ready = await health.get("/readyz")
+            assert ready.status_code == 200, ready.text
     finally:
         worker.close()
 

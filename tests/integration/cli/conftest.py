@@ -43,6 +43,7 @@ class Cli:
             # The api runs with authentication on; the CLI takes its token from the environment.
             SLOTFLOW_TOKEN=TEST_TOKEN,
         )
+        env.update(self.kafka.security.env())
         env.update(overrides)
         return env
 

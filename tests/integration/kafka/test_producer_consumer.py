@@ -138,7 +138,7 @@ async def test_idempotent_producer_retry_does_not_duplicate(kafka: KafkaSettings
 async def test_without_idempotence_the_same_fault_duplicates(kafka: KafkaSettings) -> None:
     """The control for the test above: proves the injected fault really causes a resend."""
     topic = kafka.topic(JOBS_DUE)
-    raw = AIOKafkaProducer(bootstrap_servers=kafka.bootstrap, acks="all", enable_idempotence=False)
+    raw = AIOKafkaProducer(**kafka.client_options(), acks="all", enable_idempotence=False)
     await raw.start()
     try:
         lost = lose_first_produce_response(raw.client)
@@ -157,7 +157,7 @@ async def log_end_offset(settings: KafkaSettings, topic: str, partition: int) ->
     from aiokafka import AIOKafkaConsumer
     from aiokafka.structs import TopicPartition
 
-    consumer = AIOKafkaConsumer(bootstrap_servers=settings.bootstrap, group_id=None)
+    consumer = AIOKafkaConsumer(**settings.client_options(), group_id=None)
     await consumer.start()
     try:
         tp = TopicPartition(topic, partition)

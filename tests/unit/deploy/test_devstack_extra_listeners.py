@@ -78,3 +78,13 @@ def test_a_malformed_value_is_refused_with_the_reason(
     monkeypatch.setenv("SLOTFLOW_KAFKA_PORT", "25092")
     with pytest.raises(config.DevstackError, match=says):
         config.Config.from_env()
+
+
+def test_extra_listeners_are_refused_on_the_secured_broker(
+    devstack: tuple[ModuleType, ModuleType], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config, _ = devstack
+    monkeypatch.setenv("SLOTFLOW_KAFKA_EXTRA_LISTENERS", "SVC_API:27201:27301")
+    monkeypatch.setenv("SLOTFLOW_DEVSTACK_KAFKA_SECURITY", "sasl_ssl")
+    with pytest.raises(config.DevstackError, match="bypass"):
+        config.Config.from_env()

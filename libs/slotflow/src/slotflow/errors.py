@@ -34,6 +34,14 @@ class TransientStorageError(TransientError):
     """PostgreSQL or Kafka was unreachable; the same operation may succeed later."""
 
 
+class KafkaAuthenticationFailed(PermanentError):
+    """The Kafka broker refused this client's credentials or its TLS handshake."""
+
+
+class KafkaAccessDenied(PermanentError):
+    """The Kafka broker's authoriser refused an operation: an ACL this principal needs is missing."""
+
+
 class FenceRejected(SlotflowError):
     """A write carried a fencing token older than the one storage has already seen."""
 

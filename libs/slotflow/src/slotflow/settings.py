@@ -6,6 +6,7 @@ from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from slotflow.contracts.topics import TOPICS, TopicSpec
+from slotflow.kafka.security import KafkaSecurity
 from slotflow.logs import redact, register_dsn, register_secret
 
 
@@ -24,6 +25,13 @@ class KafkaSettings(BaseSettings):
     replication_factor: int | None = Field(default=None, ge=1)
     #: The topics' `min.insync.replicas`; None: replication factor - 1 when that is above 1.
     min_insync_replicas: int | None = Field(default=None, ge=1)
+    #: TLS and SASL (SLOTFLOW_KAFKA_SECURITY_PROTOCOL, SLOTFLOW_KAFKA_SASL_*, SLOTFLOW_KAFKA_SSL_*;
+    #: slotflow.kafka.security), read from the environment on its own.
+    security: KafkaSecurity = Field(default_factory=KafkaSecurity)
+
+    def client_options(self) -> dict[str, Any]:
+        """Bootstrap and security keyword arguments for any aiokafka client."""
+        return {"bootstrap_servers": self.bootstrap, **self.security.client_options()}
 
     def topic(self, spec: TopicSpec) -> str:
         """The topic name to use for ``spec`` in this deployment."""

@@ -18,6 +18,7 @@ import uvicorn
 from slotflow.errors import SlotflowError
 from slotflow.logs import configure_logging
 from slotflow.pg.pool import create_pool, wait_for_pool
+from slotflow.tracing import configure_tracing
 from slotflow_api.app import create_app
 from slotflow_api.config import Settings
 from slotflow_api.projector import Projector, migrate, rebuild, run_until_idle
@@ -77,6 +78,7 @@ async def _migrate(settings: Settings) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     configure_logging()
+    configure_tracing("slotflow-api")
     settings = Settings()
     command = args.command or "serve"
     try:

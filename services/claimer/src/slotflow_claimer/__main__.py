@@ -6,6 +6,7 @@ import signal
 import sys
 
 from slotflow.logs import configure_logging
+from slotflow.tracing import configure_tracing
 from slotflow_claimer.app import ClaimerService
 from slotflow_claimer.config import Settings
 
@@ -31,6 +32,7 @@ async def serve(settings: Settings) -> int:
 
 def main() -> None:
     configure_logging()
+    configure_tracing("slotflow-claimer")
     settings = Settings()
     if settings.claimer.event_loop == "uvloop":
         import uvloop

@@ -33,6 +33,8 @@ from slotflow.settings import KafkaSettings
 from slotflow_claimer.runs import Run
 
 SOURCE = "claimer"
+#: The instrumentation scope of the claimer's spans.
+TRACE_SCOPE = "slotflow.claimer"
 
 
 class RunEvents:

@@ -20,11 +20,12 @@ import logging
 import multiprocessing
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from slotflow import tracing
 from slotflow.core.retry import is_retryable, next_retry_delay
 from slotflow.errors import FenceRejected, PermanentError
 from slotflow.pg.pool import Pool
@@ -32,6 +33,7 @@ from slotflow.runs import FencedWrites, Handler, HandlerRegistry, RunContext, Un
 from slotflow.service import sleep_or_stop
 from slotflow_claimer import capture, store
 from slotflow_claimer.downstreams import Gate, Pass
+from slotflow_claimer.events import TRACE_SCOPE
 from slotflow_claimer.metrics import ClaimerMetrics
 from slotflow_claimer.outcomes import Outcome
 from slotflow_claimer.retrying import STORAGE_RETRYABLE
@@ -200,7 +202,7 @@ class Executor:
         started = time.monotonic()
         lines = capture.AttemptLog()
         try:
-            with capture.attempt_log() as lines:
+            with capture.attempt_log() as lines, _handler_span(run):
                 result = await self._invoke(fn, self._context(run), run.retry.start_to_close)
         except asyncio.CancelledError as error:
             if ex.reason() is not None:
@@ -477,6 +479,31 @@ class Executor:
         for ex in self._executions.values():
             if ex.task is not None and not ex.task.done():
                 ex.task.cancel()
+
+
+@contextlib.contextmanager
+def _handler_span(run: Run) -> Iterator[None]:
+    """The handler's span (tracing on): child of the claim, current while the handler runs, so
+    spans the handler opens itself nest below it; what it raises is recorded on it."""
+    if not tracing.enabled():
+        yield
+        return
+    attributes = tracing.run_attributes(
+        run_id=run.run_id,
+        job_id=run.job_id,
+        slot=run.slot,
+        attempt=run.attempt,
+        kind=run.kind,
+        handler=run.handler,
+        workflow_id=run.workflow_id,
+    )
+    attributes["slotflow.fence_token"] = run.fence_token
+    with tracing.span(
+        TRACE_SCOPE, f"handler {run.handler}", parent=run.trace_parent(), attributes=attributes
+    ) as span:
+        # RunCompleted (or RunFailed) is staged below the handler's span.
+        run.trace = tracing.context_of(span)
+        yield
 
 
 def sort_failure(run: Run, error: BaseException, *, draw: float) -> Outcome:

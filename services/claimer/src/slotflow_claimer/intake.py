@@ -13,6 +13,7 @@ waves share the transaction).
 
 import functools
 import logging
+import time
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -20,16 +21,17 @@ from datetime import datetime
 
 from pydantic import ValidationError
 
+from slotflow import tracing
 from slotflow.contracts import Envelope, JobDue
 from slotflow.contracts.identity import identity_violation
 from slotflow.errors import PoisonMessage
 from slotflow.kafka.poison import dead_letter_envelope, decode_record, guess_ids, minimal_dead_letter
 from slotflow.kafka.records import Record
-from slotflow.pg.outbox import Encoded, Staged, append_encoded, append_many, encoded
+from slotflow.pg.outbox import Encoded, Staged, append_encoded, append_many, encoded, with_headers
 from slotflow.pg.pool import Conn, Pool
 from slotflow.settings import KafkaSettings
 from slotflow_claimer import store
-from slotflow_claimer.events import SOURCE, RunEvents
+from slotflow_claimer.events import SOURCE, TRACE_SCOPE, RunEvents
 from slotflow_claimer.metrics import ClaimerMetrics
 from slotflow_claimer.retrying import STORAGE_RETRYABLE, with_storage_retry
 from slotflow_claimer.runs import Due, Run
@@ -125,6 +127,10 @@ class Admission:
     buffered: int = 0
     duplicates: int = 0
     poison: int = 0
+    #: The claim spans of the batch (tracing on), ended when its transaction has committed.
+    spans: list[tracing.Span] = field(default_factory=list)
+    #: When the batch's admission began (ns since the epoch; the claim spans start there).
+    began: int = field(default_factory=time.time_ns)
 
 
 class Intake:
@@ -196,17 +202,25 @@ class Intake:
         """Bring every record of the batch to a durable state in one transaction."""
         dues, poison = self.decode(records)
         outcome = Admission(poison=len(poison))
-        async with self._pool.acquire() as conn, conn.transaction():
-            staged: list[Encoded] = []
-            await store.lock_jobs(conn, {d.job.job_id for d in dues if d.job.overlap != "allow"})
-            for wave in waves(dues):
-                staged.extend(await self._admit_wave(conn, wave, outcome))
-            if poison:
-                at = await _db_now(conn)
-                for record, err in poison:
-                    log.error("claimer: dead-lettering %s (%s): %s", record.position, err.reason, err)
-                    staged.append(encoded(poison_letter(self._dlq_topic, record, err, at=at)))
-            await append_encoded(conn, schema=self._schema, rows=staged)
+        try:
+            async with self._pool.acquire() as conn, conn.transaction():
+                staged: list[Encoded] = []
+                await store.lock_jobs(conn, {d.job.job_id for d in dues if d.job.overlap != "allow"})
+                for wave in waves(dues):
+                    staged.extend(await self._admit_wave(conn, wave, outcome))
+                if poison:
+                    at = await _db_now(conn)
+                    for record, err in poison:
+                        log.error("claimer: dead-lettering %s (%s): %s", record.position, err.reason, err)
+                        staged.append(encoded(poison_letter(self._dlq_topic, record, err, at=at)))
+                await append_encoded(conn, schema=self._schema, rows=staged)
+        except BaseException as err:
+            for span in outcome.spans:  # the claims rolled back with the transaction
+                tracing.record_error(span, err)
+                span.end()
+            raise
+        for span in outcome.spans:
+            span.end()
         m = self._metrics
         m.claimed.labels("intake").inc(len(outcome.claimed))
         m.duplicates.inc(outcome.duplicates)
@@ -291,8 +305,45 @@ class Intake:
         claimed = await store.claim(conn, schema, to_claim, owner=self._owner, ttl=self._ttl)
         outcome.claimed.extend(claimed)
         outcome.duplicates += len(to_claim) - len(claimed)
-        staged.extend(self._events.started_row(run, run.updated_at) for run in claimed)
+        if tracing.enabled():
+            staged.extend(self._traced_start(run, outcome) for run in claimed)
+        else:
+            staged.extend(self._events.started_row(run, run.updated_at) for run in claimed)
         return staged
+
+    def _traced_start(self, run: Run, outcome: Admission) -> Encoded:
+        """RunStarted under a claim span (child of the JobDue's context), ended at the commit."""
+        due = run.due
+        span = tracing.tracer(TRACE_SCOPE).start_span(
+            f"claim {due.topic}",
+            context=run.trace_parent(),
+            kind=tracing.SpanKind.CONSUMER,
+            start_time=outcome.began,
+            attributes={
+                **tracing.messaging(
+                    due.topic,
+                    operation="claim",
+                    operation_type="process",
+                    key=due.key,
+                    partition=due.partition,
+                    offset=due.offset,
+                ),
+                **tracing.run_attributes(
+                    run_id=run.run_id,
+                    job_id=run.job_id,
+                    slot=run.slot,
+                    attempt=run.attempt,
+                    kind=run.kind,
+                    handler=run.handler,
+                    workflow_id=run.workflow_id,
+                ),
+                "slotflow.fence_token": run.fence_token,
+                "slotflow.claimer": self._owner,
+            },
+        )
+        outcome.spans.append(span)
+        run.trace = tracing.context_of(span)
+        return with_headers(self._events.started_row(run, run.updated_at), tracing.headers_for(span))
 
     async def _apply_overlap(
         self, conn: Conn, fresh: Sequence[Due], outcome: Admission, staged: list[Encoded]

@@ -18,15 +18,16 @@ from typing import Any
 
 from pydantic_core import to_jsonable_python
 
+from slotflow import tracing
 from slotflow.contracts.codec import FIELD_MAX_DEPTH, depth_of
 from slotflow.contracts.workflows import payload_ref
 from slotflow.core.nul import jsonb_text
 from slotflow.errors import SlotflowError
-from slotflow.pg.outbox import Encoded, Staged, append_encoded, encoded
+from slotflow.pg.outbox import Encoded, Staged, append_encoded, encoded, with_headers
 from slotflow.pg.payloads import put_payload
 from slotflow.pg.pool import Conn, Pool
 from slotflow_claimer import store
-from slotflow_claimer.events import RunEvents
+from slotflow_claimer.events import TRACE_SCOPE, RunEvents
 from slotflow_claimer.metrics import ClaimerMetrics
 from slotflow_claimer.retrying import with_storage_retry
 from slotflow_claimer.runs import Run
@@ -34,6 +35,8 @@ from slotflow_claimer.runs import Run
 log = logging.getLogger(__name__)
 
 _MESSAGE_CHARS = 2000
+#: The first event an outcome stages (its span's `slotflow.message.type`); failures: RunFailed.
+_TYPES = {"completed": "RunCompleted", "held": "RunRetrying"}
 _TRACEBACK_CHARS = 16000
 #: A handler's result is recorded whole up to this size (as JSON); past it, a truncation marker.
 #: Under the 1 MiB run-events record with room for the envelope: a workflow activity's result
@@ -345,8 +348,33 @@ class OutcomeWriter:
     def _stage(self, outcome: Outcome, run: Run) -> list[Encoded]:
         at = run.updated_at
         if outcome.kind == "completed":
-            return [self._events.completed_row(run, at, logs=outcome.logs)]
-        return [encoded(item) for item in self._stage_failure(outcome, run, at)]
+            rows = [self._events.completed_row(run, at, logs=outcome.logs)]
+        else:
+            rows = [encoded(item) for item in self._stage_failure(outcome, run, at)]
+        if not tracing.enabled() or not rows:
+            return rows
+        # The outcome's event (RunCompleted, RunFailed, ...) under the handler's span.
+        first = rows[0]
+        created = tracing.produced(
+            TRACE_SCOPE,
+            first.topic,
+            message_id=first.event_id,
+            key=first.key,
+            parent=outcome.run.trace_parent(),
+            attributes={
+                **tracing.run_attributes(
+                    run_id=run.run_id,
+                    job_id=run.job_id,
+                    attempt=run.attempt,
+                    kind=run.kind,
+                    handler=run.handler,
+                    workflow_id=run.workflow_id,
+                ),
+                "slotflow.outcome": outcome.kind,
+                "slotflow.message.type": _TYPES.get(outcome.kind, "RunFailed"),
+            },
+        )
+        return [with_headers(row, created) for row in rows]
 
     def _stage_failure(self, outcome: Outcome, run: Run, at: datetime) -> list[Staged]:
         ev = self._events

@@ -11,6 +11,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from slotflow.errors import KafkaAccessDenied
 from slotflow.kafka.consumer import Consumer
 from slotflow.kafka.records import Record
 from slotflow.service import sleep_or_stop
@@ -75,6 +76,8 @@ class Polling:
                     records = await self._consumer.poll(
                         timeout_ms=self._poll_timeout_ms, max_records=min(free, MAX_BATCH)
                     )
+                except KafkaAccessDenied:
+                    raise  # a missing ACL never heals by polling again: the service stops and says why
                 except Exception as err:  # noqa: BLE001 - aiokafka's own error types; the broker may be away
                     failures += 1
                     log.warning("claimer %s: poll failed (try %d): %r", self._owner, failures, err)

@@ -7,7 +7,9 @@ from datetime import datetime
 from typing import Any
 
 import asyncpg
+from opentelemetry.context import Context
 
+from slotflow import tracing
 from slotflow.contracts import AttemptRecord, Envelope, JobDue, RetryPolicy
 from slotflow.contracts.codec import decode
 from slotflow.contracts.envelope import REDRIVE_COUNT_HEADER
@@ -74,6 +76,7 @@ class Run:
         "state",
         "tags",
         "takeovers",
+        "trace",
         "updated_at",
         "workflow_id",
     )
@@ -103,6 +106,9 @@ class Run:
         self.started_at: datetime | None = row["started_at"]
         self.finished_at: datetime | None = row["finished_at"]
         self.updated_at: datetime = row["updated_at"]
+        #: The trace context of this claimer's latest span for the run (claim, then handler), so
+        #: the next span and the events it stages join the run's trace; None while tracing is off.
+        self.trace: Context | None = None
 
     @classmethod
     def from_row(cls, row: asyncpg.Record, due: Record | None = None) -> "Run":
@@ -151,6 +157,16 @@ class Run:
                 timestamp_ms=row["due_timestamp_ms"],
             )
         return self._due
+
+    def trace_parent(self) -> Context | None:
+        """The context the run's next span hangs below: this claimer's latest span for it, else
+        the one its JobDue record carried (a run taken over or started from the buffer)."""
+        if self.trace is not None:
+            return self.trace
+        try:
+            return tracing.extract(self.due.headers)
+        except (KeyError, ValueError):  # a row read without its JobDue columns
+            return None
 
     @property
     def attempt_in_round(self) -> int:

@@ -9,6 +9,7 @@ import signal
 import sys
 
 from slotflow.logs import configure_logging
+from slotflow.tracing import configure_tracing
 from slotflow_dlq.app import DlqService
 
 
@@ -22,6 +23,7 @@ async def _serve() -> None:
 
 def main() -> int:
     configure_logging()
+    configure_tracing("slotflow-dlq")
     asyncio.run(_serve())
     return 0
 

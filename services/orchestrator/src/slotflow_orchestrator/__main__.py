@@ -11,6 +11,7 @@ import signal
 import sys
 
 from slotflow.logs import configure_logging
+from slotflow.tracing import configure_tracing
 from slotflow_orchestrator.app import OrchestratorService
 from slotflow_orchestrator.config import Settings
 from slotflow_orchestrator.runtime import load_decider
@@ -28,6 +29,7 @@ async def _serve(settings: Settings) -> None:
 
 def main() -> int:
     configure_logging()
+    configure_tracing("slotflow-orchestrator")
     asyncio.run(_serve(Settings()))
     return 0
 

@@ -15,19 +15,22 @@ relay publishes what was staged. So no decision is lost and none is made twice.
 """
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from typing import Any
 
-from slotflow.contracts import REGISTRY, HistoryEvent, RunCompleted, WorkflowStarted, wrap
+from slotflow import tracing
+from slotflow.contracts import REGISTRY, HistoryEvent, JobDue, RunCompleted, WorkflowStarted, wrap
 from slotflow.contracts.codec import decode, encode
 from slotflow.contracts.workflows import PAYLOAD_REF_KEY, is_payload_ref
 from slotflow.errors import SlotflowError
-from slotflow.pg.outbox import Staged, append_many
+from slotflow.pg.outbox import Staged, append_many, traced
 from slotflow.pg.payloads import get_payload, put_payload
 from slotflow.pg.pool import Conn, Pool
 from slotflow.pg.statements import sql
@@ -57,7 +60,8 @@ LEASE_CHECK = "SELECT fence_token, now() AS now FROM {schema}.shard_leases WHERE
 # Every row of the group locked in one statement, in workflow id order (two groups never wait on
 # each other in a cycle; a workflow is in one group of a pass anyway).
 LOCK_ROWS = (
-    "SELECT workflow_id, workflow_type, status, execution_deadline, last_sequence, decided_with_token "
+    "SELECT workflow_id, workflow_type, status, execution_deadline, last_sequence, decided_with_token, "
+    "start_command_id "
     "FROM {schema}.workflows WHERE workflow_id = ANY($1::text[]) ORDER BY workflow_id FOR UPDATE"
 )
 # Applied in arrival order; locked so a concurrent pass over the same workflows waits. An input
@@ -102,6 +106,9 @@ FROM unnest($1::text[], $4::text[], $5::text[], $6::int[], $7::text[], $8::times
 WHERE w.workflow_id = u.id
 """
 DROP_INPUTS = "DELETE FROM {schema}.inputs WHERE seq = ANY($1::bigint[])"
+
+#: The instrumentation scope of the orchestrator's spans.
+TRACE_SCOPE = "slotflow.orchestrator"
 
 #: Histories kept from this process's own commits (workflows, least recently decided go first).
 HISTORY_CACHE_SIZE = 20_000
@@ -307,6 +314,7 @@ class Decisions:
         for workflow_id in todo:
             record = found.get(workflow_id)
             inputs = waiting.get(workflow_id, [])
+            began = time.time_ns()
             out = step(
                 workflow_id,
                 Row(record["workflow_type"], record["status"], record["execution_deadline"])
@@ -318,16 +326,17 @@ class Decisions:
                 now=now,
                 redecide=redecide,
             )
-            await self._gather(
-                conn,
-                store,
-                out,
-                record is not None,
-                inputs,
-                now=now,
-                writes=writes,
-                history=histories[workflow_id],
-            )
+            with _decision_span(out, record, inputs=len(inputs), shard=shard, began=began):
+                await self._gather(
+                    conn,
+                    store,
+                    out,
+                    record is not None,
+                    inputs,
+                    now=now,
+                    writes=writes,
+                    history=histories[workflow_id],
+                )
             outcomes[workflow_id] = Outcome(out, len(inputs))
         return outcomes
 
@@ -382,7 +391,8 @@ class Decisions:
         writes.dropped.extend(i.seq for i in inputs)
         if out.notices:
             await self._notify_parents(conn, out, now)
-        writes.staged.extend(self._outbound.rows(out, stored, now=now))
+        rows = self._outbound.rows(out, stored, now=now)
+        writes.staged.extend(_traced(rows) if tracing.enabled() else rows)
         if last is not None:
             closed = out.status in ("completed", "failed", "cancelled")
             # A closed workflow is decided again only for late inputs: not worth its memory.
@@ -441,6 +451,76 @@ class Decisions:
             [e.type for e in envelopes],
             [encode(e) for e in envelopes],
         )
+
+
+@contextlib.contextmanager
+def _decision_span(out: Step, record: Any, *, inputs: int, shard: int, began: int) -> Iterator[None]:
+    """A decision's span (tracing on), in its workflow run's trace: below the run's root span,
+    which the decision that starts the run records (`slotflow.tracing.workflow_started`)."""
+    if not tracing.enabled():
+        yield
+        return
+    workflow_id = out.workflow_id
+    started = [e for e in out.events if isinstance(e, WorkflowStarted) and e.continued_from is None]
+    workflow_type = (
+        out.started.workflow_type
+        if out.started is not None
+        else (record["workflow_type"] if record is not None else "unknown")
+    )
+    attributes = {"slotflow.workflow_id": workflow_id, "slotflow.workflow.type": workflow_type}
+    command_id: str | None = record["start_command_id"] if record is not None else None
+    if started:
+        command_id = started[-1].command_id
+        tracing.workflow_started(
+            TRACE_SCOPE,
+            f"workflow {workflow_type}",
+            workflow_id,
+            command_id,
+            attributes=attributes,
+            start_time=began,
+        )
+    parent = tracing.workflow_context(workflow_id, command_id) if command_id is not None else None
+    with tracing.span(
+        TRACE_SCOPE,
+        f"decide {workflow_type}",
+        parent=parent,
+        start_time=began,
+        attributes={
+            **attributes,
+            "slotflow.workflow.status": out.status or "running",
+            "slotflow.workflow.inputs": inputs,
+            "slotflow.workflow.appended": len(out.events),
+            "slotflow.shard": shard,
+        },
+    ):
+        yield
+
+
+def _traced(rows: list[Staged]) -> list[Staged]:
+    """The decision's records in its trace; each activity's JobDue under a span of its own."""
+    result = []
+    for row in rows:
+        envelope = row.envelope
+        if envelope.type != JobDue.message_type:
+            result.append(traced(row))
+            continue
+        data = envelope.data
+        created = tracing.produced(
+            TRACE_SCOPE,
+            row.topic,
+            message_id=envelope.id,
+            key=envelope.key,
+            attributes=tracing.run_attributes(
+                run_id=str(data.get("run_id")),
+                job_id=str(data.get("job_id")),
+                attempt=int(data.get("attempt", 1)),
+                kind=str(data.get("kind")),
+                handler=str(data.get("handler")),
+                workflow_id=data.get("workflow_id"),
+            ),
+        )
+        result.append(traced(row, created))
+    return result
 
 
 def _event(type_: str, data: str) -> HistoryEvent:

@@ -28,11 +28,11 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings()
     topics = [settings.kafka.topic(name) for names in SOURCES.values() for name in names]
     try:
-        partitions = asyncio.run(partitions_of(settings.kafka.bootstrap, topics))
+        partitions = asyncio.run(partitions_of(settings.kafka, topics))
         processor = Processor(settings, partitions)
         asyncio.run(
             ensure_changelogs(
-                settings.kafka.bootstrap,
+                settings.kafka,
                 processor.changelogs(),
                 replication=settings.stats.changelog_replication_factor,
             )

@@ -28,8 +28,9 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.structs import TopicPartition
 
 from slotflow_stats import sink
-from slotflow_stats.config import DLQ_EVENTS, JOBS_DUE, RUN_EVENTS, SCHEDULE_EVENTS, Settings
+from slotflow_stats.config import DLQ_EVENTS, JOBS_DUE, RUN_EVENTS, SCHEDULE_EVENTS, KafkaConnection, Settings
 from slotflow_stats.errors import StatsError, TopicMissing, UndecodableEvent
+from slotflow_stats.health import FlushClock, serve_health
 from slotflow_stats.observe import Family, observe
 from slotflow_stats.producer import install_draining_buffer
 from slotflow_stats.windows import SIZES, Key, Value, apply, window_start
@@ -45,9 +46,9 @@ SOURCES: dict[Family, tuple[str, ...]] = {
 DirtyKey = tuple[Family, int, Key, float]
 
 
-async def partitions_of(bootstrap: str, topics: list[str]) -> dict[str, int]:
+async def partitions_of(kafka: KafkaConnection, topics: list[str]) -> dict[str, int]:
     """How many partitions each of ``topics`` has; TopicMissing names one that does not exist."""
-    client = AIOKafkaClient(bootstrap_servers=bootstrap, client_id="slotflow-stats-metadata")
+    client = AIOKafkaClient(client_id="slotflow-stats-metadata", **kafka.client_options())
     await client.bootstrap()
     try:
         metadata = await client.fetch_all_metadata()
@@ -65,6 +66,25 @@ async def partitions_of(bootstrap: str, topics: list[str]) -> dict[str, int]:
     return out
 
 
+def faust_credentials(kafka: KafkaConnection) -> Any:
+    """faust's credentials object for the SLOTFLOW_KAFKA_* security settings (None: PLAINTEXT)."""
+    context = kafka.ssl_context()
+    if kafka.security_protocol.startswith("SASL_"):
+        if kafka.sasl_mechanism == "OAUTHBEARER":
+            return faust.OAuthCredentials(
+                oauth_cb=kafka.client_options()["sasl_oauth_token_provider"], ssl_context=context
+            )
+        return faust.SASLCredentials(
+            username=kafka.sasl_username,
+            password=kafka.sasl_password.get_secret_value() if kafka.sasl_password else None,
+            mechanism=kafka.sasl_mechanism,
+            ssl_context=context,
+        )
+    if context is not None:
+        return faust.SSLCredentials(context)
+    return None
+
+
 class Changelog(NamedTuple):
     """A changelog topic faust expects, as faust itself would declare it."""
 
@@ -74,7 +94,7 @@ class Changelog(NamedTuple):
 
 
 async def ensure_changelogs(
-    bootstrap: str, changelogs: list[Changelog], *, replication: int = 1, timeout: float = 60.0
+    kafka: KafkaConnection, changelogs: list[Changelog], *, replication: int = 1, timeout: float = 60.0
 ) -> None:
     """Create the changelog topics that are missing and wait until every partition has a leader.
 
@@ -82,7 +102,7 @@ async def ensure_changelogs(
     metadata before the new partitions have leaders, sees zero partitions and stops the agent
     with PartitionsMismatch (seen here). Creating them first, and waiting, removes the race.
     """
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="slotflow-stats-admin")
+    admin = AIOKafkaAdminClient(client_id="slotflow-stats-admin", **kafka.client_options())
     await admin.start()
     try:
         existing = set(await admin.list_topics())
@@ -98,7 +118,7 @@ async def ensure_changelogs(
                 raise StatsError(f"could not create changelog topics (name, Kafka error code): {failed}")
     finally:
         await admin.close()
-    client = AIOKafkaClient(bootstrap_servers=bootstrap, client_id="slotflow-stats-metadata")
+    client = AIOKafkaClient(client_id="slotflow-stats-metadata", **kafka.client_options())
     await client.bootstrap()
     try:
         deadline = asyncio.get_running_loop().time() + timeout
@@ -128,6 +148,7 @@ class Processor:
         self.app = faust.App(
             settings.app_id,
             broker=[f"kafka://{host}" for host in settings.kafka.bootstrap.split(",")],
+            broker_credentials=faust_credentials(settings.kafka),
             store="memory://",
             processing_guarantee="at_least_once",
             consumer_auto_offset_reset="earliest",
@@ -169,6 +190,19 @@ class Processor:
         )
         self.handlers.on_recover(self._recovered)
         self.app.timer(stats.flush_interval_seconds)(self.flush)
+        #: Successful copies to PostgreSQL, for the health listener's /readyz.
+        self.flushes = FlushClock()
+        if stats.health_port:
+            self.app.task(self._serve_health)
+
+    async def _serve_health(self) -> None:
+        stats = self.settings.stats
+        server = await serve_health(
+            stats.health_host, stats.health_port, self.flushes, stats.health_stale_after_seconds
+        )
+        log.info("health listener on %s:%d (/livez, /readyz)", stats.health_host, stats.health_port)
+        async with server:
+            await server.serve_forever()
 
     def changelogs(self) -> list[Changelog]:
         """Every table's changelog topic, configured as faust declares it (compacted; windowed
@@ -295,6 +329,7 @@ class Processor:
             windows, handlers = self.dirty, self.dirty_handlers
         self.dirty, self.dirty_handlers = {}, {}
         if not windows and not handlers:
+            self.flushes.copied()
             return
         rows = [
             sink.WindowRow(size, start, family, key.subject, key.partition, value)
@@ -309,4 +344,5 @@ class Processor:
             self.dirty = {**windows, **self.dirty}
             self.dirty_handlers = {**handlers, **self.dirty_handlers}
             return
+        self.flushes.copied()
         log.debug("copied %d windows and %d handlers", len(rows), len(handlers))

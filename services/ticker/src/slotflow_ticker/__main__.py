@@ -22,6 +22,7 @@ from slotflow.logs import configure_logging
 from slotflow.pg.pool import create_pool
 from slotflow.pg.statements import sql
 from slotflow.settings import KafkaSettings, PostgresSettings
+from slotflow.tracing import configure_tracing
 from slotflow_ticker.app import TickerService, migrate
 from slotflow_ticker.config import TickerSettings
 from slotflow_ticker.preview import preview_lines
@@ -32,6 +33,7 @@ from slotflow_ticker.store import parse_definition
 def main(argv: Sequence[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     configure_logging(level=args.log_level)
+    configure_tracing("slotflow-ticker")
     command = args.command or "run"
     if command == "run":
         if TickerSettings().event_loop == "uvloop":

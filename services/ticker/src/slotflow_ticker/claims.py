@@ -11,10 +11,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from slotflow import tracing
 from slotflow.contracts import FireJobDue, ScheduleResumed
 from slotflow.core.identity import slot_label
 from slotflow.errors import SlotflowError
 from slotflow.pg.instants import to_micros
+from slotflow.pg.outbox import traced
 from slotflow.pg.pool import Conn, Pool
 from slotflow_ticker.events import EventFactory, Outgoing, stage_all
 from slotflow_ticker.metrics import TickerMetrics
@@ -195,24 +197,28 @@ class SlotClaimer:
             for record in records:
                 action = parse_action(record["action"])
                 fire_at: datetime = record["fire_at"]
+                # The trace of the StartTimer that set it (tracing on and the command carried one).
+                stored: str | None = record["trace_parent"]
+                parent = tracing.extract({tracing.TRACEPARENT: stored.encode("latin-1")}) if stored else None
                 if isinstance(action, FireJobDue):
                     job = (
                         action.job
                         if action.job.fire_at is not None
                         else action.job.model_copy(update={"fire_at": fire_at})
                     )
-                    staged.append(self._events.job_due_message(job, occurred_at=now))
+                    staged.append(self._events.job_due_message(job, occurred_at=now, parent=parent))
                     self._metrics.slots_fired.labels(job.kind).inc()
                 else:
-                    staged.append(
-                        self._events.timer_fired(
-                            record["timer_id"],
-                            owner=action.owner,
-                            sequence=action.sequence,
-                            fire_at=fire_at,
-                            fired_at=now,
-                        )
+                    fired = self._events.timer_fired(
+                        record["timer_id"],
+                        owner=action.owner,
+                        sequence=action.sequence,
+                        fire_at=fire_at,
+                        fired_at=now,
                     )
+                    if stored and tracing.enabled():
+                        fired = traced(fired, {tracing.TRACEPARENT: stored.encode("latin-1")})
+                    staged.append(fired)
                 self._metrics.timers_fired.labels(action.action).inc()
                 self._metrics.lateness.observe(max(0.0, (now - fire_at).total_seconds()))
             await stage_all(conn, schema=self._schema, items=staged)

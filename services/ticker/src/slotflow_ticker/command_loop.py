@@ -9,7 +9,7 @@ import logging
 from functools import partial
 
 from slotflow.contracts.topics import DLQ_MESSAGES, SCHEDULE_COMMANDS
-from slotflow.errors import TransientStorageError
+from slotflow.errors import KafkaAccessDenied, TransientStorageError
 from slotflow.kafka.consumer import Consumer
 from slotflow.kafka.loop import ConsumeLoop
 from slotflow.kafka.poison import decode_record
@@ -92,8 +92,8 @@ class CommandLoop:
         while not stop.is_set():
             try:
                 records = await consumer.poll(timeout_ms=500)
-            except asyncio.CancelledError:
-                raise
+            except (asyncio.CancelledError, KafkaAccessDenied):
+                raise  # a missing ACL never heals by polling again: the service stops and says why
             except Exception as err:  # noqa: BLE001 - aiokafka raises many types; all mean "poll again"
                 log.warning("ticker: poll failed: %s", err)
                 await sleep_or_stop(stop, 1.0)

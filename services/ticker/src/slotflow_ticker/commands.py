@@ -15,6 +15,7 @@ from datetime import datetime
 
 from pydantic import ValidationError
 
+from slotflow import tracing
 from slotflow.contracts import (
     Backfill,
     CancelTimer,
@@ -157,7 +158,7 @@ class CommandHandler:
             staged: list[Outgoing] = []
             due: list[tuple[str, datetime]] = []
             outcomes: list[tuple[str, str]] = []
-            timers: dict[str, StartTimer] = {}
+            timers: dict[str, tuple[StartTimer, str | None]] = {}
             for incoming in batch:
                 envelope, message = incoming.envelope, incoming.message
                 if envelope.id not in new:
@@ -165,7 +166,7 @@ class CommandHandler:
                 new.discard(envelope.id)
                 if isinstance(message, StartTimer):
                     # The first StartTimer of a timer id wins, as it would one transaction each.
-                    timers.setdefault(message.timer_id, message)
+                    timers.setdefault(message.timer_id, (message, _trace_parent(incoming.record)))
                     due.append((timer_key(message.timer_id), message.fire_at))
                     staged.append(self._accepted(envelope, message, now))
                     outcomes.append((envelope.type, "accepted"))
@@ -190,14 +191,15 @@ class CommandHandler:
             self._metrics.commands.labels(command_type, outcome).inc()
         self._on_commit(due)
 
-    async def _insert_timers(self, conn: Conn, timers: dict[str, StartTimer]) -> None:
+    async def _insert_timers(self, conn: Conn, timers: dict[str, tuple[StartTimer, str | None]]) -> None:
         if not timers:
             return
         await conn.execute(
             self._q.insert_timers,
             list(timers),
-            [t.fire_at for t in timers.values()],
-            [dump_action(t.on_fire) for t in timers.values()],
+            [t.fire_at for t, _ in timers.values()],
+            [dump_action(t.on_fire) for t, _ in timers.values()],
+            [parent for _, parent in timers.values()],
         )
 
     def _accepted(self, envelope: Envelope, message: Message, now: datetime) -> Staged:
@@ -286,8 +288,14 @@ class CommandHandler:
         """
         cid = envelope.id
         if isinstance(message, StartTimer):
+            # Handled one at a time, under the command's consumer span (tracing on).
+            parent = tracing.headers_for().get(tracing.TRACEPARENT)
             await conn.fetchval(
-                self._q.insert_timer, message.timer_id, message.fire_at, dump_action(message.on_fire)
+                self._q.insert_timer,
+                message.timer_id,
+                message.fire_at,
+                dump_action(message.on_fire),
+                parent.decode("latin-1") if parent is not None else None,
             )
             return Applied(due=[(timer_key(message.timer_id), message.fire_at)])
         if isinstance(message, CancelTimer):
@@ -492,3 +500,11 @@ def _identify(record: Record) -> tuple[str, str, str]:
     except PoisonMessage:
         return record.position, command_type, subject
     return envelope.id, envelope.type, envelope.key or subject
+
+
+def _trace_parent(record: Record) -> str | None:
+    """The traceparent a StartTimer's record carries, kept with its timer (tracing on)."""
+    if not tracing.enabled():
+        return None
+    value = record.header(tracing.TRACEPARENT)
+    return value.decode("latin-1") if value is not None else None

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic_core import to_json
 
+from slotflow import tracing
 from slotflow.contracts import (
     CommandAccepted,
     CommandRejected,
@@ -29,7 +30,7 @@ from slotflow.contracts.topics import DLQ_MESSAGES, JOBS_DUE, SCHEDULE_EVENTS, T
 from slotflow.core.cronslots import SkippedSlot
 from slotflow.core.identity import job_due_event_id, run_id, slot_label
 from slotflow.core.nul import storable
-from slotflow.pg.outbox import Encoded, Staged, append_encoded, encoded, headers_json
+from slotflow.pg.outbox import Encoded, Staged, append_encoded, encoded, headers_json, with_headers
 from slotflow.pg.pool import Conn
 from slotflow.settings import KafkaSettings
 from slotflow_ticker.memo import IdentityMemo
@@ -38,6 +39,8 @@ JobKind = Literal["scheduled", "manual", "backfill", "retry", "activity"]
 #: What the ticker stages: envelopes, or (on the claim's hot path) rows it encoded itself.
 Outgoing = Staged | Encoded
 _JOB_DUE_HEADERS = headers_json(JobDue.message_type, JobDue.message_version)
+#: The instrumentation scope of the ticker's spans.
+TRACE_SCOPE = "slotflow.ticker"
 #: A rejection's reason is cut here (a poison's message can quote a long key).
 REASON_CHARS = 4000
 
@@ -137,7 +140,25 @@ class EventFactory:
                 "data": data,
             }
         )
-        return Encoded(self.topics.jobs, event_id, schedule_id, value, _JOB_DUE_HEADERS)
+        row = Encoded(self.topics.jobs, event_id, schedule_id, value, _JOB_DUE_HEADERS)
+        if tracing.enabled():
+            # The root of the run's trace (or a child of the command that caused it).
+            created = tracing.produced(
+                TRACE_SCOPE,
+                self.topics.jobs,
+                message_id=event_id,
+                key=schedule_id,
+                attributes=tracing.run_attributes(
+                    run_id=run,
+                    job_id=schedule_id,
+                    slot=slot,
+                    attempt=1,
+                    kind=kind,
+                    handler=definition.handler,
+                ),
+            )
+            row = with_headers(row, created)
+        return row
 
     def job_due_validated(
         self,
@@ -190,8 +211,13 @@ class EventFactory:
         )
         return self.job_due_message(message, occurred_at=occurred_at)
 
-    def job_due_message(self, message: JobDue, *, occurred_at: datetime) -> Staged:
-        """A ready JobDue (a timer's retry attempt): id from its run id and attempt."""
+    def job_due_message(
+        self, message: JobDue, *, occurred_at: datetime, parent: tracing.Context | None = None
+    ) -> Staged:
+        """A ready JobDue (a timer's retry attempt): id from its run id and attempt.
+
+        Its span hangs below ``parent`` (a retry: the failed attempt's outcome) or the current span.
+        """
         envelope = wrap(
             message,
             id=job_due_event_id(message.run_id, message.attempt),
@@ -199,7 +225,23 @@ class EventFactory:
             source=self.source,
             occurred_at=occurred_at,
         )
-        return Staged(self.topics.jobs, envelope)
+        created = tracing.produced(
+            TRACE_SCOPE,
+            self.topics.jobs,
+            message_id=envelope.id,
+            key=message.job_id,
+            parent=parent,
+            attributes=tracing.run_attributes(
+                run_id=message.run_id,
+                job_id=message.job_id,
+                slot=message.slot,
+                attempt=message.attempt,
+                kind=message.kind,
+                handler=message.handler,
+                workflow_id=message.workflow_id,
+            ),
+        )
+        return Staged(self.topics.jobs, envelope, created or None)
 
     def slot_skipped(self, schedule_id: str, skipped: SkippedSlot, *, occurred_at: datetime) -> Staged:
         run = run_id(schedule_id, skipped.at)

@@ -65,7 +65,7 @@ RETURNING s.schedule_id, s.resume_at, s.next_fire_at, now() AS db_now
 
 # Timers due by the database clock, one ticker each (same argument as CLAIM_DUE).
 CLAIM_TIMERS = """
-SELECT timer_id, fire_at, action::text AS action
+SELECT timer_id, fire_at, action::text AS action, trace_parent
   FROM {schema}.timers
  WHERE state = 'pending' AND fire_at <= now()
  ORDER BY fire_at
@@ -178,7 +178,7 @@ UPDATE {schema}.schedules
 
 # Primary key: StartTimer is idempotent on the timer id, whatever state an earlier one reached.
 INSERT_TIMER = """
-INSERT INTO {schema}.timers (timer_id, fire_at, action) VALUES ($1, $2, $3::jsonb)
+INSERT INTO {schema}.timers (timer_id, fire_at, action, trace_parent) VALUES ($1, $2, $3::jsonb, $4)
 ON CONFLICT (timer_id) DO NOTHING
 RETURNING timer_id
 """
@@ -186,9 +186,9 @@ RETURNING timer_id
 # A polled batch of StartTimers in one statement; same key and same no-op on a repeated timer id.
 # The caller passes each timer id once (the first command of the batch wins, as it would one by one).
 INSERT_TIMERS = """
-INSERT INTO {schema}.timers (timer_id, fire_at, action)
-SELECT t.timer_id, t.fire_at, t.action::jsonb
-  FROM unnest($1::text[], $2::timestamptz[], $3::text[]) AS t(timer_id, fire_at, action)
+INSERT INTO {schema}.timers (timer_id, fire_at, action, trace_parent)
+SELECT t.timer_id, t.fire_at, t.action::jsonb, t.trace_parent
+  FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::text[]) AS t(timer_id, fire_at, action, trace_parent)
 ON CONFLICT (timer_id) DO NOTHING
 """
 

@@ -10,7 +10,14 @@ from typing import Any
 
 from slotflow.cli.api import ApiClient
 from slotflow.cli.errors import CommandRejected, KafkaUnreachable, UsageError
-from slotflow.client import BrokerUnreachable, KafkaTransport, Sent, Unavailable
+from slotflow.client import (
+    BrokerUnreachable,
+    InvalidRequest,
+    KafkaTransport,
+    NotAuthorized,
+    Sent,
+    Unavailable,
+)
 from slotflow.client.kafka import login_principal
 from slotflow.commands import InvalidCommandId, check_command_id
 from slotflow.contracts import Message
@@ -66,7 +73,9 @@ def publish(
         raise KafkaUnreachable(
             f"{err}; start the devstack (slotflow stack up) or set SLOTFLOW_KAFKA_BOOTSTRAP"
         ) from None
-    except Unavailable as err:
+    except (Unavailable, NotAuthorized, InvalidRequest) as err:
+        # A refused login or ACL, or security settings that contradict each other: the message
+        # names what to check (the transport's wording).
         raise KafkaUnreachable(str(err)) from None
     return Published(sent.command_id, message.message_type, sent.topic or "", sent.key or sent.command_id)
 

@@ -16,7 +16,14 @@ import asyncio
 import getpass
 from dataclasses import dataclass
 
-from slotflow.client.errors import BrokerUnreachable, InvalidRequest, ReadsNeedHttp, Unavailable
+from slotflow.client.errors import (
+    BrokerUnreachable,
+    Forbidden,
+    InvalidRequest,
+    NotAuthorized,
+    ReadsNeedHttp,
+    Unavailable,
+)
 from slotflow.client.models import CommandStatus, Sent
 from slotflow.commands import InvalidCommandId, command_route, publish_command
 from slotflow.contracts import CommandAccepted, CommandRejected, Message
@@ -32,7 +39,13 @@ from slotflow.contracts.topics import (
     WORKFLOW_EVENTS,
     TopicSpec,
 )
-from slotflow.errors import SlotflowError, TransientStorageError
+from slotflow.errors import (
+    ConfigurationError,
+    KafkaAccessDenied,
+    KafkaAuthenticationFailed,
+    SlotflowError,
+    TransientStorageError,
+)
 from slotflow.kafka.producer import Producer
 from slotflow.kafka.reading import TopicReader
 from slotflow.kafka.records import Record
@@ -63,6 +76,10 @@ class _Mark:
 
     ack_topic: str
     start: dict[int, int]
+
+
+#: What a refused login or ACL, or contradictory security settings, point the user at.
+SECURITY_HINT = "check SLOTFLOW_KAFKA_SECURITY_PROTOCOL, SLOTFLOW_KAFKA_SASL_* and SLOTFLOW_KAFKA_SSL_*"
 
 
 class KafkaTransport:
@@ -122,10 +139,17 @@ class KafkaTransport:
 
     async def _started_producer(self) -> Producer:
         if self._producer is None:
-            producer = Producer(self.settings, client_id=self._client_id, linger_ms=0)
+            try:
+                producer = Producer(self.settings, client_id=self._client_id, linger_ms=0)
+            except ConfigurationError as err:
+                raise InvalidRequest(f"{err}; {SECURITY_HINT}") from None
             try:
                 async with asyncio.timeout(self.timeout):
                     await producer.start()
+            except KafkaAuthenticationFailed as err:
+                raise NotAuthorized(f"{err}; {SECURITY_HINT}") from None
+            except KafkaAccessDenied as err:
+                raise Forbidden(f"{err}; {SECURITY_HINT}") from None
             except TransientStorageError as err:
                 raise BrokerUnreachable(f"cannot reach Kafka at {self.settings.bootstrap}: {err}") from None
             except TimeoutError:
@@ -186,6 +210,8 @@ class KafkaTransport:
                 )
         except InvalidCommandId as err:
             raise InvalidRequest(f"command id: {err}") from None
+        except KafkaAccessDenied as err:
+            raise Forbidden(f"{err}; the command was not written") from None
         except TransientStorageError as err:
             raise Unavailable(
                 f"Kafka did not acknowledge the command: {err}; it may or may not have been written, "

@@ -62,7 +62,7 @@ SCHEDULE_COMMANDS = TopicSpec(
     retention_ms=7 * DAY_MS,
     cleanup_policy="delete",
     producers=("api", "cli", "claimer", "orchestrator", "any client"),
-    consumers=("ticker",),
+    consumers=("ticker", "api"),
     purpose="CreateSchedule, UpdateSchedule, Pause/Resume/Delete, TriggerNow, Backfill, StartTimer, CancelTimer",
     extra_config={"max.message.bytes": str(MAX_RECORD_BYTES)},
 )
@@ -117,7 +117,7 @@ WORKFLOW_COMMANDS = TopicSpec(
     retention_ms=7 * DAY_MS,
     cleanup_policy="delete",
     producers=("api", "cli", "orchestrator", "any client"),
-    consumers=("orchestrator",),
+    consumers=("orchestrator", "api"),
     purpose="StartWorkflow, SignalWorkflow, CancelWorkflow, TerminateWorkflow (child workflows too)",
     extra_config={"max.message.bytes": str(MAX_RECORD_BYTES)},
 )
@@ -161,7 +161,7 @@ DLQ_COMMANDS = TopicSpec(
     retention_ms=7 * DAY_MS,
     cleanup_policy="delete",
     producers=("api", "cli"),
-    consumers=("dlq",),
+    consumers=("dlq", "api"),
     purpose="RedriveDeadLetters, DiscardDeadLetters",
     extra_config={"max.message.bytes": str(MAX_RECORD_BYTES)},
 )
@@ -196,7 +196,7 @@ DOWNSTREAM_COMMANDS = TopicSpec(
     retention_ms=7 * DAY_MS,
     cleanup_policy="delete",
     producers=("api", "cli", "any client"),
-    consumers=("claimer",),
+    consumers=("claimer", "api"),
     purpose="OpenDownstream, CloseDownstream, ConfigureDownstream: an operator's hand on a breaker",
 )
 DOWNSTREAM_EVENTS = TopicSpec(

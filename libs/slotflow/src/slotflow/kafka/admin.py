@@ -21,7 +21,15 @@ from aiokafka.protocol.admin import ApiVersionRequest
 from aiokafka.protocol.metadata import MetadataRequest
 
 from slotflow.contracts.topics import TopicSpec
-from slotflow.errors import PermanentError, SlotflowError, TransientStorageError
+from slotflow.errors import (
+    KafkaAccessDenied,
+    KafkaAuthenticationFailed,
+    PermanentError,
+    SlotflowError,
+    TransientStorageError,
+)
+from slotflow.kafka.access import start_failure
+from slotflow.kafka.security import KafkaSecurity
 
 #: Kafka error code for TOPIC_ALREADY_EXISTS; an existing topic is left as it is.
 TOPIC_ALREADY_EXISTS = 36
@@ -210,17 +218,31 @@ def _is_retriable(code: int) -> bool:
     return bool(getattr(error_type, "retriable", False))
 
 
-async def _start_admin(bootstrap: str, request_timeout_ms: int) -> Any:
+def _security(security: KafkaSecurity | None) -> KafkaSecurity:
+    """The given settings, or the environment's (SLOTFLOW_KAFKA_SECURITY_PROTOCOL, ...)."""
+    return KafkaSecurity() if security is None else security
+
+
+async def _unavailable(bootstrap: str, security: KafkaSecurity, err: BaseException) -> SlotflowError:
+    """KafkaUnavailable, unless the broker refused the credentials or an ACL (permanent)."""
+    failure = await start_failure(bootstrap, security, err, "Kafka admin client")
+    if isinstance(failure, KafkaAuthenticationFailed | KafkaAccessDenied):
+        return failure
+    return KafkaUnavailable(f"Kafka at {bootstrap} is not reachable: {err!r}")
+
+
+async def _start_admin(bootstrap: str, request_timeout_ms: int, security: KafkaSecurity) -> Any:
     admin: Any = AIOKafkaAdminClient(
         bootstrap_servers=bootstrap,
         client_id="slotflow-admin",
         request_timeout_ms=request_timeout_ms,
+        **security.client_options(),
     )
     try:
         await admin.start()
     except (TimeoutError, KafkaError, OSError) as err:
         await admin.close()
-        raise KafkaUnavailable(f"Kafka at {bootstrap} is not reachable: {err!r}") from err
+        raise await _unavailable(bootstrap, security, err) from err
     return admin
 
 
@@ -232,6 +254,7 @@ async def ensure_topics(
     min_insync_replicas: int | None = None,
     attempts: int = 10,
     request_timeout_ms: int = 30_000,
+    security: KafkaSecurity | None = None,
 ) -> list[str]:
     """Create every topic in `topics` that does not exist yet; return the names created.
 
@@ -258,7 +281,8 @@ async def ensure_topics(
     if not wanted:
         return []
 
-    admin = await _start_admin(bootstrap, request_timeout_ms)
+    security = _security(security)
+    admin = await _start_admin(bootstrap, request_timeout_ms, security)
     created: list[str] = []
     try:
         if replication_factor is None:
@@ -326,17 +350,21 @@ async def ensure_topics(
             raise KafkaUnavailable(f"topics still not created after {attempts} attempts: {detail}")
     finally:
         await admin.close()
-    await _wait_until_led(bootstrap, to_wait_for, request_timeout_ms / 1000)
+    await _wait_until_led(bootstrap, to_wait_for, request_timeout_ms / 1000, security)
     return created
 
 
-async def _wait_until_led(bootstrap: str, names: list[str], timeout_s: float) -> None:
+async def _wait_until_led(
+    bootstrap: str, names: list[str], timeout_s: float, security: KafkaSecurity
+) -> None:
     """Poll metadata until every topic in `names` exists and each of its partitions has a leader."""
     if not names:
         return
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
-    client: Any = AIOKafkaClient(bootstrap_servers=bootstrap, client_id="slotflow-admin")
+    client: Any = AIOKafkaClient(
+        bootstrap_servers=bootstrap, client_id="slotflow-admin", **security.client_options()
+    )
     waiting = set(names)
     try:
         await client.bootstrap()
@@ -407,15 +435,19 @@ def _parse_api_versions(response: Any) -> tuple[ApiVersionRange, ...]:
     return tuple(sorted(ranges, key=lambda r: r.api_key))
 
 
-async def describe_cluster(bootstrap: str, *, request_timeout_ms: int = 10_000) -> ClusterInfo:
+async def describe_cluster(
+    bootstrap: str, *, request_timeout_ms: int = 10_000, security: KafkaSecurity | None = None
+) -> ClusterInfo:
     """Ask one broker for cluster metadata (all topics) and for the API versions it supports.
 
     Raises `KafkaUnavailable` when no broker answers; this makes it a protocol-level readiness probe.
     """
+    security = _security(security)
     client: Any = AIOKafkaClient(
         bootstrap_servers=bootstrap,
         client_id="slotflow-admin",
         request_timeout_ms=request_timeout_ms,
+        **security.client_options(),
     )
     try:
         await client.bootstrap()
@@ -425,7 +457,7 @@ async def describe_cluster(bootstrap: str, *, request_timeout_ms: int = 10_000) 
         meta = await client.send(node_id, MetadataRequest(None))
         versions = await client.send(node_id, ApiVersionRequest())
     except (TimeoutError, KafkaError, OSError) as err:
-        raise KafkaUnavailable(f"Kafka at {bootstrap} is not reachable: {err!r}") from err
+        raise await _unavailable(bootstrap, security, err) from err
     finally:
         await client.close()
     cluster_id, controller_id, broker_ids, topic_partitions = _parse_metadata(meta)
@@ -439,7 +471,11 @@ async def describe_cluster(bootstrap: str, *, request_timeout_ms: int = 10_000) 
 
 
 async def warm_coordinators(
-    bootstrap: str, *, timeout_s: float = 30.0, request_timeout_ms: int = 10_000
+    bootstrap: str,
+    *,
+    timeout_s: float = 30.0,
+    request_timeout_ms: int = 10_000,
+    security: KafkaSecurity | None = None,
 ) -> None:
     """Make the broker create __consumer_offsets and __transaction_state now, not on first use.
 
@@ -450,7 +486,7 @@ async def warm_coordinators(
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
-    admin = await _start_admin(bootstrap, request_timeout_ms)
+    admin = await _start_admin(bootstrap, request_timeout_ms, _security(security))
     try:
         for coordinator_type, key in ((0, "slotflow-warm-up"), (1, "slotflow-warm-up")):
             while True:
@@ -506,11 +542,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                     settings.topics(),
                     replication_factor=args.replication_factor or settings.replication_factor,
                     min_insync_replicas=args.min_insync_replicas or settings.min_insync_replicas,
+                    security=settings.security,
                 )
             )
             print(f"created {len(created)} topics: {', '.join(created) or '-'}")  # noqa: T201
         else:
-            info = asyncio.run(describe_cluster(settings.bootstrap))
+            info = asyncio.run(describe_cluster(settings.bootstrap, security=settings.security))
             summary = {
                 "cluster_id": info.cluster_id,
                 "brokers": list(info.broker_ids),

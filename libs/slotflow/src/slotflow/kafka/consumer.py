@@ -7,7 +7,8 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
 from aiokafka.errors import KafkaError
 from aiokafka.structs import OffsetAndMetadata, TopicPartition
 
-from slotflow.errors import TransientStorageError
+from slotflow.errors import KafkaAccessDenied
+from slotflow.kafka.access import AUTHORIZATION_ERRORS, access_denied, start_failure
 from slotflow.kafka.records import Record
 from slotflow.settings import KafkaSettings
 
@@ -46,8 +47,10 @@ class Consumer:
     ) -> None:
         self.group_id = group_id
         self._max_poll_records = max_poll_records
+        self._settings = settings
+        self._what = f"Kafka consumer {client_id} (group {group_id})"
         self._consumer: Any = AIOKafkaConsumer(
-            bootstrap_servers=settings.bootstrap,
+            **settings.client_options(),
             client_id=f"{settings.client_id_prefix}-{client_id}",
             group_id=group_id,
             enable_auto_commit=False,
@@ -69,7 +72,9 @@ class Consumer:
             await self._consumer.start()
         except KafkaError as err:
             await self._consumer.stop()
-            raise TransientStorageError(f"cannot start Kafka consumer: {err}") from err
+            raise await start_failure(
+                self._settings.bootstrap, self._settings.security, err, self._what
+            ) from err
 
     async def stop(self) -> None:
         await self._consumer.stop()
@@ -102,7 +107,12 @@ class Consumer:
                 taken.setdefault(tp, []).extend(records)
                 count += len(records)
 
-        add(await self._consumer.getmany(timeout_ms=timeout_ms, max_records=share))
+        try:
+            add(await self._consumer.getmany(timeout_ms=timeout_ms, max_records=share))
+        except AUTHORIZATION_ERRORS as err:
+            # A missing ACL never heals by polling again: the service stops with the reason.
+            denied = access_denied(err, self._settings.security, self._what)
+            raise (denied or KafkaAccessDenied(str(err))) from err
         if count:  # something is buffered: take the other partitions' shares without waiting
             for tp in partitions:
                 if count >= limit:

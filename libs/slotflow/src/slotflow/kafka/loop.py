@@ -6,17 +6,20 @@ How each failure is sorted, and why: docs/dlq.md, "The consume wrapper".
 """
 
 import asyncio
+import contextlib
 import logging
 import random
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from slotflow import tracing
 from slotflow.contracts import REGISTRY, MessageRegistry
 from slotflow.contracts.envelope import Envelope, Message
 from slotflow.core.retry import is_retryable, sleep_backoff
-from slotflow.errors import PoisonMessage, TransientStorageError, UnparkableRecord
+from slotflow.errors import KafkaAccessDenied, PoisonMessage, TransientStorageError, UnparkableRecord
 from slotflow.kafka.consumer import Consumer
 from slotflow.kafka.poison import DLQ_MAX_ENVELOPE_BYTES, decode_record, guess_ids, send_to_dlq
 from slotflow.kafka.producer import Producer
@@ -113,8 +116,8 @@ class ConsumeLoop:
         while not stop.is_set():
             try:
                 records = await self._consumer.poll(timeout_ms=self._poll_timeout_ms)
-            except asyncio.CancelledError:
-                raise
+            except (asyncio.CancelledError, KafkaAccessDenied):
+                raise  # a missing ACL never heals by polling again: the service stops and says why
             except Exception as err:  # noqa: BLE001 - aiokafka raises many types; all mean "poll again"
                 failures += 1
                 self.stats.poll_errors += 1
@@ -162,6 +165,12 @@ class ConsumeLoop:
         goods = [incoming for record in records if (incoming := await self._decode(record, stop)) is not None]
         if not goods or self._batch_handler is None:
             return
+        with self._batch_span(goods):
+            await self._handle_batch(goods, stop)
+
+    async def _handle_batch(self, goods: list[Incoming], stop: asyncio.Event | None) -> None:
+        if self._batch_handler is None:
+            return
         attempt = 0
         while True:
             try:
@@ -188,7 +197,58 @@ class ConsumeLoop:
                 self.stats.handled += len(goods)
                 return
 
+    def _span(self, incoming: Incoming) -> AbstractContextManager[object]:
+        """A CONSUMER span for one record, child of the context its headers carry (if tracing)."""
+        if not tracing.enabled():
+            return contextlib.nullcontext()
+        record, envelope = incoming.record, incoming.envelope
+        return tracing.span(
+            f"slotflow.{self._source}",
+            f"process {record.topic}",
+            kind=tracing.SpanKind.CONSUMER,
+            parent=tracing.extract(record.headers),
+            attributes={
+                **tracing.messaging(
+                    record.topic,
+                    operation="process",
+                    operation_type="process",
+                    message_id=envelope.id,
+                    key=record.key,
+                    partition=record.partition,
+                    offset=record.offset,
+                    group=self._consumer.group_id,
+                ),
+                "slotflow.message.type": envelope.type,
+            },
+        )
+
+    def _batch_span(self, goods: list[Incoming]) -> AbstractContextManager[object]:
+        """One CONSUMER span for a batch (if tracing): a batch of one continues its record's
+        trace like `_span`; a larger one is linked to every record's context."""
+        if not tracing.enabled():
+            return contextlib.nullcontext()
+        if len(goods) == 1:
+            return self._span(goods[0])
+        first = goods[0].record
+        links = [c for g in goods if (c := tracing.extract(g.record.headers)) is not None]
+        return tracing.span(
+            f"slotflow.{self._source}",
+            f"process {first.topic}",
+            kind=tracing.SpanKind.CONSUMER,
+            links=links,
+            attributes={
+                **tracing.messaging(
+                    first.topic, operation="process", operation_type="process", group=self._consumer.group_id
+                ),
+                "messaging.batch.message_count": len(goods),
+            },
+        )
+
     async def _handle_one(self, incoming: Incoming, stop: asyncio.Event | None) -> None:
+        with self._span(incoming):
+            await self._handle_one_traced(incoming, stop)
+
+    async def _handle_one_traced(self, incoming: Incoming, stop: asyncio.Event | None) -> None:
         record = incoming.record
         attempt = 0
         while True:
@@ -226,6 +286,10 @@ class ConsumeLoop:
         self, record: Record, error: BaseException, reason: str, stop: asyncio.Event | None
     ) -> None:
         log.error("%s: dead-lettering %s (%s): %s", self._source, record.position, reason, error)
+        if tracing.enabled():
+            current = tracing.current_span()
+            current.set_attribute("slotflow.dlq.reason", reason)
+            tracing.record_error(current, error)
         run_id, job_id, tags = guess_ids(record, max_bytes=self._max_bytes)
         attempt = 0
         while True:

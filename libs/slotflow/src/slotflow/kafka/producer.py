@@ -25,9 +25,13 @@ from aiokafka.partitioner import murmur2
 from slotflow.contracts.codec import encode
 from slotflow.contracts.envelope import TYPE_HEADER, VERSION_HEADER, Envelope
 from slotflow.contracts.topics import DLQ_MAX_RECORD_BYTES, DLQ_MESSAGES
-from slotflow.errors import MessageTooLarge, TransientStorageError
+from slotflow.errors import KafkaAccessDenied, MessageTooLarge, TransientStorageError
+from slotflow.kafka.access import AUTHORIZATION_ERRORS, access_denied, start_failure
 from slotflow.kafka.records import Delivered
 from slotflow.settings import KafkaSettings
+from slotflow.tracing import TRACEPARENT
+from slotflow.tracing import enabled as tracing_enabled
+from slotflow.tracing import produced as traced_create
 
 Headers = Mapping[str, bytes]
 
@@ -69,8 +73,10 @@ class Producer:
         self._dlq_suffix = DLQ_MESSAGES.name
         #: This deployment's DLQ topic (where an outbox relay parks a row too large to send).
         self.dlq_topic = settings.topic(DLQ_MESSAGES)
+        self._settings = settings
+        self._what = f"Kafka producer {client_id}"
         self._producer: Any = AIOKafkaProducer(
-            bootstrap_servers=settings.bootstrap,
+            **settings.client_options(),
             client_id=f"{settings.client_id_prefix}-{client_id}",
             acks="all",
             enable_idempotence=True,
@@ -84,7 +90,9 @@ class Producer:
             await self._producer.start()
         except KafkaError as err:
             await self._producer.stop()
-            raise TransientStorageError(f"cannot start Kafka producer: {err}") from err
+            raise await start_failure(
+                self._settings.bootstrap, self._settings.security, err, self._what
+            ) from err
 
     async def stop(self) -> None:
         await self._producer.stop()
@@ -117,6 +125,8 @@ class Producer:
             )
         except _SIZE_ERRORS as err:
             raise MessageTooLarge(f"{topic} refused a record of {len(value or b'')} bytes: {err}") from err
+        except AUTHORIZATION_ERRORS as err:
+            raise _denied(err, self._settings, f"{self._what} writing {topic}") from err
         except KafkaError as err:
             raise TransientStorageError(f"send to {topic} failed: {err}") from err
         return Delivered(meta.topic, meta.partition, meta.offset, meta.timestamp)
@@ -127,7 +137,7 @@ class Producer:
             topic,
             key=envelope.key.encode(),
             value=encode(envelope),
-            headers={**envelope_headers(envelope), **(headers or {})},
+            headers={**envelope_headers(envelope), **_traced(topic, envelope, headers)},
         )
 
     async def send_many(
@@ -139,7 +149,7 @@ class Producer:
                 topic,
                 envelope.key.encode(),
                 encode(envelope),
-                {**envelope_headers(envelope), **(headers or {})},
+                {**envelope_headers(envelope), **_traced(topic, envelope, headers)},
             )
             for topic, envelope in items
         )
@@ -181,6 +191,8 @@ class Producer:
                 batch.meta = meta
         except _SIZE_ERRORS as err:
             raise MessageTooLarge(f"a record of the batch is too large: {err}") from err
+        except AUTHORIZATION_ERRORS as err:
+            raise _denied(err, self._settings, f"{self._what} writing {sorted(partitions)}") from err
         except KafkaError as err:
             raise TransientStorageError(f"batch send failed: {err}") from err
         delivered = []
@@ -251,6 +263,11 @@ class Producer:
         )
 
 
+def _denied(err: Exception, settings: KafkaSettings, what: str) -> KafkaAccessDenied:
+    denied = access_denied(err, settings.security, what)
+    return denied if denied is not None else KafkaAccessDenied(f"{what}: {err}")
+
+
 @dataclass(eq=False, slots=True)
 class _Batch:
     """One partition's record batch in a `send_raw_many` call."""
@@ -276,6 +293,15 @@ def partition_for(key: bytes | None, partitions: Sequence[int], available: Seque
     if key is None:
         return random.choice(available or partitions)  # noqa: S311 - placement, not secrets
     return partitions[(_murmur2(key) & 0x7FFFFFFF) % len(partitions)]
+
+
+def _traced(topic: str, envelope: Envelope, headers: Headers | None) -> Headers:
+    """``headers`` plus the trace context of the message's creation, while tracing is on and the
+    caller did not bring a context of its own (slotflow.tracing)."""
+    if not tracing_enabled() or (headers and TRACEPARENT in headers):
+        return headers or {}
+    created = traced_create("slotflow.kafka", topic, message_id=envelope.id, key=envelope.key)
+    return {**(headers or {}), **created}
 
 
 def envelope_headers(envelope: Envelope) -> dict[str, bytes]:

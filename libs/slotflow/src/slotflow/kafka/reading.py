@@ -14,6 +14,7 @@ from aiokafka.errors import KafkaError
 from aiokafka.structs import TopicPartition
 
 from slotflow.errors import SlotflowError, TransientStorageError
+from slotflow.kafka.access import start_failure
 from slotflow.kafka.records import Record
 from slotflow.settings import KafkaSettings
 
@@ -42,7 +43,7 @@ async def read_to_end(
         TransientStorageError: Kafka was unreachable or stopped answering.
     """
     consumer: Any = AIOKafkaConsumer(
-        bootstrap_servers=settings.bootstrap,
+        **settings.client_options(),
         client_id=f"{settings.client_id_prefix}-{client_id}",
         group_id=None,
         enable_auto_commit=False,
@@ -53,7 +54,7 @@ async def read_to_end(
         await consumer.start()
     except KafkaError as err:
         await consumer.stop()
-        raise TransientStorageError(f"cannot reach Kafka at {settings.bootstrap}: {err}") from err
+        raise await start_failure(settings.bootstrap, settings.security, err, f"reading {topic}") from err
     try:
         return await _read(consumer, topic, keep, idle_timeout)
     except KafkaError as err:

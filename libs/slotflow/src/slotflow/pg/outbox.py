@@ -36,12 +36,14 @@ from typing import Any, NamedTuple
 from slotflow.contracts.codec import encode
 from slotflow.contracts.envelope import TYPE_HEADER, VERSION_HEADER, Envelope
 from slotflow.core.stopping import sleep_or_stop
-from slotflow.errors import ConfigurationError, MessageTooLarge, SlotflowError
+from slotflow.errors import ConfigurationError, KafkaAccessDenied, MessageTooLarge, SlotflowError
 from slotflow.kafka.poison import dead_letter_envelope
 from slotflow.kafka.producer import OutgoingRecord, Producer, envelope_headers
 from slotflow.kafka.records import Record
 from slotflow.pg.pool import CONNECTION_ERRORS, Conn, Pool
 from slotflow.pg.statements import compose, sql
+from slotflow.tracing import TRACEPARENT, headers_for
+from slotflow.tracing import enabled as tracing_enabled
 
 log = logging.getLogger(__name__)
 
@@ -86,8 +88,14 @@ def headers_json(envelope_type: str, version: int, extra: Mapping[str, bytes] | 
 
 
 def encoded(item: Staged) -> Encoded:
-    """``item`` as the row the outbox stores."""
+    """``item`` as the row the outbox stores.
+
+    While tracing is on, the row keeps the trace context it was staged in (unless the item brings
+    its own): the relay publishes it with the context of the transaction that wrote it.
+    """
     headers = {**envelope_headers(item.envelope), **(item.headers or {})}
+    if tracing_enabled() and TRACEPARENT not in headers:
+        headers.update(headers_for())
     return Encoded(
         item.topic,
         item.envelope.id,
@@ -95,6 +103,23 @@ def encoded(item: Staged) -> Encoded:
         encode(item.envelope),
         json.dumps({k: v.decode("latin-1") for k, v in headers.items()}),
     )
+
+
+def traced(item: Staged, extra: Mapping[str, bytes] | None = None) -> Staged:
+    """``item`` carrying ``extra`` headers, by default the current trace context (tracing on),
+    for an item staged later than the span it belongs to."""
+    headers = headers_for() if extra is None else extra
+    if not headers or (item.headers and TRACEPARENT in item.headers):
+        return item
+    return Staged(item.topic, item.envelope, {**(item.headers or {}), **headers})
+
+
+def with_headers(row: Encoded, extra: Mapping[str, bytes]) -> Encoded:
+    """``row`` with ``extra`` headers added (a trace context for a row its caller encoded)."""
+    if not extra:
+        return row
+    headers = {**json.loads(row.headers), **{k: v.decode("latin-1") for k, v in extra.items()}}
+    return row._replace(headers=json.dumps(headers))
 
 
 def _row(item: Staged) -> tuple[str, str, str, bytes, str]:
@@ -243,6 +268,8 @@ class OutboxRelay:
                 passes += 1
                 if passes % 1000 == 0:
                     await self.purge_published()
+            except KafkaAccessDenied:
+                raise  # no WRITE on a topic: waiting will not grant it; the service stops and says why
             except _RELAY_ERRORS as err:
                 log.warning("outbox relay for %s paused: %s", self._schema, err)
                 moved = 0

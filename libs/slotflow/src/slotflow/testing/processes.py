@@ -29,12 +29,13 @@ def free_port() -> int:
 
 
 def stack_env(kafka: KafkaSettings, pg_dsn: str, prefix: str = "", **settings: Any) -> dict[str, str]:
-    """The settings that point a service process at a test's stack (broker, topic namespace,
-    database), plus ``settings`` by lower-case name under ``prefix`` (``SLOTFLOW_CLAIMER_``)."""
+    """The settings that point a service process at a test's stack (broker, its TLS and SASL
+    settings, topic namespace, database), plus ``settings`` by lower-case name under ``prefix`` (``SLOTFLOW_CLAIMER_``)."""
     env = {
         "SLOTFLOW_KAFKA_BOOTSTRAP": kafka.bootstrap,
         "SLOTFLOW_KAFKA_TOPIC_NAMESPACE": kafka.topic_namespace,
         "SLOTFLOW_PG_DSN": pg_dsn,
+        **kafka.security.env(),
     }
     env.update({f"{prefix}{key.upper()}": str(value) for key, value in settings.items()})
     return env

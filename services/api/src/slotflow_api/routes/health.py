@@ -37,7 +37,11 @@ async def readyz(s: Annotated[Services, Depends(services)]) -> JSONResponse:
 async def _kafka(s: Services, timeout: float) -> str:
     try:
         await asyncio.wait_for(
-            describe_cluster(s.settings.kafka.bootstrap, request_timeout_ms=int(timeout * 1000)),
+            describe_cluster(
+                s.settings.kafka.bootstrap,
+                request_timeout_ms=int(timeout * 1000),
+                security=s.settings.kafka.security,
+            ),
             timeout=timeout + 0.5,
         )
     except Exception as err:  # noqa: BLE001 - readiness reports any failure as text

@@ -1,0 +1,95 @@
+"""The stats worker's health listener: what Kubernetes probes and an operator's curl ask.
+
+faust's own web server stays off (it would serve the tables to anyone who reaches it); this is a
+listener of two paths and nothing else, bound to 127.0.0.1 unless a setting exposes it, like every
+slotflow listener (docs/security.md, "Listeners"):
+
+- ``GET /livez``: 200 while the worker's event loop answers (a wedged loop times the probe out);
+- ``GET /readyz``: 200 once the worker has copied its windows to PostgreSQL within the last
+  ``stale_after`` seconds (an empty copy counts: nothing changed), 503 with the reason otherwise.
+
+No faust import: the pure parts of this package load in the durable core's environment too.
+"""
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import Callable
+
+#: The longest request line and header block a probe sends; anything longer is refused.
+MAX_REQUEST_BYTES = 8192
+
+
+class FlushClock:
+    """When the worker last copied its windows to PostgreSQL without an error."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._last_ok: float | None = None
+
+    def copied(self) -> None:
+        self._last_ok = self._clock()
+
+    def problem(self, stale_after: float) -> str | None:
+        """None when ready; else why not."""
+        if self._last_ok is None:
+            return "starting: no copy to PostgreSQL yet"
+        age = self._clock() - self._last_ok
+        if age > stale_after:
+            return f"no successful copy to PostgreSQL for {age:.0f} s (more than {stale_after:g} s)"
+        return None
+
+
+def answer(path: str, flushes: FlushClock, stale_after: float) -> tuple[int, dict[str, str]]:
+    """The status and JSON body for a GET of ``path``."""
+    if path == "/livez":
+        return 200, {"status": "ok"}
+    if path == "/readyz":
+        problem = flushes.problem(stale_after)
+        return (
+            (200, {"status": "ok"})
+            if problem is None
+            else (503, {"status": "unavailable", "detail": problem})
+        )
+    return 404, {"detail": f"no such path {path!r}: /livez or /readyz"}
+
+
+REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    503: "Service Unavailable",
+}
+
+
+async def serve_health(host: str, port: int, flushes: FlushClock, stale_after: float) -> asyncio.Server:
+    """Start the listener; the caller closes the server it returns."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=5)
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ConnectionError):
+            writer.close()
+            return
+        request_line = head.split(b"\r\n", 1)[0].decode("latin-1")
+        parts = request_line.split(" ")
+        if len(parts) != 3:
+            status, body = 400, {"detail": "malformed request line"}
+        elif parts[0] not in {"GET", "HEAD"}:
+            status, body = 405, {"detail": f"{parts[0]} is not allowed: GET /livez or /readyz"}
+        else:
+            status, body = answer(parts[1].split("?", 1)[0], flushes, stale_after)
+        payload = json.dumps(body).encode()
+        writer.write(
+            f"HTTP/1.1 {status} {REASONS[status]}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n".encode()
+        )
+        if not parts or parts[0] != "HEAD":
+            writer.write(payload)
+        with contextlib.suppress(ConnectionError):
+            await writer.drain()
+        writer.close()
+
+    return await asyncio.start_server(handle, host, port, limit=MAX_REQUEST_BYTES)
