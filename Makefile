@@ -34,6 +34,12 @@ $(STATS_STAMP): services/stats/requirements.txt services/stats/pyproject.toml
 tools:
 	@deploy/devstack/install-tools.sh
 
+# BROKERS=3: three Kafka brokers (replication factor 3, min.insync.replicas 2); docs/devstack.md.
+BROKERS ?=
+ifneq ($(BROKERS),)
+export SLOTFLOW_KAFKA_BROKERS := $(BROKERS)
+endif
+
 up: setup
 	@deploy/devstack/up.sh
 
@@ -90,7 +96,8 @@ KNOWN ?=
 # FAULTS="21.4:pg_restart_fast,7.4:sigkill:claimer-2": this plan instead of the seed's (replaying one).
 FAULTS ?=
 chaos: setup tools
-	SLOTFLOW_SYSTEM_SEEDS=$(SEED) SLOTFLOW_SYSTEM_PROFILE=$(PROFILE) SLOTFLOW_SYSTEM_DURATION=$(DURATION) \
+	SLOTFLOW_SYSTEM_SEEDS=$(SEED) SLOTFLOW_SYSTEM_PROFILE=$(PROFILE) SLOTFLOW_SYSTEM_BROKERS=$(BROKERS) \
+		SLOTFLOW_SYSTEM_DURATION=$(DURATION) \
 		SLOTFLOW_SYSTEM_KNOWN="$(KNOWN)" SLOTFLOW_SYSTEM_FAULTS="$(FAULTS)" \
 		$(BIN)/pytest -m system -s tests/chaos/system
 

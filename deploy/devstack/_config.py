@@ -120,6 +120,58 @@ def _extra_listeners_from_env() -> tuple[ExtraListener, ...]:
     return tuple(listeners)
 
 
+def _brokers_from_env() -> int:
+    raw = os.environ.get("SLOTFLOW_KAFKA_BROKERS", "").strip()
+    if raw in ("", "1"):
+        return 1
+    if raw == "3":
+        return 3
+    raise DevstackError(f"SLOTFLOW_KAFKA_BROKERS={raw!r}: expected 1 or 3")
+
+
+@dataclass(frozen=True)
+class KafkaNode:
+    """One broker of the 3-broker cluster (SLOTFLOW_KAFKA_BROKERS=3): its id, ports and files.
+
+    Node n listens at SLOTFLOW_KAFKA_PORT + 2(n-1) and its controller at
+    SLOTFLOW_KAFKA_CONTROLLER_PORT + 2(n-1); its files are kafka-<n>/, kafka-<n>.log, kafka-<n>.pid,
+    so a state dir of the one-broker mode is never mistaken for a node of this one.
+    """
+
+    node_id: int
+    port: int
+    controller_port: int
+    state_dir: Path
+
+    @property
+    def name(self) -> str:
+        return f"kafka-{self.node_id}"
+
+    @property
+    def kafka_dir(self) -> Path:
+        return self.state_dir / self.name
+
+    @property
+    def data(self) -> Path:
+        return self.kafka_dir / "data"
+
+    @property
+    def server_properties(self) -> Path:
+        return self.kafka_dir / "server.properties"
+
+    @property
+    def log(self) -> Path:
+        return self.state_dir / f"{self.name}.log"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.state_dir / f"{self.name}.pid"
+
+    @property
+    def gc_log(self) -> Path:
+        return self.state_dir / f"{self.name}-gc.log"
+
+
 @dataclass(frozen=True)
 class Config:
     state_dir: Path
@@ -132,6 +184,8 @@ class Config:
     #: the DSN asks for sslmode=verify-full against that CA.
     pg_tls: bool = False
     extra_listeners: tuple[ExtraListener, ...] = ()
+    #: SLOTFLOW_KAFKA_BROKERS=3: three KRaft nodes (each broker and controller) instead of one.
+    brokers: int = 1
 
     @classmethod
     def from_env(cls) -> Config:
@@ -147,8 +201,29 @@ class Config:
             kafka_security=_security_from_env(),
             pg_tls=_flag_from_env("SLOTFLOW_PG_TLS"),
             extra_listeners=_extra_listeners_from_env(),
+            brokers=_brokers_from_env(),
         )
-        ports = [cfg.kafka_port, cfg.controller_port, cfg.pg_port, *(x.port for x in cfg.extra_listeners)]
+        if cfg.brokers > 1 and cfg.extra_listeners:
+            # An extra listener is one port on one broker; three brokers would need one each.
+            raise DevstackError(
+                "SLOTFLOW_KAFKA_EXTRA_LISTENERS works with one broker only (SLOTFLOW_KAFKA_BROKERS=1)"
+            )
+        if cfg.brokers > 1 and cfg.secured:
+            # The 3-broker mode writes PLAINTEXT listeners only; SCRAM users and TLS are per node work
+            # not done yet.
+            raise DevstackError(
+                "SLOTFLOW_DEVSTACK_KAFKA_SECURITY=sasl_ssl works with one broker only (SLOTFLOW_KAFKA_BROKERS=1)"
+            )
+        node_ports = [p for n in cfg.kafka_nodes[1:] for p in (n.port, n.controller_port)]
+        ports = [
+            cfg.kafka_port,
+            cfg.controller_port,
+            cfg.pg_port,
+            *(x.port for x in cfg.extra_listeners),
+            *node_ports,
+        ]
+        if any(not 1 <= p <= 65535 for p in ports):
+            raise DevstackError(f"the brokers' ports {node_ports} go past 65535; lower SLOTFLOW_KAFKA_PORT")
         if len(set(ports)) != len(ports):
             raise DevstackError(
                 "SLOTFLOW_KAFKA_PORT, SLOTFLOW_KAFKA_CONTROLLER_PORT, SLOTFLOW_PG_PORT and the extra "
@@ -186,6 +261,16 @@ class Config:
     @property
     def cluster_id_file(self) -> Path:
         return self.state_dir / "cluster-id"
+
+    @property
+    def kafka_nodes(self) -> tuple[KafkaNode, ...]:
+        """The nodes of the 3-broker mode (empty with one broker, which keeps the files above)."""
+        if self.brokers == 1:
+            return ()
+        return tuple(
+            KafkaNode(n, self.kafka_port + 2 * (n - 1), self.controller_port + 2 * (n - 1), self.state_dir)
+            for n in range(1, self.brokers + 1)
+        )
 
     @property
     def secured(self) -> bool:
@@ -251,6 +336,8 @@ class Config:
     # Connection settings
     @property
     def bootstrap(self) -> str:
+        if self.brokers > 1:
+            return ",".join(f"127.0.0.1:{n.port}" for n in self.kafka_nodes)
         return f"127.0.0.1:{self.kafka_port}"
 
     @property

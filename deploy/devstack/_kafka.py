@@ -19,6 +19,7 @@ import time
 import uuid
 from pathlib import Path
 
+import _kafka_cluster
 import _kafka_security
 from _config import EXIT_CONFLICT, HERE, REPO_ROOT, Config, DevstackError, prepare_state_dir, say, show
 from _processes import (
@@ -241,6 +242,9 @@ def new_cluster_id() -> str:
 def kafka_pid(cfg: Config | None = None) -> int | None:
     """The pid of this devstack's broker if it is alive (a zombie counts as dead)."""
     cfg = cfg or Config.from_env()
+    if cfg.brokers > 1:
+        # Node 1 stands for the cluster here; `kafka_pids` gives every node's.
+        return _kafka_cluster.node_pid(cfg, cfg.kafka_nodes[0])
     pid = read_pid(cfg.kafka_pid_file)
     if pid is None or not alive(pid):
         return None
@@ -248,6 +252,13 @@ def kafka_pid(cfg: Config | None = None) -> int | None:
     if "kafka.Kafka" not in cmdline or str(cfg.server_properties) not in cmdline:
         return None  # the pid was reused by an unrelated process
     return pid
+
+
+def kafka_pids(cfg: Config) -> dict[str, int | None]:
+    """Every broker's pid by name ("kafka", or "kafka-1".."kafka-3" in the 3-broker mode)."""
+    if cfg.brokers == 1:
+        return {"kafka": kafka_pid(cfg)}
+    return {node.name: _kafka_cluster.node_pid(cfg, node) for node in cfg.kafka_nodes}
 
 
 def _kafka_command(cfg: Config, java: str, jars: Path) -> list[str]:
@@ -320,6 +331,9 @@ async def wait_kafka_ready(cfg: Config, deadline: float) -> ClusterInfo:
 async def start_kafka(cfg: Config | None = None, *, timeout: float = KAFKA_TIMEOUT_S) -> int:
     """Start the broker unless it runs; wait until it answers; return its pid."""
     cfg = cfg or Config.from_env()
+    if cfg.brokers > 1:
+        pids = await _kafka_cluster.start_nodes(cfg, list(cfg.kafka_nodes), timeout)
+        return pids[cfg.kafka_nodes[0].node_id]
     prepare_state_dir(cfg)
     pid = kafka_pid(cfg)
     if pid is not None:
@@ -416,6 +430,8 @@ async def stop_kafka(
     Returns False when it was not running.
     """
     cfg = cfg or Config.from_env()
+    if cfg.brokers > 1:
+        return await _kafka_cluster.stop_nodes(cfg, kill, timeout)
     pid = kafka_pid(cfg)
     if pid is None:
         cfg.kafka_pid_file.unlink(missing_ok=True)

@@ -1,4 +1,5 @@
-"""slotflow developer stack: one Kafka broker (KRaft) and one PostgreSQL, both on 127.0.0.1.
+"""slotflow developer stack: one Kafka broker (KRaft; three with SLOTFLOW_KAFKA_BROKERS=3) and one
+PostgreSQL, all on 127.0.0.1.
 
 Run it with the repository's virtualenv (it imports aiokafka, asyncpg and slotflow):
 
@@ -65,6 +66,7 @@ from _config import (
     state_lock,
 )
 from _kafka import (
+    KAFKA_STOP_TIMEOUT_S,
     KAFKA_TIMEOUT_S,
     MVN_MISSING,
     POM,
@@ -75,12 +77,14 @@ from _kafka import (
     jars_complete,
     jars_dir,
     kafka_pid,
+    kafka_pids,
     kafka_version,
     listener_ports,
     start_kafka,
     stop_kafka,
     wait_kafka_ready,
 )
+from _kafka_cluster import node_by_id, start_nodes, stop_node
 from _kafka_security import admin_security, check_formatted_mode, client_security, grant_service_acls
 from _postgres import (
     PG_TIMEOUT_S,
@@ -117,13 +121,17 @@ __all__ = [
     "grant_service_acls",
     "jars_dir",
     "kafka_pid",
+    "kafka_pids",
     "kafka_version",
     "main",
+    "node_by_id",
     "postgres_pid",
     "say",
     "start_kafka",
+    "start_nodes",
     "start_postgres",
     "stop_kafka",
+    "stop_node",
     "stop_postgres",
     "wait_kafka_ready",
 ]
@@ -169,10 +177,14 @@ async def cmd_up(cfg: Config) -> int:
     # A running broker of the other mode must not get this mode's export lines.
     check_formatted_mode(cfg)
     k_pid, p_pid = kafka_pid(cfg), postgres_pid(cfg)
+    if cfg.brokers > 1 and None in kafka_pids(cfg).values():
+        k_pid = None  # one node down: start_kafka starts the missing ones
     if (
         k_pid is not None
         and p_pid is not None
-        and listener_ports(cfg.server_properties) == (cfg.kafka_port, cfg.controller_port)
+        and (
+            cfg.brokers > 1 or listener_ports(cfg.server_properties) == (cfg.kafka_port, cfg.controller_port)
+        )
         and postgres_running_port(cfg) == cfg.pg_port
         and running_with_tls(cfg) == cfg.pg_tls
         and proc_state(k_pid) != "T"
@@ -187,7 +199,7 @@ async def cmd_up(cfg: Config) -> int:
 
     # Refuse early, before anything starts, when a port belongs to someone else.
     conflicts: list[str] = []
-    if k_pid is None:
+    if k_pid is None and cfg.brokers == 1:  # the 3-broker mode checks each node as it starts it
         for port, var in (
             (cfg.kafka_port, "SLOTFLOW_KAFKA_PORT"),
             (cfg.controller_port, "SLOTFLOW_KAFKA_CONTROLLER_PORT"),
@@ -261,11 +273,27 @@ async def cmd_down(cfg: Config, clean: bool) -> int:
 
 
 def cmd_status(cfg: Config) -> int:
-    k_pid, p_pid = kafka_pid(cfg), postgres_pid(cfg)
+    p_pid = postgres_pid(cfg)
     rows = []
     all_up = True
+    if cfg.brokers == 1:
+        brokers = [
+            (
+                "kafka",
+                kafka_pid(cfg),
+                cfg.kafka_port,
+                f" (controller {cfg.controller_port})",
+                "SLOTFLOW_KAFKA_PORT",
+            )
+        ]
+    else:
+        pids = kafka_pids(cfg)
+        brokers = [
+            (n.name, pids[n.name], n.port, f" (controller {n.controller_port})", "SLOTFLOW_KAFKA_PORT")
+            for n in cfg.kafka_nodes
+        ]
     for name, pid, port, extra, env_var in (
-        ("kafka", k_pid, cfg.kafka_port, f" (controller {cfg.controller_port})", "SLOTFLOW_KAFKA_PORT"),
+        *brokers,
         ("postgres", p_pid, cfg.pg_port, "", "SLOTFLOW_PG_PORT"),
     ):
         answers = port_answers(port)
@@ -334,10 +362,35 @@ def cmd_pg_ctl(cfg: Config, args: list[str]) -> int:
     return subprocess.call(argv, cwd=cfg.pg_dir if cfg.pg_dir.exists() else None)
 
 
-async def cmd_restart_kafka(cfg: Config, kill: bool) -> int:
-    await stop_kafka(kill, cfg)
-    pid = await start_kafka(cfg)
-    say(f"Kafka restarted (pid {pid})")
+async def cmd_restart_kafka(cfg: Config, kill: bool, node_id: int | None, down_s: float) -> int:
+    if node_id is None:
+        await stop_kafka(kill, cfg)
+        if down_s:
+            await asyncio.sleep(down_s)
+        pid = await start_kafka(cfg)
+        say(f"Kafka restarted (pid {pid})")
+        return 0
+    node = node_by_id(cfg, node_id)
+    await stop_node(cfg, node, kill, KAFKA_STOP_TIMEOUT_S)
+    say(f"{node.name} {'killed' if kill else 'stopped'}")
+    if down_s:
+        await asyncio.sleep(down_s)
+    pids = await start_nodes(cfg, [node], KAFKA_TIMEOUT_S)
+    say(f"{node.name} restarted (pid {pids[node.node_id]}); all {cfg.brokers} brokers registered")
+    return 0
+
+
+async def cmd_stop_broker(cfg: Config, node_id: int, kill: bool) -> int:
+    node = node_by_id(cfg, node_id)
+    stopped = await stop_node(cfg, node, kill, KAFKA_STOP_TIMEOUT_S)
+    say(f"{node.name} {'killed' if kill else 'stopped'}" if stopped else f"{node.name} was not running")
+    return 0
+
+
+async def cmd_start_broker(cfg: Config, node_id: int) -> int:
+    node = node_by_id(cfg, node_id)
+    pids = await start_nodes(cfg, [node], KAFKA_TIMEOUT_S)
+    say(f"{node.name} runs (pid {pids[node.node_id]})")
     return 0
 
 
@@ -370,7 +423,8 @@ def _parser() -> argparse.ArgumentParser:
         prog="devstack.py",
         description="slotflow developer stack: Kafka (KRaft, one node) and PostgreSQL on 127.0.0.1.",
         epilog="Environment: SLOTFLOW_DEVSTACK_DIR, SLOTFLOW_KAFKA_PORT, SLOTFLOW_KAFKA_CONTROLLER_PORT, "
-        "SLOTFLOW_PG_PORT, SLOTFLOW_PG_TLS (1: PostgreSQL over TLS, DSN with sslmode=verify-full), "
+        "SLOTFLOW_PG_PORT, SLOTFLOW_KAFKA_BROKERS (1 or 3: three KRaft brokers), "
+        "SLOTFLOW_PG_TLS (1: PostgreSQL over TLS, DSN with sslmode=verify-full), "
         "SLOTFLOW_DEVSTACK_KAFKA_SECURITY (plaintext or sasl_ssl), "
         "SLOTFLOW_DEVSTACK_CACHE. See deploy/devstack/README.md.",
     )
@@ -390,6 +444,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     restart_kafka = sub.add_parser("restart-kafka", help="stop and start the broker")
     restart_kafka.add_argument("--kill", action="store_true", help="SIGKILL instead of a controlled shutdown")
+    restart_kafka.add_argument(
+        "--node",
+        type=int,
+        metavar="N",
+        help="only broker N (SLOTFLOW_KAFKA_BROKERS=3); the others keep running",
+    )
+    restart_kafka.add_argument(
+        "--down", type=float, default=0.0, metavar="SECONDS", help="stay down this long before the start"
+    )
+    stop_broker = sub.add_parser("stop-broker", help="stop one broker N of the 3-broker mode (a fault)")
+    stop_broker.add_argument("node", type=int, metavar="N")
+    stop_broker.add_argument("--kill", action="store_true", help="SIGKILL instead of a controlled shutdown")
+    start_broker = sub.add_parser("start-broker", help="start broker N again (the 3-broker mode)")
+    start_broker.add_argument("node", type=int, metavar="N")
     restart_pg = sub.add_parser("restart-postgres", help="stop and start PostgreSQL")
     restart_pg.add_argument("--immediate", action="store_true", help="pg_ctl stop -m immediate (a crash)")
     return parser
@@ -431,7 +499,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             if command == "down":
                 return asyncio.run(cmd_down(cfg, bool(args.clean)))
             if command == "restart-kafka":
-                return asyncio.run(cmd_restart_kafka(cfg, bool(args.kill)))
+                if args.down < 0:
+                    raise DevstackError("--down must be 0 or more seconds")
+                return asyncio.run(cmd_restart_kafka(cfg, bool(args.kill), args.node, float(args.down)))
+            if command == "stop-broker":
+                return asyncio.run(cmd_stop_broker(cfg, int(args.node), bool(args.kill)))
+            if command == "start-broker":
+                return asyncio.run(cmd_start_broker(cfg, int(args.node)))
             if command == "restart-postgres":
                 return asyncio.run(cmd_restart_postgres(cfg, bool(args.immediate)))
         raise DevstackError(f"unknown command {command}")

@@ -107,13 +107,31 @@ def kafka_listener_name(service: str) -> str:
     return "SVC_" + service.upper().replace("-", "_")
 
 
+def system_brokers() -> int:
+    """SLOTFLOW_SYSTEM_BROKERS (`make chaos BROKERS=3`): the private stack's Kafka brokers, 1 or 3."""
+    raw = os.environ.get("SLOTFLOW_SYSTEM_BROKERS", "").strip() or "1"
+    if raw not in ("1", "3"):
+        raise ValueError(f"SLOTFLOW_SYSTEM_BROKERS={raw!r}: expected 1 or 3")
+    return int(raw)
+
+
 class PrivateStack:
-    """A Kafka broker and a PostgreSQL of the suite's own, through deploy/devstack."""
+    """A Kafka broker (or three) and a PostgreSQL of the suite's own, through deploy/devstack."""
 
     def __init__(self) -> None:
         taken: set[int] = set()
+        self.brokers = system_brokers()
         self.kafka_port = free_fixed_port("SLOTFLOW_SYSTEM_KAFKA_PORT", 27092, taken)
         controller_port = free_fixed_port("SLOTFLOW_SYSTEM_CONTROLLER_PORT", 27093, taken)
+        # The devstack puts node n at the first two ports + 2(n-1) (deploy/devstack/_config.py).
+        node_ports = [p + 2 * i for i in range(1, self.brokers) for p in (self.kafka_port, controller_port)]
+        busy = [p for p in node_ports if p in taken or not _port_is_free(p)]
+        if busy:
+            raise RuntimeError(
+                f"ports {busy} for brokers 2-3 are taken; set SLOTFLOW_SYSTEM_KAFKA_PORT and "
+                "SLOTFLOW_SYSTEM_CONTROLLER_PORT to a free range"
+            )
+        taken.update(node_ports)
         self.pg_port = free_fixed_port("SLOTFLOW_SYSTEM_PG_PORT", 27432, taken)
         self.state_dir = os.environ.get("SLOTFLOW_SYSTEM_STACK_DIR") or tempfile.mkdtemp(
             prefix="slotflow-system-"
@@ -124,13 +142,20 @@ class PrivateStack:
         os.chmod(self.state_dir, 0o755)  # noqa: S103 - a test stack's state, no secrets
         #: Per service, the broker's extra listener and the port it is advertised at, where that
         #: service's Kafka proxy listens (proxy.py): (listener port, proxy port).
-        self.kafka_routes = {
-            name: (free_fixed_port("", 27200, taken), free_fixed_port("", 27300, taken))
-            for name in SERVICE_NAMES
-        }
+        #: With three brokers there are none: a listener is one port on one broker, and a service
+        #: would need a proxy per broker; the 3-broker mode runs without the Kafka network faults.
+        self.kafka_routes = (
+            {
+                name: (free_fixed_port("", 27200, taken), free_fixed_port("", 27300, taken))
+                for name in SERVICE_NAMES
+            }
+            if self.brokers == 1
+            else {}
+        )
         self.ports = taken
         self.env = {
             **os.environ,
+            "SLOTFLOW_KAFKA_BROKERS": str(self.brokers),
             "SLOTFLOW_KAFKA_EXTRA_LISTENERS": ",".join(
                 f"{kafka_listener_name(name)}:{port}:{proxy_port}"
                 for name, (port, proxy_port) in self.kafka_routes.items()
@@ -140,7 +165,7 @@ class PrivateStack:
             "SLOTFLOW_PG_PORT": str(self.pg_port),
             "SLOTFLOW_DEVSTACK_DIR": self.state_dir,
         }
-        self.bootstrap = f"127.0.0.1:{self.kafka_port}"
+        self.bootstrap = ",".join(f"127.0.0.1:{self.kafka_port + 2 * i}" for i in range(self.brokers))
         self.admin_dsn = f"postgresql://slotflow@127.0.0.1:{self.pg_port}/slotflow"
 
     async def devstack(self, *args: str) -> None:
@@ -193,7 +218,12 @@ SERVICE_NAMES = (
 )
 
 
-def fault_plan(seed: int, profile: Profile, services: list[str]) -> list[Fault]:
+#: The 3-broker mode's own: SIGKILL one broker, start it again BROKER_DOWN_S later.
+BROKER_FAULTS = ("broker_kill",)
+BROKER_DOWN_S = 5.0
+
+
+def fault_plan(seed: int, profile: Profile, services: list[str], brokers: int = 1) -> list[Fault]:
     """The seeded plan: the same seed gives the same faults at the same offsets."""
     rng = random.Random(seed)
     plan: list[Fault] = []
@@ -213,10 +243,20 @@ def fault_plan(seed: int, profile: Profile, services: list[str]) -> list[Fault]:
         at = 3 + net.random() * span
         plan.append(Fault(round(at, 1), net.choice(NETWORK_FAULTS), net.choice(services)))
     # Kafka's network faults came later still: a stream of their own as well.
-    kafka_net = random.Random(seed * 104729 + 31)
-    for _ in range(max(1, profile.faults // 3)):
-        at = 3 + kafka_net.random() * span
-        plan.append(Fault(round(at, 1), kafka_net.choice(KAFKA_NETWORK_FAULTS), kafka_net.choice(services)))
+    # (Not with three brokers: the services reach them without proxies, see PrivateStack.)
+    if brokers == 1:
+        kafka_net = random.Random(seed * 104729 + 31)
+        for _ in range(max(1, profile.faults // 3)):
+            at = 3 + kafka_net.random() * span
+            plan.append(
+                Fault(round(at, 1), kafka_net.choice(KAFKA_NETWORK_FAULTS), kafka_net.choice(services))
+            )
+    else:
+        # Broker kills from a stream of their own too: the 3-broker mode moves no other fault.
+        broker_rng = random.Random(seed * 15485863 + 47)
+        for _ in range(max(1, profile.faults // 3)):
+            at = 3 + broker_rng.random() * span
+            plan.append(Fault(round(at, 1), "broker_kill", str(broker_rng.randint(1, brokers))))
     return sorted(plan, key=lambda f: f.at_s)
 
 
@@ -233,6 +273,7 @@ def given_plan(spec: str) -> list[Fault]:
             *STACK_FAULTS,
             *NETWORK_FAULTS,
             *KAFKA_NETWORK_FAULTS,
+            *BROKER_FAULTS,
             "poison_burst",
             "clock_skew",
         ):
@@ -284,6 +325,8 @@ class System:
             proxy = FaultyProxy(name, "127.0.0.1", self.stack.pg_port)
             await proxy.start()
             self.proxies[name] = proxy
+            if name not in self.stack.kafka_routes:
+                continue  # three brokers: no Kafka proxies
             listener_port, proxy_port = self.stack.kafka_routes[name]
             kafka_proxy = FaultyProxy(f"{name}/kafka", "127.0.0.1", listener_port)
             await kafka_proxy.start(proxy_port)
@@ -307,7 +350,11 @@ class System:
         # ServiceProcess adds the rest of the environment, without the runner's own SLOTFLOW_*.
         proxy = self.proxies[name]
         return {
-            "SLOTFLOW_KAFKA_BOOTSTRAP": f"127.0.0.1:{self.kafka_proxies[name].port}",
+            "SLOTFLOW_KAFKA_BOOTSTRAP": (
+                f"127.0.0.1:{self.kafka_proxies[name].port}"
+                if name in self.kafka_proxies
+                else self.stack.bootstrap
+            ),
             "SLOTFLOW_KAFKA_TOPIC_NAMESPACE": self.namespace,
             "SLOTFLOW_PG_DSN": f"postgresql://slotflow@127.0.0.1:{proxy.port}/{self.database}",
             "PYTHONPATH": str(REPO),
@@ -514,6 +561,10 @@ class System:
             service.signal(signal.SIGCONT)
         elif fault.kind == "kafka_restart":
             await self.stack.devstack("restart-kafka")
+        elif fault.kind == "broker_kill":
+            await self.stack.devstack(
+                "restart-kafka", "--node", fault.target, "--kill", "--down", str(BROKER_DOWN_S)
+            )
         elif fault.kind == "pg_restart_fast":
             await self.stack.devstack("restart-postgres")
         elif fault.kind == "pg_restart_immediate":

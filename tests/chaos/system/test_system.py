@@ -72,7 +72,9 @@ async def test_every_promise_holds_under_the_seeded_faults(
     # SLOTFLOW_SYSTEM_FAULTS (make chaos FAULTS=...) replaces the seeded plan to replay one fault.
     given = os.environ.get("SLOTFLOW_SYSTEM_FAULTS", "")
     plan = (
-        given_plan(given) if given else fault_plan(seed, PROFILE, [n for n in system.services if n != "api"])
+        given_plan(given)
+        if given
+        else fault_plan(seed, PROFILE, [n for n in system.services if n != "api"], stack.brokers)
     )
     system.say(f"profile {PROFILE}; logs in {tmp_path}")
     system.say("fault plan:\n" + "\n".join(f"    {f}" for f in plan))

@@ -21,6 +21,10 @@ class KafkaSettings(BaseSettings):
     max_message_bytes: int = Field(default=1_048_576, ge=1024)
     #: Prefix for every topic name, so several deployments (or test runs) share one cluster.
     topic_namespace: str = Field(default="", pattern=r"^[A-Za-z0-9._-]{0,100}$")
+    #: Replicas per partition when slotflow creates its topics; None: min(3, the cluster's brokers).
+    replication_factor: int | None = Field(default=None, ge=1)
+    #: The topics' `min.insync.replicas`; None: replication factor - 1 when that is above 1.
+    min_insync_replicas: int | None = Field(default=None, ge=1)
     #: TLS and SASL (SLOTFLOW_KAFKA_SECURITY_PROTOCOL, SLOTFLOW_KAFKA_SASL_*, SLOTFLOW_KAFKA_SSL_*;
     #: slotflow.kafka.security), read from the environment on its own.
     security: KafkaSecurity = Field(default_factory=KafkaSecurity)

@@ -34,6 +34,9 @@ from slotflow.kafka.security import KafkaSecurity
 #: Kafka error code for TOPIC_ALREADY_EXISTS; an existing topic is left as it is.
 TOPIC_ALREADY_EXISTS = 36
 
+#: ensure_topics' replication factor when none is given: min(this, the cluster's brokers).
+MAX_DEFAULT_REPLICATION = 3
+
 #: Every Kafka API key and its name, as in org.apache.kafka.common.protocol.ApiKeys of Kafka 4.1.2.
 #: Keys a later broker adds print as "api-<key>".
 API_NAMES: Mapping[int, str] = {
@@ -247,12 +250,19 @@ async def ensure_topics(
     bootstrap: str,
     topics: Iterable[TopicSpec],
     *,
-    replication_factor: int = 1,
+    replication_factor: int | None = None,
+    min_insync_replicas: int | None = None,
     attempts: int = 10,
     request_timeout_ms: int = 30_000,
     security: KafkaSecurity | None = None,
 ) -> list[str]:
     """Create every topic in `topics` that does not exist yet; return the names created.
+
+    `replication_factor` None takes min(3, the brokers the cluster reports): 1 on a single broker,
+    3 on a real cluster. `min_insync_replicas` None takes replication_factor - 1 when that is above
+    1 (a 3-replica topic needs 2 in-sync copies for an acks=all write, so one broker may be down
+    and no write ever rests on a single copy); it becomes the topic config `min.insync.replicas`
+    unless the TopicSpec sets one itself.
 
     Topics that already exist are left as they are (partitions and configs are not compared). Errors the
     broker calls retriable (e.g. no active controller yet right after start) are retried `attempts`
@@ -261,8 +271,10 @@ async def ensure_topics(
     On return every topic it had to create is in the broker's metadata with a leader for each
     partition, so producers and `describe_cluster` see it at once.
     """
-    if replication_factor < 1:
+    if replication_factor is not None and replication_factor < 1:
         raise ValueError("replication_factor must be at least 1")
+    if min_insync_replicas is not None and min_insync_replicas < 1:
+        raise ValueError("min_insync_replicas must be at least 1")
     wanted: dict[str, TopicSpec] = {}
     for spec in topics:
         wanted.setdefault(spec.name, spec)
@@ -273,6 +285,18 @@ async def ensure_topics(
     admin = await _start_admin(bootstrap, request_timeout_ms, security)
     created: list[str] = []
     try:
+        if replication_factor is None:
+            brokers = _seq(_mapping(await admin.describe_cluster(), "Metadata").get("brokers"), "brokers")
+            replication_factor = min(MAX_DEFAULT_REPLICATION, max(len(brokers), 1))
+        min_isr = min_insync_replicas
+        if min_isr is None and replication_factor > 1:
+            min_isr = replication_factor - 1
+        if min_isr is not None and min_isr > replication_factor:
+            raise ValueError(
+                f"min_insync_replicas={min_isr} exceeds replication_factor={replication_factor}: "
+                "no acks=all write could ever succeed"
+            )
+        isr_config = {} if min_isr is None else {"min.insync.replicas": str(min_isr)}
         existing = {str(name) for name in _seq(await admin.list_topics(), "list_topics")}
         pending = [name for name in wanted if name not in existing]
         to_wait_for = list(pending)
@@ -287,7 +311,7 @@ async def ensure_topics(
                     name=name,
                     num_partitions=wanted[name].partitions,
                     replication_factor=replication_factor,
-                    topic_configs=wanted[name].config(),
+                    topic_configs={**isr_config, **wanted[name].config()},
                 )
                 for name in pending
             ]
@@ -489,26 +513,35 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m slotflow.kafka.admin")
     parser.add_argument("command", choices=["ensure-topics", "describe"])
-    # One replica suits the single-broker devstack only; a cluster wants 3 (and a managed service
-    # may refuse fewer).
     parser.add_argument(
         "--replication-factor",
         type=int,
-        default=1,
-        metavar="N",
-        help="replicas of each topic ensure-topics creates (default 1; 3 on a real cluster)",
+        default=None,
+        help="replicas per partition (default SLOTFLOW_KAFKA_REPLICATION_FACTOR, else min(3, brokers))",
+    )
+    parser.add_argument(
+        "--min-insync-replicas",
+        type=int,
+        default=None,
+        help="topic config min.insync.replicas (default SLOTFLOW_KAFKA_MIN_INSYNC_REPLICAS, else "
+        "replication factor - 1 when above 1)",
     )
     args = parser.parse_args(argv)
-    if args.replication_factor < 1:
-        parser.error(f"--replication-factor must be at least 1, got {args.replication_factor}")
     settings = KafkaSettings()
+    for flag, value in (
+        ("--replication-factor", args.replication_factor),
+        ("--min-insync-replicas", args.min_insync_replicas),
+    ):
+        if value is not None and value < 1:
+            parser.error(f"{flag} must be at least 1")
     try:
         if args.command == "ensure-topics":
             created = asyncio.run(
                 ensure_topics(
                     settings.bootstrap,
                     settings.topics(),
-                    replication_factor=args.replication_factor,
+                    replication_factor=args.replication_factor or settings.replication_factor,
+                    min_insync_replicas=args.min_insync_replicas or settings.min_insync_replicas,
                     security=settings.security,
                 )
             )
@@ -521,7 +554,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "topics": dict(info.topic_partitions),
             }
             print(json.dumps(summary, indent=2))  # noqa: T201
-    except SlotflowError as err:
+    except (SlotflowError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)  # noqa: T201
         return 1
     return 0
