@@ -59,6 +59,7 @@ from _config import (
     STATE_MARKER,
     Config,
     DevstackError,
+    MechanismListeners,
     prepare_state_dir,
     say,
     show,
@@ -81,7 +82,14 @@ from _kafka import (
     stop_kafka,
     wait_kafka_ready,
 )
-from _kafka_security import admin_security, check_formatted_mode, client_security, grant_service_acls
+from _kafka_security import (
+    admin_security,
+    check_formatted_mode,
+    client_certificate,
+    client_security,
+    grant_service_acls,
+    users,
+)
 from _postgres import (
     PG_TIMEOUT_S,
     PgStopMode,
@@ -107,8 +115,10 @@ __all__ = [
     "REPO_ROOT",
     "Config",
     "DevstackError",
+    "MechanismListeners",
     "PgStopMode",
     "admin_security",
+    "client_certificate",
     "client_security",
     "cluster_id",
     "ensure_jars",
@@ -125,6 +135,7 @@ __all__ = [
     "start_postgres",
     "stop_kafka",
     "stop_postgres",
+    "users",
     "wait_kafka_ready",
 ]
 
