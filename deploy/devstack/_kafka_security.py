@@ -142,7 +142,9 @@ async def client_certificate(cfg: Config, user: str) -> tuple[Path, Path]:
         raise DevstackError(f"client certificate: {user!r} is not a user name (letters, digits, _.-)")
     ca_key = cfg.kafka_tls_dir / "ca.key"
     if not ca_key.exists() or not cfg.kafka_ca_file.exists():
-        raise DevstackError(f"no devstack CA in {show(cfg.kafka_tls_dir)}: start the broker in sasl_ssl mode first")
+        raise DevstackError(
+            f"no devstack CA in {show(cfg.kafka_tls_dir)}: start the broker in sasl_ssl mode first"
+        )
     directory = cfg.kafka_client_certs_dir
     cert, key = directory / f"{user}.crt", directory / f"{user}.key"
     if cert.exists() and key.exists():

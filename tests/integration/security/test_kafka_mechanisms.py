@@ -41,7 +41,7 @@ from slotflow.kafka.records import Record
 from slotflow.kafka.security import KafkaSecurity
 from slotflow.pg.pool import Pool, create_pool
 from slotflow.settings import KafkaSettings, PostgresSettings
-from slotflow.testing import assert_eventually, unique_name
+from slotflow.testing import unique_name
 from slotflow.testing.processes import ProcessGroup, ServiceProcess, free_port, stack_env
 from tests.integration.claimer.support import REPO
 from tests.integration.security.oauth_tokens import SUBJECT_ENV, unsecured_jws
@@ -101,7 +101,9 @@ class Broker:
 
     def bootstrap(self, protocol: str) -> str:
         ports = self.cfg.mechanism_listeners
-        port = {"SASL_SSL": ports.sasl_ssl, "SASL_PLAINTEXT": ports.sasl_plaintext, "SSL": ports.mtls}[protocol]
+        port = {"SASL_SSL": ports.sasl_ssl, "SASL_PLAINTEXT": ports.sasl_plaintext, "SSL": ports.mtls}[
+            protocol
+        ]
         return f"127.0.0.1:{port}"
 
     def admin(self, namespace: str) -> KafkaSettings:
@@ -146,7 +148,9 @@ def broker() -> Iterator[Broker]:
     )
     asyncio.run(devstack.start_kafka(cfg))
     try:
-        certificates = {user: asyncio.run(devstack.client_certificate(cfg, user)) for user in (USER, "ticker")}
+        certificates = {
+            user: asyncio.run(devstack.client_certificate(cfg, user)) for user in (USER, "ticker")
+        }
         yield Broker(devstack, cfg, certificates)
     finally:
         asyncio.run(devstack.stop_kafka(False, cfg))
@@ -237,6 +241,12 @@ async def _foreign_certificate(directory: Path, user: str) -> tuple[Path, Path]:
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+# aiokafka (0.14) leaves the socket of a refused SASL_PLAINTEXT bootstrap connection unclosed; the
+# garbage collector reports it later as an unraisable ResourceWarning from the transport's __del__.
+# Only that report is ignored here, and only in this test: the refusal itself is still asserted.
+@pytest.mark.filterwarnings(
+    r"ignore:Exception ignored in. <function _SelectorTransport.__del__:pytest.PytestUnraisableExceptionWarning"
+)
 async def test_a_wrong_credential_is_refused_and_says_so(broker: Broker, case: Case, tmp_path: Path) -> None:
     for what, security in await _wrong_credentials(broker, case, tmp_path):
         kafka = broker.settings(case, unique_name("mech"), security)
@@ -255,9 +265,7 @@ async def db(pg_dsn: str) -> AsyncIterator[Pool]:
     await pool.close()
 
 
-@pytest.mark.parametrize(
-    "case", [Case("SASL_SSL", "OAUTHBEARER"), Case("SSL", None)], ids=lambda c: c.id
-)
+@pytest.mark.parametrize("case", [Case("SASL_SSL", "OAUTHBEARER"), Case("SSL", None)], ids=lambda c: c.id)
 async def test_the_ticker_serves_over(
     broker: Broker, case: Case, pg_dsn: str, db: Pool, tmp_path: Path
 ) -> None:
@@ -269,7 +277,9 @@ async def test_the_ticker_serves_over(
     await warm_coordinators(admin.bootstrap, security=admin.security)
     await create_acls(admin.bootstrap, service_acls("ticker", "User:ticker", admin), security=admin.security)
     if case.mechanism == "OAUTHBEARER":
-        security = broker.security(case, "ticker", sasl_oauth_token=None, sasl_oauth_token_provider=TOKEN_PROVIDER)
+        security = broker.security(
+            case, "ticker", sasl_oauth_token=None, sasl_oauth_token_provider=TOKEN_PROVIDER
+        )
     else:
         security = broker.security(case, "ticker")
     port = free_port()
@@ -281,7 +291,9 @@ async def test_the_ticker_serves_over(
     group = ProcessGroup()
     try:
         ticker = await group.start(
-            ServiceProcess("slotflow_ticker", "ticker", env=env, log_dir=tmp_path, cwd=REPO, metrics_port=port)
+            ServiceProcess(
+                "slotflow_ticker", "ticker", env=env, log_dir=tmp_path, cwd=REPO, metrics_port=port
+            )
         )
         schedule = unique_name("mech-due")
         slot = (await db_now(db)).replace(microsecond=0) + timedelta(seconds=1)
