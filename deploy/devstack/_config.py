@@ -173,6 +173,41 @@ class KafkaNode:
 
 
 @dataclass(frozen=True)
+class MechanismListeners:
+    """SLOTFLOW_DEVSTACK_KAFKA_MECHANISM_PORTS=A,B,C (sasl_ssl mode only): three further client
+    listeners, so a test can reach the broker with every protocol and mechanism slotflow supports.
+    Off by default: the OAUTHBEARER listener trusts unsigned tokens (Kafka's unsecured validator),
+    and SASL_PLAINTEXT sends PLAIN passwords in clear; both are for tests on loopback only."""
+
+    #: SASL_SSL with PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 and OAUTHBEARER (unsigned JWS tokens).
+    sasl_ssl: int
+    #: SASL_PLAINTEXT with PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512.
+    sasl_plaintext: int
+    #: SSL with a client certificate required (signed by the devstack's CA; principal = its CN).
+    mtls: int
+
+    @property
+    def ports(self) -> tuple[int, int, int]:
+        return (self.sasl_ssl, self.sasl_plaintext, self.mtls)
+
+
+def _mechanism_listeners_from_env() -> MechanismListeners | None:
+    name = "SLOTFLOW_DEVSTACK_KAFKA_MECHANISM_PORTS"
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return None
+    parts = [part.strip() for part in raw.split(",")]
+    if len(parts) != 3 or not all(part.isdigit() for part in parts):
+        raise DevstackError(
+            f"{name}={raw!r}: expected three port numbers SASL_SSL,SASL_PLAINTEXT,SSL (e.g. 19094,19095,19096)"
+        )
+    ports = [int(part) for part in parts]
+    if not all(1 <= port <= 65535 for port in ports):
+        raise DevstackError(f"{name}={raw!r}: a port is outside 1..65535")
+    return MechanismListeners(*ports)
+
+
+@dataclass(frozen=True)
 class Config:
     state_dir: Path
     cache_dir: Path
@@ -186,6 +221,9 @@ class Config:
     extra_listeners: tuple[ExtraListener, ...] = ()
     #: SLOTFLOW_KAFKA_BROKERS=3: three KRaft nodes (each broker and controller) instead of one.
     brokers: int = 1
+    #: SLOTFLOW_DEVSTACK_KAFKA_MECHANISM_PORTS: the secured broker's further listeners (see
+    #: MechanismListeners); None: the SASL_SSL listener only.
+    mechanism_listeners: MechanismListeners | None = None
 
     @classmethod
     def from_env(cls) -> Config:
@@ -202,6 +240,7 @@ class Config:
             pg_tls=_flag_from_env("SLOTFLOW_PG_TLS"),
             extra_listeners=_extra_listeners_from_env(),
             brokers=_brokers_from_env(),
+            mechanism_listeners=_mechanism_listeners_from_env(),
         )
         if cfg.brokers > 1 and cfg.extra_listeners:
             # An extra listener is one port on one broker; three brokers would need one each.
@@ -221,19 +260,25 @@ class Config:
             cfg.pg_port,
             *(x.port for x in cfg.extra_listeners),
             *node_ports,
+            *(cfg.mechanism_listeners.ports if cfg.mechanism_listeners else ()),
         ]
         if any(not 1 <= p <= 65535 for p in ports):
             raise DevstackError(f"the brokers' ports {node_ports} go past 65535; lower SLOTFLOW_KAFKA_PORT")
         if len(set(ports)) != len(ports):
             raise DevstackError(
-                "SLOTFLOW_KAFKA_PORT, SLOTFLOW_KAFKA_CONTROLLER_PORT, SLOTFLOW_PG_PORT and the extra "
-                "listeners' ports must differ "
+                "SLOTFLOW_KAFKA_PORT, SLOTFLOW_KAFKA_CONTROLLER_PORT, SLOTFLOW_PG_PORT, the extra "
+                "listeners' ports and SLOTFLOW_DEVSTACK_KAFKA_MECHANISM_PORTS must differ "
                 f"(got {ports})"
             )
         if cfg.extra_listeners and cfg.secured:
             raise DevstackError(
                 "SLOTFLOW_KAFKA_EXTRA_LISTENERS are PLAINTEXT: they would bypass "
                 "SLOTFLOW_DEVSTACK_KAFKA_SECURITY=sasl_ssl, so the two cannot be combined"
+            )
+        if cfg.mechanism_listeners and not cfg.secured:
+            raise DevstackError(
+                "SLOTFLOW_DEVSTACK_KAFKA_MECHANISM_PORTS needs SLOTFLOW_DEVSTACK_KAFKA_SECURITY=sasl_ssl "
+                "(the listeners use its CA and users)"
             )
         return cfg
 
@@ -284,6 +329,11 @@ class Config:
     @property
     def kafka_ca_file(self) -> Path:
         return self.kafka_tls_dir / "ca.pem"
+
+    @property
+    def kafka_client_certs_dir(self) -> Path:
+        """Client certificates signed by the devstack's CA, one per user (the mTLS listener)."""
+        return self.kafka_tls_dir / "clients"
 
     @property
     def kafka_users_file(self) -> Path:

@@ -355,6 +355,10 @@ async def start_kafka(cfg: Config | None = None, *, timeout: float = KAFKA_TIMEO
         for port, var in (
             (cfg.kafka_port, "SLOTFLOW_KAFKA_PORT"),
             (cfg.controller_port, "SLOTFLOW_KAFKA_CONTROLLER_PORT"),
+            *(
+                (port, "SLOTFLOW_DEVSTACK_KAFKA_MECHANISM_PORTS")
+                for port in (cfg.mechanism_listeners.ports if cfg.mechanism_listeners else ())
+            ),
         )
         if not port_free(port)
     ]

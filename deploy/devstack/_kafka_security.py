@@ -8,6 +8,19 @@
 - Authorisation: `StandardAuthorizer`, nothing allowed without an ACL; after start, each service's
   user gets the ACLs `slotflow.kafka.acls.service_acls` lists (default topic namespace).
 
+With SLOTFLOW_DEVSTACK_KAFKA_MECHANISM_PORTS=A,B,C the broker opens three more client listeners
+(off by default; for tests on loopback):
+
+- MECHS (port A), SASL_SSL with PLAIN (the users listed in the listener's PlainLoginModule, same
+  passwords), SCRAM-SHA-256, SCRAM-SHA-512 and OAUTHBEARER. OAUTHBEARER uses Kafka's default
+  unsecured validator (no validator class configured): it accepts an unsigned JWS (header
+  {"alg":"none"}) whose "sub" claim is the principal and whose "exp" is in the future. Anyone who
+  reaches that port can therefore name any principal, admin included: never expose it.
+- CLEARSASL (port B), SASL_PLAINTEXT with PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512.
+- MTLS (port C), SSL with a client certificate required: signed by the devstack's CA
+  (`client_certificate` makes one per user, CN=<user>), and the CN is the principal
+  (ssl.principal.mapping.rules), so User:<service> has the same ACLs whichever way it connects.
+
 The controller listener stays PLAINTEXT on loopback: KRaft's controller does not take SCRAM (its
 credentials live in the metadata the controller serves), and the broker reaches it as
 User:ANONYMOUS, which must therefore be a super user; that listener answers controller requests only.
@@ -17,7 +30,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
+from pathlib import Path
 
 from _config import Config, DevstackError, say, show
 from _processes import run_command
@@ -28,6 +43,11 @@ from slotflow.settings import KafkaSettings
 
 ADMIN_USER = "admin"
 SCRAM_MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256")
+#: The mechanisms of the MECHS listener (SASL_SSL) and of the CLEARSASL one (SASL_PLAINTEXT).
+MECHS_MECHANISMS = ("PLAIN", *SCRAM_MECHANISMS, "OAUTHBEARER")
+CLEARSASL_MECHANISMS = ("PLAIN", *SCRAM_MECHANISMS)
+#: The certificate's subject "CN=ticker" (or "CN=ticker,O=...") is the principal User:ticker.
+MTLS_PRINCIPAL_RULES = "RULE:^CN=([^,]+)(,.*)?$/$1/,DEFAULT"
 #: One user per service, named after it (the principal User:<service>).
 SERVICE_USERS = tuple(SERVICE_GROUPS)
 CERT_DAYS = "825"
@@ -110,6 +130,77 @@ async def ensure_tls(cfg: Config) -> None:
     os.chmod(broker_pem, 0o600)
 
 
+async def client_certificate(cfg: Config, user: str) -> tuple[Path, Path]:
+    """A client certificate for ``user`` (CN=<user>) signed by the devstack's CA, and its key,
+    made once (the MTLS listener's principal is the CN).
+
+    Raises:
+        DevstackError: the CA is not made yet (the broker never started in sasl_ssl mode), or
+            ``user`` is not a plain name.
+    """
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", user):
+        raise DevstackError(f"client certificate: {user!r} is not a user name (letters, digits, _.-)")
+    ca_key = cfg.kafka_tls_dir / "ca.key"
+    if not ca_key.exists() or not cfg.kafka_ca_file.exists():
+        raise DevstackError(
+            f"no devstack CA in {show(cfg.kafka_tls_dir)}: start the broker in sasl_ssl mode first"
+        )
+    directory = cfg.kafka_client_certs_dir
+    cert, key = directory / f"{user}.crt", directory / f"{user}.key"
+    if cert.exists() and key.exists():
+        return cert, key
+    directory.mkdir(parents=True, exist_ok=True)
+    os.chmod(directory, 0o700)
+    csr, ext = directory / f"{user}.csr", directory / "client.ext"
+    ext.write_text("basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n")
+    await run_command(
+        ["openssl", "req", "-new", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
+         "-out", str(csr), "-subj", f"/CN={user}"],
+        what=f"openssl req (client {user})",
+    )  # fmt: skip
+    await run_command(
+        ["openssl", "x509", "-req", "-in", str(csr), "-CA", str(cfg.kafka_ca_file), "-CAkey", str(ca_key),
+         "-CAcreateserial", "-out", str(cert), "-days", CERT_DAYS, "-extfile", str(ext)],
+        what=f"openssl x509 (sign the client certificate of {user})",
+    )  # fmt: skip
+    os.chmod(key, 0o600)
+    return cert, key
+
+
+def _mechanism_listener_properties(cfg: Config) -> tuple[str, str, str, str]:
+    """The MECHS, CLEARSASL and MTLS listeners: (listeners, advertised, protocol map, settings)."""
+    ports = cfg.mechanism_listeners
+    if ports is None:
+        return "", "", "", ""
+    named = (("MECHS", ports.sasl_ssl, "SASL_SSL"), ("CLEARSASL", ports.sasl_plaintext, "SASL_PLAINTEXT"),
+             ("MTLS", ports.mtls, "SSL"))  # fmt: skip
+    listeners = "".join(f",{name}://127.0.0.1:{port}" for name, port, _ in named)
+    protocols = "".join(f",{name}:{protocol}" for name, _, protocol in named)
+    accounts = users(cfg)
+    # PLAIN checks the password against the user_<name> options of the listener's login module.
+    plain = "org.apache.kafka.common.security.plain.PlainLoginModule required " + " ".join(
+        f'user_{name}="{password}"' for name, password in accounts.items()
+    )
+    scram = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+    # The broker's own login for OAUTHBEARER (an unsigned token of its own); clients' tokens are
+    # checked by the default OAuthBearerUnsecuredValidatorCallbackHandler.
+    oauth = (
+        "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
+        f'unsecuredLoginStringClaim_sub="{ADMIN_USER}";'
+    )
+    login = {"PLAIN": plain + ";", "SCRAM-SHA-256": scram, "SCRAM-SHA-512": scram, "OAUTHBEARER": oauth}
+    lines: list[str] = []
+    for name, mechanisms in (("mechs", MECHS_MECHANISMS), ("clearsasl", CLEARSASL_MECHANISMS)):
+        lines.append(f"listener.name.{name}.sasl.enabled.mechanisms={','.join(mechanisms)}")
+        lines += [f"listener.name.{name}.{m.lower()}.sasl.jaas.config={login[m]}" for m in mechanisms]
+    lines += [
+        "listener.name.mtls.ssl.client.auth=required",
+        f"listener.name.mtls.ssl.principal.mapping.rules={MTLS_PRINCIPAL_RULES}",
+    ]
+    settings = "# SLOTFLOW_DEVSTACK_KAFKA_MECHANISM_PORTS: the test listeners (see _kafka_security.py).\n"
+    return listeners, listeners, protocols, settings + "\n".join(lines) + "\n"
+
+
 def server_properties(cfg: Config) -> str:
     """The listener and security part of server.properties for the mode."""
     if not cfg.secured:
@@ -135,16 +226,17 @@ listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT{protocol
         for mechanism in SCRAM_MECHANISMS
     )
     tls = cfg.kafka_tls_dir
+    listeners, advertised, protocols, mechanism_settings = _mechanism_listener_properties(cfg)
     return f"""\
 # SLOTFLOW_DEVSTACK_KAFKA_SECURITY=sasl_ssl: clients (and the broker to itself) over SASL_SSL with SCRAM.
-listeners=SASL_SSL://127.0.0.1:{cfg.kafka_port},CONTROLLER://127.0.0.1:{cfg.controller_port}
-advertised.listeners=SASL_SSL://127.0.0.1:{cfg.kafka_port}
+listeners=SASL_SSL://127.0.0.1:{cfg.kafka_port},CONTROLLER://127.0.0.1:{cfg.controller_port}{listeners}
+advertised.listeners=SASL_SSL://127.0.0.1:{cfg.kafka_port}{advertised}
 inter.broker.listener.name=SASL_SSL
 controller.listener.names=CONTROLLER
-listener.security.protocol.map=CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL{protocols}
 sasl.enabled.mechanisms={",".join(SCRAM_MECHANISMS)}
 sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512
-{jaas_lines}ssl.keystore.type=PEM
+{jaas_lines}{mechanism_settings}ssl.keystore.type=PEM
 ssl.keystore.location={tls / "broker.pem"}
 ssl.truststore.type=PEM
 ssl.truststore.location={cfg.kafka_ca_file}

@@ -60,6 +60,7 @@ from _config import (
     STATE_MARKER,
     Config,
     DevstackError,
+    MechanismListeners,
     prepare_state_dir,
     say,
     show,
@@ -85,7 +86,14 @@ from _kafka import (
     wait_kafka_ready,
 )
 from _kafka_cluster import node_by_id, start_nodes, stop_node
-from _kafka_security import admin_security, check_formatted_mode, client_security, grant_service_acls
+from _kafka_security import (
+    admin_security,
+    check_formatted_mode,
+    client_certificate,
+    client_security,
+    grant_service_acls,
+    users,
+)
 from _postgres import (
     PG_TIMEOUT_S,
     PgStopMode,
@@ -111,8 +119,10 @@ __all__ = [
     "REPO_ROOT",
     "Config",
     "DevstackError",
+    "MechanismListeners",
     "PgStopMode",
     "admin_security",
+    "client_certificate",
     "client_security",
     "cluster_id",
     "ensure_jars",
@@ -133,6 +143,7 @@ __all__ = [
     "stop_kafka",
     "stop_node",
     "stop_postgres",
+    "users",
     "wait_kafka_ready",
 ]
 

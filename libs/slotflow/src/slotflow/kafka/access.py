@@ -84,10 +84,35 @@ def _authentication_failed(
     bootstrap: str, security: KafkaSecurity, what: str, cause: BaseException
 ) -> KafkaAuthenticationFailed:
     kind = "TLS handshake" if isinstance(cause, ssl.SSLError) else "authentication"
+    hint = ""
+    if isinstance(cause, ssl.SSLError) and _refused_client_certificate(cause):
+        hint = (
+            "; the broker requires a client certificate signed by a CA it trusts "
+            "(SLOTFLOW_KAFKA_SSL_CERTFILE and SLOTFLOW_KAFKA_SSL_KEYFILE)"
+        )
     return KafkaAuthenticationFailed(
         f"cannot start {what}: Kafka at {bootstrap} ({security.security_protocol}) refused the {kind} "
-        f"of {security.principal}: {type(cause).__name__}: {cause}"
+        f"of {security.principal}: {type(cause).__name__}: {cause}{hint}"
     )
+
+
+def _refused_client_certificate(err: ssl.SSLError) -> bool:
+    """The broker's TLS alert about our certificate (bad, unknown CA, required), as opposed to our
+    own refusal of the broker's certificate (CERTIFICATE_VERIFY_FAILED, no alert)."""
+    reason = f"{err.reason or ''} {err}".upper()
+    return "ALERT" in reason and ("CERTIFICATE" in reason or "UNKNOWN_CA" in reason)
+
+
+def authentication_cause(err: BaseException) -> BaseException | None:
+    """The authentication or TLS error among ``err``'s causes (``err`` itself excluded), if any."""
+    seen: set[int] = set()
+    cause = err.__cause__ or err.__context__
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, _AUTHENTICATION_ERRORS):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return None
 
 
 async def _probe(bootstrap: str, security: KafkaSecurity) -> BaseException | None:
@@ -104,8 +129,11 @@ async def _probe(bootstrap: str, security: KafkaSecurity) -> BaseException | Non
         )
     except _AUTHENTICATION_ERRORS as err:
         return err
-    except (KafkaError, OSError, TimeoutError, ValueError):
-        return None  # not a credentials problem: the caller reports the original error
+    except (KafkaError, OSError, TimeoutError, ValueError) as err:
+        # Under TLS 1.3 the broker refuses a missing or unknown client certificate only after the
+        # handshake, as an alert read on the first request: aiokafka then reports a closed
+        # connection whose cause is the ssl.SSLError.
+        return authentication_cause(err)  # None: not a credentials problem (the caller reports)
     finally:
         if conn is not None:
             conn.close()

@@ -115,8 +115,10 @@ class TopicReader:
     def __init__(self, settings: KafkaSettings, topic: str, *, client_id: str = "reader") -> None:
         self.topic = topic
         self._settings = settings
+        # client_options: the bootstrap and the TLS/SASL settings (a reader built from the bootstrap
+        # alone spoke PLAINTEXT to a secured broker).
         self._consumer: Any = AIOKafkaConsumer(
-            bootstrap_servers=settings.bootstrap,
+            **settings.client_options(),
             client_id=f"{settings.client_id_prefix}-{client_id}",
             group_id=None,
             enable_auto_commit=False,
@@ -130,6 +132,7 @@ class TopicReader:
 
         Raises:
             TopicNotFound: the broker has no such topic.
+            KafkaAuthenticationFailed, KafkaAccessDenied: the broker refused the login or the topic.
             TransientStorageError: Kafka was unreachable.
         """
         try:
@@ -137,7 +140,9 @@ class TopicReader:
             cluster = await self._consumer._client.fetch_all_metadata()
         except KafkaError as err:
             await self._consumer.stop()
-            raise TransientStorageError(f"cannot reach Kafka at {self._settings.bootstrap}: {err}") from err
+            raise await start_failure(
+                self._settings.bootstrap, self._settings.security, err, f"reader of {self.topic}"
+            ) from err
         numbers = cluster.partitions_for_topic(self.topic)
         if not numbers:
             await self._consumer.stop()

@@ -220,6 +220,11 @@ def _token_provider(function: TokenFunction) -> Any:
     """An aiokafka AbstractTokenProvider calling ``function`` at every authentication."""
     from aiokafka.abc import AbstractTokenProvider
 
+    from slotflow.kafka import oauthbearer
+
+    # A refused token must fail the login, not leave the client retrying forever (see the module).
+    oauthbearer.install()
+
     class _Provider(AbstractTokenProvider):  # type: ignore[misc]  # aiokafka is untyped
         async def token(self) -> str:
             value: object = function()
