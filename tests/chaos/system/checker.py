@@ -271,3 +271,90 @@ def _check_bad_input(rec: Recording, report: Report) -> None:
             report.violations.append(
                 Violation("invalid command not rejected", (command_id,), "no CommandRejected")
             )
+
+
+#: How long after a fault's injection its effects are looked for: long enough to cover the fault
+#: itself (a PostgreSQL restart, a lease expiring after SIGSTOP) and the recovery after it.
+FAULT_WINDOW = timedelta(seconds=30)
+
+
+@dataclass
+class FaultKindFigures:
+    """What happened in the windows after the faults of one kind (windows of different faults
+    overlap when faults come closer than FAULT_WINDOW, so one slot may count for several kinds)."""
+
+    injected: int = 0
+    slots_due: int = 0
+    slots_fired: int = 0
+    #: Runs whose applied effect was written under a later claim than the first (fence token above
+    #: 1): the run was taken over, or retried after a failed attempt.
+    runs_taken_over: int = 0
+    duplicates_collapsed: int = 0
+    #: Writes the fence refused (from the claimers' logs: the one figure not read from the effects).
+    stale_writes_refused: int = 0
+    max_lateness_s: float = 0.0
+
+
+def figures_by_fault_kind(
+    rec: Recording,
+    injected: list[tuple[str, datetime]],
+    refusals: list[datetime] | None = None,
+    window: timedelta = FAULT_WINDOW,
+) -> dict[str, FaultKindFigures]:
+    """Per fault kind, the slots due and the effects written in the window after each injection.
+
+    Reporting only: the verdict is `check`'s. Read from the same sources as `check` (the effects
+    table and the schedules' own slots), with the injection times on the host's clock (the
+    database runs on the same host, so its clock is the same one)."""
+    windows: dict[str, list[tuple[datetime, datetime]]] = defaultdict(list)
+    figures: dict[str, FaultKindFigures] = {}
+    for kind, at in injected:
+        windows[kind].append((at, at + window))
+        figures.setdefault(kind, FaultKindFigures()).injected += 1
+    first_applied: dict[str, Effect] = {}
+    for effect in sorted(rec.effects, key=lambda e: e.seq):
+        if effect.phase == APPLIED:
+            first_applied.setdefault(effect.run_id, effect)
+
+    def inside(kind: str, moment: datetime) -> bool:
+        return any(start <= moment <= end for start, end in windows[kind])
+
+    slots = [
+        (slot, slot_run_id(schedule.schedule_id, slot))
+        for schedule in rec.schedules
+        for slot in schedule.slots()
+    ]
+    for kind, kind_figures in figures.items():
+        for slot, key in slots:
+            if not inside(kind, slot):
+                continue
+            kind_figures.slots_due += 1
+            fired = first_applied.get(key)
+            if fired is not None:
+                kind_figures.slots_fired += 1
+                lateness = (fired.at - slot).total_seconds()
+                kind_figures.max_lateness_s = max(kind_figures.max_lateness_s, lateness)
+        for effect in rec.effects:
+            if not inside(kind, effect.at):
+                continue
+            if effect.phase == COLLAPSED:
+                kind_figures.duplicates_collapsed += 1
+            elif effect.phase == APPLIED and effect.fence_token > 1:
+                kind_figures.runs_taken_over += 1
+        kind_figures.stale_writes_refused = sum(1 for moment in refusals or () if inside(kind, moment))
+    return figures
+
+
+def render_by_fault_kind(figures: dict[str, FaultKindFigures]) -> str:
+    """A Markdown table of `figures_by_fault_kind`, a row per kind."""
+    lines = [
+        "| fault kind | injected | slots due in its windows / fired | runs taken over | duplicates collapsed "
+        "| stale writes refused | max lateness |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for kind, f in sorted(figures.items()):
+        lines.append(
+            f"| {kind} | {f.injected} | {f.slots_due} / {f.slots_fired} | {f.runs_taken_over} "
+            f"| {f.duplicates_collapsed} | {f.stale_writes_refused} | {f.max_lateness_s:.1f} s |"
+        )
+    return "\n".join(lines)

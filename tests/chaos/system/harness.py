@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -470,6 +470,22 @@ class System:
                 ]
                 out[name] = "; ".join(lines)
         return out
+
+    def fence_refusals(self) -> list[datetime]:
+        """When the claimers' logs say the fence refused a stale write (a handler's write or an
+        outcome under a claim that was taken over): for the per-fault-kind figures only, never
+        for the verdict, which reads no service's own output."""
+        moments: list[datetime] = []
+        for log in sorted(self.log_dir.glob("claimer-*.log")):
+            for line in log.read_text(errors="replace").splitlines():
+                if "FenceRejected" not in line:
+                    continue
+                try:
+                    # The services log local time, "2026-12-05 12:22:18,152 LEVEL ...".
+                    moments.append(datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").astimezone(UTC))
+                except ValueError:
+                    continue  # a traceback's line that names the exception
+        return moments
 
     def stop_services(self) -> None:
         for service in self.services.values():

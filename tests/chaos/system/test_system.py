@@ -11,6 +11,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,13 @@ from aiokafka.errors import KafkaError
 
 from slotflow.errors import SlotflowError
 from slotflow.kafka.producer import Producer
-from tests.chaos.system.checker import Report, check
+from tests.chaos.system.checker import (
+    FAULT_WINDOW,
+    Report,
+    check,
+    figures_by_fault_kind,
+    render_by_fault_kind,
+)
 from tests.chaos.system.harness import PROFILES, PrivateStack, System, fault_plan, given_plan
 
 _OVERRIDES: dict[str, Any] = (
@@ -79,6 +86,7 @@ async def test_every_promise_holds_under_the_seeded_faults(
     system.say(f"profile {PROFILE}; logs in {tmp_path}")
     system.say("fault plan:\n" + "\n".join(f"    {f}" for f in plan))
     rng = random.Random(seed)
+    injected: list[tuple[str, datetime]] = []
     try:
         await system.wait_ready()
         async with Producer(system.kafka, client_id="system-workload") as producer:
@@ -98,6 +106,7 @@ async def test_every_promise_holds_under_the_seeded_faults(
                     while pending and pending[0].at_s + 10 <= elapsed:
                         fault = pending.pop(0)
                         system.say(f"inject {fault}")
+                        injected.append((fault.kind, datetime.now(UTC)))
                         await system.inject(fault)
                         if fault.kind == "poison_burst":
                             await retrying(lambda: system.poison(raw, 5))
@@ -114,14 +123,16 @@ async def test_every_promise_holds_under_the_seeded_faults(
                 await raw.stop()
         # Quiet period: no more faults; everything the workload asked for must now finish.
         deadline = time.monotonic() + QUIET_S
-        report: Report = check(await system.collect())
+        recording = await system.collect()
+        report: Report = check(recording)
         while time.monotonic() < deadline and (
             any(v.kind not in KNOWN for v in report.violations)
             or (report.violations and time.monotonic() < deadline - QUIET_S + 45)
         ):
             await asyncio.sleep(5.0)
             system.supervise()
-            report = check(await system.collect())
+            recording = await system.collect()
+            report = check(recording)
         if report.violations:
             for name, gauge in (await system.claimer_gauges()).items():
                 system.say(f"{name}: {gauge}")
@@ -130,6 +141,11 @@ async def test_every_promise_holds_under_the_seeded_faults(
         await system.close_proxies()
     faults = ", ".join(f"{k}={n}" for k, n in sorted(system.counts.items()))
     system.say(f"faults injected: {faults}\nverdict:\n{report.render()}")
+    if injected:
+        by_kind = figures_by_fault_kind(recording, injected, system.fence_refusals())
+        system.say(
+            f"by fault kind ({FAULT_WINDOW.total_seconds():.0f} s after each):\n{render_by_fault_kind(by_kind)}"
+        )
     failing = [v for v in report.violations if v.kind not in KNOWN]
     if len(failing) < len(report.violations):
         system.say(f"known bugs, not failing the run: {len(report.violations) - len(failing)} violations")

@@ -5,6 +5,8 @@ its ids."""
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from slotflow.core.identity import run_id
 from tests.chaos.system.checker import (
     APPLIED,
@@ -15,6 +17,8 @@ from tests.chaos.system.checker import (
     ScheduleUnderTest,
     TimerUnderTest,
     check,
+    figures_by_fault_kind,
+    render_by_fault_kind,
 )
 
 T0 = datetime(2026, 3, 29, 0, 59, 58, tzinfo=UTC)
@@ -146,3 +150,28 @@ def test_bad_input_outbox_and_unfinished_work_are_reported() -> None:
         ("unfinished workflow", "order-ok"),
         ("unpublished outbox row", "ticker.outbox:ev-7"),
     ]
+
+
+def test_figures_by_fault_kind_count_what_falls_in_each_faults_window() -> None:
+    run = recorded_run()
+    # A takeover: the first slot of pay-a applied again under a later claim would be a duplicate,
+    # so move its one applied effect to claim 2 instead.
+    first = run.effects[0]
+    run.effects[0] = replace(first, fence_token=2, at=first.at + timedelta(seconds=1.5))
+    figures = figures_by_fault_kind(
+        run,
+        [("sigkill", T0 - timedelta(seconds=1)), ("pg_restart_fast", T0 + timedelta(seconds=5))],
+        refusals=[T0, T0 + timedelta(seconds=30)],
+        window=timedelta(seconds=3),
+    )
+    sigkill, restart = figures["sigkill"], figures["pg_restart_fast"]
+    # [T0-1s, T0+2s]: pay-a's slots 00:59:58 and 01:00:00, pay-b's 00:59:58 to 01:00:00.
+    assert (sigkill.injected, sigkill.slots_due, sigkill.slots_fired) == (1, 5, 5)
+    assert sigkill.runs_taken_over == 1
+    assert sigkill.stale_writes_refused == 1  # the refusal at T0; the one at T0+30s is in no window
+    assert sigkill.max_lateness_s == pytest.approx(1.8)
+    # [T0+5s, T0+8s]: no slot of pay-a in it but 01:00:04 (T0+6s); the collapsed redelivery at T0+8s.
+    assert (restart.slots_due, restart.slots_fired, restart.duplicates_collapsed) == (1, 1, 1)
+    assert restart.runs_taken_over == 0
+    table = render_by_fault_kind(figures)
+    assert "| sigkill | 1 | 5 / 5 | 1 | 0 | 1 | 1.8 s |" in table, table
