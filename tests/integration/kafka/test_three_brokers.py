@@ -204,10 +204,16 @@ async def test_one_broker_down_writes_go_on_two_down_they_are_refused(cluster: C
     finally:
         await raw.stop()
     assert time.monotonic() - started < 60, "the refusal took too long"
+    # How it is refused depends on what the client learns first: too few replicas, a leader it
+    # cannot reach (the partition's leader was among the two killed), or no answer in time.
     assert type(refused.value).__name__ in {
         "NotEnoughReplicasError",
         "KafkaTimeoutError",
         "RequestTimedOutError",
+        "NodeNotReadyError",
+        "KafkaConnectionError",
+        "NotLeaderForPartitionError",
+        "LeaderNotAvailableError",
     }
 
     # Both back: the cluster takes writes again and every acknowledged record is there, in order.

@@ -88,6 +88,15 @@ WITH cut AS (
      WHERE r.run_id = ANY($1::text[]) AND r.workflow_id IS NULL
        AND r.state IN ('completed', 'dead_lettered', 'skipped')
        AND COALESCE(r.finished_at, r.slot) < cut.horizon
+    UNION
+    -- A JobDue from before the horizon projected after its run was purged (its topic's consumer
+    -- behind the run events', or a rebuild reading them in that order) would bring the run back
+    -- as 'due' for good: a run with no attempt whose every due predates the horizon goes too.
+    -- One claimed later comes back with its attempt's facts, which are newer than the horizon.
+    SELECT r.run_id FROM {schema}.runs r, cut
+     WHERE r.run_id = ANY($1::text[]) AND r.workflow_id IS NULL AND r.state = 'due'
+       AND NOT EXISTS (SELECT 1 FROM {schema}.run_attempts a WHERE a.run_id = r.run_id)
+       AND NOT EXISTS (SELECT 1 FROM {schema}.run_dues d WHERE d.run_id = r.run_id AND d.due_at >= cut.horizon)
 ), dues AS (
     DELETE FROM {schema}.run_dues WHERE run_id IN (SELECT run_id FROM doomed)
 ), tries AS (
