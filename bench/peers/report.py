@@ -264,7 +264,7 @@ def render(
         "## Machine",
         "",
         f"- CPU: {machine.get('cpu')}, {machine.get('cores')} cores; Python {machine.get('python')}; "
-        f"kernel {machine.get('kernel')}; PostgreSQL {machine.get('postgres')}",
+        f"PostgreSQL {machine.get('postgres')}",
         f"- started {machine.get('when')}; load average at start "
         f"{' / '.join(str(x) for x in machine.get('load_average_at_start', []))}, at end "
         f"{' / '.join(f'{x:.2f}' for x in load_at_end)}"

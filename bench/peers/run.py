@@ -42,6 +42,8 @@ from peers.common import WORKLOADS
 from peers.report import AdapterOutputError, parse_adapter_output, parse_sizes, render, rotation, split_list
 
 PEERS = Path(__file__).resolve().parent
+#: How long an adapter that timed out has to clean up after SIGINT before it is killed.
+GRACE_SECONDS = 60
 SYSTEMS = ("slotflow", "bare", "procrastinate", "dbos", "temporal")
 
 
@@ -105,17 +107,26 @@ def run_adapter(
         try:
             stdout, _ = process.communicate(timeout=args.timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.communicate()
+            # SIGINT first, as Ctrl-C would: asyncio cancels the adapter's work and its clean-up
+            # (dropping the scratch database, deleting topics) runs; SIGKILL if that hangs.
+            os.killpg(process.pid, signal.SIGINT)
+            try:
+                process.communicate(timeout=GRACE_SECONDS)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.communicate()
             return {"error": f"timed out after {args.timeout} s (log {shown(str(log))})"}
     seconds = time.monotonic() - started
     if process.returncode != 0:
         tail = " / ".join(log.read_text(errors="replace").strip().splitlines()[-3:])
         return {"error": f"exit {process.returncode}: {tail[-400:]}", "seconds": seconds}
     try:
-        return {**parse_adapter_output(stdout, system, workload), "seconds": seconds}
+        parsed = parse_adapter_output(stdout, system, workload)
     except AdapterOutputError as error:
         return {"error": f"bad output: {error}", "seconds": seconds}
+    if "metrics" in parsed and parsed.get("size") != size:
+        return {"error": f"asked for size {size}, measured {parsed.get('size')}", "seconds": seconds}
+    return {**parsed, "seconds": seconds}
 
 
 async def server_version(dsn: str) -> str | None:
