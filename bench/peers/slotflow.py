@@ -51,7 +51,7 @@ from _ticker_support import fresh_database as ticker_database
 from claimer_support import ClaimerProcess, fresh_database, wait_group_stable
 from ticker_lateness import seed_rows
 
-from peers.common import latency_metrics, not_measured, parse_args, percentile, result
+from peers.common import latency_metrics, parse_args, percentile, result
 from slotflow.contracts import CronSpec, ScheduleDefinition
 from slotflow.contracts.codec import encode
 from slotflow.contracts.topics import JOBS_DUE, RUN_EVENTS
@@ -276,11 +276,8 @@ async def main() -> None:
             metrics = replay(args.size)
         elif args.workload == "schedules":
             metrics = await schedules(args.size, args.workers, logs)
-        elif args.workload == "recovery":
+        else:  # recovery: parse_args allows no other workload
             metrics = await recovery(args.size, logs)
-        else:
-            print(not_measured(SYSTEM, args.workload, "unknown workload"), file=sys.__stdout__)
-            return
     print(
         result(SYSTEM, args.workload, args.size, metrics, NOTES[args.workload].format(workers=args.workers))
     )
