@@ -121,7 +121,7 @@ BENCH_OUTPUT ?= docs/benchmarks/peers.md
 bench: setup
 	$(WITH_STACK) $(BIN)/python bench/peers/run.py --size "$(SIZE)" --runs $(RUNS) --systems $(SYSTEMS) \
 		--workloads $(WORKLOADS) --output $(BENCH_OUTPUT) \
-		--command "make bench$(if $(SIZE), SIZE=$(SIZE)) RUNS=$(RUNS) SYSTEMS=$(SYSTEMS) WORKLOADS=$(WORKLOADS)"
+		--command "make bench$(if $(SIZE), SIZE=$(SIZE)) RUNS=$(RUNS) SYSTEMS=$(SYSTEMS) WORKLOADS=$(WORKLOADS)$(if $(filter-out docs/benchmarks/peers.md,$(BENCH_OUTPUT)), BENCH_OUTPUT=$(BENCH_OUTPUT))"
 
 contracts: setup
 	$(BIN)/python -m slotflow.contracts.export contracts
