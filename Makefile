@@ -110,6 +110,19 @@ fmt: setup
 	$(BIN)/ruff format libs services tests bench deploy examples
 	$(BIN)/ruff check --fix libs services tests bench deploy examples
 
+# slotflow beside its peers (docs/benchmarks/peers.md, bench/peers/run.py): each system installed
+# (peers in .cache/bench, never in .venv), every workload on each, interleaved run by run.
+# SIZE=500 for every workload but replay (or SIZE=jobs=500,schedules=1000); empty: the issue's sizes.
+SIZE ?=
+RUNS ?= 3
+SYSTEMS ?= slotflow,bare,procrastinate,dbos,temporal
+WORKLOADS ?= jobs,schedules,workflows,replay,recovery
+BENCH_OUTPUT ?= docs/benchmarks/peers.md
+bench: setup
+	$(WITH_STACK) $(BIN)/python bench/peers/run.py --size "$(SIZE)" --runs $(RUNS) --systems $(SYSTEMS) \
+		--workloads $(WORKLOADS) --output $(BENCH_OUTPUT) \
+		--command "make bench$(if $(SIZE), SIZE=$(SIZE)) RUNS=$(RUNS) SYSTEMS=$(SYSTEMS) WORKLOADS=$(WORKLOADS)$(if $(filter-out docs/benchmarks/peers.md,$(BENCH_OUTPUT)), BENCH_OUTPUT=$(BENCH_OUTPUT))"
+
 contracts: setup
 	$(BIN)/python -m slotflow.contracts.export contracts
 
