@@ -20,12 +20,12 @@ How the workloads map to Temporal (the notes of each JSON line repeat it):
              history is fetched and ``Replayer.replay_workflow`` timed on it (the default,
              sandboxed runner, as a worker uses).
 - schedules: N Temporal Schedules on the cron ``* * * * *`` starting a no-op workflow; for the
-             first minute boundary after all exist, lateness is each schedule's recorded action
-             start minus its scheduled time. Creation is timed first: when it projects past the
+             first minute boundary after all exist, lateness is each started workflow's start
+             time minus its scheduled time (TemporalScheduledStartTime). Creation is timed first: when it projects past the
              budget the run stops and reports why (not measured).
-- recovery:  N workflows wait for a signal in the workers' caches; both workers are SIGKILLed, every
-             workflow is signalled, the workers are restarted, and the time from the restart to the
-             last workflow's completion is measured.
+- recovery:  N workflows wait for a signal in the workers' caches; both workers are SIGKILLed, new
+             ones started at once and every workflow signalled at the kill (as slotflow's recovery
+             run does); measured from the kill to the last workflow's completion.
 
 The worker processes run this file as ``temporal.py worker --address HOST:PORT --task-queue Q``.
 The last line on stdout is the contract's JSON object.
@@ -172,6 +172,18 @@ def lateness_metrics(fired: Sequence[tuple[datetime, datetime]]) -> dict[str, fl
 def next_minute(moment: datetime) -> datetime:
     """The first whole minute strictly after ``moment``."""
     return moment.replace(second=0, microsecond=0) + timedelta(minutes=1)
+
+
+def slot_condition(slot: datetime) -> str:
+    """A visibility query condition for the workflows a schedule started for ``slot``.
+
+    A range over the slot's second: SQLite visibility matches no Datetime attribute by equality.
+    """
+    since, until = (
+        moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        for moment in (slot, slot + timedelta(seconds=1))
+    )
+    return f"TemporalScheduledStartTime >= '{since}' AND TemporalScheduledStartTime < '{until}'"
 
 
 _VERSION = re.compile(r"temporal version (?P<cli>\S+) \(Server (?P<server>[^,)]+)")
@@ -422,7 +434,9 @@ def workflow_definitions() -> Any:
     return temporal_workflows
 
 
-async def wait_count(client: Any, query: str, expected: int, timeout_s: float) -> None:
+async def wait_count(
+    client: Any, query: str, expected: int, timeout_s: float, interval_s: float = 0.1
+) -> None:
     """Until the visibility store counts ``expected`` workflows matching ``query``."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -431,7 +445,7 @@ async def wait_count(client: Any, query: str, expected: int, timeout_s: float) -
             return
         if time.monotonic() > deadline:
             raise RuntimeError(f"{counted} of {expected} workflows match {query!r} after {timeout_s:.0f} s")
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(interval_s)
 
 
 async def closed_executions(client: Any, workflow_type: str) -> list[Execution]:
@@ -545,33 +559,23 @@ async def schedules(client: Any, workers: Workers, size: int) -> str:
     await bounded(range(probe, size), create)
     create_s = time.monotonic() - created_from
 
-    # The first whole minute after every schedule exists: all of them are due then.
+    # The first whole minute after every schedule exists: all of them are due then. Each started
+    # workflow carries its slot in the TemporalScheduledStartTime search attribute, so one count
+    # query a second follows the boundary without loading the server while it fires.
     slot = next_minute(datetime.now(UTC) + timedelta(seconds=1))
-    await asyncio.sleep(max(0.0, (slot - datetime.now(UTC)).total_seconds()) + 2)
-    fired: dict[int, tuple[datetime, datetime]] = {}
-    deadline = time.monotonic() + 60
-
-    async def describe(i: int) -> None:
-        description = await client.get_schedule_handle(f"tick-{i}").describe()
-        for action in description.info.recent_actions:
-            if action.scheduled_at == slot:
-                fired[i] = (action.scheduled_at, action.started_at)
-
-    while len(fired) < size and time.monotonic() < deadline:
-        await bounded([i for i in range(size) if i not in fired], describe)
-        if len(fired) < size:
-            await asyncio.sleep(1)
-    if len(fired) < size:
-        raise RuntimeError(
-            f"{size - len(fired)} of {size} schedules had not fired the {slot:%H:%M} slot a minute later"
-        )
+    await asyncio.sleep(max(0.0, (slot - datetime.now(UTC)).total_seconds()))
+    query = f"WorkflowType = 'bench.tick' AND {slot_condition(slot)}"
+    await wait_count(client, query, size, 60 + size / 5, interval_s=1.0)
+    fired = [(slot, execution.start_time) async for execution in client.list_workflows(query)]
+    if len(fired) != size:
+        raise RuntimeError(f"{len(fired)} of {size} schedules fired the {slot:%H:%M} slot")
     return result_line(
         "schedules",
         size,
-        lateness_metrics(list(fired.values())),
+        lateness_metrics(fired),
         f"{size} Temporal Schedules on the cron '* * * * *' (created in {create_s:.1f} s, "
-        f"{size / create_s:.0f}/s) starting a no-op workflow; lateness is the action's recorded start "
-        "minus its scheduled time for one minute boundary; fires on seconds: yes (calendar and interval "
+        f"{size / create_s:.0f}/s) starting a no-op workflow; lateness is each started workflow's start time "
+        "minus its scheduled time (TemporalScheduledStartTime) for one minute boundary; fires on seconds: yes (calendar and interval "
         "specs take seconds); time zones: yes (ScheduleSpec.time_zone_name)",
     )
 
@@ -584,23 +588,41 @@ async def recovery(client: Any, workers: Workers, size: int) -> str:
     )
     # Every workflow has run its first task on a worker (it is in that worker's cache).
     await wait_count(client, f"{WAITING_ATTRIBUTE} = true", size, 60 + size / 5)
+    # As slotflow's recovery run does: the kill, a new process started at once, and every workflow
+    # signalled at the kill (the signals wait on the server while no worker runs).
+    killed_at = datetime.now(UTC)
     workers.kill()
-    await bounded(range(size), lambda i: client.get_workflow_handle(f"waiter-{i}").signal("release"))
-    restarted_at = datetime.now(UTC)
     workers.start()
+
+    async def signal_all() -> float:
+        await bounded(range(size), lambda i: client.get_workflow_handle(f"waiter-{i}").signal("release"))
+        return (datetime.now(UTC) - killed_at).total_seconds()
+
+    async def ready() -> float:
+        await workers.wait_ready()
+        return (datetime.now(UTC) - killed_at).total_seconds()
+
+    signal_s, ready_s = await asyncio.gather(signal_all(), ready())
     await wait_count(
         client, "WorkflowType = 'bench.waiter' AND ExecutionStatus = 'Completed'", size, 120 + size / 5
     )
     executions = await closed_executions(client, "bench.waiter")
-    seconds = (max(e.close for e in executions) - restarted_at).total_seconds()
+    closes = [e.close for e in executions]
     return result_line(
         "recovery",
         size,
-        {"seconds_to_progress": seconds},
+        {
+            "seconds_to_progress": (max(closes) - killed_at).total_seconds(),
+            "first_progress_s": (min(closes) - killed_at).total_seconds(),
+            "workers_ready_s": ready_s,
+            "signal_s": signal_s,
+        },
         f"{size} workflows waiting for a signal in {workers.count} workers' caches; all workers SIGKILLed, "
-        "every workflow signalled, workers restarted; the time from the restart (process start included) "
-        "to the last completion. Tasks bound to a killed worker's sticky queue return to the shared queue "
-        "after Temporal's sticky schedule-to-start timeout (5 s by default)",
+        "new ones started at once and every workflow signalled at the kill; seconds_to_progress is the "
+        "kill to the last workflow completed (first_progress_s to the first; workers_ready_s until both "
+        "new workers poll, process start included; signal_s until every signal was accepted). Tasks "
+        "bound to a killed worker's sticky queue move to the shared queue only after the worker's "
+        "sticky_queue_schedule_to_start_timeout (the Python SDK's default, 10 s)",
     )
 
 

@@ -94,6 +94,12 @@ def test_next_minute_is_strictly_after() -> None:
     assert temporal.next_minute(T0 + timedelta(seconds=59, microseconds=1)) == T0 + timedelta(minutes=1)
 
 
+def test_slot_condition_spans_the_slot_second_in_utc() -> None:
+    assert temporal.slot_condition(T0) == (
+        "TemporalScheduledStartTime >= '2026-12-05T12:00:00Z' AND TemporalScheduledStartTime < '2026-12-05T12:00:01Z'"
+    )
+
+
 @pytest.mark.parametrize(
     ("output", "versions"),
     [
