@@ -33,6 +33,7 @@ The last line on stdout is the contract's JSON object.
 
 import argparse
 import asyncio
+import ctypes
 import json
 import math
 import os
@@ -77,6 +78,7 @@ CLIENT_CONCURRENCY = 100
 SCHEDULE_CREATE_BUDGET_S = 600.0
 SCHEDULE_PROBE = 1_000
 READY_TIMEOUT_S = 60.0
+PR_SET_PDEATHSIG = 1
 
 
 # --- the pure parts: command line, figures, the JSON line -------------------------------------
@@ -248,6 +250,17 @@ def free_ports(count: int) -> list[int]:
 # --- processes: the dev server and the workers --------------------------------------------------
 
 
+def _die_with_parent() -> None:
+    """In a child before exec: SIGKILL it when the adapter dies, even by SIGKILL (Linux only).
+
+    The server and the workers run in sessions of their own (so a kill reaches each whole group);
+    without this a harness that kills a stuck adapter would leave them running.
+    """
+    with suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
 def _stop(process: "subprocess.Popen[bytes]", grace_s: float = 10.0) -> None:
     """SIGTERM the process's group, then SIGKILL it if it has not gone within ``grace_s``."""
     if process.poll() is not None:
@@ -298,6 +311,7 @@ async def dev_server(scratch: Path) -> AsyncIterator[tuple[str, str]]:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
+            preexec_fn=_die_with_parent,
         )
     address = f"127.0.0.1:{ports.frontend}"
     try:
@@ -343,6 +357,7 @@ class Workers:
                         stderr=log_file,
                         stdin=subprocess.DEVNULL,
                         start_new_session=True,
+                        preexec_fn=_die_with_parent,
                     )
                 )
 
@@ -437,10 +452,23 @@ def workflow_definitions() -> Any:
 async def wait_count(
     client: Any, query: str, expected: int, timeout_s: float, interval_s: float = 0.1
 ) -> None:
-    """Until the visibility store counts ``expected`` workflows matching ``query``."""
+    """Until the visibility store counts ``expected`` workflows matching ``query``.
+
+    A count that times out or finds the server busy is asked again: on a loaded box the server
+    answers slowly while it works through the very workflows being counted.
+    """
+    from temporalio.service import RPCError, RPCStatusCode
+
+    transient = {RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.UNAVAILABLE, RPCStatusCode.RESOURCE_EXHAUSTED}
     deadline = time.monotonic() + timeout_s
+    counted = 0
     while True:
-        counted = (await client.count_workflows(query)).count
+        try:
+            counted = (await client.count_workflows(query)).count
+        except RPCError as error:
+            if error.status not in transient:
+                raise
+            print(f"count of {query!r} failed, asking again: {error}", file=sys.stderr)
         if counted >= expected:
             return
         if time.monotonic() > deadline:
