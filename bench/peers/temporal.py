@@ -21,8 +21,8 @@ How the workloads map to Temporal (the notes of each JSON line repeat it):
              sandboxed runner, as a worker uses).
 - schedules: N Temporal Schedules on the cron ``* * * * *`` starting a no-op workflow; for the
              first minute boundary after all exist, lateness is each started workflow's start
-             time minus its scheduled time (TemporalScheduledStartTime). Creation is timed first: when it projects past the
-             budget the run stops and reports why (not measured).
+             time minus its scheduled time (TemporalScheduledStartTime). Creation is timed first:
+             when it projects past the budget the run stops and reports why (not measured).
 - recovery:  N workflows wait for a signal in the workers' caches; both workers are SIGKILLed, new
              ones started at once and every workflow signalled at the kill (as slotflow's recovery
              run does); measured from the kill to the last workflow's completion.
@@ -59,7 +59,8 @@ SYSTEM = "temporal"
 WORKLOADS = ("jobs", "schedules", "workflows", "replay", "recovery")
 DEFAULT_SIZES = {"jobs": 20_000, "schedules": 1_000, "workflows": 2_000, "replay": 10_000, "recovery": 10_000}
 #: The CLI release whose `go install` works here (it carries Temporal Server 1.29.1); later
-#: releases carry a replace directive that `go install` refuses.
+#: releases carry a replace directive that `go install` refuses. install_temporal.py builds the same
+#: (a unit test holds the two together).
 CLI_VERSION = "1.5.1"
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_CLI = REPO / ".cache" / "bench" / f"temporal-{CLI_VERSION}" / "temporal"
@@ -71,7 +72,7 @@ TASK_QUEUE = "bench"
 #: A custom search attribute the recovery workflows set once they wait, so the adapter can count
 #: the workflows a worker has taken up (visibility sees no workflow task otherwise).
 WAITING_ATTRIBUTE = "BenchWaiting"
-#: Start, signal and describe requests in flight at once from the driving client.
+#: Start, create and signal requests in flight at once from the driving client.
 CLIENT_CONCURRENCY = 100
 #: How long creating the schedules may take before the schedule workload reports itself not
 #: measured, and how many are created before the rate is projected.
@@ -364,14 +365,14 @@ class Workers:
     async def wait_ready(self) -> None:
         """Until every worker has printed its ready line (its pollers are running)."""
         loop = asyncio.get_running_loop()
-        for process in self.processes:
+        for index, process in enumerate(self.processes):
             assert process.stdout is not None
             line = await asyncio.wait_for(
                 loop.run_in_executor(None, process.stdout.readline), READY_TIMEOUT_S
             )
             if line.strip() != b"ready":
                 raise RuntimeError(
-                    f"a worker did not start:\n{_tail(self.scratch / f'worker-{self.generation}-0.log')}"
+                    f"a worker did not start:\n{_tail(self.scratch / f'worker-{self.generation}-{index}.log')}"
                 )
 
     def kill(self) -> None:
@@ -645,7 +646,8 @@ async def recovery(client: Any, workers: Workers, size: int) -> str:
             "workers_ready_s": ready_s,
             "signal_s": signal_s,
         },
-        f"{size} workflows waiting for a signal in {workers.count} workers' caches; all workers SIGKILLed, "
+        f"{size} workflows waiting for a signal, taken up by {workers.count} workers (each caches up to "
+        "1,000, the SDK's default); all workers SIGKILLed, "
         "new ones started at once and every workflow signalled at the kill; seconds_to_progress is the "
         "kill to the last workflow completed (first_progress_s to the first; workers_ready_s until both "
         "new workers poll, process start included; signal_s until every signal was accepted). Tasks "

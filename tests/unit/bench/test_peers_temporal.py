@@ -152,3 +152,8 @@ def test_the_committed_requirements_pin_temporalio() -> None:
     assert install_temporal.pinned_requirements(install_temporal.REQUIREMENTS.read_text())[0].startswith(
         "temporalio=="
     )
+
+
+def test_the_adapter_runs_the_cli_release_the_installer_builds() -> None:
+    assert temporal.CLI_VERSION == install_temporal.CLI_VERSION
+    assert temporal.DEFAULT_CLI.parent.name == f"temporal-{install_temporal.CLI_VERSION}"
