@@ -274,6 +274,12 @@ def queued_runs(
     rows = query(
         dsn, "SELECT created_at, completed_at FROM dbos.workflow_status WHERE name = %s", (workflow_name,)
     )
+    # Shows that the queue was shared: how many runs each worker process took.
+    shares = query(
+        dsn,
+        "SELECT executor_id, count(*) FROM dbos.workflow_status WHERE name = %s GROUP BY 1 ORDER BY 1",
+        (workflow_name,),
+    )
     created = [int(row[0]) / 1000 for row in rows]
     completed = [int(row[1]) / 1000 for row in rows]
     latencies = [(done - enqueued) * 1000 for enqueued, done in zip(created, completed, strict=True)]
@@ -291,7 +297,8 @@ def queued_runs(
         metrics,
         f"a workflow of {body}; {workers} worker processes on one DBOS queue, worker_concurrency "
         f"{concurrency}, polled every {QUEUE_POLL_SECONDS} s; enqueued by DBOSClient in transactions "
-        f"of {ENQUEUE_BATCH}; latency = workflow_status completed_at - created_at",
+        f"of {ENQUEUE_BATCH}; latency = workflow_status completed_at - created_at; runs per worker: "
+        + ", ".join(f"{executor} {runs}" for executor, runs in shares),
     )
 
 
