@@ -13,7 +13,7 @@ minute. The first whole minute after both workers are up is measured: lateness i
 'started' event minus that minute (periodic jobs carry their own scheduled timestamp).
 
 workflows, replay, recovery: procrastinate has no workflows, history or replay; a job whose worker
-is killed stays 'doing' until a stalled-job sweep you run yourself retries it, which is not the
+is killed stays 'doing' until the application retries stalled jobs itself, which is not the
 recovery of open workflows the contract measures, so those are not measured.
 """
 
@@ -108,7 +108,7 @@ def start_workers(
         for index in range(workers)
     ]
     try:
-        # A worker row appears once its first heartbeat is written, i.e. once it polls the queue.
+        # A worker registers its row in procrastinate_workers as it starts to fetch jobs.
         wait_until(
             lambda: check_alive_and_count(dsn, processes) >= workers,
             timeout=120,
@@ -123,6 +123,12 @@ def start_workers(
 def check_alive_and_count(dsn: str, processes: list[subprocess.Popen[bytes]]) -> int:
     check_workers_alive(processes)
     return count(dsn, "SELECT count(*) FROM procrastinate_workers")
+
+
+def succeeded_while_alive(dsn: str, processes: list[subprocess.Popen[bytes]]) -> int:
+    """Jobs succeeded so far; raises if a worker died, rather than waiting out the timeout."""
+    check_workers_alive(processes)
+    return count(dsn, "SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'")
 
 
 def apply_schema(dsn: str) -> None:
@@ -149,10 +155,7 @@ def jobs(dsn: str, size: int, workers: int, concurrency: int, timeout: float) ->
 
         asyncio.run(defer_all())
         wait_until(
-            lambda: (
-                check_alive_and_count(dsn, processes) >= 0
-                and count(dsn, "SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'") >= size
-            ),
+            lambda: succeeded_while_alive(dsn, processes) >= size,
             timeout=timeout,
             what=f"{size} jobs succeeded",
             interval=0.2,
