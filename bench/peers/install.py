@@ -21,6 +21,12 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+# The per-peer installers sit beside this file, imported as the `peers` package (bench/ on the path).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from peers.install_pgpeers import install_dbos, install_procrastinate  # noqa: E402
+from peers.install_temporal import install_temporal  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / ".cache" / "bench"
 PEERS_VENV = CACHE / "peers-venv"
@@ -111,18 +117,16 @@ def peer_venv(package: str) -> Installed:
     return {"python": str(python), "env": {}, "version": f"{package} {version}"}
 
 
-def not_written_yet() -> Installed:
-    return unavailable("adapter not written yet")
-
-
 #: One installer per system the harness knows. A peer's installer usually begins with
 #: `peer_venv("<its package>")` and adds binaries or environment to what that returns.
 INSTALLERS: dict[str, Callable[[], Installed]] = {
     "slotflow": project_venv,
     "bare": bare_loop,
-    "temporal": not_written_yet,
-    "dbos": not_written_yet,
-    "procrastinate": not_written_yet,
+    # The Temporal CLI (go install, cached) and temporalio in the peers' virtualenv.
+    "temporal": lambda: install_temporal(CACHE),
+    # dbos and procrastinate from requirements-peers-pg.txt, into the same virtualenv.
+    "dbos": lambda: install_dbos(CACHE),
+    "procrastinate": lambda: install_procrastinate(CACHE),
 }
 
 
