@@ -39,7 +39,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != HERE]
 sys.path.insert(0, str(HERE.parent))
 
-from peers.pg_peer_common import (  # noqa: E402
+from peers.pg_peer_common import (
     adapter_arguments,
     check_workers_alive,
     emit,

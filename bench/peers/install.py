@@ -24,8 +24,8 @@ from pathlib import Path
 # The per-peer installers sit beside this file, imported as the `peers` package (bench/ on the path).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from peers.install_pgpeers import install_dbos, install_procrastinate  # noqa: E402
-from peers.install_temporal import install_temporal  # noqa: E402
+from peers.install_pgpeers import install_dbos, install_procrastinate
+from peers.install_temporal import install_temporal
 
 REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / ".cache" / "bench"
