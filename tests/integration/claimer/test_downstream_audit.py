@@ -79,8 +79,10 @@ async def test_held_slots_are_held_then_late_never_missed(
         assert closed.status_code == 200, closed.text
 
         async def completed() -> dict[str, Any] | None:
-            body = await _audit(api, start, end)
+            # Runs first, then the audit: read the other way round, an audit from before the last
+            # completion could pass with runs read after it (seen under load: a slot still running).
             runs = (await api.get("/v1/runs", params={"job_id": "held-pay", "limit": 100})).json()["items"]
+            body = await _audit(api, start, end)
             done = runs and all(r["state"] == "completed" for r in runs)
             return body if done and body["summary"]["held"] == 0 else None
 
