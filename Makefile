@@ -87,17 +87,19 @@ test-chaos: setup
 # The whole-system fault suite (docs/reliability.md) on a Kafka and PostgreSQL of its own (ports
 # first free from 27092/27093/27432, below the ephemeral range, a temp state dir): never the
 # devstack above, since it restarts both.
-# SEED=7 or SEED=1,2,3 picks the seeds, DURATION=seconds the workload's length, PROFILE=short|long.
+# SEED=7 or SEED=1,2,3 picks the seeds, DURATION=seconds the workload's length, PROFILE=short|long,
+# FAULT_COUNT=n the profile's planned faults (the network and broker faults are a third of it each).
 SEED ?= 1,2,3
 PROFILE ?= short
 DURATION ?=
+FAULT_COUNT ?=
 # KNOWN="missed slot": violation kinds of open, documented bugs, printed but not failing.
 KNOWN ?=
 # FAULTS="21.4:pg_restart_fast,7.4:sigkill:claimer-2": this plan instead of the seed's (replaying one).
 FAULTS ?=
 chaos: setup tools
 	SLOTFLOW_SYSTEM_SEEDS=$(SEED) SLOTFLOW_SYSTEM_PROFILE=$(PROFILE) SLOTFLOW_SYSTEM_BROKERS=$(BROKERS) \
-		SLOTFLOW_SYSTEM_DURATION=$(DURATION) \
+		SLOTFLOW_SYSTEM_DURATION=$(DURATION) SLOTFLOW_SYSTEM_FAULT_COUNT=$(FAULT_COUNT) \
 		SLOTFLOW_SYSTEM_KNOWN="$(KNOWN)" SLOTFLOW_SYSTEM_FAULTS="$(FAULTS)" \
 		$(BIN)/pytest -m system -s tests/chaos/system
 

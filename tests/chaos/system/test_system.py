@@ -36,6 +36,9 @@ _OVERRIDES: dict[str, Any] = (
     if os.environ.get("SLOTFLOW_SYSTEM_DURATION")
     else {}
 )
+# A shorter run of a profile keeps its fault density only when the count shrinks with it.
+if os.environ.get("SLOTFLOW_SYSTEM_FAULT_COUNT"):
+    _OVERRIDES["faults"] = int(os.environ["SLOTFLOW_SYSTEM_FAULT_COUNT"])
 PROFILE = replace(PROFILES[os.environ.get("SLOTFLOW_SYSTEM_PROFILE", "short")], **_OVERRIDES)
 SEEDS = [int(s) for s in os.environ.get("SLOTFLOW_SYSTEM_SEEDS", "1,2,3").split(",") if s.strip()]
 QUIET_S = 150.0
