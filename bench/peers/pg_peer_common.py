@@ -18,16 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-WORKLOADS = ("jobs", "schedules", "workflows", "replay", "recovery")
-DEFAULT_SIZES = {"jobs": 20000, "schedules": 1000, "workflows": 20000, "replay": 10000, "recovery": 10000}
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The value below which a fraction ``q`` of ``values`` falls (nearest rank, as bench/_common)."""
-    if not values:
-        raise ValueError("percentile of no values")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+from peers.common import DEFAULT_SIZES, WORKLOADS, percentile
 
 
 def latency_metrics(latencies_ms: Sequence[float], prefix: str = "") -> dict[str, float]:

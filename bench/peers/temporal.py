@@ -35,7 +35,6 @@ import argparse
 import asyncio
 import ctypes
 import json
-import math
 import os
 import re
 import shlex
@@ -53,11 +52,15 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
+# Run as a script, bench/peers/ comes first on sys.path; the shared contract is reached through
+# bench/ as the `peers` package, as the other adapters do.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from peers.common import DEFAULT_SIZES, WORKLOADS, not_measured, percentile, result
+
 Item = TypeVar("Item")
 
 SYSTEM = "temporal"
-WORKLOADS = ("jobs", "schedules", "workflows", "replay", "recovery")
-DEFAULT_SIZES = {"jobs": 20_000, "schedules": 1_000, "workflows": 2_000, "replay": 10_000, "recovery": 10_000}
 #: The CLI release whose `go install` works here (it carries Temporal Server 1.29.1); later
 #: releases carry a replace directive that `go install` refuses. install_temporal.py builds the same
 #: (a unit test holds the two together).
@@ -106,30 +109,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def result_line(workload: str, size: int, metrics: Mapping[str, float], notes: str) -> str:
     """The JSON line of a measured workload; a non-finite figure is no measurement and refused."""
-    bad = sorted(name for name, value in metrics.items() if not math.isfinite(float(value)))
-    if bad:
-        raise ValueError(f"non-finite metrics: {bad}")
-    return json.dumps(
-        {
-            "system": SYSTEM,
-            "workload": workload,
-            "size": size,
-            "metrics": {name: float(value) for name, value in metrics.items()},
-            "notes": notes,
-        }
-    )
+    return result(SYSTEM, workload, size, metrics, notes)
 
 
 def not_measured_line(workload: str, reason: str) -> str:
-    return json.dumps({"system": SYSTEM, "workload": workload, "not_measured": reason})
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The ``q`` quantile by the nearest rank below, as the rest of bench/ computes it."""
-    if not values:
-        raise ValueError("no values")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+    return not_measured(SYSTEM, workload, reason)
 
 
 @dataclass(frozen=True)
