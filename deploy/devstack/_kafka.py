@@ -286,30 +286,40 @@ def _kafka_command(cfg: Config, java: str, jars: Path) -> list[str]:
     ]
 
 
-def _spawn_kafka(cfg: Config, argv: list[str]) -> int:
-    if cfg.kafka_log.exists():
-        cfg.kafka_log.replace(cfg.kafka_log.with_name("kafka.log.1"))
-    pid = spawn(argv, log=cfg.kafka_log, cwd=cfg.kafka_dir)
-    cfg.kafka_pid_file.write_text(f"{pid}\n")
+def spawn_broker(argv: list[str], *, log: Path, pid_file: Path, cwd: Path) -> int:
+    """Start one broker process logging to ``log`` (the last log kept as ``<log>.1``), its pid in
+    ``pid_file``. The one broker of the default mode and each node of the 3-broker mode."""
+    if log.exists():
+        log.replace(log.with_name(f"{log.name}.1"))
+    pid = spawn(argv, log=log, cwd=cwd)
+    pid_file.write_text(f"{pid}\n")
     return pid
 
 
-async def _wait_kafka_log(cfg: Config, pid: int, deadline: float) -> None:
+async def wait_broker_log(name: str, pid: int, log: Path, deadline: float) -> None:
+    """Until ``log`` shows the broker started; DevstackError if it exited, KafkaStartTimeout at
+    ``deadline``."""
     seen = b""
     while time.monotonic() < deadline:
-        seen += read_from(cfg.kafka_log, len(seen))
+        seen += read_from(log, len(seen))
         if KAFKA_READY_LINE in seen:
             return
         if not alive(pid):
             raise DevstackError(
-                f"Kafka (pid {pid}) exited during start-up; last lines of {show(cfg.kafka_log)}:\n"
-                + tail(cfg.kafka_log)
+                f"{name} (pid {pid}) exited during start-up; last lines of {show(log)}:\n" + tail(log)
             )
         await asyncio.sleep(0.1)
     raise KafkaStartTimeout(
-        f"Kafka did not log {KAFKA_READY_LINE.decode()!r} in time; "
-        f"see {show(cfg.kafka_log)}:\n" + tail(cfg.kafka_log)
+        f"{name} did not log {KAFKA_READY_LINE.decode()!r} in time; see {show(log)}:\n" + tail(log)
     )
+
+
+def _spawn_kafka(cfg: Config, argv: list[str]) -> int:
+    return spawn_broker(argv, log=cfg.kafka_log, pid_file=cfg.kafka_pid_file, cwd=cfg.kafka_dir)
+
+
+async def _wait_kafka_log(cfg: Config, pid: int, deadline: float) -> None:
+    await wait_broker_log("Kafka", pid, cfg.kafka_log, deadline)
 
 
 async def wait_kafka_ready(cfg: Config, deadline: float) -> ClusterInfo:

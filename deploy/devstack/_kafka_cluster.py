@@ -24,12 +24,9 @@ from _processes import (
     port_free,
     proc_cmdline,
     proc_state,
-    read_from,
     read_pid,
     run_command,
     send_signal,
-    spawn,
-    tail,
     wait_gone,
     wait_ports_free,
 )
@@ -178,28 +175,15 @@ async def _prepare_node(cfg: Config, node: KafkaNode, java: str, jars: str, cid:
 
 
 def _spawn(node: KafkaNode, argv: list[str]) -> int:
-    if node.log.exists():
-        node.log.replace(node.log.with_name(f"{node.log.name}.1"))
-    pid = spawn(argv, log=node.log, cwd=node.kafka_dir)
-    node.pid_file.write_text(f"{pid}\n")
-    return pid
+    from _kafka import spawn_broker
+
+    return spawn_broker(argv, log=node.log, pid_file=node.pid_file, cwd=node.kafka_dir)
 
 
 async def _wait_started(node: KafkaNode, pid: int, deadline: float) -> None:
-    from _kafka import KAFKA_READY_LINE, KafkaStartTimeout
+    from _kafka import wait_broker_log
 
-    seen = b""
-    while time.monotonic() < deadline:
-        seen += read_from(node.log, len(seen))
-        if KAFKA_READY_LINE in seen:
-            return
-        if not alive(pid):
-            raise DevstackError(
-                f"{node.name} (pid {pid}) exited during start-up; last lines of {show(node.log)}:\n"
-                + tail(node.log)
-            )
-        await asyncio.sleep(0.1)
-    raise KafkaStartTimeout(f"{node.name} did not start in time; see {show(node.log)}:\n" + tail(node.log))
+    await wait_broker_log(node.name, pid, node.log, deadline)
 
 
 async def wait_brokers_registered(cfg: Config, deadline: float, count: int) -> None:
