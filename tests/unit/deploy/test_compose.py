@@ -84,3 +84,17 @@ def test_user_code_containers_name_modules_their_pythonpath_holds(service: str, 
             if (root / f"{relative}.py").exists() or (root / relative / "__init__.py").exists()
         ]
         assert found, f"{service}: {module} is on none of {environment['PYTHONPATH']}"
+
+
+def test_every_service_waits_for_the_topic_table() -> None:
+    """A clean-clone CI run failed `up --wait` with `topics-1 exited (0)`: with nothing depending
+    on the one-shot job, compose waited for it to be running, and a job that finished first was a
+    failure. Depending on it with service_completed_successfully fixes both that and the start order."""
+    services = load_compose()["services"]
+    assert services["topics"]["restart"] == "no"
+    assert "topics" not in services["topics"]["depends_on"]
+    long_running = [name for name in services if name not in ("kafka", "postgres", "topics")]
+    assert long_running
+    for name in long_running:
+        condition = services[name]["depends_on"]["topics"]["condition"]
+        assert condition == "service_completed_successfully", name
