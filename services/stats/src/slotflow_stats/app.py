@@ -29,6 +29,7 @@ from aiokafka.structs import TopicPartition
 
 from slotflow_stats import sink
 from slotflow_stats.config import DLQ_EVENTS, JOBS_DUE, RUN_EVENTS, SCHEDULE_EVENTS, KafkaConnection, Settings
+from slotflow_stats.consumer import install_processed_only_acks
 from slotflow_stats.errors import StatsError, TopicMissing, UndecodableEvent
 from slotflow_stats.health import FlushClock, serve_health
 from slotflow_stats.observe import Family, observe
@@ -163,6 +164,8 @@ class Processor:
         )
         # Without it a commit can overtake the changelog writes of the events it covers.
         install_draining_buffer(self.app)
+        # Without it an event skipped in a rebalance can be committed before it is processed.
+        install_processed_only_acks(self.app)
         # Table keys are (subject, partition) tuples and values dicts: JSON both ways.
         self._json = faust.Schema(key_serializer="json", value_serializer="json")
         self.tables: dict[Family, dict[int, Any]] = {}
