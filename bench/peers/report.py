@@ -235,9 +235,16 @@ def render(
     installs: Mapping[str, Mapping[str, Any]],
     records: Sequence[Mapping[str, Any]],
     load_at_end: Sequence[float],
+    runs_asked: int | None = None,
 ) -> str:
-    """docs/benchmarks/peers.md."""
+    """docs/benchmarks/peers.md; ``runs`` completed of ``runs_asked`` (when a session ends early)."""
     lines = ["# slotflow beside its peers", ""]
+    if runs_asked is not None and runs < runs_asked:
+        lines += [
+            f"> **Partial: {runs} of {runs_asked} runs.** The harness rewrites this page after every "
+            "run; the session ended before the last.",
+            "",
+        ]
     small = {w: s for w, s in sizes.items() if s < DEFAULT_SIZES[w]}
     if small:
         shown = ", ".join(f"{w} {s:,} (issue: {DEFAULT_SIZES[w]:,})" for w, s in small.items())

@@ -217,6 +217,20 @@ def main() -> None:
                 records.append(record)
                 summary = record.get("metrics") or record.get("not_measured") or record.get("error")
                 print(f"bench:   {summary}", file=sys.stderr, flush=True)
+        # Written after every run, so a session that ends early keeps what it measured.
+        write_outputs(args, machine, installs, records, stamp, completed_runs=run + 1)
+
+
+def write_outputs(
+    args: argparse.Namespace,
+    machine: dict[str, Any],
+    installs: dict[str, dict[str, Any]],
+    records: list[dict[str, Any]],
+    stamp: str,
+    *,
+    completed_runs: int,
+) -> None:
+    """The raw JSON and the page for the runs completed so far (all of them at the end)."""
     load_at_end = list(os.getloadavg())
     RESULTS.mkdir(parents=True, exist_ok=True)
     raw = RESULTS / f"peers-{stamp}.json"
@@ -229,7 +243,8 @@ def main() -> None:
             {
                 "command": args.command,
                 "sizes": args.sizes,
-                "runs": args.runs,
+                "runs": completed_runs,
+                "runs_asked": args.runs,
                 "systems": args.system_list,
                 "machine": machine,
                 "installs": visible_installs,
@@ -244,16 +259,20 @@ def main() -> None:
         command=args.command,
         sizes=args.sizes,
         systems=args.system_list,
-        runs=args.runs,
+        runs=completed_runs,
         machine=machine,
         installs=installs,
         records=records,
         load_at_end=load_at_end,
+        runs_asked=args.runs,
     )
     output = REPO / args.output
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(page)
-    print(f"bench: wrote {shown(str(output))} and {shown(str(raw))}", file=sys.stderr)
+    print(
+        f"bench: wrote {shown(str(output))} and {shown(str(raw))} ({completed_runs}/{args.runs} runs)",
+        file=sys.stderr,
+    )
 
 
 if __name__ == "__main__":

@@ -201,3 +201,22 @@ def test_no_development_banner_at_the_issue_s_sizes(report: ModuleType) -> None:
     text = page(report, {"replay": 10_000}, records)
     assert "Development-size" not in text
     assert "## replay (size 10,000)" in text
+
+
+def test_a_page_written_before_the_last_run_says_it_is_partial(report: ModuleType) -> None:
+    records = [record(1, "slotflow", workload="replay", metrics={"events_per_second": 1e5})]
+    kwargs: dict[str, Any] = {
+        "command": "make bench",
+        "sizes": {"replay": 10_000},
+        "systems": ["slotflow"],
+        "runs": 1,
+        "machine": MACHINE,
+        "installs": {"slotflow": {"python": "python", "version": "0.1.0"}},
+        "records": records,
+        "load_at_end": [1.0, 1.0, 1.0],
+    }
+    partial = report.render(**kwargs, runs_asked=3)
+    assert partial.startswith("# slotflow beside its peers\n\n> **Partial: 1 of 3 runs.**")
+    assert "Medians of 1 run(s)" in partial
+    assert "Partial" not in report.render(**kwargs, runs_asked=1)
+    assert "Partial" not in report.render(**kwargs)
