@@ -262,10 +262,30 @@ def kafka_pids(cfg: Config) -> dict[str, int | None]:
 
 
 def _kafka_command(cfg: Config, java: str, jars: Path) -> list[str]:
+    return broker_command(
+        java,
+        jars,
+        heap=("-Xms256m", "-Xmx768m"),
+        gc_log=cfg.state_dir / "kafka-gc.log",
+        logs_dir=cfg.state_dir,
+        server_properties=cfg.server_properties,
+    )
+
+
+def broker_command(
+    java: str,
+    jars: Path | str,
+    *,
+    heap: tuple[str, ...],
+    gc_log: Path,
+    logs_dir: Path,
+    server_properties: Path,
+) -> list[str]:
+    """The java command line of one broker: the one broker of the default mode and each node of
+    the 3-broker mode differ only in heap and paths."""
     return [
         java,
-        "-Xms256m",
-        "-Xmx768m",
+        *heap,
         # GC and JIT flags of Kafka's bin/kafka-run-class.sh (KAFKA_JVM_PERFORMANCE_OPTS)
         "-server",
         "-XX:+UseG1GC",
@@ -276,13 +296,13 @@ def _kafka_command(cfg: Config, java: str, jars: Path) -> list[str]:
         "-Djava.awt.headless=true",
         # Die on OOM rather than limp on: a dead broker is obvious, a half-dead one is not.
         "-XX:+ExitOnOutOfMemoryError",
-        f"-Xlog:gc*:file={cfg.state_dir / 'kafka-gc.log'}:time,tags:filecount=2,filesize=20M",
-        f"-Dkafka.logs.dir={cfg.state_dir}",
+        f"-Xlog:gc*:file={gc_log}:time,tags:filecount=2,filesize=20M",
+        f"-Dkafka.logs.dir={logs_dir}",
         f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}",
         "-cp",
         f"{jars}/*",
         "kafka.Kafka",
-        str(cfg.server_properties),
+        str(server_properties),
     ]
 
 

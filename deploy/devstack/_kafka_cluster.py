@@ -124,27 +124,16 @@ def _cluster_id(cfg: Config) -> str:
 
 
 def _command(node: KafkaNode, java: str, jars: str) -> list[str]:
-    from _kafka import LOG4J2_CONFIG
+    from _kafka import broker_command
 
-    return [
+    return broker_command(
         java,
-        *NODE_HEAP,
-        "-server",
-        "-XX:+UseG1GC",
-        "-XX:MaxGCPauseMillis=20",
-        "-XX:InitiatingHeapOccupancyPercent=35",
-        "-XX:+ExplicitGCInvokesConcurrent",
-        "-XX:MaxInlineLevel=15",
-        "-Djava.awt.headless=true",
-        "-XX:+ExitOnOutOfMemoryError",
-        f"-Xlog:gc*:file={node.gc_log}:time,tags:filecount=2,filesize=20M",
-        f"-Dkafka.logs.dir={node.state_dir}",
-        f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}",
-        "-cp",
-        f"{jars}/*",
-        "kafka.Kafka",
-        str(node.server_properties),
-    ]
+        jars,
+        heap=NODE_HEAP,
+        gc_log=node.gc_log,
+        logs_dir=node.state_dir,
+        server_properties=node.server_properties,
+    )
 
 
 async def _prepare_node(cfg: Config, node: KafkaNode, java: str, jars: str, cid: str) -> None:
