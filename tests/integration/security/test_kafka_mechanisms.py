@@ -18,9 +18,7 @@ token from a `module:function` provider) and over mutual TLS.
 import asyncio
 import dataclasses
 import gc
-import importlib.util
 import shutil
-import sys
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
@@ -45,30 +43,16 @@ from slotflow.settings import KafkaSettings, PostgresSettings
 from slotflow.testing import unique_name
 from slotflow.testing.processes import ProcessGroup, ServiceProcess, free_port, stack_env
 from tests.integration.claimer.support import REPO
+from tests.integration.security.devstack_module import load_devstack
 from tests.integration.security.oauth_tokens import SUBJECT_ENV, unsecured_jws
 from tests.integration.ticker.support import db_now, send
 
-DEVSTACK = REPO / "deploy" / "devstack" / "devstack.py"
 TOKEN_PROVIDER = "tests.integration.security.oauth_tokens:token"
 #: The principal of every case: a user of the devstack (PLAIN and SCRAM need its password), the
 #: subject of a token, the CN of a certificate. It is no super user: only the test's ACLs apply.
 USER = "cli"
 #: A refused client gives up within this (a probe after aiokafka's bootstrap attempt).
 REFUSAL_S = 60.0
-
-
-def _devstack() -> ModuleType:
-    """deploy/devstack/devstack.py as a module (its start_kafka / stop_kafka API)."""
-    loaded = sys.modules.get("slotflow_devstack")
-    if loaded is not None:
-        return loaded
-    spec = importlib.util.spec_from_file_location("slotflow_devstack", DEVSTACK)
-    if spec is None or spec.loader is None:
-        raise RuntimeError(f"cannot load {DEVSTACK}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["slotflow_devstack"] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,7 +121,7 @@ class Broker:
 
 @pytest.fixture(scope="module")
 def broker() -> Iterator[Broker]:
-    devstack = _devstack()
+    devstack = load_devstack()
     state = tempfile.mkdtemp(prefix="slotflow-mechs-")
     cfg = dataclasses.replace(
         devstack.Config.from_env(),

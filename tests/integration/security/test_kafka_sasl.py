@@ -12,9 +12,7 @@ exit at start with a message that says so.
 
 import asyncio
 import dataclasses
-import importlib.util
 import shutil
-import sys
 import tempfile
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
@@ -57,26 +55,12 @@ from tests.integration.claimer.support import REPO, wait_state
 from tests.integration.claimer.support import settings_for as claimer_settings
 from tests.integration.orchestrator.activities import ACTIVITIES, create_tables
 from tests.integration.orchestrator.support import orchestrator_settings, start_orchestrator, wait_history
+from tests.integration.security.devstack_module import load_devstack
 from tests.integration.ticker.support import db_now, send, start_ticker, stop_ticker
 
-DEVSTACK = REPO / "deploy" / "devstack" / "devstack.py"
 HANDLERS = "tests.integration.security.handlers"
 #: How long a misconfigured service may take to give up (a poll or two after its start).
 FAIL_FAST_S = 60.0
-
-
-def _devstack() -> ModuleType:
-    """deploy/devstack/devstack.py as a module (its start_kafka / stop_kafka API)."""
-    loaded = sys.modules.get("slotflow_devstack")
-    if loaded is not None:
-        return loaded
-    spec = importlib.util.spec_from_file_location("slotflow_devstack", DEVSTACK)
-    if spec is None or spec.loader is None:
-        raise RuntimeError(f"cannot load {DEVSTACK}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["slotflow_devstack"] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,7 +84,7 @@ class SecuredBroker:
 
 @pytest.fixture(scope="module")
 def secured_broker() -> Iterator[SecuredBroker]:
-    devstack = _devstack()
+    devstack = load_devstack()
     state = tempfile.mkdtemp(prefix="slotflow-sasl-")
     base = devstack.Config.from_env()
     kafka_port, controller_port = free_port(), free_port()
