@@ -488,18 +488,8 @@ def _handler_span(run: Run) -> Iterator[None]:
     if not tracing.enabled():
         yield
         return
-    attributes = tracing.run_attributes(
-        run_id=run.run_id,
-        job_id=run.job_id,
-        slot=run.slot,
-        attempt=run.attempt,
-        kind=run.kind,
-        handler=run.handler,
-        workflow_id=run.workflow_id,
-    )
-    attributes["slotflow.fence_token"] = run.fence_token
     with tracing.span(
-        TRACE_SCOPE, f"handler {run.handler}", parent=run.trace_parent(), attributes=attributes
+        TRACE_SCOPE, f"handler {run.handler}", parent=run.trace_parent(), attributes=run.span_attributes()
     ) as span:
         # RunCompleted (or RunFailed) is staged below the handler's span.
         run.trace = tracing.context_of(span)

@@ -328,16 +328,7 @@ class Intake:
                     partition=due.partition,
                     offset=due.offset,
                 ),
-                **tracing.run_attributes(
-                    run_id=run.run_id,
-                    job_id=run.job_id,
-                    slot=run.slot,
-                    attempt=run.attempt,
-                    kind=run.kind,
-                    handler=run.handler,
-                    workflow_id=run.workflow_id,
-                ),
-                "slotflow.fence_token": run.fence_token,
+                **run.span_attributes(),
                 "slotflow.claimer": self._owner,
             },
         )

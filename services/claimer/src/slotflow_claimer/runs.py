@@ -158,6 +158,20 @@ class Run:
             )
         return self._due
 
+    def span_attributes(self) -> dict[str, Any]:
+        """The attributes naming this run and its claim on the claimer's spans (claim, handler)."""
+        attributes = tracing.run_attributes(
+            run_id=self.run_id,
+            job_id=self.job_id,
+            slot=self.slot,
+            attempt=self.attempt,
+            kind=self.kind,
+            handler=self.handler,
+            workflow_id=self.workflow_id,
+        )
+        attributes["slotflow.fence_token"] = self.fence_token
+        return attributes
+
     def trace_parent(self) -> Context | None:
         """The context the run's next span hangs below: this claimer's latest span for it, else
         the one its JobDue record carried (a run taken over or started from the buffer)."""
