@@ -11,7 +11,7 @@
   interpreter when missing) at the version pinned in requirements-peers.txt; skipped when that
   version is installed.
 
-Prints one JSON object: {"python": ..., "env": {"TEMPORAL_CLI": ...}} for running the adapter, or
+Prints one JSON object: {"python": ..., "env": {"TEMPORAL_CLI": ...}, "version": ...} for running the adapter, or
 {"unavailable": ...} with the failing command and its error. Exit status 0 for both.
 """
 
@@ -99,9 +99,15 @@ def install_temporal(cache_dir: Path) -> dict[str, object]:
     try:
         binary = install_cli(cache_dir)
         python = install_sdk(cache_dir)
+        sdk = ", ".join(pin.replace("==", " ") for pin in pinned_requirements(REQUIREMENTS.read_text()))
+        # 'temporal version 0.0.0-DEV (Server 1.29.1, UI 2.42.1)': a go install build does not know
+        # its own release, but names the server the dev server runs.
+        reported = _run([str(binary), "--version"])
     except InstallError as error:
         return {"unavailable": str(error)}
-    return {"python": str(python), "env": {"TEMPORAL_CLI": str(binary)}}
+    server = re.search(r"\((Server [^)]*)\)", reported)
+    cli = f"Temporal CLI {CLI_VERSION}" + (f" ({server[1]})" if server else "")
+    return {"python": str(python), "env": {"TEMPORAL_CLI": str(binary)}, "version": f"{sdk}; {cli}"}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -26,7 +26,15 @@ METRIC_LABELS = {
     "jobdue_relayed_p99_ms": "JobDue relayed p99 (ms after the slot)",
     "every_shard_progress_seconds": "seconds until every shard progresses",
     "leases_taken_seconds": "seconds until every shard is owned again",
+    "cold_events_per_second": "events replayed per second, the first (cold) replay",
+    "first_progress_s": "seconds until the first workflow progresses",
+    "workers_ready_s": "seconds until the new workers poll",
+    "signal_s": "seconds until every signal is accepted",
+    "events": "events in the history replayed",
 }
+
+#: Figures that describe the run rather than rate it: shown without a better direction or ratio.
+DESCRIPTIVE_METRICS = frozenset({"events"})
 
 
 class AdapterOutputError(ValueError):
@@ -121,7 +129,7 @@ def summarize(values: Sequence[float]) -> Summary:
 
 
 def lower_is_better(metric: str) -> bool:
-    return metric.endswith(("_ms", "_seconds")) or metric.startswith("seconds_")
+    return metric.endswith(("_ms", "_seconds", "_s")) or metric.startswith("seconds_")
 
 
 def aggregate(records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, dict[str, Summary]]]:
@@ -201,15 +209,19 @@ def workload_section(
         header = ["metric", *systems, *(f"{REFERENCE} / {peer}" for peer in peers if show_ratio)]
         lines += ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
         for metric in metrics:
-            better = "lower is better" if lower_is_better(metric) else "higher is better"
-            label = f"{METRIC_LABELS.get(metric, metric)} `{metric}` ({better})"
+            if metric in DESCRIPTIVE_METRICS:
+                label = f"{METRIC_LABELS.get(metric, metric)} `{metric}`"
+            else:
+                better = "lower is better" if lower_is_better(metric) else "higher is better"
+                label = f"{METRIC_LABELS.get(metric, metric)} `{metric}` ({better})"
             row = [label, *(cell(summaries.get(system, {}).get(metric), runs) for system in systems)]
             if show_ratio:
                 for peer in peers:
                     value = ratio(
                         summaries.get(REFERENCE, {}).get(metric), summaries.get(peer, {}).get(metric)
                     )
-                    row.append("—" if value is None else f"{value:.2f}")
+                    shown = value is not None and metric not in DESCRIPTIVE_METRICS
+                    row.append(f"{value:.2f}" if shown else "—")
             lines.append("| " + " | ".join(row) + " |")
         lines.append("")
     notes: dict[str, str] = {}

@@ -162,7 +162,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--command", default=None, help="the command shown on the page (make bench passes its own)"
     )
+    parser.add_argument(
+        "--render",
+        metavar="RAW_JSON",
+        default=None,
+        help="measure nothing: write the page again from a raw file of an earlier run "
+        "(bench/results/peers-*.json), e.g. after a change to the page's layout",
+    )
     args = parser.parse_args(argv)
+    if args.render is not None:
+        return args
     try:
         args.system_list = split_list(args.systems)
         args.workload_list = split_list(args.workloads, WORKLOADS)
@@ -180,8 +189,38 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def render_raw(raw: Path, output: Path) -> None:
+    """The page for the runs a raw file holds, measuring nothing: the same figures, the current
+    layout. A system whose install record has no version (raw files before the installers named
+    one) gets the version its cached installer names now: the pins have not moved unless git says so."""
+    data = json.loads(raw.read_text())
+    installs = {
+        system: answer
+        if "version" in answer or "unavailable" in answer
+        else {**answer, "version": install(system).get("version", "—")}
+        for system, answer in data["installs"].items()
+    }
+    page = render(
+        command=data["command"],
+        sizes=data["sizes"],
+        systems=data["systems"],
+        runs=data["runs"],
+        machine=data["machine"],
+        installs=installs,
+        records=data["records"],
+        load_at_end=data["load_average_at_end"],
+        runs_asked=data.get("runs_asked"),
+    )
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(page)
+    print(f"bench: wrote {shown(str(output))} from {shown(str(raw))}", file=sys.stderr)
+
+
 def main() -> None:
     args = parse_args()
+    if args.render is not None:
+        render_raw(Path(args.render), REPO / args.output)
+        return
     machine = fingerprint(asyncio.run(server_version(args.pg_dsn)))
     installs = {system: install(system) for system in args.system_list}
     for system, answer in installs.items():

@@ -130,6 +130,7 @@ def test_which_way_is_better(report: ModuleType) -> None:
     assert report.lower_is_better("lateness_p50_ms")
     assert report.lower_is_better("seconds_to_progress")
     assert report.lower_is_better("every_shard_progress_seconds")
+    assert report.lower_is_better("first_progress_s")
     assert not report.lower_is_better("per_second")
     assert not report.lower_is_better("events_per_second")
 
@@ -220,3 +221,16 @@ def test_a_page_written_before_the_last_run_says_it_is_partial(report: ModuleTyp
     assert "Medians of 1 run(s)" in partial
     assert "Partial" not in report.render(**kwargs, runs_asked=1)
     assert "Partial" not in report.render(**kwargs)
+
+
+def test_a_descriptive_figure_has_no_direction_and_no_ratio(report: ModuleType) -> None:
+    records = [
+        record(1, "slotflow", workload="replay", metrics={"events_per_second": 2e5, "events": 10_000.0}),
+        record(1, "temporal", workload="replay", metrics={"events_per_second": 4e3, "events": 9_998.0}),
+    ]
+    text = page(report, {"replay": 10_000}, records)
+    events = next(row for row in text.splitlines() if "`events`" in row)
+    assert "better" not in events
+    assert events.endswith("| — |")
+    rate = next(row for row in text.splitlines() if "`events_per_second`" in row)
+    assert rate.endswith("| 50.00 |")

@@ -143,4 +143,15 @@ def test_installer_reports_an_unusable_install_as_unavailable(
     assert installer.install_procrastinate(tmp_path) == {
         "python": str(tmp_path / "peers-venv" / "bin" / "python"),
         "env": {"PYTHONUNBUFFERED": "1"},
+        "version": f"procrastinate {installer.pinned_version(installer.REQUIREMENTS.read_text(), 'procrastinate')}",
     }
+
+
+def test_installer_names_the_pinned_version(installer: ModuleType) -> None:
+    text = "# peers\nDBOS==3.4.0  # the pin\nprocrastinate==3.10.0\npsycopg[binary,pool]==3.3.9\n"
+    assert installer.pinned_version(text, "dbos") == "3.4.0"
+    assert installer.pinned_version(text, "procrastinate") == "3.10.0"
+    assert installer.pinned_version(text, "temporalio") == "unpinned"
+    committed = installer.REQUIREMENTS.read_text()
+    assert installer.pinned_version(committed, "dbos") != "unpinned"
+    assert installer.pinned_version(committed, "procrastinate") != "unpinned"
