@@ -24,6 +24,7 @@ from pathlib import Path
 # The per-peer installers sit beside this file, imported as the `peers` package (bench/ on the path).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from peers.install_pgpeers import REQUIREMENTS as PG_REQUIREMENTS
 from peers.install_pgpeers import install_dbos, install_procrastinate
 from peers.install_temporal import install_temporal
 
@@ -117,6 +118,14 @@ def peer_venv(package: str) -> Installed:
     return {"python": str(python), "env": {}, "version": f"{package} {version}"}
 
 
+def with_pinned_version(installed: Installed, package: str, requirements: Path) -> Installed:
+    """``installed`` naming the version ``requirements`` pins for ``package`` (the page's systems
+    table), unless the install failed."""
+    if "unavailable" in installed:
+        return installed
+    return {**installed, "version": f"{package} {pinned(requirements.read_text()).get(package, 'unpinned')}"}
+
+
 #: One installer per system the harness knows. A peer's installer usually begins with
 #: `peer_venv("<its package>")` and adds binaries or environment to what that returns.
 INSTALLERS: dict[str, Callable[[], Installed]] = {
@@ -125,8 +134,10 @@ INSTALLERS: dict[str, Callable[[], Installed]] = {
     # The Temporal CLI (go install, cached) and temporalio in the peers' virtualenv.
     "temporal": lambda: install_temporal(CACHE),
     # dbos and procrastinate from requirements-peers-pg.txt, into the same virtualenv.
-    "dbos": lambda: install_dbos(CACHE),
-    "procrastinate": lambda: install_procrastinate(CACHE),
+    "dbos": lambda: with_pinned_version(install_dbos(CACHE), "dbos", PG_REQUIREMENTS),
+    "procrastinate": lambda: with_pinned_version(
+        install_procrastinate(CACHE), "procrastinate", PG_REQUIREMENTS
+    ),
 }
 
 

@@ -3,7 +3,7 @@
     python bench/peers/install_pgpeers.py dbos|procrastinate
 
 Prints one JSON object, as every installer of bench/peers does: {"python": ..., "env": {...}} to run
-the adapter with (and "version", the pinned one), or {"unavailable": "<command and its error>"}; exit 0 either way. Both peers share
+the adapter with, or {"unavailable": "<command and its error>"}; exit 0 either way. Both peers share
 the one virtualenv `.cache/bench/peers-venv` (never the project's .venv) and the pinned versions of
 `requirements-peers-pg.txt`. Idempotent: a stamp named after the requirements' hash skips pip when
 nothing changed, so a second call costs one import check.
@@ -70,20 +70,7 @@ def install(system: str, cache_dir: Path) -> dict[str, object]:
     if error is not None:
         return {"unavailable": f"{system} could not be installed: {error}"}
     # The adapters need no extra environment; PYTHONUNBUFFERED keeps worker logs in order.
-    return {
-        "python": str(venv_python(cache_dir)),
-        "env": {"PYTHONUNBUFFERED": "1"},
-        "version": f"{system} {pinned_version(REQUIREMENTS.read_text(), system)}",
-    }
-
-
-def pinned_version(requirements_text: str, package: str) -> str:
-    """The ``package==version`` pin's version in a requirements file's text ("unpinned" if none)."""
-    for line in requirements_text.splitlines():
-        name, _, version = line.split("#", 1)[0].strip().partition("==")
-        if version and name.strip().lower() == package.lower():
-            return version.strip()
-    return "unpinned"
+    return {"python": str(venv_python(cache_dir)), "env": {"PYTHONUNBUFFERED": "1"}}
 
 
 def install_dbos(cache_dir: Path) -> dict[str, object]:

@@ -190,36 +190,29 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def render_raw(raw: Path, output: Path) -> None:
-    """The page for the runs a raw file holds, measuring nothing: the same figures, the current
-    layout. A system whose install record has no version (raw files before the installers named
-    one) gets the version its cached installer names now: the pins have not moved unless git says so."""
+    """The page for the runs a raw file holds, measuring nothing: how the harness writes the page
+    after every run, and `--render` for an earlier run's file after a change to the layout."""
     data = json.loads(raw.read_text())
-    installs = {
-        system: answer
-        if "version" in answer or "unavailable" in answer
-        else {**answer, "version": install(system).get("version", "—")}
-        for system, answer in data["installs"].items()
-    }
     page = render(
         command=data["command"],
         sizes=data["sizes"],
         systems=data["systems"],
         runs=data["runs"],
         machine=data["machine"],
-        installs=installs,
+        installs=data["installs"],
         records=data["records"],
         load_at_end=data["load_average_at_end"],
         runs_asked=data.get("runs_asked"),
     )
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(page)
-    print(f"bench: wrote {shown(str(output))} from {shown(str(raw))}", file=sys.stderr)
 
 
 def main() -> None:
     args = parse_args()
     if args.render is not None:
         render_raw(Path(args.render), REPO / args.output)
+        print(f"bench: wrote {shown(args.output)} from {shown(args.render)}", file=sys.stderr)
         return
     machine = fingerprint(asyncio.run(server_version(args.pg_dsn)))
     installs = {system: install(system) for system in args.system_list}
@@ -294,20 +287,8 @@ def write_outputs(
         )
         + "\n"
     )
-    page = render(
-        command=args.command,
-        sizes=args.sizes,
-        systems=args.system_list,
-        runs=completed_runs,
-        machine=machine,
-        installs=installs,
-        records=records,
-        load_at_end=load_at_end,
-        runs_asked=args.runs,
-    )
     output = REPO / args.output
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(page)
+    render_raw(raw, output)
     print(
         f"bench: wrote {shown(str(output))} and {shown(str(raw))} ({completed_runs}/{args.runs} runs)",
         file=sys.stderr,

@@ -1,5 +1,7 @@
 """The stats processor as a subprocess of its own environment (.venv-stats), and a known workload."""
 
+import os
+import subprocess
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -28,6 +30,18 @@ from slotflow.testing.processes import ServiceProcess, free_port, stack_env
 
 REPO = Path(__file__).resolve().parents[3]
 STATS_PYTHON = REPO / ".venv-stats" / "bin" / "python"
+
+
+def run_stats_probe(probe: str) -> str:
+    """Run ``probe`` (Python source) in the stats environment, where faust lives; its stdout.
+    Fails the test with the probe's stderr when it does not exit 0."""
+    assert STATS_PYTHON.exists(), f"{STATS_PYTHON} is missing: run `make setup`"
+    env = {**os.environ, "PYTHONPATH": str(REPO / "services" / "stats" / "src")}
+    done = subprocess.run(
+        [str(STATS_PYTHON), "-c", probe], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 class StatsProcess(ServiceProcess):

@@ -4,10 +4,8 @@ waits for every message, where faust's returns after 0.1 s without progress (slo
 Run in the stats environment (faust lives only there); no broker is needed, since the buffer hands
 messages to a channel that takes 0.3 s per publish, as a loaded broker's producer can."""
 
-import os
-import subprocess
 
-from tests.integration.api.stats_support import REPO, STATS_PYTHON
+from tests.integration.api.stats_support import run_stats_probe
 
 PROBE = """
 import asyncio, contextlib
@@ -40,13 +38,8 @@ print(asyncio.run(published_after_flush(ProducerBuffer)), asyncio.run(published_
 
 
 def test_flush_returns_only_after_every_buffered_changelog_write_was_handed_on() -> None:
-    assert STATS_PYTHON.exists(), f"{STATS_PYTHON} is missing: run `make setup`"
-    env = {**os.environ, "PYTHONPATH": str(REPO / "services" / "stats" / "src")}
-    done = subprocess.run(
-        [str(STATS_PYTHON), "-c", PROBE], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
-    )
-    assert done.returncode == 0, done.stderr
-    faust_published, ours_published = (int(n) for n in done.stdout.split())
+    stdout = run_stats_probe(PROBE)
+    faust_published, ours_published = (int(n) for n in stdout.split())
     assert ours_published == 3
     # faust's flush leaves them behind (the bug the subclass exists for); if a faust upgrade fixes
     # it, this says so, and DrainingProducerBuffer can go.

@@ -7,10 +7,8 @@ messages through `Message.ack`, the route faust's stream takes, and asks the con
 offset it would commit."""
 
 import json
-import os
-import subprocess
 
-from tests.integration.api.stats_support import REPO, STATS_PYTHON
+from tests.integration.api.stats_support import run_stats_probe
 
 PROBE = """
 import asyncio, json
@@ -54,13 +52,8 @@ print(json.dumps({
 
 
 def test_a_skipped_event_is_done_but_not_committable() -> None:
-    assert STATS_PYTHON.exists(), f"{STATS_PYTHON} is missing: run `make setup`"
-    env = {**os.environ, "PYTHONPATH": str(REPO / "services" / "stats" / "src")}
-    done = subprocess.run(
-        [str(STATS_PYTHON), "-c", PROBE], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
-    )
-    assert done.returncode == 0, done.stderr
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    stdout = run_stats_probe(PROBE)
+    result = json.loads(stdout.strip().splitlines()[-1])
     ours, stock = result["ours"], result["faust"]
     # A processed event is committable (offset 5 done: commit 6), with or without the guard.
     assert ours["processed"] == stock["processed"] == {"offset": 6, "done": True, "waiting": 0}

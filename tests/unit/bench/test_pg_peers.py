@@ -143,15 +143,25 @@ def test_installer_reports_an_unusable_install_as_unavailable(
     assert installer.install_procrastinate(tmp_path) == {
         "python": str(tmp_path / "peers-venv" / "bin" / "python"),
         "env": {"PYTHONUNBUFFERED": "1"},
-        "version": f"procrastinate {installer.pinned_version(installer.REQUIREMENTS.read_text(), 'procrastinate')}",
     }
 
 
-def test_installer_names_the_pinned_version(installer: ModuleType) -> None:
-    text = "# peers\nDBOS==3.4.0  # the pin\nprocrastinate==3.10.0\npsycopg[binary,pool]==3.3.9\n"
-    assert installer.pinned_version(text, "dbos") == "3.4.0"
-    assert installer.pinned_version(text, "procrastinate") == "3.10.0"
-    assert installer.pinned_version(text, "temporalio") == "unpinned"
-    committed = installer.REQUIREMENTS.read_text()
-    assert installer.pinned_version(committed, "dbos") != "unpinned"
-    assert installer.pinned_version(committed, "procrastinate") != "unpinned"
+def test_the_harness_names_the_pinned_version(
+    install: ModuleType, installer: ModuleType, tmp_path: Path
+) -> None:
+    requirements = tmp_path / "requirements.txt"
+    requirements.write_text(
+        "# peers\nDBOS==3.4.0  # the pin\nprocrastinate==3.10.0\npsycopg[binary,pool]==3.3.9\n"
+    )
+    ready = {"python": "python", "env": {}}
+    assert install.with_pinned_version(ready, "dbos", requirements)["version"] == "dbos 3.4.0"
+    assert (
+        install.with_pinned_version(ready, "procrastinate", requirements)["version"] == "procrastinate 3.10.0"
+    )
+    assert install.with_pinned_version(ready, "temporalio", requirements)["version"] == "temporalio unpinned"
+    assert install.with_pinned_version({"unavailable": "no"}, "dbos", requirements) == {"unavailable": "no"}
+    committed = installer.REQUIREMENTS
+    assert install.with_pinned_version(ready, "dbos", committed)["version"] != "dbos unpinned"
+    assert (
+        install.with_pinned_version(ready, "procrastinate", committed)["version"] != "procrastinate unpinned"
+    )
