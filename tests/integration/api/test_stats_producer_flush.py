@@ -4,7 +4,6 @@ waits for every message, where faust's returns after 0.1 s without progress (slo
 Run in the stats environment (faust lives only there); no broker is needed, since the buffer hands
 messages to a channel that takes 0.3 s per publish, as a loaded broker's producer can."""
 
-
 from tests.integration.api.stats_support import run_stats_probe
 
 PROBE = """
