@@ -17,6 +17,7 @@ import httpx
 
 from slotflow.contracts import RetryPolicy
 from slotflow.contracts.topics import DOWNSTREAM_EVENTS
+from slotflow.core.downstreams import Breaker
 from slotflow.kafka.producer import Producer
 from slotflow.pg.pool import Pool
 from slotflow.runs import HandlerRegistry, RunContext
@@ -201,3 +202,33 @@ async def test_an_idle_downstream_is_reported_once_then_when_it_changes(
         reports = await events.wait_for("downstream.reported", count=2)
         assert reports[-1].data["state"] == "open"
         assert reports[-1].data["manual"] is True
+
+
+async def test_a_change_is_newer_than_a_report_read_before_it(db: Pool, start_claimer: StartClaimer) -> None:
+    """A report reads the row while an operator's close waits for the lock: the close's time is
+    later than the report's, so the read model (newest fact wins) shows the close, not the report's
+    older "open". Before, the change took its transaction's start as its time and lost to it."""
+    claimer = await start_claimer(downstream_report_interval_seconds=3600)
+    gate = claimer.gate
+    async with db.acquire() as conn, conn.transaction():
+        locked, now = await gate.lock(conn, ["bank-api"])
+        await gate.move(
+            conn, "bank-api", locked["bank-api"], Breaker("open", now, manual=True), reason="drill"
+        )
+    async with db.acquire() as closing, closing.transaction():
+        await closing.fetchval("SELECT now()")  # the close's transaction has begun
+        await _wait_seconds(db, 0.05)
+        assert await gate.report(0.0) == 1  # reads "open" on its own connection, and commits
+        locked, _ = await gate.lock(closing, ["bank-api"])
+        staged = await gate.move(closing, "bank-api", locked["bank-api"], Breaker("closed"), reason="ok")
+    reported_at = await db.fetchval("SELECT reported_at FROM claimer.downstreams WHERE name = 'bank-api'")
+    change = await db.fetchrow(
+        "SELECT c.at, d.changed_at FROM claimer.downstream_changes c"
+        " JOIN claimer.downstreams d USING (name) WHERE c.name = 'bank-api' ORDER BY c.id DESC LIMIT 1"
+    )
+    assert change is not None
+    assert change["at"] > reported_at
+    assert change["at"] == change["changed_at"]
+    assert [s.envelope.occurred_at for s in staged if s.envelope.type == "downstream.changed"] == [
+        change["at"]
+    ]

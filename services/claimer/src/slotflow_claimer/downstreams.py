@@ -93,16 +93,23 @@ DELETE FROM {schema}.downstream_window w USING {schema}.downstreams d
  WHERE d.name = w.name AND w.name = ANY($1::text[])
    AND w.bucket < now() - make_interval(secs => 2 * coalesce((d.settings->>'window_seconds')::float8, $2))
 """
+# A change's time (changed_at, and the change row's `at`, which is the same) is the clock after the
+# row lock, never the transaction's start (now()): a report that read the row before this change
+# took the lock has an earlier time, so the read model, which keeps the newest fact, cannot let that
+# report's old state overwrite the change. Recorded only after _MOVE or _CONFIGURE set changed_at.
 _MOVE = """
 UPDATE {schema}.downstreams SET state = $2, opened_at = $3, probes = $4, probed_at = $5, manual = $6,
        window_since = CASE WHEN $2 = 'closed' AND state <> 'closed' THEN now() ELSE window_since END,
-       changed_at = CASE WHEN state <> $2 OR manual <> $6 THEN now() ELSE changed_at END
+       changed_at = CASE WHEN state <> $2 OR manual <> $6 THEN clock_timestamp() ELSE changed_at END
  WHERE name = $1
 """
-_CONFIGURE = "UPDATE {schema}.downstreams SET settings = $2::jsonb, changed_at = now() WHERE name = $1"
+_CONFIGURE = """
+UPDATE {schema}.downstreams SET settings = $2::jsonb, changed_at = clock_timestamp() WHERE name = $1
+"""
 _CHANGED = """
-INSERT INTO {schema}.downstream_changes (name, from_state, to_state, owner, cause, reason, command_id)
-VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id, at
+INSERT INTO {schema}.downstream_changes (name, from_state, to_state, owner, cause, reason, command_id, at)
+SELECT $1, $2, $3, $4, $5, $6, $7, changed_at FROM {schema}.downstreams WHERE name = $1
+RETURNING id, at
 """
 # A held run names its downstream after the colon of its reason ("circuit_open:bank-api").
 _HELD_FOR = "substr(held_reason, strpos(held_reason, ':') + 1)"
