@@ -303,6 +303,8 @@ class CommandHandler:
             return Applied()
         schedule_id: str = getattr(message, "schedule_id", "")
         record = await conn.fetchrow(self._q.lock_schedule, schedule_id)
+        if record is not None:
+            now = await conn.fetchval(self._q.locked_now)
         row = ScheduleRow.from_record(record) if record is not None else None
         if isinstance(message, CreateSchedule):
             return await self._create(conn, message, row, cid=cid, now=now)

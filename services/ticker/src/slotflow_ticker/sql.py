@@ -51,16 +51,20 @@ UPDATE {schema}.schedules AS s
 
 # Paused rows whose automatic resume time passed (database clock); SKIP LOCKED so concurrent
 # tickers resume each row once. Slots that passed meanwhile are then due and meet the misfire policy.
+# The resume's time (resumed_at, and its ScheduleResumed's) is the clock once the row is held, not
+# the transaction's start: a pause that committed after this transaction began is read here and
+# resumed, and the api orders a schedule's changes (the timeline the slot audit reads) by the time
+# each carries, so the resume must not look older than the pause it undoes.
 AUTO_RESUME = """
 UPDATE {schema}.schedules AS s
-   SET paused = false, resumed_at = now(), updated_at = now()
+   SET paused = false, resumed_at = clock_timestamp(), updated_at = now()
   FROM (SELECT schedule_id FROM {schema}.schedules
          WHERE paused AND NOT deleted AND resume_at IS NOT NULL AND resume_at <= now()
          ORDER BY resume_at
          FOR UPDATE SKIP LOCKED
          LIMIT $1) AS due
  WHERE s.schedule_id = due.schedule_id
-RETURNING s.schedule_id, s.resume_at, s.next_fire_at, now() AS db_now
+RETURNING s.schedule_id, s.resume_at, s.next_fire_at, s.resumed_at AS db_now
 """
 
 # Timers due by the database clock, one ticker each (same argument as CLAIM_DUE).
@@ -118,6 +122,14 @@ SELECT timer_id, fire_at
 """
 
 NOW = "SELECT now()"
+
+# The instant of a command on an existing schedule, read once it holds the row (LOCK_SCHEDULE),
+# never its transaction's start: a claim or an automatic resume that held the row first and
+# committed carries a later now(), and the api orders a schedule's changes (the timeline the slot
+# audit reads) by the time each carries, so a change applied after another must not look older than
+# it. A create of a new id has no row anyone else could hold: it keeps the transaction's start,
+# which is also its row's created_at, where its grid begins.
+LOCKED_NOW = "SELECT clock_timestamp()"
 
 # A schedule's stored definition, for `preview --schedule` (a deleted one has none).
 STORED_DEFINITION = "SELECT definition::text FROM {schema}.schedules WHERE schedule_id = $1 AND NOT deleted"
@@ -230,6 +242,7 @@ class Queries:
     horizon_schedules_after: str
     horizon_timers_after: str
     now: str
+    locked_now: str
     lock_schedule: str
     insert_schedule: str
     replace_definition: str
@@ -260,6 +273,7 @@ class Queries:
             horizon_schedules_after=fill(HORIZON_SCHEDULES_AFTER),
             horizon_timers_after=fill(HORIZON_TIMERS_AFTER),
             now=NOW,
+            locked_now=LOCKED_NOW,
             lock_schedule=fill(LOCK_SCHEDULE),
             insert_schedule=fill(INSERT_SCHEDULE),
             replace_definition=fill(REPLACE_DEFINITION),
