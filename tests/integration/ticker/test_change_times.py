@@ -91,6 +91,10 @@ async def test_a_pause_waiting_for_the_automatic_resume_is_newer_than_it(
         applied = await ticker.handler.apply(pausing, _command(pause), pause, now=now)
     assert await pg_pool.fetchval("SELECT paused FROM ticker.schedules")
     assert _at(applied.staged, "schedule.paused") > resumed_at
+    # The ticker's own pause window starts where the event says it does.
+    assert await pg_pool.fetchval("SELECT paused_at FROM ticker.schedules") == _at(
+        applied.staged, "schedule.paused"
+    )
 
 
 async def test_an_automatic_resume_begun_before_a_pause_committed_is_newer_than_it(

@@ -319,13 +319,13 @@ class CommandHandler:
                 # would turn a pause until 06:00 into one until someone remembers.
                 reason = reason or live.pause_reason
                 resume_at = resume_at or live.resume_at
-            await conn.execute(self._q.pause, schedule_id, reason, resume_at)
+            await conn.execute(self._q.pause, schedule_id, reason, resume_at, now)
             event = SchedulePaused(schedule_id=schedule_id, reason=reason, resume_at=resume_at)
             return Applied([self._event(event, cid, "paused", schedule_id, now)])
         if isinstance(message, ResumeSchedule):
             if not live.paused:
                 return Applied()
-            await conn.execute(self._q.resume, schedule_id)
+            await conn.execute(self._q.resume, schedule_id, now)
             resumed = ScheduleResumed(schedule_id=schedule_id, next_fire_at=live.next_fire_at)
             return Applied(
                 [self._event(resumed, cid, "resumed", schedule_id, now)],
@@ -381,6 +381,7 @@ class CommandHandler:
             position.next_slot,
             position.next_fire_at,
             position.covered_until,
+            now,
         )
         if inserted is None:
             # Another create of the same id committed between our lock attempt and this insert.

@@ -144,7 +144,7 @@ SELECT {columns} FROM {schema}.schedules WHERE schedule_id = $1 FOR UPDATE
 INSERT_SCHEDULE = """
 INSERT INTO {schema}.schedules
        (schedule_id, definition, paused, pause_reason, paused_at, next_slot, next_fire_at, covered_until)
-VALUES ($1, $2::json, $3, '', CASE WHEN $3 THEN now() END, $4, $5, $6)
+VALUES ($1, $2::json, $3, '', CASE WHEN $3 THEN $7::timestamptz END, $4, $5, $6)
 ON CONFLICT (schedule_id) DO UPDATE
    SET definition = EXCLUDED.definition, version = {schema}.schedules.version + 1,
        paused = EXCLUDED.paused, pause_reason = '', resume_at = NULL,
@@ -168,17 +168,20 @@ UPDATE {schema}.schedules
  WHERE schedule_id = $1
 """
 
+# A pause's and a resume's stored times are the command's own instant ($4, $2: the clock once the
+# row is held, the time its event carries), so the ticker's pause window and the api's timeline
+# are the same interval.
 PAUSE = """
 UPDATE {schema}.schedules
    SET paused = true, pause_reason = $2, resume_at = $3,
-       paused_at = CASE WHEN paused THEN paused_at ELSE now() END,
+       paused_at = CASE WHEN paused THEN paused_at ELSE $4 END,
        resumed_at = CASE WHEN paused THEN resumed_at ELSE NULL END, updated_at = now()
  WHERE schedule_id = $1
 """
 
 RESUME = """
 UPDATE {schema}.schedules
-   SET paused = false, resume_at = NULL, resumed_at = now(), updated_at = now()
+   SET paused = false, resume_at = NULL, resumed_at = $2, updated_at = now()
  WHERE schedule_id = $1 AND paused
 """
 
