@@ -23,6 +23,7 @@ from slotflow.contracts import (
     WorkflowTimerFired,
     wrap,
 )
+from slotflow.pg.outbox import Staged
 from slotflow.settings import KafkaSettings
 from slotflow.workflow.runtime import WorkflowRuntime
 from slotflow_orchestrator.outbound import Outbound
@@ -92,7 +93,9 @@ def completed(sequence: int, seq: int) -> Input:
 def timer_starts(out: Step) -> list[StartTimer]:
     rows = Outbound(KafkaSettings()).rows(out, out.events, now=NOW)
     return [
-        StartTimer.model_validate(r.envelope.data) for r in rows if r.envelope.type == StartTimer.message_type
+        StartTimer.model_validate(r.envelope.data)
+        for r in rows
+        if isinstance(r, Staged) and r.envelope.type == StartTimer.message_type
     ]
 
 

@@ -10,6 +10,7 @@ workflow whose decision failed (not by a lost lease) waits, doubling, before its
 import asyncio
 import logging
 import time
+from collections import Counter
 from collections.abc import Sequence
 
 import asyncpg
@@ -166,9 +167,9 @@ class DeciderLoop:
                     err,
                 )
             else:
-                for workflow_id, outcome in zip(workflow_ids, outcomes, strict=True):
+                for workflow_id in workflow_ids:
                     self._failures.pop(workflow_id, None)
-                    self._count(outcome)
+                self._count(outcomes)
                 return
         for workflow_id in workflow_ids:
             await self._decide_one(workflow_id, shard, redecide)
@@ -195,19 +196,32 @@ class DeciderLoop:
             )
             return
         self._failures.pop(workflow_id, None)
-        self._count(outcome)
+        self._count([outcome])
 
-    def _count(self, outcome: Outcome) -> None:
-        out = outcome.step
-        if out is None or not (out.events or out.acks):
-            self.metrics.decisions.labels("unchanged").inc()
-            return
-        self.metrics.decisions.labels("appended").inc()
-        for event in out.events:
-            self.metrics.history_events.labels(event.message_type).inc()
-        for ack in out.acks:
-            self.metrics.commands.labels(
-                ack.command_type, "accepted" if ack.reason is None else "rejected"
-            ).inc()
-        if out.diverged:
-            self.metrics.non_determinism.inc()
+    def _count(self, outcomes: Sequence[Outcome]) -> None:
+        """Count a transaction's decisions: summed first, one increment per label (a labelled
+        increment costs a lookup and a lock; a workflow's decisions append about eight events)."""
+        decisions: Counter[str] = Counter()
+        events: Counter[str] = Counter()
+        commands: Counter[tuple[str, str]] = Counter()
+        diverged = 0
+        for outcome in outcomes:
+            out = outcome.step
+            if out is None or not (out.events or out.acks):
+                decisions["unchanged"] += 1
+                continue
+            decisions["appended"] += 1
+            events.update(event.message_type for event in out.events)
+            commands.update(
+                (ack.command_type, "accepted" if ack.reason is None else "rejected") for ack in out.acks
+            )
+            diverged += int(out.diverged)
+        metrics = self.metrics
+        for outcome_label, count in decisions.items():
+            metrics.decisions.labels(outcome_label).inc(count)
+        for event_type, count in events.items():
+            metrics.history_events.labels(event_type).inc(count)
+        for (command_type, answer), count in commands.items():
+            metrics.commands.labels(command_type, answer).inc(count)
+        if diverged:
+            metrics.non_determinism.inc(diverged)

@@ -30,7 +30,7 @@ from slotflow.contracts import REGISTRY, HistoryEvent, JobDue, RunCompleted, Wor
 from slotflow.contracts.codec import decode, encode
 from slotflow.contracts.workflows import PAYLOAD_REF_KEY, is_payload_ref
 from slotflow.errors import SlotflowError
-from slotflow.pg.outbox import Staged, append_many, traced
+from slotflow.pg.outbox import Encoded, Staged, append_encoded, encoded, traced, with_headers
 from slotflow.pg.payloads import get_payload, put_payload
 from slotflow.pg.pool import Conn, Pool
 from slotflow.pg.statements import sql
@@ -156,7 +156,7 @@ class _Writes:
     restarted: list[tuple[str, str, str, int, str, datetime | None]] = field(default_factory=list)
     updated: list[tuple[str, str, int]] = field(default_factory=list)
     dropped: list[int] = field(default_factory=list)
-    staged: list[Staged] = field(default_factory=list)
+    staged: list[Staged | Encoded] = field(default_factory=list)
     known: dict[str, tuple[int, tuple[HistoryEvent, ...]] | None] = field(default_factory=dict)
 
 
@@ -371,7 +371,10 @@ class Decisions:
         """Add one decision's rows to the group's writes."""
         workflow_id = out.workflow_id
         stored = await offload_payloads(out.events, store, threshold=self._payload_threshold)
-        writes.history.extend((workflow_id, e.sequence, e.message_type, e.model_dump_json()) for e in stored)
+        texts = [e.model_dump_json() for e in stored]
+        writes.history.extend(
+            (workflow_id, e.sequence, e.message_type, text) for e, text in zip(stored, texts, strict=True)
+        )
         last = out.events[-1].sequence if out.events else None
         if out.started is not None and last is not None:
             deadline = now + out.started.execution_timeout if out.started.execution_timeout else None
@@ -391,7 +394,7 @@ class Decisions:
         writes.dropped.extend(i.seq for i in inputs)
         if out.notices:
             await self._notify_parents(conn, out, now)
-        rows = self._outbound.rows(out, stored, now=now)
+        rows = self._outbound.rows(out, stored, now=now, stored_json=texts)
         writes.staged.extend(_traced(rows) if tracing.enabled() else rows)
         if last is not None:
             closed = out.status in ("completed", "failed", "cancelled")
@@ -428,7 +431,11 @@ class Decisions:
         if writes.dropped:
             await conn.execute(statements["drop"], writes.dropped)
         if writes.staged:
-            await append_many(conn, schema=self._schema, items=writes.staged)
+            await append_encoded(
+                conn,
+                schema=self._schema,
+                rows=[r if isinstance(r, Encoded) else encoded(r) for r in writes.staged],
+            )
 
     async def _notify_parents(self, conn: Conn, out: Step, now: datetime) -> None:
         # Staged as the parent's input in this transaction: the child's end and its report to the
@@ -496,10 +503,13 @@ def _decision_span(out: Step, record: Any, *, inputs: int, shard: int, began: in
         yield
 
 
-def _traced(rows: list[Staged]) -> list[Staged]:
+def _traced(rows: list[Staged | Encoded]) -> list[Staged | Encoded]:
     """The decision's records in its trace; each activity's JobDue under a span of its own."""
-    result = []
+    result: list[Staged | Encoded] = []
     for row in rows:
+        if isinstance(row, Encoded):
+            result.append(with_headers(row, tracing.headers_for()))
+            continue
         envelope = row.envelope
         if envelope.type != JobDue.message_type:
             result.append(traced(row))
