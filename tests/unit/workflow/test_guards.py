@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
+import uvloop
 
 from slotflow import workflow
 from slotflow.workflow import NotInWorkflow, WorkflowDeterminismError
@@ -175,6 +176,25 @@ async def test_decide_inside_a_running_asyncio_loop_leaves_that_loop_alone() -> 
         history.decide()
     assert asyncio.get_running_loop() is running
     await asyncio.sleep(0)
+
+
+@pytest.mark.parametrize(("trap", "used", "instead"), TRAPS, ids=[t[1] for t in TRAPS])
+def test_each_trap_fails_the_same_inside_a_running_uvloop(
+    trap: Callable[[], Awaitable[None]], used: str, instead: str
+) -> None:
+    """The orchestrator's entry point runs on uvloop (its `EVENT_LOOP` setting): the workflow
+    loop must refuse the same calls there, and hand the service's loop back untouched."""
+
+    async def decide_inside() -> None:
+        running = asyncio.get_running_loop()
+        with pytest.raises(WorkflowDeterminismError) as caught:
+            History(_runtime_for(trap), "trap").decide()
+        assert used in caught.value.used
+        assert instead in str(caught.value)
+        assert asyncio.get_running_loop() is running
+        await asyncio.sleep(0)
+
+    uvloop.run(decide_inside())
 
 
 def test_primitives_outside_workflow_code_say_so() -> None:

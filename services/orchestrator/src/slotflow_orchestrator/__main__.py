@@ -30,7 +30,13 @@ async def _serve(settings: Settings) -> None:
 def main() -> int:
     configure_logging()
     configure_tracing("slotflow-orchestrator")
-    asyncio.run(_serve(Settings()))
+    settings = Settings()
+    if settings.orchestrator.event_loop == "uvloop":
+        import uvloop
+
+        uvloop.run(_serve(settings))
+    else:
+        asyncio.run(_serve(settings))
     return 0
 
 

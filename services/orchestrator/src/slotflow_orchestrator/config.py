@@ -3,6 +3,7 @@
 import os
 import socket
 import uuid
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -69,6 +70,10 @@ class OrchestratorSettings(BaseSettings):
     #: Testing only: hold every decision transaction open this long before it commits, widening
     #: the window a SIGKILL must land in (chaos tests).
     crash_window_seconds: float = Field(default=0.0, ge=0, le=60)
+    #: The event loop of `python -m slotflow_orchestrator`: uvloop (libuv) spends less CPU per
+    #: callback and per socket read than asyncio's own loop; "asyncio" turns it off. Only the
+    #: process entry point reads this (tests run on their own loop).
+    event_loop: Literal["uvloop", "asyncio"] = "uvloop"
 
     def modules(self) -> list[str]:
         return [m.strip() for m in self.workflow_modules.split(",") if m.strip()]
