@@ -40,8 +40,10 @@ class ClaimerSettings(BaseSettings):
     #: Database for handlers' own tables (RunContext.pool); empty means the claimer's database.
     handler_dsn: str = ""  # its password is masked in logs (model_post_init)
     handler_pool_max_size: int = Field(default=10, ge=1)
-    #: Runs claimed and not yet recorded, per claimer.
-    max_in_flight: int = Field(default=64, ge=1, le=10_000)
+    #: Runs claimed and not yet recorded, per claimer; also the largest claim batch. What every
+    #: claimer benchmark runs with: under load, larger claim and outcome batches cost less CPU a
+    #: run in the claimer and in PostgreSQL (docs/benchmarks/orchestrator.md: 64 to 256).
+    max_in_flight: int = Field(default=256, ge=1, le=10_000)
     #: How long a claim lasts without a heartbeat (database clock).
     lease_ttl_seconds: float = Field(default=30.0, gt=0)
     #: A run whose lease lapsed this often (its claimer died, froze or was cut off while running it)
