@@ -1,6 +1,7 @@
 """Benchmark (a): JobDue per second one ticker turns out, against a bare SKIP LOCKED claim loop.
 
     .venv/bin/python bench/ticker_throughput.py [--schedules 100000] [--batch 500] [--runs 3]
+        [--variants bare,interval,cron,seconds,published] [--arm before:../old-checkout --arm after]
 
 Each run uses a fresh database holding `--schedules` schedules with exactly one slot due each.
 Measured, one after the other on the same database server in the same run:
@@ -14,10 +15,16 @@ Measured, one after the other on the same database server in the same run:
              slot in the outbox, advance the grid, commit; `--concurrency` claim transactions at
              once, as the ticker runs them while a backlog lasts. Slots staged per second.
 - cron:      the same over hourly cron schedules (each grid step runs the cron matcher).
+- seconds:   the same over 6-field seconds crons (`S * * * * *`), 30 definitions, S one of the 30
+             seconds before the seed, so each schedule has one slot due 1 to 30 s ago: the everyday
+             path (merely late, within the misfire grace), the next slot a minute on.
 - published: interval again, with the outbox relay running in the same process and publishing to
              Kafka (idempotent producer, acks=all); the clock stops when the last row is published.
 
-Ratios are ticker / bare from the same run. With `--loops asyncio uvloop` (the default) every run
+`--variants` picks the loops (default all; ratios to bare need `bare`). `--arm NAME:CHECKOUT`
+(repeatable) runs each run once per arm, in turn, in a child process that imports the ticker and
+the library from CHECKOUT's sources (an arm without a checkout uses this one), so a before/after
+pair comes from the same session. Ratios are ticker / bare from the same run. With `--loops asyncio uvloop` (the default) every run
 is made once on each event loop, alternating, and the uvloop / asyncio ratio is given per run. Results: stdout (Markdown) and
 bench/results/ticker_throughput.json.
 """
@@ -26,10 +33,12 @@ import argparse
 import asyncio
 import json
 import os
+import subprocess
+import sys
 import time
 from datetime import UTC, datetime, timedelta
 
-from _common import RESULTS, bench_topics, fingerprint, median
+from _common import REPO, RESULTS, bench_topics, fingerprint, median, process_cpu_seconds
 from _ticker_support import backend_cpu, cpu_spent, fresh_database, seed, server_version
 
 from slotflow.contracts import CronSpec, IntervalSpec, ScheduleDefinition
@@ -59,6 +68,35 @@ def interval_definition(now: datetime) -> ScheduleDefinition:
 
 HOURLY = ScheduleDefinition(spec=CronSpec(expression="0 * * * *"), handler="bench.noop")
 
+#: Variants in the order they run and print.
+VARIANTS = ("bare", "interval", "cron", "seconds", "published")
+SECONDS_SPREAD = 30
+
+_SEED_SECONDS = """
+INSERT INTO ticker.schedules (schedule_id, definition, next_slot, next_fire_at, covered_until)
+SELECT 's' || i, d.defs[1 + i % d.n], d.ats[1 + i % d.n], d.ats[1 + i % d.n],
+       d.ats[1 + i % d.n] - interval '1 microsecond'
+  FROM generate_series(1, $1) AS i,
+       (SELECT $2::json[] AS defs, $3::timestamptz[] AS ats, cardinality($2::json[]) AS n) AS d
+"""
+
+
+async def seed_seconds(pool: Pool, count: int) -> None:
+    """``count`` schedules over `SECONDS_SPREAD` seconds crons, each with one slot due.
+
+    Definition j is `S * * * * *` with S the second j + 1 seconds before the database's now, and
+    that instant is the schedule's next slot: due, 1 to 30 s late (inside the 60 s misfire grace).
+    """
+    now: datetime = await pool.fetchval("SELECT now()")
+    base = now.replace(microsecond=0)
+    ats = [base - timedelta(seconds=j + 1) for j in range(SECONDS_SPREAD)]
+    defs = [
+        ScheduleDefinition(spec=CronSpec(expression=f"{at.second} * * * * *"), handler="bench.noop")
+        for at in ats
+    ]
+    await pool.execute(_SEED_SECONDS, count, [d.model_dump_json() for d in defs], ats)
+    await pool.execute("VACUUM ANALYZE ticker.schedules")
+
 
 async def bare_loop(pool: Pool, count: int, batch: int, concurrency: int) -> float:
     await pool.execute("CREATE TABLE bare (id bigint PRIMARY KEY, next_fire_at timestamptz NOT NULL)")
@@ -85,6 +123,16 @@ async def bare_loop(pool: Pool, count: int, batch: int, concurrency: int) -> flo
         raise SystemExit(f"bare loop claimed {claimed} of {count}")
     CPU_US_PER_SLOT[f"bare x{concurrency} pg"] = cpu_spent(pg, await backend_cpu(pool)) / claimed * 1e6
     return claimed / elapsed
+
+
+def broker_cpu() -> float:
+    """CPU seconds so far of the devstack's Kafka broker (0 when its pid file is not there)."""
+    pid_file = REPO / ".devstack" / "kafka.pid"
+    try:
+        pid = int(pid_file.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    return process_cpu_seconds(pid)
 
 
 def claimer(pool: Pool, kafka: KafkaSettings, batch: int) -> SlotClaimer:
@@ -115,24 +163,37 @@ async def claim_until_idle(claim: SlotClaimer, concurrency: int) -> int:
 
 #: The claim loop's own CPU time (this process: planning, encoding, asyncpg) per slot, by spec kind.
 CPU_US_PER_SLOT: dict[str, float] = {}
+#: How long the relay published after the claims were done, ms.
+TAIL_MS: dict[str, float] = {}
 
 
 async def ticker_loop(
-    pool: Pool, kafka: KafkaSettings, definition: ScheduleDefinition, count: int, batch: int, concurrency: int
+    pool: Pool,
+    kafka: KafkaSettings,
+    definition: ScheduleDefinition | None,
+    count: int,
+    batch: int,
+    concurrency: int,
 ) -> float:
+    """The claim loop over ``definition``'s schedules, or (None) the `seconds` variant's."""
     # One due slot per schedule: the interval's anchor, or the hour that began last (late but a
-    # single missed slot, which fire_once fires).
-    first = "date_trunc('hour', now())"
-    if isinstance(definition.spec, IntervalSpec):
-        first = f"'{definition.spec.anchor.isoformat()}'::timestamptz"
-    await seed(pool, count=count, definition=definition, first_fire=first)
+    # single missed slot, which fire_once fires), or a seconds cron's slot of a few seconds ago.
+    if definition is None:
+        kind = "seconds"
+        await seed_seconds(pool, count)
+    else:
+        kind = definition.spec.kind
+        first = "date_trunc('hour', now())"
+        if isinstance(definition.spec, IntervalSpec):
+            first = f"'{definition.spec.anchor.isoformat()}'::timestamptz"
+        await seed(pool, count=count, definition=definition, first_fire=first)
     started, cpu, pg = time.perf_counter(), time.process_time(), await backend_cpu(pool)
     fired = await claim_until_idle(claimer(pool, kafka, batch), concurrency)
     elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
     if fired != count:
         raise SystemExit(f"ticker fired {fired} of {count}")
-    CPU_US_PER_SLOT[definition.spec.kind] = cpu / fired * 1e6
-    CPU_US_PER_SLOT[f"{definition.spec.kind} pg"] = cpu_spent(pg, await backend_cpu(pool)) / fired * 1e6
+    CPU_US_PER_SLOT[kind] = cpu / fired * 1e6
+    CPU_US_PER_SLOT[f"{kind} pg"] = cpu_spent(pg, await backend_cpu(pool)) / fired * 1e6
     return fired / elapsed
 
 
@@ -152,60 +213,114 @@ async def published_loop(pool: Pool, kafka: KafkaSettings, count: int, batch: in
         )
         stop = asyncio.Event()
         relaying = asyncio.create_task(relay.run(stop))
-        started = time.perf_counter()
+        pg, broker = await backend_cpu(pool), broker_cpu()
+        started, cpu = time.perf_counter(), time.process_time()
         fired = await claim_until_idle(claimer(pool, kafka, batch), concurrency)
+        claimed = time.perf_counter()
         while await relay.pending():
             await asyncio.sleep(0.01)
-        elapsed = time.perf_counter() - started
+        elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
+        # How long the relay went on after the last claim: its backlog when claiming ended.
+        TAIL_MS["published"] = (started + elapsed - claimed) * 1e3
+        CPU_US_PER_SLOT["published pg"] = cpu_spent(pg, await backend_cpu(pool)) / count * 1e6
+        CPU_US_PER_SLOT["published broker"] = (broker_cpu() - broker) / count * 1e6
         stop.set()
         await relaying
     if fired != count:
         raise SystemExit(f"ticker fired {fired} of {count}")
+    # This process's CPU (claim and relay; aiokafka's sender runs on the same event loop).
+    CPU_US_PER_SLOT["published"] = cpu / fired * 1e6
     return fired / elapsed
 
 
-async def one_run(kafka: KafkaSettings, count: int, batch: int, concurrency: int) -> dict[str, float]:
+async def one_run(
+    kafka: KafkaSettings, count: int, batch: int, concurrency: int, variants: list[str]
+) -> dict[str, float]:
     result: dict[str, float] = {}
     wide = f"bare x{concurrency}"
-    async with fresh_database() as (_, pool):
-        result["bare"] = await bare_loop(pool, count, batch, 1)
-    async with fresh_database() as (_, pool):
-        result[wide] = await bare_loop(pool, count, batch, concurrency)
-    async with fresh_database() as (_, pool):
-        definition = interval_definition(datetime.now(UTC))
-        result["interval"] = await ticker_loop(pool, kafka, definition, count, batch, concurrency)
-    async with fresh_database() as (_, pool):
-        result["cron"] = await ticker_loop(pool, kafka, HOURLY, count, batch, concurrency)
-    async with fresh_database() as (_, pool):
-        result["published"] = await published_loop(pool, kafka, count, batch, concurrency)
-    result["interval cpu us/slot"] = CPU_US_PER_SLOT["interval"]
-    result["interval pg cpu us/slot"] = CPU_US_PER_SLOT["interval pg"]
-    result["cron cpu us/slot"] = CPU_US_PER_SLOT["cron"]
-    result["cron pg cpu us/slot"] = CPU_US_PER_SLOT["cron pg"]
-    result["bare pg cpu us/slot"] = CPU_US_PER_SLOT["bare x1 pg"]
-    result[f"{wide} pg cpu us/slot"] = CPU_US_PER_SLOT[f"bare x{concurrency} pg"]
-    for key in ("interval", "cron", "published"):
-        result[f"{key}/bare"] = result[key] / result["bare"]
-        result[f"{key}/{wide}"] = result[key] / result[wide]
+    if "bare" in variants:
+        async with fresh_database() as (_, pool):
+            result["bare"] = await bare_loop(pool, count, batch, 1)
+        async with fresh_database() as (_, pool):
+            result[wide] = await bare_loop(pool, count, batch, concurrency)
+        result["bare pg cpu us/slot"] = CPU_US_PER_SLOT["bare x1 pg"]
+        result[f"{wide} pg cpu us/slot"] = CPU_US_PER_SLOT[f"bare x{concurrency} pg"]
+    for key in ("interval", "cron", "seconds"):
+        if key not in variants:
+            continue
+        definition = {
+            "interval": interval_definition(datetime.now(UTC)),
+            "cron": HOURLY,
+            "seconds": None,
+        }[key]
+        async with fresh_database() as (_, pool):
+            result[key] = await ticker_loop(pool, kafka, definition, count, batch, concurrency)
+        result[f"{key} cpu us/slot"] = CPU_US_PER_SLOT[key]
+        result[f"{key} pg cpu us/slot"] = CPU_US_PER_SLOT[f"{key} pg"]
+    if "published" in variants:
+        async with fresh_database() as (_, pool):
+            result["published"] = await published_loop(pool, kafka, count, batch, concurrency)
+        result["published cpu us/slot"] = CPU_US_PER_SLOT["published"]
+        result["published pg cpu us/slot"] = CPU_US_PER_SLOT["published pg"]
+        result["published broker cpu us/slot"] = CPU_US_PER_SLOT["published broker"]
+        result["published relay tail ms"] = TAIL_MS["published"]
+    if "bare" in variants:
+        for key in ("interval", "cron", "seconds", "published"):
+            if key in result:
+                result[f"{key}/bare"] = result[key] / result["bare"]
+                result[f"{key}/{wide}"] = result[key] / result[wide]
     return {k: round(v, 3 if "/" in k else 0) for k, v in result.items()}
 
 
-async def topics_and_run(count: int, batch: int, concurrency: int) -> dict[str, float]:
+async def topics_and_run(count: int, batch: int, concurrency: int, variants: list[str]) -> dict[str, float]:
     async with bench_topics() as kafka:
-        return await one_run(kafka, count, batch, concurrency)
+        return await one_run(kafka, count, batch, concurrency, variants)
 
 
-def run_on(loop: str, count: int, batch: int, concurrency: int) -> dict[str, float]:
-    """One run with the whole bench (bare loops included) on the given event loop."""
+def run_on(loop: str, count: int, batch: int, concurrency: int, variants: list[str]) -> dict[str, float]:
+    """One run with the chosen variants (bare loops included) on the given event loop."""
     if loop == "uvloop":
         import uvloop
 
-        return uvloop.run(topics_and_run(count, batch, concurrency))
-    return asyncio.run(topics_and_run(count, batch, concurrency))
+        return uvloop.run(topics_and_run(count, batch, concurrency, variants))
+    return asyncio.run(topics_and_run(count, batch, concurrency, variants))
+
+
+def parse_arm(text: str) -> tuple[str, dict[str, str]]:
+    """`NAME[:CHECKOUT]`: the arm's name and the environment its child runs with."""
+    name, _, checkout = text.partition(":")
+    env: dict[str, str] = {}
+    if checkout:
+        root = os.path.abspath(checkout)
+        paths = [f"{root}/services/ticker/src", f"{root}/libs/slotflow/src"]
+        env["PYTHONPATH"] = os.pathsep.join([*paths, os.environ.get("PYTHONPATH", "")])
+    return name, env
+
+
+def run_arm(arm_env: dict[str, str], loop: str, args: argparse.Namespace) -> dict[str, float]:
+    """One run in a child process importing the arm's sources; its result read from stdout."""
+    command = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--child",
+        "--loops",
+        loop,
+        "--schedules",
+        str(args.schedules),
+        "--batch",
+        str(args.batch),
+        "--concurrency",
+        str(args.concurrency),
+        "--variants",
+        ",".join(args.variants),
+    ]
+    out = subprocess.run(command, env={**os.environ, **arm_env}, check=True, capture_output=True, text=True)
+    result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--schedules", type=int, default=100_000)
     parser.add_argument("--batch", type=int, default=500)
     parser.add_argument("--runs", type=int, default=3)
@@ -217,22 +332,58 @@ def main() -> None:
         default=["asyncio", "uvloop"],
         help="event loops to compare, each run once per loop (alternating, so the ratio is same-run)",
     )
+    parser.add_argument(
+        "--variants",
+        type=lambda text: [v for v in text.split(",") if v],
+        default=list(VARIANTS),
+        help=f"comma-separated, of {','.join(VARIANTS)} (default all)",
+    )
+    parser.add_argument(
+        "--arm",
+        action="append",
+        default=[],
+        metavar="NAME[:CHECKOUT]",
+        help="compare arms in the same session, one run of each in turn (CHECKOUT: another "
+        "checkout's ticker and library, e.g. the commit before a change)",
+    )
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    unknown = set(args.variants) - set(VARIANTS)
+    if unknown:
+        parser.error(f"unknown variants: {sorted(unknown)}")
+    variants = [v for v in VARIANTS if v in args.variants]
+    args.variants = variants
+    if args.child:
+        print(json.dumps(run_on(args.loops[0], args.schedules, args.batch, args.concurrency, variants)))
+        return
+    arms = [parse_arm(text) for text in args.arm]
     fingerprint_at_start = fingerprint(asyncio.run(server_version()))
-    runs: dict[str, list[dict[str, float]]] = {loop: [] for loop in args.loops}
+    # A series per (event loop, arm): "asyncio", or "asyncio [before]" with arms.
+    series = [(loop, name, env) for loop in args.loops for name, env in (arms or [("", {})])]
+    label = {(loop, name): f"{loop} [{name}]" if name else loop for loop, name, _ in series}
+    runs: dict[str, list[dict[str, float]]] = {label[(loop, name)]: [] for loop, name, _ in series}
     for i in range(args.runs):
-        for loop in args.loops:
-            runs[loop].append(run_on(loop, args.schedules, args.batch, args.concurrency))
-            runs[loop][-1]["load_1m"] = round(os.getloadavg()[0], 2)
-            print(f"run {i + 1} ({loop}): {runs[loop][-1]}", flush=True)
+        for loop, name, env in series:
+            key = label[(loop, name)]
+            load_before = os.getloadavg()[0]
+            if arms:
+                result = run_arm(env, loop, args)
+            else:
+                result = run_on(loop, args.schedules, args.batch, args.concurrency, variants)
+            result["load_1m_start"] = round(load_before, 2)
+            result["load_1m"] = round(os.getloadavg()[0], 2)
+            runs[key].append(result)
+            print(f"run {i + 1} ({key}): {result}", flush=True)
     summary = {
-        loop: {k: round(median([r[k] for r in results]), 3) for k in results[0]}
-        for loop, results in runs.items()
+        key: {k: round(median([r[k] for r in results]), 3) for k in results[0]}
+        for key, results in runs.items()
     }
     report = {
         "fingerprint": fingerprint_at_start,
         "schedules": args.schedules,
         "batch": args.batch,
+        "variants": variants,
+        "arms": dict(arms),
         "runs": runs,
         "median": summary,
     }
@@ -244,37 +395,49 @@ def main() -> None:
         f"median of {args.runs} runs\n"
     )
     wide = f"bare x{args.concurrency}"
+    rows = [wide if v == "bare" else v for v in variants]
+    rows = (["bare"] if "bare" in variants else []) + rows
     print(f"| loop | event loop | slots/s (per run) | median slots/s | ratio to bare | ratio to {wide} |")
     print("|---|---|---|---:|---:|---:|")
-    for loop, results in runs.items():
-        med = summary[loop]
-        for key in ("bare", wide, "interval", "cron", "published"):
-            ratios = (
-                ("1", "")
-                if key == "bare"
-                else ("", "1")
-                if key == wide
-                else (str(med[f"{key}/bare"]), str(med[f"{key}/{wide}"]))
+    for key, results in runs.items():
+        med = summary[key]
+        for row in rows:
+            if row == "bare":
+                ratios = ("1", "")
+            elif row == wide:
+                ratios = ("", "1")
+            elif f"{row}/bare" in med:
+                ratios = (str(med[f"{row}/bare"]), str(med[f"{row}/{wide}"]))
+            else:
+                ratios = ("", "")
+            per_run = " / ".join(f"{r[row]:,.0f}" for r in results)
+            print(f"| {row} | {key} | {per_run} | {med[row]:,.0f} | {ratios[0]} | {ratios[1]} |")
+    print("\nCPU per slot, µs (per run; median): this process (claim loop; published: claim and relay),")
+    print("and the database backends; load average (1 min) at the end of each run")
+    for key, results in runs.items():
+        for cpu_key in [k for k in results[0] if k.endswith("cpu us/slot")]:
+            per_run = " / ".join(f"{r[cpu_key]:.0f}" for r in results)
+            print(
+                f"- {key}, {cpu_key.removesuffix(' us/slot')}: {per_run}; median {summary[key][cpu_key]:.0f}"
             )
-            per_run = " / ".join(f"{r[key]:,.0f}" for r in results)
-            print(f"| {key} | {loop} | {per_run} | {med[key]:,.0f} | {ratios[0]} | {ratios[1]} |")
-    print("\nCPU per slot, µs (per run; median): the claim loop in this process, and the database backends")
-    for loop, results in runs.items():
-        for key in (
-            "interval cpu us/slot",
-            "interval pg cpu us/slot",
-            "cron cpu us/slot",
-            "cron pg cpu us/slot",
-            "bare pg cpu us/slot",
-            f"{wide} pg cpu us/slot",
-        ):
-            per_run = " / ".join(f"{r[key]:.0f}" for r in results)
-            print(f"- {loop}, {key.removesuffix(' us/slot')}: {per_run}; median {summary[loop][key]:.0f}")
-    if len(runs) == 2 and "uvloop" in runs and "asyncio" in runs:
+        if "published relay tail ms" in results[0]:
+            tails = " / ".join(f"{r['published relay tail ms']:.0f}" for r in results)
+            print(f"- {key}, published: relay still publishing after the last claim, ms: {tails}")
+        print(f"- {key}, load: {' / '.join(str(r['load_1m']) for r in results)}")
+    if arms and len(arms) >= 2:
+        first = arms[0][0]
+        for loop in args.loops:
+            for name, _ in arms[1:]:
+                print(f"\n{name} / {first}, {loop}, same round (per run; median):")
+                base, other = runs[label[(loop, first)]], runs[label[(loop, name)]]
+                for row in [v for v in variants if v != "bare"]:
+                    same = [o[row] / b[row] for o, b in zip(other, base, strict=True)]
+                    print(f"- {row}: {' / '.join(f'{x:.3f}' for x in same)}; median {median(same):.3f}")
+    if not arms and len(runs) == 2 and "uvloop" in runs and "asyncio" in runs:
         print("\nuvloop / asyncio, same run (per run; median):")
-        for key in ("bare", "interval", "cron", "published"):
-            same_run = [u[key] / a[key] for u, a in zip(runs["uvloop"], runs["asyncio"], strict=True)]
-            print(f"- {key}: {' / '.join(f'{x:.2f}' for x in same_run)}; median {median(same_run):.2f}")
+        for row in [v for v in variants if v != "bare"]:
+            same_run = [u[row] / a[row] for u, a in zip(runs["uvloop"], runs["asyncio"], strict=True)]
+            print(f"- {row}: {' / '.join(f'{x:.2f}' for x in same_run)}; median {median(same_run):.2f}")
 
 
 if __name__ == "__main__":
