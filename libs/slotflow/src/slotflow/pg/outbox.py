@@ -28,6 +28,7 @@ import asyncio
 import functools
 import json
 import logging
+import operator
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -326,18 +327,23 @@ class OutboxRelay:
                 return 0
             # Sorted by seq, so each key's records leave in staging order; one record batch per
             # partition (the producer keeps the order within each).
-            rows.sort(key=_seq)
+            rows.sort(key=_SEQ)
+            # Only when some value exceeds the smallest limit of the pass's topics is each row
+            # held to its own topic's limit (a pass has a topic or two: the check stays in C).
             limit = self._producer.limit_for
-            if any(len(r["value"]) > limit(r["topic"]) for r in rows):
+            smallest = min(limit(t) for t in set(map(_TOPIC, rows)))
+            if max(map(len, map(_VALUE, rows))) > smallest and any(
+                len(r["value"]) > limit(r["topic"]) for r in rows
+            ):
                 rows = await self._park_oversized(conn, rows)
             try:
-                await self._producer.send_raw_many(_outgoing(r) for r in rows)
+                await self._producer.send_raw_all(map(_outgoing, rows))
             except MessageTooLarge:
                 # The broker's limit is below ours (a topic created smaller): find the refused
                 # rows one at a time. Rows already sent may go twice; consumers collapse them.
                 for row in rows:
                     try:
-                        await self._producer.send_raw_many([_outgoing(row)])
+                        await self._producer.send_raw_all([_outgoing(row)])
                     except MessageTooLarge as err:
                         await self._park(conn, row, err)
             return len(rows)
@@ -417,8 +423,9 @@ def _outgoing(row: Any) -> OutgoingRecord:
     return OutgoingRecord(row["topic"], row["key"].encode(), row["value"], _headers(row["headers"]))
 
 
-def _seq(row: Any) -> int:
-    return int(row["seq"])
+_SEQ = operator.itemgetter("seq")
+_TOPIC = operator.itemgetter("topic")
+_VALUE = operator.itemgetter("value")
 
 
 @functools.lru_cache(maxsize=1024)
