@@ -20,6 +20,9 @@ Measured, one after the other on the same database server in the same run:
              path (merely late, within the misfire grace), the next slot a minute on.
 - published: interval again, with the outbox relay running in the same process and publishing to
              Kafka (idempotent producer, acks=all); the clock stops when the last row is published.
+             Its CPU is read for this process (claim and relay), the database backends and the
+             devstack's broker (`.devstack/kafka.pid`), with how long the relay went on publishing
+             after the last claim.
 
 `--variants` picks the loops (default all; ratios to bare need `bare`). `--arm NAME:CHECKOUT`
 (repeatable) runs each run once per arm, in turn, in a child process that imports the ticker and
