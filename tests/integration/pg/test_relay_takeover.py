@@ -5,6 +5,11 @@ holds its shards' advisory locks for the whole pass, broker acknowledgement incl
 process stopped inside a pass kept them (and its idle-in-transaction session) for as long as it
 lived. Here a real relay runs in a child process over a backlog; it is SIGSTOPped while PostgreSQL
 shows it holding the locks, and a second relay must still drain the outbox.
+
+The rows are large (2 kB each, 4,000 a pass): a pass's rows are more than the loopback socket
+buffers hold, so the child is usually stopped while its backend is still sending them. That backend
+is not idle in its transaction, so `idle_in_transaction_session_timeout` never ends it; the second
+relay must end it (`RECLAIM_SHARDS`). A CI run met exactly that.
 """
 
 import asyncio
@@ -13,17 +18,18 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 import pytest
 
+from slotflow.contracts import CommandRejected, wrap
 from slotflow.contracts.topics import SCHEDULE_EVENTS
 from slotflow.kafka.producer import Producer
 from slotflow.pg.migrations import OUTBOX, apply_migrations
-from slotflow.pg.outbox import OutboxRelay, append_many
+from slotflow.pg.outbox import OutboxRelay, Staged, append_many
 from slotflow.pg.pool import Pool
 from slotflow.settings import KafkaSettings
 from slotflow.testing import assert_eventually
-from tests.integration.pg.test_outbox_relay import staged
 
 SCHEMA = "relay_takeover"
 APP = "stalled-relay"
@@ -53,6 +59,11 @@ SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid)
 """
 
 
+def large(topic: str, event_id: str, key: str) -> Staged:
+    message = CommandRejected(command_id=event_id, command_type="test", subject=key, reason="x" * 2000)
+    return Staged(topic, wrap(message, id=event_id, key=key, source="test", occurred_at=datetime.now(UTC)))
+
+
 @pytest.fixture
 def child() -> Iterator[list[subprocess.Popen[bytes]]]:
     procs: list[subprocess.Popen[bytes]] = []
@@ -70,7 +81,7 @@ async def test_a_relay_stopped_holding_its_shards_does_not_stop_the_outbox(
     topic = kafka.topic(SCHEDULE_EVENTS)
     async with pg_pool.acquire() as conn:
         for start in range(0, 8000, 1000):
-            items = [staged(topic, f"e{i}", f"k{i % 97}") for i in range(start, start + 1000)]
+            items = [large(topic, f"e{i}", f"k{i % 97}") for i in range(start, start + 1000)]
             await append_many(conn, schema=SCHEMA, items=items)
 
     proc = subprocess.Popen([sys.executable, "-c", CHILD, pg_dsn, kafka.bootstrap], env=dict(os.environ))
@@ -94,7 +105,10 @@ async def test_a_relay_stopped_holding_its_shards_does_not_stop_the_outbox(
     assert left > 0
 
     async with Producer(kafka, client_id="relay-takeover") as producer:
-        relay = OutboxRelay(pg_pool, producer, schema=SCHEMA, one_transaction=True)
+        # Every relay of a deployment runs with the same hold timeout.
+        relay = OutboxRelay(
+            pg_pool, producer, schema=SCHEMA, one_transaction=True, hold_timeout_seconds=HOLD_TIMEOUT
+        )
         stop = asyncio.Event()
         running = asyncio.create_task(relay.run(stop))
         try:
@@ -106,7 +120,7 @@ async def test_a_relay_stopped_holding_its_shards_does_not_stop_the_outbox(
         finally:
             stop.set()
             await running
-    # The stopped relay's session was ended by PostgreSQL, not by the test.
+    # The stopped relay's session was ended by PostgreSQL or by the second relay, not by the test.
     assert await pg_pool.fetchval(HELD, APP) == 0
 
 

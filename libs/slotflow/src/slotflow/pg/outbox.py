@@ -14,6 +14,10 @@ transaction-scoped advisory lock on a shard before reading it, so at most one re
 shard at a time, in seq order. Any number of relays (one per service replica) share the shards.
 A relay that stops while it holds shards (a SIGSTOPped process) loses them after
 `hold_timeout_seconds`: PostgreSQL ends a session idle that long inside the pass's transaction.
+A relay stopped while its backend was still sending it the pass's rows is not idle (the backend
+waits on the full socket, and neither that timeout nor a statement timeout ends it); so a relay
+that finds shards held ends, at most every half hold timeout, the sessions of its own role that
+have held this outbox's shards for longer than the hold timeout (`RECLAIM_SHARDS`).
 
 A crash after the broker acknowledged but before the mark commits republishes those rows: the
 same envelope ids again, which consumers collapse. That is the effectively-once contract.
@@ -29,6 +33,7 @@ import functools
 import json
 import logging
 import operator
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -221,6 +226,23 @@ PICK_AND_MARK = (
 )
 
 
+#: Ends the sessions of this role holding one of this outbox's shard locks ($1: the lock's first
+#: key, `{schema}.outbox`) in a transaction older than $2 seconds. Advisory locks taken with two
+#: int4 keys show as classid = the first key (as an unsigned 32-bit oid) and objsubid = 2. Only
+#: this role's own sessions: a role may end its own backends, and no other service's are touched.
+RECLAIM_SHARDS = """
+SELECT count(*) FROM (
+    SELECT DISTINCT a.pid
+      FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+     WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+       AND l.classid = (hashtext($1)::bigint & 4294967295)::text::oid
+       AND a.pid <> pg_backend_pid() AND a.usename = current_user
+       AND a.xact_start < clock_timestamp() - make_interval(secs => $2)
+) AS stale
+WHERE pg_terminate_backend(stale.pid)
+"""
+
+
 class OutboxRelay:
     """Publishes one schema's outbox to Kafka; run one per service replica."""
 
@@ -266,6 +288,10 @@ class OutboxRelay:
         if hold_timeout_seconds <= 0:
             raise ConfigurationError("hold_timeout_seconds must be positive")
         self._hold_timeout = f"{max(1, round(hold_timeout_seconds * 1000))}ms"
+        self._hold_seconds = hold_timeout_seconds
+        self._next_reclaim = 0.0
+        #: Sessions ended because they held shards longer than the hold timeout.
+        self.reclaimed = 0
         self._wake = asyncio.Event()
         self.published = 0
         #: Rows too large to send, parked in the DLQ instead.
@@ -330,6 +356,8 @@ class OutboxRelay:
                 shards,
                 self._hold_timeout,
             )
+            if len(locked) < len(shards):
+                await self._reclaim_if_due(conn)
             if not locked:
                 return 0
             # Read and marked in one statement (PICK_AND_MARK says how it is planned).
@@ -362,6 +390,24 @@ class OutboxRelay:
                     except MessageTooLarge as err:
                         await self._park(conn, row, err)
             return len(rows)
+
+    async def _reclaim_if_due(self, conn: Conn) -> None:
+        """Some shards were held: at most every half hold timeout, end this role's sessions that
+        have held this outbox's shards longer than the hold timeout (`RECLAIM_SHARDS`). Their
+        transactions roll back; their rows are relayed again by whoever takes the shards next."""
+        now = time.monotonic()
+        if now < self._next_reclaim:
+            return
+        self._next_reclaim = now + self._hold_seconds / 2
+        ended = int(await conn.fetchval(RECLAIM_SHARDS, f"{self._schema}.outbox", self._hold_seconds))
+        if ended:
+            self.reclaimed += ended
+            log.warning(
+                "outbox relay for %s ended %d session(s) holding its shards for over %.1f s",
+                self._schema,
+                ended,
+                self._hold_seconds,
+            )
 
     async def _park_oversized(self, conn: Conn, rows: list[Any]) -> list[Any]:
         """Park rows larger than their topic takes; returns the others.
