@@ -58,7 +58,10 @@ async def test_a_pause_with_resume_at_promises_only_slots_after_it(
             "misfire": {"policy": "skip", "grace": "PT1S"},
         }
         await _create(client, "minutely", definition)
-        resume_at = datetime.now().astimezone() + timedelta(minutes=10)
+        # Half a minute after a slot of the minute grid (anchored at 2000-01-01): a resume_at in
+        # the second after a slot would rightly promise that slot's catch-up (it is within the
+        # policy's 1 s grace), and a resume_at taken from the wall clock fell there once a minute.
+        resume_at = (datetime.now().astimezone() + timedelta(minutes=10)).replace(second=30, microsecond=0)
         paused = await client.post(
             "/v1/schedules/minutely/pause",
             params={"wait": 30},
