@@ -148,20 +148,6 @@ APPEND_ROWS = compose(
     """,
     shard_mask=str(SHARDS - 1),
 )
-#: `APPEND_ROWS` for rows that share one topic ($1) and one header JSON ($5, parsed once).
-APPEND_UNIFORM_ROWS = compose(
-    """
-    WITH staged AS (
-        INSERT INTO {schema}.outbox (topic, event_id, key, shard, value, headers)
-        SELECT $1::text, i, k, hashtext(k) & {shard_mask}, v, $5::json
-          FROM unnest($2::text[], $3::text[], $4::bytea[]) AS u(i, k, v)
-        ON CONFLICT (topic, event_id) DO NOTHING   -- unique (topic, event_id): duplicates collapse
-        RETURNING 1
-    )
-    SELECT count(*) FROM staged
-    """,
-    shard_mask=str(SHARDS - 1),
-)
 #: Published rows older than the keep period ($1 seconds); pending rows are never touched.
 PURGE_PUBLISHED = "DELETE FROM {schema}.outbox WHERE published_at < now() - make_interval(secs => $1)"
 COUNT_PENDING = "SELECT count(*) FROM {schema}.outbox WHERE published_at IS NULL"
@@ -194,15 +180,7 @@ async def append_encoded(conn: Conn, *, schema: str, rows: Iterable[Encoded]) ->
         headers.append(row.headers)
     if not topics:
         return 0
-    if topics.count(topics[0]) == len(topics) and headers.count(headers[0]) == len(headers):
-        # One topic and one header set (a claim's JobDue rows): sent once, not once a row. asyncpg
-        # checks every array element against two ABCs before encoding it (about 0.6 µs a text
-        # element here) and the server parses each row's header JSON; the rows stored are the same.
-        inserted = await conn.fetchval(
-            sql(APPEND_UNIFORM_ROWS, schema), topics[0], ids, keys, values, headers[0]
-        )
-    else:
-        inserted = await conn.fetchval(sql(APPEND_ROWS, schema), topics, ids, keys, values, headers)
+    inserted = await conn.fetchval(sql(APPEND_ROWS, schema), topics, ids, keys, values, headers)
     return int(inserted)
 
 
