@@ -198,9 +198,7 @@ class Producer:
                 if limit is None:
                     limit = limits[topic] = self.limit_for(topic)
                 if value is not None and len(value) > limit:
-                    raise MessageTooLarge(
-                        f"record of {len(value)} bytes exceeds the {limit}-byte limit for {topic}"
-                    )
+                    raise _too_large(topic, len(value), limit)
                 known = partitions.get(topic)
                 if known is None:
                     known = partitions[topic] = await self._partitions(topic)
@@ -284,7 +282,7 @@ class Producer:
     def _check_size(self, topic: str, value: bytes | None) -> None:
         limit = self.limit_for(topic)
         if value is not None and len(value) > limit:
-            raise MessageTooLarge(f"record of {len(value)} bytes exceeds the {limit}-byte limit for {topic}")
+            raise _too_large(topic, len(value), limit)
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[None]:
@@ -316,6 +314,10 @@ class _Batch:
     count: int = 0
     future: Any = None
     meta: Any = None
+
+
+def _too_large(topic: str, size: int, limit: int) -> MessageTooLarge:
+    return MessageTooLarge(f"record of {size} bytes exceeds the {limit}-byte limit for {topic}")
 
 
 @functools.lru_cache(maxsize=65536)
