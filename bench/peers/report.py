@@ -165,6 +165,13 @@ def figure(value: float) -> str:
     return f"{value:.2f}"
 
 
+def ratio_text(value: float) -> str:
+    """A ratio to two decimals; one far below 1 to two significant digits (0.0031, not 0.00)."""
+    if value != 0 and abs(value) < 0.1:
+        return f"{value:.2g}"
+    return f"{value:.2f}"
+
+
 def cell(summary: Summary | None, runs: int) -> str:
     if summary is None:
         return "—"
@@ -221,7 +228,7 @@ def workload_section(
                         summaries.get(REFERENCE, {}).get(metric), summaries.get(peer, {}).get(metric)
                     )
                     shown = value is not None and metric not in DESCRIPTIVE_METRICS
-                    row.append(f"{value:.2f}" if shown else "—")
+                    row.append(ratio_text(value) if shown and value is not None else "—")
             lines.append("| " + " | ".join(row) + " |")
         lines.append("")
     notes: dict[str, str] = {}

@@ -125,6 +125,14 @@ def test_medians_min_max_and_ratios(report: ModuleType) -> None:
     assert report.ratio(summaries["slotflow"]["per_second"], report.Summary(0.0, 0.0, 0.0, 1)) is None
 
 
+def test_a_ratio_far_below_one_keeps_two_significant_digits(report: ModuleType) -> None:
+    assert report.ratio_text(1489 / 476490) == "0.0031"
+    assert report.ratio_text(0.05) == "0.05"
+    assert report.ratio_text(0.45) == "0.45"
+    assert report.ratio_text(237.1) == "237.10"
+    assert report.ratio_text(0.0) == "0.00"
+
+
 def test_which_way_is_better(report: ModuleType) -> None:
     assert report.lower_is_better("p99_ms")
     assert report.lower_is_better("lateness_p50_ms")
