@@ -227,8 +227,7 @@ def workload_section(
                     value = ratio(
                         summaries.get(REFERENCE, {}).get(metric), summaries.get(peer, {}).get(metric)
                     )
-                    shown = value is not None and metric not in DESCRIPTIVE_METRICS
-                    row.append(ratio_text(value) if shown and value is not None else "—")
+                    row.append("—" if value is None or metric in DESCRIPTIVE_METRICS else ratio_text(value))
             lines.append("| " + " | ".join(row) + " |")
         lines.append("")
     notes: dict[str, str] = {}
