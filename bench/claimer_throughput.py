@@ -121,7 +121,7 @@ async def published_completions(pool: Pool, topic: str) -> int:
     if await pool.fetchval("SELECT EXISTS (SELECT 1 FROM claimer.outbox WHERE published_at IS NULL)"):
         return 0
     value = await pool.fetchval(
-        "SELECT count(*) FROM claimer.outbox WHERE topic = $1 AND published_at IS NOT NULL "
+        "SELECT count(*) FROM claimer.outbox_events WHERE topic = $1 AND published_at IS NOT NULL "
         "AND event_id LIKE '%/completed'",
         topic,
     )
@@ -183,7 +183,7 @@ async def end_to_end(
         commits = await _commits(pool) - commits_before
         window = await pool.fetchrow(
             "SELECT (SELECT min(started_at) FROM claimer.runs) AS first, "
-            "(SELECT max(published_at) FROM claimer.outbox WHERE event_id LIKE '%/completed') AS last, "
+            "(SELECT max(published_at) FROM claimer.outbox_events WHERE event_id LIKE '%/completed') AS last, "
             "(SELECT count(*) FROM claimer.runs WHERE state = 'completed' AND fence_token = 1) AS once"
         )
         assert window is not None  # scalar subqueries: always one row

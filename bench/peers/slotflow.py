@@ -127,7 +127,7 @@ async def jobs(count: int, workers: int, logs: Path) -> dict[str, float]:
                 await asyncio.sleep(0.2)
             rows = await pool.fetch(
                 "SELECT regexp_replace(event_id, '/[0-9]+/completed$', '') AS run_id, published_at "
-                "FROM claimer.outbox WHERE topic = $1 AND event_id LIKE '%/completed'",
+                "FROM claimer.outbox_events WHERE topic = $1 AND event_id LIKE '%/completed'",
                 completed_topic,
             )
         finally:

@@ -66,7 +66,7 @@ async def test_a_2mb_result_is_capped_and_other_runs_events_keep_flowing(
     for job in others:
         finished = await db.fetchval("SELECT finished_at FROM claimer.runs WHERE run_id = $1", job.run_id)
         published = await db.fetchval(
-            "SELECT published_at FROM claimer.outbox WHERE event_id = $1", f"{job.run_id}/1/completed"
+            "SELECT published_at FROM claimer.outbox_events WHERE event_id = $1", f"{job.run_id}/1/completed"
         )
         assert published is not None
         assert (published - finished).total_seconds() < 1.0, "an event waited behind the big result"

@@ -129,7 +129,7 @@ async def test_permanent_failure_is_dead_lettered_without_a_retry(
     assert dead[0].data["reason"] == "permanent_error"
     assert events.of_type("run.retrying", job.run_id) == []
     # Events are staged with the state change, so the outbox is the complete record: no timer.
-    staged = await db.fetch("SELECT topic FROM claimer.outbox")
+    staged = await db.fetch("SELECT topic FROM claimer.outbox_events")
     assert kafka.topic(SCHEDULE_COMMANDS) not in {r["topic"] for r in staged}
     assert calls == [1]
 

@@ -32,6 +32,7 @@ async def test_concurrent_runners_apply_each_file_exactly_once(pg_pool: Pool, tm
         [
             "outbox/0001_outbox",
             "outbox/0002_headers_as_json",
+            "outbox/0003_grouped_rows",
             "inbox/0001_inbox",
             "svc/0001_create",
             "svc/0002_again",

@@ -18,7 +18,7 @@ from slotflow.contracts.topics import DLQ_MAX_RECORD_BYTES, DLQ_MESSAGES, SCHEDU
 from slotflow.kafka.consumer import Consumer
 from slotflow.kafka.producer import Producer
 from slotflow.pg.migrations import OUTBOX, apply_migrations
-from slotflow.pg.outbox import PICK_AND_MARK, OutboxRelay, Staged, append
+from slotflow.pg.outbox import PICK_AND_MARK, OutboxRelay, Staged, append, append_grouped, encoded
 from slotflow.pg.pool import Pool
 from slotflow.pg.statements import sql
 from slotflow.settings import KafkaSettings
@@ -131,6 +131,72 @@ async def test_each_key_leaves_in_staging_order_whichever_mode_relays_it(
         mine = [i for i in ids if i.startswith(f"{key}:")]
         assert mine == sorted(mine)
         assert len(mine) == 60
+
+
+async def test_grouped_rows_keep_each_keys_order_among_rows_of_their_own(
+    pg_pool: Pool, kafka: KafkaSettings
+) -> None:
+    # Three transactions of 100 events on 7 keys, each staged grouped (one row per shard), with
+    # a row of its own staged between them for every key: every key's events must leave in the
+    # order they were staged, whatever row they sit in, and a pass is bounded in events.
+    await apply_migrations(pg_pool, schema=SCHEMA, sources=[OUTBOX])
+    topic = kafka.topic(SCHEDULE_EVENTS)
+    expected: list[str] = []  # "<key>:<staging order>"
+    for _ in range(3):
+        async with pg_pool.acquire() as conn, conn.transaction():
+            group = []
+            for _ in range(100):
+                key = len(expected) % 7
+                expected.append(f"{key}:{len(expected):04d}")
+                group.append(encoded(staged(topic, expected[-1], f"key{key}")))
+            await append_grouped(conn, schema=SCHEMA, rows=group)
+        async with pg_pool.acquire() as conn, conn.transaction():
+            for key in range(7):
+                expected.append(f"{key}:{len(expected):04d}")
+                item = staged(topic, expected[-1], f"key{key}")
+                await append(conn, schema=SCHEMA, topic=item.topic, envelope=item.envelope)
+    n = len(expected)
+    rows = await pg_pool.fetchval(sql("SELECT count(*) FROM {schema}.outbox", SCHEMA))
+    assert rows < n  # grouped: at most one row per shard and transaction for the groups
+    events = await pg_pool.fetch(sql("SELECT event_id FROM {schema}.outbox_events ORDER BY seq", SCHEMA))
+    assert sorted(r["event_id"] for r in events) == sorted(expected)
+    async with Producer(kafka, client_id="relay-grouped") as producer:
+        relay = OutboxRelay(pg_pool, producer, schema=SCHEMA, batch_size=5, one_transaction=True)
+        assert await relay.pending() == n
+        passes = []
+        while moved := await relay.relay_once():
+            passes.append(moved)
+        assert await relay.pending() == 0
+    assert sum(passes) == n
+    assert len(passes) > 1  # 5 events a shard, or a shard's first row whole: not all in one pass
+    ids = await read_ids(kafka, topic, n)
+    assert len(ids) == n
+    for key in range(7):
+        mine = [i for i in ids if i.startswith(f"{key}:")]
+        assert mine == sorted(mine)
+
+
+async def test_an_event_too_large_inside_a_group_is_parked_and_its_neighbours_flow(
+    pg_pool: Pool, kafka: KafkaSettings
+) -> None:
+    await apply_migrations(pg_pool, schema=SCHEMA, sources=[OUTBOX])
+    topic = kafka.topic(SCHEDULE_EVENTS)
+    big = CommandAccepted(command_id="big", command_type="x" * 2_000_000, subject="k")
+    envelope = wrap(big, id="big", key="k", source="test", occurred_at=datetime.now(UTC))
+    group = [
+        encoded(staged(topic, "before", "k")),
+        encoded(Staged(topic, envelope)),
+        *(encoded(staged(topic, f"behind-{n}", "k")) for n in range(3)),
+    ]
+    async with pg_pool.acquire() as conn, conn.transaction():
+        await append_grouped(conn, schema=SCHEMA, rows=group)
+    async with Producer(kafka, client_id="relay-test") as producer:
+        relay = OutboxRelay(pg_pool, producer, schema=SCHEMA, one_transaction=True)
+        assert await relay.relay_once() == 4  # the four that fit; the big one parked
+        assert await relay.relay_once() == 1  # its dead letter, staged by the pass
+        assert await relay.pending() == 0
+    assert relay.parked == 1
+    assert await read_ids(kafka, topic, 4) == ["before", "behind-0", "behind-1", "behind-2"]
 
 
 def _plan_nodes(node: dict[str, Any]) -> list[dict[str, Any]]:

@@ -27,7 +27,15 @@ from slotflow.contracts.identity import identity_violation
 from slotflow.errors import PoisonMessage
 from slotflow.kafka.poison import dead_letter_envelope, decode_record, guess_ids, minimal_dead_letter
 from slotflow.kafka.records import Record
-from slotflow.pg.outbox import Encoded, Staged, append_encoded, append_many, encoded, with_headers
+from slotflow.pg.outbox import (
+    Encoded,
+    Staged,
+    append_encoded,
+    append_grouped,
+    append_many,
+    encoded,
+    with_headers,
+)
 from slotflow.pg.pool import Conn, Pool
 from slotflow.settings import KafkaSettings
 from slotflow_claimer import store
@@ -208,12 +216,18 @@ class Intake:
                 await store.lock_jobs(conn, {d.job.job_id for d in dues if d.job.overlap != "allow"})
                 for wave in waves(dues):
                     staged.extend(await self._admit_wave(conn, wave, outcome))
+                # Every event of the waves goes with a state change made once (a claim, a skip,
+                # a supersede), so they travel grouped; a poison record's dead letter may be staged
+                # again when the record comes back, so it keeps a row of its own, whose
+                # (topic, event_id) collapses the second one.
+                await append_grouped(conn, schema=self._schema, rows=staged)
                 if poison:
                     at = await _db_now(conn)
+                    letters = []
                     for record, err in poison:
                         log.error("claimer: dead-lettering %s (%s): %s", record.position, err.reason, err)
-                        staged.append(encoded(poison_letter(self._dlq_topic, record, err, at=at)))
-                await append_encoded(conn, schema=self._schema, rows=staged)
+                        letters.append(encoded(poison_letter(self._dlq_topic, record, err, at=at)))
+                    await append_encoded(conn, schema=self._schema, rows=letters)
         except BaseException as err:
             for span in outcome.spans:  # the claims rolled back with the transaction
                 tracing.record_error(span, err)

@@ -23,7 +23,7 @@ from slotflow.contracts.codec import FIELD_MAX_DEPTH, depth_of
 from slotflow.contracts.workflows import payload_ref
 from slotflow.core.nul import jsonb_text
 from slotflow.errors import SlotflowError
-from slotflow.pg.outbox import Encoded, Staged, append_encoded, encoded, with_headers
+from slotflow.pg.outbox import Encoded, Staged, append_grouped, encoded, with_headers
 from slotflow.pg.payloads import put_payload
 from slotflow.pg.pool import Conn, Pool
 from slotflow_claimer import store
@@ -321,7 +321,8 @@ class OutcomeWriter:
             started = await store.start_buffered(conn, schema, freed, owner=self._owner, ttl=self._ttl)
             for run in started:
                 staged.append(self._events.started_row(run, run.updated_at))
-            await append_encoded(conn, schema=schema, rows=staged)
+            # Each event goes with a fenced write or a claim, made once: they travel grouped.
+            await append_grouped(conn, schema=schema, rows=staged)
         for outcome in rejected:
             self._metrics.fence_rejected.labels("outcome").inc()
             log.warning(

@@ -19,6 +19,12 @@ waits on the full socket, and neither that timeout nor a statement timeout ends 
 that finds shards held ends, at most every half hold timeout, the sessions of its own role that
 have held this outbox's shards for longer than the hold timeout (`RECLAIM_SHARDS`).
 
+Why a row may carry many events: staging and marking cost PostgreSQL per row (a heap tuple and
+three index entries each time), so a caller whose events are staged at most once (each under a
+claim or a fence) stages a transaction's events with `append_grouped`: one row per topic and shard,
+the events in arrays in staging order. The relay sends a row's events in that order, and bounds a
+pass by events, not rows. The `outbox_events` view shows one row per event either way.
+
 A crash after the broker acknowledged but before the mark commits republishes those rows: the
 same envelope ids again, which consumers collapse. That is the effectively-once contract.
 
@@ -30,11 +36,12 @@ and the row stays marked published.
 
 import asyncio
 import functools
+import itertools
 import json
 import logging
 import operator
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
@@ -78,6 +85,16 @@ class Encoded(NamedTuple):
 
     topic: str
     event_id: str
+    key: str
+    value: bytes
+    headers: str
+
+
+class PendingEvent(NamedTuple):
+    """One event of a pass: a row of its own, or one of a grouped row's events (same `seq`)."""
+
+    seq: int
+    topic: str
     key: str
     value: bytes
     headers: str
@@ -148,9 +165,30 @@ APPEND_ROWS = compose(
     """,
     shard_mask=str(SHARDS - 1),
 )
+#: Stages a transaction's events as one row per topic and shard, in the caller's transaction; the
+#: events keep their staging order inside each row, and rows are numbered in the order of their
+#: first event. A group is named by its first event's id and its size: the (topic, event_id)
+#: collapse applies to the whole group, not to each event, so only events the caller stages at
+#: most once (under a claim or a fence) belong here.
+APPEND_GROUPED = compose(
+    """
+    INSERT INTO {schema}.outbox (topic, event_id, key, shard, value, event_ids, event_keys,
+                                 event_values, event_headers, event_count)
+    SELECT t, (array_agg(i ORDER BY n))[1] || '+' || count(*), (array_agg(k ORDER BY n))[1],
+           hashtext(k) & {shard_mask}, ''::bytea, array_agg(i ORDER BY n), array_agg(k ORDER BY n),
+           array_agg(v ORDER BY n), array_agg(h ORDER BY n), count(*)
+      FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::text[])
+           WITH ORDINALITY AS u(t, i, k, v, h, n)
+     GROUP BY t, hashtext(k) & {shard_mask}
+     ORDER BY min(n)
+    ON CONFLICT (topic, event_id) DO NOTHING   -- unique (topic, event_id): a group staged twice collapses
+    """,
+    shard_mask=str(SHARDS - 1),
+)
 #: Published rows older than the keep period ($1 seconds); pending rows are never touched.
 PURGE_PUBLISHED = "DELETE FROM {schema}.outbox WHERE published_at < now() - make_interval(secs => $1)"
-COUNT_PENDING = "SELECT count(*) FROM {schema}.outbox WHERE published_at IS NULL"
+#: Events (not rows) staged and not yet published.
+COUNT_PENDING = "SELECT coalesce(sum(event_count), 0) FROM {schema}.outbox WHERE published_at IS NULL"
 
 
 async def append(
@@ -184,8 +222,31 @@ async def append_encoded(conn: Conn, *, schema: str, rows: Iterable[Encoded]) ->
     return int(inserted)
 
 
-#: The relay's read: up to $2 pending rows of each shard in $1, marked published in the same
-#: statement. The mark is only as durable as the commit that follows the broker's acknowledgement:
+async def append_grouped(conn: Conn, *, schema: str, rows: Sequence[Encoded]) -> None:
+    """Stage events as one outbox row per topic and shard (APPEND_GROUPED), in the caller's
+    transaction: for events staged at most once, each under a claim or a fence.
+
+    Example (the claimer's outcome transaction, whose fenced write makes each event once-only):
+
+        async with pool.acquire() as conn, conn.transaction():
+            applied = await store.record_outcomes(conn, schema, writes)
+            await append_grouped(conn, schema=schema, rows=[events.completed_row(r, at) for r in applied])
+    """
+    if not rows:
+        return
+    await conn.execute(
+        sql(APPEND_GROUPED, schema),
+        [row.topic for row in rows],
+        [row.event_id for row in rows],
+        [row.key for row in rows],
+        [row.value for row in rows],
+        [row.headers for row in rows],
+    )
+
+
+#: The relay's read: the oldest pending rows of each shard in $1, up to $2 events a shard (a grouped
+#: row counts its events; a shard's first row is taken whatever its size), marked published in the
+#: same statement. The mark is only as durable as the commit that follows the broker's acknowledgement:
 #: a failed send rolls it back, and `now()` is the transaction's time either way.
 #:
 #: Two plan traps, both met under a backlog while the table's statistics still said "one pending
@@ -198,9 +259,12 @@ async def append_encoded(conn: Conn, *, schema: str, rows: Iterable[Encoded]) ->
 PICK_AND_MARK = (
     "UPDATE {schema}.outbox AS o SET published_at = now() "
     "WHERE o.seq = ANY (ARRAY(SELECT pick.seq FROM unnest($1::int[]) AS sh(s), "
-    "LATERAL (SELECT seq FROM {schema}.outbox "
-    "WHERE shard = sh.s AND published_at IS NULL ORDER BY seq LIMIT $2) AS pick)) "
-    "RETURNING o.seq, o.topic, o.key, o.value, o.headers"
+    "LATERAL (SELECT w.seq FROM ("
+    "SELECT seq, sum(event_count) OVER (ORDER BY seq ROWS UNBOUNDED PRECEDING) - event_count AS before "
+    "FROM {schema}.outbox WHERE shard = sh.s AND published_at IS NULL ORDER BY seq LIMIT $2"
+    ") AS w WHERE w.before < $2) AS pick)) "
+    "RETURNING o.seq, o.topic, o.key, o.value, o.headers, "
+    "o.event_ids, o.event_keys, o.event_values, o.event_headers"
 )
 
 
@@ -346,28 +410,30 @@ class OutboxRelay:
             )
             if not rows:
                 return 0
-            # Sorted by seq, so each key's records leave in staging order; one record batch per
-            # partition (the producer keeps the order within each).
+            # Sorted by seq, and a grouped row's events in their array order, so each key's
+            # records leave in staging order; one record batch per partition (the producer keeps
+            # the order within each).
             rows.sort(key=_SEQ)
-            # Only when some value exceeds the smallest limit of the pass's topics is each row
+            events = _pending_events(rows)
+            # Only when some value exceeds the smallest limit of the pass's topics is each event
             # held to its own topic's limit (a pass has a topic or two: the check stays in C).
             limit = self._producer.limit_for
-            smallest = min(limit(t) for t in set(map(_TOPIC, rows)))
-            if max(map(len, map(_VALUE, rows))) > smallest and any(
-                len(r["value"]) > limit(r["topic"]) for r in rows
+            smallest = min(limit(t) for t in set(map(_TOPIC, events)))
+            if max(map(len, map(_VALUE, events))) > smallest and any(
+                len(e.value) > limit(e.topic) for e in events
             ):
-                rows = await self._park_oversized(conn, rows)
+                events = await self._park_oversized(conn, events)
             try:
-                await self._producer.send_raw_all(map(_outgoing, rows))
+                await self._producer.send_raw_all(map(_outgoing, events))
             except MessageTooLarge:
                 # The broker's limit is below ours (a topic created smaller): find the refused
-                # rows one at a time. Rows already sent may go twice; consumers collapse them.
-                for row in rows:
+                # events one at a time. Events already sent may go twice; consumers collapse them.
+                for event in events:
                     try:
-                        await self._producer.send_raw_all([_outgoing(row)])
+                        await self._producer.send_raw_all([_outgoing(event)])
                     except MessageTooLarge as err:
-                        await self._park(conn, row, err)
-            return len(rows)
+                        await self._park(conn, event, err)
+            return len(events)
 
     async def _reclaim_if_due(self, conn: Conn) -> None:
         """Some shards were held: at most every half hold timeout, end this role's sessions that
@@ -387,36 +453,38 @@ class OutboxRelay:
                 self._hold_seconds,
             )
 
-    async def _park_oversized(self, conn: Conn, rows: list[Any]) -> list[Any]:
-        """Park rows larger than their topic takes; returns the others.
+    async def _park_oversized(self, conn: Conn, events: list[PendingEvent]) -> list[PendingEvent]:
+        """Park events larger than their topic takes; returns the others.
 
-        A row the producer can never send would fail every pass and hold every row behind it
-        (issue 23: one 2 MB RunCompleted stopped a claimer's events for good). It stays marked
-        published (it has left the queue) and a dead letter, staged in this transaction, carries
-        it to the DLQ with reason `too_large`.
+        An event the producer can never send would fail every pass and hold every row behind it
+        (issue 23: one 2 MB RunCompleted stopped a claimer's events for good). Its row stays
+        marked published (it has left the queue) and a dead letter, staged in this transaction,
+        carries it to the DLQ with reason `too_large`.
         """
         limit = self._producer.limit_for
         sendable = []
-        for row in rows:
-            if len(row["value"]) > limit(row["topic"]):
-                size = len(row["value"])
+        for event in events:
+            if len(event.value) > limit(event.topic):
+                size = len(event.value)
                 await self._park(
-                    conn, row, MessageTooLarge(f"{size} bytes exceed the {limit(row['topic'])}-byte limit")
+                    conn, event, MessageTooLarge(f"{size} bytes exceed the {limit(event.topic)}-byte limit")
                 )
             else:
-                sendable.append(row)
+                sendable.append(event)
         return sendable
 
-    async def _park(self, conn: Conn, row: Any, error: MessageTooLarge) -> None:
-        log.error("outbox %s: parking row %s for %s: %s", self._schema, row["seq"], row["topic"], error)
-        # The row never reached its topic: partition -1 and its outbox seq name where it was.
+    async def _park(self, conn: Conn, event: PendingEvent, error: MessageTooLarge) -> None:
+        log.error(
+            "outbox %s: parking an event of row %s for %s: %s", self._schema, event.seq, event.topic, error
+        )
+        # The event never reached its topic: partition -1 and its outbox row's seq name where it was.
         record = Record(
-            topic=row["topic"],
+            topic=event.topic,
             partition=-1,
-            offset=int(row["seq"]),
-            key=row["key"].encode(),
-            value=row["value"],
-            headers=tuple(_headers(row["headers"]).items()),
+            offset=event.seq,
+            key=event.key.encode(),
+            value=event.value,
+            headers=tuple(_headers(event.headers).items()),
             timestamp_ms=None,
         )
         letter = dead_letter_envelope(
@@ -458,13 +526,27 @@ class OutboxRelay:
             await asyncio.sleep(0.05)
 
 
-def _outgoing(row: Any) -> OutgoingRecord:
-    return OutgoingRecord(row["topic"], row["key"].encode(), row["value"], _headers(row["headers"]))
+def _pending_events(rows: list[Any]) -> list[PendingEvent]:
+    """The pass's rows (sorted by seq) as events in sending order: a grouped row's in array order."""
+    events: list[PendingEvent] = []
+    add = events.append
+    for seq, topic, key, value, headers, ids, keys, values, headerses in rows:
+        if ids is None:
+            add(PendingEvent(seq, topic, key, value, headers))
+        else:
+            events.extend(
+                map(PendingEvent, itertools.repeat(seq), itertools.repeat(topic), keys, values, headerses)
+            )
+    return events
+
+
+def _outgoing(event: PendingEvent) -> OutgoingRecord:
+    return OutgoingRecord(event.topic, event.key.encode(), event.value, _headers(event.headers))
 
 
 _SEQ = operator.itemgetter("seq")
-_TOPIC = operator.itemgetter("topic")
-_VALUE = operator.itemgetter("value")
+_TOPIC = operator.attrgetter("topic")
+_VALUE = operator.attrgetter("value")
 
 
 @functools.lru_cache(maxsize=1024)
