@@ -205,6 +205,15 @@ async def append_many(conn: Conn, *, schema: str, items: Iterable[Staged]) -> in
 
 async def append_encoded(conn: Conn, *, schema: str, rows: Iterable[Encoded]) -> int:
     """`append_many` for events encoded by the caller; returns how many were new."""
+    columns = _columns(rows)
+    if not columns[0]:
+        return 0
+    inserted = await conn.fetchval(sql(APPEND_ROWS, schema), *columns)
+    return int(inserted)
+
+
+def _columns(rows: Iterable[Encoded]) -> tuple[list[str], list[str], list[str], list[bytes], list[str]]:
+    """The rows as the five arrays the staging statements unnest: topics, ids, keys, values, headers."""
     topics: list[str] = []
     ids: list[str] = []
     keys: list[str] = []
@@ -216,10 +225,7 @@ async def append_encoded(conn: Conn, *, schema: str, rows: Iterable[Encoded]) ->
         keys.append(row.key)
         values.append(row.value)
         headers.append(row.headers)
-    if not topics:
-        return 0
-    inserted = await conn.fetchval(sql(APPEND_ROWS, schema), topics, ids, keys, values, headers)
-    return int(inserted)
+    return topics, ids, keys, values, headers
 
 
 async def append_grouped(conn: Conn, *, schema: str, rows: Sequence[Encoded]) -> None:
@@ -232,16 +238,8 @@ async def append_grouped(conn: Conn, *, schema: str, rows: Sequence[Encoded]) ->
             applied = await store.record_outcomes(conn, schema, writes)
             await append_grouped(conn, schema=schema, rows=[events.completed_row(r, at) for r in applied])
     """
-    if not rows:
-        return
-    await conn.execute(
-        sql(APPEND_GROUPED, schema),
-        [row.topic for row in rows],
-        [row.event_id for row in rows],
-        [row.key for row in rows],
-        [row.value for row in rows],
-        [row.headers for row in rows],
-    )
+    if rows:
+        await conn.execute(sql(APPEND_GROUPED, schema), *_columns(rows))
 
 
 #: The relay's read: the oldest pending rows of each shard in $1, up to $2 events a shard (a grouped
