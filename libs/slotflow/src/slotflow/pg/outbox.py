@@ -504,7 +504,7 @@ class OutboxRelay:
         return int(status.split()[-1])
 
     async def pending(self) -> int:
-        """Rows staged but not yet published (the outbox backlog)."""
+        """Events staged but not yet published (the outbox backlog; a grouped row counts its events)."""
         value = await self._pool.fetchval(sql(COUNT_PENDING, self._schema))
         return int(value)
 
