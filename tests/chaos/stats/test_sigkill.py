@@ -23,22 +23,21 @@ async def _total(dsn: str) -> int:
 async def test_sigkill_mid_stream_loses_and_doubles_nothing(
     kafka: KafkaSettings, pg_dsn: str, tmp_path: Path
 ) -> None:
-    # 100 runs 10 s apart: 17 minutes of windows, all younger than the 2 h expiry.
+    # 100 runs 10 s apart: 17 minutes of windows, all younger than the 2 h expiry. The kill must
+    # come mid-stream: after some counts reached the sink, before all of them. On a fast box the
+    # worker counted all 1,206 events of one burst before a poll could see the first (the test
+    # failed as "not mid-stream"), so the stream comes in two parts (25 runs, then 75 from the
+    # fifth minute on) and the kill falls between them.
     base = past_minute(60)
-    first = workload(base, runs_per_schedule=100)
+    head = workload(base, runs_per_schedule=25)
+    tail = workload(base + timedelta(minutes=5), runs_per_schedule=75)
     # Slots 5 s later: other run ids (the identity rule ties them to the slot), the same windows.
     second = workload(base + timedelta(seconds=5), runs_per_schedule=100)
 
-    # The kill must come mid-stream: after some counts reached the sink, before all of them. On a
-    # fast box the worker counted all 1,206 events before a poll could see the first (the test
-    # failed as "not mid-stream"), so the stream comes in two parts and the kill falls between
-    # them: a quarter first, the worker killed once some of it is counted, the rest after.
-    records = first.topics(kafka)
-    head, tail = records[: len(records) // 4], records[len(records) // 4 :]
     worker = StatsProcess(kafka, pg_dsn, tmp_path, name="w1")
     try:
         async with Producer(kafka, client_id="stats-chaos") as producer:
-            await producer.send_many(head)
+            await producer.send_many(head.topics(kafka))
 
             async def some_progress() -> bool:
                 assert worker.alive(), worker.log()
@@ -46,7 +45,6 @@ async def test_sigkill_mid_stream_loses_and_doubles_nothing(
 
             await assert_eventually(some_progress, timeout=120, interval=0.05, message="first copies")
             worker.kill()
-            await producer.send_many(tail)
 
             worker = StatsProcess(kafka, pg_dsn, tmp_path, name="w2")
 
@@ -63,7 +61,13 @@ async def test_sigkill_mid_stream_loses_and_doubles_nothing(
                 return True
 
             await assert_eventually(
-                lambda: exactly(first.expected), timeout=300, interval=0.5, message="exact after kill"
+                lambda: exactly(head.expected), timeout=300, interval=0.5, message="exact after kill"
+            )
+            # The rest of the stream, to the recovered worker.
+            first = head.expected + tail.expected
+            await producer.send_many(tail.topics(kafka))
+            await assert_eventually(
+                lambda: exactly(first), timeout=300, interval=0.5, message="exact after the rest"
             )
 
             # Idle kill and restart, then more events into the same windows: they add to the counts
@@ -72,7 +76,7 @@ async def test_sigkill_mid_stream_loses_and_doubles_nothing(
             worker.kill()
             worker = StatsProcess(kafka, pg_dsn, tmp_path, name="w3")
             await producer.send_many(second.topics(kafka))
-            both = first.expected + second.expected
+            both = first + second.expected
             await assert_eventually(
                 lambda: exactly(both), timeout=300, interval=0.5, message="exact after restart"
             )
