@@ -2,8 +2,8 @@
 -- transaction (`append_grouped`), each event's id, key, value and headers at the same position of
 -- the four arrays, in staging order. The row's own columns then name the group: `event_id` is its
 -- first event's id with `+<count>` after it, `key` its first event's key, `value` empty. One row
--- per event cost PostgreSQL about 21 µs of CPU and 2.1 kB of WAL per event to stage and mark; a
--- group about 9 µs and 0.3 kB (bench/outbox_costs.py). Rows staged one by one keep NULL arrays.
+-- per event cost PostgreSQL about 19 µs of CPU and 2.1 kB of WAL per event to stage and mark; a
+-- group about 9.5 µs and 0.5 kB (bench/outbox_costs.py). Rows staged one by one keep NULL arrays.
 --
 -- Invariant: a group holds the events of one topic and one shard in their staging order, so each
 -- key's records still leave in order: the relay takes rows in seq order and a row's events in
