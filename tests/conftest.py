@@ -5,6 +5,7 @@ they are unreachable the test fails with a message naming `make up`, so a run wi
 cannot pass by doing nothing.
 """
 
+import asyncio
 import socket
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -13,6 +14,7 @@ import asyncpg
 import pytest
 
 from slotflow.kafka.security import KafkaSecurity
+from slotflow.pg.migrations import MigrationSource
 from slotflow.pg.pool import Pool, create_pool
 from slotflow.settings import KafkaSettings, PostgresSettings
 from slotflow.testing import assert_eventually, unique_name
@@ -107,21 +109,80 @@ def _with_database(dsn: str, database: str) -> str:
     return f"{head.rsplit('/', 1)[0]}/{database}{sep}{query}"
 
 
-@pytest.fixture
-async def pg_dsn(pg_settings: PostgresSettings) -> AsyncIterator[str]:
-    """A fresh, empty database for one test, dropped afterwards."""
-    name = unique_name("t")
-    admin = await asyncpg.connect(pg_settings.dsn)
+#: Each service's schema as its app migrates it at start, under the name it has by default.
+def _service_schemas() -> list[tuple[str, MigrationSource, dict[str, bool]]]:
+    from slotflow_api.projector import MIGRATIONS as API
+    from slotflow_claimer.app import MIGRATIONS as CLAIMER
+    from slotflow_dlq.app import MIGRATIONS as DLQ
+    from slotflow_orchestrator.app import MIGRATIONS as ORCHESTRATOR
+    from slotflow_ticker.app import MIGRATIONS as TICKER
+
+    return [
+        ("ticker", TICKER, {}),
+        ("claimer", CLAIMER, {}),
+        ("orchestrator", ORCHESTRATOR, {"payloads": True}),
+        ("dlq", DLQ, {}),
+        ("api", API, {}),
+    ]
+
+
+async def _create_database(admin_dsn: str, name: str, template: str | None = None) -> None:
+    admin = await asyncpg.connect(admin_dsn)
     try:
-        await admin.execute(f'CREATE DATABASE "{name}"')
+        await admin.execute(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
     finally:
         await admin.close()
-    yield _with_database(pg_settings.dsn, name)
-    admin = await asyncpg.connect(pg_settings.dsn)
+
+
+async def _drop_database(admin_dsn: str, name: str) -> None:
+    admin = await asyncpg.connect(admin_dsn)
     try:
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     finally:
         await admin.close()
+
+
+async def _migrated_template(admin_dsn: str, name: str) -> None:
+    from slotflow.service import migrate
+
+    await _create_database(admin_dsn, name)
+    pool = await create_pool(PostgresSettings(dsn=_with_database(admin_dsn, name)), min_size=1, max_size=1)
+    try:
+        for schema, source, options in _service_schemas():
+            await migrate(pool, schema=schema, source=source, **options)
+    finally:
+        await pool.close()
+
+
+@pytest.fixture(scope="session")
+def pg_template(pg_settings: PostgresSettings) -> Iterator[str]:
+    """A database with every service's schema migrated, made once per session: each test's
+    database is a copy of it (CREATE DATABASE ... TEMPLATE), so a service starting in a test finds
+    its migrations applied instead of applying them all again. A test that needs an empty database
+    takes `empty_pg_dsn`."""
+    name = unique_name("tmpl")
+    asyncio.run(_migrated_template(pg_settings.dsn, name))
+    yield name
+    asyncio.run(_drop_database(pg_settings.dsn, name))
+
+
+@pytest.fixture
+async def pg_dsn(pg_settings: PostgresSettings, pg_template: str) -> AsyncIterator[str]:
+    """A fresh database for one test, every service's schema migrated (a copy of `pg_template`),
+    dropped afterwards."""
+    name = unique_name("t")
+    await _create_database(pg_settings.dsn, name, template=pg_template)
+    yield _with_database(pg_settings.dsn, name)
+    await _drop_database(pg_settings.dsn, name)
+
+
+@pytest.fixture
+async def empty_pg_dsn(pg_settings: PostgresSettings) -> AsyncIterator[str]:
+    """A fresh, empty database for one test (no schema of any service), dropped afterwards."""
+    name = unique_name("t")
+    await _create_database(pg_settings.dsn, name)
+    yield _with_database(pg_settings.dsn, name)
+    await _drop_database(pg_settings.dsn, name)
 
 
 @pytest.fixture
