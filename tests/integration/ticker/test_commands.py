@@ -320,7 +320,9 @@ async def test_durable_timers_fire_once_and_cancelled_ones_never(
     await send(
         producer,
         kafka,
-        StartTimer(timer_id=sleep_timer_id("wf-1", 3), fire_at=now, on_fire=FireTimerFired(owner="wf-1", sequence=3)),
+        StartTimer(
+            timer_id=sleep_timer_id("wf-1", 3), fire_at=now, on_fire=FireTimerFired(owner="wf-1", sequence=3)
+        ),
     )
     await tail.wait_for(lambda t: bool(t.by_id("pay@2026-01-01T00:00:00Z#2")) and accepted(t, cancel))
     fired = tail.of_type("timer.fired")
