@@ -150,7 +150,7 @@ class CommandHandler:
                 outcome = "rejected"
                 applied = Applied(self.rejection(incoming.record, envelope, refusal, now=now))
             await stage_all(conn, schema=self._schema, items=applied.staged)
-        self._metrics.commands.labels(envelope.type, outcome).inc()
+        self._count(incoming, outcome)
         self._on_commit(applied.due)
 
     async def handle_batch(self, batch: list[Incoming]) -> None:
@@ -171,7 +171,7 @@ class CommandHandler:
             now: datetime = await conn.fetchval(self._q.now)
             staged: list[Outgoing] = []
             due: list[tuple[str, datetime]] = []
-            outcomes: list[tuple[str, str]] = []
+            outcomes: list[tuple[Incoming, str]] = []
             timers: dict[str, tuple[StartTimer, str | None]] = {}
             for incoming in batch:
                 envelope, message = incoming.envelope, incoming.message
@@ -184,14 +184,14 @@ class CommandHandler:
                     # Refused at the door: nothing of it is applied, so the timers before it need
                     # not be stored first.
                     staged.extend(self.rejection(incoming.record, envelope, refusal, now=now))
-                    outcomes.append((envelope.type, "rejected"))
+                    outcomes.append((incoming, "rejected"))
                     continue
                 if isinstance(message, StartTimer):
                     # The first StartTimer of a timer id wins, as it would one transaction each.
                     timers.setdefault(message.timer_id, (message, _trace_parent(incoming.record)))
                     due.append((timer_key(message.timer_id), message.fire_at))
                     staged.append(self._accepted(envelope, message, now))
-                    outcomes.append((envelope.type, "accepted"))
+                    outcomes.append((incoming, "accepted"))
                     continue
                 # Any other command sees the timers before it, as it would one by one.
                 await self._insert_timers(conn, timers)
@@ -201,16 +201,16 @@ class CommandHandler:
                         applied = await self.apply(conn, envelope, message, now=now)
                 except (CommandRefused, BacklogTooLong) as refusal:
                     staged.extend(self.rejection(incoming.record, envelope, refusal, now=now))
-                    outcomes.append((envelope.type, "rejected"))
+                    outcomes.append((incoming, "rejected"))
                     continue
                 staged.extend(applied.staged)
                 staged.append(self._accepted(envelope, message, now))
                 due.extend(applied.due)
-                outcomes.append((envelope.type, "accepted"))
+                outcomes.append((incoming, "accepted"))
             await self._insert_timers(conn, timers)
             await stage_all(conn, schema=self._schema, items=staged)
-        for command_type, outcome in outcomes:
-            self._metrics.commands.labels(command_type, outcome).inc()
+        for incoming, outcome in outcomes:
+            self._count(incoming, outcome)
         self._on_commit(due)
 
     def admit(self, incoming: Incoming) -> None:
@@ -229,17 +229,22 @@ class CommandHandler:
                     f"takes StartTimer and CancelTimer only; send it to {self._topics.schedules}"
                 )
             return
-        if not timer_command:
+        if not timer_command or self._topics.legacy_timer_commands:
             return
-        if self._topics.legacy_timer_commands:
-            self._metrics.public_timer_commands.labels("accepted").inc()
-            return
-        self._metrics.public_timer_commands.labels("refused").inc()
         raise CommandRefused(
             f"timer commands are internal: {kind} is taken only from {self._topics.timers}, which only "
             f"the claimer and the orchestrator may write, never from the public command topic "
             f"{self._topics.schedules}"
         )
+
+    def _count(self, incoming: Incoming, outcome: str) -> None:
+        """Count a committed command (a batch that failed is counted once, when applied again)."""
+        self._metrics.commands.labels(incoming.envelope.type, outcome).inc()
+        public = incoming.record.topic != self._topics.timers
+        if public and isinstance(incoming.message, StartTimer | CancelTimer):
+            # Accepted here only while the legacy setting is on; otherwise refused at the door.
+            label = "accepted" if outcome == "accepted" else "refused"
+            self._metrics.public_timer_commands.labels(label).inc()
 
     async def _record_new(self, conn: Conn, batch: list[Incoming]) -> set[tuple[str, str]]:
         """Record every command id of ``batch`` in its topic's inbox; returns the (topic, id) of
