@@ -30,6 +30,7 @@ from _ticker_support import fresh_database, server_version
 from slotflow.commands import build_command
 from slotflow.contracts import FireTimerFired, StartTimer
 from slotflow.contracts.codec import encode
+from slotflow.contracts.timers import sleep_timer_id
 from slotflow.kafka.producer import OutgoingRecord, Producer, envelope_headers
 from slotflow.pg.pool import Pool
 from slotflow.settings import KafkaSettings
@@ -39,8 +40,9 @@ async def publish(kafka: KafkaSettings, pool: Pool, count: int) -> None:
     now = await pool.fetchval("SELECT now()")
     records = []
     for i in range(count):
+        # A workflow sleep's id and action (the ticker refuses an id that does not fit its action).
         message = StartTimer(
-            timer_id=f"retry:job-{i}@2026-01-01T00:00:00Z#2",
+            timer_id=sleep_timer_id(f"wf-{i}", i),
             fire_at=now + timedelta(hours=1),
             on_fire=FireTimerFired(owner=f"wf-{i}", sequence=i),
         )

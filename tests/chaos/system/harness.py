@@ -33,7 +33,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from slotflow.commands import publish_command
 from slotflow.contracts import CreateSchedule, CronSpec, ScheduleDefinition, StartWorkflow, TriggerNow
 from slotflow.contracts.runs import JobDue
-from slotflow.contracts.timers import FireJobDue, StartTimer
+from slotflow.contracts.timers import FireJobDue, StartTimer, retry_timer_id
 from slotflow.contracts.topics import (
     DLQ_MESSAGES,
     RUN_EVENTS,
@@ -521,14 +521,22 @@ class System:
             fire_at = start_at + timedelta(seconds=rng.uniform(1, self.profile.duration_s))
             job_id = f"timer-{i}"
             # The run id is the job's and slot's (`core.identity.run_id`): consumers refuse any other.
+            # A timer fires a run's next attempt under the id that names it, as the claimer's
+            # retries do (the ticker refuses any other id, and a first attempt).
             rid = run_id(job_id, fire_at)
             job = JobDue(
-                run_id=rid, job_id=job_id, slot=fire_at, handler="system.payout", payload={"kind": "timer"}
+                run_id=rid,
+                job_id=job_id,
+                slot=fire_at,
+                attempt=2,
+                kind="retry",
+                handler="system.payout",
+                payload={"kind": "timer"},
             )
             await publish_command(
                 producer,
                 self.kafka,
-                StartTimer(timer_id=job_id, fire_at=fire_at, on_fire=FireJobDue(job=job)),
+                StartTimer(timer_id=retry_timer_id(rid, 2), fire_at=fire_at, on_fire=FireJobDue(job=job)),
                 source="system",
             )
             w.timers.append(TimerUnderTest(rid, fire_at))

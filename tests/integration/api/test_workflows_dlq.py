@@ -14,7 +14,15 @@ from slotflow.contracts import (
     TimerFired,
 )
 from slotflow.contracts.dlq import DeadLetterStatus
-from slotflow.contracts.topics import DLQ_EVENTS, JOBS_DUE, RUN_EVENTS, SCHEDULE_COMMANDS, TIMER_EVENTS
+from slotflow.contracts.timers import sleep_timer_id
+from slotflow.contracts.topics import (
+    DLQ_EVENTS,
+    JOBS_DUE,
+    RUN_EVENTS,
+    SCHEDULE_COMMANDS,
+    TIMER_COMMANDS,
+    TIMER_EVENTS,
+)
 from slotflow.core.identity import activity_run_id
 from tests.integration.api.conftest import Emitter
 from tests.integration.api.helpers import eventually_json
@@ -53,14 +61,25 @@ async def test_workflow_page_gathers_commands_activities_and_timers(
         started_at=NOW,
     )
     await emit(RUN_EVENTS, run_started, id=f"{activity}/1/started", key=wid)
+    # A timer command on the public topic (which the ticker refuses) is listed among the commands,
+    # never as one of the workflow's timers: sent first, so the read model has it before the rest.
+    forged = StartTimer(
+        timer_id=sleep_timer_id(wid, 6), fire_at=NOW, on_fire=FireTimerFired(owner=wid, sequence=6)
+    )
+    await emit(SCHEDULE_COMMANDS, forged, id="timer-cmd-public", key=forged.timer_id)
+    await eventually_json(
+        client, "/v1/commands/timer-cmd-public", lambda b: b["command_type"] == "timer.start"
+    )
     sleep = StartTimer(
-        timer_id=f"{wid}/sleep/4",
+        timer_id=sleep_timer_id(wid, 4),
         fire_at=NOW + timedelta(hours=24),
         on_fire=FireTimerFired(owner=wid, sequence=4),
     )
-    await emit(SCHEDULE_COMMANDS, sleep, id="timer-cmd-1", key=sleep.timer_id)
-    short = StartTimer(timer_id=f"{wid}/sleep/5", fire_at=NOW, on_fire=FireTimerFired(owner=wid, sequence=5))
-    await emit(SCHEDULE_COMMANDS, short, id="timer-cmd-2", key=short.timer_id)
+    await emit(TIMER_COMMANDS, sleep, id="timer-cmd-1", key=sleep.timer_id)
+    short = StartTimer(
+        timer_id=sleep_timer_id(wid, 5), fire_at=NOW, on_fire=FireTimerFired(owner=wid, sequence=5)
+    )
+    await emit(TIMER_COMMANDS, short, id="timer-cmd-2", key=short.timer_id)
     fired = TimerFired(timer_id=short.timer_id, owner=wid, sequence=5, fire_at=NOW, fired_at=NOW)
     await emit(TIMER_EVENTS, fired, id=f"{short.timer_id}/fired", key=wid)
     await client.post(f"/v1/workflows/{wid}/cancel", json={"reason": "customer asked"})
@@ -81,6 +100,7 @@ async def test_workflow_page_gathers_commands_activities_and_timers(
     assert body["current_step"] == "payments.authorize"
     assert body["pending_activities"][0]["state"] == "running"
     assert [t["status"] for t in body["pending_timers"]] == ["pending"]
+    assert sorted(t["timer_id"] for t in body["timers"]) == [sleep.timer_id, short.timer_id]
 
     history = (await client.get(f"/v1/workflows/{wid}/history", params={"limit": 500})).json()
     origins = sorted(entry["origin"] for entry in history["items"])

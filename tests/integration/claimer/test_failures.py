@@ -12,7 +12,7 @@ from pydantic import TypeAdapter
 
 from slotflow.contracts import DeadLettered, RetryPolicy
 from slotflow.contracts.envelope import REDRIVE_COUNT_HEADER
-from slotflow.contracts.topics import DLQ_MESSAGES, RUN_EVENTS, SCHEDULE_COMMANDS
+from slotflow.contracts.topics import DLQ_MESSAGES, RUN_EVENTS, TIMER_COMMANDS
 from slotflow.errors import PermanentError
 from slotflow.kafka.producer import Producer
 from slotflow.pg.pool import Pool
@@ -66,7 +66,7 @@ async def test_transient_failure_retries_through_a_timer_and_then_completes(
         row = await wait_state(db, job.run_id, "completed")
     assert row["attempt"] == 2
     assert row["fence_token"] == 2
-    async with TopicReader(kafka, RUN_EVENTS) as events, TopicReader(kafka, SCHEDULE_COMMANDS) as commands:
+    async with TopicReader(kafka, RUN_EVENTS) as events, TopicReader(kafka, TIMER_COMMANDS) as commands:
         await events.wait_for("run.completed", run_id=job.run_id)
         failed = events.of_type("run.failed", job.run_id)
         retrying = events.of_type("run.retrying", job.run_id)
@@ -130,7 +130,7 @@ async def test_permanent_failure_is_dead_lettered_without_a_retry(
     assert events.of_type("run.retrying", job.run_id) == []
     # Events are staged with the state change, so the outbox is the complete record: no timer.
     staged = await db.fetch("SELECT topic FROM claimer.outbox_events")
-    assert kafka.topic(SCHEDULE_COMMANDS) not in {r["topic"] for r in staged}
+    assert kafka.topic(TIMER_COMMANDS) not in {r["topic"] for r in staged}
     assert calls == [1]
 
 

@@ -50,8 +50,15 @@ async def _record(ctx: RunContext, activity: str) -> None:
     )
 
 
+class GatewayUnreachable(Exception):
+    """The payment gateway did not answer: a retryable failure."""
+
+
 async def authorize(ctx: RunContext) -> dict[str, Any]:
     await _record(ctx, "payments.authorize")
+    if ctx.payload.get("fail_first") and ctx.attempt == 1:
+        # A retry goes through the claimer's durable timer at the ticker.
+        raise GatewayUnreachable(f"gateway unreachable for order {ctx.payload['order_id']}")
     result: dict[str, Any] = {"order_id": ctx.payload["order_id"], "authorization": f"auth-{ctx.run_id}"}
     if ctx.payload.get("blob_bytes"):
         # A large result (a scanned receipt, say): the history holds it by reference.

@@ -16,7 +16,7 @@ from slotflow.contracts import (
     WorkflowContinuedAsNew,
     WorkflowStarted,
 )
-from slotflow.contracts.topics import SCHEDULE_COMMANDS, WORKFLOW_HISTORY
+from slotflow.contracts.topics import TIMER_COMMANDS, WORKFLOW_HISTORY
 from slotflow.history import Recorded, fold
 from slotflow.kafka.producer import Producer
 from slotflow.pg.pool import Pool
@@ -94,7 +94,7 @@ async def test_a_workflow_continued_as_new_twice_runs_three_runs_to_completion(
         "start_command_id": "start-batches-1",
     }
     # One execution timeout for the whole chain: started once, cancelled when the last run ended.
-    async with TopicReader(kafka, SCHEDULE_COMMANDS) as timers:
+    async with TopicReader(kafka, TIMER_COMMANDS) as timers:
         await timers.wait_for("timer.cancel")
         deadline = execution_timer_id(WF)
         assert [e.id for e in timers.seen if e.data.get("timer_id") == deadline] == [

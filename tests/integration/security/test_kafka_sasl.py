@@ -5,9 +5,11 @@ own, SCRAM-SHA-512 users made at format time, StandardAuthorizer with nothing al
 ACL), on free ports; PostgreSQL is the session's. The ticker and the claimer run as real processes,
 each as its own user with the ACLs `slotflow.kafka.acls.service_acls` grants (docs/security.md);
 the test itself publishes as the `cli` user. A workflow (a durable sleep through the ticker, then an
-activity through the claimer) completes with an orchestrator, a claimer and a ticker in this
-process, each again as its own user. A wrong password, and a missing ACL, make a service
-exit at start with a message that says so.
+activity retried through the claimer's timer) completes with an orchestrator, a claimer and a
+ticker in this process, each again as its own user; their timer commands travel on the internal
+timer topic, which `User:cli` may not write, and a timer command `User:cli` puts on the public
+topic is refused by the ticker. A wrong password, and a missing ACL, make a service exit at start
+with a message that says so.
 """
 
 import asyncio
@@ -16,7 +18,7 @@ import shutil
 import tempfile
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -24,19 +26,25 @@ from typing import Any
 import httpx
 import pytest
 
-from slotflow.commands import publish_command
+from slotflow.commands import build_command, publish_command
 from slotflow.contracts import (
     ActivityCompleted,
     ActivityScheduled,
     CreateSchedule,
+    FireJobDue,
+    FireTimerFired,
+    JobDue,
     OnceSpec,
     ScheduleDefinition,
+    StartTimer,
     StartWorkflow,
     TimerStarted,
     WorkflowCompleted,
     WorkflowStarted,
     WorkflowTimerFired,
 )
+from slotflow.contracts.timers import retry_timer_id, sleep_timer_id
+from slotflow.contracts.topics import SCHEDULE_COMMANDS, SCHEDULE_EVENTS, TIMER_COMMANDS
 from slotflow.core.identity import run_id
 from slotflow.errors import KafkaAccessDenied, KafkaAuthenticationFailed
 from slotflow.kafka.acls import AclBinding, Operation, ResourceType, create_acls, service_acls
@@ -48,13 +56,19 @@ from slotflow.runs import HandlerRegistry
 from slotflow.settings import KafkaSettings, PostgresSettings
 from slotflow.testing import assert_eventually, unique_name
 from slotflow.testing.processes import ProcessGroup, ServiceProcess, free_port, stack_env
+from slotflow.testing.topics import TopicTail
 from slotflow_claimer.app import ClaimerService
 from slotflow_orchestrator.runtime import load_decider
 from tests.integration.api.stats_support import StatsProcess, past_minute, stored_counts, workload
 from tests.integration.claimer.support import REPO, wait_state
 from tests.integration.claimer.support import settings_for as claimer_settings
 from tests.integration.orchestrator.activities import ACTIVITIES, create_tables
-from tests.integration.orchestrator.support import orchestrator_settings, start_orchestrator, wait_history
+from tests.integration.orchestrator.support import (
+    effects,
+    orchestrator_settings,
+    start_orchestrator,
+    wait_history,
+)
 from tests.integration.security.devstack_module import load_devstack
 from tests.integration.ticker.support import db_now, send, start_ticker, stop_ticker
 
@@ -165,14 +179,39 @@ async def test_a_schedule_fires_and_completes_with_one_principal_per_service(
         await group.start(_ticker(secured_broker.settings("ticker", namespace), pg_dsn, tmp_path))
         await group.start(_claimer(secured_broker.settings("claimer", namespace), pg_dsn, tmp_path))
         cli = secured_broker.settings("cli", namespace)
-        async with Producer(cli, client_id="secure-test") as producer:
-            slot = (await db_now(db)).replace(microsecond=0) + timedelta(seconds=2)
+        admin = secured_broker.settings("admin", namespace)
+        async with (
+            Producer(cli, client_id="secure-test") as producer,
+            TopicTail(admin, (SCHEDULE_EVENTS,)) as answers,
+        ):
+            now = await db_now(db)
+            slot = now.replace(microsecond=0) + timedelta(seconds=2)
             definition = ScheduleDefinition(spec=OnceSpec(at=slot), handler="secure.settle")
             await send(producer, cli, CreateSchedule(schedule_id="secured-payout", definition=definition))
-        row = await wait_state(db, run_id("secured-payout", slot), "completed", timeout=60)
+            # The finding, replayed as User:cli: a StartTimer on the public topic that would run a
+            # handler with the attacker's payload, no schedule behind it. Refused, never run.
+            payday = JobDue(
+                run_id=run_id("payouts", slot),
+                job_id="payouts",
+                slot=slot,
+                attempt=2,
+                kind="retry",
+                handler="secure.settle",
+                payload={"to": "attacker"},
+            )
+            attack = StartTimer(
+                timer_id=retry_timer_id(payday.run_id, 2), fire_at=now, on_fire=FireJobDue(job=payday)
+            )
+            _, envelope = build_command(attack, command_id="attack-payday", source="cli")
+            await producer.send(cli.topic(SCHEDULE_COMMANDS), envelope)
+            row = await wait_state(db, run_id("secured-payout", slot), "completed", timeout=60)
+            await answers.wait_for(lambda t: bool(t.by_id("attack-payday/rejected")), timeout=60)
     finally:
         group.close()
     assert row["attempt"] == 1
+    [refused] = answers.by_id("attack-payday/rejected")
+    assert str(refused.data["reason"]).startswith("timer commands are internal:"), refused.data
+    assert await db.fetchval("SELECT count(*) FROM claimer.runs WHERE job_id = 'payouts'") == 0
 
 
 async def test_the_api_and_the_dlq_serve_as_their_own_principals(
@@ -286,10 +325,11 @@ async def test_a_workflow_sleeps_and_runs_its_activity_with_one_principal_per_se
             start = StartWorkflow(
                 workflow_id="secured-nap",
                 workflow_type="tests.sleeper",
-                input={"order_id": "o-1", "seconds": 1},
+                input={"order_id": "o-1", "seconds": 1, "fail_first": True},
             )
             await publish_command(producer, cli, start, command_id="start-secured-nap", source="test")
-        events = await wait_history(pg_pool, "secured-nap", "workflow.completed", timeout=60)
+        events = await wait_history(pg_pool, "secured-nap", "workflow.completed", timeout=90)
+        tried = await effects(pg_pool, "secured-nap/")
     finally:
         await claimer.stop(grace=0.5)
         await orchestrator.stop()
@@ -301,6 +341,12 @@ async def test_a_workflow_sleeps_and_runs_its_activity_with_one_principal_per_se
         ActivityScheduled,
         ActivityCompleted,
         WorkflowCompleted,
+    ]
+    # The activity failed once and its retry came back through the claimer's timer at the ticker:
+    # a StartTimer the claimer wrote to the internal topic as User:claimer.
+    assert [(e["activity"], e["attempt"]) for e in tried] == [
+        ("payments.authorize", 1),
+        ("payments.authorize", 2),
     ]
 
 
@@ -333,6 +379,25 @@ async def test_the_cli_user_may_not_write_what_only_the_ticker_writes(
     async with Producer(cli, client_id="secure-test") as producer:
         with pytest.raises(KafkaAccessDenied, match=r"User:cli .*TopicAuthorizationFailed"):
             await producer.send_raw(jobs_due, key=b"k", value=b"{}")
+
+
+@pytest.mark.parametrize("user", ["cli", "api"])
+async def test_only_the_issuers_may_write_the_internal_timer_topic(
+    secured_broker: SecuredBroker, user: str
+) -> None:
+    """A StartTimer fires whatever it carries: writing the timer topic would be writing jobs.due
+    and timers.events through the ticker. The users that may write commands may not write it."""
+    namespace = await _namespace(secured_broker)
+    writer = secured_broker.settings(user, namespace)
+    timer = StartTimer(
+        timer_id=sleep_timer_id("victim-wf", 3),
+        fire_at=datetime.now(UTC),
+        on_fire=FireTimerFired(owner="victim-wf", sequence=3),
+    )
+    _, envelope = build_command(timer, command_id="attack-wake", source=user)
+    async with Producer(writer, client_id="secure-test") as producer:
+        with pytest.raises(KafkaAccessDenied, match=rf"User:{user} .*TopicAuthorizationFailed"):
+            await producer.send(writer.topic(TIMER_COMMANDS), envelope)
 
 
 async def test_a_wrong_password_stops_the_service_at_start_and_says_so(

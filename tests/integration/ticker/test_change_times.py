@@ -9,12 +9,13 @@ import pytest
 
 from slotflow.commands import build_command
 from slotflow.contracts import CreateSchedule, CronSpec, Envelope, Message, PauseSchedule, ScheduleDefinition
+from slotflow.contracts.topics import SCHEDULE_COMMANDS, TIMER_COMMANDS
 from slotflow.pg.outbox import Staged
 from slotflow.pg.pool import Pool
 from slotflow.settings import KafkaSettings
 from slotflow_ticker.app import migrate
 from slotflow_ticker.claims import SlotClaimer
-from slotflow_ticker.commands import CommandHandler
+from slotflow_ticker.commands import CommandHandler, CommandTopics
 from slotflow_ticker.events import EventFactory, Outgoing, Topics
 from slotflow_ticker.metrics import TickerMetrics
 from slotflow_ticker.sql import Queries
@@ -49,6 +50,7 @@ async def ticker(pg_pool: Pool, kafka: KafkaSettings) -> Ticker:
         claimer=claimer,
         metrics=metrics,
         on_commit=lambda due: None,
+        topics=CommandTopics(schedules=kafka.topic(SCHEDULE_COMMANDS), timers=kafka.topic(TIMER_COMMANDS)),
     )
     return Ticker(queries, claimer, handler)
 

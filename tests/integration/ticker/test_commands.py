@@ -27,6 +27,7 @@ from slotflow.contracts import (
     wrap,
 )
 from slotflow.contracts.codec import encode
+from slotflow.contracts.timers import sleep_timer_id
 from slotflow.contracts.topics import DLQ_MESSAGES, JOBS_DUE, SCHEDULE_COMMANDS, SCHEDULE_EVENTS, TIMER_EVENTS
 from slotflow.core.identity import run_id
 from slotflow.kafka.producer import Producer, envelope_headers
@@ -300,7 +301,7 @@ async def test_durable_timers_fire_once_and_cancelled_ones_never(
         producer,
         kafka,
         StartTimer(
-            timer_id="sleep:wf-1/3",
+            timer_id=sleep_timer_id("wf-1", 3),
             fire_at=now - timedelta(days=3),
             on_fire=FireTimerFired(owner="wf-1", sequence=3),
         ),
@@ -309,21 +310,23 @@ async def test_durable_timers_fire_once_and_cancelled_ones_never(
         producer,
         kafka,
         StartTimer(
-            timer_id="sleep:wf-2/1",
+            timer_id=sleep_timer_id("wf-2", 1),
             fire_at=now + timedelta(seconds=2),
             on_fire=FireTimerFired(owner="wf-2", sequence=1),
         ),
     )
-    cancel = await send(producer, kafka, CancelTimer(timer_id="sleep:wf-2/1"))
+    cancel = await send(producer, kafka, CancelTimer(timer_id=sleep_timer_id("wf-2", 1)))
     # A duplicate StartTimer (another command id, same timer id) is a no-op.
     await send(
         producer,
         kafka,
-        StartTimer(timer_id="sleep:wf-1/3", fire_at=now, on_fire=FireTimerFired(owner="wf-1", sequence=3)),
+        StartTimer(
+            timer_id=sleep_timer_id("wf-1", 3), fire_at=now, on_fire=FireTimerFired(owner="wf-1", sequence=3)
+        ),
     )
     await tail.wait_for(lambda t: bool(t.by_id("pay@2026-01-01T00:00:00Z#2")) and accepted(t, cancel))
     fired = tail.of_type("timer.fired")
-    assert [(e.key, e.data["timer_id"], e.data["sequence"]) for e in fired] == [("wf-1", "sleep:wf-1/3", 3)]
+    assert [(e.key, e.data["timer_id"], e.data["sequence"]) for e in fired] == [("wf-1", "wf-1/timer/3", 3)]
     due = job(tail.by_id("pay@2026-01-01T00:00:00Z#2")[0])
     assert (due.attempt, due.kind, due.fire_at) == (2, "retry", now + timedelta(seconds=1))
     assert tail.by_id("pay@2026-01-01T00:00:00Z#2")[0].occurred_at >= now + timedelta(seconds=1)
@@ -335,8 +338,8 @@ async def test_durable_timers_fire_once_and_cancelled_ones_never(
     }
     assert states == {
         "retry:pay@2026-01-01T00:00:00Z#2": "fired",
-        "sleep:wf-1/3": "fired",
-        "sleep:wf-2/1": "cancelled",
+        "wf-1/timer/3": "fired",
+        "wf-2/timer/1": "cancelled",
     }
 
 

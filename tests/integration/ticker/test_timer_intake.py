@@ -1,15 +1,17 @@
-"""StartTimer intake: a burst of timer commands is applied a polled batch per transaction, and every
-timer is stored and fired exactly once, with redeliveries, repeated timer ids, a refused command
-and a poison record mixed into the burst."""
+"""StartTimer intake: a burst of timer commands on the internal timer topic is applied a polled
+batch per transaction, and every timer is stored and fired exactly once, with redeliveries,
+repeated timer ids, a refused command on the public topic and a poison record mixed into the
+burst."""
 
 import base64
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from slotflow.commands import build_command
 from slotflow.contracts import CronSpec, FireTimerFired, ScheduleDefinition, StartTimer, UpdateSchedule
 from slotflow.contracts.codec import encode
-from slotflow.contracts.topics import DLQ_MESSAGES, SCHEDULE_COMMANDS, SCHEDULE_EVENTS, TIMER_EVENTS
+from slotflow.contracts.timers import sleep_timer_id
+from slotflow.contracts.topics import DLQ_MESSAGES, SCHEDULE_EVENTS, TIMER_COMMANDS, TIMER_EVENTS
 from slotflow.kafka.producer import OutgoingRecord, Producer, envelope_headers
 from slotflow.pg.pool import Pool
 from slotflow.settings import KafkaSettings
@@ -36,7 +38,7 @@ async def test_a_burst_of_start_timers_is_stored_in_batches_and_fires_each_timer
         records: list[OutgoingRecord] = []
         for i in range(TIMERS):
             timer = StartTimer(
-                timer_id=f"sleep:wf-{i}/1",
+                timer_id=sleep_timer_id(f"wf-{i}", 1),
                 # Half already due, half due within two seconds: both the claim and the wheel fire.
                 fire_at=now + timedelta(milliseconds=(i % 2) * (i % 2000)),
                 on_fire=FireTimerFired(owner=f"wf-{i}", sequence=1),
@@ -44,14 +46,9 @@ async def test_a_burst_of_start_timers_is_stored_in_batches_and_fires_each_timer
             records.append(record(kafka, timer, f"cmd-{i}"))
             if i % 400 == 7:
                 # A redelivered command (same id) and a second StartTimer for the same timer
-                # (another id, a later instant and sequence): both no-ops.
+                # (another id, a later instant): both no-ops.
                 records.append(record(kafka, timer, f"cmd-{i}"))
-                again = timer.model_copy(
-                    update={
-                        "fire_at": now + timedelta(hours=1),
-                        "on_fire": FireTimerFired(owner="x", sequence=9),
-                    }
-                )
+                again = timer.model_copy(update={"fire_at": now + timedelta(hours=1)})
                 records.append(record(kafka, again, f"cmd-{i}-again"))
             if i == 1000:
                 definition = ScheduleDefinition(spec=CronSpec(expression="0 0 * * *"), handler="h")
@@ -63,7 +60,7 @@ async def test_a_burst_of_start_timers_is_stored_in_batches_and_fires_each_timer
                 raw["id"] = "cmd-poison"
                 records.append(
                     OutgoingRecord(
-                        kafka.topic(SCHEDULE_COMMANDS),
+                        kafka.topic(TIMER_COMMANDS),
                         records[-2].key,
                         json.dumps(raw).encode(),
                         records[-2].headers,
@@ -93,21 +90,26 @@ async def test_a_burst_of_start_timers_is_stored_in_batches_and_fires_each_timer
 
     fired_events = tail.of_type("timer.fired")
     assert duplicates(e.id for e in fired_events) == {}
-    assert {e.data["timer_id"] for e in fired_events} == {f"sleep:wf-{i}/1" for i in range(TIMERS)}
-    # The first StartTimer of each timer id won: the later one's owner and sequence never fired.
+    assert {e.data["timer_id"] for e in fired_events} == {sleep_timer_id(f"wf-{i}", 1) for i in range(TIMERS)}
     assert {(e.key, e.data["sequence"]) for e in fired_events} == {(f"wf-{i}", 1) for i in range(TIMERS)}
+    # The first StartTimer of each timer id won: the later one's instant was never taken.
+    assert all(
+        datetime.fromisoformat(str(e.data["fire_at"])) < now + timedelta(hours=1) for e in fired_events
+    )
     accepted = [e.data["command_id"] for e in tail.of_type("command.accepted")]
     assert duplicates(accepted) == {}
     assert len(accepted) == TIMERS + TIMERS // 400  # every distinct command id once, the no-op included
     states = await pg_pool.fetch("SELECT state, count(*) AS n FROM ticker.timers GROUP BY state")
     assert {r["state"]: r["n"] for r in states} == {"fired": TIMERS}
     # Every command id of a transaction shares its now(): far fewer transactions than commands.
+    # The timer commands are in the internal topic's inbox, the refused update in the public one's.
     transactions = await pg_pool.fetchval(
-        "SELECT count(DISTINCT processed_at) FROM ticker.inbox WHERE event_id LIKE 'cmd-%'"
+        "SELECT count(DISTINCT processed_at) FROM ticker.timer_inbox WHERE event_id LIKE 'cmd-%'"
     )
-    commands = await pg_pool.fetchval("SELECT count(*) FROM ticker.inbox WHERE event_id LIKE 'cmd-%'")
-    assert commands == TIMERS + TIMERS // 400 + 1  # the refused command is recorded too, once
+    commands = await pg_pool.fetchval("SELECT count(*) FROM ticker.timer_inbox WHERE event_id LIKE 'cmd-%'")
+    assert commands == TIMERS + TIMERS // 400
     assert transactions <= commands // 10, (transactions, commands)
+    assert await pg_pool.fetchval("SELECT array_agg(event_id) FROM ticker.inbox") == ["cmd-ghost"]
     parked = {json.loads(_value(e.data))["id"] for e in tail.of_type("dlq.dead_lettered")}
     assert parked == {"cmd-poison"}
 

@@ -30,7 +30,7 @@ from slotflow.contracts import (
     StartWorkflow,
     TriggerNow,
 )
-from slotflow.contracts.topics import DLQ_COMMANDS, SCHEDULE_COMMANDS, WORKFLOW_COMMANDS
+from slotflow.contracts.topics import DLQ_COMMANDS, SCHEDULE_COMMANDS, TIMER_COMMANDS, WORKFLOW_COMMANDS
 
 DEFINITION = ScheduleDefinition(spec=CronSpec(expression="0 2 * * *"), handler="payouts.pay")
 
@@ -42,9 +42,9 @@ def test_schedule_commands_go_to_the_ticker_keyed_by_schedule() -> None:
     assert command_route(TriggerNow(schedule_id="t")).topic == SCHEDULE_COMMANDS
 
 
-def test_timer_commands_are_keyed_by_timer() -> None:
+def test_timer_commands_go_to_the_internal_timer_topic_keyed_by_timer() -> None:
     route = command_route(CancelTimer(timer_id="retry:x@2026-01-01T00:00:00Z#2"))
-    assert (route.topic, route.key) == (SCHEDULE_COMMANDS, "retry:x@2026-01-01T00:00:00Z#2")
+    assert (route.topic, route.key) == (TIMER_COMMANDS, "retry:x@2026-01-01T00:00:00Z#2")
 
 
 def test_workflow_commands_are_keyed_by_workflow() -> None:

@@ -5,12 +5,16 @@ from datetime import timedelta
 
 import pytest
 
-from slotflow.contracts import REGISTRY, DeadLettered, RunCompleted, RunStarted, StartTimer
+from slotflow.contracts import REGISTRY, CancelTimer, DeadLettered, RunCompleted, RunStarted, StartTimer
+from slotflow.contracts.catalogue import TIMER_COMMAND_TYPES
 from slotflow.contracts.codec import decode, encode
+from slotflow.contracts.timers import retry_timer_id
 from slotflow.errors import PermanentError
+from slotflow.kafka.poison import decode_record
+from slotflow.kafka.records import Record
 from slotflow.pg.outbox import encoded
 from slotflow.settings import KafkaSettings
-from slotflow_claimer.events import RunEvents, retry_timer_id
+from slotflow_claimer.events import RunEvents
 from tests.unit.claimer.support import NOW, run
 
 EVENTS = RunEvents(KafkaSettings(topic_namespace="ns"))
@@ -46,13 +50,28 @@ def test_activity_events_carry_the_workflow_and_sequence() -> None:
 def test_the_retry_timer_fires_the_next_attempt_of_the_same_job_due() -> None:
     r = run(attempt=2)
     staged = EVENTS.retry_timer(r, NOW, retry_at=NOW + timedelta(seconds=3))
-    assert staged.topic == "ns.slotflow.schedules.commands.v1"
+    assert staged.topic == "ns.slotflow.timers.commands.v1"
     assert staged.envelope.id == staged.envelope.key == retry_timer_id(r.run_id, 3) == f"retry:{r.run_id}#3"
     timer = roundtrip(staged.envelope)
     assert isinstance(timer, StartTimer)
     job = timer.on_fire.job  # type: ignore[union-attr]
     assert (job.run_id, job.attempt, job.kind) == (r.run_id, 3, "retry")
     assert job.payload == r.payload
+
+
+def test_every_timer_command_the_claimer_sends_passes_the_tickers_check() -> None:
+    """The ticker refuses a timer whose id does not follow from its action (docs/ticker.md,
+    "Timer ids"), and takes timer commands from the internal topic only: both the retry and a held
+    run's resume (with the cancel of its hold) must pass, or a retry would never fire."""
+    r = run(attempt=2)
+    staged = [EVENTS.retry_timer(r, NOW, retry_at=NOW), *EVENTS.resume_timers(r, NOW, resume_at=NOW)]
+    for item in staged:
+        assert item.topic == "ns.slotflow.timers.commands.v1"
+        value = encode(item.envelope)
+        decode_record(
+            Record("t", 0, 0, item.envelope.key.encode(), value, (), None), accept=TIMER_COMMAND_TYPES
+        )
+    assert [type(roundtrip(i.envelope)) for i in staged] == [StartTimer, StartTimer, CancelTimer]
 
 
 def test_a_dead_letter_carries_the_original_record_and_the_history() -> None:

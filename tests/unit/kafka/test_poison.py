@@ -22,6 +22,7 @@ from slotflow.contracts import (
     wrap,
 )
 from slotflow.contracts.codec import encode
+from slotflow.contracts.timers import retry_timer_id
 from slotflow.errors import InvalidPayload, KeyMismatch, PoisonMessage, UnexpectedMessageType
 from slotflow.kafka.poison import (
     TRUNCATED_PREFIX_BYTES,
@@ -99,11 +100,13 @@ def test_payload_key_is_checked_per_type() -> None:
 
 
 def test_timer_commands_are_keyed_by_timer_id() -> None:
-    job = REGISTRY.parse(job_due())
-    assert isinstance(job, JobDue)
-    timer = StartTimer(timer_id="retry:payouts#2", fire_at=AT, on_fire=FireJobDue(job=job))
-    envelope = wrap(timer, id="t-1", key="retry:payouts#2", source="claimer", occurred_at=AT)
-    decode_record(record(encode(envelope), b"retry:payouts#2"))
+    first = REGISTRY.parse(job_due())
+    assert isinstance(first, JobDue)
+    job = first.model_copy(update={"attempt": 2, "kind": "retry"})
+    timer_id = retry_timer_id(job.run_id, 2)
+    timer = StartTimer(timer_id=timer_id, fire_at=AT, on_fire=FireJobDue(job=job))
+    envelope = wrap(timer, id="t-1", key=timer_id, source="claimer", occurred_at=AT)
+    decode_record(record(encode(envelope), timer_id.encode()))
     with pytest.raises(KeyMismatch):
         decode_record(record(encode(envelope.model_copy(update={"key": "payouts"})), b"payouts"))
 

@@ -7,7 +7,7 @@ import pytest
 from pydantic import ValidationError
 
 from slotflow.errors import ConfigurationError
-from slotflow.kafka.acls import Operation, PatternType, ResourceType, service_acls
+from slotflow.kafka.acls import SERVICE_GROUPS, Operation, PatternType, ResourceType, service_acls
 from slotflow.kafka.security import KafkaSecurity, load_token_function
 from slotflow.settings import KafkaSettings
 
@@ -115,3 +115,21 @@ def test_the_claimer_reads_and_writes_only_its_own_topics_and_groups() -> None:
     ]
     with pytest.raises(ValueError, match="unknown service"):
         service_acls("billing", "User:billing", kafka)
+
+
+def test_only_the_claimer_and_the_orchestrator_may_write_the_internal_timer_topic() -> None:
+    """A StartTimer fires whatever it carries, so its topic is writable by its two issuers only,
+    and they no longer write the public command topic (the ticker refuses timer commands there)."""
+    kafka = KafkaSettings(topic_namespace="ns")
+    timers, public = "ns.slotflow.timers.commands.v1", "ns.slotflow.schedules.commands.v1"
+
+    def grants(service: str) -> set[tuple[str, Operation]]:
+        acls = service_acls(service, f"User:{service}", kafka)
+        return {(a.resource_name, a.operation) for a in acls if a.resource_type is ResourceType.TOPIC}
+
+    writers = {s for s in SERVICE_GROUPS if (timers, Operation.WRITE) in grants(s)}
+    readers = {s for s in SERVICE_GROUPS if (timers, Operation.READ) in grants(s)}
+    assert writers == {"claimer", "orchestrator"}
+    assert readers == {"ticker", "api"}
+    assert {s for s in SERVICE_GROUPS if (public, Operation.WRITE) in grants(s)} == {"api", "cli"}
+    assert (public, Operation.READ) in grants("ticker")

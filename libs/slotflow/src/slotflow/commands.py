@@ -44,6 +44,7 @@ from slotflow.contracts.topics import (
     DLQ_COMMANDS,
     DOWNSTREAM_COMMANDS,
     SCHEDULE_COMMANDS,
+    TIMER_COMMANDS,
     WORKFLOW_COMMANDS,
     TopicSpec,
 )
@@ -74,8 +75,8 @@ class CommandRoute:
 def command_route(message: Message) -> CommandRoute:
     """The topic and record key for ``message``.
 
-    Schedule commands are keyed by schedule id and timer commands by timer id (both go to the
-    ticker); workflow commands by workflow id; downstream commands by downstream name (the
+    Schedule commands are keyed by schedule id; timer commands by timer id, on the internal timer
+    topic only the claimer and the orchestrator may write (both go to the ticker); workflow commands by workflow id; downstream commands by downstream name (the
     claimers); a DLQ command by its single selected id, or by the command id when it selects by
     filter (see `build_command`).
 
@@ -94,7 +95,7 @@ def command_route(message: Message) -> CommandRoute:
     ):
         return CommandRoute(SCHEDULE_COMMANDS, message.schedule_id)
     if isinstance(message, StartTimer | CancelTimer):
-        return CommandRoute(SCHEDULE_COMMANDS, message.timer_id)
+        return CommandRoute(TIMER_COMMANDS, message.timer_id)
     if isinstance(message, StartWorkflow | SignalWorkflow | CancelWorkflow | TerminateWorkflow):
         return CommandRoute(WORKFLOW_COMMANDS, message.workflow_id)
     if isinstance(message, RedriveDeadLetters | DiscardDeadLetters):

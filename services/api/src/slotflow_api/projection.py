@@ -59,7 +59,7 @@ from slotflow.contracts.catalogue import (
     WORKFLOW_COMMAND_TYPES,
 )
 from slotflow.contracts.runs import RunEvent
-from slotflow.contracts.topics import WORKFLOW_HISTORY
+from slotflow.contracts.topics import TIMER_COMMANDS, WORKFLOW_HISTORY
 from slotflow.core.nul import scrub_nul
 from slotflow.kafka.records import Record
 from slotflow.pg.pool import Conn
@@ -866,6 +866,11 @@ ON CONFLICT (timer_id) DO UPDATE SET
 
 
 async def _timer(conn: Conn, schema: str, fact: Fact, message: StartTimer | CancelTimer | TimerFired) -> None:
+    if isinstance(message, StartTimer | CancelTimer) and fact.topic != TIMER_COMMANDS.name:
+        # The ticker refuses timer commands on the public topic (bar a rolling upgrade's setting
+        # the api cannot see): one there is listed among the commands with the ticker's answer,
+        # never as a timer of the workflow it names.
+        return
     owner, action, sequence = "", "unknown", None
     fire_at: datetime | None = None
     fired_at: datetime | None = None

@@ -31,6 +31,7 @@ from slotflow.contracts.topics import (
     RUN_EVENTS,
     SCHEDULE_COMMANDS,
     SCHEDULE_EVENTS,
+    TIMER_COMMANDS,
     TIMER_EVENTS,
     WORKFLOW_COMMANDS,
     WORKFLOW_EVENTS,
@@ -61,6 +62,7 @@ MIGRATIONS = MigrationSource("api", Path(__file__).parent / "migrations")
 #: Every topic the read model is built from; the command topics tell which commands exist.
 PROJECTED_TOPICS: tuple[TopicSpec, ...] = (
     SCHEDULE_COMMANDS,
+    TIMER_COMMANDS,
     SCHEDULE_EVENTS,
     JOBS_DUE,
     RUN_EVENTS,

@@ -25,7 +25,8 @@ from slotflow.contracts import (
     wrap,
 )
 from slotflow.contracts.envelope import Envelope, Message
-from slotflow.contracts.topics import DLQ_MESSAGES, RUN_EVENTS, SCHEDULE_COMMANDS
+from slotflow.contracts.timers import resume_timer_id, retry_timer_id
+from slotflow.contracts.topics import DLQ_MESSAGES, RUN_EVENTS, TIMER_COMMANDS
 from slotflow.core.identity import job_due_event_id
 from slotflow.kafka.poison import dead_letter_envelope
 from slotflow.pg.outbox import Encoded, Staged, headers_json
@@ -42,7 +43,9 @@ class RunEvents:
 
     def __init__(self, kafka: KafkaSettings) -> None:
         self._run_events = kafka.topic(RUN_EVENTS)
-        self._commands = kafka.topic(SCHEDULE_COMMANDS)
+        # Timer commands go on the internal topic only the claimer and the orchestrator may write:
+        # a StartTimer fires whatever JobDue it carries, so the public command topic never takes one.
+        self._commands = kafka.topic(TIMER_COMMANDS)
         self._dlq = kafka.topic(DLQ_MESSAGES)
 
     @property
@@ -240,16 +243,6 @@ class RunEvents:
 @functools.lru_cache(maxsize=64)
 def _headers(message_type: str, version: int) -> str:
     return headers_json(message_type, version)
-
-
-def retry_timer_id(run_id: str, next_attempt: int) -> str:
-    """The ticker timer that fires attempt ``next_attempt``: unique per run and attempt."""
-    return f"retry:{run_id}#{next_attempt}"
-
-
-def resume_timer_id(run_id: str, next_attempt: int) -> str:
-    """The timer that brings a held run's ``next_attempt`` forward when its downstream closes."""
-    return f"resume:{run_id}#{next_attempt}"
 
 
 def job_due_envelope(job: JobDue, *, at: datetime, source: str = SOURCE) -> Envelope:

@@ -48,6 +48,8 @@ from slotflow.contracts import (
     WorkflowStarted,
     WorkflowTimerFired,
 )
+from slotflow.contracts.timers import deadline_timer_id as deadline_timer_id
+from slotflow.contracts.timers import execution_timer_id as execution_timer_id
 from slotflow.errors import SlotflowError
 from slotflow.history import OpenWork
 from slotflow_orchestrator.inputs import ChildOutcome
@@ -69,23 +71,6 @@ MAX_RUNS_PER_DECISION = 10
 #: Due timers (zero-length sleeps) one decision fires itself, in a row; the next one goes through
 #: the ticker like any timer, so a loop of zero sleeps cannot hold a decision forever.
 MAX_DUE_TIMERS_PER_DECISION = 100
-
-
-def deadline_timer_id(run_id: str) -> str:
-    """The ticker timer that enforces an activity's schedule-to-close deadline."""
-    return f"{run_id}#deadline"
-
-
-def execution_timer_id(workflow_id: str, chain_start: int = 1) -> str:
-    """The ticker timer that enforces a run's execution timeout (`#` never occurs in a workflow id).
-
-    ``chain_start`` is the sequence of the WorkflowStarted the StartWorkflow appended (runs continued
-    from it share its deadline); a run reusing a closed id gets its own timer, since the first one's
-    StartTimer and CancelTimer ids are taken for good at the ticker.
-    """
-    if chain_start == 1:
-        return f"{workflow_id}#execution-timeout"
-    return f"{workflow_id}#{chain_start}/execution-timeout"
 
 
 class Diverged(SlotflowError):

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
 
+from slotflow.contracts.topics import SCHEDULE_COMMANDS, TIMER_COMMANDS
 from slotflow.errors import TransientStorageError
 from slotflow.kafka.producer import Producer
 from slotflow.pg.migrations import MigrationSource
@@ -21,7 +22,7 @@ from slotflow.service import migrate as migrate_schema
 from slotflow.settings import KafkaSettings, PostgresSettings
 from slotflow_ticker.claims import SlotClaimer
 from slotflow_ticker.command_loop import CommandLoop
-from slotflow_ticker.commands import SERVICE, CommandHandler
+from slotflow_ticker.commands import SERVICE, CommandHandler, CommandTopics
 from slotflow_ticker.config import TickerSettings
 from slotflow_ticker.events import EventFactory, Topics
 from slotflow_ticker.metrics import TickerMetrics
@@ -125,6 +126,11 @@ class TickerService:
             claimer=claimer,
             metrics=self.metrics,
             on_commit=committed,
+            topics=CommandTopics(
+                schedules=self.kafka.topic(SCHEDULE_COMMANDS),
+                timers=self.kafka.topic(TIMER_COMMANDS),
+                legacy_timer_commands=settings.legacy_timer_commands,
+            ),
             max_backfill_slots=settings.max_backfill_slots,
         )
         self.ticking, self.relay = ticking, relay
@@ -148,6 +154,14 @@ class TickerService:
         with metrics_listener(self.metrics.registry, port=settings.metrics_port, host=settings.metrics_host):
             self.started.set()
             log.info("ticker %s running (schema %s)", settings.ticker_id, schema)
+            if settings.legacy_timer_commands:
+                # A door left open: say so every start, so it is not left open past the upgrade.
+                log.warning(
+                    "ticker %s accepts timer commands from the public topic %s "
+                    "(SLOTFLOW_TICKER_LEGACY_TIMER_COMMANDS): turn it off once the rolling upgrade is done",
+                    settings.ticker_id,
+                    self.kafka.topic(SCHEDULE_COMMANDS),
+                )
             await loops.run(stop)
 
     def _backlog(self, relay: RelayGroup) -> Callable[[], Awaitable[None]]:

@@ -245,8 +245,9 @@ class SlotClaimer:
     async def purge(self, *, inbox_seconds: float, timer_seconds: float) -> tuple[int, int]:
         """Forget command ids and finished timers older than their retention; returns the counts."""
         inbox = await self._pool.execute(self._q.purge_inbox, inbox_seconds)
+        timer_inbox = await self._pool.execute(self._q.purge_timer_inbox, inbox_seconds)
         timers = await self._pool.execute(self._q.purge_timers, timer_seconds)
-        return _count(inbox), _count(timers)
+        return _count(inbox) + _count(timer_inbox), _count(timers)
 
 
 SCHEDULE_PREFIX = "s:"

@@ -1,5 +1,8 @@
 """The ticker's command consumer: ConsumeLoop's poll → process → commit, plus CommandRejected.
 
+One consumer, in one group, reads both command topics: the public schedule-command topic and the
+internal timer topic (the handler refuses what comes through the wrong one).
+
 Started inside its loop, not before the claim loop: joining the consumer group can wait for a
 dead member's session to time out, and time must not stop for that.
 """
@@ -8,7 +11,7 @@ import asyncio
 import logging
 from functools import partial
 
-from slotflow.contracts.topics import DLQ_MESSAGES, SCHEDULE_COMMANDS
+from slotflow.contracts.topics import DLQ_MESSAGES, SCHEDULE_COMMANDS, TIMER_COMMANDS
 from slotflow.errors import KafkaAccessDenied, TransientStorageError
 from slotflow.kafka.consumer import Consumer
 from slotflow.kafka.loop import ConsumeLoop
@@ -47,6 +50,7 @@ class CommandLoop:
         return Consumer(
             self._kafka,
             self._kafka.topic(SCHEDULE_COMMANDS),
+            self._kafka.topic(TIMER_COMMANDS),
             group_id=group_id(self._settings, self._kafka),
             client_id=f"ticker-{self._settings.ticker_id}",
             max_poll_records=self._settings.command_batch_size,

@@ -1,4 +1,5 @@
-"""Applying schedule and timer commands from the schedule-commands topic.
+"""Applying schedule commands from the public schedule-command topic, and timer commands from the
+internal timer topic.
 
 Each command's effects commit in one transaction holding: its inbox entry (the envelope id, so a
 redelivery is recognised and does nothing), the state change, and the outbox rows announcing it
@@ -6,6 +7,12 @@ redelivery is recognised and does nothing), the state change, and the outbox row
 DLQ). A refused command changes nothing but is still recorded, so it is refused once. A polled
 batch shares one such transaction (retries arrive as bursts of StartTimers, and a commit each
 capped intake at tens of timers a second); a batch that fails is applied again one by one.
+
+Each topic takes its own commands only. A StartTimer fires whatever it carries (a whole JobDue,
+another workflow's TimerFired), so timer commands are refused on the public topic, which the api
+and any CLI user may write ("timer commands are internal"); the internal topic, which only the
+claimer and the orchestrator may write, takes nothing else. Each topic's command ids have their
+own inbox, so a public command cannot take the id of a timer command first.
 """
 
 import logging
@@ -41,7 +48,6 @@ from slotflow.contracts.schedules import ScheduleDefinition, definition_changes,
 from slotflow.errors import PoisonMessage, TransientStorageError
 from slotflow.kafka.loop import Incoming
 from slotflow.kafka.records import Record
-from slotflow.pg.inbox import record_once
 from slotflow.pg.outbox import Staged
 from slotflow.pg.pool import CONNECTION_ERRORS, Conn, Pool
 from slotflow_ticker.claims import BacklogTooLong, SlotClaimer, schedule_key, timer_key
@@ -68,6 +74,18 @@ COMMANDS = TICKER_COMMAND_TYPES
 STAGING_OUTAGES: tuple[type[BaseException], ...] = (TransientStorageError, *CONNECTION_ERRORS)
 #: Claims' worth of slots an UpdateSchedule or DeleteSchedule may settle in its own transaction.
 SETTLE_MAX_CHUNKS = 100
+
+
+@dataclass(frozen=True, slots=True)
+class CommandTopics:
+    """The two topics the ticker takes commands from, as this deployment names them."""
+
+    #: The public schedule-command topic (the api, the CLI, any client with write access).
+    schedules: str
+    #: The internal timer topic (the claimer and the orchestrator only).
+    timers: str
+    #: Also accept timer commands from the public topic: a rolling upgrade's setting only.
+    legacy_timer_commands: bool = False
 
 
 @dataclass
@@ -101,9 +119,11 @@ class CommandHandler:
         claimer: SlotClaimer,
         metrics: TickerMetrics,
         on_commit: Callable[[list[tuple[str, datetime]]], None],
+        topics: CommandTopics,
         max_backfill_slots: int = 10_000,
     ) -> None:
         self._pool = pool
+        self._topics = topics
         self._max_backfill_slots = max_backfill_slots
         self._schema = schema
         self._q = queries
@@ -116,12 +136,11 @@ class CommandHandler:
         """Apply one command in one transaction (inbox + state + outbox)."""
         envelope, message = incoming.envelope, incoming.message
         async with self._pool.acquire() as conn, conn.transaction():
-            if not await record_once(
-                conn, schema=self._schema, event_id=envelope.id, topic=incoming.record.topic
-            ):
+            if not await self._record_new(conn, [incoming]):
                 return
             now: datetime = await conn.fetchval(self._q.now)
             try:
+                self.admit(incoming)
                 # Every refusal is raised before the command writes anything (see `apply`), so a
                 # refused command leaves only its inbox entry and the rejection behind.
                 applied = await self.apply(conn, envelope, message, now=now)
@@ -131,7 +150,7 @@ class CommandHandler:
                 outcome = "rejected"
                 applied = Applied(self.rejection(incoming.record, envelope, refusal, now=now))
             await stage_all(conn, schema=self._schema, items=applied.staged)
-        self._metrics.commands.labels(envelope.type, outcome).inc()
+        self._count(incoming, outcome)
         self._on_commit(applied.due)
 
     async def handle_batch(self, batch: list[Incoming]) -> None:
@@ -146,30 +165,33 @@ class CommandHandler:
         again one command at a time with `handle`, which parks the one that cannot be applied.
         """
         async with self._pool.acquire() as conn, conn.transaction():
-            fresh = await conn.fetch(
-                self._q.record_commands,
-                [i.envelope.id for i in batch],
-                [i.record.topic for i in batch],
-            )
-            new = {r["event_id"] for r in fresh}
+            new = await self._record_new(conn, batch)
             if not new:
                 return
             now: datetime = await conn.fetchval(self._q.now)
             staged: list[Outgoing] = []
             due: list[tuple[str, datetime]] = []
-            outcomes: list[tuple[str, str]] = []
+            outcomes: list[tuple[Incoming, str]] = []
             timers: dict[str, tuple[StartTimer, str | None]] = {}
             for incoming in batch:
                 envelope, message = incoming.envelope, incoming.message
-                if envelope.id not in new:
+                if _inbox_key(incoming) not in new:
                     continue
-                new.discard(envelope.id)
+                new.discard(_inbox_key(incoming))
+                try:
+                    self.admit(incoming)
+                except CommandRefused as refusal:
+                    # Refused at the door: nothing of it is applied, so the timers before it need
+                    # not be stored first.
+                    staged.extend(self.rejection(incoming.record, envelope, refusal, now=now))
+                    outcomes.append((incoming, "rejected"))
+                    continue
                 if isinstance(message, StartTimer):
                     # The first StartTimer of a timer id wins, as it would one transaction each.
                     timers.setdefault(message.timer_id, (message, _trace_parent(incoming.record)))
                     due.append((timer_key(message.timer_id), message.fire_at))
                     staged.append(self._accepted(envelope, message, now))
-                    outcomes.append((envelope.type, "accepted"))
+                    outcomes.append((incoming, "accepted"))
                     continue
                 # Any other command sees the timers before it, as it would one by one.
                 await self._insert_timers(conn, timers)
@@ -179,17 +201,71 @@ class CommandHandler:
                         applied = await self.apply(conn, envelope, message, now=now)
                 except (CommandRefused, BacklogTooLong) as refusal:
                     staged.extend(self.rejection(incoming.record, envelope, refusal, now=now))
-                    outcomes.append((envelope.type, "rejected"))
+                    outcomes.append((incoming, "rejected"))
                     continue
                 staged.extend(applied.staged)
                 staged.append(self._accepted(envelope, message, now))
                 due.extend(applied.due)
-                outcomes.append((envelope.type, "accepted"))
+                outcomes.append((incoming, "accepted"))
             await self._insert_timers(conn, timers)
             await stage_all(conn, schema=self._schema, items=staged)
-        for command_type, outcome in outcomes:
-            self._metrics.commands.labels(command_type, outcome).inc()
+        for incoming, outcome in outcomes:
+            self._count(incoming, outcome)
         self._on_commit(due)
+
+    def admit(self, incoming: Incoming) -> None:
+        """Refuse a command that came through the wrong door: a timer command on the public topic
+        (unless the rolling upgrade's setting lets it in), anything else on the internal one.
+
+        Raises:
+            CommandRefused: the command is not taken from the topic it came on.
+        """
+        topic, message, kind = incoming.record.topic, incoming.message, incoming.envelope.type
+        timer_command = isinstance(message, StartTimer | CancelTimer)
+        if topic == self._topics.timers:
+            if not timer_command:
+                raise CommandRefused(
+                    f"{kind} is not a timer command: the internal timer topic {self._topics.timers} "
+                    f"takes StartTimer and CancelTimer only; send it to {self._topics.schedules}"
+                )
+            return
+        if not timer_command or self._topics.legacy_timer_commands:
+            return
+        raise CommandRefused(
+            f"timer commands are internal: {kind} is taken only from {self._topics.timers}, which only "
+            f"the claimer and the orchestrator may write, never from the public command topic "
+            f"{self._topics.schedules}"
+        )
+
+    def _count(self, incoming: Incoming, outcome: str) -> None:
+        """Count a committed command (a batch that failed is counted once, when applied again)."""
+        self._metrics.commands.labels(incoming.envelope.type, outcome).inc()
+        public = incoming.record.topic != self._topics.timers
+        if public and isinstance(incoming.message, StartTimer | CancelTimer):
+            # Accepted here only while the legacy setting is on; otherwise refused at the door.
+            label = "accepted" if outcome == "accepted" else "refused"
+            self._metrics.public_timer_commands.labels(label).inc()
+
+    async def _record_new(self, conn: Conn, batch: list[Incoming]) -> set[tuple[str, str]]:
+        """Record every command id of ``batch`` in its topic's inbox; returns the (topic, id) of
+        those seen for the first time (a redelivery, or a second copy in the batch, is not)."""
+        public = [i for i in batch if i.record.topic != self._topics.timers]
+        internal = [i for i in batch if i.record.topic == self._topics.timers]
+        new: set[tuple[str, str]] = set()
+        if public:
+            rows = await conn.fetch(
+                self._q.record_commands,
+                [i.envelope.id for i in public],
+                [i.record.topic for i in public],
+            )
+            # The public topic's ids share one inbox, as they always have (a redelivery of a
+            # command recorded before this version is still recognised).
+            ids = {r["event_id"] for r in rows}
+            new |= {_inbox_key(i) for i in public if i.envelope.id in ids}
+        if internal:
+            rows = await conn.fetch(self._q.record_timer_commands, [i.envelope.id for i in internal])
+            new |= {(self._topics.timers, r["event_id"]) for r in rows}
+        return new
 
     async def _insert_timers(self, conn: Conn, timers: dict[str, tuple[StartTimer, str | None]]) -> None:
         if not timers:
@@ -503,6 +579,11 @@ def _identify(record: Record) -> tuple[str, str, str]:
     except PoisonMessage:
         return record.position, command_type, subject
     return envelope.id, envelope.type, envelope.key or subject
+
+
+def _inbox_key(incoming: Incoming) -> tuple[str, str]:
+    """What the inbox knows a command by: its topic and its id (each topic's ids are its own)."""
+    return incoming.record.topic, incoming.envelope.id
 
 
 def _trace_parent(record: Record) -> str | None:

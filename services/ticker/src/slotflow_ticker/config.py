@@ -20,8 +20,14 @@ class TickerSettings(BaseSettings):
     #: Names this replica in envelopes (`source`) and client ids; unique per process.
     ticker_id: str = Field(default_factory=_default_ticker_id, pattern=r"^[A-Za-z0-9._:-]{1,150}$")
     db_schema: str = Field(default="ticker", pattern=r"^[a-z_][a-z0-9_]{0,62}$")
-    #: Kafka consumer group for the schedule-commands topic (prefixed by the topic namespace).
+    #: Kafka consumer group for the command topics (prefixed by the topic namespace).
     group_id: str = "slotflow.ticker"
+    #: Accept StartTimer and CancelTimer from the public schedule-command topic too. Only for a
+    #: rolling upgrade from a version whose claimers and orchestrators published them there
+    #: (docs/operations.md, "Upgrading to the internal timer topic"): while on, any client that may
+    #: write the public topic can start and cancel timers, which is the hole the internal topic
+    #: closes. Off, they are refused with CommandRejected ("timer commands are internal").
+    legacy_timer_commands: bool = False
     #: Schedules (and timers) claimed per transaction with FOR UPDATE SKIP LOCKED.
     batch_size: int = Field(default=500, ge=1, le=20_000)
     #: Claim transactions run at once while a backlog lasts (each takes different rows).

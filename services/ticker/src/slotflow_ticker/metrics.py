@@ -55,6 +55,13 @@ class TickerMetrics:
         self.commands = Counter(
             "slotflow_ticker_commands", "Schedule and timer commands handled", ["type", "outcome"], registry=r
         )
+        self.public_timer_commands = Counter(
+            "slotflow_ticker_public_timer_commands",
+            "StartTimer/CancelTimer found on the public command topic: refused, or accepted while "
+            "LEGACY_TIMER_COMMANDS lets a rolling upgrade finish",
+            ["outcome"],
+            registry=r,
+        )
         self.wheel_pending = Gauge(
             "slotflow_ticker_wheel_pending", "Deadlines held in the in-memory timing wheel", registry=r
         )

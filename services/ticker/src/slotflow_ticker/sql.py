@@ -216,6 +216,16 @@ ON CONFLICT (event_id) DO NOTHING
 RETURNING event_id
 """
 
+# The same for the internal timer topic's command ids, in an inbox of their own (migration 0004):
+# a public command may carry any id, and would otherwise take the predictable id of a claimer's or
+# an orchestrator's timer command first, which would then be skipped as a redelivery.
+RECORD_TIMER_COMMANDS = """
+INSERT INTO {schema}.timer_inbox (event_id)
+SELECT * FROM unnest($1::text[])
+ON CONFLICT (event_id) DO NOTHING
+RETURNING event_id
+"""
+
 # Only a pending timer can be cancelled; a fired one has already had its effect.
 CANCEL_TIMER = """
 UPDATE {schema}.timers SET state = 'cancelled' WHERE timer_id = $1 AND state = 'pending'
@@ -224,6 +234,10 @@ RETURNING timer_id
 
 PURGE_INBOX = """
 DELETE FROM {schema}.inbox WHERE processed_at < now() - make_interval(secs => $1)
+"""
+
+PURGE_TIMER_INBOX = """
+DELETE FROM {schema}.timer_inbox WHERE processed_at < now() - make_interval(secs => $1)
 """
 
 PURGE_TIMERS = """
@@ -256,8 +270,10 @@ class Queries:
     insert_timer: str
     insert_timers: str
     record_commands: str
+    record_timer_commands: str
     cancel_timer: str
     purge_inbox: str
+    purge_timer_inbox: str
     purge_timers: str
 
     @classmethod
@@ -287,7 +303,9 @@ class Queries:
             insert_timer=fill(INSERT_TIMER),
             insert_timers=fill(INSERT_TIMERS),
             record_commands=fill(RECORD_COMMANDS),
+            record_timer_commands=fill(RECORD_TIMER_COMMANDS),
             cancel_timer=fill(CANCEL_TIMER),
             purge_inbox=fill(PURGE_INBOX),
+            purge_timer_inbox=fill(PURGE_TIMER_INBOX),
             purge_timers=fill(PURGE_TIMERS),
         )

@@ -35,6 +35,7 @@ from slotflow.contracts.topics import (
     DOWNSTREAM_EVENTS,
     SCHEDULE_COMMANDS,
     SCHEDULE_EVENTS,
+    TIMER_COMMANDS,
     WORKFLOW_COMMANDS,
     WORKFLOW_EVENTS,
     TopicSpec,
@@ -54,6 +55,7 @@ from slotflow.settings import KafkaSettings
 #: Where each command topic's consumer acknowledges what it applied or refused.
 ACK_TOPICS: dict[str, TopicSpec] = {
     SCHEDULE_COMMANDS.name: SCHEDULE_EVENTS,
+    TIMER_COMMANDS.name: SCHEDULE_EVENTS,
     WORKFLOW_COMMANDS.name: WORKFLOW_EVENTS,
     DLQ_COMMANDS.name: DLQ_EVENTS,
     DOWNSTREAM_COMMANDS.name: DOWNSTREAM_EVENTS,

@@ -65,7 +65,7 @@ SCHEDULE_COMMAND_TYPES: Messages = (
     TriggerNow,
     Backfill,
 )
-#: Durable one-shot timers (the ticker's too, on the schedule commands topic, keyed by timer id).
+#: Durable one-shot timers (the ticker's too, on the internal timer commands topic, keyed by timer id).
 TIMER_COMMAND_TYPES: Messages = (StartTimer, CancelTimer)
 #: Every command the ticker consumes.
 TICKER_COMMAND_TYPES: Messages = (*SCHEDULE_COMMAND_TYPES, *TIMER_COMMAND_TYPES)

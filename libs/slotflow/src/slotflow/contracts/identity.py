@@ -2,9 +2,9 @@
 
 Ids are dedupe keys, so a record whose id does not follow from its own content could collapse
 someone else's record (issue 24). The rule per message (a JobDue's run id and kind, a run event's
-and a history event's envelope id, a dead letter's origin) is in the checks below and in
-docs/claimer.md, "A run's identity is checked, not trusted"; a violation is an `InvalidPayload`
-(reason `invalid_payload`) whose message says which rule.
+and a history event's envelope id, a dead letter's origin, a timer's id) is in the checks below and
+in docs/claimer.md, "A run's identity is checked, not trusted", and docs/ticker.md, "Timer ids"; a
+violation is an `InvalidPayload` (reason `invalid_payload`) whose message says which rule.
 """
 
 import re
@@ -12,6 +12,20 @@ import re
 from slotflow.contracts.dlq import DeadLettered
 from slotflow.contracts.envelope import Envelope, Message, fit_id
 from slotflow.contracts.runs import JobDue, RunEvent
+from slotflow.contracts.timers import (
+    DEADLINE_SUFFIX,
+    EXECUTION_TIMEOUT_SUFFIX,
+    RESUME_PREFIX,
+    RETRY_PREFIX,
+    CancelTimer,
+    FireJobDue,
+    StartTimer,
+    deadline_timer_id,
+    execution_timer_id,
+    resume_timer_id,
+    retry_timer_id,
+    sleep_timer_id,
+)
 from slotflow.contracts.workflows import HistoryEvent, history_event_id
 from slotflow.core.identity import NaiveDatetime, activity_run_id, job_due_event_id, run_id
 from slotflow.errors import InvalidPayload
@@ -46,6 +60,10 @@ def identity_violation(envelope: Envelope, message: Message) -> str | None:
         wanted = fit_id(f"{message.topic}:{message.partition}:{message.offset}")
         if envelope.id != wanted:
             return f"dead letter id {_shown(envelope.id)} is not its origin {_shown(wanted)}"
+    if isinstance(message, StartTimer):
+        return timer_id_violation(message)
+    if isinstance(message, CancelTimer):
+        return cancel_timer_violation(message.timer_id)
     return None
 
 
@@ -73,6 +91,78 @@ def job_due_violation(envelope_id: str, job: JobDue) -> str | None:
     if envelope_id != event_id:
         return f"envelope id {_shown(envelope_id)} is not {_shown(event_id)} (run id and attempt)"
     return None
+
+
+def timer_id_violation(timer: StartTimer) -> str | None:
+    """Why ``timer``'s id is not the one its action implies, or None (docs/ticker.md, "Timer ids").
+
+    The ticker keeps the first StartTimer of an id, so the id must name what fires: a retry's
+    JobDue is timer `retry:{run id}#{attempt}` (or `resume:...` for a held run brought forward),
+    and only of a JobDue that is itself what it says (a retry, with its run's own id); a workflow's
+    TimerFired is one of its own workflow's timers, at the sequence it carries.
+    """
+    action, timer_id = timer.on_fire, timer.timer_id
+    if isinstance(action, FireJobDue):
+        job = action.job
+        if job.kind != "retry":
+            return f"a timer fires a retry's JobDue (kind retry, attempt 2 or more), not kind {job.kind}"
+        forged = job_due_violation(job_due_event_id(job.run_id, job.attempt), job)
+        if forged is not None:
+            return f"the JobDue the timer fires is not what it says: {forged}"
+        wanted = (retry_timer_id(job.run_id, job.attempt), resume_timer_id(job.run_id, job.attempt))
+        if timer_id not in wanted:
+            return (
+                f"timer id {_shown(timer_id)} does not fit its action: attempt {job.attempt} of run "
+                f"{_shown(job.run_id)} is timer {_shown(wanted[0])} (or {_shown(wanted[1])})"
+            )
+        return None
+    owner, sequence = action.owner, action.sequence
+    if sequence is None:
+        if timer_id == execution_timer_id(owner) or _continued_execution_timer(timer_id, owner):
+            return None
+        return (
+            f"timer id {_shown(timer_id)} does not fit its action: a TimerFired without a sequence "
+            f"for workflow {_shown(owner)} is its execution timeout, {_shown(execution_timer_id(owner))} "
+            f"or {_shown(execution_timer_id(owner, 2))} with the sequence its run started at"
+        )
+    wanted = (sleep_timer_id(owner, sequence), deadline_timer_id(activity_run_id(owner, sequence)))
+    if timer_id not in wanted:
+        return (
+            f"timer id {_shown(timer_id)} does not fit its action: a TimerFired for workflow "
+            f"{_shown(owner)} at sequence {sequence} is its sleep {_shown(wanted[0])} or its "
+            f"activity's deadline {_shown(wanted[1])}"
+        )
+    return None
+
+
+def _continued_execution_timer(timer_id: str, owner: str) -> bool:
+    """``timer_id`` is `{owner}#{n}/execution-timeout` for some run start ``n`` past the first."""
+    head, tail = f"{owner}#", f"/{EXECUTION_TIMEOUT_SUFFIX}"
+    if not (timer_id.startswith(head) and timer_id.endswith(tail)):
+        return False
+    start = timer_id[len(head) : len(timer_id) - len(tail)]
+    # The round trip refuses what int() would read anyway: "+3", " 3", "03", other scripts' digits.
+    return start.isdigit() and execution_timer_id(owner, int(start)) == timer_id
+
+
+#: The forms of every timer id an issuer uses (see `timer_id_violation`), as patterns: a CancelTimer
+#: carries only the id, so its shape is all there is to check.
+_TIMER_ID_FORMS = (
+    re.compile(rf"(?:{re.escape(RETRY_PREFIX)}|{re.escape(RESUME_PREFIX)}).+#[0-9]+", re.DOTALL),
+    re.compile(r".+/timer/[0-9]+", re.DOTALL),
+    re.compile(rf".+/[0-9]+{re.escape(DEADLINE_SUFFIX)}", re.DOTALL),
+    re.compile(rf".+#(?:[0-9]+/)?{re.escape(EXECUTION_TIMEOUT_SUFFIX)}", re.DOTALL),
+)
+
+
+def cancel_timer_violation(timer_id: str) -> str | None:
+    """Why no issuer could have started timer ``timer_id``, or None when one could."""
+    if any(form.fullmatch(timer_id) for form in _TIMER_ID_FORMS):
+        return None
+    return (
+        f"timer id {_shown(timer_id)} is none an issuer starts (retry:<run>#<attempt>, "
+        "resume:<run>#<attempt>, <workflow>/timer/<sequence>, <run>#deadline, <workflow>#execution-timeout)"
+    )
 
 
 def check_identity(envelope: Envelope, message: Message) -> None:

@@ -57,13 +57,27 @@ class TopicSpec(BaseModel):
 
 SCHEDULE_COMMANDS = TopicSpec(
     name="slotflow.schedules.commands.v1",
-    key="schedule id (timer id for StartTimer/CancelTimer)",
+    key="schedule id",
     partitions=6,
     retention_ms=7 * DAY_MS,
     cleanup_policy="delete",
-    producers=("api", "cli", "claimer", "orchestrator", "any client"),
+    producers=("api", "cli", "any client"),
     consumers=("ticker", "api"),
-    purpose="CreateSchedule, UpdateSchedule, Pause/Resume/Delete, TriggerNow, Backfill, StartTimer, CancelTimer",
+    purpose="CreateSchedule, UpdateSchedule, Pause/Resume/Delete, TriggerNow, Backfill (the ticker refuses timer commands here)",
+    extra_config={"max.message.bytes": str(MAX_RECORD_BYTES)},
+)
+#: Internal: a StartTimer fires whatever it carries (a whole JobDue, another workflow's TimerFired),
+#: so timer commands travel apart from the public command topic, writable only by their two issuers
+#: (the ACLs follow from `producers`; docs/security.md).
+TIMER_COMMANDS = TopicSpec(
+    name="slotflow.timers.commands.v1",
+    key="timer id",
+    partitions=6,
+    retention_ms=7 * DAY_MS,
+    cleanup_policy="delete",
+    producers=("claimer", "orchestrator"),
+    consumers=("ticker", "api"),
+    purpose="StartTimer, CancelTimer: retry back-offs (claimer), sleeps, deadlines and execution timeouts (orchestrator); internal",
     extra_config={"max.message.bytes": str(MAX_RECORD_BYTES)},
 )
 SCHEDULE_EVENTS = TopicSpec(
@@ -212,6 +226,7 @@ DOWNSTREAM_EVENTS = TopicSpec(
 
 TOPICS: tuple[TopicSpec, ...] = (
     SCHEDULE_COMMANDS,
+    TIMER_COMMANDS,
     SCHEDULE_EVENTS,
     JOBS_DUE,
     RUN_EVENTS,

@@ -17,6 +17,7 @@ from uuid import UUID
 from pydantic import TypeAdapter
 
 from slotflow.contracts.policies import RetryPolicy
+from slotflow.contracts.timers import sleep_timer_id
 from slotflow.contracts.workflows import (
     ActivityScheduled,
     DeadLetterPolicy,
@@ -210,7 +211,7 @@ def start_timer(execution: Execution, duration: timedelta) -> tuple[int, "asynci
         sequence, timer_id = recorded.sequence, recorded.timer_id  # type: ignore[attr-defined]
     else:
         sequence = execution.next_sequence
-        timer_id = f"{execution.workflow_id}/timer/{sequence}"
+        timer_id = sleep_timer_id(execution.workflow_id, sequence)
         fire_at = execution.now + duration
         execution.record(TimerStarted, timer_id=timer_id, fire_at=fire_at)
         execution.commands.append(StartTimer(execution.workflow_id, sequence, timer_id, fire_at))
