@@ -5,41 +5,56 @@ In one transaction, under the shard's lease:
 1. check the lease still carries this orchestrator's fencing token (FOR SHARE: an acquisition by
    another orchestrator waits for this transaction, and every later one of ours is refused);
 2. lock the workflow's row and its waiting inputs;
-3. read its history, step it (`stepping.step`, pure) with the database clock's `now()`;
-4. append the new history rows, update the row, delete the applied inputs, and stage every
+3. read the claimer's record of every run an activity outcome among them names (one statement,
+   `slotflow.issuers`: an outcome counts only as far as that record backs it);
+4. read its history, step it (`stepping.step`, pure) with the database clock's `now()`;
+5. append the new history rows, update the row, delete the applied inputs, and stage every
    outward record (history, JobDue, StartTimer/CancelTimer, child starts, acknowledgements) in the
-   outbox.
+   outbox, and every refused input's dead letter (its inbox id forgotten, so a genuine record
+   under the same id is still taken).
 
 A crash before the commit leaves the inputs waiting and nothing staged; after it, the outbox
 relay publishes what was staged. So no decision is lost and none is made twice.
 """
 
 import asyncio
+import base64
 import contextlib
 import json
 import logging
 import time
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from slotflow import tracing
-from slotflow.contracts import REGISTRY, HistoryEvent, JobDue, RunCompleted, WorkflowStarted, wrap
+from slotflow.contracts import (
+    REGISTRY,
+    HistoryEvent,
+    JobDue,
+    RunCompleted,
+    RunDeadLettered,
+    WorkflowStarted,
+    wrap,
+)
 from slotflow.contracts.codec import decode, encode
 from slotflow.contracts.workflows import PAYLOAD_REF_KEY, is_payload_ref
+from slotflow.core.identity import activity_run_id
 from slotflow.errors import SlotflowError
+from slotflow.issuers import RunRecord
+from slotflow.kafka.records import Record
 from slotflow.pg.outbox import Encoded, Staged, append_encoded, encoded, traced, with_headers
 from slotflow.pg.payloads import get_payload, put_payload
 from slotflow.pg.pool import Conn, Pool
 from slotflow.pg.statements import sql
 from slotflow.workflow.payloads import DEFAULT_THRESHOLD, offload_payloads, resolve_payloads
 from slotflow_orchestrator.inputs import INPUT_MESSAGES
-from slotflow_orchestrator.intake import RECORD_INPUTS, shard_of
+from slotflow_orchestrator.intake import OUTCOMES, RECORD_INPUTS, inbox_id, shard_of
 from slotflow_orchestrator.metrics import OrchestratorMetrics
 from slotflow_orchestrator.outbound import Outbound
-from slotflow_orchestrator.stepping import Decider, Input, Row, Step, step
+from slotflow_orchestrator.stepping import Decider, Input, Refusal, Row, Step, step
 
 log = logging.getLogger(__name__)
 
@@ -65,10 +80,26 @@ LOCK_ROWS = (
     "FROM {schema}.workflows WHERE workflow_id = ANY($1::text[]) ORDER BY workflow_id FOR UPDATE"
 )
 # Applied in arrival order; locked so a concurrent pass over the same workflows waits. An input
-# recorded after this read waits for the next decision.
+# recorded after this read waits for the next decision. `seen_at` is the database clock once the
+# inputs are visible: every input read here was committed before it, so a timer the ticker fired
+# (at or after its fire_at by that same clock) is never early by it, even in a transaction that
+# began (`now()`) before the firing was recorded.
 LOCK_INPUTS = (
-    "SELECT seq, workflow_id, envelope FROM {schema}.inputs WHERE workflow_id = ANY($1::text[]) "
-    "ORDER BY seq FOR UPDATE"
+    "SELECT seq, workflow_id, envelope, origin_topic, origin_partition, origin_offset, origin_key, "
+    "origin_headers::text AS origin_headers, origin_timestamp_ms, clock_timestamp() AS seen_at "
+    "FROM {schema}.inputs WHERE workflow_id = ANY($1::text[]) ORDER BY seq FOR UPDATE"
+)
+# The claimer's record of each run an activity outcome names, read in its schema (same database;
+# the orchestrator's role may read it, docs/security.md), one statement for the group. The claimer
+# commits a run's row in the transaction that stages the run's RunCompleted or RunDeadLettered in
+# its outbox, so the row of any outcome on Kafka is there. No lock: a completed row never changes
+# again; a dead-lettered one only by a redrive, whose own outcome then follows. The result and
+# error are read only for the terminal state they belong to (the history takes them from here).
+CLAIMER_RUNS = (
+    "SELECT run_id, state, fence_token, attempt, handler, "
+    "CASE WHEN state = 'completed' THEN result::text END AS result, "
+    "CASE WHEN state = 'dead_lettered' THEN error::text END AS error "
+    "FROM {schema}.runs WHERE run_id = ANY($1::text[])"
 )
 # Only for workflows whose history this process does not hold from its own last commit.
 HISTORY = (
@@ -106,6 +137,9 @@ FROM unnest($1::text[], $4::text[], $5::text[], $6::int[], $7::text[], $8::times
 WHERE w.workflow_id = u.id
 """
 DROP_INPUTS = "DELETE FROM {schema}.inputs WHERE seq = ANY($1::bigint[])"
+# A refused input is parked, not applied: its inbox id goes with it, so the genuine record whose
+# id a forgery borrowed (or a redrive of the parked one) is still taken when it comes.
+FORGET_SEEN = "DELETE FROM {schema}.inbox WHERE event_id = ANY($1::text[])"
 
 #: The instrumentation scope of the orchestrator's spans.
 TRACE_SCOPE = "slotflow.orchestrator"
@@ -156,6 +190,7 @@ class _Writes:
     restarted: list[tuple[str, str, str, int, str, datetime | None]] = field(default_factory=list)
     updated: list[tuple[str, str, int]] = field(default_factory=list)
     dropped: list[int] = field(default_factory=list)
+    forgotten: list[str] = field(default_factory=list)
     staged: list[Staged | Encoded] = field(default_factory=list)
     known: dict[str, tuple[int, tuple[HistoryEvent, ...]] | None] = field(default_factory=dict)
 
@@ -203,8 +238,10 @@ class Decisions:
                 "update": UPDATE_ROWS,
                 "restart": RESTART_ROWS,
                 "drop": DROP_INPUTS,
+                "forget": FORGET_SEEN,
             }.items()
         }
+        self._claimer_runs = sql(CLAIMER_RUNS, activity_payloads_schema)
 
     async def decide(self, workflow_id: str, *, shard: int, token: int, redecide: bool = False) -> Outcome:
         """One decision for ``workflow_id`` under ``shard``'s lease ``token``.
@@ -277,10 +314,11 @@ class Decisions:
         statements = self._sql
         found = {r["workflow_id"]: r for r in await conn.fetch(statements["rows"], ids)}
         waiting: dict[str, list[Input]] = {}
+        clock = now
         for r in await conn.fetch(statements["inputs"], ids):
-            waiting.setdefault(r["workflow_id"], []).append(
-                await self._resolved(conn, _input(r["seq"], r["envelope"]))
-            )
+            waiting.setdefault(r["workflow_id"], []).append(_input(r))
+            clock = max(clock, r["seen_at"])
+        records = await self._records(conn, [i for inputs in waiting.values() for i in inputs])
         outcomes = {w: Outcome(None, 0) for w in ids}
         todo = [w for w in ids if waiting.get(w) or redecide]
         if not todo:
@@ -325,6 +363,8 @@ class Decisions:
                 decider=self._decider,
                 now=now,
                 redecide=redecide,
+                records=records,
+                clock=clock,
             )
             with _decision_span(out, record, inputs=len(inputs), shard=shard, began=began):
                 await self._gather(
@@ -340,21 +380,53 @@ class Decisions:
             outcomes[workflow_id] = Outcome(out, len(inputs))
         return outcomes
 
-    async def _resolved(self, conn: Conn, waiting: Input) -> Input:
-        """The input with an activity result the claimer stored by reference read back from the
-        claimer's payload table (same database): the code sees the value, and offloading puts it
-        in this schema's table in this decision's transaction, so the history never points into
-        another service's table.
+    async def _records(self, conn: Conn, inputs: Sequence[Input]) -> dict[str, RunRecord]:
+        """The claimer's records of the runs the activity outcomes among ``inputs`` name (only an
+        outcome naming its own `{workflow_id}/{sequence}` can be backed, so only those are read).
+
+        A completed run's result the claimer stored by reference is read back from the claimer's
+        payload table (same database) when an outcome matches its record: the code sees the value,
+        and offloading puts it in this schema's table in this decision's transaction, so the
+        history never points into another service's table.
 
         Raises:
             PayloadNotFound: the claimer's table has nothing under the reference.
         """
-        message = waiting.message
-        if not (isinstance(message, RunCompleted) and is_payload_ref(message.result)):
-            return waiting
-        ref = message.result[PAYLOAD_REF_KEY]
-        data = await get_payload(conn, schema=self._activity_payloads_schema, ref=ref)
-        return replace(waiting, message=message.model_copy(update={"result": json.loads(data)}))
+        claims: dict[str, list[RunCompleted | RunDeadLettered]] = {}
+        for waiting in inputs:
+            message = waiting.message
+            if (
+                isinstance(message, RunCompleted | RunDeadLettered)
+                and message.workflow_id is not None
+                and message.sequence is not None
+                and message.run_id == activity_run_id(message.workflow_id, message.sequence)
+            ):
+                claims.setdefault(message.run_id, []).append(message)
+        if not claims:
+            return {}
+        records: dict[str, RunRecord] = {}
+        for row in await conn.fetch(self._claimer_runs, list(claims)):
+            result: Any = json.loads(row["result"]) if row["result"] is not None else None
+            matched = any(
+                isinstance(c, RunCompleted)
+                and (c.fence_token, c.attempt) == (row["fence_token"], row["attempt"])
+                for c in claims[row["run_id"]]
+            )
+            if matched and is_payload_ref(result):
+                data = await get_payload(
+                    conn, schema=self._activity_payloads_schema, ref=result[PAYLOAD_REF_KEY]
+                )
+                result = json.loads(data)
+            records[row["run_id"]] = RunRecord(
+                run_id=row["run_id"],
+                state=row["state"],
+                fence_token=row["fence_token"],
+                attempt=row["attempt"],
+                handler=row["handler"],
+                result=result,
+                error=json.loads(row["error"]) if row["error"] is not None else None,
+            )
+        return records
 
     async def _gather(
         self,
@@ -392,6 +464,7 @@ class Decisions:
         elif exists and last is not None:
             writes.updated.append((workflow_id, out.status or "running", last))
         writes.dropped.extend(i.seq for i in inputs)
+        writes.forgotten.extend(self._seen_id(refusal) for refusal in out.refused)
         if out.notices:
             await self._notify_parents(conn, out, now)
         rows = self._outbound.rows(out, stored, now=now, stored_json=texts)
@@ -430,12 +503,22 @@ class Decisions:
             )
         if writes.dropped:
             await conn.execute(statements["drop"], writes.dropped)
+        if writes.forgotten:
+            await conn.execute(statements["forget"], writes.forgotten)
         if writes.staged:
             await append_encoded(
                 conn,
                 schema=self._schema,
                 rows=[r if isinstance(r, Encoded) else encoded(r) for r in writes.staged],
             )
+
+    def _seen_id(self, refusal: Refusal) -> str:
+        """The inbox id the intake recorded for a refused input (`intake.inbox_id`)."""
+        waiting = refusal.input
+        origin = waiting.origin
+        if origin is None:  # recorded before its origin was kept: the id had no digest then
+            return f"{self._outbound.consumed_topic(waiting.message)}:{waiting.envelope.id}"
+        return inbox_id(origin.topic, waiting.envelope.id, origin.value or b"", outcome=True)
 
     async def _notify_parents(self, conn: Conn, out: Step, now: datetime) -> None:
         # Staged as the parent's input in this transaction: the child's end and its report to the
@@ -545,9 +628,24 @@ class StoredHistoryCorrupt(SlotflowError):
     """A stored history row does not decode as a history event (a defect, never user input)."""
 
 
-def _input(seq: int, raw: bytes) -> Input:
+def _input(row: Any) -> Input:
+    """A stored input (`LOCK_INPUTS`), with the record it was consumed from when kept."""
+    raw: bytes = row["envelope"]
     envelope = decode(raw)
-    return Input(seq, envelope, INPUT_MESSAGES.parse(envelope))
+    message = INPUT_MESSAGES.parse(envelope)
+    origin = None
+    if row["origin_topic"] is not None and isinstance(message, OUTCOMES):
+        headers = json.loads(row["origin_headers"]) if row["origin_headers"] is not None else []
+        origin = Record(
+            topic=row["origin_topic"],
+            partition=row["origin_partition"],
+            offset=row["origin_offset"],
+            key=row["origin_key"],
+            value=raw,
+            headers=tuple((str(k), base64.b64decode(v)) for k, v in headers),
+            timestamp_ms=row["origin_timestamp_ms"],
+        )
+    return Input(row["seq"], envelope, message, origin)
 
 
 def history_of(rows: Sequence[tuple[str, str]]) -> list[HistoryEvent]:
