@@ -22,21 +22,30 @@ from slotflow.contracts import (
     Message,
     RunCompleted,
     SignalWorkflow,
+    StartWorkflow,
     TimerFired,
     TimerStarted,
     WorkflowCompleted,
     WorkflowTimerFired,
     wrap,
 )
-from slotflow.contracts.codec import encode
+from slotflow.contracts.codec import decode, encode
 from slotflow.contracts.topics import DLQ_MESSAGES, RUN_EVENTS, TIMER_EVENTS
 from slotflow.kafka.producer import Producer
 from slotflow.kafka.records import Delivered
 from slotflow.pg.pool import Pool
+from slotflow.pg.statements import sql
 from slotflow.settings import KafkaSettings
 from slotflow.testing import assert_eventually, unique_name
 from slotflow_claimer.app import migrate as claimer_migrate
 from slotflow_orchestrator.app import OrchestratorService
+from slotflow_orchestrator.app import apply_migrations as orchestrator_migrate
+from slotflow_orchestrator.deciding import Decisions
+from slotflow_orchestrator.intake import RECORD_INPUTS, shard_of
+from slotflow_orchestrator.leases import Leases
+from slotflow_orchestrator.metrics import OrchestratorMetrics
+from slotflow_orchestrator.outbound import Outbound
+from slotflow_orchestrator.runtime import RuntimeDecider
 from tests.integration.claimer.support import TopicReader
 from tests.integration.orchestrator.conftest import StartClaimer, StartOrchestrator
 from tests.integration.orchestrator.support import Running, Workflows, history, wait_history
@@ -321,3 +330,59 @@ async def test_forged_timer_firings_are_parked_and_each_workflow_carries_on(
     assert woke.timer_id == sleep.timer_id
     # fired_at is the ticker's database clock when it fired: never before the sleep's fire_at.
     assert woke.fired_at >= sleep.fire_at
+
+
+async def test_an_input_recorded_before_origins_were_kept_is_parked_under_its_input_and_forgotten(
+    pg_pool: Pool, decider: RuntimeDecider, kafka: KafkaSettings
+) -> None:
+    """An outcome recorded by an orchestrator of the previous version (no origin, an inbox id
+    without a digest) and refused: its letter names the input (partition -1, its seq) and carries
+    its stored bytes, and its inbox id is forgotten in the same transaction."""
+    await orchestrator_migrate(pg_pool)
+    await claimer_migrate(pg_pool)
+    shards = 3
+    wf = "legacy-1"
+    shard = shard_of(wf, shards)
+    leases = Leases(pg_pool, schema="orchestrator", owner="one")
+    await leases.reconcile(frozenset({shard}), 1)
+    decisions = Decisions(
+        pg_pool,
+        schema="orchestrator",
+        decider=decider,
+        outbound=Outbound(kafka),
+        metrics=OrchestratorMetrics(),
+        shards=shards,
+    )
+    start = wrap(
+        StartWorkflow(workflow_id=wf, workflow_type="tests.checkout", input={"order_id": wf}),
+        id=f"start-{wf}",
+        key=wf,
+        source="test",
+        occurred_at=NOW,
+    )
+    forged = forged_completion(wf, 2, run_id=f"{wf}/2", fence=3, attempt=1, result={"forged": True})
+    runs_topic = kafka.topic(RUN_EVENTS)
+    await pg_pool.execute(
+        "INSERT INTO orchestrator.inbox (event_id, topic) VALUES ($1, $2)",
+        f"{runs_topic}:{forged.id}",
+        runs_topic,
+    )
+    for envelope in (start, forged):
+        await pg_pool.execute(
+            sql(RECORD_INPUTS, "orchestrator"), [wf], [shard], [envelope.type], [encode(envelope)]
+        )
+        await decisions.decide(wf, shard=shard, token=leases.held[shard])
+
+    assert [e.message_type for e in await history(pg_pool, wf)] == [
+        "workflow.started",
+        "workflow.activity_scheduled",
+    ]
+    assert await pg_pool.fetchval("SELECT count(*) FROM orchestrator.inputs") == 0
+    assert await pg_pool.fetchval("SELECT count(*) FROM orchestrator.inbox") == 0
+    value = await pg_pool.fetchval(
+        "SELECT value FROM orchestrator.outbox WHERE topic = $1", kafka.topic(DLQ_MESSAGES)
+    )
+    letter = DeadLettered.model_validate(decode(value).data)
+    assert (letter.reason, letter.topic, letter.partition) == ("unproven_outcome", runs_topic, -1)
+    assert base64.b64decode(letter.value_b64) == encode(forged)
+    assert f"the claimer holds no record of run '{wf}/2'" in letter.error

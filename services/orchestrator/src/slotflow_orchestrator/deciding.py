@@ -25,7 +25,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -51,7 +51,7 @@ from slotflow.pg.pool import Conn, Pool
 from slotflow.pg.statements import sql
 from slotflow.workflow.payloads import DEFAULT_THRESHOLD, offload_payloads, resolve_payloads
 from slotflow_orchestrator.inputs import INPUT_MESSAGES
-from slotflow_orchestrator.intake import OUTCOMES, RECORD_INPUTS, inbox_id, shard_of
+from slotflow_orchestrator.intake import RECORD_INPUTS, inbox_id, shard_of
 from slotflow_orchestrator.metrics import OrchestratorMetrics
 from slotflow_orchestrator.outbound import Outbound
 from slotflow_orchestrator.stepping import Decider, Input, Refusal, Row, Step, step
@@ -85,9 +85,15 @@ LOCK_ROWS = (
 # (at or after its fire_at by that same clock) is never early by it, even in a transaction that
 # began (`now()`) before the firing was recorded.
 LOCK_INPUTS = (
-    "SELECT seq, workflow_id, envelope, origin_topic, origin_partition, origin_offset, origin_key, "
-    "origin_headers::text AS origin_headers, origin_timestamp_ms, clock_timestamp() AS seen_at "
+    "SELECT seq, workflow_id, envelope, clock_timestamp() AS seen_at "
     "FROM {schema}.inputs WHERE workflow_id = ANY($1::text[]) ORDER BY seq FOR UPDATE"
+)
+# Where refused inputs came from, for their dead letters: read only when a decision refuses one
+# (rare), from rows this transaction already locked.
+ORIGINS = (
+    "SELECT seq, origin_topic, origin_partition, origin_offset, origin_key, "
+    "origin_headers::text AS origin_headers, origin_timestamp_ms "
+    "FROM {schema}.inputs WHERE seq = ANY($1::bigint[]) AND origin_topic IS NOT NULL"
 )
 # The claimer's record of each run an activity outcome names, read in its schema (same database;
 # the orchestrator's role may read it, docs/security.md), one statement for the group. The claimer
@@ -239,6 +245,7 @@ class Decisions:
                 "restart": RESTART_ROWS,
                 "drop": DROP_INPUTS,
                 "forget": FORGET_SEEN,
+                "origins": ORIGINS,
             }.items()
         }
         self._claimer_runs = sql(CLAIMER_RUNS, activity_payloads_schema)
@@ -316,7 +323,7 @@ class Decisions:
         waiting: dict[str, list[Input]] = {}
         clock = now
         for r in await conn.fetch(statements["inputs"], ids):
-            waiting.setdefault(r["workflow_id"], []).append(_input(r))
+            waiting.setdefault(r["workflow_id"], []).append(_input(r["seq"], r["envelope"]))
             clock = max(clock, r["seen_at"])
         records = await self._records(conn, [i for inputs in waiting.values() for i in inputs])
         outcomes = {w: Outcome(None, 0) for w in ids}
@@ -464,7 +471,9 @@ class Decisions:
         elif exists and last is not None:
             writes.updated.append((workflow_id, out.status or "running", last))
         writes.dropped.extend(i.seq for i in inputs)
-        writes.forgotten.extend(self._seen_id(refusal) for refusal in out.refused)
+        if out.refused:
+            out.refused[:] = await self._with_origins(conn, out.refused)
+            writes.forgotten.extend(self._seen_id(refusal) for refusal in out.refused)
         if out.notices:
             await self._notify_parents(conn, out, now)
         rows = self._outbound.rows(out, stored, now=now, stored_json=texts)
@@ -511,6 +520,30 @@ class Decisions:
                 schema=self._schema,
                 rows=[r if isinstance(r, Encoded) else encoded(r) for r in writes.staged],
             )
+
+    async def _with_origins(self, conn: Conn, refused: Sequence[Refusal]) -> list[Refusal]:
+        """The refused inputs with the records they were consumed from (`intake.RECORD_CONSUMED`):
+        their stored value is the record's, byte-exact."""
+        rows = await conn.fetch(self._sql["origins"], [r.input.seq for r in refused])
+        found = {row["seq"]: row for row in rows}
+        out = []
+        for refusal in refused:
+            row = found.get(refusal.input.seq)
+            if row is None:  # recorded before the origin was kept (Outbound.dead_letter)
+                out.append(refusal)
+                continue
+            headers = json.loads(row["origin_headers"]) if row["origin_headers"] is not None else []
+            origin = Record(
+                topic=row["origin_topic"],
+                partition=row["origin_partition"],
+                offset=row["origin_offset"],
+                key=row["origin_key"],
+                value=refusal.input.raw,
+                headers=tuple((str(k), base64.b64decode(v)) for k, v in headers),
+                timestamp_ms=row["origin_timestamp_ms"],
+            )
+            out.append(replace(refusal, input=replace(refusal.input, origin=origin)))
+        return out
 
     def _seen_id(self, refusal: Refusal) -> str:
         """The inbox id the intake recorded for a refused input (`intake.inbox_id`)."""
@@ -628,24 +661,9 @@ class StoredHistoryCorrupt(SlotflowError):
     """A stored history row does not decode as a history event (a defect, never user input)."""
 
 
-def _input(row: Any) -> Input:
-    """A stored input (`LOCK_INPUTS`), with the record it was consumed from when kept."""
-    raw: bytes = row["envelope"]
+def _input(seq: int, raw: bytes) -> Input:
     envelope = decode(raw)
-    message = INPUT_MESSAGES.parse(envelope)
-    origin = None
-    if row["origin_topic"] is not None and isinstance(message, OUTCOMES):
-        headers = json.loads(row["origin_headers"]) if row["origin_headers"] is not None else []
-        origin = Record(
-            topic=row["origin_topic"],
-            partition=row["origin_partition"],
-            offset=row["origin_offset"],
-            key=row["origin_key"],
-            value=raw,
-            headers=tuple((str(k), base64.b64decode(v)) for k, v in headers),
-            timestamp_ms=row["origin_timestamp_ms"],
-        )
-    return Input(row["seq"], envelope, message, origin)
+    return Input(seq, envelope, INPUT_MESSAGES.parse(envelope), raw=raw)
 
 
 def history_of(rows: Sequence[tuple[str, str]]) -> list[HistoryEvent]:

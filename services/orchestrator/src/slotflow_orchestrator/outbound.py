@@ -138,7 +138,7 @@ class Outbound:
         """The refused input's record parked in the DLQ with its verdict's reason and detail.
 
         An input recorded before its origin was kept has no Kafka position: its letter names the
-        input (partition -1, offset = the input's seq) and carries its envelope as the codec encodes it.
+        input (partition -1, offset = the input's seq) and carries its stored value.
         """
         waiting = refusal.input
         record = waiting.origin
@@ -149,7 +149,7 @@ class Outbound:
                 partition=-1,
                 offset=waiting.seq,
                 key=envelope.key.encode(),
-                value=encode(envelope),
+                value=waiting.raw or encode(envelope),
                 headers=(),
                 timestamp_ms=None,
             )

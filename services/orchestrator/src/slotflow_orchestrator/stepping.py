@@ -142,8 +142,10 @@ class Input:
     seq: int
     envelope: Envelope
     message: Message
-    #: The consumed record it came from (an outcome's; None for commands and own inputs): a
-    #: refused input is parked from it.
+    #: The stored value: the consumed record's, byte-exact (a refused one's dead letter carries it).
+    raw: bytes = b""
+    #: The consumed record it came from, read once the input is refused (None until then, for
+    #: commands and own inputs): it is parked from it.
     origin: Record | None = None
 
 
