@@ -19,6 +19,7 @@ copies of one outcome are harmless, since only the first finds something pending
 """
 
 import base64
+import functools
 import hashlib
 import json
 from collections.abc import Sequence
@@ -97,9 +98,11 @@ def inbox_id(topic: str, envelope_id: str, value: bytes, *, outcome: bool) -> st
     return f"{topic}:{envelope_id}#{hashlib.sha256(value).hexdigest()[:32]}"
 
 
-def headers_text(headers: Sequence[tuple[str, bytes]]) -> str:
+@functools.lru_cache(maxsize=256)
+def headers_text(headers: tuple[tuple[str, bytes], ...]) -> str:
     """A record's headers as JSON text for `origin_headers`: in order, duplicates kept, each value
-    base64 (byte-exact, and jsonb holds no NUL)."""
+    base64 (byte-exact, and jsonb holds no NUL). Outcomes mostly carry the same few headers (their
+    type and version; a trace context only with tracing on): each distinct set is encoded once."""
     return json.dumps([[key, base64.b64encode(value).decode()] for key, value in headers])
 
 
