@@ -15,7 +15,7 @@ from slotflow.kafka.producer import Producer
 from slotflow.pg.payloads import get_payload, put_payload
 from slotflow.pg.pool import Pool, create_pool
 from slotflow.pg.roles import SERVICE_ROLES
-from slotflow.pg.statements import sql
+from slotflow.pg.statements import compose, quote_ident, sql
 from slotflow.service import migrate
 from slotflow.settings import KafkaSettings, PostgresSettings
 from slotflow.testing import assert_eventually
@@ -24,7 +24,7 @@ from slotflow_api.projector import migrate as api_migrate
 from slotflow_claimer.app import migrate as claimer_migrate
 from slotflow_dlq.app import MIGRATIONS as DLQ_MIGRATIONS
 from slotflow_orchestrator.app import apply_migrations as orchestrator_migrate
-from slotflow_orchestrator.deciding import CLAIMER_RUNS
+from slotflow_orchestrator.deciding import CLAIMER_RUNS, LOCK_INPUTS
 from slotflow_stats.sink import create_schema as stats_create_schema
 from slotflow_ticker.app import migrate as ticker_migrate
 from slotflow_ticker.config import TickerSettings
@@ -120,6 +120,9 @@ async def test_read_grants_read_and_nothing_more(pools: dict[str, Pool]) -> None
             await conn.execute("DELETE FROM claimer.payloads")
         # The claimer's run rows back every activity outcome: the decision's own statement reads
         # them under the orchestrator's role, which cannot change one.
+        decision_inputs = compose(LOCK_INPUTS, claimer=quote_ident("claimer"))
+        async with conn.transaction():
+            assert await conn.fetch(sql(decision_inputs, "orchestrator"), ["wf"]) == []
         assert await conn.fetch(sql(CLAIMER_RUNS, "claimer"), ["wf/2"]) == []
         with pytest.raises(asyncpg.InsufficientPrivilegeError):
             await conn.execute("UPDATE claimer.runs SET state = 'completed'")

@@ -4,11 +4,11 @@ In one transaction, under the shard's lease:
 
 1. check the lease still carries this orchestrator's fencing token (FOR SHARE: an acquisition by
    another orchestrator waits for this transaction, and every later one of ours is refused);
-2. lock the workflow's row and its waiting inputs;
-3. read the claimer's record of every run an activity outcome among them names (one statement,
-   `slotflow.issuers`: an outcome counts only as far as that record backs it);
-4. read its history, step it (`stepping.step`, pure) with the database clock's `now()`;
-5. append the new history rows, update the row, delete the applied inputs, and stage every
+2. lock the workflow's row and its waiting inputs, reading with them the claimer's record of every
+   run an activity outcome among them names (`slotflow.issuers`: an outcome counts only as far as
+   that record backs it);
+3. read its history, step it (`stepping.step`, pure) with the database clock's `now()`;
+4. append the new history rows, update the row, delete the applied inputs, and stage every
    outward record (history, JobDue, StartTimer/CancelTimer, child starts, acknowledgements) in the
    outbox, and every refused input's dead letter (its inbox id forgotten, so a genuine record
    under the same id is still taken).
@@ -41,17 +41,16 @@ from slotflow.contracts import (
 )
 from slotflow.contracts.codec import decode, encode
 from slotflow.contracts.workflows import PAYLOAD_REF_KEY, is_payload_ref
-from slotflow.core.identity import activity_run_id
 from slotflow.errors import SlotflowError
 from slotflow.issuers import RunRecord
 from slotflow.kafka.records import Record
 from slotflow.pg.outbox import Encoded, Staged, append_encoded, encoded, traced, with_headers
 from slotflow.pg.payloads import get_payload, put_payload
 from slotflow.pg.pool import Conn, Pool
-from slotflow.pg.statements import sql
+from slotflow.pg.statements import compose, quote_ident, sql
 from slotflow.workflow.payloads import DEFAULT_THRESHOLD, offload_payloads, resolve_payloads
 from slotflow_orchestrator.inputs import INPUT_MESSAGES
-from slotflow_orchestrator.intake import RECORD_INPUTS, inbox_id, shard_of
+from slotflow_orchestrator.intake import RECORD_INPUTS, backed_run_id, inbox_id, shard_of
 from slotflow_orchestrator.metrics import OrchestratorMetrics
 from slotflow_orchestrator.outbound import Outbound
 from slotflow_orchestrator.stepping import Decider, Input, Refusal, Row, Step, step
@@ -84,10 +83,37 @@ LOCK_ROWS = (
 # inputs are visible: every input read here was committed before it, so a timer the ticker fired
 # (at or after its fire_at by that same clock) is never early by it, even in a transaction that
 # began (`now()`) before the firing was recorded.
-LOCK_INPUTS = (
-    "SELECT seq, workflow_id, envelope, clock_timestamp() AS seen_at "
-    "FROM {schema}.inputs WHERE workflow_id = ANY($1::text[]) ORDER BY seq FOR UPDATE"
-)
+#
+# An activity outcome's row comes with the claimer's record of the run it names (`{claimer}`: the
+# claimer's schema, same database; the orchestrator's role may read it, docs/security.md), which
+# is what backs the outcome (`slotflow.issuers`). The claimer commits a run's row in the
+# transaction that stages the run's RunCompleted or RunDeadLettered in its outbox, so the row of
+# any outcome on Kafka is there. Not locked (FOR UPDATE OF i): a completed row never changes
+# again; a dead-lettered one only by a redrive, whose own outcome then follows. The result and
+# error are read only for the terminal state they belong to (the history takes them from here).
+# Used once the claimer's table exists (`CLAIMER_READY`): until a claimer first migrated the
+# database, `LOCK_INPUTS_ALONE` locks the inputs and `CLAIMER_RUNS` reads the records apart, so a
+# decision without an activity outcome (a start, a signal) never needs the claimer's schema.
+LOCK_INPUTS = """
+SELECT i.seq, i.workflow_id, i.envelope, clock_timestamp() AS seen_at, i.type, i.run_id AS backed,
+       r.run_id, r.state, r.fence_token, r.attempt, r.handler,
+       CASE WHEN r.state = 'completed' THEN r.result::text END AS result,
+       CASE WHEN r.state = 'dead_lettered' THEN r.error::text END AS error
+  FROM {schema}.inputs AS i LEFT JOIN {claimer}.runs AS r ON r.run_id = i.run_id
+ WHERE i.workflow_id = ANY($1::text[])
+ ORDER BY i.seq
+   FOR UPDATE OF i
+"""
+LOCK_INPUTS_ALONE = """
+SELECT i.seq, i.workflow_id, i.envelope, clock_timestamp() AS seen_at, i.type, NULL::text AS backed,
+       NULL::text AS run_id
+  FROM {schema}.inputs AS i
+ WHERE i.workflow_id = ANY($1::text[])
+ ORDER BY i.seq
+   FOR UPDATE OF i
+"""
+# Whether the claimer's runs table is there to join (it never goes away once it is).
+CLAIMER_READY = "SELECT to_regclass($1) IS NOT NULL"
 # Where refused inputs came from, for their dead letters: read only when a decision refuses one
 # (rare), from rows this transaction already locked.
 ORIGINS = (
@@ -95,12 +121,10 @@ ORIGINS = (
     "origin_headers::text AS origin_headers, origin_timestamp_ms "
     "FROM {schema}.inputs WHERE seq = ANY($1::bigint[]) AND origin_topic IS NOT NULL"
 )
-# The claimer's record of each run an activity outcome names, read in its schema (same database;
-# the orchestrator's role may read it, docs/security.md), one statement for the group. The claimer
-# commits a run's row in the transaction that stages the run's RunCompleted or RunDeadLettered in
-# its outbox, so the row of any outcome on Kafka is there. No lock: a completed row never changes
-# again; a dead-lettered one only by a redrive, whose own outcome then follows. The result and
-# error are read only for the terminal state they belong to (the history takes them from here).
+# The same records read apart: with `LOCK_INPUTS_ALONE`, and for outcomes recorded before the
+# intake kept the run id (inputs.run_id NULL: an upgrade's in-flight inputs). One statement for
+# the group, only when it has such outcomes; a schema without the table fails the decision, and
+# the inputs wait.
 CLAIMER_RUNS = (
     "SELECT run_id, state, fence_token, attempt, handler, "
     "CASE WHEN state = 'completed' THEN result::text END AS result, "
@@ -237,7 +261,8 @@ class Decisions:
             for name, statement in {
                 "lease": LEASE_CHECK,
                 "rows": LOCK_ROWS,
-                "inputs": LOCK_INPUTS,
+                "inputs": compose(LOCK_INPUTS, claimer=quote_ident(activity_payloads_schema)),
+                "inputs_alone": LOCK_INPUTS_ALONE,
                 "history": HISTORY,
                 "append": APPEND,
                 "create": CREATE_ROWS,
@@ -249,6 +274,9 @@ class Decisions:
             }.items()
         }
         self._claimer_runs = sql(CLAIMER_RUNS, activity_payloads_schema)
+        self._claimer_table = f"{quote_ident(activity_payloads_schema)}.runs"
+        #: Whether the claimer's runs table exists (`CLAIMER_READY`), checked until it does.
+        self._claimer_ready = False
 
     async def decide(self, workflow_id: str, *, shard: int, token: int, redecide: bool = False) -> Outcome:
         """One decision for ``workflow_id`` under ``shard``'s lease ``token``.
@@ -322,10 +350,23 @@ class Decisions:
         found = {r["workflow_id"]: r for r in await conn.fetch(statements["rows"], ids)}
         waiting: dict[str, list[Input]] = {}
         clock = now
-        for r in await conn.fetch(statements["inputs"], ids):
-            waiting.setdefault(r["workflow_id"], []).append(_input(r["seq"], r["envelope"]))
+        records: dict[str, RunRecord] = {}
+        unbacked: list[Input] = []
+        if not self._claimer_ready:
+            self._claimer_ready = bool(await conn.fetchval(CLAIMER_READY, self._claimer_table))
+        lock_inputs = statements["inputs"] if self._claimer_ready else statements["inputs_alone"]
+        for r in await conn.fetch(lock_inputs, ids):
+            waiting_input = _input(r["seq"], r["envelope"])
+            waiting.setdefault(r["workflow_id"], []).append(waiting_input)
             clock = max(clock, r["seen_at"])
-        records = await self._records(conn, [i for inputs in waiting.values() for i in inputs])
+            if r["run_id"] is not None:
+                records[r["run_id"]] = _run_record(r)
+            elif r["backed"] is None and r["type"] in _RUN_OUTCOME_TYPES:
+                # Recorded before the intake kept its run id, or the claimer's table not joined.
+                unbacked.append(waiting_input)
+        if unbacked:
+            records.update(await self._records(conn, unbacked))
+        await self._resolve_results(conn, records, waiting)
         outcomes = {w: Outcome(None, 0) for w in ids}
         todo = [w for w in ids if waiting.get(w) or redecide]
         if not todo:
@@ -388,10 +429,19 @@ class Decisions:
         return outcomes
 
     async def _records(self, conn: Conn, inputs: Sequence[Input]) -> dict[str, RunRecord]:
-        """The claimer's records of the runs the activity outcomes among ``inputs`` name (only an
-        outcome naming its own `{workflow_id}/{sequence}` can be backed, so only those are read).
+        """The claimer's records of the runs the activity outcomes among ``inputs`` name, read
+        apart (`CLAIMER_RUNS`): for inputs recorded before the intake kept the run id. Only an
+        outcome naming its own `{workflow_id}/{sequence}` can be backed, so only those are read."""
+        run_ids = {run_id for i in inputs if (run_id := backed_run_id(i.message)) is not None}
+        if not run_ids:
+            return {}
+        rows = await conn.fetch(self._claimer_runs, sorted(run_ids))
+        return {row["run_id"]: _run_record(row) for row in rows}
 
-        A completed run's result the claimer stored by reference is read back from the claimer's
+    async def _resolve_results(
+        self, conn: Conn, records: dict[str, RunRecord], waiting: dict[str, list[Input]]
+    ) -> None:
+        """A completed run's result the claimer stored by reference, read back from the claimer's
         payload table (same database) when an outcome matches its record: the code sees the value,
         and offloading puts it in this schema's table in this decision's transaction, so the
         history never points into another service's table.
@@ -399,41 +449,21 @@ class Decisions:
         Raises:
             PayloadNotFound: the claimer's table has nothing under the reference.
         """
-        claims: dict[str, list[RunCompleted | RunDeadLettered]] = {}
-        for waiting in inputs:
-            message = waiting.message
-            if (
-                isinstance(message, RunCompleted | RunDeadLettered)
-                and message.workflow_id is not None
-                and message.sequence is not None
-                and message.run_id == activity_run_id(message.workflow_id, message.sequence)
-            ):
-                claims.setdefault(message.run_id, []).append(message)
-        if not claims:
-            return {}
-        records: dict[str, RunRecord] = {}
-        for row in await conn.fetch(self._claimer_runs, list(claims)):
-            result: Any = json.loads(row["result"]) if row["result"] is not None else None
+        for run_id, record in list(records.items()):
+            if not is_payload_ref(record.result):
+                continue
             matched = any(
-                isinstance(c, RunCompleted)
-                and (c.fence_token, c.attempt) == (row["fence_token"], row["attempt"])
-                for c in claims[row["run_id"]]
+                isinstance(i.message, RunCompleted)
+                and i.message.run_id == run_id
+                and (i.message.fence_token, i.message.attempt) == (record.fence_token, record.attempt)
+                for inputs in waiting.values()
+                for i in inputs
             )
-            if matched and is_payload_ref(result):
+            if matched:
                 data = await get_payload(
-                    conn, schema=self._activity_payloads_schema, ref=result[PAYLOAD_REF_KEY]
+                    conn, schema=self._activity_payloads_schema, ref=record.result[PAYLOAD_REF_KEY]
                 )
-                result = json.loads(data)
-            records[row["run_id"]] = RunRecord(
-                run_id=row["run_id"],
-                state=row["state"],
-                fence_token=row["fence_token"],
-                attempt=row["attempt"],
-                handler=row["handler"],
-                result=result,
-                error=json.loads(row["error"]) if row["error"] is not None else None,
-            )
-        return records
+                records[run_id] = replace(record, result=json.loads(data))
 
     async def _gather(
         self,
@@ -659,6 +689,23 @@ def _event(type_: str, data: str) -> HistoryEvent:
 
 class StoredHistoryCorrupt(SlotflowError):
     """A stored history row does not decode as a history event (a defect, never user input)."""
+
+
+#: The input types whose run the claimer's record backs.
+_RUN_OUTCOME_TYPES = frozenset((RunCompleted.message_type, RunDeadLettered.message_type))
+
+
+def _run_record(row: Any) -> RunRecord:
+    """The claimer's record of a run as `LOCK_INPUTS` or `CLAIMER_RUNS` read it."""
+    return RunRecord(
+        run_id=row["run_id"],
+        state=row["state"],
+        fence_token=row["fence_token"],
+        attempt=row["attempt"],
+        handler=row["handler"],
+        result=json.loads(row["result"]) if row["result"] is not None else None,
+        error=json.loads(row["error"]) if row["error"] is not None else None,
+    )
 
 
 def _input(seq: int, raw: bytes) -> Input:

@@ -38,6 +38,7 @@ from slotflow.contracts import (
     TimerFired,
 )
 from slotflow.contracts.codec import encode
+from slotflow.core.identity import activity_run_id
 from slotflow.kafka.loop import DEFAULT_OUTAGE_TYPES, Incoming
 from slotflow.kafka.producer import partition_for
 from slotflow.pg.pool import CONNECTION_ERRORS, Conn, Pool
@@ -69,9 +70,9 @@ RECORD_INPUTS = (
 # the decision that refuses it parks the very record (origin columns NULL for commands).
 RECORD_CONSUMED = (
     "INSERT INTO {schema}.inputs (workflow_id, shard, type, envelope, origin_topic, origin_partition, "
-    "origin_offset, origin_key, origin_headers, origin_timestamp_ms) "
+    "origin_offset, origin_key, origin_headers, origin_timestamp_ms, run_id) "
     "SELECT * FROM unnest($1::text[], $2::int[], $3::text[], $4::bytea[], $5::text[], $6::int[], "
-    "$7::bigint[], $8::bytea[], $9::jsonb[], $10::bigint[])"
+    "$7::bigint[], $8::bytea[], $9::jsonb[], $10::bigint[], $11::text[])"
 )
 
 
@@ -104,6 +105,19 @@ def headers_text(headers: tuple[tuple[str, bytes], ...]) -> str:
     base64 (byte-exact, and jsonb holds no NUL). Outcomes mostly carry the same few headers (their
     type and version; a trace context only with tracing on): each distinct set is encoded once."""
     return json.dumps([[key, base64.b64encode(value).decode()] for key, value in headers])
+
+
+def backed_run_id(message: Message) -> str | None:
+    """The run an activity outcome names, if it is the outcome's own `{workflow_id}/{sequence}`
+    (the only run id the claimer's record can back); None for anything else."""
+    if (
+        isinstance(message, RunCompleted | RunDeadLettered)
+        and message.workflow_id is not None
+        and message.sequence is not None
+        and message.run_id == activity_run_id(message.workflow_id, message.sequence)
+    ):
+        return message.run_id
+    return None
 
 
 def shard_of(workflow_id: str, shards: int) -> int:
@@ -160,6 +174,7 @@ async def admit(conn: Conn, *, schema: str, shards: int, batch: Sequence[Incomin
         [o.key if o else None for o in origins],
         [headers_text(o.headers) if o else None for o in origins],
         [o.timestamp_ms if o else None for o in origins],
+        [backed_run_id(incoming.message) for incoming, _ in new],
     )
     return Admitted(frozenset(shard_ids), tuple(incoming.envelope.type for incoming, _ in new))
 

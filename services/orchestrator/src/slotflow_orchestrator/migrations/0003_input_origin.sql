@@ -11,4 +11,7 @@ ALTER TABLE {schema}.inputs
     ADD COLUMN origin_key          bytea,
     -- Header values as latin-1 text (every byte maps to one character, so they come back exact).
     ADD COLUMN origin_headers      jsonb,
-    ADD COLUMN origin_timestamp_ms bigint;
+    ADD COLUMN origin_timestamp_ms bigint,
+    -- The run an activity outcome names, when it is its own `{workflow_id}/{sequence}` (no other
+    -- run id can be backed): the decision joins the claimer's record of the run on it.
+    ADD COLUMN run_id              text;
