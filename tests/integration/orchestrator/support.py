@@ -1,6 +1,7 @@
 """Orchestrators and claimers in-process on the real broker and a fresh database, and probes."""
 
 import asyncio
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -12,6 +13,7 @@ from slotflow.pg.pool import Pool
 from slotflow.pg.statements import sql
 from slotflow.settings import KafkaSettings, PostgresSettings
 from slotflow.testing import assert_eventually
+from slotflow_claimer.app import migrate as claimer_migrate
 from slotflow_orchestrator.app import OrchestratorService
 from slotflow_orchestrator.config import OrchestratorSettings, Settings
 from slotflow_orchestrator.deciding import history_of
@@ -131,6 +133,46 @@ class Workflows:
     async def effects(self, run_id_prefix: str = "") -> list[str]:
         """The activities whose effects the test activities recorded, in order."""
         return [e["activity"] for e in await effects(self.db, run_id_prefix)]
+
+
+# What the claimer's intake and outcome write leave for a run, for tests that decide an outcome
+# without running its activity: the orchestrator believes an outcome only as far as this row backs
+# it (slotflow.issuers). The JobDue columns hold a placeholder record.
+_CLAIMER_RECORD = """
+INSERT INTO {schema}.runs (run_id, job_id, slot, kind, handler, retry, overlap, workflow_id, sequence,
+    attempt, round_start, state, fence_token, owner, result, due_topic, due_partition, due_offset,
+    due_value, finished_at)
+VALUES ($1, $2, now(), 'activity', $3, '{}'::jsonb, 'allow', $2, $4, $5, 1, $6, $7, 'claimer',
+    $8::jsonb, 'test', 0, 0, ''::bytea, now())
+ON CONFLICT (run_id) DO UPDATE SET state = EXCLUDED.state, fence_token = EXCLUDED.fence_token,
+    attempt = EXCLUDED.attempt, result = EXCLUDED.result
+"""
+
+
+async def claimer_record(
+    pool: Pool,
+    workflow_id: str,
+    sequence: int,
+    *,
+    handler: str,
+    state: str = "completed",
+    fence_token: int = 1,
+    attempt: int = 1,
+    result: Any = None,
+) -> None:
+    """The claimer's record of the activity run `{workflow_id}/{sequence}` (its schema migrated)."""
+    await claimer_migrate(pool)
+    await pool.execute(
+        sql(_CLAIMER_RECORD, "claimer"),
+        f"{workflow_id}/{sequence}",
+        workflow_id,
+        handler,
+        sequence,
+        attempt,
+        state,
+        fence_token,
+        json.dumps(result),
+    )
 
 
 async def wait_published(kafka: KafkaSettings, workflow_id: str, count: int) -> None:

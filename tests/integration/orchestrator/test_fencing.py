@@ -18,6 +18,7 @@ from slotflow_orchestrator.leases import Leases
 from slotflow_orchestrator.metrics import OrchestratorMetrics
 from slotflow_orchestrator.outbound import Outbound
 from slotflow_orchestrator.runtime import RuntimeDecider, load_decider
+from tests.integration.orchestrator.support import claimer_record
 
 SHARDS = 3
 
@@ -147,6 +148,13 @@ async def test_the_inbox_forgets_only_ids_older_than_its_retention(pg_pool: Pool
 
 
 async def _completed_input(pool: Pool, workflow_id: str, sequence: int) -> None:
+    """A RunCompleted of the activity at ``sequence``, and the claimer's record that backs it."""
+    activity = await pool.fetchval(
+        "SELECT data->>'activity' FROM orchestrator.history WHERE workflow_id = $1 AND sequence = $2",
+        workflow_id,
+        sequence,
+    )
+    await claimer_record(pool, workflow_id, sequence, handler=activity, result={"ok": sequence})
     done = RunCompleted(
         run_id=f"{workflow_id}/{sequence}",
         job_id=workflow_id,

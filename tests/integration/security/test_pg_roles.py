@@ -1,7 +1,7 @@
 """One PostgreSQL role per service (`slotflow db bootstrap-roles`): each service migrates its own
 schema at start under its own role and owns what it creates; the claimer's role can neither write
 nor read the ticker's schema, nor make a schema; the read grants (orchestrator → claimer's
-payloads, api → stats) read and do nothing else. On the TLS cluster, so all of it over verify-full."""
+runs and payloads, api → stats) read and do nothing else. On the TLS cluster, so all of it over verify-full."""
 
 import asyncio
 from collections.abc import AsyncIterator
@@ -15,6 +15,7 @@ from slotflow.kafka.producer import Producer
 from slotflow.pg.payloads import get_payload, put_payload
 from slotflow.pg.pool import Pool, create_pool
 from slotflow.pg.roles import SERVICE_ROLES
+from slotflow.pg.statements import compose, quote_ident, sql
 from slotflow.service import migrate
 from slotflow.settings import KafkaSettings, PostgresSettings
 from slotflow.testing import assert_eventually
@@ -23,6 +24,7 @@ from slotflow_api.projector import migrate as api_migrate
 from slotflow_claimer.app import migrate as claimer_migrate
 from slotflow_dlq.app import MIGRATIONS as DLQ_MIGRATIONS
 from slotflow_orchestrator.app import apply_migrations as orchestrator_migrate
+from slotflow_orchestrator.deciding import CLAIMER_RUNS, LOCK_INPUTS
 from slotflow_stats.sink import create_schema as stats_create_schema
 from slotflow_ticker.app import migrate as ticker_migrate
 from slotflow_ticker.config import TickerSettings
@@ -116,6 +118,14 @@ async def test_read_grants_read_and_nothing_more(pools: dict[str, Pool]) -> None
             await put_payload(conn, schema="claimer", data=b"forged")
         with pytest.raises(asyncpg.InsufficientPrivilegeError):
             await conn.execute("DELETE FROM claimer.payloads")
+        # The claimer's run rows back every activity outcome: the decision's own statement reads
+        # them under the orchestrator's role, which cannot change one.
+        decision_inputs = compose(LOCK_INPUTS, claimer=quote_ident("claimer"))
+        async with conn.transaction():
+            assert await conn.fetch(sql(decision_inputs, "orchestrator"), ["wf"]) == []
+        assert await conn.fetch(sql(CLAIMER_RUNS, "claimer"), ["wf/2"]) == []
+        with pytest.raises(asyncpg.InsufficientPrivilegeError):
+            await conn.execute("UPDATE claimer.runs SET state = 'completed'")
     api = pools["api"]
     assert await api.fetchval("SELECT count(*) FROM stats.windows") == 0
     with pytest.raises(asyncpg.InsufficientPrivilegeError):

@@ -23,6 +23,7 @@ from slotflow.contracts import (
     WorkflowTimerFired,
     wrap,
 )
+from slotflow.issuers import RunRecord
 from slotflow.pg.outbox import Staged
 from slotflow.settings import KafkaSettings
 from slotflow.workflow.runtime import WorkflowRuntime
@@ -90,6 +91,13 @@ def completed(sequence: int, seq: int) -> Input:
     return item(done, f"r{sequence}", seq)
 
 
+#: The claimer's records of the two activities' runs, completed as `completed` says.
+RECORDS = {
+    f"{WF}/2": RunRecord(f"{WF}/2", "completed", fence_token=1, attempt=1, handler="a"),
+    f"{WF}/6": RunRecord(f"{WF}/6", "completed", fence_token=1, attempt=1, handler="b"),
+}
+
+
 def timer_starts(out: Step) -> list[StartTimer]:
     rows = Outbound(KafkaSettings()).rows(out, out.events, now=NOW)
     return [
@@ -104,7 +112,15 @@ def test_a_zero_sleep_fires_in_its_own_decision_and_the_code_moves_on() -> None:
     first = step(WF, None, [], [start("test.zero_sleep")], decider=runtime, now=NOW)
     history: list[HistoryEvent] = list(first.events)
     assert [type(e) for e in history] == [WorkflowStarted, ActivityScheduled]
-    second = step(WF, Row("test.zero_sleep", "running"), history, [completed(2, 2)], decider=runtime, now=NOW)
+    second = step(
+        WF,
+        Row("test.zero_sleep", "running"),
+        history,
+        [completed(2, 2)],
+        decider=runtime,
+        now=NOW,
+        records=RECORDS,
+    )
     assert [type(e) for e in second.events] == [
         ActivityCompleted,
         TimerStarted,
@@ -118,7 +134,15 @@ def test_a_zero_sleep_fires_in_its_own_decision_and_the_code_moves_on() -> None:
     # The ticker is never asked for it; the next activity's JobDue is staged as usual.
     assert timer_starts(second) == []
     history += second.events
-    third = step(WF, Row("test.zero_sleep", "running"), history, [completed(6, 3)], decider=runtime, now=NOW)
+    third = step(
+        WF,
+        Row("test.zero_sleep", "running"),
+        history,
+        [completed(6, 3)],
+        decider=runtime,
+        now=NOW,
+        records=RECORDS,
+    )
     assert [type(e) for e in third.events] == [ActivityCompleted, WorkflowCompleted]
     assert third.status == "completed"
 
@@ -129,7 +153,7 @@ def test_the_history_a_zero_sleep_leaves_replays_without_the_cache() -> None:
     inputs = [start("test.zero_sleep"), completed(2, 2), completed(6, 3)]
     for index, waiting in enumerate(inputs):
         row = Row("test.zero_sleep", "running") if index else None
-        history += step(WF, row, history, [waiting], decider=runtime, now=NOW).events
+        history += step(WF, row, history, [waiting], decider=runtime, now=NOW, records=RECORDS).events
     # A fresh runtime (another orchestrator after a crash) makes the same moves after each input,
     # and accepts the whole history (a replay with a later clock diverges nowhere).
     inputs_at = [

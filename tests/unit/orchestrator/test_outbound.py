@@ -15,7 +15,7 @@ from slotflow.pg.outbox import Encoded, Staged, encoded
 from slotflow.settings import KafkaSettings
 from slotflow_orchestrator.outbound import SOURCE, Outbound
 from slotflow_orchestrator.stepping import Row, step
-from tests.unit.orchestrator.test_due_timers import NOW, WF, completed, decider, item
+from tests.unit.orchestrator.test_due_timers import NOW, RECORDS, WF, completed, decider, item
 
 KAFKA = KafkaSettings()
 
@@ -47,9 +47,25 @@ def test_every_event_of_a_real_run_splices_to_the_models_bytes() -> None:
         now=NOW,
     )
     history: list[HistoryEvent] = list(first.events)
-    second = step(WF, Row("test.zero_sleep", "running"), history, [completed(2, 2)], decider=runtime, now=NOW)
+    second = step(
+        WF,
+        Row("test.zero_sleep", "running"),
+        history,
+        [completed(2, 2)],
+        decider=runtime,
+        now=NOW,
+        records=RECORDS,
+    )
     history += second.events
-    third = step(WF, Row("test.zero_sleep", "running"), history, [completed(6, 3)], decider=runtime, now=NOW)
+    third = step(
+        WF,
+        Row("test.zero_sleep", "running"),
+        history,
+        [completed(6, 3)],
+        decider=runtime,
+        now=NOW,
+        records=RECORDS,
+    )
     history += third.events
     assert len(history) >= 8
     for event in history:

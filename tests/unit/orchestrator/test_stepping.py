@@ -34,6 +34,7 @@ from slotflow.contracts import (
     WorkflowTimerFired,
     wrap,
 )
+from slotflow.issuers import RunRecord
 from slotflow_orchestrator.stepping import (
     TERMINATED,
     TIMED_OUT,
@@ -110,6 +111,12 @@ def run_completed(sequence: int, result: object = None, token: int = 1) -> RunCo
         started_at=NOW,
         finished_at=NOW,
     )
+
+
+def completed_record(sequence: int, result: object = None, token: int = 1) -> dict[str, RunRecord]:
+    """The claimer's record of the run `run_completed` reports (the activity `scheduled` schedules)."""
+    run_id = f"{WF}/{sequence}"
+    return {run_id: RunRecord(run_id, "completed", token, 1, "inventory.reserve", result=result)}
 
 
 def test_a_start_appends_workflow_started_and_the_codes_first_move() -> None:
@@ -233,7 +240,7 @@ def test_an_execution_timeout_starts_a_timer_and_its_firing_fails_the_run() -> N
     ]
     fired = TimerFired(timer_id=execution_timer_id(WF), owner=WF, fire_at=NOW, fired_at=NOW)
     row = Row("checkout", "running", NOW + timedelta(minutes=5))
-    late = step(WF, row, scheduled(), [item(fired, "t1")], decider=Scripted(), now=NOW)
+    late = step(WF, row, scheduled(), [item(fired, "t1")], decider=Scripted(), now=NOW + timedelta(minutes=5))
     assert len(late.events) == 1
     failed = late.events[0]
     assert isinstance(failed, WorkflowFailed)
@@ -246,8 +253,11 @@ def test_an_execution_timeout_starts_a_timer_and_its_firing_fails_the_run() -> N
 def test_an_activity_result_counts_once_and_only_for_a_pending_activity() -> None:
     decider = Scripted()
     inputs = [item(run_completed(2, {"ok": 1}), "r1"), item(run_completed(2, {"ok": 2}, token=2), "r2", 2)]
-    out = step(WF, RUNNING, scheduled(), inputs, decider=decider, now=NOW)
+    records = completed_record(2, {"ok": 1})
+    out = step(WF, RUNNING, scheduled(), inputs, decider=decider, now=NOW, records=records)
     assert len(out.events) == 1
+    # The second names another claim (token 2): nothing is pending any more, so it is dropped.
+    assert out.refused == []
     done = out.events[0]
     assert isinstance(done, ActivityCompleted)
     assert done.scheduled_sequence == 2
@@ -279,7 +289,24 @@ def test_a_dead_lettered_activity_fails_with_its_last_error() -> None:
         reason="permanent_error",
         history=(attempt,),
     )
-    out = step(WF, RUNNING, scheduled(), [item(dead, "d1")], decider=Scripted(), now=NOW)
+    # The claimer's record is what the history takes, not the event's copy of it.
+    record = RunRecord(
+        f"{WF}/2",
+        "dead_lettered",
+        3,
+        3,
+        "inventory.reserve",
+        error={"error_type": "CardDeclined", "message": "no", "reason": "permanent_error"},
+    )
+    out = step(
+        WF,
+        RUNNING,
+        scheduled(),
+        [item(dead, "d1")],
+        decider=Scripted(),
+        now=NOW,
+        records={record.run_id: record},
+    )
     failed = out.events[0]
     assert isinstance(failed, ActivityFailed)
     assert (failed.error_type, failed.message, failed.permanent) == ("CardDeclined", "no", True)
@@ -341,7 +368,15 @@ def test_divergence_appends_non_determinism_once_and_leaves_the_workflow_stuck()
         def decide(self, history: Sequence[HistoryEvent], *, now: datetime) -> Moves:
             raise Diverged(2, "workflow.activity_scheduled inventory.reserve", "activity payments.charge")
 
-    out = step(WF, RUNNING, scheduled(), [item(run_completed(2), "r1")], decider=Diverging(), now=NOW)
+    out = step(
+        WF,
+        RUNNING,
+        scheduled(),
+        [item(run_completed(2), "r1")],
+        decider=Diverging(),
+        now=NOW,
+        records=completed_record(2),
+    )
     assert [type(e) for e in out.events] == [ActivityCompleted, NonDeterminismDetected]
     assert out.status == "stuck"
     assert out.diverged
@@ -356,7 +391,15 @@ def test_a_runtime_that_skips_a_sequence_keeps_nothing() -> None:
         return [WorkflowCompleted(workflow_id=WF, sequence=len(history) + 2)]
 
     with pytest.raises(BrokenDecision):
-        step(WF, RUNNING, scheduled(), [item(run_completed(2), "r1")], decider=Scripted(gap), now=NOW)
+        step(
+            WF,
+            RUNNING,
+            scheduled(),
+            [item(run_completed(2), "r1")],
+            decider=Scripted(gap),
+            now=NOW,
+            records=completed_record(2),
+        )
 
 
 @pytest.mark.parametrize("status", ["completed", "failed", "cancelled"])
@@ -383,3 +426,165 @@ def test_a_closed_workflow_whose_history_was_purged_is_still_ended(status: str) 
         ("s1", f"workflow {WF} has already ended"),
         ("x1", f"workflow {WF} has already ended"),
     ]
+
+
+# -- outcomes checked against their issuer (slotflow.issuers) ---------------------------------------
+
+
+def test_a_forged_run_completed_under_another_run_id_is_refused_and_appends_nothing() -> None:
+    forged = run_completed(2, {"paid_to": "attacker"}, token=999).model_copy(
+        update={"run_id": "attacker-run", "owner": "attacker"}
+    )
+    out = step(
+        WF,
+        RUNNING,
+        scheduled(),
+        [item(forged, "f1")],
+        decider=Scripted(),
+        now=NOW,
+        records=completed_record(2),
+    )
+    assert (out.events, out.status, out.cancel_timers) == ([], None, [])
+    [refusal] = out.refused
+    assert refusal.input.envelope.id == "f1"
+    assert (refusal.verdict.reason, refusal.verdict.rule) == ("unproven_outcome", "run_id")
+
+
+def test_a_guessed_fence_is_refused_then_the_genuine_outcome_counts_with_the_recorded_result() -> None:
+    guessed = run_completed(2, {"paid_to": "attacker"}, token=2)
+    genuine = run_completed(2, {"paid_to": "merchant"}, token=1)
+    records = completed_record(2, {"paid_to": "merchant"}, token=1)
+    out = step(
+        WF,
+        RUNNING,
+        scheduled(),
+        [item(guessed, "f1"), item(genuine, "g1", 2)],
+        decider=Scripted(),
+        now=NOW,
+        records=records,
+    )
+    assert [r.verdict.detail for r in out.refused] == [
+        f"run.completed does not match the claimer's record of run '{WF}/2': fence 2, recorded 1"
+    ]
+    [done] = out.events
+    assert isinstance(done, ActivityCompleted)
+    assert done.result == {"paid_to": "merchant"}
+
+
+def test_the_right_integers_with_a_forged_result_record_the_claimers_result() -> None:
+    forged = run_completed(2, {"paid_to": "attacker"})
+    out = step(
+        WF,
+        RUNNING,
+        scheduled(),
+        [item(forged, "f1")],
+        decider=Scripted(),
+        now=NOW,
+        records=completed_record(2, {"paid_to": "merchant"}),
+    )
+    [done] = out.events
+    assert isinstance(done, ActivityCompleted)
+    assert done.result == {"paid_to": "merchant"}
+
+
+def test_an_outcome_while_the_claimer_still_runs_the_activity_is_refused() -> None:
+    running = {f"{WF}/2": RunRecord(f"{WF}/2", "running", 1, 1, "inventory.reserve")}
+    out = step(
+        WF, RUNNING, scheduled(), [item(run_completed(2), "f1")], decider=Scripted(), now=NOW, records=running
+    )
+    assert out.events == []
+    assert [r.verdict.rule for r in out.refused] == ["state"]
+
+
+def test_an_outcome_for_nothing_pending_is_dropped_not_parked() -> None:
+    out = step(WF, RUNNING, scheduled(), [item(run_completed(7), "late")], decider=Scripted(), now=NOW)
+    assert (out.events, out.refused) == ([], [])
+
+
+def slept(fire_at: datetime = NOW + timedelta(minutes=1)) -> list[HistoryEvent]:
+    return [*started(), TimerStarted(workflow_id=WF, sequence=2, timer_id=f"{WF}/timer/2", fire_at=fire_at)]
+
+
+def fired(timer_id: str, sequence: int | None, fire_at: datetime = NOW) -> TimerFired:
+    return TimerFired(timer_id=timer_id, owner=WF, sequence=sequence, fire_at=fire_at, fired_at=NOW)
+
+
+def test_a_forged_execution_timeout_of_a_workflow_without_one_is_refused() -> None:
+    out = step(
+        WF,
+        RUNNING,
+        scheduled(),
+        [item(fired(execution_timer_id(WF), None), "t1")],
+        decider=Scripted(),
+        now=NOW,
+    )
+    assert out.events == []
+    assert [(r.verdict.reason, r.verdict.rule) for r in out.refused] == [("unproven_timer", "not_started")]
+
+
+def test_a_forged_deadline_of_an_activity_without_one_is_refused() -> None:
+    out = step(
+        WF, RUNNING, scheduled(), [item(fired(f"{WF}/2#deadline", 2), "t1")], decider=Scripted(), now=NOW
+    )
+    assert out.events == []
+    assert [r.verdict.rule for r in out.refused] == ["not_started"]
+
+
+def test_a_deadline_fires_only_once_due() -> None:
+    deadline = NOW + timedelta(minutes=5)
+    history = [
+        *started(),
+        ActivityScheduled(
+            workflow_id=WF,
+            sequence=2,
+            activity="inventory.reserve",
+            run_id=f"{WF}/2",
+            schedule_to_close_deadline=deadline,
+        ),
+    ]
+    early = step(
+        WF, RUNNING, history, [item(fired(f"{WF}/2#deadline", 2), "t1")], decider=Scripted(), now=NOW
+    )
+    assert early.events == []
+    assert [r.verdict.rule for r in early.refused] == ["early"]
+    due = step(
+        WF, RUNNING, history, [item(fired(f"{WF}/2#deadline", 2), "t1")], decider=Scripted(), now=deadline
+    )
+    [failed] = due.events
+    assert isinstance(failed, ActivityFailed)
+    assert due.refused == []
+
+
+def test_a_sleeps_firing_under_another_timer_id_is_refused() -> None:
+    out = step(
+        WF,
+        RUNNING,
+        slept(NOW),
+        [item(fired(f"{WF}/timer/7", 2), "t1")],
+        decider=Scripted(),
+        now=NOW,
+    )
+    assert out.events == []
+    [refusal] = out.refused
+    assert refusal.verdict.rule == "timer_id"
+    assert f"'{WF}/timer/2'" in refusal.verdict.detail
+
+
+def test_an_early_firing_of_a_genuine_sleep_is_refused_by_the_database_clock() -> None:
+    history = slept(NOW + timedelta(minutes=1))
+    genuine = item(fired(f"{WF}/timer/2", 2, NOW + timedelta(minutes=1)), "t1")
+    early = step(WF, RUNNING, history, [genuine], decider=Scripted(), now=NOW)
+    assert early.events == []
+    assert [r.verdict.rule for r in early.refused] == ["early"]
+    # The clock read once the inputs were visible counts, even if the transaction began earlier.
+    on_time = step(
+        WF, RUNNING, history, [genuine], decider=Scripted(), now=NOW, clock=NOW + timedelta(minutes=1)
+    )
+    [done] = on_time.events
+    assert isinstance(done, WorkflowTimerFired)
+    assert (done.started_sequence, done.timer_id) == (2, f"{WF}/timer/2")
+
+
+def test_a_firing_that_names_nothing_pending_is_dropped_not_parked() -> None:
+    out = step(WF, RUNNING, slept(NOW), [item(fired("anything", 9), "t1")], decider=Scripted(), now=NOW)
+    assert (out.events, out.refused) == ([], [])

@@ -110,6 +110,25 @@ class UnexpectedMessageType(PoisonMessage):
     reason = "unexpected_type"
 
 
+class UnprovenRecord(PoisonMessage):
+    """Another service's event that its issuer's own record does not back (`slotflow.issuers`):
+    parked in the DLQ with the rule it breaks, and nothing acts on it."""
+
+    reason = "unproven"
+
+
+class UnprovenOutcome(UnprovenRecord):
+    """An activity outcome the claimer's record of its run does not back."""
+
+    reason = "unproven_outcome"
+
+
+class UnprovenTimer(UnprovenRecord):
+    """A timer firing of no timer the workflow started and waits on, or before its time."""
+
+    reason = "unproven_timer"
+
+
 class DownstreamUnavailable(TransientError):
     """A downstream the handler depends on failed or could not be reached."""
 

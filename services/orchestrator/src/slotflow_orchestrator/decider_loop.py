@@ -205,8 +205,18 @@ class DeciderLoop:
         events: Counter[str] = Counter()
         commands: Counter[tuple[str, str]] = Counter()
         diverged = 0
+        refused: Counter[tuple[str, str]] = Counter()
         for outcome in outcomes:
             out = outcome.step
+            for refusal in out.refused if out is not None else ():
+                refused[(refusal.verdict.reason or "", refusal.verdict.rule or "")] += 1
+                log.warning(
+                    "orchestrator %s: parked %s %s in the DLQ: %s",
+                    self.owner,
+                    refusal.input.envelope.type,
+                    refusal.input.envelope.id,
+                    refusal.verdict.detail,
+                )
             if out is None or not (out.events or out.acks):
                 decisions["unchanged"] += 1
                 continue
@@ -225,3 +235,5 @@ class DeciderLoop:
             metrics.commands.labels(command_type, answer).inc(count)
         if diverged:
             metrics.non_determinism.inc(diverged)
+        for (reason, rule), count in refused.items():
+            metrics.refused.labels(reason, rule).inc(count)

@@ -4,17 +4,21 @@ In one transaction, under the shard's lease:
 
 1. check the lease still carries this orchestrator's fencing token (FOR SHARE: an acquisition by
    another orchestrator waits for this transaction, and every later one of ours is refused);
-2. lock the workflow's row and its waiting inputs;
+2. lock the workflow's row and its waiting inputs, reading with them the claimer's record of every
+   run an activity outcome among them names (`slotflow.issuers`: an outcome counts only as far as
+   that record backs it);
 3. read its history, step it (`stepping.step`, pure) with the database clock's `now()`;
 4. append the new history rows, update the row, delete the applied inputs, and stage every
    outward record (history, JobDue, StartTimer/CancelTimer, child starts, acknowledgements) in the
-   outbox.
+   outbox, and every refused input's dead letter (its inbox id forgotten, so a genuine record
+   under the same id is still taken).
 
 A crash before the commit leaves the inputs waiting and nothing staged; after it, the outbox
 relay publishes what was staged. So no decision is lost and none is made twice.
 """
 
 import asyncio
+import base64
 import contextlib
 import json
 import logging
@@ -26,20 +30,30 @@ from datetime import datetime
 from typing import Any
 
 from slotflow import tracing
-from slotflow.contracts import REGISTRY, HistoryEvent, JobDue, RunCompleted, WorkflowStarted, wrap
+from slotflow.contracts import (
+    REGISTRY,
+    HistoryEvent,
+    JobDue,
+    RunCompleted,
+    RunDeadLettered,
+    WorkflowStarted,
+    wrap,
+)
 from slotflow.contracts.codec import decode, encode
 from slotflow.contracts.workflows import PAYLOAD_REF_KEY, is_payload_ref
 from slotflow.errors import SlotflowError
+from slotflow.issuers import RunRecord
+from slotflow.kafka.records import Record
 from slotflow.pg.outbox import Encoded, Staged, append_encoded, encoded, traced, with_headers
 from slotflow.pg.payloads import get_payload, put_payload
 from slotflow.pg.pool import Conn, Pool
-from slotflow.pg.statements import sql
+from slotflow.pg.statements import compose, quote_ident, sql
 from slotflow.workflow.payloads import DEFAULT_THRESHOLD, offload_payloads, resolve_payloads
 from slotflow_orchestrator.inputs import INPUT_MESSAGES
-from slotflow_orchestrator.intake import RECORD_INPUTS, shard_of
+from slotflow_orchestrator.intake import RECORD_INPUTS, backed_run_id, inbox_id, shard_of
 from slotflow_orchestrator.metrics import OrchestratorMetrics
 from slotflow_orchestrator.outbound import Outbound
-from slotflow_orchestrator.stepping import Decider, Input, Row, Step, step
+from slotflow_orchestrator.stepping import Decider, Input, Refusal, Row, Step, step
 
 log = logging.getLogger(__name__)
 
@@ -65,10 +79,57 @@ LOCK_ROWS = (
     "FROM {schema}.workflows WHERE workflow_id = ANY($1::text[]) ORDER BY workflow_id FOR UPDATE"
 )
 # Applied in arrival order; locked so a concurrent pass over the same workflows waits. An input
-# recorded after this read waits for the next decision.
-LOCK_INPUTS = (
-    "SELECT seq, workflow_id, envelope FROM {schema}.inputs WHERE workflow_id = ANY($1::text[]) "
-    "ORDER BY seq FOR UPDATE"
+# recorded after this read waits for the next decision. `seen_at` is the database clock once the
+# inputs are visible: every input read here was committed before it, so a timer the ticker fired
+# (at or after its fire_at by that same clock) is never early by it, even in a transaction that
+# began (`now()`) before the firing was recorded.
+#
+# An activity outcome's row comes with the claimer's record of the run it names (`{claimer}`: the
+# claimer's schema, same database; the orchestrator's role may read it, docs/security.md), which
+# is what backs the outcome (`slotflow.issuers`). The claimer commits a run's row in the
+# transaction that stages the run's RunCompleted or RunDeadLettered in its outbox, so the row of
+# any outcome on Kafka is there. Not locked (FOR UPDATE OF i): a completed row never changes
+# again; a dead-lettered one only by a redrive, whose own outcome then follows. The result and
+# error are read only for the terminal state they belong to (the history takes them from here).
+# Used once the claimer's table exists (`CLAIMER_READY`): until a claimer first migrated the
+# database, `LOCK_INPUTS_ALONE` locks the inputs and `CLAIMER_RUNS` reads the records apart, so a
+# decision without an activity outcome (a start, a signal) never needs the claimer's schema.
+LOCK_INPUTS = """
+SELECT i.seq, i.workflow_id, i.envelope, clock_timestamp() AS seen_at, i.type, i.run_id AS backed,
+       r.run_id, r.state, r.fence_token, r.attempt, r.handler,
+       CASE WHEN r.state = 'completed' THEN r.result::text END AS result,
+       CASE WHEN r.state = 'dead_lettered' THEN r.error::text END AS error
+  FROM {schema}.inputs AS i LEFT JOIN {claimer}.runs AS r ON r.run_id = i.run_id
+ WHERE i.workflow_id = ANY($1::text[])
+ ORDER BY i.seq
+   FOR UPDATE OF i
+"""
+LOCK_INPUTS_ALONE = """
+SELECT i.seq, i.workflow_id, i.envelope, clock_timestamp() AS seen_at, i.type, NULL::text AS backed,
+       NULL::text AS run_id
+  FROM {schema}.inputs AS i
+ WHERE i.workflow_id = ANY($1::text[])
+ ORDER BY i.seq
+   FOR UPDATE OF i
+"""
+# Whether the claimer's runs table is there to join (it never goes away once it is).
+CLAIMER_READY = "SELECT to_regclass($1) IS NOT NULL"
+# Where refused inputs came from, for their dead letters: read only when a decision refuses one
+# (rare), from rows this transaction already locked.
+ORIGINS = (
+    "SELECT seq, origin_topic, origin_partition, origin_offset, origin_key, "
+    "origin_headers::text AS origin_headers, origin_timestamp_ms "
+    "FROM {schema}.inputs WHERE seq = ANY($1::bigint[]) AND origin_topic IS NOT NULL"
+)
+# The same records read apart: with `LOCK_INPUTS_ALONE`, and for outcomes recorded before the
+# intake kept the run id (inputs.run_id NULL: an upgrade's in-flight inputs). One statement for
+# the group, only when it has such outcomes; a schema without the table fails the decision, and
+# the inputs wait.
+CLAIMER_RUNS = (
+    "SELECT run_id, state, fence_token, attempt, handler, "
+    "CASE WHEN state = 'completed' THEN result::text END AS result, "
+    "CASE WHEN state = 'dead_lettered' THEN error::text END AS error "
+    "FROM {schema}.runs WHERE run_id = ANY($1::text[])"
 )
 # Only for workflows whose history this process does not hold from its own last commit.
 HISTORY = (
@@ -106,6 +167,9 @@ FROM unnest($1::text[], $4::text[], $5::text[], $6::int[], $7::text[], $8::times
 WHERE w.workflow_id = u.id
 """
 DROP_INPUTS = "DELETE FROM {schema}.inputs WHERE seq = ANY($1::bigint[])"
+# A refused input is parked, not applied: its inbox id goes with it, so the genuine record whose
+# id a forgery borrowed (or a redrive of the parked one) is still taken when it comes.
+FORGET_SEEN = "DELETE FROM {schema}.inbox WHERE event_id = ANY($1::text[])"
 
 #: The instrumentation scope of the orchestrator's spans.
 TRACE_SCOPE = "slotflow.orchestrator"
@@ -156,6 +220,7 @@ class _Writes:
     restarted: list[tuple[str, str, str, int, str, datetime | None]] = field(default_factory=list)
     updated: list[tuple[str, str, int]] = field(default_factory=list)
     dropped: list[int] = field(default_factory=list)
+    forgotten: list[str] = field(default_factory=list)
     staged: list[Staged | Encoded] = field(default_factory=list)
     known: dict[str, tuple[int, tuple[HistoryEvent, ...]] | None] = field(default_factory=dict)
 
@@ -196,15 +261,22 @@ class Decisions:
             for name, statement in {
                 "lease": LEASE_CHECK,
                 "rows": LOCK_ROWS,
-                "inputs": LOCK_INPUTS,
+                "inputs": compose(LOCK_INPUTS, claimer=quote_ident(activity_payloads_schema)),
+                "inputs_alone": LOCK_INPUTS_ALONE,
                 "history": HISTORY,
                 "append": APPEND,
                 "create": CREATE_ROWS,
                 "update": UPDATE_ROWS,
                 "restart": RESTART_ROWS,
                 "drop": DROP_INPUTS,
+                "forget": FORGET_SEEN,
+                "origins": ORIGINS,
             }.items()
         }
+        self._claimer_runs = sql(CLAIMER_RUNS, activity_payloads_schema)
+        self._claimer_table = f"{quote_ident(activity_payloads_schema)}.runs"
+        #: Whether the claimer's runs table exists (`CLAIMER_READY`), checked until it does.
+        self._claimer_ready = False
 
     async def decide(self, workflow_id: str, *, shard: int, token: int, redecide: bool = False) -> Outcome:
         """One decision for ``workflow_id`` under ``shard``'s lease ``token``.
@@ -277,10 +349,24 @@ class Decisions:
         statements = self._sql
         found = {r["workflow_id"]: r for r in await conn.fetch(statements["rows"], ids)}
         waiting: dict[str, list[Input]] = {}
-        for r in await conn.fetch(statements["inputs"], ids):
-            waiting.setdefault(r["workflow_id"], []).append(
-                await self._resolved(conn, _input(r["seq"], r["envelope"]))
-            )
+        clock = now
+        records: dict[str, RunRecord] = {}
+        unbacked: list[Input] = []
+        if not self._claimer_ready:
+            self._claimer_ready = bool(await conn.fetchval(CLAIMER_READY, self._claimer_table))
+        lock_inputs = statements["inputs"] if self._claimer_ready else statements["inputs_alone"]
+        for r in await conn.fetch(lock_inputs, ids):
+            waiting_input = _input(r["seq"], r["envelope"])
+            waiting.setdefault(r["workflow_id"], []).append(waiting_input)
+            clock = max(clock, r["seen_at"])
+            if r["run_id"] is not None:
+                records[r["run_id"]] = _run_record(r)
+            elif r["backed"] is None and r["type"] in _RUN_OUTCOME_TYPES:
+                # Recorded before the intake kept its run id, or the claimer's table not joined.
+                unbacked.append(waiting_input)
+        if unbacked:
+            records.update(await self._records(conn, unbacked))
+        await self._resolve_results(conn, records, waiting)
         outcomes = {w: Outcome(None, 0) for w in ids}
         todo = [w for w in ids if waiting.get(w) or redecide]
         if not todo:
@@ -325,6 +411,8 @@ class Decisions:
                 decider=self._decider,
                 now=now,
                 redecide=redecide,
+                records=records,
+                clock=clock,
             )
             with _decision_span(out, record, inputs=len(inputs), shard=shard, began=began):
                 await self._gather(
@@ -340,21 +428,42 @@ class Decisions:
             outcomes[workflow_id] = Outcome(out, len(inputs))
         return outcomes
 
-    async def _resolved(self, conn: Conn, waiting: Input) -> Input:
-        """The input with an activity result the claimer stored by reference read back from the
-        claimer's payload table (same database): the code sees the value, and offloading puts it
-        in this schema's table in this decision's transaction, so the history never points into
-        another service's table.
+    async def _records(self, conn: Conn, inputs: Sequence[Input]) -> dict[str, RunRecord]:
+        """The claimer's records of the runs the activity outcomes among ``inputs`` name, read
+        apart (`CLAIMER_RUNS`): for inputs recorded before the intake kept the run id. Only an
+        outcome naming its own `{workflow_id}/{sequence}` can be backed, so only those are read."""
+        run_ids = {run_id for i in inputs if (run_id := backed_run_id(i.message)) is not None}
+        if not run_ids:
+            return {}
+        rows = await conn.fetch(self._claimer_runs, sorted(run_ids))
+        return {row["run_id"]: _run_record(row) for row in rows}
+
+    async def _resolve_results(
+        self, conn: Conn, records: dict[str, RunRecord], waiting: dict[str, list[Input]]
+    ) -> None:
+        """A completed run's result the claimer stored by reference, read back from the claimer's
+        payload table (same database) when an outcome matches its record: the code sees the value,
+        and offloading puts it in this schema's table in this decision's transaction, so the
+        history never points into another service's table.
 
         Raises:
             PayloadNotFound: the claimer's table has nothing under the reference.
         """
-        message = waiting.message
-        if not (isinstance(message, RunCompleted) and is_payload_ref(message.result)):
-            return waiting
-        ref = message.result[PAYLOAD_REF_KEY]
-        data = await get_payload(conn, schema=self._activity_payloads_schema, ref=ref)
-        return replace(waiting, message=message.model_copy(update={"result": json.loads(data)}))
+        for run_id, record in list(records.items()):
+            if not is_payload_ref(record.result):
+                continue
+            matched = any(
+                isinstance(i.message, RunCompleted)
+                and i.message.run_id == run_id
+                and (i.message.fence_token, i.message.attempt) == (record.fence_token, record.attempt)
+                for inputs in waiting.values()
+                for i in inputs
+            )
+            if matched:
+                data = await get_payload(
+                    conn, schema=self._activity_payloads_schema, ref=record.result[PAYLOAD_REF_KEY]
+                )
+                records[run_id] = replace(record, result=json.loads(data))
 
     async def _gather(
         self,
@@ -392,6 +501,9 @@ class Decisions:
         elif exists and last is not None:
             writes.updated.append((workflow_id, out.status or "running", last))
         writes.dropped.extend(i.seq for i in inputs)
+        if out.refused:
+            out.refused[:] = await self._with_origins(conn, out.refused)
+            writes.forgotten.extend(self._seen_id(refusal) for refusal in out.refused)
         if out.notices:
             await self._notify_parents(conn, out, now)
         rows = self._outbound.rows(out, stored, now=now, stored_json=texts)
@@ -430,12 +542,46 @@ class Decisions:
             )
         if writes.dropped:
             await conn.execute(statements["drop"], writes.dropped)
+        if writes.forgotten:
+            await conn.execute(statements["forget"], writes.forgotten)
         if writes.staged:
             await append_encoded(
                 conn,
                 schema=self._schema,
                 rows=[r if isinstance(r, Encoded) else encoded(r) for r in writes.staged],
             )
+
+    async def _with_origins(self, conn: Conn, refused: Sequence[Refusal]) -> list[Refusal]:
+        """The refused inputs with the records they were consumed from (`intake.RECORD_CONSUMED`):
+        their stored value is the record's, byte-exact."""
+        rows = await conn.fetch(self._sql["origins"], [r.input.seq for r in refused])
+        found = {row["seq"]: row for row in rows}
+        out = []
+        for refusal in refused:
+            row = found.get(refusal.input.seq)
+            if row is None:  # recorded before the origin was kept (Outbound.dead_letter)
+                out.append(refusal)
+                continue
+            headers = json.loads(row["origin_headers"]) if row["origin_headers"] is not None else []
+            origin = Record(
+                topic=row["origin_topic"],
+                partition=row["origin_partition"],
+                offset=row["origin_offset"],
+                key=row["origin_key"],
+                value=refusal.input.raw,
+                headers=tuple((str(k), base64.b64decode(v)) for k, v in headers),
+                timestamp_ms=row["origin_timestamp_ms"],
+            )
+            out.append(replace(refusal, input=replace(refusal.input, origin=origin)))
+        return out
+
+    def _seen_id(self, refusal: Refusal) -> str:
+        """The inbox id the intake recorded for a refused input (`intake.inbox_id`)."""
+        waiting = refusal.input
+        origin = waiting.origin
+        if origin is None:  # recorded before its origin was kept: the id had no digest then
+            return f"{self._outbound.consumed_topic(waiting.message)}:{waiting.envelope.id}"
+        return inbox_id(origin.topic, waiting.envelope.id, origin.value or b"", outcome=True)
 
     async def _notify_parents(self, conn: Conn, out: Step, now: datetime) -> None:
         # Staged as the parent's input in this transaction: the child's end and its report to the
@@ -545,9 +691,26 @@ class StoredHistoryCorrupt(SlotflowError):
     """A stored history row does not decode as a history event (a defect, never user input)."""
 
 
+#: The input types whose run the claimer's record backs.
+_RUN_OUTCOME_TYPES = frozenset((RunCompleted.message_type, RunDeadLettered.message_type))
+
+
+def _run_record(row: Any) -> RunRecord:
+    """The claimer's record of a run as `LOCK_INPUTS` or `CLAIMER_RUNS` read it."""
+    return RunRecord(
+        run_id=row["run_id"],
+        state=row["state"],
+        fence_token=row["fence_token"],
+        attempt=row["attempt"],
+        handler=row["handler"],
+        result=json.loads(row["result"]) if row["result"] is not None else None,
+        error=json.loads(row["error"]) if row["error"] is not None else None,
+    )
+
+
 def _input(seq: int, raw: bytes) -> Input:
     envelope = decode(raw)
-    return Input(seq, envelope, INPUT_MESSAGES.parse(envelope))
+    return Input(seq, envelope, INPUT_MESSAGES.parse(envelope), raw=raw)
 
 
 def history_of(rows: Sequence[tuple[str, str]]) -> list[HistoryEvent]:

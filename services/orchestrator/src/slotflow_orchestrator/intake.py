@@ -9,8 +9,19 @@ committed only after that transaction.
 What is recorded: every workflow command; RunCompleted and RunDeadLettered of activities (the
 outcomes that become history; started, retrying and failed attempts are the claimer's business);
 every TimerFired (the ticker fires TimerFired only for workflow timers).
+
+An outcome (RunCompleted, RunDeadLettered, TimerFired) is recorded with its origin and its value
+byte-exact: the decision checks it against its issuer's record (`slotflow.issuers`) and parks a
+refused one in the DLQ from there. Its inbox id carries a digest of its bytes besides its envelope
+id, so a forged record that borrows a genuine one's id (they are derived, hence guessable: a
+TimerFired's is `timer:{timer_id}`) cannot make the genuine record look like a redelivery; two
+copies of one outcome are harmless, since only the first finds something pending.
 """
 
+import base64
+import functools
+import hashlib
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -27,6 +38,7 @@ from slotflow.contracts import (
     TimerFired,
 )
 from slotflow.contracts.codec import encode
+from slotflow.core.identity import activity_run_id
 from slotflow.kafka.loop import DEFAULT_OUTAGE_TYPES, Incoming
 from slotflow.kafka.producer import partition_for
 from slotflow.pg.pool import CONNECTION_ERRORS, Conn, Pool
@@ -49,9 +61,18 @@ RECORD_SEEN = (
     "INSERT INTO {schema}.inbox (event_id, topic) SELECT * FROM unnest($1::text[], $2::text[]) "
     "ON CONFLICT (event_id) DO NOTHING RETURNING event_id"
 )
+# Inputs the orchestrator writes itself (a child's end): no origin, never refused.
 RECORD_INPUTS = (
     "INSERT INTO {schema}.inputs (workflow_id, shard, type, envelope) "
     "SELECT * FROM unnest($1::text[], $2::int[], $3::text[], $4::bytea[])"
+)
+# Consumed records, each with its value as consumed; an outcome also with where it came from, so
+# the decision that refuses it parks the very record (origin columns NULL for commands).
+RECORD_CONSUMED = (
+    "INSERT INTO {schema}.inputs (workflow_id, shard, type, envelope, origin_topic, origin_partition, "
+    "origin_offset, origin_key, origin_headers, origin_timestamp_ms, run_id) "
+    "SELECT * FROM unnest($1::text[], $2::int[], $3::text[], $4::bytea[], $5::text[], $6::int[], "
+    "$7::bigint[], $8::bytea[], $9::jsonb[], $10::bigint[], $11::text[])"
 )
 
 
@@ -63,6 +84,39 @@ def workflow_of(message: Message) -> str | None:
         return message.workflow_id if message.sequence is not None else None
     if isinstance(message, TimerFired):
         return message.owner
+    return None
+
+
+#: What another service reports: checked against its issuer's record when decided, parked if refused.
+OUTCOMES = (RunCompleted, RunDeadLettered, TimerFired)
+
+
+def inbox_id(topic: str, envelope_id: str, value: bytes, *, outcome: bool) -> str:
+    """The inbox id of a consumed record: topic-qualified (ids are unique per topic only), and for
+    an outcome also its bytes' digest (see the module docstring)."""
+    if not outcome:
+        return f"{topic}:{envelope_id}"
+    return f"{topic}:{envelope_id}#{hashlib.sha256(value).hexdigest()[:32]}"
+
+
+@functools.lru_cache(maxsize=256)
+def headers_text(headers: tuple[tuple[str, bytes], ...]) -> str:
+    """A record's headers as JSON text for `origin_headers`: in order, duplicates kept, each value
+    base64 (byte-exact, and jsonb holds no NUL). Outcomes mostly carry the same few headers (their
+    type and version; a trace context only with tracing on): each distinct set is encoded once."""
+    return json.dumps([[key, base64.b64encode(value).decode()] for key, value in headers])
+
+
+def backed_run_id(message: Message) -> str | None:
+    """The run an activity outcome names, if it is the outcome's own `{workflow_id}/{sequence}`
+    (the only run id the claimer's record can back); None for anything else."""
+    if (
+        isinstance(message, RunCompleted | RunDeadLettered)
+        and message.workflow_id is not None
+        and message.sequence is not None
+        and message.run_id == activity_run_id(message.workflow_id, message.sequence)
+    ):
+        return message.run_id
     return None
 
 
@@ -86,8 +140,13 @@ async def admit(conn: Conn, *, schema: str, shards: int, batch: Sequence[Incomin
         workflow_id = workflow_of(incoming.message)
         if workflow_id is None:
             continue
-        # Qualified by topic: ids are unique per topic only (a command and an event may share one).
-        event_id = f"{incoming.record.topic}:{incoming.envelope.id}"
+        record = incoming.record
+        event_id = inbox_id(
+            record.topic,
+            incoming.envelope.id,
+            record.value or b"",
+            outcome=isinstance(incoming.message, OUTCOMES),
+        )
         wanted.setdefault(event_id, (incoming, workflow_id))
     if not wanted:
         return Admitted(frozenset(), ())
@@ -100,12 +159,22 @@ async def admit(conn: Conn, *, schema: str, shards: int, batch: Sequence[Incomin
         return Admitted(frozenset(), ())
     workflow_ids = [workflow_id for _, workflow_id in new]
     shard_ids = [shard_of(w, shards) for w in workflow_ids]
+    # Only an outcome can be refused, so only its origin is kept.
+    origins = [incoming.record if isinstance(incoming.message, OUTCOMES) else None for incoming, _ in new]
     await conn.execute(
-        sql(RECORD_INPUTS, schema),
+        sql(RECORD_CONSUMED, schema),
         workflow_ids,
         shard_ids,
         [incoming.envelope.type for incoming, _ in new],
-        [encode(incoming.envelope) for incoming, _ in new],
+        # The value as consumed: it decoded to this envelope, and a dead letter carries it exact.
+        [incoming.record.value or encode(incoming.envelope) for incoming, _ in new],
+        [o.topic if o else None for o in origins],
+        [o.partition if o else None for o in origins],
+        [o.offset if o else None for o in origins],
+        [o.key if o else None for o in origins],
+        [headers_text(o.headers) if o else None for o in origins],
+        [o.timestamp_ms if o else None for o in origins],
+        [backed_run_id(incoming.message) for incoming, _ in new],
     )
     return Admitted(frozenset(shard_ids), tuple(incoming.envelope.type for incoming, _ in new))
 

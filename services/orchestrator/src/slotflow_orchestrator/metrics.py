@@ -57,6 +57,15 @@ class OrchestratorMetrics:
             ["reason"],
             registry=self.registry,
         )
+        self.refused = Counter(
+            "slotflow_orchestrator_refused_inputs_total",
+            "Activity outcomes and timer firings their issuer's record does not back (slotflow.issuers), "
+            "parked in the DLQ with the workflow untouched; by reason (unproven_outcome, unproven_timer) "
+            "and the rule broken (run_id, no_record, fence, attempt, state, handler, timer_id, "
+            "not_started, early)",
+            ["reason", "rule"],
+            registry=self.registry,
+        )
         self.histories_purged = Counter(
             "slotflow_orchestrator_histories_purged_total",
             "Closed workflows whose history rows the retention purged (the history topic keeps them)",

@@ -9,7 +9,9 @@ same ids, which every consumer collapses:
   claimer's, with its own ids);
 - StartTimer of a workflow timer: `{timer_id}/start`; CancelTimer: `{timer_id}/cancel`;
 - a child's StartWorkflow: the command id the runtime chose;
-- CommandAccepted/CommandRejected: `{command_id}/accepted` or `/rejected`.
+- CommandAccepted/CommandRejected: `{command_id}/accepted` or `/rejected`;
+- the dead letter of a refused input (`slotflow.issuers`): its record's position, as every
+  consumer parks (`slotflow.kafka.poison.dead_letter_envelope`).
 """
 
 from collections.abc import Sequence
@@ -28,16 +30,28 @@ from slotflow.contracts import (
     JobDue,
     Message,
     StartTimer,
+    TimerFired,
     TimerStarted,
     history_event_id,
     wrap,
 )
+from slotflow.contracts.codec import encode
 from slotflow.contracts.envelope import fit_id, fit_key
-from slotflow.contracts.topics import JOBS_DUE, WORKFLOW_EVENTS, WORKFLOW_HISTORY
+from slotflow.contracts.runs import RunEvent
+from slotflow.contracts.topics import (
+    DLQ_MESSAGES,
+    JOBS_DUE,
+    RUN_EVENTS,
+    TIMER_EVENTS,
+    WORKFLOW_EVENTS,
+    WORKFLOW_HISTORY,
+)
 from slotflow.core.identity import job_due_event_id
+from slotflow.kafka.poison import dead_letter_envelope
+from slotflow.kafka.records import Record
 from slotflow.pg.outbox import Encoded, Staged, headers_json
 from slotflow.settings import KafkaSettings
-from slotflow_orchestrator.stepping import Ack, Step, deadline_timer_id
+from slotflow_orchestrator.stepping import Ack, Refusal, Step, deadline_timer_id
 
 SOURCE = "orchestrator"
 
@@ -50,6 +64,7 @@ class Outbound:
         self._history = kafka.topic(WORKFLOW_HISTORY)
         self._jobs = kafka.topic(JOBS_DUE)
         self._events = kafka.topic(WORKFLOW_EVENTS)
+        self._dlq = kafka.topic(DLQ_MESSAGES)
         # The stored header JSON of each history event type (the same for every event of a type).
         self._headers: dict[str, str] = {}
 
@@ -112,7 +127,42 @@ class Outbound:
         for command_id, cancel in out.cancels:
             staged.append(self._command(cancel, command_id, now))
         staged.extend(self._ack(ack, now) for ack in out.acks)
+        staged.extend(self.dead_letter(refusal, now) for refusal in out.refused)
         return staged
+
+    def consumed_topic(self, message: Message) -> str:
+        """The topic an outcome input was consumed from (the runs' or the timers' events)."""
+        return self._kafka.topic(TIMER_EVENTS if isinstance(message, TimerFired) else RUN_EVENTS)
+
+    def dead_letter(self, refusal: Refusal, now: datetime) -> Staged:
+        """The refused input's record parked in the DLQ with its verdict's reason and detail.
+
+        An input recorded before its origin was kept has no Kafka position: its letter names the
+        input (partition -1, offset = the input's seq) and carries its stored value.
+        """
+        waiting = refusal.input
+        record = waiting.origin
+        if record is None:
+            envelope = waiting.envelope
+            record = Record(
+                topic=self.consumed_topic(waiting.message),
+                partition=-1,
+                offset=waiting.seq,
+                key=envelope.key.encode(),
+                value=waiting.raw or encode(envelope),
+                headers=(),
+                timestamp_ms=None,
+            )
+        message = waiting.message
+        letter = dead_letter_envelope(
+            record,
+            refusal.verdict.error(),
+            source_service=SOURCE,
+            occurred_at=now,
+            run_id=message.run_id if isinstance(message, RunEvent) else None,
+            job_id=message.job_id if isinstance(message, RunEvent) else None,
+        )
+        return Staged(self._dlq, letter)
 
     def history_row(self, workflow_id: str, event: HistoryEvent, text: str, now: datetime) -> Encoded:
         """One history event as its outbox row, its envelope spliced around ``text`` (the event's

@@ -10,13 +10,19 @@ history grows:
   RunDeadLettered, a timer's first TimerFired); late, duplicate or foreign ones are dropped; a
   RunDeadLettered of an activity scheduled with `on_dead_letter="park"` only marks it
   (ActivityParked), so a redrive's outcome still counts;
+- an outcome for something pending counts only when its issuer's record backs it
+  (`slotflow.issuers`): an activity's when the claimer's record of the run (``records``) is in the
+  state it claims, with its fence token, attempt and handler, and then the history records the
+  claimer's result or error, never the event's; a timer's when it is the very timer the workflow
+  started there and its fire time has come by the database clock (``clock``). Anything else is
+  refused (`Step.refused`): parked in the DLQ by the caller, the workflow untouched;
 - nothing is appended after a terminal event but a new run's WorkflowStarted, for a StartWorkflow
   whose `id_reuse_policy` allows reusing the id; every command still gets its answer;
 - the runtime's events must continue the history gap-free, or nothing of them is kept;
 - a replay that diverges appends NonDeterminismDetected and leaves the workflow `stuck`.
 """
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal, Protocol
@@ -52,6 +58,8 @@ from slotflow.contracts.timers import deadline_timer_id as deadline_timer_id
 from slotflow.contracts.timers import execution_timer_id as execution_timer_id
 from slotflow.errors import SlotflowError
 from slotflow.history import OpenWork
+from slotflow.issuers import RunRecord, Verdict, outcome_verdict, timer_verdict
+from slotflow.kafka.records import Record
 from slotflow_orchestrator.inputs import ChildOutcome
 
 Status = Literal["running", "stuck", "completed", "failed", "cancelled"]
@@ -119,6 +127,19 @@ class Input:
     seq: int
     envelope: Envelope
     message: Message
+    #: The stored value: the consumed record's, byte-exact (a refused one's dead letter carries it).
+    raw: bytes = b""
+    #: The consumed record it came from, read once the input is refused (None until then, for
+    #: commands and own inputs): it is parked from it.
+    origin: Record | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """An input its issuer's record does not back: parked in the DLQ with the verdict's reason."""
+
+    input: Input
+    verdict: Verdict
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +198,8 @@ class Step:
     diverged: bool = False
     #: Sequences of the timers started and already fired in this step (never sent to the ticker).
     fired_here: set[int] = field(default_factory=set)
+    #: Inputs refused (`slotflow.issuers`): nothing of them is appended; the caller parks them.
+    refused: list[Refusal] = field(default_factory=list)
 
 
 @dataclass
@@ -187,13 +210,18 @@ class _Book:
     workflow_id: str
     history: list[HistoryEvent]
     work: OpenWork = field(init=False)
-    #: Whether the chain's start set an execution timeout (its timer is cancelled when the run ends).
-    chain_deadline: bool = False
+    #: When the chain's execution timeout passes, if its start set one (its timer fires then, and
+    #: is cancelled when the run ends).
+    execution_deadline: datetime | None = None
     #: Closed, and its history purged from the table (the row says so; the topic keeps it).
     purged: bool = False
 
     def __post_init__(self) -> None:
         self.work = OpenWork.of(self.history)
+
+    @property
+    def chain_deadline(self) -> bool:
+        return self.execution_deadline is not None
 
     @property
     def ended(self) -> bool:
@@ -218,19 +246,25 @@ def step(
     decider: Decider,
     now: datetime,
     redecide: bool = False,
+    records: Mapping[str, RunRecord] | None = None,
+    clock: datetime | None = None,
 ) -> Step:
     """Apply ``inputs`` to the workflow and let its code move on (see the module docstring).
 
     ``redecide`` runs the code even without a new event: a stuck workflow after a deploy.
+    ``records`` are the claimer's records of the runs the inputs' activity outcomes name, by run
+    id (an outcome without one is refused); ``clock`` is the database clock read after the inputs
+    were recorded (``now`` when not given), which no timer firing may precede.
     """
     book = _Book(workflow_id, list(history))
     if row is not None and not book.history and row.status in CLOSED:
         # Its history rows were purged (retention.py): the row alone says it ended.
         book.purged = True
-    book.chain_deadline = row is not None and row.execution_deadline is not None
+    book.execution_deadline = row.execution_deadline if row is not None else None
     out = Step(workflow_id)
+    trust = _Trust(records or {}, max(now, clock) if clock is not None else now)
     for item in inputs:
-        _apply(book, row, item, out, decider=decider, now=now)
+        _apply(book, item, out, decider=decider, now=now, trust=trust)
     if book.history and not book.ended and (out.events or redecide):
         _decide(book, out, decider=decider, now=now)
     if out.events or out.started is not None:
@@ -304,7 +338,15 @@ def _timers_to_cancel(book: _Book) -> list[str]:
     return ids
 
 
-def _apply(book: _Book, row: Row | None, item: Input, out: Step, *, decider: Decider, now: datetime) -> None:
+@dataclass(frozen=True, slots=True)
+class _Trust:
+    """What an outcome is checked against: the claimer's records and the database clock."""
+
+    records: Mapping[str, RunRecord]
+    clock: datetime
+
+
+def _apply(book: _Book, item: Input, out: Step, *, decider: Decider, now: datetime, trust: _Trust) -> None:
     message = item.message
     command_id = item.envelope.id
     wf = book.workflow_id
@@ -346,7 +388,9 @@ def _apply(book: _Book, row: Row | None, item: Input, out: Step, *, decider: Dec
             out,
         )
         out.started = message
-        book.chain_deadline = message.execution_timeout is not None
+        book.execution_deadline = (
+            now + message.execution_timeout if message.execution_timeout is not None else None
+        )
         if message.execution_timeout is not None:
             timer_id = execution_timer_id(wf, book.work.chain_start)
             out.timers.append(TimerRequest(timer_id, now + message.execution_timeout))
@@ -375,7 +419,7 @@ def _apply(book: _Book, row: Row | None, item: Input, out: Step, *, decider: Dec
         book.append(event, out)
         out.acks.append(_accepted(item))
     elif book.history and not book.ended:
-        _outcome(book, message, out)
+        _outcome(book, item, out, trust)
 
 
 def _refuse_start(item: Input, message: StartWorkflow, reason: str, out: Step) -> None:
@@ -392,56 +436,16 @@ def _refuse_start(item: Input, message: StartWorkflow, reason: str, out: Step) -
         out.notices.append(ParentNotice(message.parent_workflow_id, outcome))
 
 
-def _outcome(book: _Book, message: Message, out: Step) -> None:
-    """An activity's or timer's outcome, if it answers something still pending."""
-    wf = book.workflow_id
-    answered = None
-    if isinstance(message, RunCompleted | RunDeadLettered) and message.sequence is not None:
-        answered = book.work.activities.get(message.sequence)
-    parks = (
-        answered is not None and isinstance(message, RunDeadLettered) and answered.on_dead_letter == "park"
-    )
-    if answered is not None and answered.schedule_to_close_deadline is not None and not parks:
-        out.cancel_timers.append(deadline_timer_id(answered.run_id))
-    if isinstance(message, RunCompleted) and message.sequence in book.work.activities:
-        book.append(
-            ActivityCompleted(
-                workflow_id=wf,
-                sequence=book.next_sequence,
-                scheduled_sequence=message.sequence,
-                result=message.result,
-            ),
-            out,
-        )
-    elif isinstance(message, RunDeadLettered) and answered is not None and parks:
-        # The step shows failed with the DLQ reason and stays pending: the outcome of a redrive
-        # of the parked run is its outcome (the run's next dead-letter parks it again).
-        last = message.history[-1] if message.history else None
-        book.append(
-            ActivityParked(
-                workflow_id=wf,
-                sequence=book.next_sequence,
-                scheduled_sequence=answered.sequence,
-                reason=message.reason,
-                error_type=last.error_type[:400] if last is not None and last.error_type else message.reason,
-                message=(last.message if last is not None else "")[:10_000],
-            ),
-            out,
-        )
-    elif isinstance(message, RunDeadLettered) and message.sequence in book.work.activities:
-        last = message.history[-1] if message.history else None
-        book.append(
-            ActivityFailed(
-                workflow_id=wf,
-                sequence=book.next_sequence,
-                scheduled_sequence=message.sequence,
-                error_type=last.error_type[:400] if last is not None and last.error_type else message.reason,
-                message=(last.message if last is not None else "")[:10_000],
-                permanent=message.reason == "permanent_error",
-            ),
-            out,
-        )
+def _outcome(book: _Book, item: Input, out: Step, trust: _Trust) -> None:
+    """An activity's, child's or timer's outcome, if it answers something still pending."""
+    message = item.message
+    if isinstance(message, RunCompleted | RunDeadLettered):
+        _activity_outcome(book, item, message, out, trust)
+    elif isinstance(message, TimerFired):
+        _timer_fired(book, item, message, out, trust)
     elif isinstance(message, ChildOutcome) and message.parent_sequence in book.work.children:
+        # Written by the child's own decision into this schema: the orchestrator's own record.
+        wf = book.workflow_id
         child = book.work.children[message.parent_sequence]
         if message.outcome == "completed":
             event: HistoryEvent = ChildWorkflowCompleted(
@@ -462,33 +466,127 @@ def _outcome(book: _Book, message: Message, out: Step) -> None:
                 cancelled=message.outcome == "cancelled",
             )
         book.append(event, out)
-    elif isinstance(message, TimerFired):
-        pending = book.work.activities.get(message.sequence) if message.sequence is not None else None
-        if message.timer_id == execution_timer_id(wf, book.work.chain_start):
+
+
+def _activity_outcome(
+    book: _Book, item: Input, message: RunCompleted | RunDeadLettered, out: Step, trust: _Trust
+) -> None:
+    """The pending activity's end, as the claimer recorded it; refused unless the claimer's record
+    of the pending activity's run backs the event (`slotflow.issuers.outcome_verdict`)."""
+    wf = book.workflow_id
+    answered = book.work.activities.get(message.sequence) if message.sequence is not None else None
+    if answered is None:
+        return  # nothing pending at that sequence: late, duplicate or foreign, it changes nothing
+    record = trust.records.get(answered.run_id)
+    verdict = outcome_verdict(message, run_id=answered.run_id, handler=answered.activity, record=record)
+    if not verdict.accepted or record is None:
+        out.refused.append(Refusal(item, verdict))
+        return
+    parks = isinstance(message, RunDeadLettered) and answered.on_dead_letter == "park"
+    if answered.schedule_to_close_deadline is not None and not parks:
+        out.cancel_timers.append(deadline_timer_id(answered.run_id))
+    if isinstance(message, RunCompleted):
+        book.append(
+            ActivityCompleted(
+                workflow_id=wf,
+                sequence=book.next_sequence,
+                scheduled_sequence=answered.sequence,
+                result=record.result,
+            ),
+            out,
+        )
+        return
+    reason, error_type, text = record.failure()
+    if parks:
+        # The step shows failed with the DLQ reason and stays pending: the outcome of a redrive
+        # of the parked run is its outcome (the run's next dead-letter parks it again).
+        book.append(
+            ActivityParked(
+                workflow_id=wf,
+                sequence=book.next_sequence,
+                scheduled_sequence=answered.sequence,
+                reason=reason,
+                error_type=error_type[:400],
+                message=text[:10_000],
+            ),
+            out,
+        )
+        return
+    book.append(
+        ActivityFailed(
+            workflow_id=wf,
+            sequence=book.next_sequence,
+            scheduled_sequence=answered.sequence,
+            error_type=error_type[:400],
+            message=text[:10_000],
+            permanent=reason == "permanent_error",
+        ),
+        out,
+    )
+
+
+def _timer_fired(book: _Book, item: Input, message: TimerFired, out: Step, trust: _Trust) -> None:
+    """A firing of a timer the workflow started and still waits on, once it is due; refused when
+    it names something pending but is not that timer or comes early (`slotflow.issuers`)."""
+    wf = book.workflow_id
+    work = book.work
+    chain_timer = execution_timer_id(wf, work.chain_start)
+    sleep = work.timers.get(message.sequence) if message.sequence is not None else None
+    activity = work.activities.get(message.sequence) if message.sequence is not None else None
+    if message.timer_id == chain_timer:
+        verdict = timer_verdict(
+            message.timer_id,
+            awaited=f"the execution timeout of workflow {wf}",
+            awaited_id=chain_timer if book.execution_deadline is not None else None,
+            fire_at=book.execution_deadline,
+            clock=trust.clock,
+        )
+        if verdict.accepted:
             book.append(_terminal_failure(book, TIMED_OUT, "the execution timeout passed"), out)
-        elif pending is not None and message.timer_id == deadline_timer_id(pending.run_id):
-            book.append(
-                ActivityFailed(
-                    workflow_id=wf,
-                    sequence=book.next_sequence,
-                    scheduled_sequence=pending.sequence,
-                    error_type=ACTIVITY_TIMED_OUT,
-                    message=f"no attempt of {pending.activity} finished by its schedule-to-close deadline",
-                    permanent=True,
-                ),
-                out,
-            )
-        elif message.sequence is not None and message.sequence in book.work.timers:
+    elif sleep is not None:
+        verdict = timer_verdict(
+            message.timer_id,
+            awaited=f"the timer started at sequence {sleep.sequence} of workflow {wf}",
+            awaited_id=sleep.timer_id,
+            fire_at=sleep.fire_at,
+            clock=trust.clock,
+        )
+        if verdict.accepted:
             book.append(
                 WorkflowTimerFired(
                     workflow_id=wf,
                     sequence=book.next_sequence,
-                    started_sequence=message.sequence,
-                    timer_id=message.timer_id,
+                    started_sequence=sleep.sequence,
+                    timer_id=sleep.timer_id,
                     fired_at=message.fired_at,
                 ),
                 out,
             )
+    elif activity is not None:
+        deadline = activity.schedule_to_close_deadline
+        verdict = timer_verdict(
+            message.timer_id,
+            awaited=f"the schedule-to-close deadline of activity {activity.activity} (run {activity.run_id})",
+            awaited_id=deadline_timer_id(activity.run_id) if deadline is not None else None,
+            fire_at=deadline,
+            clock=trust.clock,
+        )
+        if verdict.accepted:
+            book.append(
+                ActivityFailed(
+                    workflow_id=wf,
+                    sequence=book.next_sequence,
+                    scheduled_sequence=activity.sequence,
+                    error_type=ACTIVITY_TIMED_OUT,
+                    message=f"no attempt of {activity.activity} finished by its schedule-to-close deadline",
+                    permanent=True,
+                ),
+                out,
+            )
+    else:
+        return  # names nothing pending (a timer cancelled or answered already): it changes nothing
+    if not verdict.accepted:
+        out.refused.append(Refusal(item, verdict))
 
 
 def _decide(book: _Book, out: Step, *, decider: Decider, now: datetime) -> None:

@@ -31,6 +31,8 @@ KNOWN_REASONS = frozenset(
         "unprocessable",
         "handler_error",
         "poison",
+        "unproven_outcome",
+        "unproven_timer",
     }
 )
 

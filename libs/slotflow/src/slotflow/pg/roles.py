@@ -6,7 +6,8 @@ service then connects as its own role and applies its migrations into the schema
 
 The read grants are what the code reads across schemas, and nothing else:
 
-- the orchestrator reads the claimer's schema: an activity result too large for RunCompleted is
+- the orchestrator reads the claimer's schema: every activity outcome is checked against its run's
+  row in `claimer.runs` (`slotflow.issuers`), and an activity result too large for RunCompleted is
   stored in `claimer.payloads` (the orchestrator's `activity_payloads_schema`);
 - the api reads the stats schema: the stats processor's windows (`slotflow_api.stats`).
 
