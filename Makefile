@@ -3,6 +3,7 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+LIBS := $(sort $(dir $(wildcard libs/*/pyproject.toml)))
 SERVICES := $(sort $(dir $(wildcard services/*/pyproject.toml)))
 STAMP := $(VENV)/.installed-stamp
 # The stats processor's own environment: faust-streaming cannot share the core's (decision 0005).
@@ -17,10 +18,13 @@ WITH_STACK = stack_env="$$(deploy/devstack/up.sh)" && eval "$$stack_env" &&
 
 setup: $(STAMP) $(STATS_STAMP)
 
-$(STAMP): requirements-dev.txt libs/slotflow/pyproject.toml $(wildcard services/*/pyproject.toml)
+# The library's distribution was called `slotflow` before it became `slotflow-lib`: an old install
+# of it (or PyPI's unrelated `slotflow`) would shadow the `slotflow` package, so it goes first.
+$(STAMP): requirements-dev.txt VERSION $(wildcard libs/*/pyproject.toml services/*/pyproject.toml)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -r requirements-dev.txt -e libs/slotflow $(addprefix -e ,$(SERVICES))
+	$(BIN)/python -m pip uninstall -qq -y slotflow
+	$(BIN)/python -m pip install -q -r requirements-dev.txt $(addprefix -e ,$(LIBS) $(SERVICES))
 	touch $(STAMP)
 
 $(STATS_STAMP): services/stats/requirements.txt services/stats/pyproject.toml
