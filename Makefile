@@ -20,17 +20,21 @@ setup: $(STAMP) $(STATS_STAMP)
 
 # The library's distribution was called `slotflow` before it became `slotflow-lib`: an old install
 # of it (or PyPI's unrelated `slotflow`) would shadow the `slotflow` package, so it goes first.
+# The stats worker's package joins .venv without its dependencies: faust cannot live there (decision
+# 0005), but the unit tests and mypy read its pure parts (observations, windows, health) there.
 $(STAMP): requirements-dev.txt VERSION $(wildcard libs/*/pyproject.toml services/*/pyproject.toml)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip uninstall -qq -y slotflow
-	$(BIN)/python -m pip install -q -r requirements-dev.txt $(addprefix -e ,$(LIBS) $(SERVICES))
+	$(BIN)/python -m pip install -q -r requirements-dev.txt $(addprefix -e ,$(LIBS) $(filter-out services/stats/,$(SERVICES)))
+	$(BIN)/python -m pip install -q --no-deps -e services/stats
 	touch $(STAMP)
 
-$(STATS_STAMP): services/stats/requirements.txt services/stats/pyproject.toml
+# slotflow-base is what the worker shares with the library (settings, log masking, errors).
+$(STATS_STAMP): services/stats/requirements.txt services/stats/pyproject.toml libs/slotflow-base/pyproject.toml VERSION
 	test -x $(STATS_VENV)/bin/python || $(PYTHON) -m venv $(STATS_VENV)
 	$(STATS_VENV)/bin/python -m pip install -q --upgrade pip
-	$(STATS_VENV)/bin/python -m pip install -q -r services/stats/requirements.txt -e services/stats
+	$(STATS_VENV)/bin/python -m pip install -q -r services/stats/requirements.txt -e libs/slotflow-base -e services/stats
 	$(STATS_VENV)/bin/python -m pip check
 	touch $(STATS_STAMP)
 
