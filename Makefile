@@ -14,7 +14,7 @@ STATS_STAMP := $(STATS_VENV)/.installed-stamp
 # against nothing, so a broker that did not come up reads as hundreds of test errors.
 WITH_STACK = stack_env="$$(deploy/devstack/up.sh)" && eval "$$stack_env" &&
 
-.PHONY: setup tools up down status clean test test-unit test-integration test-containers check-compose test-chaos chaos lint fmt contracts demo bench
+.PHONY: setup tools up down status clean test test-unit test-integration test-containers check-compose check-wheels test-chaos chaos lint fmt contracts demo bench
 
 setup: $(STAMP) $(STATS_STAMP)
 
@@ -87,6 +87,12 @@ test-containers: setup
 check-compose: setup
 	apt-get install -y -q podman runc debootstrap >/dev/null
 	deploy/containers/check-compose.sh
+
+# Every package built as a wheel; each service installed alone from them into a fresh virtualenv
+# (no index: the wheels, and a wheelhouse of the pinned third-party dependencies kept in
+# .cache/wheelhouses), started against the devstack until it serves, and stopped (docs/deploy.md).
+check-wheels: setup
+	$(WITH_STACK) $(PYTHON) deploy/wheels/check_wheels.py
 
 # pytest exits 5 when a layer has no tests yet; that is not a failure for an optional layer.
 test-chaos: setup
