@@ -3,6 +3,7 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+LIBS := $(sort $(dir $(wildcard libs/*/pyproject.toml)))
 SERVICES := $(sort $(dir $(wildcard services/*/pyproject.toml)))
 STAMP := $(VENV)/.installed-stamp
 # The stats processor's own environment: faust-streaming cannot share the core's (decision 0005).
@@ -13,20 +14,27 @@ STATS_STAMP := $(STATS_VENV)/.installed-stamp
 # against nothing, so a broker that did not come up reads as hundreds of test errors.
 WITH_STACK = stack_env="$$(deploy/devstack/up.sh)" && eval "$$stack_env" &&
 
-.PHONY: setup tools up down status clean test test-unit test-integration test-containers check-compose test-chaos chaos lint fmt contracts demo bench
+.PHONY: setup tools up down status clean test test-unit test-integration test-containers check-compose check-wheels test-chaos chaos lint fmt contracts demo bench
 
 setup: $(STAMP) $(STATS_STAMP)
 
-$(STAMP): requirements-dev.txt libs/slotflow/pyproject.toml $(wildcard services/*/pyproject.toml)
+# The library's distribution was called `slotflow` before it became `slotflow-lib`: an old install
+# of it (or PyPI's unrelated `slotflow`) would shadow the `slotflow` package, so it goes first.
+# The stats worker's package joins .venv without its dependencies: faust cannot live there (decision
+# 0005), but the unit tests and mypy read its pure parts (observations, windows, health) there.
+$(STAMP): requirements-dev.txt VERSION $(wildcard libs/*/pyproject.toml services/*/pyproject.toml)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -r requirements-dev.txt -e libs/slotflow $(addprefix -e ,$(SERVICES))
+	$(BIN)/python -m pip uninstall -qq -y slotflow
+	$(BIN)/python -m pip install -q -r requirements-dev.txt $(addprefix -e ,$(LIBS) $(filter-out services/stats/,$(SERVICES)))
+	$(BIN)/python -m pip install -q --no-deps -e services/stats
 	touch $(STAMP)
 
-$(STATS_STAMP): services/stats/requirements.txt services/stats/pyproject.toml
+# slotflow-base is what the worker shares with the library (settings, log masking, errors).
+$(STATS_STAMP): services/stats/requirements.txt services/stats/pyproject.toml libs/slotflow-base/pyproject.toml VERSION
 	test -x $(STATS_VENV)/bin/python || $(PYTHON) -m venv $(STATS_VENV)
 	$(STATS_VENV)/bin/python -m pip install -q --upgrade pip
-	$(STATS_VENV)/bin/python -m pip install -q -r services/stats/requirements.txt -e services/stats
+	$(STATS_VENV)/bin/python -m pip install -q -r services/stats/requirements.txt -e libs/slotflow-base -e services/stats
 	$(STATS_VENV)/bin/python -m pip check
 	touch $(STATS_STAMP)
 
@@ -87,6 +95,12 @@ test-containers: setup
 check-compose: setup
 	apt-get install -y -q podman runc debootstrap >/dev/null
 	deploy/containers/check-compose.sh
+
+# Every package built as a wheel; each service installed alone from them into a fresh virtualenv
+# (no index: the wheels, and a wheelhouse of the pinned third-party dependencies kept in
+# .cache/wheelhouses), started against the devstack until it serves, and stopped (docs/deploy.md).
+check-wheels: setup
+	$(WITH_STACK) $(PYTHON) deploy/wheels/check_wheels.py
 
 # pytest exits 5 when a layer has no tests yet; that is not a failure for an optional layer.
 test-chaos: setup

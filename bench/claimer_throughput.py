@@ -14,8 +14,9 @@ outbox, no handler. The ratio e2e / bare is what the claimer's machinery costs.
 
 Also reported per run: CPU per run of the claimer processes, of the PostgreSQL backends serving the
 benchmark's database, and of the (shared) Kafka broker, and the load average. With
-CLAIMER_PYTHONPATH=<other checkout>/libs/slotflow/src:<other checkout>/services/claimer/src the
-claimer processes run another version's code (before/after in one session).
+CLAIMER_PYTHONPATH=<other checkout>/libs/slotflow/src:<other checkout>/libs/slotflow-base/src:<other
+checkout>/services/claimer/src (no slotflow-base before it existed) the claimer processes run
+another version's code (before/after in one session).
 """
 
 import argparse

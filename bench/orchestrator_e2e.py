@@ -74,7 +74,8 @@ class Arm:
         return cls(name or checkout.name, checkout, env)
 
     def pythonpath(self) -> str:
-        paths = [self.checkout / "libs" / "slotflow" / "src"]
+        # The library, and slotflow-base where the checkout has it.
+        paths = sorted((self.checkout / "libs").glob("*/src"))
         paths += sorted((self.checkout / "services").glob("*/src"))
         return os.pathsep.join(str(p) for p in [*paths, REPO / "bench"])
 

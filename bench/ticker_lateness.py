@@ -22,6 +22,7 @@ Results: stdout (Markdown) and bench/results/ticker_lateness.json.
 import argparse
 import asyncio
 import contextlib
+import glob
 import json
 import os
 import subprocess
@@ -198,7 +199,8 @@ def parse_arm(text: str) -> tuple[str, dict[str, str]]:
     env = dict(setting.split("=", 1) for setting in settings)
     if checkout:
         root = os.path.abspath(checkout)
-        paths = [f"{root}/services/ticker/src", f"{root}/libs/slotflow/src"]
+        # libs/*/src: the library, and slotflow-base where the checkout has it.
+        paths = [f"{root}/services/ticker/src", *sorted(glob.glob(f"{root}/libs/*/src"))]
         env["PYTHONPATH"] = os.pathsep.join([*paths, os.environ.get("PYTHONPATH", "")])
     return name, env
 

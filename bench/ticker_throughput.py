@@ -34,6 +34,7 @@ bench/results/ticker_throughput.json.
 
 import argparse
 import asyncio
+import glob
 import json
 import os
 import subprocess
@@ -295,7 +296,8 @@ def parse_arm(text: str) -> tuple[str, dict[str, str]]:
     env: dict[str, str] = {}
     if checkout:
         root = os.path.abspath(checkout)
-        paths = [f"{root}/services/ticker/src", f"{root}/libs/slotflow/src"]
+        # libs/*/src: the library, and slotflow-base where the checkout has it.
+        paths = [f"{root}/services/ticker/src", *sorted(glob.glob(f"{root}/libs/*/src"))]
         env["PYTHONPATH"] = os.pathsep.join([*paths, os.environ.get("PYTHONPATH", "")])
     return name, env
 

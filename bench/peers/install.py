@@ -62,7 +62,7 @@ def project_venv() -> Installed:
     if not python.exists():
         return unavailable("the project's .venv is missing: run `make setup`")
     version = subprocess.run(
-        [str(python), "-c", "import importlib.metadata as m; print(m.version('slotflow'))"],
+        [str(python), "-c", "import importlib.metadata as m; print(m.version('slotflow-lib'))"],
         capture_output=True,
         text=True,
         check=False,

@@ -15,7 +15,7 @@ from slotflow.kafka.producer import Producer
 from slotflow.pg.pool import Pool
 from slotflow.settings import KafkaSettings
 from slotflow.testing import assert_eventually
-from slotflow_stats import histogram
+from slotflow_base.stats import histogram
 from tests.integration.api.stats_support import HANDLERS, StatsProcess, past_minute, stored_counts, workload
 
 

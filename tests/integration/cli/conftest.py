@@ -86,5 +86,7 @@ async def api_url(api_settings: Settings) -> AsyncIterator[str]:
 @pytest.fixture
 def cli(kafka: KafkaSettings, api_url: str) -> Cli:
     if not SCRIPT.exists():
-        pytest.fail(f"{SCRIPT} is missing: run `.venv/bin/pip install -e libs/slotflow` (make setup does)")
+        pytest.fail(
+            f"{SCRIPT} is missing: run `make setup` (it installs libs/slotflow-base and libs/slotflow editable)"
+        )
     return Cli(kafka, api_url)

@@ -307,7 +307,7 @@ async def test_queries_print_tables_or_json(
 async def test_failures_are_one_line_messages_with_exit_codes(kafka: KafkaSettings) -> None:
     cli = Cli(kafka, f"http://127.0.0.1:{_closed_port()}")
     no_kafka = cli.env(SLOTFLOW_KAFKA_BOOTSTRAP=f"127.0.0.1:{_closed_port()}")
-    assert SCRIPT.exists(), f"{SCRIPT} missing: pip install -e libs/slotflow"
+    assert SCRIPT.exists(), f"{SCRIPT} missing: run `make setup`"
     kafka_down = await cli("schedule", "trigger", "payouts", env=no_kafka)
     api_down, bad_cron, bad_zone, bad_json, waited = await cli.many(
         ["schedule", "list"],

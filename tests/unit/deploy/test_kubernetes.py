@@ -27,10 +27,11 @@ from slotflow.kafka.security import KafkaSecurity
 from slotflow.settings import KafkaSettings, PostgresSettings
 from slotflow_api.config import ApiSettings
 from slotflow_api.routes.health import router as api_health
+from slotflow_base.settings import KafkaConnection
 from slotflow_claimer.config import ClaimerSettings
 from slotflow_dlq.config import DlqSettings
 from slotflow_orchestrator.config import OrchestratorSettings
-from slotflow_stats.config import KafkaConnection, PostgresConnection, StatsSettings
+from slotflow_stats.config import StatsSettings
 from slotflow_ticker.config import TickerSettings
 
 ROOT = Path(__file__).parents[3]
@@ -43,14 +44,15 @@ SECRETS_EXAMPLE = "secrets.example.yaml"
 Resource = dict[str, Any]
 
 #: Each long-running service's settings: what its container's environment must parse into.
-#: Every one also reads the shared Kafka and PostgreSQL settings (the stats worker its own copy).
+#: Every one also reads the shared Kafka and PostgreSQL settings (the stats worker the part of the
+#: Kafka settings it shares with the library, slotflow_base.settings.KafkaConnection).
 SERVICE_SETTINGS: dict[str, list[type[BaseSettings]]] = {
     "ticker": [TickerSettings, KafkaSettings, PostgresSettings],
     "claimer": [ClaimerSettings, KafkaSettings, PostgresSettings],
     "orchestrator": [OrchestratorSettings, KafkaSettings, PostgresSettings],
     "dlq": [DlqSettings, KafkaSettings, PostgresSettings],
     "api": [ApiSettings, KafkaSettings, PostgresSettings],
-    "stats": [StatsSettings, KafkaConnection, PostgresConnection],
+    "stats": [StatsSettings, KafkaConnection, PostgresSettings],
 }
 #: Where each service's HTTP listener is: its settings class and the host and port fields.
 LISTENERS: dict[str, tuple[type[BaseSettings], str, str]] = {
@@ -85,7 +87,7 @@ REQUIRED_ENV: dict[str, set[str]] = {
     "stats": {"SLOTFLOW_STATS_DATA_DIR", "SLOTFLOW_STATS_CHANGELOG_REPLICATION_FACTOR"},
     "topics": {"SLOTFLOW_KAFKA_BOOTSTRAP"},
 }
-#: Read by slotflow.logs with os.environ, not a settings class (checked against its source below).
+#: Read by slotflow_base.logs (slotflow.logs) with os.environ, not a settings class (checked against its source below).
 LOG_ENV = {"SLOTFLOW_LOG_FORMAT", "SLOTFLOW_LOG_LEVEL", "SLOTFLOW_LOG_KAFKA_LEVEL"}
 
 
@@ -423,7 +425,7 @@ def test_every_service_settings_group_has_a_deployment() -> None:
 
 
 def test_log_variables_are_the_ones_slotflow_logs_reads() -> None:
-    source = (ROOT / "libs/slotflow/src/slotflow/logs.py").read_text()
+    source = (ROOT / "libs/slotflow-base/src/slotflow_base/logs.py").read_text()
     assert set(re.findall(r'"(SLOTFLOW_LOG_[A-Z_]+)"', source)) == LOG_ENV
 
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from slotflow_stats import histogram
+from slotflow_base.stats import histogram
 
 values = st.lists(st.floats(min_value=1e-4, max_value=1e5, allow_nan=False), min_size=1, max_size=300)
 

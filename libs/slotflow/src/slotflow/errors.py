@@ -2,22 +2,15 @@
 
 Catch `SlotflowError`; branch on `retryable` or on the class, never on message text. A class's
 docstring is its default message.
+
+`SlotflowError` and `ConfigurationError` are defined in `slotflow_base.errors` (the stats worker,
+which cannot import this library, raises from them too) and are the same classes here.
 """
 
 from typing import ClassVar
 
-
-class SlotflowError(Exception):
-    """Unexpected slotflow error."""
-
-    retryable: ClassVar[bool] = False
-
-    def __init__(self, message: str | None = None) -> None:
-        super().__init__(message or self.__doc__)
-
-
-class ConfigurationError(SlotflowError):
-    """A setting is missing or has an impossible value."""
+from slotflow_base.errors import ConfigurationError as ConfigurationError
+from slotflow_base.errors import SlotflowError as SlotflowError
 
 
 class TransientError(SlotflowError):

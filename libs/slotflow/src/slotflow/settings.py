@@ -1,81 +1,34 @@
-"""Connection settings shared by every service, read from the environment."""
+"""Connection settings shared by every service, read from the environment.
 
-from typing import Any
+Where Kafka and PostgreSQL are and how to connect (`KafkaConnection`, `KafkaSecurity`,
+`PostgresSettings`) is defined in `slotflow_base.settings`, shared with the stats worker, which
+cannot import this library (decision 0005); `KafkaSettings` adds what only the library's own
+clients use.
+"""
 
-from pydantic import Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field
 
 from slotflow.contracts.topics import TOPICS, TopicSpec
-from slotflow.kafka.security import KafkaSecurity
-from slotflow.logs import redact, register_dsn, register_secret
+from slotflow_base.settings import KafkaConnection
+from slotflow_base.settings import PostgresSettings as PostgresSettings
 
 
-class KafkaSettings(BaseSettings):
-    """Where Kafka is; `SLOTFLOW_KAFKA_BOOTSTRAP` (the devstack prints it)."""
+class KafkaSettings(KafkaConnection):
+    """Where Kafka is; `SLOTFLOW_KAFKA_BOOTSTRAP` (the devstack prints it), the topic namespace, the
+    TLS and SASL settings (`KafkaConnection`), and the library's producer and topic settings."""
 
-    model_config = SettingsConfigDict(env_prefix="SLOTFLOW_KAFKA_", extra="ignore")
-
-    bootstrap: str = "127.0.0.1:19092"
     client_id_prefix: str = "slotflow"
     #: Records above this size are refused by producers and dead-lettered by consumers.
     max_message_bytes: int = Field(default=1_048_576, ge=1024)
-    #: Prefix for every topic name, so several deployments (or test runs) share one cluster.
-    topic_namespace: str = Field(default="", pattern=r"^[A-Za-z0-9._-]{0,100}$")
     #: Replicas per partition when slotflow creates its topics; None: min(3, the cluster's brokers).
     replication_factor: int | None = Field(default=None, ge=1)
     #: The topics' `min.insync.replicas`; None: replication factor - 1 when that is above 1.
     min_insync_replicas: int | None = Field(default=None, ge=1)
-    #: TLS and SASL (SLOTFLOW_KAFKA_SECURITY_PROTOCOL, SLOTFLOW_KAFKA_SASL_*, SLOTFLOW_KAFKA_SSL_*;
-    #: slotflow.kafka.security), read from the environment on its own.
-    security: KafkaSecurity = Field(default_factory=KafkaSecurity)
-
-    def client_options(self) -> dict[str, Any]:
-        """Bootstrap and security keyword arguments for any aiokafka client."""
-        return {"bootstrap_servers": self.bootstrap, **self.security.client_options()}
 
     def topic(self, spec: TopicSpec) -> str:
         """The topic name to use for ``spec`` in this deployment."""
-        return f"{self.topic_namespace}.{spec.name}" if self.topic_namespace else spec.name
+        return self.topic_name(spec.name)
 
     def topics(self) -> list[TopicSpec]:
         """Every topic of the table, renamed into this deployment's namespace."""
         return [spec.model_copy(update={"name": self.topic(spec)}) for spec in TOPICS]
-
-
-class PostgresSettings(BaseSettings):
-    """Where PostgreSQL is; `SLOTFLOW_PG_DSN` (the devstack prints it).
-
-    TLS is set in the DSN's query, as libpq spells it: `?sslmode=verify-full&sslrootcert=/ca.crt`
-    (asyncpg reads sslmode, sslrootcert, sslcert, sslkey and sslcrl from there). The password
-    may sit in the DSN or, better, in `SLOTFLOW_PG_PASSWORD` (a secret: never shown); either way
-    it is registered with `slotflow.logs` when the settings are built, so no log line shows it.
-    """
-
-    model_config = SettingsConfigDict(env_prefix="SLOTFLOW_PG_", extra="ignore")
-
-    dsn: str = "postgresql://slotflow@127.0.0.1:15432/slotflow"
-    #: `SLOTFLOW_PG_PASSWORD`; given, it takes precedence over a password in the DSN.
-    password: SecretStr | None = None
-    pool_min_size: int = Field(default=1, ge=0)
-    pool_max_size: int = Field(default=10, ge=1)
-    #: How long a service starting up waits for PostgreSQL (still starting, or restarting) before
-    #: it gives up; 0 fails at once. `SLOTFLOW_PG_STARTUP_WAIT_SECONDS`.
-    startup_wait_seconds: float = Field(default=300.0, ge=0)
-
-    def model_post_init(self, context: Any, /) -> None:
-        register_dsn(self.dsn)
-        register_secret(self.password)
-
-    def __repr_args__(self) -> Any:
-        # A settings object printed (a debugger, an error report) shows the DSN without its password.
-        for name, value in super().__repr_args__():
-            yield name, redact(value) if name == "dsn" and isinstance(value, str) else value
-
-    @property
-    def display_dsn(self) -> str:
-        """The DSN for messages: its password masked."""
-        return redact(self.dsn)
-
-    def connect_kwargs(self) -> dict[str, Any]:
-        """What asyncpg takes besides the DSN: the password from `SLOTFLOW_PG_PASSWORD`, if set."""
-        return {"password": self.password.get_secret_value()} if self.password is not None else {}

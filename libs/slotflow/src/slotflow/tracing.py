@@ -5,7 +5,7 @@ Off by default: until `configure_tracing` (or a test's `use_provider`) installs 
 check. Turned on by `SLOTFLOW_TRACING=otlp` (or `console`), or by the standard
 `OTEL_EXPORTER_OTLP_ENDPOINT` / `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` when `SLOTFLOW_TRACING` is
 unset; `SLOTFLOW_TRACING=off` (or `OTEL_SDK_DISABLED=true`) keeps it off whatever else is set. The
-SDK and the OTLP exporter are the `tracing` extra of the slotflow distribution; the API alone is
+SDK and the OTLP exporter are the `tracing` extra of the library (`slotflow-lib`); the API alone is
 a hard dependency (docs/tracing.md).
 
 How a context travels: a record produced directly (`Producer.send`) carries the `traceparent`
@@ -112,7 +112,7 @@ def make_provider(service_name: str, *processors: SpanProcessor) -> SdkTracerPro
         from opentelemetry.sdk.trace import TracerProvider as SdkProvider
     except ImportError as err:
         raise ConfigurationError(
-            "tracing needs the OpenTelemetry SDK: install slotflow with its `tracing` extra"
+            "tracing needs the OpenTelemetry SDK: install the library's `tracing` extra (`slotflow-lib[tracing]`)"
         ) from err
     name = os.environ.get("OTEL_SERVICE_NAME") or service_name
     provider = SdkProvider(resource=Resource.create({"service.name": name}), id_generator=_id_generator())
@@ -155,7 +155,7 @@ def configure_tracing(service_name: str, environ: Mapping[str, str] | None = Non
     except ImportError as err:
         raise ConfigurationError(
             f"SLOTFLOW_TRACING={mode} needs the OpenTelemetry SDK and OTLP exporter: "
-            "install slotflow with its `tracing` extra"
+            "install the library's `tracing` extra (`slotflow-lib[tracing]`)"
         ) from err
     # Batched off the event loop, flushed when the process exits (the SDK's atexit hook).
     provider = make_provider(service_name, BatchSpanProcessor(exporter))

@@ -1,7 +1,7 @@
 """Reading the stats processor's windows (schema `stats`, written by services/stats) for the api.
 
 The processor stores one row per window, subject and source partition, with counters and
-mergeable histograms (slotflow_stats.histogram). Here rows become series: parts are summed, a
+mergeable histograms (slotflow_base.stats.histogram). Here rows become series: parts are summed, a
 handler's series merges its schedules' windows, and percentiles are read from the merged
 histograms, so a handler's p99 is the p99 of all its runs, not an average of schedules' p99s.
 """
@@ -16,8 +16,8 @@ import asyncpg
 
 from slotflow.pg.pool import Pool
 from slotflow.pg.statements import compose, sql, sql_with
-from slotflow_stats import histogram
-from slotflow_stats.observe import DLQ_COUNTERS, RUN_COUNTERS, SCHEDULE_COUNTERS
+from slotflow_base.stats import histogram
+from slotflow_base.stats.counters import DLQ_COUNTERS, RUN_COUNTERS, SCHEDULE_COUNTERS
 
 Size = Literal["1m", "1h"]
 SIZE_SECONDS: dict[str, int] = {"1m": 60, "1h": 3600}

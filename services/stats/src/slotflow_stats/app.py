@@ -27,8 +27,9 @@ from aiokafka import AIOKafkaClient
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.structs import TopicPartition
 
+from slotflow_base.settings import KafkaConnection
 from slotflow_stats import sink
-from slotflow_stats.config import DLQ_EVENTS, JOBS_DUE, RUN_EVENTS, SCHEDULE_EVENTS, KafkaConnection, Settings
+from slotflow_stats.config import DLQ_EVENTS, JOBS_DUE, RUN_EVENTS, SCHEDULE_EVENTS, Settings
 from slotflow_stats.consumer import install_processed_only_acks
 from slotflow_stats.errors import StatsError, TopicMissing, UndecodableEvent
 from slotflow_stats.health import FlushClock, serve_health
@@ -69,16 +70,17 @@ async def partitions_of(kafka: KafkaConnection, topics: list[str]) -> dict[str, 
 
 def faust_credentials(kafka: KafkaConnection) -> Any:
     """faust's credentials object for the SLOTFLOW_KAFKA_* security settings (None: PLAINTEXT)."""
-    context = kafka.ssl_context()
-    if kafka.security_protocol.startswith("SASL_"):
-        if kafka.sasl_mechanism == "OAUTHBEARER":
+    security = kafka.security
+    context = security.ssl_context() if security.uses_ssl else None
+    if security.uses_sasl:
+        if security.sasl_mechanism == "OAUTHBEARER":
             return faust.OAuthCredentials(
-                oauth_cb=kafka.client_options()["sasl_oauth_token_provider"], ssl_context=context
+                oauth_cb=security.client_options()["sasl_oauth_token_provider"], ssl_context=context
             )
         return faust.SASLCredentials(
-            username=kafka.sasl_username,
-            password=kafka.sasl_password.get_secret_value() if kafka.sasl_password else None,
-            mechanism=kafka.sasl_mechanism,
+            username=security.sasl_username,
+            password=security.sasl_password.get_secret_value() if security.sasl_password else None,
+            mechanism=security.sasl_mechanism,
             ssl_context=context,
         )
     if context is not None:
@@ -177,7 +179,7 @@ class Processor:
         self.too_old = 0
         self.pool: asyncpg.Pool | None = None
         for family, names in SOURCES.items():
-            topics = [settings.kafka.topic(name) for name in names]
+            topics = [settings.kafka.topic_name(name) for name in names]
             counts = {partitions[topic] for topic in topics}
             if len(counts) != 1:
                 raise StatsError(f"topics {topics} must have the same number of partitions, got {counts}")
@@ -188,7 +190,7 @@ class Processor:
         self.handlers = self.app.Table(
             "handlers",
             default=dict,
-            partitions=partitions[settings.kafka.topic(RUN_EVENTS)],
+            partitions=partitions[settings.kafka.topic_name(RUN_EVENTS)],
             schema=self._json,
         )
         self.handlers.on_recover(self._recovered)
@@ -302,6 +304,32 @@ class Processor:
                 self.handlers[observation.subject] = {"handler": observation.handler, "at": observation.at}
                 self.dirty_handlers[observation.subject] = (observation.handler, observation.at)
 
+    async def _connect(self) -> asyncpg.Pool:
+        """The pool the sink copies through, with the sink's tables created.
+
+        Raises:
+            StatsError: PostgreSQL refused or could not be reached; the message names it by its
+                DSN with the password masked (the worker stops, as on any failed first copy).
+        """
+        postgres = self.settings.postgres
+        failures = (OSError, TimeoutError, ValueError, asyncpg.PostgresError, asyncpg.InterfaceError)
+        try:
+            # One timer copies, one connection at a time: SLOTFLOW_PG_POOL_* size the library's pools.
+            pool: asyncpg.Pool = await asyncpg.create_pool(
+                postgres.dsn, min_size=1, max_size=2, **postgres.connect_kwargs()
+            )
+        except failures as err:
+            raise StatsError(f"cannot connect to PostgreSQL at {postgres.display_dsn}: {err}") from err
+        try:
+            async with pool.acquire() as conn:
+                await sink.create_schema(conn, self.settings.stats.db_schema)
+        except failures as err:
+            await pool.close()
+            raise StatsError(
+                f"cannot create the stats tables in PostgreSQL at {postgres.display_dsn}: {err}"
+            ) from err
+        return pool
+
     def _everything(self) -> tuple[dict[DirtyKey, Value], dict[str, tuple[str, float]]]:
         windows: dict[DirtyKey, Value] = {}
         for family, tables in self.tables.items():
@@ -318,11 +346,7 @@ class Processor:
     async def flush(self) -> None:
         """Copy the windows changed since the last flush (all of them after a recovery)."""
         if self.pool is None:
-            postgres = self.settings.postgres
-            password = postgres.password.get_secret_value() if postgres.password is not None else None
-            self.pool = await asyncpg.create_pool(postgres.dsn, password=password, min_size=1, max_size=2)
-            async with self.pool.acquire() as conn:
-                await sink.create_schema(conn, self.settings.stats.db_schema)
+            self.pool = await self._connect()
         if self.full_copy:
             self.full_copy = False
             windows, handlers = self._everything()

@@ -1,14 +1,15 @@
-"""Settings of the stats processor; the same SLOTFLOW_KAFKA_* and SLOTFLOW_PG_* variables as every
-slotflow service, read here without the slotflow library (the worker's environment lacks it)."""
+"""Settings of the stats processor: the same SLOTFLOW_KAFKA_* and SLOTFLOW_PG_* variables as every
+slotflow service, read by the very same classes (`slotflow_base.settings`), so the worker checks
+them the same way and registers their secrets for masking in its logs like every service."""
 
-import ssl
 import tempfile
 from pathlib import Path
-from typing import Any, Literal
 
-from aiokafka.abc import AbstractTokenProvider
-from pydantic import Field, SecretStr, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field
+from pydantic_settings import BaseSettings
+
+from slotflow_base.settings import KafkaConnection, PostgresSettings
+from slotflow_base.stats.settings import StatsSchemaSettings
 
 # The topic table's names (slotflow.contracts.topics); tests/unit/stats checks they agree.
 RUN_EVENTS = "slotflow.runs.events.v1"
@@ -17,110 +18,13 @@ SCHEDULE_EVENTS = "slotflow.schedules.events.v1"
 DLQ_EVENTS = "slotflow.dlq.events.v1"
 
 
-class KafkaConnection(BaseSettings):
-    """The SLOTFLOW_KAFKA_* variables the library's KafkaSettings and KafkaSecurity read (the
-    worker's environment lacks the library; docs/security.md, Kafka). OAUTHBEARER takes the static
-    token only here (SLOTFLOW_KAFKA_SASL_OAUTH_TOKEN), not a token provider."""
-
-    model_config = SettingsConfigDict(env_prefix="SLOTFLOW_KAFKA_", extra="ignore")
-
-    bootstrap: str = "127.0.0.1:19092"
-    topic_namespace: str = Field(default="", pattern=r"^[A-Za-z0-9._-]{0,100}$")
-    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
-    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"] | None = None
-    sasl_username: str | None = None
-    sasl_password: SecretStr | None = None
-    sasl_oauth_token: SecretStr | None = None
-    ssl_cafile: Path | None = None
-    ssl_certfile: Path | None = None
-    ssl_keyfile: Path | None = None
-    ssl_key_password: SecretStr | None = None
-    ssl_check_hostname: bool = True
-
-    @model_validator(mode="after")
-    def _consistent(self) -> "KafkaConnection":
-        sasl = self.security_protocol.startswith("SASL_")
-        if sasl and self.sasl_mechanism is None:
-            raise ValueError(
-                f"SLOTFLOW_KAFKA_SECURITY_PROTOCOL={self.security_protocol} needs SLOTFLOW_KAFKA_SASL_MECHANISM"
-            )
-        if sasl and self.sasl_mechanism == "OAUTHBEARER" and self.sasl_oauth_token is None:
-            raise ValueError("the stats worker takes OAUTHBEARER with SLOTFLOW_KAFKA_SASL_OAUTH_TOKEN only")
-        if (
-            sasl
-            and self.sasl_mechanism != "OAUTHBEARER"
-            and (not self.sasl_username or self.sasl_password is None)
-        ):
-            raise ValueError(
-                f"SLOTFLOW_KAFKA_SASL_MECHANISM={self.sasl_mechanism} needs SASL_USERNAME and SASL_PASSWORD"
-            )
-        return self
-
-    def ssl_context(self) -> ssl.SSLContext | None:
-        if self.security_protocol not in ("SSL", "SASL_SSL"):
-            return None
-        context = ssl.create_default_context(cafile=str(self.ssl_cafile) if self.ssl_cafile else None)
-        if self.ssl_certfile is not None:
-            context.load_cert_chain(
-                str(self.ssl_certfile),
-                str(self.ssl_keyfile) if self.ssl_keyfile else None,
-                self.ssl_key_password.get_secret_value() if self.ssl_key_password else None,
-            )
-        context.check_hostname = self.ssl_check_hostname
-        return context
-
-    def client_options(self) -> dict[str, Any]:
-        """Bootstrap, TLS and SASL keyword arguments for an aiokafka client."""
-        options: dict[str, Any] = {
-            "bootstrap_servers": self.bootstrap,
-            "security_protocol": self.security_protocol,
-        }
-        context = self.ssl_context()
-        if context is not None:
-            options["ssl_context"] = context
-        if self.security_protocol.startswith("SASL_"):
-            options["sasl_mechanism"] = self.sasl_mechanism
-            if self.sasl_mechanism == "OAUTHBEARER":
-                options["sasl_oauth_token_provider"] = _StaticToken(self.sasl_oauth_token)
-            else:
-                options["sasl_plain_username"] = self.sasl_username
-                options["sasl_plain_password"] = (
-                    self.sasl_password.get_secret_value() if self.sasl_password else None
-                )
-        return options
-
-    def topic(self, name: str) -> str:
-        return f"{self.topic_namespace}.{name}" if self.topic_namespace else name
-
-
-class _StaticToken(AbstractTokenProvider):  # type: ignore[misc]  # aiokafka is untyped
-    """aiokafka's token provider for a static OAUTHBEARER token."""
-
-    def __init__(self, token: SecretStr | None) -> None:
-        self._token = token.get_secret_value() if token else ""
-
-    async def token(self) -> str:
-        return self._token
-
-
-class PostgresConnection(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="SLOTFLOW_PG_", extra="ignore")
-
-    dsn: str = "postgresql://slotflow@127.0.0.1:15432/slotflow"
-    #: `SLOTFLOW_PG_PASSWORD`, as for every service; given, it takes precedence over the DSN's.
-    password: SecretStr | None = None
-
-
-class StatsSettings(BaseSettings):
-    """What the processor needs besides Kafka and PostgreSQL (env prefix SLOTFLOW_STATS_)."""
-
-    model_config = SettingsConfigDict(env_prefix="SLOTFLOW_STATS_", extra="ignore")
+class StatsSettings(StatsSchemaSettings):
+    """What the processor needs besides Kafka and PostgreSQL (env prefix SLOTFLOW_STATS_); the
+    schema it writes (`db_schema`) is the api's setting too, hence defined in slotflow_base."""
 
     #: faust's app id: the consumer group and the prefix of its changelog topics (after the
     #: topic namespace, so test runs sharing a broker never share state).
     app_name: str = Field(default="slotflow-stats", pattern=r"^[A-Za-z0-9._-]{1,100}$")
-    #: The PostgreSQL schema the tables are copied to (the api reads it).
-    db_schema: str = Field(default="stats", pattern=r"^[a-z_][a-z0-9_]{0,62}$")
     #: How often changed windows are copied to PostgreSQL.
     flush_interval_seconds: float = Field(default=1.0, gt=0)
     #: How long windows stay in the tables (and their changelogs) after their end; PostgreSQL
@@ -144,7 +48,7 @@ class StatsSettings(BaseSettings):
 class Settings(BaseSettings):
     stats: StatsSettings = Field(default_factory=StatsSettings)
     kafka: KafkaConnection = Field(default_factory=KafkaConnection)
-    postgres: PostgresConnection = Field(default_factory=PostgresConnection)
+    postgres: PostgresSettings = Field(default_factory=PostgresSettings)
 
     @property
     def app_id(self) -> str:

@@ -1,7 +1,10 @@
-"""The stats service's errors (it runs without the slotflow library, so it has its own base)."""
+"""The stats service's errors: under slotflow's base error (`slotflow_base.errors`), as every
+slotflow package's, though the worker cannot import the library itself."""
+
+from slotflow_base.errors import SlotflowError
 
 
-class StatsError(Exception):
+class StatsError(SlotflowError):
     """Base of every error the stats service raises on purpose."""
 
 

@@ -16,11 +16,6 @@ from slotflow_stats.errors import UndecodableEvent
 
 Family = Literal["runs", "schedules", "dlq"]
 
-#: Counter names, in the order the api and the dashboard show them.
-RUN_COUNTERS = ("due", "started", "completed", "failed", "retried", "dead_lettered", "skipped")
-SCHEDULE_COUNTERS = ("slots_skipped",)
-DLQ_COUNTERS = ("parked",)
-
 _RUN_COUNTER_OF = {
     "run.started": "started",
     "run.completed": "completed",

@@ -12,7 +12,7 @@ in offset order (the agent's concurrency is one: faust issue #606).
 
 from typing import Any, NamedTuple
 
-from slotflow_stats import histogram
+from slotflow_base.stats import histogram
 from slotflow_stats.observe import Observation
 
 #: Window sizes, seconds: tumbling one-minute and one-hour windows.

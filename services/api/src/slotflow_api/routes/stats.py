@@ -15,11 +15,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from slotflow_api import stats
 from slotflow_api.app_state import Services, services
 from slotflow_api.errors import BadRequest
-from slotflow_stats.config import StatsSettings
+from slotflow_base.stats.settings import StatsSchemaSettings
 
 router = APIRouter(tags=["stats"])
 
-_SCHEMA = StatsSettings().db_schema
+_SCHEMA = StatsSchemaSettings().db_schema
 
 
 class Durations(BaseModel):

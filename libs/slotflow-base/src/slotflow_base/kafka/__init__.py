@@ -1,0 +1,1 @@
+"""Kafka client settings shared by the library and the stats worker: TLS, SASL, OAUTHBEARER."""
