@@ -61,6 +61,9 @@ class StatsProcess(ServiceProcess):
             data_dir=workdir / "faust",
             flush_interval_seconds=0.5,
             health_port=self.health_port,
+            # A killed worker's replacement rejoins once the dead member's session ends: 10 s, not
+            # the default minute, keeps the kill tests' waits short.
+            session_timeout_seconds=10,
         )
         super().__init__(
             "slotflow_stats", name, env=env, log_dir=workdir, cwd=REPO, args=("worker",), python=STATS_PYTHON

@@ -156,6 +156,7 @@ class Processor:
             processing_guarantee="at_least_once",
             consumer_auto_offset_reset="earliest",
             broker_commit_interval=stats.commit_interval_seconds,
+            broker_session_timeout=stats.session_timeout_seconds,
             topic_allow_declare=True,
             # No leader-only timers here, so no leader-election topic to create.
             topic_disable_leader=True,

@@ -37,6 +37,10 @@ class StatsSettings(StatsSchemaSettings):
     changelog_replication_factor: int = Field(default=1, ge=1)
     #: How often the consumer commits offsets (faust's broker_commit_interval).
     commit_interval_seconds: float = Field(default=1.0, gt=0)
+    #: How long the group waits for a silent worker before its partitions move to the others
+    #: (faust's broker_session_timeout): a worker killed outright is waited for this long, by its
+    #: replacement too, since the group rebalances only once the dead member's session ends.
+    session_timeout_seconds: float = Field(default=60.0, ge=6, le=300)
     #: The health listener (/livez, /readyz; slotflow_stats.health): loopback unless exposed on
     #: purpose, like every slotflow listener; port 0 keeps it off.
     health_host: str = "127.0.0.1"
