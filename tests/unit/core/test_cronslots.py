@@ -273,3 +273,17 @@ def test_a_start_inclusive_end_exclusive_window_by_one_microsecond() -> None:
     start, end = utc(2026, 1, 1, 3), utc(2026, 1, 1, 6)
     got = slots_between(spec, DEFAULT, after=start - tiny, until=end - tiny, limit=100)
     assert [s.at.hour for s in got] == [3, 4, 5]
+
+
+@pytest.mark.parametrize(
+    ("expression", "expected"),
+    [
+        # A `*` in a list allows every value; the other items add nothing.
+        ("*,5 * * * *", [utc(2026, 1, 1, 0, m) for m in range(1, 6)]),
+        ("0 0 * * *,0", [utc(2026, 1, d) for d in range(2, 7)]),  # daily, not Sundays only
+        ("0 5,* * * *", [utc(2026, 1, 1, h) for h in range(1, 6)]),
+    ],
+)
+def test_a_star_inside_a_list_allows_every_value(expression: str, expected: list[datetime]) -> None:
+    slots = preview(CronSpec(expression=expression), DEFAULT, after=utc(2026, 1, 1), count=len(expected))
+    assert [s.at for s in slots] == expected

@@ -19,9 +19,15 @@ _LAST_YEAR = 9999
 _SECOND = timedelta(seconds=1)
 
 
+def _any(field: Sequence[object]) -> bool:
+    """Whether a field allows every value: a `*` anywhere in its list (`*,5` is every minute, as in
+    Vixie cron, croniter and cronsim; the other items add nothing)."""
+    return "*" in field
+
+
 def _values(field: Sequence[object], low: int, high: int) -> list[int] | None:
     """Sorted allowed values; None for any value."""
-    if list(field) == ["*"]:
+    if _any(field):
         return None
     values = sorted({value for value in field if isinstance(value, int)})
     return values if values != list(range(low, high + 1)) else None
@@ -64,11 +70,9 @@ class CronFields:
             minutes=_values(minute, 0, 59),
             hours=_values(hour, 0, 23),
             # "*" must stay "any" here and not become 1-31: it decides whether days OR together.
-            days=None if list(day) == ["*"] else sorted(v for v in day if isinstance(v, int)),
+            days=None if _any(day) else sorted(v for v in day if isinstance(v, int)),
             months=_values(month, 1, 12),
-            weekdays=None
-            if list(weekday) == ["*"]
-            else sorted({v % 7 for v in weekday if isinstance(v, int)}),
+            weekdays=None if _any(weekday) else sorted({v % 7 for v in weekday if isinstance(v, int)}),
         )
 
     def _day_matches(self, first_weekday: int, day: int) -> bool:
