@@ -53,6 +53,7 @@ from slotflow_ticker.store import ScheduleRow, dump_action
 from slotflow_ticker.validation import (
     CommandRefused,
     backfill_plan,
+    backfill_skips,
     require_fireable,
     require_live,
     require_new,
@@ -349,6 +350,7 @@ class CommandHandler:
             return Applied(staged)
         if isinstance(message, Backfill):
             slots = backfill_plan(message, live.definition, now=now, cap=self._max_backfill_slots)
+            skipped = backfill_skips(message, live.definition, cap=self._max_backfill_slots)
             # The backfill's own overlap policy, not the schedule's: its slots are all due at once,
             # and the schedule's `skip` would run the first and skip the rest as "still running".
             staged = [
@@ -363,6 +365,10 @@ class CommandHandler:
                 for slot in slots
             ]
             self._metrics.slots_fired.labels("backfill").inc(len(staged))
+            # Local times the DST policy skips inside the range are recorded, never left out. Their
+            # ids are the claims' own (run id, nominal time), so a gap already recorded collapses.
+            staged.extend(self._events.slot_skipped(schedule_id, s, occurred_at=now) for s in skipped)
+            self._metrics.slots_skipped.labels("dst_nonexistent").inc(len(skipped))
             return Applied(staged)
         raise CommandRefused(f"{envelope.type} is not a ticker command")
 

@@ -253,6 +253,21 @@ def backfill_slots(
     return None if len(slots) > max_slots else slots
 
 
+def backfill_dst_skips(
+    definition: ScheduleDefinition, *, start: datetime, end: datetime, max_skips: int
+) -> list[SkippedSlot] | None:
+    """Local times in [start, end) that `nonexistent="skip"` drops, or None when more than ``max_skips``.
+
+    Like `backfill_slots`, the schedule's start_at/end_at do not apply: a backfill names its range.
+    """
+    if not _records_dst_skips(definition):
+        return []
+    skips = dst_skips_between(
+        definition.spec, definition.dst, after=start - EPSILON, until=end - EPSILON, limit=max_skips + 1
+    )
+    return None if len(skips) > max_skips else skips
+
+
 def _position(
     schedule_id: str,
     definition: ScheduleDefinition,

@@ -8,9 +8,9 @@ from datetime import datetime
 
 from slotflow.contracts import Backfill, ScheduleDefinition
 from slotflow.contracts.schedules import CronSpec, OnceSpec
-from slotflow.core.cronslots import Slot
+from slotflow.core.cronslots import SkippedSlot, Slot
 from slotflow.errors import PermanentError
-from slotflow_ticker.planning import backfill_slots, start_position
+from slotflow_ticker.planning import backfill_dst_skips, backfill_slots, start_position
 from slotflow_ticker.store import ScheduleRow
 
 
@@ -92,3 +92,22 @@ def backfill_plan(
             "split the range or raise max_slots"
         )
     return slots
+
+
+def backfill_skips(
+    command: Backfill, definition: ScheduleDefinition, *, cap: int | None = None
+) -> list[SkippedSlot]:
+    """The local times in [start, end) the schedule's DST policy skips (`nonexistent="skip"`).
+
+    A backfill records each as SlotSkipped, as the claims do: a backfill across a spring-forward
+    night says which wall times did not exist instead of leaving them out. Bounded like the slots
+    (max_slots, and the ticker's ``cap``); more is refused, never cut.
+    """
+    bound = command.max_slots if cap is None else min(command.max_slots, cap)
+    skips = backfill_dst_skips(definition, start=command.start, end=command.end, max_skips=bound)
+    if skips is None:
+        raise CommandRefused(
+            f"backfill of schedule {command.schedule_id} covers more than {bound} local times that "
+            "its DST policy skips; split the range"
+        )
+    return skips
