@@ -1,9 +1,11 @@
-"""Hypothesis strategies for cron expressions whose allowed values the test knows, and an
-independent matcher, so slot tests do not check croniter against itself."""
+"""Hypothesis strategies for cron expressions whose allowed values the test knows, and the
+documented matcher (tests/cron_oracle.py), so slot tests do not check slotflow against itself."""
 
 from datetime import datetime
 
 from hypothesis import strategies as st
+
+from tests.cron_oracle import CronOracle
 
 
 def _listed(
@@ -33,23 +35,7 @@ def cron_fields(draw: st.DrawFn, *, seconds: bool | None = None) -> tuple[str, l
     return " ".join(parts), [second[1], minute[1], hour[1], dom[1], month[1], dow[1]]
 
 
-def matches_fields(wall: datetime, fields: list[set[int] | None]) -> bool:
-    """Independent cron matcher (Vixie semantics: restricted day-of-month OR restricted day-of-week)."""
-    second, minute, hour, dom, month, dow = fields
-
-    def ok(allowed: set[int] | None, value: int) -> bool:
-        return allowed is None or value in allowed
-
-    cron_dow = (wall.weekday() + 1) % 7
-    if dom is not None and dow is not None:
-        day = wall.day in dom or cron_dow in dow
-    else:
-        day = ok(dom, wall.day) and ok(dow, cron_dow)
-    return (
-        ok(second, wall.second)
-        and ok(minute, wall.minute)
-        and ok(hour, wall.hour)
-        and ok(month, wall.month)
-        and day
-        and wall.microsecond == 0
-    )
+def matches_fields(wall: datetime, expression: str) -> bool:
+    """Whether the expression matches a wall time, by the documented rules (tests/cron_oracle.py,
+    which shares no code with slotflow)."""
+    return CronOracle(expression).matches(wall)

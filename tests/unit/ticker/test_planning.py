@@ -306,10 +306,10 @@ def test_successive_claims_fire_exactly_croniters_sequence(expression: str, step
 def test_a_manual_trigger_names_its_run_to_the_second_unless_that_is_a_grid_slot() -> None:
     hourly = ScheduleDefinition(spec=CronSpec(expression="0 * * * *"), handler="h")
     now = datetime(2026, 12, 2, 11, 35, 12, 483_920, tzinfo=UTC)
-    assert manual_slot(hourly, now) == now.replace(microsecond=0)
-    assert run_id("s", manual_slot(hourly, now)) == "s@2026-12-02T11:35:12Z"
+    assert manual_slot("s", hourly, now) == now.replace(microsecond=0)
+    assert run_id("s", manual_slot("s", hourly, now)) == "s@2026-12-02T11:35:12Z"
     # 12:00:00 is the hourly slot: the fraction keeps the trigger's run apart from the scheduled one.
     on_the_hour = datetime(2026, 12, 2, 12, 0, 0, 250_000, tzinfo=UTC)
-    assert manual_slot(hourly, on_the_hour) == on_the_hour
+    assert manual_slot("s", hourly, on_the_hour) == on_the_hour
     exact = datetime(2026, 12, 2, 11, 35, 12, tzinfo=UTC)
-    assert manual_slot(hourly, exact) == exact
+    assert manual_slot("s", hourly, exact) == exact

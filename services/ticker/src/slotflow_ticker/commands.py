@@ -340,7 +340,7 @@ class CommandHandler:
             )
             return Applied(staged)
         if isinstance(message, TriggerNow):
-            slot = manual_slot(live.definition, now)
+            slot = manual_slot(schedule_id, live.definition, now)
             staged = [
                 self._events.job_due(
                     schedule_id, live.definition, slot, kind="manual", fire_at=now, occurred_at=now

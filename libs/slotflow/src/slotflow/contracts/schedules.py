@@ -4,11 +4,11 @@ import zoneinfo
 from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal
 
-from croniter import croniter
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from slotflow.contracts.envelope import IDENTIFIER_PATTERN, SCHEDULE_ID_PATTERN, Message
 from slotflow.contracts.policies import DstPolicy, Duration, MisfirePolicy, OverlapPolicy, RetryPolicy
+from slotflow.core._cronfields import parse_expression
 
 ScheduleId = Annotated[str, Field(pattern=SCHEDULE_ID_PATTERN)]
 HandlerName = Annotated[str, Field(pattern=IDENTIFIER_PATTERN)]
@@ -19,7 +19,10 @@ class _Spec(BaseModel):
 
 
 class CronSpec(_Spec):
-    """Cron in a time zone. 5 fields (minute first) or 6 fields (seconds first, as Quartz)."""
+    """Cron in a time zone. 5 fields (minute first) or 6 fields (seconds first, as Quartz).
+
+    The grammar and what each form means: docs/scheduling.md ("Cron expressions").
+    """
 
     kind: Literal["cron"] = "cron"
     expression: str = Field(min_length=1, max_length=200)
@@ -31,9 +34,10 @@ class CronSpec(_Spec):
         fields = value.split()
         if len(fields) not in (5, 6):
             raise ValueError(f"cron expression needs 5 or 6 fields, got {len(fields)}")
-        if not croniter.is_valid(value, second_at_beginning=len(fields) == 6):
-            raise ValueError(f"invalid cron expression {value!r}")
-        return " ".join(fields)
+        expression = " ".join(fields)
+        # The same parser the slots are computed with (InvalidCronExpression is a ValueError).
+        parse_expression(expression)
+        return expression
 
     @field_validator("timezone")
     @classmethod

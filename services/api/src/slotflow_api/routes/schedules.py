@@ -509,7 +509,12 @@ async def backfill_report(
     now = await read_model.database_now(s.pool)
     # The ticker's own plan: every slot of the spec in [start, end), start_at/end_at not applied.
     slots = slots_between(
-        definition.spec, definition.dst, after=start - _EPSILON, until=end - _EPSILON, limit=max_slots + 1
+        definition.spec,
+        definition.dst,
+        after=start - _EPSILON,
+        until=end - _EPSILON,
+        limit=max_slots + 1,
+        schedule_id=schedule_id,
     )
     refused = None
     if end > now:
