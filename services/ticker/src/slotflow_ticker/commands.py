@@ -37,7 +37,12 @@ from slotflow.contracts import (
 from slotflow.contracts.catalogue import TICKER_COMMAND_TYPES
 from slotflow.contracts.codec import decode
 from slotflow.contracts.envelope import KEY_MAX_CHARS, TYPE_HEADER, fit_id
-from slotflow.contracts.schedules import ScheduleDefinition, definition_changes, patch_definition
+from slotflow.contracts.schedules import (
+    ScheduleDefinition,
+    definition_changes,
+    patch_definition,
+    refuse_random_cron,
+)
 from slotflow.errors import PoisonMessage, TransientStorageError
 from slotflow.kafka.loop import Incoming
 from slotflow.kafka.records import Record
@@ -462,13 +467,19 @@ def _new_definition(message: UpdateSchedule, row: ScheduleRow) -> ScheduleDefini
     if message.definition is not None:
         return message.definition
     try:
-        return patch_definition(row.definition, message.patch or {})
+        patched = patch_definition(row.definition, message.patch or {})
     except ValidationError as err:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc']) or 'definition'}: {e['msg']}"
             for e in err.errors(include_url=False)
         )
         raise CommandRefused(f"the patch does not fit schedule {message.schedule_id}: {problems}") from None
+    try:
+        # A stored R (read as H) is refused on the next change, even one that leaves the spec alone.
+        refuse_random_cron(patched)
+    except ValueError as err:
+        raise CommandRefused(f"schedule {message.schedule_id}: {err}") from None
+    return patched
 
 
 def _due(schedule_id: str, next_fire_at: datetime | None) -> list[tuple[str, datetime]]:

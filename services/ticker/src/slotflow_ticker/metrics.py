@@ -55,6 +55,11 @@ class TickerMetrics:
         self.commands = Counter(
             "slotflow_ticker_commands", "Schedule and timer commands handled", ["type", "outcome"], registry=r
         )
+        self.cron_rules_paused = Counter(
+            "slotflow_ticker_cron_rules_paused",
+            "Stored schedules paused at review because their cron expression reads differently now",
+            registry=r,
+        )
         self.wheel_pending = Gauge(
             "slotflow_ticker_wheel_pending", "Deadlines held in the in-memory timing wheel", registry=r
         )

@@ -121,6 +121,25 @@ class ScheduleDefinition(BaseModel):
         return self
 
 
+def refuse_random_cron(definition: ScheduleDefinition) -> None:
+    """A definition being created or changed may not use `R`.
+
+    croniter draws `R` at random in each process, so two tickers would fire it at different times.
+    A schedule stored with `R` is read as `H` (a value fixed by the schedule id) and keeps firing;
+    a new or changed definition says `H` itself.
+
+    Raises:
+        ValueError: the definition's cron uses `R`.
+    """
+    spec = definition.spec
+    if isinstance(spec, CronSpec) and parse_expression(spec.expression).random:
+        raise ValueError(
+            f"the cron expression {spec.expression!r} uses R, a value croniter draws at random in "
+            "each process, so two tickers would fire it at different times; write H instead, a "
+            "value fixed by the schedule id (the same in every process)"
+        )
+
+
 class CreateSchedule(Message):
     """Create a schedule; a second create with the same id is rejected (use UpdateSchedule)."""
 
@@ -128,6 +147,11 @@ class CreateSchedule(Message):
     schedule_id: ScheduleId
     definition: ScheduleDefinition
     paused: bool = False
+
+    @model_validator(mode="after")
+    def _no_random_cron(self) -> "CreateSchedule":
+        refuse_random_cron(self.definition)
+        return self
 
 
 #: A patch may name these top-level fields of a ScheduleDefinition, nothing else.
@@ -206,6 +230,8 @@ class UpdateSchedule(Message):
     def _one_way(self) -> "UpdateSchedule":
         if (self.definition is None) == (self.patch is None):
             raise ValueError("give exactly one of definition (replace it whole) or patch (change fields)")
+        if self.definition is not None:
+            refuse_random_cron(self.definition)
         if self.patch is not None:
             if not self.patch:
                 raise ValueError("the patch changes nothing; name at least one field")

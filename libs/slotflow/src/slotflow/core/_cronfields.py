@@ -405,6 +405,17 @@ class CronFields:
         self._weekdays = weekdays
         self._month_days: dict[tuple[int, int], tuple[int, ...]] = {}
 
+    def allowed(self, field: FieldName) -> tuple[int, ...]:
+        """The plain values a field allows, ascending (day fields: without their `L`/`W`/`#` forms;
+        day-of-week counts Sunday as 0)."""
+        if field == "day-of-month" or field == "day-of-week":
+            rule = self._days if field == "day-of-month" else self._weekdays
+            every = range(1, 32) if field == "day-of-month" else range(7)
+            return tuple(every) if rule.plain is None else rule.plain
+        return {"second": self.seconds, "minute": self.minutes, "hour": self.hours, "month": self.months}[
+            field
+        ]
+
     def month_days(self, year: int, month: int) -> tuple[int, ...]:
         """The days of that month the day fields allow, ascending."""
         key = (year, month)
