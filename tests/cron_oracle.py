@@ -247,11 +247,18 @@ def reading(instant: datetime, zone: ZoneInfo) -> datetime:
     return instant.astimezone(zone).replace(tzinfo=None)
 
 
-def instants_showing(wall: datetime, zone: ZoneInfo) -> list[datetime]:
+def offsets_near(wall: datetime, zone: ZoneInfo) -> set[timedelta]:
+    """Every UTC offset the zone uses within a day and a bit of `wall` (read as UTC)."""
+    guess = wall.replace(tzinfo=UTC)
+    found = {(guess + timedelta(hours=h)).astimezone(zone).utcoffset() for h in range(-30, 31, 3)}
+    return {o for o in found if o is not None}
+
+
+def instants_showing(wall: datetime, zone: ZoneInfo, offsets: set[timedelta] | None = None) -> list[datetime]:
     """Every UTC instant at which the zone's clock reads `wall`: none, one, or two."""
     guess = wall.replace(tzinfo=UTC)
-    offsets = {(guess + timedelta(hours=h)).astimezone(zone).utcoffset() for h in range(-30, 31, 3)}
-    return sorted({guess - o for o in offsets if o is not None and reading(guess - o, zone) == wall})
+    tried = offsets if offsets is not None else offsets_near(wall, zone)
+    return sorted({guess - o for o in tried if reading(guess - o, zone) == wall})
 
 
 def first_instant_after(wall: datetime, zone: ZoneInfo) -> datetime:
@@ -281,12 +288,14 @@ def expected_slots(
     zone = ZoneInfo(zone_name)
     oracle = CronOracle(expression, schedule_id)
     walls = oracle.wall_times(
-        reading(after, zone) - timedelta(hours=3), reading(until, zone) + timedelta(hours=3)
+        reading(after, zone) - timedelta(hours=2), reading(until, zone) + timedelta(hours=2)
     )
+    # The offsets in use around the window, found once: a wall time is shown at wall - offset.
+    offsets = offsets_near(reading(after, zone), zone) | offsets_near(reading(until, zone), zone)
     chosen: dict[datetime, OracleSlot] = {}
     gaps: list[OracleSkip] = []
     for wall in walls:
-        shown = instants_showing(wall, zone)
+        shown = instants_showing(wall, zone, offsets)
         if len(shown) == 1:
             chosen[shown[0]] = OracleSlot(shown[0], shown[0].astimezone(zone).isoformat(), None)
         elif len(shown) == 2:
