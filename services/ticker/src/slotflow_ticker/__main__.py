@@ -126,7 +126,10 @@ async def _preview(args: argparse.Namespace) -> int:
         else:
             spec = OnceSpec(at=datetime.fromisoformat(args.once))
         lines = preview_lines(spec, dst, after=after, count=args.count, schedule_id=schedule_id)
-    except (ValidationError, ValueError, CronNeedsScheduleId) as err:
+    except CronNeedsScheduleId:
+        print("the cron uses H, which draws from a schedule id: give --as-schedule ID", file=sys.stderr)  # noqa: T201
+        return 2
+    except (ValidationError, ValueError) as err:
         print(f"invalid schedule: {err}", file=sys.stderr)  # noqa: T201
         return 2
     for line in lines:
