@@ -251,6 +251,9 @@ def test_a_schedule_that_can_never_fire_is_refused_with_why(spec: CronSpec | Int
     "definition",
     [
         ScheduleDefinition(spec=CronSpec(expression="0 0 29 2 *"), handler="h"),  # leap years exist
+        # The 29th or the 4th Sunday: refused as "matches no date that exists" while croniter read it.
+        ScheduleDefinition(spec=CronSpec(expression="0 0 29 * 0#4"), handler="h"),
+        ScheduleDefinition(spec=CronSpec(expression="H H * * *"), handler="h"),  # H drawn from "ok"
         ScheduleDefinition(spec=IntervalSpec(every=timedelta(days=3650)), handler="h"),
         ScheduleDefinition(
             spec=OnceSpec(at=CHECKED_AT - timedelta(days=1)), handler="h"
