@@ -378,8 +378,9 @@ class _DayRule:
         return self.plain is None
 
 
-#: Months whose matching days one CronFields keeps; a walk rarely spans more than a few years.
-_MONTHS_KEPT = 1200
+#: Months whose matching days one CronFields keeps (cleared whole when full). A ticker's walk
+#: touches a month or two; a rare expression searched over decades recomputes them, cheaply.
+_MONTHS_KEPT = 120
 
 
 class CronFields:
