@@ -199,13 +199,15 @@ def test_r_is_read_as_h() -> None:
         ) == preview(CronSpec(expression=hashed), DstPolicy(), after=AFTER, count=5, schedule_id="payouts")
 
 
-def test_h_is_the_same_in_every_process() -> None:
-    # Python's hash() is salted per process (PYTHONHASHSEED); H must not depend on it.
+@pytest.mark.parametrize("expression", ["H H(0-5) * * H", "R * * * *"])
+def test_h_and_r_are_the_same_in_every_process(expression: str) -> None:
+    # Python's hash() is salted per process (PYTHONHASHSEED), and croniter drew R at random in each
+    # process (three processes fired `R * * * *` first at 00:16, 00:30 and 00:37).
     program = (
         "from datetime import UTC, datetime\n"
         "from slotflow.contracts import CronSpec, DstPolicy\n"
         "from slotflow.core.cronslots import preview\n"
-        "spec = CronSpec(expression='H H(0-5) * * H')\n"
+        f"spec = CronSpec(expression={expression!r})\n"
         "after = datetime(2026, 1, 1, tzinfo=UTC)\n"
         "print([s.at.isoformat() for s in preview(spec, DstPolicy(), after=after, count=3, schedule_id='payouts')])\n"
     )
