@@ -6,6 +6,7 @@ same wall times under both readings, so no stored schedule changes its slots una
 """
 
 import itertools
+import json
 from datetime import UTC, datetime
 
 import pytest
@@ -18,7 +19,7 @@ from slotflow.contracts import CreateSchedule, CronSpec, ScheduleDefinition, Upd
 from slotflow.contracts.policies import DstPolicy
 from slotflow.core.cronslots import iter_slots
 from slotflow_ticker.commands import _new_definition
-from slotflow_ticker.cron_review import pause_reason, reading_changes
+from slotflow_ticker.cron_review import pause_reason, reading_changes, stored_changes
 from slotflow_ticker.sql import CRON_RULES, Queries
 from slotflow_ticker.store import ScheduleRow
 from slotflow_ticker.validation import CommandRefused
@@ -99,6 +100,24 @@ def test_an_expression_without_a_named_change_fires_as_before(expression: str, a
         for s in itertools.islice(iter_slots(spec, DstPolicy(), after=after.replace(tzinfo=UTC)), 12)
     ]
     assert new == old, expression
+
+
+def test_a_stored_definition_the_model_refuses_is_paused_not_left_to_break_the_claims() -> None:
+    stored = ScheduleDefinition(spec=CronSpec(expression="0 0 * * *"), handler="h").model_dump(mode="json")
+    stored["spec"]["expression"] = "0 0 * * 8"  # out of range: nothing the previous version stored
+    expression, changes = stored_changes(json.dumps(stored))
+    assert expression == "0 0 * * 8"
+    assert len(changes) == 1
+    assert "no longer valid" in changes[0]
+    assert stored_changes(
+        ScheduleDefinition(spec=CronSpec(expression="*,5 * * * *"), handler="h").model_dump_json()
+    )[1]
+    assert stored_changes(
+        ScheduleDefinition(spec=CronSpec(expression="*/5 * * * *"), handler="h").model_dump_json()
+    ) == (
+        "*/5 * * * *",
+        [],
+    )
 
 
 def test_the_pause_reason_names_the_change_and_fits() -> None:

@@ -22,13 +22,16 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from croniter import croniter
+from pydantic import ValidationError
 
 from slotflow.contracts import SchedulePaused
+from slotflow.contracts.envelope import fit_id
 from slotflow.core._cronfields import FIELDS, parse_expression
 from slotflow.pg.pool import Pool
 from slotflow_ticker.events import EventFactory, Outgoing, stage_all
 from slotflow_ticker.metrics import TickerMetrics
 from slotflow_ticker.sql import CRON_RULES, Queries
+from slotflow_ticker.store import parse_definition
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +74,7 @@ def reading_changes(expression: str) -> list[str]:
             "R is now read as H, a value fixed by the schedule id (it was drawn at random in each "
             "process, so tickers disagreed)"
         )
-    new_fields = pattern.fields("the review compares plain values only")
+    new_fields = pattern.fields("")  # an R field is skipped below: its draw does not matter
     for index, (name, field) in enumerate(zip(FIELDS, items, strict=True)):
         if any(_RANDOM.fullmatch(item) for item in field):
             continue  # R: said above
@@ -143,12 +146,29 @@ class Reviewed:
     changes: tuple[str, ...]
 
 
-def pause_reason(expression: str, changes: list[str]) -> str:
+def stored_changes(definition_text: str) -> tuple[str | None, list[str]]:
+    """A stored definition's cron expression (None if it has none) and how it reads differently.
+
+    Read from the raw JSON first, so a definition the current model refuses is still reviewed:
+    then that is the change, and the row is paused rather than left to break every claim. (The
+    tests hold the grammar to accept everything croniter accepted, so this is a safety net.)
+    """
+    spec = json.loads(definition_text).get("spec", {})
+    expression = spec.get("expression") if isinstance(spec, dict) and spec.get("kind") == "cron" else None
+    try:
+        parse_definition(definition_text)
+    except ValidationError as err:
+        return expression, [f"the stored definition is no longer valid: {err.errors(include_url=False)}"]
+    return expression, reading_changes(expression) if isinstance(expression, str) else []
+
+
+def pause_reason(expression: str | None, changes: list[str]) -> str:
     """What the paused schedule's owner reads: what changed, and what to do."""
+    subject = f"the cron expression {expression!r}" if expression else "its definition"
     reason = (
-        f"paused when the ticker was upgraded: the cron expression {expression!r} reads differently "
-        f"under the documented cron rules ({'; '.join(changes)}). Check the expression, then resume "
-        "the schedule, or update it to say what it should"
+        f"paused when the ticker was upgraded: {subject} reads differently under the documented cron "
+        f"rules ({'; '.join(changes)}). Check the expression, then resume the schedule, or update it "
+        "to say what it should"
     )
     return reason if len(reason) <= _REASON_CHARS else reason[: _REASON_CHARS - 1] + "…"
 
@@ -191,20 +211,17 @@ class CronReview:
             staged: list[Outgoing] = []
             paused: list[Reviewed] = []
             for record in records:
-                # The raw JSON, not the model: a review must not depend on the definition parsing.
-                spec = json.loads(record["definition"]).get("spec", {})
-                expression = spec.get("expression") if spec.get("kind") == "cron" else None
-                changes = reading_changes(expression) if isinstance(expression, str) else []
+                expression, changes = stored_changes(record["definition"])
                 if not changes:
                     continue
                 schedule_id: str = record["schedule_id"]
-                reason = pause_reason(expression or "", changes)
+                reason = pause_reason(expression, changes)
                 # Paused until someone resumes it: an automatic resume would fire the new reading.
                 await conn.execute(self._q.pause, schedule_id, reason, None, now)
                 staged.append(
                     self._events.schedule_event(
                         SchedulePaused(schedule_id=schedule_id, reason=reason, resume_at=None),
-                        id=f"{schedule_id}/paused@cron-rules-{CRON_RULES}",
+                        id=fit_id(schedule_id, f"/paused@cron-rules-{CRON_RULES}"),
                         key=schedule_id,
                         occurred_at=now,
                     )
