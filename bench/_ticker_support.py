@@ -18,6 +18,7 @@ from slotflow.pg.statements import compose
 from slotflow.settings import PostgresSettings
 from slotflow_ticker.app import migrate
 from slotflow_ticker.config import TickerSettings
+from slotflow_ticker.sql import CRON_RULES
 
 
 @asynccontextmanager
@@ -32,10 +33,12 @@ async def fresh_database(pool_size: int = 8) -> AsyncIterator[tuple[str, Pool]]:
             await pool.close()
 
 
-# `{first_fire}` and `{covered}` are SQL expressions of `i` given by the bench, not values.
+# `{first_fire}` and `{covered}` are SQL expressions of `i` given by the bench, not values. The rows
+# are written under this version's cron rules, as the ticker writes them (a row under older rules
+# waits for the review before any claim takes it).
 _SEED = """
-INSERT INTO ticker.schedules (schedule_id, definition, next_slot, next_fire_at, covered_until)
-SELECT $3::text || i, $1::jsonb, {first_fire}, {first_fire}, {covered}
+INSERT INTO ticker.schedules (schedule_id, definition, next_slot, next_fire_at, covered_until, cron_rules)
+SELECT $3::text || i, $1::jsonb, {first_fire}, {first_fire}, {covered}, {cron_rules}
   FROM generate_series(1, $2) AS i
 """
 
@@ -57,7 +60,7 @@ async def seed(
         raise ValueError("seeded schedules have no jitter")
     covered_sql = covered or f"({first_fire}) - interval '1 microsecond'"
     await pool.execute(
-        compose(_SEED, first_fire=first_fire, covered=covered_sql),
+        compose(_SEED, first_fire=first_fire, covered=covered_sql, cron_rules=str(CRON_RULES)),
         definition.model_dump_json(),
         count,
         prefix,

@@ -49,12 +49,13 @@ from slotflow.contracts import CronSpec, IntervalSpec, ScheduleDefinition
 from slotflow.kafka.producer import Producer
 from slotflow.pg.outbox import OutboxRelay
 from slotflow.pg.pool import Pool
+from slotflow.pg.statements import compose
 from slotflow.settings import KafkaSettings
 from slotflow_ticker.claims import SlotClaimer
 from slotflow_ticker.config import TickerSettings
 from slotflow_ticker.events import EventFactory, Topics
 from slotflow_ticker.metrics import TickerMetrics
-from slotflow_ticker.sql import Queries
+from slotflow_ticker.sql import CRON_RULES, Queries
 
 BARE = """
 UPDATE bare SET next_fire_at = next_fire_at + interval '1 hour'
@@ -77,9 +78,9 @@ VARIANTS = ("bare", "interval", "cron", "seconds", "published")
 SECONDS_SPREAD = 30
 
 _SEED_SECONDS = """
-INSERT INTO ticker.schedules (schedule_id, definition, next_slot, next_fire_at, covered_until)
+INSERT INTO ticker.schedules (schedule_id, definition, next_slot, next_fire_at, covered_until, cron_rules)
 SELECT 's' || i, d.defs[1 + i % d.n], d.ats[1 + i % d.n], d.ats[1 + i % d.n],
-       d.ats[1 + i % d.n] - interval '1 microsecond'
+       d.ats[1 + i % d.n] - interval '1 microsecond', {cron_rules}
   FROM generate_series(1, $1) AS i,
        (SELECT $2::json[] AS defs, $3::timestamptz[] AS ats, cardinality($2::json[]) AS n) AS d
 """
@@ -98,7 +99,8 @@ async def seed_seconds(pool: Pool, count: int) -> None:
         ScheduleDefinition(spec=CronSpec(expression=f"{at.second} * * * * *"), handler="bench.noop")
         for at in ats
     ]
-    await pool.execute(_SEED_SECONDS, count, [d.model_dump_json() for d in defs], ats)
+    seed_seconds_sql = compose(_SEED_SECONDS, cron_rules=str(CRON_RULES))
+    await pool.execute(seed_seconds_sql, count, [d.model_dump_json() for d in defs], ats)
     await pool.execute("VACUUM ANALYZE ticker.schedules")
 
 

@@ -3,8 +3,10 @@
 It judges a run from what the outside world saw, never from the services' own bookkeeping: the
 append-only effects table the handlers write (no unique constraint, so nothing can hide a second
 effect), the fenced ledger, and the Kafka topics (run and workflow events, SlotSkipped,
-CommandRejected, the DLQ). The slots it expects it computes itself, with croniter, from the
-schedule definitions the workload sent and their start/end instants on the database clock. The
+CommandRejected, the DLQ). The slots it expects it computes itself, from the schedule definitions
+the workload sent and their start/end instants on the database clock, by the documented cron and
+DST semantics (tests/cron_oracle.py: docs/scheduling.md written again, sharing no code with the
+ticker), so a documented difference from croniter is never counted as a violation. The
 one piece of service state it reads is the outbox tables, for rows never published.
 
 `check` is a pure function of a `Recording`, so a unit test can tamper with a recorded run and see
@@ -15,12 +17,10 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from zoneinfo import ZoneInfo
-
-from croniter import croniter
+from datetime import datetime, timedelta
 
 from slotflow.core.identity import run_id as slot_run_id
+from tests.cron_oracle import expected_slots
 
 #: Effect kinds the workload's handlers write (tests/chaos/system/handlers.py).
 PAYOUT = "payout"
@@ -41,19 +41,17 @@ class ScheduleUnderTest:
     end_at: datetime
 
     def slots(self) -> list[datetime]:
-        """Slots in [start_at, end_at] (both ends count, as the ticker's contract has it), computed here
-        with croniter, never by the ticker's code."""
-        six = len(self.expression.split()) == 6
-        walker = croniter(
+        """Slots in [start_at, end_at] (both ends count, as the ticker's contract has it) under the
+        default DST policy the workload's schedules use, computed by the documented semantics,
+        never by the ticker's code."""
+        slots, _ = expected_slots(
             self.expression,
-            (self.start_at - timedelta(microseconds=1)).astimezone(ZoneInfo(self.timezone)),
-            ret_type=datetime,
-            second_at_beginning=six,
+            self.timezone,
+            after=self.start_at - timedelta(microseconds=1),
+            until=self.end_at,
+            schedule_id=self.schedule_id,
         )
-        found: list[datetime] = []
-        while (at := walker.get_next(datetime).astimezone(UTC)) <= self.end_at:
-            found.append(at)
-        return found
+        return [slot.at for slot in slots]
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from croniter import croniter
-
 from slotflow.commands import build_command
 from slotflow.contracts import CronSpec, Envelope, IntervalSpec, JobDue, Message, ScheduleDefinition
 from slotflow.contracts.codec import encode
@@ -28,6 +26,7 @@ from slotflow.testing import assert_eventually, unique_name
 from slotflow.testing.topics import TopicTail as TopicTail  # re-exported: the tests import it here
 from slotflow_ticker.app import TickerService
 from slotflow_ticker.config import TickerSettings
+from tests.cron_oracle import expected_slots as cron_oracle_slots
 
 SCHEMA = "ticker"
 
@@ -138,23 +137,21 @@ def jobs_by_run(tail: TopicTail) -> dict[str, list[Envelope]]:
 
 
 def expected_slots(definition: ScheduleDefinition, *, after: datetime, before: datetime) -> list[datetime]:
-    """The slots in (after, before), computed independently with croniter or plain arithmetic."""
+    """The slots in (after, before), computed independently: the documented cron and DST semantics
+    (tests/cron_oracle.py, no code shared with the ticker), or plain arithmetic for an interval."""
     spec = definition.spec
-    found: list[datetime] = []
     if isinstance(spec, CronSpec):
-        from zoneinfo import ZoneInfo
-
-        six = len(spec.expression.split()) == 6
-        walker = croniter(
+        slots, _ = cron_oracle_slots(
             spec.expression,
-            after.astimezone(ZoneInfo(spec.timezone)),
-            ret_type=datetime,
-            second_at_beginning=six,
+            spec.timezone,
+            after=after,
+            until=before - timedelta(microseconds=1),
+            repeated=definition.dst.repeated,
+            nonexistent=definition.dst.nonexistent,
         )
-        while (at := walker.get_next(datetime).astimezone(UTC)) < before:
-            found.append(at)
-        return found
+        return [slot.at for slot in slots]
     if isinstance(spec, IntervalSpec):
+        found: list[datetime] = []
         k = (after - spec.anchor) // spec.every + 1
         while (at := (spec.anchor + k * spec.every).astimezone(UTC)) < before:
             found.append(at)

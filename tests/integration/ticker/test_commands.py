@@ -14,6 +14,7 @@ from slotflow.contracts import (
     CreateSchedule,
     CronSpec,
     DeleteSchedule,
+    DstPolicy,
     FireJobDue,
     FireTimerFired,
     JobDue,
@@ -210,6 +211,38 @@ async def test_trigger_backfill_update_and_delete(
     await tail.wait_for(lambda t: rejected_reason(t, again) is not None)
     assert "does not exist" in (rejected_reason(tail, again) or "")
     assert not [e for e in tail.of_type("job.due") if job(e).slot > deleted_at and job(e).kind == "scheduled"]
+
+
+async def test_a_backfill_across_a_spring_forward_gap_records_each_skipped_local_time(
+    ticker: Replica, tail: TopicTail, producer: Producer, kafka: KafkaSettings
+) -> None:
+    # Europe/Berlin, 2025-03-30: 02:00 CET jumps to 03:00 CEST (01:00 UTC). With `skip` the wall
+    # times 02:00 and 02:30 never fire; the backfill records them, as a claim would.
+    half_hourly = ScheduleDefinition(
+        spec=CronSpec(expression="*/30 * * * *", timezone="Europe/Berlin"),
+        handler="reports.half_hourly",
+        dst=DstPolicy(nonexistent="skip"),
+    )
+    await send(producer, kafka, CreateSchedule(schedule_id="gap", definition=half_hourly))
+    start, end = datetime(2025, 3, 30, 0, tzinfo=UTC), datetime(2025, 3, 30, 2, tzinfo=UTC)
+    backfill = await send(producer, kafka, Backfill(schedule_id="gap", start=start, end=end))
+
+    def in_range(t: TopicTail) -> list[Any]:
+        return [e for e in t.of_type("slot.skipped") if start <= datetime.fromisoformat(e.data["slot"]) < end]
+
+    await tail.wait_for(lambda t: accepted(t, backfill) and len(in_range(t)) >= 2, message="two SlotSkipped")
+    backfilled = sorted(job(e).slot for e in tail.of_type("job.due") if job(e).kind == "backfill")
+    assert backfilled == [start + timedelta(minutes=30 * k) for k in (0, 1, 2, 3)]
+    transition = datetime(2025, 3, 30, 1, tzinfo=UTC)
+    skipped = in_range(tail)
+    assert len(skipped) == 2
+    assert {e.data["reason"] for e in skipped} == {"dst_nonexistent"}
+    assert {datetime.fromisoformat(e.data["slot"]) for e in skipped} == {transition}
+    assert {e.data["run_id"] for e in skipped} == {run_id("gap", transition)}
+    assert sorted(e.data["detail"].split()[2] for e in skipped) == [
+        "2025-03-30T02:00:00",
+        "2025-03-30T02:30:00",
+    ]
 
 
 async def test_semantically_invalid_commands_are_rejected_not_parked(

@@ -57,6 +57,7 @@ def test_each_category_is_reported() -> None:
         timeline,
         runs,
         skips,
+        schedule_id="s",
         start=T0,
         end=slots[5] + timedelta(seconds=1),
         now=T0 + timedelta(days=1),
@@ -100,6 +101,7 @@ def test_jittered_fire_time_is_what_lateness_is_measured_against() -> None:
         timeline,
         [jittered],
         [],
+        schedule_id="s",
         start=T0,
         end=T0 + timedelta(minutes=1),
         now=T0 + timedelta(hours=1),
@@ -115,6 +117,7 @@ def test_recent_unrecorded_slots_are_pending_not_missed() -> None:
         timeline,
         [],
         [],
+        schedule_id="s",
         start=T0,
         end=T0 + timedelta(hours=3),
         now=T0 + timedelta(hours=2, seconds=2),
@@ -136,6 +139,7 @@ def test_slots_outside_the_schedules_life_or_while_paused() -> None:
         timeline,
         [],
         [],
+        schedule_id="s",
         start=T0,
         end=T0 + timedelta(hours=10),
         now=T0 + timedelta(days=1),
@@ -160,7 +164,9 @@ def test_an_update_changes_the_grid_from_its_moment_on() -> None:
         TimelineEntry(T0 - timedelta(minutes=1), "created", HOURLY),
         TimelineEntry(T0 + timedelta(hours=1, minutes=10), "updated", every_30),
     ]
-    found = expected_slots(timeline, start=T0, end=T0 + timedelta(hours=2, minutes=1), limit=100)
+    found = expected_slots(
+        timeline, schedule_id="s", start=T0, end=T0 + timedelta(hours=2, minutes=1), limit=100
+    )
     assert [e.at - T0 for e in found] == [
         timedelta(0),
         timedelta(hours=1),
@@ -181,6 +187,7 @@ def test_dst_skip_policy_slots_are_skipped_by_policy() -> None:
         timeline,
         [],
         [],
+        schedule_id="s",
         start=created,
         end=created + timedelta(days=3),
         now=created + timedelta(days=5),
@@ -197,7 +204,7 @@ def test_a_window_with_too_many_slots_is_refused() -> None:
     every_second = ScheduleDefinition(spec=IntervalSpec(every=timedelta(seconds=1), anchor=T0), handler="h")
     timeline = [TimelineEntry(T0, "created", every_second)]
     with pytest.raises(AuditRangeTooLarge):
-        expected_slots(timeline, start=T0, end=T0 + timedelta(hours=1), limit=100)
+        expected_slots(timeline, schedule_id="s", start=T0, end=T0 + timedelta(hours=1), limit=100)
 
 
 @settings(max_examples=50, deadline=None)
@@ -214,6 +221,7 @@ def test_every_expected_slot_gets_exactly_one_verdict(recorded: list[int], skipp
         timeline,
         runs,
         skips,
+        schedule_id="s",
         start=T0,
         end=T0 + timedelta(days=1),
         now=T0 + timedelta(days=2),
@@ -249,6 +257,7 @@ def test_a_held_run_is_held_not_missed_and_late_once_it_completes() -> None:
         timeline,
         [waiting, done_late, done_in_time],
         [],
+        schedule_id="s",
         start=T0,
         end=T0 + timedelta(hours=3),
         now=T0 + timedelta(hours=5),

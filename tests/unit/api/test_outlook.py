@@ -2,7 +2,8 @@
 
 from datetime import UTC, datetime, timedelta
 
-from slotflow.contracts import IntervalSpec, MisfirePolicy, OnceSpec, ScheduleDefinition
+from slotflow.contracts import CronSpec, DstPolicy, IntervalSpec, MisfirePolicy, OnceSpec, ScheduleDefinition
+from slotflow.core.cronslots import preview
 from slotflow_api.outlook import fire_time, outlook
 
 NOW = datetime(2026, 3, 1, 12, 0, 30, tzinfo=UTC)
@@ -111,3 +112,15 @@ def test_a_deleted_schedule_has_no_outlook() -> None:
         "s", every_minute(), paused=False, resume_at=None, deleted=True, once_handled=False, now=NOW
     )
     assert (seen.status, seen.next_fire_at, seen.next_slots) == ("deleted", None, [])
+
+
+def test_an_h_schedules_next_slots_are_the_tickers_for_its_own_id() -> None:
+    definition = ScheduleDefinition(spec=CronSpec(expression="H H * * *"), handler="h")
+    for schedule_id in ("payouts-a", "payouts-b"):
+        seen = outlook(
+            schedule_id, definition, paused=False, resume_at=None, deleted=False, once_handled=False, now=NOW
+        )
+        ticker = preview(
+            definition.spec, DstPolicy(), after=NOW, count=len(seen.next_slots), schedule_id=schedule_id
+        )
+        assert seen.next_slots == ticker

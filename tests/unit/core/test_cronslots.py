@@ -13,6 +13,7 @@ from slotflow.contracts.policies import DstPolicy
 from slotflow.contracts.schedules import CronSpec, IntervalSpec, OnceSpec
 from slotflow.core.cronslots import Slot, iter_slots, next_slot, preview, slots_between
 from slotflow.core.identity import NaiveDatetime
+from tests.cron_oracle import CronOracle
 from tests.unit.core.cron_fields import cron_fields, matches_fields
 
 DEFAULT = DstPolicy()
@@ -147,13 +148,15 @@ def test_once_fires_once() -> None:
 
 @settings(max_examples=150, deadline=None)
 @given(cron=cron_fields(), after=instants)
-def test_utc_cron_equals_croniter(cron: tuple[str, list[set[int] | None]], after: datetime) -> None:
+def test_utc_cron_equals_the_documented_oracle(
+    cron: tuple[str, list[set[int] | None]], after: datetime
+) -> None:
+    # croniter and cronsim are compared in test_cron_differential.py, with the documented differences.
     expression, _ = cron
     spec = CronSpec(expression=expression)
     ours = [s.at for s in preview(spec, DEFAULT, after=after, count=12)]
-    theirs = croniter(expression, after, ret_type=datetime, second_at_beginning=len(expression.split()) == 6)
-    expected = [theirs.get_next(datetime) for _ in range(12)]
-    assert ours == expected
+    walls = CronOracle(expression).next_wall_times(after.replace(tzinfo=None), 12)
+    assert ours == [w.replace(tzinfo=UTC) for w in walls]
 
 
 @settings(max_examples=150, deadline=None)
@@ -166,7 +169,7 @@ def test_utc_cron_equals_croniter(cron: tuple[str, list[set[int] | None]], after
 def test_slots_are_ordered_continuous_and_match_their_fields(
     cron: tuple[str, list[set[int] | None]], zone: str, policy: DstPolicy, after: datetime
 ) -> None:
-    expression, fields = cron
+    expression, _ = cron
     spec = CronSpec(expression=expression, timezone=zone)
     slots = preview(spec, policy, after=after, count=15)
 
@@ -191,7 +194,7 @@ def test_slots_are_ordered_continuous_and_match_their_fields(
     tz = ZoneInfo(zone)
     for slot in slots:
         wall = datetime.fromisoformat(slot.local).replace(tzinfo=None)
-        assert matches_fields(wall, fields), slot
+        assert matches_fields(wall, expression), slot
         if slot.dst == "shifted":
             continue
         assert slot.local == slot.at.astimezone(tz).isoformat()
@@ -239,7 +242,7 @@ def iter_slots_limited(spec: IntervalSpec, after: datetime, count: int) -> list[
         "0 0 1-5/2 * *",
         "0 0 13 * 5",  # day-of-month OR day-of-week
         "0 0 29 2 *",  # leap days only
-        "0 12 L * *",  # last day of the month: croniter walks these
+        "0 12 L * *",  # last day of the month
         "30 2 * 3 0#5",  # fifth Sunday of March
         "0 8 15W * *",  # weekday nearest the 15th
         "15,45 */5 * * * *",
@@ -257,7 +260,7 @@ def test_special_and_named_fields_agree_with_croniter(expression: str) -> None:
 
 
 def test_walked_expressions_keep_the_dst_policy() -> None:
-    # "#" is walked by croniter, in naive wall time; the DST policy still applies to the result.
+    # "#" is matched in naive wall time like every field; the DST policy still applies to the result.
     spec = CronSpec(expression="30 2 * 3 0#5", timezone="Europe/Berlin")  # 2026-03-29 is the 5th Sunday
     assert next_slot(spec, DstPolicy(), after=utc(2026, 3, 1)) == Slot(
         utc(2026, 3, 29, 1), "2026-03-29T02:30:00+02:00", "shifted"
@@ -273,3 +276,17 @@ def test_a_start_inclusive_end_exclusive_window_by_one_microsecond() -> None:
     start, end = utc(2026, 1, 1, 3), utc(2026, 1, 1, 6)
     got = slots_between(spec, DEFAULT, after=start - tiny, until=end - tiny, limit=100)
     assert [s.at.hour for s in got] == [3, 4, 5]
+
+
+@pytest.mark.parametrize(
+    ("expression", "expected"),
+    [
+        # A `*` in a list allows every value; the other items add nothing.
+        ("*,5 * * * *", [utc(2026, 1, 1, 0, m) for m in range(1, 6)]),
+        ("0 0 * * *,0", [utc(2026, 1, d) for d in range(2, 7)]),  # daily, not Sundays only
+        ("0 5,* * * *", [utc(2026, 1, 1, h) for h in range(1, 6)]),
+    ],
+)
+def test_a_star_inside_a_list_allows_every_value(expression: str, expected: list[datetime]) -> None:
+    slots = preview(CronSpec(expression=expression), DEFAULT, after=utc(2026, 1, 1), count=len(expected))
+    assert [s.at for s in slots] == expected

@@ -175,3 +175,39 @@ def test_figures_by_fault_kind_count_what_falls_in_each_faults_window() -> None:
     assert restart.runs_taken_over == 0
     table = render_by_fault_kind(figures)
     assert "| sigkill | 1 | 5 / 5 | 1 | 0 | 1 | 1.8 s |" in table, table
+
+
+def test_expected_slots_follow_the_documented_dst_policy_not_croniters() -> None:
+    # Europe/Berlin, 2026-10-25: at 01:00 UTC clocks go back from 03:00 CEST to 02:00 CET. The
+    # workload's schedules use the default policy, which fires a repeated wall time once (its first
+    # pass), so the second pass of 02:00-02:59 has no slots; croniter alone fires it again, and a
+    # checker expecting croniter's slots reported every one of them as missed.
+    fall_back = datetime(2026, 10, 25, 1, 0, tzinfo=UTC)
+    schedule = ScheduleUnderTest(
+        "pay-c",
+        "*/30 * * * * *",
+        "Europe/Berlin",
+        fall_back - timedelta(minutes=1),
+        fall_back + timedelta(minutes=1),
+    )
+    assert schedule.slots() == [fall_back - timedelta(minutes=1), fall_back - timedelta(seconds=30)]
+    rec = Recording(schedules=[schedule])
+    for slot in schedule.slots():
+        key = run_id("pay-c", slot)
+        rec.effects.append(
+            Effect(len(rec.effects) + 1, "payout", "pay-c", key, APPLIED, 1, "claimer-0", slot)
+        )
+        rec.ledger[key] = 1
+        rec.runs_started.add(key)
+        rec.runs_ended.add(key)
+    report = check(rec)
+    assert report.violations == [], report.render()
+    assert report.counts["slots expected"] == 2
+
+
+def test_expected_slots_follow_the_documented_day_rule() -> None:
+    # `*/2` starts with `*`, so it does not restrict the day: odd-numbered days that are Mondays.
+    # croniter reads it as restricted and ORs the fields (every odd day and every Monday).
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    schedule = ScheduleUnderTest("pay-d", "0 0 0 */2 * 1", "UTC", start, start + timedelta(days=31))
+    assert schedule.slots() == [datetime(2026, 1, 5, tzinfo=UTC), datetime(2026, 1, 19, tzinfo=UTC)]

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slotflow.contracts import CronSpec, DstPolicy, IntervalSpec, MisfirePolicy, OnceSpec, ScheduleDefinition
+from slotflow.core.cronslots import next_slot
 from slotflow.core.identity import run_id
 from slotflow_ticker.planning import (
     EPSILON,
@@ -306,10 +307,26 @@ def test_successive_claims_fire_exactly_croniters_sequence(expression: str, step
 def test_a_manual_trigger_names_its_run_to_the_second_unless_that_is_a_grid_slot() -> None:
     hourly = ScheduleDefinition(spec=CronSpec(expression="0 * * * *"), handler="h")
     now = datetime(2026, 12, 2, 11, 35, 12, 483_920, tzinfo=UTC)
-    assert manual_slot(hourly, now) == now.replace(microsecond=0)
-    assert run_id("s", manual_slot(hourly, now)) == "s@2026-12-02T11:35:12Z"
+    assert manual_slot("s", hourly, now) == now.replace(microsecond=0)
+    assert run_id("s", manual_slot("s", hourly, now)) == "s@2026-12-02T11:35:12Z"
     # 12:00:00 is the hourly slot: the fraction keeps the trigger's run apart from the scheduled one.
     on_the_hour = datetime(2026, 12, 2, 12, 0, 0, 250_000, tzinfo=UTC)
-    assert manual_slot(hourly, on_the_hour) == on_the_hour
+    assert manual_slot("s", hourly, on_the_hour) == on_the_hour
     exact = datetime(2026, 12, 2, 11, 35, 12, tzinfo=UTC)
-    assert manual_slot(hourly, exact) == exact
+    assert manual_slot("s", hourly, exact) == exact
+
+
+def test_schedules_sharing_an_h_definition_each_draw_from_their_own_id() -> None:
+    # Parsed definitions are shared objects (one per stored text) and the next-slot memo is keyed by
+    # them: an H cron must still be computed per schedule id, as the api computes it.
+    shared = ScheduleDefinition(spec=CronSpec(expression="H H * * *"), handler="h")
+    firsts = {}
+    for schedule_id in ("payouts-a", "payouts-b", "payouts-c", "payouts-d"):
+        position = start_position(schedule_id, shared, after=T0)
+        expected = next_slot(shared.spec, shared.dst, after=T0, schedule_id=schedule_id)
+        assert expected is not None
+        assert position.next_slot == expected.at
+        firsts[schedule_id] = position.next_slot
+    assert len(set(firsts.values())) > 1
+    # ...and the same id asked again gets the same answer.
+    assert start_position("payouts-a", shared, after=T0).next_slot == firsts["payouts-a"]

@@ -65,3 +65,17 @@ def test_the_preview_command_explains_a_bad_expression(capsys: pytest.CaptureFix
         main(["preview", "--cron", "61 * * * *"])
     assert exited.value.code == 2
     assert "invalid" in capsys.readouterr().err
+
+
+def test_the_preview_of_an_h_cron_draws_from_the_schedule_id_it_is_given(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    after = ["--after", "2026-01-01T00:00:00+00:00", "--count", "1"]
+    with pytest.raises(SystemExit) as exited:
+        main(["preview", "--cron", "H 2 * * *", *after])
+    assert exited.value.code == 2
+    assert "--as-schedule" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exited:
+        main(["preview", "--cron", "H 2 * * *", "--as-schedule", "payouts", *after])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.startswith("2026-01-01T02:04:00Z")  # docs/scheduling.md's example

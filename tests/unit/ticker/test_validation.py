@@ -12,6 +12,7 @@ from slotflow.contracts import (
     Backfill,
     CancelTimer,
     CronSpec,
+    DstPolicy,
     IntervalSpec,
     JobDue,
     OnceSpec,
@@ -30,6 +31,7 @@ from slotflow_ticker.store import ScheduleRow
 from slotflow_ticker.validation import (
     CommandRefused,
     backfill_plan,
+    backfill_skips,
     require_fireable,
     require_live,
     require_new,
@@ -204,6 +206,30 @@ def test_the_tickers_own_cap_bounds_every_backfill() -> None:
         backfill_plan(wider.model_copy(update={"max_slots": 2}), HOURLY, now=NOW, cap=4)
 
 
+def test_a_backfill_across_a_spring_forward_gap_names_each_skipped_local_time() -> None:
+    # Europe/Berlin, 2026-03-29: 02:00 CET jumps to 03:00 CEST (01:00 UTC); 02:00-02:59 never happen.
+    quarterly = ScheduleDefinition(
+        spec=CronSpec(expression="*/15 * * * *", timezone="Europe/Berlin"),
+        handler="h",
+        dst=DstPolicy(nonexistent="skip"),
+    )
+    start, end = datetime(2026, 3, 29, 0, tzinfo=UTC), datetime(2026, 3, 29, 2, tzinfo=UTC)
+    command = Backfill(schedule_id="s", start=start, end=end)
+    slots = backfill_plan(command, quarterly, now=NOW)
+    skips = backfill_skips(command, quarterly)
+    assert [s.at for s in slots] == [start + timedelta(minutes=15 * k) for k in range(4)] + [
+        start + timedelta(hours=1, minutes=15 * k) for k in range(4)
+    ]
+    transition = datetime(2026, 3, 29, 1, tzinfo=UTC)
+    assert [(s.at, s.reason) for s in skips] == [(transition, "dst_nonexistent")] * 4
+    assert [s.detail.split()[2] for s in skips] == [f"2026-03-29T02:{m:02}:00" for m in (0, 15, 30, 45)]
+    # Shifted slots fire, so nothing is skipped; and a range without the gap skips nothing.
+    assert backfill_skips(command, quarterly.model_copy(update={"dst": DstPolicy()})) == []
+    assert backfill_skips(command.model_copy(update={"end": transition}), quarterly) == []
+    with pytest.raises(CommandRefused, match="more than 3 local times"):
+        backfill_skips(command, quarterly, cap=3)
+
+
 CHECKED_AT = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 
 
@@ -225,6 +251,9 @@ def test_a_schedule_that_can_never_fire_is_refused_with_why(spec: CronSpec | Int
     "definition",
     [
         ScheduleDefinition(spec=CronSpec(expression="0 0 29 2 *"), handler="h"),  # leap years exist
+        # The 29th or the 4th Sunday: refused as "matches no date that exists" while croniter read it.
+        ScheduleDefinition(spec=CronSpec(expression="0 0 29 * 0#4"), handler="h"),
+        ScheduleDefinition(spec=CronSpec(expression="H H * * *"), handler="h"),  # H drawn from "ok"
         ScheduleDefinition(spec=IntervalSpec(every=timedelta(days=3650)), handler="h"),
         ScheduleDefinition(
             spec=OnceSpec(at=CHECKED_AT - timedelta(days=1)), handler="h"

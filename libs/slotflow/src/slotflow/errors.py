@@ -23,6 +23,17 @@ class PermanentError(SlotflowError):
     """A failure that will repeat on every attempt: bad input, a business rule that says no."""
 
 
+class InvalidCronExpression(PermanentError, ValueError):
+    """A cron expression outside slotflow's grammar; the message names the field and what is wrong.
+
+    A ValueError too, so a pydantic validator turns it into a validation error of its field.
+    """
+
+
+class CronNeedsScheduleId(PermanentError):
+    """A cron expression with `H` takes its values from the schedule id, and none was given."""
+
+
 class TransientStorageError(TransientError):
     """PostgreSQL or Kafka was unreachable; the same operation may succeed later."""
 

@@ -145,9 +145,10 @@ def _paused_intervals(timeline: Sequence[TimelineEntry]) -> list[tuple[datetime,
 
 
 def expected_slots(
-    timeline: Sequence[TimelineEntry], *, start: datetime, end: datetime, limit: int
+    timeline: Sequence[TimelineEntry], *, schedule_id: str, start: datetime, end: datetime, limit: int
 ) -> list[_Expected]:
-    """Every slot the schedule's definitions put in [start, end), ascending.
+    """Every slot the schedule's definitions put in [start, end), ascending (an `H` in a cron
+    drawn from ``schedule_id``, as the ticker draws it).
 
     Raises:
         AuditRangeTooLarge: more than ``limit`` slots.
@@ -157,14 +158,18 @@ def expected_slots(
         # slots_between is (after, until]; shifting both ends by one microsecond makes it [begin, finish).
         after, until = begin - _TICK, finish - _TICK
         room = limit - len(found)
-        slots = slots_between(definition.spec, definition.dst, after=after, until=until, limit=room + 1)
+        slots = slots_between(
+            definition.spec, definition.dst, after=after, until=until, limit=room + 1, schedule_id=schedule_id
+        )
         if len(slots) > room:
             raise AuditRangeTooLarge(
                 f"the window holds more than {limit} slots of this schedule; ask for a narrower from/to"
             )
         grace = definition.misfire.grace
         found.extend(_Expected(slot.at, grace=grace) for slot in slots)
-        for skipped in dst_skips_between(definition.spec, definition.dst, after=after, until=until):
+        for skipped in dst_skips_between(
+            definition.spec, definition.dst, after=after, until=until, schedule_id=schedule_id
+        ):
             found.append(_Expected(skipped.at, dst_skip=skipped.detail, grace=grace))
     found.sort(key=lambda e: (e.at, e.dst_skip or ""))
     return found
@@ -175,6 +180,7 @@ def audit(
     runs: Iterable[RecordedRun],
     skips: Iterable[RecordedSkip],
     *,
+    schedule_id: str,
     start: datetime,
     end: datetime,
     now: datetime,
@@ -187,7 +193,7 @@ def audit(
     paused = _paused_intervals(timeline)
     report = AuditReport()
     judged: set[datetime] = set()
-    for expected in expected_slots(timeline, start=start, end=end, limit=limit):
+    for expected in expected_slots(timeline, schedule_id=schedule_id, start=start, end=end, limit=limit):
         run = by_slot.get(expected.at)
         skip = skipped.get(expected.at)
         verdict = _judge(expected, run, skip, paused, late_threshold)
@@ -202,7 +208,7 @@ def audit(
         if run.slot in judged or not start <= run.slot < end:
             continue
         definition = _definition_at(timeline, run.slot)
-        if run.kind == "backfill" and definition is not None and _on_grid(definition, run.slot):
+        if run.kind == "backfill" and definition is not None and _on_grid(schedule_id, definition, run.slot):
             # A backfill of a slot on the grid fires that slot, even before the schedule existed
             # (that is what backfills are for): a fired slot, with its kind, not an off-grid run.
             report.slots.append(_judge_backfilled(run))
@@ -232,8 +238,10 @@ def _definition_at(timeline: Sequence[TimelineEntry], at: datetime) -> ScheduleD
     return found
 
 
-def _on_grid(definition: ScheduleDefinition, at: datetime) -> bool:
-    slots = slots_between(definition.spec, definition.dst, after=at - _TICK, until=at, limit=1)
+def _on_grid(schedule_id: str, definition: ScheduleDefinition, at: datetime) -> bool:
+    slots = slots_between(
+        definition.spec, definition.dst, after=at - _TICK, until=at, limit=1, schedule_id=schedule_id
+    )
     return bool(slots) and slots[0].at == at
 
 

@@ -39,9 +39,9 @@ def fire_time(schedule_id: str, definition: ScheduleDefinition, at: datetime) ->
     return at + jitter_offset(run_id(schedule_id, at), definition.jitter)
 
 
-def _upcoming(definition: ScheduleDefinition, *, after: datetime, count: int) -> list[Slot]:
+def _upcoming(schedule_id: str, definition: ScheduleDefinition, *, after: datetime, count: int) -> list[Slot]:
     out: list[Slot] = []
-    for slot in iter_slots(definition.spec, definition.dst, after=after):
+    for slot in iter_slots(definition.spec, definition.dst, after=after, schedule_id=schedule_id):
         if definition.end_at is not None and slot.at > definition.end_at:
             break
         if definition.start_at is not None and slot.at < definition.start_at:
@@ -92,10 +92,10 @@ def outlook(
         # would otherwise walk 86,400 slots per read).
         policy = definition.misfire
         reach = policy.grace if policy.policy == "skip" else max(policy.grace, policy.catch_up_window)
-        missed = _upcoming(definition, after=max(after, resume_at - reach - _EPSILON), count=1)
+        missed = _upcoming(schedule_id, definition, after=max(after, resume_at - reach - _EPSILON), count=1)
         catch_up = bool(missed) and missed[0].at < resume_at
         after = resume_at - _EPSILON
-    slots = _upcoming(definition, after=after, count=count)
+    slots = _upcoming(schedule_id, definition, after=after, count=count)
     if catch_up and resume_at is not None:
         return Outlook(status, resume_at, slots, catch_up=True)
     if not slots:

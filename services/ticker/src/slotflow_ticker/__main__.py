@@ -4,6 +4,7 @@ slotflow-ticker [run]                 run one replica until SIGTERM or SIGINT
 slotflow-ticker migrate               create or upgrade the ticker schema, then exit
 slotflow-ticker preview --cron "30 2 * * *" --timezone Europe/Berlin --count 10
 slotflow-ticker preview --schedule-id payouts.nightly --count 5   (reads the stored definition)
+slotflow-ticker preview --cron "H 2 * * *" --as-schedule payouts.nightly   (H drawn from that id)
 """
 
 import argparse
@@ -18,6 +19,7 @@ from pydantic import ValidationError
 
 from slotflow.contracts import DstPolicy, ScheduleSpec
 from slotflow.contracts.schedules import CronSpec, IntervalSpec, OnceSpec
+from slotflow.errors import CronNeedsScheduleId
 from slotflow.logs import configure_logging
 from slotflow.pg.pool import create_pool
 from slotflow.pg.statements import sql
@@ -65,6 +67,11 @@ def _parser() -> argparse.ArgumentParser:
     what.add_argument("--every", type=float, help="a fixed interval, in seconds")
     what.add_argument("--once", help="a one-shot instant, ISO-8601 with offset")
     what.add_argument("--schedule-id", help="a stored schedule (reads the ticker schema)")
+    show.add_argument(
+        "--as-schedule",
+        metavar="ID",
+        help="the schedule id an H in --cron draws its values from (a stored schedule uses its own)",
+    )
     show.add_argument("--timezone", default="UTC", help="IANA zone for --cron")
     show.add_argument("--anchor", help="grid anchor for --every, ISO-8601 with offset")
     show.add_argument("--repeated", choices=["first", "last", "both"], default="first")
@@ -99,7 +106,9 @@ async def _preview(args: argparse.Namespace) -> int:
             raise ValueError("--after needs an offset, e.g. 2026-03-29T00:00:00+01:00")
         dst = DstPolicy(repeated=args.repeated, nonexistent=args.nonexistent)
         spec: ScheduleSpec
+        schedule_id: str | None = args.as_schedule
         if args.schedule_id:
+            schedule_id = args.schedule_id
             stored = await _stored(args.schedule_id)
             if stored is None:
                 print(f"schedule {args.schedule_id} does not exist", file=sys.stderr)  # noqa: T201
@@ -116,10 +125,14 @@ async def _preview(args: argparse.Namespace) -> int:
             )
         else:
             spec = OnceSpec(at=datetime.fromisoformat(args.once))
+        lines = preview_lines(spec, dst, after=after, count=args.count, schedule_id=schedule_id)
+    except CronNeedsScheduleId:
+        print("the cron uses H, which draws from a schedule id: give --as-schedule ID", file=sys.stderr)  # noqa: T201
+        return 2
     except (ValidationError, ValueError) as err:
         print(f"invalid schedule: {err}", file=sys.stderr)  # noqa: T201
         return 2
-    for line in preview_lines(spec, dst, after=after, count=args.count):
+    for line in lines:
         print(line.render())  # noqa: T201
     return 0
 

@@ -24,6 +24,7 @@ from slotflow_ticker.claims import SlotClaimer
 from slotflow_ticker.command_loop import CommandLoop
 from slotflow_ticker.commands import SERVICE, CommandHandler, CommandTopics
 from slotflow_ticker.config import TickerSettings
+from slotflow_ticker.cron_review import CronReview
 from slotflow_ticker.events import EventFactory, Topics
 from slotflow_ticker.metrics import TickerMetrics
 from slotflow_ticker.sql import Queries
@@ -113,6 +114,17 @@ class TickerService:
         ticking = Ticking(
             pool, claimer=claimer, queries=queries, settings=settings, metrics=self.metrics, relay=relay
         )
+        review = CronReview(
+            pool,
+            schema=schema,
+            queries=queries,
+            events=events,
+            metrics=self.metrics,
+            batch_size=settings.batch_size,
+        )
+        # Before any loop claims: a schedule stored under older cron rules whose expression reads
+        # differently now is paused, not fired under a reading nobody chose (cron_review).
+        await review.run()
 
         def committed(due: list[tuple[str, datetime]]) -> None:
             relay.wake()
@@ -146,7 +158,7 @@ class TickerService:
             "housekeeping",
             periodic(
                 settings.housekeeping_seconds,
-                self._housekeeping(claimer),
+                self._housekeeping(claimer, review),
                 outages=_STORAGE_ERRORS,
                 what="housekeeping",
             ),
@@ -173,8 +185,11 @@ class TickerService:
 
         return refresh
 
-    def _housekeeping(self, claimer: SlotClaimer) -> Callable[[], Awaitable[None]]:
+    def _housekeeping(self, claimer: SlotClaimer, review: CronReview) -> Callable[[], Awaitable[None]]:
         async def purge() -> None:
+            # Rows a ticker of the previous version stored during a rolling upgrade, or that were
+            # locked at the start's review, are reviewed here.
+            await review.run()
             inbox, timers = await claimer.purge(
                 inbox_seconds=self.settings.inbox_retention_days * 86400,
                 timer_seconds=self.settings.timer_retention_days * 86400,

@@ -44,7 +44,12 @@ from slotflow.contracts import (
 from slotflow.contracts.catalogue import TICKER_COMMAND_TYPES
 from slotflow.contracts.codec import decode
 from slotflow.contracts.envelope import KEY_MAX_CHARS, TYPE_HEADER, fit_id
-from slotflow.contracts.schedules import ScheduleDefinition, definition_changes, patch_definition
+from slotflow.contracts.schedules import (
+    ScheduleDefinition,
+    definition_changes,
+    patch_definition,
+    refuse_random_cron,
+)
 from slotflow.errors import PoisonMessage, TransientStorageError
 from slotflow.kafka.loop import Incoming
 from slotflow.kafka.records import Record
@@ -59,6 +64,7 @@ from slotflow_ticker.store import ScheduleRow, dump_action
 from slotflow_ticker.validation import (
     CommandRefused,
     backfill_plan,
+    backfill_skips,
     require_fireable,
     require_live,
     require_new,
@@ -415,7 +421,7 @@ class CommandHandler:
             )
             return Applied(staged)
         if isinstance(message, TriggerNow):
-            slot = manual_slot(live.definition, now)
+            slot = manual_slot(schedule_id, live.definition, now)
             staged = [
                 self._events.job_due(
                     schedule_id, live.definition, slot, kind="manual", fire_at=now, occurred_at=now
@@ -425,6 +431,7 @@ class CommandHandler:
             return Applied(staged)
         if isinstance(message, Backfill):
             slots = backfill_plan(message, live.definition, now=now, cap=self._max_backfill_slots)
+            skipped = backfill_skips(message, live.definition, cap=self._max_backfill_slots)
             # The backfill's own overlap policy, not the schedule's: its slots are all due at once,
             # and the schedule's `skip` would run the first and skip the rest as "still running".
             staged = [
@@ -439,6 +446,10 @@ class CommandHandler:
                 for slot in slots
             ]
             self._metrics.slots_fired.labels("backfill").inc(len(staged))
+            # Local times the DST policy skips inside the range are recorded, never left out. Their
+            # ids are the claims' own (run id, nominal time), so a gap already recorded collapses.
+            staged.extend(self._events.slot_skipped(schedule_id, s, occurred_at=now) for s in skipped)
+            self._metrics.slots_skipped.labels("dst_nonexistent").inc(len(skipped))
             return Applied(staged)
         raise CommandRefused(f"{envelope.type} is not a ticker command")
 
@@ -532,13 +543,19 @@ def _new_definition(message: UpdateSchedule, row: ScheduleRow) -> ScheduleDefini
     if message.definition is not None:
         return message.definition
     try:
-        return patch_definition(row.definition, message.patch or {})
+        patched = patch_definition(row.definition, message.patch or {})
     except ValidationError as err:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc']) or 'definition'}: {e['msg']}"
             for e in err.errors(include_url=False)
         )
         raise CommandRefused(f"the patch does not fit schedule {message.schedule_id}: {problems}") from None
+    try:
+        # A stored R (read as H) is refused on the next change, even one that leaves the spec alone.
+        refuse_random_cron(patched)
+    except ValueError as err:
+        raise CommandRefused(f"schedule {message.schedule_id}: {err}") from None
+    return patched
 
 
 def _due(schedule_id: str, next_fire_at: datetime | None) -> list[tuple[str, datetime]]:

@@ -62,6 +62,11 @@ class TickerMetrics:
             ["outcome"],
             registry=r,
         )
+        self.cron_rules_paused = Counter(
+            "slotflow_ticker_cron_rules_paused",
+            "Stored schedules paused at review because their cron expression reads differently now",
+            registry=r,
+        )
         self.wheel_pending = Gauge(
             "slotflow_ticker_wheel_pending", "Deadlines held in the in-memory timing wheel", registry=r
         )

@@ -19,6 +19,7 @@ from slotflow.contracts.schedules import CronSpec, OnceSpec, ScheduleDefinition
 from slotflow.core.cronslots import (
     SkippedSlot,
     Slot,
+    draws_from_schedule_id,
     dst_skips_between,
     jitter_offset,
     next_slot,
@@ -102,7 +103,7 @@ def lookahead(policy: MisfirePolicy) -> int:
     return 0
 
 
-def manual_slot(definition: ScheduleDefinition, now: datetime) -> datetime:
+def manual_slot(schedule_id: str, definition: ScheduleDefinition, now: datetime) -> datetime:
     """The slot a manual trigger at ``now`` names: ``now`` to the whole second.
 
     Its run id reads `payouts@2026-12-02T11:35:12Z`, as a person would write it. Two triggers in
@@ -113,7 +114,9 @@ def manual_slot(definition: ScheduleDefinition, now: datetime) -> datetime:
     whole = now.replace(microsecond=0)
     if whole == now:
         return now
-    on_grid = next_slot(definition.spec, definition.dst, after=whole - timedelta(microseconds=1))
+    on_grid = next_slot(
+        definition.spec, definition.dst, after=whole - timedelta(microseconds=1), schedule_id=schedule_id
+    )
     return now if on_grid is not None and on_grid.at == whole else whole
 
 
@@ -130,7 +133,7 @@ def start_position(schedule_id: str, definition: ScheduleDefinition, *, after: d
         covered = after
         if definition.start_at is not None:
             covered = max(covered, definition.start_at - EPSILON)
-    first = _bounded_next(definition, after=covered)
+    first = _bounded_next(schedule_id, definition, after=covered)
     return _position(schedule_id, definition, covered=covered, first=first)
 
 
@@ -166,7 +169,7 @@ def plan_due(state: ScheduleState, *, now: datetime, max_slots: int, force_skip:
     cursor = _slot_at(definition, position.next_slot) if position.next_slot is not None else None
     while cursor is not None and len(due) < limit and due_at(cursor) <= now:
         due.append(cursor)
-        cursor = _bounded_next(definition, after=cursor.at)
+        cursor = _bounded_next(state.schedule_id, definition, after=cursor.at)
 
     first_unhandled = cursor
     fire: Sequence[Slot]
@@ -198,7 +201,7 @@ def plan_due(state: ScheduleState, *, now: datetime, max_slots: int, force_skip:
     else:
         covered = now
     covered = max(covered, position.covered_until)
-    skip.extend(_dst_skips(definition, after=position.covered_until, until=covered))
+    skip.extend(_dst_skips(state.schedule_id, definition, after=position.covered_until, until=covered))
     skip = [_relabel_paused(s, state.pause) for s in skip]
     skip.sort(key=lambda s: s.at)
 
@@ -229,13 +232,15 @@ def _plan_single(state: ScheduleState, at: datetime, *, now: datetime, grace: ti
         fire_at = fire_time(state.schedule_id, definition, at)
     if fire_at > now or at < now - grace:
         return None
-    following = _bounded_next(definition, after=at)
+    following = _bounded_next(state.schedule_id, definition, after=at)
     following_fire = fire_time(state.schedule_id, definition, following.at) if following is not None else None
     if following_fire is not None and following_fire <= now:
         return None
     covered = following.at - EPSILON if following is not None and following.at <= now else now
     covered = max(covered, state.position.covered_until)
-    if records_skips and _dst_skips(definition, after=state.position.covered_until, until=covered):
+    if records_skips and _dst_skips(
+        state.schedule_id, definition, after=state.position.covered_until, until=covered
+    ):
         return None
     position = _position(
         state.schedule_id, definition, covered=covered, first=following, first_fire=following_fire
@@ -244,13 +249,38 @@ def _plan_single(state: ScheduleState, at: datetime, *, now: datetime, grace: ti
 
 
 def backfill_slots(
-    definition: ScheduleDefinition, *, start: datetime, end: datetime, max_slots: int
+    schedule_id: str, definition: ScheduleDefinition, *, start: datetime, end: datetime, max_slots: int
 ) -> list[Slot] | None:
     """Every slot of the spec in [start, end), or None when there are more than ``max_slots``."""
     slots = slots_between(
-        definition.spec, definition.dst, after=start - EPSILON, until=end - EPSILON, limit=max_slots + 1
+        definition.spec,
+        definition.dst,
+        after=start - EPSILON,
+        until=end - EPSILON,
+        limit=max_slots + 1,
+        schedule_id=schedule_id,
     )
     return None if len(slots) > max_slots else slots
+
+
+def backfill_dst_skips(
+    schedule_id: str, definition: ScheduleDefinition, *, start: datetime, end: datetime, max_skips: int
+) -> list[SkippedSlot] | None:
+    """Local times in [start, end) that `nonexistent="skip"` drops, or None when more than ``max_skips``.
+
+    Like `backfill_slots`, the schedule's start_at/end_at do not apply: a backfill names its range.
+    """
+    if not _records_dst_skips(definition):
+        return []
+    skips = dst_skips_between(
+        definition.spec,
+        definition.dst,
+        after=start - EPSILON,
+        until=end - EPSILON,
+        limit=max_skips + 1,
+        schedule_id=schedule_id,
+    )
+    return None if len(skips) > max_skips else skips
 
 
 def _position(
@@ -268,28 +298,35 @@ def _position(
     # due then even if the next real slot is much later.
     until = first.at if first is not None else definition.end_at
     if until is not None and _records_dst_skips(definition):
-        pending = _dst_skips(definition, after=covered, until=until)
+        pending = _dst_skips(schedule_id, definition, after=covered, until=until)
         if pending and (fire_at is None or pending[0].at < fire_at):
             fire_at = pending[0].at
     return Position(first.at if first is not None else None, fire_at, covered)
 
 
-def _bounded_next(definition: ScheduleDefinition, *, after: datetime) -> Slot | None:
-    slot = _NEXT_SLOTS.get(definition, after)
+def _bounded_next(schedule_id: str, definition: ScheduleDefinition, *, after: datetime) -> Slot | None:
+    # Schedules sharing a definition share their slots, unless its cron draws H from the id.
+    slot = _NEXT_SLOTS.get(definition, (schedule_id if _hashed(definition) else "", after))
     if slot is None or not _in_window(definition, slot.at):
         return None
     return slot
 
 
-def _compute_next_slot(definition: ScheduleDefinition, after: datetime) -> Slot | None:
-    return next_slot(definition.spec, definition.dst, after=after)
+def _compute_next_slot(definition: ScheduleDefinition, key: tuple[str, datetime]) -> Slot | None:
+    schedule_id, after = key
+    return next_slot(definition.spec, definition.dst, after=after, schedule_id=schedule_id)
 
 
 #: Pure and deterministic, and schedules sharing a definition share their slots: a claim of a
-#: thousand rows defined alike computes the next slot once.
-_NEXT_SLOTS: IdentityMemo[ScheduleDefinition, datetime, Slot | None] = IdentityMemo(
+#: thousand rows defined alike computes the next slot once. The key's id is "" for every cron
+#: without H (and interval or one-shot), so only H schedules are computed one by one.
+_NEXT_SLOTS: IdentityMemo[ScheduleDefinition, tuple[str, datetime], Slot | None] = IdentityMemo(
     _compute_next_slot, limit=65_536
 )
+
+
+def _hashed(definition: ScheduleDefinition) -> bool:
+    return draws_from_schedule_id(definition.spec)
 
 
 def _records_dst_skips(definition: ScheduleDefinition) -> bool:
@@ -302,11 +339,13 @@ def _in_window(definition: ScheduleDefinition, at: datetime) -> bool:
     return definition.end_at is None or at <= definition.end_at
 
 
-def _dst_skips(definition: ScheduleDefinition, *, after: datetime, until: datetime) -> list[SkippedSlot]:
+def _dst_skips(
+    schedule_id: str, definition: ScheduleDefinition, *, after: datetime, until: datetime
+) -> list[SkippedSlot]:
     spec = definition.spec
     if definition.dst.nonexistent != "skip" or not isinstance(spec, CronSpec) or until <= after:
         return []
-    skips = dst_skips_between(spec, definition.dst, after=after, until=until)
+    skips = dst_skips_between(spec, definition.dst, after=after, until=until, schedule_id=schedule_id)
     return [s for s in skips if _in_window(definition, s.at)]
 
 

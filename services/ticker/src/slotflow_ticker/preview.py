@@ -33,12 +33,17 @@ class PreviewLine:
         return f"{slot_label(self.at)}  {self.local:<32}  {verb}  {self.note}".rstrip()
 
 
-def preview_lines(spec: ScheduleSpec, dst: DstPolicy, *, after: datetime, count: int) -> list[PreviewLine]:
-    """The next ``count`` firings after ``after``, with DST-skipped local times between them."""
-    slots = preview(spec, dst, after=after, count=count)
+def preview_lines(
+    spec: ScheduleSpec, dst: DstPolicy, *, after: datetime, count: int, schedule_id: str | None = None
+) -> list[PreviewLine]:
+    """The next ``count`` firings after ``after``, with DST-skipped local times between them.
+
+    ``schedule_id`` is the schedule an `H` in the cron draws its values from.
+    """
+    slots = preview(spec, dst, after=after, count=count, schedule_id=schedule_id)
     lines = [PreviewLine(s.at, s.local, True, _MARKS.get(s.dst or "", s.dst or "")) for s in slots]
     if slots and isinstance(spec, CronSpec) and dst.nonexistent == "skip":
-        for skipped in dst_skips_between(spec, dst, after=after, until=slots[-1].at):
+        for skipped in dst_skips_between(spec, dst, after=after, until=slots[-1].at, schedule_id=schedule_id):
             detail = skipped.detail or "local time does not exist on this DST day"
             lines.append(PreviewLine(skipped.at, "", False, f"DST: {detail}"))
     lines.sort(key=lambda line: (line.at, not line.fires))

@@ -19,10 +19,18 @@ _SCHEDULE_COLUMNS = (
 # until the transaction that stages its JobDue rows and advances its grid commits, so a slot is
 # staged by the transaction that moves the grid past it, or by none. Walking schedules_due in
 # next_fire_at order with LIMIT keeps the cost proportional to the batch, not to the table.
+#: The cron rules this version reads expressions with (slotflow_ticker.cron_review): a definition
+#: stored under older rules is reviewed before any ticker of this version fires it.
+CRON_RULES = 2
+
+# A row stored under older cron rules (cron_rules below this version's) is left to the review,
+# which pauses it if its expression now reads differently, so no ticker of this version fires a
+# slot of a meaning nobody chose; a ticker of the previous version still fires it as it always did.
 CLAIM_DUE = """
 SELECT {columns}, ctid::text AS row_tid, now() AS db_now
   FROM {schema}.schedules
  WHERE next_fire_at <= now() AND NOT paused AND NOT deleted AND next_fire_at IS NOT NULL
+   AND cron_rules >= {cron_rules}
  ORDER BY next_fire_at
  FOR UPDATE SKIP LOCKED
  LIMIT $1
@@ -89,7 +97,7 @@ HORIZON_SCHEDULES = """
 SELECT schedule_id, next_fire_at
   FROM {schema}.schedules
  WHERE next_fire_at <= now() + make_interval(secs => $1) AND NOT paused AND NOT deleted
-   AND next_fire_at IS NOT NULL
+   AND next_fire_at IS NOT NULL AND cron_rules >= {cron_rules}
  ORDER BY next_fire_at
  LIMIT $2
 """
@@ -100,7 +108,7 @@ HORIZON_SCHEDULES_AFTER = """
 SELECT schedule_id, next_fire_at
   FROM {schema}.schedules
  WHERE next_fire_at > $3 AND next_fire_at <= now() + make_interval(secs => $1) AND NOT paused
-   AND NOT deleted
+   AND NOT deleted AND cron_rules >= {cron_rules}
  ORDER BY next_fire_at
  LIMIT $2
 """
@@ -143,10 +151,12 @@ SELECT {columns} FROM {schema}.schedules WHERE schedule_id = $1 FOR UPDATE
 # Primary key: at most one row per schedule id. A deleted row is reused by a later create.
 INSERT_SCHEDULE = """
 INSERT INTO {schema}.schedules
-       (schedule_id, definition, paused, pause_reason, paused_at, next_slot, next_fire_at, covered_until)
-VALUES ($1, $2::json, $3, '', CASE WHEN $3 THEN $7::timestamptz END, $4, $5, $6)
+       (schedule_id, definition, paused, pause_reason, paused_at, next_slot, next_fire_at, covered_until,
+        cron_rules)
+VALUES ($1, $2::json, $3, '', CASE WHEN $3 THEN $7::timestamptz END, $4, $5, $6, {cron_rules})
 ON CONFLICT (schedule_id) DO UPDATE
    SET definition = EXCLUDED.definition, version = {schema}.schedules.version + 1,
+       cron_rules = EXCLUDED.cron_rules,
        paused = EXCLUDED.paused, pause_reason = '', resume_at = NULL,
        paused_at = EXCLUDED.paused_at, resumed_at = NULL,
        next_slot = EXCLUDED.next_slot, next_fire_at = EXCLUDED.next_fire_at,
@@ -155,11 +165,29 @@ ON CONFLICT (schedule_id) DO UPDATE
 RETURNING schedule_id
 """
 
+# A definition stored by this version is read with this version's cron rules: a person chose it.
 REPLACE_DEFINITION = """
 UPDATE {schema}.schedules
    SET definition = $2::json, version = version + 1, next_slot = $3, next_fire_at = $4,
-       covered_until = $5, updated_at = now()
+       covered_until = $5, cron_rules = {cron_rules}, updated_at = now()
  WHERE schedule_id = $1
+"""
+
+# The review (slotflow_ticker.cron_review): rows stored under older cron rules, a batch at a time.
+# SKIP LOCKED: tickers reviewing at once take different rows, and a row a command holds is
+# reviewed by a later pass. Deleted rows are never fired again, so they are not reviewed.
+UNREVIEWED_SCHEDULES = """
+SELECT schedule_id, definition::text AS definition, paused
+  FROM {schema}.schedules
+ WHERE cron_rules < {cron_rules} AND NOT deleted
+ ORDER BY schedule_id
+ FOR UPDATE SKIP LOCKED
+ LIMIT $1
+"""
+
+# Marked in the transaction that paused the ones whose meaning changed: reviewed once.
+MARK_REVIEWED = """
+UPDATE {schema}.schedules SET cron_rules = {cron_rules} WHERE schedule_id = ANY($1::text[])
 """
 
 SET_POSITION = """
@@ -275,11 +303,13 @@ class Queries:
     purge_inbox: str
     purge_timer_inbox: str
     purge_timers: str
+    unreviewed_schedules: str
+    mark_reviewed: str
 
     @classmethod
     def for_schema(cls, schema: str) -> "Queries":
         def fill(statement: str) -> str:
-            return sql(compose(statement, columns=_SCHEDULE_COLUMNS), schema)
+            return sql(compose(statement, columns=_SCHEDULE_COLUMNS, cron_rules=str(CRON_RULES)), schema)
 
         return cls(
             claim_due=fill(CLAIM_DUE),
@@ -308,4 +338,6 @@ class Queries:
             purge_inbox=fill(PURGE_INBOX),
             purge_timer_inbox=fill(PURGE_TIMER_INBOX),
             purge_timers=fill(PURGE_TIMERS),
+            unreviewed_schedules=fill(UNREVIEWED_SCHEDULES),
+            mark_reviewed=fill(MARK_REVIEWED),
         )

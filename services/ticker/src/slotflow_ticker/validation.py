@@ -8,9 +8,9 @@ from datetime import datetime
 
 from slotflow.contracts import Backfill, ScheduleDefinition
 from slotflow.contracts.schedules import CronSpec, OnceSpec
-from slotflow.core.cronslots import Slot
+from slotflow.core.cronslots import MAX_YEARS_BETWEEN_MATCHES, SkippedSlot, Slot
 from slotflow.errors import PermanentError
-from slotflow_ticker.planning import backfill_slots, start_position
+from slotflow_ticker.planning import backfill_dst_skips, backfill_slots, start_position
 from slotflow_ticker.store import ScheduleRow
 
 
@@ -55,7 +55,10 @@ def require_some_slot(definition: ScheduleDefinition, schedule_id: str, *, now: 
     if start_position(schedule_id, definition, after=now).next_slot is not None:
         return
     if isinstance(spec, CronSpec):
-        why = f"the cron expression {spec.expression!r} matches no date that exists (30 February, say)"
+        why = (
+            f"the cron expression {spec.expression!r} matches no date that exists in the next "
+            f"{MAX_YEARS_BETWEEN_MATCHES} years (like 30 February)"
+        )
     else:
         why = f"an interval of {spec.every} puts its next slot past the year 9999"
     if definition.start_at is not None or definition.end_at is not None:
@@ -78,17 +81,42 @@ def backfill_plan(
         )
     if cap is not None and command.max_slots > cap:
         # Asked for more than this ticker emits at once: the range decides, within the cap.
-        slots = backfill_slots(definition, start=command.start, end=command.end, max_slots=cap)
+        slots = backfill_slots(
+            command.schedule_id, definition, start=command.start, end=command.end, max_slots=cap
+        )
         if slots is None:
             raise CommandRefused(
                 f"backfill of schedule {command.schedule_id} covers more than {cap} slots, the most "
                 "one backfill may emit here (SLOTFLOW_TICKER_MAX_BACKFILL_SLOTS); split the range"
             )
         return slots
-    slots = backfill_slots(definition, start=command.start, end=command.end, max_slots=command.max_slots)
+    slots = backfill_slots(
+        command.schedule_id, definition, start=command.start, end=command.end, max_slots=command.max_slots
+    )
     if slots is None:
         raise CommandRefused(
             f"backfill of schedule {command.schedule_id} covers more than max_slots={command.max_slots} slots; "
             "split the range or raise max_slots"
         )
     return slots
+
+
+def backfill_skips(
+    command: Backfill, definition: ScheduleDefinition, *, cap: int | None = None
+) -> list[SkippedSlot]:
+    """The local times in [start, end) the schedule's DST policy skips (`nonexistent="skip"`).
+
+    A backfill records each as SlotSkipped, as the claims do: a backfill across a spring-forward
+    night says which wall times did not exist instead of leaving them out. Bounded like the slots
+    (max_slots, and the ticker's ``cap``); more is refused, never cut.
+    """
+    bound = command.max_slots if cap is None else min(command.max_slots, cap)
+    skips = backfill_dst_skips(
+        command.schedule_id, definition, start=command.start, end=command.end, max_skips=bound
+    )
+    if skips is None:
+        raise CommandRefused(
+            f"backfill of schedule {command.schedule_id} covers more than {bound} local times that "
+            "its DST policy skips; split the range"
+        )
+    return skips

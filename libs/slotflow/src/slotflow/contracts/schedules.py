@@ -4,11 +4,11 @@ import zoneinfo
 from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal
 
-from croniter import croniter
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from slotflow.contracts.envelope import IDENTIFIER_PATTERN, SCHEDULE_ID_PATTERN, Message
 from slotflow.contracts.policies import DstPolicy, Duration, MisfirePolicy, OverlapPolicy, RetryPolicy
+from slotflow.core._cronfields import parse_expression
 
 ScheduleId = Annotated[str, Field(pattern=SCHEDULE_ID_PATTERN)]
 HandlerName = Annotated[str, Field(pattern=IDENTIFIER_PATTERN)]
@@ -19,7 +19,10 @@ class _Spec(BaseModel):
 
 
 class CronSpec(_Spec):
-    """Cron in a time zone. 5 fields (minute first) or 6 fields (seconds first, as Quartz)."""
+    """Cron in a time zone. 5 fields (minute first) or 6 fields (seconds first, as Quartz).
+
+    The grammar and what each form means: docs/scheduling.md ("Cron expressions").
+    """
 
     kind: Literal["cron"] = "cron"
     expression: str = Field(min_length=1, max_length=200)
@@ -31,9 +34,10 @@ class CronSpec(_Spec):
         fields = value.split()
         if len(fields) not in (5, 6):
             raise ValueError(f"cron expression needs 5 or 6 fields, got {len(fields)}")
-        if not croniter.is_valid(value, second_at_beginning=len(fields) == 6):
-            raise ValueError(f"invalid cron expression {value!r}")
-        return " ".join(fields)
+        expression = " ".join(fields)
+        # The same parser the slots are computed with (InvalidCronExpression is a ValueError).
+        parse_expression(expression)
+        return expression
 
     @field_validator("timezone")
     @classmethod
@@ -117,6 +121,25 @@ class ScheduleDefinition(BaseModel):
         return self
 
 
+def refuse_random_cron(definition: ScheduleDefinition) -> None:
+    """A definition being created or changed may not use `R`.
+
+    croniter draws `R` at random in each process, so two tickers would fire it at different times.
+    A schedule stored with `R` is read as `H` (a value fixed by the schedule id) and keeps firing;
+    a new or changed definition says `H` itself.
+
+    Raises:
+        ValueError: the definition's cron uses `R`.
+    """
+    spec = definition.spec
+    if isinstance(spec, CronSpec) and parse_expression(spec.expression).random:
+        raise ValueError(
+            f"the cron expression {spec.expression!r} uses R, a value croniter draws at random in "
+            "each process, so two tickers would fire it at different times; write H instead, a "
+            "value fixed by the schedule id (the same in every process)"
+        )
+
+
 class CreateSchedule(Message):
     """Create a schedule; a second create with the same id is rejected (use UpdateSchedule)."""
 
@@ -124,6 +147,11 @@ class CreateSchedule(Message):
     schedule_id: ScheduleId
     definition: ScheduleDefinition
     paused: bool = False
+
+    @model_validator(mode="after")
+    def _no_random_cron(self) -> "CreateSchedule":
+        refuse_random_cron(self.definition)
+        return self
 
 
 #: A patch may name these top-level fields of a ScheduleDefinition, nothing else.
@@ -202,6 +230,8 @@ class UpdateSchedule(Message):
     def _one_way(self) -> "UpdateSchedule":
         if (self.definition is None) == (self.patch is None):
             raise ValueError("give exactly one of definition (replace it whole) or patch (change fields)")
+        if self.definition is not None:
+            refuse_random_cron(self.definition)
         if self.patch is not None:
             if not self.patch:
                 raise ValueError("the patch changes nothing; name at least one field")

@@ -4,14 +4,13 @@ Pure code, no clock and no I/O: the ticker passes the database's `now()` and the
 fired, and gets back instants in UTC. A slot is the identity of a run (`run_id(job_id, slot.at)`),
 so every function here is deterministic: two tickers asking the same question get the same slots.
 
-Cron is matched in naive local wall time (croniter sees no time zone at all) and each wall time
-is then mapped to UTC by `slotflow.core._walltime`, so a DST change applies the schedule's
-`DstPolicy` explicitly. croniter's own zone handling fires a repeated local time twice and has no
-"skip"; it is not used. See docs/scheduling.md for the semantics with worked examples.
+Cron is matched in naive local wall time (`slotflow.core._cronfields`, which sees no time zone at
+all) and each wall time is then mapped to UTC by `slotflow.core._walltime`, so a DST change applies
+the schedule's `DstPolicy` explicitly. A cron with `H` takes its values from the schedule id, so
+every function here takes `schedule_id` (and refuses such a cron without one). See
+docs/scheduling.md for the semantics with worked examples.
 """
 
-import copy
-import functools
 import hashlib
 import heapq
 import itertools
@@ -21,11 +20,10 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Literal
 from zoneinfo import ZoneInfo
 
-from croniter import CroniterBadDateError, croniter
-
 from slotflow.contracts.policies import DstPolicy, MisfirePolicy
 from slotflow.contracts.schedules import CronSpec, IntervalSpec, OnceSpec
-from slotflow.core._cronfields import MAX_YEARS_BETWEEN_MATCHES, CronFields
+from slotflow.core._cronfields import MAX_YEARS_BETWEEN_MATCHES as MAX_YEARS_BETWEEN_MATCHES
+from slotflow.core._cronfields import CronFields, parse_expression
 from slotflow.core._walltime import first_change_after, local_naive, resolve, transitions_between
 from slotflow.core.identity import NaiveDatetime
 
@@ -82,22 +80,12 @@ def _require_aware(value: datetime, name: str) -> None:
 
 
 class _Cron:
-    """A parsed cron expression walking naive wall times (no zone, so no DST surprises)."""
+    """A cron expression walking naive wall times (no zone, so no DST surprises)."""
 
-    def __init__(self, expression: str) -> None:
-        self._expression = expression
-        self._fields = CronFields.parse(expression)
-        self._template: croniter[datetime] | None = None
+    __slots__ = ("_fields",)
 
-    def _croniter(self, current: datetime) -> "croniter[datetime]":
-        if self._template is None:
-            six = len(self._expression.split()) == 6
-            # Naive on purpose: croniter must see wall time, not a zone. Copies of this template
-            # share its parsed fields, which cost several times one step to build.
-            self._template = croniter(self._expression, current, ret_type=datetime, second_at_beginning=six)
-        walker = copy.copy(self._template)
-        walker.set_current(current, force=True)
-        return walker
+    def __init__(self, fields: CronFields) -> None:
+        self._fields = fields
 
     def walk(self, start: datetime, *, inclusive: bool) -> Iterator[datetime]:
         """Matches after `start` (or at it, when inclusive), ascending, until there are none.
@@ -107,37 +95,22 @@ class _Cron:
         current = start.replace(microsecond=0)
         if inclusive and start.microsecond == 0:
             current -= _SECOND
-        if self._fields is not None:
-            yield from self._walk_fields(self._fields, current)
-            return
-        walker = self._croniter(current)
-        while True:
-            try:
-                found = walker.get_next(datetime)
-            # No match within croniter's search horizon (e.g. "0 0 31 2 *"), or past year 9999.
-            except (CroniterBadDateError, ValueError, OverflowError):
-                return
-            yield found
-
-    @staticmethod
-    def _walk_fields(fields: CronFields, current: datetime) -> Iterator[datetime]:
-        while True:
-            try:
-                found = fields.next_after(current)
-            except OverflowError:  # the last second of year 9999
-                return
-            if found is None:
-                return
+        next_after = self._fields.next_after
+        while (found := next_after(current)) is not None:
             yield found
             current = found
 
     def matches(self, naive: datetime) -> bool:
-        return next(self.walk(naive, inclusive=True), None) == naive
+        return self._fields.matches(naive)
 
 
-@functools.lru_cache(maxsize=4096)
-def _cron(expression: str) -> _Cron:
-    return _Cron(expression)
+def _cron(spec: CronSpec, schedule_id: str | None) -> _Cron:
+    """The expression's walker, `H` drawn from ``schedule_id``.
+
+    Raises:
+        CronNeedsScheduleId: the expression uses `H` (or `R`) and no schedule id was given.
+    """
+    return _Cron(parse_expression(spec.expression).fields(schedule_id))
 
 
 def _label(at: datetime, zone: ZoneInfo) -> str:
@@ -206,9 +179,9 @@ def _unique_instants(slots: Iterable[Slot]) -> Iterator[Slot]:
             yield slot
 
 
-def _cron_slots(spec: CronSpec, dst: DstPolicy, after: datetime) -> Iterator[Slot]:
+def _cron_slots(spec: CronSpec, dst: DstPolicy, after: datetime, schedule_id: str | None) -> Iterator[Slot]:
     zone = ZoneInfo(spec.timezone)
-    cron = _cron(spec.expression)
+    cron = _cron(spec, schedule_id)
     if dst.repeated == "first":
         return _fold_slots(cron, zone, dst, 0, after)
     if dst.repeated == "last":
@@ -241,43 +214,74 @@ def _once_slots(spec: OnceSpec, after: datetime) -> Iterator[Slot]:
 # --- public -------------------------------------------------------------------------------------
 
 
-def iter_slots(spec: Spec, dst: DstPolicy, *, after: datetime) -> Iterator[Slot]:
+def iter_slots(
+    spec: Spec, dst: DstPolicy, *, after: datetime, schedule_id: str | None = None
+) -> Iterator[Slot]:
     """Every slot strictly after `after`, ascending, lazily (an interval never ends).
+
+    ``schedule_id`` is the schedule whose slots these are: a cron with `H` draws its values from
+    it. Every caller that knows the schedule passes it, so every process computes the same slots.
 
     Raises:
         NaiveDatetime: `after` has no time zone.
+        CronNeedsScheduleId: the cron uses `H` (or `R`) and ``schedule_id`` is None.
     """
     _require_aware(after, "after")
     if isinstance(spec, CronSpec):
-        return _cron_slots(spec, dst, after)
+        return _cron_slots(spec, dst, after, schedule_id)
     if isinstance(spec, IntervalSpec):
         return _interval_slots(spec, after)
     return _once_slots(spec, after)
 
 
-def next_slot(spec: Spec, dst: DstPolicy, *, after: datetime) -> Slot | None:
+def draws_from_schedule_id(spec: Spec) -> bool:
+    """Whether the spec's slots depend on the schedule id: a cron with `H` (or `R`, read as `H`).
+
+    Every other spec has the same slots whatever schedule it belongs to, so they can be shared.
+    """
+    return isinstance(spec, CronSpec) and parse_expression(spec.expression).hashed
+
+
+def next_slot(spec: Spec, dst: DstPolicy, *, after: datetime, schedule_id: str | None = None) -> Slot | None:
     """The first slot strictly after `after`; None when the spec has no more."""
-    return next(iter_slots(spec, dst, after=after), None)
+    return next(iter_slots(spec, dst, after=after, schedule_id=schedule_id), None)
 
 
-def slots_between(spec: Spec, dst: DstPolicy, *, after: datetime, until: datetime, limit: int) -> list[Slot]:
+def slots_between(
+    spec: Spec,
+    dst: DstPolicy,
+    *,
+    after: datetime,
+    until: datetime,
+    limit: int,
+    schedule_id: str | None = None,
+) -> list[Slot]:
     """Slots with `after < at <= until`, ascending, at most `limit` (the oldest ones)."""
     _require_aware(until, "until")
     if limit < 0:
         raise ValueError("limit cannot be negative")
-    within = itertools.takewhile(lambda slot: slot.at <= until, iter_slots(spec, dst, after=after))
+    slots = iter_slots(spec, dst, after=after, schedule_id=schedule_id)
+    within = itertools.takewhile(lambda slot: slot.at <= until, slots)
     return list(itertools.islice(within, limit))
 
 
-def preview(spec: Spec, dst: DstPolicy, *, after: datetime, count: int) -> list[Slot]:
+def preview(
+    spec: Spec, dst: DstPolicy, *, after: datetime, count: int, schedule_id: str | None = None
+) -> list[Slot]:
     """The next `count` firings after `after`, with their DST marks."""
     if count < 0:
         raise ValueError("count cannot be negative")
-    return list(itertools.islice(iter_slots(spec, dst, after=after), count))
+    return list(itertools.islice(iter_slots(spec, dst, after=after, schedule_id=schedule_id), count))
 
 
 def dst_skips_between(
-    spec: Spec, dst: DstPolicy, *, after: datetime, until: datetime, limit: int | None = None
+    spec: Spec,
+    dst: DstPolicy,
+    *,
+    after: datetime,
+    until: datetime,
+    limit: int | None = None,
+    schedule_id: str | None = None,
 ) -> list[SkippedSlot]:
     """Nominal wall times skipped by `DstPolicy(nonexistent="skip")` whose instant is in (after, until].
 
@@ -289,7 +293,7 @@ def dst_skips_between(
     if not isinstance(spec, CronSpec) or dst.nonexistent != "skip":
         return []
     zone = ZoneInfo(spec.timezone)
-    cron = _cron(spec.expression)
+    cron = _cron(spec, schedule_id)
     skipped: list[SkippedSlot] = []
     for change in transitions_between(zone, after, until):
         if change.after <= change.before:

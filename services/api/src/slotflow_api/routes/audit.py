@@ -85,6 +85,7 @@ async def audit(
         timeline,
         runs,
         skips,
+        schedule_id=schedule,
         start=judged_from,
         end=end,
         now=now,

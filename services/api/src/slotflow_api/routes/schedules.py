@@ -19,7 +19,7 @@ from slotflow.contracts import (
     UpdateSchedule,
 )
 from slotflow.contracts.envelope import SCHEDULE_ID_PATTERN
-from slotflow.contracts.schedules import definition_changes, patch_definition
+from slotflow.contracts.schedules import definition_changes, patch_definition, refuse_random_cron
 from slotflow.core.cronslots import slots_between
 from slotflow.core.identity import run_id
 from slotflow_api import read_model
@@ -305,6 +305,10 @@ async def patch_schedule(
             raise BadRequest(
                 f"the patch does not fit schedule {schedule_id}: {describe_validation(err.errors())}"
             ) from None
+        try:
+            refuse_random_cron(patched)
+        except ValueError as err:
+            raise BadRequest(f"schedule {schedule_id}: {err}") from None
         changes = [
             {"field": field, "from": old, "to": new}
             for field, old, new in definition_changes(current, patched)
@@ -509,7 +513,12 @@ async def backfill_report(
     now = await read_model.database_now(s.pool)
     # The ticker's own plan: every slot of the spec in [start, end), start_at/end_at not applied.
     slots = slots_between(
-        definition.spec, definition.dst, after=start - _EPSILON, until=end - _EPSILON, limit=max_slots + 1
+        definition.spec,
+        definition.dst,
+        after=start - _EPSILON,
+        until=end - _EPSILON,
+        limit=max_slots + 1,
+        schedule_id=schedule_id,
     )
     refused = None
     if end > now:
