@@ -14,6 +14,7 @@ from pydantic_core import from_json
 
 from slotflow.contracts import (
     CommandAccepted,
+    CommandRejected,
     DeadLettered,
     DeadLetterFilter,
     DeadLetterStatusChanged,
@@ -325,6 +326,33 @@ def _accepted(kafka: KafkaSettings, envelope: Envelope, kind: str, subject: str,
         kafka.topic(DLQ_EVENTS),
         wrap(event, id=fit_id(envelope.id, "/accepted"), key=envelope.key, source=SOURCE, occurred_at=at),
     )
+
+
+async def reject(
+    conn: Conn,
+    *,
+    schema: str,
+    kafka: KafkaSettings,
+    envelope: Envelope,
+    command: RedriveDeadLetters | DiscardDeadLetters,
+    reason: str,
+) -> Applied:
+    """Answer a command that may not be applied (its principal is not proven) with CommandRejected,
+    once per command id, and change no letter. It is recorded like an applied command (kind
+    `rejected`, the reason as its note, nothing matched), so a redelivery is recognised."""
+    if await _seen_command(conn, schema, envelope.id):
+        return Applied(envelope.id, True, ())
+    now = await conn.fetchval("SELECT now()")
+    event = CommandRejected(
+        command_id=envelope.id, command_type=envelope.type, subject=envelope.key, reason=reason
+    )
+    rejected = Staged(
+        kafka.topic(DLQ_EVENTS),
+        wrap(event, id=fit_id(envelope.id, "/rejected"), key=envelope.key, source=SOURCE, occurred_at=now),
+    )
+    await append_many(conn, schema=schema, items=[rejected])
+    await _record_command(conn, schema, envelope, "rejected", command.selection, pg_text(reason), 0)
+    return Applied(envelope.id, False, ())
 
 
 # One row per (entry, redrive number) (primary key): the bytes the redrive relay sends, copied

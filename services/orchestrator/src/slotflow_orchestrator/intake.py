@@ -9,10 +9,14 @@ committed only after that transaction.
 What is recorded: every workflow command; RunCompleted and RunDeadLettered of activities (the
 outcomes that become history; started, retrying and failed attempts are the claimer's business);
 every TimerFired (the ticker fires TimerFired only for workflow timers).
+
+A workflow command whose principal is not proven (signatures required: `slotflow.principals`) is
+recorded in the inbox like any other and becomes no input: the caller stages its CommandRejected
+in the same transaction, so nothing of it is ever decided on.
 """
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 import asyncpg
 
@@ -43,6 +47,9 @@ OUTAGES: tuple[type[BaseException], ...] = (
     *CONNECTION_ERRORS,
     asyncpg.InternalClientError,
 )
+
+# The replay window of signed commands is judged by the database's clock, never the host's.
+DATABASE_NOW = "SELECT now()"
 
 # The inbox entry and the input row in one statement each; the inbox's primary key is the dedupe.
 RECORD_SEEN = (
@@ -77,10 +84,21 @@ class Admitted:
 
     shards: frozenset[int]
     types: tuple[str, ...]
+    #: Commands seen for the first time and refused before becoming inputs, with the reason.
+    refused: tuple[tuple[Incoming, str], ...] = field(default=())
 
 
-async def admit(conn: Conn, *, schema: str, shards: int, batch: Sequence[Incoming]) -> Admitted:
-    """Record ``batch``'s inputs in the caller's transaction; redeliveries add nothing."""
+#: Why a command may not become an input (its principal is not proven), or None when it may.
+Refuse = Callable[[Incoming], str | None]
+
+
+async def admit(
+    conn: Conn, *, schema: str, shards: int, batch: Sequence[Incoming], refuse: Refuse | None = None
+) -> Admitted:
+    """Record ``batch``'s inputs in the caller's transaction; redeliveries add nothing.
+
+    A command that ``refuse`` gives a reason for is recorded in the inbox (refused once) but
+    becomes no input; it is returned in `Admitted.refused` for the caller to answer."""
     wanted: dict[str, tuple[Incoming, str]] = {}
     for incoming in batch:
         workflow_id = workflow_of(incoming.message)
@@ -96,8 +114,18 @@ async def admit(conn: Conn, *, schema: str, shards: int, batch: Sequence[Incomin
     seen_first = {r["event_id"] for r in fresh}
     # In consumed order, which is each partition's order: a workflow's inputs apply in it.
     new = [wanted[i] for i in ids if i in seen_first]
+    refused: list[tuple[Incoming, str]] = []
+    if refuse is not None:
+        kept = []
+        for incoming, workflow_id in new:
+            reason = refuse(incoming) if isinstance(incoming.message, COMMANDS) else None
+            if reason is None:
+                kept.append((incoming, workflow_id))
+            else:
+                refused.append((incoming, reason))
+        new = kept
     if not new:
-        return Admitted(frozenset(), ())
+        return Admitted(frozenset(), (), tuple(refused))
     workflow_ids = [workflow_id for _, workflow_id in new]
     shard_ids = [shard_of(w, shards) for w in workflow_ids]
     await conn.execute(
@@ -107,7 +135,9 @@ async def admit(conn: Conn, *, schema: str, shards: int, batch: Sequence[Incomin
         [incoming.envelope.type for incoming, _ in new],
         [encode(incoming.envelope) for incoming, _ in new],
     )
-    return Admitted(frozenset(shard_ids), tuple(incoming.envelope.type for incoming, _ in new))
+    return Admitted(
+        frozenset(shard_ids), tuple(incoming.envelope.type for incoming, _ in new), tuple(refused)
+    )
 
 
 # Invariant: only ids older than every input topic's redelivery window go; a redelivery of a

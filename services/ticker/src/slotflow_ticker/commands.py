@@ -44,6 +44,7 @@ from slotflow.kafka.records import Record
 from slotflow.pg.inbox import record_once
 from slotflow.pg.outbox import Staged
 from slotflow.pg.pool import CONNECTION_ERRORS, Conn, Pool
+from slotflow.principals import CommandVerifier, SignatureSettings, UnprovenCommand
 from slotflow_ticker.claims import BacklogTooLong, SlotClaimer, schedule_key, timer_key
 from slotflow_ticker.events import EventFactory, Outgoing, stage_all
 from slotflow_ticker.metrics import TickerMetrics
@@ -102,8 +103,11 @@ class CommandHandler:
         metrics: TickerMetrics,
         on_commit: Callable[[list[tuple[str, datetime]]], None],
         max_backfill_slots: int = 10_000,
+        verifier: CommandVerifier | None = None,
     ) -> None:
         self._pool = pool
+        #: Proves each command's principal before it is applied (with signatures required).
+        self._verifier = verifier or CommandVerifier(SignatureSettings(command_signatures="optional"))
         self._max_backfill_slots = max_backfill_slots
         self._schema = schema
         self._q = queries
@@ -115,6 +119,7 @@ class CommandHandler:
     async def handle(self, incoming: Incoming) -> None:
         """Apply one command in one transaction (inbox + state + outbox)."""
         envelope, message = incoming.envelope, incoming.message
+        await self._verifier.refresh()  # every key revoked before this call is known after it
         async with self._pool.acquire() as conn, conn.transaction():
             if not await record_once(
                 conn, schema=self._schema, event_id=envelope.id, topic=incoming.record.topic
@@ -123,11 +128,13 @@ class CommandHandler:
             now: datetime = await conn.fetchval(self._q.now)
             try:
                 # Every refusal is raised before the command writes anything (see `apply`), so a
-                # refused command leaves only its inbox entry and the rejection behind.
+                # refused command leaves only its inbox entry and the rejection behind: an
+                # unproven principal first of all.
+                self._verifier.verify(envelope, topic=incoming.record.topic, now=now)
                 applied = await self.apply(conn, envelope, message, now=now)
                 outcome = "accepted"
                 applied.staged.append(self._accepted(envelope, message, now))
-            except (CommandRefused, BacklogTooLong) as refusal:
+            except (UnprovenCommand, CommandRefused, BacklogTooLong) as refusal:
                 outcome = "rejected"
                 applied = Applied(self.rejection(incoming.record, envelope, refusal, now=now))
             await stage_all(conn, schema=self._schema, items=applied.staged)
@@ -145,6 +152,7 @@ class CommandHandler:
         If the transaction fails other than by an outage, the ConsumeLoop handles the batch
         again one command at a time with `handle`, which parks the one that cannot be applied.
         """
+        await self._verifier.refresh()  # every key revoked before this call is known after it
         async with self._pool.acquire() as conn, conn.transaction():
             fresh = await conn.fetch(
                 self._q.record_commands,
@@ -164,6 +172,12 @@ class CommandHandler:
                 if envelope.id not in new:
                     continue
                 new.discard(envelope.id)
+                try:
+                    self._verifier.verify(envelope, topic=incoming.record.topic, now=now)
+                except UnprovenCommand as refusal:
+                    staged.extend(self.rejection(incoming.record, envelope, refusal, now=now))
+                    outcomes.append((envelope.type, "rejected"))
+                    continue
                 if isinstance(message, StartTimer):
                     # The first StartTimer of a timer id wins, as it would one transaction each.
                     timers.setdefault(message.timer_id, (message, _trace_parent(incoming.record)))
