@@ -109,6 +109,7 @@ async def publish_checked(s: Services, message: Message, *, idempotency_key: str
             f"{where or '(body)'}: contains a NUL character (U+0000), which cannot be stored; remove it"
         )
     # Who asked travels with the command (the envelope's principal): the read model records it.
+    # The api's key signs it and vouches for that name: only the api authenticated the caller.
     who = current_principal()
     command_id = await publish_command(
         s.producer,
@@ -117,6 +118,7 @@ async def publish_checked(s: Services, message: Message, *, idempotency_key: str
         command_id=idempotency_key,
         source="api",
         principal=who.name if who is not None else None,
+        signer=s.signer,
     )
     s.metrics.commands_published.labels(message.message_type).inc()
     return command_id
