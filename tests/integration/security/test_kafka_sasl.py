@@ -14,7 +14,10 @@ exit at start with a message that says so.
 
 import asyncio
 import dataclasses
+import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -42,7 +45,6 @@ from slotflow.contracts import (
     Message,
     OnceSpec,
     OpenDownstream,
-    PauseSchedule,
     ScheduleDefinition,
     SigningKey,
     StartWorkflow,
@@ -411,6 +413,7 @@ async def test_a_missing_acl_stops_the_service_at_start_and_says_so(
 # -- proven principals: signed commands, checked by every consumer (SLOTFLOW_COMMAND_SIGNATURES) --
 
 REQUIRED = SignatureSettings(command_signatures="required")
+SLOTFLOW_SCRIPT = Path(sys.executable).with_name("slotflow")
 
 
 def _key(name: str) -> Signer:
@@ -444,6 +447,28 @@ async def _register_as_the_api(broker: SecuredBroker, namespace: str, keys: dict
                     occurred_at=key.created_at,
                 ),
             )
+
+
+def _cli_env(kafka: KafkaSettings, api_url: str, *, token: str) -> dict[str, str]:
+    """The environment of the `slotflow` script as User:``kafka``, against the api at ``api_url``."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("SLOTFLOW_")}
+    env.update(
+        SLOTFLOW_KAFKA_BOOTSTRAP=kafka.bootstrap,
+        SLOTFLOW_KAFKA_TOPIC_NAMESPACE=kafka.topic_namespace,
+        SLOTFLOW_API_URL=api_url,
+        SLOTFLOW_TOKEN=token,
+        **kafka.security.env(),
+    )
+    return env
+
+
+async def _run_cli(env: dict[str, str], *argv: str) -> subprocess.CompletedProcess[str]:
+    process = await asyncio.create_subprocess_exec(
+        str(SLOTFLOW_SCRIPT), *argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    )
+    out, err = await asyncio.wait_for(process.communicate(), timeout=90)
+    code = process.returncode if process.returncode is not None else -1
+    return subprocess.CompletedProcess(argv, code, out.decode(), err.decode())
 
 
 def _key_file(signer: Signer, directory: Path) -> Path:
@@ -551,8 +576,39 @@ async def test_only_a_proven_principal_is_applied_and_each_refusal_says_why(
                     signer=Signer(alice.private_key, "token:root-admin"),
                 )
                 await _send(producer, cli, trigger, "p-stale", signer=alice, signed_at=long_ago)
-                pause = PauseSchedule(schedule_id=guarded, reason="checked by the principals test")
-                await _send(producer, cli, pause, "p-pause", signer=alice)
+
+            # The CLI: through the api, a read token cannot trigger (the api's 403, nothing sent) ...
+            reader_token = (await api.post("/v1/tokens", json={"name": "auditor", "scope": "read"})).json()[
+                "secret"
+            ]
+            script = _cli_env(secured_broker.settings("cli", namespace), base, token=reader_token)
+            refused = await _run_cli(script, "schedule", "trigger", guarded, "--command-id", "p-cli-read")
+            assert refused.returncode == 1, refused
+            assert "this needs the 'operate' scope; token:auditor holds 'read'" in refused.stderr, refused
+            assert "nothing was sent" in refused.stderr, refused
+            # ... and straight to Kafka (as User:cli) it signs with Alice's key, which proves her.
+            alice_file = _key_file(alice, tmp_path)
+            as_alice = {
+                **script,
+                "SLOTFLOW_SIGNING_KEY_FILE": str(alice_file),
+                "SLOTFLOW_SIGNING_PRINCIPAL": "key:alice",
+            }
+            paused_by_cli = await _run_cli(
+                as_alice,
+                "--via",
+                "kafka",
+                "schedule",
+                "pause",
+                guarded,
+                "--reason",
+                "checked by the principals test",
+                "--command-id",
+                "p-pause",
+                "--wait",
+                "30",
+            )
+            assert paused_by_cli.returncode == 0, paused_by_cli
+            assert "status:     accepted" in paused_by_cli.stdout, paused_by_cli
 
             expected = {
                 "p-unsigned": "unsigned: this deployment accepts only signed commands",
@@ -576,6 +632,7 @@ async def test_only_a_proven_principal_is_applied_and_each_refusal_says_why(
             assert by_id["p-unsigned"]["status"] == "rejected"
             assert "unsigned" in by_id["p-unsigned"]["reason"]
             assert {by_id[c]["status"] for c in expected} == {"rejected"}
+            assert "p-cli-read" not in by_id  # the api refused it: it never reached a topic
 
             # The api's own commands are signed with its key and name the caller it authenticated.
             resumed = await api.post(f"/v1/schedules/{guarded}/resume", params={"wait": 30})
