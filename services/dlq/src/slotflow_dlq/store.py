@@ -25,7 +25,7 @@ from slotflow.contracts import (
 )
 from slotflow.contracts.dlq import REDRIVE_OF_HEADER
 from slotflow.contracts.envelope import REDRIVE_COUNT_HEADER, TYPE_HEADER, fit_id
-from slotflow.contracts.topics import DLQ_EVENTS
+from slotflow.contracts.topics import DLQ_EVENTS, SIGNING_KEYS
 from slotflow.core.nul import jsonb_text, pg_text
 from slotflow.pg.outbox import Staged, append_many
 from slotflow.pg.pool import Conn
@@ -355,6 +355,16 @@ async def reject(
     return Applied(envelope.id, False, ())
 
 
+def redrivable_topics(kafka: KafkaSettings) -> list[str]:
+    """The topics a redrive may send a record back to: this deployment's own, but the keys topic.
+
+    Only the api writes the keys topic (a registered key proves a principal), and no consumer parks
+    a record of it; a letter naming it is forged, and redriven it would have the dlq write a key
+    record (plaintext: a key nobody registered; secured: no ACL for it, the relay stopped)."""
+    keys = kafka.topic(SIGNING_KEYS)
+    return [spec.name for spec in kafka.topics() if spec.name != keys]
+
+
 # One row per (entry, redrive number) (primary key): the bytes the redrive relay sends, copied
 # inside the database so a large selection never passes through memory.
 _RECORD_REDRIVES = """
@@ -410,7 +420,7 @@ async def redrive(
     # Only this deployment's own topics are redriven to: a letter is a claim by whoever sent it,
     # and one naming a foreign topic (issue 23) made the relay publish there, loop on it, and
     # block every later redrive. Such entries stay parked and the acknowledgement says so.
-    own = [spec.name for spec in kafka.topics()]
+    own = redrivable_topics(kafka)
     alone, alone_params = selection_sql(command.selection, default_status="parked", first=1)
     skipped = await conn.fetchval(sql_with(_COUNT_TRUNCATED, schema, where=alone), *alone_params)
     after_own, after_params = selection_sql(command.selection, default_status="parked", first=2)
