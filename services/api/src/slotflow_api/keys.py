@@ -160,7 +160,10 @@ async def revoke_key(
 
 async def register_own(conn: Conn, schema: str, kafka: KafkaSettings, signer: Signer) -> bool:
     """Register the api's own key (principal `service:api`, admin, acting for its callers) in the
-    caller's transaction; whether it was new.
+    caller's transaction, and stage its record for the keys topic; whether the key was new.
+
+    A key file reused across restarts finds its row and announces it again: the record is
+    idempotent (the same id and state), and a keys topic that lost it (recreated) gets it back.
 
     Raises:
         ConfigurationError: the key was revoked: the api must not sign with it (give it a new one).
@@ -172,13 +175,15 @@ async def register_own(conn: Conn, schema: str, kafka: KafkaSettings, signer: Si
         API_PRINCIPAL,
         signer.public_key,
     )
-    if row is not None:
-        await append_many(conn, schema=schema, items=[record(row, kafka)])
-        return True
-    known = await conn.fetchrow(sql(_KEY_BY_ID, schema), signer.key_id)
-    if known is not None and known["revoked_at"] is not None:
+    new = row is not None
+    if row is None:
+        row = await conn.fetchrow(sql(_KEY_BY_ID, schema), signer.key_id)
+    if row is None:
+        raise ConfigurationError(f"the api's signing key {signer.key_id} was neither registered nor found")
+    if row["revoked_at"] is not None:
         raise ConfigurationError(
-            f"the api's signing key {signer.key_id} was revoked at {known['revoked_at']:%Y-%m-%d %H:%M:%S%z}; "
+            f"the api's signing key {signer.key_id} was revoked at {row['revoked_at']:%Y-%m-%d %H:%M:%S%z}; "
             "give the api a new one (SLOTFLOW_API_SIGNING_KEY_FILE, or unset it for a key made at start)"
         )
-    return False
+    await append_many(conn, schema=schema, items=[record(row, kafka)])
+    return new
