@@ -166,12 +166,14 @@ async def publish_command(
     source: str,
     principal: str | None = None,
     signer: Signer | None = None,
+    signed_at: datetime | None = None,
 ) -> str:
     """Publish ``message`` to its command topic and wait for the broker; return the command id.
 
     With ``signer`` the command is signed for its topic (this deployment's name of it): its
     principal is then the signer's, or, for the api's signer, ``principal`` (the caller the api
     authenticated). Without one it goes unsigned, which a deployment requiring signatures rejects.
+    ``signed_at`` dates the signature (default: this host's clock; a service passes its database's).
 
     Raises:
         NotACommand: ``message`` is not a command.
@@ -181,6 +183,6 @@ async def publish_command(
     spec, envelope = build_command(message, command_id=command_id, source=source, principal=principal)
     topic = settings.topic(spec)
     if signer is not None:
-        envelope = signer.sign(envelope, topic=topic)
+        envelope = signer.sign(envelope, topic=topic, signed_at=signed_at)
     await producer.send(topic, envelope)
     return envelope.id
