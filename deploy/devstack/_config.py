@@ -412,6 +412,9 @@ class Config:
             for name, value in self.kafka_client_env("admin").items():
                 lines += f"export {name}={shlex.quote(value)}\n"
             lines += f"export SLOTFLOW_DEVSTACK_KAFKA_USERS={shlex.quote(str(self.kafka_users_file))}\n"
+            # The secured mode proves principals: every service started from this shell refuses
+            # a command without a valid signature of a registered key (docs/security.md).
+            lines += "export SLOTFLOW_COMMAND_SIGNATURES=required\n"
         return lines
 
     def kafka_client_env(self, user: str) -> dict[str, str]:

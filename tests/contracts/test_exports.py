@@ -22,6 +22,8 @@ PINNED = {
     "OpenDownstream", "CloseDownstream", "ConfigureDownstream", "DownstreamChanged", "DownstreamReported",
     "DownstreamSettings",
     "ActivityParked",
+    # signed commands and the keys topic
+    "CommandProof", "SigningKey",
 }  # fmt: skip
 
 

@@ -1,5 +1,6 @@
-"""The `slotflow` script as a person runs it: commands reach Kafka, queries read the api, failures
-are one line on stderr with exit code 1 (or 2 for bad usage), never a traceback."""
+"""The `slotflow` script as a person runs it: commands reach Kafka through the api (or signed,
+straight), queries read the api, failures are one line on stderr with exit code 1 (or 2 for bad
+usage), never a traceback."""
 
 import json
 import socket
@@ -8,11 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from slotflow.contracts import REGISTRY, CreateSchedule, CronSpec
 from slotflow.contracts.topics import DLQ_COMMANDS, SCHEDULE_COMMANDS, WORKFLOW_COMMANDS
 from slotflow.core.identity import run_id
 from slotflow.pg.pool import Pool
+from slotflow.principals.signing import write_private_key
 from slotflow.settings import KafkaSettings
 from slotflow.testing import assert_eventually
 from slotflow.testing.topics import TopicTail
@@ -107,9 +110,11 @@ async def test_every_command_reaches_its_topic_with_its_key(cli: Cli, kafka: Kaf
         for c in commands
         if c.startswith("c-") and topics[c] == kafka.topic(SCHEDULE_COMMANDS)
     } == {"payouts"}
-    assert all(envelope.source == "cli" for envelope in envelopes.values())
-    # Straight to Kafka, unauthenticated: the login name is recorded, marked as the CLI's.
-    assert all((envelope.principal or "").startswith("cli:") for envelope in envelopes.values())
+    # Through the api (the default): published by the api, for the caller its token names (the
+    # bootstrap token here), signed with the api's own key.
+    assert all(envelope.source == "api" for envelope in envelopes.values())
+    assert all(envelope.principal == "bootstrap" for envelope in envelopes.values())
+    assert all(envelope.proof is not None for envelope in envelopes.values())
 
     create = REGISTRY.parse(envelopes["c-create"])
     assert isinstance(create, CreateSchedule)
@@ -304,18 +309,40 @@ async def test_queries_print_tables_or_json(
     assert (missing.code, missing.err) == (1, "slotflow: error: schedule no-such-schedule not found\n")
 
 
-async def test_failures_are_one_line_messages_with_exit_codes(kafka: KafkaSettings) -> None:
+async def test_failures_are_one_line_messages_with_exit_codes(kafka: KafkaSettings, tmp_path: Path) -> None:
     cli = Cli(kafka, f"http://127.0.0.1:{_closed_port()}")
-    no_kafka = cli.env(SLOTFLOW_KAFKA_BOOTSTRAP=f"127.0.0.1:{_closed_port()}")
+    key_file = tmp_path / "ops.pem"
+    write_private_key(key_file, Ed25519PrivateKey.generate())
+    signed = cli.env(SLOTFLOW_SIGNING_KEY_FILE=str(key_file), SLOTFLOW_SIGNING_PRINCIPAL="key:ops")
+    no_kafka = {**signed, "SLOTFLOW_KAFKA_BOOTSTRAP": f"127.0.0.1:{_closed_port()}"}
     assert SCRIPT.exists(), f"{SCRIPT} missing: run `make setup`"
-    kafka_down = await cli("schedule", "trigger", "payouts", env=no_kafka)
-    api_down, bad_cron, bad_zone, bad_json, waited = await cli.many(
+    kafka_down = await cli("--via", "kafka", "schedule", "trigger", "payouts", env=no_kafka)
+    waited = await cli(
+        "--via",
+        "kafka",
+        "schedule",
+        "trigger",
+        "payouts",
+        "--wait",
+        "5",
+        "--command-id",
+        "c-wait-no-api",
+        env=signed,
+    )
+    api_down, command_api_down, unsigned, bad_cron, bad_zone, bad_json = await cli.many(
         ["schedule", "list"],
+        ["schedule", "trigger", "payouts"],
+        ["--via", "kafka", "schedule", "trigger", "payouts"],
         ["schedule", "create", "x", "--cron", "61 * * * *", "--handler", "h"],
         ["schedule", "create", "x", "--cron", "0 * * * *", "--tz", "Mars/Olympus", "--handler", "h"],
         ["workflow", "start", "w", "--type", "t", "--input", "{not json"],
-        ["schedule", "trigger", "payouts", "--wait", "5", "--command-id", "c-wait-no-api"],
     )
+    # Commands go through the api unless told otherwise: with the api down, nothing is sent.
+    assert command_api_down.code == 1
+    assert "cannot reach the slotflow API" in command_api_down.err
+    # Straight to Kafka only as a proven principal: no key, no command.
+    assert unsigned.code == 2
+    assert "--via kafka sends commands as a proven principal" in unsigned.err
     assert kafka_down.code == 1
     assert "cannot reach Kafka at 127.0.0.1:" in kafka_down.err
     assert api_down.code == 1
@@ -326,11 +353,13 @@ async def test_failures_are_one_line_messages_with_exit_codes(kafka: KafkaSettin
     assert "--input is not valid JSON" in bad_json.err
     assert waited.code == 1
     assert "command c-wait-no-api was published to" in waited.err
-    for outcome in (kafka_down, api_down, bad_cron, bad_zone, bad_json, waited):
+    for outcome in (kafka_down, api_down, command_api_down, unsigned, bad_cron, bad_zone, bad_json, waited):
         assert "Traceback" not in outcome.err
         assert outcome.err.count("\n") <= 3, outcome.err
     seen = await _published(kafka, {"c-wait-no-api"})
     assert seen["c-wait-no-api"][1].type == "schedule.trigger"
+    assert seen["c-wait-no-api"][1].principal == "key:ops"
+    assert seen["c-wait-no-api"][1].proof is not None
 
 
 async def test_stack_status_runs_the_devstack_script_and_passes_its_exit_code(

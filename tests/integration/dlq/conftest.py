@@ -10,6 +10,7 @@ import pytest
 from slotflow.kafka.producer import Producer
 from slotflow.pg.pool import Pool, create_pool
 from slotflow.pg.statements import sql_with
+from slotflow.principals import SignatureSettings
 from slotflow.settings import KafkaSettings, PostgresSettings
 from slotflow_dlq.app import DlqService
 from slotflow_dlq.config import DlqSettings
@@ -29,9 +30,11 @@ class Running:
         return int(await self.pool.fetchval(counted, *args))
 
 
-async def start_dlq(kafka: KafkaSettings, pg_dsn: str, **overrides: Any) -> Running:
+async def start_dlq(
+    kafka: KafkaSettings, pg_dsn: str, *, signatures: SignatureSettings | None = None, **overrides: Any
+) -> Running:
     settings = DlqSettings(**{"metrics_port": 0, "gauge_seconds": 0.2, **overrides})
-    service = DlqService(settings, kafka=kafka, postgres=PostgresSettings(dsn=pg_dsn))
+    service = DlqService(settings, kafka=kafka, postgres=PostgresSettings(dsn=pg_dsn), signatures=signatures)
     stop = asyncio.Event()
     task = asyncio.create_task(service.run(stop))
     ready = asyncio.create_task(service.ready.wait())

@@ -6,12 +6,18 @@ created a metric series each. A redrive now goes only to this deployment's own t
 acknowledgement says how many it refused), and reasons outside the known set count as `other`.
 """
 
+from datetime import UTC, datetime
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
 from slotflow.commands import publish_command
-from slotflow.contracts import CommandAccepted, DeadLetterFilter, RedriveDeadLetters
+from slotflow.contracts import CommandAccepted, DeadLetterFilter, RedriveDeadLetters, SigningKey, wrap
+from slotflow.contracts.codec import encode
 from slotflow.contracts.dlq import KNOWN_REASONS
-from slotflow.contracts.topics import DLQ_EVENTS, JOBS_DUE
+from slotflow.contracts.topics import DLQ_EVENTS, JOBS_DUE, SIGNING_KEYS
 from slotflow.errors import PermanentError
 from slotflow.kafka.producer import Producer
+from slotflow.principals import KafkaKeyRing, Signer
 from slotflow.settings import KafkaSettings
 from slotflow.testing import assert_eventually
 from tests.integration.dlq.conftest import Running
@@ -81,3 +87,45 @@ async def test_forged_reasons_do_not_create_metric_series(
     }
     assert labels <= KNOWN_REASONS | {"other"}
     assert registry.get_sample_value("slotflow_dlq_parked_total", {"reason": "other"}) == 30
+
+
+async def test_a_letter_naming_the_keys_topic_is_never_redriven_there(
+    dlq: Running, producer: Producer, kafka: KafkaSettings
+) -> None:
+    """Only the api writes the keys topic: a letter that names it (no consumer parks its records)
+    is forged, and a redrive of it would have the dlq write a signing key nobody registered."""
+    keys_topic = kafka.topic(SIGNING_KEYS)
+    attacker = Signer(Ed25519PrivateKey.generate(), "key:ops-admin")
+    key = SigningKey(
+        key_id=attacker.key_id,
+        name="ops-admin",
+        principal=attacker.principal,
+        scope="admin",
+        public_key=attacker.public_key,
+        created_at=datetime.now(UTC),
+    )
+    value = encode(
+        wrap(key, id=f"{key.key_id}/registered", key=key.key_id, source="api", occurred_at=key.created_at)
+    )
+    forged = origin(keys_topic, 0, value, key=key.key_id.encode())
+    await park(producer, kafka, forged, PermanentError("x"), source="claimer", reason="permanent_error")
+    await assert_eventually(lambda: dlq.count("id = $1", forged.position), timeout=30, message="parked")
+    command = RedriveDeadLetters(selection=DeadLetterFilter(ids=(forged.position,)))
+    await publish_command(producer, kafka, command, command_id="redrive-keys", source="test")
+
+    events = await read_messages(kafka, kafka.topic(DLQ_EVENTS), 2)
+    [ack] = [m for _, m in events if isinstance(m, CommandAccepted)]
+    assert "redrove 0 dead letter(s)" in ack.subject
+    assert "1 refused" in ack.subject
+    assert (
+        await dlq.pool.fetchval("SELECT status FROM dlq.dead_letters WHERE id = $1", forged.position)
+        == "parked"
+    )
+    assert await dlq.pool.fetchval("SELECT count(*) FROM dlq.redrives") == 0
+    # Nothing reached the keys topic: a service reading it knows no key.
+    ring = KafkaKeyRing(kafka, client_id="test")
+    await ring.start()
+    try:
+        assert len(ring) == 0
+    finally:
+        await ring.stop()

@@ -1,4 +1,6 @@
-"""The pipeline on a SASL_SSL broker with one principal per service holding only its ACLs.
+"""The pipeline on a SASL_SSL broker with one principal per service holding only its ACLs, and
+proven principals: with signatures required, a command is applied only when a registered key
+proves who sent it (docs/decisions/0007-proven-principals.md).
 
 A broker of this module's own, started through deploy/devstack in its sasl_ssl mode (a CA of its
 own, SCRAM-SHA-512 users made at format time, StandardAuthorizer with nothing allowed without an
@@ -14,10 +16,13 @@ with a message that says so.
 
 import asyncio
 import dataclasses
+import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import ModuleType
@@ -25,26 +30,50 @@ from typing import Any
 
 import httpx
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from pydantic import SecretStr
 
 from slotflow.commands import build_command, publish_command
 from slotflow.contracts import (
     ActivityCompleted,
     ActivityScheduled,
+    CommandRejected,
     CreateSchedule,
+    DeadLetterFilter,
+    DeleteSchedule,
+    DiscardDeadLetters,
+    Envelope,
     FireJobDue,
     FireTimerFired,
+    IntervalSpec,
     JobDue,
+    Message,
     OnceSpec,
+    OpenDownstream,
     ScheduleDefinition,
+    SigningKey,
     StartTimer,
     StartWorkflow,
     TimerStarted,
+    TriggerNow,
     WorkflowCompleted,
     WorkflowStarted,
     WorkflowTimerFired,
+    wrap,
 )
+from slotflow.contracts.scopes import Scope
 from slotflow.contracts.timers import retry_timer_id, sleep_timer_id
-from slotflow.contracts.topics import SCHEDULE_COMMANDS, SCHEDULE_EVENTS, TIMER_COMMANDS
+from slotflow.contracts.topics import (
+    DLQ_EVENTS,
+    DOWNSTREAM_EVENTS,
+    JOBS_DUE,
+    SCHEDULE_COMMANDS,
+    SCHEDULE_EVENTS,
+    SIGNING_KEYS,
+    TIMER_COMMANDS,
+    WORKFLOW_COMMANDS,
+    WORKFLOW_EVENTS,
+)
 from slotflow.core.identity import run_id
 from slotflow.errors import KafkaAccessDenied, KafkaAuthenticationFailed
 from slotflow.kafka.acls import AclBinding, Operation, ResourceType, create_acls, service_acls
@@ -52,16 +81,23 @@ from slotflow.kafka.admin import ensure_topics, warm_coordinators
 from slotflow.kafka.producer import Producer
 from slotflow.kafka.security import KafkaSecurity
 from slotflow.pg.pool import Pool, create_pool
+from slotflow.principals import SignatureSettings, Signer
+from slotflow.principals.signing import write_private_key
 from slotflow.runs import HandlerRegistry
 from slotflow.settings import KafkaSettings, PostgresSettings
 from slotflow.testing import assert_eventually, unique_name
 from slotflow.testing.processes import ProcessGroup, ServiceProcess, free_port, stack_env
 from slotflow.testing.topics import TopicTail
+from slotflow_api.app import create_app
+from slotflow_api.config import ApiSettings
+from slotflow_api.config import Settings as ApiAppSettings
 from slotflow_claimer.app import ClaimerService
 from slotflow_orchestrator.runtime import load_decider
 from tests.integration.api.stats_support import StatsProcess, past_minute, stored_counts, workload
 from tests.integration.claimer.support import REPO, wait_state
 from tests.integration.claimer.support import settings_for as claimer_settings
+from tests.integration.cli.support import served
+from tests.integration.dlq.conftest import start_dlq, stop_dlq
 from tests.integration.orchestrator.activities import ACTIVITIES, create_tables
 from tests.integration.orchestrator.support import (
     effects,
@@ -142,11 +178,12 @@ async def db(pg_dsn: str) -> AsyncIterator[Pool]:
     await pool.close()
 
 
-def _ticker(kafka: KafkaSettings, pg_dsn: str, log_dir: Path) -> ServiceProcess:
+def _ticker(kafka: KafkaSettings, pg_dsn: str, log_dir: Path, **extra: str) -> ServiceProcess:
     port = free_port()
     env = stack_env(
         kafka, pg_dsn, "SLOTFLOW_TICKER_", metrics_port=port, ticker_id=unique_name("tk"), backlog_seconds=0.5
     )
+    env.update(extra)
     return ServiceProcess("slotflow_ticker", "ticker", env=env, log_dir=log_dir, cwd=REPO, metrics_port=port)
 
 
@@ -437,3 +474,362 @@ async def test_a_missing_acl_stops_the_service_at_start_and_says_so(
     assert "KafkaAccessDenied" in log, log
     assert "refused User:claimer (SCRAM-SHA-512): TopicAuthorizationFailedError" in log, log
     assert jobs_due in log, log
+
+
+# -- proven principals: signed commands, checked by every consumer (SLOTFLOW_COMMAND_SIGNATURES) --
+
+REQUIRED = SignatureSettings(command_signatures="required")
+SLOTFLOW_SCRIPT = Path(sys.executable).with_name("slotflow")
+
+
+def _key(name: str) -> Signer:
+    """A key pair made here for the principal `key:<name>`; only its public half is registered."""
+    return Signer(Ed25519PrivateKey.generate(), f"key:{name}")
+
+
+async def _register_as_the_api(broker: SecuredBroker, namespace: str, keys: dict[Signer, Scope]) -> None:
+    """Publish keys' records to the keys topic as User:api, as the api's relay does (the api's own
+    path, POST /v1/keys, is exercised by the test that runs it)."""
+    api = broker.settings("api", namespace)
+    topic = api.topic(SIGNING_KEYS)
+    async with Producer(api, client_id="keys") as producer:
+        for signer, scope in keys.items():
+            key = SigningKey(
+                key_id=signer.key_id,
+                name=signer.principal.removeprefix("key:"),
+                principal=signer.principal,
+                scope=scope,
+                public_key=signer.public_key,
+                created_at=datetime.now(UTC),
+                created_by="test",
+            )
+            await producer.send(
+                topic,
+                wrap(
+                    key,
+                    id=f"{key.key_id}/registered",
+                    key=key.key_id,
+                    source="test",
+                    occurred_at=key.created_at,
+                ),
+            )
+
+
+def _cli_env(kafka: KafkaSettings, api_url: str, *, token: str) -> dict[str, str]:
+    """The environment of the `slotflow` script as User:``kafka``, against the api at ``api_url``."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("SLOTFLOW_")}
+    env.update(
+        SLOTFLOW_KAFKA_BOOTSTRAP=kafka.bootstrap,
+        SLOTFLOW_KAFKA_TOPIC_NAMESPACE=kafka.topic_namespace,
+        SLOTFLOW_API_URL=api_url,
+        SLOTFLOW_TOKEN=token,
+        **kafka.security.env(),
+    )
+    return env
+
+
+async def _run_cli(env: dict[str, str], *argv: str) -> subprocess.CompletedProcess[str]:
+    process = await asyncio.create_subprocess_exec(
+        str(SLOTFLOW_SCRIPT), *argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    )
+    out, err = await asyncio.wait_for(process.communicate(), timeout=90)
+    code = process.returncode if process.returncode is not None else -1
+    return subprocess.CompletedProcess(argv, code, out.decode(), err.decode())
+
+
+def _key_file(signer: Signer, directory: Path) -> Path:
+    path = directory / f"{signer.principal.removeprefix('key:')}.pem"
+    write_private_key(path, signer.private_key)
+    return path
+
+
+async def _send(
+    producer: Producer,
+    kafka: KafkaSettings,
+    message: Message,
+    command_id: str,
+    *,
+    signer: Signer | None = None,
+    principal: str | None = None,
+    signed_at: datetime | None = None,
+    tamper: Callable[[Envelope], Envelope] | None = None,
+) -> None:
+    """Write one command as whoever ``kafka`` logs in as: signed by ``signer`` (or not), maybe
+    altered after signing."""
+    spec, envelope = build_command(message, command_id=command_id, source="test", principal=principal)
+    topic = kafka.topic(spec)
+    if signer is not None:
+        envelope = signer.sign(envelope, topic=topic, signed_at=signed_at)
+    if tamper is not None:
+        envelope = tamper(envelope)
+    await producer.send(topic, envelope)
+
+
+async def test_only_a_proven_principal_is_applied_and_each_refusal_says_why(
+    secured_broker: SecuredBroker, pg_dsn: str, db: Pool, tmp_path: Path
+) -> None:
+    """The ticker (a process, as User:ticker, signatures required) applies a schedule command only
+    when a key the api registered proves its principal and holds its scope, inside the replay
+    window; the api (as User:api) registers and revokes the keys, serves the commands list with
+    every refusal's reason, and the audit names who paused the schedule."""
+    namespace = await _namespace(secured_broker)
+    token = "sft_" + "p" * 40
+    ops, alice, reader, gone, stranger = (_key(n) for n in ("ops", "alice", "reader", "gone", "alice"))
+    group = ProcessGroup()
+    try:
+        ticker = _ticker(
+            secured_broker.settings("ticker", namespace),
+            pg_dsn,
+            tmp_path,
+            SLOTFLOW_COMMAND_SIGNATURES="required",
+        )
+        await group.start(ticker)
+        api_settings = ApiAppSettings(
+            api=ApiSettings(projector_poll_ms=50, bootstrap_token=SecretStr(token)),
+            kafka=secured_broker.settings("api", namespace),
+            postgres=PostgresSettings(dsn=pg_dsn, pool_min_size=1, pool_max_size=5),
+        )
+        headers = {"Authorization": f"Bearer {token}", "X-Slotflow-Client": "test"}
+        async with (
+            served(create_app(api_settings)) as base,
+            httpx.AsyncClient(base_url=base, headers=headers, timeout=40) as api,
+        ):
+            for signer, scope in ((ops, "admin"), (alice, "operate"), (reader, "read"), (gone, "operate")):
+                name = signer.principal.removeprefix("key:")
+                body = {"name": name, "scope": scope, "public_key": signer.public_key}
+                registered = await api.post("/v1/keys", json=body)
+                assert registered.status_code == 201, registered.text
+            revoked = await api.delete("/v1/keys/gone")
+            assert revoked.status_code == 200, revoked.text
+
+            cli = secured_broker.settings("cli", namespace)
+            definition = ScheduleDefinition(
+                spec=IntervalSpec(every=timedelta(hours=1)), handler="secure.settle"
+            )
+            guarded = "guarded"
+            async with Producer(cli, client_id="secure-test") as producer:
+                await _send(
+                    producer,
+                    cli,
+                    CreateSchedule(schedule_id=guarded, definition=definition),
+                    "p-create",
+                    signer=ops,
+                )
+                created = await api.get("/v1/commands/p-create", params={"wait": 30})
+                assert created.json()["status"] == "accepted", created.text
+
+                def as_alices(envelope: Envelope) -> Envelope:
+                    # A signature by another key passed off as Alice's: her key id, her principal.
+                    proof = envelope.proof
+                    assert proof is not None
+                    return envelope.model_copy(
+                        update={"proof": proof.model_copy(update={"key_id": alice.key_id})}
+                    )
+
+                trigger = TriggerNow(schedule_id=guarded)
+                delete = DeleteSchedule(schedule_id=guarded)
+                long_ago = (await db_now(db)) - timedelta(days=8)
+                await _send(producer, cli, delete, "p-unsigned", principal="token:ops-admin")
+                await _send(producer, cli, trigger, "p-forged", signer=stranger, tamper=as_alices)
+                await _send(producer, cli, trigger, "p-unknown", signer=stranger)
+                await _send(producer, cli, trigger, "p-revoked", signer=gone)
+                await _send(producer, cli, trigger, "p-read-scope", signer=reader)
+                await _send(
+                    producer,
+                    cli,
+                    delete,
+                    "p-foreign",
+                    signer=Signer(alice.private_key, "token:root-admin"),
+                )
+                await _send(producer, cli, trigger, "p-stale", signer=alice, signed_at=long_ago)
+
+            # The CLI: through the api, a read token cannot trigger (the api's 403, nothing sent) ...
+            reader_token = (await api.post("/v1/tokens", json={"name": "auditor", "scope": "read"})).json()[
+                "secret"
+            ]
+            script = _cli_env(secured_broker.settings("cli", namespace), base, token=reader_token)
+            refused = await _run_cli(script, "schedule", "trigger", guarded, "--command-id", "p-cli-read")
+            assert refused.returncode == 1, refused
+            assert "this needs the 'operate' scope; token:auditor holds 'read'" in refused.stderr, refused
+            assert "nothing was sent" in refused.stderr, refused
+            # ... and straight to Kafka (as User:cli) it signs with Alice's key, which proves her.
+            alice_file = _key_file(alice, tmp_path)
+            as_alice = {
+                **script,
+                "SLOTFLOW_SIGNING_KEY_FILE": str(alice_file),
+                "SLOTFLOW_SIGNING_PRINCIPAL": "key:alice",
+            }
+            paused_by_cli = await _run_cli(
+                as_alice,
+                "--via",
+                "kafka",
+                "schedule",
+                "pause",
+                guarded,
+                "--reason",
+                "checked by the principals test",
+                "--command-id",
+                "p-pause",
+                "--wait",
+                "30",
+            )
+            assert paused_by_cli.returncode == 0, paused_by_cli
+            assert "status:     accepted" in paused_by_cli.stdout, paused_by_cli
+
+            expected = {
+                "p-unsigned": "unsigned: this deployment accepts only signed commands",
+                "p-forged": f"the signature does not match the command for key {alice.key_id} of key:alice",
+                "p-unknown": f"signed with key '{stranger.key_id}', which no principal has registered",
+                "p-revoked": f"signed with key {gone.key_id} of key:gone, revoked at",
+                "p-read-scope": "key:reader holds the 'read' scope; schedule.trigger needs 'operate'",
+                "p-foreign": f"key {alice.key_id} belongs to key:alice, not to token:root-admin",
+                "p-stale": "outside the replay window",
+            }
+            for command_id, reason in expected.items():
+                answer = (await api.get(f"/v1/commands/{command_id}", params={"wait": 30})).json()
+                assert answer["status"] == "rejected", answer
+                assert reason in answer["reason"], answer
+            paused = (await api.get("/v1/commands/p-pause", params={"wait": 30})).json()
+            assert (paused["status"], paused["principal"]) == ("accepted", "key:alice"), paused
+            # The commands list shows every refusal with its reason and the principal it claimed.
+            listed = (await api.get("/v1/commands", params={"subject": guarded, "limit": 50})).json()["items"]
+            by_id = {row["command_id"]: row for row in listed}
+            assert by_id["p-unsigned"]["principal"] == "token:ops-admin"
+            assert by_id["p-unsigned"]["status"] == "rejected"
+            assert "unsigned" in by_id["p-unsigned"]["reason"]
+            assert {by_id[c]["status"] for c in expected} == {"rejected"}
+            assert "p-cli-read" not in by_id  # the api refused it: it never reached a topic
+
+            # The api's own commands are signed with its key and name the caller it authenticated.
+            resumed = await api.post(f"/v1/schedules/{guarded}/resume", params={"wait": 30})
+            assert resumed.status_code == 200, resumed.text
+            assert (resumed.json()["status"], resumed.json()["principal"]) == ("accepted", "bootstrap")
+
+            audit = (await api.get("/v1/audit", params={"schedule": guarded})).json()
+            changes = [(c["change"], c["by"]) for c in audit["changes"]]
+            assert changes == [("created", "key:ops"), ("paused", "key:alice"), ("resumed", "bootstrap")]
+
+        # Nothing of a refused command was applied: the schedule was never deleted, never fired.
+        row = await db.fetchrow("SELECT paused FROM ticker.schedules WHERE schedule_id = $1", guarded)
+        assert row is not None
+        assert row["paused"] is False
+        fired = await db.fetchval(
+            "SELECT count(*) FROM ticker.outbox_events WHERE topic = $1",
+            cli.topic(JOBS_DUE),
+        )
+        assert fired == 0
+    finally:
+        group.close()
+
+
+async def test_every_consumer_checks_its_commands_and_a_child_workflow_runs_with_enforcement_on(
+    secured_broker: SecuredBroker, pg_dsn: str, pg_pool: Pool, tmp_path: Path
+) -> None:
+    """Every service that consumes commands requires signatures: the orchestrator, the claimer and
+    the dlq refuse unsigned ones with the reason (nothing applied), and a workflow started by a
+    proven principal sleeps through the ticker and runs a child the orchestrator starts itself,
+    each service signing what it sends with its own registered key."""
+    namespace = await _namespace(secured_broker)
+    async with pg_pool.acquire() as conn:
+        await create_tables(conn)
+    orchestrator_key, claimer_key, alice = _key("orchestrator"), _key("claimer"), _key("alice")
+    await _register_as_the_api(
+        secured_broker, namespace, {orchestrator_key: "admin", claimer_key: "admin", alice: "operate"}
+    )
+
+    def signing(signer: Signer) -> SignatureSettings:
+        return REQUIRED.model_copy(
+            update={"signing_key_file": _key_file(signer, tmp_path), "signing_principal": signer.principal}
+        )
+
+    registry = HandlerRegistry()
+    for name, fn in ACTIVITIES.items():
+        registry.register(name, fn)
+    ticker = await start_ticker(secured_broker.settings("ticker", namespace), pg_dsn, signatures=REQUIRED)
+    orchestrator = await start_orchestrator(
+        orchestrator_settings(secured_broker.settings("orchestrator", namespace), pg_dsn).model_copy(
+            update={"signatures": signing(orchestrator_key)}
+        ),
+        load_decider(["tests.integration.orchestrator.saga", "tests.integration.orchestrator.flows"]),
+    )
+    claimer = ClaimerService(
+        claimer_settings(secured_broker.settings("claimer", namespace), pg_dsn).model_copy(
+            update={"signatures": signing(claimer_key)}
+        ),
+        registry=registry,
+    )
+    await claimer.start()
+    dlq = await start_dlq(secured_broker.settings("dlq", namespace), pg_dsn, signatures=REQUIRED)
+    admin = secured_broker.settings("admin", namespace)
+    try:
+        async with TopicTail(
+            admin, [WORKFLOW_EVENTS, DOWNSTREAM_EVENTS, DLQ_EVENTS, WORKFLOW_COMMANDS]
+        ) as tail:
+            cli = secured_broker.settings("cli", namespace)
+            async with Producer(cli, client_id="secure-test") as producer:
+                forged_start = StartWorkflow(
+                    workflow_id="forged", workflow_type="tests.parent", input={"order_id": "f"}
+                )
+                await _send(producer, cli, forged_start, "u-start", principal="token:ops-admin")
+                opened = OpenDownstream(downstream="bank-api", reason="forged")
+                await _send(producer, cli, opened, "u-open", principal="token:ops-admin")
+                discard = DiscardDeadLetters(
+                    selection=DeadLetterFilter(source_service="claimer"), reason="forged"
+                )
+                await _send(producer, cli, discard, "u-discard", principal="token:ops-admin")
+                start = StartWorkflow(
+                    workflow_id="signed-parent", workflow_type="tests.parent", input={"order_id": "sp-1"}
+                )
+                await _send(producer, cli, start, "s-parent", signer=alice)
+                nap = StartWorkflow(
+                    workflow_id="signed-nap",
+                    workflow_type="tests.sleeper",
+                    input={"order_id": "n-1", "seconds": 1},
+                )
+                await _send(producer, cli, nap, "s-nap", signer=alice)
+
+            def rejected(command_id: str) -> Callable[[], CommandRejected | None]:
+                def answer() -> CommandRejected | None:
+                    for envelope in tail.by_id(f"{command_id}/rejected"):
+                        return CommandRejected.model_validate(envelope.data)
+                    return None
+
+                return answer
+
+            for command_id in ("u-start", "u-open", "u-discard"):
+                refusal = await assert_eventually(
+                    rejected(command_id), timeout=60, message=f"{command_id} is rejected"
+                )
+                assert refusal.reason.startswith("unsigned: this deployment accepts only signed commands"), (
+                    refusal
+                )
+            parent = await wait_history(pg_pool, "signed-parent", "workflow.completed", timeout=90)
+            await wait_history(pg_pool, "signed-nap", "workflow.completed", timeout=60)
+            child_start = [
+                s.envelope
+                for s in tail.seen
+                if s.envelope.id != "s-parent" and s.envelope.type == "workflow.start"
+            ]
+        done = parent[-1]
+        assert isinstance(done, WorkflowCompleted)
+        assert done.result["child"]["order_id"] == "sp-1"
+        # The orchestrator started the child as itself, signed with its own key.
+        [child] = [e for e in child_start if e.data.get("workflow_id") == "signed-parent-child"]
+        assert child.principal == "key:orchestrator"
+        assert child.proof is not None
+        assert child.proof.key_id == orchestrator_key.key_id
+        # Nothing of the refused commands was applied.
+        assert (
+            await pg_pool.fetchval("SELECT count(*) FROM orchestrator.workflows WHERE workflow_id = 'forged'")
+            == 0
+        )
+        assert await pg_pool.fetchval("SELECT count(*) FROM claimer.downstreams WHERE name = 'bank-api'") == 0
+        assert (
+            await pg_pool.fetchval("SELECT kind FROM dlq.commands WHERE command_id = 'u-discard'")
+            == "rejected"
+        )
+    finally:
+        await stop_dlq(dlq)
+        await claimer.stop(grace=0.5)
+        await orchestrator.stop()
+        await stop_ticker(ticker)

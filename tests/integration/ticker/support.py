@@ -21,6 +21,7 @@ from slotflow.contracts.codec import encode
 from slotflow.kafka.producer import OutgoingRecord, Producer, envelope_headers
 from slotflow.pg.outbox import OutboxRelay
 from slotflow.pg.pool import Pool
+from slotflow.principals import SignatureSettings
 from slotflow.settings import KafkaSettings, PostgresSettings
 from slotflow.testing import assert_eventually, unique_name
 from slotflow.testing.topics import TopicTail as TopicTail  # re-exported: the tests import it here
@@ -49,8 +50,12 @@ class Replica:
     task: "asyncio.Task[None]"
 
 
-async def start_ticker(kafka: KafkaSettings, pg_dsn: str, **overrides: Any) -> Replica:
-    app = TickerService(ticker_settings(**overrides), kafka, PostgresSettings(dsn=pg_dsn))
+async def start_ticker(
+    kafka: KafkaSettings, pg_dsn: str, *, signatures: SignatureSettings | None = None, **overrides: Any
+) -> Replica:
+    app = TickerService(
+        ticker_settings(**overrides), kafka, PostgresSettings(dsn=pg_dsn), signatures=signatures
+    )
     stop = asyncio.Event()
     task = asyncio.create_task(app.run(stop))
     ready = asyncio.create_task(app.started.wait())

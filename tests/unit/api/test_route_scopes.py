@@ -1,7 +1,8 @@
 """Every API route has a scope in `ROUTE_SCOPES`, and the table names no route that is gone."""
 
+from slotflow.contracts.scopes import COMMAND_SCOPES
 from slotflow_api.app import create_app
-from slotflow_api.auth import ROUTE_SCOPES, grants, new_token, required_scope, token_id_of
+from slotflow_api.auth import COMMAND_ROUTES, ROUTE_SCOPES, grants, new_token, required_scope, token_id_of
 
 
 def test_the_scope_table_and_the_api_routes_are_the_same() -> None:
@@ -37,3 +38,16 @@ def test_tokens_are_recognisable_and_carry_their_id() -> None:
     assert token_id_of(secret) == token_id
     assert token_id_of("sft_short") is None
     assert token_id_of("eyJhbGciOi.x.y") is None
+
+
+def test_every_route_that_changes_something_names_its_command_or_is_admin() -> None:
+    """A command route's scope is its command's (the table every service checks signed commands
+    against), so the api and Kafka refuse a caller by one rule; tokens and keys are admin's."""
+    changing = {route for route in ROUTE_SCOPES if route[0] != "GET"}
+    administrative = {route for route in changing if route[1].startswith(("/v1/tokens", "/v1/keys"))}
+    assert changing - administrative == set(COMMAND_ROUTES)
+    assert all(ROUTE_SCOPES[route] == "admin" for route in administrative)
+    for route, command in COMMAND_ROUTES.items():
+        assert ROUTE_SCOPES[route] == COMMAND_SCOPES[command], route
+    assert ROUTE_SCOPES[("POST", "/v1/schedules/{schedule_id}/trigger")] == "operate"
+    assert ROUTE_SCOPES[("POST", "/v1/schedules")] == "admin"

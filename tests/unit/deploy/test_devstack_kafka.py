@@ -180,3 +180,13 @@ def test_the_test_listener_ports_come_from_the_environment(
     monkeypatch.setenv("SLOTFLOW_DEVSTACK_KAFKA_MECHANISM_PORTS", " 24001, 24002 ,24003")
     config = _config_module()
     assert config.Config.from_env().mechanism_listeners == config.MechanismListeners(24001, 24002, 24003)
+
+
+def test_the_secured_devstack_requires_signed_commands_and_the_plaintext_one_does_not(
+    kafka_helpers: ModuleType, tmp_path: Path
+) -> None:
+    secured: Any = _config(kafka_helpers, tmp_path / "secured", "sasl_ssl")
+    kafka_helpers._server_properties(secured)  # writes the users file the export lines read
+    assert "export SLOTFLOW_COMMAND_SIGNATURES=required\n" in secured.env_lines()
+    plain: Any = _config(kafka_helpers, tmp_path / "plain", "plaintext")
+    assert "SLOTFLOW_COMMAND_SIGNATURES" not in plain.env_lines()

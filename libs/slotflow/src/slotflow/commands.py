@@ -50,6 +50,7 @@ from slotflow.contracts.topics import (
 )
 from slotflow.errors import PermanentError
 from slotflow.kafka.producer import Producer
+from slotflow.principals.signing import Signer
 from slotflow.settings import KafkaSettings
 
 #: Longest command id accepted (the envelope id limit).
@@ -165,8 +166,15 @@ async def publish_command(
     command_id: str | None = None,
     source: str,
     principal: str | None = None,
+    signer: Signer | None = None,
+    signed_at: datetime | None = None,
 ) -> str:
     """Publish ``message`` to its command topic and wait for the broker; return the command id.
+
+    With ``signer`` the command is signed for its topic (this deployment's name of it): its
+    principal is then the signer's, or, for the api's signer, ``principal`` (the caller the api
+    authenticated). Without one it goes unsigned, which a deployment requiring signatures rejects.
+    ``signed_at`` dates the signature (default: this host's clock; a service passes its database's).
 
     Raises:
         NotACommand: ``message`` is not a command.
@@ -174,5 +182,8 @@ async def publish_command(
         TransientStorageError: Kafka did not acknowledge (retry with the same command id).
     """
     spec, envelope = build_command(message, command_id=command_id, source=source, principal=principal)
-    await producer.send(settings.topic(spec), envelope)
+    topic = settings.topic(spec)
+    if signer is not None:
+        envelope = signer.sign(envelope, topic=topic, signed_at=signed_at)
+    await producer.send(topic, envelope)
     return envelope.id

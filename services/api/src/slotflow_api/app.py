@@ -8,18 +8,22 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fastapi import Depends, FastAPI, Request, Response
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.openapi.utils import get_openapi
 from starlette.routing import Match
 
 from slotflow.kafka.producer import Producer
+from slotflow.pg.outbox import OutboxRelay
 from slotflow.pg.pool import wait_for_pool
+from slotflow.principals import Signer
+from slotflow.principals.signing import load_private_key
 from slotflow.service import Supervisor
-from slotflow_api import errors
+from slotflow_api import errors, keys
 from slotflow_api.app_state import Services
 from slotflow_api.auth import Authenticator, required_scope
-from slotflow_api.config import Settings
+from slotflow_api.config import ApiSettings, Settings
 from slotflow_api.csrf import CLIENT_HEADER, CsrfGuard
 from slotflow_api.guard import authorize
 from slotflow_api.limits import BodyLimit, RefuseNul
@@ -39,6 +43,7 @@ from slotflow_api.routes import (
     tokens,
     workflows,
 )
+from slotflow_api.routes import keys as keys_routes
 from slotflow_api.routes.apidocs import mount_api_docs
 
 log = logging.getLogger(__name__)
@@ -59,21 +64,31 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        signer = own_signer(chosen.api)
         pool = await wait_for_pool(chosen.postgres)
         producer = Producer(chosen.kafka, client_id="api")
         stop = asyncio.Event()
         task: asyncio.Task[None] | None = None
         try:
-            await migrate(pool, chosen.api.db_schema)
+            schema = chosen.api.db_schema
+            await migrate(pool, schema)
+            async with pool.acquire() as conn, conn.transaction():
+                await keys.register_own(conn, schema, chosen.kafka, signer)
+            log.info("api: signing commands with key %s (%s)", signer.key_id, keys.API_PRINCIPAL)
             await producer.start()
-            state = Services(chosen, pool, producer, metrics, Authenticator(chosen.api, pool))
+            relay = OutboxRelay(pool, producer, schema=schema)
+            state = Services(
+                chosen, pool, producer, metrics, Authenticator(chosen.api, pool), signer=signer, relay=relay
+            )
+            loops = Supervisor("api")
+            # Publishes the signing keys' records (the api's own first) to the keys topic.
+            loops.add("relay", relay.run)
             if chosen.api.embedded_projector:
                 state.projector = Projector(pool, chosen, metrics)
-                loops = Supervisor("api")
                 loops.add("projector", state.projector.run)
                 # The read model's owner purges it: with the projector, wherever that runs.
                 loops.add("purge", lambda stop: purge_read_model(stop, pool, chosen))
-                task = asyncio.create_task(loops.run(stop), name="api")
+            task = asyncio.create_task(loops.run(stop), name="api")
             app.state.services = state
             yield
         finally:
@@ -115,6 +130,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         handlers,
         stats,
         tokens,
+        keys_routes,
     ):
         app.include_router(module.router, dependencies=[Depends(authorize)])
     mount_api_docs(app)
@@ -141,6 +157,21 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             allow_credentials=False,
         )
     return app
+
+
+def own_signer(settings: ApiSettings) -> Signer:
+    """The api's signer: the key in `SLOTFLOW_API_SIGNING_KEY_FILE`, or one made now and held in
+    memory only (registered at start either way). It acts for others: it names the caller the api
+    authenticated as each command's principal.
+
+    Raises:
+        KeyFileError: the key file is not a usable Ed25519 key.
+    """
+    if settings.signing_key_file is not None:
+        key = load_private_key(settings.signing_key_file)
+    else:
+        key = Ed25519PrivateKey.generate()
+    return Signer(key, keys.API_PRINCIPAL, acts_for_others=True)
 
 
 ERROR_SCHEMA = {

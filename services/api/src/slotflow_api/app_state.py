@@ -6,7 +6,9 @@ from fastapi import Request
 
 from slotflow.errors import SlotflowError
 from slotflow.kafka.producer import Producer
+from slotflow.pg.outbox import OutboxRelay
 from slotflow.pg.pool import Pool
+from slotflow.principals import Signer
 from slotflow_api.auth import Authenticator
 from slotflow_api.config import Settings
 from slotflow_api.metrics import Metrics
@@ -21,6 +23,10 @@ class Services:
     metrics: Metrics
     auth: Authenticator
     projector: Projector | None = None
+    #: Signs every command the api publishes, naming the caller (the api's own key).
+    signer: Signer | None = None
+    #: Publishes the api's outbox: the signing keys' records for the keys topic.
+    relay: OutboxRelay | None = None
 
     @property
     def schema(self) -> str:

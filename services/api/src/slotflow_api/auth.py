@@ -12,7 +12,9 @@ A caller presents `Authorization: Bearer <token>`. The token is one of:
 
 Scopes nest: `admin` implies `operate`, which implies `read`. Every route is listed in
 `ROUTE_SCOPES` with the scope it needs (or None: public); a route missing from the table needs
-`admin` (closed by default), and a unit test keeps the table and the app's routes equal.
+`admin` (closed by default), and a unit test keeps the table and the app's routes equal. A route
+that publishes a command takes its scope from the command (`slotflow.contracts.scopes`), the table
+every service checks signed commands against: one rule for both doors.
 
 What a caller is called (`Principal.name`) travels in the envelope of every command it publishes.
 """
@@ -26,10 +28,32 @@ import re
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any
 
 import jwt
 
+from slotflow.contracts import (
+    Backfill,
+    CloseDownstream,
+    ConfigureDownstream,
+    CreateSchedule,
+    DeleteSchedule,
+    DiscardDeadLetters,
+    OpenDownstream,
+    PauseSchedule,
+    RedriveDeadLetters,
+    ResumeSchedule,
+    SignalWorkflow,
+    StartWorkflow,
+    TerminateWorkflow,
+    TriggerNow,
+    UpdateSchedule,
+)
+from slotflow.contracts import CancelWorkflow as CancelWorkflowCommand
+from slotflow.contracts.scopes import COMMAND_SCOPES
+from slotflow.contracts.scopes import SCOPES as SCOPES  # re-exported: the scopes are the library's
+from slotflow.contracts.scopes import Scope as Scope
+from slotflow.contracts.scopes import grants as grants
 from slotflow.errors import SlotflowError, TransientError
 from slotflow.pg.pool import Pool
 from slotflow.pg.statements import sql
@@ -37,8 +61,6 @@ from slotflow_api.config import ApiSettings
 
 log = logging.getLogger(__name__)
 
-Scope = Literal["read", "operate", "admin"]
-SCOPES: tuple[Scope, ...] = get_args(Scope)
 _RANK: dict[str, int] = {scope: rank for rank, scope in enumerate(SCOPES)}
 
 #: Every API token starts with this, so a leaked one is recognisable (secret scanners, logs).
@@ -48,11 +70,6 @@ _SECRET_BYTES = 32
 _TOKEN_SHAPE = re.compile(r"^sft_([0-9a-f]{12})_[A-Za-z0-9_-]{20,200}$")
 #: A token's name: what commands it publishes are recorded as (`token:<name>`).
 TOKEN_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,99}$"  # noqa: S105 - a pattern
-
-
-def grants(held: Scope, needed: Scope) -> bool:
-    """Whether a caller holding ``held`` may do what needs ``needed`` (admin > operate > read)."""
-    return _RANK[held] >= _RANK[needed]
 
 
 def new_token() -> tuple[str, str]:
@@ -114,48 +131,49 @@ class OidcUnavailable(TransientError):
 
 # -- which route needs which scope -------------------------------------------------------------
 
-#: The scope each route needs, by method and path template; None is public (no token needed):
-#: liveness, readiness and metrics only. Reading needs `read`; pausing, resuming, triggering,
-#: backfilling, starting/signalling/cancelling/terminating workflows, redriving and discarding
-#: dead letters and opening or closing a downstream need `operate`; defining schedules (create,
-#: update, delete), a downstream's settings and tokens need `admin`.
-ROUTE_SCOPES: Mapping[tuple[str, str], Scope | None] = {
+#: The command each command route publishes: its scope is the command's (COMMAND_SCOPES).
+COMMAND_ROUTES: Mapping[tuple[str, str], type[Any]] = {
+    ("POST", "/v1/schedules"): CreateSchedule,
+    ("PUT", "/v1/schedules/{schedule_id}"): UpdateSchedule,
+    ("PATCH", "/v1/schedules/{schedule_id}"): UpdateSchedule,
+    ("DELETE", "/v1/schedules/{schedule_id}"): DeleteSchedule,
+    ("POST", "/v1/schedules/pause"): PauseSchedule,
+    ("POST", "/v1/schedules/resume"): ResumeSchedule,
+    ("POST", "/v1/schedules/{schedule_id}/pause"): PauseSchedule,
+    ("POST", "/v1/schedules/{schedule_id}/resume"): ResumeSchedule,
+    ("POST", "/v1/schedules/{schedule_id}/trigger"): TriggerNow,
+    ("POST", "/v1/schedules/{schedule_id}/backfill"): Backfill,
+    ("POST", "/v1/workflows"): StartWorkflow,
+    ("POST", "/v1/workflows/{workflow_id}/signal"): SignalWorkflow,
+    ("POST", "/v1/workflows/{workflow_id}/cancel"): CancelWorkflowCommand,
+    ("POST", "/v1/workflows/{workflow_id}/terminate"): TerminateWorkflow,
+    ("POST", "/v1/dlq/redrive"): RedriveDeadLetters,
+    ("POST", "/v1/dlq/discard"): DiscardDeadLetters,
+    ("POST", "/v1/downstreams/{name}/open"): OpenDownstream,
+    ("POST", "/v1/downstreams/{name}/close"): CloseDownstream,
+    ("PUT", "/v1/downstreams/{name}/settings"): ConfigureDownstream,
+}
+
+#: The routes that publish no command: None is public (no token needed): liveness, readiness and
+#: metrics only. Reading needs `read`; tokens and signing keys need `admin`.
+_OTHER_ROUTES: Mapping[tuple[str, str], Scope | None] = {
     ("GET", "/healthz"): None,
     ("GET", "/readyz"): None,
     ("GET", "/metrics"): None,
     ("GET", "/v1/schedules"): "read",
-    ("POST", "/v1/schedules"): "admin",
     ("GET", "/v1/calendar"): "read",
     ("GET", "/v1/schedules/{schedule_id}"): "read",
-    ("PUT", "/v1/schedules/{schedule_id}"): "admin",
-    ("PATCH", "/v1/schedules/{schedule_id}"): "admin",
-    ("DELETE", "/v1/schedules/{schedule_id}"): "admin",
     ("GET", "/v1/schedules/{schedule_id}/runs"): "read",
-    ("POST", "/v1/schedules/pause"): "operate",
-    ("POST", "/v1/schedules/resume"): "operate",
-    ("POST", "/v1/schedules/{schedule_id}/pause"): "operate",
-    ("POST", "/v1/schedules/{schedule_id}/resume"): "operate",
-    ("POST", "/v1/schedules/{schedule_id}/trigger"): "operate",
-    ("POST", "/v1/schedules/{schedule_id}/backfill"): "operate",
     ("GET", "/v1/schedules/{schedule_id}/backfill"): "read",
     ("GET", "/v1/runs"): "read",
     ("GET", "/v1/runs/{run_id}"): "read",
     ("GET", "/v1/workflows"): "read",
-    ("POST", "/v1/workflows"): "operate",
     ("GET", "/v1/workflows/{workflow_id}"): "read",
     ("GET", "/v1/workflows/{workflow_id}/history"): "read",
-    ("POST", "/v1/workflows/{workflow_id}/signal"): "operate",
-    ("POST", "/v1/workflows/{workflow_id}/cancel"): "operate",
-    ("POST", "/v1/workflows/{workflow_id}/terminate"): "operate",
     ("GET", "/v1/dlq"): "read",
-    ("POST", "/v1/dlq/redrive"): "operate",
-    ("POST", "/v1/dlq/discard"): "operate",
     ("GET", "/v1/dlq/{dead_letter_id}"): "read",
     ("GET", "/v1/downstreams"): "read",
     ("GET", "/v1/downstreams/{name}"): "read",
-    ("POST", "/v1/downstreams/{name}/open"): "operate",
-    ("POST", "/v1/downstreams/{name}/close"): "operate",
-    ("PUT", "/v1/downstreams/{name}/settings"): "admin",
     ("GET", "/v1/audit"): "read",
     ("GET", "/v1/commands"): "read",
     ("GET", "/v1/commands/{command_id}"): "read",
@@ -166,6 +184,16 @@ ROUTE_SCOPES: Mapping[tuple[str, str], Scope | None] = {
     ("GET", "/v1/tokens"): "admin",
     ("POST", "/v1/tokens"): "admin",
     ("DELETE", "/v1/tokens/{token}"): "admin",
+    ("GET", "/v1/keys"): "admin",
+    ("POST", "/v1/keys"): "admin",
+    ("DELETE", "/v1/keys/{key}"): "admin",
+}
+
+#: The scope each route needs, by method and path template: a command route its command's scope
+#: (`operate` to operate what exists, `admin` to define schedules and a downstream's settings).
+ROUTE_SCOPES: Mapping[tuple[str, str], Scope | None] = {
+    **_OTHER_ROUTES,
+    **{route: COMMAND_SCOPES[command] for route, command in COMMAND_ROUTES.items()},
 }
 
 

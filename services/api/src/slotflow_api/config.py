@@ -1,6 +1,7 @@
 """Settings of the api service (env prefix SLOTFLOW_API_); no I/O at import."""
 
 from datetime import timedelta
+from pathlib import Path
 from typing import Annotated, Any, Literal, Self
 
 from pydantic import Field, SecretStr, field_validator, model_validator
@@ -89,6 +90,10 @@ class ApiSettings(BaseSettings):
     )
     oidc_jwks_cache_seconds: float = Field(default=300.0, gt=0)
     oidc_jwks_timeout_seconds: float = Field(default=5.0, gt=0)
+    #: The PEM file of the api's own Ed25519 key, with which it signs every command it publishes
+    #: for the callers it authenticated (registered at start as `service:api`). Unset: a key made
+    #: at start and held in memory only, registered the same way (docs/security.md).
+    signing_key_file: Path | None = None
 
     @field_validator("allowed_hosts", "allowed_origins", "cors_origins", "oidc_algorithms", mode="before")
     @classmethod

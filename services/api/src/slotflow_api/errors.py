@@ -28,6 +28,10 @@ class TokenConflict(SlotflowError):
     """A live token already has that name: revoke it first, or choose another."""
 
 
+class KeyConflict(SlotflowError):
+    """The signing key is registered already, or a live key has that name."""
+
+
 class BackfillsInFlight(SlotflowError):
     """The schedule has as many backfills in flight as `max_backfills_in_flight` allows."""
 
@@ -161,6 +165,10 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(TokenConflict)
     async def _token_conflict(_: Request, exc: TokenConflict) -> JSONResponse:
+        return _json(409, str(exc))
+
+    @app.exception_handler(KeyConflict)
+    async def _key_conflict(_: Request, exc: KeyConflict) -> JSONResponse:
         return _json(409, str(exc))
 
     @app.exception_handler(NotFound)

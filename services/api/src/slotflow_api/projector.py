@@ -80,8 +80,9 @@ PROJECTED_TOPICS: tuple[TopicSpec, ...] = (
 
 #: Tables a rebuild keeps: the migrations applied, and the retention horizon (what was purged
 #: stays purged: the replay does not bring it back, and the audit still judges nothing before it),
-#: and the API tokens (not projected from any topic: emptied, they would be gone for good).
-KEPT_BY_REBUILD = ("schema_migrations", "retention", "api_tokens")
+#: the API tokens and signing keys (not projected from any topic: emptied, they would be gone for
+#: good), and the outbox (a key's record not yet published would be lost).
+KEPT_BY_REBUILD = ("schema_migrations", "retention", "api_tokens", "signing_keys", "outbox")
 
 #: How often an idle projector looks for a rebuild.
 GROUP_CHECK_SECONDS = 1.0
@@ -92,8 +93,8 @@ class GroupChanged(SlotflowError):
 
 
 async def migrate(pool: Pool, schema: str) -> list[str]:
-    """Create or update the read-model schema."""
-    return await migrate_schema(pool, schema=schema, source=MIGRATIONS, outbox=False, inbox=False)
+    """Create or update the read-model schema, and the outbox the signing keys leave through."""
+    return await migrate_schema(pool, schema=schema, source=MIGRATIONS, outbox=True, inbox=False)
 
 
 # projector_state holds one row (`singleton` is its primary key): the first projector to start

@@ -22,6 +22,7 @@ from slotflow.pg.migrations import MigrationSource
 from slotflow.pg.outbox import OutboxRelay
 from slotflow.pg.pool import Pool, wait_for_pool
 from slotflow.pg.retention import purge_loop
+from slotflow.principals import CommandVerifier, KafkaKeyRing
 from slotflow.runs import REGISTRY, HandlerRegistry, load_handler_modules
 from slotflow.service import Supervisor, metrics_listener
 from slotflow.service import migrate as migrate_schema
@@ -76,6 +77,11 @@ class ClaimerService:
         self._resources = contextlib.ExitStack()
         self._started = False
         self._stopped = False
+        # Checked before anything starts: the claimer signs its timers when signatures are
+        # required (a key is needed), and checks downstream commands. Its inbox keeps every
+        # command id for good, so any replay window is covered.
+        self._signer = settings.signatures.service_signer("claimer")
+        self._keys: KafkaKeyRing | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -92,7 +98,12 @@ class ClaimerService:
         self.producer = Producer(kafka, client_id=f"claimer-{self.owner}")
         await self.producer.start()
         self.relay = OutboxRelay(self.pool, self.producer, schema=cfg.db_schema, one_transaction=True)
-        events = RunEvents(kafka)
+        events = RunEvents(kafka, signer=self._signer)
+        verifier = CommandVerifier(self.settings.signatures)
+        if self.settings.signatures.required:
+            self._keys = KafkaKeyRing(kafka, client_id=f"claimer-{self.owner}")
+            await self._keys.start()
+            verifier = CommandVerifier(self.settings.signatures, self._keys)
         self.writer = OutcomeWriter(
             self.pool,
             schema=cfg.db_schema,
@@ -113,6 +124,7 @@ class ClaimerService:
             rng=self._rng,
             kafka=kafka,
             wake_relay=self.relay.wake,
+            signer=self._signer,
         )
         self.executor = Executor(
             pool=self.pool,
@@ -171,6 +183,7 @@ class ClaimerService:
             kafka=kafka,
             metrics=self.metrics,
             wake_relay=self.relay.wake,
+            verifier=verifier,
         )
         self.commands = ConsumeLoop(
             self.command_consumer,
@@ -261,6 +274,8 @@ class ClaimerService:
         await self.consumer.stop()
         await self.command_consumer.stop()
         await self.producer.stop()
+        if self._keys is not None:
+            await self._keys.stop()
         await self.handler_pool.close()
         await self.pool.close()
         log.info("claimer %s stopped", self.owner)
@@ -297,6 +312,8 @@ class ClaimerService:
         await self.consumer.stop()
         await self.command_consumer.stop()
         await self.producer.stop()
+        if self._keys is not None:
+            await self._keys.stop()
         self.handler_pool.terminate()
         self.pool.terminate()
 

@@ -11,6 +11,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from slotflow.core.downstreams import DownstreamPolicy
 from slotflow.logs import register_dsn
+from slotflow.principals import SignatureSettings
 from slotflow.settings import KafkaSettings, PostgresSettings
 
 
@@ -152,6 +153,8 @@ class Settings(BaseSettings):
     claimer: ClaimerSettings = Field(default_factory=ClaimerSettings)
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
     postgres: PostgresSettings = Field(default_factory=PostgresSettings)
+    #: Whether downstream commands must be signed, and the key the claimer signs its timers with.
+    signatures: SignatureSettings = Field(default_factory=SignatureSettings)
 
     def group_id(self) -> str:
         return self._namespaced(self.claimer.group_id)

@@ -5,7 +5,8 @@ claimer applies each command. It does so in one transaction: the inbox records t
 (a redelivered command changes nothing), the downstream's row is locked like every admission
 (so the change is ordered with the claimers' own decisions), the change is recorded, and the
 DownstreamChanged event and the answer (CommandAccepted or CommandRejected, on the downstream
-events topic) are staged in the outbox.
+events topic) are staged in the outbox. A command whose principal is not proven (signatures
+required) is answered CommandRejected and changes nothing.
 """
 
 import logging
@@ -31,6 +32,7 @@ from slotflow.pg.inbox import record_once
 from slotflow.pg.outbox import Staged, append_many
 from slotflow.pg.pool import Conn, Pool
 from slotflow.pg.statements import sql
+from slotflow.principals import CommandVerifier, SignatureSettings, UnprovenCommand
 from slotflow.settings import KafkaSettings
 from slotflow_claimer.downstreams import Gate
 from slotflow_claimer.metrics import ClaimerMetrics
@@ -38,6 +40,8 @@ from slotflow_claimer.metrics import ClaimerMetrics
 log = logging.getLogger(__name__)
 
 _KNOWN = "SELECT EXISTS (SELECT 1 FROM {schema}.downstreams WHERE name = $1)"
+# The replay window of signed commands is judged by the database's clock, never the host's.
+_NOW = "SELECT now()"
 
 
 class Rejected(PermanentError):
@@ -56,8 +60,11 @@ class DownstreamCommands:
         kafka: KafkaSettings,
         metrics: ClaimerMetrics,
         wake_relay: Callable[[], None] | None = None,
+        verifier: CommandVerifier | None = None,
     ) -> None:
         self._pool = pool
+        #: Proves each command's principal before it is applied (with signatures required).
+        self._verifier = verifier or CommandVerifier(SignatureSettings(command_signatures="optional"))
         self._schema = schema
         self._gate = gate
         self._topic = kafka.topic(DOWNSTREAM_EVENTS)
@@ -68,13 +75,18 @@ class DownstreamCommands:
         envelope, command = incoming.envelope, incoming.message
         if not isinstance(command, OpenDownstream | CloseDownstream | ConfigureDownstream):
             return  # unreachable: the loop accepts these only
+        await self._verifier.refresh()  # every key revoked before this call is known after it
         async with self._pool.acquire() as conn, conn.transaction():
             if not await record_once(
                 conn, schema=self._schema, event_id=envelope.id, topic=incoming.record.topic
             ):
                 return
-            now: datetime = await conn.fetchval("SELECT now()")
+            now: datetime = await conn.fetchval(_NOW)
             try:
+                try:
+                    self._verifier.verify(envelope, topic=incoming.record.topic, now=now)
+                except UnprovenCommand as refusal:
+                    raise Rejected(str(refusal)) from None
                 staged = await self._apply(conn, envelope, command)
                 answer: Message = CommandAccepted(
                     command_id=envelope.id, command_type=envelope.type, subject=command.downstream

@@ -48,6 +48,7 @@ from slotflow.errors import DownstreamUnavailable, TransientStorageError
 from slotflow.pg.outbox import Staged, append_many
 from slotflow.pg.pool import Conn, Pool
 from slotflow.pg.statements import compose, sql
+from slotflow.principals import Signer
 from slotflow.settings import KafkaSettings
 from slotflow_claimer.events import RunEvents
 from slotflow_claimer.metrics import ClaimerMetrics
@@ -192,12 +193,20 @@ class Changes:
     """Records a downstream's change in the caller's transaction: the `downstream_changes` row, the
     DownstreamChanged event, and on closing, the held runs brought forward in slot order."""
 
-    def __init__(self, *, schema: str, owner: str, kafka: KafkaSettings, metrics: ClaimerMetrics) -> None:
+    def __init__(
+        self,
+        *,
+        schema: str,
+        owner: str,
+        kafka: KafkaSettings,
+        metrics: ClaimerMetrics,
+        signer: Signer | None = None,
+    ) -> None:
         self._schema = schema
         self._owner = owner
         #: Where DownstreamChanged and DownstreamReported go.
         self.topic = kafka.topic(DOWNSTREAM_EVENTS)
-        self._runs = RunEvents(kafka)
+        self._runs = RunEvents(kafka, signer=signer)
         self._metrics = metrics
 
     async def record(
@@ -280,6 +289,7 @@ class Gate:
         rng: random.Random,
         kafka: KafkaSettings,
         wake_relay: Callable[[], None] | None = None,
+        signer: Signer | None = None,
     ) -> None:
         self._pool = pool
         self._schema = schema
@@ -288,7 +298,7 @@ class Gate:
         self._metrics = metrics
         self._rng = rng
         self._wake = wake_relay
-        self.changes = Changes(schema=schema, owner=owner, kafka=kafka, metrics=metrics)
+        self.changes = Changes(schema=schema, owner=owner, kafka=kafka, metrics=metrics, signer=signer)
         # Decisions on one downstream serialise on its row lock anyway; letting every in-flight run
         # wait for it on a pooled connection would starve the heartbeat of connections (leases
         # would lapse), so each claimer queues here and holds at most two connections for it.

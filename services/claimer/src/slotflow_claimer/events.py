@@ -30,6 +30,7 @@ from slotflow.contracts.topics import DLQ_MESSAGES, RUN_EVENTS, TIMER_COMMANDS
 from slotflow.core.identity import job_due_event_id
 from slotflow.kafka.poison import dead_letter_envelope
 from slotflow.pg.outbox import Encoded, Staged, headers_json
+from slotflow.principals import Signer
 from slotflow.settings import KafkaSettings
 from slotflow_claimer.runs import Run
 
@@ -41,12 +42,15 @@ TRACE_SCOPE = "slotflow.claimer"
 class RunEvents:
     """Builds staged records for one deployment's topic names."""
 
-    def __init__(self, kafka: KafkaSettings) -> None:
+    def __init__(self, kafka: KafkaSettings, *, signer: Signer | None = None) -> None:
         self._run_events = kafka.topic(RUN_EVENTS)
         # Timer commands go on the internal topic only the claimer and the orchestrator may write:
         # a StartTimer fires whatever JobDue it carries, so the public command topic never takes one.
         self._commands = kafka.topic(TIMER_COMMANDS)
         self._dlq = kafka.topic(DLQ_MESSAGES)
+        #: Signs the claimer's timer commands as its own principal, so a deployment requiring
+        #: signatures accepts them (docs/security.md).
+        self._signer = signer
 
     @property
     def dlq_topic(self) -> str:
@@ -188,7 +192,7 @@ class RunEvents:
         job = JobDue.model_validate(job.model_dump())
         timer_id = retry_timer_id(run.run_id, nxt)
         timer = StartTimer(timer_id=timer_id, fire_at=retry_at, on_fire=FireJobDue(job=job))
-        return Staged(self._commands, wrap(timer, id=timer_id, key=timer_id, source=SOURCE, occurred_at=at))
+        return self._command(timer, id=timer_id, key=timer_id, at=at)
 
     def resume_timers(self, run: Run, at: datetime, *, resume_at: datetime) -> list[Staged]:
         """A held run brought forward (its downstream closed): a StartTimer for the same next
@@ -205,12 +209,16 @@ class RunEvents:
         held_timer = retry_timer_id(run.run_id, nxt)
         cancel = CancelTimer(timer_id=held_timer)
         return [
-            Staged(self._commands, wrap(timer, id=timer_id, key=timer_id, source=SOURCE, occurred_at=at)),
-            Staged(
-                self._commands,
-                wrap(cancel, id=f"cancel:{held_timer}", key=held_timer, source=SOURCE, occurred_at=at),
-            ),
+            self._command(timer, id=timer_id, key=timer_id, at=at),
+            self._command(cancel, id=f"cancel:{held_timer}", key=held_timer, at=at),
         ]
+
+    def _command(self, message: Message, *, id: str, key: str, at: datetime) -> Staged:
+        envelope = wrap(message, id=id, key=key, source=SOURCE, occurred_at=at)
+        if self._signer is not None:
+            # Dated by the database's clock when staged; the replay window outlasts a relay outage.
+            envelope = self._signer.sign(envelope, topic=self._commands, signed_at=at)
+        return Staged(self._commands, envelope)
 
     def skipped(self, run: Run, at: datetime, *, reason: str) -> Staged:
         event = RunSkipped.model_validate({**self._common(run), "reason": reason})

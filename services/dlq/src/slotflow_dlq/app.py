@@ -4,7 +4,9 @@
   record collapse on the inbox (its position); a letter re-sent by a consumer for an origin already
   parked counts a sighting on that entry (its id is the origin position). Both happen in the
   transaction that stages the DeadLetterStatusChanged event.
-- The command loop applies RedriveDeadLetters and DiscardDeadLetters, once per command id.
+- The command loop applies RedriveDeadLetters and DiscardDeadLetters, once per command id; where
+  signatures are required, a command whose principal is not proven is answered CommandRejected
+  and touches no letter.
 - The outbox relay publishes events; the redrive relay sends redriven records back, byte-exact.
 - The notifier delivers webhook notifications for dead-lettered money-moving runs.
 
@@ -35,6 +37,7 @@ from slotflow.pg.migrations import MigrationSource
 from slotflow.pg.outbox import OutboxRelay, append_many
 from slotflow.pg.pool import CONNECTION_ERRORS, Conn, Pool, wait_for_pool
 from slotflow.pg.retention import purge_loop
+from slotflow.principals import CommandVerifier, KafkaKeyRing, SignatureSettings, UnprovenCommand
 from slotflow.service import Supervisor, metrics_listener, migrate, sleep_or_stop
 from slotflow.settings import KafkaSettings, PostgresSettings
 from slotflow_dlq import queries, retention, store
@@ -48,6 +51,7 @@ log = logging.getLogger(__name__)
 MIGRATIONS = MigrationSource("dlq", Path(__file__).parent / "migrations")
 OUTAGES: tuple[type[BaseException], ...] = (*DEFAULT_OUTAGE_TYPES, *CONNECTION_ERRORS)
 _GAUGE_ERRORS: tuple[type[BaseException], ...] = (*CONNECTION_ERRORS, asyncpg.PostgresError)
+DATABASE_NOW = "SELECT now()"
 
 
 class DlqService:
@@ -60,10 +64,14 @@ class DlqService:
         kafka: KafkaSettings | None = None,
         postgres: PostgresSettings | None = None,
         metrics: DlqMetrics | None = None,
+        signatures: SignatureSettings | None = None,
     ) -> None:
         self.settings = settings or DlqSettings()
         self.kafka = kafka or KafkaSettings()
         self.postgres = postgres or PostgresSettings()
+        #: Its dedupe of commands (the `commands` table) is never pruned: any replay window holds.
+        self.signatures = signatures or SignatureSettings()
+        self._verifier = CommandVerifier(self.signatures)
         self.metrics = metrics or DlqMetrics()
         self.schema = self.settings.db_schema
         self.ready = asyncio.Event()
@@ -91,8 +99,13 @@ class DlqService:
         listener = metrics_listener(
             self.metrics.registry, port=self.settings.metrics_port, host=self.settings.metrics_host
         )
+        keys: KafkaKeyRing | None = None
         try:
             await migrate(pool, schema=self.schema, source=MIGRATIONS)
+            if self.signatures.required:
+                keys = KafkaKeyRing(self.kafka, client_id=f"dlq-{self.settings.instance_id}")
+                await keys.start()
+                self._verifier = CommandVerifier(self.signatures, keys)
             producer = Producer(
                 self.kafka,
                 client_id=f"dlq-{self.settings.instance_id}",
@@ -118,6 +131,8 @@ class DlqService:
                     await self._run_parts(stop, producer, letters, commands)
         finally:
             self._pool = None
+            if keys is not None:
+                await keys.stop()
             await pool.close()
 
     async def _run_parts(
@@ -261,20 +276,33 @@ class DlqService:
 
     async def _on_command(self, incoming: Incoming) -> None:
         command = incoming.message
+        if not isinstance(command, RedriveDeadLetters | DiscardDeadLetters):
+            return  # unreachable: the loop accepts these two only
+        await self._verifier.refresh()  # every key revoked before this call is known after it
         async with self.pool.acquire() as conn, conn.transaction():
-            if isinstance(command, RedriveDeadLetters):
+            refusal = await self._unproven(conn, incoming)
+            if refusal is not None:
+                applied = await store.reject(
+                    conn,
+                    schema=self.schema,
+                    kafka=self.kafka,
+                    envelope=incoming.envelope,
+                    command=command,
+                    reason=refusal,
+                )
+            elif isinstance(command, RedriveDeadLetters):
                 applied = await store.redrive(
                     conn, schema=self.schema, kafka=self.kafka, envelope=incoming.envelope, command=command
                 )
-            elif isinstance(command, DiscardDeadLetters):
+            else:
                 applied = await store.discard(
                     conn, schema=self.schema, kafka=self.kafka, envelope=incoming.envelope, command=command
                 )
-            else:
-                return  # unreachable: the loop accepts these two only
         if applied.repeated:
             return
-        if isinstance(command, RedriveDeadLetters):
+        if refusal is not None:
+            log.warning("rejected %s %s: %s", incoming.envelope.type, incoming.envelope.id, refusal)
+        elif isinstance(command, RedriveDeadLetters):
             self.metrics.redrives.inc(len(applied.changed))
             if self._redrives is not None:
                 self._redrives.wake()
@@ -283,6 +311,18 @@ class DlqService:
         if self._outbox is not None:
             self._outbox.wake()
         log.info("%s %s: %d entries", incoming.envelope.type, incoming.envelope.id, len(applied.changed))
+
+    async def _unproven(self, conn: Conn, incoming: Incoming) -> str | None:
+        """Why ``incoming``'s principal is not proven, or None (always None when not required)."""
+        if not self._verifier.required:
+            return None
+        # The replay window is judged by the database's clock, never the host's.
+        now = await conn.fetchval(DATABASE_NOW)
+        try:
+            self._verifier.verify(incoming.envelope, topic=incoming.record.topic, now=now)
+        except UnprovenCommand as refusal:
+            return str(refusal)
+        return None
 
     def _own_poison(self, record: Record, reason: str) -> None:
         self.metrics.poison.labels(reason_label(reason)).inc()

@@ -14,6 +14,7 @@ from pydantic_core import from_json
 
 from slotflow.contracts import (
     CommandAccepted,
+    CommandRejected,
     DeadLettered,
     DeadLetterFilter,
     DeadLetterStatusChanged,
@@ -24,7 +25,7 @@ from slotflow.contracts import (
 )
 from slotflow.contracts.dlq import REDRIVE_OF_HEADER
 from slotflow.contracts.envelope import REDRIVE_COUNT_HEADER, TYPE_HEADER, fit_id
-from slotflow.contracts.topics import DLQ_EVENTS
+from slotflow.contracts.topics import DLQ_EVENTS, SIGNING_KEYS
 from slotflow.core.nul import jsonb_text, pg_text
 from slotflow.pg.outbox import Staged, append_many
 from slotflow.pg.pool import Conn
@@ -327,6 +328,43 @@ def _accepted(kafka: KafkaSettings, envelope: Envelope, kind: str, subject: str,
     )
 
 
+async def reject(
+    conn: Conn,
+    *,
+    schema: str,
+    kafka: KafkaSettings,
+    envelope: Envelope,
+    command: RedriveDeadLetters | DiscardDeadLetters,
+    reason: str,
+) -> Applied:
+    """Answer a command that may not be applied (its principal is not proven) with CommandRejected,
+    once per command id, and change no letter. It is recorded like an applied command (kind
+    `rejected`, the reason as its note, nothing matched), so a redelivery is recognised."""
+    if await _seen_command(conn, schema, envelope.id):
+        return Applied(envelope.id, True, ())
+    now = await conn.fetchval("SELECT now()")
+    event = CommandRejected(
+        command_id=envelope.id, command_type=envelope.type, subject=envelope.key, reason=reason
+    )
+    rejected = Staged(
+        kafka.topic(DLQ_EVENTS),
+        wrap(event, id=fit_id(envelope.id, "/rejected"), key=envelope.key, source=SOURCE, occurred_at=now),
+    )
+    await append_many(conn, schema=schema, items=[rejected])
+    await _record_command(conn, schema, envelope, "rejected", command.selection, pg_text(reason), 0)
+    return Applied(envelope.id, False, ())
+
+
+def redrivable_topics(kafka: KafkaSettings) -> list[str]:
+    """The topics a redrive may send a record back to: this deployment's own, but the keys topic.
+
+    Only the api writes the keys topic (a registered key proves a principal), and no consumer parks
+    a record of it; a letter naming it is forged, and redriven it would have the dlq write a key
+    record (plaintext: a key nobody registered; secured: no ACL for it, the relay stopped)."""
+    keys = kafka.topic(SIGNING_KEYS)
+    return [spec.name for spec in kafka.topics() if spec.name != keys]
+
+
 # One row per (entry, redrive number) (primary key): the bytes the redrive relay sends, copied
 # inside the database so a large selection never passes through memory.
 _RECORD_REDRIVES = """
@@ -382,7 +420,7 @@ async def redrive(
     # Only this deployment's own topics are redriven to: a letter is a claim by whoever sent it,
     # and one naming a foreign topic (issue 23) made the relay publish there, loop on it, and
     # block every later redrive. Such entries stay parked and the acknowledgement says so.
-    own = [spec.name for spec in kafka.topics()]
+    own = redrivable_topics(kafka)
     alone, alone_params = selection_sql(command.selection, default_status="parked", first=1)
     skipped = await conn.fetchval(sql_with(_COUNT_TRUNCATED, schema, where=alone), *alone_params)
     after_own, after_params = selection_sql(command.selection, default_status="parked", first=2)

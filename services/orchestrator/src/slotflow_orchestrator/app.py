@@ -14,6 +14,7 @@ Loops (under `slotflow.service.Supervisor`, drained in this order):
 
 import asyncio
 import logging
+from datetime import datetime
 from pathlib import Path
 
 from slotflow.contracts import TimerFired
@@ -25,14 +26,23 @@ from slotflow.kafka.loop import ConsumeLoop, Incoming
 from slotflow.kafka.producer import Producer
 from slotflow.kafka.records import Record
 from slotflow.pg.migrations import MigrationSource
-from slotflow.pg.outbox import OutboxRelay
+from slotflow.pg.outbox import OutboxRelay, Staged, append_many
 from slotflow.pg.pool import Pool, wait_for_pool
 from slotflow.pg.retention import purge_loop
+from slotflow.principals import CommandVerifier, KafkaKeyRing, UnprovenCommand
 from slotflow.service import Supervisor, metrics_listener, migrate, sleep_or_stop
 from slotflow_orchestrator.config import Settings
 from slotflow_orchestrator.decider_loop import RECOVERABLE, DeciderLoop
 from slotflow_orchestrator.deciding import Decisions
-from slotflow_orchestrator.intake import OUTAGES, admit, prune_inbox
+from slotflow_orchestrator.intake import (
+    COMMANDS,
+    DATABASE_NOW,
+    OUTAGES,
+    Admitted,
+    Refuse,
+    admit,
+    prune_inbox,
+)
 from slotflow_orchestrator.leases import Leases
 from slotflow_orchestrator.metrics import OrchestratorMetrics
 from slotflow_orchestrator.outbound import Outbound
@@ -75,6 +85,17 @@ class OrchestratorService:
         self._shards = 0
         self.leases: Leases | None = None
         self.decisions: Decisions | None = None
+        signatures = settings.signatures
+        # Both checked before anything starts: the orchestrator signs what it sends (timers, child
+        # workflows) when signatures are required, and its inbox must remember a command id for
+        # as long as the command's signature could still be accepted.
+        self._signer = signatures.service_signer("orchestrator")
+        signatures.check_inbox_outlasts_window(
+            settings.orchestrator.inbox_retention_hours * 3600,
+            setting="SLOTFLOW_ORCHESTRATOR_INBOX_RETENTION_HOURS",
+        )
+        self._verifier = CommandVerifier(signatures)
+        self._outbound: Outbound | None = None
 
     @property
     def pool(self) -> Pool:
@@ -88,8 +109,13 @@ class OrchestratorService:
         kafka = self.settings.kafka
         pool = await wait_for_pool(self.settings.postgres, min_size=1, max_size=cfg.pool_max_size)
         self._pool = pool
+        keys: KafkaKeyRing | None = None
         try:
             await apply_migrations(pool, cfg.db_schema)
+            if self.settings.signatures.required:
+                keys = KafkaKeyRing(kafka, client_id=f"orchestrator-{self.owner}")
+                await keys.start()
+                self._verifier = CommandVerifier(self.settings.signatures, keys)
             producer = Producer(kafka, client_id=f"orchestrator-{self.owner}")
             consumer = Consumer(
                 kafka,
@@ -107,6 +133,8 @@ class OrchestratorService:
         finally:
             self.ready.clear()
             self._pool = None
+            if keys is not None:
+                await keys.stop()
             await pool.close()
 
     async def _run_parts(
@@ -117,11 +145,12 @@ class OrchestratorService:
         self._shards = await producer.partition_count(kafka.topic(WORKFLOW_COMMANDS))
         self._relay = OutboxRelay(pool, producer, schema=cfg.db_schema, one_transaction=True)
         self.leases = Leases(pool, schema=cfg.db_schema, owner=self.owner)
+        self._outbound = Outbound(kafka, signer=self._signer)
         self.decisions = Decisions(
             pool,
             schema=cfg.db_schema,
             decider=self._decider,
-            outbound=Outbound(kafka),
+            outbound=self._outbound,
             metrics=self.metrics,
             shards=self._shards,
             crash_window=cfg.crash_window_seconds,
@@ -204,14 +233,55 @@ class OrchestratorService:
     # -- intake -----------------------------------------------------------------------------------
 
     async def _on_inputs(self, batch: list[Incoming]) -> None:
+        schema = self.settings.orchestrator.db_schema
+        checks = self._verifier.required and any(isinstance(i.message, COMMANDS) for i in batch)
+        if checks:
+            await self._verifier.refresh()  # every key revoked before this call is known after it
         async with self.pool.acquire() as conn, conn.transaction():
-            admitted = await admit(
-                conn, schema=self.settings.orchestrator.db_schema, shards=self._shards, batch=batch
-            )
+            if not checks:
+                admitted = await admit(conn, schema=schema, shards=self._shards, batch=batch)
+            else:
+                now: datetime = await conn.fetchval(DATABASE_NOW)
+                admitted = await admit(
+                    conn, schema=schema, shards=self._shards, batch=batch, refuse=self._refusal(now)
+                )
+                if admitted.refused:
+                    await append_many(conn, schema=schema, items=self._rejections(admitted, now))
         for type_ in admitted.types:
             self.metrics.inputs.labels(type_).inc()
+        for incoming, reason in admitted.refused:
+            self.metrics.commands.labels(incoming.envelope.type, "rejected").inc()
+            log.warning("rejected %s %s: %s", incoming.envelope.type, incoming.envelope.id, reason)
+        if admitted.refused and self._relay is not None:
+            self._relay.wake()
         if self.leases is not None and admitted.shards & set(self.leases.held):
             self._wake.set()
+
+    def _refusal(self, now: datetime) -> Refuse:
+        """Why a command may not become an input as of ``now`` (its principal is not proven)."""
+        verifier = self._verifier
+
+        def refuse(incoming: Incoming) -> str | None:
+            try:
+                verifier.verify(incoming.envelope, topic=incoming.record.topic, now=now)
+            except UnprovenCommand as refusal:
+                return str(refusal)
+            return None
+
+        return refuse
+
+    def _rejections(self, admitted: Admitted, now: datetime) -> list[Staged]:
+        outbound = self._outbound or Outbound(self.settings.kafka)
+        return [
+            outbound.rejection(
+                incoming.envelope.id,
+                incoming.envelope.type,
+                str(getattr(incoming.message, "workflow_id", incoming.envelope.key)),
+                reason,
+                now,
+            )
+            for incoming, reason in admitted.refused
+        ]
 
     async def _on_input(self, incoming: Incoming) -> None:
         await self._on_inputs([incoming])

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from slotflow.principals import SignatureSettings
 from slotflow.settings import KafkaSettings, PostgresSettings
 
 
@@ -87,6 +88,8 @@ class Settings(BaseSettings):
     orchestrator: OrchestratorSettings = Field(default_factory=OrchestratorSettings)
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
     postgres: PostgresSettings = Field(default_factory=PostgresSettings)
+    #: Whether workflow commands must be signed, and the key the orchestrator signs its own with.
+    signatures: SignatureSettings = Field(default_factory=SignatureSettings)
 
     def group_id(self) -> str:
         namespace = self.kafka.topic_namespace

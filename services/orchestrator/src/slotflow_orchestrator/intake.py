@@ -16,14 +16,18 @@ refused one in the DLQ from there. Its inbox id carries a digest of its bytes be
 id, so a forged record that borrows a genuine one's id (they are derived, hence guessable: a
 TimerFired's is `timer:{timer_id}`) cannot make the genuine record look like a redelivery; two
 copies of one outcome are harmless, since only the first finds something pending.
+
+A workflow command whose principal is not proven (signatures required: `slotflow.principals`) is
+recorded in the inbox like any other and becomes no input: the caller stages its CommandRejected
+in the same transaction, so nothing of it is ever decided on.
 """
 
 import base64
 import functools
 import hashlib
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 import asyncpg
 
@@ -55,6 +59,9 @@ OUTAGES: tuple[type[BaseException], ...] = (
     *CONNECTION_ERRORS,
     asyncpg.InternalClientError,
 )
+
+# The replay window of signed commands is judged by the database's clock, never the host's.
+DATABASE_NOW = "SELECT now()"
 
 # The inbox entry and the input row in one statement each; the inbox's primary key is the dedupe.
 RECORD_SEEN = (
@@ -131,10 +138,21 @@ class Admitted:
 
     shards: frozenset[int]
     types: tuple[str, ...]
+    #: Commands seen for the first time and refused before becoming inputs, with the reason.
+    refused: tuple[tuple[Incoming, str], ...] = field(default=())
 
 
-async def admit(conn: Conn, *, schema: str, shards: int, batch: Sequence[Incoming]) -> Admitted:
-    """Record ``batch``'s inputs in the caller's transaction; redeliveries add nothing."""
+#: Why a command may not become an input (its principal is not proven), or None when it may.
+Refuse = Callable[[Incoming], str | None]
+
+
+async def admit(
+    conn: Conn, *, schema: str, shards: int, batch: Sequence[Incoming], refuse: Refuse | None = None
+) -> Admitted:
+    """Record ``batch``'s inputs in the caller's transaction; redeliveries add nothing.
+
+    A command that ``refuse`` gives a reason for is recorded in the inbox (refused once) but
+    becomes no input; it is returned in `Admitted.refused` for the caller to answer."""
     wanted: dict[str, tuple[Incoming, str]] = {}
     for incoming in batch:
         workflow_id = workflow_of(incoming.message)
@@ -155,8 +173,18 @@ async def admit(conn: Conn, *, schema: str, shards: int, batch: Sequence[Incomin
     seen_first = {r["event_id"] for r in fresh}
     # In consumed order, which is each partition's order: a workflow's inputs apply in it.
     new = [wanted[i] for i in ids if i in seen_first]
+    refused: list[tuple[Incoming, str]] = []
+    if refuse is not None:
+        kept = []
+        for incoming, workflow_id in new:
+            reason = refuse(incoming) if isinstance(incoming.message, COMMANDS) else None
+            if reason is None:
+                kept.append((incoming, workflow_id))
+            else:
+                refused.append((incoming, reason))
+        new = kept
     if not new:
-        return Admitted(frozenset(), ())
+        return Admitted(frozenset(), (), tuple(refused))
     workflow_ids = [workflow_id for _, workflow_id in new]
     shard_ids = [shard_of(w, shards) for w in workflow_ids]
     # Only an outcome can be refused, so only its origin is kept.
@@ -176,7 +204,9 @@ async def admit(conn: Conn, *, schema: str, shards: int, batch: Sequence[Incomin
         [o.timestamp_ms if o else None for o in origins],
         [backed_run_id(incoming.message) for incoming, _ in new],
     )
-    return Admitted(frozenset(shard_ids), tuple(incoming.envelope.type for incoming, _ in new))
+    return Admitted(
+        frozenset(shard_ids), tuple(incoming.envelope.type for incoming, _ in new), tuple(refused)
+    )
 
 
 # Invariant: only ids older than every input topic's redelivery window go; a redelivery of a

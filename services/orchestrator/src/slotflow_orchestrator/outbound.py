@@ -50,6 +50,7 @@ from slotflow.core.identity import job_due_event_id
 from slotflow.kafka.poison import dead_letter_envelope
 from slotflow.kafka.records import Record
 from slotflow.pg.outbox import Encoded, Staged, headers_json
+from slotflow.principals import Signer
 from slotflow.settings import KafkaSettings
 from slotflow_orchestrator.stepping import Ack, Refusal, Step, deadline_timer_id
 
@@ -59,8 +60,11 @@ SOURCE = "orchestrator"
 class Outbound:
     """Builds the outbox rows of a step for one deployment's topic names."""
 
-    def __init__(self, kafka: KafkaSettings) -> None:
+    def __init__(self, kafka: KafkaSettings, *, signer: Signer | None = None) -> None:
         self._kafka = kafka
+        #: Signs the commands the orchestrator sends (timers, child starts and cancels) as its own
+        #: principal, so a deployment requiring signatures accepts them (docs/security.md).
+        self._signer = signer
         self._history = kafka.topic(WORKFLOW_HISTORY)
         self._jobs = kafka.topic(JOBS_DUE)
         self._events = kafka.topic(WORKFLOW_EVENTS)
@@ -210,7 +214,18 @@ class Outbound:
 
     def _command(self, message: Message, command_id: str, now: datetime) -> Staged:
         spec, envelope = build_command(message, command_id=command_id, source=SOURCE, occurred_at=now)
-        return Staged(self._kafka.topic(spec), envelope)
+        topic = self._kafka.topic(spec)
+        if self._signer is not None:
+            # Signed when staged, dated by the database's clock: the relay publishes it soon after,
+            # and the replay window (7 days by default) outlasts any outage the relay waits out.
+            envelope = self._signer.sign(envelope, topic=topic, signed_at=now)
+        return Staged(topic, envelope)
+
+    def rejection(
+        self, command_id: str, command_type: str, subject: str, reason: str, now: datetime
+    ) -> Staged:
+        """The CommandRejected of a command refused before it became an input (an unproven principal)."""
+        return self._ack(Ack(command_id, command_type, subject, reason), now)
 
     def _ack(self, ack: Ack, now: datetime) -> Staged:
         message: Message

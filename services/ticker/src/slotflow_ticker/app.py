@@ -17,6 +17,7 @@ from slotflow.kafka.producer import Producer
 from slotflow.pg.migrations import MigrationSource
 from slotflow.pg.outbox import SHARDS, OutboxRelay
 from slotflow.pg.pool import CONNECTION_ERRORS, Pool, wait_for_pool
+from slotflow.principals import CommandVerifier, KafkaKeyRing, KeyRing, SignatureSettings
 from slotflow.service import RelayGroup, Supervisor, metrics_listener, periodic
 from slotflow.service import migrate as migrate_schema
 from slotflow.settings import KafkaSettings, PostgresSettings
@@ -51,10 +52,17 @@ class TickerService:
         postgres: PostgresSettings,
         *,
         metrics: TickerMetrics | None = None,
+        signatures: SignatureSettings | None = None,
     ) -> None:
         self.settings = settings
         self.kafka = kafka
         self.postgres = postgres
+        self.signatures = signatures or SignatureSettings()
+        # Checked before anything starts: an inbox that forgot a command id while its signature
+        # is still young enough would let the same command be applied twice.
+        self.signatures.check_inbox_outlasts_window(
+            settings.inbox_retention_days * 86400, setting="SLOTFLOW_TICKER_INBOX_RETENTION_DAYS"
+        )
         self.metrics = metrics or TickerMetrics()
         self.ticking: Ticking | None = None
         self.relay: RelayGroup | None = None
@@ -70,18 +78,24 @@ class TickerService:
             max_size=settings.pool_size,
             server_settings={"application_name": f"slotflow-ticker-{settings.ticker_id}"[:63]},
         )
+        keys: KafkaKeyRing | None = None
         try:
             await migrate(pool, settings)
+            if self.signatures.required:
+                keys = KafkaKeyRing(self.kafka, client_id=f"ticker-{settings.ticker_id}")
+                await keys.start()
             producer = Producer(self.kafka, client_id=f"ticker-{settings.ticker_id}")
             await producer.start()
             try:
-                await self._serve(pool, producer, stop)
+                await self._serve(pool, producer, stop, keys)
             finally:
                 await producer.stop()
         finally:
+            if keys is not None:
+                await keys.stop()
             await pool.close()
 
-    async def _serve(self, pool: Pool, producer: Producer, stop: asyncio.Event) -> None:
+    async def _serve(self, pool: Pool, producer: Producer, stop: asyncio.Event, keys: KeyRing | None) -> None:
         settings = self.settings
         schema = settings.db_schema
         queries = Queries.for_schema(schema)
@@ -144,6 +158,7 @@ class TickerService:
                 legacy_timer_commands=settings.legacy_timer_commands,
             ),
             max_backfill_slots=settings.max_backfill_slots,
+            verifier=CommandVerifier(self.signatures, keys),
         )
         self.ticking, self.relay = ticking, relay
         loops = Supervisor(f"ticker-{settings.ticker_id}")

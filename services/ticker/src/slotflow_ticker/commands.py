@@ -55,6 +55,7 @@ from slotflow.kafka.loop import Incoming
 from slotflow.kafka.records import Record
 from slotflow.pg.outbox import Staged
 from slotflow.pg.pool import CONNECTION_ERRORS, Conn, Pool
+from slotflow.principals import CommandVerifier, SignatureSettings, UnprovenCommand
 from slotflow_ticker.claims import BacklogTooLong, SlotClaimer, schedule_key, timer_key
 from slotflow_ticker.events import EventFactory, Outgoing, stage_all
 from slotflow_ticker.metrics import TickerMetrics
@@ -127,9 +128,12 @@ class CommandHandler:
         on_commit: Callable[[list[tuple[str, datetime]]], None],
         topics: CommandTopics,
         max_backfill_slots: int = 10_000,
+        verifier: CommandVerifier | None = None,
     ) -> None:
         self._pool = pool
         self._topics = topics
+        #: Proves each command's principal before it is applied (with signatures required).
+        self._verifier = verifier or CommandVerifier(SignatureSettings(command_signatures="optional"))
         self._max_backfill_slots = max_backfill_slots
         self._schema = schema
         self._q = queries
@@ -141,6 +145,7 @@ class CommandHandler:
     async def handle(self, incoming: Incoming) -> None:
         """Apply one command in one transaction (inbox + state + outbox)."""
         envelope, message = incoming.envelope, incoming.message
+        await self._verifier.refresh()  # every key revoked before this call is known after it
         async with self._pool.acquire() as conn, conn.transaction():
             if not await self._record_new(conn, [incoming]):
                 return
@@ -148,11 +153,13 @@ class CommandHandler:
             try:
                 self.admit(incoming)
                 # Every refusal is raised before the command writes anything (see `apply`), so a
-                # refused command leaves only its inbox entry and the rejection behind.
+                # refused command leaves only its inbox entry and the rejection behind: an
+                # unproven principal first of all.
+                self._verifier.verify(envelope, topic=incoming.record.topic, now=now)
                 applied = await self.apply(conn, envelope, message, now=now)
                 outcome = "accepted"
                 applied.staged.append(self._accepted(envelope, message, now))
-            except (CommandRefused, BacklogTooLong) as refusal:
+            except (UnprovenCommand, CommandRefused, BacklogTooLong) as refusal:
                 outcome = "rejected"
                 applied = Applied(self.rejection(incoming.record, envelope, refusal, now=now))
             await stage_all(conn, schema=self._schema, items=applied.staged)
@@ -170,6 +177,7 @@ class CommandHandler:
         If the transaction fails other than by an outage, the ConsumeLoop handles the batch
         again one command at a time with `handle`, which parks the one that cannot be applied.
         """
+        await self._verifier.refresh()  # every key revoked before this call is known after it
         async with self._pool.acquire() as conn, conn.transaction():
             new = await self._record_new(conn, batch)
             if not new:
@@ -189,6 +197,12 @@ class CommandHandler:
                 except CommandRefused as refusal:
                     # Refused at the door: nothing of it is applied, so the timers before it need
                     # not be stored first.
+                    staged.extend(self.rejection(incoming.record, envelope, refusal, now=now))
+                    outcomes.append((incoming, "rejected"))
+                    continue
+                try:
+                    self._verifier.verify(envelope, topic=incoming.record.topic, now=now)
+                except UnprovenCommand as refusal:
                     staged.extend(self.rejection(incoming.record, envelope, refusal, now=now))
                     outcomes.append((incoming, "rejected"))
                     continue

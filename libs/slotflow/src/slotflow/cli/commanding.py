@@ -1,7 +1,8 @@
-"""Handlers that publish commands: schedules, workflows and the dead-letter queue.
+"""Handlers that send commands: schedules, workflows and the dead-letter queue.
 
 Each builds the contract message from flags (bad input is a `UsageError` before anything is sent),
-publishes it to Kafka, and with `--wait` asks the API whether it was accepted.
+sends it through the api with the caller's token (or, with `--via kafka`, signed straight to
+Kafka), and with `--wait` asks the API whether it was accepted.
 """
 
 import re
@@ -12,7 +13,7 @@ from typing import Any
 from slotflow.cli.context import Context
 from slotflow.cli.errors import CliError, CommandRejected, UsageError
 from slotflow.cli.parsing import build_definition, build_spec, parse_instant, parse_json_object, validated
-from slotflow.cli.publishing import OPEN_STATUSES, publish, wait_for_outcome
+from slotflow.cli.publishing import OPEN_STATUSES, Published, publish, submit_via_api, wait_for_outcome
 from slotflow.cli.serving import check_handler
 from slotflow.contracts import (
     CancelWorkflow,
@@ -45,13 +46,30 @@ def identifier(value: str, what: str) -> str:
     return value
 
 
+def _deliver(ctx: Context, message: Message) -> Published:
+    """``message`` sent the way the caller chose: through the api with the token's scope (the
+    default), or signed straight to Kafka (`--via kafka`)."""
+    args = ctx.args
+    if ctx.via_kafka:
+        signer = ctx.signer()
+        return publish(ctx.kafka(), message, command_id=args.command_id, timeout=ctx.timeout, signer=signer)
+    with ctx.api() as api:
+        return submit_via_api(
+            api,
+            ctx.kafka(),
+            message,
+            command_id=args.command_id,
+            select_all=bool(getattr(args, "select_all", False)),
+        )
+
+
 def send(ctx: Context, message: Message) -> int:
-    """Publish ``message``, optionally wait for its outcome, and print what happened."""
+    """Send ``message``, optionally wait for its outcome, and print what happened."""
     args = ctx.args
     wait = float(getattr(args, "wait", 0.0) or 0.0)
     if wait < 0:
         raise UsageError(f"--wait must not be negative, got {wait:g}")
-    published = publish(ctx.kafka(), message, command_id=args.command_id, timeout=ctx.timeout)
+    published = _deliver(ctx, message)
     if wait > 0:
         try:
             with ctx.api() as api:

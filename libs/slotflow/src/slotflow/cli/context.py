@@ -16,6 +16,7 @@ from slotflow.cli.values import explain
 from slotflow.logs import register_secret
 
 if TYPE_CHECKING:
+    from slotflow.principals import Signer
     from slotflow.settings import KafkaSettings
 
 
@@ -55,6 +56,41 @@ class Context:
             return KafkaSettings()
         except ValidationError as err:
             raise UsageError(f"bad SLOTFLOW_KAFKA_* environment: {explain(err)}") from None
+
+    @property
+    def via_kafka(self) -> bool:
+        """Whether commands go straight to Kafka (`--via kafka`) rather than through the api."""
+        return getattr(self.args, "via", "api") == "kafka"
+
+    def signer(self) -> "Signer":
+        """The signer for `--via kafka`: `--signing-key`/`--signing-principal`, else
+        SLOTFLOW_SIGNING_KEY_FILE/SLOTFLOW_SIGNING_PRINCIPAL.
+
+        Raises:
+            UsageError: no key, a key without its principal, or a key file that is not usable.
+        """
+        from slotflow.errors import ConfigurationError
+        from slotflow.principals import SignatureSettings
+
+        overrides: dict[str, Any] = {}
+        if getattr(self.args, "signing_key", None):
+            overrides["signing_key_file"] = self.args.signing_key
+        if getattr(self.args, "signing_principal", None):
+            overrides["signing_principal"] = self.args.signing_principal
+        try:
+            signer = SignatureSettings(**overrides).signer()
+        except ValidationError as err:
+            raise UsageError(f"bad SLOTFLOW_SIGNING_* environment: {explain(err)}") from None
+        except ConfigurationError as err:
+            raise UsageError(str(err)) from None
+        if signer is None:
+            raise UsageError(
+                "--via kafka sends commands as a proven principal: give a signing key registered for it "
+                "(--signing-key FILE --signing-principal key:NAME, or SLOTFLOW_SIGNING_KEY_FILE and "
+                "SLOTFLOW_SIGNING_PRINCIPAL; `slotflow key create` makes one), or leave out --via kafka to "
+                "send through the api with your token"
+            )
+        return signer
 
     def emit_json(self, value: Any) -> None:
         dump_json(value, self.out)

@@ -10,9 +10,11 @@ from typing import Any
 from slotflow.cli.errors import DEFAULT_API_URL
 
 _EPILOG = """\
-Commands (create, pause, start, redrive, ...) are published to Kafka (SLOTFLOW_KAFKA_BOOTSTRAP,
-SLOTFLOW_KAFKA_TOPIC_NAMESPACE); queries (list, show, audit, ...) and `token` call the API
-(SLOTFLOW_API_URL, default http://127.0.0.1:8080) with a bearer token (--token or SLOTFLOW_TOKEN).
+Commands (create, pause, start, redrive, ...), queries (list, show, audit, ...), `token` and `key`
+call the API (SLOTFLOW_API_URL, default http://127.0.0.1:8080) with a bearer token (--token or
+SLOTFLOW_TOKEN): a command needs the scope its API route needs. `--via kafka` publishes commands
+straight to Kafka instead (SLOTFLOW_KAFKA_*), signed with a registered key (--signing-key and
+--signing-principal, or SLOTFLOW_SIGNING_KEY_FILE and SLOTFLOW_SIGNING_PRINCIPAL).
 Exit codes: 0 ok, 1 failed, 2 bad usage.
 """
 
@@ -40,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     _downstream(groups)
     _audit(groups)
     _token(groups)
+    _key(groups)
     _replay(groups)
     _stack(groups)
     _db(groups)
@@ -53,6 +56,9 @@ def _global_options(parser: argparse.ArgumentParser, *, on_leaf: bool) -> None:
         "api_url": os.environ.get("SLOTFLOW_API_URL", DEFAULT_API_URL),
         "timeout": 10.0,
         "token": os.environ.get("SLOTFLOW_TOKEN") or None,
+        "via": os.environ.get("SLOTFLOW_CLI_VIA") or "api",
+        "signing_key": None,
+        "signing_principal": None,
     }
     if on_leaf:
         defaults = dict.fromkeys(defaults, argparse.SUPPRESS)
@@ -78,6 +84,26 @@ def _global_options(parser: argparse.ArgumentParser, *, on_leaf: bool) -> None:
         metavar="SECONDS",
         default=defaults["timeout"],
         help="give up on the API or Kafka after this long (default 10)",
+    )
+    parser.add_argument(
+        "--via",
+        choices=("api", "kafka"),
+        default=defaults["via"],
+        help="where commands go: through the API with the token's scope (default; env SLOTFLOW_CLI_VIA), "
+        "or straight to Kafka, signed with a registered key",
+    )
+    parser.add_argument(
+        "--signing-key",
+        metavar="FILE",
+        default=defaults["signing_key"],
+        help="with --via kafka: the private key file (env SLOTFLOW_SIGNING_KEY_FILE; `slotflow key create`)",
+    )
+    parser.add_argument(
+        "--signing-principal",
+        metavar="PRINCIPAL",
+        default=defaults["signing_principal"],
+        help="with --via kafka: the principal that key is registered for, key:NAME "
+        "(env SLOTFLOW_SIGNING_PRINCIPAL)",
     )
 
 
@@ -106,7 +132,7 @@ def _command_options(parser: argparse.ArgumentParser) -> None:
         type=float,
         metavar="SECONDS",
         default=0.0,
-        help="after publishing, wait up to SECONDS for the command to be accepted or rejected (asks the API)",
+        help="after sending, wait up to SECONDS for the command to be accepted or rejected (asks the API)",
     )
 
 
@@ -483,6 +509,44 @@ def _token(groups: Any) -> None:
     listing.add_argument("--revoked", action="store_true", help="include revoked tokens")
     revoke = _leaf(actions, "revoke", "slotflow.cli.tokens:token_revoke", "revoke a token by id or name")
     revoke.add_argument("which", metavar="TOKEN_ID_OR_NAME")
+
+
+def _key(groups: Any) -> None:
+    parser = groups.add_parser(
+        "key", help="signing keys for commands sent straight to Kafka: create, list, revoke (needs admin)"
+    )
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    create = _leaf(
+        actions,
+        "create",
+        "slotflow.cli.keys:key_create",
+        "make a key pair here, register its public half, and write the private one to a file",
+        "Make an Ed25519 key pair on this machine, register its public half with the API for the "
+        "principal key:NAME and the scope given (the private half never leaves this machine), and "
+        "write the private half to --out (mode 0600, never overwritten). Commands signed with it "
+        "(`--via kafka`) are proven as key:NAME where signatures are required.",
+    )
+    create.add_argument(
+        "--name", required=True, metavar="NAME", help="who or what holds it: alice, billing-batch, ..."
+    )
+    create.add_argument("--scope", required=True, choices=("read", "operate", "admin"))
+    create.add_argument(
+        "--out", metavar="FILE", help="where the private key goes (default: ./slotflow-key-NAME.pem)"
+    )
+    create.add_argument(
+        "--public-key",
+        metavar="BASE64URL",
+        help="register this public key (made elsewhere) instead of making a pair here",
+    )
+    listing = _leaf(actions, "list", "slotflow.cli.keys:key_list", "list signing keys (public halves)")
+    listing.add_argument("--revoked", action="store_true", help="include revoked keys")
+    revoke = _leaf(
+        actions,
+        "revoke",
+        "slotflow.cli.keys:key_revoke",
+        "revoke a key by id or name: every service refuses it",
+    )
+    revoke.add_argument("which", metavar="KEY_ID_OR_NAME")
 
 
 def _downstream(groups: Any) -> None:

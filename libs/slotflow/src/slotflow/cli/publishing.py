@@ -1,7 +1,10 @@
-"""Publish one command to Kafka from the command line, and optionally wait for its outcome.
+"""Send one command from the command line, and optionally wait for its outcome.
 
-The envelope is built and routed by `slotflow.commands` (the helper the api uses too), so a command
-from the CLI is byte-for-byte what the same command over HTTP would be.
+By default through the api (`submit_via_api`), with the caller's token: the api checks the token's
+scope for the command's route, signs the command with its own key and names the caller. With
+`--via kafka` straight to Kafka (`publish`), signed with the caller's registered key, which every
+consuming service checks where signatures are required. Either way the envelope is built and
+routed by `slotflow.commands`, the helper the api uses too.
 """
 
 import asyncio
@@ -9,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from slotflow.cli.api import ApiClient
-from slotflow.cli.errors import CommandRejected, KafkaUnreachable, UsageError
+from slotflow.cli.errors import ApiRequestFailed, CliError, CommandRejected, KafkaUnreachable, UsageError
 from slotflow.client import (
     BrokerUnreachable,
     InvalidRequest,
@@ -19,8 +22,9 @@ from slotflow.client import (
     Unavailable,
 )
 from slotflow.client.kafka import login_principal
-from slotflow.commands import InvalidCommandId, check_command_id
+from slotflow.commands import InvalidCommandId, check_command_id, command_route
 from slotflow.contracts import Message
+from slotflow.principals import Signer
 from slotflow.settings import KafkaSettings
 
 SOURCE = "cli"
@@ -52,23 +56,55 @@ class Published:
         return body
 
 
-def publish(
-    settings: KafkaSettings, message: Message, *, command_id: str | None, timeout: float
-) -> Published:
-    """Send ``message`` to its command topic (`slotflow.client.KafkaTransport`) and return once
-    the broker acknowledged it.
-
-    Raises:
-        UsageError: ``command_id`` is unusable.
-        KafkaUnreachable: no broker acknowledged within ``timeout`` seconds.
-    """
+def _checked_command_id(command_id: str | None) -> None:
     if command_id is not None:
         try:
             check_command_id(command_id)
         except InvalidCommandId as err:
             raise UsageError(f"--command-id: {err}") from None
+
+
+def submit_via_api(
+    api: ApiClient, settings: KafkaSettings, message: Message, *, command_id: str | None, select_all: bool
+) -> Published:
+    """Send ``message`` through the api's route for it, with the caller's token; return once the
+    api published it.
+
+    Raises:
+        UsageError: ``command_id`` is unusable.
+        CliError: the api refused it (a 401 without a good token, a 403 for a token without the
+            command's scope, a 422, ...) or did not answer; the message says which and what to do.
+    """
+    _checked_command_id(command_id)
+    route = command_route(message)
     try:
-        sent = asyncio.run(_send(settings, message, command_id=command_id, timeout=timeout))
+        sent = api.run(api.transport.send(message, command_id=command_id, select_all=select_all))
+    except ApiRequestFailed as err:
+        if err.status == 403:
+            raise CliError(
+                f"{err.detail}; the api refused the {message.message_type} command, nothing was sent: "
+                "use a token with that scope (`slotflow token create`), or `--via kafka` with a signing "
+                "key registered with it"
+            ) from None
+        raise
+    return Published(
+        sent.command_id, message.message_type, settings.topic(route.topic), route.key or sent.command_id
+    )
+
+
+def publish(
+    settings: KafkaSettings, message: Message, *, command_id: str | None, timeout: float, signer: Signer
+) -> Published:
+    """Sign ``message`` with ``signer`` and send it to its command topic
+    (`slotflow.client.KafkaTransport`); return once the broker acknowledged it.
+
+    Raises:
+        UsageError: ``command_id`` is unusable.
+        KafkaUnreachable: no broker acknowledged within ``timeout`` seconds.
+    """
+    _checked_command_id(command_id)
+    try:
+        sent = asyncio.run(_send(settings, message, command_id=command_id, timeout=timeout, signer=signer))
     except BrokerUnreachable as err:
         raise KafkaUnreachable(
             f"{err}; start the devstack (slotflow stack up) or set SLOTFLOW_KAFKA_BOOTSTRAP"
@@ -80,7 +116,9 @@ def publish(
     return Published(sent.command_id, message.message_type, sent.topic or "", sent.key or sent.command_id)
 
 
-async def _send(settings: KafkaSettings, message: Message, *, command_id: str | None, timeout: float) -> Sent:
+async def _send(
+    settings: KafkaSettings, message: Message, *, command_id: str | None, timeout: float, signer: Signer
+) -> Sent:
     # The CLI's --wait asks the api (which may be the only thing the operator can reach besides
     # Kafka), so the transport need not note where the acknowledgement will be.
     async with KafkaTransport(
@@ -90,16 +128,14 @@ async def _send(settings: KafkaSettings, message: Message, *, command_id: str | 
         timeout=timeout,
         client_id="cli",
         retry_with="the same --command-id",
+        signer=signer,
     ) as kafka:
         return await kafka.send(message, command_id=command_id, track=False)
 
 
 def cli_principal() -> str | None:
-    """Who publishes a command straight to Kafka from this CLI: `cli:<login name>`.
-
-    Informational: nothing authenticates it (whoever may write the command topics may write any
-    principal); the api's principals are authenticated. None when the login name is unknown.
-    """
+    """The informational principal of an unsigned command (`cli:<login name>`); a signed one
+    carries its key's principal instead. None when the login name is unknown."""
     return login_principal("cli")
 
 

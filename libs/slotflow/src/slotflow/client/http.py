@@ -31,10 +31,13 @@ from slotflow.commands import InvalidCommandId, check_command_id
 from slotflow.contracts import (
     Backfill,
     CancelWorkflow,
+    CloseDownstream,
+    ConfigureDownstream,
     CreateSchedule,
     DeleteSchedule,
     DiscardDeadLetters,
     Message,
+    OpenDownstream,
     PauseSchedule,
     RedriveDeadLetters,
     ResumeSchedule,
@@ -100,6 +103,16 @@ def http_request(message: Message, *, select_all: bool = False) -> tuple[str, st
             data.pop("selection", None)
             data["all"] = True
         return "POST", f"/v1/dlq/{name}", data
+    if isinstance(message, OpenDownstream | CloseDownstream):
+        action = "open" if isinstance(message, OpenDownstream) else "close"
+        return (
+            "POST",
+            f"/v1/downstreams/{path_segment(message.downstream)}/{action}",
+            {"reason": message.reason},
+        )
+    if isinstance(message, ConfigureDownstream):
+        settings = message.settings.model_dump(mode="json", exclude_none=True)
+        return "PUT", f"/v1/downstreams/{path_segment(message.downstream)}/settings", settings
     raise InvalidRequest(f"{type(message).__name__} cannot be sent through the api by this client")
 
 

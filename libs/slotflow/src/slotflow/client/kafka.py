@@ -8,8 +8,11 @@ notes where each partition of that topic ends; `wait` reads from there on until 
 CommandAccepted or CommandRejected appears. So it can only wait on commands it published itself;
 for any other command id, and for every read, use the HTTP transport (Kafka holds no read model).
 
-Nothing authenticates a command written straight to Kafka beyond the broker's own ACLs: the
-principal it carries is informational (the api's principals are authenticated).
+A command written straight to Kafka is proven by its signature (`slotflow.principals`): with a
+signing key (``signer=``, or `SLOTFLOW_SIGNING_KEY_FILE` and `SLOTFLOW_SIGNING_PRINCIPAL`) each
+command is signed as the key's principal, and a deployment that requires signatures
+(`SLOTFLOW_COMMAND_SIGNATURES=required`) checks it. Without a key, the transport refuses to send
+where signatures are required; elsewhere the principal it stamps is informational only.
 """
 
 import asyncio
@@ -50,6 +53,7 @@ from slotflow.errors import (
 from slotflow.kafka.producer import Producer
 from slotflow.kafka.reading import TopicReader
 from slotflow.kafka.records import Record
+from slotflow.principals import SignatureSettings, Signer
 from slotflow.settings import KafkaSettings
 
 #: Where each command topic's consumer acknowledges what it applied or refused.
@@ -87,8 +91,11 @@ SECURITY_HINT = "check SLOTFLOW_KAFKA_SECURITY_PROTOCOL, SLOTFLOW_KAFKA_SASL_* a
 class KafkaTransport:
     """Publishes commands to their Kafka topics; waits on their acknowledgement events.
 
-    ``source`` goes in each envelope's `source`; ``principal`` (default `client:<login name>`; "" for none)
-    in its `principal`. ``timeout`` bounds connecting and each broker acknowledgement.
+    ``source`` goes in each envelope's `source`. With a ``signer`` (default: the key of
+    `SLOTFLOW_SIGNING_KEY_FILE` for `SLOTFLOW_SIGNING_PRINCIPAL`, if set) every command is signed and
+    carries the signer's principal; without one, ``principal`` (default `client:<login name>`; ""
+    for none), which nothing proves, and sending is refused where ``signatures`` (default: from
+    the environment) are required. ``timeout`` bounds connecting and each broker acknowledgement.
 
     Example::
 
@@ -109,11 +116,25 @@ class KafkaTransport:
         timeout: float = 10.0,
         client_id: str = "client",
         retry_with: str = "the same command id",
+        signer: Signer | None = None,
+        signatures: SignatureSettings | None = None,
     ) -> None:
+        """
+        Raises:
+            InvalidRequest: the signing key settings are incomplete or the key file is unusable.
+        """
         self.settings = settings or KafkaSettings()
         self.source = source
-        # None: the login name; an empty string: no principal at all.
-        self.principal = login_principal() if principal is None else principal or None
+        self.signatures = signatures or SignatureSettings()
+        try:
+            self.signer = signer if signer is not None else self.signatures.signer()
+        except ConfigurationError as err:
+            raise InvalidRequest(str(err)) from None
+        if self.signer is not None:
+            self.principal: str | None = self.signer.principal
+        else:
+            # None: the login name; an empty string: no principal at all.
+            self.principal = login_principal() if principal is None else principal or None
         self.timeout = timeout
         self._client_id = client_id
         #: How a failed publish's message says to retry (the CLI names its `--command-id` flag).
@@ -184,9 +205,17 @@ class KafkaTransport:
         `wait` can find the outcome; a caller that never waits may pass False and save that read.
 
         Raises:
-            InvalidRequest: ``command_id`` is unusable, or ``message`` is not a command.
+            InvalidRequest: ``command_id`` is unusable, or ``message`` is not a command, or it
+                would go unsigned where signatures are required.
             Unavailable: Kafka did not acknowledge (retry with the same command id: applied once).
         """
+        if self.signer is None and self.signatures.required:
+            raise InvalidRequest(
+                "not sent: this deployment accepts only signed commands (SLOTFLOW_COMMAND_SIGNATURES=required) "
+                "and this Kafka transport has no signing key; set SLOTFLOW_SIGNING_KEY_FILE and "
+                "SLOTFLOW_SIGNING_PRINCIPAL (`slotflow key create`), pass signer=, or send through the api "
+                "(HttpTransport)"
+            )
         route = command_route(message)
         ack = ACK_TOPICS.get(route.topic.name)
         producer = await self._started_producer()
@@ -209,6 +238,7 @@ class KafkaTransport:
                     command_id=command_id,
                     source=self.source,
                     principal=self.principal,
+                    signer=self.signer,
                 )
         except InvalidCommandId as err:
             raise InvalidRequest(f"command id: {err}") from None

@@ -19,7 +19,8 @@ from slotflow.contracts.downstreams import (
     DownstreamSettings,
     OpenDownstream,
 )
-from slotflow.contracts.envelope import Envelope, Message, wrap
+from slotflow.contracts.envelope import CommandProof, Envelope, Message, wrap
+from slotflow.contracts.keys import SigningKey
 from slotflow.contracts.policies import DstPolicy, MisfirePolicy, OverlapPolicy, RetryPolicy
 from slotflow.contracts.registry import MessageRegistry
 from slotflow.contracts.runs import (
@@ -106,6 +107,7 @@ __all__ = [
     "ClaimerAnnounced",
     "CloseDownstream",
     "CommandAccepted",
+    "CommandProof",
     "CommandRejected",
     "CompensationRegistered",
     "ConfigureDownstream",
@@ -153,6 +155,7 @@ __all__ = [
     "ScheduleUpdated",
     "SignalReceived",
     "SignalWorkflow",
+    "SigningKey",
     "SlotSkipped",
     "StartTimer",
     "StartWorkflow",

@@ -17,6 +17,7 @@ from slotflow.contracts.downstreams import (
     OpenDownstream,
 )
 from slotflow.contracts.envelope import Message
+from slotflow.contracts.keys import SigningKey
 from slotflow.contracts.runs import (
     ClaimerAnnounced,
     JobDue,
@@ -102,6 +103,7 @@ EVENT_TYPES: Messages = (
     TimerFired,
     DeadLettered,
     DeadLetterStatusChanged,
+    SigningKey,
     *HISTORY_EVENTS,
 )
 

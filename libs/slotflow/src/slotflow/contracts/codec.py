@@ -57,12 +57,22 @@ def check_depth(value: Any, *, what: str = "the message", limit: int = MAX_DEPTH
 def encode(envelope: Envelope) -> bytes:
     """Serialise an envelope as compact UTF-8 JSON.
 
-    An absent `principal` is left out rather than written as null: records without one stay
-    byte for byte what they were before the field existed.
+    An absent `principal` or `proof` is left out rather than written as null: records without
+    one stay byte for byte what they were before the field existed.
     """
-    if envelope.principal is None:
-        return envelope.model_dump_json(exclude={"principal"}).encode()
+    absent = _ABSENT[(envelope.principal is None, envelope.proof is None)]
+    if absent:
+        return envelope.model_dump_json(exclude=absent).encode()
     return envelope.model_dump_json().encode()
+
+
+#: The optional envelope fields to leave out, by (principal absent, proof absent).
+_ABSENT: dict[tuple[bool, bool], set[str]] = {
+    (True, True): {"principal", "proof"},
+    (True, False): {"principal"},
+    (False, True): {"proof"},
+    (False, False): set(),
+}
 
 
 def decode(raw: bytes | None, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Envelope:

@@ -29,6 +29,10 @@ ID_MAX_CHARS = 1000
 KEY_MAX_CHARS = 1000
 #: The envelope's optional `principal` (who issued a command) is at most this many characters.
 PRINCIPAL_MAX_CHARS = 300
+#: A command proof's key id and signature are at most this many characters (a key id is
+#: `k_` and 32 hex digits, a signature 86 base64url characters; the verifier says what is wrong
+#: with a longer or malformed one, rather than the envelope failing to decode).
+PROOF_FIELD_MAX_CHARS = 200
 #: Hex digits of the digest that stands in for the part of an id cut off to fit.
 _DIGEST_CHARS = 16
 
@@ -64,6 +68,23 @@ class Message(BaseModel):
     message_version: ClassVar[int] = 1
 
 
+class CommandProof(BaseModel):
+    """Who signed a command, when, and the signature (`slotflow.principals`, docs/security.md).
+
+    `signature` is the Ed25519 signature, base64url without padding, by the private half of the
+    registered key `key_id`, over the command's canonical bytes
+    (`slotflow.principals.signing.canonical_bytes`: the topic, every envelope field but the proof
+    itself, `key_id` and `signed_at`). `signed_at` is the signer's clock; the consumer judges it
+    against the database's (the replay window).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    key_id: str = Field(min_length=1, max_length=PROOF_FIELD_MAX_CHARS)
+    signed_at: AwareDatetime
+    signature: str = Field(min_length=1, max_length=PROOF_FIELD_MAX_CHARS)
+
+
 class Envelope(BaseModel):
     """What goes on the wire: routing facts plus the message as `data`."""
 
@@ -81,6 +102,10 @@ class Envelope(BaseModel):
     #: authenticated them; absent on events and on commands from clients that name nobody. Added
     #: within version 1: optional, left out of the record when absent, ignored by older readers.
     principal: str | None = Field(default=None, min_length=1, max_length=PRINCIPAL_MAX_CHARS)
+    #: The signature that proves `principal` (commands only). Added within version 1 like
+    #: `principal`: optional, left out of the record when absent. Where signatures are required
+    #: (SLOTFLOW_COMMAND_SIGNATURES=required) a command without a valid one is rejected.
+    proof: CommandProof | None = None
 
 
 def wrap(

@@ -58,6 +58,7 @@ from slotflow.contracts import (
     ScheduleUpdated,
     SignalReceived,
     SignalWorkflow,
+    SigningKey,
     SlotSkipped,
     StartTimer,
     StartWorkflow,
@@ -230,6 +231,19 @@ EXAMPLES: dict[type[Message], tuple[str, str, Message]] = {
         f"{_RUN}/7/skipped",
         _SCHEDULE,
         RunSkipped.model_validate({**_RUN_FIELDS, "reason": "previous run still running"}),
+    ),
+    SigningKey: (
+        "k_b9d7ff1498a8667a15160e32a049da91/registered",
+        "k_b9d7ff1498a8667a15160e32a049da91",
+        SigningKey(
+            key_id="k_b9d7ff1498a8667a15160e32a049da91",
+            name="oncall-alice",
+            principal="key:oncall-alice",
+            scope="operate",
+            public_key="L2e7dpootntESin40fwOn3gRTosQiS1B7nzCjeFIwFY",
+            created_at=_AT,
+            created_by="token:admin-bob",
+        ),
     ),
     ClaimerAnnounced: (
         "claimer-a@2026-03-01T02:00:00Z",

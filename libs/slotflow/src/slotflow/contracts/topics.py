@@ -224,6 +224,18 @@ DOWNSTREAM_EVENTS = TopicSpec(
     purpose="DownstreamChanged (every breaker change), DownstreamReported, CommandAccepted/CommandRejected",
 )
 
+SIGNING_KEYS = TopicSpec(
+    name="slotflow.keys.v1",
+    key="key id",
+    partitions=1,
+    retention_ms=FOREVER,
+    # The newest record of a key is its whole state (registered, or revoked): compaction keeps it.
+    cleanup_policy="compact",
+    producers=("api",),
+    consumers=("ticker", "claimer", "orchestrator", "dlq"),
+    purpose="SigningKey: the principals' public keys and revocations, written by the api only",
+)
+
 TOPICS: tuple[TopicSpec, ...] = (
     SCHEDULE_COMMANDS,
     TIMER_COMMANDS,
@@ -240,4 +252,5 @@ TOPICS: tuple[TopicSpec, ...] = (
     CLAIMERS,
     DOWNSTREAM_COMMANDS,
     DOWNSTREAM_EVENTS,
+    SIGNING_KEYS,
 )

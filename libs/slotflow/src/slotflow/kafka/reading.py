@@ -192,3 +192,81 @@ class TopicReader:
         except KafkaError as err:
             raise TransientStorageError(f"reading {self.topic} failed: {err}") from err
         return None
+
+
+class TopicFollower:
+    """A whole topic kept up with on demand: from its first record on, no group, nothing committed.
+
+    For state a process keeps in memory from a compacted topic (the signing keys every command
+    consumer checks, `slotflow.principals.keyring`): `catch_up` hands every record up to the end
+    the topic has *when it is called* to ``apply``, so whatever was on the topic before the call
+    is known once it returns. Records are applied in offset order per partition.
+    """
+
+    def __init__(self, settings: KafkaSettings, topic: str, *, client_id: str = "follower") -> None:
+        self.topic = topic
+        self._settings = settings
+        self._consumer: Any = AIOKafkaConsumer(
+            **settings.client_options(),
+            client_id=f"{settings.client_id_prefix}-{client_id}",
+            group_id=None,
+            enable_auto_commit=False,
+            isolation_level="read_committed",
+            max_partition_fetch_bytes=settings.max_message_bytes * 4,
+        )
+        self._partitions: list[Any] = []
+
+    async def start(self) -> None:
+        """Connect, learn the partitions, and stand before the first record of each.
+
+        Raises:
+            TopicNotFound: the broker has no such topic.
+            KafkaAuthenticationFailed, KafkaAccessDenied: the broker refused the login or the topic.
+            TransientStorageError: Kafka was unreachable.
+        """
+        try:
+            await self._consumer.start()
+            cluster = await self._consumer._client.fetch_all_metadata()
+        except KafkaError as err:
+            await self._consumer.stop()
+            raise await start_failure(
+                self._settings.bootstrap, self._settings.security, err, f"follower of {self.topic}"
+            ) from err
+        numbers = cluster.partitions_for_topic(self.topic)
+        if not numbers:
+            await self._consumer.stop()
+            raise TopicNotFound(f"topic {self.topic} does not exist on the broker")
+        self._partitions = [TopicPartition(self.topic, p) for p in sorted(numbers)]
+        self._consumer.assign(self._partitions)
+        await self._consumer.seek_to_beginning(*self._partitions)
+
+    async def stop(self) -> None:
+        await self._consumer.stop()
+
+    async def catch_up(self, apply: Callable[[Record], None], *, timeout: float) -> int:
+        """Apply every record up to the topic's current end; how many were applied.
+
+        Raises:
+            TransientStorageError: Kafka failed, or the end was not reached within ``timeout`` s.
+        """
+        deadline = time.monotonic() + timeout
+        applied = 0
+        try:
+            found = await self._consumer.end_offsets(self._partitions)
+            ends = {tp: int(offset) for tp, offset in found.items()}
+            while True:
+                pending = [tp for tp in self._partitions if int(await self._consumer.position(tp)) < ends[tp]]
+                if not pending:
+                    return applied
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TransientStorageError(f"{self.topic} was not read to its end within {timeout:g} s")
+                batches = await self._consumer.getmany(
+                    *pending, timeout_ms=max(1, int(min(left, 0.2) * 1000))
+                )
+                for raw in batches.values():
+                    for item in raw:
+                        apply(Record.from_aiokafka(item))
+                        applied += 1
+        except KafkaError as err:
+            raise TransientStorageError(f"reading {self.topic} failed: {err}") from err

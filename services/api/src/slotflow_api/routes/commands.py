@@ -109,7 +109,10 @@ async def publish_checked(s: Services, message: Message, *, idempotency_key: str
             f"{where or '(body)'}: contains a NUL character (U+0000), which cannot be stored; remove it"
         )
     # Who asked travels with the command (the envelope's principal): the read model records it.
+    # The api's key signs it and vouches for that name: only the api authenticated the caller.
+    # Dated by the database's clock, which the consumers judge the replay window by.
     who = current_principal()
+    signed_at = await read_model.database_now(s.pool) if s.signer is not None else None
     command_id = await publish_command(
         s.producer,
         s.settings.kafka,
@@ -117,6 +120,8 @@ async def publish_checked(s: Services, message: Message, *, idempotency_key: str
         command_id=idempotency_key,
         source="api",
         principal=who.name if who is not None else None,
+        signer=s.signer,
+        signed_at=signed_at,
     )
     s.metrics.commands_published.labels(message.message_type).inc()
     return command_id
