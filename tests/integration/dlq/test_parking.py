@@ -1,6 +1,7 @@
 """Parking: one entry per origin, the record kept byte-exact, a status event per change, queries."""
 
 import base64
+import json
 import socket
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
@@ -11,8 +12,8 @@ from slotflow.contracts import DeadLetterFilter, JobDue, wrap
 from slotflow.contracts.codec import encode
 from slotflow.contracts.topics import DLQ_MESSAGES, JOBS_DUE, SCHEDULE_COMMANDS
 from slotflow.errors import InvalidPayload, PermanentError, UndecodableMessage
+from slotflow.kafka.poison import dead_letter_envelope
 from slotflow.kafka.producer import Producer
-from slotflow.kafka.records import Record
 from slotflow.settings import KafkaSettings
 from slotflow.testing import assert_eventually
 from slotflow_dlq import queries
@@ -204,10 +205,21 @@ async def test_a_letter_postgresql_refuses_as_data_is_parked_at_once_as_own_pois
 ) -> None:
     # Issue 20, the same class of bug as the projector's: a partition number beyond PostgreSQL's
     # integer (SQLSTATE 22003) fails the same way on every try, but parking took every database
-    # error for an outage and retried the letter forever, holding up its partition.
+    # error for an outage and retried the letter forever, holding up its partition. The letter
+    # model now refuses such a partition (the acceptance rule), so a letter carrying one comes
+    # from a producer that does not validate, and the dlq refuses it at decode, naming the field.
     topic = kafka.topic(JOBS_DUE)
-    bad = Record(topic, 2**31, 7, b"k", b"{}", (), 1_780_000_000_000)
-    await park(producer, kafka, bad, UndecodableMessage("not an envelope"), reason="undecodable")
+    letter = dead_letter_envelope(
+        origin(topic, 7, b"{}"),
+        UndecodableMessage("not an envelope"),
+        source_service="ticker",
+        occurred_at=AT,
+    )
+    raw = json.loads(encode(letter))
+    raw["data"]["partition"] = 2**31
+    await producer.send_raw(
+        kafka.topic(DLQ_MESSAGES), key=letter.key.encode(), value=json.dumps(raw).encode()
+    )
     good = origin(topic, 8, b"{}")
     await park(producer, kafka, good, UndecodableMessage("not an envelope"), reason="undecodable")
     dlq_topic = kafka.topic(DLQ_MESSAGES)
@@ -222,9 +234,10 @@ async def test_a_letter_postgresql_refuses_as_data_is_parked_at_once_as_own_pois
     entry = await queries.get_dead_letter(dlq.pool, schema="dlq", dead_letter_id=wrapped["id"])
     assert entry is not None
     assert (entry.reason, entry.source_service, entry.error_type) == (
-        "permanent_error",
+        "invalid_payload",
         "dlq",
-        "DataError",
+        "InvalidPayload",
     )
+    assert "partition: Input should be less than or equal to 2147483647" in entry.error
     # The refused letter itself, byte for byte, for whoever looks into it.
-    assert f'"partition":{2**31}'.encode() in base64.b64decode(entry.value_b64)
+    assert f'"partition": {2**31}'.encode() in base64.b64decode(entry.value_b64)

@@ -4,6 +4,7 @@ from collections.abc import Iterable, Iterator
 
 from pydantic import ValidationError
 
+from slotflow.contracts import acceptance
 from slotflow.contracts.envelope import Envelope, Message
 from slotflow.errors import InvalidPayload, UnknownMessageType
 
@@ -63,6 +64,10 @@ class MessageRegistry:
 def _summarise(err: ValidationError) -> str:
     parts = []
     for item in err.errors(include_url=False)[:10]:
+        if item["type"] == acceptance.ERROR_TYPE:
+            # The acceptance rule's refusal already names the field (`definition.payload.note: ...`).
+            parts.append(item["msg"])
+            continue
         where = ".".join(str(p) for p in item["loc"]) or "(root)"
-        parts.append(f"{where}: {item['msg']}")
+        parts.append(f"{where}: {item['msg'].removeprefix('Value error, ')}")
     return "; ".join(parts)

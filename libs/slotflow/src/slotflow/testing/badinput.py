@@ -147,7 +147,8 @@ def _payload_entries(base: dict[str, Any], key: bytes, tag: str) -> list[BadInpu
     entries: list[BadInput] = []
     deep = {**base, "id": f"{base['id']}/deep{tag}", "data": {**base["data"], "deep": _nested(200)}}
     # The api's issue case: 202 accepted, then every consumer parked it ("recursion limit
-    # exceeded"). The api now refuses it (MAX_DEPTH); a record that arrives anyway is poison.
+    # exceeded"). The api now refuses it (a value nests at most FIELD_MAX_DEPTH levels); a record
+    # that arrives anyway is poison.
     entries.append(BadInput("payload_nested_200_deep", key, _dump(deep), "undecodable"))
     data = base["data"]
     holder = data if isinstance(data.get("payload"), dict) else data.get("definition")
@@ -159,9 +160,9 @@ def _payload_entries(base: dict[str, Any], key: bytes, tag: str) -> list[BadInpu
             raw["id"] = f"{base['id']}/nul-payload{tag}"
         # A JobDue's id follows from its run (issue 24: any other id is parked as forged), so
         # that case keeps the good record's id: a duplicate of it, collapsed onto the same run.
-        # Valid JSON and a valid message: consumers that store it replace the NUL (U+FFFD) or keep
-        # it as json text; none may stall on it (the api's edge refuses it with a 422).
-        entries.append(BadInput("nul_in_payload", key, _dump(raw), None))
+        # Valid JSON, but PostgreSQL's text and jsonb cannot hold the NUL: every consumer refuses
+        # it at decode, naming the field (the acceptance rule, slotflow.contracts.acceptance).
+        entries.append(BadInput("nul_in_payload", key, _dump(raw), "invalid_payload"))
     return entries
 
 
