@@ -103,6 +103,15 @@ def nested(depth: int, leaf: Any = 1) -> Any:
 #: Depths at and past the limit, and past pydantic-core's 200-level parse limit.
 depths = st.sampled_from([VALUE_MAX_DEPTH - 1, VALUE_MAX_DEPTH, VALUE_MAX_DEPTH + 1, 150, 199, 200, 256, 300])
 not_finite = st.sampled_from([float("nan"), float("inf"), float("-inf")])
+#: Instants at the edges of the years a datetime holds: with their offsets they leave them in UTC.
+edge_instants = st.sampled_from(
+    [
+        "0001-01-01T00:00:00+14:00",
+        "0001-01-01T13:59:59+14:00",
+        "9999-12-31T23:59:59-14:00",
+        "0001-01-02T00:00:00Z",
+    ]
+)
 json_leaf = st.one_of(
     st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), hostile_text, not_finite
 )
@@ -258,6 +267,7 @@ hostile_records = st.one_of(
             "schedule_id": hostile_ids,
             "command_id": hostile_ids,
             "principal": hostile_text,
+            "start_at": edge_instants,
         },
     ),
     cases_of("pause_schedule", {"reason": st.one_of(hostile_text, long_text)}),
@@ -269,7 +279,13 @@ hostile_records = st.one_of(
     cases_of("cancel_workflow", {"reason": st.one_of(hostile_text, long_text)}),
     cases_of(
         "job_due",
-        {"payload": json_objects, "tags": text_lists, "job_id": hostile_ids, "handler": hostile_ids},
+        {
+            "payload": json_objects,
+            "tags": text_lists,
+            "job_id": hostile_ids,
+            "handler": hostile_ids,
+            "fire_at": edge_instants,
+        },
     ),
     cases_of(
         "dead_letter",

@@ -20,7 +20,9 @@ decoded (the api, the CLI, the SDK, and every consumer through `slotflow.kafka.p
   ids; a topic, a reason, a job id a consumer indexes): each is the key of a btree index
   somewhere, and an entry over 2704 bytes is refused;
 - an integer outside the range of the column it is stored in (`INT4_MAX` for attempts, sequences
-  and partitions, `INT8_MAX` for fence tokens and offsets): the fields say so in their schema.
+  and partitions, `INT8_MAX` for fence tokens and offsets): the fields say so in their schema;
+- an instant that is not within the years 1 to 9999 in UTC (`0001-01-01T00:00:00+14:00` is in
+  year 0 there): run ids, windows and columns are all UTC.
 
 Identifiers users choose (schedule ids, workflow ids, handler names) also follow their patterns
 (`slotflow.contracts.envelope.IDENTIFIER_PATTERN`). A refusal names the field
@@ -36,6 +38,7 @@ they were accepted when they were stored, under whatever rule held then.
 
 import math
 import re
+from datetime import UTC, datetime
 from typing import Any, Final
 
 from pydantic import BaseModel
@@ -66,6 +69,8 @@ ID_CONTROL: Final = re.compile(r"[\x00-\x1f\x7f]")
 
 _NUL_ESCAPE = b"\\u0000"
 _NOT_FINITE = (b"NaN", b"Infinity")
+#: How an instant at either end of the years datetime holds starts, serialised.
+_EDGE_YEARS = (b'"0001-', b'"9999-')
 
 
 class _Refused(Exception):
@@ -84,7 +89,7 @@ def refusal(message: BaseModel) -> str | None:
         return _walk_refusal(message)
     if (
         _NUL_ESCAPE in text
-        or any(token in text for token in _NOT_FINITE)
+        or any(token in text for token in (*_NOT_FINITE, *_EDGE_YEARS))
         or text.count(b"{") + text.count(b"[") > VALUE_MAX_DEPTH
     ):
         return _walk_refusal(message)
@@ -200,6 +205,11 @@ def _walk_field(value: Any, path: str) -> None:
             raise _Refused(why)
     elif isinstance(value, float) and not math.isfinite(value):
         raise _Refused(f"{path}: is {value}, which is not a JSON number; use a finite number")
+    elif isinstance(value, datetime):
+        try:
+            value.astimezone(UTC)
+        except OverflowError:
+            raise _Refused(f"{path}: {value.isoformat()} is not within the years 1 to 9999 in UTC") from None
 
 
 def _check_value(value: Any, path: str, limit: int) -> None:

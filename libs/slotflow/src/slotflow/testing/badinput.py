@@ -309,3 +309,51 @@ def bad_handlers() -> list[BadHandler]:
         BadHandler("bad.blocking_plain_def", _blocks, "completed", None),
         BadHandler("bad.result_nested_200_deep", _deep_result, "completed", None),
     ]
+
+
+# -- hostile values: what every service must decide alike (the acceptance rule) ------------------
+
+
+def _spread(first: int, count: int) -> str:
+    """``count`` characters varied over the 26 (ASCII) or 4000 code points from ``first``: text
+    PostgreSQL cannot compress below an index entry's limit, as a run of one character it can."""
+    width = 26 if first < 0x80 else 4000
+    return "".join(chr(first + (i * 7919) % width) for i in range(count))
+
+
+@dataclass(frozen=True, slots=True)
+class HostileValue:
+    """One value that has broken something somewhere, and where it belongs (`text`, `id`,
+    `json`, `instant`)."""
+
+    name: str
+    kind: str
+    value: Any
+
+
+def hostile_values() -> list[HostileValue]:
+    """Values at and past every limit of `slotflow.contracts.acceptance`, and ids with `/`, `%`,
+    unicode and whitespace: the fixed sample every suite runs (the property tests generate more)."""
+    return [
+        HostileValue("nul_in_text", "text", "a\x00b"),
+        HostileValue("escaped_nul_as_text", "text", "\\u0000"),
+        HostileValue("slash", "id", "orders/eu/1042/child/2"),
+        HostileValue("percent", "id", "a%2Fb"),
+        HostileValue("space", "id", "a b"),
+        HostileValue("unicode", "id", "zahlung-ä-字"),
+        HostileValue("id_1000_bytes", "id", _spread(0x61, 1000)),
+        HostileValue("id_1001_bytes", "id", _spread(0x61, 999) + "é"),
+        HostileValue("cjk_1002_bytes", "id", _spread(0x4E00, 334)),
+        HostileValue("emoji_1200_bytes", "id", _spread(0x1F300, 300)),
+        HostileValue("ascii_401_chars", "id", _spread(0x61, 401)),
+        HostileValue("nul_in_key", "json", {"k\x00": 1}),
+        HostileValue("nul_in_value", "json", {"note": "nul \x00 inside"}),
+        HostileValue("depth_99", "json", _nested(99)),
+        HostileValue("depth_100", "json", _nested(100)),
+        HostileValue("depth_199", "json", _nested(199)),
+        HostileValue("nan", "json", {"amount": float("nan")}),
+        HostileValue("infinity", "json", {"amount": float("inf")}),
+        HostileValue("year_0_in_utc", "instant", "0001-01-01T00:00:00+14:00"),
+        HostileValue("year_10000_in_utc", "instant", "9999-12-31T23:59:59-14:00"),
+        HostileValue("first_day_in_utc", "instant", "0001-01-02T00:00:00Z"),
+    ]
