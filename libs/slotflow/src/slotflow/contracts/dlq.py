@@ -4,7 +4,7 @@ from typing import Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
-from slotflow.contracts.acceptance import TIMESTAMP_MS_MAX
+from slotflow.contracts.acceptance import INT8_MAX, TIMESTAMP_MS_MAX
 from slotflow.contracts.envelope import IdText, IndexedText, Int4, Int8, Message
 from slotflow.contracts.runs import AttemptRecord
 
@@ -70,7 +70,9 @@ class DeadLettered(Message):
     headers_b64: dict[str, str] = Field(
         default_factory=dict, description="header values byte-exact, base64 (headers is for reading)"
     )
-    value_size: Int8 | None = Field(default=None, description="length of the original value in bytes")
+    value_size: int | None = Field(
+        default=None, ge=0, le=INT8_MAX, description="length of the original value in bytes"
+    )
     value_truncated: bool = Field(
         default=False,
         description="value_b64 holds only a prefix: the record was too large for the DLQ topic; "

@@ -42,7 +42,9 @@ KEY_MAX_CHARS = 1000
 IdText = Annotated[
     str, Field(min_length=1, max_length=ID_MAX_CHARS), AfterValidator(acceptance.within_id_bytes)
 ]
-#: Integers some service stores in an `integer` or a `bigint` column.
+#: Integers some service stores in an `integer` or a `bigint` column. A field with a bound of its
+#: own (`ge=1`) writes `Field(ge=1, le=acceptance.INT4_MAX)` instead: a bound in the Annotated
+#: metadata would override the field's.
 Int4 = Annotated[int, Field(ge=-(2**31), le=acceptance.INT4_MAX)]
 Int8 = Annotated[int, Field(ge=-(2**63), le=acceptance.INT8_MAX)]
 #: Text some consumer keys an index with (a reason, a topic, a job id): `acceptance.ID_MAX_BYTES`.

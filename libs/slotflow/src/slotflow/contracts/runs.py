@@ -5,6 +5,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
+from slotflow.contracts.acceptance import INT4_MAX, INT8_MAX
 from slotflow.contracts.envelope import IdText, IndexedText, Int4, Int8, Message
 from slotflow.contracts.policies import OverlapPolicy, RetryPolicy
 from slotflow.contracts.schedules import HandlerName
@@ -17,7 +18,7 @@ class JobDue(Message):
     run_id: IdText
     job_id: Annotated[IndexedText, Field(min_length=1, max_length=400)]
     slot: AwareDatetime
-    attempt: Int4 = Field(default=1, ge=1)
+    attempt: int = Field(default=1, ge=1, le=INT4_MAX)
     kind: Literal["scheduled", "manual", "backfill", "retry", "activity"] = "scheduled"
     handler: HandlerName
     payload: dict[str, Any] = Field(default_factory=dict)
@@ -53,8 +54,8 @@ class RunEvent(Message):
     run_id: IdText
     job_id: IndexedText
     slot: AwareDatetime
-    attempt: Int4 = Field(ge=1)
-    fence_token: Int8 = Field(ge=1)
+    attempt: int = Field(ge=1, le=INT4_MAX)
+    fence_token: int = Field(ge=1, le=INT8_MAX)
     owner: str
     workflow_id: IndexedText | None = None
     sequence: Int4 | None = None
