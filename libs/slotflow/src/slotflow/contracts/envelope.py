@@ -102,7 +102,7 @@ class Message(BaseModel):
     def _acceptable(self, info: ValidationInfo) -> Self:
         # A fact a service reads back from its own storage was accepted when it was stored.
         context = info.context
-        if not (isinstance(context, dict) and context.get("slotflow_stored")):
+        if not (isinstance(context, dict) and context.get(acceptance.STORED_KEY)):
             acceptance.check(self)
         return self
 
