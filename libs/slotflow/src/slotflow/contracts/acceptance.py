@@ -32,9 +32,9 @@ a command is answered with a CommandRejected or a dead letter saying so, and a r
 The check costs one serialisation of the message by pydantic-core and a few byte scans (about
 7 us for a JobDue); only a message those scans find suspicious (an escaped NUL, a `NaN`, an instant
 at the edge of the years, more brackets than the limit, which strings may also hold) is walked
-field by field for the exact answer. A service reading back facts
-it stored itself validates them with `STORED` as the validation context, which skips the check:
-they were accepted when they were stored, under whatever rule held then.
+field by field for the exact answer. A service reading back facts it stored itself validates them
+with `STORED` as the validation context, which skips the check: they were accepted when they were
+stored, under whatever rule held then.
 """
 
 import math
@@ -110,15 +110,6 @@ def check(message: BaseModel) -> None:
     why = refusal(message)
     if why is not None:
         raise PydanticCustomError(ERROR_TYPE, "{why}", {"why": why})
-
-
-def value_refusal(value: Any, where: str, *, limit: int = VALUE_MAX_DEPTH) -> str | None:
-    """Why the JSON value ``value`` (held at ``where``) breaks the rule, or None."""
-    try:
-        _check_value(value, where, limit)
-    except _Refused as refused:
-        return str(refused)
-    return None
 
 
 def check_value(value: Any, what: str, *, limit: int = VALUE_MAX_DEPTH) -> None:
