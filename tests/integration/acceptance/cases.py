@@ -8,7 +8,6 @@ worker's tests read (the stats worker cannot import slotflow, decision 0005).
 import base64
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -123,24 +122,26 @@ json_objects = st.one_of(
 )
 
 
-@dataclass(frozen=True, slots=True, repr=False)
 class Hostile:
-    """One hostile value placed in one field of one kind of record."""
+    """One hostile value placed in one field of one kind of record.
 
-    kind: str
-    field: str
-    value: Any
+    A plain class with its own repr: hypothesis prints a dataclass field by field, and a value
+    nested 300 deep is 100 kB of that.
+    """
+
+    __slots__ = ("field", "kind", "value")
+
+    def __init__(self, kind: str, field: str, value: Any) -> None:
+        self.kind = kind
+        self.field = field
+        self.value = value
 
     def describe(self) -> str:
         shown = repr(self.value)
         return f"{self.kind}.{self.field} = {shown[:300]}{'...' if len(shown) > 300 else ''}"
 
-    def __repr__(self) -> str:  # a value nested 300 deep prints as 300 characters, not 100 kB
+    def __repr__(self) -> str:
         return f"Hostile({self.describe()!r})"
-
-    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        # Hypothesis prints dataclasses field by field unless a class says how to print itself.
-        printer.text(repr(self))
 
 
 def _raw(message: Any, *, id: str, key: str) -> dict[str, Any]:

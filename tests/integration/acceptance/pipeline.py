@@ -131,9 +131,6 @@ class Pipeline:
     def __repr__(self) -> str:  # hypothesis prints it beside a failing case
         return f"Pipeline({len(self.outcomes)} outcomes)"
 
-    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        printer.text(repr(self))
-
     async def start(self) -> None:
         await migrate_ticker(self.pool, TickerSettings(metrics_port=0))
         await migrate_claimer(self.pool)

@@ -16,8 +16,12 @@ start; `NaN` in a payload was stored as null by the ticker and refused by the ap
 334 CJK characters broke the ticker's inbox index.
 """
 
+import json
 import os
+from typing import Any
+from urllib.parse import quote
 
+import httpx
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
@@ -25,6 +29,9 @@ from hypothesis import strategies as st
 from slotflow.contracts import StartWorkflow, wrap
 from slotflow.contracts.codec import encode
 from slotflow.contracts.topics import WORKFLOW_COMMANDS
+from slotflow.errors import PoisonMessage
+from slotflow.kafka.poison import decode_record
+from slotflow.kafka.records import Record
 from slotflow.pg.pool import Pool
 from slotflow.settings import KafkaSettings
 from slotflow_orchestrator.runtime import load_decider
@@ -125,6 +132,65 @@ async def test_every_consumer_decides_alike_and_stores_what_it_takes(
 async def test_the_findings(pipeline: Pipeline, case: Hostile) -> None:
     """Each finding as a fixed case, so a regression names itself."""
     _judge(case, await _run(pipeline, case))
+
+
+#: The record kinds a request of the api turns into, and the fields a request body carries (a
+#: command id and a principal come from the api itself, not from the body).
+HTTP_KINDS = frozenset(
+    {"create_schedule", "pause_schedule", "start_workflow", "signal_workflow", "cancel_workflow"}
+)
+http_records = hostile_records.filter(
+    lambda c: c.kind in HTTP_KINDS and c.field not in ("command_id", "principal")
+)
+
+
+def http_request(case: Hostile, raw: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The path and JSON body that ask the api for the command ``raw`` holds."""
+    data = raw["data"]
+    if case.kind == "create_schedule":
+        return "/v1/schedules", {"schedule_id": data["schedule_id"], "definition": data["definition"]}
+    if case.kind == "pause_schedule":
+        return f"/v1/schedules/{data['schedule_id']}/pause", {"reason": data["reason"]}
+    if case.kind == "start_workflow":
+        keys = ("workflow_id", "workflow_type", "input")
+        return "/v1/workflows", {k: data[k] for k in keys}
+    verb = "signal" if case.kind == "signal_workflow" else "cancel"
+    body = (
+        {"signal": data["signal"], "payload": data["payload"]}
+        if verb == "signal"
+        else {"reason": data["reason"]}
+    )
+    return f"/v1/workflows/{quote(data['workflow_id'], safe='')}/{verb}", body
+
+
+@settings(
+    max_examples=EXAMPLES // 2,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
+)
+@given(case=http_records)
+async def test_the_api_answers_as_its_consumers_decide(client: httpx.AsyncClient, case: Hostile) -> None:
+    # The same values through the api's routes: a 422 naming the field exactly when the consumers
+    # of the command refuse it, a 202 (published) when they take it, never a 5xx.
+    spec, raw = BUILDERS[case.kind](case, next(_counter))
+    try:
+        decode_record(Record(spec.name, 0, 0, key_bytes(raw), record_bytes(raw), (), None))
+    except PoisonMessage as poison:
+        refused: str | None = str(poison)
+    else:
+        refused = None
+    path, body = http_request(case, raw)
+    response = await client.post(
+        path, content=json.dumps(body, allow_nan=True), headers={"content-type": "application/json"}
+    )
+    shown = f"{case.describe()}: {response.status_code} {response.text[:300]} (consumers: {refused})"
+    assert response.status_code in (202, 422), shown
+    assert (response.status_code == 422) == (refused is not None), shown
+    if refused is not None:
+        names = FIELD_NAMES.get(case.field, (case.field,))
+        assert any(n in response.json()["detail"] for n in names), shown
 
 
 def test_the_strategies_reach_every_kind() -> None:

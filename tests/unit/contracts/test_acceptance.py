@@ -56,6 +56,9 @@ def schedule(**definition: Any) -> CreateSchedule:
         (lambda: schedule(payload={"k\x00": 1}), "definition.payload.k\\x00: contains a NUL character"),
         (lambda: schedule(tags=("ok", "b\x00d")), "definition.tags.1: contains a NUL character"),
         (lambda: schedule(payload={"s": "\ud800"}), "definition.payload.s: contains a lone surrogate"),
+        # Inside a model pydantic-core writes a lone surrogate key as U+FFFD, silently: a 202 and a
+        # record no consumer could read, until the rule looked for that too.
+        (lambda: schedule(payload={"\ud800": None}), "definition.payload.\\ud800: contains a lone surrogate"),
         (
             lambda: schedule(payload={"x": [float("nan")]}),
             "definition.payload.x.0: holds nan, which is not a JSON number",

@@ -70,6 +70,7 @@ ERROR_TYPE: Final = "slotflow_unacceptable"
 ID_CONTROL: Final = re.compile(r"[\x00-\x1f\x7f]")
 
 _NUL_ESCAPE = b"\\u0000"
+_REPLACEMENT_UTF8 = "\ufffd".encode()
 
 
 class _Refused(Exception):
@@ -91,6 +92,9 @@ def refusal(message: BaseModel) -> str | None:
     # hold "NaN" or brackets), and only what they flag is walked for the exact answer.
     if (
         _NUL_ESCAPE in text
+        # pydantic-core writes a lone surrogate inside a model as U+FFFD (bytes EF BF BD) where
+        # to_json of the value alone raises: the walk tells it from a real U+FFFD.
+        or _REPLACEMENT_UTF8 in text
         or b"NaN" in text
         or b"Infinity" in text
         or b'"0001-' in text
@@ -170,7 +174,9 @@ def _nul_words(where: str) -> str:
 
 
 def _join(path: str, name: object) -> str:
-    shown = str(name).replace(NUL, "\\x00")
+    # Shown as it can be printed and encoded: a NUL as \x00, a lone surrogate as \udXXX (a
+    # refusal quoting it raw could not itself be rendered or sent).
+    shown = str(name).replace(NUL, "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
     return f"{path}.{shown}" if path else shown
 
 
