@@ -241,3 +241,24 @@ async def test_a_letter_postgresql_refuses_as_data_is_parked_at_once_as_own_pois
     assert "partition: Input should be less than or equal to 2147483647" in entry.error
     # The refused letter itself, byte for byte, for whoever looks into it.
     assert f'"partition": {2**31}'.encode() in base64.b64decode(entry.value_b64)
+
+
+async def test_a_letter_about_a_record_holding_nan_is_parked_as_it_is(
+    dlq: Running, producer: Producer, kafka: KafkaSettings
+) -> None:
+    # Every consumer refuses a record holding NaN (the acceptance rule), so its letter comes here;
+    # the dlq decoded it for inspection into jsonb, which refuses NaN: the letter was parked as the
+    # dlq's own poison (a letter about a letter) instead of under its origin.
+    topic = kafka.topic(SCHEDULE_COMMANDS)
+    raw = b'{"type": "schedule.create", "version": 1, "data": {"amount": NaN, "other": Infinity}}'
+    await park(producer, kafka, origin(topic, 77, raw), InvalidPayload("holds nan"), reason="invalid_payload")
+
+    async def parked() -> bool:
+        return await dlq.count("id = $1", f"{topic}:1:77") == 1
+
+    await assert_eventually(parked, timeout=30, message="the letter parked under its origin")
+    entry = await queries.get_dead_letter(dlq.pool, schema="dlq", dead_letter_id=f"{topic}:1:77")
+    assert entry is not None
+    assert (entry.reason, entry.decoded) == ("invalid_payload", None)  # inspected as raw bytes
+    assert base64.b64decode(entry.value_b64) == raw
+    assert await dlq.count("topic = $1", kafka.topic(DLQ_MESSAGES)) == 0  # nothing parked as the dlq's own

@@ -18,6 +18,7 @@ import pytest
 
 from slotflow.client import Client, HttpTransport
 from slotflow.settings import KafkaSettings
+from slotflow.workflow.children import default_child_id
 from slotflow_api.app import create_app
 from slotflow_api.config import Settings
 from tests.integration.api.conftest import CLIENT_HEADERS, TEST_TOKEN, api_settings  # noqa: F401 - fixture
@@ -169,3 +170,25 @@ async def test_the_python_client_and_the_cli_reach_a_default_child(
         http, f"/v1/workflows/{one_segment(parent)}", lambda b: b["status"] == "completed"
     )
     assert done["result"]["child"]["go"] == {"by": "client"}
+
+
+async def test_a_parent_with_the_longest_id_starts_and_reaches_its_default_child(
+    http: httpx.AsyncClient, start_orchestrator_: StartOrchestrator, workflows: Workflows
+) -> None:
+    # `{parent}/child/{sequence}` does not fit 200 characters here: the parent used to fail at its
+    # child's start (ValidationError); the default is now a cut of the parent id with a digest.
+    parent = "orders/" + "x" * 193
+    await start(http, parent, "tests.default_child")
+    shown = await eventually(http, f"/v1/workflows/{one_segment(parent)}", lambda b: b["children"])
+    assert shown["status"] == "running"
+    child = shown["children"][0]["child_workflow_id"]
+    assert child == default_child_id(parent, 2)
+    assert len(child) == 200
+    await eventually(http, f"/v1/workflows/{one_segment(child)}", lambda b: b["status"] == "running")
+    signalled = await http.post(
+        f"/v1/workflows/{one_segment(child)}/signal",
+        json={"signal": "go", "payload": {}},
+        params={"wait": 30},
+    )
+    assert signalled.json()["status"] == "accepted", signalled.text
+    await eventually(http, f"/v1/workflows/{one_segment(parent)}", lambda b: b["status"] == "completed")
