@@ -125,3 +125,21 @@ class Batches:
             await workflow.wait_signal("next")
             workflow.continue_as_new({"cursor": cursor + 1, "last": last, "runs": runs})
         return {"cursor": cursor, "runs": runs}
+
+
+@workflow.defn(name="tests.default_child")
+class DefaultChild:
+    """Starts `tests.waits_for_go` as a child with the SDK's default id (`{id}/child/{sequence}`)."""
+
+    @workflow.run
+    async def run(self, order: dict[str, Any]) -> dict[str, Any]:
+        return {"child": await workflow.execute_child_workflow("tests.waits_for_go", order)}
+
+
+@workflow.defn(name="tests.waits_for_go")
+class WaitsForGo:
+    """Waits for a `go` signal and returns its payload with its input."""
+
+    @workflow.run
+    async def run(self, order: dict[str, Any]) -> dict[str, Any]:
+        return {"order": order, "go": await workflow.wait_signal("go")}

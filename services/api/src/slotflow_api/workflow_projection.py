@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from slotflow.contracts import REGISTRY, Envelope, HistoryEvent
+from slotflow.contracts.acceptance import STORED
 from slotflow.history import Recorded, WorkflowState, fold
 from slotflow.pg.pool import Conn
 from slotflow.pg.statements import sql
@@ -62,7 +63,8 @@ async def refold(conn: Conn, schema: str, workflow_ids: Iterable[str]) -> None:
     for row in rows:
         data = row["data"]
         model = REGISTRY.model_for(row["type"], row["version"])
-        event = model.model_validate(json.loads(data) if isinstance(data, str) else data)
+        # Stored by the projection after its record was accepted at decode.
+        event = model.model_validate(json.loads(data) if isinstance(data, str) else data, context=STORED)
         if isinstance(event, HistoryEvent):
             histories.setdefault(row["workflow_id"], []).append(Recorded(event, row["at"]))
     for workflow_id, events in histories.items():

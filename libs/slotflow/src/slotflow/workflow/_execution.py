@@ -27,7 +27,7 @@ from datetime import datetime
 from hashlib import sha256
 from typing import Any, ClassVar
 
-from slotflow.contracts.codec import FIELD_MAX_DEPTH, check_depth
+from slotflow.contracts.acceptance import check_value
 from slotflow.contracts.workflows import (
     ActivityCompleted,
     ActivityFailed,
@@ -44,6 +44,7 @@ from slotflow.contracts.workflows import (
     WorkflowStarted,
     WorkflowTimerFired,
 )
+from slotflow.core.nul import storable
 from slotflow.workflow import _loop
 from slotflow.workflow._events import (
     DECISION,
@@ -446,7 +447,7 @@ class Execution:
         if exc is None:
             try:
                 result = self.definition.result.dump(main.result())
-                check_depth(result, what="the workflow's result", limit=FIELD_MAX_DEPTH)
+                check_value(result, "the workflow's result")
             except Exception as err:  # noqa: BLE001 - an unserialisable result fails the run, with why
                 self._finish_with_error(err)
                 return
@@ -469,10 +470,12 @@ class Execution:
             exc.error_type if isinstance(exc, ActivityError | ChildWorkflowError) else type(exc).__name__
         )
         message = exc.error_message if isinstance(exc, ActivityError | ChildWorkflowError) else str(exc)
+        # Storable: workflow code may raise with any text, and WorkflowFailed's consumers refuse a
+        # NUL or a lone surrogate (the acceptance rule); a refused end would never be recorded.
         self._close(
             WorkflowFailed,
-            error_type=error_type[:400],
-            message=message[:10_000],
+            error_type=storable(error_type[:400]),
+            message=storable(message[:10_000]),
             compensated=self._compensated(),
         )
 

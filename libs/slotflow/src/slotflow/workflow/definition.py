@@ -17,7 +17,7 @@ from typing import Any, TypeVar, get_type_hints, overload
 import pydantic_core
 from pydantic import TypeAdapter
 
-from slotflow.contracts.codec import FIELD_MAX_DEPTH, check_depth
+from slotflow.contracts.acceptance import check_value
 from slotflow.contracts.envelope import IDENTIFIER_PATTERN
 from slotflow.workflow.errors import WorkflowDefinitionError
 
@@ -65,9 +65,10 @@ def to_json_object(value: Any, what: str) -> dict[str, Any]:
         raise TypeError(
             f"{what} must serialise to a JSON object (a dict or a model), not {type(value).__name__}"
         )
-    # Deeper, the JobDue or command carrying it would be parked by its consumer: the workflow would
-    # wait for an activity (or a child) that never starts. Refused here, at the call in the code.
-    check_depth(dumped, what=what, limit=FIELD_MAX_DEPTH)
+    # What the acceptance rule refuses (nested too deep, a NUL, NaN) would be refused in the
+    # history event and the JobDue or command carrying it: the workflow would wait for an activity
+    # (or a child) that never starts. Refused here, at the call in the code, naming what.
+    check_value(dumped, what)
     return dumped
 
 

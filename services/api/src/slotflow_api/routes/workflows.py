@@ -3,15 +3,16 @@
 from datetime import timedelta
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Body, Depends, Path, Query
+from fastapi import APIRouter, Body, Depends, Query
 from fastapi.responses import JSONResponse
 from pydantic import AwareDatetime
 
 from slotflow.contracts import CancelWorkflow, SignalWorkflow, StartWorkflow, TerminateWorkflow
-from slotflow.contracts.envelope import IDENTIFIER_PATTERN
 from slotflow_api import read_model
 from slotflow_api.app_state import Services, services
+from slotflow_api.bodies import DeepJsonRoute
 from slotflow_api.errors import BadRequest, NotFound
+from slotflow_api.paths import workflow_id_param
 from slotflow_api.routes.commands import COMMAND_RESPONSES, submit
 from slotflow_api.routes.common import Cursor, Limit, Wait
 from slotflow_api.routes.schedules import IdempotencyKey
@@ -25,9 +26,12 @@ from slotflow_api.schemas import (
     WorkflowDetail,
 )
 
-router = APIRouter(tags=["workflows"])
+# Bodies too deep for the JSON parser are a 422 naming where (slotflow_api.bodies).
+router = APIRouter(tags=["workflows"], route_class=DeepJsonRoute)
 
-WorkflowId = Annotated[str, Path(pattern=IDENTIFIER_PATTERN, description="the workflow id")]
+#: The workflow id of a route: `{workflow_id:path}` matches an id with `/` (escaped or not, see
+#: slotflow_api.paths), and the dependency unescapes and checks it.
+WorkflowId = Annotated[str, Depends(workflow_id_param)]
 
 
 @router.get("/v1/workflows", response_model=Page[Workflow], summary="List workflows, newest first")
@@ -55,22 +59,7 @@ async def list_workflows(
 
 
 @router.get(
-    "/v1/workflows/{workflow_id}",
-    response_model=WorkflowDetail,
-    summary="One workflow: status, current step, activities, timers, compensations",
-    responses={404: {"description": "no such workflow"}},
-)
-async def get_workflow(
-    s: Annotated[Services, Depends(services)], workflow_id: WorkflowId
-) -> dict[str, object]:
-    row = await read_model.get_workflow(s.pool, s.schema, workflow_id)
-    if row is None:
-        raise NotFound(f"workflow {workflow_id!r} is not known (yet)")
-    return row
-
-
-@router.get(
-    "/v1/workflows/{workflow_id}/history",
+    "/v1/workflows/{workflow_id:path}/history",
     response_model=Page[HistoryEntry],
     summary="Everything recorded about a workflow, oldest first",
     responses={404: {"description": "no such workflow"}},
@@ -113,7 +102,7 @@ async def start_workflow(
 
 
 @router.post(
-    "/v1/workflows/{workflow_id}/signal", status_code=202, responses=COMMAND_RESPONSES, summary="Signal"
+    "/v1/workflows/{workflow_id:path}/signal", status_code=202, responses=COMMAND_RESPONSES, summary="Signal"
 )
 async def signal_workflow(
     s: Annotated[Services, Depends(services)],
@@ -127,7 +116,7 @@ async def signal_workflow(
 
 
 @router.post(
-    "/v1/workflows/{workflow_id}/cancel", status_code=202, responses=COMMAND_RESPONSES, summary="Cancel"
+    "/v1/workflows/{workflow_id:path}/cancel", status_code=202, responses=COMMAND_RESPONSES, summary="Cancel"
 )
 async def cancel_workflow(
     s: Annotated[Services, Depends(services)],
@@ -141,7 +130,7 @@ async def cancel_workflow(
 
 
 @router.post(
-    "/v1/workflows/{workflow_id}/terminate",
+    "/v1/workflows/{workflow_id:path}/terminate",
     status_code=202,
     responses=COMMAND_RESPONSES,
     summary="Terminate: end now, without running the code or its compensations",
@@ -155,3 +144,20 @@ async def terminate_workflow(
 ) -> JSONResponse:
     message = TerminateWorkflow(workflow_id=workflow_id, reason=(body or CancelBody()).reason)
     return await submit(s, message, idempotency_key=idempotency_key, wait=wait)
+
+
+# Last: `{workflow_id:path}` alone matches every path below /v1/workflows/, so the routes with a
+# suffix (history, signal, cancel, terminate) are matched first.
+@router.get(
+    "/v1/workflows/{workflow_id:path}",
+    response_model=WorkflowDetail,
+    summary="One workflow: status, current step, activities, timers, compensations",
+    responses={404: {"description": "no such workflow"}},
+)
+async def get_workflow(
+    s: Annotated[Services, Depends(services)], workflow_id: WorkflowId
+) -> dict[str, object]:
+    row = await read_model.get_workflow(s.pool, s.schema, workflow_id)
+    if row is None:
+        raise NotFound(f"workflow {workflow_id!r} is not known (yet)")
+    return row
