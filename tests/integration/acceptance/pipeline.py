@@ -26,6 +26,7 @@ from slotflow.contracts.topics import (
     JOBS_DUE,
     RUN_EVENTS,
     SCHEDULE_COMMANDS,
+    TIMER_COMMANDS,
     TIMER_EVENTS,
     TOPICS,
     WORKFLOW_COMMANDS,
@@ -61,7 +62,7 @@ from slotflow_orchestrator.runtime import RuntimeDecider
 from slotflow_ticker.app import migrate as migrate_ticker
 from slotflow_ticker.claims import SlotClaimer
 from slotflow_ticker.commands import COMMANDS as TICKER_ACCEPTS
-from slotflow_ticker.commands import CommandHandler, poison_rejection
+from slotflow_ticker.commands import CommandHandler, CommandTopics, poison_rejection
 from slotflow_ticker.config import TickerSettings
 from slotflow_ticker.events import EventFactory, Topics
 from slotflow_ticker.metrics import TickerMetrics
@@ -157,6 +158,9 @@ class Pipeline:
             ),
             metrics=metrics,
             on_commit=lambda _due: None,
+            topics=CommandTopics(
+                schedules=self.kafka.topic(SCHEDULE_COMMANDS), timers=self.kafka.topic(TIMER_COMMANDS)
+            ),
         )
         self.claimer = Intake(
             self.pool,

@@ -7,6 +7,8 @@ in docs/claimer.md, "A run's identity is checked, not trusted", and docs/ticker.
 violation is an `InvalidPayload` (reason `invalid_payload`) whose message says which rule.
 """
 
+import re
+
 from slotflow.contracts.acceptance import ID_CONTROL
 from slotflow.contracts.dlq import DeadLettered
 from slotflow.contracts.envelope import Envelope, Message, fit_id
