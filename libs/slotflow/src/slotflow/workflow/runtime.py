@@ -22,7 +22,7 @@ from slotflow.contracts.workflows import RUN_ENDING_EVENTS, HistoryEvent, Workfl
 from slotflow.workflow._closing import closing_commands
 from slotflow.workflow._events import HISTORY_LIMIT_ERROR
 from slotflow.workflow._execution import Execution
-from slotflow.workflow._loop import install_guards
+from slotflow.workflow._guards import guard_namespaces
 from slotflow.workflow.commands import Decision
 from slotflow.workflow.definition import WorkflowDefinition, definition_of
 from slotflow.workflow.errors import InvalidHistory, NonDeterminismError, UnknownWorkflowType
@@ -65,7 +65,7 @@ class WorkflowRuntime:
         )
         self._cache_size = cache_size
         self._cache: OrderedDict[str, tuple[Execution, int, list[HistoryEvent]]] = OrderedDict()
-        install_guards()
+        guard_namespaces(definition.cls for definition in self._definitions.values())
 
     @property
     def workflow_types(self) -> list[str]:
