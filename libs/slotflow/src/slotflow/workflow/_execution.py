@@ -68,6 +68,12 @@ from slotflow.workflow.errors import (
 )
 
 
+#: The patch marker (`workflow.patched`) a run records when a signal handler's exception cancels
+#: its body, so the body compensates before the run fails. Histories recorded before that rule have
+#: no marker there and replay the old one: the run failed at once, its compensations unrun.
+SIGNAL_FAILURE_COMPENSATES = "slotflow:signal-handler-failure-cancels-the-body"
+
+
 class _RunEnded(Exception):
     """The history ends the run where the code went on (the runtime's own ceiling failure)."""
 
@@ -120,6 +126,8 @@ class Execution:
         self.closed: HistoryEvent | None = None
         self.violation: NonDeterminismError | None = None
         self.handler_failure: BaseException | None = None
+        #: True once a handler's failure cancelled the body: the run fails with it when the body ends.
+        self.failing_from_handler = False
         self.cancel_reason: str | None = None
         self.cancel_pending = False
         self.shield = 0
@@ -191,6 +199,8 @@ class Execution:
         main = self.main
         if main is not None and main.done() and self.closed is None:
             self._finish(main)
+        elif self.failing_from_handler:
+            return  # the body, cancelled, compensates first; `_finish` fails the run once it ends
         elif self.handler_failure is not None and self.closed is None:
             self._finish_with_error(self.handler_failure)
         elif self.loop.exits and self.closed is None:
@@ -412,19 +422,39 @@ class Execution:
         except (NonDeterminismError, ContinueAsNew):
             raise
         except BaseException as err:  # noqa: BLE001 - a failing handler fails the run, like a failing body
-            if self.handler_failure is None:
-                self.handler_failure = err
+            self._handler_failed(err, event.signal)
             return
         if isinstance(outcome, Coroutine):
             task = self.loop.spawn(outcome, f"signal {event.signal}")
-            task.add_done_callback(self._handler_done)
+            task.add_done_callback(lambda done: self._handler_done(done, event.signal))
 
-    def _handler_done(self, task: "asyncio.Task[Any]") -> None:
+    def _handler_done(self, task: "asyncio.Task[Any]", signal: str) -> None:
         if task.cancelled() or self.disposing:
             return
         exc = task.exception()
-        if exc is not None and self.handler_failure is None:
-            self.handler_failure = exc
+        if exc is not None:
+            self._handler_failed(exc, signal)
+
+    def _handler_failed(self, error: BaseException, signal: str) -> None:
+        """A signal handler raised: the run fails with ``error``, as if the body had raised it.
+
+        The body is cancelled first (a CancelledError at its current await, deferred while it
+        compensates), so its `async with Saga()`, except or finally undoes what was done before the
+        run closes. Histories recorded before this rule (no `SIGNAL_FAILURE_COMPENSATES` marker at
+        this point) closed the run at once and replay that way.
+        """
+        if self.handler_failure is not None:
+            return
+        self.handler_failure = error
+        main = self.main
+        if main is None or main.done() or not self.patched(SIGNAL_FAILURE_COMPENSATES, deprecated=False):
+            return
+        self.failing_from_handler = True
+        reason = f"signal handler {signal!r} failed: {type(error).__name__}: {error}"
+        if self.shield > 0:
+            self.cancel_pending = True  # raised at the body's next await, once it compensated
+        else:
+            main.cancel(reason[:1000])
 
     def _cancel(self, reason: str) -> None:
         self.cancel_reason = reason
@@ -443,6 +473,13 @@ class Execution:
 
     def _finish(self, main: "asyncio.Task[Any]") -> None:
         exc: BaseException | None = asyncio.CancelledError() if main.cancelled() else main.exception()
+        if self.failing_from_handler and self.handler_failure is not None and not isinstance(
+            exc, NonDeterminismError
+        ):
+            # However the cancelled body ended (re-raised, compensated and returned, continued as
+            # new), the handler's failure is the run's: a signal handler's error is never lost.
+            self._finish_with_error(self.handler_failure)
+            return
         if exc is None:
             try:
                 result = self.definition.result.dump(main.result())
