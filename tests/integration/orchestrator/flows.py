@@ -3,6 +3,8 @@
 from datetime import timedelta
 from typing import Any
 
+from pydantic import BaseModel
+
 from slotflow import workflow
 
 
@@ -125,3 +127,33 @@ class Batches:
             await workflow.wait_signal("next")
             workflow.continue_as_new({"cursor": cursor + 1, "last": last, "runs": runs})
         return {"cursor": cursor, "runs": runs}
+
+
+class Address(BaseModel):
+    street: str
+    zip: int
+
+
+@workflow.defn(name="tests.addressed")
+class Addressed:
+    """Waits for an `address_changed` signal whose handler takes an `Address`, then authorizes.
+
+    A payload that is not an Address is the orchestrator's to refuse at intake; an address with
+    zip 0 makes the handler raise, which fails the run after the body's compensation ran."""
+
+    def __init__(self) -> None:
+        self.address: Address | None = None
+
+    @workflow.run
+    async def run(self, order: dict[str, Any]) -> dict[str, Any]:
+        async with workflow.Saga() as saga:
+            auth = await workflow.execute_activity("payments.authorize", order)
+            saga.add_compensation("payments.void", {**order, **auth})
+            await workflow.wait_condition(lambda: self.address is not None)
+            return {"order_id": order["order_id"], "zip": self.address.zip if self.address else None}
+
+    @workflow.signal
+    def address_changed(self, address: Address) -> None:
+        if address.zip == 0:
+            raise ValueError(f"no address has zip 0 ({address.street})")
+        self.address = address

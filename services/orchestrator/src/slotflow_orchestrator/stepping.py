@@ -18,6 +18,8 @@ history grows:
   refused (`Step.refused`): parked in the DLQ by the caller, the workflow untouched;
 - nothing is appended after a terminal event but a new run's WorkflowStarted, for a StartWorkflow
   whose `id_reuse_policy` allows reusing the id; every command still gets its answer;
+- a SignalWorkflow whose payload its `@workflow.signal` handler's declared type does not take is
+  rejected with the reason and never reaches the run;
 - the runtime's events must continue the history gap-free, or nothing of them is kept;
 - a replay that diverges appends NonDeterminismDetected and leaves the workflow `stuck`.
 """
@@ -25,7 +27,7 @@ history grows:
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from slotflow.contracts import (
     ActivityCompleted,
@@ -101,6 +103,11 @@ class Decider(Protocol):
     """The workflow runtime as the orchestrator uses it (adapter: `runtime.RuntimeDecider`)."""
 
     def knows(self, workflow_type: str) -> bool: ...
+
+    def signal_refusal(self, workflow_type: str, signal: str, payload: dict[str, Any]) -> str | None:
+        """Why the signal's payload cannot reach a run of ``workflow_type`` (its handler's declared
+        parameter type refuses it), or None."""
+        ...
 
     def decide(self, history: Sequence[HistoryEvent], *, now: datetime) -> "Moves":
         """The next events (sequences continuing ``history``) and child workflows to start.
@@ -403,6 +410,16 @@ def _apply(book: _Book, item: Input, out: Step, *, decider: Decider, now: dateti
             out.acks.append(_rejected(item, f"workflow {wf} has already ended"))
             return
         if isinstance(message, SignalWorkflow):
+            run = book.work.run
+            refusal = (
+                decider.signal_refusal(run.workflow_type, message.signal, message.payload)
+                if run is not None
+                else None
+            )
+            if refusal is not None:
+                # Never reaches the run: a payload its handler cannot take would fail the workflow.
+                out.acks.append(_rejected(item, f"signal {message.signal!r} to workflow {wf}: {refusal}"))
+                return
             event: HistoryEvent = SignalReceived(
                 workflow_id=wf,
                 sequence=book.next_sequence,

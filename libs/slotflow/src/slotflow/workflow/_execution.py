@@ -67,7 +67,6 @@ from slotflow.workflow.errors import (
     WorkflowDeterminismError,
 )
 
-
 #: The patch marker (`workflow.patched`) a run records when a signal handler's exception cancels
 #: its body, so the body compensates before the run fails. Histories recorded before that rule have
 #: no marker there and replay the old one: the run failed at once, its compensations unrun.
@@ -473,8 +472,10 @@ class Execution:
 
     def _finish(self, main: "asyncio.Task[Any]") -> None:
         exc: BaseException | None = asyncio.CancelledError() if main.cancelled() else main.exception()
-        if self.failing_from_handler and self.handler_failure is not None and not isinstance(
-            exc, NonDeterminismError
+        if (
+            self.failing_from_handler
+            and self.handler_failure is not None
+            and not isinstance(exc, NonDeterminismError)
         ):
             # However the cancelled body ended (re-raised, compensated and returned, continued as
             # new), the handler's failure is the run's: a signal handler's error is never lost.
