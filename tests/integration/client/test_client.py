@@ -157,6 +157,13 @@ async def test_workflows_over_both_transports(
         cancelled = await client.cancel_workflow(held, reason="customer asked", wait=WAIT)
         accepted(cancelled)
         await reaches(client, held, "cancelled")
+        # The example's `async with Saga()` undid both steps, newest first.
+        shown = (await client.get_workflow(held)).model_extra or {}
+        assert shown["compensated"] is True, shown
+        assert [(c["activity"], c["state"]) for c in shown["compensations"]] == [
+            ("inventory.release", "done"),
+            ("payments.void", "done"),
+        ]
         listed = await client.list_workflows(workflow_type="orders.checkout", status="cancelled")
         assert held in [w.workflow_id for w in listed.items]
 

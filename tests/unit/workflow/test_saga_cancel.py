@@ -1,7 +1,7 @@
-"""A cancel at any step of a saga written with `async with Saga()`: during a forward step, during
-the hold, during the compensation itself. Every compensation registered by then runs exactly
-once, newest first; the in-flight step's late result changes nothing. And the test environment
-lets workflow code cancel an activity in flight (a due timer fires while activities run)."""
+"""A cancel at any step of a saga written with `async with Saga()`: during a forward step (it waits
+for the step, whose undo then runs too), during the hold, during the compensation itself. Every
+compensation registered runs exactly once, newest first. And the test environment lets workflow
+code cancel an activity in flight (a due timer fires while activities run)."""
 
 import asyncio
 from collections import Counter
@@ -11,10 +11,19 @@ from typing import Any
 import pytest
 
 from slotflow import workflow
-from slotflow.contracts.workflows import ActivityScheduled, WorkflowCancelled
+from slotflow.contracts.workflows import (
+    ActivityScheduled,
+    CancelRequested,
+    MarkerRecorded,
+    TimerStarted,
+    WorkflowCancelled,
+)
 from slotflow.runs import RunContext
-from slotflow.workflow import Saga
+from slotflow.workflow import Replayer, Saga
+from slotflow.workflow._execution import CANCEL_AWAITS_SAGA_STEP
+from slotflow.workflow.runtime import WorkflowRuntime
 from slotflow.workflow.testing import WorkflowEnvironment, WorkflowFailureError
+from tests.unit.workflow.helpers import History, types
 
 
 @workflow.defn(name="sagas.block")
@@ -73,7 +82,10 @@ async def _cancel_while(env: WorkflowEnvironment, gate: Gate, workflow_id: str, 
     await asyncio.wait_for(asyncio.gather(running, cancelling), timeout=5)
 
 
-async def test_a_cancel_during_a_forward_step_undoes_the_steps_done_once() -> None:
+async def test_a_cancel_during_a_forward_step_waits_for_it_and_undoes_it_too() -> None:
+    """The reservation is in flight when the cancel arrives: its effect may be happening. The
+    block lets it finish, registers its undo, then raises the cancel: both steps are undone once,
+    newest first (without the wait, the reservation's result was dropped and the stock stayed held)."""
     gate = Gate(blocks="inventory.reserve")
     async with WorkflowEnvironment([BlockSaga], activities=gate.activities(), replay_every_step=True) as env:
         await _cancel_while(env, gate, "o-1", env.start_workflow(BlockSaga, {"order_id": 1}, id="o-1"))
@@ -82,14 +94,78 @@ async def test_a_cancel_during_a_forward_step_undoes_the_steps_done_once() -> No
         history = env.history("o-1")
     assert ended.value.cancelled
     assert ended.value.compensated
-    # The reservation in flight finished after the cancel: its result was dropped, its undo never
-    # registered; the authorization, registered, was voided once.
-    assert gate.calls == ["payments.authorize", "inventory.reserve", "payments.void"]
+    assert gate.calls == ["payments.authorize", "inventory.reserve", "inventory.release", "payments.void"]
     undo = [
         (e.activity, e.compensates) for e in history if isinstance(e, ActivityScheduled) and e.compensation
     ]
-    assert undo == [("payments.void", 2)]
+    assert undo == [("inventory.release", 5), ("payments.void", 2)]
+    # The patch marker that says this run waited, right after the cancel request.
+    cancel_at = next(i for i, e in enumerate(history) if isinstance(e, CancelRequested))
+    marker = history[cancel_at + 1]
+    assert isinstance(marker, MarkerRecorded)
+    assert marker.patch_id == CANCEL_AWAITS_SAGA_STEP
+    assert not any(isinstance(e, TimerStarted) for e in history)  # the hold never began
     assert isinstance(history[-1], WorkflowCancelled)
+    assert Replayer([BlockSaga]).replay(history).status == "cancelled"
+
+
+def test_a_cancel_recorded_before_the_wait_replays_as_it_was() -> None:
+    """A history recorded before: the cancel was raised while the reservation was in flight, only
+    the authorization was voided. It replays to the same end (no marker there: the old way)."""
+    history = History(WorkflowRuntime([BlockSaga]), "sagas.block", {"order_id": 4})
+    history.decide()  # authorize at 2
+    history.complete(2, {"id": "wf-1/2"})
+    history.decide()  # void registered at 4, reserve scheduled at 5
+    history.cancel()
+    history.add(
+        ActivityScheduled, activity="payments.void", run_id="wf-1/7", compensation=True, compensates=2
+    )
+    history.complete(7)
+    history.add(WorkflowCancelled, reason="customer cancelled", compensated=True)
+    assert types(history.events) == [
+        "started",
+        "activity_scheduled",
+        "activity_completed",
+        "compensation_registered",
+        "activity_scheduled",
+        "cancel_requested",
+        "activity_scheduled",
+        "activity_completed",
+        "cancelled",
+    ]
+    replayed = Replayer([BlockSaga]).replay(history.events)
+    assert replayed.status == "cancelled"
+    assert replayed.next_events == []
+
+
+@workflow.defn(name="sagas.manual")
+class ManualSaga:
+    """The try/except form: the cancel is raised at once, a step in flight is not waited for."""
+
+    @workflow.run
+    async def run(self, order: dict[str, Any]) -> dict[str, Any]:
+        saga = Saga()
+        try:
+            auth = await workflow.execute_activity("payments.authorize", order)
+            saga.add_compensation("payments.void", auth)
+            hold = await workflow.execute_activity("inventory.reserve", order)
+            saga.add_compensation("inventory.release", hold)
+            captured: dict[str, Any] = await workflow.execute_activity("payments.capture", auth)
+            return captured
+        except BaseException:
+            await saga.compensate()
+            raise
+
+
+async def test_the_try_except_form_undoes_what_was_registered_when_the_cancel_came() -> None:
+    gate = Gate(blocks="inventory.reserve")
+    async with WorkflowEnvironment([ManualSaga], activities=gate.activities(), replay_every_step=True) as env:
+        await _cancel_while(env, gate, "m-1", env.start_workflow(ManualSaga, {"order_id": 5}, id="m-1"))
+        with pytest.raises(WorkflowFailureError) as ended:
+            await env.handle("m-1").result()
+    assert ended.value.cancelled
+    # Only the authorization's undo was registered when the cancel came.
+    assert gate.calls == ["payments.authorize", "inventory.reserve", "payments.void"]
 
 
 async def test_a_cancel_during_the_hold_undoes_both_steps_newest_first_once() -> None:

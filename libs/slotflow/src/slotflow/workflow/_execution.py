@@ -73,6 +73,13 @@ from slotflow.workflow.errors import (
 SIGNAL_FAILURE_COMPENSATES = "slotflow:signal-handler-failure-cancels-the-body"
 
 
+#: The patch marker a run records when a cancel request arrives while its body awaits a forward step
+#: of an `async with Saga()` block: the cancel waits for that step's outcome, so its undo is
+#: registered (and run) before the cancel is raised. Histories recorded before have no marker there
+#: and replay the old way: the cancel was raised at once, the step's late result dropped.
+CANCEL_AWAITS_SAGA_STEP = "slotflow:cancel-awaits-the-saga-step-in-flight"
+
+
 class _RunEnded(Exception):
     """The history ends the run where the code went on (the runtime's own ceiling failure)."""
 
@@ -130,6 +137,10 @@ class Execution:
         self.cancel_reason: str | None = None
         self.cancel_pending = False
         self.shield = 0
+        #: `async with Saga()` blocks open, per task (`saga.Saga.__aenter__`).
+        self.saga_blocks: dict[asyncio.Task[Any], int] = {}
+        #: Forward steps the body awaits inside a Saga block right now: a cancel waits for them.
+        self.saga_steps_in_flight = 0
         self.compensations_ran = False
         self.compensations_ok = True
         self.disposing = False
@@ -456,14 +467,27 @@ class Execution:
             main.cancel(reason[:1000])
 
     def _cancel(self, reason: str) -> None:
-        self.cancel_reason = reason
-        if self.shield > 0 or self.main is None or self.main.done():
-            self.cancel_pending = self.main is not None and not self.main.done()
+        if self.cancel_reason is None:
+            # The first request's reason is the run's (a second cancel while the first one is being
+            # honoured changes nothing), as the read model shows it.
+            self.cancel_reason = reason
+        main = self.main
+        if main is None or main.done():
+            self.cancel_pending = False
             return
-        self.main.cancel(reason or "workflow cancel requested")
+        if self.shield > 0 or (
+            self.saga_steps_in_flight > 0 and self.patched(CANCEL_AWAITS_SAGA_STEP, deprecated=False)
+        ):
+            # Compensating, or awaiting a forward step whose effect may be happening right now:
+            # raised at the body's next await, once the compensation is done or the step's undo
+            # is registered.
+            self.cancel_pending = True
+            return
+        main.cancel(reason or "workflow cancel requested")
 
     def check_cancel(self) -> None:
-        """Raise the deferred cancel at the code's next await (after a shielded compensation)."""
+        """Raise the deferred cancel at the code's next await (after a shielded compensation, or
+        after the saga step that was in flight)."""
         if self.cancel_pending and self.shield == 0:
             self.cancel_pending = False
             raise asyncio.CancelledError(self.cancel_reason or "workflow cancel requested")

@@ -195,8 +195,17 @@ async def execute_activity(
         schedule_to_close=schedule_to_close,
         on_dead_letter=on_dead_letter,
     )
-    result = await future
     task = asyncio.current_task()
+    # A forward step of the body's `async with Saga()` block: a cancel that arrives meanwhile waits
+    # for its outcome (`Execution._cancel`), so an effect that happened gets its undo registered.
+    saga_step = task is not None and task is execution.main and execution.saga_blocks.get(task, 0) > 0
+    if saga_step:
+        execution.saga_steps_in_flight += 1
+    try:
+        result = await future
+    finally:
+        if saga_step:
+            execution.saga_steps_in_flight -= 1
     if task is not None:
         execution.last_step[task] = sequence
     return _load(result_type, result)

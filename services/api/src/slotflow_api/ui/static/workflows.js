@@ -135,14 +135,15 @@
         field("Signal", signalName), field("Payload (JSON)", signalPayload),
         h("button", { type: "button", onclick: sendSignal }, "Send signal"),
         field("Reason", cancelReason),
-        h("button", { type: "button", class: "danger", onclick: (e) =>
+        // Cancel asks the code to stop: it gets CancelledError and its saga compensates.
+        h("button", { type: "button", class: "danger", title: "The workflow's code stops and undoes what it did (its saga's compensations)", onclick: (e) =>
           command(e.currentTarget, `/v1/workflows/${enc(subject)}/cancel`, { reason: cancelReason.value }, "Cancel") }, "Cancel workflow"),
         // Terminate ends the run at once: no code runs, no compensation (the operator's last resort).
-        h("button", { type: "button", class: "danger", onclick: (e) =>
+        h("button", { type: "button", class: "danger", title: "Ends the run now: no code, no compensation", onclick: (e) =>
           command(e.currentTarget, `/v1/workflows/${enc(subject)}/terminate`, { reason: cancelReason.value }, "Terminate") }, "Terminate workflow")),
       h("h2", {}, "Saga state"),
       h("p", {}, compensations.length
-        ? `${compensations.length} compensation(s) registered as forward steps succeeded, ${doneCount} done. They run in this order (newest first) on failure or cancel:`
+        ? `${compensations.length} compensation(s) registered as forward steps succeeded, ${doneCount} done. The workflow's code runs them in this order (newest first) when the saga stops early: a failed step, or a cancel (a saga written as \`async with Saga()\` undoes every step done, one in flight included). Terminate runs none:`
         : "No compensations registered."),
       compensations.length
         ? h("ol", { class: "saga", "aria-label": "Compensations" }, compensations.map(compensationItem))
