@@ -58,6 +58,7 @@ from slotflow.contracts import (
 )
 from slotflow.contracts.timers import deadline_timer_id as deadline_timer_id
 from slotflow.contracts.timers import execution_timer_id as execution_timer_id
+from slotflow.contracts.workflows import WORKFLOW_TERMINATED
 from slotflow.errors import SlotflowError
 from slotflow.history import OpenWork
 from slotflow.issuers import RunRecord, Verdict, outcome_verdict, timer_verdict
@@ -69,7 +70,7 @@ Status = Literal["running", "stuck", "completed", "failed", "cancelled"]
 CLOSED: frozenset[Status] = frozenset(("completed", "failed", "cancelled"))
 
 #: Error type of the WorkflowFailed a TerminateWorkflow appends.
-TERMINATED = "WorkflowTerminated"
+TERMINATED = WORKFLOW_TERMINATED
 #: Error type of the WorkflowFailed appended when the execution timeout passes.
 TIMED_OUT = "WorkflowTimedOut"
 #: Error type of the ActivityFailed appended when an activity's schedule-to-close deadline passes.
