@@ -1,5 +1,6 @@
 """Small workflows for the orchestrator's tests (the saga is saga.py)."""
 
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -157,3 +158,30 @@ class Addressed:
         if address.zip == 0:
             raise ValueError(f"no address has zip 0 ({address.street})")
         self.address = address
+
+
+@workflow.defn(name="tests.clock_reader")
+class ClockReader:
+    """Branches on the host clock: the runtime refuses the read (in production, not only in
+    tests), so the workflow is stuck with the call named, never run on a value a replay would not
+    see again."""
+
+    @workflow.run
+    async def run(self, order: dict[str, Any]) -> dict[str, Any]:
+        await workflow.execute_activity("payments.authorize", order)
+        late = time.time() > 0  # workflow-check: ignore - the trap under test
+        return {"order_id": order["order_id"], "late": late}
+
+
+@workflow.defn(name="tests.awaits_approval")
+class AwaitsApproval:
+    """Authorizes, then waits up to a day for an `approve` signal."""
+
+    @workflow.run
+    async def run(self, order: dict[str, Any]) -> dict[str, Any]:
+        await workflow.execute_activity("payments.authorize", order)
+        try:
+            approval = await workflow.wait_signal("approve", timeout=timedelta(days=1))
+        except TimeoutError:
+            return {"approved_by": None}
+        return {"approved_by": approval.get("by")}

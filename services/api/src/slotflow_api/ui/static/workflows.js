@@ -10,14 +10,21 @@
     const form = h("form", { class: "filters", "aria-label": "Filter workflows" });
     const type = h("input", { name: "type", type: "text", size: 18 });
     const status = h("input", { name: "status", type: "text", size: 12 });
+    // Needs attention: stuck on a non-determinism, or waiting on a signal longer than this age.
+    const attention = h("input", { name: "attention", type: "text", size: 6, placeholder: "1h" });
     type.value = queryParam("type") || "";
     status.value = queryParam("status") || "";
-    append(form, [field("Type", type), field("Status", status), h("button", { type: "submit" }, "Apply")]);
+    attention.value = queryParam("attention") || "";
+    append(form, [
+      field("Type", type), field("Status", status),
+      field("Needs attention (waiting longer than)", attention),
+      h("button", { type: "submit" }, "Apply"),
+    ]);
     form.addEventListener("submit", (event) => {
       event.preventDefault();
-      window.location.search = withQuery("", { type: type.value, status: status.value });
+      window.location.search = withQuery("", { type: type.value, status: status.value, attention: attention.value });
     });
-    const params = { type: type.value, status: status.value, limit: 50, cursor: queryParam("cursor") };
+    const params = { type: type.value, status: status.value, attention: attention.value, limit: 50, cursor: queryParam("cursor") };
     const listing = await get("/v1/workflows", params);
     const pager = h("p", { class: "pager" });
     if (listing.next_cursor) {
@@ -28,9 +35,10 @@
       { label: "Type", cell: (r) => text(r.workflow_type), cls: "mono" },
       { label: "Status", cell: (r) => badge(r.status) },
       { label: "Current step", cell: (r) => text(r.current_step) },
+      { label: "Waiting since", cell: (r) => (r.waiting_since ? fmtTime(r.waiting_since) : "–") },
       { label: "Requested", cell: (r) => fmtTime(r.requested_at || r.started_at) },
       { label: "Updated", cell: (r) => fmtTime(r.updated_at) },
-    ], listing.items || [], "No workflows yet."), pager);
+    ], listing.items || [], attention.value ? "No workflow needs attention." : "No workflows yet."), pager);
   }
 
   function historyItems(history) {
@@ -119,7 +127,9 @@
       facts([
         ["Type", text(workflow.workflow_type)],
         ["Status", badge(workflow.status)],
+        workflow.rejection ? ["Rejected", text(workflow.rejection)] : null,
         ["Current step", text(workflow.current_step)],
+        workflow.waiting_for ? ["Waiting on", `${workflow.waiting_for}, since ${fmtTime(workflow.waiting_since)}`] : null,
         ["History", workflow.last_sequence ? `${workflow.last_sequence} event(s) recorded` : "no typed history yet"],
         ["Requested", fmtTime(workflow.requested_at)],
         ["Started", fmtTime(workflow.started_at)],
