@@ -153,6 +153,52 @@ async def test_a_handler_failing_while_the_saga_compensates_lets_it_finish_once(
     assert calls == ["payments.authorize", "shipping.book", "payments.void"]
 
 
+@workflow.defn(name="signals.authorizing")
+class Authorizing:
+    """A saga block whose authorization a test holds in flight while a bad signal arrives."""
+
+    @workflow.run
+    async def run(self, order: dict[str, Any]) -> str:
+        async with Saga() as saga:
+            auth = await workflow.execute_activity("payments.authorize", order)
+            saga.add_compensation("payments.void", auth)
+            await workflow.wait_condition(lambda: False)
+            return "never"
+
+    @workflow.signal
+    def address_changed(self, address: Address) -> None:
+        pass
+
+
+async def test_a_handler_failing_while_a_saga_step_is_in_flight_waits_for_it_and_undoes_it() -> None:
+    """Like a cancel request: the authorization in flight finishes, its void is registered and run
+    (cancelled at once, the authorization would have stayed held)."""
+    calls: list[str] = []
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def authorize(ctx: RunContext) -> dict[str, Any]:
+        calls.append(ctx.handler)
+        entered.set()
+        await release.wait()
+        return {"id": ctx.run_id}
+
+    async def void(ctx: RunContext) -> None:
+        calls.append(ctx.handler)
+
+    activities = {"payments.authorize": authorize, "payments.void": void}
+    async with WorkflowEnvironment([Authorizing], activities=activities, replay_every_step=True) as env:
+        starting = asyncio.ensure_future(env.start_workflow(Authorizing, {"order_id": 9}, id="auth-9"))
+        await asyncio.wait_for(entered.wait(), timeout=5)
+        signalling = asyncio.ensure_future(env.signal("auth-9", "address_changed", {"zip": "nope"}))
+        await asyncio.sleep(0)
+        release.set()
+        await asyncio.wait_for(asyncio.gather(starting, signalling), timeout=5)
+        with pytest.raises(WorkflowFailureError) as failed:
+            await env.handle("auth-9").result()
+    assert (failed.value.error_type, failed.value.compensated) == ("ValidationError", True)
+    assert calls == ["payments.authorize", "payments.void"]
+
+
 def _old_rule_history() -> list[Any]:
     """What a run recorded before the rule: the handler's ValidationError failed the run in the
     decision that delivered the signal, with the compensation registered and never run."""

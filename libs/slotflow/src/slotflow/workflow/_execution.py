@@ -449,8 +449,8 @@ class Execution:
         """A signal handler raised: the run fails with ``error``, as if the body had raised it.
 
         The body is cancelled first (a CancelledError at its current await, deferred while it
-        compensates), so its `async with Saga()`, except or finally undoes what was done before the
-        run closes. Histories recorded before this rule (no `SIGNAL_FAILURE_COMPENSATES` marker at
+        compensates or awaits a step of its `async with Saga()` block, as a cancel request is), so
+        its Saga, except or finally undoes what was done before the run closes. Histories recorded before this rule (no `SIGNAL_FAILURE_COMPENSATES` marker at
         this point) closed the run at once and replay that way.
         """
         if self.handler_failure is not None:
@@ -461,8 +461,10 @@ class Execution:
             return
         self.failing_from_handler = True
         reason = f"signal handler {signal!r} failed: {type(error).__name__}: {error}"
-        if self.shield > 0:
-            self.cancel_pending = True  # raised at the body's next await, once it compensated
+        if self.shield > 0 or self.saga_steps_in_flight > 0:
+            # As for a cancel request: raised at the body's next await, once its compensation is
+            # done or the saga step in flight has its undo registered.
+            self.cancel_pending = True
         else:
             main.cancel(reason[:1000])
 
