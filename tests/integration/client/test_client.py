@@ -182,7 +182,10 @@ async def test_workflows_over_both_transports(
         "order-ended", "orders.checkout", order("order-ended", hold="PT1H"), wait=WAIT
     )
     await client.terminate_workflow("order-ended", reason="stuck on a bad deploy", wait=WAIT)
-    await reaches(client, "order-ended", "failed")
+    await reaches(client, "order-ended", "terminated")
+    ended = (await client.get_workflow("order-ended")).model_extra or {}
+    assert ended["error"] == {"type": "WorkflowTerminated", "message": "stuck on a bad deploy"}
+    assert [t["status"] for t in ended["timers"]] == ["cancelled"]  # the hold, cancelled with the run
 
 
 async def test_http_needs_a_token_with_the_scope(stack: Stack, http: HttpTransport) -> None:
