@@ -71,6 +71,11 @@ class CancelWorkflow(Message):
     reason: str = Field(default="", max_length=1000)
 
 
+#: The error type of the WorkflowFailed a TerminateWorkflow (or a `terminate_running` start) appends:
+#: the run ended from outside its code (the read model shows it `terminated`, not `failed`).
+WORKFLOW_TERMINATED = "WorkflowTerminated"
+
+
 class TerminateWorkflow(Message):
     """End a workflow now, without running its code or its compensations (an operator's last resort).
 
@@ -208,11 +213,17 @@ class ActivityFailed(HistoryEvent):
 
 
 class TimerStarted(HistoryEvent):
-    """The code slept: a durable timer `timer_id` (kept by the ticker) fires at `fire_at`."""
+    """The code slept: a durable timer `timer_id` (kept by the ticker) fires at `fire_at`.
+
+    `signal` names the signal a `workflow.wait_signal(name, timeout=...)` waits for when the timer
+    is that wait's timeout (the read model shows the workflow waiting on that signal, not on a
+    timer); None for a sleep or another wait's timeout. Not part of what a replay matches.
+    """
 
     message_type = "workflow.timer_started"
     timer_id: IdText
     fire_at: AwareDatetime
+    signal: Annotated[str, Field(pattern=IDENTIFIER_PATTERN)] | None = None
 
 
 class WorkflowTimerFired(HistoryEvent):

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar, get_type_hints, overload
 
 import pydantic_core
-from pydantic import TypeAdapter
+from pydantic import TypeAdapter, ValidationError
 
 from slotflow.contracts.acceptance import check_value
 from slotflow.contracts.envelope import IDENTIFIER_PATTERN
@@ -72,11 +72,41 @@ def to_json_object(value: Any, what: str) -> dict[str, Any]:
     return dumped
 
 
+#: At most this many of a payload's validation errors are named in a refusal (the rest counted).
+_ERRORS_NAMED = 5
+
+
 @dataclass(frozen=True, slots=True)
 class SignalDefinition:
     name: str
     method: Callable[..., Any]
     payload: Converter | None  # None: the handler takes no argument
+
+    def refusal(self, payload: dict[str, Any]) -> str | None:
+        """Why ``payload`` cannot be this handler's argument, or None when it decodes (a handler
+        without an argument, or typed `Any`, takes any payload).
+
+        The orchestrator asks before a SignalWorkflow reaches the run: a payload that does not fit
+        the declared type is rejected with this reason instead of failing the workflow.
+        """
+        if self.payload is None:
+            return None
+        try:
+            self.payload.load(payload)
+        except ValidationError as err:
+            problems = [
+                f"{'.'.join(str(part) for part in error['loc']) or '(the payload)'}: {error['msg']}"
+                for error in err.errors()[:_ERRORS_NAMED]
+            ]
+            more = err.error_count() - len(problems)
+            listed = "; ".join(problems) + (f"; and {more} more" if more > 0 else "")
+            return f"the payload does not fit {self._parameter()}: {listed}"
+        except Exception as err:  # noqa: BLE001 - a validator of the user's raising anything else
+            return f"the payload does not fit {self._parameter()}: {type(err).__name__}: {err}"
+        return None
+
+    def _parameter(self) -> str:
+        return f"the parameter of handler {self.method.__qualname__}"
 
 
 @dataclass(frozen=True, slots=True)

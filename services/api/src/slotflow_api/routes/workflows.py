@@ -8,6 +8,7 @@ from fastapi.responses import JSONResponse
 from pydantic import AwareDatetime
 
 from slotflow.contracts import CancelWorkflow, SignalWorkflow, StartWorkflow, TerminateWorkflow
+from slotflow.core.durations import parse_duration_text
 from slotflow_api import read_model
 from slotflow_api.app_state import Services, services
 from slotflow_api.bodies import DeepJsonRoute
@@ -41,11 +42,21 @@ async def list_workflows(
     status: Annotated[str | None, Query(max_length=50)] = None,
     start: Annotated[AwareDatetime | None, Query(alias="from")] = None,
     end: Annotated[AwareDatetime | None, Query(alias="to")] = None,
+    attention: Annotated[
+        str | None,
+        Query(
+            max_length=50,
+            description="only the workflows that need an operator: stuck on a non-determinism, or "
+            "waiting on a signal for longer than this age (`30m`, `1h`, `2d`, seconds, or ISO 8601 "
+            "`PT1H`)",
+        ),
+    ] = None,
     limit: Limit = 50,
     cursor: Cursor = None,
 ) -> read_model.Page:
     if start is not None and end is not None and end <= start:
         raise BadRequest("`to` must be after `from`")
+    age = _attention_age(attention) if attention is not None else None
     return await read_model.list_workflows(
         s.pool,
         s.schema,
@@ -55,7 +66,19 @@ async def list_workflows(
         end=end,
         limit=limit,
         cursor=cursor,
+        attention=age,
     )
+
+
+def _attention_age(text: str) -> timedelta:
+    """The age of the `attention` filter; a 400 naming the forms it takes otherwise."""
+    try:
+        age = parse_duration_text(text)
+    except ValueError as err:
+        raise BadRequest(f"attention: {err}") from err
+    if age < timedelta(0):
+        raise BadRequest(f"attention: {text!r} is negative; give the age a wait must pass, e.g. 1h")
+    return age
 
 
 @router.get(
