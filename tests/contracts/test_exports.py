@@ -22,6 +22,8 @@ PINNED = {
     "OpenDownstream", "CloseDownstream", "ConfigureDownstream", "DownstreamChanged", "DownstreamReported",
     "DownstreamSettings",
     "ActivityParked",
+    # redrives through the owners (docs/decisions/0007)
+    "ActivityRetried", "RetryActivity", "RedriveRequested", "RedriveOutcome",
 }  # fmt: skip
 
 

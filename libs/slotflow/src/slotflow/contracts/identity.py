@@ -9,8 +9,14 @@ violation is an `InvalidPayload` (reason `invalid_payload`) whose message says w
 
 import re
 
-from slotflow.contracts.dlq import DeadLettered
-from slotflow.contracts.envelope import Envelope, Message, fit_id
+from slotflow.contracts.dlq import (
+    DeadLettered,
+    RedriveOutcome,
+    RedriveRequested,
+    redrive_outcome_id,
+    redrive_request_id,
+)
+from slotflow.contracts.envelope import Envelope, Message, fit_id, fit_key
 from slotflow.contracts.runs import JobDue, RunEvent
 from slotflow.contracts.timers import (
     DEADLINE_SUFFIX,
@@ -60,6 +66,18 @@ def identity_violation(envelope: Envelope, message: Message) -> str | None:
         wanted = fit_id(f"{message.topic}:{message.partition}:{message.offset}")
         if envelope.id != wanted:
             return f"dead letter id {_shown(envelope.id)} is not its origin {_shown(wanted)}"
+    if isinstance(message, RedriveRequested | RedriveOutcome):
+        # A request and its answer are named by the request id, keyed by the letter they are about.
+        wanted = (
+            redrive_request_id(message.request_id)
+            if isinstance(message, RedriveRequested)
+            else redrive_outcome_id(message.request_id)
+        )
+        if envelope.id != wanted:
+            return f"{envelope.type} id {_shown(envelope.id)} is not {_shown(wanted)}"
+        if envelope.key != fit_key(message.dead_letter_id):
+            return f"{envelope.type} keyed {_shown(envelope.key)}, not by its dead letter id"
+        return None
     if isinstance(message, StartTimer):
         return timer_id_violation(message)
     if isinstance(message, CancelTimer):

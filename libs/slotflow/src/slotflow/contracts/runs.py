@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from slotflow.contracts.envelope import Message
-from slotflow.contracts.policies import OverlapPolicy, RetryPolicy
+from slotflow.contracts.policies import DeadLetterPolicy, OverlapPolicy, RetryPolicy
 from slotflow.contracts.schedules import HandlerName
 
 
@@ -31,6 +31,13 @@ class JobDue(Message):
     #: Set for workflow activities: where the result goes.
     workflow_id: str | None = None
     sequence: int | None = None
+    #: An activity's: whether its workflow parks the run's letter in the DLQ when the claimers give
+    #: up (`park`), or takes the failure as history it handles (`fail`: no letter is parked).
+    on_dead_letter: DeadLetterPolicy = "fail"
+    #: Above 0 on a redrive's JobDue (the ticker re-issuing a slot, the orchestrator retrying a
+    #: parked activity): the run's redrive number. The claimer reopens a dead-lettered run only for
+    #: a number above its row's, and never creates a run for such a JobDue (docs/decisions/0007).
+    redrive: int = Field(default=0, ge=0)
 
 
 class AttemptRecord(BaseModel):
