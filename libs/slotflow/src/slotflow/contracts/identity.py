@@ -105,9 +105,9 @@ def job_due_violation(envelope_id: str, job: JobDue) -> str | None:
         return f"run id {_shown(job.run_id)} is not {_shown(wanted)} (its job and slot)"
     if (job.kind == "retry") != (job.attempt > 1):
         return f"kind {job.kind} with attempt {job.attempt}: only a retry is past the first attempt"
-    event_id = job_due_event_id(job.run_id, job.attempt)
+    event_id = job_due_event_id(job.run_id, job.attempt, job.redrive)
     if envelope_id != event_id:
-        return f"envelope id {_shown(envelope_id)} is not {_shown(event_id)} (run id and attempt)"
+        return f"envelope id {_shown(envelope_id)} is not {_shown(event_id)} (run id, attempt and redrive)"
     return None
 
 
@@ -124,6 +124,8 @@ def timer_id_violation(timer: StartTimer) -> str | None:
         job = action.job
         if job.kind != "retry":
             return f"a timer fires a retry's JobDue (kind retry, attempt 2 or more), not kind {job.kind}"
+        if job.redrive:
+            return "a timer fires a retry's JobDue, never a redrive's re-issue (redrive 0)"
         forged = job_due_violation(job_due_event_id(job.run_id, job.attempt), job)
         if forged is not None:
             return f"the JobDue the timer fires is not what it says: {forged}"

@@ -34,6 +34,7 @@ from slotflow.contracts import RedriveOutcome, RedriveRequested, wrap
 from slotflow.contracts.dlq import RedriveOutcomeKind, redrive_outcome_id
 from slotflow.contracts.envelope import Envelope, fit_key
 from slotflow.contracts.topics import DLQ_MESSAGES, DLQ_REDRIVES
+from slotflow.core.stopping import sleep_or_stop
 from slotflow.errors import PermanentError, TransientStorageError
 from slotflow.kafka.access import start_failure
 from slotflow.kafka.consumer import Consumer
@@ -243,10 +244,20 @@ class RedriveResponder:
             max_bytes=self._kafka.max_message_bytes,
             poll_timeout_ms=self._poll_timeout_ms,
         )
+        # A broker not up yet is waited for (requests keep on the topic); a refused login or ACL
+        # is not (KafkaAuthenticationFailed, KafkaAccessDenied stop the service with their reason).
+        while True:
+            try:
+                await consumer.start()
+                break
+            except TransientStorageError as err:
+                log.warning("%s: redrive consumer not started yet: %s", self._service, err)
+                if await sleep_or_stop(stop, 1.0):
+                    return
         try:
-            async with consumer:
-                await loop.run(stop)
+            await loop.run(stop)
         finally:
+            await consumer.stop()
             await self.reader.stop()
 
     async def _on_incoming(self, incoming: Incoming) -> None:
