@@ -1,7 +1,10 @@
-"""An activity parked in the DLQ and redriven, on the real broker and database with a real
+"""A parked activity, retried through its workflow, on the real broker and database with a real
 claimer, ticker (the claimer's retries) and DLQ service: the claimers give up on it, the step is
-marked failed with the DLQ reason while the workflow waits; once the cause is fixed, a redrive of
-the parked run lets the workflow go on to completion, each attempt's effect recorded once."""
+marked parked with the DLQ reason while the workflow waits, and its letter names the workflow. A
+bulk redrive leaves it out; a redrive naming it by id is routed to the orchestrator, which retries
+it from its own history (ActivityRetried, the JobDue re-issued) and the workflow completes, each
+attempt's effect recorded once. A retry of an activity that is no longer parked is refused with the
+reason, and so is a RetryActivity for it."""
 
 from collections.abc import AsyncIterator
 
@@ -11,14 +14,19 @@ from slotflow.commands import publish_command
 from slotflow.contracts import (
     ActivityCompleted,
     ActivityParked,
+    ActivityRetried,
+    CommandRejected,
     DeadLetterFilter,
     RedriveDeadLetters,
+    RetryActivity,
     WorkflowCompleted,
 )
+from slotflow.contracts.topics import DLQ_EVENTS, WORKFLOW_EVENTS
 from slotflow.kafka.producer import Producer
 from slotflow.settings import KafkaSettings
 from slotflow.testing import assert_eventually
 from tests.integration.dlq.conftest import Running, start_dlq, stop_dlq
+from tests.integration.dlq.helpers import read_messages
 from tests.integration.orchestrator.support import Workflows
 from tests.integration.ticker.support import Replica
 
@@ -30,7 +38,13 @@ async def dlq(kafka: KafkaSettings, pg_dsn: str) -> AsyncIterator[Running]:
     await stop_dlq(running)
 
 
-async def test_a_parked_activity_fails_its_step_and_a_redrive_lets_the_workflow_go_on(
+async def letter_status(dlq: Running, dead_letter_id: str) -> tuple[str, str]:
+    row = await dlq.pool.fetchrow("SELECT status, note FROM dlq.dead_letters WHERE id = $1", dead_letter_id)
+    assert row is not None
+    return str(row["status"]), str(row["note"])
+
+
+async def test_a_parked_activity_is_retried_only_through_its_workflow(
     kafka: KafkaSettings, producer: Producer, ticker: Replica, dlq: Running, workflows: Workflows
 ) -> None:
     await workflows.start("pk-1", "tests.parked_booking", {"order_id": "pk-1"}, "start-pk-1")
@@ -48,6 +62,12 @@ async def test_a_parked_activity_fails_its_step_and_a_redrive_lets_the_workflow_
         return await dlq.count("run_id = 'pk-1/2' AND status = 'parked'") == 1
 
     await assert_eventually(in_the_dlq, timeout=30, message="the activity's run parked in the DLQ")
+    row = await dlq.pool.fetchrow(
+        "SELECT id, workflow_id, sequence FROM dlq.dead_letters WHERE run_id = 'pk-1/2'"
+    )
+    assert row is not None
+    letter_id = str(row["id"])
+    assert (row["workflow_id"], row["sequence"]) == ("pk-1", 2)  # marked as the workflow's
     # Parked, the workflow waits: nothing more is appended while the run stays in the DLQ.
     assert [e.message_type for e in await workflows.history("pk-1")] == [
         "workflow.started",
@@ -55,23 +75,84 @@ async def test_a_parked_activity_fails_its_step_and_a_redrive_lets_the_workflow_
         "workflow.activity_parked",
     ]
 
+    # A bulk redrive (no ids) leaves the workflow's letter out, says so, and changes nothing.
+    bulk = RedriveDeadLetters(selection=DeadLetterFilter(run_id="pk-1/2"))
+    await publish_command(producer, kafka, bulk, command_id="redrive-pk-1-bulk", source="test")
+    answers = await read_messages(kafka, kafka.topic(DLQ_EVENTS), 2)
+    [rejected] = [m for _, m in answers if isinstance(m, CommandRejected)]
+    assert rejected.command_id == "redrive-pk-1-bulk"
+    assert "1 workflows' parked activities, which a bulk redrive leaves out" in rejected.reason
+    assert (await letter_status(dlq, letter_id))[0] == "parked"
+
     await workflows.db.execute("INSERT INTO carrier_open (order_id) VALUES ('pk-1')")  # the fix
-    redrive = RedriveDeadLetters(selection=DeadLetterFilter(run_id="pk-1/2"))
-    await publish_command(producer, kafka, redrive, command_id="redrive-pk-1", source="test")
+    by_id = RedriveDeadLetters(selection=DeadLetterFilter(ids=(letter_id,)))
+    await publish_command(producer, kafka, by_id, command_id="redrive-pk-1", source="test")
 
     events = await workflows.wait("pk-1", "workflow.completed")
     assert [e.message_type for e in events] == [
         "workflow.started",
         "workflow.activity_scheduled",
         "workflow.activity_parked",
+        "workflow.activity_retried",
         "workflow.activity_completed",
         "workflow.completed",
     ]
-    completed = events[3]
+    retried = events[3]
+    assert isinstance(retried, ActivityRetried)
+    assert (retried.scheduled_sequence, retried.redrive, retried.command_id) == (2, 1, "redrive-pk-1")
+    completed = events[4]
     assert isinstance(completed, ActivityCompleted)
     assert completed.scheduled_sequence == 2
     done = events[-1]
     assert isinstance(done, WorkflowCompleted)
     assert done.result == {"order_id": "pk-1", "booking": "book-pk-1/2"}
-    # Two attempts before the DLQ, one after the redrive.
+    # Two attempts before the DLQ, one after the retry.
     assert await workflows.effects("pk-1/") == ["shipping.book"] * 3
+
+    async def redriven() -> bool:
+        return (await letter_status(dlq, letter_id))[0] == "redriven"
+
+    await assert_eventually(redriven, timeout=30, message="the orchestrator's answer marked it redriven")
+    assert (
+        "retried activity shipping.book #2 of workflow pk-1 (redrive 1)"
+        in (await letter_status(dlq, letter_id))[1]
+    )
+
+    # Again, now that the workflow closed: refused by the orchestrator with its reason.
+    again = RedriveDeadLetters(selection=DeadLetterFilter(ids=(letter_id,), status="redriven"))
+    await publish_command(producer, kafka, again, command_id="redrive-pk-1-again", source="test")
+
+    async def refused() -> bool:
+        return (await letter_status(dlq, letter_id))[0] == "redrive_failed"
+
+    await assert_eventually(refused, timeout=30, message="the second redrive refused")
+    note = (await letter_status(dlq, letter_id))[1]
+    assert "refused by the orchestrator: workflow pk-1 is closed (completed)" in note
+    retry = RetryActivity(workflow_id="pk-1", sequence=2)
+    await workflows.send(retry, "retry-pk-1")
+    acks = await read_messages(kafka, kafka.topic(WORKFLOW_EVENTS), 2)
+    [no] = [m for _, m in acks if isinstance(m, CommandRejected) and m.command_id == "retry-pk-1"]
+    assert "workflow pk-1 is closed (completed): it no longer waits on shipping.book #2" in no.reason
+    assert await workflows.effects("pk-1/") == ["shipping.book"] * 3
+
+
+async def test_retry_activity_resumes_a_parked_workflow(
+    kafka: KafkaSettings, producer: Producer, ticker: Replica, dlq: Running, workflows: Workflows
+) -> None:
+    await workflows.start("pk-2", "tests.parked_booking", {"order_id": "pk-2"}, "start-pk-2")
+    await workflows.wait("pk-2", "workflow.activity_parked")
+    # Not parked at #1 (the start), nothing at #9: refused with the reason, nothing appended.
+    await workflows.send(RetryActivity(workflow_id="pk-2", sequence=9), "retry-pk-2-nothing")
+    await workflows.db.execute("INSERT INTO carrier_open (order_id) VALUES ('pk-2')")
+    await workflows.send(RetryActivity(workflow_id="pk-2", sequence=2, reason="carrier back"), "retry-pk-2")
+    events = await workflows.wait("pk-2", "workflow.completed")
+    assert [e.message_type for e in events][2:] == [
+        "workflow.activity_parked",
+        "workflow.activity_retried",
+        "workflow.activity_completed",
+        "workflow.completed",
+    ]
+    acks = await read_messages(kafka, kafka.topic(WORKFLOW_EVENTS), 3)
+    rejected = {m.command_id: m.reason for _, m in acks if isinstance(m, CommandRejected)}
+    assert rejected == {"retry-pk-2-nothing": "workflow pk-2 has no activity at #9"}
+    assert await workflows.effects("pk-2/") == ["shipping.book"] * 3

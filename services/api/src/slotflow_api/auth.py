@@ -147,6 +147,7 @@ ROUTE_SCOPES: Mapping[tuple[str, str], Scope | None] = {
     ("POST", "/v1/workflows/{workflow_id}/signal"): "operate",
     ("POST", "/v1/workflows/{workflow_id}/cancel"): "operate",
     ("POST", "/v1/workflows/{workflow_id}/terminate"): "operate",
+    ("POST", "/v1/workflows/{workflow_id}/activities/{sequence}/retry"): "operate",
     ("GET", "/v1/dlq"): "read",
     ("POST", "/v1/dlq/redrive"): "operate",
     ("POST", "/v1/dlq/discard"): "operate",

@@ -2,9 +2,11 @@
 
 Loops (under `slotflow.service.Supervisor`, drained in this order):
 
-- `intake`: one consumer in the orchestrator group over the workflow commands, the run events and
-  the timer events; each poll's inputs are recorded in one transaction (`intake.admit`), then the
-  offsets are committed. Poison goes to the DLQ.
+- `intake`: one consumer in the orchestrator group over the workflow commands, the run events, the
+  timer events and the dlq's redrive requests; each poll's inputs are recorded in one transaction
+  (`intake.admit`), then the offsets are committed. Poison goes to the DLQ. A redrive request for a
+  workflow's parked activity is an input of its decision; one for a record the orchestrator
+  refused reads it back and takes it again (docs/decisions/0007).
 - `decider` (`decider_loop.DeciderLoop`): holds the leases of the command-topic partitions the
   group assigned to this process and decides the workflows of those shards with waiting inputs
   (`deciding.Decisions`).
@@ -16,14 +18,15 @@ import asyncio
 import logging
 from pathlib import Path
 
-from slotflow.contracts import TimerFired
+from slotflow.contracts import Envelope, RedriveRequested, TimerFired
 from slotflow.contracts.catalogue import RUN_EVENT_TYPES, WORKFLOW_COMMAND_TYPES, Messages
-from slotflow.contracts.topics import DLQ_MESSAGES, RUN_EVENTS, TIMER_EVENTS, WORKFLOW_COMMANDS
+from slotflow.contracts.topics import DLQ_MESSAGES, DLQ_REDRIVES, RUN_EVENTS, TIMER_EVENTS, WORKFLOW_COMMANDS
 from slotflow.errors import SlotflowError
 from slotflow.kafka.consumer import Consumer
 from slotflow.kafka.loop import ConsumeLoop, Incoming
 from slotflow.kafka.producer import Producer
 from slotflow.kafka.records import Record
+from slotflow.kafka.redrive import Answer, RedriveResponder
 from slotflow.pg.migrations import MigrationSource
 from slotflow.pg.outbox import OutboxRelay
 from slotflow.pg.pool import Pool, wait_for_pool
@@ -32,7 +35,7 @@ from slotflow.service import Supervisor, metrics_listener, migrate, sleep_or_sto
 from slotflow_orchestrator.config import Settings
 from slotflow_orchestrator.decider_loop import RECOVERABLE, DeciderLoop
 from slotflow_orchestrator.deciding import Decisions
-from slotflow_orchestrator.intake import OUTAGES, admit, prune_inbox
+from slotflow_orchestrator.intake import OUTAGES, admit, prune_inbox, workflow_redrive
 from slotflow_orchestrator.leases import Leases
 from slotflow_orchestrator.metrics import OrchestratorMetrics
 from slotflow_orchestrator.outbound import Outbound
@@ -43,7 +46,7 @@ log = logging.getLogger(__name__)
 
 MIGRATIONS = MigrationSource("orchestrator", Path(__file__).parent / "migrations")
 #: Everything the three consumed topics carry; anything else there is poison.
-ACCEPTED: Messages = (*WORKFLOW_COMMAND_TYPES, *RUN_EVENT_TYPES, TimerFired)
+ACCEPTED: Messages = (*WORKFLOW_COMMAND_TYPES, *RUN_EVENT_TYPES, TimerFired, RedriveRequested)
 
 
 class NotRunning(SlotflowError):
@@ -75,6 +78,7 @@ class OrchestratorService:
         self._shards = 0
         self.leases: Leases | None = None
         self.decisions: Decisions | None = None
+        self._redrives: RedriveResponder | None = None
 
     @property
     def pool(self) -> Pool:
@@ -96,6 +100,7 @@ class OrchestratorService:
                 kafka.topic(WORKFLOW_COMMANDS),
                 kafka.topic(RUN_EVENTS),
                 kafka.topic(TIMER_EVENTS),
+                kafka.topic(DLQ_REDRIVES),
                 group_id=self.settings.group_id(),
                 client_id=f"orchestrator-{self.owner}",
                 max_poll_records=cfg.max_poll_records,
@@ -141,6 +146,22 @@ class OrchestratorService:
             outage_types=OUTAGES,
             on_dead_letter=self._own_poison,
         )
+        # The orchestrator owns what it refused on its three topics: a redrive reads such a record
+        # back and takes it through the intake again (requests arrive on the intake's consumer).
+        again = intake.rehandler()
+        self._redrives = RedriveResponder(
+            kafka,
+            service="orchestrator",
+            producer=producer,
+            group_id=self.settings.group_id(),
+            rehandlers={
+                kafka.topic(WORKFLOW_COMMANDS): again,
+                kafka.topic(RUN_EVENTS): again,
+                kafka.topic(TIMER_EVENTS): again,
+            },
+            on_request=self._unroutable_redrive,
+            client_id=f"orchestrator-redrives-{self.owner}",
+        )
         commands_topic = kafka.topic(WORKFLOW_COMMANDS)
         supervisor = Supervisor("orchestrator")
         supervisor.add("intake", intake.run, stage=0)
@@ -171,6 +192,7 @@ class OrchestratorService:
             try:
                 await supervisor.run(stop)
             finally:
+                await self._redrives.reader.stop()
                 for shard in list(self.leases.held):
                     try:
                         await self.leases.release(shard)
@@ -212,6 +234,18 @@ class OrchestratorService:
             self.metrics.inputs.labels(type_).inc()
         if self.leases is not None and admitted.shards & set(self.leases.held):
             self._wake.set()
+        # Redrive requests that are no workflow's input: answered here, after the batch is recorded.
+        for incoming in batch:
+            request = incoming.message
+            if isinstance(request, RedriveRequested) and not workflow_redrive(request) and self._redrives:
+                await self._redrives.respond(incoming)
+
+    async def _unroutable_redrive(self, envelope: Envelope, request: RedriveRequested) -> Answer | None:
+        del envelope
+        return Answer.refused(
+            f"the orchestrator retries a workflow's parked activity, and this {request.kind} redrive names "
+            "no workflow and sequence"
+        )
 
     async def _on_input(self, incoming: Incoming) -> None:
         await self._on_inputs([incoming])

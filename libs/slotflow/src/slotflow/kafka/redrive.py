@@ -261,6 +261,11 @@ class RedriveResponder:
             await self.reader.stop()
 
     async def _on_incoming(self, incoming: Incoming) -> None:
+        await self.respond(incoming)
+
+    async def respond(self, incoming: Incoming) -> None:
+        """Carry out a request addressed to this service and send its answer (another service's
+        request is left alone). For a service whose own consumer reads the request topic."""
         request = incoming.message
         if not isinstance(request, RedriveRequested) or request.target != self._service:
             return  # another owner's request

@@ -7,7 +7,7 @@ from fastapi import APIRouter, Body, Depends, Path, Query
 from fastapi.responses import JSONResponse
 from pydantic import AwareDatetime
 
-from slotflow.contracts import CancelWorkflow, SignalWorkflow, StartWorkflow, TerminateWorkflow
+from slotflow.contracts import CancelWorkflow, RetryActivity, SignalWorkflow, StartWorkflow, TerminateWorkflow
 from slotflow.contracts.envelope import IDENTIFIER_PATTERN
 from slotflow_api import read_model
 from slotflow_api.app_state import Services, services
@@ -154,4 +154,22 @@ async def terminate_workflow(
     wait: Wait = None,
 ) -> JSONResponse:
     message = TerminateWorkflow(workflow_id=workflow_id, reason=(body or CancelBody()).reason)
+    return await submit(s, message, idempotency_key=idempotency_key, wait=wait)
+
+
+@router.post(
+    "/v1/workflows/{workflow_id}/activities/{sequence}/retry",
+    status_code=202,
+    responses=COMMAND_RESPONSES,
+    summary="Retry a parked activity: only while the workflow still waits on it (RetryActivity)",
+)
+async def retry_activity(
+    s: Annotated[Services, Depends(services)],
+    workflow_id: WorkflowId,
+    sequence: Annotated[int, Path(ge=1, le=2_147_483_647, description="the activity's sequence")],
+    body: Annotated[CancelBody | None, Body()] = None,
+    idempotency_key: IdempotencyKey = None,
+    wait: Wait = None,
+) -> JSONResponse:
+    message = RetryActivity(workflow_id=workflow_id, sequence=sequence, reason=(body or CancelBody()).reason)
     return await submit(s, message, idempotency_key=idempotency_key, wait=wait)
