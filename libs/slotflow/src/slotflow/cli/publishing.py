@@ -38,6 +38,8 @@ class Published:
     key: str
     status: str | None = None
     reason: str | None = None
+    #: What its consumer said it did (a DLQ command: "redrove 3 dead letter(s); ...").
+    detail: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -49,6 +51,8 @@ class Published:
         if self.status is not None:
             body["status"] = self.status
             body["reason"] = self.reason
+        if self.detail is not None:
+            body["detail"] = self.detail
         return body
 
 
@@ -118,6 +122,7 @@ def wait_for_outcome(api: ApiClient, published: Published, *, wait: float) -> Pu
         published.key,
         status=status.status,
         reason=status.reason,
+        detail=status.detail,
     )
     if result.status == "rejected":
         raise CommandRejected(
