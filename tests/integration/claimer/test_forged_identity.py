@@ -205,7 +205,7 @@ async def test_redrive_with_wait_answers_once_the_dlq_reports_the_entry_asked_of
     assert response.status_code == 200, response.text
     assert response.json()["status"] == "accepted"  # not `published`: the DLQ service answered
     # What it did, as the dlq said it: the letter's owner (the claimer, which consumes jobs.due) asked.
-    assert response.json()["detail"].startswith(
+    assert response.json()["summary"].startswith(
         "redrove 1 dead letter(s); 1 asked of their owners (claimer 1)"
     )
     # Read-your-writes: the entry is asked of its owner in the read model by the time the answer

@@ -746,16 +746,16 @@ async def _command_seen(conn: Conn, schema: str, fact: Fact) -> None:
 
 # The acknowledgement sets the status and the reason; type and subject only fill blanks.
 _UPSERT_ACKNOWLEDGED = """
-INSERT INTO {schema}.commands (command_id, command_type, subject, status, reason, acknowledged_at, detail)
+INSERT INTO {schema}.commands (command_id, command_type, subject, status, reason, acknowledged_at, summary)
 VALUES ($1, $2, $3, $4, $5, $6, $7)
 ON CONFLICT (command_id) DO UPDATE SET status = EXCLUDED.status, reason = EXCLUDED.reason,
     acknowledged_at = EXCLUDED.acknowledged_at,
     command_type = COALESCE(commands.command_type, EXCLUDED.command_type),
     subject = COALESCE(commands.subject, EXCLUDED.subject),
-    detail = COALESCE(EXCLUDED.detail, commands.detail)
+    summary = COALESCE(EXCLUDED.summary, commands.summary)
 """
 #: Commands whose acceptance says what they did (the dlq's: "redrove 3 dead letter(s); ..."),
-#: kept as the command's `detail`.
+#: kept as the command's `summary`.
 DETAILED = frozenset(m.message_type for m in DLQ_COMMAND_TYPES)
 
 

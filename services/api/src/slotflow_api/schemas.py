@@ -440,7 +440,7 @@ class CommandStatus(BaseModel):
         default=None,
         description="who issued it (token:<name>, oidc:<subject>, bootstrap, anonymous when auth is off)",
     )
-    detail: str | None = Field(
+    summary: str | None = Field(
         default=None,
         description='what its consumer said it did, for a DLQ command: "redrove 3 dead letter(s); ..."',
     )

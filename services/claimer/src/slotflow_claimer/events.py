@@ -272,5 +272,9 @@ def _headers(message_type: str, version: int) -> str:
 def job_due_envelope(job: JobDue, *, at: datetime, source: str = SOURCE) -> Envelope:
     """A JobDue envelope as the ticker would publish it (tests and benchmarks use this)."""
     return wrap(
-        job, id=job_due_event_id(job.run_id, job.attempt, job.redrive), key=job.job_id, source=source, occurred_at=at
+        job,
+        id=job_due_event_id(job.run_id, job.attempt, job.redrive),
+        key=job.job_id,
+        source=source,
+        occurred_at=at,
     )

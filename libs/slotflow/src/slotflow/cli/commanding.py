@@ -76,9 +76,9 @@ def send(ctx: Context, message: Message) -> int:
         ]
         if published.status is not None:
             pairs.append(("status", published.status))
-        if published.detail:
+        if published.summary:
             # What the consumer did, as it said it: "redrove 3 dead letter(s); ...".
-            pairs.append(("result", published.detail))
+            pairs.append(("result", published.summary))
         ctx.emit_fields(pairs)
     if published.status in OPEN_STATUSES:
         ctx.note(

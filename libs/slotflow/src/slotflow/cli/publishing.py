@@ -39,7 +39,7 @@ class Published:
     status: str | None = None
     reason: str | None = None
     #: What its consumer said it did (a DLQ command: "redrove 3 dead letter(s); ...").
-    detail: str | None = None
+    summary: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -51,8 +51,8 @@ class Published:
         if self.status is not None:
             body["status"] = self.status
             body["reason"] = self.reason
-        if self.detail is not None:
-            body["detail"] = self.detail
+        if self.summary is not None:
+            body["summary"] = self.summary
         return body
 
 
@@ -122,7 +122,7 @@ def wait_for_outcome(api: ApiClient, published: Published, *, wait: float) -> Pu
         published.key,
         status=status.status,
         reason=status.reason,
-        detail=status.detail,
+        summary=status.summary,
     )
     if result.status == "rejected":
         raise CommandRejected(

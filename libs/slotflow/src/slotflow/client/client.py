@@ -416,7 +416,7 @@ class Client:
         wait: float | None = None,
     ) -> Sent:
         """Ask each selected dead letter's owner to redrive it (docs/dlq.md, "Redriving"). With
-        ``wait``, `Sent.outcome.detail` says what was done ("redrove 3 dead letter(s); ..."), and a
+        ``wait``, `Sent.outcome.summary` says what was done ("redrove 3 dead letter(s); ..."), and a
         selection matching nothing raises `CommandRejected`. Each letter reads `redriving` until
         its owner answers (`get_dead_letter`).
 
@@ -424,7 +424,7 @@ class Client:
 
             preview = await client.preview_redrive(DeadLetterFilter(reason="unknown_handler"))
             sent = await client.redrive_dead_letters(DeadLetterFilter(reason="unknown_handler"), wait=10)
-            print(sent.outcome.detail)
+            print(sent.outcome.summary)
 
         Raises:
             InvalidRequest: the selection does not narrow (no ids, source, topic, reason, job, run or

@@ -37,7 +37,7 @@ class CommandStatus(_Body):
     subject: str | None = None
     principal: str | None = None
     #: What its consumer said it did, for a DLQ command ("redrove 3 dead letter(s); ...").
-    detail: str | None = None
+    summary: str | None = None
 
     @property
     def final(self) -> bool:

@@ -47,7 +47,7 @@ async def command_status(s: Services, command_id: str) -> CommandStatus:
         published_at=row["published_at"],
         acknowledged_at=row["acknowledged_at"],
         principal=row["principal"],
-        detail=row["detail"],
+        summary=row["summary"],
     )
 
 
@@ -56,7 +56,7 @@ def _settled(status: CommandStatus) -> bool:
     events may mark it accepted before its CommandAccepted, with the count, is projected."""
     if status.status not in FINAL:
         return False
-    return not (status.status == "accepted" and status.command_type in DETAILED and status.detail is None)
+    return not (status.status == "accepted" and status.command_type in DETAILED and status.summary is None)
 
 
 async def wait_for_command(s: Services, command_id: str, seconds: float) -> CommandStatus:
