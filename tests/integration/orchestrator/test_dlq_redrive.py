@@ -4,9 +4,11 @@ marked parked with the DLQ reason while the workflow waits, and its letter names
 bulk redrive leaves it out; a redrive naming it by id is routed to the orchestrator, which retries
 it from its own history (ActivityRetried, the JobDue re-issued) and the workflow completes, each
 attempt's effect recorded once. A retry of an activity that is no longer parked is refused with the
-reason, and so is a RetryActivity for it."""
+reason, and so is a RetryActivity for it. A saga step that failed and was compensated parks no
+letter, and an older claimer's letter for it cannot be redriven."""
 
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 
 import pytest
 
@@ -15,14 +17,19 @@ from slotflow.contracts import (
     ActivityCompleted,
     ActivityParked,
     ActivityRetried,
+    ActivityScheduled,
     CommandRejected,
     DeadLetterFilter,
     RedriveDeadLetters,
     RetryActivity,
     WorkflowCompleted,
 )
-from slotflow.contracts.topics import DLQ_EVENTS, WORKFLOW_EVENTS
+from slotflow.contracts.topics import DLQ_EVENTS, DLQ_MESSAGES, WORKFLOW_EVENTS
+from slotflow.errors import PermanentError
+from slotflow.kafka.poison import dead_letter_envelope
 from slotflow.kafka.producer import Producer
+from slotflow.kafka.reading import read_to_end
+from slotflow.kafka.records import Record
 from slotflow.settings import KafkaSettings
 from slotflow.testing import assert_eventually
 from tests.integration.dlq.conftest import Running, start_dlq, stop_dlq
@@ -156,3 +163,88 @@ async def test_retry_activity_resumes_a_parked_workflow(
     rejected = {m.command_id: m.reason for _, m in acks if isinstance(m, CommandRejected)}
     assert rejected == {"retry-pk-2-nothing": "workflow pk-2 has no activity at #9"}
     assert await workflows.effects("pk-2/") == ["shipping.book"] * 3
+
+
+async def test_a_compensated_saga_steps_letter_cannot_be_redriven(
+    kafka: KafkaSettings, producer: Producer, ticker: Replica, dlq: Running, workflows: Workflows
+) -> None:
+    """The finding: a declined capture that its saga handled (payments.void ran) was parked like
+    poison, and its redrive ran payments.capture again after the void. Now the capture's final
+    failure is the workflow's alone (no letter), and an older claimer's letter for it, redriven by
+    id, is refused by the orchestrator with the reason; the capture does not run again."""
+    order = {"order_id": "1002", "capture_fails": True}
+    await workflows.start("order-1002", "tests.checkout", order, "start-order-1002")
+    events = await workflows.wait("order-1002", "workflow.failed")
+    [capture] = [e for e in events if isinstance(e, ActivityScheduled) and e.activity == "payments.capture"]
+    compensations = [e for e in events if isinstance(e, ActivityScheduled) and e.compensates is not None]
+    assert [c.activity for c in compensations] == ["inventory.release", "payments.void"]
+    assert await workflows.effects("order-1002/") == [
+        "payments.authorize",
+        "inventory.reserve",
+        "payments.capture",
+        "inventory.release",
+        "payments.void",
+    ]
+    # The declined capture parked no letter: the workflow handled it (its RunDeadLettered and any
+    # letter leave the claimer's outbox together, so the DLQ topic holds it by now if it exists).
+    parked = await read_to_end(kafka, kafka.topic(DLQ_MESSAGES))
+    assert [r for r in parked if capture.run_id.encode() in (r.value or b"")] == []
+
+    # An older claimer parked one: its letter is the capture's JobDue, as that claimer stored it.
+    row = await workflows.db.fetchrow(
+        "SELECT due_topic, due_partition, due_offset, due_key, due_value FROM claimer.runs WHERE run_id = $1",
+        capture.run_id,
+    )
+    assert row is not None
+    record = Record(
+        row["due_topic"],
+        row["due_partition"],
+        row["due_offset"],
+        row["due_key"],
+        bytes(row["due_value"]),
+        (),
+        None,
+    )
+    legacy = dead_letter_envelope(
+        record,
+        PermanentError("capture of order 1002 declined"),
+        source_service="claimer",
+        occurred_at=datetime.now(UTC),
+        reason="permanent_error",
+        run_id=capture.run_id,
+        job_id="order-1002",
+    )
+    await producer.send(kafka.topic(DLQ_MESSAGES), legacy)
+
+    async def in_the_dlq() -> bool:
+        return (
+            await dlq.count(
+                "id = $1 AND workflow_id = 'order-1002' AND sequence = $2", legacy.id, capture.sequence
+            )
+            == 1
+        )
+
+    await assert_eventually(in_the_dlq, timeout=30, message="the legacy letter marked as the workflow's")
+    # A bulk redrive by failure reason leaves it out; one naming it is refused with the reason.
+    bulk = RedriveDeadLetters(selection=DeadLetterFilter(reason="permanent_error"))
+    await publish_command(producer, kafka, bulk, command_id="redrive-declined-bulk", source="test")
+    by_id = RedriveDeadLetters(selection=DeadLetterFilter(ids=(legacy.id,)))
+    await publish_command(producer, kafka, by_id, command_id="redrive-declined", source="test")
+
+    async def refused() -> bool:
+        return (await letter_status(dlq, legacy.id))[0] == "redrive_failed"
+
+    await assert_eventually(refused, timeout=30, message="the orchestrator refused the redrive")
+    note = (await letter_status(dlq, legacy.id))[1]
+    assert note == (
+        "refused by the orchestrator: order-1002 already compensated this step: payments.capture "
+        f"#{capture.sequence} failed at #{capture.sequence + 1}, then inventory.release at "
+        f"#{compensations[0].sequence}, payments.void at #{compensations[1].sequence} ran"
+    )
+    answers = await read_messages(kafka, kafka.topic(DLQ_EVENTS), 4)
+    [bulk_answer] = [m for _, m in answers if isinstance(m, CommandRejected)]
+    assert bulk_answer.command_id == "redrive-declined-bulk"
+    assert "1 workflows' parked activities, which a bulk redrive leaves out" in bulk_answer.reason
+    # The capture did not run again, and the workflow's history is as it was.
+    assert (await workflows.effects("order-1002/")).count("payments.capture") == 1
+    assert len(await workflows.history("order-1002")) == len(events)
