@@ -22,19 +22,24 @@ from slotflow.contracts import (
     DeadLetterFilter,
     RedriveDeadLetters,
     RetryActivity,
+    SignalWorkflow,
     WorkflowCompleted,
 )
-from slotflow.contracts.topics import DLQ_EVENTS, DLQ_MESSAGES, WORKFLOW_EVENTS
+from slotflow.contracts.topics import DLQ_EVENTS, DLQ_MESSAGES, RUN_EVENTS, WORKFLOW_EVENTS
 from slotflow.errors import PermanentError
 from slotflow.kafka.poison import dead_letter_envelope
 from slotflow.kafka.producer import Producer
 from slotflow.kafka.reading import read_to_end
 from slotflow.kafka.records import Record
+from slotflow.pg.pool import Pool
 from slotflow.settings import KafkaSettings
 from slotflow.testing import assert_eventually
+from slotflow_claimer.app import migrate as claimer_migrate
 from tests.integration.dlq.conftest import Running, start_dlq, stop_dlq
 from tests.integration.dlq.helpers import read_messages
+from tests.integration.orchestrator.conftest import StartOrchestrator
 from tests.integration.orchestrator.support import Workflows
+from tests.integration.orchestrator.test_issuers import forged_completion
 from tests.integration.ticker.support import Replica
 
 
@@ -248,3 +253,60 @@ async def test_a_compensated_saga_steps_letter_cannot_be_redriven(
     # The capture did not run again, and the workflow's history is as it was.
     assert (await workflows.effects("order-1002/")).count("payments.capture") == 1
     assert len(await workflows.history("order-1002")) == len(events)
+
+
+async def test_a_refused_outcome_redriven_is_read_back_and_checked_again_by_the_decision(
+    kafka: KafkaSettings,
+    producer: Producer,
+    db: Pool,
+    dlq: Running,
+    start_orchestrator_: StartOrchestrator,
+) -> None:
+    """A record the orchestrator refused (a forged RunCompleted) is the orchestrator's to redrive:
+    it reads the record back from the runs topic (never the letter's bytes) and takes it through its
+    intake again, where the decision checks it against the claimer's record as before; refused
+    again, it changes nothing, and the workflow is untouched."""
+    await claimer_migrate(db)
+    running = await start_orchestrator_()
+    workflows = Workflows(kafka, producer, db)
+    wf = "redrive-forged"
+    await workflows.start(wf, "tests.approval", {"order_id": wf}, f"start-{wf}")
+    await workflows.send(SignalWorkflow(workflow_id=wf, signal="approve", payload={"by": "ops"}), f"sig-{wf}")
+    scheduled = (await workflows.wait(wf, "workflow.activity_scheduled"))[-1]
+    before = await workflows.history(wf)
+    forged = forged_completion(
+        wf, scheduled.sequence, run_id="attacker-run", fence=999, attempt=1, result={"pay_to": "attacker"}
+    )
+    sent = await producer.send(kafka.topic(RUN_EVENTS), forged)
+    letter_id = f"{sent.topic}:{sent.partition}:{sent.offset}"
+
+    async def parked() -> bool:
+        return (
+            await dlq.count("id = $1 AND reason = 'unproven_outcome' AND status = 'parked'", letter_id) == 1
+        )
+
+    await assert_eventually(parked, timeout=30, message="the forged outcome parked by the orchestrator")
+    # The letter's bytes are not what is redriven: spoil them; the record is read from its topic.
+    await dlq.pool.execute("UPDATE dlq.dead_letters SET value = 'spoiled'::bytea WHERE id = $1", letter_id)
+    registry = running.orchestrator.metrics.registry
+
+    def refusals() -> float:
+        value = registry.get_sample_value(
+            "slotflow_orchestrator_refused_inputs_total", {"reason": "unproven_outcome", "rule": "run_id"}
+        )
+        return value or 0.0
+
+    assert refusals() == 1
+    redrive = RedriveDeadLetters(selection=DeadLetterFilter(ids=(letter_id,)))
+    await publish_command(producer, kafka, redrive, command_id="redrive-forged-outcome", source="test")
+
+    async def checked_again() -> bool:
+        status = await dlq.pool.fetchval("SELECT status FROM dlq.dead_letters WHERE id = $1", letter_id)
+        return status == "redriven" and refusals() == 2
+
+    await assert_eventually(checked_again, timeout=30, message="read back, taken in, refused again")
+    note = await dlq.pool.fetchval("SELECT note FROM dlq.dead_letters WHERE id = $1", letter_id)
+    assert note.startswith(
+        f"redriven by the orchestrator: the orchestrator read {letter_id} back and took it in"
+    )
+    assert await workflows.history(wf) == before  # untouched

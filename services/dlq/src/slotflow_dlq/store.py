@@ -163,22 +163,22 @@ SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::text, ARRAY[$6::tex
     $24::int, $27::text, $28::int
  WHERE EXISTS (SELECT 1 FROM first_sight)
 -- The same origin seen again (a consumer re-sent it, or another consumer group refused it too):
--- one entry, counted, never a second row. Seen again after it was redriven, its record failed
--- again at its consumer (a record read back and refused by a later check): parked again, with
--- the new failure.
+-- one entry, counted, never a second row. Seen again while or after it was redriven, its record
+-- failed again at its consumer (a record read back and refused by a later check): parked again,
+-- with the new failure; an owner's answer that comes after it then changes nothing (`_SETTLE`).
 ON CONFLICT (id) DO UPDATE SET
     count = d.count + 1,
     last_seen = now(),
     seen_by = CASE WHEN EXCLUDED.source_service = ANY (d.seen_by) THEN d.seen_by
                    ELSE d.seen_by || EXCLUDED.source_service END,
-    status = CASE WHEN d.status = 'redriven' THEN 'parked' ELSE d.status END,
-    status_changed_at = CASE WHEN d.status = 'redriven' THEN now() ELSE d.status_changed_at END,
-    note = CASE WHEN d.status = 'redriven' THEN 'parked again: its record failed again after the redrive'
+    status = CASE WHEN d.status IN ('redriving', 'redriven') THEN 'parked' ELSE d.status END,
+    status_changed_at = CASE WHEN d.status IN ('redriving', 'redriven') THEN now() ELSE d.status_changed_at END,
+    note = CASE WHEN d.status IN ('redriving', 'redriven') THEN 'parked again: its record failed again after the redrive'
                 ELSE d.note END,
-    reason = CASE WHEN d.status = 'redriven' THEN EXCLUDED.reason ELSE d.reason END,
-    error_type = CASE WHEN d.status = 'redriven' THEN EXCLUDED.error_type ELSE d.error_type END,
-    error = CASE WHEN d.status = 'redriven' THEN EXCLUDED.error ELSE d.error END,
-    traceback = CASE WHEN d.status = 'redriven' THEN EXCLUDED.traceback ELSE d.traceback END
+    reason = CASE WHEN d.status IN ('redriving', 'redriven') THEN EXCLUDED.reason ELSE d.reason END,
+    error_type = CASE WHEN d.status IN ('redriving', 'redriven') THEN EXCLUDED.error_type ELSE d.error_type END,
+    error = CASE WHEN d.status IN ('redriving', 'redriven') THEN EXCLUDED.error ELSE d.error END,
+    traceback = CASE WHEN d.status IN ('redriving', 'redriven') THEN EXCLUDED.traceback ELSE d.traceback END
 RETURNING {event_columns}, (xmax = 0) AS inserted
 """,
     event_columns=_EVENT_COLUMNS,

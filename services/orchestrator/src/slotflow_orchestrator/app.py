@@ -149,15 +149,32 @@ class OrchestratorService:
         # The orchestrator owns what it refused on its three topics: a redrive reads such a record
         # back and takes it through the intake again (requests arrive on the intake's consumer).
         again = intake.rehandler()
+
+        async def take_in_again(record: Record) -> Answer:
+            handled = await again.handle(record)
+            if not handled.done:
+                return Answer.refused(
+                    f"the orchestrator read {record.position} back and refused it again: "
+                    f"{handled.reason}: {handled.detail}"
+                )
+            # An outcome taken in is checked by its workflow's decision against its issuer's record,
+            # as any is; its dead letter has the same origin as this one, which the outbox already
+            # sent, so a second refusal is counted (slotflow_orchestrator_refused_inputs_total), not
+            # parked twice (docs/dlq.md, "Redriving").
+            return Answer.done(
+                f"the orchestrator read {record.position} back and took it in again; its workflow's "
+                "decision checks it as any input (a refusal is counted, not parked twice)"
+            )
+
         self._redrives = RedriveResponder(
             kafka,
             service="orchestrator",
             producer=producer,
             group_id=self.settings.group_id(),
             rehandlers={
-                kafka.topic(WORKFLOW_COMMANDS): again,
-                kafka.topic(RUN_EVENTS): again,
-                kafka.topic(TIMER_EVENTS): again,
+                kafka.topic(WORKFLOW_COMMANDS): take_in_again,
+                kafka.topic(RUN_EVENTS): take_in_again,
+                kafka.topic(TIMER_EVENTS): take_in_again,
             },
             on_request=self._unroutable_redrive,
             client_id=f"orchestrator-redrives-{self.owner}",
