@@ -5,11 +5,13 @@ spelling of "everything" is refused before anything is sent, the real redrive pr
 
 import json
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 
 import httpx
 import pytest
 
-from slotflow.contracts.topics import SCHEDULE_COMMANDS
+from slotflow.contracts import ActivityParked, ActivityScheduled, WorkflowStarted, history_event_id, wrap
+from slotflow.contracts.topics import SCHEDULE_COMMANDS, WORKFLOW_HISTORY
 from slotflow.errors import InvalidPayload
 from slotflow.kafka.producer import Producer
 from slotflow.settings import KafkaSettings
@@ -77,3 +79,44 @@ async def test_an_operator_previews_redrives_and_is_told_what_was_done(
     assert listing.code == 0, listing
     shown = json.loads(listing.out)["items"]
     assert sorted((item["status"], item["redrive_target"]) for item in shown) == [("redriving", "ticker")] * 2
+
+
+async def test_workflow_show_says_what_a_parked_workflow_waits_on_and_how_to_retry_it(
+    cli: Cli, kafka: KafkaSettings, api_url: str
+) -> None:
+    wid = "order-99"
+    at = datetime.now(UTC)
+    events = [
+        WorkflowStarted(workflow_id=wid, sequence=1, workflow_type="order", command_id="s-99"),
+        ActivityScheduled(
+            workflow_id=wid, sequence=2, activity="shipping.book", run_id=f"{wid}/2", on_dead_letter="park"
+        ),
+        ActivityParked(
+            workflow_id=wid,
+            sequence=3,
+            scheduled_sequence=2,
+            reason="attempts_exhausted",
+            error_type="CarrierClosed",
+        ),
+    ]
+    async with Producer(kafka, client_id="cli-parked") as producer:
+        for event in events:
+            envelope = wrap(
+                event,
+                id=history_event_id(wid, event.sequence),
+                key=wid,
+                source="orchestrator",
+                occurred_at=at,
+            )
+            await producer.send(kafka.topic(WORKFLOW_HISTORY), envelope)
+    async with httpx.AsyncClient(base_url=api_url, headers=AUTH) as http:
+
+        async def folded() -> bool:
+            response = await http.get(f"/v1/workflows/{wid}")
+            return response.status_code == 200 and response.json().get("last_sequence") == 3
+
+        await assert_eventually(folded, timeout=30)
+    shown = await cli("workflow", "show", wid)
+    assert shown.code == 0, shown
+    assert "waiting:          activity parked: shipping.book #2 (attempts_exhausted)" in shown.out
+    assert f"retry with:       slotflow workflow retry-activity {wid} 2" in shown.out

@@ -64,7 +64,7 @@
     const statusCell = (r) => [
       badge(r.status),
       r.status === "redriving" ? ` asked of the ${r.redrive_target || "owner"} ${since(r.status_at)} ago` : "",
-      r.redrive_count && r.status !== "redriving" ? ` redriven ${r.redrive_count}×` : "",
+      r.redrive_count && r.status !== "redriving" ? ` (${r.redrive_count} redrive${r.redrive_count > 1 ? "s" : ""} asked)` : "",
     ];
     // A workflow's parked activity is retried through its workflow: say so, and link to it.
     const workflowNote = (r) => (r.workflow_id
