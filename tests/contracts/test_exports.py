@@ -24,6 +24,8 @@ PINNED = {
     "ActivityParked",
     # signed commands and the keys topic
     "CommandProof", "SigningKey",
+    # redrives through the owners (docs/decisions/0009)
+    "ActivityRetried", "RetryActivity", "RedriveRequested", "RedriveOutcome",
 }  # fmt: skip
 
 

@@ -80,8 +80,12 @@ FORGED: dict[str, tuple[Envelope, str]] = {
     ),
     "retry at attempt 1": (wrapped(due(kind="retry")), "only a retry"),
     "attempt 2 not a retry": (wrapped(due(attempt=2)), "only a retry"),
-    "envelope id of another run": (wrapped(due(), id=run_id("other", SLOT)), "run id and attempt"),
-    "envelope id of another attempt": (wrapped(due(kind="retry", attempt=2), id=run_id("victim", SLOT)), "run id and attempt"),
+    "envelope id of another run": (wrapped(due(), id=run_id("other", SLOT)), "run id, attempt and redrive"),
+    "envelope id of another attempt": (wrapped(due(kind="retry", attempt=2), id=run_id("victim", SLOT)), "run id, attempt and redrive"),
+    # A redrive's re-issue is a JobDue of its own: it cannot pass for the first one (whose id the
+    # outbox and every inbox collapse on), nor the first for it.
+    "redrive under the first one's id": (wrapped(due(redrive=2), id=run_id("victim", SLOT)), "run id, attempt and redrive"),
+    "first one under a redrive's id": (wrapped(due(), id=f"{run_id('victim', SLOT)}/redrive/2"), "run id, attempt and redrive"),
     "NUL in the envelope id": (wrapped(due(), id="victim\x00@x"), "control character"),
 }  # fmt: skip
 

@@ -25,6 +25,7 @@ COMMANDS = {
     "POST /v1/workflows/{id}/signal",
     "POST /v1/workflows/{id}/cancel",
     "POST /v1/workflows/{id}/terminate",
+    "POST /v1/workflows/{id}/activities/2/retry",
     "POST /v1/dlq/redrive",
     "POST /v1/dlq/discard",
 }

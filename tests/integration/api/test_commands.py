@@ -217,4 +217,5 @@ async def test_a_dlq_command_waits_for_the_dlq_service(client: httpx.AsyncClient
         "published_at": None,
         "acknowledged_at": None,
         "principal": None,
+        "summary": None,
     }

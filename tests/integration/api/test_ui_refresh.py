@@ -10,9 +10,16 @@ from pathlib import Path
 import httpx
 from playwright.async_api import Browser, Page, expect
 
-from slotflow.contracts import JobDue, wrap
+from slotflow.contracts import (
+    ActivityParked,
+    ActivityScheduled,
+    JobDue,
+    WorkflowStarted,
+    history_event_id,
+    wrap,
+)
 from slotflow.contracts.codec import encode
-from slotflow.contracts.topics import JOBS_DUE
+from slotflow.contracts.topics import JOBS_DUE, WORKFLOW_HISTORY
 from slotflow.core.identity import job_due_event_id
 from slotflow.kafka.producer import Producer
 from slotflow.settings import KafkaSettings
@@ -73,8 +80,8 @@ async def test_pause_resume_and_redrive_show_their_effect_without_a_reload(
             await expect(status).to_contain_text("published and applied", timeout=20_000)
             assert await _same_document(page)
 
-            # A letter parked by the real DLQ service; redriving it takes it off the parked list.
-            # The record is a good JobDue (a handler failed on it), so its redrive is not parked again.
+            # A letter parked by the real DLQ service; redriving it takes it off the parked list and
+            # asks its owner (a schedule's run: the claimer, which does not run here, so it waits).
             due = JobDue(
                 run_id="nightly-report@2026-12-02T02:00:00Z",
                 job_id="nightly-report",
@@ -92,6 +99,10 @@ async def test_pause_resume_and_redrive_show_their_effect_without_a_reload(
                     kafka,
                     origin(kafka.topic(JOBS_DUE), 7, value, key=due.job_id.encode()),
                     ValueError("bad"),
+                    source="claimer",
+                    reason="permanent_error",
+                    run_id=due.run_id,
+                    job_id=due.job_id,
                 )
             async with httpx.AsyncClient(base_url=base, timeout=30, headers=AUTH) as http:
 
@@ -110,7 +121,10 @@ async def test_pause_resume_and_redrive_show_their_effect_without_a_reload(
             assert await _same_document(page)
             await page.locator('select[name="status"]').select_option("")
             await page.get_by_role("button", name="Apply").click()
-            await expect(page.get_by_role("table", name="Dead letters")).to_contain_text("redriven")
+            shown = page.get_by_role("table", name="Dead letters")
+            await expect(shown).to_contain_text("redriving")
+            await expect(shown).to_contain_text("asked of the claimer")
+            await expect(shown).to_contain_text("redrive asked of the claimer by")
 
             # Several schedules paused at once with one reason, and resumed, from the list.
             async with httpx.AsyncClient(base_url=base, headers=CLIENT_HEADERS, timeout=30) as http:
@@ -220,3 +234,53 @@ async def test_pause_resume_and_redrive_show_their_effect_without_a_reload(
     finally:
         await stop_dlq(dlq)
         await stop_ticker(ticker)
+
+
+async def test_a_workflow_waiting_on_a_parked_activity_shows_it_with_its_retry(
+    api_settings: Settings, kafka: KafkaSettings, browser: Browser
+) -> None:
+    wid = "order-88"
+    events = [
+        WorkflowStarted(workflow_id=wid, sequence=1, workflow_type="order", command_id="s-88"),
+        ActivityScheduled(
+            workflow_id=wid, sequence=2, activity="shipping.book", run_id=f"{wid}/2", on_dead_letter="park"
+        ),
+        ActivityParked(
+            workflow_id=wid,
+            sequence=3,
+            scheduled_sequence=2,
+            reason="attempts_exhausted",
+            error_type="CarrierClosed",
+        ),
+    ]
+    async with Producer(kafka, client_id="ui-parked") as producer:
+        for event in events:
+            envelope = wrap(
+                event,
+                id=history_event_id(wid, event.sequence),
+                key=wid,
+                source="orchestrator",
+                occurred_at=SLOT,
+            )
+            await producer.send(kafka.topic(WORKFLOW_HISTORY), envelope)
+    async with served(create_app(api_settings)) as base:
+        async with httpx.AsyncClient(base_url=base, timeout=30, headers=AUTH) as http:
+
+            async def folded() -> bool:
+                response = await http.get(f"/v1/workflows/{wid}")
+                return response.status_code == 200 and response.json().get("last_sequence") == 3
+
+            await assert_eventually(folded, timeout=30, message="the parked workflow in the read model")
+        page = await browser.new_page(extra_http_headers=AUTH, viewport={"width": 1280, "height": 860})
+        problems = _watch_errors(page)
+        await page.goto(f"{base}/ui/workflows/{wid}")
+        facts = page.locator("dl.facts")
+        await expect(facts).to_contain_text("waiting: activity parked: shipping.book #2 (attempts_exhausted)")
+        await page.get_by_role("button", name="Retry activity #2 shipping.book").click()
+        status = page.get_by_role("status")
+        await expect(status).to_contain_text("Retry of #2 shipping.book: command", timeout=5_000)
+        # No orchestrator runs here: the retry is published, and waits for its answer.
+        async with httpx.AsyncClient(base_url=base, timeout=30, headers=AUTH) as http:
+            listed = await http.get("/v1/commands", params={"command_type": "workflow.retry_activity"})
+            assert [c["subject"] for c in listed.json()["items"]] == [wid]
+        assert problems == []

@@ -189,7 +189,7 @@ async def test_a_nul_in_a_command_id_is_rejected_and_parked_at_once(
             await stop_ticker(ticker)
 
 
-async def test_redrive_with_wait_answers_once_the_dlq_reports_the_entry_redriven(
+async def test_redrive_with_wait_answers_once_the_dlq_reports_the_entry_asked_of_its_owner(
     kafka: KafkaSettings, producer: Producer, dlq: Running, api: httpx.AsyncClient
 ) -> None:
     record = origin(kafka.topic(JOBS_DUE), 7, b"not json", key=b"k")
@@ -204,9 +204,14 @@ async def test_redrive_with_wait_answers_once_the_dlq_reports_the_entry_redriven
     response = await api.post("/v1/dlq/redrive", params={"wait": 20}, json={"selection": {"ids": [entry]}})
     assert response.status_code == 200, response.text
     assert response.json()["status"] == "accepted"  # not `published`: the DLQ service answered
-    # Read-your-writes: the entry is redriven in the read model by the time the answer came.
-    shown = await api.get(f"/v1/dlq/{entry}")
-    assert shown.json()["status"] == "redriven"
+    # What it did, as the dlq said it: the letter's owner (the claimer, which consumes jobs.due) asked.
+    assert response.json()["summary"].startswith(
+        "redrove 1 dead letter(s); 1 asked of their owners (claimer 1)"
+    )
+    # Read-your-writes: the entry is asked of its owner in the read model by the time the answer
+    # came (no claimer runs here, so it stays `redriving`: never `redriven` before an owner did it).
+    shown = (await api.get(f"/v1/dlq/{entry}")).json()
+    assert (shown["status"], shown["redrive_target"]) == ("redriving", "claimer")
 
 
 async def test_a_taken_over_attempt_shows_its_outcome(

@@ -78,8 +78,9 @@ async def test_every_command_reaches_its_topic_with_its_key(cli: Cli, kafka: Kaf
         "c-signal": ["workflow", "signal", "order-1", "approve", "--payload", '{"by": "ops"}'],
         "c-cancel": ["workflow", "cancel", "order-1", "--reason", "customer asked"],
         "c-terminate": ["workflow", "terminate", "order-1", "--reason", "stuck"],
-        "c-redrive": ["dlq", "redrive", "--id", "t:0:1"],
-        "c-discard": ["dlq", "discard", "--source", "claimer", "--failure-reason", "invalid_payload", "--reason", "bad data", "--limit", "10"],
+        "c-redrive": ["dlq", "redrive", "--id", "t:0:1", "--definition", "current", "--wait", "0"],
+        "c-discard": ["dlq", "discard", "--source", "claimer", "--failure-reason", "invalid_payload", "--reason", "bad data", "--limit", "10", "--wait", "0"],
+        "c-retry": ["workflow", "retry-activity", "order-1", "5", "--reason", "carrier back"],
     }  # fmt: skip
     outcomes = await cli.many(*([*argv, "--command-id", command_id] for command_id, argv in commands.items()))
     for outcome in outcomes:
@@ -100,7 +101,7 @@ async def test_every_command_reaches_its_topic_with_its_key(cli: Cli, kafka: Kaf
         topics[c]
         for c in ("c-create", "c-update", "c-pause", "c-resume", "c-trigger", "c-backfill", "c-delete")
     } == {kafka.topic(SCHEDULE_COMMANDS)}
-    assert {topics[c] for c in ("c-start", "c-signal", "c-cancel", "c-terminate")} == {
+    assert {topics[c] for c in ("c-start", "c-signal", "c-cancel", "c-terminate", "c-retry")} == {
         kafka.topic(WORKFLOW_COMMANDS)
     }
     assert {topics[c] for c in ("c-redrive", "c-discard")} == {kafka.topic(DLQ_COMMANDS)}
@@ -157,6 +158,12 @@ async def test_every_command_reaches_its_topic_with_its_key(cli: Cli, kafka: Kaf
     assert envelopes["c-terminate"].data == {"workflow_id": "order-1", "reason": "stuck"}
     assert envelopes["c-redrive"].key == "t:0:1"
     assert envelopes["c-redrive"].data["selection"]["ids"] == ["t:0:1"]
+    assert (envelopes["c-redrive"].data["definition"], envelopes["c-redrive"].data["all"]) == (
+        "current",
+        False,
+    )
+    assert envelopes["c-retry"].key == "order-1"
+    assert envelopes["c-retry"].data == {"workflow_id": "order-1", "sequence": 5, "reason": "carrier back"}
     selection = envelopes["c-discard"].data["selection"]
     assert (selection["source_service"], selection["reason"]) == ("claimer", "invalid_payload")
     assert not any(value for name, value in selection.items() if name not in ("source_service", "reason"))

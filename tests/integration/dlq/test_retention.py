@@ -1,17 +1,26 @@
 """Retention: the purge deletes exactly the resolved letters older than the setting, with their
-redrive and notification rows, and keeps parked ones unless told otherwise (issue 23)."""
+redrive request and notification rows, keeps parked ones unless told otherwise (issue 23), and never
+purges a letter whose redrive still waits for its owner's answer."""
 
 import asyncio
 from typing import Any
 
 from slotflow.commands import publish_command
-from slotflow.contracts import DeadLetterFilter, DiscardDeadLetters, RedriveDeadLetters
+from slotflow.contracts import (
+    DeadLetterFilter,
+    DiscardDeadLetters,
+    Envelope,
+    RedriveDeadLetters,
+    RedriveRequested,
+)
 from slotflow.contracts.topics import JOBS_DUE, SCHEDULE_COMMANDS
 from slotflow.errors import InvalidPayload, PermanentError
 from slotflow.kafka.producer import Producer
+from slotflow.kafka.redrive import Answer
 from slotflow.settings import KafkaSettings
 from slotflow.testing import assert_eventually
 from tests.integration.dlq.helpers import origin, park
+from tests.integration.dlq.test_commands import owner
 from tests.integration.dlq.test_webhook import job_record
 
 
@@ -62,6 +71,7 @@ async def test_purge_keeps_exactly_what_the_retention_says(
         money,
         PermanentError("declined"),
         source="claimer",
+        reason="permanent_error",
         run_id=job.run_id,
         job_id=job.job_id,
         tags=job.tags,
@@ -74,7 +84,7 @@ async def test_purge_keeps_exactly_what_the_retention_says(
     letters = [origin(commands, n, b"").position for n in range(6)]
     money_id = money.position
     assert await dlq.pool.fetchval("SELECT count(*) FROM dlq.notifications") == 1
-    # Resolve five: four discarded, the money-moving one redriven (to its own topic).
+    # Resolve five: four discarded, the money-moving one redriven (its owner, the claimer, did it).
     await publish_command(
         producer,
         kafka,
@@ -82,25 +92,38 @@ async def test_purge_keeps_exactly_what_the_retention_says(
         command_id="discard-old",
         source="test",
     )
+
+    async def claimer(envelope: Envelope, request: RedriveRequested) -> Answer:
+        return Answer.done("reopened")
+
+    async with owner(kafka, producer, "claimer", claimer):
+        await publish_command(
+            producer,
+            kafka,
+            RedriveDeadLetters(selection=DeadLetterFilter(ids=(money_id,))),
+            command_id="redrive-money",
+            source="test",
+        )
+
+        async def resolved() -> bool:
+            return len(await ids(dlq, "redriven", "discarded")) == 5
+
+        await assert_eventually(resolved, timeout=30)
+    # One more is asked of the ticker, which never answers: it waits, `redriving`, however old.
     await publish_command(
         producer,
         kafka,
-        RedriveDeadLetters(selection=DeadLetterFilter(ids=(money_id,))),
-        command_id="redrive-money",
+        RedriveDeadLetters(selection=DeadLetterFilter(ids=(letters[4],))),
+        command_id="redrive-unanswered",
         source="test",
     )
-
-    async def resolved() -> bool:
-        published = await dlq.pool.fetchval(
-            "SELECT count(*) FROM dlq.redrives WHERE published_at IS NOT NULL"
-        )
-        return len(await ids(dlq, "redriven", "discarded")) == 5 and published == 1
-
-    await assert_eventually(resolved, timeout=30)
+    await assert_eventually(lambda: ids(dlq, "redriving"), timeout=30)
+    assert await dlq.pool.fetchval("SELECT count(*) FROM dlq.redrive_requests") == 2
     # Three resolved long ago, one resolved 29 days ago, one just now; one parked letter
-    # first seen long ago: parked letters are kept until resolved.
-    for dead_id in (letters[0], letters[1], money_id):
+    # first seen long ago: parked letters are kept until resolved; the redriving one waits.
+    for dead_id in (letters[0], letters[1], money_id, letters[4]):
         await age(dlq, dead_id, 31)
+    await age(dlq, letters[4], 400, column="first_seen")
     await age(dlq, letters[2], 29)
     await age(dlq, letters[5], 400, column="first_seen")
 
@@ -110,8 +133,10 @@ async def test_purge_keeps_exactly_what_the_retention_says(
     await assert_eventually(purged, timeout=30, message="the old resolved letters purged")
     assert await ids(dlq) == {letters[2], letters[3], letters[4], letters[5]}
     assert await dlq.pool.fetchval("SELECT count(*) FROM dlq.notifications") == 0
-    assert await dlq.pool.fetchval("SELECT count(*) FROM dlq.redrives") == 0
+    # The money letter's request went with it; the unanswered one stays with its letter.
+    assert await dlq.pool.fetchval("SELECT count(*) FROM dlq.redrive_requests") == 1
     assert letters[5] in await ids(dlq, "parked")
+    assert letters[4] in await ids(dlq, "redriving")
 
 
 async def test_parked_letters_expire_only_when_a_parked_retention_is_set(

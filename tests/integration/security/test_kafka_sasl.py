@@ -50,6 +50,7 @@ from slotflow.contracts import (
     Message,
     OnceSpec,
     OpenDownstream,
+    RedriveDeadLetters,
     ScheduleDefinition,
     SigningKey,
     StartTimer,
@@ -65,6 +66,8 @@ from slotflow.contracts.scopes import Scope
 from slotflow.contracts.timers import retry_timer_id, sleep_timer_id
 from slotflow.contracts.topics import (
     DLQ_EVENTS,
+    DLQ_MESSAGES,
+    DLQ_REDRIVES,
     DOWNSTREAM_EVENTS,
     JOBS_DUE,
     SCHEDULE_COMMANDS,
@@ -187,10 +190,12 @@ def _ticker(kafka: KafkaSettings, pg_dsn: str, log_dir: Path, **extra: str) -> S
     return ServiceProcess("slotflow_ticker", "ticker", env=env, log_dir=log_dir, cwd=REPO, metrics_port=port)
 
 
-def _claimer(kafka: KafkaSettings, pg_dsn: str, log_dir: Path, name: str = "claimer") -> ServiceProcess:
+def _claimer(
+    kafka: KafkaSettings, pg_dsn: str, log_dir: Path, name: str = "claimer", modules: str = HANDLERS
+) -> ServiceProcess:
     port = free_port()
     env = stack_env(
-        kafka, pg_dsn, "SLOTFLOW_CLAIMER_", claimer_id=name, handler_modules=HANDLERS, metrics_port=port
+        kafka, pg_dsn, "SLOTFLOW_CLAIMER_", claimer_id=name, handler_modules=modules, metrics_port=port
     )
     env["PYTHONPATH"] = str(REPO)
     return ServiceProcess("slotflow_claimer", name, env=env, log_dir=log_dir, cwd=REPO, metrics_port=port)
@@ -336,6 +341,109 @@ async def test_the_api_and_the_dlq_serve_as_their_own_principals(
             assert gone["changed_by"] == "bootstrap", gone
     finally:
         group.close()
+
+
+async def test_a_dead_lettered_run_is_redriven_by_its_owner_while_the_dlq_writes_no_jobs_due(
+    secured_broker: SecuredBroker, pg_dsn: str, db: Pool, tmp_path: Path
+) -> None:
+    """The finding: the dlq's user may not write jobs.due, so its redrive relay was refused, the
+    letters read `redriven`, nothing ran and every later redrive queued behind. Now the dlq, as
+    User:dlq with no WRITE on jobs.due, asks the run's owner (the claimer, as User:claimer) on its
+    internal redrive topic; the claimer reopens the run through its retry timer (the ticker, as
+    User:ticker), the run completes with the handler deployed since, and the letter reads
+    `redriven` once the claimer said so. A redrive that cannot be carried out (its schedule is gone)
+    reads `redrive_failed` with the ticker's reason, and blocks nothing after it."""
+    namespace = await _namespace(secured_broker)
+    admin = secured_broker.settings("admin", namespace)
+    dlq_writes = {
+        acl.resource_name
+        for acl in service_acls("dlq", "User:dlq", admin)
+        if acl.operation is Operation.WRITE
+    }
+    assert admin.topic(JOBS_DUE) not in dlq_writes
+    assert dlq_writes == {admin.topic(spec) for spec in (DLQ_MESSAGES, DLQ_EVENTS, DLQ_REDRIVES)}
+    group = ProcessGroup()
+    try:
+        await group.start(_ticker(secured_broker.settings("ticker", namespace), pg_dsn, tmp_path))
+        first = await group.start(_claimer(secured_broker.settings("claimer", namespace), pg_dsn, tmp_path))
+        dlq_port = free_port()
+        dlq_env = stack_env(
+            secured_broker.settings("dlq", namespace), pg_dsn, "SLOTFLOW_DLQ_", metrics_port=dlq_port
+        )
+        dlq = await group.start(
+            ServiceProcess(
+                "slotflow_dlq", "dlq", env=dlq_env, log_dir=tmp_path, cwd=REPO, metrics_port=dlq_port
+            )
+        )
+        cli = secured_broker.settings("cli", namespace)
+        async with Producer(cli, client_id="secure-test") as producer:
+            slot = (await db_now(db)).replace(microsecond=0) + timedelta(seconds=2)
+            for schedule_id in ("secured-later", "secured-gone"):
+                definition = ScheduleDefinition(spec=OnceSpec(at=slot), handler="secure.later")
+                await send(producer, cli, CreateSchedule(schedule_id=schedule_id, definition=definition))
+            later, gone = run_id("secured-later", slot), run_id("secured-gone", slot)
+
+            async def both_parked() -> bool:
+                rows = await db.fetch(
+                    "SELECT run_id FROM dlq.dead_letters WHERE reason = 'unknown_handler' AND status = 'parked'"
+                )
+                return {r["run_id"] for r in rows} == {later, gone}
+
+            await assert_eventually(both_parked, timeout=90, interval=0.5, message="both runs parked")
+            letters = {
+                r["run_id"]: r["id"] for r in await db.fetch("SELECT run_id, id FROM dlq.dead_letters")
+            }
+            await send(producer, cli, DeleteSchedule(schedule_id="secured-gone"))
+            # The deploy: a claimer that serves the handler replaces the one that did not.
+            first.stop()
+            await group.start(
+                _claimer(
+                    secured_broker.settings("claimer", namespace),
+                    pg_dsn,
+                    tmp_path,
+                    name="claimer-2",
+                    modules=f"{HANDLERS},tests.integration.security.handlers_later",
+                )
+            )
+
+            async def schedule_gone() -> bool:
+                deleted = await db.fetchval(
+                    "SELECT deleted FROM ticker.schedules WHERE schedule_id = 'secured-gone'"
+                )
+                return bool(deleted)
+
+            await assert_eventually(schedule_gone, timeout=60, interval=0.5, message="the schedule deleted")
+            # First the one that cannot be carried out, then the one that can: nothing waits.
+            for command_id, letter, definition_asked in (
+                ("redrive-gone", letters[gone], "current"),
+                ("redrive-later", letters[later], "as_run"),
+            ):
+                redrive = RedriveDeadLetters(
+                    selection=DeadLetterFilter(ids=(letter,)),
+                    definition=definition_asked,  # type: ignore[arg-type]
+                )
+                await publish_command(producer, cli, redrive, command_id=command_id, source="test")
+
+            async def settled() -> bool:
+                rows = await db.fetch("SELECT run_id, status FROM dlq.dead_letters")
+                return {r["run_id"]: r["status"] for r in rows} == {later: "redriven", gone: "redrive_failed"}
+
+            await assert_eventually(settled, timeout=90, interval=0.5, message="both redrives answered")
+            row = await wait_state(db, later, "completed", timeout=60)
+    finally:
+        group.close()
+    assert (row["attempt"], row["redrive_count"]) == (2, 1)
+    notes = {r["run_id"]: r["note"] for r in await db.fetch("SELECT run_id, note FROM dlq.dead_letters")}
+    assert notes[gone] == (
+        "refused by the ticker: schedule 'secured-gone' no longer exists: there is no definition to re-issue "
+        "its slot from"
+    )
+    assert notes[later].startswith(f"redriven by the claimer: reopened run {later} (redrive 1)")
+    assert await db.fetchval("SELECT state FROM claimer.runs WHERE run_id = $1", gone) == "dead_lettered"
+    # The dlq wrote nothing it may not: no refusal in its log, and it ran to the end.
+    log = dlq.log(200_000)
+    assert "TopicAuthorizationFailed" not in log, log
+    assert "KafkaAccessDenied" not in log, log
 
 
 async def test_a_workflow_sleeps_and_runs_its_activity_with_one_principal_per_service(

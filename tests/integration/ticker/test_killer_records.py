@@ -5,7 +5,7 @@ and an unknown type: the CommandRejected built for each once exceeded the envelo
 the validation error escaped the reject path, and the ticker exited before committing, so every
 restart died on the same record; redriving the parked copy killed it again. Now each gets its
 rejection (ids and keys cut and hashed to fit), is parked, and the ticker carries on; so it does
-when the DLQ service sends the parked copies back.
+when a redrive has the ticker read them back from their topic (refused again, answered, never parked twice).
 """
 
 import asyncio
@@ -92,7 +92,8 @@ async def test_the_ticker_survives_the_killer_records_and_their_redrive(
             reasons = await dlq.pool.fetch("SELECT reason FROM dlq.dead_letters WHERE topic = $1", topic)
             assert sorted(r["reason"] for r in reasons) == ["undecodable", "unknown_type"]
 
-            # The HTTP redrive publishes this command: the parked copies go back to the ticker.
+            # The HTTP redrive publishes this command: the ticker, which consumes that topic, reads
+            # each record back from it and refuses it again (answered, not parked a second time).
             await publish_command(
                 producer,
                 kafka,
@@ -100,11 +101,15 @@ async def test_the_ticker_survives_the_killer_records_and_their_redrive(
                 source="test",
             )
 
-            async def parked_again() -> bool:
-                redriven = await dlq.count("topic = $1 AND status = 'redriven'", topic)
-                return redriven == 2 and await dlq.count("topic = $1 AND status = 'parked'", topic) == 2
+            async def refused_again() -> bool:
+                return await dlq.count("topic = $1 AND status = 'redrive_failed'", topic) == 2
 
-            await assert_eventually(parked_again, timeout=30, message="the redriven copies parked again")
+            await assert_eventually(refused_again, timeout=30, message="the ticker refused both again")
+            notes = await dlq.pool.fetch("SELECT reason, note FROM dlq.dead_letters WHERE topic = $1", topic)
+            for row in notes:
+                assert "refused by the ticker: ticker read" in row["note"]
+                assert f"back and refused it again: {row['reason']}" in row["note"]
+            assert await dlq.count("topic = $1", topic) == 2  # no second entry for either
             last = await send(producer, kafka, CreateSchedule(schedule_id="last", definition=definition))
             await tail.wait_for(lambda t: bool(t.by_id(f"{last}/accepted")), message="the last command")
             assert not replica.task.done(), "the ticker stopped after the redrive"

@@ -94,7 +94,17 @@ def reply(body: Any, status: int = 200) -> Responder:
         (["runs", "list", "--from", "now-1d"], "add --schedule"),
         (["runs", "list", "--schedule", "a", "--job", "b"], "not both"),
         (["dlq", "redrive"], "say which dead letters"),
+        # Every other spelling of "every letter" is refused the same way (DeadLetterFilter.narrows).
+        (["dlq", "redrive", "--status", "parked"], "--status alone still means every one"),
+        (
+            ["dlq", "redrive", "--since", "1970-01-01T00:00:00Z"],
+            "--since/--until alone still means every one",
+        ),
+        (["dlq", "redrive", "--status", "redriven", "--until", "2100-01-01T00:00:00Z"], "alone still means"),
+        (["dlq", "discard", "--reason", "x", "--since", "1970-01-01T00:00:00Z"], "say which dead letters"),
+        (["dlq", "redrive", "--dry-run", "--status", "parked"], "say which dead letters"),
         (["dlq", "redrive", "--all", "--topic", "t"], "do not combine"),
+        (["dlq", "redrive", "--topic", "t", "--definition", "latest"], "invalid choice"),
         (["dlq", "discard", "--all"], "required: --reason"),
         (["audit", "x", "--from", "now", "--to", "now-1h"], "must be after --from"),
         (["schedule", "trigger", "x", "--wait", "-1"], "--wait must not be negative"),

@@ -34,6 +34,7 @@ from slotflow.contracts import (
     PauseSchedule,
     RedriveDeadLetters,
     ResumeSchedule,
+    RetryActivity,
     ScheduleDefinition,
     SignalWorkflow,
     StartWorkflow,
@@ -91,6 +92,18 @@ CASES: list[tuple[Message, str, str, type[BaseModel] | None]] = [
     (CancelWorkflow(workflow_id="o-1", reason="r"), "POST", "/v1/workflows/o-1/cancel", CancelBody),
     (TerminateWorkflow(workflow_id="o-1", reason="r"), "POST", "/v1/workflows/o-1/terminate", CancelBody),
     (
+        RetryActivity(workflow_id="o/1", sequence=5, reason="carrier back"),
+        "POST",
+        "/v1/workflows/o%2F1/activities/5/retry",
+        CancelBody,
+    ),
+    (
+        RedriveDeadLetters(selection=DeadLetterFilter(job_id="p"), definition="current"),
+        "POST",
+        "/v1/dlq/redrive",
+        RedriveBody,
+    ),
+    (
         RedriveDeadLetters(selection=DeadLetterFilter(job_id="p")),
         "POST",
         "/v1/dlq/redrive",
@@ -127,7 +140,7 @@ def test_a_patch_is_sent_as_the_merge_patch_itself() -> None:
 
 def test_all_replaces_the_selection() -> None:
     _, _, body = http_request(RedriveDeadLetters(selection=DeadLetterFilter()), select_all=True)
-    assert body == {"all": True, "limit": 1000}
+    assert body == {"all": True, "limit": 1000, "definition": "as_run"}
     RedriveBody.model_validate(body)
 
 

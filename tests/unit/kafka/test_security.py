@@ -133,3 +133,25 @@ def test_only_the_claimer_and_the_orchestrator_may_write_the_internal_timer_topi
     assert readers == {"ticker", "api"}
     assert {s for s in SERVICE_GROUPS if (public, Operation.WRITE) in grants(s)} == {"api", "cli"}
     assert (public, Operation.READ) in grants("ticker")
+
+
+def test_the_dlq_writes_only_its_own_topics_and_only_it_writes_the_redrive_topic() -> None:
+    """A redrive is a request to the record's owner (docs/decisions/0009): the dlq writes no other
+    service's topic (jobs.due least of all), and only it writes the internal redrive topic, which
+    the owners read in groups their ACLs already cover."""
+    kafka = KafkaSettings(topic_namespace="ns")
+    redrives = "ns.slotflow.dlq.redrives.v1"
+
+    def grants(service: str) -> set[tuple[str, Operation]]:
+        acls = service_acls(service, f"User:{service}", kafka)
+        return {(a.resource_name, a.operation) for a in acls if a.resource_type is ResourceType.TOPIC}
+
+    dlq_writes = {name for name, operation in grants("dlq") if operation is Operation.WRITE}
+    assert dlq_writes == {"ns.slotflow.dlq.messages.v1", "ns.slotflow.dlq.events.v1", redrives}
+    assert {s for s in SERVICE_GROUPS if (redrives, Operation.WRITE) in grants(s)} == {"dlq"}
+    assert {s for s in SERVICE_GROUPS if (redrives, Operation.READ) in grants(s)} == {
+        "ticker",
+        "claimer",
+        "orchestrator",
+        "dlq",
+    }

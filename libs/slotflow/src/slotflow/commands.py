@@ -25,6 +25,7 @@ from slotflow.contracts import (
     PauseSchedule,
     RedriveDeadLetters,
     ResumeSchedule,
+    RetryActivity,
     SignalWorkflow,
     StartTimer,
     StartWorkflow,
@@ -97,7 +98,9 @@ def command_route(message: Message) -> CommandRoute:
         return CommandRoute(SCHEDULE_COMMANDS, message.schedule_id)
     if isinstance(message, StartTimer | CancelTimer):
         return CommandRoute(TIMER_COMMANDS, message.timer_id)
-    if isinstance(message, StartWorkflow | SignalWorkflow | CancelWorkflow | TerminateWorkflow):
+    if isinstance(
+        message, StartWorkflow | SignalWorkflow | CancelWorkflow | TerminateWorkflow | RetryActivity
+    ):
         return CommandRoute(WORKFLOW_COMMANDS, message.workflow_id)
     if isinstance(message, RedriveDeadLetters | DiscardDeadLetters):
         ids = message.selection.ids

@@ -106,6 +106,8 @@ class RunRecord:
     handler: str
     result: Any = None
     error: Mapping[str, Any] | None = None
+    #: The run's redrive number so far: a retry of a parked activity re-issues it with the next.
+    redrive_count: int = 0
 
     def failure(self) -> tuple[Literal["permanent_error", "attempts_exhausted"], str, str]:
         """The dead-lettered run's (reason, error type, message), as the claimer recorded them;

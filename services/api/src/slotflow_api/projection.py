@@ -746,13 +746,17 @@ async def _command_seen(conn: Conn, schema: str, fact: Fact) -> None:
 
 # The acknowledgement sets the status and the reason; type and subject only fill blanks.
 _UPSERT_ACKNOWLEDGED = """
-INSERT INTO {schema}.commands (command_id, command_type, subject, status, reason, acknowledged_at)
-VALUES ($1, $2, $3, $4, $5, $6)
+INSERT INTO {schema}.commands (command_id, command_type, subject, status, reason, acknowledged_at, summary)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
 ON CONFLICT (command_id) DO UPDATE SET status = EXCLUDED.status, reason = EXCLUDED.reason,
     acknowledged_at = EXCLUDED.acknowledged_at,
     command_type = COALESCE(commands.command_type, EXCLUDED.command_type),
-    subject = COALESCE(commands.subject, EXCLUDED.subject)
+    subject = COALESCE(commands.subject, EXCLUDED.subject),
+    summary = COALESCE(EXCLUDED.summary, commands.summary)
 """
+#: Commands whose acceptance says what they did (the dlq's: "redrove 3 dead letter(s); ..."),
+#: kept as the command's `summary`.
+DETAILED = frozenset(m.message_type for m in DLQ_COMMAND_TYPES)
 
 
 async def _acknowledged(
@@ -767,6 +771,7 @@ async def _acknowledged(
         "accepted" if accepted else "rejected",
         None if accepted else getattr(message, "reason", None),
         fact.envelope.occurred_at,
+        message.subject if accepted and message.command_type in DETAILED else None,
     )
     if isinstance(message, CommandRejected) and message.command_type == StartWorkflow.message_type:
         await conn.execute(
@@ -802,9 +807,9 @@ async def _acknowledged_by_dlq(conn: Conn, schema: str, fact: Fact, command_id: 
 _UPSERT_DEAD_LETTER = """
 INSERT INTO {schema}.dead_letters (dead_letter_id, status, reason, topic, source_service, partition,
     "offset", key, job_id, run_id, original_type, error_type, error, tags, count, redrive_count,
-    first_seen, last_seen, status_at, note, command_id, redrive_of)
+    first_seen, last_seen, status_at, note, command_id, redrive_of, workflow_id, sequence, redrive_target)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19,
-    $20, $21, $22)
+    $20, $21, $22, $23, $24, $25)
 ON CONFLICT (dead_letter_id) DO UPDATE SET status = EXCLUDED.status, reason = EXCLUDED.reason,
     topic = EXCLUDED.topic, source_service = EXCLUDED.source_service,
     partition = COALESCE(EXCLUDED.partition, dead_letters.partition),
@@ -821,7 +826,10 @@ ON CONFLICT (dead_letter_id) DO UPDATE SET status = EXCLUDED.status, reason = EX
     last_seen = COALESCE(EXCLUDED.last_seen, dead_letters.last_seen),
     status_at = EXCLUDED.status_at, note = EXCLUDED.note,
     command_id = COALESCE(EXCLUDED.command_id, dead_letters.command_id),
-    redrive_of = COALESCE(EXCLUDED.redrive_of, dead_letters.redrive_of)
+    redrive_of = COALESCE(EXCLUDED.redrive_of, dead_letters.redrive_of),
+    workflow_id = COALESCE(EXCLUDED.workflow_id, dead_letters.workflow_id),
+    sequence = COALESCE(EXCLUDED.sequence, dead_letters.sequence),
+    redrive_target = COALESCE(EXCLUDED.redrive_target, dead_letters.redrive_target)
 """
 
 
@@ -850,6 +858,9 @@ async def _dead_letter(conn: Conn, schema: str, m: DeadLetterStatusChanged) -> N
         m.note,
         m.command_id,
         m.redrive_of,
+        m.workflow_id,
+        m.sequence,
+        m.redrive_target,
     )
 
 

@@ -8,12 +8,18 @@ import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
+from urllib.parse import quote
 
 import asyncpg
 
+from slotflow.contracts import DeadLetterFilter
+from slotflow.contracts.dlq import RedriveDefinition
+from slotflow.contracts.topics import JOBS_DUE
 from slotflow.core.cursors import decode_cursor, encode_cursor
 from slotflow.pg.pool import Conn, Pool
 from slotflow.pg.statements import Filters, compose, sql, sql_with
+from slotflow.redrive import LetterFacts, Unroutable, route
+from slotflow.settings import KafkaSettings
 
 
 @dataclass(frozen=True)
@@ -362,6 +368,8 @@ async def list_workflows(
 
 
 _TERMINAL_RUN_STATES = ["completed", "dead_lettered", "skipped"]
+#: A workflow in one of these waits on nothing any more.
+_CLOSED_WORKFLOW_STATES = frozenset(("completed", "failed", "cancelled"))
 
 
 # How many history entries a workflow has.
@@ -448,6 +456,24 @@ def _typed(out: dict[str, Any], derived: dict[str, Any], runs: dict[str, dict[st
         out[name] = derived.get(name, [])
     for name in ("result", "error", "compensated", "non_determinism", "gap_at"):
         out[name] = derived.get(name)
+    # A parked activity is a workflow waiting on a person: say so, and what they can do.
+    parked = [step for step in steps if step["state"] == "parked"]
+    out["waiting"], out["actions"] = None, []
+    if parked and out["status"] not in _CLOSED_WORKFLOW_STATES:
+        first = parked[0]
+        reason = (first.get("error") or {}).get("dead_letter_reason") or "parked"
+        out["waiting"] = f"activity parked: {first['activity']} #{first['sequence']} ({reason})"
+        wid = quote(str(out["workflow_id"]), safe="")
+        out["actions"] = [
+            {
+                "action": "retry_activity",
+                "sequence": step["sequence"],
+                "activity": step["activity"],
+                "method": "POST",
+                "path": f"/v1/workflows/{wid}/activities/{step['sequence']}/retry",
+            }
+            for step in parked
+        ]
 
 
 # Events recorded in the same instant keep their history order (sequence), not the id's text order.
@@ -509,6 +535,8 @@ async def list_dead_letters(
     job_id: str | None,
     limit: int,
     cursor: str | None,
+    run_id: str | None = None,
+    workflow_id: str | None = None,
 ) -> Page:
     """One page of dead letters matching the filters, newest status change first."""
     f = Filters()
@@ -518,6 +546,8 @@ async def list_dead_letters(
         ("topic", topic),
         ("source_service", source),
         ("job_id", job_id),
+        ("run_id", run_id),
+        ("workflow_id", workflow_id),
     ):
         if value is not None:
             f.add(f"{column} = {{}}", value)
@@ -528,6 +558,125 @@ async def list_dead_letters(
         pool, _DEAD_LETTERS_PAGE, schema, f, limit, ("status_at", "dead_letter_id")
     )
     return Page([_dead_letter_row(r) for r in rows], next_cursor)
+
+
+def selection_filters(f: Filters, selection: DeadLetterFilter, *, default_status: str | None) -> None:
+    """``selection`` as conditions on the read model's `dead_letters`, as the dlq service matches
+    it (`slotflow_dlq.queries.selection_sql`): a redrive or discard takes parked letters unless the
+    selection names a status. The read model knows the first service that refused a letter, not
+    every one (`seen_by`), so `source_service` matches that one."""
+    if selection.ids:
+        f.add("dead_letter_id = ANY ({}::text[])", list(selection.ids))
+    status = selection.status or default_status
+    if status is not None:
+        f.add("status = {}", status)
+    for column, value in (
+        ("source_service", selection.source_service),
+        ("topic", selection.topic),
+        ("reason", selection.reason),
+        ("job_id", selection.job_id),
+        ("run_id", selection.run_id),
+        ("workflow_id", selection.workflow_id),
+    ):
+        if value is not None:
+            f.add(f"{column} = {{}}", value)
+    if selection.since is not None:
+        f.add("first_seen >= {}", selection.since)
+    if selection.until is not None:
+        f.add("first_seen < {}", selection.until)
+
+
+# How many letters a selection (`{where}`) holds: those a redrive or discard takes, and the
+# workflows' parked activities among them (a bulk redrive leaves them out: `$1`).
+_SELECTION_COUNTS = """
+SELECT count(*) FILTER (WHERE NOT ($1::boolean AND workflow_id IS NOT NULL)) AS taken,
+       count(*) FILTER (WHERE $1::boolean AND workflow_id IS NOT NULL) AS left_out
+  FROM {schema}.dead_letters WHERE {where}
+"""
+# The letters a redrive or discard takes, in the order the dlq takes them (oldest first), at most
+# `{limit}` (the command's own limit: what it would touch).
+_SELECTION_TAKEN = """
+SELECT * FROM {schema}.dead_letters
+ WHERE {where} AND NOT ($1::boolean AND workflow_id IS NOT NULL)
+ ORDER BY first_seen, dead_letter_id LIMIT {limit}
+"""
+#: Letters a preview lists (the rest are counted).
+PREVIEW_ITEMS = 20
+
+
+async def count_selection(
+    pool: Pool, schema: str, selection: DeadLetterFilter, *, bulk: bool
+) -> tuple[int, int]:
+    """(letters a redrive or discard of ``selection`` would take, workflows' letters it leaves out)."""
+    f = Filters(first=2)
+    selection_filters(f, selection, default_status="parked")
+    row = await pool.fetchrow(sql_with(_SELECTION_COUNTS, schema, where=f.where()), bulk, *f.args)
+    return (int(row["taken"]), int(row["left_out"])) if row is not None else (0, 0)
+
+
+async def preview_dead_letters(
+    pool: Pool,
+    schema: str,
+    *,
+    action: str,
+    selection: DeadLetterFilter,
+    definition: RedriveDefinition,
+    limit: int,
+    kafka: KafkaSettings,
+) -> dict[str, Any]:
+    """What a redrive or discard of ``selection`` would do, without doing it: how many letters it
+    would touch (at most ``limit``), the first of them with where each would go
+    (`slotflow.redrive.route`, as the dlq routes it), and what a bulk redrive leaves out."""
+    bulk = action == "redrive" and not selection.ids
+    total, left_out = await count_selection(pool, schema, selection, bulk=bulk)
+    f = Filters(first=2)
+    selection_filters(f, selection, default_status="parked")
+    rows = await pool.fetch(
+        sql_with(_SELECTION_TAKEN, schema, where=f.where(), limit=f.param(limit)), bulk, *f.args
+    )
+    topics = {spec.name: spec for spec in kafka.topics()}
+    targets: dict[str, int] = {}
+    refused = 0
+    items: list[dict[str, Any]] = []
+    for row in rows:
+        item = _dead_letter_row(row)
+        if action == "redrive":
+            facts = LetterFacts(
+                topic=row["topic"],
+                partition=row["partition"] if row["partition"] is not None else -1,
+                source_service=row["source_service"],
+                reason=row["reason"],
+                run_id=row["run_id"],
+                workflow_id=row["workflow_id"],
+                sequence=row["sequence"],
+            )
+            routed = route(facts, definition=definition, topics=topics, jobs_due=kafka.topic(JOBS_DUE))
+            if isinstance(routed, Unroutable):
+                refused += 1
+                item["owner"], item["refusal"], item["kind"] = None, routed.reason, None
+            else:
+                targets[routed.target] = targets.get(routed.target, 0) + 1
+                item["owner"], item["refusal"], item["kind"] = routed.target, None, routed.kind
+        if len(items) < PREVIEW_ITEMS:
+            items.append(item)
+    return {
+        "action": action,
+        "dry_run": True,
+        "would_touch": len(rows),
+        "matching": total,
+        "limit": limit,
+        "definition": definition if action == "redrive" else None,
+        "owners": targets,
+        "refused": refused,
+        "left_out": left_out,
+        "left_out_reason": (
+            "workflows' parked activities: retried only through their workflow (RetryActivity, or a "
+            "redrive naming the letter by id)"
+            if left_out
+            else None
+        ),
+        "items": items,
+    }
 
 
 def _dead_letter_row(row: asyncpg.Record) -> dict[str, Any]:

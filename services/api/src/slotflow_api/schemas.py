@@ -10,6 +10,7 @@ from typing import Annotated, Any, Generic, Literal, Self, TypeVar
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
 from slotflow.contracts import DeadLetterFilter, ScheduleDefinition
+from slotflow.contracts.dlq import RedriveDefinition
 from slotflow.contracts.envelope import IDENTIFIER_PATTERN, SCHEDULE_ID_PATTERN
 from slotflow.contracts.policies import OverlapPolicy
 from slotflow.contracts.workflows import IdReusePolicy
@@ -225,9 +226,11 @@ class WorkflowStep(BaseModel):
     compensation: bool
     compensates: int | None
     state: Literal["scheduled", "parked", "completed", "failed", "abandoned"] = Field(
-        description="parked: its run is in the DLQ (error has the reason); a redrive finishes it. "
-        "abandoned: its run continued as new before an outcome, which no longer counts"
+        description="parked: the claimers gave up on its run and the workflow waits on it (error has "
+        "the reason); a retry (RetryActivity) tries it again. abandoned: its run continued as new "
+        "before an outcome, which no longer counts"
     )
+    retries: int = Field(default=0, description="how often an operator retried it while parked")
     run_state: str | None = Field(default=None, description="the run's state in the runs read model")
     scheduled_at: datetime
     finished_at: datetime | None
@@ -282,6 +285,16 @@ class NonDeterminism(BaseModel):
     open: bool = Field(description="true while nothing has been recorded after it: the workflow is stopped")
 
 
+class WorkflowAction(BaseModel):
+    """An operator's action on a workflow, as a request to send."""
+
+    action: Literal["retry_activity"]
+    sequence: int
+    activity: str
+    method: Literal["POST"] = "POST"
+    path: str
+
+
 class WorkflowDetail(Workflow):
     history_length: int
     activities: list[Run] = Field(
@@ -300,11 +313,22 @@ class WorkflowDetail(Workflow):
     non_determinism: NonDeterminism | None
     gap_at: int | None = Field(description="first missing sequence while later events wait for it")
     anomalies: list[str] = Field(description="history events that break the contract (ignored by the fold)")
+    waiting: str | None = Field(
+        default=None,
+        description='what an open workflow waits on that needs a person: "activity parked: shipping.book '
+        '#2 (attempts_exhausted)"',
+    )
+    actions: list[WorkflowAction] = Field(
+        default_factory=list, description="what an operator can do about it"
+    )
 
 
 class DeadLetter(BaseModel):
     dead_letter_id: str
-    status: str
+    status: str = Field(
+        description="parked; redriving (its owner was asked, no answer yet: `status_at` is when); "
+        "redriven (its owner did it); redrive_failed (refused: `note` says why); discarded"
+    )
     reason: str
     topic: str
     source_service: str
@@ -322,12 +346,17 @@ class DeadLetter(BaseModel):
     first_seen: datetime | None
     last_seen: datetime | None
     status_at: datetime
-    note: str
+    note: str = Field(description="the discard reason; for a redrive, who was asked and what they answered")
     command_id: str | None
     redrive_of: str | None
     changed_by: str | None = Field(
         default=None, description="who redrove or discarded it (the principal of `command_id`), when known"
     )
+    workflow_id: str | None = Field(
+        default=None, description="a workflow's parked activity: retried only through its workflow"
+    )
+    sequence: int | None = Field(default=None, description="the parked activity's sequence in its workflow")
+    redrive_target: str | None = Field(default=None, description="the service asked to carry out its redrive")
 
 
 class DeadLetterDetail(DeadLetter):
@@ -420,6 +449,10 @@ class CommandStatus(BaseModel):
     principal: str | None = Field(
         default=None,
         description="who issued it (token:<name>, oidc:<subject>, bootstrap, anonymous when auth is off)",
+    )
+    summary: str | None = Field(
+        default=None,
+        description='what its consumer said it did, for a DLQ command: "redrove 3 dead letter(s); ..."',
     )
 
 
@@ -542,8 +575,10 @@ class CancelBody(_Body):
 
 
 class _Selecting(_Body):
-    """A redrive or discard selects by `selection`; one that narrows nothing (no ids, no filter)
-    would take every parked letter, so it must say so with `all: true`."""
+    """A redrive or discard selects by `selection`; one that does not narrow (no ids, and none of
+    source, topic, reason, job, run or workflow: a status or a time range alone is another spelling
+    of everything) must say so with `all: true` (the route refuses it otherwise, with the count it
+    would take)."""
 
     selection: DeadLetterFilter = Field(default_factory=DeadLetterFilter)
     all: bool = Field(
@@ -552,14 +587,8 @@ class _Selecting(_Body):
     limit: int = Field(default=1000, ge=1, le=100_000)
 
     @model_validator(mode="after")
-    def _explicit_all(self) -> Self:
-        narrowed = self.selection.model_dump(exclude_defaults=True, exclude={"status"})
-        if not narrowed and not self.all:
-            raise ValueError(
-                "the selection is empty, which would take every parked dead letter: name ids or a filter "
-                '(topic, reason, job_id, ...) in "selection", or send "all": true to mean every one'
-            )
-        if narrowed and self.all:
+    def _not_both(self) -> Self:
+        if self.all and self.selection.narrows():
             raise ValueError(
                 '"all": true selects every dead letter, but "selection" narrows it: send one or the other'
             )
@@ -567,11 +596,39 @@ class _Selecting(_Body):
 
 
 class RedriveBody(_Selecting):
-    pass
+    definition: RedriveDefinition = Field(
+        default="as_run",
+        description="a schedule's run: as_run re-issues the JobDue the claimer stored for it; current "
+        "re-issues the slot from the schedule's current definition (a fixed handler name)",
+    )
 
 
 class DiscardBody(_Selecting):
     reason: str = Field(min_length=1, max_length=1000)
+
+
+class PreviewItem(DeadLetter):
+    owner: str | None = Field(default=None, description="the service a redrive would ask (none: refused)")
+    kind: str | None = Field(default=None, description="run, activity or record")
+    refusal: str | None = Field(default=None, description="why no service can redrive it")
+
+
+class DeadLetterPreview(BaseModel):
+    """What a redrive or discard would do (`?dry_run=true`); nothing is published."""
+
+    action: Literal["redrive", "discard"]
+    dry_run: bool = True
+    would_touch: int = Field(description="letters the command would change (at most `limit`)")
+    matching: int = Field(description="letters the selection matches (a bulk redrive without the left-out)")
+    limit: int
+    definition: str | None
+    owners: dict[str, int] = Field(
+        description="a redrive: how many letters each owner would be asked to redrive"
+    )
+    refused: int = Field(description="a redrive: letters no owner can take (redrive_failed at once)")
+    left_out: int = Field(description="a bulk redrive: workflows' parked activities it leaves out")
+    left_out_reason: str | None
+    items: list[PreviewItem] = Field(description="the first letters it would touch, oldest first")
 
 
 class ServedHandler(BaseModel):

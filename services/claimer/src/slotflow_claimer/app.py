@@ -18,6 +18,7 @@ from slotflow.contracts.topics import CLAIMERS, DLQ_MESSAGES, DOWNSTREAM_COMMAND
 from slotflow.kafka.consumer import Consumer
 from slotflow.kafka.loop import ConsumeLoop
 from slotflow.kafka.producer import Producer
+from slotflow.kafka.redrive import RedriveResponder
 from slotflow.pg.migrations import MigrationSource
 from slotflow.pg.outbox import OutboxRelay
 from slotflow.pg.pool import Pool, wait_for_pool
@@ -39,6 +40,7 @@ from slotflow_claimer.metrics import ClaimerMetrics
 from slotflow_claimer.outcomes import OutcomeWriter
 from slotflow_claimer.polling import MAX_BATCH, Polling
 from slotflow_claimer.reaper import Reaper
+from slotflow_claimer.redrives import ClaimerRedrives
 from slotflow_claimer.watchdog import LoopWatchdog
 
 log = logging.getLogger(__name__)
@@ -194,6 +196,30 @@ class ClaimerService:
             accept=DOWNSTREAM_COMMAND_TYPES,
             max_bytes=kafka.max_message_bytes,
         )
+        redrives = ClaimerRedrives(
+            self.pool,
+            schema=cfg.db_schema,
+            kafka=kafka,
+            events=events,
+            intake=self.intake,
+            executor=self.executor,
+            wake_relay=self.relay.wake,
+        )
+        # The claimer owns the runs it dead-lettered and the records of its two topics: a redrive
+        # reopens a run from its own row, or reads a record back and takes it again.
+        self.redrives = RedriveResponder(
+            kafka,
+            service="claimer",
+            producer=self.producer,
+            group_id=self.settings.redrives_group_id(),
+            rehandlers={
+                kafka.topic(JOBS_DUE): redrives.reread_job_due,
+                kafka.topic(DOWNSTREAM_COMMANDS): self.commands.rehandler(),
+            },
+            on_request=redrives.on_request,
+            client_id=f"claimer-redrives-{self.owner}",
+            poll_timeout_ms=cfg.poll_timeout_ms,
+        )
         self.polling = Polling(
             self.consumer,
             intake=self.intake,
@@ -229,6 +255,7 @@ class ClaimerService:
         loops.add("commit", self.polling.commit_loop)
         loops.add("intake", self.polling.intake_loop)
         loops.add("downstream-commands", self.commands.run)
+        loops.add("redrives", self.redrives.run)
         if cfg.downstream_report_interval_seconds > 0:
             interval = cfg.downstream_report_interval_seconds
             loops.add("downstream-reports", lambda stop: self.gate.report_loop(stop, interval))
@@ -282,7 +309,7 @@ class ClaimerService:
 
     async def _drain(self) -> None:
         loops = self._loops
-        await loops.stop_loops("intake", "reaper", "announce", "purge", "downstream-commands")
+        await loops.stop_loops("intake", "reaper", "announce", "purge", "downstream-commands", "redrives")
         if "downstream-reports" in loops.names:
             await loops.stop_loops("downstream-reports")
         if not await self.executor.drain(self._grace):

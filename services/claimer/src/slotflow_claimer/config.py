@@ -68,6 +68,8 @@ class ClaimerSettings(BaseSettings):
     downstream_report_interval_seconds: float = Field(default=10.0, ge=0)
     #: Consumer group over the downstream commands topic (one claimer applies each command).
     downstream_commands_group_id: str = "slotflow-claimer-downstream-commands"
+    #: Consumer group over the dlq's redrive requests (docs/decisions/0009).
+    redrives_group_id: str = "slotflow-claimer-redrives"
     #: Threads that run plain `def` handlers (a blocking call holds one; more wait for a free one).
     handler_threads: int = Field(default=16, ge=1, le=1024)
     #: Processes for handlers registered with runs_in="process"; 0 means one per CPU.
@@ -161,6 +163,9 @@ class Settings(BaseSettings):
 
     def downstream_commands_group_id(self) -> str:
         return self._namespaced(self.claimer.downstream_commands_group_id)
+
+    def redrives_group_id(self) -> str:
+        return self._namespaced(self.claimer.redrives_group_id)
 
     def _namespaced(self, group: str) -> str:
         namespace = self.kafka.topic_namespace

@@ -188,7 +188,8 @@ class RunEvents:
     def retry_timer(self, run: Run, at: datetime, *, retry_at: datetime) -> Staged:
         """StartTimer for the ticker: at `retry_at` it emits the next attempt's JobDue."""
         nxt = run.attempt + 1
-        job = run.job_due().model_copy(update={"attempt": nxt, "kind": "retry"})
+        # A retry is an ordinary JobDue: the redrive number of the record it copies reopened the run once.
+        job = run.job_due().model_copy(update={"attempt": nxt, "kind": "retry", "redrive": 0})
         job = JobDue.model_validate(job.model_dump())
         timer_id = retry_timer_id(run.run_id, nxt)
         timer = StartTimer(timer_id=timer_id, fire_at=retry_at, on_fire=FireJobDue(job=job))
@@ -202,7 +203,8 @@ class RunEvents:
         fire anyway, its JobDue finds the attempt already claimed and is skipped as a duplicate.
         """
         nxt = run.attempt + 1
-        job = run.job_due().model_copy(update={"attempt": nxt, "kind": "retry"})
+        # A retry is an ordinary JobDue: the redrive number of the record it copies reopened the run once.
+        job = run.job_due().model_copy(update={"attempt": nxt, "kind": "retry", "redrive": 0})
         job = JobDue.model_validate(job.model_dump())
         timer_id = resume_timer_id(run.run_id, nxt)
         timer = StartTimer(timer_id=timer_id, fire_at=resume_at, on_fire=FireJobDue(job=job))
@@ -225,7 +227,13 @@ class RunEvents:
         return self._run_event(run, event, "skipped", at)
 
     def dead_lettered(self, run: Run, at: datetime, *, reason: str, error: BaseException) -> list[Staged]:
-        """RunDeadLettered for observers and the DeadLettered record the DLQ service parks."""
+        """RunDeadLettered for observers, and the DeadLettered record the DLQ service parks.
+
+        An activity's final failure is its workflow's to handle (the orchestrator records it as
+        ActivityFailed from RunDeadLettered): its letter is parked only when the workflow chose
+        `on_dead_letter="park"`, marked with the workflow and sequence it is retried through
+        (docs/decisions/0009). A schedule's run always parks one, with the redrives it had.
+        """
         history = run.attempt_records()
         event = RunDeadLettered.model_validate(
             {
@@ -234,6 +242,10 @@ class RunEvents:
                 "history": history,
             }
         )
+        staged = [self._run_event(run, event, "dead_lettered", at)]
+        parked_activity = run.workflow_id is not None and _parks(run)
+        if run.workflow_id is not None and not parked_activity:
+            return staged
         letter = dead_letter_envelope(
             run.due,
             error,
@@ -244,8 +256,20 @@ class RunEvents:
             job_id=run.job_id,
             tags=run.tags,
             history=history,
+            workflow_id=run.workflow_id if parked_activity else None,
+            sequence=run.sequence if parked_activity else None,
+            redrives=run.redrive_count,
         )
-        return [self._run_event(run, event, "dead_lettered", at), Staged(self._dlq, letter)]
+        return [*staged, Staged(self._dlq, letter)]
+
+
+def _parks(run: Run) -> bool:
+    """Whether the workflow chose to park this activity's run when the claimers give up (its JobDue
+    says so; one that cannot be read back parks, so nothing is lost unseen)."""
+    try:
+        return run.job_due().on_dead_letter == "park"
+    except Exception:  # noqa: BLE001 - a stored record that no longer decodes: keep the letter
+        return True
 
 
 @functools.lru_cache(maxsize=64)
@@ -256,5 +280,9 @@ def _headers(message_type: str, version: int) -> str:
 def job_due_envelope(job: JobDue, *, at: datetime, source: str = SOURCE) -> Envelope:
     """A JobDue envelope as the ticker would publish it (tests and benchmarks use this)."""
     return wrap(
-        job, id=job_due_event_id(job.run_id, job.attempt), key=job.job_id, source=source, occurred_at=at
+        job,
+        id=job_due_event_id(job.run_id, job.attempt, job.redrive),
+        key=job.job_id,
+        source=source,
+        occurred_at=at,
     )

@@ -306,6 +306,7 @@ class Intake:
     async def _admit_wave(self, conn: Conn, wave: Sequence[Due], outcome: Admission) -> list[Encoded]:
         schema = self._schema
         staged: list[Encoded] = []
+        wave = await self._without_orphan_redrives(conn, wave, outcome)
         to_claim = [d for d in wave if d.job.overlap == "allow"]
         guarded = [d for d in wave if d.job.overlap != "allow"]
         if guarded:
@@ -324,6 +325,34 @@ class Intake:
         else:
             staged.extend(self._events.started_row(run, run.updated_at) for run in claimed)
         return staged
+
+    async def _without_orphan_redrives(
+        self, conn: Conn, wave: Sequence[Due], outcome: Admission
+    ) -> list[Due]:
+        """``wave`` without the redrive re-issues of runs this claimer never recorded.
+
+        A JobDue with a redrive number (the ticker re-issuing a slot, the orchestrator retrying a
+        parked activity) may only reopen a dead-lettered run (`_CLAIM`); it never creates one, so a
+        redrive of a forged letter naming a slot that never fired fires nothing.
+        """
+        reissued = [d.job.run_id for d in wave if d.redrive_count > 0]
+        if not reissued:
+            return list(wave)
+        known = await store.existing_run_ids(conn, self._schema, reissued)
+        kept: list[Due] = []
+        for due in wave:
+            if due.redrive_count > 0 and due.job.run_id not in known:
+                log.warning(
+                    "claimer: %s re-issues run %s for redrive %d, but no such run was ever claimed here; "
+                    "nothing runs",
+                    due.record.position,
+                    due.job.run_id,
+                    due.redrive_count,
+                )
+                outcome.duplicates += 1
+                continue
+            kept.append(due)
+        return kept
 
     def _traced_start(self, run: Run, outcome: Admission) -> Encoded:
         """RunStarted under a claim span (child of the JobDue's context), ended at the commit."""

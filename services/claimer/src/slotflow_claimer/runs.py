@@ -28,8 +28,9 @@ class Due:
 
     @property
     def redrive_count(self) -> int:
-        """How often the DLQ sent this record back (0 for a first delivery)."""
-        return redrive_count(self.record)
+        """The run's redrive number this JobDue carries (0 for an ordinary one): a redrive's re-issue
+        (`JobDue.redrive`), or a record the old dlq relay sent back (its header)."""
+        return max(self.job.redrive, redrive_count(self.record))
 
 
 def redrive_count(record: Record) -> int:

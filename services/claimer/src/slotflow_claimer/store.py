@@ -99,8 +99,10 @@ def _due_arrays(dues: Sequence[Due]) -> list[list[object]]:
 #     redelivery), unless a cancellation was requested (the reaper closes those); a lease that
 #     lapsed rather than being released counts in lease_lapses (the executor quarantines the run
 #     past a bound);
-#   - dead-lettered, and this JobDue was redriven more often than the row has seen (a fresh budget,
-#     lease_lapses included).
+#   - dead-lettered, and this JobDue carries a redrive number above the row's (a fresh budget,
+#     lease_lapses included). A redrive's JobDue is what the run runs from then on: the ticker's
+#     re-issue from the schedule's current definition brings its handler, payload and policies
+#     (a typo'd handler fixed by `schedule update`), the orchestrator's the activity's own.
 # Anything else (a live lease of any owner, completed, skipped, cancelled, buffered) returns no row:
 # the caller skips the record. The row lock taken by ON CONFLICT makes two claimers of one run
 # serialise, and the loser re-evaluates the WHERE against the winner's committed row.
@@ -124,6 +126,11 @@ ON CONFLICT (run_id) DO UPDATE SET
     attempt          = CASE WHEN r.state = 'running' THEN r.attempt ELSE r.attempt + 1 END,
     round_start      = CASE WHEN r.state = 'dead_lettered' THEN r.attempt + 1 ELSE r.round_start END,
     redrive_count    = GREATEST(r.redrive_count, EXCLUDED.redrive_count),
+    handler          = CASE WHEN r.state = 'dead_lettered' THEN EXCLUDED.handler ELSE r.handler END,
+    payload          = CASE WHEN r.state = 'dead_lettered' THEN EXCLUDED.payload ELSE r.payload END,
+    retry            = CASE WHEN r.state = 'dead_lettered' THEN EXCLUDED.retry ELSE r.retry END,
+    overlap          = CASE WHEN r.state = 'dead_lettered' THEN EXCLUDED.overlap ELSE r.overlap END,
+    tags             = CASE WHEN r.state = 'dead_lettered' THEN EXCLUDED.tags ELSE r.tags END,
     takeovers        = r.takeovers + CASE WHEN r.state = 'running' THEN 1 ELSE 0 END,
     lease_lapses     = CASE WHEN r.state = 'running' AND NOT r.lease_released THEN r.lease_lapses + 1
                             WHEN r.state = 'dead_lettered' THEN 0
@@ -501,3 +508,64 @@ async def release(conn: Conn, schema: str, tokens: Mapping[str, int], *, gracefu
         graceful,
     )
     return int(status.split()[-1])
+
+
+# reopen --
+# A schedule's dead-lettered run, reopened for a redrive (docs/decisions/0009), once per redrive
+# number: only while it is dead-lettered, a schedule's (an activity's run is its workflow's to
+# retry), its number above the row's, and its stored JobDue the very record the letter points at
+# (a letter naming another position reopens nothing). It becomes `retrying` with a fresh attempt
+# budget (round_start past its last attempt) and its lease lapses forgotten; the caller stages the
+# retry timer of its next attempt, whose JobDue (the stored one) is claimed with the next token.
+_REOPEN = """
+UPDATE {schema}.runs AS r
+   SET state = 'retrying', round_start = r.attempt + 1, redrive_count = $2, lease_lapses = 0,
+       lease_released = false, held_reason = NULL, updated_at = now()
+ WHERE r.run_id = $1 AND r.state = 'dead_lettered' AND r.workflow_id IS NULL AND r.redrive_count < $2
+   AND r.due_topic = $3 AND r.due_partition = $4 AND r.due_offset = $5
+RETURNING r.*
+"""
+# What a refused reopen is told: the row as it stands (read in the same transaction).
+_REOPEN_REFUSAL = """
+SELECT state, workflow_id, redrive_count, due_topic, due_partition, due_offset
+  FROM {schema}.runs WHERE run_id = $1
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Reopened:
+    """A reopened run, or why it was not."""
+
+    run: Run | None
+    refusal: str = ""
+
+
+async def reopen(
+    conn: Conn, schema: str, *, run_id: str, redrive: int, topic: str, partition: int, offset: int
+) -> Reopened:
+    """Reopen the dead-lettered run ``run_id`` for redrive number ``redrive`` (see `_REOPEN`)."""
+    row = await conn.fetchrow(sql(_REOPEN, schema), run_id, redrive, topic, partition, offset)
+    if row is not None:
+        return Reopened(Run.from_row(row))
+    found = await conn.fetchrow(sql(_REOPEN_REFUSAL, schema), run_id)
+    if found is None:
+        return Reopened(
+            None, f"no run {run_id!r} at the claimer (never claimed, or purged after its retention)"
+        )
+    if found["workflow_id"] is not None:
+        return Reopened(
+            None,
+            f"run {run_id!r} is an activity of workflow {found['workflow_id']!r}: retry it through the workflow",
+        )
+    if found["state"] != "dead_lettered":
+        return Reopened(None, f"run {run_id!r} is {found['state']}, not dead-lettered: nothing to redrive")
+    stored = f"{found['due_topic']}:{found['due_partition']}:{found['due_offset']}"
+    if stored != f"{topic}:{partition}:{offset}":
+        return Reopened(
+            None,
+            f"the letter points at {topic}:{partition}:{offset}, but run {run_id!r} was dead-lettered from "
+            f"the JobDue at {stored}: the letter is not this run's",
+        )
+    return Reopened(
+        None, f"run {run_id!r} was redriven already (redrive {found['redrive_count']}, this is {redrive})"
+    )

@@ -4,10 +4,14 @@
   record collapse on the inbox (its position); a letter re-sent by a consumer for an origin already
   parked counts a sighting on that entry (its id is the origin position). Both happen in the
   transaction that stages the DeadLetterStatusChanged event.
-- The command loop applies RedriveDeadLetters and DiscardDeadLetters, once per command id; where
+  The same loop records the owners' answers to redrive requests (RedriveOutcome on the DLQ topic).
+- The command loop applies RedriveDeadLetters and DiscardDeadLetters, once per command id: a
+  redrive stages a RedriveRequested per letter for its owner (docs/decisions/0009); where
   signatures are required, a command whose principal is not proven is answered CommandRejected
   and touches no letter.
-- The outbox relay publishes events; the redrive relay sends redriven records back, byte-exact.
+- The outbox relay publishes events and redrive requests.
+- The redrive responder answers the requests addressed to the dlq itself (records its own
+  consumers refused, read back from their topic).
 - The notifier delivers webhook notifications for dead-lettered money-moving runs.
 
 A poll's letters are parked in one transaction. Should that fail, they are parked one at a time,
@@ -22,17 +26,18 @@ from pathlib import Path
 
 import asyncpg
 
-from slotflow.contracts import DeadLettered, DiscardDeadLetters, RedriveDeadLetters
-from slotflow.contracts.catalogue import DLQ_COMMAND_TYPES
+from slotflow.contracts import DeadLettered, DiscardDeadLetters, RedriveDeadLetters, RedriveOutcome
+from slotflow.contracts.catalogue import DLQ_COMMAND_TYPES, DLQ_MESSAGE_TYPES
 from slotflow.contracts.dlq import reason_label
 from slotflow.contracts.topics import DLQ_COMMANDS, DLQ_MAX_RECORD_BYTES, DLQ_MESSAGES
 from slotflow.core.retry import is_data_error
-from slotflow.errors import TransientStorageError
+from slotflow.errors import PoisonMessage, TransientStorageError
 from slotflow.kafka.consumer import Consumer
 from slotflow.kafka.loop import DEFAULT_OUTAGE_TYPES, ConsumeLoop, Incoming
 from slotflow.kafka.poison import DLQ_MAX_ENVELOPE_BYTES
 from slotflow.kafka.producer import Producer
 from slotflow.kafka.records import Record
+from slotflow.kafka.redrive import RedriveResponder
 from slotflow.pg.migrations import MigrationSource
 from slotflow.pg.outbox import OutboxRelay, append_many
 from slotflow.pg.pool import CONNECTION_ERRORS, Conn, Pool, wait_for_pool
@@ -44,7 +49,6 @@ from slotflow_dlq import queries, retention, store
 from slotflow_dlq.config import DlqSettings
 from slotflow_dlq.metrics import DlqMetrics
 from slotflow_dlq.notify import Notifier
-from slotflow_dlq.relay import RedriveRelay
 
 log = logging.getLogger(__name__)
 
@@ -77,9 +81,9 @@ class DlqService:
         self.ready = asyncio.Event()
         self.letters_loop: ConsumeLoop | None = None
         self.commands_loop: ConsumeLoop | None = None
+        self.responder: RedriveResponder | None = None
         self._pool: Pool | None = None
         self._outbox: OutboxRelay | None = None
-        self._redrives: RedriveRelay | None = None
         self._notifier: Notifier | None = None
 
     def _group(self, name: str) -> str:
@@ -140,13 +144,6 @@ class DlqService:
     ) -> None:
         pool = self.pool
         self._outbox = OutboxRelay(pool, producer, schema=self.schema)
-        self._redrives = RedriveRelay(
-            pool,
-            producer,
-            schema=self.schema,
-            batch_size=self.settings.redrive_batch_size,
-            idle_interval=self.settings.redrive_idle_seconds,
-        )
         dlq_topic = self.kafka.topic(DLQ_MESSAGES)
         self.letters_loop = ConsumeLoop(
             letters,
@@ -155,7 +152,7 @@ class DlqService:
             dlq=producer,
             dlq_topic=dlq_topic,
             source_service="dlq",
-            accept=(DeadLettered,),
+            accept=DLQ_MESSAGE_TYPES,
             # The DLQ topic carries envelopes up to its own, larger limit.
             max_bytes=DLQ_MAX_RECORD_BYTES,
             outage_types=OUTAGES,
@@ -172,11 +169,24 @@ class DlqService:
             outage_types=OUTAGES,
             on_dead_letter=self._own_poison,
         )
+        # The dlq owns what its own consumers refused: a redrive of such a letter reads the record
+        # back from its topic and handles it as these loops do.
+        self.responder = RedriveResponder(
+            self.kafka,
+            service="dlq",
+            producer=producer,
+            group_id=self._group(self.settings.redrives_group),
+            rehandlers={
+                dlq_topic: self.letters_loop.rehandler(),
+                self.kafka.topic(DLQ_COMMANDS): self.commands_loop.rehandler(),
+            },
+            client_id=f"dlq-redrives-{self.settings.instance_id}",
+        )
         loops = Supervisor(f"dlq-{self.settings.instance_id}")
         loops.add("letters", self.letters_loop.run)
         loops.add("commands", self.commands_loop.run)
+        loops.add("redrives", self.responder.run)
         loops.add("outbox", self._outbox.run)
-        loops.add("redrives", self._redrives.run)
         loops.add("gauges", self._refresh_gauges)
         purges = retention.purges(
             self.schema,
@@ -223,21 +233,33 @@ class DlqService:
     # -- handlers ---------------------------------------------------------------------------------
 
     async def _on_letters(self, batch: list[Incoming]) -> None:
-        """Park a whole poll in one transaction (the fast path; see ConsumeLoop's batch_handler)."""
+        """Park a whole poll in one transaction (the fast path; see ConsumeLoop's batch_handler);
+        the owners' answers among it are recorded in the same one."""
         async with self.pool.acquire() as conn, conn.transaction():
             done = [p for incoming in batch if (p := await self._park(conn, incoming)) is not None]
-            await append_many(conn, schema=self.schema, items=[p.event for p in done])
+            answers = [a for incoming in batch if (a := await self._answer(conn, incoming)) is not None]
+            events = [p.event for p in done] + [a.event for a in answers if a.event is not None]
+            await append_many(conn, schema=self.schema, items=events)
         self._after_parking(done)
+        self._after_answers(answers)
         if self.settings.crash_window_seconds:
             await asyncio.sleep(self.settings.crash_window_seconds)
 
     async def _on_letter(self, incoming: Incoming) -> None:
-        """Park one letter (the slow path, after a batch failed)."""
+        """Park one letter, or record one answer (the slow path, after a batch failed)."""
+        answers: list[store.Answered] = []
         try:
             async with self.pool.acquire() as conn, conn.transaction():
                 parked = await self._park(conn, incoming)
                 if parked is not None:
                     await append_many(conn, schema=self.schema, items=[parked.event])
+                answered = await self._answer(conn, incoming)
+                if answered is not None:
+                    answers.append(answered)
+                    if answered.event is not None:
+                        await append_many(conn, schema=self.schema, items=[answered.event])
+        except PoisonMessage:
+            raise  # an answer that names no request of ours: parked as our own poison
         except asyncpg.PostgresError as err:
             if is_data_error(err):
                 # A value PostgreSQL refuses (a partition number past its integer, SQLSTATE class
@@ -246,11 +268,26 @@ class DlqService:
                 raise
             raise TransientStorageError(f"parking {incoming.envelope.id} failed; waiting: {err}") from err
         self._after_parking([parked] if parked is not None else [])
+        self._after_answers(answers)
+
+    async def _answer(self, conn: Conn, incoming: Incoming) -> store.Answered | None:
+        outcome = incoming.message
+        if not isinstance(outcome, RedriveOutcome):
+            return None
+        return await store.answer(
+            conn, schema=self.schema, kafka=self.kafka, envelope=incoming.envelope, outcome=outcome
+        )
+
+    def _after_answers(self, answers: list[store.Answered]) -> None:
+        for answered in answers:
+            self.metrics.redrive_outcomes.labels(answered.outcome).inc()
+        if any(a.event is not None for a in answers) and self._outbox is not None:
+            self._outbox.wake()
 
     async def _park(self, conn: Conn, incoming: Incoming) -> store.Parked | None:
         letter = incoming.message
         if not isinstance(letter, DeadLettered):
-            return None  # unreachable: the loop accepts DeadLettered only
+            return None  # an owner's answer (`_answer`)
         tag = self.settings.money_moving_tag if self.settings.webhook_url is not None else None
         return await store.park(
             conn,
@@ -300,12 +337,13 @@ class DlqService:
                 )
         if applied.repeated:
             return
-        if refusal is not None:
-            log.warning("rejected %s %s: %s", incoming.envelope.type, incoming.envelope.id, refusal)
+        if applied.rejected is not None:
+            log.info("%s %s rejected: %s", incoming.envelope.type, incoming.envelope.id, applied.rejected)
         elif isinstance(command, RedriveDeadLetters):
-            self.metrics.redrives.inc(len(applied.changed))
-            if self._redrives is not None:
-                self._redrives.wake()
+            for target, count in applied.requested.items():
+                self.metrics.redrives.labels(target).inc(count)
+            if applied.refused:
+                self.metrics.redrive_outcomes.labels("refused").inc(applied.refused)
         else:
             self.metrics.discards.inc(len(applied.changed))
         if self._outbox is not None:
@@ -333,6 +371,7 @@ class DlqService:
             try:
                 counts = await queries.parked_by_reason(self.pool, schema=self.schema)
                 age = await queries.oldest_parked_age_seconds(self.pool, schema=self.schema)
+                waiting = await queries.oldest_redriving_age_seconds(self.pool, schema=self.schema)
             except _GAUGE_ERRORS as err:
                 log.warning("gauge refresh failed: %s", err)
             else:
@@ -347,4 +386,5 @@ class DlqService:
                     self.metrics.parked_now.labels(reason).set(count)
                 shown |= labelled.keys()
                 self.metrics.oldest_parked_age.set(age)
+                self.metrics.oldest_redriving_age.set(waiting)
             await sleep_or_stop(stop, self.settings.gauge_seconds)

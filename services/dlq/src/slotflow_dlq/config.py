@@ -24,6 +24,8 @@ class DlqSettings(BaseSettings):
     #: Consumer groups (prefixed by the topic namespace when one is set).
     messages_group: str = "slotflow.dlq.messages"
     commands_group: str = "slotflow.dlq.commands"
+    #: Redrive requests of the dlq's own poison (records its own consumers refused).
+    redrives_group: str = "slotflow.dlq.redrives"
     #: Where to POST a summary of each dead-lettered run tagged `money_moving_tag`; unset: no hook.
     webhook_url: AnyHttpUrl | None = None
     money_moving_tag: str = "money-moving"
@@ -47,9 +49,6 @@ class DlqSettings(BaseSettings):
     parked_retention_days: float = Field(default=0.0, ge=0)
     purge_interval_seconds: float = Field(default=300.0, gt=0)
     purge_batch_size: int = Field(default=1000, ge=1, le=100_000)
-    #: Redriven records published per relay pass.
-    redrive_batch_size: int = Field(default=500, ge=1, le=50_000)
-    redrive_idle_seconds: float = Field(default=0.05, gt=0)
     #: How often the oldest-parked-age and parked gauges are refreshed from the table.
     gauge_seconds: float = Field(default=5.0, gt=0)
     #: Prometheus metrics port (on `metrics_host`); 0 turns the HTTP endpoint off.

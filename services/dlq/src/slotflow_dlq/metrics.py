@@ -19,7 +19,19 @@ class DlqMetrics:
         )
         self.redrives = Counter(
             "slotflow_dlq_redrives_total",
-            "Dead letters redriven to their original topics",
+            "Redrive requests staged for the letters' owners, by the service asked",
+            ["target"],
+            registry=self.registry,
+        )
+        self.redrive_outcomes = Counter(
+            "slotflow_dlq_redrive_outcomes_total",
+            "Redrives answered: done or refused (by an owner, or by the dlq finding no owner)",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self.oldest_redriving_age = Gauge(
+            "slotflow_dlq_oldest_redriving_age_seconds",
+            "Age of the oldest redrive request still waiting for its owner's answer (0 when none)",
             registry=self.registry,
         )
         self.discards = Counter(

@@ -45,6 +45,7 @@ def selection_sql(
         ("reason", selection.reason),
         ("job_id", selection.job_id),
         ("run_id", selection.run_id),
+        ("workflow_id", selection.workflow_id),
     ):
         if value is not None:
             f.add(f"{column} = {{}}", pg_text(value))
@@ -84,16 +85,24 @@ class DeadLetterSummary(BaseModel):
     status_changed_at: datetime
     note: str
     redrive_of: str | None
+    workflow_id: str | None
+    sequence: int | None
+    redrive_target: str | None
 
 
 class RedriveRecord(BaseModel):
-    """One record sent back to the original topic."""
+    """One redrive request of the letter and its owner's answer (none yet: it waits)."""
 
-    redrive_number: int
+    request_id: str
     command_id: str
-    created_at: datetime
-    published_at: datetime | None
-    error: str | None
+    target: str
+    kind: str
+    definition: str
+    redrive: int
+    requested_at: datetime
+    answered_at: datetime | None
+    outcome: str | None
+    reason: str
 
 
 class DeadLetterDetail(DeadLetterSummary):
@@ -118,7 +127,8 @@ class Page(BaseModel):
 
 _SUMMARY = """id, status, reason, error_type, left(error, 2000) AS error, source_service, seen_by, topic,
     "partition", "offset", key_text, original_type, run_id, job_id, tags, count, redrive_count,
-    value_size, value_truncated, first_seen, last_seen, status_changed_at, note, redrive_of"""
+    value_size, value_truncated, first_seen, last_seen, status_changed_at, note, redrive_of, workflow_id,
+    sequence, redrive_target"""
 
 
 #: A page, newest first; `{where}` is the selection's clause from `$2` on (`$1` is the limit).
@@ -163,6 +173,9 @@ def _summary_fields(row: Any) -> dict[str, Any]:
         "status_changed_at": row["status_changed_at"],
         "note": row["note"],
         "redrive_of": row["redrive_of"],
+        "workflow_id": row["workflow_id"],
+        "sequence": row["sequence"],
+        "redrive_target": row["redrive_target"],
     }
 
 
@@ -199,10 +212,10 @@ async def list_dead_letters(
     return Page(items=items, next_cursor=_cursor(rows[limit - 1]) if len(rows) > limit else None)
 
 
-# An entry's redrives, oldest first.
+# An entry's redrive requests and their answers, oldest first.
 _REDRIVES_OF = (
-    "SELECT redrive_number, command_id, created_at, published_at, error FROM {schema}.redrives "
-    "WHERE dead_letter_id = $1 ORDER BY redrive_number"
+    "SELECT request_id, command_id, target, kind, definition, redrive, requested_at, answered_at, outcome, "
+    "reason FROM {schema}.redrive_requests WHERE dead_letter_id = $1 ORDER BY requested_at, request_id"
 )
 
 
@@ -261,4 +274,19 @@ _OLDEST_PARKED_AGE = (
 async def oldest_parked_age_seconds(db: Queryable, *, schema: str) -> float:
     """Seconds since the oldest parked entry was first seen, by the database clock; 0 when none."""
     age = await db.fetchval(sql(_OLDEST_PARKED_AGE, schema))
+    return float(age)
+
+
+# A request nobody answered keeps its letter `redriving`: the age of the oldest such request, of a
+# letter still waiting on it (redrive_requests_waiting), by the database clock.
+_OLDEST_REDRIVING_AGE = """
+SELECT COALESCE(extract(epoch FROM now() - min(r.requested_at)), 0)
+  FROM {schema}.redrive_requests r JOIN {schema}.dead_letters d ON d.request_id = r.request_id
+ WHERE r.answered_at IS NULL AND d.status = 'redriving'
+"""
+
+
+async def oldest_redriving_age_seconds(db: Queryable, *, schema: str) -> float:
+    """Seconds the oldest unanswered redrive request has waited for its owner; 0 when none."""
+    age = await db.fetchval(sql(_OLDEST_REDRIVING_AGE, schema))
     return float(age)

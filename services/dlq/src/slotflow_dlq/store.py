@@ -1,12 +1,13 @@
-"""The DLQ's writes: park a dead letter, redrive or discard a selection. Each runs in the caller's
-transaction and stages its events in the outbox (and redriven records in the redrive table) there,
-so a state change and what it announces commit or vanish together.
+"""The DLQ's writes: park a dead letter, redrive or discard a selection, record an owner's answer
+to a redrive. Each runs in the caller's transaction and stages its events (and redrive requests)
+in the outbox there, so a state change and what it announces commit or vanish together.
 """
 
 import base64
 import hashlib
 import json
-from dataclasses import dataclass
+import secrets
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -21,15 +22,19 @@ from slotflow.contracts import (
     DiscardDeadLetters,
     Envelope,
     RedriveDeadLetters,
+    RedriveOutcome,
+    RedriveRequested,
     wrap,
 )
-from slotflow.contracts.dlq import REDRIVE_OF_HEADER
-from slotflow.contracts.envelope import REDRIVE_COUNT_HEADER, TYPE_HEADER, fit_id
-from slotflow.contracts.topics import DLQ_EVENTS, SIGNING_KEYS
+from slotflow.contracts.dlq import REDRIVE_OF_HEADER, RedriveDefinition, redrive_request_id
+from slotflow.contracts.envelope import REDRIVE_COUNT_HEADER, TYPE_HEADER, fit_id, fit_key
+from slotflow.contracts.topics import DLQ_EVENTS, DLQ_REDRIVES, JOBS_DUE
 from slotflow.core.nul import jsonb_text, pg_text
+from slotflow.errors import PoisonMessage
 from slotflow.pg.outbox import Staged, append_many
 from slotflow.pg.pool import Conn
 from slotflow.pg.statements import compose, sql, sql_with
+from slotflow.redrive import RUN_REASONS, LetterFacts, Unroutable, route
 from slotflow.settings import KafkaSettings
 from slotflow_dlq.queries import selection_sql
 
@@ -113,7 +118,30 @@ class Parked:
     event: Staged
 
 
-_PARK = """
+def _workflow_marks(letter: DeadLettered, decoded: str | None) -> tuple[str | None, int | None]:
+    """The workflow and sequence of a parked activity's letter: its own marks, or, for a letter an
+    older claimer parked, its JobDue's (a run's letter only: a poison JobDue is the claimer's)."""
+    if letter.workflow_id is not None and letter.sequence is not None:
+        return letter.workflow_id, letter.sequence
+    if letter.source_service != "claimer" or letter.reason not in RUN_REASONS or decoded is None:
+        return None, None
+    loaded = json.loads(decoded)
+    data = loaded.get("data") if isinstance(loaded, dict) else None
+    if not isinstance(data, dict) or loaded.get("type") != "job.due":
+        return None, None
+    workflow_id, sequence = data.get("workflow_id"), data.get("sequence")
+    if isinstance(workflow_id, str) and isinstance(sequence, int) and not isinstance(sequence, bool):
+        return workflow_id, sequence
+    return None, None
+
+
+#: What a status event carries of a letter (`_status_event`).
+_EVENT_COLUMNS = """id, status, reason, error_type, error, source_service, topic, "partition", "offset",
+    key_text, original_type, run_id, job_id, tags, count, redrive_count, first_seen, last_seen,
+    status_changed_at, note, redrive_of, workflow_id, sequence, redrive_target"""
+
+_PARK = compose(
+    """
 -- The DLQ record itself is recorded first: delivered again after a crash (same position), it
 -- parks nothing and counts nothing.
 WITH first_sight AS (
@@ -124,22 +152,39 @@ WITH first_sight AS (
 INSERT INTO {schema}.dead_letters AS d (
     id, reason, error_type, error, traceback, source_service, seen_by, topic, "partition", "offset",
     record_key, key_text, headers, value, value_size, value_truncated, record_time, original_type,
-    decoded, run_id, job_id, tags, history, redrive_of, prior_redrives)
+    decoded, run_id, job_id, tags, history, redrive_of, prior_redrives, workflow_id, sequence)
 SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::text, ARRAY[$6::text], $7::text, $8::int,
     $9::bigint, $10::bytea, $11::text, $12::jsonb, $13::bytea, $14::bigint, $15::boolean, $16::timestamptz,
-    $17::text, $18::jsonb, $19::text, $20::text, $21::text[], $22::jsonb, $23::text, $24::int
+    $17::text, $18::jsonb, $19::text, $20::text, $21::text[], $22::jsonb,
+    -- A run that fails again after a redrive parks a new letter (its reopened JobDue is a new
+    -- record): it links to the run's letter that was redriven last.
+    COALESCE($23::text, (SELECT o.id FROM {schema}.dead_letters o
+                          WHERE $19::text IS NOT NULL AND o.run_id = $19::text AND o.id <> $1::text
+                            AND o.redrive_count > 0
+                          ORDER BY o.status_changed_at DESC LIMIT 1)),
+    $24::int, $27::text, $28::int
  WHERE EXISTS (SELECT 1 FROM first_sight)
 -- The same origin seen again (a consumer re-sent it, or another consumer group refused it too):
--- one entry, counted, never a second row.
+-- one entry, counted, never a second row. Seen again while or after it was redriven, its record
+-- failed again at its consumer (a record read back and refused by a later check): parked again,
+-- with the new failure; an owner's answer that comes after it then changes nothing (`_SETTLE`).
 ON CONFLICT (id) DO UPDATE SET
     count = d.count + 1,
     last_seen = now(),
     seen_by = CASE WHEN EXCLUDED.source_service = ANY (d.seen_by) THEN d.seen_by
-                   ELSE d.seen_by || EXCLUDED.source_service END
-RETURNING id, (xmax = 0) AS inserted, status, reason, error_type, error, source_service, topic,
-    "partition", "offset", key_text, original_type, run_id, job_id, tags, count, redrive_count,
-    first_seen, last_seen, status_changed_at, note, redrive_of
-"""
+                   ELSE d.seen_by || EXCLUDED.source_service END,
+    status = CASE WHEN d.status IN ('redriving', 'redriven') THEN 'parked' ELSE d.status END,
+    status_changed_at = CASE WHEN d.status IN ('redriving', 'redriven') THEN now() ELSE d.status_changed_at END,
+    note = CASE WHEN d.status IN ('redriving', 'redriven') THEN 'parked again: its record failed again after the redrive'
+                ELSE d.note END,
+    reason = CASE WHEN d.status IN ('redriving', 'redriven') THEN EXCLUDED.reason ELSE d.reason END,
+    error_type = CASE WHEN d.status IN ('redriving', 'redriven') THEN EXCLUDED.error_type ELSE d.error_type END,
+    error = CASE WHEN d.status IN ('redriving', 'redriven') THEN EXCLUDED.error ELSE d.error END,
+    traceback = CASE WHEN d.status IN ('redriving', 'redriven') THEN EXCLUDED.traceback ELSE d.traceback END
+RETURNING {event_columns}, (xmax = 0) AS inserted
+""",
+    event_columns=_EVENT_COLUMNS,
+)
 
 
 # At most one notification per entry (primary key), staged in the parking transaction.
@@ -179,6 +224,7 @@ async def park(
         loaded = json.loads(decoded)
         if isinstance(loaded, dict) and isinstance(loaded.get("type"), str):
             original_type = loaded["type"]
+    workflow_id, sequence = _workflow_marks(letter, decoded)
     row = await conn.fetchrow(
         sql(_PARK, schema),
         pg_text(envelope.id),
@@ -204,9 +250,11 @@ async def park(
         [pg_text(t) for t in letter.tags],
         pg_text(json.dumps([h.model_dump(mode="json") for h in letter.history])),
         pg_text_or_none(_header_text(headers, REDRIVE_OF_HEADER)),
-        _prior_redrives(headers),
+        max(_prior_redrives(headers), letter.redrives),
         dlq_record,
         dlq_topic,
+        pg_text_or_none(workflow_id),
+        sequence,
     )
     if row is None:
         return None
@@ -264,28 +312,33 @@ def _status_event(row: Any, *, event_id: str, at: datetime, command_id: str | No
         tags=tuple(row["tags"]),
         first_seen=row["first_seen"],
         last_seen=row["last_seen"],
-        note=row["note"],
+        note=row["note"][:_EVENT_ERROR_CHARS],
         command_id=command_id,
         redrive_of=row["redrive_of"],
+        workflow_id=row["workflow_id"],
+        sequence=row["sequence"],
+        redrive_target=row["redrive_target"],
     )
     return wrap(event, id=event_id, key=row["id"], source=SOURCE, occurred_at=at)
 
 
-_EVENT_COLUMNS = """id, status, reason, error_type, error, source_service, topic, "partition", "offset",
-    key_text, original_type, run_id, job_id, tags, count, redrive_count, first_seen, last_seen,
-    status_changed_at, note, redrive_of"""
 #: The same columns of the updated row `d`.
 _D_EVENT_COLUMNS = ", ".join("d." + c.strip() for c in _EVENT_COLUMNS.split(","))
 
 
 @dataclass(frozen=True, slots=True)
 class Applied:
-    """What a command did: the entries it changed (none when it was seen before)."""
+    """What a command did: the entries it changed (none when it was seen before or refused)."""
 
     command_id: str
     repeated: bool
     changed: tuple[str, ...]
-    skipped_truncated: int = 0
+    #: Redrive requests staged, by the service asked (for the caller's metrics and wake-ups).
+    requested: dict[str, int] = field(default_factory=dict)
+    #: Letters refused at staging (no owner for them): `redrive_failed` at once.
+    refused: int = 0
+    #: Why the whole command was rejected (nothing changed), or None.
+    rejected: str | None = None
 
 
 # Recorded in the command's own transaction; the primary key is the command id, so
@@ -324,8 +377,13 @@ async def _seen_command(conn: Conn, schema: str, command_id: str) -> bool:
     return found is True
 
 
-def _accepted(kafka: KafkaSettings, envelope: Envelope, kind: str, subject: str, at: datetime) -> Staged:
-    event = CommandAccepted(command_id=envelope.id, command_type=envelope.type, subject=subject)
+def _subject(envelope: Envelope, selection: DeadLetterFilter) -> str:
+    return envelope.key or (selection.ids[0] if len(selection.ids) == 1 else envelope.id)
+
+
+def _accepted(kafka: KafkaSettings, envelope: Envelope, summary: str, at: datetime) -> Staged:
+    # The subject says what the command did ("redrove 3 dead letter(s); ..."): the CLI prints it.
+    event = CommandAccepted(command_id=envelope.id, command_type=envelope.type, subject=summary)
     return Staged(
         kafka.topic(DLQ_EVENTS),
         wrap(event, id=fit_id(envelope.id, "/accepted"), key=envelope.key, source=SOURCE, occurred_at=at),
@@ -347,145 +405,288 @@ async def reject(
     if await _seen_command(conn, schema, envelope.id):
         return Applied(envelope.id, True, ())
     now = await conn.fetchval("SELECT now()")
-    event = CommandRejected(
-        command_id=envelope.id, command_type=envelope.type, subject=envelope.key, reason=reason
-    )
-    rejected = Staged(
-        kafka.topic(DLQ_EVENTS),
-        wrap(event, id=fit_id(envelope.id, "/rejected"), key=envelope.key, source=SOURCE, occurred_at=now),
-    )
-    await append_many(conn, schema=schema, items=[rejected])
+    await append_many(conn, schema=schema, items=[_rejected(kafka, envelope, envelope.key, reason, now)])
     await _record_command(conn, schema, envelope, "rejected", command.selection, pg_text(reason), 0)
-    return Applied(envelope.id, False, ())
+    return Applied(envelope.id, False, (), rejected=reason)
 
 
-def redrivable_topics(kafka: KafkaSettings) -> list[str]:
-    """The topics a redrive may send a record back to: this deployment's own, but the keys topic.
-
-    Only the api writes the keys topic (a registered key proves a principal), and no consumer parks
-    a record of it; a letter naming it is forged, and redriven it would have the dlq write a key
-    record (plaintext: a key nobody registered; secured: no ACL for it, the relay stopped)."""
-    keys = kafka.topic(SIGNING_KEYS)
-    return [spec.name for spec in kafka.topics() if spec.name != keys]
-
-
-# One row per (entry, redrive number) (primary key): the bytes the redrive relay sends, copied
-# inside the database so a large selection never passes through memory.
-_RECORD_REDRIVES = """
-INSERT INTO {schema}.redrives (dead_letter_id, redrive_number, command_id, topic, record_key, value, headers)
-SELECT d.id, d.redrive_count, $1, d.topic, d.record_key, d.value, u.headers::jsonb
-  FROM unnest($2::text[], $3::text[]) AS u(id, headers)
-  JOIN {schema}.dead_letters d ON d.id = u.id
-ON CONFLICT (dead_letter_id, redrive_number) DO NOTHING
-"""
+def _rejected(kafka: KafkaSettings, envelope: Envelope, subject: str, reason: str, at: datetime) -> Staged:
+    event = CommandRejected(
+        command_id=envelope.id, command_type=envelope.type, subject=subject, reason=reason
+    )
+    return Staged(
+        kafka.topic(DLQ_EVENTS),
+        wrap(event, id=fit_id(envelope.id, "/rejected"), key=envelope.key, source=SOURCE, occurred_at=at),
+    )
 
 
-# A redrive's selection (`{where}`, the clause of `selection_sql`) is counted in three parts.
-# Entries parked truncated: their bytes are incomplete, so they stay parked (counted, not sent).
-_COUNT_TRUNCATED = "SELECT count(*) FROM {schema}.dead_letters WHERE {where} AND value_truncated"
-# Entries naming a topic that is not one of this deployment's ($1): refused, and stay parked.
-_COUNT_FOREIGN = """
-SELECT count(*) FROM {schema}.dead_letters
- WHERE {where} AND NOT value_truncated AND topic <> ALL ($1::text[])
-"""
-# The rest, oldest first and at most $1, become `redriven` with their count raised by one. FOR
-# UPDATE serialises two commands over the same entries: the second re-reads them once the first
-# commits and, selecting parked entries (the default), finds them redriven already.
-_REDRIVE = compose(
-    """
-WITH chosen AS (
-    SELECT id FROM {schema}.dead_letters
-     WHERE {where} AND NOT value_truncated AND topic = ANY ($3::text[])
-     ORDER BY first_seen, id
-     LIMIT $1
-       FOR UPDATE
+#: Why a selection that does not narrow is refused (`DeadLetterFilter.narrows`).
+EVERYTHING = (
+    "the selection names no ids and none of source, topic, reason, job, run or workflow: it would take "
+    "every dead letter (a status or a time range alone still does); narrow it, or say all to mean every one"
 )
+NOTHING = "no dead letter matches the selection"
+
+
+async def _reject(
+    conn: Conn,
+    *,
+    schema: str,
+    kafka: KafkaSettings,
+    envelope: Envelope,
+    kind: str,
+    selection: DeadLetterFilter,
+    reason: str,
+) -> Applied:
+    """Refuse the whole command: nothing changes, the sender reads why (CommandRejected)."""
+    now = await conn.fetchval("SELECT now()")
+    await append_many(
+        conn, schema=schema, items=[_rejected(kafka, envelope, _subject(envelope, selection), reason, now)]
+    )
+    await _record_command(conn, schema, envelope, kind, selection, f"rejected: {reason}", 0)
+    return Applied(envelope.id, False, (), rejected=reason)
+
+
+_CANDIDATE_COLUMNS = """id, topic, "partition", "offset", source_service, reason, run_id, job_id,
+    workflow_id, sequence, prior_redrives, redrive_count, decoded -> 'data' ->> 'slot' AS slot_text"""
+# The letters a redrive takes, oldest first, at most $1, locked: two commands over the same letters
+# serialise, and the second re-reads them once the first commits (selecting parked letters, the
+# default, it finds them redriving already). `{where}` is the selection from $3 on; $2 leaves out
+# workflows' parked activities (a bulk redrive: they are retried through their workflow).
+_CHOOSE = compose(
+    """
+SELECT {columns} FROM {schema}.dead_letters
+ WHERE {where} AND NOT ($2::boolean AND workflow_id IS NOT NULL)
+ ORDER BY first_seen, id
+ LIMIT $1
+   FOR UPDATE
+""",
+    columns=_CANDIDATE_COLUMNS,
+)
+# How many letters a bulk redrive's selection (`{where}`, from $1) leaves out as workflows' own.
+_COUNT_WORKFLOW_OWNED = "SELECT count(*) FROM {schema}.dead_letters WHERE {where} AND workflow_id IS NOT NULL"
+# Each chosen letter's new state: `redriving` with its latest request, or `redrive_failed` with the
+# reason no owner can take it. Its redrive count goes up either way (every redrive asked is counted).
+_MARK = compose(
+    """
 UPDATE {schema}.dead_letters d
-   SET status = 'redriven', redrive_count = d.redrive_count + 1, status_changed_at = now(),
-       note = $2
-  FROM chosen WHERE d.id = chosen.id
-RETURNING {event_columns}, d.headers::text AS headers, d.prior_redrives
+   SET status = u.status, redrive_count = d.redrive_count + 1, status_changed_at = now(), note = u.note,
+       request_id = u.request_id, redrive_target = u.target
+  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[])
+       AS u(id, status, note, request_id, target)
+ WHERE d.id = u.id
+RETURNING {event_columns}
 """,
     event_columns=_D_EVENT_COLUMNS,
 )
+# One row per request (primary key: its random id). A refusal found at staging is answered at once.
+_RECORD_REQUESTS = """
+INSERT INTO {schema}.redrive_requests (request_id, dead_letter_id, command_id, target, kind, definition,
+    redrive, answered_at, outcome, reason)
+SELECT u.request_id, u.dead_letter_id, $1, u.target, u.kind, $2, u.redrive,
+       CASE WHEN u.outcome IS NULL THEN NULL ELSE now() END, u.outcome, u.reason
+  FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::int[], $8::text[], $9::text[])
+       AS u(request_id, dead_letter_id, target, kind, redrive, outcome, reason)
+"""
+
+
+def _slot(text: str | None) -> datetime | None:
+    if text is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else None
+
+
+@dataclass(frozen=True, slots=True)
+class _Choice:
+    """What the redrive does with one chosen letter."""
+
+    dead_letter_id: str
+    request_id: str
+    status: str
+    note: str
+    target: str
+    kind: str
+    redrive: int
+    reason: str | None = None
+    request: Envelope | None = None
+
+
+def _choose(
+    row: Any,
+    *,
+    kafka: KafkaSettings,
+    envelope: Envelope,
+    definition: RedriveDefinition,
+    topics: dict[str, Any],
+    at: datetime,
+) -> _Choice:
+    facts = LetterFacts(
+        topic=row["topic"],
+        partition=row["partition"],
+        source_service=row["source_service"],
+        reason=row["reason"],
+        run_id=row["run_id"],
+        workflow_id=row["workflow_id"],
+        sequence=row["sequence"],
+    )
+    request_id = secrets.token_hex(16)
+    # The run's redrive number: the redrives it had before this letter, and this letter's, this one
+    # included (the claimer reopens a run once per number).
+    number = row["prior_redrives"] + row["redrive_count"] + 1
+    routed = route(facts, definition=definition, topics=topics, jobs_due=kafka.topic(JOBS_DUE))
+    if isinstance(routed, Unroutable):
+        reason = f"refused by the dlq: {routed.reason}"
+        return _Choice(row["id"], request_id, "redrive_failed", reason, "dlq", "none", number, reason)
+    request = RedriveRequested(
+        request_id=request_id,
+        dead_letter_id=row["id"],
+        command_id=envelope.id[:1000],
+        target=routed.target,
+        kind=routed.kind,
+        definition=definition,
+        topic=row["topic"],
+        partition=row["partition"],
+        offset=row["offset"],
+        run_id=row["run_id"],
+        job_id=row["job_id"],
+        slot=_slot(row["slot_text"]),
+        workflow_id=row["workflow_id"],
+        sequence=row["sequence"],
+        redrive=number,
+    )
+    wrapped = wrap(
+        request,
+        id=redrive_request_id(request_id),
+        key=fit_key(row["id"]),
+        source=SOURCE,
+        occurred_at=at,
+    )
+    note = f"redrive asked of the {routed.target} by {envelope.id}"[:1000]
+    return _Choice(
+        row["id"], request_id, "redriving", note, routed.target, routed.kind, number, request=wrapped
+    )
+
+
+def _redrive_summary(touched: int, requested: dict[str, int], refused: int, left_out: int) -> str:
+    parts = [f"redrove {touched} dead letter(s)"]
+    if requested:
+        owners = ", ".join(f"{target} {count}" for target, count in sorted(requested.items()))
+        parts.append(f"{sum(requested.values())} asked of their owners ({owners}); they answer each")
+    if refused:
+        parts.append(f"{refused} refused: no owner can redrive them (see each letter's note)")
+    if left_out:
+        parts.append(
+            f"{left_out} left out: workflows' parked activities, retried only through their workflow "
+            "(RetryActivity, or a redrive naming the letter by id)"
+        )
+    return "; ".join(parts)
 
 
 async def redrive(
     conn: Conn, *, schema: str, kafka: KafkaSettings, envelope: Envelope, command: RedriveDeadLetters
 ) -> Applied:
-    """Mark the selection redriven and stage each record for its original topic, once per command.
+    """Ask each selected letter's owner to redrive it (docs/decisions/0009), once per command.
 
-    The record goes back byte-exact, with `slotflow-redrive-count` raised by one and
-    `slotflow-redrive-of` naming this entry. Entries parked truncated cannot be redriven (their
-    bytes are incomplete) and are left parked.
+    Every chosen letter is `redriving` with a RedriveRequested staged for its owner, or
+    `redrive_failed` with the reason when no owner can take it. A selection without ids (a bulk
+    redrive) leaves workflows' parked activities out. Refused whole (CommandRejected, nothing
+    changes): a selection that does not narrow without `all`, and one that matches nothing.
     """
     if await _seen_command(conn, schema, envelope.id):
         return Applied(envelope.id, True, ())
-    # Only this deployment's own topics are redriven to: a letter is a claim by whoever sent it,
-    # and one naming a foreign topic (issue 23) made the relay publish there, loop on it, and
-    # block every later redrive. Such entries stay parked and the acknowledgement says so.
-    own = redrivable_topics(kafka)
-    alone, alone_params = selection_sql(command.selection, default_status="parked", first=1)
-    skipped = await conn.fetchval(sql_with(_COUNT_TRUNCATED, schema, where=alone), *alone_params)
-    after_own, after_params = selection_sql(command.selection, default_status="parked", first=2)
-    foreign = await conn.fetchval(
-        sql_with(_COUNT_FOREIGN, schema, where=after_own),
-        own,
-        *after_params,
-    )
-    where, params = selection_sql(command.selection, default_status="parked", first=4)
-    rows = await conn.fetch(
-        sql_with(_REDRIVE, schema, where=where),
-        command.limit,
-        pg_text(f"redriven by {envelope.id}"[:1000]),
-        own,
-        *params,
-    )
-    ids: list[str] = []
-    new_headers: list[str] = []
-    for row in rows:
-        headers = [
-            (name, value)
-            for name, value in decode_headers(row["headers"])
-            if name not in (REDRIVE_COUNT_HEADER, REDRIVE_OF_HEADER)
-        ]
-        headers.append((REDRIVE_COUNT_HEADER, str(row["prior_redrives"] + row["redrive_count"]).encode()))
-        headers.append((REDRIVE_OF_HEADER, row["id"].encode()))
-        ids.append(row["id"])
-        new_headers.append(encode_headers(headers))
-    if ids:
-        await conn.execute(
-            sql(_RECORD_REDRIVES, schema),
-            pg_text(envelope.id),
-            ids,
-            new_headers,
+    selection = command.selection
+    if not selection.narrows() and not command.all:
+        return await _reject(
+            conn,
+            schema=schema,
+            kafka=kafka,
+            envelope=envelope,
+            kind="redrive",
+            selection=selection,
+            reason=EVERYTHING,
         )
-    now = await conn.fetchval("SELECT now()")
+    bulk = not selection.ids
+    left_out = 0
+    if bulk:
+        alone, alone_params = selection_sql(selection, default_status="parked", first=1)
+        left_out = int(
+            await conn.fetchval(sql_with(_COUNT_WORKFLOW_OWNED, schema, where=alone), *alone_params)
+        )
+    where, params = selection_sql(selection, default_status="parked", first=3)
+    rows = await conn.fetch(sql_with(_CHOOSE, schema, where=where), command.limit, bulk, *params)
+    if not rows:
+        reason = NOTHING
+        if left_out:
+            reason += f" but {left_out} workflows' parked activities, which a bulk redrive leaves out (name them by id)"
+        return await _reject(
+            conn,
+            schema=schema,
+            kafka=kafka,
+            envelope=envelope,
+            kind="redrive",
+            selection=selection,
+            reason=reason,
+        )
+    now: datetime = await conn.fetchval("SELECT now()")
+    topics = {spec.name: spec for spec in kafka.topics()}
+    choices = [
+        _choose(row, kafka=kafka, envelope=envelope, definition=command.definition, topics=topics, at=now)
+        for row in rows
+    ]
+    changed = await conn.fetch(
+        sql(_MARK, schema),
+        [c.dead_letter_id for c in choices],
+        [c.status for c in choices],
+        [pg_text(c.note) for c in choices],
+        [c.request_id for c in choices],
+        [c.target for c in choices],
+    )
+    await conn.execute(
+        sql(_RECORD_REQUESTS, schema),
+        pg_text(envelope.id),
+        command.definition,
+        [c.request_id for c in choices],
+        [c.dead_letter_id for c in choices],
+        [c.target for c in choices],
+        [c.kind for c in choices],
+        [c.redrive for c in choices],
+        ["refused" if c.reason is not None else None for c in choices],
+        [pg_text(c.reason or "") for c in choices],
+    )
+    requested: dict[str, int] = {}
+    for choice in choices:
+        if choice.request is not None:
+            requested[choice.target] = requested.get(choice.target, 0) + 1
+    refused = sum(1 for c in choices if c.reason is not None)
     tag = _short(envelope.id)
     items = [
+        Staged(kafka.topic(DLQ_REDRIVES), choice.request) for choice in choices if choice.request is not None
+    ]
+    items += [
         Staged(
             kafka.topic(DLQ_EVENTS),
             _status_event(
                 row,
-                event_id=fit_id(row["id"], f"/redriven/{row['redrive_count']}/{tag}"),
+                # The letter id may take the whole id limit already (a long origin topic).
+                event_id=fit_id(row["id"], f"/{row['status']}/{row['redrive_count']}/{tag}"),
                 at=now,
                 command_id=envelope.id,
             ),
         )
-        for row in rows
+        for row in changed
     ]
-    subject = f"redrove {len(rows)} dead letter(s)"
-    if skipped:
-        subject += f"; {skipped} parked truncated cannot be redriven"
-    if foreign:
-        subject += f"; {foreign} refused: their topic is not one of this deployment's"
-    items.append(_accepted(kafka, envelope, "redrive", subject, now))
+    summary = _redrive_summary(len(changed), requested, refused, left_out)
+    items.append(_accepted(kafka, envelope, summary, now))
     await append_many(conn, schema=schema, items=items)
-    await _record_command(conn, schema, envelope, "redrive", command.selection, "", len(rows))
-    return Applied(envelope.id, False, tuple(ids), int(skipped))
+    await _record_command(conn, schema, envelope, "redrive", selection, "", len(changed))
+    return Applied(envelope.id, False, tuple(row["id"] for row in changed), requested, refused)
 
 
-# Discarded entries keep their bytes (for the record) and are never sent; locked as in _REDRIVE.
+# Discarded entries keep their bytes (for the record) and are never sent; locked as in _CHOOSE.
 _DISCARD = compose(
     """
 WITH chosen AS (
@@ -504,10 +705,25 @@ RETURNING {event_columns}
 async def discard(
     conn: Conn, *, schema: str, kafka: KafkaSettings, envelope: Envelope, command: DiscardDeadLetters
 ) -> Applied:
-    """Mark the selection discarded with the command's reason (kept for the record, never sent)."""
+    """Mark the selection discarded with the command's reason (kept for the record, never sent).
+
+    Refused whole, as a redrive is: a selection that does not narrow without `all`, and one that
+    matches nothing.
+    """
     if await _seen_command(conn, schema, envelope.id):
         return Applied(envelope.id, True, ())
-    where, params = selection_sql(command.selection, default_status="parked", first=3)
+    selection = command.selection
+    if not selection.narrows() and not command.all:
+        return await _reject(
+            conn,
+            schema=schema,
+            kafka=kafka,
+            envelope=envelope,
+            kind="discard",
+            selection=selection,
+            reason=EVERYTHING,
+        )
+    where, params = selection_sql(selection, default_status="parked", first=3)
     note = pg_text(command.reason)
     rows = await conn.fetch(
         sql_with(_DISCARD, schema, where=where),
@@ -515,6 +731,16 @@ async def discard(
         note,
         *params,
     )
+    if not rows:
+        return await _reject(
+            conn,
+            schema=schema,
+            kafka=kafka,
+            envelope=envelope,
+            kind="discard",
+            selection=selection,
+            reason=NOTHING,
+        )
     now = await conn.fetchval("SELECT now()")
     tag = _short(envelope.id)
     items = [
@@ -526,7 +752,94 @@ async def discard(
         )
         for row in rows
     ]
-    items.append(_accepted(kafka, envelope, "discard", f"discarded {len(rows)} dead letter(s)", now))
+    summary = f"discarded {len(rows)} dead letter(s)"
+    items.append(_accepted(kafka, envelope, summary, now))
     await append_many(conn, schema=schema, items=items)
-    await _record_command(conn, schema, envelope, "discard", command.selection, note, len(rows))
+    await _record_command(conn, schema, envelope, "discard", selection, note, len(rows))
     return Applied(envelope.id, False, tuple(row["id"] for row in rows))
+
+
+class UnprovenAnswer(PoisonMessage):
+    """A RedriveOutcome that names no request this service staged, or another letter, or comes from
+    another service than the one asked: parked as the dlq's own poison, nothing changes."""
+
+    reason = "unproven_outcome"
+
+
+@dataclass(frozen=True, slots=True)
+class Answered:
+    """What an owner's answer did: the letter's status event, when it moved it."""
+
+    request_id: str
+    outcome: str
+    event: Staged | None
+
+
+# The request an answer names, with its letter, both locked: two answers to one request (a
+# redelivery, a replica) serialise, and the second finds it answered.
+_REQUEST_OF_ANSWER = """
+SELECT r.request_id, r.dead_letter_id, r.target, r.answered_at, d.request_id AS latest, d.status
+  FROM {schema}.redrive_requests r JOIN {schema}.dead_letters d ON d.id = r.dead_letter_id
+ WHERE r.request_id = $1
+   FOR UPDATE
+"""
+# The first answer of a request is kept; later ones change nothing.
+_RECORD_ANSWER = """
+UPDATE {schema}.redrive_requests SET answered_at = now(), outcome = $2, reason = $3
+ WHERE request_id = $1 AND answered_at IS NULL
+"""
+# Only the letter's latest request, while it waits, moves it: `redriven` once its owner did it,
+# `redrive_failed` with the owner's reason.
+_SETTLE = compose(
+    """
+UPDATE {schema}.dead_letters d
+   SET status = $2, status_changed_at = now(), note = $3
+ WHERE d.id = $1 AND d.request_id = $4 AND d.status = 'redriving'
+RETURNING {event_columns}
+""",
+    event_columns=_D_EVENT_COLUMNS,
+)
+
+
+async def answer(
+    conn: Conn, *, schema: str, kafka: KafkaSettings, envelope: Envelope, outcome: RedriveOutcome
+) -> Answered | None:
+    """Record an owner's answer; None when the request was answered before.
+
+    Raises:
+        UnprovenAnswer: the answer names no request staged here, another letter, or comes from
+            another service than the one asked.
+    """
+    row = await conn.fetchrow(sql(_REQUEST_OF_ANSWER, schema), outcome.request_id)
+    if row is None:
+        raise UnprovenAnswer(f"no redrive request {outcome.request_id} was staged by this dlq")
+    if row["dead_letter_id"] != outcome.dead_letter_id:
+        raise UnprovenAnswer(
+            f"redrive request {outcome.request_id} is about {row['dead_letter_id']!r}, not {outcome.dead_letter_id!r}"
+        )
+    if outcome.service != row["target"] or envelope.source != row["target"]:
+        raise UnprovenAnswer(
+            f"redrive request {outcome.request_id} was asked of the {row['target']}, "
+            f"answered by {outcome.service!r} (source {envelope.source!r})"
+        )
+    if row["answered_at"] is not None:
+        return None
+    reason = pg_text(outcome.reason)
+    await conn.execute(sql(_RECORD_ANSWER, schema), outcome.request_id, outcome.outcome, reason)
+    status = "redriven" if outcome.outcome == "done" else "redrive_failed"
+    said = f"{outcome.service}: {reason}" if reason else outcome.service
+    note = (f"redriven by the {said}" if status == "redriven" else f"refused by the {said}")[:2000]
+    settled = await conn.fetchrow(
+        sql(_SETTLE, schema), row["dead_letter_id"], status, note, outcome.request_id
+    )
+    if settled is None:
+        return Answered(outcome.request_id, outcome.outcome, None)
+    event = Staged(
+        kafka.topic(DLQ_EVENTS),
+        _status_event(
+            settled,
+            event_id=fit_id(settled["id"], f"/{status}/{outcome.request_id}"),
+            at=settled["status_changed_at"],
+        ),
+    )
+    return Answered(outcome.request_id, outcome.outcome, event)

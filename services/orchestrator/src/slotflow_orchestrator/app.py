@@ -2,9 +2,11 @@
 
 Loops (under `slotflow.service.Supervisor`, drained in this order):
 
-- `intake`: one consumer in the orchestrator group over the workflow commands, the run events and
-  the timer events; each poll's inputs are recorded in one transaction (`intake.admit`), then the
-  offsets are committed. Poison goes to the DLQ.
+- `intake`: one consumer in the orchestrator group over the workflow commands, the run events, the
+  timer events and the dlq's redrive requests; each poll's inputs are recorded in one transaction
+  (`intake.admit`), then the offsets are committed. Poison goes to the DLQ. A redrive request for a
+  workflow's parked activity is an input of its decision; one for a record the orchestrator
+  refused reads it back and takes it again (docs/decisions/0009).
 - `decider` (`decider_loop.DeciderLoop`): holds the leases of the command-topic partitions the
   group assigned to this process and decides the workflows of those shards with waiting inputs
   (`deciding.Decisions`).
@@ -17,14 +19,15 @@ import logging
 from datetime import datetime
 from pathlib import Path
 
-from slotflow.contracts import TimerFired
+from slotflow.contracts import Envelope, RedriveRequested, TimerFired
 from slotflow.contracts.catalogue import RUN_EVENT_TYPES, WORKFLOW_COMMAND_TYPES, Messages
-from slotflow.contracts.topics import DLQ_MESSAGES, RUN_EVENTS, TIMER_EVENTS, WORKFLOW_COMMANDS
+from slotflow.contracts.topics import DLQ_MESSAGES, DLQ_REDRIVES, RUN_EVENTS, TIMER_EVENTS, WORKFLOW_COMMANDS
 from slotflow.errors import SlotflowError
 from slotflow.kafka.consumer import Consumer
 from slotflow.kafka.loop import ConsumeLoop, Incoming
 from slotflow.kafka.producer import Producer
 from slotflow.kafka.records import Record
+from slotflow.kafka.redrive import Answer, RedriveResponder
 from slotflow.pg.migrations import MigrationSource
 from slotflow.pg.outbox import OutboxRelay, Staged, append_many
 from slotflow.pg.pool import Pool, wait_for_pool
@@ -42,6 +45,7 @@ from slotflow_orchestrator.intake import (
     Refuse,
     admit,
     prune_inbox,
+    workflow_redrive,
 )
 from slotflow_orchestrator.leases import Leases
 from slotflow_orchestrator.metrics import OrchestratorMetrics
@@ -53,7 +57,7 @@ log = logging.getLogger(__name__)
 
 MIGRATIONS = MigrationSource("orchestrator", Path(__file__).parent / "migrations")
 #: Everything the three consumed topics carry; anything else there is poison.
-ACCEPTED: Messages = (*WORKFLOW_COMMAND_TYPES, *RUN_EVENT_TYPES, TimerFired)
+ACCEPTED: Messages = (*WORKFLOW_COMMAND_TYPES, *RUN_EVENT_TYPES, TimerFired, RedriveRequested)
 
 
 class NotRunning(SlotflowError):
@@ -96,6 +100,7 @@ class OrchestratorService:
         )
         self._verifier = CommandVerifier(signatures)
         self._outbound: Outbound | None = None
+        self._redrives: RedriveResponder | None = None
 
     @property
     def pool(self) -> Pool:
@@ -122,6 +127,7 @@ class OrchestratorService:
                 kafka.topic(WORKFLOW_COMMANDS),
                 kafka.topic(RUN_EVENTS),
                 kafka.topic(TIMER_EVENTS),
+                kafka.topic(DLQ_REDRIVES),
                 group_id=self.settings.group_id(),
                 client_id=f"orchestrator-{self.owner}",
                 max_poll_records=cfg.max_poll_records,
@@ -170,6 +176,39 @@ class OrchestratorService:
             outage_types=OUTAGES,
             on_dead_letter=self._own_poison,
         )
+        # The orchestrator owns what it refused on its three topics: a redrive reads such a record
+        # back and takes it through the intake again (requests arrive on the intake's consumer).
+        again = intake.rehandler()
+
+        async def take_in_again(record: Record) -> Answer:
+            handled = await again.handle(record)
+            if not handled.done:
+                return Answer.refused(
+                    f"the orchestrator read {record.position} back and refused it again: "
+                    f"{handled.reason}: {handled.detail}"
+                )
+            # An outcome taken in is checked by its workflow's decision against its issuer's record,
+            # as any is; its dead letter has the same origin as this one, which the outbox already
+            # sent, so a second refusal is counted (slotflow_orchestrator_refused_inputs_total), not
+            # parked twice (docs/dlq.md, "Redriving").
+            return Answer.done(
+                f"the orchestrator read {record.position} back and took it in again; its workflow's "
+                "decision checks it as any input (a refusal is counted, not parked twice)"
+            )
+
+        self._redrives = RedriveResponder(
+            kafka,
+            service="orchestrator",
+            producer=producer,
+            group_id=self.settings.group_id(),
+            rehandlers={
+                kafka.topic(WORKFLOW_COMMANDS): take_in_again,
+                kafka.topic(RUN_EVENTS): take_in_again,
+                kafka.topic(TIMER_EVENTS): take_in_again,
+            },
+            on_request=self._unroutable_redrive,
+            client_id=f"orchestrator-redrives-{self.owner}",
+        )
         commands_topic = kafka.topic(WORKFLOW_COMMANDS)
         supervisor = Supervisor("orchestrator")
         supervisor.add("intake", intake.run, stage=0)
@@ -200,6 +239,7 @@ class OrchestratorService:
             try:
                 await supervisor.run(stop)
             finally:
+                await self._redrives.reader.stop()
                 for shard in list(self.leases.held):
                     try:
                         await self.leases.release(shard)
@@ -256,6 +296,18 @@ class OrchestratorService:
             self._relay.wake()
         if self.leases is not None and admitted.shards & set(self.leases.held):
             self._wake.set()
+        # Redrive requests that are no workflow's input: answered here, after the batch is recorded.
+        for incoming in batch:
+            request = incoming.message
+            if isinstance(request, RedriveRequested) and not workflow_redrive(request) and self._redrives:
+                await self._redrives.respond(incoming)
+
+    async def _unroutable_redrive(self, envelope: Envelope, request: RedriveRequested) -> Answer | None:
+        del envelope
+        return Answer.refused(
+            f"the orchestrator retries a workflow's parked activity, and this {request.kind} redrive names "
+            "no workflow and sequence"
+        )
 
     def _refusal(self, now: datetime) -> Refuse:
         """Why a command may not become an input as of ``now`` (its principal is not proven)."""

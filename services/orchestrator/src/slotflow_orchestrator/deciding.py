@@ -34,6 +34,8 @@ from slotflow.contracts import (
     REGISTRY,
     HistoryEvent,
     JobDue,
+    RedriveRequested,
+    RetryActivity,
     RunCompleted,
     RunDeadLettered,
     WorkflowStarted,
@@ -97,7 +99,7 @@ LOCK_ROWS = (
 # decision without an activity outcome (a start, a signal) never needs the claimer's schema.
 LOCK_INPUTS = """
 SELECT i.seq, i.workflow_id, i.envelope, clock_timestamp() AS seen_at, i.type, i.run_id AS backed,
-       r.run_id, r.state, r.fence_token, r.attempt, r.handler,
+       r.run_id, r.state, r.fence_token, r.attempt, r.handler, r.redrive_count,
        CASE WHEN r.state = 'completed' THEN r.result::text END AS result,
        CASE WHEN r.state = 'dead_lettered' THEN r.error::text END AS error
   FROM {schema}.inputs AS i LEFT JOIN {claimer}.runs AS r ON r.run_id = i.run_id
@@ -127,7 +129,7 @@ ORIGINS = (
 # the group, only when it has such outcomes; a schema without the table fails the decision, and
 # the inputs wait.
 CLAIMER_RUNS = (
-    "SELECT run_id, state, fence_token, attempt, handler, "
+    "SELECT run_id, state, fence_token, attempt, handler, redrive_count, "
     "CASE WHEN state = 'completed' THEN result::text END AS result, "
     "CASE WHEN state = 'dead_lettered' THEN error::text END AS error "
     "FROM {schema}.runs WHERE run_id = ANY($1::text[])"
@@ -695,7 +697,16 @@ class StoredHistoryCorrupt(SlotflowError):
 
 
 #: The input types whose run the claimer's record backs.
-_RUN_OUTCOME_TYPES = frozenset((RunCompleted.message_type, RunDeadLettered.message_type))
+#: Inputs read with the claimer's record of a run: activity outcomes, and retries of a parked
+#: activity (the run must be dead-lettered, and its redrive number is the next one's base).
+_RUN_OUTCOME_TYPES = frozenset(
+    (
+        RunCompleted.message_type,
+        RunDeadLettered.message_type,
+        RetryActivity.message_type,
+        RedriveRequested.message_type,
+    )
+)
 
 
 def _run_record(row: Any) -> RunRecord:
@@ -706,6 +717,7 @@ def _run_record(row: Any) -> RunRecord:
         fence_token=row["fence_token"],
         attempt=row["attempt"],
         handler=row["handler"],
+        redrive_count=row["redrive_count"],
         result=json.loads(row["result"]) if row["result"] is not None else None,
         error=json.loads(row["error"]) if row["error"] is not None else None,
     )

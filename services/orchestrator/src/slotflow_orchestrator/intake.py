@@ -8,7 +8,8 @@ committed only after that transaction.
 
 What is recorded: every workflow command; RunCompleted and RunDeadLettered of activities (the
 outcomes that become history; started, retrying and failed attempts are the claimer's business);
-every TimerFired (the ticker fires TimerFired only for workflow timers).
+every TimerFired (the ticker fires TimerFired only for workflow timers); the dlq's redrive requests
+for a workflow's parked activity (the decision retries it or refuses, and answers).
 
 An outcome (RunCompleted, RunDeadLettered, TimerFired) is recorded with its origin and its value
 byte-exact: the decision checks it against its issuer's record (`slotflow.issuers`) and parks a
@@ -34,6 +35,8 @@ import asyncpg
 from slotflow.contracts import (
     CancelWorkflow,
     Message,
+    RedriveRequested,
+    RetryActivity,
     RunCompleted,
     RunDeadLettered,
     SignalWorkflow,
@@ -48,7 +51,7 @@ from slotflow.kafka.producer import partition_for
 from slotflow.pg.pool import CONNECTION_ERRORS, Conn, Pool
 from slotflow.pg.statements import sql
 
-COMMANDS = (StartWorkflow, SignalWorkflow, CancelWorkflow, TerminateWorkflow)
+COMMANDS = (StartWorkflow, SignalWorkflow, CancelWorkflow, TerminateWorkflow, RetryActivity)
 #: What the intake waits out rather than parks. asyncpg's InternalClientError ("cannot switch to
 #: state ...") is what a connection released while the server shuts down (a fast PostgreSQL
 #: restart) raises: an outage, not something wrong with the record. Counted as anything else, a
@@ -91,7 +94,20 @@ def workflow_of(message: Message) -> str | None:
         return message.workflow_id if message.sequence is not None else None
     if isinstance(message, TimerFired):
         return message.owner
+    if isinstance(message, RedriveRequested):
+        return message.workflow_id if workflow_redrive(message) else None
     return None
+
+
+def workflow_redrive(request: RedriveRequested) -> bool:
+    """Whether ``request`` asks the orchestrator to retry a workflow's parked activity (an input of
+    that workflow's decision)."""
+    return (
+        request.target == "orchestrator"
+        and request.kind == "activity"
+        and request.workflow_id is not None
+        and request.sequence is not None
+    )
 
 
 #: What another service reports: checked against its issuer's record when decided, parked if refused.
@@ -116,7 +132,12 @@ def headers_text(headers: tuple[tuple[str, bytes], ...]) -> str:
 
 def backed_run_id(message: Message) -> str | None:
     """The run an activity outcome names, if it is the outcome's own `{workflow_id}/{sequence}`
-    (the only run id the claimer's record can back); None for anything else."""
+    (the only run id the claimer's record can back), or the run of the activity a retry names (the
+    decision reads the claimer's record of it); None for anything else."""
+    if isinstance(message, RetryActivity):
+        return activity_run_id(message.workflow_id, message.sequence)
+    if isinstance(message, RedriveRequested) and workflow_redrive(message):
+        return activity_run_id(str(message.workflow_id), int(message.sequence or 0))
     if (
         isinstance(message, RunCompleted | RunDeadLettered)
         and message.workflow_id is not None

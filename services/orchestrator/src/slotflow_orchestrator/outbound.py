@@ -6,7 +6,8 @@ same ids, which every consumer collapses:
 
 - history event: `{workflow_id}#{sequence}` (the contract's `history_event_id`);
 - JobDue of an activity: its run id `{workflow_id}/{sequence}` (first attempt; retries are the
-  claimer's, with its own ids);
+  claimer's, with its own ids); a parked activity's retry: `{run id}/redrive/{n}`;
+- the answer to a redrive request: `redrive:{request id}/outcome`;
 - StartTimer of a workflow timer: `{timer_id}/start`; CancelTimer: `{timer_id}/cancel`;
 - a child's StartWorkflow: the command id the runtime chose;
 - CommandAccepted/CommandRejected: `{command_id}/accepted` or `/rejected`;
@@ -49,6 +50,7 @@ from slotflow.contracts.topics import (
 from slotflow.core.identity import job_due_event_id
 from slotflow.kafka.poison import dead_letter_envelope
 from slotflow.kafka.records import Record
+from slotflow.kafka.redrive import Answer, outcome_envelope
 from slotflow.pg.outbox import Encoded, Staged, headers_json
 from slotflow.principals import Signer
 from slotflow.settings import KafkaSettings
@@ -130,8 +132,14 @@ class Outbound:
             staged.append(self._command(start, command_id, now))
         for command_id, cancel in out.cancels:
             staged.append(self._command(cancel, command_id, now))
+        for activity, redrive in out.reissues:
+            staged.append(self._job_due(activity, now, redrive=redrive))
         staged.extend(self._ack(ack, now) for ack in out.acks)
         staged.extend(self.dead_letter(refusal, now) for refusal in out.refused)
+        for answered in out.redrive_answers:
+            answer = Answer.done(answered.reason) if answered.done else Answer.refused(answered.reason)
+            outcome = outcome_envelope(answered.request, service=SOURCE, answer=answer, at=now)
+            staged.append(Staged(self._dlq, outcome))
         return staged
 
     def consumed_topic(self, message: Message) -> str:
@@ -194,7 +202,9 @@ class Outbound:
             )
         return Encoded(self._history, event_id, workflow_id, value, headers)
 
-    def _job_due(self, event: ActivityScheduled, now: datetime) -> Staged:
+    def _job_due(self, event: ActivityScheduled, now: datetime, *, redrive: int = 0) -> Staged:
+        """The activity's JobDue from its ActivityScheduled: its first, or a parked one's retry
+        (``redrive``: the run's next redrive number, under which the claimer reopens it once)."""
         due = JobDue(
             run_id=event.run_id,
             job_id=event.workflow_id,
@@ -206,9 +216,15 @@ class Outbound:
             retry=event.retry,
             workflow_id=event.workflow_id,
             sequence=event.sequence,
+            on_dead_letter=event.on_dead_letter,
+            redrive=redrive,
         )
         envelope = wrap(
-            due, id=job_due_event_id(event.run_id, 1), key=event.workflow_id, source=SOURCE, occurred_at=now
+            due,
+            id=job_due_event_id(event.run_id, 1, redrive),
+            key=event.workflow_id,
+            source=SOURCE,
+            occurred_at=now,
         )
         return Staged(self._jobs, envelope)
 

@@ -16,6 +16,12 @@ history grows:
   claimer's result or error, never the event's; a timer's when it is the very timer the workflow
   started there and its fire time has come by the database clock (``clock``). Anything else is
   refused (`Step.refused`): parked in the DLQ by the caller, the workflow untouched;
+- a retry of a parked activity (RetryActivity, or the dlq's redrive request routed to the
+  workflow) counts only while the workflow still waits on that exact activity, it is parked, and
+  the claimer's run is dead-lettered: ActivityRetried is appended and the activity's JobDue
+  re-issued from its ActivityScheduled with the run's next redrive number; otherwise it is
+  refused with the reason (the workflow closed, compensated the step, or the activity finished or
+  is running), and every redrive request gets its answer (docs/decisions/0009);
 - nothing is appended after a terminal event but a new run's WorkflowStarted, for a StartWorkflow
   whose `id_reuse_policy` allows reusing the id; every command still gets its answer;
 - a SignalWorkflow whose payload its `@workflow.signal` handler's declared type does not take is
@@ -33,6 +39,8 @@ from slotflow.contracts import (
     ActivityCompleted,
     ActivityFailed,
     ActivityParked,
+    ActivityRetried,
+    ActivityScheduled,
     CancelRequested,
     CancelWorkflow,
     ChildWorkflowCompleted,
@@ -41,6 +49,8 @@ from slotflow.contracts import (
     HistoryEvent,
     Message,
     NonDeterminismDetected,
+    RedriveRequested,
+    RetryActivity,
     RunCompleted,
     RunDeadLettered,
     SignalReceived,
@@ -187,6 +197,15 @@ class ParentNotice:
     end_sequence: int | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class RedriveAnswer:
+    """The answer to a redrive request the workflow took or refused (a RedriveOutcome)."""
+
+    request: RedriveRequested
+    done: bool
+    reason: str
+
+
 @dataclass
 class Step:
     """Everything one decision appends or sends; empty when nothing changes."""
@@ -208,6 +227,11 @@ class Step:
     fired_here: set[int] = field(default_factory=set)
     #: Inputs refused (`slotflow.issuers`): nothing of them is appended; the caller parks them.
     refused: list[Refusal] = field(default_factory=list)
+    #: Parked activities retried in this step, with their run's next redrive number: their JobDue
+    #: goes to the claimers again.
+    reissues: list[tuple[ActivityScheduled, int]] = field(default_factory=list)
+    #: Answers to the dlq's redrive requests this step took or refused.
+    redrive_answers: list[RedriveAnswer] = field(default_factory=list)
 
 
 @dataclass
@@ -436,8 +460,100 @@ def _apply(book: _Book, item: Input, out: Step, *, decider: Decider, now: dateti
             event = _terminal_failure(book, TERMINATED, message.reason or "terminated")
         book.append(event, out)
         out.acks.append(_accepted(item))
+    elif isinstance(message, RetryActivity | RedriveRequested):
+        _retry(book, item, message, out, trust, exists=exists)
     elif book.history and not book.ended:
         _outcome(book, item, out, trust)
+
+
+def _retry(
+    book: _Book,
+    item: Input,
+    message: RetryActivity | RedriveRequested,
+    out: Step,
+    trust: _Trust,
+    *,
+    exists: bool,
+) -> None:
+    """Retry the parked activity an operator names, or refuse with the reason; answer either way."""
+    sequence = message.sequence or 0
+    refusal = _retry_refusal(book, sequence, trust, exists=exists)
+    done = ""
+    if refusal is None:
+        activity = book.work.activities[sequence]
+        record = trust.records[activity.run_id]
+        redrive = record.redrive_count + 1
+        asked_by = message.command_id if isinstance(message, RedriveRequested) else item.envelope.id
+        book.append(
+            ActivityRetried(
+                workflow_id=book.workflow_id,
+                sequence=book.next_sequence,
+                scheduled_sequence=sequence,
+                redrive=redrive,
+                command_id=asked_by[:1000],
+            ),
+            out,
+        )
+        out.reissues.append((activity, redrive))
+        done = f"retried activity {activity.activity} #{sequence} of workflow {book.workflow_id} (redrive {redrive})"
+    if isinstance(message, RedriveRequested):
+        if refusal is None:
+            out.redrive_answers.append(RedriveAnswer(message, True, done))
+        else:
+            out.redrive_answers.append(RedriveAnswer(message, False, refusal))
+    elif refusal is None:
+        out.acks.append(_accepted(item))
+    else:
+        out.acks.append(_rejected(item, refusal))
+
+
+def _retry_refusal(book: _Book, sequence: int, trust: _Trust, *, exists: bool) -> str | None:
+    """Why the activity at ``sequence`` cannot be retried now, or None when it can: the workflow
+    still waits on that exact activity, it is parked, and the claimer's run is dead-lettered."""
+    wf = book.workflow_id
+    if not exists:
+        return f"workflow {wf} is not known"
+    if book.purged:
+        return f"workflow {wf} is closed (its history purged after its retention)"
+    scheduled = next(
+        (e for e in book.history if isinstance(e, ActivityScheduled) and e.sequence == sequence), None
+    )
+    if scheduled is None:
+        return f"workflow {wf} has no activity at #{sequence}"
+    name = f"{scheduled.activity} #{sequence}"
+    ended = next(
+        (
+            e
+            for e in book.history
+            if isinstance(e, ActivityCompleted | ActivityFailed) and e.scheduled_sequence == sequence
+        ),
+        None,
+    )
+    after = ended.sequence if ended is not None else sequence
+    compensations = [
+        e
+        for e in book.history
+        if isinstance(e, ActivityScheduled) and e.compensates is not None and e.sequence > after
+    ]
+    if ended is not None and compensations:
+        ran = ", ".join(f"{c.activity} at #{c.sequence}" for c in compensations)
+        how = "completed" if isinstance(ended, ActivityCompleted) else "failed"
+        return f"{wf} already compensated this step: {name} {how} at #{ended.sequence}, then {ran} ran"
+    if book.ended:
+        state = _status(book)
+        return f"workflow {wf} is closed ({state}): it no longer waits on {name}"
+    if ended is not None or sequence not in book.work.activities:
+        how = "completed" if isinstance(ended, ActivityCompleted) else "failed"
+        at = f" at #{ended.sequence}" if ended is not None else ""
+        return f"workflow {wf} no longer waits on {name}: it {how}{at}"
+    if sequence not in book.work.parked:
+        return f"{name} of workflow {wf} is not parked: its run is still being tried (or was retried already)"
+    record = trust.records.get(scheduled.run_id)
+    if record is None:
+        return f"the claimer holds no run {scheduled.run_id} (purged, or never claimed)"
+    if record.state != "dead_lettered":
+        return f"the claimer's run {scheduled.run_id} is {record.state}, not dead-lettered"
+    return None
 
 
 def _refuse_start(item: Input, message: StartWorkflow, reason: str, out: Step) -> None:

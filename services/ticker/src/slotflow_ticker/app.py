@@ -13,7 +13,9 @@ from pathlib import Path
 
 from slotflow.contracts.topics import SCHEDULE_COMMANDS, TIMER_COMMANDS
 from slotflow.errors import TransientStorageError
+from slotflow.kafka.loop import Rehandler
 from slotflow.kafka.producer import Producer
+from slotflow.kafka.redrive import RedriveResponder
 from slotflow.pg.migrations import MigrationSource
 from slotflow.pg.outbox import SHARDS, OutboxRelay
 from slotflow.pg.pool import CONNECTION_ERRORS, Pool, wait_for_pool
@@ -22,12 +24,13 @@ from slotflow.service import RelayGroup, Supervisor, metrics_listener, periodic
 from slotflow.service import migrate as migrate_schema
 from slotflow.settings import KafkaSettings, PostgresSettings
 from slotflow_ticker.claims import SlotClaimer
-from slotflow_ticker.command_loop import CommandLoop
-from slotflow_ticker.commands import SERVICE, CommandHandler, CommandTopics
+from slotflow_ticker.command_loop import CommandLoop, group_id
+from slotflow_ticker.commands import COMMANDS, SERVICE, CommandHandler, CommandTopics
 from slotflow_ticker.config import TickerSettings
 from slotflow_ticker.cron_review import CronReview
 from slotflow_ticker.events import EventFactory, Topics
 from slotflow_ticker.metrics import TickerMetrics
+from slotflow_ticker.redrives import TickerRedrives
 from slotflow_ticker.sql import Queries
 from slotflow_ticker.ticking import Ticking
 
@@ -161,8 +164,30 @@ class TickerService:
             verifier=CommandVerifier(self.signatures, keys),
         )
         self.ticking, self.relay = ticking, relay
+        redrives = TickerRedrives(pool, schema=schema, kafka=self.kafka, events=events, wake_relay=relay.wake)
+        # The ticker owns its command topics' records and the slots of its schedules: a redrive
+        # re-issues a slot from the current definition, or reads a command back and applies it.
+        commands_again = Rehandler(
+            handler=handler.handle,
+            source_service=SERVICE,
+            accept=COMMANDS,
+            max_bytes=self.kafka.max_message_bytes,
+        )
+        self.redrives = RedriveResponder(
+            self.kafka,
+            service=SERVICE,
+            producer=producer,
+            group_id=group_id(settings, self.kafka) + ".redrives",
+            rehandlers={
+                self.kafka.topic(SCHEDULE_COMMANDS): commands_again,
+                self.kafka.topic(TIMER_COMMANDS): commands_again,
+            },
+            on_request=redrives.on_request,
+            client_id=f"ticker-redrives-{settings.ticker_id}",
+        )
         loops = Supervisor(f"ticker-{settings.ticker_id}")
         loops.add("commands", CommandLoop(self.kafka, settings, producer, handler).run)
+        loops.add("redrives", self.redrives.run)
         loops.add("ticking", ticking.run)
         relay.add_to(loops)
         loops.add(

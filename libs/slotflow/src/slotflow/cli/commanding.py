@@ -12,6 +12,7 @@ from typing import Any
 
 from slotflow.cli.context import Context
 from slotflow.cli.errors import CliError, CommandRejected, UsageError
+from slotflow.cli.output import PREVIEW_COLUMNS
 from slotflow.cli.parsing import build_definition, build_spec, parse_instant, parse_json_object, validated
 from slotflow.cli.publishing import OPEN_STATUSES, Published, publish, submit_via_api, wait_for_outcome
 from slotflow.cli.serving import check_handler
@@ -25,6 +26,7 @@ from slotflow.contracts import (
     PauseSchedule,
     RedriveDeadLetters,
     ResumeSchedule,
+    RetryActivity,
     ScheduleDefinition,
     SignalWorkflow,
     StartWorkflow,
@@ -92,6 +94,9 @@ def send(ctx: Context, message: Message) -> int:
         ]
         if published.status is not None:
             pairs.append(("status", published.status))
+        if published.summary:
+            # What the consumer did, as it said it: "redrove 3 dead letter(s); ...".
+            pairs.append(("result", published.summary))
         ctx.emit_fields(pairs)
     if published.status in OPEN_STATUSES:
         ctx.note(
@@ -228,6 +233,12 @@ def workflow_cancel(ctx: Context) -> int:
     return send(ctx, validated(CancelWorkflow, fields, what="cancel"))
 
 
+def workflow_retry_activity(ctx: Context) -> int:
+    """`workflow retry-activity`: a RetryActivity for a parked activity."""
+    fields = {"workflow_id": _workflow_id(ctx), "sequence": ctx.args.sequence, "reason": ctx.args.reason}
+    return send(ctx, validated(RetryActivity, fields, what="retry"))
+
+
 def workflow_terminate(ctx: Context) -> int:
     """`workflow terminate`: send a TerminateWorkflow (it ends without compensating)."""
     fields = {"workflow_id": _workflow_id(ctx), "reason": ctx.args.reason}
@@ -235,7 +246,9 @@ def workflow_terminate(ctx: Context) -> int:
 
 
 def selection(ctx: Context) -> DeadLetterFilter:
-    """The dead letters a redrive or discard acts on; refuses an empty filter unless `--all`."""
+    """The dead letters a redrive or discard acts on, through the guard: a selection must narrow
+    (ids, or what a letter is: source, topic, reason, job, run, workflow), or say `--all`; a status
+    or a time range alone is another spelling of every letter (`DeadLetterFilter.narrows`)."""
     a = ctx.args
     fields: dict[str, Any] = {
         "ids": tuple(a.ids or ()),
@@ -244,29 +257,85 @@ def selection(ctx: Context) -> DeadLetterFilter:
         "reason": a.failure_reason,
         "job_id": a.job,
         "run_id": a.run,
+        "workflow_id": a.workflow,
         "status": a.status,
         "since": parse_instant(a.since, flag="--since") if a.since is not None else None,
         "until": parse_instant(a.until, flag="--until") if a.until is not None else None,
     }
-    chosen = {name: value for name, value in fields.items() if value not in (None, ())}
-    if chosen and a.select_all:
+    chosen = validated(
+        DeadLetterFilter,
+        {name: value for name, value in fields.items() if value not in (None, ())},
+        what="selection",
+    )
+    if chosen.narrows() and a.select_all:
         raise UsageError("--all selects every dead letter; do not combine it with a filter")
-    if not chosen and not a.select_all:
-        raise UsageError(
-            "say which dead letters: --id, --source, --topic, --failure-reason, --job, --run, --status, "
-            "--since/--until, "
-            "or --all for every one"
+    if not chosen.narrows() and not a.select_all:
+        spelt = " and ".join(
+            flag for flag, value in (("--status", a.status), ("--since/--until", a.since or a.until)) if value
         )
-    return validated(DeadLetterFilter, chosen, what="selection")
+        raise UsageError(
+            "say which dead letters: --id, --source, --topic, --failure-reason, --job, --run or --workflow, "
+            "or --all for every one" + (f" ({spelt} alone still means every one of them)" if spelt else "")
+        )
+    return chosen
+
+
+def _dlq_action(ctx: Context, message: RedriveDeadLetters | DiscardDeadLetters) -> int:
+    """Preview (`--dry-run`) or publish a redrive or discard; either says how many it touches."""
+    if ctx.args.dry_run:
+        return _preview(ctx, message)
+    return send(ctx, message)
+
+
+def _preview(ctx: Context, message: RedriveDeadLetters | DiscardDeadLetters) -> int:
+    with ctx.api() as api:
+        body = api.run(api.transport.preview(message))
+    if ctx.as_json:
+        ctx.emit_json(body)
+    else:
+        action = "redrive" if isinstance(message, RedriveDeadLetters) else "discard"
+        pairs = [
+            ("dry run", f"a {action} would touch {body['would_touch']} dead letter(s); nothing was published")
+        ]
+        owners = body.get("owners") or {}
+        if owners:
+            pairs.append(
+                ("owners asked", ", ".join(f"{name} {count}" for name, count in sorted(owners.items())))
+            )
+        if body.get("refused"):
+            pairs.append(("refused", f"{body['refused']}: no owner can redrive them"))
+        if body.get("left_out"):
+            pairs.append(("left out", f"{body['left_out']} {body.get('left_out_reason') or ''}".strip()))
+        ctx.emit_fields(pairs)
+        if body.get("items"):
+            ctx.out.write("\nfirst of them:\n")
+            ctx.emit_table(list(body["items"]), PREVIEW_COLUMNS, empty="")
+    if not body["would_touch"]:
+        left = body.get("left_out") or 0
+        raise CliError(
+            "no dead letter matches the selection"
+            + (f" ({left} workflows' parked activities left out: name them with --id)" if left else "")
+        )
+    return 0
 
 
 def dlq_redrive(ctx: Context) -> int:
-    """`dlq redrive`: send a RedriveDeadLetters for the selection."""
-    fields = {"selection": selection(ctx), "limit": ctx.args.limit}
-    return send(ctx, validated(RedriveDeadLetters, fields, what="redrive"))
+    """`dlq redrive`: a RedriveDeadLetters for the selection (or its preview with `--dry-run`)."""
+    fields = {
+        "selection": selection(ctx),
+        "limit": ctx.args.limit,
+        "definition": ctx.args.definition,
+        "all": ctx.args.select_all,
+    }
+    return _dlq_action(ctx, validated(RedriveDeadLetters, fields, what="redrive"))
 
 
 def dlq_discard(ctx: Context) -> int:
-    """`dlq discard`: send a DiscardDeadLetters for the selection, with its reason."""
-    fields = {"selection": selection(ctx), "reason": ctx.args.reason, "limit": ctx.args.limit}
-    return send(ctx, validated(DiscardDeadLetters, fields, what="discard"))
+    """`dlq discard`: a DiscardDeadLetters for the selection, with its reason (or its preview)."""
+    fields = {
+        "selection": selection(ctx),
+        "reason": ctx.args.reason,
+        "limit": ctx.args.limit,
+        "all": ctx.args.select_all,
+    }
+    return _dlq_action(ctx, validated(DiscardDeadLetters, fields, what="discard"))

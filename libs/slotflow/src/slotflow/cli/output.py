@@ -212,6 +212,25 @@ DLQ_COLUMNS: Sequence[Column] = (
         "error",
         lambda row: ": ".join(str(p) for p in (row.get("error_type"), row.get("error")) if p) or MISSING,
     ),
+    # Who was asked to redrive it and what they answered, or the discard reason.
+    ("note", field("note")),
+)
+
+
+def _owner(row: Row) -> str:
+    """Where a redrive would send the letter, or why it cannot."""
+    if row.get("refusal"):
+        return f"refused: {row['refusal']}"
+    return str(row.get("owner") or MISSING)
+
+
+#: A dry run's first letters: where a redrive would send each, or why it cannot.
+PREVIEW_COLUMNS: Sequence[Column] = (
+    ("id", field("dead_letter_id", "id")),
+    ("status", field("status")),
+    ("reason", field("reason")),
+    ("source", field("source_service", "source")),
+    ("owner", _owner),
 )
 
 PENDING_ACTIVITY_COLUMNS: Sequence[Column] = (

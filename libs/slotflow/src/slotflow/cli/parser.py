@@ -121,7 +121,7 @@ def _leaf(
     return parser
 
 
-def _command_options(parser: argparse.ArgumentParser) -> None:
+def _command_options(parser: argparse.ArgumentParser, *, wait: float = 0.0) -> None:
     parser.add_argument(
         "--command-id",
         metavar="ID",
@@ -131,8 +131,9 @@ def _command_options(parser: argparse.ArgumentParser) -> None:
         "--wait",
         type=float,
         metavar="SECONDS",
-        default=0.0,
-        help="after sending, wait up to SECONDS for the command to be accepted or rejected (asks the API)",
+        default=wait,
+        help="after sending, wait up to SECONDS for the command to be accepted or rejected (asks the API)"
+        + (f"; default {wait:g}, 0 to only send" if wait else ""),
     )
 
 
@@ -372,6 +373,22 @@ def _workflow(groups: Any) -> None:
     terminate.add_argument("--reason", default="", help="why")
     _command_options(terminate)
 
+    retry = _leaf(
+        actions,
+        "retry-activity",
+        "slotflow.cli.commanding:workflow_retry_activity",
+        "retry a parked activity (only while the workflow still waits on it)",
+        'Retry the activity the workflow parked at SEQUENCE (on_dead_letter="park"; `workflow show`\n'
+        "lists it under `waiting`). The orchestrator retries it only while the workflow still waits on\n"
+        "that exact activity and it is parked; otherwise the command is rejected with the reason.",
+    )
+    retry.add_argument("workflow_id", metavar="WORKFLOW_ID")
+    retry.add_argument(
+        "sequence", type=int, metavar="SEQUENCE", help="the activity's sequence in the history"
+    )
+    retry.add_argument("--reason", default="", help="why (kept with the command)")
+    _command_options(retry)
+
     listing = _leaf(actions, "list", "slotflow.cli.querying:workflow_list", "list workflows")
     listing.add_argument("--type", dest="workflow_type", metavar="TYPE")
     listing.add_argument("--status", metavar="STATUS")
@@ -449,6 +466,10 @@ def _runs(groups: Any) -> None:
     show.add_argument("run_id", metavar="RUN_ID", help="e.g. merchant-payouts@2026-12-02T02:00:00Z")
 
 
+#: A dead letter's statuses (docs/dlq.md).
+DLQ_STATUSES = ("parked", "redriving", "redriven", "redrive_failed", "discarded")
+
+
 def _selection(parser: argparse.ArgumentParser) -> None:
     pick = parser.add_argument_group("which dead letters (at least one, or --all)")
     pick.add_argument(
@@ -461,10 +482,13 @@ def _selection(parser: argparse.ArgumentParser) -> None:
     )
     pick.add_argument("--job", metavar="JOB_ID", help="of this job")
     pick.add_argument("--run", metavar="RUN_ID", help="of this run")
+    pick.add_argument("--workflow", metavar="WORKFLOW_ID", help="of this workflow's parked activities")
     pick.add_argument(
-        "--status", choices=("parked", "redriven", "discarded"), help="in this status (default: parked)"
+        "--status",
+        choices=DLQ_STATUSES,
+        help="in this status (default: parked); alone it still means every letter of it: add a filter or --all",
     )
-    pick.add_argument("--since", metavar="TIME", help="parked at or after")
+    pick.add_argument("--since", metavar="TIME", help="parked at or after (alone: add a filter or --all)")
     pick.add_argument("--until", metavar="TIME", help="parked before")
     pick.add_argument(
         "--all", dest="select_all", action="store_true", help="every parked message (no filter)"
@@ -472,31 +496,54 @@ def _selection(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--limit", type=int, default=1000, metavar="N", help="act on at most N (default 1000)"
     )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="show how many it would touch and the first of them (asks the API), and publish nothing",
+    )
 
 
 def _dlq(groups: Any) -> None:
     parser = groups.add_parser("dlq", help="inspect, redrive and discard dead letters")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     listing = _leaf(actions, "list", "slotflow.cli.querying:dlq_list", "list dead letters")
-    listing.add_argument("--status", choices=("parked", "redriven", "discarded"))
+    listing.add_argument("--status", choices=DLQ_STATUSES)
     listing.add_argument("--reason", metavar="REASON", help="parked for this reason")
     listing.add_argument("--topic", metavar="TOPIC")
     listing.add_argument("--source", metavar="SERVICE")
     listing.add_argument("--job", metavar="JOB_ID")
+    listing.add_argument("--run", metavar="RUN_ID")
+    listing.add_argument("--workflow", metavar="WORKFLOW_ID")
     _paging(listing)
     show = _leaf(
         actions, "show", "slotflow.cli.querying:dlq_show", "one dead letter with its origin and error"
     )
     show.add_argument("dead_letter_id", metavar="DEAD_LETTER_ID")
     redrive = _leaf(
-        actions, "redrive", "slotflow.cli.commanding:dlq_redrive", "send dead letters back to their topics"
+        actions,
+        "redrive",
+        "slotflow.cli.commanding:dlq_redrive",
+        "ask each dead letter's owner to carry it through again",
+        "Ask the owner of each selected letter to redrive it: a schedule's dead-lettered run is reopened\n"
+        "by the claimer from its own record (--definition as_run) or re-issued by the ticker from the\n"
+        "schedule's current definition (--definition current); a poison record is read back from its\n"
+        "topic by the service that consumes it. Each letter reads `redriving` until its owner answers,\n"
+        "then `redriven` or `redrive_failed` with the reason (`dlq list`, `dlq show`). A workflow's parked\n"
+        "activity is left out of a bulk redrive: name it with --id, or `workflow retry-activity`.\n"
+        'Prints what was done ("redrove N dead letter(s)"); a selection matching nothing exits 1.',
     )
     _selection(redrive)
-    _command_options(redrive)
+    redrive.add_argument(
+        "--definition",
+        choices=("as_run", "current"),
+        default="as_run",
+        help="a schedule's run: the JobDue it ran with (as_run, default), or its schedule's current definition",
+    )
+    _command_options(redrive, wait=10.0)
     discard = _leaf(actions, "discard", "slotflow.cli.commanding:dlq_discard", "mark dead letters discarded")
     _selection(discard)
     discard.add_argument("--reason", required=True, help="why they are discarded (kept with them)")
-    _command_options(discard)
+    _command_options(discard, wait=10.0)
 
 
 def _token(groups: Any) -> None:

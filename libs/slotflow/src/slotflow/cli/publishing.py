@@ -42,6 +42,8 @@ class Published:
     key: str
     status: str | None = None
     reason: str | None = None
+    #: What its consumer said it did (a DLQ command: "redrove 3 dead letter(s); ...").
+    summary: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -53,6 +55,8 @@ class Published:
         if self.status is not None:
             body["status"] = self.status
             body["reason"] = self.reason
+        if self.summary is not None:
+            body["summary"] = self.summary
         return body
 
 
@@ -154,6 +158,7 @@ def wait_for_outcome(api: ApiClient, published: Published, *, wait: float) -> Pu
         published.key,
         status=status.status,
         reason=status.reason,
+        summary=status.summary,
     )
     if result.status == "rejected":
         raise CommandRejected(

@@ -225,7 +225,15 @@ def _attention(value: str | None) -> str | None:
 def dlq_list(ctx: Context) -> int:
     """`dlq list`: the dead letters matching the filters, a page at a time."""
     a = ctx.args
-    params = {"status": a.status, "reason": a.reason, "topic": a.topic, "source": a.source, "job_id": a.job}
+    params = {
+        "status": a.status,
+        "reason": a.reason,
+        "topic": a.topic,
+        "source": a.source,
+        "job_id": a.job,
+        "run_id": a.run,
+        "workflow_id": a.workflow,
+    }
     return _listing(ctx, "/v1/dlq", params, DLQ_COLUMNS, empty="no dead letters")
 
 

@@ -152,6 +152,16 @@ def workflow_show(ctx: Context) -> int:
         pairs.append(("non-determinism", _divergence(divergence)))
     if body.get("gap_at"):
         pairs.append(("waiting for", f"history event #{body['gap_at']} (later ones arrived first)"))
+    if body.get("waiting"):
+        pairs.append(("waiting", str(body["waiting"])))
+        for action in body.get("actions") or ():
+            if action.get("action") == "retry_activity":
+                pairs.append(
+                    (
+                        "retry with",
+                        f"slotflow workflow retry-activity {body['workflow_id']} {action['sequence']}",
+                    )
+                )
     ctx.emit_fields(pairs)
     for title, key, columns in (
         ("pending activities", "pending_activities", PENDING_ACTIVITY_COLUMNS),

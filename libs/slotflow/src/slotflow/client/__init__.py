@@ -30,7 +30,16 @@ from slotflow.client.errors import (
 )
 from slotflow.client.http import HttpTransport
 from slotflow.client.kafka import KafkaTransport
-from slotflow.client.models import CommandStatus, Page, Run, Schedule, Sent, Workflow
+from slotflow.client.models import (
+    CommandStatus,
+    DeadLetter,
+    DeadLetterPreview,
+    Page,
+    Run,
+    Schedule,
+    Sent,
+    Workflow,
+)
 
 __all__ = [
     "ApiError",
@@ -41,6 +50,8 @@ __all__ = [
     "CommandStatus",
     "CommandTransport",
     "Conflict",
+    "DeadLetter",
+    "DeadLetterPreview",
     "Forbidden",
     "HttpTransport",
     "InvalidRequest",

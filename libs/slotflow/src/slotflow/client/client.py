@@ -9,15 +9,28 @@ from pydantic import BaseModel, ValidationError
 
 from slotflow.client.errors import CommandRejected, InvalidRequest, ReadsNeedHttp, WaitTimedOut
 from slotflow.client.http import HttpTransport, Params, path_segment
-from slotflow.client.models import CommandStatus, Page, Run, Schedule, Sent, Workflow
+from slotflow.client.models import (
+    CommandStatus,
+    DeadLetter,
+    DeadLetterPreview,
+    Page,
+    Run,
+    Schedule,
+    Sent,
+    Workflow,
+)
 from slotflow.contracts import (
     Backfill,
     CancelWorkflow,
     CreateSchedule,
+    DeadLetterFilter,
     DeleteSchedule,
+    DiscardDeadLetters,
     Message,
     PauseSchedule,
+    RedriveDeadLetters,
     ResumeSchedule,
+    RetryActivity,
     ScheduleDefinition,
     SignalWorkflow,
     StartWorkflow,
@@ -25,6 +38,7 @@ from slotflow.contracts import (
     TriggerNow,
     UpdateSchedule,
 )
+from slotflow.contracts.dlq import RedriveDefinition
 from slotflow.contracts.policies import OverlapPolicy
 from slotflow.contracts.workflows import IdReusePolicy
 
@@ -40,6 +54,22 @@ class CommandTransport(Protocol):
     async def wait(self, command_id: str, *, timeout: float) -> CommandStatus: ...
 
     async def close(self) -> None: ...
+
+
+def _selection(selection: DeadLetterFilter | None, select_all: bool) -> DeadLetterFilter:
+    """The selection of a redrive or discard, through the guard (`DeadLetterFilter.narrows`)."""
+    chosen = selection or DeadLetterFilter()
+    if select_all and chosen.narrows():
+        raise InvalidRequest(
+            "all=True selects every dead letter, but the selection narrows it: pass one or the other"
+        )
+    if not select_all and not chosen.narrows():
+        raise InvalidRequest(
+            "the selection names no ids and none of source_service, topic, reason, job_id, run_id or "
+            "workflow_id: it would take every dead letter (a status or a time range alone still does); "
+            "narrow it, or pass all=True to mean every one"
+        )
+    return chosen
 
 
 def _build(model: type[M], **fields: Any) -> M:
@@ -356,6 +386,105 @@ class Client:
         message = _build(TerminateWorkflow, workflow_id=workflow_id, reason=reason)
         return await self.send(message, command_id=command_id, wait=wait)
 
+    async def retry_activity(
+        self,
+        workflow_id: str,
+        sequence: int,
+        *,
+        reason: str = "",
+        command_id: str | None = None,
+        wait: float | None = None,
+    ) -> Sent:
+        """Retry the workflow's parked activity at ``sequence`` (`on_dead_letter="park"`): accepted
+        only while the workflow still waits on that exact activity, else rejected with the reason.
+
+        Example::
+
+            await client.retry_activity("order-1042", 5, reason="carrier back", wait=10)
+        """
+        message = _build(RetryActivity, workflow_id=workflow_id, sequence=sequence, reason=reason)
+        return await self.send(message, command_id=command_id, wait=wait)
+
+    async def redrive_dead_letters(
+        self,
+        selection: DeadLetterFilter | None = None,
+        *,
+        all: bool = False,
+        definition: RedriveDefinition = "as_run",
+        limit: int = 1000,
+        command_id: str | None = None,
+        wait: float | None = None,
+    ) -> Sent:
+        """Ask each selected dead letter's owner to redrive it (docs/dlq.md, "Redriving"). With
+        ``wait``, `Sent.outcome.summary` says what was done ("redrove 3 dead letter(s); ..."), and a
+        selection matching nothing raises `CommandRejected`. Each letter reads `redriving` until
+        its owner answers (`get_dead_letter`).
+
+        Example::
+
+            preview = await client.preview_redrive(DeadLetterFilter(reason="unknown_handler"))
+            sent = await client.redrive_dead_letters(DeadLetterFilter(reason="unknown_handler"), wait=10)
+            print(sent.outcome.summary)
+
+        Raises:
+            InvalidRequest: the selection does not narrow (no ids, source, topic, reason, job, run or
+                workflow) and ``all`` is not set, or it narrows and ``all`` is set.
+        """
+        chosen = _selection(selection, all)
+        message = _build(RedriveDeadLetters, selection=chosen, all=all, definition=definition, limit=limit)
+        return await self.send(message, command_id=command_id, wait=wait)
+
+    async def discard_dead_letters(
+        self,
+        selection: DeadLetterFilter | None = None,
+        *,
+        reason: str,
+        all: bool = False,
+        limit: int = 1000,
+        command_id: str | None = None,
+        wait: float | None = None,
+    ) -> Sent:
+        """Discard the selected dead letters with ``reason`` (the same guard as a redrive).
+
+        Example::
+
+            await client.discard_dead_letters(DeadLetterFilter(reason="invalid_payload"), reason="fixed", wait=10)
+        """
+        chosen = _selection(selection, all)
+        message = _build(DiscardDeadLetters, selection=chosen, reason=reason, all=all, limit=limit)
+        return await self.send(message, command_id=command_id, wait=wait)
+
+    async def preview_redrive(
+        self,
+        selection: DeadLetterFilter | None = None,
+        *,
+        all: bool = False,
+        definition: RedriveDefinition = "as_run",
+        limit: int = 1000,
+    ) -> DeadLetterPreview:
+        """What `redrive_dead_letters` would touch, without doing it (HTTP only).
+
+        Example::
+
+            preview = await client.preview_redrive(DeadLetterFilter(topic="slotflow.jobs.due.v1"))
+            print(preview.would_touch, preview.owners, preview.left_out)
+        """
+        chosen = _selection(selection, all)
+        message = _build(RedriveDeadLetters, selection=chosen, all=all, definition=definition, limit=limit)
+        return DeadLetterPreview.model_validate(await self._reads().preview(message))
+
+    async def preview_discard(
+        self,
+        selection: DeadLetterFilter | None = None,
+        *,
+        all: bool = False,
+        limit: int = 1000,
+    ) -> DeadLetterPreview:
+        """What `discard_dead_letters` would touch, without doing it (HTTP only)."""
+        chosen = _selection(selection, all)
+        message = _build(DiscardDeadLetters, selection=chosen, reason="preview", all=all, limit=limit)
+        return DeadLetterPreview.model_validate(await self._reads().preview(message))
+
     # -- reads ----------------------------------------------------------------------------------
 
     def _reads(self) -> HttpTransport:
@@ -510,3 +639,41 @@ class Client:
             "cursor": cursor,
         }
         return await self._page(Workflow, "/v1/workflows", params)
+
+    async def list_dead_letters(
+        self,
+        *,
+        status: str | None = None,
+        reason: str | None = None,
+        topic: str | None = None,
+        source: str | None = None,
+        job_id: str | None = None,
+        run_id: str | None = None,
+        workflow_id: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Page[DeadLetter]:
+        """One page of dead letters, newest status change first.
+
+        Example::
+
+            page = await client.list_dead_letters(status="redrive_failed")
+            for letter in page.items:
+                print(letter.dead_letter_id, letter.note)
+        """
+        params: Params = {
+            "status": status,
+            "reason": reason,
+            "topic": topic,
+            "source": source,
+            "job_id": job_id,
+            "run_id": run_id,
+            "workflow_id": workflow_id,
+            "limit": limit,
+            "cursor": cursor,
+        }
+        return await self._page(DeadLetter, "/v1/dlq", params)
+
+    async def get_dead_letter(self, dead_letter_id: str) -> DeadLetter:
+        """One dead letter, with its status and what its redrive's owner answered (`note`)."""
+        return await self._one(DeadLetter, f"/v1/dlq/{path_segment(dead_letter_id)}")

@@ -41,6 +41,7 @@ from slotflow.contracts import (
     PauseSchedule,
     RedriveDeadLetters,
     ResumeSchedule,
+    RetryActivity,
     SignalWorkflow,
     StartWorkflow,
     TerminateWorkflow,
@@ -97,11 +98,16 @@ def http_request(message: Message, *, select_all: bool = False) -> tuple[str, st
         data.pop("workflow_id")
         verb = {SignalWorkflow: "signal", CancelWorkflow: "cancel", TerminateWorkflow: "terminate"}
         return "POST", f"/v1/workflows/{wid}/{verb[type(message)]}", data
+    if isinstance(message, RetryActivity):
+        wid = path_segment(message.workflow_id)
+        return "POST", f"/v1/workflows/{wid}/activities/{message.sequence}/retry", {"reason": message.reason}
     if isinstance(message, RedriveDeadLetters | DiscardDeadLetters):
         name = "redrive" if isinstance(message, RedriveDeadLetters) else "discard"
-        if select_all:
+        if select_all or message.all:
             data.pop("selection", None)
             data["all"] = True
+        else:
+            data.pop("all", None)
         return "POST", f"/v1/dlq/{name}", data
     if isinstance(message, OpenDownstream | CloseDownstream):
         action = "open" if isinstance(message, OpenDownstream) else "close"
@@ -261,6 +267,11 @@ class HttpTransport:
         if not isinstance(sent_id, str):
             raise ApiError(f"{method} {path} answered without a command id")
         return Sent(command_id=sent_id, command_type=message.message_type)
+
+    async def preview(self, message: RedriveDeadLetters | DiscardDeadLetters) -> Any:
+        """What ``message`` would touch: its endpoint with `?dry_run=true` (nothing is published)."""
+        _, path, body = http_request(message)
+        return await self.request("POST", path, {"dry_run": True}, json=body)
 
     async def status(self, command_id: str, *, wait: float = 0.0) -> CommandStatus:
         """`GET /v1/commands/{id}` (holding up to ``wait`` s, at most 30, for a final status).

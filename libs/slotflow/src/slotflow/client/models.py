@@ -36,6 +36,8 @@ class CommandStatus(_Body):
     command_type: str | None = None
     subject: str | None = None
     principal: str | None = None
+    #: What its consumer said it did, for a DLQ command ("redrove 3 dead letter(s); ...").
+    summary: str | None = None
 
     @property
     def final(self) -> bool:
@@ -86,6 +88,44 @@ class Workflow(_Body):
     workflow_type: str | None = None
     status: str
     result: Any = None
+    #: What an open workflow waits on that needs a person ("activity parked: shipping.book #2
+    #: (attempts_exhausted)"); the detail view's `actions` say what can be done (retry_activity).
+    waiting: str | None = None
+
+
+class DeadLetter(_Body):
+    """One dead letter (`GET /v1/dlq/{id}`): `reason`, `error`, `topic`, ...
+
+    `status`: `parked`, `redriving` (its owner was asked, no answer yet, since `status_at`),
+    `redriven`, `redrive_failed` (`note` says why) or `discarded`.
+    """
+
+    dead_letter_id: str
+    status: str
+    reason: str
+    note: str = ""
+    status_at: datetime | None = None
+    workflow_id: str | None = None
+    sequence: int | None = None
+    redrive_target: str | None = None
+
+
+class DeadLetterPreview(_Body):
+    """What a redrive or discard would touch (`?dry_run=true`): nothing was published.
+
+    `would_touch` letters (at most the command's limit), the first of them in `items` (with the
+    `owner` a redrive would ask, or its `refusal`), the `owners` asked and how many letters each,
+    the letters no owner can take (`refused`), and the workflows' letters a bulk redrive leaves out.
+    """
+
+    action: str
+    would_touch: int
+    matching: int
+    owners: dict[str, int] = {}
+    refused: int = 0
+    left_out: int = 0
+    left_out_reason: str | None = None
+    items: list[dict[str, Any]] = []
 
 
 T = TypeVar("T", bound=BaseModel)

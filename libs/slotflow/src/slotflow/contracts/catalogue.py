@@ -8,6 +8,8 @@ from slotflow.contracts.dlq import (
     DeadLetterStatusChanged,
     DiscardDeadLetters,
     RedriveDeadLetters,
+    RedriveOutcome,
+    RedriveRequested,
 )
 from slotflow.contracts.downstreams import (
     CloseDownstream,
@@ -49,6 +51,7 @@ from slotflow.contracts.timers import CancelTimer, StartTimer, TimerFired
 from slotflow.contracts.workflows import (
     HISTORY_EVENTS,
     CancelWorkflow,
+    RetryActivity,
     SignalWorkflow,
     StartWorkflow,
     TerminateWorkflow,
@@ -71,7 +74,13 @@ TIMER_COMMAND_TYPES: Messages = (StartTimer, CancelTimer)
 #: Every command the ticker consumes.
 TICKER_COMMAND_TYPES: Messages = (*SCHEDULE_COMMAND_TYPES, *TIMER_COMMAND_TYPES)
 #: Workflow commands (the orchestrator's, keyed by workflow id).
-WORKFLOW_COMMAND_TYPES: Messages = (StartWorkflow, SignalWorkflow, CancelWorkflow, TerminateWorkflow)
+WORKFLOW_COMMAND_TYPES: Messages = (
+    StartWorkflow,
+    SignalWorkflow,
+    CancelWorkflow,
+    TerminateWorkflow,
+    RetryActivity,
+)
 #: DLQ commands (the dlq service's).
 DLQ_COMMAND_TYPES: Messages = (RedriveDeadLetters, DiscardDeadLetters)
 #: Downstream commands (the claimers', keyed by downstream name).
@@ -104,7 +113,11 @@ EVENT_TYPES: Messages = (
     DeadLettered,
     DeadLetterStatusChanged,
     SigningKey,
+    RedriveRequested,
+    RedriveOutcome,
     *HISTORY_EVENTS,
 )
+#: What the DLQ topic carries: letters, and the owners' answers to redrive requests.
+DLQ_MESSAGE_TYPES: Messages = (DeadLettered, RedriveOutcome)
 
 ALL_MESSAGE_TYPES: Messages = (*COMMAND_TYPES, *EVENT_TYPES)

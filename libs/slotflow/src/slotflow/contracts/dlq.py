@@ -1,10 +1,10 @@
 """Dead letters: what every consumer sends to the DLQ, and the DLQ's commands and events."""
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
-from slotflow.contracts.acceptance import INT8_MAX, TIMESTAMP_MS_MAX
+from slotflow.contracts.acceptance import INT4_MAX, INT8_MAX, TIMESTAMP_MS_MAX
 from slotflow.contracts.envelope import IdText, IndexedText, Int4, Int8, Message
 from slotflow.contracts.runs import AttemptRecord
 
@@ -12,7 +12,19 @@ from slotflow.contracts.runs import AttemptRecord
 #: redriven record that fails again can be linked to its earlier entry.
 REDRIVE_OF_HEADER = "slotflow-redrive-of"
 
-DeadLetterStatus = Literal["parked", "redriven", "discarded"]
+#: `parked` until someone acts; `redriving` once a redrive request went to the letter's owner, then
+#: `redriven` (the owner carried it out) or `redrive_failed` (the owner, or the dlq itself, refused,
+#: the reason in the note); `discarded` by an operator. A redriven letter seen again (its record
+#: failed again at its consumer) is `parked` again.
+DeadLetterStatus = Literal["parked", "redriving", "redriven", "redrive_failed", "discarded"]
+#: What a redrive of a schedule's dead-lettered run re-issues: the JobDue the claimer stored for the
+#: run (`as_run`), or the slot under the schedule's current definition (`current`: a fixed handler
+#: name, payload or retry policy). Letters of other kinds are redriven the one way they can be.
+RedriveDefinition = Literal["as_run", "current"]
+#: What a redrive request asks its owner to do (docs/decisions/0009): reopen a schedule's run
+#: (`run`), retry a workflow's parked activity (`activity`), or read a record back from its topic and
+#: handle it again (`record`).
+RedriveKind = Literal["run", "activity", "record"]
 
 #: Every reason a slotflow consumer parks a record with (docs/dlq.md, "Reasons"). A letter may
 #: carry any text; metrics label only these, and any other as `other`, so forged reasons cannot
@@ -81,6 +93,18 @@ class DeadLettered(Message):
         "the whole record stays at topic/partition/offset while its retention lasts",
     )
     traceback: str = Field(default="", description="where a handler raised, when it did")
+    workflow_id: IndexedText | None = Field(
+        default=None, description="a parked activity's workflow: the letter is retried through it"
+    )
+    sequence: Int4 | None = Field(
+        default=None, description="the parked activity's ActivityScheduled sequence"
+    )
+    redrives: int = Field(
+        default=0,
+        ge=0,
+        le=INT4_MAX,
+        description="a dead-lettered run's: how often the run was redriven before this letter",
+    )
 
 
 #: A dead letter's id is its origin (`{topic}:{partition}:{offset}`), fitted to the id limit.
@@ -102,14 +126,30 @@ class DeadLetterFilter(BaseModel):
     #: None selects `parked` entries for redrive and discard, and every status for listing.
     status: DeadLetterStatus | None = None
     run_id: str | None = None
+    workflow_id: str | None = None
+
+    def narrows(self) -> bool:
+        """Whether the selection names which letters it means: ids, or what a letter is (its source,
+        topic, reason, job, run or workflow). A status or a time range alone is another spelling of
+        "everything" (`{}`, `{"since": "1970-01-01T00:00:00Z"}`, `{"status": "parked"}`): a redrive
+        or discard of it must say `all` (the guard of the api, the CLI, the client and the dlq)."""
+        named = (self.source_service, self.topic, self.reason, self.job_id, self.run_id, self.workflow_id)
+        return bool(self.ids) or any(value is not None for value in named)
 
 
 class RedriveDeadLetters(Message):
-    """Send the selected parked messages back to their original topics."""
+    """Ask each selected letter's owner to carry its record through again (docs/dlq.md, "Redriving").
+
+    The dlq sends each owner a RedriveRequested; a letter of a workflow's parked activity is
+    redriven only when the selection names it by id (a bulk redrive leaves it out and says so).
+    """
 
     message_type = "dlq.redrive"
     selection: DeadLetterFilter
     limit: int = Field(default=1000, ge=1, le=100_000)
+    definition: RedriveDefinition = "as_run"
+    #: A selection that does not narrow (`DeadLetterFilter.narrows`) is refused unless this says so.
+    all: bool = False
 
 
 class DiscardDeadLetters(Message):
@@ -119,6 +159,8 @@ class DiscardDeadLetters(Message):
     selection: DeadLetterFilter
     reason: str = Field(min_length=1, max_length=1000)
     limit: int = Field(default=1000, ge=1, le=100_000)
+    #: A selection that does not narrow (`DeadLetterFilter.narrows`) is refused unless this says so.
+    all: bool = False
 
 
 class DeadLetterStatusChanged(Message):
@@ -150,3 +192,68 @@ class DeadLetterStatusChanged(Message):
     command_id: IdText | None = None
     #: The entry this one was redriven from, when it failed again after a redrive.
     redrive_of: IdText | None = None
+    #: A parked activity's letter: the workflow and sequence it is retried through.
+    workflow_id: IndexedText | None = None
+    sequence: Int4 | None = None
+    #: The service asked to carry out the latest redrive (`redriving`, `redriven`, `redrive_failed`).
+    redrive_target: str | None = Field(default=None, max_length=100)
+
+
+class RedriveRequested(Message):
+    """The dlq asks the owner of a letter's record to carry it through again (docs/decisions/0009).
+
+    On the internal topic `dlq.redrives`, which only the dlq writes: the letter is only a pointer
+    (`topic`/`partition`/`offset`, the run it names); the owner re-issues from its own state (a
+    run row, a schedule, a workflow's history, the record read back from its topic) and answers
+    with a RedriveOutcome. The envelope id is `redrive:{request_id}`, the key the letter's id.
+    """
+
+    message_type = "dlq.redrive_requested"
+    #: Random, 32 hex digits: the answer names it, and the dlq takes answers only for its requests.
+    request_id: str = Field(pattern=r"^[0-9a-f]{32}$")
+    dead_letter_id: DeadLetterId
+    command_id: IdText
+    #: The service that carries it out: claimer, ticker, orchestrator, dlq.
+    target: str = Field(min_length=1, max_length=100)
+    kind: RedriveKind
+    definition: RedriveDefinition = "as_run"
+    topic: Annotated[IndexedText, Field(min_length=1, max_length=1000)]
+    partition: Int4
+    offset: Int8
+    run_id: Annotated[IndexedText, Field(max_length=1000)] | None = None
+    job_id: Annotated[IndexedText, Field(max_length=1000)] | None = None
+    slot: AwareDatetime | None = None
+    workflow_id: Annotated[IndexedText, Field(max_length=1000)] | None = None
+    sequence: int | None = Field(default=None, ge=1, le=INT4_MAX)
+    #: A run's redrive number: the redrives it had before this letter plus this letter's own.
+    redrive: int = Field(default=1, ge=1, le=INT4_MAX)
+
+
+RedriveOutcomeKind = Literal["done", "refused"]
+
+
+class RedriveOutcome(Message):
+    """An owner's answer to one RedriveRequested: done, or refused with the reason.
+
+    Sent on the DLQ topic (every consumer may write it); the dlq takes it only for a request it
+    staged, for that letter, from the service it asked. The envelope id is
+    `redrive:{request_id}/outcome`, the key the letter's id.
+    """
+
+    message_type = "dlq.redrive_outcome"
+    request_id: str = Field(pattern=r"^[0-9a-f]{32}$")
+    dead_letter_id: DeadLetterId
+    service: str = Field(min_length=1, max_length=100)
+    outcome: RedriveOutcomeKind
+    #: Why it was refused, or what was done ("reopened run r as attempt 4").
+    reason: str = Field(default="", max_length=2000)
+
+
+def redrive_request_id(request_id: str) -> str:
+    """The envelope id of the RedriveRequested ``request_id``."""
+    return f"redrive:{request_id}"
+
+
+def redrive_outcome_id(request_id: str) -> str:
+    """The envelope id of the answer to the RedriveRequested ``request_id``."""
+    return f"redrive:{request_id}/outcome"

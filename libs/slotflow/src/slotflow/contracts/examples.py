@@ -6,6 +6,7 @@ from slotflow.contracts import (
     ActivityCompleted,
     ActivityFailed,
     ActivityParked,
+    ActivityRetried,
     ActivityScheduled,
     AttemptRecord,
     Backfill,
@@ -42,7 +43,10 @@ from slotflow.contracts import (
     OpenDownstream,
     PauseSchedule,
     RedriveDeadLetters,
+    RedriveOutcome,
+    RedriveRequested,
     ResumeSchedule,
+    RetryActivity,
     RetryPolicy,
     RunCompleted,
     RunDeadLettered,
@@ -82,6 +86,7 @@ from slotflow.core.identity import activity_run_id, job_due_event_id, run_id
 _AT = datetime(2026, 12, 2, 2, 0, tzinfo=UTC)
 _SCHEDULE = "merchant-payouts"
 _RUN = run_id(_SCHEDULE, _AT)
+_REQUEST = "5f1c0d2e9a7b4c3d8e6f1a2b3c4d5e6f"
 _DEFINITION = ScheduleDefinition(
     spec=CronSpec(expression="0 2 * * *", timezone="Europe/Berlin"),
     handler="payouts.pay_merchants",
@@ -381,6 +386,40 @@ EXAMPLES: dict[type[Message], tuple[str, str, Message]] = {
         "order-17",
         TerminateWorkflow(workflow_id="order-17", reason="stuck on a carrier outage"),
     ),
+    RetryActivity: (
+        "wf-cmd-0005",
+        "order-17",
+        RetryActivity(workflow_id="order-17", sequence=8, reason="carrier API back"),
+    ),
+    RedriveRequested: (
+        f"redrive:{_REQUEST}",
+        "slotflow.jobs.due.v1:3:1042",
+        RedriveRequested(
+            request_id=_REQUEST,
+            dead_letter_id="slotflow.jobs.due.v1:3:1042",
+            command_id="dlq-cmd-0001",
+            target="claimer",
+            kind="run",
+            topic="slotflow.jobs.due.v1",
+            partition=3,
+            offset=1042,
+            run_id=_RUN,
+            job_id=_SCHEDULE,
+            slot=_AT,
+            redrive=1,
+        ),
+    ),
+    RedriveOutcome: (
+        f"redrive:{_REQUEST}/outcome",
+        "slotflow.jobs.due.v1:3:1042",
+        RedriveOutcome(
+            request_id=_REQUEST,
+            dead_letter_id="slotflow.jobs.due.v1:3:1042",
+            service="claimer",
+            outcome="done",
+            reason=f"reopened run {_RUN} as attempt 4 (redrive 1)",
+        ),
+    ),
 }
 
 # One order saga's history, an event per type (ids are `{workflow_id}#{sequence}`).
@@ -436,6 +475,7 @@ _HISTORY_EXAMPLES: tuple[HistoryEvent, ...] = (
         error_type="CarrierUnavailable",
         message="carrier API answered 503",
     ),
+    ActivityRetried(workflow_id=_WF, sequence=10, scheduled_sequence=8, redrive=1, command_id="wf-cmd-0005"),
     CancelRequested(workflow_id=_WF, sequence=10, reason="customer cancelled", command_id="wf-cmd-0003"),
     WorkflowCompleted(workflow_id=_WF, sequence=11, result={"shipped": True}),
     WorkflowFailed(

@@ -10,8 +10,14 @@ violation is an `InvalidPayload` (reason `invalid_payload`) whose message says w
 import re
 
 from slotflow.contracts.acceptance import ID_CONTROL
-from slotflow.contracts.dlq import DeadLettered
-from slotflow.contracts.envelope import Envelope, Message, fit_id
+from slotflow.contracts.dlq import (
+    DeadLettered,
+    RedriveOutcome,
+    RedriveRequested,
+    redrive_outcome_id,
+    redrive_request_id,
+)
+from slotflow.contracts.envelope import Envelope, Message, fit_id, fit_key
 from slotflow.contracts.runs import JobDue, RunEvent
 from slotflow.contracts.timers import (
     DEADLINE_SUFFIX,
@@ -60,6 +66,18 @@ def identity_violation(envelope: Envelope, message: Message) -> str | None:
         wanted = fit_id(f"{message.topic}:{message.partition}:{message.offset}")
         if envelope.id != wanted:
             return f"dead letter id {_shown(envelope.id)} is not its origin {_shown(wanted)}"
+    if isinstance(message, RedriveRequested | RedriveOutcome):
+        # A request and its answer are named by the request id, keyed by the letter they are about.
+        wanted = (
+            redrive_request_id(message.request_id)
+            if isinstance(message, RedriveRequested)
+            else redrive_outcome_id(message.request_id)
+        )
+        if envelope.id != wanted:
+            return f"{envelope.type} id {_shown(envelope.id)} is not {_shown(wanted)}"
+        if envelope.key != fit_key(message.dead_letter_id):
+            return f"{envelope.type} keyed {_shown(envelope.key)}, not by its dead letter id"
+        return None
     if isinstance(message, StartTimer):
         return timer_id_violation(message)
     if isinstance(message, CancelTimer):
@@ -87,9 +105,9 @@ def job_due_violation(envelope_id: str, job: JobDue) -> str | None:
         return f"run id {_shown(job.run_id)} is not {_shown(wanted)} (its job and slot)"
     if (job.kind == "retry") != (job.attempt > 1):
         return f"kind {job.kind} with attempt {job.attempt}: only a retry is past the first attempt"
-    event_id = job_due_event_id(job.run_id, job.attempt)
+    event_id = job_due_event_id(job.run_id, job.attempt, job.redrive)
     if envelope_id != event_id:
-        return f"envelope id {_shown(envelope_id)} is not {_shown(event_id)} (run id and attempt)"
+        return f"envelope id {_shown(envelope_id)} is not {_shown(event_id)} (run id, attempt and redrive)"
     return None
 
 
@@ -106,6 +124,8 @@ def timer_id_violation(timer: StartTimer) -> str | None:
         job = action.job
         if job.kind != "retry":
             return f"a timer fires a retry's JobDue (kind retry, attempt 2 or more), not kind {job.kind}"
+        if job.redrive:
+            return "a timer fires a retry's JobDue, never a redrive's re-issue (redrive 0)"
         forged = job_due_violation(job_due_event_id(job.run_id, job.attempt), job)
         if forged is not None:
             return f"the JobDue the timer fires is not what it says: {forged}"

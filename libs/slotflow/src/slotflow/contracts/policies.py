@@ -12,6 +12,14 @@ from slotflow.core.durations import lenient_duration
 Duration = Annotated[timedelta, BeforeValidator(lenient_duration)]
 
 
+#: What a dead-lettered activity does to its workflow (docs/workflows.md): `fail` hands the code an
+#: ActivityFailed (it raises ActivityError, and a saga compensates); `park` appends ActivityParked
+#: with the DLQ reason, keeps the step pending and parks the run's letter in the DLQ, so an
+#: operator can retry it through the workflow (RetryActivity). Carried on the activity's JobDue too:
+#: the claimer parks a letter for an activity's run only under `park`.
+DeadLetterPolicy = Literal["fail", "park"]
+
+
 class _Policy(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 

@@ -7,7 +7,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from slotflow.contracts.acceptance import INT4_MAX, INT8_MAX
 from slotflow.contracts.envelope import IdText, IndexedText, Int4, Int8, Message
-from slotflow.contracts.policies import OverlapPolicy, RetryPolicy
+from slotflow.contracts.policies import DeadLetterPolicy, OverlapPolicy, RetryPolicy
 from slotflow.contracts.schedules import HandlerName
 
 
@@ -32,6 +32,13 @@ class JobDue(Message):
     #: Set for workflow activities: where the result goes.
     workflow_id: IndexedText | None = None
     sequence: Int4 | None = None
+    #: An activity's: whether its workflow parks the run's letter in the DLQ when the claimers give
+    #: up (`park`), or takes the failure as history it handles (`fail`: no letter is parked).
+    on_dead_letter: DeadLetterPolicy = "fail"
+    #: Above 0 on a redrive's JobDue (the ticker re-issuing a slot, the orchestrator retrying a
+    #: parked activity): the run's redrive number. The claimer reopens a dead-lettered run only for
+    #: a number above its row's, and never creates a run for such a JobDue (docs/decisions/0009).
+    redrive: int = Field(default=0, ge=0, le=INT4_MAX)
 
 
 class AttemptRecord(BaseModel):

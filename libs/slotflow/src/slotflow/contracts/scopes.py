@@ -24,7 +24,13 @@ from slotflow.contracts.schedules import (
     UpdateSchedule,
 )
 from slotflow.contracts.timers import CancelTimer, StartTimer
-from slotflow.contracts.workflows import CancelWorkflow, SignalWorkflow, StartWorkflow, TerminateWorkflow
+from slotflow.contracts.workflows import (
+    CancelWorkflow,
+    RetryActivity,
+    SignalWorkflow,
+    StartWorkflow,
+    TerminateWorkflow,
+)
 
 Scope = Literal["read", "operate", "admin"]
 SCOPES: tuple[Scope, ...] = get_args(Scope)
@@ -37,7 +43,8 @@ def grants(held: Scope, needed: Scope) -> bool:
 
 
 #: The scope each command needs. Operating what exists (pause, resume, trigger, backfill, workflow
-#: start/signal/cancel/terminate, redrive, discard, a breaker's open and close) needs `operate`;
+#: start/signal/cancel/terminate, a parked activity's retry, redrive, discard, a breaker's open and
+#: close) needs `operate`;
 #: defining what runs (schedules, a downstream's settings) needs `admin`. A timer's `on_fire` is a
 #: JobDue or a TimerFired of the sender's choosing (any handler, any payload): the power to define
 #: what runs, so `admin`; the services that set timers (the claimer's retries, the orchestrator's
@@ -56,6 +63,7 @@ COMMAND_SCOPES: Mapping[type[Message], Scope] = {
     SignalWorkflow: "operate",
     CancelWorkflow: "operate",
     TerminateWorkflow: "operate",
+    RetryActivity: "operate",
     RedriveDeadLetters: "operate",
     DiscardDeadLetters: "operate",
     OpenDownstream: "operate",

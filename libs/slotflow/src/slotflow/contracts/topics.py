@@ -165,7 +165,8 @@ DLQ_MESSAGES = TopicSpec(
     cleanup_policy="delete",
     producers=("every consumer",),
     consumers=("dlq",),
-    purpose="DeadLettered: poison messages and runs out of attempts, with reason and origin",
+    purpose="DeadLettered: poison messages and runs out of attempts, with reason and origin; "
+    "RedriveOutcome: an owner's answer to a redrive request",
     extra_config={"max.message.bytes": str(DLQ_MAX_RECORD_BYTES)},
 )
 DLQ_COMMANDS = TopicSpec(
@@ -187,8 +188,21 @@ DLQ_EVENTS = TopicSpec(
     cleanup_policy="delete",
     producers=("dlq",),
     consumers=("api",),
-    purpose="DeadLetterParked, DeadLetterRedriven, DeadLetterDiscarded",
+    purpose="DeadLetterStatusChanged (parked, redriving, redriven, redrive_failed, discarded), CommandAccepted/CommandRejected",
     extra_config={"max.message.bytes": str(MAX_RECORD_BYTES)},
+)
+#: Internal: a redrive is a request to the owner of a letter's record, never a republication of the
+#: letter's bytes (docs/decisions/0009). Only the dlq writes it; the owners read it and answer with
+#: RedriveOutcome on the DLQ topic.
+DLQ_REDRIVES = TopicSpec(
+    name="slotflow.dlq.redrives.v1",
+    key="dead letter id",
+    partitions=3,
+    retention_ms=7 * DAY_MS,
+    cleanup_policy="delete",
+    producers=("dlq",),
+    consumers=("ticker", "claimer", "orchestrator", "dlq"),
+    purpose="RedriveRequested: reopen a run, retry a parked activity, re-read a poison record; internal",
 )
 
 CLAIMERS = TopicSpec(
@@ -249,6 +263,7 @@ TOPICS: tuple[TopicSpec, ...] = (
     DLQ_MESSAGES,
     DLQ_COMMANDS,
     DLQ_EVENTS,
+    DLQ_REDRIVES,
     CLAIMERS,
     DOWNSTREAM_COMMANDS,
     DOWNSTREAM_EVENTS,

@@ -7,6 +7,7 @@ from pydantic import AwareDatetime, Field, model_validator
 
 from slotflow.contracts.acceptance import INT4_MAX
 from slotflow.contracts.envelope import IDENTIFIER_PATTERN, IdText, Message
+from slotflow.contracts.policies import DeadLetterPolicy as DeadLetterPolicy
 from slotflow.contracts.policies import RetryPolicy
 from slotflow.contracts.schedules import HandlerName
 from slotflow.core.identity import activity_run_id
@@ -23,12 +24,6 @@ ParentClosePolicy = Literal["request_cancel", "abandon"]
 #: id starts in the same history at the next sequence (`WorkflowStarted.reused_after`), so every
 #: `{workflow_id}#{sequence}` id stays unique.
 IdReusePolicy = Literal["reject_duplicate", "allow_after_close", "terminate_running"]
-
-
-#: What a dead-lettered activity does to its workflow (docs/orchestrator.md): `fail` hands the
-#: code an ActivityFailed (it raises ActivityError); `park` appends ActivityParked with the DLQ
-#: reason and keeps the step pending, so a redrive of the parked run lets the workflow go on.
-DeadLetterPolicy = Literal["fail", "park"]
 
 
 class StartWorkflow(Message):
@@ -84,6 +79,21 @@ class TerminateWorkflow(Message):
 
     message_type = "workflow.terminate"
     workflow_id: WorkflowId
+    reason: str = Field(default="", max_length=1000)
+
+
+class RetryActivity(Message):
+    """Retry the activity scheduled at `sequence`, parked in the DLQ (`on_dead_letter="park"`).
+
+    Accepted only while the workflow still waits on that exact activity and it is parked: the
+    orchestrator records ActivityRetried and re-issues the activity's JobDue from its own history,
+    and the claimer reopens the run with a fresh attempt budget. Otherwise it is rejected with the
+    reason (the workflow closed, the activity finished or is running).
+    """
+
+    message_type = "workflow.retry_activity"
+    workflow_id: WorkflowId
+    sequence: int = Field(ge=1, le=INT4_MAX)
     reason: str = Field(default="", max_length=1000)
 
 
@@ -403,6 +413,22 @@ class ActivityParked(HistoryEvent):
     message: str = Field(default="", max_length=10_000)
 
 
+class ActivityRetried(HistoryEvent):
+    """An operator retried the parked activity scheduled at `scheduled_sequence` (a RetryActivity
+    command, or a redrive of its letter routed to the workflow): its JobDue went to the claimers
+    again with redrive number `redrive`, under which the claimer reopens the dead-lettered run.
+
+    The step is pending and no longer parked; its outcome (ActivityCompleted, or ActivityParked
+    again) follows. A marker, not an input: a replay skips it.
+    """
+
+    message_type = "workflow.activity_retried"
+    scheduled_sequence: int = Field(ge=1, le=INT4_MAX)
+    redrive: int = Field(ge=1, le=INT4_MAX)
+    #: The RetryActivity command, or the DLQ's redrive request, that asked for it.
+    command_id: IdText
+
+
 #: Every history event type, in the order the docs list them.
 HISTORY_EVENTS: tuple[type[HistoryEvent], ...] = (
     WorkflowStarted,
@@ -425,6 +451,7 @@ HISTORY_EVENTS: tuple[type[HistoryEvent], ...] = (
     ChildWorkflowFailed,
     WorkflowContinuedAsNew,
     ActivityParked,
+    ActivityRetried,
 )
 #: Events after which the orchestrator appends nothing.
 TERMINAL_EVENTS: tuple[type[HistoryEvent], ...] = (WorkflowCompleted, WorkflowFailed, WorkflowCancelled)

@@ -39,6 +39,8 @@ def activity_run_id(workflow_id: str, sequence: int) -> str:
     return f"{workflow_id}/{sequence}"
 
 
-def job_due_event_id(run: str, attempt: int) -> str:
-    """The JobDue envelope id: the run id for the first attempt, suffixed for retries."""
-    return run if attempt == 1 else f"{run}#{attempt}"
+def job_due_event_id(run: str, attempt: int, redrive: int = 0) -> str:
+    """The JobDue envelope id: the run id for the first attempt, suffixed for retries, and for a
+    redrive's re-issue with its redrive number (a JobDue of its own, never a copy of the first)."""
+    base = run if attempt == 1 else f"{run}#{attempt}"
+    return base if redrive == 0 else f"{base}/redrive/{redrive}"

@@ -13,6 +13,7 @@ from slotflow.contracts import (
     ActivityCompleted,
     ActivityFailed,
     ActivityParked,
+    ActivityRetried,
     ActivityScheduled,
     CancelRequested,
     ChildWorkflowCompleted,
@@ -213,6 +214,16 @@ def fold(events: list[Recorded]) -> WorkflowState | None:
                 "dead_letter_reason": event.reason,
             }
             step.update(state="parked", error=parked)
+        elif isinstance(event, ActivityRetried):
+            step = steps.get(event.scheduled_sequence)
+            if step is None or step["state"] != "parked":
+                state.anomalies.append(
+                    f"#{event.sequence} {event.message_type} for #{event.scheduled_sequence}, not a parked activity"
+                )
+                continue
+            # An operator retried it (RetryActivity, or its letter's redrive): pending again, its
+            # outcome to come; the retries are counted for the step's page.
+            step.update(state="scheduled", error=None, retries=int(step.get("retries", 0)) + 1)
         elif isinstance(event, ActivityCompleted | ActivityFailed):
             step = steps.get(event.scheduled_sequence)
             if step is None or step["state"] not in ("scheduled", "parked"):

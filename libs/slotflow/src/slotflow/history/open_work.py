@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from slotflow.contracts import (
     ActivityCompleted,
     ActivityFailed,
+    ActivityParked,
+    ActivityRetried,
     ActivityScheduled,
     ChildWorkflowCompleted,
     ChildWorkflowFailed,
@@ -35,8 +37,11 @@ class OpenWork:
       or a reused id's `reused_after`): `run` is it, `ended` is cleared, and whatever the previous
       run left pending is dropped, since no outcome of it is answered any more.
     - **activities**: each `ActivityScheduled` by its sequence, until its `ActivityCompleted` or
-      `ActivityFailed` (`scheduled_sequence`). An `ActivityParked` leaves it pending: a redrive's
+      `ActivityFailed` (`scheduled_sequence`). An `ActivityParked` leaves it pending: a retry's
       outcome is still its outcome.
+    - **parked**: the pending activities whose run the claimers gave up on (`ActivityParked`), until
+      an operator retries one (`ActivityRetried`) or its outcome comes: what a RetryActivity may
+      retry.
     - **timers**: each `TimerStarted` by its sequence, until its `WorkflowTimerFired` or
       `TimerCancelled` (`started_sequence`).
     - **children**: each `ChildWorkflowScheduled` by its sequence, until its
@@ -57,6 +62,7 @@ class OpenWork:
     activities: dict[int, ActivityScheduled] = field(default_factory=dict)
     timers: dict[int, TimerStarted] = field(default_factory=dict)
     children: dict[int, ChildWorkflowScheduled] = field(default_factory=dict)
+    parked: dict[int, ActivityParked] = field(default_factory=dict)
     #: The current run's start; None before the first WorkflowStarted.
     run: WorkflowStarted | None = None
     chain_start: int = 1
@@ -88,10 +94,17 @@ class OpenWork:
             self.activities.clear()
             self.timers.clear()
             self.children.clear()
+            self.parked.clear()
         elif isinstance(event, ActivityScheduled):
             self.activities[event.sequence] = event
         elif isinstance(event, ActivityCompleted | ActivityFailed):
             self.activities.pop(event.scheduled_sequence, None)
+            self.parked.pop(event.scheduled_sequence, None)
+        elif isinstance(event, ActivityParked):
+            if event.scheduled_sequence in self.activities:
+                self.parked[event.scheduled_sequence] = event
+        elif isinstance(event, ActivityRetried):
+            self.parked.pop(event.scheduled_sequence, None)
         elif isinstance(event, TimerStarted):
             self.timers[event.sequence] = event
         elif isinstance(event, WorkflowTimerFired | TimerCancelled):

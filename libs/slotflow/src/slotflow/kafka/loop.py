@@ -335,6 +335,22 @@ class ConsumeLoop:
                         log.warning("%s: dead-letter hook failed: %s", self._source, err)
                 return
 
+    def rehandler(self) -> "Rehandler":
+        """What this loop does to a record, without the parking: for a record read back from its
+        topic by a redrive (`slotflow.kafka.redrive`), whose failure is answered, not parked again."""
+        return Rehandler(
+            handler=self._handler,
+            source_service=self._source,
+            accept=self._accept,
+            max_bytes=self._max_bytes,
+            registry=self._registry,
+            check_payload_key=self._check_payload_key,
+            max_attempts=self._max_attempts,
+            outage_types=self._outage_types,
+            retry_base=self._retry_base,
+            retry_cap=self._retry_cap,
+        )
+
     async def _pause(self, attempt: int, stop: asyncio.Event | None) -> None:
         delay = sleep_backoff(
             min(attempt, 16), base=self._retry_base, cap=self._retry_cap, draw=self._rng.random()
@@ -349,3 +365,86 @@ class ConsumeLoop:
         finally:
             sleeper.cancel()
             stopper.cancel()
+
+
+@dataclass(frozen=True, slots=True)
+class Handled:
+    """What handling a record again came to: `done`, or `refused` with the reason it would have
+    been parked with (`reason`) and the error's text (`detail`)."""
+
+    done: bool
+    reason: str = ""
+    detail: str = ""
+
+
+class Rehandler:
+    """A consume loop's checks and handler for one record at a time, never parking: a record read
+    back from its topic for a redrive (docs/decisions/0009) goes through every check a record on
+    that topic gets (decode, type, key, identity, the handler with its own idempotence), and a
+    failure is returned for the redrive's answer instead of becoming a second dead letter.
+
+    Failures are sorted as the loop sorts them: poison and permanent errors refuse at once, other
+    retryable failures get ``max_attempts`` tries, an outage is waited out.
+    """
+
+    def __init__(
+        self,
+        *,
+        handler: Handler,
+        source_service: str,
+        accept: tuple[type[Message], ...] | None = None,
+        max_bytes: int = 1_048_576,
+        registry: MessageRegistry = REGISTRY,
+        check_payload_key: bool = True,
+        max_attempts: int = 10,
+        outage_types: tuple[type[BaseException], ...] = DEFAULT_OUTAGE_TYPES,
+        retry_base: float = 0.1,
+        retry_cap: float = 10.0,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._handler = handler
+        self._source = source_service
+        self._accept = accept
+        self._max_bytes = max_bytes
+        self._registry = registry
+        self._check_payload_key = check_payload_key
+        self._max_attempts = max(max_attempts, 1)
+        self._outage_types = outage_types
+        self._retry_base = retry_base
+        self._retry_cap = retry_cap
+        self._rng = rng or random.Random()  # noqa: S311 - jitter, not secrets
+
+    async def handle(self, record: Record) -> Handled:
+        """Decode and handle ``record``; never parks it."""
+        try:
+            envelope, message = decode_record(
+                record,
+                accept=self._accept,
+                registry=self._registry,
+                max_bytes=self._max_bytes,
+                check_payload_key=self._check_payload_key,
+            )
+        except PoisonMessage as poison:
+            return Handled(False, poison.reason, str(poison))
+        incoming = Incoming(record, envelope, message)
+        attempt = 0
+        while True:
+            try:
+                await self._handler(incoming)
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:  # noqa: BLE001 - sorted below, as the consume loop sorts it
+                if not is_retryable(err):
+                    reason = err.reason if isinstance(err, PoisonMessage) else "permanent_error"
+                    return Handled(False, reason, f"{type(err).__name__}: {err}")
+                attempt += 1
+                if not isinstance(err, self._outage_types) and attempt >= self._max_attempts:
+                    return Handled(False, "attempts_exhausted", f"{type(err).__name__}: {err}")
+                log.warning(
+                    "%s: handling %s again failed (try %d): %s", self._source, record.position, attempt, err
+                )
+                await sleep_backoff(
+                    min(attempt, 16), base=self._retry_base, cap=self._retry_cap, draw=self._rng.random()
+                )
+            else:
+                return Handled(True)

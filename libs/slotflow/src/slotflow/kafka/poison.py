@@ -201,8 +201,14 @@ def dead_letter_envelope(
     tags: tuple[str, ...] = (),
     history: tuple[AttemptRecord, ...] = (),
     max_bytes: int = DLQ_MAX_ENVELOPE_BYTES,
+    workflow_id: str | None = None,
+    sequence: int | None = None,
+    redrives: int = 0,
 ) -> Envelope:
     """The DLQ envelope for ``record``; its id is the record's position, so parking is idempotent.
+
+    ``workflow_id`` and ``sequence`` mark a workflow's parked activity (retried through it);
+    ``redrives`` is how often a dead-lettered run was redriven before (docs/decisions/0009).
 
     The envelope never encodes larger than ``max_bytes``: past that the value is cut to a prefix
     and `value_truncated` is set. Never raises: should the full letter fail to build, the
@@ -221,6 +227,7 @@ def dead_letter_envelope(
             tags=tags,
             history=history,
             max_bytes=max_bytes,
+            marks={"workflow_id": workflow_id, "sequence": sequence, "redrives": redrives},
         )
     except Exception as err:  # noqa: BLE001 - the path that reports bad input must not fail on it
         log.error("dead letter for %s could not be built (%s); parking a minimal one", record.position, err)
@@ -272,6 +279,7 @@ def _dead_letter_envelope(
     tags: tuple[str, ...],
     history: tuple[AttemptRecord, ...],
     max_bytes: int,
+    marks: Mapping[str, Any],
 ) -> Envelope:
     value = record.value or b""
     key_text = _readable(record.key) if record.key is not None else None
@@ -298,6 +306,7 @@ def _dead_letter_envelope(
         "history": history,
         "tags": tags,
         "traceback": stack,
+        **marks,
     }
     # A record key as envelope key keeps one origin key's letters in order on the DLQ topic. No NUL:
     # services stage letters in their outbox, whose text key column refuses it (key_b64 is exact).

@@ -8,6 +8,7 @@ from slotflow.contracts.workflows import (
     ActivityCompleted,
     ActivityFailed,
     ActivityParked,
+    ActivityRetried,
     ActivityScheduled,
     CancelRequested,
     ChildWorkflowCompleted,
@@ -50,8 +51,10 @@ KIND: dict[type[HistoryEvent], int] = {
     WorkflowCancelled: DECISION,
     WorkflowContinuedAsNew: DECISION,
     NonDeterminismDetected: IGNORED,
-    # A marker for operators: the code is still awaiting the activity (on_dead_letter="park").
+    # Markers for operators: the code is still awaiting the activity (on_dead_letter="park"), and
+    # an operator retried it; its outcome is what the code sees.
     ActivityParked: IGNORED,
+    ActivityRetried: IGNORED,
 }
 #: The error type of the failure the runtime records when a run outgrows its history ceiling.
 HISTORY_LIMIT_ERROR = HistoryLimitExceeded.__name__

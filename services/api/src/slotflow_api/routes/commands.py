@@ -14,6 +14,7 @@ from slotflow_api import read_model
 from slotflow_api.app_state import Services, services
 from slotflow_api.auth import current_principal
 from slotflow_api.errors import BadRequest
+from slotflow_api.projection import DETAILED
 from slotflow_api.routes.common import Cursor, Limit, Wait
 from slotflow_api.schemas import CommandRecord, CommandStatus, Page
 
@@ -44,7 +45,16 @@ async def command_status(s: Services, command_id: str) -> CommandStatus:
         published_at=row["published_at"],
         acknowledged_at=row["acknowledged_at"],
         principal=row["principal"],
+        summary=row["summary"],
     )
+
+
+def _settled(status: CommandStatus) -> bool:
+    """Final, and for a command whose acceptance says what it did (the dlq's), said: its status
+    events may mark it accepted before its CommandAccepted, with the count, is projected."""
+    if status.status not in FINAL:
+        return False
+    return not (status.status == "accepted" and status.command_type in DETAILED and status.summary is None)
 
 
 async def wait_for_command(s: Services, command_id: str, seconds: float) -> CommandStatus:
@@ -53,7 +63,7 @@ async def wait_for_command(s: Services, command_id: str, seconds: float) -> Comm
     delay = 0.01
     while True:
         status = await command_status(s, command_id)
-        if status.status in FINAL or time.monotonic() >= deadline:
+        if _settled(status) or time.monotonic() >= deadline:
             return status
         await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
         delay = min(delay * 1.5, 0.1)

@@ -3,11 +3,12 @@
 from datetime import timedelta
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Body, Depends, Query
+from fastapi import APIRouter, Body, Depends, Path, Query
 from fastapi.responses import JSONResponse
 from pydantic import AwareDatetime
 
-from slotflow.contracts import CancelWorkflow, SignalWorkflow, StartWorkflow, TerminateWorkflow
+from slotflow.contracts import CancelWorkflow, RetryActivity, SignalWorkflow, StartWorkflow, TerminateWorkflow
+from slotflow.contracts.acceptance import INT4_MAX
 from slotflow.core.durations import parse_duration_text
 from slotflow_api import read_model
 from slotflow_api.app_state import Services, services
@@ -169,8 +170,26 @@ async def terminate_workflow(
     return await submit(s, message, idempotency_key=idempotency_key, wait=wait)
 
 
+@router.post(
+    "/v1/workflows/{workflow_id:path}/activities/{sequence}/retry",
+    status_code=202,
+    responses=COMMAND_RESPONSES,
+    summary="Retry a parked activity: only while the workflow still waits on it (RetryActivity)",
+)
+async def retry_activity(
+    s: Annotated[Services, Depends(services)],
+    workflow_id: WorkflowId,
+    sequence: Annotated[int, Path(ge=1, le=INT4_MAX, description="the activity's sequence")],
+    body: Annotated[CancelBody | None, Body()] = None,
+    idempotency_key: IdempotencyKey = None,
+    wait: Wait = None,
+) -> JSONResponse:
+    message = RetryActivity(workflow_id=workflow_id, sequence=sequence, reason=(body or CancelBody()).reason)
+    return await submit(s, message, idempotency_key=idempotency_key, wait=wait)
+
+
 # Last: `{workflow_id:path}` alone matches every path below /v1/workflows/, so the routes with a
-# suffix (history, signal, cancel, terminate) are matched first.
+# suffix (history, signal, cancel, terminate, an activity's retry) are matched first.
 @router.get(
     "/v1/workflows/{workflow_id:path}",
     response_model=WorkflowDetail,

@@ -329,7 +329,8 @@ window.slotflowUi = (() => {
     if (render) {
       await render().catch((err) => say(`Could not load data from the API: ${err.message}`, true));
     }
-    if (said === published) say(`${what}: command ${reply.command_id} published and applied.`);
+    // A DLQ command says what it did ("redrove 3 dead letter(s); ..."): show that.
+    if (said === published) say(`${what}: command ${reply.command_id} published and applied${status.summary ? `: ${status.summary}` : "."}`);
     return reply;
   }
 

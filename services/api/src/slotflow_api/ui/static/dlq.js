@@ -1,4 +1,6 @@
-// slotflow dashboard: the dead-letter queue with redrive and discard.
+// slotflow dashboard: the dead-letter queue with redrive and discard. A redrive asks each letter's
+// owner (docs/decisions/0009): a letter reads `redriving` until its owner answers, then `redriven`
+// or `redrive_failed` with the reason (its note).
 "use strict";
 
 (() => {
@@ -8,8 +10,8 @@
 
   async function dlqPage() {
     const form = h("form", { class: "filters", "aria-label": "Filter dead letters" });
-    const status = h("select", { name: "status" }, ["", "parked", "redriven", "discarded"].map((s) =>
-      h("option", { value: s }, s || "any")));
+    const status = h("select", { name: "status" },
+      ["", "parked", "redriving", "redriven", "redrive_failed", "discarded"].map((s) => h("option", { value: s }, s || "any")));
     const reason = h("input", { name: "reason", type: "text", size: 14 });
     const source = h("input", { name: "source", type: "text", size: 12 });
     const topic = h("input", { name: "topic", type: "text", size: 22 });
@@ -34,12 +36,17 @@
     const listing = await get("/v1/dlq", params);
     const rows = listing.items || [];
     const discardReason = h("input", { type: "text", name: "discard-reason", size: 28 });
+    // A schedule's run: re-issue the JobDue it ran with, or the schedule's current definition.
+    const definition = h("select", { name: "definition" }, [
+      h("option", { value: "as_run" }, "as it ran"),
+      h("option", { value: "current" }, "current definition"),
+    ]);
     const selected = () => Array.from(content.querySelectorAll("input[data-dead-letter]:checked"))
       .map((box) => box.dataset.deadLetter);
 
     const redrive = (button, ids) => {
       if (!ids.length) { say("Select at least one dead letter first.", true); return; }
-      command(button, "/v1/dlq/redrive", { selection: { ids }, limit: ids.length },
+      command(button, "/v1/dlq/redrive", { selection: { ids }, limit: ids.length, definition: definition.value },
         `Redrive of ${ids.length} dead letter(s)`);
     };
     const discard = (button, ids) => {
@@ -49,6 +56,20 @@
         `Discard of ${ids.length} dead letter(s)`);
     };
     const idOf = (r) => r.dead_letter_id || r.id;
+    // How long a request has waited for its owner's answer (nobody answered: it stays redriving).
+    const since = (at) => {
+      const seconds = Math.max(0, Math.round((Date.now() - Date.parse(at)) / 1000));
+      return seconds < 120 ? `${seconds} s` : seconds < 7200 ? `${Math.round(seconds / 60)} min` : `${Math.round(seconds / 3600)} h`;
+    };
+    const statusCell = (r) => [
+      badge(r.status),
+      r.status === "redriving" ? ` asked of the ${r.redrive_target || "owner"} ${since(r.status_at)} ago` : "",
+      r.redrive_count && r.status !== "redriving" ? ` (${r.redrive_count} redrive${r.redrive_count > 1 ? "s" : ""} asked)` : "",
+    ];
+    // A workflow's parked activity is retried through its workflow: say so, and link to it.
+    const workflowNote = (r) => (r.workflow_id
+      ? [h("br"), "retried through ", h("a", { href: `/ui/workflows/${enc(r.workflow_id)}` }, `${r.workflow_id} #${r.sequence}`)]
+      : "");
     // A scheduled run is "{job}@{slot}", an activity "{workflow}/{sequence}": link to the right page.
     const jobLink = (r) => {
       if (!r.job_id) return "–";
@@ -64,6 +85,7 @@
     show(
       form,
       h("div", { class: "actions", "aria-label": "Act on selected dead letters", role: "group" },
+        field("Redrive with", definition),
         h("button", { type: "button", class: "primary", onclick: (e) => redrive(e.currentTarget, selected()) }, "Redrive selected"),
         field("Discard reason", discardReason),
         h("button", { type: "button", class: "danger", onclick: (e) => discard(e.currentTarget, selected()) }, "Discard selected")),
@@ -79,11 +101,12 @@
           h("button", { type: "button", class: "danger", "aria-label": `Discard ${idOf(r)}`, "data-action": "discard",
             onclick: (e) => discard(e.currentTarget, [idOf(r)]) }, "Discard"),
         ] },
-        { label: "Status", cell: (r) => [badge(r.status), r.redrive_count ? ` redriven ${r.redrive_count}×` : ""] },
+        { label: "Status", cell: statusCell },
         { label: "Reason", cell: (r) => text(r.reason) },
         { label: "Origin", cell: (r) => [text(r.source_service || r.source), h("br"), h("span", { class: "mono" }, text(r.topic))] },
-        { label: "Job", cell: (r) => [jobLink(r), r.run_id ? [h("br"), runLink(r.run_id)] : ""] },
+        { label: "Job", cell: (r) => [jobLink(r), r.run_id ? [h("br"), runLink(r.run_id)] : "", workflowNote(r)] },
         { label: "Error", cell: (r) => [r.error_type ? `${r.error_type}: ` : "", text(r.error)], cls: "wrap" },
+        { label: "Note", cell: (r) => text(r.note || "–"), cls: "wrap" },
         { label: "Last seen", cell: (r) => fmtTime(r.last_seen || r.status_at) },
       ], rows, "No dead letters match.", "dlq"),
       pager,

@@ -71,7 +71,9 @@
       case "activity_failed":
         return `#${d.scheduled_sequence} failed: ${d.error_type}: ${d.message}${d.permanent ? " (permanent)" : " (out of attempts)"}`;
       case "activity_parked":
-        return `#${d.scheduled_sequence} parked in the DLQ (${d.reason}): ${d.error_type}: ${d.message}; waits for a redrive`;
+        return `#${d.scheduled_sequence} parked (${d.reason}): ${d.error_type}: ${d.message}; waits for a retry`;
+      case "activity_retried":
+        return `#${d.scheduled_sequence} retried by ${d.command_id} (redrive ${d.redrive})`;
       case "timer_started": return `timer ${d.timer_id} until ${fmtTime(d.fire_at)}`;
       case "timer_fired": return `timer #${d.started_sequence} fired at ${fmtTime(d.fired_at)}`;
       case "signal_received": return `signal ${d.signal} ${js(d.payload)}`;
@@ -140,6 +142,13 @@
         ["Input", jsonBlock(workflow.input)],
         workflow.cancel_requested ? ["Cancel requested", text(workflow.cancel_reason)] : null,
         workflow.gap_at ? ["Waiting for", `history event #${workflow.gap_at}`] : null,
+        // A parked activity waits on a person: say so, with the retry (RetryActivity) beside it.
+        workflow.waiting ? ["Waiting", [h("strong", {}, `waiting: ${workflow.waiting}`), " ",
+          ...(workflow.actions || []).filter((a) => a.action === "retry_activity").map((a) =>
+            h("button", { type: "button", class: "primary", "data-action": "retry-activity",
+              "aria-label": `Retry activity #${a.sequence} ${a.activity}`,
+              onclick: (e) => command(e.currentTarget, a.path, { reason: "" }, `Retry of #${a.sequence} ${a.activity}`) },
+            `Retry #${a.sequence} ${a.activity}`))]] : null,
       ].filter(Boolean)),
       h("div", { class: "actions" },
         field("Signal", signalName), field("Payload (JSON)", signalPayload),
