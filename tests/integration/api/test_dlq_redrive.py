@@ -10,13 +10,17 @@ import httpx
 
 from slotflow.contracts import (
     ActivityParked,
+    ActivityRetried,
     ActivityScheduled,
     DeadLetterStatusChanged,
+    HistoryEvent,
+    WorkflowFailed,
     WorkflowStarted,
     history_event_id,
 )
 from slotflow.contracts.dlq import DeadLetterStatus
 from slotflow.contracts.topics import DLQ_EVENTS, JOBS_DUE, SCHEDULE_COMMANDS, WORKFLOW_HISTORY
+from slotflow.contracts.workflows import WORKFLOW_TERMINATED
 from slotflow.settings import KafkaSettings
 from tests.integration.api.conftest import Emitter
 from tests.integration.api.helpers import eventually_json
@@ -245,3 +249,63 @@ async def test_a_workflow_waiting_on_a_parked_activity_says_so_with_its_retry(
     )
     assert command["subject"] == wid
     assert (await client.post(f"{path}/activities/0/retry")).status_code == 422
+
+
+def _parked_history(wid: str) -> list[HistoryEvent]:
+    """Started, one activity scheduled to park, and parked."""
+    return [
+        WorkflowStarted(workflow_id=wid, sequence=1, workflow_type="order", command_id=f"s-{wid}"),
+        ActivityScheduled(
+            workflow_id=wid, sequence=2, activity="shipping.book", run_id=f"{wid}/2", on_dead_letter="park"
+        ),
+        ActivityParked(
+            workflow_id=wid, sequence=3, scheduled_sequence=2, reason="attempts_exhausted", error_type="E"
+        ),
+    ]
+
+
+async def test_the_attention_filter_lists_workflows_waiting_on_a_parked_activity(
+    client: httpx.AsyncClient, emit: Emitter
+) -> None:
+    """A parked activity waits on a person whatever its age (the claimers already gave up): the
+    attention filter lists its workflow at any age. A step merely scheduled, one retried since, and
+    a terminated workflow's parked step (nothing retries a closed workflow) are not listed, and the
+    terminated one offers no retry."""
+    parked = _parked_history("att-parked")
+    running = _parked_history("att-running")[:2]
+    retried = [
+        *_parked_history("att-retried"),
+        ActivityRetried(
+            workflow_id="att-retried", sequence=4, scheduled_sequence=2, redrive=1, command_id="retry-1"
+        ),
+    ]
+    terminated = [
+        *_parked_history("att-terminated"),
+        WorkflowFailed(
+            workflow_id="att-terminated", sequence=4, error_type=WORKFLOW_TERMINATED, message="by ops"
+        ),
+    ]
+    for events in (parked, running, retried, terminated):
+        for event in events:
+            wid = event.workflow_id
+            await emit(
+                WORKFLOW_HISTORY,
+                event,
+                id=history_event_id(wid, event.sequence),
+                key=wid,
+                source="orchestrator",
+            )
+    last = {"att-parked": 3, "att-running": 2, "att-retried": 4, "att-terminated": 4}
+    for wid, sequence in last.items():
+        await eventually_json(
+            client, f"/v1/workflows/{wid}", lambda b, n=sequence: b.get("last_sequence") == n
+        )
+    for age in ("1d", "0s"):
+        listed = await client.get("/v1/workflows", params={"attention": age})
+        assert listed.status_code == 200, listed.text
+        assert [w["workflow_id"] for w in listed.json()["items"]] == ["att-parked"], age
+    shown = (await client.get("/v1/workflows/att-terminated")).json()
+    assert shown["status"] == "terminated"
+    assert [s["state"] for s in shown["steps"]] == ["parked"]
+    assert shown["waiting"] is None
+    assert shown["actions"] == []

@@ -16,6 +16,7 @@ from slotflow.contracts import DeadLetterFilter
 from slotflow.contracts.dlq import RedriveDefinition
 from slotflow.contracts.topics import JOBS_DUE
 from slotflow.core.cursors import decode_cursor, encode_cursor
+from slotflow.history.fold import TERMINAL_STATUSES
 from slotflow.pg.pool import Conn, Pool
 from slotflow.pg.statements import Filters, compose, sql, sql_with
 from slotflow.redrive import LetterFacts, Unroutable, route
@@ -313,13 +314,17 @@ _WORKFLOW = compose("{workflow_select} WHERE w.workflow_id = $1", workflow_selec
 
 
 # The attention filter: the workflows an operator should look at, one condition per reason, ORed
-# (each `{}` is the age a wait must pass, on the database clock). A new reason is one more entry
-# here: a workflow waiting on a parked activity joins this list.
+# (each `{}` is the age a wait must pass, on the database clock). A new reason is one more entry.
 ATTENTION_REASONS = (
     # stuck: a replay diverged, and nothing moves until code matching its history is deployed
     "w.status = 'stuck'",
     # only a signal can move it (the fold's `waiting`), and none came for longer than the age
     "(w.waiting_for LIKE 'signal%' AND w.waiting_since < now() - {}::interval)",
+    # waiting on a parked activity (a step of the fold's `steps` in state `parked`): the claimers
+    # gave up on it, and only a person's retry (RetryActivity) moves it, so no age applies; a
+    # closed workflow waits on nothing
+    "(w.status IN ('running', 'compensating') AND EXISTS (SELECT 1 FROM "
+    "jsonb_array_elements(w.derived -> 'steps') AS step WHERE step ->> 'state' = 'parked'))",
 )
 
 
@@ -369,7 +374,9 @@ async def list_workflows(
 
 _TERMINAL_RUN_STATES = ["completed", "dead_lettered", "skipped"]
 #: A workflow in one of these waits on nothing any more.
-_CLOSED_WORKFLOW_STATES = frozenset(("completed", "failed", "cancelled"))
+#: A closed workflow waits on nothing, a terminated one included (its parked steps stay parked in
+#: the fold, but nothing retries them: the orchestrator refuses a retry of a closed workflow).
+_CLOSED_WORKFLOW_STATES = TERMINAL_STATUSES
 
 
 # How many history entries a workflow has.

@@ -399,8 +399,9 @@ def _workflow(groups: Any) -> None:
         nargs="?",
         const="1h",
         metavar="AGE",
-        help="only the workflows that need an operator: stuck on a non-determinism, or waiting on a "
-        "signal for longer than AGE (default 1h; 30m, 2d, seconds or ISO 8601)",
+        help="only the workflows that need an operator: stuck on a non-determinism, waiting on a "
+        "parked activity, or waiting on a signal for longer than AGE (default 1h; 30m, 2d, seconds "
+        "or ISO 8601)",
     )
     _paging(listing)
 

@@ -622,7 +622,8 @@ class Client:
         cursor: str | None = None,
     ) -> Page[Workflow]:
         """One page of workflows, newest first. ``attention``: only the ones that need an operator
-        (stuck on a non-determinism, or waiting on a signal for longer than that age).
+        (stuck on a non-determinism, waiting on a parked activity, or waiting on a signal for longer
+        than that age).
 
         Example::
 

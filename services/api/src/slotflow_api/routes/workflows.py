@@ -47,9 +47,9 @@ async def list_workflows(
         str | None,
         Query(
             max_length=50,
-            description="only the workflows that need an operator: stuck on a non-determinism, or "
-            "waiting on a signal for longer than this age (`30m`, `1h`, `2d`, seconds, or ISO 8601 "
-            "`PT1H`)",
+            description="only the workflows that need an operator: stuck on a non-determinism, "
+            "waiting on a parked activity, or waiting on a signal for longer than this age (`30m`, "
+            "`1h`, `2d`, seconds, or ISO 8601 `PT1H`)",
         ),
     ] = None,
     limit: Limit = 50,

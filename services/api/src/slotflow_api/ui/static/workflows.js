@@ -10,7 +10,8 @@
     const form = h("form", { class: "filters", "aria-label": "Filter workflows" });
     const type = h("input", { name: "type", type: "text", size: 18 });
     const status = h("input", { name: "status", type: "text", size: 12 });
-    // Needs attention: stuck on a non-determinism, or waiting on a signal longer than this age.
+    // Needs attention: stuck on a non-determinism, waiting on a parked activity (at any age), or
+    // waiting on a signal longer than this age.
     const attention = h("input", { name: "attention", type: "text", size: 6, placeholder: "1h" });
     type.value = queryParam("type") || "";
     status.value = queryParam("status") || "";
