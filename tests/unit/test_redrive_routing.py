@@ -8,6 +8,7 @@ import pytest
 
 from slotflow.client import Client, HttpTransport, InvalidRequest
 from slotflow.contracts import DeadLetterFilter
+from slotflow.contracts.topics import JOBS_DUE, SIGNING_KEYS
 from slotflow.redrive import LetterFacts, Route, Unroutable, route
 from slotflow.settings import KafkaSettings
 
@@ -119,3 +120,17 @@ async def test_the_client_refuses_everything_before_sending(selection: DeadLette
             await client.redrive_dead_letters(DeadLetterFilter(reason="r"), all=True)
     finally:
         await client.close()
+
+
+@pytest.mark.parametrize("source", ["claimer", "ticker", "orchestrator", "dlq"])
+def test_a_letter_about_the_keys_topic_is_refused_whoever_it_names(source: str) -> None:
+    """Every owner reads the keys topic (its keyring), so a letter naming it would otherwise be
+    routed to that owner to read a key record back; only the api writes it and no consumer parks a
+    record of it, so the letter is forged and the dlq refuses it itself."""
+    for namespace in ("", "t1"):
+        kafka = KafkaSettings(bootstrap="127.0.0.1:1", topic_namespace=namespace)
+        topics = {spec.name: spec for spec in kafka.topics()}
+        letter = LetterFacts(kafka.topic(SIGNING_KEYS), 0, source, "permanent_error", run_id="r")
+        answer = route(letter, definition="as_run", topics=topics, jobs_due=kafka.topic(JOBS_DUE))
+        assert isinstance(answer, Unroutable)
+        assert "the keys topic" in answer.reason
