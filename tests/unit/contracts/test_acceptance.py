@@ -9,10 +9,14 @@ from pydantic import ValidationError
 
 from slotflow.contracts import (
     REGISTRY,
+    ActivityRetried,
     CreateSchedule,
     DeadLettered,
     Envelope,
     JobDue,
+    RedriveOutcome,
+    RedriveRequested,
+    RetryActivity,
     RunStarted,
     ScheduleDefinition,
     SignalWorkflow,
@@ -171,3 +175,75 @@ def test_refusal_of_a_valid_message_is_none() -> None:
         run_id="j@x", job_id="j", slot=AT, handler="h", payload={"a": [1, {"b": "c"}]}, tags=("t",)
     )
     assert refusal(message) is None
+
+
+REQUEST = {
+    "request_id": "0" * 32,
+    "dead_letter_id": "t:0:1",
+    "command_id": "c",
+    "target": "claimer",
+    "kind": "run",
+    "topic": "t",
+    "partition": 0,
+    "offset": 1,
+}
+
+
+@pytest.mark.parametrize(
+    ("build", "words"),
+    [
+        # The redrive's messages and fields, typed by the rule like every other: an index key within
+        # 1000 bytes, an integer within its column, no NUL.
+        (lambda: RedriveRequested.model_validate({**REQUEST, "run_id": "字" * 334}), "run_id: Value error, is 1002 bytes"),
+        (
+            lambda: RedriveRequested.model_validate({**REQUEST, "command_id": "字" * 334}),
+            "command_id: Value error, is 1002",
+        ),
+        (lambda: RedriveRequested.model_validate({**REQUEST, "topic": "字" * 334}), "topic: Value error, is 1002 bytes"),
+        (lambda: RedriveRequested.model_validate({**REQUEST, "partition": 2**31}), "partition: Input should"),
+        (lambda: RedriveRequested.model_validate({**REQUEST, "redrive": 2**31}), "redrive: Input should"),
+        (lambda: RedriveRequested.model_validate({**REQUEST, "sequence": 2**31}), "sequence: Input should"),
+        (
+            lambda: RedriveOutcome(
+                request_id="0" * 32, dead_letter_id="t:0:1", service="claimer", outcome="done", reason="a\x00"
+            ),
+            "reason: contains a NUL character",
+        ),
+        (lambda: RetryActivity(workflow_id="w", sequence=2**31), "sequence: Input should"),
+        (lambda: RetryActivity(workflow_id="w", sequence=2, reason="a\x00"), "reason: contains a NUL"),
+        (
+            lambda: ActivityRetried(
+                workflow_id="w", sequence=3, scheduled_sequence=2, redrive=2**31, command_id="c"
+            ),
+            "redrive: Input should",
+        ),
+        (
+            lambda: ActivityRetried(
+                workflow_id="w", sequence=3, scheduled_sequence=2, redrive=1, command_id="字" * 334
+            ),
+            "command_id: Value error, is 1002 bytes",
+        ),
+        (
+            lambda: JobDue(run_id="r", job_id="j", slot=AT, handler="h", redrive=2**31),
+            "redrive: Input should",
+        ),
+        (
+            lambda: DeadLettered.model_validate(
+                {
+                    "reason": "r",
+                    "error_type": "E",
+                    "error": "e",
+                    "source_service": "s",
+                    "topic": "t",
+                    "partition": 0,
+                    "offset": 1,
+                    "value_b64": "",
+                    "workflow_id": "字" * 334,
+                }
+            ),
+            "workflow_id: Value error, is 1002 bytes",
+        ),
+    ],
+)
+def test_the_redrive_messages_follow_the_rule(build: Any, words: str) -> None:
+    assert words in refused(build)
