@@ -22,6 +22,8 @@ from slotflow.contracts import (
     DeadLettered,
     JobDue,
     PauseSchedule,
+    RedriveOutcome,
+    RetryActivity,
     ScheduleDefinition,
     SignalWorkflow,
     StartWorkflow,
@@ -29,7 +31,8 @@ from slotflow.contracts import (
 )
 from slotflow.contracts.acceptance import ID_MAX_BYTES, VALUE_MAX_DEPTH
 from slotflow.contracts.codec import encode
-from slotflow.contracts.envelope import fit_id
+from slotflow.contracts.dlq import redrive_outcome_id
+from slotflow.contracts.envelope import fit_id, fit_key
 from slotflow.contracts.topics import (
     DLQ_MESSAGES,
     JOBS_DUE,
@@ -201,6 +204,24 @@ def cancel_workflow(case: Hostile, n: int) -> tuple[TopicSpec, dict[str, Any]]:
     return WORKFLOW_COMMANDS, raw
 
 
+def retry_activity(case: Hostile, n: int) -> tuple[TopicSpec, dict[str, Any]]:
+    raw = _raw(RetryActivity(workflow_id=f"w-{n}", sequence=2), id=f"retry-{n}", key=f"w-{n}")
+    raw["data"][case.field] = case.value
+    if case.field == "workflow_id":
+        raw["key"] = case.value
+    return WORKFLOW_COMMANDS, raw
+
+
+def redrive_outcome(case: Hostile, n: int) -> tuple[TopicSpec, dict[str, Any]]:
+    """An owner's answer to a redrive request, as any consumer may write it on the DLQ topic."""
+    request_id = f"{n:032x}"
+    letter = f"acceptance.origin.{n}:0:{n}"
+    outcome = RedriveOutcome(request_id=request_id, dead_letter_id=letter, service="claimer", outcome="done")
+    raw = _raw(outcome, id=redrive_outcome_id(request_id), key=fit_key(letter))
+    raw["data"][case.field] = case.value
+    return DLQ_MESSAGES, raw
+
+
 def job_due(case: Hostile, n: int) -> tuple[TopicSpec, dict[str, Any]]:
     job_id = f"j-{n}"
     run = run_id(job_id, AT)
@@ -245,8 +266,10 @@ BUILDERS: dict[str, Builder] = {
     "start_workflow": start_workflow,
     "signal_workflow": signal_workflow,
     "cancel_workflow": cancel_workflow,
+    "retry_activity": retry_activity,
     "job_due": job_due,
     "dead_letter": dead_letter,
+    "redrive_outcome": redrive_outcome,
 }
 
 
@@ -279,6 +302,14 @@ hostile_records = st.one_of(
     cases_of("signal_workflow", {"payload": json_objects, "signal": hostile_ids}),
     cases_of("cancel_workflow", {"reason": st.one_of(hostile_text, long_text)}),
     cases_of(
+        "retry_activity",
+        {
+            "reason": st.one_of(hostile_text, long_text),
+            "workflow_id": hostile_ids,
+            "sequence": st.sampled_from([0, 2**31 - 1, 2**31, 2**63, float("nan")]),
+        },
+    ),
+    cases_of(
         "job_due",
         {
             "payload": json_objects,
@@ -298,8 +329,10 @@ hostile_records = st.one_of(
             "run_id": hostile_ids,
             "job_id": hostile_ids,
             "tags": text_lists,
+            "workflow_id": hostile_ids,
         },
     ),
+    cases_of("redrive_outcome", {"reason": st.one_of(hostile_text, long_text), "service": hostile_ids}),
 )
 
 

@@ -18,7 +18,8 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
-from slotflow.contracts import DeadLettered, JobDue
+from slotflow.contracts import DeadLettered, JobDue, RedriveOutcome
+from slotflow.contracts.catalogue import DLQ_MESSAGE_TYPES
 from slotflow.contracts.codec import encode
 from slotflow.contracts.topics import (
     DLQ_MAX_RECORD_BYTES,
@@ -338,11 +339,21 @@ class Pipeline:
 
     async def _dlq(self, spec: TopicSpec, record: Record) -> str | None:
         try:
-            envelope, letter = decode_record(record, accept=(DeadLettered,), max_bytes=DLQ_MAX_RECORD_BYTES)
+            envelope, letter = decode_record(record, accept=DLQ_MESSAGE_TYPES, max_bytes=DLQ_MAX_RECORD_BYTES)
         except PoisonMessage as poison:
             return f"{poison.reason}: {poison}"  # parked by the dlq as a letter about a letter
+        if isinstance(letter, RedriveOutcome):
+            # An owner's answer: taken only for a request this dlq staged (none here).
+            try:
+                async with self.pool.acquire() as conn, conn.transaction():
+                    await dlq_store.answer(
+                        conn, schema="dlq", kafka=self.kafka, envelope=envelope, outcome=letter
+                    )
+            except PoisonMessage as poison:
+                return f"{poison.reason}: {poison}"
+            return None
         if not isinstance(letter, DeadLettered):
-            raise AssertionError("the dlq decoded something other than a letter")
+            raise AssertionError("the dlq decoded something other than a letter or an answer")
         async with self.pool.acquire() as conn, conn.transaction():
             parked = await dlq_store.park(
                 conn,

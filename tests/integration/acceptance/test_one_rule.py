@@ -130,6 +130,10 @@ async def test_every_consumer_decides_alike_and_stores_what_it_takes(
         Hostile("create_schedule", "command_id", "\n\n\n"),
         # The dlq's status event id (`{letter id}/parked`) went past the id limit: every park failed.
         Hostile("dead_letter", "topic", spread(0x61, 990)),
+        # The redrive's fields, typed by the rule at the merge: a sequence past its column, a
+        # letter's workflow past an index entry.
+        Hostile("retry_activity", "sequence", 2**31),
+        Hostile("dead_letter", "workflow_id", spread(0x4E00, 1000)),
     ],
     ids=lambda case: f"{case.kind}-{case.field}",
 )
@@ -207,8 +211,10 @@ def test_the_strategies_reach_every_kind() -> None:
         "start_workflow",
         "signal_workflow",
         "cancel_workflow",
+        "retry_activity",
         "job_due",
         "dead_letter",
+        "redrive_outcome",
     }
     assert set(BUILDERS) == kinds
     seen: set[str] = set()
