@@ -4,26 +4,33 @@ would take, the dry run that previews what a redrive or discard would touch with
 anything, and a workflow waiting on a parked activity with its retry action."""
 
 from datetime import UTC, datetime, timedelta
+from functools import partial
+from typing import Any
 from urllib.parse import quote
 
 import httpx
+from fastapi import FastAPI
 
+from slotflow.client import Client, HttpTransport
 from slotflow.contracts import (
     ActivityParked,
     ActivityRetried,
     ActivityScheduled,
+    DeadLetterFilter,
     DeadLetterStatusChanged,
     HistoryEvent,
+    RedriveDeadLetters,
     WorkflowFailed,
     WorkflowStarted,
     history_event_id,
 )
 from slotflow.contracts.dlq import DeadLetterStatus
-from slotflow.contracts.topics import DLQ_EVENTS, JOBS_DUE, SCHEDULE_COMMANDS, WORKFLOW_HISTORY
+from slotflow.contracts.topics import DLQ_COMMANDS, DLQ_EVENTS, JOBS_DUE, SCHEDULE_COMMANDS, WORKFLOW_HISTORY
 from slotflow.contracts.workflows import WORKFLOW_TERMINATED
 from slotflow.settings import KafkaSettings
-from tests.integration.api.conftest import Emitter
+from tests.integration.api.conftest import TEST_TOKEN, Emitter
 from tests.integration.api.helpers import eventually_json
+from tests.integration.dlq.helpers import read_messages
 
 NOW = datetime.now(UTC).replace(microsecond=0)
 
@@ -251,6 +258,10 @@ async def test_a_workflow_waiting_on_a_parked_activity_says_so_with_its_retry(
     assert (await client.post(f"{path}/activities/0/retry")).status_code == 422
 
 
+def _at_sequence(sequence: int, body: dict[str, Any]) -> bool:
+    return body.get("last_sequence") == sequence
+
+
 def _parked_history(wid: str) -> list[HistoryEvent]:
     """Started, one activity scheduled to park, and parked."""
     return [
@@ -297,9 +308,7 @@ async def test_the_attention_filter_lists_workflows_waiting_on_a_parked_activity
             )
     last = {"att-parked": 3, "att-running": 2, "att-retried": 4, "att-terminated": 4}
     for wid, sequence in last.items():
-        await eventually_json(
-            client, f"/v1/workflows/{wid}", lambda b, n=sequence: b.get("last_sequence") == n
-        )
+        await eventually_json(client, f"/v1/workflows/{wid}", partial(_at_sequence, sequence))
     for age in ("1d", "0s"):
         listed = await client.get("/v1/workflows", params={"attention": age})
         assert listed.status_code == 200, listed.text
@@ -309,3 +318,30 @@ async def test_the_attention_filter_lists_workflows_waiting_on_a_parked_activity
     assert [s["state"] for s in shown["steps"]] == ["parked"]
     assert shown["waiting"] is None
     assert shown["actions"] == []
+
+
+async def test_the_client_keeps_the_status_of_an_all_selection_over_http(
+    app: FastAPI, client: httpx.AsyncClient, emit: Emitter, kafka: KafkaSettings
+) -> None:
+    """`all=True` with a status (`slotflow dlq redrive --all --status redrive_failed`, through the
+    api by default) means every letter of that status. The HTTP transport used to drop the whole
+    selection with `all`, so the api took every *parked* letter instead: here four, not the one."""
+    await seed(kafka, emit, client)
+    failed = letter(kafka, 6, "redrive_failed", run_id="pay@2026-12-06T00:00:00Z", job_id="pay")
+    await emit(DLQ_EVENTS, failed, id=f"{failed.dead_letter_id}/redrive_failed", key=failed.dead_letter_id)
+    await eventually_json(client, "/v1/dlq", lambda b: len(b["items"]) == 6)
+    transport = HttpTransport("http://api.test", token=TEST_TOKEN, transport=httpx.ASGITransport(app=app))
+    async with transport:
+        api = Client(transport)
+        preview = await api.preview_redrive(DeadLetterFilter(status="redrive_failed"), all=True)
+        assert (preview.would_touch, [i["dead_letter_id"] for i in preview.items]) == (
+            1,
+            [failed.dead_letter_id],
+        )
+        discard = await api.preview_discard(DeadLetterFilter(status="redrive_failed"), all=True)
+        assert discard.would_touch == 1
+        sent = await api.redrive_dead_letters(DeadLetterFilter(status="redrive_failed"), all=True)
+    # What the api published for the dlq: every letter of that status, not every parked one.
+    published = [m for _, m in await read_messages(kafka, kafka.topic(DLQ_COMMANDS), 1)]
+    [command] = [m for m in published if isinstance(m, RedriveDeadLetters)]
+    assert (command.all, command.selection.status) == (True, "redrive_failed"), (sent, command)

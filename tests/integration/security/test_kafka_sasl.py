@@ -51,6 +51,7 @@ from slotflow.contracts import (
     OnceSpec,
     OpenDownstream,
     RedriveDeadLetters,
+    RetryActivity,
     ScheduleDefinition,
     SigningKey,
     StartTimer,
@@ -913,6 +914,21 @@ async def test_every_consumer_checks_its_commands_and_a_child_workflow_runs_with
                 )
             parent = await wait_history(pg_pool, "signed-parent", "workflow.completed", timeout=90)
             await wait_history(pg_pool, "signed-nap", "workflow.completed", timeout=60)
+            # A parked activity's retry is a workflow command like the others: unsigned it is
+            # refused for that; signed by an `operate` key it reaches the workflow's decision, which
+            # answers for itself (the nap is closed). Its scope comes from the command table.
+            async with Producer(cli, client_id="secure-test-retry") as producer:
+                retry = RetryActivity(workflow_id="signed-nap", sequence=2, reason="carrier back")
+                await _send(producer, cli, retry, "u-retry", principal="token:ops-admin")
+                await _send(producer, cli, retry, "s-retry", signer=alice)
+            unsigned_retry = await assert_eventually(
+                rejected("u-retry"), timeout=60, message="u-retry is rejected"
+            )
+            assert unsigned_retry.reason.startswith("unsigned: this deployment accepts only signed commands")
+            signed_retry = await assert_eventually(
+                rejected("s-retry"), timeout=60, message="s-retry is answered"
+            )
+            assert signed_retry.reason.startswith("workflow signed-nap "), signed_retry
             child_start = [
                 s.envelope
                 for s in tail.seen

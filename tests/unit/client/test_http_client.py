@@ -138,10 +138,16 @@ def test_a_patch_is_sent_as_the_merge_patch_itself() -> None:
     assert http_request(UpdateSchedule(schedule_id="p", patch={"tags": ["x"]}))[2] == {"tags": ["x"]}
 
 
-def test_all_replaces_the_selection() -> None:
+def test_all_keeps_what_the_selection_says_of_every_letter() -> None:
+    # `all` narrows nothing, but a status (or a time range) still says which letters it means.
     _, _, body = http_request(RedriveDeadLetters(selection=DeadLetterFilter()), select_all=True)
-    assert body == {"all": True, "limit": 1000, "definition": "as_run"}
+    assert body == {"selection": {"ids": []}, "all": True, "limit": 1000, "definition": "as_run"}
     RedriveBody.model_validate(body)
+    failed = RedriveDeadLetters(selection=DeadLetterFilter(status="redrive_failed"), all=True)
+    _, _, body = http_request(failed)
+    assert body is not None
+    assert (body["all"], body["selection"]["status"]) == (True, "redrive_failed")
+    assert RedriveBody.model_validate(body).selection.status == "redrive_failed"
 
 
 def answering(status: int, body: Any, seen: list[httpx.Request] | None = None) -> httpx.MockTransport:

@@ -194,12 +194,18 @@ REQUEST = {
     [
         # The redrive's messages and fields, typed by the rule like every other: an index key within
         # 1000 bytes, an integer within its column, no NUL.
-        (lambda: RedriveRequested.model_validate({**REQUEST, "run_id": "字" * 334}), "run_id: Value error, is 1002 bytes"),
+        (
+            lambda: RedriveRequested.model_validate({**REQUEST, "run_id": "字" * 334}),
+            "run_id: Value error, is 1002 bytes",
+        ),
         (
             lambda: RedriveRequested.model_validate({**REQUEST, "command_id": "字" * 334}),
             "command_id: Value error, is 1002",
         ),
-        (lambda: RedriveRequested.model_validate({**REQUEST, "topic": "字" * 334}), "topic: Value error, is 1002 bytes"),
+        (
+            lambda: RedriveRequested.model_validate({**REQUEST, "topic": "字" * 334}),
+            "topic: Value error, is 1002 bytes",
+        ),
         (lambda: RedriveRequested.model_validate({**REQUEST, "partition": 2**31}), "partition: Input should"),
         (lambda: RedriveRequested.model_validate({**REQUEST, "redrive": 2**31}), "redrive: Input should"),
         (lambda: RedriveRequested.model_validate({**REQUEST, "sequence": 2**31}), "sequence: Input should"),

@@ -103,8 +103,10 @@ def http_request(message: Message, *, select_all: bool = False) -> tuple[str, st
         return "POST", f"/v1/workflows/{wid}/activities/{message.sequence}/retry", {"reason": message.reason}
     if isinstance(message, RedriveDeadLetters | DiscardDeadLetters):
         name = "redrive" if isinstance(message, RedriveDeadLetters) else "discard"
+        # `all` keeps the selection: it narrows nothing (else the api answers 422), but a status or
+        # a time range still says which letters "all" means (every `redrive_failed` one, not every
+        # parked one).
         if select_all or message.all:
-            data.pop("selection", None)
             data["all"] = True
         else:
             data.pop("all", None)
