@@ -102,6 +102,11 @@ async def test_a_schedule_command_some_service_cannot_store_is_rejected_naming_t
         await tail.wait_for(
             lambda t: all(t.by_id(f"cmd-{s}/rejected") for s in cases), message="a CommandRejected for each"
         )
+        # The dead letter is written by its own producer, so it may land after the rejection.
+        await tail.wait_for(
+            lambda t: {e.data["key"] for e in t.of_type("dlq.dead_lettered")} >= set(cases),
+            message="a dead letter for each",
+        )
         for schedule_id, (_, _, words) in cases.items():
             (rejected,) = tail.by_id(f"cmd-{schedule_id}/rejected")
             assert rejected.data["reason"].startswith("invalid_payload: ")
