@@ -298,7 +298,7 @@ class RebuildReport:
 
 
 async def rebuild(
-    settings: Settings, *, decider: Decider, force: bool = False, pool: Pool | None = None
+    settings: Settings, *, decider: Decider, force: bool = False, pool: "Pool | None" = None
 ) -> RebuildReport:
     """Rebuild the orchestrator's schema from the topics (see the module docstring).
 
@@ -727,7 +727,7 @@ class CheckReport:
         return head + shown
 
 
-async def check(settings: Settings, *, pool: Pool | None = None) -> CheckReport:
+async def check(settings: Settings, *, pool: "Pool | None" = None) -> CheckReport:
     """Compare the orchestrator's tables with the history topic (module docstring)."""
     own_pool = pool is None
     if pool is None:
