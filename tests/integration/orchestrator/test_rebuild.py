@@ -1,7 +1,8 @@
 """The orchestrator's schema dropped with work in flight, rebuilt from the topics, and every
 workflow finishes with each effect once (the real broker and database, a real claimer and ticker).
 
-In flight when the schema goes: a saga compensating (its `inventory.release` held in flight), a
+In flight when the schema goes: decisions committed in the table whose history never reached the
+topic (the relay held off, the orchestrator killed), a saga compensating (its `inventory.release` held in flight), a
 sleep and a child's sleep pending at the ticker, a child whose end was staged for its parent and
 not yet applied, a signal and an activity outcome consumed (offsets committed) but not applied
 (the parent's shard fenced away from the running orchestrator, as a zombie is), and an activity
@@ -44,6 +45,10 @@ COMPENSATED = [*SAGA, "inventory.release", "payments.void"]
 WAITING_INPUTS = "SELECT workflow_id, type FROM {schema}.inputs ORDER BY seq"
 # The running orchestrator loses the shard as a zombie does: its next decision there is refused,
 # and it does not take the shard back until the group rebalances.
+# Every shard of the orchestrator's outbox held (the relay's own lock keys, `OutboxRelay`), so its
+# relay publishes nothing until they are released.
+HOLD_RELAY = "SELECT pg_advisory_lock(hashtext($1), s) FROM generate_series(0, 7) AS s"
+RELEASE_RELAY = "SELECT pg_advisory_unlock_all()"
 FENCE_AWAY = "UPDATE {schema}.shard_leases SET fence_token = fence_token + 1 WHERE shard = $1"
 
 
@@ -110,6 +115,7 @@ async def test_a_dropped_schema_rebuilt_from_the_topics_finishes_every_workflow_
     parent = next(_ids("rb-parent", shards, shard=fenced, child_elsewhere=True))
     sleeping_child_parent = "rb-parent-sleeps"
     stopped_outcome = "rb-gate"
+    unrelayed = "rb-unrelayed"
     sleeper = "rb-nap"
 
     order: dict[str, Any]
@@ -126,6 +132,8 @@ async def test_a_dropped_schema_rebuilt_from_the_topics_finishes_every_workflow_
     await flows.start(sleeping_child_parent, "tests.parent", order, f"start-{sleeping_child_parent}")
     order = {"order_id": stopped_outcome, "gate": "inventory.reserve"}
     await flows.start(stopped_outcome, "tests.checkout", order, f"start-{stopped_outcome}")
+    order = {"order_id": unrelayed, "gate": "inventory.reserve"}
+    await flows.start(unrelayed, "tests.checkout", order, f"start-{unrelayed}")
     await flows.start(
         sleeper,
         "tests.sleeper",
@@ -136,6 +144,7 @@ async def test_a_dropped_schema_rebuilt_from_the_topics_finishes_every_workflow_
     await _entered(db, compensating, "inventory.release")
     await _entered(db, parent, "inventory.reserve")
     await _entered(db, stopped_outcome, "inventory.reserve")
+    await _entered(db, unrelayed, "inventory.reserve")
     await flows.wait(f"{sleeping_child_parent}-child", "workflow.timer_started")
     await flows.wait(sleeper, "workflow.timer_started")
     await flows.wait(approval, "workflow.started")
@@ -159,7 +168,24 @@ async def test_a_dropped_schema_rebuilt_from_the_topics_finishes_every_workflow_
         } <= waiting
 
     await assert_eventually(undecided, timeout=60, message="the fenced shard's inputs waiting undecided")
-    await orchestrator.stop()
+
+    # Decisions that never reach the topic: the relay finds every outbox shard held, the reservation's
+    # outcome is decided (the capture scheduled, in the table only), and the orchestrator dies.
+    async with db.acquire() as holder:
+        await holder.execute(HOLD_RELAY, "orchestrator.outbox")
+        await _open(db, unrelayed, "inventory.reserve")
+
+        async def decided_unrelayed() -> bool:
+            scheduled = await db.fetch(
+                "SELECT data->>'activity' AS activity FROM orchestrator.history "
+                "WHERE workflow_id = $1 AND type = 'workflow.activity_scheduled'",
+                unrelayed,
+            )
+            return "payments.capture" in {r["activity"] for r in scheduled}
+
+        await assert_eventually(decided_unrelayed, timeout=60, message="the capture decided, not relayed")
+        await orchestrator.kill()
+        await holder.execute(RELEASE_RELAY)
 
     # No orchestrator runs: an activity finishes, its outcome only on the runs topic.
     await _open(db, stopped_outcome, "inventory.reserve")
@@ -192,6 +218,7 @@ async def test_a_dropped_schema_rebuilt_from_the_topics_finishes_every_workflow_
     parent_events = await flows.wait(parent, "workflow.completed", timeout=90)
     assert len([e for e in parent_events if isinstance(e, ChildWorkflowCompleted)]) == 1
     await flows.wait(stopped_outcome, "workflow.completed", timeout=90)
+    await flows.wait(unrelayed, "workflow.completed", timeout=90)
     napped = await flows.wait(sleeper, "workflow.completed", timeout=90)
     assert len([e for e in napped if isinstance(e, WorkflowTimerFired)]) == 1
     sleeping_parent = await flows.wait(sleeping_child_parent, "workflow.completed", timeout=90)
@@ -202,6 +229,7 @@ async def test_a_dropped_schema_rebuilt_from_the_topics_finishes_every_workflow_
     assert await flows.effects(f"{parent}-child/") == SAGA
     assert await flows.effects(f"{sleeping_child_parent}-child/") == SAGA
     assert await flows.effects(f"{stopped_outcome}/") == SAGA
+    assert await flows.effects(f"{unrelayed}/") == SAGA
     assert await flows.effects(f"{sleeper}/") == ["payments.authorize"]
     twice = await db.fetch("SELECT run_id, count(*) FROM order_effects GROUP BY run_id HAVING count(*) > 1")
     assert twice == []
@@ -212,7 +240,7 @@ async def test_a_dropped_schema_rebuilt_from_the_topics_finishes_every_workflow_
         return report.in_flight == 0
 
     await assert_eventually(relayed, timeout=30, message="every history event relayed")
-    assert (await check(settings)).topic_workflows == 8  # six workflows and two children
+    assert (await check(settings)).topic_workflows == 9  # seven workflows and two children
 
     # A history row the topic holds and the table lost is a difference, and `check` exits 1.
     await db.execute("DELETE FROM orchestrator.history WHERE workflow_id = $1 AND sequence = 2", approval)
