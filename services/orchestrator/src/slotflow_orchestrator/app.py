@@ -21,7 +21,14 @@ from pathlib import Path
 
 from slotflow.contracts import Envelope, RedriveRequested, TimerFired
 from slotflow.contracts.catalogue import RUN_EVENT_TYPES, WORKFLOW_COMMAND_TYPES, Messages
-from slotflow.contracts.topics import DLQ_MESSAGES, DLQ_REDRIVES, RUN_EVENTS, TIMER_EVENTS, WORKFLOW_COMMANDS
+from slotflow.contracts.topics import (
+    DLQ_MESSAGES,
+    DLQ_REDRIVES,
+    RUN_EVENTS,
+    TIMER_EVENTS,
+    WORKFLOW_COMMANDS,
+    WORKFLOW_HISTORY,
+)
 from slotflow.errors import SlotflowError
 from slotflow.kafka.consumer import Consumer
 from slotflow.kafka.loop import ConsumeLoop, Incoming
@@ -149,7 +156,15 @@ class OrchestratorService:
         cfg = self.settings.orchestrator
         kafka = self.settings.kafka
         self._shards = await producer.partition_count(kafka.topic(WORKFLOW_COMMANDS))
-        self._relay = OutboxRelay(pool, producer, schema=cfg.db_schema, one_transaction=True)
+        # The history first: no JobDue, timer or command of a decision reaches Kafka before the
+        # history that decided it (what a rebuild from the topic relies on, rebuild.py).
+        self._relay = OutboxRelay(
+            pool,
+            producer,
+            schema=cfg.db_schema,
+            one_transaction=True,
+            first_topics=[kafka.topic(WORKFLOW_HISTORY)],
+        )
         self.leases = Leases(pool, schema=cfg.db_schema, owner=self.owner)
         self._outbound = Outbound(kafka, signer=self._signer)
         self.decisions = Decisions(

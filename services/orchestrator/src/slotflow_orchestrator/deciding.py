@@ -225,6 +225,8 @@ class _Writes:
     dropped: list[int] = field(default_factory=list)
     forgotten: list[str] = field(default_factory=list)
     staged: list[Staged | Encoded] = field(default_factory=list)
+    #: The workflow each staged row belongs to: its outbox shard (`OutboxRelay.first_topics`).
+    staged_by: list[str] = field(default_factory=list)
     known: dict[str, tuple[int, tuple[HistoryEvent, ...]] | None] = field(default_factory=dict)
 
 
@@ -511,6 +513,7 @@ class Decisions:
             await self._notify_parents(conn, out, now)
         rows = self._outbound.rows(out, stored, now=now, stored_json=texts)
         writes.staged.extend(_traced(rows) if tracing.enabled() else rows)
+        writes.staged_by.extend([workflow_id] * len(rows))
         if last is not None:
             closed = out.status in ("completed", "failed", "cancelled")
             # A closed workflow is decided again only for late inputs: not worth its memory.
@@ -552,6 +555,9 @@ class Decisions:
                 conn,
                 schema=self._schema,
                 rows=[r if isinstance(r, Encoded) else encoded(r) for r in writes.staged],
+                # A decision's rows share its workflow's outbox shard, so they leave in staging
+                # order, its history first (`OutboxRelay.first_topics`).
+                shard_keys=writes.staged_by,
             )
 
     async def _with_origins(self, conn: Conn, refused: Sequence[Refusal]) -> list[Refusal]:

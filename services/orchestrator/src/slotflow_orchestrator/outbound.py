@@ -24,6 +24,7 @@ from slotflow.commands import build_command
 from slotflow.contracts import (
     ActivityScheduled,
     CancelTimer,
+    CancelWorkflow,
     CommandAccepted,
     CommandRejected,
     FireTimerFired,
@@ -31,6 +32,7 @@ from slotflow.contracts import (
     JobDue,
     Message,
     StartTimer,
+    StartWorkflow,
     TimerFired,
     TimerStarted,
     history_event_id,
@@ -39,6 +41,7 @@ from slotflow.contracts import (
 from slotflow.contracts.codec import encode
 from slotflow.contracts.envelope import fit_id, fit_key
 from slotflow.contracts.runs import RunEvent
+from slotflow.contracts.timers import execution_timer_id
 from slotflow.contracts.topics import (
     DLQ_MESSAGES,
     JOBS_DUE,
@@ -48,12 +51,14 @@ from slotflow.contracts.topics import (
     WORKFLOW_HISTORY,
 )
 from slotflow.core.identity import job_due_event_id
+from slotflow.history import OpenWork
 from slotflow.kafka.poison import dead_letter_envelope
 from slotflow.kafka.records import Record
 from slotflow.kafka.redrive import Answer, outcome_envelope
 from slotflow.pg.outbox import Encoded, Staged, headers_json
 from slotflow.principals import Signer
 from slotflow.settings import KafkaSettings
+from slotflow_orchestrator.runtime import child_start_id
 from slotflow_orchestrator.stepping import Ack, Refusal, Step, deadline_timer_id
 
 SOURCE = "orchestrator"
@@ -140,6 +145,67 @@ class Outbound:
             answer = Answer.done(answered.reason) if answered.done else Answer.refused(answered.reason)
             outcome = outcome_envelope(answered.request, service=SOURCE, answer=answer, at=now)
             staged.append(Staged(self._dlq, outcome))
+        return staged
+
+    def reissue(
+        self,
+        workflow_id: str,
+        work: OpenWork,
+        *,
+        execution_deadline: datetime | None,
+        unanswered: Sequence[Ack],
+        now: datetime,
+    ) -> list[Staged]:
+        """What the decisions that left ``work`` open sent for it, staged again under the same ids
+        (a rebuild: the outbox rows that were not yet relayed died with the schema). Every reader
+        collapses a record it has seen: the claimer claims a run id once, the ticker takes a timer
+        id once, a child's orchestrator records a command id once, answers are read by id.
+
+        A run that ended gets its open children's cancels (policy `request_cancel`) again; the
+        cancels of its timers are not needed (a late firing finds nothing pending)."""
+        staged: list[Staged] = []
+        if work.ended:
+            for child in work.children.values():
+                if child.parent_close_policy == "request_cancel":
+                    cancel = CancelWorkflow(
+                        workflow_id=child.child_workflow_id, reason=f"parent {workflow_id} ended"
+                    )
+                    staged.append(self._command(cancel, f"{workflow_id}#{child.sequence}/cancel-child", now))
+            return staged
+        for activity in work.activities.values():
+            staged.append(self._job_due(activity, now))
+            if activity.schedule_to_close_deadline is not None:
+                timer_id = deadline_timer_id(activity.run_id)
+                deadline = StartTimer(
+                    timer_id=timer_id,
+                    fire_at=activity.schedule_to_close_deadline,
+                    on_fire=FireTimerFired(owner=workflow_id, sequence=activity.sequence),
+                )
+                staged.append(self._command(deadline, f"{timer_id}/start", now))
+        for timer in work.timers.values():
+            start = StartTimer(
+                timer_id=timer.timer_id,
+                fire_at=timer.fire_at,
+                on_fire=FireTimerFired(owner=workflow_id, sequence=timer.sequence),
+            )
+            staged.append(self._command(start, f"{timer.timer_id}/start", now))
+        if execution_deadline is not None:
+            timer_id = execution_timer_id(workflow_id, work.chain_start)
+            start = StartTimer(
+                timer_id=timer_id, fire_at=execution_deadline, on_fire=FireTimerFired(owner=workflow_id)
+            )
+            staged.append(self._command(start, f"{timer_id}/start", now))
+        for child in work.children.values():
+            child_start = StartWorkflow(
+                workflow_id=child.child_workflow_id,
+                workflow_type=child.workflow_type,
+                input=child.input,
+                parent_workflow_id=workflow_id,
+                parent_sequence=child.sequence,
+                parent_close_policy=child.parent_close_policy,
+            )
+            staged.append(self._command(child_start, child_start_id(workflow_id, child.sequence), now))
+        staged.extend(self._ack(ack, now) for ack in unanswered)
         return staged
 
     def consumed_topic(self, message: Message) -> str:

@@ -44,7 +44,7 @@ class RuntimeDecider:
         cancel_timers = [c.timer_id for c in decision.commands if isinstance(c, sdk.CancelTimer)]
         children = [
             (
-                f"{c.parent_workflow_id}#{c.sequence}/start-child",
+                child_start_id(c.parent_workflow_id, c.sequence),
                 StartWorkflow(
                     workflow_id=c.child_workflow_id,
                     workflow_type=c.workflow_type,
@@ -58,6 +58,12 @@ class RuntimeDecider:
             if isinstance(c, sdk.StartChildWorkflow)
         ]
         return Moves(events=list(decision.events), cancel_timers=cancel_timers, children=children)
+
+
+def child_start_id(parent_workflow_id: str, sequence: int) -> str:
+    """The command id of the StartWorkflow a parent's ChildWorkflowScheduled at ``sequence`` sends:
+    derived from the history, so a rebuild sends the same command again (`Outbound.reissue`)."""
+    return f"{parent_workflow_id}#{sequence}/start-child"
 
 
 def workflows_in(module: ModuleType) -> list[type[object]]:

@@ -314,20 +314,29 @@ def _close_run(book: _Book, out: Step) -> None:
 
 
 def _closing(book: _Book, out: Step) -> None:
-    end = book.history[-1]
-    run = book.work.run
     for child in book.work.children.values():
         if child.parent_close_policy == "request_cancel":
             reason = f"parent {book.workflow_id} ended"
             cancel = CancelWorkflow(workflow_id=child.child_workflow_id, reason=reason)
             out.cancels.append((f"{book.workflow_id}#{child.sequence}/cancel-child", cancel))
-    if run is None or run.parent_workflow_id is None or run.parent_sequence is None:
-        return
+    notice = parent_notice(book.workflow_id, book.work)
+    if notice is not None:
+        out.notices.append(notice)
+
+
+def parent_notice(workflow_id: str, work: OpenWork) -> ParentNotice | None:
+    """What the parent of ``work``'s current run hears of its end (None while it runs, or when it
+    has no parent): the decision that ends a child's run stages it, and a rebuild derives it again
+    from the child's history."""
+    end = work.end
+    run = work.run
+    if end is None or run is None or run.parent_workflow_id is None or run.parent_sequence is None:
+        return None
     if isinstance(end, WorkflowCompleted):
         outcome = ChildOutcome(
             parent_workflow_id=run.parent_workflow_id,
             parent_sequence=run.parent_sequence,
-            child_workflow_id=book.workflow_id,
+            child_workflow_id=workflow_id,
             outcome="completed",
             result=end.result,
         )
@@ -335,7 +344,7 @@ def _closing(book: _Book, out: Step) -> None:
         outcome = ChildOutcome(
             parent_workflow_id=run.parent_workflow_id,
             parent_sequence=run.parent_sequence,
-            child_workflow_id=book.workflow_id,
+            child_workflow_id=workflow_id,
             outcome="cancelled",
             error_type="WorkflowCancelled",
             message=end.reason,
@@ -344,14 +353,14 @@ def _closing(book: _Book, out: Step) -> None:
         outcome = ChildOutcome(
             parent_workflow_id=run.parent_workflow_id,
             parent_sequence=run.parent_sequence,
-            child_workflow_id=book.workflow_id,
+            child_workflow_id=workflow_id,
             outcome="failed",
             error_type=end.error_type,
             message=end.message,
         )
     else:
-        return
-    out.notices.append(ParentNotice(run.parent_workflow_id, outcome, end.sequence))
+        return None
+    return ParentNotice(run.parent_workflow_id, outcome, end.sequence)
 
 
 def _status(book: _Book) -> Status:
@@ -416,6 +425,9 @@ def _apply(book: _Book, item: Input, out: Step, *, decider: Decider, now: dateti
                 parent_workflow_id=message.parent_workflow_id,
                 parent_sequence=message.parent_sequence if message.parent_workflow_id is not None else None,
                 parent_close_policy=message.parent_close_policy,
+                execution_deadline=(
+                    now + message.execution_timeout if message.execution_timeout is not None else None
+                ),
             ),
             out,
         )

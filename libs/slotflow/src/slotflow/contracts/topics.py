@@ -143,7 +143,10 @@ WORKFLOW_HISTORY = TopicSpec(
     cleanup_policy="delete",
     producers=("orchestrator",),
     consumers=("orchestrator", "api"),
-    purpose="every workflow decision and result, in order; kept forever (the ledger replay reads)",
+    purpose=(
+        "every workflow decision and result, in order; kept forever, never compacted (the ledger replay "
+        "reads, and what `slotflow-orchestrator rebuild` restores the orchestrator from)"
+    ),
     extra_config={"max.message.bytes": str(MAX_RECORD_BYTES)},
 )
 WORKFLOW_EVENTS = TopicSpec(

@@ -147,6 +147,12 @@ class WorkflowStarted(HistoryEvent):
     parent_sequence: int | None = Field(default=None, ge=1, le=INT4_MAX)
     #: What the parent asked to happen to this child when the parent ends first.
     parent_close_policy: ParentClosePolicy = "request_cancel"
+    #: When the execution timeout of the chain of runs this start begins passes (the StartWorkflow's
+    #: `execution_timeout` from the decision that appended it), if it set one. Recorded so the
+    #: history alone says which execution-timeout firing counts: an orchestrator rebuilt from the
+    #: topic takes it from here. Absent on continued runs (the chain's deadline is the start's)
+    #: and in histories recorded before it existed.
+    execution_deadline: AwareDatetime | None = None
 
     @model_validator(mode="after")
     def _first(self) -> "WorkflowStarted":

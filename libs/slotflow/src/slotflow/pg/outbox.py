@@ -165,6 +165,25 @@ APPEND_ROWS = compose(
     """,
     shard_mask=str(SHARDS - 1),
 )
+#: `APPEND_ROWS` with each row's shard taken from a key of the caller's choosing ($6) instead of its
+#: record key: rows that must leave in staging order though their record keys differ (a workflow's
+#: history and the JobDue, timers and commands its decision sends) share a shard, and so one relay
+#: pass, in seq order. Per-key order holds as long as every row of one record key is staged under
+#: the same shard key (the orchestrator's: the workflow's id).
+APPEND_ROWS_BY = compose(
+    """
+    WITH staged AS (
+        INSERT INTO {schema}.outbox (topic, event_id, key, shard, value, headers)
+        SELECT t, i, k, hashtext(s) & {shard_mask}, v, h::json
+          FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::text[], $6::text[])
+               AS u(t, i, k, v, h, s)
+        ON CONFLICT (topic, event_id) DO NOTHING   -- unique (topic, event_id): duplicates collapse
+        RETURNING 1
+    )
+    SELECT count(*) FROM staged
+    """,
+    shard_mask=str(SHARDS - 1),
+)
 #: Stages a transaction's events as one row per topic and shard, in the caller's transaction; the
 #: events keep their staging order inside each row, and rows are numbered in the order of their
 #: first event. A group is named by its first event's id and its size: the (topic, event_id)
@@ -203,12 +222,22 @@ async def append_many(conn: Conn, *, schema: str, items: Iterable[Staged]) -> in
     return await append_encoded(conn, schema=schema, rows=[encoded(item) for item in items])
 
 
-async def append_encoded(conn: Conn, *, schema: str, rows: Iterable[Encoded]) -> int:
-    """`append_many` for events encoded by the caller; returns how many were new."""
+async def append_encoded(
+    conn: Conn, *, schema: str, rows: Iterable[Encoded], shard_keys: Sequence[str] | None = None
+) -> int:
+    """`append_many` for events encoded by the caller; returns how many were new.
+
+    ``shard_keys`` (one per row) place rows in the outbox shard of that key instead of their own
+    record key's (`APPEND_ROWS_BY`): rows staged under one shard key leave in staging order."""
     columns = _columns(rows)
     if not columns[0]:
         return 0
-    inserted = await conn.fetchval(sql(APPEND_ROWS, schema), *columns)
+    if shard_keys is None:
+        inserted = await conn.fetchval(sql(APPEND_ROWS, schema), *columns)
+    else:
+        if len(shard_keys) != len(columns[0]):
+            raise SlotflowError(f"{len(shard_keys)} shard keys for {len(columns[0])} rows")
+        inserted = await conn.fetchval(sql(APPEND_ROWS_BY, schema), *columns, list(shard_keys))
     return int(inserted)
 
 
@@ -299,8 +328,16 @@ class OutboxRelay:
         one_transaction: bool = False,
         shards: Iterable[int] | None = None,
         hold_timeout_seconds: float = 30.0,
+        first_topics: Iterable[str] = (),
     ) -> None:
         self._pool = pool
+        # A pass's events of these topics are acknowledged before any other event of the pass is
+        # sent: with rows staged in one shard (`append_encoded(shard_keys=...)`), a record of
+        # another topic reaches Kafka only after every row staged before it on these topics did.
+        # The orchestrator's history topic: an effect of a decision (a JobDue, a timer) is never on
+        # Kafka without the history that decided it, so a rebuild from the topic loses no
+        # decision anyone acted on (docs/decisions/0004-orchestrator.md, amendment).
+        self._first_topics = frozenset(first_topics)
         self._producer = producer
         self._schema = schema
         self._batch_size = batch_size
@@ -421,8 +458,16 @@ class OutboxRelay:
                 len(e.value) > limit(e.topic) for e in events
             ):
                 events = await self._park_oversized(conn, events)
+            if self._first_topics:
+                # Stable: each part keeps its seq order.
+                events.sort(key=self._sent_later)
             try:
-                await self._producer.send_raw_all(map(_outgoing, events))
+                if self._first_topics and events and self._sent_later(events[-1]):
+                    first = [e for e in events if not self._sent_later(e)]
+                    await self._producer.send_raw_all(map(_outgoing, first))
+                    await self._producer.send_raw_all(map(_outgoing, events[len(first) :]))
+                else:
+                    await self._producer.send_raw_all(map(_outgoing, events))
             except MessageTooLarge:
                 # The broker's limit is below ours (a topic created smaller): find the refused
                 # events one at a time. Events already sent may go twice; consumers collapse them.
@@ -432,6 +477,10 @@ class OutboxRelay:
                     except MessageTooLarge as err:
                         await self._park(conn, event, err)
             return len(events)
+
+    def _sent_later(self, event: PendingEvent) -> bool:
+        """Whether ``event`` waits for the pass's `first_topics` events to be acknowledged."""
+        return event.topic not in self._first_topics
 
     async def _reclaim_if_due(self, conn: Conn) -> None:
         """Some shards were held: at most every half hold timeout, end this role's sessions that
