@@ -72,6 +72,9 @@ HOSTILE_KINDS = (
 )
 #: The payload the attacker wants a handler to run with: recognisable wherever it lands.
 ATTACKER_PAYLOAD = {"to": "attacker", "kind": HOSTILE_PREFIX + "payout"}
+#: How long an act waits for a pending activity or a waiting sleep to aim at before it takes the
+#: latest seen (the short profile's sagas run for seconds only).
+TARGET_WAIT_S = 4.0
 #: Nesting past the acceptance rule's limit (99 levels: slotflow.contracts.acceptance).
 TOO_DEEP = 150
 
@@ -230,21 +233,32 @@ class HostileActor:
             raise ValueError(f"unknown hostile act {kind}")
         return len(self.records) - before
 
-    def _activity(self) -> tuple[PendingActivity | None, bool]:
-        pending = sorted(self.watch.activities.values(), key=lambda a: a.run_id)
-        if pending:
-            return self.rng.choice(pending), True
-        return self.watch.last_activity, False
+    async def _activity(self) -> tuple[PendingActivity | None, bool]:
+        """A pending activity (whether one was): activities finish within a second, so the actor
+        waits up to TARGET_WAIT_S for one to be scheduled, then takes the latest seen."""
+        deadline = asyncio.get_running_loop().time() + TARGET_WAIT_S
+        while True:
+            pending = sorted(self.watch.activities.values(), key=lambda a: a.run_id)
+            if pending:
+                return self.rng.choice(pending), True
+            if asyncio.get_running_loop().time() > deadline:
+                return self.watch.last_activity, False
+            await asyncio.sleep(0.02)
 
-    def _sleep(self) -> tuple[Sleep | None, bool]:
-        now = datetime.now(UTC)
-        waiting = sorted(
-            (s for s in self.watch.sleeps.values() if s.fire_at > now),
-            key=lambda s: (s.workflow_id, s.sequence),
-        )
-        if waiting:
-            return self.rng.choice(waiting), True
-        return self.watch.last_sleep, False
+    async def _sleep(self) -> tuple[Sleep | None, bool]:
+        """A sleep still before its fire_at (whether one was), waiting for one as `_activity`."""
+        deadline = asyncio.get_running_loop().time() + TARGET_WAIT_S
+        while True:
+            now = datetime.now(UTC)
+            waiting = sorted(
+                (s for s in self.watch.sleeps.values() if s.fire_at > now + timedelta(milliseconds=200)),
+                key=lambda s: (s.workflow_id, s.sequence),
+            )
+            if waiting:
+                return self.rng.choice(waiting), True
+            if asyncio.get_running_loop().time() > deadline:
+                return self.watch.last_sleep, False
+            await asyncio.sleep(0.02)
 
     async def _send(
         self,
@@ -285,7 +299,7 @@ class HostileActor:
     async def _forged_outcomes(self, producer: Producer, n: int) -> None:
         """RunCompleted / RunDeadLettered for a real activity: another run id, the right run id with
         a wrong fence token, and with a wrong attempt; each result marked so the checker knows it."""
-        activity, pending = self._activity()
+        activity, pending = await self._activity()
         if activity is None:
             return
         wf, seq = activity.workflow_id, activity.sequence
@@ -351,7 +365,7 @@ class HostileActor:
     async def _forged_timers(self, producer: Producer, n: int) -> None:
         """TimerFired for a real sleeping workflow: its own timer before its time, another
         workflow's timer id, an execution timeout it never set, an activity deadline it never had."""
-        sleep, waiting = self._sleep()
+        sleep, waiting = await self._sleep()
         if sleep is None:
             return
         wf = sleep.workflow_id
@@ -585,7 +599,7 @@ class HostileActor:
             command_id=nan_id,
         )
 
-        activity, _ = self._activity()
+        activity, _ = await self._activity()
         if activity is not None:
             forged = RunCompleted(
                 run_id=activity.run_id,

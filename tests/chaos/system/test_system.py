@@ -32,7 +32,7 @@ from tests.chaos.system.checker import (
     render_by_fault_kind,
 )
 from tests.chaos.system.harness import PROFILES, PrivateStack, System, fault_plan, given_plan
-from tests.chaos.system.hostile import HostileActor, hostile_plan
+from tests.chaos.system.hostile import HostileAct, HostileActor, hostile_plan
 
 _OVERRIDES: dict[str, Any] = (
     {"duration_s": float(os.environ["SLOTFLOW_SYSTEM_DURATION"])}
@@ -113,6 +113,12 @@ async def test_every_promise_holds_under_the_seeded_faults(
                 )
                 await retrying(lambda: system.send_workload(producer, start_at))
                 await actor.start()
+                hostile_acts: list[asyncio.Future[None]] = []
+
+                async def hostile_act(act: HostileAct) -> None:
+                    sent = await retrying(functools.partial(actor.act, producer, act.kind))
+                    system.say(f"{act}: {sent} records")
+
                 t0 = time.monotonic()
                 pending = list(plan)
                 acts = list(hostile)
@@ -128,9 +134,9 @@ async def test_every_promise_holds_under_the_seeded_faults(
                         if fault.kind == "poison_burst":
                             await retrying(lambda: system.poison(raw, 5))
                     while acts and acts[0].at_s + 10 <= elapsed:
+                        # Its own task: an act may wait seconds for a target, the faults do not.
                         act = acts.pop(0)
-                        sent = await retrying(functools.partial(actor.act, producer, act.kind))
-                        system.say(f"hostile {act}: {sent} records")
+                        hostile_acts.append(asyncio.ensure_future(hostile_act(act)))
                     if len(system.workload.orders) < PROFILE.orders and elapsed > 10:
                         await retrying(lambda: system.start_orders(producer, rng, orders_per_tick))
                     if tick % 3 == 0:
@@ -141,6 +147,7 @@ async def test_every_promise_holds_under_the_seeded_faults(
                     tick += 1
                     await asyncio.sleep(2.0)
                 await system.finish_sends()  # the mid-saga cancels still timed to go (each retries)
+                await asyncio.gather(*hostile_acts)
             finally:
                 await raw.stop()
                 await actor.stop()
