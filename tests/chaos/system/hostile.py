@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import json
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -60,7 +61,7 @@ from slotflow.core.identity import run_id as slot_run_id
 from slotflow.kafka.producer import Producer, envelope_headers
 from slotflow.principals import Signer
 from slotflow.settings import KafkaSettings
-from tests.chaos.system.checker import FORGED_MARKER, HOSTILE_PREFIX, HostileRecord
+from tests.chaos.system.checker import FORGED_MARKER, HOSTILE_PREFIX, HostileRecord, TimerUnderTest
 
 #: What the actor does, one kind per act (each act writes a few records of that kind).
 HOSTILE_KINDS = (
@@ -160,13 +161,23 @@ class Watch:
 class HostileActor:
     """Writes the plan's records as a client with plain topic access (see the module docstring)."""
 
-    def __init__(self, seed: int, kafka: KafkaSettings, *, registered: Signer, genuine: Signer) -> None:
+    def __init__(
+        self,
+        seed: int,
+        kafka: KafkaSettings,
+        *,
+        registered: Signer,
+        genuine: Signer,
+        timers: Sequence[TimerUnderTest] = (),
+    ) -> None:
         self.rng = random.Random(seed * 2_147_483_647 + 67)
         self.kafka = kafka
         #: The insider: a key registered for `key:mallory` with the `operate` scope.
         self.registered = registered
         #: The workload's own signer: only to copy a genuine signed command and alter it.
         self.genuine = genuine
+        #: The workload's durable timers (filled before the first act): a forged cancel aims at one.
+        self.timers = timers
         #: A key nobody registered.
         self.unregistered = Signer(Ed25519PrivateKey.generate(), "key:mallory")
         self.watch = Watch()
@@ -433,7 +444,11 @@ class HostileActor:
             (
                 "CancelTimer of a workload timer on the public topic",
                 public,
-                CancelTimer(timer_id=retry_timer_id(slot_run_id("timer-0", now), 2)),
+                CancelTimer(
+                    timer_id=retry_timer_id(
+                        self.rng.choice(self.timers).run_id if self.timers else slot_run_id("timer-0", now), 2
+                    )
+                ),
                 f"{HOSTILE_PREFIX}public-cancel-{n}",
             ),
             (

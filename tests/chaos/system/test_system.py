@@ -99,7 +99,13 @@ async def test_every_promise_holds_under_the_seeded_faults(
     system.say(f"profile {PROFILE}; logs in {tmp_path}")
     system.say("fault plan:\n" + "\n".join(f"    {f}" for f in plan))
     system.say("hostile plan:\n" + "\n".join(f"    {a}" for a in hostile))
-    actor = HostileActor(seed, system.kafka, registered=system.signers["mallory"], genuine=system.signer)
+    actor = HostileActor(
+        seed,
+        system.kafka,
+        registered=system.signers["mallory"],
+        genuine=system.signer,
+        timers=system.workload.timers,
+    )
     rng = random.Random(seed)
     injected: list[tuple[str, datetime]] = []
     try:
