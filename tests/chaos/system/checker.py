@@ -107,6 +107,8 @@ class HostileRecord:
     offset: int
     command_id: str | None = None
     target: str = ""
+    #: The act (numbered from 1) that wrote it.
+    act: int = 0
 
     @property
     def origin(self) -> str:

@@ -226,9 +226,8 @@ class HostileActor:
     # ---- the acts ---------------------------------------------------------------------------
 
     async def act(self, producer: Producer, kind: str) -> int:
-        """Write one act's records; how many it wrote."""
+        """Write one act's records; how many it wrote (acts run concurrently: each counts its own)."""
         self.acts += 1
-        before = len(self.records)
         n = self.acts
         if kind == "forged_outcome":
             await self._forged_outcomes(producer, n)
@@ -242,7 +241,7 @@ class HostileActor:
             await self._unacceptable(producer, n)
         else:
             raise ValueError(f"unknown hostile act {kind}")
-        return len(self.records) - before
+        return sum(1 for record in self.records if record.act == n)
 
     async def _activity(self) -> tuple[PendingActivity | None, bool]:
         """A pending activity (whether one was): activities finish within a second, so the actor
@@ -274,6 +273,7 @@ class HostileActor:
     async def _send(
         self,
         producer: Producer,
+        act: int,
         kind: str,
         variant: str,
         topic: str,
@@ -284,12 +284,15 @@ class HostileActor:
     ) -> None:
         delivered = await producer.send(topic, envelope)
         self.records.append(
-            HostileRecord(kind, variant, topic, delivered.partition, delivered.offset, command_id, target)
+            HostileRecord(
+                kind, variant, topic, delivered.partition, delivered.offset, command_id, target, act
+            )
         )
 
     async def _send_raw(
         self,
         producer: Producer,
+        act: int,
         kind: str,
         variant: str,
         topic: str,
@@ -303,7 +306,7 @@ class HostileActor:
         )
         self.records.append(
             HostileRecord(
-                kind, variant, topic, delivered.partition, delivered.offset, command_id, envelope.key
+                kind, variant, topic, delivered.partition, delivered.offset, command_id, envelope.key, act
             )
         )
 
@@ -371,7 +374,9 @@ class HostileActor:
         ]
         for variant, message, envelope_id in cases:
             envelope = wrap(message, id=envelope_id, key=wf, source="claimer", occurred_at=now)
-            await self._send(producer, "forged_outcome", variant + variant_tail, topic, envelope, target=wf)
+            await self._send(
+                producer, n, "forged_outcome", variant + variant_tail, topic, envelope, target=wf
+            )
 
     async def _forged_timers(self, producer: Producer, n: int) -> None:
         """TimerFired for a real sleeping workflow: its own timer before its time, another
@@ -413,7 +418,7 @@ class HostileActor:
         for variant, timer_id, sequence, fire_at, envelope_id in cases:
             fired = TimerFired(timer_id=timer_id, owner=wf, sequence=sequence, fire_at=fire_at, fired_at=now)
             envelope = wrap(fired, id=envelope_id, key=wf, source="ticker", occurred_at=now)
-            await self._send(producer, "forged_timer", variant, topic, envelope, target=wf)
+            await self._send(producer, n, "forged_timer", variant, topic, envelope, target=wf)
 
     def _attacker_job(self, n: int, fire_at: datetime) -> JobDue:
         job_id = f"{HOSTILE_PREFIX}job-{n}"
@@ -473,7 +478,7 @@ class HostileActor:
             envelope = wrap(
                 message, id=command_id, key=command_id, source="cli", occurred_at=now, principal="key:system"
             )
-            await self._send(producer, "timer_command", variant, topic, envelope, command_id=command_id)
+            await self._send(producer, n, "timer_command", variant, topic, envelope, command_id=command_id)
 
     async def _forged_principals(self, producer: Producer, n: int) -> None:
         """Commands whose principal is not proven: unsigned, signed by an unregistered key, the
@@ -543,7 +548,9 @@ class HostileActor:
                 )
             )
         for variant, where, envelope in cases:
-            await self._send(producer, "forged_principal", variant, where, envelope, command_id=envelope.id)
+            await self._send(
+                producer, n, "forged_principal", variant, where, envelope, command_id=envelope.id
+            )
 
     async def _unacceptable(self, producer: Producer, n: int) -> None:
         """Records no service can store, written as a producer that does not validate: a NUL in a
@@ -566,6 +573,7 @@ class HostileActor:
         nul_value = _json(nul, lambda data: data["definition"].__setitem__("payload", {"to": "attacker\x00"}))
         await self._send_raw(
             producer,
+            n,
             "unacceptable",
             "NUL in a schedule's payload",
             schedules,
@@ -585,6 +593,7 @@ class HostileActor:
         deep_value = _json(deep, lambda data: data.__setitem__("input", _nested(TOO_DEEP)))
         await self._send_raw(
             producer,
+            n,
             "unacceptable",
             f"input nested {TOO_DEEP} deep",
             workflows,
@@ -606,6 +615,7 @@ class HostileActor:
         nan_value = _json(nan, lambda data: data["payload"].__setitem__("text", float("nan")))
         await self._send_raw(
             producer,
+            n,
             "unacceptable",
             "NaN in a signal's payload",
             workflows,
@@ -641,6 +651,7 @@ class HostileActor:
             )
             await self._send_raw(
                 producer,
+                n,
                 "unacceptable",
                 "NUL in a forged activity result",
                 self.kafka.topic(RUN_EVENTS),
