@@ -109,6 +109,10 @@ class HostileRecord:
     target: str = ""
     #: The act (numbered from 1) that wrote it.
     act: int = 0
+    #: From this instant on the record states a fact (the genuine timer's firing, once due): read
+    #: after it, its consumer may take it or drop it as a copy instead of refusing it. Whether the
+    #: sleep then ended early is the sleep rule's to judge, on the clocks, not on this record.
+    true_from: datetime | None = None
 
     @property
     def origin(self) -> str:
@@ -477,6 +481,8 @@ def _check_hostile(rec: Recording, applied: dict[str, list[Effect]], report: Rep
         if rejection or letters:
             report.counts["hostile records refused or parked"] += 1
             report.counts[f"hostile {record.kind} refused or parked"] += 1
+        elif record.true_from is not None:
+            report.counts["hostile records true once read (a due timer's firing)"] += 1
         else:
             report.violations.append(
                 Violation(

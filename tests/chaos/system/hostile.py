@@ -281,11 +281,20 @@ class HostileActor:
         *,
         command_id: str | None = None,
         target: str = "",
+        true_from: datetime | None = None,
     ) -> None:
         delivered = await producer.send(topic, envelope)
         self.records.append(
             HostileRecord(
-                kind, variant, topic, delivered.partition, delivered.offset, command_id, target, act
+                kind,
+                variant,
+                topic,
+                delivered.partition,
+                delivered.offset,
+                command_id,
+                target,
+                act,
+                true_from,
             )
         )
 
@@ -391,14 +400,6 @@ class HostileActor:
         squatted = f"{self.rng.choice(others) if others else HOSTILE_PREFIX + 'wf'}/timer/{sleep.sequence}"
         activity_seq = max(sleep.sequence - 1, 1)
         cases: list[tuple[str, str, int | None, datetime, str]] = [
-            # The genuine timer's id and the genuine record's envelope id, before its time.
-            (
-                "its own timer early" if waiting else "its own timer, after it fired",
-                sleep.timer_id,
-                sleep.sequence,
-                sleep.fire_at,
-                f"timer:{sleep.timer_id}",
-            ),
             ("another workflow's timer id", squatted, sleep.sequence, now, f"timer:{squatted}:{n}"),
             (
                 "#execution-timeout never set",
@@ -415,10 +416,28 @@ class HostileActor:
                 f"timer:{wf}/{activity_seq}#deadline:{n}",
             ),
         ]
+        if waiting:
+            # The genuine timer's id and the genuine record's envelope id, before its time. Read
+            # after its fire_at (the orchestrator held up by a fault) it states a fact: the
+            # orchestrator may then take it as the firing or drop it as a copy (`true_from`); that
+            # the sleep still did not end early is the sleep rule's to see.
+            cases.insert(
+                0,
+                (
+                    "its own timer early",
+                    sleep.timer_id,
+                    sleep.sequence,
+                    sleep.fire_at,
+                    f"timer:{sleep.timer_id}",
+                ),
+            )
         for variant, timer_id, sequence, fire_at, envelope_id in cases:
             fired = TimerFired(timer_id=timer_id, owner=wf, sequence=sequence, fire_at=fire_at, fired_at=now)
             envelope = wrap(fired, id=envelope_id, key=wf, source="ticker", occurred_at=now)
-            await self._send(producer, n, "forged_timer", variant, topic, envelope, target=wf)
+            true_from = sleep.fire_at if timer_id == sleep.timer_id else None
+            await self._send(
+                producer, n, "forged_timer", variant, topic, envelope, target=wf, true_from=true_from
+            )
 
     def _attacker_job(self, n: int, fire_at: datetime) -> JobDue:
         job_id = f"{HOSTILE_PREFIX}job-{n}"

@@ -210,3 +210,17 @@ def test_the_hostile_plan_is_seeded_and_sends_every_kind_in_the_short_profile(se
     assert {act.kind for act in plan} == set(HOSTILE_KINDS)
     assert all(1 <= act.at_s <= profile.duration_s * 0.85 + 1 for act in plan)
     assert [act.at_s for act in plan] == sorted(act.at_s for act in plan)
+
+
+def test_a_genuine_timers_firing_read_once_due_may_be_taken_or_dropped_but_an_early_sleep_is_not() -> None:
+    rec = attacked_run()
+    # The forged early firing under the genuine id, read by the orchestrator after fire_at: taken
+    # (or dropped as a copy), no letter. It states a fact by then: no violation of its own...
+    rec.hostile[1] = replace(rec.hostile[1], true_from=HOLD_ENDS)
+    del rec.letters[f"{TIMERS}:1:3"]
+    report = check(rec)
+    assert report.violations == [], report.render()
+    assert report.counts["hostile records true once read (a due timer's firing)"] == 1
+    # ... but had it ended the sleep before its time, the sleep rule sees that on the clocks.
+    rec.sleeps_fired[("order-ok", 5)] = HOLD_ENDS - timedelta(seconds=1)
+    assert kinds(rec) == ["sleep ended early"]
