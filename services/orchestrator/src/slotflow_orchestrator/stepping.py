@@ -7,11 +7,11 @@ PostgreSQL transaction that appends the result, so the rules here are the only p
 history grows:
 
 - an outcome counts only for something still pending (an activity's first RunCompleted or
-  RunDeadLettered, a timer's first TimerFired); a late or duplicate one is dropped when its issuer's
-  record backs it (a copy of a genuine outcome changes nothing), and refused like a forged one when
-  it does not (nothing forged disappears without a trace: the system suite's hostile actor found
-  such records dropped); a RunDeadLettered of an activity scheduled with `on_dead_letter="park"` only marks it
-  (ActivityParked), so a redrive's outcome still counts;
+  RunDeadLettered, a timer's first TimerFired); a late or duplicate one is dropped when its
+  issuer's record backs it (a copy of a genuine outcome changes nothing), and refused like a forged
+  one when it does not (nothing forged disappears without a trace: the system suite's hostile actor
+  found such records dropped); a RunDeadLettered of an activity scheduled with
+  `on_dead_letter="park"` only marks it (ActivityParked), so a redrive's outcome still counts;
 - an outcome for something pending counts only when its issuer's record backs it
   (`slotflow.issuers`): an activity's when the claimer's record of the run (``records``) is in the
   state it claims, with its fence token, attempt and handler, and then the history records the
