@@ -62,6 +62,7 @@ from slotflow.kafka.producer import Producer, envelope_headers
 from slotflow.principals import Signer
 from slotflow.settings import KafkaSettings
 from tests.chaos.system.checker import FORGED_MARKER, HOSTILE_PREFIX, HostileRecord, TimerUnderTest
+from tests.chaos.system.harness import PARTITIONS
 
 #: What the actor does, one kind per act (each act writes a few records of that kind).
 HOSTILE_KINDS = (
@@ -204,9 +205,10 @@ class HostileActor:
             consumer = AIOKafkaConsumer(bootstrap_servers=self.kafka.bootstrap, enable_auto_commit=False)
             try:
                 await consumer.start()
-                parts = [
-                    TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or {0})
-                ]
+                # As the harness made the topic (a consumer without a subscription knows no
+                # partitions of it yet).
+                count = min(WORKFLOW_HISTORY.partitions, PARTITIONS)
+                parts = [TopicPartition(topic, p) for p in range(count)]
                 consumer.assign(parts)
                 await consumer.seek_to_beginning(*parts)
                 self.watch = Watch()
