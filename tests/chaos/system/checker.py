@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from slotflow.core.identity import run_id as slot_run_id
 from tests.cron_oracle import expected_slots
@@ -32,6 +33,18 @@ SAGA_COMPENSATED = ("authorize", "reserve", "release", "void")
 UNDO = {"authorize": "void", "reserve": "release"}
 APPLIED = "applied"
 COLLAPSED = "collapsed"
+
+#: What the hostile actor (hostile.py) names everything it makes with: schedule, workflow, job,
+#: run and command ids, the effect kind of the payload it wants run. No workload id starts so.
+HOSTILE_PREFIX = "attacker-"
+#: The mark on every result the actor forges: wherever this text shows, a forged result was taken.
+FORGED_BY = "system-hostile-actor"
+FORGED_MARKER = {"forged": True, "forged_by": FORGED_BY}
+#: A workflow's sleep may not end before its fire_at. The firing is judged by the broker timestamp
+#: of its `timer_fired` history record (the orchestrator's producer, on the database's host, after
+#: the decision that checked the database clock): Kafka timestamps are whole milliseconds, so a
+#: firing decided in the very millisecond of fire_at can read up to 1 ms before it; 10 ms covers that.
+SLEEP_TOLERANCE = timedelta(milliseconds=10)
 
 
 @dataclass(frozen=True)
@@ -82,6 +95,30 @@ class Effect:
     at: datetime
 
 
+@dataclass(frozen=True)
+class HostileRecord:
+    """One record the hostile actor wrote, where it landed, and the command id it carries (if a
+    command): it must be answered by a CommandRejected of that id or a dead letter of that position."""
+
+    kind: str
+    variant: str
+    topic: str
+    partition: int
+    offset: int
+    command_id: str | None = None
+    target: str = ""
+    #: The act (numbered from 1) that wrote it.
+    act: int = 0
+    #: From this instant on the record states a fact (the genuine timer's firing, once due): read
+    #: after it, its consumer may take it or drop it as a copy instead of refusing it. Whether the
+    #: sleep then ended early is the sleep rule's to judge, on the clocks, not on this record.
+    true_from: datetime | None = None
+
+    @property
+    def origin(self) -> str:
+        return f"{self.topic}:{self.partition}:{self.offset}"
+
+
 @dataclass
 class Recording:
     """Everything the checker judges, as read from the effects table, the ledger and the topics."""
@@ -114,6 +151,32 @@ class Recording:
     malformed_signals: list[str] = field(default_factory=list)
     #: workflow history topic: command ids of the signals that reached a run (SignalReceived).
     signals_received: set[str] = field(default_factory=set)
+    #: The hostile actor's records (empty in a run without it).
+    hostile: list[HostileRecord] = field(default_factory=list)
+    #: DLQ topic: origin (`topic:partition:offset`) -> (parking service, reason) of each letter.
+    letters: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+    #: schedule and workflow events topics: command ids with a CommandAccepted.
+    accepted: set[str] = field(default_factory=set)
+    #: schedule events topic: schedule ids named by any event but a CommandRejected.
+    schedules_seen: set[str] = field(default_factory=set)
+    #: jobs.due topic: (job id, the payload's `to`) of every JobDue.
+    jobs_due: set[tuple[str, str]] = field(default_factory=set)
+    #: workflow history topic: every workflow id it names, and every command id its events carry.
+    history_workflows: set[str] = field(default_factory=set)
+    history_commands: set[str] = field(default_factory=set)
+    #: workflow history topic: (workflow id, sequence) -> run id of each ActivityScheduled.
+    activity_runs: dict[tuple[str, int], str] = field(default_factory=dict)
+    #: workflow history topic: (workflow id, its sequence) -> (scheduled sequence, result) of each
+    #: ActivityCompleted.
+    activity_results: dict[tuple[str, int], tuple[int, Any]] = field(default_factory=dict)
+    #: workflow history topic: workflow id -> the result its WorkflowCompleted recorded.
+    workflow_results: dict[str, Any] = field(default_factory=dict)
+    #: workflow history topic: (workflow id, sequence) -> fire_at of each TimerStarted, and the
+    #: broker timestamp of the first WorkflowTimerFired of it (by started_sequence).
+    sleeps_started: dict[tuple[str, int], datetime] = field(default_factory=dict)
+    sleeps_fired: dict[tuple[str, int], datetime] = field(default_factory=dict)
+    #: Where FORGED_BY showed in the workflow history topic (record positions).
+    forged_marks: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -169,6 +232,9 @@ def check(rec: Recording) -> Report:
     _check_sagas(rec, applied, report)
     _check_ledger(rec, applied, report)
     _check_bad_input(rec, report)
+    _check_forged_results(rec, applied, report)
+    _check_sleeps(rec, applied, report)
+    _check_hostile(rec, applied, report)
 
     for row in rec.unpublished:
         report.violations.append(Violation("unpublished outbox row", (row,), "never published"))
@@ -329,6 +395,139 @@ def _check_bad_input(rec: Recording, report: Report) -> None:
             report.violations.append(
                 Violation("malformed signal not rejected", (command_id,), "no CommandRejected")
             )
+
+
+def _check_forged_results(rec: Recording, applied: dict[str, list[Effect]], report: Report) -> None:
+    """No workflow result or effect the real activity did not produce: every activity result in
+    the history is the one its handler returns (`{"run_id": <its run>, ...}`) for a run that left an
+    effect, a completed order's result is its capture's, and no forged mark shows anywhere."""
+    ran = {e.run_id for e in rec.effects}
+    for where in rec.forged_marks:
+        report.violations.append(Violation("forged result recorded", (where,), f"{FORGED_BY} in the history"))
+    for (workflow_id, _), (sequence, result) in sorted(rec.activity_results.items()):
+        run = rec.activity_runs.get((workflow_id, sequence))
+        produced = isinstance(result, dict) and run is not None and result.get("run_id") == run and run in ran
+        if produced:
+            report.counts["activity results backed by an effect"] += 1
+            continue
+        report.violations.append(
+            Violation(
+                "activity result the real activity did not produce",
+                (workflow_id, f"sequence={sequence}"),
+                f"result {result!r:.200} for run {run}; the handler returns its own run id, and ran: {run in ran}",
+            )
+        )
+    captures = {
+        effects[0].run_id: effects[0].subject
+        for effects in applied.values()
+        if effects[0].kind == "order.capture"
+    }
+    for workflow_id, result in sorted(rec.workflow_results.items()):
+        capture = result.get("run_id") if isinstance(result, dict) else None
+        if captures.get(str(capture)) != workflow_id:
+            report.violations.append(
+                Violation(
+                    "workflow result the real activity did not produce",
+                    (workflow_id,),
+                    f"result {result!r:.200} is no capture this order applied",
+                )
+            )
+
+
+def _check_sleeps(rec: Recording, applied: dict[str, list[Effect]], report: Report) -> None:
+    """No sleep ended early: its firing's history record is not before its fire_at (the broker's
+    timestamp, SLEEP_TOLERANCE), and no capture (the step after the hold) applied before it (the
+    database clock, no tolerance: the effect's `at` and fire_at are both that clock's)."""
+    first_sleep: dict[str, datetime] = {}
+    for (workflow_id, sequence), fire_at in sorted(rec.sleeps_started.items()):
+        first_sleep.setdefault(workflow_id, fire_at)
+        fired = rec.sleeps_fired.get((workflow_id, sequence))
+        if fired is None:
+            continue
+        if fired < fire_at - SLEEP_TOLERANCE:
+            report.violations.append(
+                Violation(
+                    "sleep ended early",
+                    (workflow_id, f"sequence={sequence}"),
+                    f"fired {(fire_at - fired).total_seconds():.3f} s before its fire_at {fire_at.isoformat()}",
+                )
+            )
+        else:
+            report.counts["sleeps ended on time"] += 1
+    for effects in applied.values():
+        effect = effects[0]
+        due = first_sleep.get(effect.subject)
+        if effect.kind == "order.capture" and due is not None and effect.at < due:
+            report.violations.append(
+                Violation(
+                    "sleep ended early",
+                    (effect.subject, effect.run_id),
+                    f"captured at {effect.at.isoformat()}, before the hold's end {due.isoformat()}",
+                )
+            )
+
+
+def _check_hostile(rec: Recording, applied: dict[str, list[Effect]], report: Report) -> None:
+    """No forged command applied, and every forged record visibly refused or parked."""
+    hostile_commands = {r.command_id for r in rec.hostile if r.command_id}
+    for record in rec.hostile:
+        rejection = rec.rejected.get(record.command_id or "")
+        letters = rec.letters.get(record.origin, [])
+        ids = (record.kind, record.variant, record.origin)
+        if record.command_id in rec.accepted:
+            report.violations.append(
+                Violation("forged command applied", ids, "a CommandAccepted answered it")
+            )
+        if rejection or letters:
+            report.counts["hostile records refused or parked"] += 1
+            report.counts[f"hostile {record.kind} refused or parked"] += 1
+        elif record.true_from is not None:
+            report.counts["hostile records true once read (a due timer's firing)"] += 1
+        else:
+            report.violations.append(
+                Violation(
+                    "hostile record neither refused nor parked",
+                    (*ids, record.command_id or record.target),
+                    "no CommandRejected of its command id and no dead letter of its position: dropped silently",
+                )
+            )
+    for effects in applied.values():
+        for effect in effects:
+            if HOSTILE_PREFIX in f"{effect.kind} {effect.subject} {effect.run_id}":
+                report.violations.append(
+                    Violation(
+                        "forged command applied",
+                        (effect.run_id, f"seq={effect.seq}"),
+                        f"a handler ran the attacker's work: {effect.kind} for {effect.subject}",
+                    )
+                )
+    for job_id, to in sorted(rec.jobs_due):
+        if job_id.startswith(HOSTILE_PREFIX) or to == "attacker":
+            report.violations.append(
+                Violation(
+                    "forged JobDue issued", (job_id,), f"a JobDue of the attacker's (to {to!r}) on jobs.due"
+                )
+            )
+    for schedule_id in sorted(rec.schedules_seen):
+        if schedule_id.startswith(HOSTILE_PREFIX):
+            report.violations.append(
+                Violation(
+                    "forged command applied", (schedule_id,), "the ticker has a schedule the attacker named"
+                )
+            )
+    for workflow_id in sorted(rec.history_workflows):
+        if workflow_id.startswith(HOSTILE_PREFIX):
+            report.violations.append(
+                Violation(
+                    "forged command applied", (workflow_id,), "a workflow the attacker started has a history"
+                )
+            )
+    for command_id in sorted(rec.history_commands & hostile_commands):
+        report.violations.append(
+            Violation(
+                "forged command applied", (command_id,), "a workflow's history holds the attacker's command"
+            )
+        )
 
 
 #: How long after a fault's injection its effects are looked for: long enough to cover the fault

@@ -30,6 +30,7 @@ import asyncpg
 import httpx
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from slotflow.commands import publish_command
 from slotflow.contracts import (
@@ -38,16 +39,20 @@ from slotflow.contracts import (
     CronSpec,
     ScheduleDefinition,
     SignalWorkflow,
+    SigningKey,
     StartWorkflow,
     TriggerNow,
+    wrap,
 )
 from slotflow.contracts.runs import JobDue
 from slotflow.contracts.timers import FireJobDue, StartTimer, retry_timer_id
 from slotflow.contracts.topics import (
     DLQ_MESSAGES,
+    JOBS_DUE,
     RUN_EVENTS,
     SCHEDULE_COMMANDS,
     SCHEDULE_EVENTS,
+    SIGNING_KEYS,
     WORKFLOW_COMMANDS,
     WORKFLOW_EVENTS,
     WORKFLOW_HISTORY,
@@ -58,9 +63,19 @@ from slotflow.errors import SlotflowError
 from slotflow.kafka.admin import ensure_topics
 from slotflow.kafka.producer import Producer
 from slotflow.pg.statements import quote_ident, sql_with
+from slotflow.principals import Signer
+from slotflow.principals.signing import write_private_key
 from slotflow.settings import KafkaSettings
 from slotflow.testing.processes import ServiceProcess
-from tests.chaos.system.checker import Effect, OrderUnderTest, Recording, ScheduleUnderTest, TimerUnderTest
+from tests.chaos.system.checker import (
+    FORGED_BY,
+    Effect,
+    HostileRecord,
+    OrderUnderTest,
+    Recording,
+    ScheduleUnderTest,
+    TimerUnderTest,
+)
 from tests.chaos.system.handlers import create_tables
 from tests.chaos.system.proxy import FaultyProxy
 
@@ -83,12 +98,26 @@ class Profile:
     timers: int
     orders: int
     faults: int
+    #: The hostile actor's acts (hostile.py), each a few forged or unacceptable records.
+    hostile: int = 0
 
 
 PROFILES = {
-    "short": Profile("short", 30, schedules=30, timers=10, orders=8, faults=6),
-    "long": Profile("long", 3600, schedules=300, timers=400, orders=600, faults=400),
+    "short": Profile("short", 30, schedules=30, timers=10, orders=8, faults=6, hostile=10),
+    "long": Profile("long", 3600, schedules=300, timers=400, orders=600, faults=400, hostile=400),
 }
+
+
+@dataclass(frozen=True)
+class TopicRecord:
+    """One record of a topic as the checker reads it: the envelope, and where and when it landed."""
+
+    envelope: dict[str, Any]
+    key: str
+    partition: int
+    offset: int
+    #: The record's broker timestamp (the producer's CreateTime), UTC.
+    timestamp: datetime
 
 
 def _port_is_free(port: int) -> bool:
@@ -304,6 +333,8 @@ class Workload:
     poison_keys: list[str] = field(default_factory=list)
     invalid_commands: list[str] = field(default_factory=list)
     malformed_signals: list[str] = field(default_factory=list)
+    #: What the hostile actor wrote, for the checker (set once the workload is over).
+    hostile: list[HostileRecord] = field(default_factory=list)
 
 
 #: The share of orders cancelled mid-saga, and when: a cancel lands in a forward step, the 2 s hold,
@@ -336,6 +367,15 @@ class System:
         self.proxies: dict[str, FaultyProxy] = {}
         #: ... and the broker through another, at the port its listener is advertised at.
         self.kafka_proxies: dict[str, FaultyProxy] = {}
+        # Commands must be signed (SLOTFLOW_COMMAND_SIGNATURES=required on every service), so a
+        # forged principal is refused, not applied: the workload signs as `key:system`, the claimers
+        # and orchestrators with keys of their own (their timer commands), all `admin` like a
+        # deployment's service keys; `key:mallory` is the hostile actor's insider, `operate` only.
+        self.signers = {
+            name: Signer(Ed25519PrivateKey.generate(), f"key:{name}")
+            for name in ("system", "claimer", "orchestrator", "mallory")
+        }
+        self.signer = self.signers["system"]
 
     def say(self, line: str) -> None:
         self.log.append(line)
@@ -368,6 +408,38 @@ class System:
             s.model_copy(update={"partitions": min(s.partitions, PARTITIONS)}) for s in self.kafka.topics()
         ]
         await ensure_topics(self.kafka.bootstrap, specs)
+        await self.register_keys()
+
+    async def register_keys(self) -> None:
+        """Put the suite's keys on the keys topic as the api's relay does once an admin registered
+        them (the api's own path, POST /v1/keys, is tested by tests/integration/security): the
+        services read it from the start before they check a command."""
+        async with Producer(self.kafka, client_id="system-keys") as producer:
+            for name, signer in self.signers.items():
+                key = SigningKey(
+                    key_id=signer.key_id,
+                    name=name,
+                    principal=signer.principal,
+                    scope="operate" if name == "mallory" else "admin",
+                    public_key=signer.public_key,
+                    created_at=datetime.now(UTC),
+                    created_by="system-suite",
+                )
+                envelope = wrap(
+                    key,
+                    id=f"{key.key_id}/registered",
+                    key=key.key_id,
+                    source="system",
+                    occurred_at=key.created_at,
+                )
+                await producer.send(self.kafka.topic(SIGNING_KEYS), envelope)
+
+    def _signing_env(self, name: str) -> dict[str, str]:
+        """A claimer's or orchestrator's own key (they sign their timer commands)."""
+        path = self.log_dir / f"{name}.pem"
+        if not path.exists():
+            write_private_key(path, self.signers[name].private_key)
+        return {"SLOTFLOW_SIGNING_KEY_FILE": str(path), "SLOTFLOW_SIGNING_PRINCIPAL": f"key:{name}"}
 
     def _env(self, name: str) -> dict[str, str]:
         # ServiceProcess adds the rest of the environment, without the runner's own SLOTFLOW_*.
@@ -381,6 +453,7 @@ class System:
             "SLOTFLOW_KAFKA_TOPIC_NAMESPACE": self.namespace,
             "SLOTFLOW_PG_DSN": f"postgresql://slotflow@127.0.0.1:{proxy.port}/{self.database}",
             "PYTHONPATH": str(REPO),
+            "SLOTFLOW_COMMAND_SIGNATURES": "required",
         }
 
     def start_services(self) -> None:
@@ -403,6 +476,7 @@ class System:
                 "SLOTFLOW_CLAIMER_HANDLER_MODULES": "tests.chaos.system.handlers",
                 "SLOTFLOW_CLAIMER_METRICS_PORT": str(free_fixed_port("", 27500, self._ports)),
                 "SLOTFLOW_CLAIMER_LEASE_TTL_SECONDS": str(LEASE_TTL_S),
+                **self._signing_env("claimer"),
             }
             self.services[name] = ServiceProcess(
                 "slotflow_claimer", name, env=env, log_dir=self.log_dir, cwd=REPO
@@ -414,6 +488,7 @@ class System:
                 "SLOTFLOW_ORCHESTRATOR_INSTANCE_ID": name,
                 "SLOTFLOW_ORCHESTRATOR_WORKFLOW_MODULES": "tests.chaos.system.workflow",
                 "SLOTFLOW_ORCHESTRATOR_METRICS_PORT": str(free_fixed_port("", 27500, self._ports)),
+                **self._signing_env("orchestrator"),
             }
             self.services[name] = ServiceProcess(
                 "slotflow_orchestrator", name, env=env, log_dir=self.log_dir, cwd=REPO
@@ -537,7 +612,11 @@ class System:
                 spec=spec, handler="system.payout", overlap="allow", start_at=start_at, end_at=end_at
             )
             await publish_command(
-                producer, self.kafka, CreateSchedule(schedule_id=sid, definition=definition), source="system"
+                producer,
+                self.kafka,
+                CreateSchedule(schedule_id=sid, definition=definition),
+                source="system",
+                signer=self.signer,
             )
             w.schedules.append(ScheduleUnderTest(sid, spec.expression, spec.timezone, start_at, end_at))
         for i in range(self.profile.timers):
@@ -561,6 +640,7 @@ class System:
                 self.kafka,
                 StartTimer(timer_id=retry_timer_id(rid, 2), fire_at=fire_at, on_fire=FireJobDue(job=job)),
                 source="system",
+                signer=self.signer,
             )
             w.timers.append(TimerUnderTest(rid, fire_at))
 
@@ -577,13 +657,16 @@ class System:
                 StartWorkflow(workflow_id=wid, workflow_type="system.checkout", input={"order_id": wid}),
                 command_id=f"start-{wid}",
                 source="system",
+                signer=self.signer,
             )
             self.workload.orders.append(OrderUnderTest(wid, declines, cancelled=cancel_after is not None))
             if malformed:
                 # Keyed like the start, so it arrives after it: the run is there to refuse it for.
                 signal_id = f"bad-note-{wid}"
                 bad = SignalWorkflow(workflow_id=wid, signal="note", payload=MALFORMED_NOTE)
-                await publish_command(producer, self.kafka, bad, command_id=signal_id, source="system")
+                await publish_command(
+                    producer, self.kafka, bad, command_id=signal_id, source="system", signer=self.signer
+                )
                 self.workload.malformed_signals.append(signal_id)
             if cancel_after is not None:
                 self.sends.append(asyncio.ensure_future(self._cancel_later(producer, wid, cancel_after)))
@@ -595,7 +678,12 @@ class System:
         while True:  # rides out the broker faults, as the workload's other sends do
             try:
                 await publish_command(
-                    producer, self.kafka, cancel, command_id=f"cancel-{workflow_id}", source="system"
+                    producer,
+                    self.kafka,
+                    cancel,
+                    command_id=f"cancel-{workflow_id}",
+                    source="system",
+                    signer=self.signer,
                 )
                 return
             except (SlotflowError, OSError, KafkaError):
@@ -620,7 +708,12 @@ class System:
     async def invalid_command(self, producer: Producer) -> None:
         cid = f"bad-trigger-{len(self.workload.invalid_commands)}"
         await publish_command(
-            producer, self.kafka, TriggerNow(schedule_id=f"no-such-{cid}"), command_id=cid, source="system"
+            producer,
+            self.kafka,
+            TriggerNow(schedule_id=f"no-such-{cid}"),
+            command_id=cid,
+            source="system",
+            signer=self.signer,
         )
         self.workload.invalid_commands.append(cid)
 
@@ -683,6 +776,7 @@ class System:
             poison_keys=list(w.poison_keys),
             invalid_commands=list(w.invalid_commands),
             malformed_signals=list(w.malformed_signals),
+            hostile=list(w.hostile),
         )
         conn = await asyncpg.connect(self.dsn)
         try:
@@ -719,10 +813,22 @@ class System:
         finally:
             await conn.close()
         for envelope, _ in await self.read_topic(SCHEDULE_EVENTS):
+            data = envelope.get("data", {})
             if envelope.get("type") == "slot.skipped":
-                rec.skipped.add(envelope["data"]["run_id"])
+                rec.skipped.add(data["run_id"])
             elif envelope.get("type") == "command.rejected":
-                rec.rejected[envelope["data"]["command_id"]] = envelope["data"]["reason"]
+                rec.rejected[data["command_id"]] = data["reason"]
+                continue
+            elif envelope.get("type") == "command.accepted":
+                rec.accepted.add(data.get("command_id", ""))
+            if data.get("schedule_id"):
+                rec.schedules_seen.add(str(data["schedule_id"]))
+        for envelope, _ in await self.read_topic(JOBS_DUE):
+            data = envelope.get("data", {})
+            payload = data.get("payload")
+            rec.jobs_due.add(
+                (str(data.get("job_id", "")), str(payload.get("to", "")) if isinstance(payload, dict) else "")
+            )
         for envelope, _ in await self.read_topic(RUN_EVENTS):
             run = envelope.get("data", {}).get("run_id")
             if envelope.get("type") == "run.started":
@@ -732,9 +838,11 @@ class System:
                 if envelope["type"] == "run.skipped":
                     rec.skipped.add(run)
         registered: dict[str, dict[int, str]] = {}
-        for envelope, key in await self.read_topic(WORKFLOW_HISTORY):
+        for record in await self.read_records(WORKFLOW_HISTORY):
+            envelope, key = record.envelope, record.key
             data = envelope.get("data", {})
             kind = envelope.get("type")
+            _see_history(rec, record)
             if kind in ("workflow.completed", "workflow.failed", "workflow.cancelled"):
                 rec.workflows_ended[data.get("workflow_id") or key] = kind
             elif kind == "workflow.compensation_registered":
@@ -749,18 +857,28 @@ class System:
         for envelope, _ in await self.read_topic(WORKFLOW_EVENTS):
             if envelope.get("type") == "command.rejected":
                 rec.rejected[envelope["data"]["command_id"]] = envelope["data"]["reason"]
+            elif envelope.get("type") == "command.accepted":
+                rec.accepted.add(envelope["data"].get("command_id", ""))
         for envelope, _ in await self.read_topic(DLQ_MESSAGES):
             data = envelope.get("data", {})
             if data.get("key"):
                 rec.parked[data["key"]] = data.get("reason", "")
+            origin = f"{data.get('topic')}:{data.get('partition')}:{data.get('offset')}"
+            rec.letters.setdefault(origin, []).append(
+                (str(data.get("source_service", "")), str(data.get("reason", "")))
+            )
         return rec
 
     async def read_topic(self, spec: TopicSpec) -> list[tuple[dict[str, Any], str]]:
+        """Every record of the namespaced topic, from the start to its end now: envelope and key."""
+        return [(record.envelope, record.key) for record in await self.read_records(spec)]
+
+    async def read_records(self, spec: TopicSpec) -> list[TopicRecord]:
         """Every record of the namespaced topic, from the start to its end now."""
         topic = self.kafka.topic(spec)
         consumer = AIOKafkaConsumer(bootstrap_servers=self.kafka.bootstrap, enable_auto_commit=False)
         await consumer.start()
-        out: list[tuple[dict[str, Any], str]] = []
+        out: list[TopicRecord] = []
         try:
             parts = [TopicPartition(topic, p) for p in range(min(spec.partitions, PARTITIONS))]
             consumer.assign(parts)
@@ -775,7 +893,15 @@ class System:
                             envelope = json.loads(record.value or b"{}")
                         except ValueError:
                             continue
-                        out.append((envelope, (record.key or b"").decode(errors="replace")))
+                        out.append(
+                            TopicRecord(
+                                envelope,
+                                (record.key or b"").decode(errors="replace"),
+                                record.partition,
+                                record.offset,
+                                datetime.fromtimestamp(record.timestamp / 1000, UTC),
+                            )
+                        )
                     if records and records[-1].offset + 1 >= ends[tp]:
                         remaining.discard(tp)
                 for tp in list(remaining):
@@ -784,3 +910,34 @@ class System:
         finally:
             await consumer.stop()
         return out
+
+
+def _see_history(rec: Recording, record: TopicRecord) -> None:
+    """What the forged-result and early-sleep rules read of one history record."""
+    envelope = record.envelope
+    data = envelope.get("data", {})
+    kind = envelope.get("type")
+    workflow_id = str(data.get("workflow_id") or record.key)
+    rec.history_workflows.add(workflow_id)
+    if data.get("command_id"):
+        rec.history_commands.add(str(data["command_id"]))
+    if FORGED_BY in json.dumps(data):
+        rec.forged_marks.append(
+            f"{kind} of {workflow_id} at partition {record.partition} offset {record.offset}"
+        )
+    if kind == "workflow.activity_scheduled":
+        rec.activity_runs[(workflow_id, int(data["sequence"]))] = str(data["run_id"])
+    elif kind == "workflow.activity_completed":
+        # By the event's own sequence: a republished event (the relay's at-least-once) counts once.
+        rec.activity_results[(workflow_id, int(data["sequence"]))] = (
+            int(data["scheduled_sequence"]),
+            data.get("result"),
+        )
+    elif kind == "workflow.completed":
+        rec.workflow_results[workflow_id] = data.get("result")
+    elif kind == "workflow.timer_started":
+        rec.sleeps_started[(workflow_id, int(data["sequence"]))] = datetime.fromisoformat(
+            str(data["fire_at"])
+        )
+    elif kind == "workflow.timer_fired":
+        rec.sleeps_fired.setdefault((workflow_id, int(data["started_sequence"])), record.timestamp)

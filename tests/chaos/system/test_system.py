@@ -6,9 +6,11 @@ unless `-m system` asks for it).
 """
 
 import asyncio
+import functools
 import os
 import random
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -30,6 +32,7 @@ from tests.chaos.system.checker import (
     render_by_fault_kind,
 )
 from tests.chaos.system.harness import PROFILES, PrivateStack, System, fault_plan, given_plan
+from tests.chaos.system.hostile import HostileAct, HostileActor, hostile_plan
 
 _OVERRIDES: dict[str, Any] = (
     {"duration_s": float(os.environ["SLOTFLOW_SYSTEM_DURATION"])}
@@ -86,8 +89,23 @@ async def test_every_promise_holds_under_the_seeded_faults(
         if given
         else fault_plan(seed, PROFILE, [n for n in system.services if n != "api"], stack.brokers)
     )
+    # The hostile actor's plan, seeded from a stream of its own (no fault moves); none when a
+    # plan is given (replaying faults) unless SLOTFLOW_SYSTEM_HOSTILE=1 asks for it.
+    hostile = (
+        hostile_plan(seed, PROFILE.hostile, PROFILE.duration_s)
+        if not given or os.environ.get("SLOTFLOW_SYSTEM_HOSTILE") == "1"
+        else []
+    )
     system.say(f"profile {PROFILE}; logs in {tmp_path}")
     system.say("fault plan:\n" + "\n".join(f"    {f}" for f in plan))
+    system.say("hostile plan:\n" + "\n".join(f"    {a}" for a in hostile))
+    actor = HostileActor(
+        seed,
+        system.kafka,
+        registered=system.signers["mallory"],
+        genuine=system.signer,
+        timers=system.workload.timers,
+    )
     rng = random.Random(seed)
     injected: list[tuple[str, datetime]] = []
     try:
@@ -100,8 +118,16 @@ async def test_every_promise_holds_under_the_seeded_faults(
                     seconds=10
                 )
                 await retrying(lambda: system.send_workload(producer, start_at))
+                await actor.start()
+                hostile_acts: list[asyncio.Future[None]] = []
+
+                async def hostile_act(act: HostileAct) -> None:
+                    sent = await retrying(functools.partial(actor.act, producer, act.kind))
+                    system.say(f"{act}: {sent} records")
+
                 t0 = time.monotonic()
                 pending = list(plan)
+                acts = list(hostile)
                 orders_per_tick = max(1, round(PROFILE.orders / max(PROFILE.duration_s / 2, 1)))
                 tick = 0
                 # Every planned fault is injected, even when slow ones (a PostgreSQL restart) overrun.
@@ -113,6 +139,10 @@ async def test_every_promise_holds_under_the_seeded_faults(
                         await system.inject(fault)
                         if fault.kind == "poison_burst":
                             await retrying(lambda: system.poison(raw, 5))
+                    while acts and acts[0].at_s + 10 <= elapsed:
+                        # Its own task: an act may wait seconds for a target, the faults do not.
+                        act = acts.pop(0)
+                        hostile_acts.append(asyncio.ensure_future(hostile_act(act)))
                     if len(system.workload.orders) < PROFILE.orders and elapsed > 10:
                         await retrying(lambda: system.start_orders(producer, rng, orders_per_tick))
                     if tick % 3 == 0:
@@ -123,10 +153,13 @@ async def test_every_promise_holds_under_the_seeded_faults(
                     tick += 1
                     await asyncio.sleep(2.0)
                 await system.finish_sends()  # the mid-saga cancels still timed to go (each retries)
+                await asyncio.gather(*hostile_acts)
             finally:
                 await raw.stop()
+                await actor.stop()
         # Quiet period: no more faults; everything the workload asked for must now finish.
         deadline = time.monotonic() + QUIET_S
+        system.workload.hostile = list(actor.records)
         recording = await system.collect()
         report: Report = check(recording)
         while time.monotonic() < deadline and (
@@ -144,7 +177,12 @@ async def test_every_promise_holds_under_the_seeded_faults(
         system.stop_services()
         await system.close_proxies()
     faults = ", ".join(f"{k}={n}" for k, n in sorted(system.counts.items()))
-    system.say(f"faults injected: {faults}\nverdict:\n{report.render()}")
+    hostile_by_kind = Counter(r.kind for r in actor.records)
+    hostile_sent = ", ".join(f"{k}={n}" for k, n in sorted(hostile_by_kind.items()))
+    system.say(
+        f"faults injected: {faults}\nhostile records: {len(actor.records)} in {actor.acts} acts "
+        f"({hostile_sent})\nverdict:\n{report.render()}"
+    )
     if injected:
         by_kind = figures_by_fault_kind(recording, injected, system.fence_refusals())
         system.say(

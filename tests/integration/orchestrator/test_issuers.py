@@ -332,6 +332,119 @@ async def test_forged_timer_firings_are_parked_and_each_workflow_carries_on(
     assert woke.fired_at >= sleep.fire_at
 
 
+async def test_outcomes_and_firings_that_answer_nothing_pending_are_parked_unless_their_issuer_backs_them(
+    kafka: KafkaSettings,
+    producer: Producer,
+    db: Pool,
+    start_orchestrator_: StartOrchestrator,
+    start_claimer: StartClaimer,
+    ticker: Replica,
+) -> None:
+    """Found by the system suite's hostile actor: a forged outcome or firing that reached the
+    orchestrator after what it names had been answered (or for a sequence that never held it, or a
+    workflow that had ended) was dropped without a trace. Now only a record its issuer's record
+    backs is dropped (a copy of a genuine one changes nothing); every other one is parked."""
+    running: Running = await start_orchestrator_()
+    await start_claimer()
+    workflows = Workflows(kafka, producer, db)
+    approval = unique_name("approval")
+    await workflows.start(approval, "tests.approval", {"order_id": approval}, f"start-{approval}")
+    await workflows.send(
+        SignalWorkflow(workflow_id=approval, signal="approve", payload={"by": "ops"}), f"sig-{approval}"
+    )
+    sleeper = unique_name("sleeper")
+    await workflows.start(sleeper, "tests.sleeper", {"order_id": sleeper, "seconds": 1}, f"start-{sleeper}")
+    approved = await wait_history(db, approval, WorkflowCompleted.message_type, timeout=60)
+    slept = await wait_history(db, sleeper, WorkflowCompleted.message_type, timeout=60)
+    [scheduled] = [e for e in approved if isinstance(e, ActivityScheduled)]
+    [sleep] = [e for e in slept if isinstance(e, TimerStarted)]
+    row = await db.fetchrow(
+        "SELECT fence_token, attempt FROM claimer.runs WHERE run_id = $1", scheduled.run_id
+    )
+    assert row is not None
+    fence, attempt = row["fence_token"], row["attempt"]
+    forged = {"forged": True, "pay_to": "attacker"}
+    runs_topic, timers_topic = kafka.topic(RUN_EVENTS), kafka.topic(TIMER_EVENTS)
+    seq = scheduled.sequence
+    # Each key's copies go first: by the time the forged records after them are parked, the copies
+    # (same partition, decided in order) have been decided too.
+    copies = {
+        "backed outcome copy": (
+            runs_topic,
+            forged_completion(
+                approval,
+                seq,
+                run_id=scheduled.run_id,
+                fence=fence,
+                attempt=attempt,
+                result=forged,
+                envelope_id=f"{scheduled.run_id}/{fence}/copy",
+            ),
+        ),
+        "due firing copy": (
+            timers_topic,
+            forged_firing(
+                sleeper, sleep.timer_id, sleep.sequence, envelope_id=f"timer:{sleep.timer_id}:copy"
+            ),
+        ),
+    }
+    unbacked = {
+        "answered, wrong fence": (
+            runs_topic,
+            forged_completion(approval, seq, run_id=scheduled.run_id, fence=999, attempt=1, result=forged),
+        ),
+        "no activity at that sequence": (
+            runs_topic,
+            forged_completion(
+                approval, seq + 50, run_id=f"{approval}/{seq + 50}", fence=1, attempt=1, result=forged
+            ),
+        ),
+        "another workflow's timer id": (
+            timers_topic,
+            forged_firing(sleeper, f"{approval}/timer/{sleep.sequence}", sleep.sequence),
+        ),
+        "an execution timeout never set": (
+            timers_topic,
+            forged_firing(sleeper, f"{sleeper}#execution-timeout", None),
+        ),
+    }
+    before = {w: await history(db, w) for w in (approval, sleeper)}
+    sent = {}
+    for name, (topic, envelope) in {**copies, **unbacked}.items():
+        sent[name] = (await producer.send(topic, envelope), envelope)
+
+    letters = await parked(kafka, {name: sent[name] for name in unbacked})
+    assert letters["answered, wrong fence"].reason == "unproven_outcome"
+    assert "fence 999, recorded" in letters["answered, wrong fence"].error
+    assert letters["no activity at that sequence"].reason == "unproven_outcome"
+    assert f"sequence {seq + 50} of workflow {approval}, where no activity was scheduled" in (
+        letters["no activity at that sequence"].error
+    )
+    assert letters["another workflow's timer id"].reason == "unproven_timer"
+    assert f"is not the timer the timer started at sequence {sleep.sequence} of workflow {sleeper}" in (
+        letters["another workflow's timer id"].error
+    )
+    assert letters["an execution timeout never set"].reason == "unproven_timer"
+    assert "started no such timer" in letters["an execution timeout never set"].error
+    service = running.orchestrator
+    assert refused(service, "unproven_outcome", "fence") == 1
+    assert refused(service, "unproven_outcome", "run_id") == 1
+    assert refused(service, "unproven_timer", "timer_id") == 1
+    assert refused(service, "unproven_timer", "not_started") == 1
+    # The copies their issuers back are dropped (nothing parked for them), and nothing changed.
+    positions = {(d.topic, d.partition, d.offset) for name, (d, _) in sent.items() if name in copies}
+    async with TopicReader(kafka, DLQ_MESSAGES) as dlq:
+        await dlq.drain()
+        origins = {
+            (letter.topic, letter.partition, letter.offset)
+            for letter in (
+                DeadLettered.model_validate(e.data) for e in dlq.of_type(DeadLettered.message_type)
+            )
+        }
+    assert not positions & origins
+    assert {w: await history(db, w) for w in (approval, sleeper)} == before
+
+
 async def test_an_input_recorded_before_origins_were_kept_is_parked_under_its_input_and_forgotten(
     pg_pool: Pool, decider: RuntimeDecider, kafka: KafkaSettings
 ) -> None:

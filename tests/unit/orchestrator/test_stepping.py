@@ -263,8 +263,9 @@ def test_an_activity_result_counts_once_and_only_for_a_pending_activity() -> Non
     records = completed_record(2, {"ok": 1})
     out = step(WF, RUNNING, scheduled(), inputs, decider=decider, now=NOW, records=records)
     assert len(out.events) == 1
-    # The second names another claim (token 2): nothing is pending any more, so it is dropped.
-    assert out.refused == []
+    # The second names another claim (token 2): nothing is pending any more, and the claimer's
+    # record (token 1) does not back it, so it changes nothing and is parked.
+    assert [(r.input.envelope.id, r.verdict.rule) for r in out.refused] == [("r2", "fence")]
     done = out.events[0]
     assert isinstance(done, ActivityCompleted)
     assert done.scheduled_sequence == 2
@@ -272,6 +273,7 @@ def test_an_activity_result_counts_once_and_only_for_a_pending_activity() -> Non
     stray = step(WF, RUNNING, scheduled(), [item(run_completed(7), "r3")], decider=decider, now=NOW)
     assert stray.events == []
     assert stray.status is None
+    assert [r.verdict.rule for r in stray.refused] == ["run_id"]
 
 
 def test_a_dead_lettered_activity_fails_with_its_last_error() -> None:
@@ -526,9 +528,36 @@ def test_an_outcome_while_the_claimer_still_runs_the_activity_is_refused() -> No
     assert [r.verdict.rule for r in out.refused] == ["state"]
 
 
-def test_an_outcome_for_nothing_pending_is_dropped_not_parked() -> None:
-    out = step(WF, RUNNING, scheduled(), [item(run_completed(7), "late")], decider=Scripted(), now=NOW)
-    assert (out.events, out.refused) == ([], [])
+def test_an_outcome_for_nothing_pending_is_dropped_only_when_the_claimers_record_backs_it() -> None:
+    answered = [*scheduled(), ActivityCompleted(workflow_id=WF, sequence=3, scheduled_sequence=2, result=1)]
+    copy = item(run_completed(2, {"forged": True}), "copy")
+    backed = step(WF, RUNNING, answered, [copy], decider=Scripted(), now=NOW, records=completed_record(2, 1))
+    # A copy of the genuine outcome (the record backs it) changes nothing and is dropped.
+    assert (backed.events, backed.refused) == ([], [])
+    late = [item(run_completed(7), "late"), item(run_completed(2, token=9), "forged")]
+    out = step(WF, RUNNING, answered, late, decider=Scripted(), now=NOW, records=completed_record(2, 1))
+    assert out.events == []
+    # Nothing scheduled at 7; at 2 the record holds another claim: both parked, not dropped.
+    assert [(r.input.envelope.id, r.verdict.rule) for r in out.refused] == [
+        ("late", "run_id"),
+        ("forged", "fence"),
+    ]
+    assert (
+        "names sequence 7 of workflow order-1, where no activity was scheduled"
+        in out.refused[0].verdict.detail
+    )
+    # The same once the workflow ended: a forged outcome is parked, a backed copy dropped.
+    ended = [*answered, WorkflowCompleted(workflow_id=WF, sequence=4, result=1)]
+    after = step(
+        WF,
+        Row("checkout", "completed"),
+        ended,
+        [copy, late[1]],
+        decider=Scripted(),
+        now=NOW,
+        records=completed_record(2, 1),
+    )
+    assert [(r.input.envelope.id, r.verdict.rule) for r in after.refused] == [("forged", "fence")]
 
 
 def slept(fire_at: datetime = NOW + timedelta(minutes=1)) -> list[HistoryEvent]:
@@ -615,6 +644,27 @@ def test_an_early_firing_of_a_genuine_sleep_is_refused_by_the_database_clock() -
     assert (done.started_sequence, done.timer_id) == (2, f"{WF}/timer/2")
 
 
-def test_a_firing_that_names_nothing_pending_is_dropped_not_parked() -> None:
-    out = step(WF, RUNNING, slept(NOW), [item(fired("anything", 9), "t1")], decider=Scripted(), now=NOW)
-    assert (out.events, out.refused) == ([], [])
+def test_a_firing_that_names_nothing_pending_is_dropped_only_when_the_history_started_it_and_it_is_due() -> (
+    None
+):
+    woke = [
+        *slept(NOW),
+        WorkflowTimerFired(
+            workflow_id=WF, sequence=3, started_sequence=2, timer_id=f"{WF}/timer/2", fired_at=NOW
+        ),
+    ]
+    copy = item(fired(f"{WF}/timer/2", 2), "copy")
+    backed = step(WF, RUNNING, woke, [copy], decider=Scripted(), now=NOW)
+    assert (backed.events, backed.refused) == ([], [])
+    forged = [
+        item(fired("anything", 9), "t1"),
+        item(fired("other/timer/2", 2), "t2"),
+        item(fired(execution_timer_id(WF), None), "t3"),
+    ]
+    out = step(WF, RUNNING, woke, forged, decider=Scripted(), now=NOW)
+    assert out.events == []
+    assert [(r.input.envelope.id, r.verdict.rule) for r in out.refused] == [
+        ("t1", "not_started"),
+        ("t2", "timer_id"),
+        ("t3", "not_started"),
+    ]

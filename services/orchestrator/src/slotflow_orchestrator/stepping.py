@@ -7,9 +7,11 @@ PostgreSQL transaction that appends the result, so the rules here are the only p
 history grows:
 
 - an outcome counts only for something still pending (an activity's first RunCompleted or
-  RunDeadLettered, a timer's first TimerFired); late, duplicate or foreign ones are dropped; a
-  RunDeadLettered of an activity scheduled with `on_dead_letter="park"` only marks it
-  (ActivityParked), so a redrive's outcome still counts;
+  RunDeadLettered, a timer's first TimerFired); a late or duplicate one is dropped when its
+  issuer's record backs it (a copy of a genuine outcome changes nothing), and refused like a forged
+  one when it does not (nothing forged disappears without a trace: the system suite's hostile actor
+  found such records dropped); a RunDeadLettered of an activity scheduled with
+  `on_dead_letter="park"` only marks it (ActivityParked), so a redrive's outcome still counts;
 - an outcome for something pending counts only when its issuer's record backs it
   (`slotflow.issuers`): an activity's when the claimer's record of the run (``records``) is in the
   state it claims, with its fence token, attempt and handler, and then the history records the
@@ -71,7 +73,7 @@ from slotflow.contracts.timers import execution_timer_id as execution_timer_id
 from slotflow.contracts.workflows import WORKFLOW_TERMINATED
 from slotflow.errors import SlotflowError
 from slotflow.history import OpenWork
-from slotflow.issuers import RunRecord, Verdict, outcome_verdict, timer_verdict
+from slotflow.issuers import UNPROVEN_OUTCOME, RunRecord, Verdict, outcome_verdict, timer_verdict
 from slotflow.kafka.records import Record
 from slotflow_orchestrator.inputs import ChildOutcome
 
@@ -476,6 +478,8 @@ def _apply(book: _Book, item: Input, out: Step, *, decider: Decider, now: dateti
         _retry(book, item, message, out, trust, exists=exists)
     elif book.history and not book.ended:
         _outcome(book, item, out, trust)
+    elif isinstance(message, RunCompleted | RunDeadLettered | TimerFired):
+        _unanswered(book, item, out, trust)  # the workflow ended, or never was
 
 
 def _retry(
@@ -622,7 +626,8 @@ def _activity_outcome(
     wf = book.workflow_id
     answered = book.work.activities.get(message.sequence) if message.sequence is not None else None
     if answered is None:
-        return  # nothing pending at that sequence: late, duplicate or foreign, it changes nothing
+        _unanswered(book, item, out, trust)  # nothing pending at that sequence
+        return
     record = trust.records.get(answered.run_id)
     verdict = outcome_verdict(message, run_id=answered.run_id, handler=answered.activity, record=record)
     if not verdict.accepted or record is None:
@@ -730,9 +735,78 @@ def _timer_fired(book: _Book, item: Input, message: TimerFired, out: Step, trust
                 out,
             )
     else:
-        return  # names nothing pending (a timer cancelled or answered already): it changes nothing
+        _unanswered(book, item, out, trust)  # names nothing pending
+        return
     if not verdict.accepted:
         out.refused.append(Refusal(item, verdict))
+
+
+def _unanswered(book: _Book, item: Input, out: Step, trust: _Trust) -> None:
+    """An outcome or firing that answers nothing pending: late, a copy, or forged. It changes
+    nothing either way; it is dropped when its issuer's record backs it (a genuine copy: the
+    claimer's row of that activity's run as it claims, or a timer this workflow started and whose
+    time has come) and refused otherwise, so a forged record is parked where an operator sees it
+    instead of disappearing without a trace."""
+    message = item.message
+    if isinstance(message, RunCompleted | RunDeadLettered):
+        verdict = _unanswered_outcome(book, message, trust)
+    elif isinstance(message, TimerFired):
+        verdict = _unanswered_firing(book, message, trust)
+    else:
+        return
+    if not verdict.accepted:
+        out.refused.append(Refusal(item, verdict))
+
+
+def _unanswered_outcome(book: _Book, message: RunCompleted | RunDeadLettered, trust: _Trust) -> Verdict:
+    """Whether the claimer's record backs an outcome of the activity the history scheduled at the
+    outcome's sequence (answered already, or abandoned when the workflow ended)."""
+    scheduled = next(
+        (e for e in book.history if isinstance(e, ActivityScheduled) and e.sequence == message.sequence),
+        None,
+    )
+    if scheduled is None:
+        return Verdict(
+            UNPROVEN_OUTCOME,
+            "run_id",
+            f"{message.message_type} of run {message.run_id[:200]!r} names sequence {message.sequence} of "
+            f"workflow {book.workflow_id}, where no activity was scheduled",
+        )
+    record = trust.records.get(scheduled.run_id)
+    return outcome_verdict(message, run_id=scheduled.run_id, handler=scheduled.activity, record=record)
+
+
+def _unanswered_firing(book: _Book, message: TimerFired, trust: _Trust) -> Verdict:
+    """Whether the history started the timer a firing names, at its sequence (a sleep, an
+    activity's deadline) or as the execution timeout, and its time has come."""
+    wf = book.workflow_id
+    if message.sequence is None:
+        return timer_verdict(
+            message.timer_id,
+            awaited=f"the execution timeout of workflow {wf}",
+            awaited_id=execution_timer_id(wf, book.work.chain_start) if book.execution_deadline else None,
+            fire_at=book.execution_deadline,
+            clock=trust.clock,
+        )
+    started = next((e for e in book.history if e.sequence == message.sequence), None)
+    if isinstance(started, TimerStarted):
+        return timer_verdict(
+            message.timer_id,
+            awaited=f"the timer started at sequence {started.sequence} of workflow {wf}",
+            awaited_id=started.timer_id,
+            fire_at=started.fire_at,
+            clock=trust.clock,
+        )
+    deadline = started.schedule_to_close_deadline if isinstance(started, ActivityScheduled) else None
+    return timer_verdict(
+        message.timer_id,
+        awaited=f"sequence {message.sequence} of workflow {wf}",
+        awaited_id=deadline_timer_id(started.run_id)
+        if isinstance(started, ActivityScheduled) and deadline
+        else None,
+        fire_at=deadline,
+        clock=trust.clock,
+    )
 
 
 def _decide(book: _Book, out: Step, *, decider: Decider, now: datetime) -> None:
