@@ -279,8 +279,16 @@ async def test_a_workflow_waiting_on_a_parked_activity_shows_it_with_its_retry(
         await page.get_by_role("button", name="Retry activity #2 shipping.book").click()
         status = page.get_by_role("status")
         await expect(status).to_contain_text("Retry of #2 shipping.book: command", timeout=5_000)
-        # No orchestrator runs here: the retry is published, and waits for its answer.
+        # No orchestrator runs here: the retry is published, and waits for its answer. The commands
+        # list is projected from the command topic, so it shows the retry once the projector read it.
         async with httpx.AsyncClient(base_url=base, timeout=30, headers=AUTH) as http:
-            listed = await http.get("/v1/commands", params={"command_type": "workflow.retry_activity"})
-            assert [c["subject"] for c in listed.json()["items"]] == [wid]
+
+            async def listed() -> list[str]:
+                answer = await http.get("/v1/commands", params={"command_type": "workflow.retry_activity"})
+                return [c["subject"] for c in answer.json()["items"]]
+
+            async def retry_listed() -> bool:
+                return await listed() == [wid]
+
+            await assert_eventually(retry_listed, timeout=30, message="the retry in the commands list")
         assert problems == []
