@@ -125,7 +125,7 @@ async def test_audit_reports_every_category(client: httpx.AsyncClient, emit: Emi
     assert body["expected"] == 6
     assert body["from"].startswith(slots[0].isoformat()[:19])
     assert body["slots"][2]["detail"].startswith("misfire")
-    assert body["slots"][5]["detail"] == "the schedule was paused"
+    assert body["slots"][5]["detail"] == "paused: passed while paused"
     assert body["slots"][1]["run_id"] == run_id("hourly", slots[1])
 
     assert (await client.get("/v1/audit", params={"schedule": "nope"})).status_code == 404

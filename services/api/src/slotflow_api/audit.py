@@ -307,5 +307,7 @@ def _judge(
         return SlotVerdict(at, None, "skipped_by_policy", f"dst_nonexistent: {expected.dst_skip}")
     for begin, finish in paused:
         if begin <= at and (finish is None or at < finish):
-            return SlotVerdict(at, None, "skipped_by_policy", "the schedule was paused")
+            # The words the ticker's SlotSkipped will carry once resumed (without catch-up), so
+            # the audit says the same before and after the resume.
+            return SlotVerdict(at, None, "skipped_by_policy", "paused: passed while paused")
     return None

@@ -63,7 +63,8 @@ class Schedule(BaseModel):
     )
     catch_up_at_resume: bool = Field(
         default=False,
-        description="the next fire is the catch-up, at resume_at, of slots missed while paused",
+        description="always false: the slots that pass while paused are skipped (reason `paused`), "
+        "and an automatic resume never catches up on them (kept for clients that read it)",
     )
     created_at: datetime
     updated_at: datetime
@@ -464,6 +465,17 @@ class PauseBody(_Body):
     resume_at: AwareDatetime | None = None
 
 
+_CATCH_UP = Field(
+    default=False,
+    description="run the slots that passed while paused under the misfire policy; without it "
+    "(the default) each is recorded as skipped with reason `paused` and never fires",
+)
+
+
+class ResumeBody(_Body):
+    catch_up: bool = _CATCH_UP
+
+
 class BulkBody(_Body):
     #: Each one URL path segment, like every schedule id; a repeated id is one command.
     schedule_ids: list[Annotated[str, Field(pattern=SCHEDULE_ID_PATTERN)]] = Field(
@@ -474,6 +486,10 @@ class BulkBody(_Body):
 class BulkPauseBody(BulkBody):
     reason: str = Field(default="", max_length=1000)
     resume_at: AwareDatetime | None = None
+
+
+class BulkResumeBody(BulkBody):
+    catch_up: bool = _CATCH_UP
 
 
 class BulkCommand(BaseModel):

@@ -211,17 +211,23 @@ class Client:
         return await self.send(message, command_id=command_id, wait=wait)
 
     async def resume_schedule(
-        self, schedule_id: str, *, command_id: str | None = None, wait: float | None = None
+        self,
+        schedule_id: str,
+        *,
+        catch_up: bool = False,
+        command_id: str | None = None,
+        wait: float | None = None,
     ) -> Sent:
-        """Resume a paused schedule (its misfire policy decides about the slots it missed).
+        """Resume a paused schedule. The slots that passed while it was paused are recorded as
+        skipped (`paused`) and never fire; with ``catch_up=True`` they meet the schedule's misfire
+        policy instead, as slots missed while the ticker was down would.
 
         Example::
 
             await client.resume_schedule("nightly-payouts", wait=10)
         """
-        return await self.send(
-            _build(ResumeSchedule, schedule_id=schedule_id), command_id=command_id, wait=wait
-        )
+        message = _build(ResumeSchedule, schedule_id=schedule_id, catch_up=catch_up)
+        return await self.send(message, command_id=command_id, wait=wait)
 
     async def trigger_schedule(
         self, schedule_id: str, *, command_id: str | None = None, wait: float | None = None

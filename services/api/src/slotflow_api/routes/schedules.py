@@ -42,14 +42,15 @@ from slotflow_api.schemas import (
     BackfillReport,
     BackfillSlot,
     BulkAnswer,
-    BulkBody,
     BulkCommand,
     BulkPauseBody,
+    BulkResumeBody,
     Calendar,
     CalendarEntry,
     CreateScheduleBody,
     Page,
     PauseBody,
+    ResumeBody,
     Run,
     Schedule,
     ScheduleDetail,
@@ -123,7 +124,8 @@ def with_outlook(row: dict[str, object], *, now: datetime, count: int) -> dict[s
     )
     row["status"] = seen.status
     row["next_fire_at"] = seen.next_fire_at
-    row["catch_up_at_resume"] = seen.catch_up
+    # Kept for clients that read it: an automatic resume never catches up (docs/scheduling.md).
+    row["catch_up_at_resume"] = False
     row["next_slots"] = [{"at": slot.at, "local": slot.local, "dst": slot.dst} for slot in seen.next_slots]
     return row
 
@@ -373,11 +375,13 @@ async def pause_schedules(
 )
 async def resume_schedules(
     s: Annotated[Services, Depends(services)],
-    body: BulkBody,
+    body: BulkResumeBody,
     idempotency_key: IdempotencyKey = None,
     wait: Wait = None,
 ) -> BulkAnswer:
-    messages = [ResumeSchedule(schedule_id=i) for i in dict.fromkeys(body.schedule_ids)]
+    messages = [
+        ResumeSchedule(schedule_id=i, catch_up=body.catch_up) for i in dict.fromkeys(body.schedule_ids)
+    ]
     return await _bulk(s, messages, idempotency_key=idempotency_key, wait=wait)
 
 
@@ -402,12 +406,13 @@ async def pause_schedule(
 async def resume_schedule(
     s: Annotated[Services, Depends(services)],
     schedule_id: ScheduleId,
+    body: Annotated[ResumeBody | None, Body()] = None,
     idempotency_key: IdempotencyKey = None,
     wait: Wait = None,
 ) -> JSONResponse:
-    return await submit(
-        s, ResumeSchedule(schedule_id=schedule_id), idempotency_key=idempotency_key, wait=wait
-    )
+    catch_up = body.catch_up if body is not None else False
+    message = ResumeSchedule(schedule_id=schedule_id, catch_up=catch_up)
+    return await submit(s, message, idempotency_key=idempotency_key, wait=wait)
 
 
 @router.delete("/v1/schedules/{schedule_id}", status_code=202, responses=COMMAND_RESPONSES, summary="Delete")

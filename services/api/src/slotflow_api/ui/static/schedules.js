@@ -40,12 +40,15 @@
       append(pager, [h("a", { href: withQuery("/ui/", { ...params, limit: null, cursor: listing.next_cursor }) }, "Next page")]);
     }
     const reason = h("input", { type: "text", name: "bulk-reason", size: 24 });
+    const bulkCatchUp = h("input", { type: "checkbox", name: "bulk-catch-up" });
     const selected = () => Array.from(content.querySelectorAll("input[data-schedule]:checked"))
       .map((box) => box.dataset.schedule);
     const bulk = (button, verb) => {
       const ids = selected();
       if (!ids.length) { say("Select at least one schedule first.", true); return; }
-      const payload = verb === "pause" ? { schedule_ids: ids, reason: reason.value.trim() } : { schedule_ids: ids };
+      const payload = verb === "pause"
+        ? { schedule_ids: ids, reason: reason.value.trim() }
+        : { schedule_ids: ids, catch_up: bulkCatchUp.checked };
       bulkCommand(button, `/v1/schedules/${verb}`, payload,
         `${verb === "pause" ? "Pause" : "Resume"} of ${ids.length} schedule(s)`);
     };
@@ -55,6 +58,7 @@
       rows.length ? h("div", { class: "actions", "aria-label": "Act on selected schedules", role: "group" },
         field("Pause reason", reason),
         h("button", { type: "button", onclick: (e) => bulk(e.currentTarget, "pause") }, "Pause selected"),
+        field("Catch up on paused slots", bulkCatchUp),
         h("button", { type: "button", onclick: (e) => bulk(e.currentTarget, "resume") }, "Resume selected")) : null,
       table("Schedules and their next slots", [
         { label: "Select", cell: (r) => r.deleted ? "" : h("input", {
@@ -102,12 +106,14 @@
     ]);
 
     const reason = h("input", { type: "text", name: "reason", size: 24 });
+    // Without it the slots that passed while paused are skipped (reason paused), never run.
+    const catchUp = h("input", { type: "checkbox", name: "catch-up" });
     const actions = h("div", { class: "actions" },
       h("button", { type: "button", class: "primary", onclick: (e) =>
         command(e.currentTarget, `/v1/schedules/${enc(subject)}/trigger`, {}, "Trigger") }, "Trigger now"),
       schedule.paused
-        ? h("button", { type: "button", onclick: (e) =>
-          command(e.currentTarget, `/v1/schedules/${enc(subject)}/resume`, {}, "Resume") }, "Resume")
+        ? [field("Catch up on paused slots (misfire policy)", catchUp), h("button", { type: "button", onclick: (e) =>
+          command(e.currentTarget, `/v1/schedules/${enc(subject)}/resume`, { catch_up: catchUp.checked }, "Resume") }, "Resume")]
         : [field("Pause reason", reason), h("button", { type: "button", onclick: (e) =>
           command(e.currentTarget, `/v1/schedules/${enc(subject)}/pause`, { reason: reason.value }, "Pause") }, "Pause")],
     );
@@ -144,8 +150,7 @@
         ["State", [badge(scheduleState(schedule)), schedule.pause_reason ? ` ${schedule.pause_reason}` : ""]],
         ["Tags", (schedule.tags || []).join(", ") || "–"],
         ["Resumes at", schedule.resume_at ? fmtTime(schedule.resume_at) : "–"],
-        ["Next fire", [fmtTime(schedule.next_fire_at),
-          schedule.catch_up_at_resume ? " (catch-up of the slots missed while paused)" : ""]],
+        ["Next fire", fmtTime(schedule.next_fire_at)],
         ["Runs so far", Object.entries(schedule.runs_by_state || {}).map(([state, n]) => `${n} ${state}`).join(", ") || "none"],
         ["Created", fmtTime(schedule.created_at)],
         ["Updated", fmtTime(schedule.updated_at)],
