@@ -164,11 +164,24 @@ async def test_dashboard_pages_and_redrive_in_chromium(
         retried = page.locator("svg.timeline g.run").filter(has_text="2 attempt(s)")
         assert await retried.count() == 2  # the retried run and the duplicated one
         await expect(page.locator('svg.timeline g.expected[data-status="missed"]')).to_have_count(1)
-        audit = page.locator("p.audit")
+        audit = page.locator("div.audit")
         await expect(audit).to_contain_text("1 missed")
         await expect(audit).to_contain_text("1 late")
         await expect(audit).to_contain_text("1 skipped by policy")
         await expect(audit).to_contain_text("1 duplicated effect")
+        # The headline counts outcomes, not firings: the dead-lettered slot fired and failed, in the
+        # colour of a failure, never in the green of a success.
+        headline = page.locator('[data-audit="outcomes"]')
+        await expect(headline.locator('[data-outcome="failed"]')).to_have_text(
+            "1 fired and failed or dead-lettered"
+        )
+        await expect(headline.locator('[data-outcome="in_flight"]')).to_have_text("1 fired, still running")
+        colour = "(name) => getComputedStyle(document.querySelector(`[data-outcome=${name}]`)).color"
+        failed, succeeded, missed = [
+            await page.evaluate(colour, n) for n in ("failed", "succeeded", "missed")
+        ]
+        assert failed != succeeded and failed == missed, (failed, succeeded, missed)
+        assert await page.locator('[data-audit="timing"] .s-fired').count() == 0
         runs = page.get_by_role("table", name=re.compile(f"^Runs of {PAYOUTS}"))
         await expect(runs).to_contain_text("TimeoutError: bank API timed out")
         await expect(runs).to_contain_text("CardDeclined: card declined by issuer")

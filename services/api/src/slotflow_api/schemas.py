@@ -346,6 +346,13 @@ class AuditSlot(BaseModel):
     status: Literal["fired", "missed", "skipped_by_policy", "late", "held", "duplicated_effect"]
     detail: str
     kind: str | None = Field(default=None, description="the run's kind: scheduled, backfill, ...")
+    run_state: str | None = Field(default=None, description="the run's state, when one is recorded")
+    outcome: Literal["succeeded", "failed", "in_flight", "held", "missed", "skipped", "duplicated_effect"] = (
+        Field(
+            description="what became of the slot: a fired or late slot's run completed (succeeded), failed or "
+            "dead-lettered (failed), or is still running (in_flight); otherwise its status"
+        )
+    )
 
 
 class UnscheduledRun(BaseModel):
@@ -362,6 +369,18 @@ class AuditSummary(BaseModel):
     late: int
     held: int = Field(default=0, description="fired, waiting for a downstream (not missed, not run yet)")
     duplicated_effect: int
+
+
+class AuditOutcomes(BaseModel):
+    """The audit's headline: one count per outcome, adding up to `expected`."""
+
+    succeeded: int = Field(description="fired (on time or late) and its run completed")
+    failed: int = Field(description="fired and its run failed, was dead-lettered or cancelled")
+    in_flight: int = Field(description="fired and its run has not ended yet")
+    held: int = Field(description="fired, waiting for a downstream")
+    missed: int
+    skipped: int = Field(description="skipped by a policy (misfire, overlap, DST, paused)")
+    duplicated_effect: int = Field(description="completed by more than one claim")
 
 
 class AuditChange(BaseModel):
@@ -385,7 +404,13 @@ class Audit(BaseModel):
     as_of: datetime = Field(description="the database clock when the audit ran")
     late_threshold_seconds: float
     slots: list[AuditSlot]
-    summary: AuditSummary
+    outcomes: AuditOutcomes = Field(
+        description="what became of the judged slots (the headline: a slot that fired is not a success "
+        "until its run completed)"
+    )
+    summary: AuditSummary = Field(
+        description="how the judged slots fired (on time, late, ...), not how they ended"
+    )
     unscheduled: list[UnscheduledRun] = Field(
         description="runs of the schedule off its grid (manual triggers, off-grid backfills)"
     )

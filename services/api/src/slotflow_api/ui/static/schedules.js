@@ -457,12 +457,25 @@
       h("li", {}, h("span", { class: `swatch c-${state}`, "aria-hidden": "true" }), state.replace(/_/g, " "))));
   }
 
+  // The headline counts outcomes (a slot that fired is a success only once its run completed),
+  // each in its state's colour; how the slots fired (on time, late) follows in plain text.
+  const OUTCOME_LABELS = [
+    ["succeeded", "fired and succeeded"], ["failed", "fired and failed or dead-lettered"],
+    ["in_flight", "fired, still running"], ["held", "held"], ["missed", "missed"],
+    ["skipped", "skipped"], ["duplicated_effect", "duplicated effect"],
+  ];
+
   function auditSummary(audit) {
+    const outcomes = audit.outcomes || {};
     const summary = audit.summary || {};
     const pending = audit.pending ? ` (${audit.pending} too recent to judge)` : "";
-    return h("p", { class: "audit" }, `Audit: ${text(audit.expected)} slots expected${pending} — `,
-      ["fired", "missed", "skipped_by_policy", "late", "held", "duplicated_effect"].map((name, i) =>
-        [i ? ", " : "", h("span", { class: `s-${name}` }, `${summary[name] || 0} ${name.replace(/_/g, " ")}`)]));
+    return h("div", { class: "audit" },
+      h("p", { "data-audit": "outcomes" }, `Audit: ${text(audit.expected)} slots expected${pending} — `,
+        OUTCOME_LABELS.map(([name, label], i) => [i ? ", " : "",
+          h("span", { class: `s-${name}`, "data-outcome": name }, `${outcomes[name] || 0} ${label}`)])),
+      h("p", { class: "muted", "data-audit": "timing" }, "How they fired: ",
+        ["fired", "late", "missed", "skipped_by_policy", "held", "duplicated_effect"].map((name, i) =>
+          [i ? ", " : "", `${summary[name] || 0} ${name === "fired" ? "on time" : name.replace(/_/g, " ")}`])));
   }
 
   // Every schedule's firings in the next hours (24 by default, ?hours= in the URL), soonest first.
