@@ -5,13 +5,21 @@ from datetime import UTC, datetime
 
 import httpx
 
-from slotflow.contracts import CommandAccepted, CommandRejected, ScheduleCreated
+from slotflow.contracts import (
+    CommandAccepted,
+    CommandRejected,
+    ScheduleCreated,
+    WorkflowCompleted,
+    WorkflowStarted,
+    history_event_id,
+)
 from slotflow.contracts.topics import (
     DLQ_COMMANDS,
     SCHEDULE_COMMANDS,
     SCHEDULE_EVENTS,
     WORKFLOW_COMMANDS,
     WORKFLOW_EVENTS,
+    WORKFLOW_HISTORY,
 )
 from slotflow.settings import KafkaSettings
 from tests.integration.api.conftest import Emitter
@@ -218,3 +226,38 @@ async def test_a_dlq_command_waits_for_the_dlq_service(client: httpx.AsyncClient
         "acknowledged_at": None,
         "principal": None,
     }
+
+
+async def test_signal_cancel_and_terminate_of_a_closed_workflow_are_409_and_publish_nothing(
+    client: httpx.AsyncClient, emit: Emitter, kafka: KafkaSettings
+) -> None:
+    # Open: the commands go through, as before.
+    started = WorkflowStarted(
+        workflow_id="order-open", sequence=1, workflow_type="order", command_id="c-open"
+    )
+    await emit(WORKFLOW_HISTORY, started, id=history_event_id("order-open", 1), key="order-open")
+    await eventually_json(client, "/v1/workflows/order-open", lambda b: b["status"] == "running")
+    assert (
+        await client.post("/v1/workflows/order-open/signal", json={"signal": "approve"})
+    ).status_code == 202
+    # Closed: each is refused now, with the status, instead of a command the orchestrator rejects.
+    for sequence, event in enumerate(
+        (
+            WorkflowStarted(workflow_id="order-done", sequence=1, workflow_type="order", command_id="c-done"),
+            WorkflowCompleted(workflow_id="order-done", sequence=2, result={"ok": True}),
+        ),
+        start=1,
+    ):
+        await emit(WORKFLOW_HISTORY, event, id=history_event_id("order-done", sequence), key="order-done")
+    await eventually_json(client, "/v1/workflows/order-done", lambda b: b["status"] == "completed")
+    for verb, body in (("signal", {"signal": "approve"}), ("cancel", {"reason": "x"}), ("terminate", {})):
+        refused = await client.post(f"/v1/workflows/order-done/{verb}", json=body)
+        assert refused.status_code == 409, (verb, refused.text)
+        detail = refused.json()["detail"]
+        assert "order-done" in detail
+        assert "is completed" in detail
+        assert f"a {verb} applies only" in detail
+    # A last command after the refused ones: once it is on the topic, so would they be.
+    assert (await client.post("/v1/workflows/order-open/signal", json={"signal": "ship"})).status_code == 202
+    published = await read_topic(kafka, WORKFLOW_COMMANDS, want=2)
+    assert [envelope.key for envelope in published] == ["order-open", "order-open"]
