@@ -6,12 +6,21 @@ The api is served on a loopback port; the scene is events on the real topics, pr
 running app.
 """
 
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from playwright.async_api import Browser, Page, expect
 
-from slotflow.contracts import WorkflowCompleted, WorkflowStarted, history_event_id
-from slotflow.contracts.topics import WORKFLOW_HISTORY
+from slotflow.contracts import (
+    DownstreamReported,
+    JobDue,
+    RunRetrying,
+    WorkflowCompleted,
+    WorkflowStarted,
+    history_event_id,
+)
+from slotflow.contracts.topics import DOWNSTREAM_EVENTS, JOBS_DUE, RUN_EVENTS, WORKFLOW_HISTORY
+from slotflow.core.identity import run_id
 from slotflow_api.app import create_app
 from slotflow_api.config import Settings
 from tests.integration.api.conftest import AUTH, Emitter
@@ -47,4 +56,51 @@ async def test_a_closed_workflow_shows_no_signal_cancel_or_terminate(
         await page.goto(f"{base}/ui/workflows/order-open")
         for name in ("Send signal", "Cancel workflow", "Terminate workflow"):
             await expect(page.get_by_role("button", name=name)).to_have_count(1)
+        assert problems == []
+
+
+async def test_the_downstreams_held_counts_are_the_rows_shown(
+    api_settings: Settings, emit: Emitter, browser: Browser, shots: Path
+) -> None:
+    # The claimers last reported 8 held; the read model holds 9 (a run held since the report).
+    # The page once read "Held runs (8)" above 9 rows.
+    now = datetime.now(UTC).replace(microsecond=0)
+    for k in range(9):
+        slot = now - timedelta(minutes=10 - k)
+        rid = run_id("payouts", slot)
+        common = {"run_id": rid, "job_id": "payouts", "slot": slot}
+        await emit(JOBS_DUE, JobDue(**common, handler="payments.capture"), id=rid, key="payouts")
+        held = RunRetrying(
+            **common,
+            attempt=1,
+            fence_token=1,
+            owner="c1",
+            next_attempt=1,
+            retry_at=now + timedelta(minutes=5),
+            delay=timedelta(minutes=5),
+            held_reason="circuit_open:bank-api",
+        )
+        await emit(RUN_EVENTS, held, id=f"{rid}/1/held", key="payouts")
+    reported = DownstreamReported(
+        downstream="bank-api",
+        state="open",
+        manual=True,
+        window_seconds=60,
+        first_attempts=0,
+        retries=0,
+        retry_allowance=10,
+        successes=0,
+        failures=3,
+        held=8,
+        changed_at=now - timedelta(minutes=11),
+        at=now - timedelta(minutes=1),
+    )
+    await emit(DOWNSTREAM_EVENTS, reported, id="bank-api/reported/1", key="bank-api")
+    async with served(create_app(api_settings)) as base:
+        page, problems = await _page(browser)
+        await page.goto(f"{base}/ui/downstreams?name=bank-api")
+        held_table = page.get_by_role("table", name="Held runs (9), in slot order")
+        await expect(held_table.locator("tbody tr")).to_have_count(9, timeout=20_000)
+        listing = page.get_by_role("table", name="Downstreams")
+        await expect(listing.locator("[data-held]")).to_have_text("9")
         assert problems == []

@@ -641,7 +641,12 @@ class Downstream(BaseModel):
     state: Literal["closed", "open", "half_open"]
     manual: bool = Field(description="opened by an operator: stays open until one closes it")
     settings: dict[str, Any] = Field(description="its own settings over the claimers' defaults")
-    held: int = Field(description="runs waiting for it (attempts kept), as last reported")
+    held: int = Field(description="runs waiting for it (attempts kept), as its claimers last reported")
+    held_runs_count: int = Field(
+        default=0,
+        description="runs the read model holds as held for it: the rows `held_runs` lists (the count "
+        "a view shows beside them)",
+    )
     window_seconds: float | None
     first_attempts: int | None = Field(description="first attempts admitted over the window")
     retries: int | None = Field(description="retries admitted over the window")
