@@ -9,9 +9,11 @@ running app.
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import httpx
 from playwright.async_api import Browser, Page, expect
 
 from slotflow.contracts import (
+    ClaimerAnnounced,
     DownstreamReported,
     JobDue,
     RunRetrying,
@@ -19,8 +21,9 @@ from slotflow.contracts import (
     WorkflowStarted,
     history_event_id,
 )
-from slotflow.contracts.topics import DOWNSTREAM_EVENTS, JOBS_DUE, RUN_EVENTS, WORKFLOW_HISTORY
+from slotflow.contracts.topics import CLAIMERS, DOWNSTREAM_EVENTS, JOBS_DUE, RUN_EVENTS, WORKFLOW_HISTORY
 from slotflow.core.identity import run_id
+from slotflow.testing import assert_eventually
 from slotflow_api.app import create_app
 from slotflow_api.config import Settings
 from tests.integration.api.conftest import AUTH, Emitter
@@ -103,4 +106,42 @@ async def test_the_downstreams_held_counts_are_the_rows_shown(
         await expect(held_table.locator("tbody tr")).to_have_count(9, timeout=20_000)
         listing = page.get_by_role("table", name="Downstreams")
         await expect(listing.locator("[data-held]")).to_have_text("9")
+        assert problems == []
+
+
+async def test_the_new_schedule_form_warns_about_a_handler_no_claimer_serves(
+    api_settings: Settings, emit: Emitter, browser: Browser, shots: Path
+) -> None:
+    announced = ClaimerAnnounced(
+        claimer_id="claimer-1",
+        handlers=("payments.capture", "payments.void"),
+        interval=timedelta(minutes=10),
+        started_at=datetime.now(UTC),
+    )
+    await emit(CLAIMERS, announced, id="claimer-1/announced/1", key="claimer-1")
+    async with served(create_app(api_settings)) as base:
+        async with httpx.AsyncClient(base_url=base, headers={"X-Slotflow-Client": "test", **AUTH}) as http:
+
+            async def announced_seen() -> bool:
+                body = (await http.get("/v1/handlers")).json()
+                return any(h["name"] == "payments.capture" for h in body["handlers"])
+
+            await assert_eventually(announced_seen, timeout=20, message="the claimer's announcement")
+            # The API's own words, which the CLI prints too.
+            expected = (await http.get("/v1/handlers", params={"handler": "payments.captrue"})).json()[
+                "warnings"
+            ]
+        assert expected
+        assert "no live claimer serves handler 'payments.captrue'" in expected[0]
+        page, problems = await _page(browser)
+        await page.goto(f"{base}/ui/")
+        await page.get_by_text("New schedule").click()
+        form = page.get_by_role("form", name="New schedule")
+        warning = page.locator("[data-handler-warning]")
+        await form.get_by_label("Handler").fill("payments.captrue")
+        await expect(warning).to_have_text(f"Warning: {expected[0]}", timeout=10_000)
+        await expect(warning).to_be_visible()
+        await page.screenshot(path=shots / "dashboard-handler-warning.png", full_page=False)
+        await form.get_by_label("Handler").fill("payments.capture")
+        await expect(warning).to_be_hidden()
         assert problems == []

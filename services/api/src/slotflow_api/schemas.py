@@ -632,6 +632,11 @@ class ClaimerInfo(BaseModel):
 class Handlers(BaseModel):
     handlers: list[ServedHandler]
     claimers: list[ClaimerInfo]
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="with ?handler=: why that handler may never run (the warnings a create or update "
+        "naming it answers with, and `--strict` refuses on); empty when a live claimer serves it",
+    )
 
 
 class Downstream(BaseModel):

@@ -233,6 +233,7 @@
     const when = h("input", { name: "when", type: "text", size: 22, placeholder: "0 2 * * *  /  15m  /  2030-01-01T00:00:00Z" });
     const zone = h("input", { name: "timezone", type: "text", size: 16, value: "UTC" });
     const handler = h("input", { name: "handler", type: "text", size: 22 });
+    const handlerNote = handlerWarning(handler);
     const payload = h("textarea", { name: "payload", rows: 2, cols: 40 });
     const create = (event) => {
       event.preventDefault();
@@ -250,7 +251,34 @@
       h("form", { class: "filters", "aria-label": "New schedule", onsubmit: create },
         field("Schedule id", id), field("Kind", kind), field("Cron expression, interval or time", when),
         field("Time zone (cron)", zone), field("Handler", handler), field("Payload (JSON object)", payload),
-        h("button", { type: "submit", class: "primary" }, "Create schedule")));
+        h("button", { type: "submit", class: "primary" }, "Create schedule")), handlerNote);
+  }
+
+  // The warning the CLI prints and the API answers for a handler no live claimer serves, asked of
+  // the API (GET /v1/handlers?handler=) as the operator types: one source of truth for all three.
+  function handlerWarning(input) {
+    const note = h("p", { class: "warning", role: "status", "data-handler-warning": "" });
+    note.hidden = true;
+    let timer = null;
+    let asked = "";
+    const check = async () => {
+      const name = input.value.trim();
+      asked = name;
+      if (!name) { note.hidden = true; note.textContent = ""; return; }
+      try {
+        const answer = await get("/v1/handlers", { handler: name });
+        if (asked !== name) return;  // a newer check is under way
+        const warnings = answer.warnings || [];
+        note.textContent = warnings.length ? `Warning: ${warnings.join("; ")}` : "";
+        note.hidden = !warnings.length;
+      } catch (err) {
+        note.textContent = `Could not check the handler: ${err.message}`;
+        note.hidden = false;
+      }
+    };
+    input.addEventListener("input", () => { clearTimeout(timer); timer = setTimeout(check, 300); });
+    input.addEventListener("change", () => { clearTimeout(timer); check(); });
+    return note;
   }
 
   // Sends only what changed, as a merge patch (PATCH keeps every field it does not name).
@@ -261,6 +289,7 @@
     const when = h("input", { name: "edit-when", type: "text", size: 22, value: specValue(spec) });
     const zone = h("input", { name: "edit-timezone", type: "text", size: 16, value: spec.timezone || "UTC" });
     const handler = h("input", { name: "edit-handler", type: "text", size: 22, value: schedule.handler || "" });
+    const handlerNote = handlerWarning(handler);
     const payload = h("textarea", { name: "edit-payload", rows: 3, cols: 40 });
     payload.value = JSON.stringify(definition.payload || {}, null, 1);
     const tags = h("input", { name: "edit-tags", type: "text", size: 22, value: (schedule.tags || []).join(", ") });
@@ -284,7 +313,7 @@
       h("form", { class: "filters", "aria-label": "Edit schedule", onsubmit: save },
         field("Kind", kind), field("Cron expression, interval or time", when), field("Time zone (cron)", zone),
         field("Handler", handler), field("Payload (JSON object)", payload), field("Tags (comma-separated)", tags),
-        h("button", { type: "submit", class: "primary" }, "Save changes")));
+        h("button", { type: "submit", class: "primary" }, "Save changes")), handlerNote);
   }
 
   function backfillForm(schedule) {
