@@ -6,6 +6,7 @@ The api is served on a loopback port; the scene is events on the real topics, pr
 running app.
 """
 
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -17,16 +18,25 @@ from slotflow.contracts import (
     DownstreamReported,
     JobDue,
     RunRetrying,
+    ScheduleCreated,
     WorkflowCompleted,
     WorkflowStarted,
     history_event_id,
 )
-from slotflow.contracts.topics import CLAIMERS, DOWNSTREAM_EVENTS, JOBS_DUE, RUN_EVENTS, WORKFLOW_HISTORY
+from slotflow.contracts.topics import (
+    CLAIMERS,
+    DOWNSTREAM_EVENTS,
+    JOBS_DUE,
+    RUN_EVENTS,
+    SCHEDULE_EVENTS,
+    WORKFLOW_HISTORY,
+)
 from slotflow.core.identity import run_id
 from slotflow.testing import assert_eventually
 from slotflow_api.app import create_app
 from slotflow_api.config import Settings
 from tests.integration.api.conftest import AUTH, Emitter
+from tests.integration.api.helpers import cron
 from tests.integration.cli.support import served
 
 
@@ -144,4 +154,51 @@ async def test_the_new_schedule_form_warns_about_a_handler_no_claimer_serves(
         await page.screenshot(path=shots / "dashboard-handler-warning.png", full_page=False)
         await form.get_by_label("Handler").fill("payments.capture")
         await expect(warning).to_be_hidden()
+        assert problems == []
+
+
+async def _create(emit: Emitter, schedule_id: str) -> None:
+    created = ScheduleCreated(
+        schedule_id=schedule_id, definition=cron("0 2 * * *"), paused=False, next_fire_at=None
+    )
+    await emit(SCHEDULE_EVENTS, created, id=f"{schedule_id}/created", key=schedule_id)
+
+
+async def test_the_schedules_list_refreshes_itself_and_waits_while_the_tab_is_hidden(
+    api_settings: Settings, emit: Emitter, browser: Browser, shots: Path
+) -> None:
+    # A list open on a screen was 25 s stale and nothing said so.
+    await _create(emit, "live-a")
+    async with served(create_app(api_settings)) as base:
+        page, problems = await _page(browser)
+        await page.goto(f"{base}/ui/?refresh=2")
+        table = page.get_by_role("table", name="Schedules and their next slots")
+        await expect(table).to_contain_text("live-a", timeout=20_000)
+        live = page.locator("[data-live]")
+        await expect(live).to_contain_text("refreshes every 2 s")
+        await _create(emit, "live-b")
+        # No reload: the list renders itself again and shows the new schedule.
+        await expect(table).to_contain_text("live-b", timeout=20_000)
+        await expect(live).to_have_text(re.compile(r"^Updated \d+ s ago; refreshes every 2 s\.$"))
+        # Hidden: nothing is fetched, and the line says why the age grows.
+        await page.evaluate(
+            "() => { Object.defineProperty(document, 'hidden', { value: true, configurable: true });"
+            " document.dispatchEvent(new Event('visibilitychange')); }"
+        )
+        refreshes = await live.get_attribute("data-refreshes")
+        await _create(emit, "live-c")
+        await page.wait_for_timeout(6_000)
+        await expect(live).to_contain_text("refreshing paused while this tab is hidden")
+        assert await live.get_attribute("data-refreshes") == refreshes
+        await expect(table).not_to_contain_text("live-c")
+        # Back in view: current at once.
+        await page.evaluate(
+            "() => { Object.defineProperty(document, 'hidden', { value: false, configurable: true });"
+            " document.dispatchEvent(new Event('visibilitychange')); }"
+        )
+        await expect(table).to_contain_text("live-c", timeout=10_000)
+        # A row selected (the operator is about to act): the list waits for them.
+        await table.get_by_label("Select live-a").check()
+        await expect(live).to_contain_text("refreshing paused while you edit", timeout=5_000)
+        await page.screenshot(path=shots / "dashboard-live.png", full_page=False)
         assert problems == []
