@@ -15,10 +15,12 @@ from playwright.async_api import Browser, Page, expect
 
 from slotflow.contracts import (
     ClaimerAnnounced,
+    CronSpec,
     DownstreamReported,
     JobDue,
     RunRetrying,
     ScheduleCreated,
+    ScheduleDefinition,
     WorkflowCompleted,
     WorkflowStarted,
     history_event_id,
@@ -201,4 +203,40 @@ async def test_the_schedules_list_refreshes_itself_and_waits_while_the_tab_is_hi
         await table.get_by_label("Select live-a").check()
         await expect(live).to_contain_text("refreshing paused while you edit", timeout=5_000)
         await page.screenshot(path=shots / "dashboard-live.png", full_page=False)
+        assert problems == []
+
+
+async def test_a_shifted_dst_slot_is_shown_at_the_wall_time_it_fires(
+    api_settings: Settings, emit: Emitter, browser: Browser, shots: Path
+) -> None:
+    # 02:30 on the last Sunday of March does not exist in Berlin: the slot fires at 03:00 CEST
+    # (01:00 UTC). Its preview once read "02:30 local, +02:00".
+    definition = ScheduleDefinition(
+        spec=CronSpec(expression="30 2 * 3 0", timezone="Europe/Berlin"), handler="payments.capture"
+    )
+    created = ScheduleCreated(schedule_id="spring", definition=definition, paused=False, next_fire_at=None)
+    await emit(SCHEDULE_EVENTS, created, id="spring/created", key="spring")
+    async with served(create_app(api_settings)) as base:
+        async with httpx.AsyncClient(base_url=base, headers={"X-Slotflow-Client": "test", **AUTH}) as http:
+
+            async def projected() -> dict[str, object]:
+                answer = await http.get("/v1/schedules/spring")
+                assert answer.status_code == 200, answer.text
+                return dict(answer.json())
+
+            body = await assert_eventually(projected, timeout=20, message="the schedule projected")
+        shifted = [slot for slot in body["next_slots"] if slot["dst"] == "shifted"]  # type: ignore[union-attr]
+        assert shifted, body["next_slots"]
+        first = shifted[0]
+        fires = datetime.fromisoformat(first["at"])
+        assert datetime.fromisoformat(first["local"]) == fires  # the wall time it fires at
+        assert first["local"][11:16] == "03:00"
+        assert first["local"].endswith("+02:00")
+        assert first["nominal"][11:16] == "02:30"
+        page, problems = await _page(browser)
+        await page.goto(f"{base}/ui/schedules/spring")
+        item = page.locator("ol.slots li").filter(has_text="shifted").first
+        await expect(item).to_contain_text(
+            "(03:00 local, +02:00) [shifted, stands for 02:30]", timeout=20_000
+        )
         assert problems == []

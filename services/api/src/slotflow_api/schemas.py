@@ -35,8 +35,13 @@ class Readiness(BaseModel):
 
 class SlotPreview(BaseModel):
     at: datetime
-    local: str
+    local: str = Field(description="the wall-clock time it fires at, in the schedule's zone, with the offset")
     dst: str | None = None
+    nominal: str | None = Field(
+        default=None,
+        description="for a slot the DST jump shifted (dst `shifted`): the local time it stands for, "
+        "which did not exist that day",
+    )
 
 
 class LastRun(BaseModel):

@@ -120,7 +120,9 @@ def slot_text(slot: Any) -> str:
     if slot.get("local"):
         line += f"  ({slot['local']} local)"
     if slot.get("dst"):
-        line += f"  [{slot['dst']}]"
+        # `local` is when it fires; a shifted slot also names the local time it stands for.
+        stands_for = f", stands for {slot['nominal']}" if slot.get("nominal") else ""
+        line += f"  [{slot['dst']}{stands_for}]"
     return line
 
 
