@@ -322,6 +322,21 @@ async def test_dashboard_pages_and_redrive_in_chromium(
                     box = await page.get_by_role("button", name=f"{action} {letter}").bounding_box()
                     assert box is not None
                     assert box["x"] + box["width"] <= width, (width, action, letter, box)
+        # Every column, "Last seen" the last, is whole on a 1440 px and a 1280 px screen: it was cut
+        # at 1440 px once (the table ran past the window, the page scrolling sideways).
+        for width in (1440, 1280):
+            await page.set_viewport_size({"width": width, "height": 860})
+            last_seen = letters.get_by_role("columnheader", name="Last seen")
+            box = await last_seen.bounding_box()
+            assert box is not None
+            assert box["x"] + box["width"] <= width, (width, box)
+            cells = letters.locator("tbody tr td:last-child")
+            for index in range(await cells.count()):
+                cell = await cells.nth(index).bounding_box()
+                assert cell is not None
+                assert cell["x"] + cell["width"] <= width, (width, index, cell)
+            sideways = await page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth")
+            assert sideways <= 0, (width, sideways)
         await page.set_viewport_size({"width": 1280, "height": 860})
         dead_run = run_id(PAYOUTS, scene.hour - timedelta(hours=3))
         await expect(letters.get_by_role("link", name=dead_run)).to_have_attribute(

@@ -16,6 +16,7 @@ from playwright.async_api import Browser, Page, expect
 from slotflow.contracts import (
     ClaimerAnnounced,
     CronSpec,
+    DeadLetterStatusChanged,
     DownstreamReported,
     JobDue,
     RunRetrying,
@@ -27,6 +28,7 @@ from slotflow.contracts import (
 )
 from slotflow.contracts.topics import (
     CLAIMERS,
+    DLQ_EVENTS,
     DOWNSTREAM_EVENTS,
     JOBS_DUE,
     RUN_EVENTS,
@@ -240,3 +242,62 @@ async def test_a_shifted_dst_slot_is_shown_at_the_wall_time_it_fires(
             "(03:00 local, +02:00) [shifted, stands for 02:30]", timeout=20_000
         )
         assert problems == []
+
+
+async def test_the_dlq_table_shows_every_column_whole_at_1440_px(
+    api_settings: Settings, emit: Emitter, browser: Browser, shots: Path
+) -> None:
+    # Realistic values: a namespaced topic, a long job id and its run id (neither breaks), and a
+    # long error. "Last seen" was cut at 1440 px.
+    now = datetime.now(UTC).replace(microsecond=0)
+    topic = "prod-eu-west-1.slotflow.runs.events.v1"
+    job = "merchant-settlement-payouts-eu-west-1-sepa-instant-batch-0042"
+    for index in range(3):
+        letter = f"{topic}:2:{1_000_000 + index}"
+        parked = DeadLetterStatusChanged(
+            dead_letter_id=letter,
+            status="parked",
+            reason="permanent_error",
+            topic=topic,
+            source_service="claimer",
+            job_id=job,
+            run_id=run_id(job, now - timedelta(hours=index + 1)),
+            at=now - timedelta(minutes=5 - index),
+            error_type="payments.errors.SettlementRejectedByCorrespondentBank",
+            error="the correspondent bank rejected the settlement batch: "
+            + "IBAN DE89370400440532013000 " * 8,
+            last_seen=now - timedelta(minutes=5 - index),
+        )
+        await emit(DLQ_EVENTS, parked, id=f"{letter}/parked", key=letter)
+    async with served(create_app(api_settings)) as base:
+        for width in (1440, 1280):
+            page, problems = await _page(browser, width=width)
+            await page.goto(f"{base}/ui/dlq")
+            letters = page.get_by_role("table", name="Dead letters")
+            await expect(letters.locator("tbody tr")).to_have_count(3, timeout=20_000)
+            header = await letters.get_by_role("columnheader", name="Last seen").bounding_box()
+            assert header is not None
+            assert header["x"] + header["width"] <= width, (width, header)
+            cells = letters.locator("tbody tr td:last-child")
+            for index in range(3):
+                cell = await cells.nth(index).bounding_box()
+                assert cell is not None
+                assert cell["x"] + cell["width"] <= width, (width, index, cell)
+                # The time itself is on one line, not cut or broken.
+                assert await cells.nth(index).evaluate("(td) => td.scrollWidth <= td.clientWidth")
+                lines = await cells.nth(index).evaluate(
+                    "(td) => { const r = document.createRange(); r.selectNodeContents(td);"
+                    " return new Set(Array.from(r.getClientRects()).map((b) => Math.round(b.top))).size; }"
+                )
+                assert lines == 1, (width, index, lines)
+            # Nothing cut inside the table's own scroll box either.
+            clipped = await letters.evaluate(
+                "(t) => t.parentElement.scrollWidth - t.parentElement.clientWidth"
+            )
+            assert clipped <= 0, (width, clipped)
+            sideways = await page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth")
+            assert sideways <= 0, (width, sideways)
+            if width == 1440:
+                await page.screenshot(path=shots / "dashboard-dlq-1440.png", full_page=False)
+            assert problems == []
+            await page.close()

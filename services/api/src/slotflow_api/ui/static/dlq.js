@@ -84,7 +84,7 @@
         { label: "Origin", cell: (r) => [text(r.source_service || r.source), h("br"), h("span", { class: "mono" }, text(r.topic))] },
         { label: "Job", cell: (r) => [jobLink(r), r.run_id ? [h("br"), runLink(r.run_id)] : ""] },
         { label: "Error", cell: (r) => [r.error_type ? `${r.error_type}: ` : "", text(r.error)], cls: "wrap" },
-        { label: "Last seen", cell: (r) => fmtTime(r.last_seen || r.status_at) },
+        { label: "Last seen", cell: (r) => fmtTime(r.last_seen || r.status_at), cls: "when" },
       ], rows, "No dead letters match.", "dlq"),
       pager,
     );
