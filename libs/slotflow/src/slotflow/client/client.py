@@ -427,7 +427,7 @@ class Client:
 
         Example::
 
-            run = await client.get_run("nightly-payouts@2026-03-01T02:00:00+00:00")
+            run = await client.get_run("nightly-payouts@2026-03-01T02:00:00Z")
             if run.state == "completed":
                 print(run.result)
         """
