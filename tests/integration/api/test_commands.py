@@ -261,3 +261,35 @@ async def test_signal_cancel_and_terminate_of_a_closed_workflow_are_409_and_publ
     assert (await client.post("/v1/workflows/order-open/signal", json={"signal": "ship"})).status_code == 202
     published = await read_topic(kafka, WORKFLOW_COMMANDS, want=2)
     assert [envelope.key for envelope in published] == ["order-open", "order-open"]
+
+
+async def test_wait_takes_up_to_five_minutes_and_names_the_limit_past_it(
+    client: httpx.AsyncClient, emit: Emitter
+) -> None:
+    # An operator's ?wait=60 was a 422 (the cap was 30 s) and a longer wait was cut at 30 s.
+    published = await client.post("/v1/schedules/ghost-2/trigger")
+    command_id = published.json()["command_id"]
+    await eventually_json(client, f"/v1/commands/{command_id}", lambda b: b["status"] == "pending")
+
+    async def owner_answers_late() -> None:
+        await asyncio.sleep(31)
+        rejected = CommandRejected(
+            command_id=command_id,
+            command_type="schedule.trigger",
+            subject="ghost-2",
+            reason="no such schedule",
+        )
+        await emit(SCHEDULE_EVENTS, rejected, id=f"{command_id}/rejected", key="ghost-2")
+
+    late = asyncio.create_task(owner_answers_late())
+    started = asyncio.get_running_loop().time()
+    waited = await client.get(f"/v1/commands/{command_id}", params={"wait": 60}, timeout=90)
+    await late
+    assert waited.status_code == 200, waited.text
+    assert waited.json()["status"] == "rejected"
+    assert asyncio.get_running_loop().time() - started > 30
+    assert (await client.get(f"/v1/commands/{command_id}", params={"wait": 300})).status_code == 200
+    too_long = await client.post("/v1/schedules/ghost-2/trigger", params={"wait": 301})
+    assert too_long.status_code == 422
+    assert "300" in too_long.json()["detail"]
+    assert "wait" in too_long.json()["detail"]
