@@ -9,8 +9,16 @@ from typing import Annotated, Any, Generic, Literal, Self, TypeVar
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
-from slotflow.contracts import DeadLetterFilter, ScheduleDefinition
+from slotflow.contracts import (
+    CreateSchedule,
+    DeadLetterFilter,
+    Message,
+    PauseSchedule,
+    ScheduleDefinition,
+    UpdateSchedule,
+)
 from slotflow.contracts.envelope import IDENTIFIER_PATTERN, SCHEDULE_ID_PATTERN
+from slotflow.contracts.examples import EXAMPLES
 from slotflow.contracts.policies import OverlapPolicy
 from slotflow.contracts.workflows import IdReusePolicy
 
@@ -479,7 +487,32 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def _examples(*bodies: dict[str, Any]) -> ConfigDict:
+    """A request body's config with ``bodies`` as its OpenAPI examples (what Swagger's "Try it out"
+    fills in, instead of `"expression": "string"`); tests/integration/api/test_api_examples.py
+    sends each one to its endpoint and checks the api takes it."""
+    return ConfigDict(extra="forbid", json_schema_extra={"examples": list(bodies)})
+
+
+def _contract_example(model: type[Message], *path_fields: str) -> dict[str, Any]:
+    """The contract's own golden example (slotflow.contracts.examples) as a request body: the
+    fields the URL carries left out."""
+    message = EXAMPLES[model][2]
+    data: dict[str, Any] = message.model_dump(mode="json", exclude_defaults=True)
+    for name in path_fields:
+        data.pop(name, None)
+    return data
+
+
 class CreateScheduleBody(_Body):
+    model_config = _examples(
+        _contract_example(CreateSchedule),
+        {
+            "schedule_id": "hourly-fx-rates",
+            "definition": {"spec": {"kind": "interval", "every": "PT1H"}, "handler": "fx.refresh_rates"},
+        },
+    )
+
     #: One URL path segment: no `/` (every schedule route names it as `/v1/schedules/{id}/...`).
     schedule_id: str = Field(pattern=SCHEDULE_ID_PATTERN)
     definition: ScheduleDefinition
@@ -487,10 +520,12 @@ class CreateScheduleBody(_Body):
 
 
 class UpdateScheduleBody(_Body):
+    model_config = _examples(_contract_example(UpdateSchedule, "schedule_id"))
     definition: ScheduleDefinition
 
 
 class PauseBody(_Body):
+    model_config = _examples(_contract_example(PauseSchedule, "schedule_id"), {"reason": "bank maintenance"})
     reason: str = Field(default="", max_length=1000)
     resume_at: AwareDatetime | None = None
 
@@ -503,6 +538,7 @@ _CATCH_UP = Field(
 
 
 class ResumeBody(_Body):
+    model_config = _examples({"catch_up": False}, {"catch_up": True})
     catch_up: bool = _CATCH_UP
 
 
@@ -514,11 +550,15 @@ class BulkBody(_Body):
 
 
 class BulkPauseBody(BulkBody):
+    model_config = _examples(
+        {"schedule_ids": ["merchant-payouts", "hourly-fx-rates"], "reason": "year-end freeze"}
+    )
     reason: str = Field(default="", max_length=1000)
     resume_at: AwareDatetime | None = None
 
 
 class BulkResumeBody(BulkBody):
+    model_config = _examples({"schedule_ids": ["merchant-payouts", "hourly-fx-rates"], "catch_up": False})
     catch_up: bool = _CATCH_UP
 
 
@@ -534,6 +574,15 @@ class BulkAnswer(BaseModel):
 
 
 class BackfillBody(_Body):
+    model_config = _examples(
+        {"start": "2026-12-01T00:00:00Z", "end": "2026-12-02T00:00:00Z"},
+        {
+            "start": "2026-12-01T00:00:00Z",
+            "end": "2026-12-02T00:00:00Z",
+            "overlap": "allow",
+            "max_concurrent": 4,
+        },
+    )
     start: AwareDatetime
     end: AwareDatetime
     max_slots: int = Field(default=1000, ge=1, le=100_000)
@@ -570,6 +619,14 @@ class BackfillReport(BaseModel):
 
 
 class StartWorkflowBody(_Body):
+    model_config = _examples(
+        {
+            "workflow_id": "order-1042",
+            "workflow_type": "orders.checkout",
+            "input": {"order_id": "1042", "amount_cents": 4999, "currency": "EUR"},
+            "execution_timeout_seconds": 3600,
+        }
+    )
     workflow_id: str = Identifier
     workflow_type: str = Identifier
     input: dict[str, Any] = Field(default_factory=dict)
@@ -579,11 +636,13 @@ class StartWorkflowBody(_Body):
 
 
 class SignalBody(_Body):
+    model_config = _examples({"signal": "approved", "payload": {"by": "ops"}})
     signal: str = Identifier
     payload: dict[str, Any] = Field(default_factory=dict)
 
 
 class CancelBody(_Body):
+    model_config = _examples({"reason": "customer asked"})
     reason: str = Field(default="", max_length=1000)
 
 
@@ -695,4 +754,5 @@ class DownstreamDetail(Downstream):
 
 
 class DownstreamReasonBody(_Body):
+    model_config = _examples({"reason": "bank maintenance, INC-9"})
     reason: str = Field(min_length=1, max_length=1000, description="why, for the audit of the change")
