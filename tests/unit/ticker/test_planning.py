@@ -136,6 +136,16 @@ def test_a_pause_shorter_than_the_grace_skips_its_slots_unless_the_resume_catche
     assert caught_up.skip == ()
 
 
+def test_a_paused_slot_still_ahead_of_the_claim_is_left_for_later() -> None:
+    # The resume's instant can be later than a claim's transaction start (clock_timestamp), so a
+    # slot inside the pause may still be ahead of `now`: nothing to plan yet, and no endless loop.
+    state = created(every_minute(), T0)
+    pause = PauseWindow(T0, T0 + timedelta(minutes=5))
+    plan = plan_due(state._replace(pause=pause), now=T0 + timedelta(seconds=30), max_slots=100)
+    assert (plan.fire, plan.skip, plan.more) == ((), (), False)
+    assert plan.position.next_slot == T0 + timedelta(minutes=1)
+
+
 def test_a_long_pause_is_settled_over_several_claims_and_fires_nothing_of_it() -> None:
     defn = definition(CronSpec(expression="* * * * * *"))
     state = created(defn, T0)

@@ -168,7 +168,10 @@ def plan_due(state: ScheduleState, *, now: datetime, max_slots: int, force_skip:
     # Jitter delays a slot by up to `jitter`; widening the grace by that much keeps a slot that
     # fires on its jittered time from being mistaken for a missed one.
     grace = definition.misfire.grace + definition.jitter
-    if not force_skip and position.next_slot is not None and state.pause.holds(position.next_slot):
+    next_at = position.next_slot
+    if not force_skip and next_at is not None and next_at <= now and state.pause.holds(next_at):
+        # Only a passed slot: a row can be due before its next slot (a DST skip to record), and
+        # a paused slot still ahead is planned when it passes.
         return _plan_paused(state, now=now, max_slots=max_slots)
     if not force_skip and position.next_slot is not None:
         single = _plan_single(state, position.next_slot, now=now, grace=grace)
