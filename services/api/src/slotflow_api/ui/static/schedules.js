@@ -257,7 +257,8 @@
   // The warning the CLI prints and the API answers for a handler no live claimer serves, asked of
   // the API (GET /v1/handlers?handler=) as the operator types: one source of truth for all three.
   function handlerWarning(input) {
-    const note = h("p", { class: "warning", role: "status", "data-handler-warning": "" });
+    // Announced as it changes, but not a second status region: the page has one (#status).
+    const note = h("p", { class: "warning", "aria-live": "polite", "data-handler-warning": "" });
     note.hidden = true;
     let timer = null;
     let asked = "";
