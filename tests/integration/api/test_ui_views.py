@@ -9,6 +9,7 @@ running app.
 import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import httpx
 from playwright.async_api import Browser, Page, expect
@@ -85,7 +86,7 @@ async def test_the_downstreams_held_counts_are_the_rows_shown(
     for k in range(9):
         slot = now - timedelta(minutes=10 - k)
         rid = run_id("payouts", slot)
-        common = {"run_id": rid, "job_id": "payouts", "slot": slot}
+        common: dict[str, Any] = {"run_id": rid, "job_id": "payouts", "slot": slot}
         await emit(JOBS_DUE, JobDue(**common, handler="payments.capture"), id=rid, key="payouts")
         held = RunRetrying(
             **common,
@@ -221,13 +222,13 @@ async def test_a_shifted_dst_slot_is_shown_at_the_wall_time_it_fires(
     async with served(create_app(api_settings)) as base:
         async with httpx.AsyncClient(base_url=base, headers={"X-Slotflow-Client": "test", **AUTH}) as http:
 
-            async def projected() -> dict[str, object]:
+            async def projected() -> dict[str, Any]:
                 answer = await http.get("/v1/schedules/spring")
                 assert answer.status_code == 200, answer.text
                 return dict(answer.json())
 
             body = await assert_eventually(projected, timeout=20, message="the schedule projected")
-        shifted = [slot for slot in body["next_slots"] if slot["dst"] == "shifted"]  # type: ignore[union-attr]
+        shifted = [slot for slot in body["next_slots"] if slot["dst"] == "shifted"]
         assert shifted, body["next_slots"]
         first = shifted[0]
         fires = datetime.fromisoformat(first["at"])

@@ -267,23 +267,19 @@ def _run(kind: str, data: dict[str, Any], record_timestamp: float | None) -> Obs
         _instant(data, "slot")
     # The handler the run ran, when the event says (older run events do not: the worker then
     # falls back on its job's newest JobDue).
-    handler = _matching(data, "handler", IDENTIFIER) if data.get("handler") is not None else None
+    ran = _matching(data, "handler", IDENTIFIER) if data.get("handler") is not None else None
     workflow = data.get("workflow_id") is not None
     if kind == "run.started":
         at = _instant(data, "started_at")
-        return Observation("runs", job, at, counter, handler=handler, workflow=workflow)
+        return Observation("runs", job, at, counter, handler=ran, workflow=workflow)
     if kind == "run.completed":
         finished = _instant(data, "finished_at")
         duration = max(0.0, finished - _instant(data, "started_at"))
-        return Observation(
-            "runs", job, finished, counter, duration=duration, handler=handler, workflow=workflow
-        )
+        return Observation("runs", job, finished, counter, duration=duration, handler=ran, workflow=workflow)
     if kind == "run.failed":
         return Observation(
-            "runs", job, _instant(data, "finished_at"), counter, handler=handler, workflow=workflow
+            "runs", job, _instant(data, "finished_at"), counter, handler=ran, workflow=workflow
         )
     # Retrying, dead-lettered and skipped carry no instant of their own: the envelope's is when
     # the claimer decided.
-    return Observation(
-        "runs", job, _instant(data, "_occurred_at"), counter, handler=handler, workflow=workflow
-    )
+    return Observation("runs", job, _instant(data, "_occurred_at"), counter, handler=ran, workflow=workflow)

@@ -1,7 +1,7 @@
 """Workflows: list, show (state derived from the typed history), history, commands."""
 
 from datetime import timedelta
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Depends, Query
 from fastapi.responses import JSONResponse
@@ -128,7 +128,7 @@ async def start_workflow(
 #: never started). The orchestrator would only reject such a command later; the operator deserves
 #: the answer now, and the dashboard hides the buttons for the same statuses.
 CLOSED_STATUSES = frozenset({"completed", "failed", "terminated", "cancelled", "rejected"})
-_CLOSED_RESPONSE = {
+_CLOSED_RESPONSE: dict[int | str, dict[str, Any]] = {
     409: {"description": "the workflow has ended (completed, failed, terminated, cancelled, rejected)"}
 }
 
