@@ -135,10 +135,16 @@ class _Run:
     job: str
     run_id: str
     common: dict[str, Any]
+    #: The handler the run ran, counted under it too (family `handlers`); `~job` when its events
+    #: do not name it.
+    handler: str
+    #: The family its job's windows are in: `runs` for a schedule, `workflows` for a workflow.
+    family: str = "runs"
 
     def add(self, message: Message, suffix: str, at: datetime, counter: str) -> None:
         self.w.add(RUN_EVENTS, _env(message, id=f"{self.run_id}/{suffix}", key=self.job, at=at))
-        self.w.count("runs", self.job, at, counter)
+        self.w.count(self.family, self.job, at, counter)
+        self.w.count("handlers", self.handler, at, counter)
 
     def started(self, attempt: int, at: datetime) -> None:
         self.add(
@@ -187,7 +193,11 @@ def workload(base: datetime, *, runs_per_schedule: int = 12) -> Workload:
                 _env(JobDue(**common | {"handler": handler, "fire_at": slot}), id=run_id, key=job, at=slot),
             )
             w.count("runs", job, slot, "due")
-            run = _Run(w, job, run_id, common)
+            w.count("handlers", handler, slot, "due")
+            # Its run events do not name the handler (as before run events carried it): the
+            # worker counts them under the job (`~` and its id), which the api resolves to the
+            # handler the job's newest JobDue named.
+            run = _Run(w, job, run_id, common, "~" + job)
             started = slot + timedelta(seconds=1)
             run.started(1, started)
             duration = timedelta(milliseconds=40 * (k + 1) * (index + 1))
@@ -256,3 +266,62 @@ def past_minute(minutes_ago: int = 10) -> datetime:
     """A whole minute ``minutes_ago`` back: its windows are closed while the test runs."""
     now = datetime.now(UTC).replace(second=0, microsecond=0)
     return now - timedelta(minutes=minutes_ago)
+
+
+def handler_change_workload(base: datetime) -> Workload:
+    """A schedule whose handler changed between two runs, and a workflow's activity run.
+
+    `payouts` first ran `payments.capture` (dead-lettered), then was updated to `payments.void`
+    (completed); `order-9` is a workflow whose activity ran `payments.authorize`. Each run event
+    names the handler it ran, as the claimer writes them.
+    """
+    w = Workload(base)
+    for offset, handler, ends in (
+        (0, "payments.capture", "dead_lettered"),
+        (30, "payments.void", "completed"),
+    ):
+        slot = base + timedelta(seconds=offset)
+        rid = slot_run_id("payouts", slot)
+        common: dict[str, Any] = {"run_id": rid, "job_id": "payouts", "slot": slot, "owner": "c1"}
+        w.add(
+            JOBS_DUE,
+            _env(JobDue(**common | {"handler": handler, "fire_at": slot}), id=rid, key="payouts", at=slot),
+        )
+        w.count("runs", "payouts", slot, "due")
+        w.count("handlers", handler, slot, "due")
+        run = _Run(w, "payouts", rid, common | {"handler": handler}, handler)
+        started = slot + timedelta(seconds=1)
+        run.started(1, started)
+        if ends == "completed":
+            run.completed(1, started, timedelta(milliseconds=200))
+        else:
+            failed = started + timedelta(milliseconds=300)
+            run.failed(1, failed, "Declined", retryable=False)
+            dead = RunDeadLettered(
+                **common, handler=handler, attempt=1, fence_token=1, reason="permanent_error"
+            )
+            run.add(dead, "1/d", failed, "dead_lettered")
+    slot = base + timedelta(seconds=10)
+    activity: dict[str, Any] = {
+        "run_id": "order-9/2",
+        "job_id": "order-9",
+        "slot": slot,
+        "owner": "c1",
+        "workflow_id": "order-9",
+        "sequence": 2,
+    }
+    due = JobDue(**activity | {"handler": "payments.authorize", "kind": "activity"})
+    w.add(JOBS_DUE, _env(due, id="order-9/2#1", key="order-9", at=slot))
+    w.count("workflows", "order-9", slot, "due")
+    w.count("handlers", "payments.authorize", slot, "due")
+    run = _Run(
+        w,
+        "order-9",
+        "order-9/2",
+        activity | {"handler": "payments.authorize"},
+        "payments.authorize",
+        "workflows",
+    )
+    run.started(1, slot + timedelta(seconds=1))
+    run.completed(1, slot + timedelta(seconds=1), timedelta(milliseconds=100))
+    return w

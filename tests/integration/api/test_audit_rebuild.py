@@ -11,6 +11,7 @@ from slotflow.contracts import (
     DeadLetterStatusChanged,
     JobDue,
     RunCompleted,
+    RunDeadLettered,
     RunStarted,
     ScheduleCreated,
     SchedulePaused,
@@ -123,9 +124,29 @@ async def test_audit_reports_every_category(client: httpx.AsyncClient, emit: Emi
         "duplicated_effect": 1,
     }
     assert body["expected"] == 6
+    # The headline: what became of each slot, adding up to `expected`. Slot 1's run has a JobDue
+    # and nothing more yet: fired, still in flight, not a success.
+    assert body["outcomes"] == {
+        "succeeded": 1,
+        "failed": 0,
+        "in_flight": 1,
+        "held": 0,
+        "missed": 1,
+        "skipped": 2,
+        "duplicated_effect": 1,
+    }
+    assert [s["outcome"] for s in body["slots"]] == [
+        "succeeded",
+        "in_flight",
+        "skipped",
+        "duplicated_effect",
+        "missed",
+        "skipped",
+    ]
+    assert body["slots"][0]["run_state"] == "completed"
     assert body["from"].startswith(slots[0].isoformat()[:19])
     assert body["slots"][2]["detail"].startswith("misfire")
-    assert body["slots"][5]["detail"] == "the schedule was paused"
+    assert body["slots"][5]["detail"] == "paused: passed while paused"
     assert body["slots"][1]["run_id"] == run_id("hourly", slots[1])
 
     assert (await client.get("/v1/audit", params={"schedule": "nope"})).status_code == 404
@@ -213,3 +234,50 @@ async def test_rebuild_reproduces_every_row(
         assert await pool.fetchval(sql("SELECT group_id FROM {schema}.projector_state", schema)) == new_group
     finally:
         await pool.close()
+
+
+async def test_a_schedule_whose_runs_all_dead_lettered_is_not_called_fired_in_the_headline(
+    client: httpx.AsyncClient, emit: Emitter
+) -> None:
+    # Every run fired on time and every run dead-lettered: the audit once read "6 fired" and
+    # nothing else, in green. Its headline now counts them as fired and failed.
+    sid = "captures"
+    now = datetime.now(UTC)
+    anchor = now.replace(minute=0, second=0, microsecond=0)
+    slots = [anchor - h * HOUR for h in range(6, 0, -1)]
+    created = ScheduleCreated(
+        schedule_id=sid, definition=interval(3600, anchor), paused=False, next_fire_at=slots[0]
+    )
+    await emit(SCHEDULE_EVENTS, created, id=f"{sid}/created", key=sid, occurred_at=slots[0] - HOUR)
+    for slot in slots:
+        rid = run_id(sid, slot)
+        due = JobDue(run_id=rid, job_id=sid, slot=slot, handler="payments.capture", fire_at=datetime.now(UTC))
+        await emit(JOBS_DUE, due, id=rid, key=sid)
+        dead = RunDeadLettered(
+            run_id=rid,
+            job_id=sid,
+            slot=slot,
+            attempt=3,
+            fence_token=3,
+            owner="c1",
+            reason="attempts_exhausted",
+        )
+        await emit(RUN_EVENTS, dead, id=f"{rid}/3/dead_lettered", key=sid)
+    params = {
+        "schedule": sid,
+        "from": slots[0].isoformat(),
+        "to": (slots[-1] + timedelta(minutes=1)).isoformat(),
+    }
+    url = "/v1/audit?" + str(httpx.QueryParams(params))
+    body = await eventually_json(client, url, lambda b: b["outcomes"]["failed"] == len(slots))
+    assert body["outcomes"] == {
+        "succeeded": 0,
+        "failed": 6,
+        "in_flight": 0,
+        "held": 0,
+        "missed": 0,
+        "skipped": 0,
+        "duplicated_effect": 0,
+    }
+    assert body["summary"]["fired"] == 6  # how they fired: on time
+    assert {s["run_state"] for s in body["slots"]} == {"dead_lettered"}

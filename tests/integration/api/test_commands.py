@@ -5,13 +5,21 @@ from datetime import UTC, datetime
 
 import httpx
 
-from slotflow.contracts import CommandAccepted, CommandRejected, ScheduleCreated
+from slotflow.contracts import (
+    CommandAccepted,
+    CommandRejected,
+    ScheduleCreated,
+    WorkflowCompleted,
+    WorkflowStarted,
+    history_event_id,
+)
 from slotflow.contracts.topics import (
     DLQ_COMMANDS,
     SCHEDULE_COMMANDS,
     SCHEDULE_EVENTS,
     WORKFLOW_COMMANDS,
     WORKFLOW_EVENTS,
+    WORKFLOW_HISTORY,
 )
 from slotflow.settings import KafkaSettings
 from tests.integration.api.conftest import Emitter
@@ -219,3 +227,70 @@ async def test_a_dlq_command_waits_for_the_dlq_service(client: httpx.AsyncClient
         "principal": None,
         "summary": None,
     }
+
+
+async def test_signal_cancel_and_terminate_of_a_closed_workflow_are_409_and_publish_nothing(
+    client: httpx.AsyncClient, emit: Emitter, kafka: KafkaSettings
+) -> None:
+    # Open: the commands go through, as before.
+    started = WorkflowStarted(
+        workflow_id="order-open", sequence=1, workflow_type="order", command_id="c-open"
+    )
+    await emit(WORKFLOW_HISTORY, started, id=history_event_id("order-open", 1), key="order-open")
+    await eventually_json(client, "/v1/workflows/order-open", lambda b: b["status"] == "running")
+    assert (
+        await client.post("/v1/workflows/order-open/signal", json={"signal": "approve"})
+    ).status_code == 202
+    # Closed: each is refused now, with the status, instead of a command the orchestrator rejects.
+    for sequence, event in enumerate(
+        (
+            WorkflowStarted(workflow_id="order-done", sequence=1, workflow_type="order", command_id="c-done"),
+            WorkflowCompleted(workflow_id="order-done", sequence=2, result={"ok": True}),
+        ),
+        start=1,
+    ):
+        await emit(WORKFLOW_HISTORY, event, id=history_event_id("order-done", sequence), key="order-done")
+    await eventually_json(client, "/v1/workflows/order-done", lambda b: b["status"] == "completed")
+    for verb, body in (("signal", {"signal": "approve"}), ("cancel", {"reason": "x"}), ("terminate", {})):
+        refused = await client.post(f"/v1/workflows/order-done/{verb}", json=body)
+        assert refused.status_code == 409, (verb, refused.text)
+        detail = refused.json()["detail"]
+        assert "order-done" in detail
+        assert "is completed" in detail
+        assert f"a {verb} applies only" in detail
+    # A last command after the refused ones: once it is on the topic, so would they be.
+    assert (await client.post("/v1/workflows/order-open/signal", json={"signal": "ship"})).status_code == 202
+    published = await read_topic(kafka, WORKFLOW_COMMANDS, want=2)
+    assert [envelope.key for envelope in published] == ["order-open", "order-open"]
+
+
+async def test_wait_takes_up_to_five_minutes_and_names_the_limit_past_it(
+    client: httpx.AsyncClient, emit: Emitter
+) -> None:
+    # An operator's ?wait=60 was a 422 (the cap was 30 s) and a longer wait was cut at 30 s.
+    published = await client.post("/v1/schedules/ghost-2/trigger")
+    command_id = published.json()["command_id"]
+    await eventually_json(client, f"/v1/commands/{command_id}", lambda b: b["status"] == "pending")
+
+    async def owner_answers_late() -> None:
+        await asyncio.sleep(31)
+        rejected = CommandRejected(
+            command_id=command_id,
+            command_type="schedule.trigger",
+            subject="ghost-2",
+            reason="no such schedule",
+        )
+        await emit(SCHEDULE_EVENTS, rejected, id=f"{command_id}/rejected", key="ghost-2")
+
+    late = asyncio.create_task(owner_answers_late())
+    started = asyncio.get_running_loop().time()
+    waited = await client.get(f"/v1/commands/{command_id}", params={"wait": 60}, timeout=90)
+    await late
+    assert waited.status_code == 200, waited.text
+    assert waited.json()["status"] == "rejected"
+    assert asyncio.get_running_loop().time() - started > 30
+    assert (await client.get(f"/v1/commands/{command_id}", params={"wait": 300})).status_code == 200
+    too_long = await client.post("/v1/schedules/ghost-2/trigger", params={"wait": 301})
+    assert too_long.status_code == 422
+    assert "300" in too_long.json()["detail"]
+    assert "wait" in too_long.json()["detail"]

@@ -18,7 +18,14 @@ from slotflow.testing import assert_eventually
 from slotflow_base.stats import histogram
 from tests.integration.acceptance.stats_records import AT_TEXT as STATS_AT
 from tests.integration.acceptance.stats_records import RECORDS_FILE as STATS_RECORDS
-from tests.integration.api.stats_support import HANDLERS, StatsProcess, past_minute, stored_counts, workload
+from tests.integration.api.stats_support import (
+    HANDLERS,
+    StatsProcess,
+    handler_change_workload,
+    past_minute,
+    stored_counts,
+    workload,
+)
 
 
 def _exact_quantile(values: list[float], q: float) -> float:
@@ -99,7 +106,12 @@ async def test_counts_are_exact_and_equal_the_read_model(
 
     # The read model (projected by the app's embedded projector) holds the same counts.
     pool = app.state.services.pool
-    keys = [k for k in work.expected if k[3] in ("started", "completed", "failed", "due", "slots_skipped")]
+    keys = [
+        k
+        for k in work.expected
+        if k[0] in ("runs", "schedules")
+        and k[3] in ("started", "completed", "failed", "due", "slots_skipped")
+    ]
 
     async def read_model_caught_up() -> bool:
         found = await _read_model_counts(pool, base)
@@ -175,6 +187,43 @@ async def test_counts_are_exact_and_equal_the_read_model(
     }
 
 
+async def test_each_run_counts_under_the_handler_it_ran_and_workflows_apart_from_schedules(
+    client: httpx.AsyncClient, producer: Producer, kafka: KafkaSettings, pg_dsn: str, tmp_path: Path
+) -> None:
+    # Before, a job's runs were all counted under its newest handler (payments.void carried the
+    # capture's dead letter, payments.capture was missing) and a workflow showed as a schedule.
+    base = past_minute(10)
+    work = handler_change_workload(base)
+    await producer.send_many(work.topics(kafka))
+    worker = StatsProcess(kafka, pg_dsn, tmp_path)
+    try:
+
+        async def all_counted() -> bool:
+            assert worker.alive(), worker.log()
+            found = Counter(await stored_counts(pg_dsn))
+            assert found == work.expected, (sorted((found - work.expected).items()), worker.log()[-2000:])
+            return True
+
+        await assert_eventually(all_counted, timeout=90, interval=0.5, message="stats equal the workload")
+    finally:
+        worker.close()
+    since = {"size": "1h", "since": base.isoformat()}
+    handlers = (await client.get("/v1/stats/handlers", params=since)).json()
+    totals = {s["name"]: s["total"]["counts"] for s in handlers["series"]}
+    assert set(totals) == {"payments.capture", "payments.void", "payments.authorize"}
+    assert (totals["payments.capture"]["due"], totals["payments.capture"]["dead_lettered"]) == (1, 1)
+    assert (totals["payments.void"]["due"], totals["payments.void"]["completed"]) == (1, 1)
+    assert totals["payments.void"]["dead_lettered"] == 0
+    assert totals["payments.authorize"]["completed"] == 1
+    only = (await client.get("/v1/stats/handlers", params={**since, "handler": "payments.capture"})).json()
+    assert [s["name"] for s in only["series"]] == ["payments.capture"]
+    schedules = (await client.get("/v1/stats/schedules", params=since)).json()
+    assert [(s["name"], s["handler"]) for s in schedules["series"]] == [("payouts", "payments.void")]
+    workflows = (await client.get("/v1/stats/workflows", params=since)).json()
+    assert [s["name"] for s in workflows["series"]] == ["order-9"]
+    assert workflows["series"][0]["total"]["counts"]["completed"] == 1
+
+
 async def test_stats_requests_are_checked(client: httpx.AsyncClient) -> None:
     naive = await client.get("/v1/stats/schedules", params={"since": "2026-01-01T00:00:00"})
     assert naive.status_code in (400, 422), naive.text
@@ -191,7 +240,7 @@ async def test_stats_requests_are_checked(client: httpx.AsyncClient) -> None:
     assert empty.status_code == 200
     assert empty.json()["series"] == []
     spec = (await client.get("/v1/openapi.json")).json()
-    for path in ("/v1/stats/schedules", "/v1/stats/handlers", "/v1/stats/topics"):
+    for path in ("/v1/stats/schedules", "/v1/stats/workflows", "/v1/stats/handlers", "/v1/stats/topics"):
         assert path in spec["paths"]
 
 

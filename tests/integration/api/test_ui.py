@@ -164,11 +164,25 @@ async def test_dashboard_pages_and_redrive_in_chromium(
         retried = page.locator("svg.timeline g.run").filter(has_text="2 attempt(s)")
         assert await retried.count() == 2  # the retried run and the duplicated one
         await expect(page.locator('svg.timeline g.expected[data-status="missed"]')).to_have_count(1)
-        audit = page.locator("p.audit")
+        audit = page.locator("div.audit")
         await expect(audit).to_contain_text("1 missed")
         await expect(audit).to_contain_text("1 late")
         await expect(audit).to_contain_text("1 skipped by policy")
         await expect(audit).to_contain_text("1 duplicated effect")
+        # The headline counts outcomes, not firings: the dead-lettered slot fired and failed, in the
+        # colour of a failure, never in the green of a success.
+        headline = page.locator('[data-audit="outcomes"]')
+        await expect(headline.locator('[data-outcome="failed"]')).to_have_text(
+            "1 fired and failed or dead-lettered"
+        )
+        await expect(headline.locator('[data-outcome="in_flight"]')).to_have_text("1 fired, still running")
+        colour = "(name) => getComputedStyle(document.querySelector(`[data-outcome=${name}]`)).color"
+        failed, succeeded, missed = [
+            await page.evaluate(colour, n) for n in ("failed", "succeeded", "missed")
+        ]
+        assert failed != succeeded, (failed, succeeded)
+        assert failed == missed, (failed, missed)
+        assert await page.locator('[data-audit="timing"] .s-fired').count() == 0
         runs = page.get_by_role("table", name=re.compile(f"^Runs of {PAYOUTS}"))
         await expect(runs).to_contain_text("TimeoutError: bank API timed out")
         await expect(runs).to_contain_text("CardDeclined: card declined by issuer")
@@ -308,6 +322,21 @@ async def test_dashboard_pages_and_redrive_in_chromium(
                     box = await page.get_by_role("button", name=f"{action} {letter}").bounding_box()
                     assert box is not None
                     assert box["x"] + box["width"] <= width, (width, action, letter, box)
+        # Every column, "Last seen" the last, is whole on a 1440 px and a 1280 px screen: it was cut
+        # at 1440 px once (the table ran past the window, the page scrolling sideways).
+        for width in (1440, 1280):
+            await page.set_viewport_size({"width": width, "height": 860})
+            last_seen = letters.get_by_role("columnheader", name="Last seen")
+            box = await last_seen.bounding_box()
+            assert box is not None
+            assert box["x"] + box["width"] <= width, (width, box)
+            cells = letters.locator("tbody tr td:last-child")
+            for index in range(await cells.count()):
+                cell = await cells.nth(index).bounding_box()
+                assert cell is not None
+                assert cell["x"] + cell["width"] <= width, (width, index, cell)
+            sideways = await page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth")
+            assert sideways <= 0, (width, sideways)
         await page.set_viewport_size({"width": 1280, "height": 860})
         dead_run = run_id(PAYOUTS, scene.hour - timedelta(hours=3))
         await expect(letters.get_by_role("link", name=dead_run)).to_have_attribute(

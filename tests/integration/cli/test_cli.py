@@ -71,6 +71,7 @@ async def test_every_command_reaches_its_topic_with_its_key(cli: Cli, kafka: Kaf
         "c-update": ["schedule", "update", "payouts", "--every", "15m", "--handler", "payouts.v2"],
         "c-pause": ["schedule", "pause", "payouts", "--reason", "bank maintenance", "--resume-at", "2030-01-01T00:00:00Z"],
         "c-resume": ["schedule", "resume", "payouts"],
+        "c-resume-catch-up": ["schedule", "resume", "payouts", "--catch-up"],
         "c-trigger": ["schedule", "trigger", "payouts"],
         "c-backfill": ["schedule", "backfill", "payouts", "--start", "2026-01-01T00:00:00Z", "--end", "2026-01-02T00:00:00Z", "--max-slots", "24"],
         "c-delete": ["schedule", "delete", "payouts"],
@@ -99,7 +100,16 @@ async def test_every_command_reaches_its_topic_with_its_key(cli: Cli, kafka: Kaf
     topics = {command_id: seen[command_id][0].topic for command_id in commands}
     assert {
         topics[c]
-        for c in ("c-create", "c-update", "c-pause", "c-resume", "c-trigger", "c-backfill", "c-delete")
+        for c in (
+            "c-create",
+            "c-update",
+            "c-pause",
+            "c-resume",
+            "c-resume-catch-up",
+            "c-trigger",
+            "c-backfill",
+            "c-delete",
+        )
     } == {kafka.topic(SCHEDULE_COMMANDS)}
     assert {topics[c] for c in ("c-start", "c-signal", "c-cancel", "c-terminate", "c-retry")} == {
         kafka.topic(WORKFLOW_COMMANDS)
@@ -137,6 +147,9 @@ async def test_every_command_reaches_its_topic_with_its_key(cli: Cli, kafka: Kaf
         "reason": "bank maintenance",
         "resume_at": "2030-01-01T00:00:00Z",
     }
+    # Paused slots are skipped unless the resume asks to catch up on them.
+    assert envelopes["c-resume"].data == {"schedule_id": "payouts", "catch_up": False}
+    assert envelopes["c-resume-catch-up"].data == {"schedule_id": "payouts", "catch_up": True}
     assert envelopes["c-backfill"].data["max_slots"] == 24
     assert envelopes["c-start"].data == {
         "workflow_id": "order-1",
@@ -309,6 +322,10 @@ async def test_queries_print_tables_or_json(
     assert audit.code == 1, audit
     assert "missed=1" in audit.out
     assert "duplicated_effect=1" in audit.out
+    # The headline: the dead-lettered slot fired and failed, the running one is in flight.
+    outcomes = next(line for line in audit.out.splitlines() if line.startswith("outcomes: "))
+    for count in ("failed=1", "in_flight=1", "missed=1"):
+        assert count in outcomes, outcomes
     assert "1 missed and 1 duplicated-effect" in audit.err
     # --from before the schedule existed: audited from its creation, and the output says so.
     assert "note: " in audit.out

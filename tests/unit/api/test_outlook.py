@@ -53,16 +53,16 @@ def test_paused_until_resume_at_skips_the_pause_under_the_skip_policy() -> None:
     assert seen.status == "paused"
     assert seen.next_fire_at == datetime(2026, 3, 1, 12, 11, tzinfo=UTC)
     assert all(slot.at > resume for slot in seen.next_slots)
-    assert not seen.catch_up
 
 
-def test_slots_missed_while_paused_catch_up_at_resume_under_fire_once() -> None:
+def test_an_automatic_resume_never_catches_up_even_under_fire_once() -> None:
+    # The slots passing during the pause are skipped (`paused`) by the ticker, so the first
+    # firing is the first slot after resume_at, not a catch-up at resume_at.
     resume = datetime(2026, 3, 1, 12, 10, 30, tzinfo=UTC)
     seen = outlook(
         "s", every_minute(), paused=True, resume_at=resume, deleted=False, once_handled=False, now=NOW
     )
-    assert seen.next_fire_at == resume
-    assert seen.catch_up
+    assert seen.next_fire_at == datetime(2026, 3, 1, 12, 11, tzinfo=UTC)
     assert seen.next_slots[0].at == datetime(2026, 3, 1, 12, 11, tzinfo=UTC)
 
 
@@ -77,7 +77,6 @@ def test_a_missed_slot_older_than_the_catch_up_window_does_not_fire_at_resume() 
     seen = outlook(
         "s", definition, paused=True, resume_at=resume, deleted=False, once_handled=False, now=later
     )
-    assert not seen.catch_up
     assert seen.next_fire_at == datetime(2026, 3, 1, 18, 0, tzinfo=UTC)
 
 

@@ -274,6 +274,7 @@ AUDIT: dict[str, Any] = {
         },
     ],
     "summary": {"fired": 1, "missed": 1, "skipped_by_policy": 0, "late": 1, "duplicated_effect": 0},
+    "outcomes": {"succeeded": 1, "failed": 1, "in_flight": 0, "held": 0, "missed": 1, "skipped": 0},
 }
 
 
@@ -284,7 +285,14 @@ def test_audit_prints_slots_and_summary_and_check_fails_on_missed_slots() -> Non
     assert "3 slots expected" in out
     assert "missed" in out
     assert "no JobDue" in out
-    assert "fired=1  missed=1  skipped_by_policy=0  late=1  held=0  duplicated_effect=0" in out
+    assert (
+        "how they fired: fired=1  missed=1  skipped_by_policy=0  late=1  held=0  duplicated_effect=0" in out
+    )
+    # The headline counts outcomes: the late slot's run dead-lettered, so it is no success.
+    assert (
+        "outcomes: succeeded=1  failed=1  in_flight=0  held=0  missed=1  skipped=0  duplicated_effect=0"
+        in out
+    )
     assert requests[0].url.params["schedule"] == "s1"
     code, _, err, _ = run([*argv, "--check"], reply(AUDIT))
     assert code == 1

@@ -79,6 +79,23 @@ def test_every_counted_event_decodes() -> None:
     assert observe("dlq", _bytes(parked), None) == Observation("dlq", "t", T.timestamp(), "parked")
 
 
+def test_a_run_event_names_the_handler_it_ran_and_an_activity_is_a_workflows() -> None:
+    started = observe("runs", _bytes(RunStarted(**COMMON, handler="payments.capture", started_at=T)), None)
+    assert started == Observation("runs", "s", T.timestamp(), "started", handler="payments.capture")
+    activity = {**COMMON, "run_id": "order-9/2", "job_id": "order-9", "workflow_id": "order-9", "sequence": 2}
+    due = observe("runs", _bytes(JobDue(**activity, handler="payments.authorize", kind="activity")), None)
+    assert due is not None
+    assert (due.subject, due.handler, due.workflow) == ("order-9", "payments.authorize", True)
+    done = RunCompleted(**activity, handler="payments.authorize", started_at=T, finished_at=T)
+    observed = observe("runs", _bytes(done), None)
+    assert observed is not None
+    assert (observed.handler, observed.workflow) == ("payments.authorize", True)
+    # A handler that is no identifier is refused, as every service refuses it.
+    bad = encode(wrap(RunStarted(**COMMON, started_at=T), id="e", key="s", source="test", occurred_at=T))
+    with pytest.raises(UndecodableEvent, match="handler"):
+        observe("runs", bad.replace(b'"handler":null', b'"handler":" x"'), None)
+
+
 def test_uncounted_events_are_ignored() -> None:
     redriven = DeadLetterStatusChanged(
         dead_letter_id="t:0:1", status="redriven", reason="r", topic="t", source_service="api", at=T

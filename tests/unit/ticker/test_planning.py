@@ -1,5 +1,6 @@
 """Claim planning: what one claim fires, skips and where the grid resumes (pure, no I/O)."""
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
@@ -108,12 +109,55 @@ def test_slots_missed_while_paused_are_reported_as_paused() -> None:
     misfire = MisfirePolicy(policy="skip", grace=timedelta(seconds=10))
     state = created(every_minute(misfire=misfire), T0)
     pause = PauseWindow(T0 + timedelta(minutes=2, seconds=30), T0 + timedelta(minutes=6), "maintenance")
-    plan = plan_due(state._replace(pause=pause), now=T0 + timedelta(minutes=6, seconds=30), max_slots=100)
-    reasons = {s.at: s.reason for s in plan.skip}
+    plans = run_until_settled(
+        state._replace(pause=pause), now=T0 + timedelta(minutes=6, seconds=30), max_slots=100
+    )
+    skips = [s for plan in plans for s in plan.skip]
+    reasons = {s.at: s.reason for s in skips}
     assert reasons[T0 + timedelta(minutes=2)] == "misfire"  # before the pause began
     assert reasons[T0 + timedelta(minutes=3)] == "paused"
     assert reasons[T0 + timedelta(minutes=6)] == "misfire"  # resumed at 6:00; the slot is at 6:00
-    assert "maintenance" in next(s.detail for s in plan.skip if s.reason == "paused")
+    assert "maintenance" in next(s.detail for s in skips if s.reason == "paused")
+
+
+def test_a_pause_shorter_than_the_grace_skips_its_slots_unless_the_resume_catches_up() -> None:
+    state = created(every_minute(misfire=MisfirePolicy(policy="fire_all", grace=timedelta(minutes=10))), T0)
+    pause = PauseWindow(T0 + timedelta(minutes=2, seconds=30), T0 + timedelta(minutes=6), "bank")
+    now = T0 + timedelta(minutes=6, seconds=1)
+    plans = run_until_settled(state._replace(pause=pause), now=now, max_slots=100)
+    # 1:00 and 2:00 came before the pause and 6:00 at its end: late, so they fire; 3:00 to 5:00
+    # passed while paused and are skipped, however short the pause was.
+    assert [f.at for p in plans for f in p.fire] == [T0 + timedelta(minutes=m) for m in (1, 2, 6)]
+    skipped = [(s.at, s.reason) for p in plans for s in p.skip]
+    assert skipped == [(T0 + timedelta(minutes=m), "paused") for m in (3, 4, 5)]
+    assert plans[-1].position.next_slot == T0 + timedelta(minutes=7)
+    caught_up = plan_due(state._replace(pause=replace(pause, catch_up=True)), now=now, max_slots=100)
+    assert [f.at for f in caught_up.fire] == [T0 + timedelta(minutes=m) for m in range(1, 7)]
+    assert caught_up.skip == ()
+
+
+def test_a_paused_slot_still_ahead_of_the_claim_is_left_for_later() -> None:
+    # The resume's instant can be later than a claim's transaction start (clock_timestamp), so a
+    # slot inside the pause may still be ahead of `now`: nothing to plan yet, and no endless loop.
+    state = created(every_minute(), T0)
+    pause = PauseWindow(T0, T0 + timedelta(minutes=5))
+    plan = plan_due(state._replace(pause=pause), now=T0 + timedelta(seconds=30), max_slots=100)
+    assert (plan.fire, plan.skip, plan.more) == ((), (), False)
+    assert plan.position.next_slot == T0 + timedelta(minutes=1)
+
+
+def test_a_long_pause_is_settled_over_several_claims_and_fires_nothing_of_it() -> None:
+    defn = definition(CronSpec(expression="* * * * * *"))
+    state = created(defn, T0)
+    pause = PauseWindow(T0 + timedelta(milliseconds=500), T0 + timedelta(seconds=1000, milliseconds=500))
+    plans = run_until_settled(
+        state._replace(pause=pause), now=T0 + timedelta(seconds=1000, milliseconds=700), max_slots=64
+    )
+    assert len(plans) > 10
+    skipped = [s.at for p in plans for s in p.skip]
+    assert skipped == [T0 + timedelta(seconds=k) for k in range(1, 1001)]
+    assert {s.reason for p in plans for s in p.skip} == {"paused"}
+    assert [f.at for p in plans for f in p.fire] == []
 
 
 def test_force_skip_records_every_passed_slot_as_paused() -> None:

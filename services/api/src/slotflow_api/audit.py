@@ -7,7 +7,7 @@ audit").
 """
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Literal
 
@@ -24,6 +24,21 @@ STATUSES: tuple[SlotStatus, ...] = (
     "held",
     "duplicated_effect",
 )
+#: What became of each judged slot, the audit's headline: a slot that fired is not a success
+#: until its run completed (a schedule whose 18 runs all dead-lettered once read "18 fired", in
+#: green). Every judged slot has exactly one outcome, so the counts add up to `expected`.
+Outcome = Literal["succeeded", "failed", "in_flight", "held", "missed", "skipped", "duplicated_effect"]
+OUTCOMES: tuple[Outcome, ...] = (
+    "succeeded",
+    "failed",
+    "in_flight",
+    "held",
+    "missed",
+    "skipped",
+    "duplicated_effect",
+)
+#: Run states that ended without the work done: the slot fired and failed.
+FAILED_RUN_STATES = frozenset({"failed", "dead_lettered", "cancelled"})
 _TICK = timedelta(microseconds=1)
 
 
@@ -74,6 +89,23 @@ class SlotVerdict:
     detail: str
     #: The run's kind (scheduled, backfill, ...) when a run is recorded for the slot.
     kind: str | None = None
+    #: The run's state when a run is recorded for the slot (completed, dead_lettered, ...).
+    run_state: str | None = None
+
+    @property
+    def outcome(self) -> Outcome:
+        """What became of the slot: its run's end for a fired (or late) slot, else the status."""
+        if self.status == "missed":
+            return "missed"
+        if self.status == "skipped_by_policy":
+            return "skipped"
+        if self.status in ("held", "duplicated_effect"):
+            return self.status
+        if self.run_state == "completed":
+            return "succeeded"
+        if self.run_state in FAILED_RUN_STATES:
+            return "failed"
+        return "in_flight"
 
 
 @dataclass
@@ -90,6 +122,12 @@ class AuditReport:
         counts: dict[str, int] = dict.fromkeys(STATUSES, 0)
         for verdict in self.slots:
             counts[verdict.status] += 1
+        return counts
+
+    def outcomes(self) -> dict[str, int]:
+        counts: dict[str, int] = dict.fromkeys(OUTCOMES, 0)
+        for verdict in self.slots:
+            counts[verdict.outcome] += 1
         return counts
 
 
@@ -197,6 +235,8 @@ def audit(
         run = by_slot.get(expected.at)
         skip = skipped.get(expected.at)
         verdict = _judge(expected, run, skip, paused, late_threshold)
+        if verdict is not None and run is not None and verdict.run_id == run.run_id:
+            verdict = replace(verdict, run_state=run.state)
         judged.add(expected.at)
         if verdict is None:
             if expected.at > now - max(late_threshold, expected.grace):
@@ -211,7 +251,7 @@ def audit(
         if run.kind == "backfill" and definition is not None and _on_grid(schedule_id, definition, run.slot):
             # A backfill of a slot on the grid fires that slot, even before the schedule existed
             # (that is what backfills are for): a fired slot, with its kind, not an off-grid run.
-            report.slots.append(_judge_backfilled(run))
+            report.slots.append(replace(_judge_backfilled(run), run_state=run.state))
         else:
             report.unscheduled.append(run)
     report.slots.sort(key=lambda v: v.slot)
@@ -307,5 +347,7 @@ def _judge(
         return SlotVerdict(at, None, "skipped_by_policy", f"dst_nonexistent: {expected.dst_skip}")
     for begin, finish in paused:
         if begin <= at and (finish is None or at < finish):
-            return SlotVerdict(at, None, "skipped_by_policy", "the schedule was paused")
+            # The words the ticker's SlotSkipped will carry once resumed (without catch-up), so
+            # the audit says the same before and after the resume.
+            return SlotVerdict(at, None, "skipped_by_policy", "paused: passed while paused")
     return None

@@ -181,6 +181,7 @@ _OTHER_ROUTES: Mapping[tuple[str, str], Scope | None] = {
     ("GET", "/v1/commands/{command_id}"): "read",
     ("GET", "/v1/handlers"): "read",
     ("GET", "/v1/stats/schedules"): "read",
+    ("GET", "/v1/stats/workflows"): "read",
     ("GET", "/v1/stats/handlers"): "read",
     ("GET", "/v1/stats/topics"): "read",
     ("GET", "/v1/tokens"): "admin",

@@ -40,8 +40,9 @@ class ApiSettings(BaseSettings):
     late_threshold: timedelta = Field(default=timedelta(seconds=5), ge=timedelta(0))
     #: Most slots one audit request may expand; wider ranges are refused with a 422.
     audit_max_slots: int = Field(default=20_000, ge=1)
-    #: Longest a request may wait for a command to be reflected (read-your-writes).
-    max_wait_seconds: float = Field(default=30.0, gt=0)
+    #: Longest a request may wait for a command to be reflected (read-your-writes); `?wait=` is
+    #: refused past 300 s (routes.common.MAX_WAIT_SECONDS), and held at most this long.
+    max_wait_seconds: float = Field(default=300.0, gt=0, le=300)
     readiness_timeout_seconds: float = Field(default=2.0, gt=0)
     #: Days an ended job run (and a skipped slot) is kept in the read model; 0 keeps everything.
     #: The audit judges no slot older than what was purged (docs/api.md, "Retention").

@@ -33,6 +33,10 @@ class KeyConflict(SlotflowError):
     """The signing key is registered already, or a live key has that name."""
 
 
+class WorkflowClosed(SlotflowError):
+    """The workflow has ended: a signal, cancel or terminate has nothing left to act on."""
+
+
 class BackfillsInFlight(SlotflowError):
     """The schedule has as many backfills in flight as `max_backfills_in_flight` allows."""
 
@@ -180,6 +184,10 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(NotFound)
     async def _not_found(_: Request, exc: NotFound) -> JSONResponse:
         return _json(404, str(exc))
+
+    @app.exception_handler(WorkflowClosed)
+    async def _workflow_closed(_: Request, exc: WorkflowClosed) -> JSONResponse:
+        return _json(409, str(exc))
 
     @app.exception_handler(BackfillsInFlight)
     async def _in_flight(_: Request, exc: BackfillsInFlight) -> JSONResponse:

@@ -4,8 +4,8 @@ The read model cannot store a next fire time: the ticker advances its own `next_
 claim without announcing it (one event per slot would double the traffic), so a stored copy goes
 stale the moment its slot passes. Instead every read derives it from what the read model does
 know, with the ticker's own rules: the grid of the spec after the database clock's `now`, inside
-`start_at`/`end_at`, nothing while paused, the grid resuming at `resume_at` (where slots missed
-during the pause meet the misfire policy), and a one-shot finished once its slot was fired or
+`start_at`/`end_at`, nothing while paused, the grid resuming at `resume_at` (the slots that pass
+during the pause are recorded as skipped, `paused`: an automatic resume never catches up), and a one-shot finished once its slot was fired or
 recorded as skipped.
 """
 
@@ -28,8 +28,6 @@ class Outlook:
     status: Status
     next_fire_at: datetime | None
     next_slots: list[Slot]
-    #: True when the next fire is the catch-up of slots missed while paused, at `resume_at`.
-    catch_up: bool = False
 
 
 def fire_time(schedule_id: str, definition: ScheduleDefinition, at: datetime) -> datetime:
@@ -83,21 +81,11 @@ def outlook(
         return Outlook(status, fire_time(schedule_id, definition, spec.at), [slot])
     # Just before `now`: a slot due this instant that the ticker has not claimed yet still fires.
     after = now - _EPSILON
-    catch_up = False
     if paused and resume_at is not None and resume_at > now:
-        # Slots passing during the pause are due at the resume, where the misfire policy meets
-        # them: one within `grace` of resume_at always fires, older ones only under fire_once or
-        # fire_all and inside the catch-up window. Only the newest missed slot can qualify, so
-        # looking back that far from resume_at is enough (an interval of 1s paused for a day
-        # would otherwise walk 86,400 slots per read).
-        policy = definition.misfire
-        reach = policy.grace if policy.policy == "skip" else max(policy.grace, policy.catch_up_window)
-        missed = _upcoming(schedule_id, definition, after=max(after, resume_at - reach - _EPSILON), count=1)
-        catch_up = bool(missed) and missed[0].at < resume_at
+        # An automatic resume never catches up: the slots passing during the pause are recorded
+        # as skipped (`paused`), so the next fire is the first slot at or after resume_at.
         after = resume_at - _EPSILON
     slots = _upcoming(schedule_id, definition, after=after, count=count)
-    if catch_up and resume_at is not None:
-        return Outlook(status, resume_at, slots, catch_up=True)
     if not slots:
         return Outlook("finished" if not paused or resume_at is not None else "paused", None, [])
     return Outlook(status, fire_time(schedule_id, definition, slots[0].at), slots)

@@ -927,6 +927,20 @@ _DOWNSTREAM_CHANGES = (
     "SELECT from_state, to_state, cause, reason, manual, by_claimer, command_id, held, at "
     "FROM {schema}.downstream_changes WHERE name = $1 ORDER BY at DESC, event_id DESC LIMIT 50"
 )
+# Which downstream a held run waits for: its reason names it after the colon ("circuit_open:bank-api").
+_HELD_FOR = "substr(r.error->>'held_reason', strpos(r.error->>'held_reason', ':') + 1)"
+# How many runs the read model holds as held, per downstream: the same rows _HELD_RUNS lists, so
+# a count shown beside them is theirs (the claimers' reported `held` is another moment's figure:
+# a header of 8 above 9 rows).
+_HELD_COUNTS = compose(
+    """
+SELECT {held_for} AS name, count(*) AS n
+  FROM {schema}.runs r
+ WHERE r.state = 'held'
+ GROUP BY 1
+""",
+    held_for=_HELD_FOR,
+)
 # The runs held for downstream $1, in slot order: a held run names its downstream after the colon
 # of its reason ("circuit_open:bank-api").
 _HELD_RUNS = """
@@ -952,7 +966,11 @@ def _downstream(row: asyncpg.Record) -> dict[str, Any]:
 async def downstreams(pool: Pool, schema: str) -> list[dict[str, Any]]:
     """Every downstream the claimers have reported, by name."""
     rows = await pool.fetch(sql(_DOWNSTREAMS, schema))
-    return [_downstream(row) for row in rows]
+    counts = {r["name"]: int(r["n"]) for r in await pool.fetch(sql(_HELD_COUNTS, schema))}
+    out = [_downstream(row) for row in rows]
+    for item in out:
+        item["held_runs_count"] = counts.get(item["name"], 0)
+    return out
 
 
 async def downstream(pool: Pool, schema: str, name: str) -> dict[str, Any] | None:
@@ -965,4 +983,6 @@ async def downstream(pool: Pool, schema: str, name: str) -> dict[str, Any] | Non
     out["changes"] = [dict(c) for c in changes]
     held = await pool.fetch(sql(_HELD_RUNS, schema), name)
     out["held_runs"] = [dict(h) for h in held]
+    counts = {r["name"]: int(r["n"]) for r in await pool.fetch(sql(_HELD_COUNTS, schema))}
+    out["held_runs_count"] = counts.get(name, 0)
     return out

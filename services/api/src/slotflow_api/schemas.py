@@ -9,9 +9,17 @@ from typing import Annotated, Any, Generic, Literal, Self, TypeVar
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
-from slotflow.contracts import DeadLetterFilter, ScheduleDefinition
+from slotflow.contracts import (
+    CreateSchedule,
+    DeadLetterFilter,
+    Message,
+    PauseSchedule,
+    ScheduleDefinition,
+    UpdateSchedule,
+)
 from slotflow.contracts.dlq import RedriveDefinition
 from slotflow.contracts.envelope import IDENTIFIER_PATTERN, SCHEDULE_ID_PATTERN
+from slotflow.contracts.examples import EXAMPLES
 from slotflow.contracts.policies import OverlapPolicy
 from slotflow.contracts.workflows import IdReusePolicy
 
@@ -36,8 +44,13 @@ class Readiness(BaseModel):
 
 class SlotPreview(BaseModel):
     at: datetime
-    local: str
+    local: str = Field(description="the wall-clock time it fires at, in the schedule's zone, with the offset")
     dst: str | None = None
+    nominal: str | None = Field(
+        default=None,
+        description="for a slot the DST jump shifted (dst `shifted`): the local time it stands for, "
+        "which did not exist that day",
+    )
 
 
 class LastRun(BaseModel):
@@ -64,7 +77,8 @@ class Schedule(BaseModel):
     )
     catch_up_at_resume: bool = Field(
         default=False,
-        description="the next fire is the catch-up, at resume_at, of slots missed while paused",
+        description="always false: the slots that pass while paused are skipped (reason `paused`), "
+        "and an automatic resume never catches up on them (kept for clients that read it)",
     )
     created_at: datetime
     updated_at: datetime
@@ -374,6 +388,13 @@ class AuditSlot(BaseModel):
     status: Literal["fired", "missed", "skipped_by_policy", "late", "held", "duplicated_effect"]
     detail: str
     kind: str | None = Field(default=None, description="the run's kind: scheduled, backfill, ...")
+    run_state: str | None = Field(default=None, description="the run's state, when one is recorded")
+    outcome: Literal["succeeded", "failed", "in_flight", "held", "missed", "skipped", "duplicated_effect"] = (
+        Field(
+            description="what became of the slot: a fired or late slot's run completed (succeeded), failed or "
+            "dead-lettered (failed), or is still running (in_flight); otherwise its status"
+        )
+    )
 
 
 class UnscheduledRun(BaseModel):
@@ -390,6 +411,18 @@ class AuditSummary(BaseModel):
     late: int
     held: int = Field(default=0, description="fired, waiting for a downstream (not missed, not run yet)")
     duplicated_effect: int
+
+
+class AuditOutcomes(BaseModel):
+    """The audit's headline: one count per outcome, adding up to `expected`."""
+
+    succeeded: int = Field(description="fired (on time or late) and its run completed")
+    failed: int = Field(description="fired and its run failed, was dead-lettered or cancelled")
+    in_flight: int = Field(description="fired and its run has not ended yet")
+    held: int = Field(description="fired, waiting for a downstream")
+    missed: int
+    skipped: int = Field(description="skipped by a policy (misfire, overlap, DST, paused)")
+    duplicated_effect: int = Field(description="completed by more than one claim")
 
 
 class AuditChange(BaseModel):
@@ -413,7 +446,13 @@ class Audit(BaseModel):
     as_of: datetime = Field(description="the database clock when the audit ran")
     late_threshold_seconds: float
     slots: list[AuditSlot]
-    summary: AuditSummary
+    outcomes: AuditOutcomes = Field(
+        description="what became of the judged slots (the headline: a slot that fired is not a success "
+        "until its run completed)"
+    )
+    summary: AuditSummary = Field(
+        description="how the judged slots fired (on time, late, ...), not how they ended"
+    )
     unscheduled: list[UnscheduledRun] = Field(
         description="runs of the schedule off its grid (manual triggers, off-grid backfills)"
     )
@@ -481,7 +520,32 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def _examples(*bodies: dict[str, Any]) -> ConfigDict:
+    """A request body's config with ``bodies`` as its OpenAPI examples (what Swagger's "Try it out"
+    fills in, instead of `"expression": "string"`); tests/integration/api/test_api_examples.py
+    sends each one to its endpoint and checks the api takes it."""
+    return ConfigDict(extra="forbid", json_schema_extra={"examples": list(bodies)})
+
+
+def _contract_example(model: type[Message], *path_fields: str) -> dict[str, Any]:
+    """The contract's own golden example (slotflow.contracts.examples) as a request body: the
+    fields the URL carries left out."""
+    message = EXAMPLES[model][2]
+    data: dict[str, Any] = message.model_dump(mode="json", exclude_defaults=True)
+    for name in path_fields:
+        data.pop(name, None)
+    return data
+
+
 class CreateScheduleBody(_Body):
+    model_config = _examples(
+        _contract_example(CreateSchedule),
+        {
+            "schedule_id": "hourly-fx-rates",
+            "definition": {"spec": {"kind": "interval", "every": "PT1H"}, "handler": "fx.refresh_rates"},
+        },
+    )
+
     #: One URL path segment: no `/` (every schedule route names it as `/v1/schedules/{id}/...`).
     schedule_id: str = Field(pattern=SCHEDULE_ID_PATTERN)
     definition: ScheduleDefinition
@@ -489,12 +553,26 @@ class CreateScheduleBody(_Body):
 
 
 class UpdateScheduleBody(_Body):
+    model_config = _examples(_contract_example(UpdateSchedule, "schedule_id"))
     definition: ScheduleDefinition
 
 
 class PauseBody(_Body):
+    model_config = _examples(_contract_example(PauseSchedule, "schedule_id"), {"reason": "bank maintenance"})
     reason: str = Field(default="", max_length=1000)
     resume_at: AwareDatetime | None = None
+
+
+_CATCH_UP = Field(
+    default=False,
+    description="run the slots that passed while paused under the misfire policy; without it "
+    "(the default) each is recorded as skipped with reason `paused` and never fires",
+)
+
+
+class ResumeBody(_Body):
+    model_config = _examples({"catch_up": False}, {"catch_up": True})
+    catch_up: bool = _CATCH_UP
 
 
 class BulkBody(_Body):
@@ -505,8 +583,16 @@ class BulkBody(_Body):
 
 
 class BulkPauseBody(BulkBody):
+    model_config = _examples(
+        {"schedule_ids": ["merchant-payouts", "hourly-fx-rates"], "reason": "year-end freeze"}
+    )
     reason: str = Field(default="", max_length=1000)
     resume_at: AwareDatetime | None = None
+
+
+class BulkResumeBody(BulkBody):
+    model_config = _examples({"schedule_ids": ["merchant-payouts", "hourly-fx-rates"], "catch_up": False})
+    catch_up: bool = _CATCH_UP
 
 
 class BulkCommand(BaseModel):
@@ -521,6 +607,15 @@ class BulkAnswer(BaseModel):
 
 
 class BackfillBody(_Body):
+    model_config = _examples(
+        {"start": "2026-12-01T00:00:00Z", "end": "2026-12-02T00:00:00Z"},
+        {
+            "start": "2026-12-01T00:00:00Z",
+            "end": "2026-12-02T00:00:00Z",
+            "overlap": "allow",
+            "max_concurrent": 4,
+        },
+    )
     start: AwareDatetime
     end: AwareDatetime
     max_slots: int = Field(default=1000, ge=1, le=100_000)
@@ -557,6 +652,14 @@ class BackfillReport(BaseModel):
 
 
 class StartWorkflowBody(_Body):
+    model_config = _examples(
+        {
+            "workflow_id": "order-1042",
+            "workflow_type": "orders.checkout",
+            "input": {"order_id": "1042", "amount_cents": 4999, "currency": "EUR"},
+            "execution_timeout_seconds": 3600,
+        }
+    )
     workflow_id: str = Identifier
     workflow_type: str = Identifier
     input: dict[str, Any] = Field(default_factory=dict)
@@ -566,11 +669,13 @@ class StartWorkflowBody(_Body):
 
 
 class SignalBody(_Body):
+    model_config = _examples({"signal": "approved", "payload": {"by": "ops"}})
     signal: str = Identifier
     payload: dict[str, Any] = Field(default_factory=dict)
 
 
 class CancelBody(_Body):
+    model_config = _examples({"reason": "customer asked"})
     reason: str = Field(default="", max_length=1000)
 
 
@@ -648,6 +753,11 @@ class ClaimerInfo(BaseModel):
 class Handlers(BaseModel):
     handlers: list[ServedHandler]
     claimers: list[ClaimerInfo]
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="with ?handler=: why that handler may never run (the warnings a create or update "
+        "naming it answers with, and `--strict` refuses on); empty when a live claimer serves it",
+    )
 
 
 class Downstream(BaseModel):
@@ -657,7 +767,12 @@ class Downstream(BaseModel):
     state: Literal["closed", "open", "half_open"]
     manual: bool = Field(description="opened by an operator: stays open until one closes it")
     settings: dict[str, Any] = Field(description="its own settings over the claimers' defaults")
-    held: int = Field(description="runs waiting for it (attempts kept), as last reported")
+    held: int = Field(description="runs waiting for it (attempts kept), as its claimers last reported")
+    held_runs_count: int = Field(
+        default=0,
+        description="runs the read model holds as held for it: the rows `held_runs` lists (the count "
+        "a view shows beside them)",
+    )
     window_seconds: float | None
     first_attempts: int | None = Field(description="first attempts admitted over the window")
     retries: int | None = Field(description="retries admitted over the window")
@@ -696,4 +811,5 @@ class DownstreamDetail(Downstream):
 
 
 class DownstreamReasonBody(_Body):
+    model_config = _examples({"reason": "bank maintenance, INC-9"})
     reason: str = Field(min_length=1, max_length=1000, description="why, for the audit of the change")

@@ -1,9 +1,12 @@
 """Reading the stats processor's windows (schema `stats`, written by services/stats) for the api.
 
 The processor stores one row per window, subject and source partition, with counters and
-mergeable histograms (slotflow_base.stats.histogram). Here rows become series: parts are summed, a
-handler's series merges its schedules' windows, and percentiles are read from the merged
-histograms, so a handler's p99 is the p99 of all its runs, not an average of schedules' p99s.
+mergeable histograms (slotflow_base.stats.histogram). Here rows become series: parts are summed and
+percentiles are read from the merged histograms, so a handler's p99 is the p99 of all its runs.
+The processor keys each family itself: a schedule's runs by job id (`runs`), a workflow's activity
+runs by workflow id (`workflows`), every run by the handler it ran (`handlers`), so a handler's
+series counts the runs it ran (not the runs of jobs that name it today) and a workflow never shows
+as a schedule.
 """
 
 import json
@@ -23,6 +26,9 @@ Size = Literal["1m", "1h"]
 SIZE_SECONDS: dict[str, int] = {"1m": 60, "1h": 3600}
 #: A handler-less job (its JobDue not seen yet) is shown under this name.
 UNKNOWN_HANDLER = "(unknown)"
+#: The worker's `handlers` subject for a run event that did not name its handler (written before
+#: run events did): the prefix and the job id, resolved here to the job's newest JobDue's handler.
+LEGACY_HANDLER_PREFIX = "~"
 #: Most windows one request may span (a week of minutes).
 MAX_WINDOWS = 7 * 24 * 60
 
@@ -98,8 +104,8 @@ FAMILY_COUNTERS: dict[str, tuple[str, ...]] = {
 }
 
 
-# One family's windows of one size in [since, until); run windows carry the handler their job's
-# newest JobDue named (the sink's job_handlers), dead-letter windows have none.
+# One family's windows of one size in [since, until); a schedule's run windows carry the handler
+# its job's newest JobDue named (the sink's job_handlers: the schedule's label), the others none.
 _WINDOWS = """
 SELECT w.subject, {handler} AS handler, w.window_start, w.counts, w.duration, w.lateness
   FROM {schema}.windows w {join}
@@ -108,41 +114,56 @@ SELECT w.subject, {handler} AS handler, w.window_start, w.counts, w.duration, w.
 _RUN_WINDOWS = compose(
     _WINDOWS, handler="h.handler", join="LEFT JOIN {schema}.job_handlers h ON h.job_id = w.subject"
 )
-_DLQ_WINDOWS = compose(_WINDOWS, handler="NULL::text", join="")
-#: The one series asked for (`$5`): by the handler's name, or by the window's subject.
-_BY_HANDLER = " AND h.handler = $5"
+# Handler windows: a subject with the legacy prefix is a job, whose newest JobDue names the handler.
+_HANDLER_WINDOWS = compose(
+    _WINDOWS,
+    handler="h.handler",
+    join="LEFT JOIN {schema}.job_handlers h ON w.subject LIKE '~%' AND h.job_id = substr(w.subject, 2)",
+)
+_PLAIN_WINDOWS = compose(_WINDOWS, handler="NULL::text", join="")
+#: The one series asked for (`$5`): the window's subject (a job, workflow, handler or topic).
 _BY_SUBJECT = " AND w.subject = $5"
+#: The family of windows each kind of series reads.
+_FAMILY_OF = {"schedule": "runs", "workflow": "workflows", "handler": "handlers", "topic": "dlq"}
 
 
 async def series(
     pool: Pool,
     schema: str,
     *,
-    by: Literal["schedule", "handler", "topic"],
+    by: Literal["schedule", "workflow", "handler", "topic"],
     size: Size,
     since: datetime,
     until: datetime,
     subject: str | None = None,
 ) -> list[dict[str, Any]]:
-    """One series per schedule, handler or topic: its windows in [since, until), oldest first,
-    and its total over them. Empty while the processor has written nothing."""
-    family = "dlq" if by == "topic" else "runs"
+    """One series per schedule, workflow, handler or topic: its windows in [since, until), oldest
+    first, and its total over them. Empty while the processor has written nothing."""
+    family = _FAMILY_OF[by]
     seconds = SIZE_SECONDS[size]
     params: list[Any] = [seconds, family, since, until]
     subject_filter = ""
-    if subject is not None:
+    if subject is not None and by != "handler":
+        # A handler's runs may sit under legacy subjects too: filtered below, once resolved.
         params.append(subject)
-        subject_filter = _BY_HANDLER if by == "handler" else _BY_SUBJECT
-    windows_of = _RUN_WINDOWS if family == "runs" else _DLQ_WINDOWS
+        subject_filter = _BY_SUBJECT
+    windows_of = {"schedule": _RUN_WINDOWS, "handler": _HANDLER_WINDOWS}.get(by, _PLAIN_WINDOWS)
     try:
         rows = await pool.fetch(sql_with(windows_of, schema, subject=subject_filter), *params)
     except asyncpg.UndefinedTableError:
         return []  # the processor has not started against this database yet
-    skipped = await _slots_skipped(pool, schema, seconds, since, until) if family == "runs" else {}
+    # Slots skipped are a schedule's (no handler ran them): shown under the schedule, and under
+    # the handler its job names.
+    with_skips = by in ("schedule", "handler")
+    skipped = await _slots_skipped(pool, schema, seconds, since, until) if with_skips else {}
     windows: dict[str, dict[datetime, _Acc]] = defaultdict(lambda: defaultdict(_Acc))
     handlers: dict[str, str] = {}
     for row in rows:
-        name = row["subject"] if by != "handler" else (row["handler"] or UNKNOWN_HANDLER)
+        name = row["subject"]
+        if by == "handler" and name.startswith(LEGACY_HANDLER_PREFIX):
+            name = row["handler"] or UNKNOWN_HANDLER
+        if by == "handler" and subject is not None and name != subject:
+            continue
         if by == "schedule":
             handlers[name] = row["handler"] or UNKNOWN_HANDLER
         windows[name][row["window_start"]].add(
@@ -155,7 +176,12 @@ async def series(
         if by == "schedule":
             handlers.setdefault(name, handler or UNKNOWN_HANDLER)
         windows[name][start].counts["slots_skipped"] += n
-    counters = (*RUN_COUNTERS, *SCHEDULE_COUNTERS) if family == "runs" else DLQ_COUNTERS
+    counters = {
+        "schedule": (*RUN_COUNTERS, *SCHEDULE_COUNTERS),
+        "handler": (*RUN_COUNTERS, *SCHEDULE_COUNTERS),
+        "workflow": RUN_COUNTERS,
+        "topic": DLQ_COUNTERS,
+    }[by]
     out = []
     for name in sorted(windows):
         total = _Acc()

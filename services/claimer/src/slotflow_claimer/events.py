@@ -81,6 +81,7 @@ class RunEvents:
             "owner": run.owner or "",
             "workflow_id": run.workflow_id,
             "sequence": run.sequence,
+            "handler": run.handler,
         }
 
     def _run_row(

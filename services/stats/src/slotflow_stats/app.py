@@ -3,7 +3,11 @@
 Families and their tables (each table's partitions equal its source topics', as faust requires):
 
 - runs: `slotflow.runs.events.v1` and `slotflow.jobs.due.v1` (co-partitioned by job id) into
-  `runs-60s` and `runs-3600s`, plus `handlers` (job id to the handler its JobDue named);
+  `runs-60s` and `runs-3600s` (a schedule's runs, by job id), `workflows-60s`/`-3600s` (a
+  workflow's activity runs, by workflow id: apart, so a workflow never shows as a schedule) and
+  `handlers-60s`/`-3600s` (every run under the handler it ran: its JobDue's, or its run event's
+  own), plus `handlers` (job id to the handler its newest JobDue named: a schedule's label, and
+  the handler of a run event written before run events named theirs);
 - schedules: `slotflow.schedules.events.v1` into `schedules-60s` / `-3600s` (SlotSkipped);
 - dlq: `slotflow.dlq.events.v1` into `dlq-60s` / `-3600s` (parked dead letters per original topic).
 
@@ -33,7 +37,7 @@ from slotflow_stats.config import DLQ_EVENTS, JOBS_DUE, RUN_EVENTS, SCHEDULE_EVE
 from slotflow_stats.consumer import install_processed_only_acks
 from slotflow_stats.errors import StatsError, TopicMissing, UndecodableEvent
 from slotflow_stats.health import FlushClock, serve_health
-from slotflow_stats.observe import Family, observe
+from slotflow_stats.observe import Family, Observation, StoredFamily, observe
 from slotflow_stats.producer import install_draining_buffer
 from slotflow_stats.windows import SIZES, Key, Value, apply, window_start
 
@@ -45,7 +49,14 @@ SOURCES: dict[Family, tuple[str, ...]] = {
     "dlq": (DLQ_EVENTS,),
 }
 
-DirtyKey = tuple[Family, int, Key, float]
+DirtyKey = tuple[StoredFamily, int, Key, float]
+#: Window families counted from the runs family's events besides `runs` itself (see the module).
+DERIVED: tuple[StoredFamily, ...] = ("workflows", "handlers")
+#: The `handlers` subject of a run event that does not name its handler (written before run
+#: events did): this prefix and its job id. Its JobDue may be read after it (another topic), so
+#: the api resolves it at read time to the handler the job's newest JobDue named, as every run
+#: was counted before. No handler name starts with it (a handler starts with a letter or digit).
+LEGACY_HANDLER_PREFIX = "~"
 
 
 async def partitions_of(kafka: KafkaConnection, topics: list[str]) -> dict[str, int]:
@@ -171,7 +182,7 @@ class Processor:
         install_processed_only_acks(self.app)
         # Table keys are (subject, partition) tuples and values dicts: JSON both ways.
         self._json = faust.Schema(key_serializer="json", value_serializer="json")
-        self.tables: dict[Family, dict[int, Any]] = {}
+        self.tables: dict[StoredFamily, dict[int, Any]] = {}
         self.dirty: dict[DirtyKey, Value] = {}
         self.dirty_handlers: dict[str, tuple[str, float]] = {}
         self.full_copy = True
@@ -188,6 +199,9 @@ class Processor:
             self.tables[family] = {size: self._window_table(family, size, count) for size in SIZES}
             channel = self.app.topic(*topics, key_serializer="raw", value_serializer="raw")
             self.app.agent(channel, name=f"stats-{family}", concurrency=1)(self._agent(family))
+            if family == "runs":
+                for derived in DERIVED:
+                    self.tables[derived] = {size: self._window_table(derived, size, count) for size in SIZES}
         self.handlers = self.app.Table(
             "handlers",
             default=dict,
@@ -238,7 +252,7 @@ class Processor:
         stats = self.settings.stats
         return stats.minute_window_expires_seconds if size == SIZES[0] else stats.hour_window_expires_seconds
 
-    def _window_table(self, family: Family, size: int, partitions: int) -> Any:
+    def _window_table(self, family: StoredFamily, size: int, partitions: int) -> Any:
         expires = self._expires(size)
         table = self.app.Table(
             f"{family}-{size}s",
@@ -282,8 +296,35 @@ class Processor:
             return
         if observation is None:
             return
-        key = Key(observation.subject, message.partition)
+        targets: list[tuple[StoredFamily, str]] = [(family, observation.subject)]
+        if family == "runs":
+            # A schedule's runs and a workflow's activity runs apart, and every run once more
+            # under the handler it ran.
+            targets = [
+                ("workflows" if observation.workflow else "runs", observation.subject),
+                ("handlers", self._handler_of(observation)),
+            ]
         now = time.time()
+        for target, subject in targets:
+            self._count(target, Key(subject, message.partition), observation, now=now, event=event)
+        if observation.handler and observation.counter == "due":
+            # The job's newest JobDue names its handler today (a schedule's label); a run event
+            # names the handler of its own run, which may be older.
+            known = self.handlers[observation.subject]
+            if not known or float(known["at"]) <= observation.at:
+                self.handlers[observation.subject] = {"handler": observation.handler, "at": observation.at}
+                self.dirty_handlers[observation.subject] = (observation.handler, observation.at)
+
+    @staticmethod
+    def _handler_of(observation: Observation) -> str:
+        """The handler the run ran: the event's own, else (a run event written before run events
+        named it) its job, for the api to resolve (LEGACY_HANDLER_PREFIX)."""
+        return observation.handler or LEGACY_HANDLER_PREFIX + observation.subject
+
+    def _count(
+        self, family: StoredFamily, key: Key, observation: Observation, *, now: float, event: Any
+    ) -> None:
+        message = event.message
         for size, table in self.tables[family].items():
             if observation.at < now - self._expires(size):
                 # faust drops windows older than their expiry (by the wall clock); counting into
@@ -299,11 +340,6 @@ class Processor:
                 continue
             window[key] = updated
             self.dirty[(family, size, key, window_start(observation.at, size))] = updated
-        if observation.handler:
-            known = self.handlers[observation.subject]
-            if not known or float(known["at"]) <= observation.at:
-                self.handlers[observation.subject] = {"handler": observation.handler, "at": observation.at}
-                self.dirty_handlers[observation.subject] = (observation.handler, observation.at)
 
     async def _connect(self) -> asyncpg.Pool:
         """The pool the sink copies through, with the sink's tables created.

@@ -22,7 +22,12 @@ from typing import Any, Literal
 
 from slotflow_stats.errors import UndecodableEvent
 
+#: The families a source topic's agent reads (see app.SOURCES).
 Family = Literal["runs", "schedules", "dlq"]
+#: Every family of windows stored: a schedule's runs (`runs`, by job id), a workflow's activity
+#: runs (`workflows`, by workflow id: apart, so a workflow never shows as a schedule), each run by
+#: the handler it ran (`handlers`), slots skipped and parked dead letters.
+StoredFamily = Literal["runs", "workflows", "handlers", "schedules", "dlq"]
 
 #: The types counted here: only they are held to the acceptance rule (anything else is ignored).
 _COUNTED = frozenset(
@@ -44,8 +49,10 @@ _RUN_COUNTER_OF = {
 class Observation:
     """One event's contribution: a counter of one subject at one instant (epoch seconds).
 
-    `subject` is the schedule (job) id for the runs and schedules families and the original topic
-    of a parked dead letter for the dlq family.
+    `subject` is the schedule (job) id for the runs and schedules families (the workflow id for a
+    workflow's activity run, `workflow` set) and the original topic of a parked dead letter for the
+    dlq family. `handler` is the handler the run ran: its JobDue's, or the run event's own (absent
+    in run events written before they carried it).
     """
 
     family: Family
@@ -55,6 +62,8 @@ class Observation:
     duration: float | None = None
     lateness: float | None = None
     handler: str | None = None
+    #: A workflow's activity run (JobDue or run event with a `workflow_id`), not a schedule's.
+    workflow: bool = False
 
 
 def _instant(data: dict[str, Any], field: str) -> float:
@@ -248,21 +257,29 @@ def _run(kind: str, data: dict[str, Any], record_timestamp: float | None) -> Obs
         lateness = None if record_timestamp is None else max(0.0, record_timestamp - target)
         job = _text(data, "job_id", max_chars=JOB_ID_MAX_CHARS)
         handler = _matching(data, "handler", IDENTIFIER)
-        return Observation("runs", job, target, "due", lateness=lateness, handler=handler)
+        workflow = data.get("workflow_id") is not None or data.get("kind") == "activity"
+        return Observation("runs", job, target, "due", lateness=lateness, handler=handler, workflow=workflow)
     counter = _RUN_COUNTER_OF.get(kind)
     if counter is None:
         return None
     job = _text(data, "job_id")
     if data.get("slot") is not None:
         _instant(data, "slot")
+    # The handler the run ran, when the event says (older run events do not: the worker then
+    # falls back on its job's newest JobDue).
+    ran = _matching(data, "handler", IDENTIFIER) if data.get("handler") is not None else None
+    workflow = data.get("workflow_id") is not None
     if kind == "run.started":
-        return Observation("runs", job, _instant(data, "started_at"), counter)
+        at = _instant(data, "started_at")
+        return Observation("runs", job, at, counter, handler=ran, workflow=workflow)
     if kind == "run.completed":
         finished = _instant(data, "finished_at")
         duration = max(0.0, finished - _instant(data, "started_at"))
-        return Observation("runs", job, finished, counter, duration=duration)
+        return Observation("runs", job, finished, counter, duration=duration, handler=ran, workflow=workflow)
     if kind == "run.failed":
-        return Observation("runs", job, _instant(data, "finished_at"), counter)
+        return Observation(
+            "runs", job, _instant(data, "finished_at"), counter, handler=ran, workflow=workflow
+        )
     # Retrying, dead-lettered and skipped carry no instant of their own: the envelope's is when
     # the claimer decided.
-    return Observation("runs", job, _instant(data, "_occurred_at"), counter)
+    return Observation("runs", job, _instant(data, "_occurred_at"), counter, handler=ran, workflow=workflow)

@@ -9,8 +9,8 @@
 CREATE TABLE IF NOT EXISTS {schema}.windows (
     size_s       integer     NOT NULL CHECK (size_s IN (60, 3600)),
     window_start timestamptz NOT NULL,
-    family       text        NOT NULL CHECK (family IN ('runs', 'schedules', 'dlq')),
-    subject      text        NOT NULL,  -- schedule (job) id, or the original topic for 'dlq'
+    family       text        NOT NULL,  -- windows_family_check below
+    subject      text        NOT NULL,  -- schedule (job) id, workflow id, handler, or the original topic for 'dlq'
     part         integer     NOT NULL,  -- source partition
     events       bigint      NOT NULL,
     counts       jsonb       NOT NULL,  -- counter name -> count
@@ -18,6 +18,27 @@ CREATE TABLE IF NOT EXISTS {schema}.windows (
     lateness     jsonb       NOT NULL,
     PRIMARY KEY (size_s, window_start, family, subject, part)
 );
+
+-- The families (slotflow_stats.observe.StoredFamily): a schedule's runs by job id ('runs'), a
+-- workflow's activity runs by workflow id ('workflows'), every run by the handler it ran
+-- ('handlers'; '~' and a job id for a run event that did not name its handler), slots skipped ('schedules'), parked dead letters by original topic ('dlq').
+-- Migration: tables created before 'workflows' and 'handlers' carried an inline check of the
+-- three others (named windows_family_check by PostgreSQL); replaced once, in the transaction of
+-- the rest of this file, so no worker ever finds no check at all. Checked first: this file runs at
+-- every worker start, and the ALTER would lock and scan the whole table each time.
+DO $$
+BEGIN
+    IF NOT EXISTS (
+        SELECT 1 FROM pg_constraint
+         WHERE conrelid = '{schema}.windows'::regclass AND conname = 'windows_family_check'
+           AND pg_get_constraintdef(oid) LIKE '%handlers%'
+    ) THEN
+        ALTER TABLE {schema}.windows DROP CONSTRAINT IF EXISTS windows_family_check;
+        ALTER TABLE {schema}.windows ADD CONSTRAINT windows_family_check
+            CHECK (family IN ('runs', 'workflows', 'handlers', 'schedules', 'dlq'));
+    END IF;
+END
+$$;
 
 -- The api reads a time range of one size and family.
 CREATE INDEX IF NOT EXISTS windows_by_time ON {schema}.windows (size_s, family, window_start);

@@ -421,7 +421,7 @@ class CommandHandler:
         if isinstance(message, ResumeSchedule):
             if not live.paused:
                 return Applied()
-            await conn.execute(self._q.resume, schedule_id, now)
+            await conn.execute(self._q.resume, schedule_id, now, message.catch_up)
             resumed = ScheduleResumed(schedule_id=schedule_id, next_fire_at=live.next_fire_at)
             return Applied(
                 [self._event(resumed, cid, "resumed", schedule_id, now)],

@@ -56,16 +56,31 @@ class Position(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class PauseWindow:
-    """The last pause: a slot skipped by the misfire policy inside it is reported as `paused`."""
+    """The last pause. Its slots are paused slots: once it ended, each is recorded as skipped
+    (`paused`) and never fires, unless the operator resumed with ``catch_up``; then they meet the
+    misfire policy like any missed slot, and one it skips is still reported as `paused`.
+
+    Firing them late by default surprised operators: a pause shorter than the misfire grace fired
+    every paused slot at once on resume, and the overlap policy then skipped all but the oldest.
+    """
 
     started: datetime | None = None
     ended: datetime | None = None
     reason: str = ""
+    catch_up: bool = False
 
     def contains(self, at: datetime) -> bool:
         if self.started is None or at < self.started:
             return False
         return self.ended is None or at < self.ended
+
+    def holds(self, at: datetime) -> bool:
+        """Whether ``at`` is a paused slot to skip: inside the window, resumed without catch-up."""
+        return self.ended is not None and not self.catch_up and self.contains(at)
+
+    @property
+    def detail(self) -> str:
+        return f"passed while paused: {self.reason}" if self.reason else "passed while paused"
 
 
 class ScheduleState(NamedTuple):
@@ -153,6 +168,11 @@ def plan_due(state: ScheduleState, *, now: datetime, max_slots: int, force_skip:
     # Jitter delays a slot by up to `jitter`; widening the grace by that much keeps a slot that
     # fires on its jittered time from being mistaken for a missed one.
     grace = definition.misfire.grace + definition.jitter
+    next_at = position.next_slot
+    if not force_skip and next_at is not None and next_at <= now and state.pause.holds(next_at):
+        # Only a passed slot: a row can be due before its next slot (a DST skip to record), and
+        # a paused slot still ahead is planned when it passes.
+        return _plan_paused(state, now=now, max_slots=max_slots)
     if not force_skip and position.next_slot is not None:
         single = _plan_single(state, position.next_slot, now=now, grace=grace)
         if single is not None:
@@ -171,13 +191,20 @@ def plan_due(state: ScheduleState, *, now: datetime, max_slots: int, force_skip:
         due.append(cursor)
         cursor = _bounded_next(state.schedule_id, definition, after=cursor.at)
 
+    if not force_skip:
+        for index, slot in enumerate(due):
+            if state.pause.holds(slot.at):
+                # Paused slots are never the misfire policy's (unless resumed with catch-up): the
+                # ones before them are planned here, and the next claim, due at once, skips them.
+                due, cursor = due[:index], slot
+                break
+
     first_unhandled = cursor
     fire: Sequence[Slot]
     skip: list[SkippedSlot]
     if force_skip:
         fire = []
-        detail = f"passed while paused: {state.pause.reason}" if state.pause.reason else "passed while paused"
-        skip = [SkippedSlot(at=s.at, reason="paused", detail=detail) for s in due]
+        skip = [SkippedSlot(at=s.at, reason="paused", detail=state.pause.detail) for s in due]
     elif not due or due[0].at >= now - grace:
         # Nothing is older than the grace: every due slot is merely late and fires.
         fire, skip = due, []
@@ -213,6 +240,32 @@ def plan_due(state: ScheduleState, *, now: datetime, max_slots: int, force_skip:
         position=new_position,
         more=more,
     )
+
+
+def _plan_paused(state: ScheduleState, *, now: datetime, max_slots: int) -> ClaimPlan:
+    """The slots of a pause resumed without catch-up: each recorded as skipped (`paused`).
+
+    The caller checked that the next slot lies in the pause. The slots after the pause are then
+    planned as usual in the same claim (one late by less than the grace still fires); a pause
+    longer than ``max_slots`` slots is settled over several claims, the row staying due at once.
+    """
+    definition = state.definition
+    pause = state.pause
+    held: list[SkippedSlot] = []
+    cursor = _slot_at(definition, state.position.next_slot) if state.position.next_slot is not None else None
+    while cursor is not None and len(held) < max_slots and pause.holds(cursor.at) and cursor.at <= now:
+        held.append(SkippedSlot(at=cursor.at, reason="paused", detail=pause.detail))
+        cursor = _bounded_next(state.schedule_id, definition, after=cursor.at)
+    covered = cursor.at - EPSILON if cursor is not None and cursor.at <= now else now
+    covered = max(covered, state.position.covered_until)
+    skip = held + _dst_skips(state.schedule_id, definition, after=state.position.covered_until, until=covered)
+    skip.sort(key=lambda s: s.at)
+    position = _position(state.schedule_id, definition, covered=covered, first=cursor)
+    if cursor is not None and pause.holds(cursor.at) and cursor.at <= now:
+        # More paused slots than one claim settles: the row is due again at once for the rest.
+        return ClaimPlan((), tuple(skip), position, True)
+    rest = plan_due(state._replace(position=position), now=now, max_slots=max_slots)
+    return ClaimPlan(rest.fire, tuple(skip) + rest.skip, rest.position, rest.more)
 
 
 def _plan_single(state: ScheduleState, at: datetime, *, now: datetime, grace: timedelta) -> ClaimPlan | None:
@@ -352,8 +405,7 @@ def _dst_skips(
 def _relabel_paused(skipped: SkippedSlot, pause: PauseWindow) -> SkippedSlot:
     if skipped.reason != "misfire" or not pause.contains(skipped.at):
         return skipped
-    detail = f"passed while paused: {pause.reason}" if pause.reason else "passed while paused"
-    return replace(skipped, reason="paused", detail=detail)
+    return replace(skipped, reason="paused", detail=pause.detail)
 
 
 def _slot_at(definition: ScheduleDefinition, at: datetime) -> Slot:

@@ -41,7 +41,18 @@ def preview_lines(
     ``schedule_id`` is the schedule an `H` in the cron draws its values from.
     """
     slots = preview(spec, dst, after=after, count=count, schedule_id=schedule_id)
-    lines = [PreviewLine(s.at, s.local, True, _MARKS.get(s.dst or "", s.dst or "")) for s in slots]
+    # The wall time each fires at; a shifted slot's note names the local time it stands for.
+    lines = [
+        PreviewLine(
+            s.at,
+            s.fires_local,
+            True,
+            f"{_MARKS['shifted']} (stands for {s.local})"
+            if s.dst == "shifted"
+            else _MARKS.get(s.dst or "", s.dst or ""),
+        )
+        for s in slots
+    ]
     if slots and isinstance(spec, CronSpec) and dst.nonexistent == "skip":
         for skipped in dst_skips_between(spec, dst, after=after, until=slots[-1].at, schedule_id=schedule_id):
             detail = skipped.detail or "local time does not exist on this DST day"

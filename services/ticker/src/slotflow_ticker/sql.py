@@ -11,7 +11,7 @@ from slotflow.pg.statements import compose, sql
 
 _SCHEDULE_COLUMNS = (
     "schedule_id, definition::text AS definition, version, paused, pause_reason, resume_at, "
-    "paused_at, resumed_at, next_slot, next_fire_at, covered_until, deleted"
+    "paused_at, resumed_at, next_slot, next_fire_at, covered_until, deleted, resume_catch_up"
 )
 
 # The claim. FOR UPDATE SKIP LOCKED hands each due row to exactly one of any number of tickers
@@ -58,14 +58,15 @@ UPDATE {schema}.schedules AS s
 )
 
 # Paused rows whose automatic resume time passed (database clock); SKIP LOCKED so concurrent
-# tickers resume each row once. Slots that passed meanwhile are then due and meet the misfire policy.
+# tickers resume each row once. An automatic resume never catches up: the slots that passed
+# meanwhile are then due and recorded as skipped (`paused`, planning.PauseWindow).
 # The resume's time (resumed_at, and its ScheduleResumed's) is the clock once the row is held, not
 # the transaction's start: a pause that committed after this transaction began is read here and
 # resumed, and the api orders a schedule's changes (the timeline the slot audit reads) by the time
 # each carries, so the resume must not look older than the pause it undoes.
 AUTO_RESUME = """
 UPDATE {schema}.schedules AS s
-   SET paused = false, resumed_at = clock_timestamp(), updated_at = now()
+   SET paused = false, resumed_at = clock_timestamp(), resume_catch_up = false, updated_at = now()
   FROM (SELECT schedule_id FROM {schema}.schedules
          WHERE paused AND NOT deleted AND resume_at IS NOT NULL AND resume_at <= now()
          ORDER BY resume_at
@@ -158,7 +159,7 @@ ON CONFLICT (schedule_id) DO UPDATE
    SET definition = EXCLUDED.definition, version = {schema}.schedules.version + 1,
        cron_rules = EXCLUDED.cron_rules,
        paused = EXCLUDED.paused, pause_reason = '', resume_at = NULL,
-       paused_at = EXCLUDED.paused_at, resumed_at = NULL,
+       paused_at = EXCLUDED.paused_at, resumed_at = NULL, resume_catch_up = false,
        next_slot = EXCLUDED.next_slot, next_fire_at = EXCLUDED.next_fire_at,
        covered_until = EXCLUDED.covered_until, deleted = false, updated_at = now()
  WHERE {schema}.schedules.deleted
@@ -203,13 +204,16 @@ PAUSE = """
 UPDATE {schema}.schedules
    SET paused = true, pause_reason = $2, resume_at = $3,
        paused_at = CASE WHEN paused THEN paused_at ELSE $4 END,
-       resumed_at = CASE WHEN paused THEN resumed_at ELSE NULL END, updated_at = now()
+       resumed_at = CASE WHEN paused THEN resumed_at ELSE NULL END, resume_catch_up = false,
+       updated_at = now()
  WHERE schedule_id = $1
 """
 
+# $3: whether the slots of this pause meet the misfire policy (catch up) or are all recorded as
+# skipped (`paused`, the default): the claims read it with the pause window (planning.PauseWindow).
 RESUME = """
 UPDATE {schema}.schedules
-   SET paused = false, resume_at = NULL, resumed_at = $2, updated_at = now()
+   SET paused = false, resume_at = NULL, resumed_at = $2, resume_catch_up = $3, updated_at = now()
  WHERE schedule_id = $1 AND paused
 """
 

@@ -43,6 +43,8 @@ class ScheduleRow(NamedTuple):
     next_fire_at: datetime | None
     covered_until: datetime
     deleted: bool
+    #: The last resume asked to catch up on the paused slots (planning.PauseWindow).
+    resume_catch_up: bool = False
 
     @classmethod
     def from_record(cls, record: "asyncpg.Record") -> "ScheduleRow":
@@ -60,6 +62,7 @@ class ScheduleRow(NamedTuple):
             record["next_fire_at"],
             record["covered_until"],
             record["deleted"],
+            record["resume_catch_up"],
         )
 
     @property
@@ -70,7 +73,7 @@ class ScheduleRow(NamedTuple):
         pause = (
             NEVER_PAUSED
             if self.paused_at is None
-            else PauseWindow(self.paused_at, self.resumed_at, self.pause_reason)
+            else PauseWindow(self.paused_at, self.resumed_at, self.pause_reason, self.resume_catch_up)
         )
         return ScheduleState(self.schedule_id, self.definition, self.position, pause)
 

@@ -184,8 +184,10 @@ def schedule_pause(ctx: Context) -> int:
 
 
 def schedule_resume(ctx: Context) -> int:
-    """`schedule resume`: a ResumeSchedule per SCHEDULE_ID."""
-    return _each_schedule(ctx, lambda sid: ResumeSchedule(schedule_id=sid))
+    """`schedule resume`: a ResumeSchedule per SCHEDULE_ID (`--catch-up`: the paused slots meet
+    the misfire policy instead of being skipped)."""
+    catch_up = bool(ctx.args.catch_up)
+    return _each_schedule(ctx, lambda sid: ResumeSchedule(schedule_id=sid, catch_up=catch_up))
 
 
 def schedule_delete(ctx: Context) -> int:

@@ -263,6 +263,7 @@ COMPENSATION_COLUMNS: Sequence[Column] = (
 
 AUDIT_COLUMNS: Sequence[Column] = (
     ("slot", field("slot")),
+    ("outcome", field("outcome")),
     ("status", field("status")),
     ("kind", field("kind")),
     ("run", field("run_id")),

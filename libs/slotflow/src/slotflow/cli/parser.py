@@ -253,7 +253,7 @@ def _schedule(groups: Any) -> None:
         (
             "resume",
             "slotflow.cli.commanding:schedule_resume",
-            "fire again; missed slots follow the misfire policy",
+            "fire again; slots that passed while paused are skipped (reason paused) unless --catch-up",
         ),
         ("delete", "slotflow.cli.commanding:schedule_delete", "stop and remove a schedule (its runs stay)"),
         ("trigger", "slotflow.cli.commanding:schedule_trigger", "run once now, outside the spec"),
@@ -262,6 +262,12 @@ def _schedule(groups: Any) -> None:
         if name == "resume":
             leaf.add_argument(
                 "schedule_id", metavar="SCHEDULE_ID", nargs="+", help="one or more, one command each"
+            )
+            leaf.add_argument(
+                "--catch-up",
+                action="store_true",
+                help="run the slots that passed while paused under the misfire policy instead of "
+                "skipping them",
             )
         else:
             leaf.add_argument("schedule_id", metavar="SCHEDULE_ID")

@@ -120,7 +120,9 @@ def slot_text(slot: Any) -> str:
     if slot.get("local"):
         line += f"  ({slot['local']} local)"
     if slot.get("dst"):
-        line += f"  [{slot['dst']}]"
+        # `local` is when it fires; a shifted slot also names the local time it stands for.
+        stands_for = f", stands for {slot['nominal']}" if slot.get("nominal") else ""
+        line += f"  [{slot['dst']}{stands_for}]"
     return line
 
 
@@ -262,6 +264,8 @@ def dlq_show(ctx: Context) -> int:
 
 
 AUDIT_STATUSES = ("fired", "missed", "skipped_by_policy", "late", "held", "duplicated_effect")
+#: The headline: what became of each slot (a slot that fired succeeded only if its run completed).
+AUDIT_OUTCOMES = ("succeeded", "failed", "in_flight", "held", "missed", "skipped", "duplicated_effect")
 
 
 def audit(ctx: Context) -> int:
@@ -290,7 +294,13 @@ def audit(ctx: Context) -> int:
             ctx.out.write(f"note: {body['note']}\n")
         ctx.out.write("\n")
         ctx.emit_table(slots, AUDIT_COLUMNS, empty="no slots in this range")
-        ctx.out.write("\n" + "  ".join(f"{name}={summary.get(name, 0)}" for name in AUDIT_STATUSES) + "\n")
+        outcomes: Mapping[str, Any] = body.get("outcomes") or {}
+        ctx.out.write(
+            "\noutcomes: " + "  ".join(f"{name}={outcomes.get(name, 0)}" for name in AUDIT_OUTCOMES) + "\n"
+        )
+        ctx.out.write(
+            "how they fired: " + "  ".join(f"{name}={summary.get(name, 0)}" for name in AUDIT_STATUSES) + "\n"
+        )
         if body.get("pending"):
             ctx.out.write(f"{body['pending']} recent slots are too new to judge yet\n")
         unscheduled = [run for run in body.get("unscheduled") or [] if isinstance(run, dict)]

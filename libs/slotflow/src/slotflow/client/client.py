@@ -241,17 +241,23 @@ class Client:
         return await self.send(message, command_id=command_id, wait=wait)
 
     async def resume_schedule(
-        self, schedule_id: str, *, command_id: str | None = None, wait: float | None = None
+        self,
+        schedule_id: str,
+        *,
+        catch_up: bool = False,
+        command_id: str | None = None,
+        wait: float | None = None,
     ) -> Sent:
-        """Resume a paused schedule (its misfire policy decides about the slots it missed).
+        """Resume a paused schedule. The slots that passed while it was paused are recorded as
+        skipped (`paused`) and never fire; with ``catch_up=True`` they meet the schedule's misfire
+        policy instead, as slots missed while the ticker was down would.
 
         Example::
 
             await client.resume_schedule("nightly-payouts", wait=10)
         """
-        return await self.send(
-            _build(ResumeSchedule, schedule_id=schedule_id), command_id=command_id, wait=wait
-        )
+        message = _build(ResumeSchedule, schedule_id=schedule_id, catch_up=catch_up)
+        return await self.send(message, command_id=command_id, wait=wait)
 
     async def trigger_schedule(
         self, schedule_id: str, *, command_id: str | None = None, wait: float | None = None
@@ -550,7 +556,7 @@ class Client:
 
         Example::
 
-            run = await client.get_run("nightly-payouts@2026-03-01T02:00:00+00:00")
+            run = await client.get_run("nightly-payouts@2026-03-01T02:00:00Z")
             if run.state == "completed":
                 print(run.result)
         """

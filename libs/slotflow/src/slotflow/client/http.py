@@ -134,7 +134,7 @@ class HttpTransport:
 
         async with HttpTransport("https://slotflow.internal", token=os.environ["SLOTFLOW_TOKEN"]) as api:
             client = Client(api)
-            run = await client.get_run("nightly-payouts@2026-03-01T02:00:00+00:00")
+            run = await client.get_run("nightly-payouts@2026-03-01T02:00:00Z")
     """
 
     reads_supported = True

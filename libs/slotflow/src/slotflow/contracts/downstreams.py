@@ -23,7 +23,11 @@ class DownstreamSettings(BaseModel):
     """One downstream's budget and breaker settings; a field left out keeps the claimers' default
     (`SLOTFLOW_CLAIMER_DOWNSTREAM_*`)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(
+        frozen=True,
+        extra="forbid",
+        json_schema_extra={"examples": [{"retry_ratio": 0.1, "failure_rate": 0.5, "cooldown_seconds": 30}]},
+    )
 
     retry_ratio: float | None = Field(default=None, ge=0, le=100)
     min_retries_per_second: float | None = Field(default=None, ge=0, le=100_000)

@@ -66,6 +66,10 @@ class RunEvent(Message):
     owner: str
     workflow_id: IndexedText | None = None
     sequence: Int4 | None = None
+    #: The handler this run ran (its JobDue's), so statistics count each run under its own
+    #: handler, not under whatever its job names today. Absent in records written before the
+    #: field existed.
+    handler: HandlerName | None = None
 
 
 class RunStarted(RunEvent):

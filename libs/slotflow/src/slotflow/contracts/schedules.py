@@ -253,10 +253,17 @@ class PauseSchedule(Message):
 
 
 class ResumeSchedule(Message):
-    """Fire again; slots that passed while paused follow the misfire policy."""
+    """Fire again. Slots that passed while paused are skipped (`SlotSkipped`, reason `paused`)
+    unless `catch_up` is set; then they meet the misfire policy like slots missed while the
+    ticker was down (docs/scheduling.md, "Pause and resume")."""
 
     message_type = "schedule.resume"
     schedule_id: ScheduleId
+    catch_up: bool = Field(
+        default=False,
+        description="run the slots that passed while paused under the misfire policy instead of "
+        "skipping them (absent in records written before the field existed: false)",
+    )
 
 
 class DeleteSchedule(Message):

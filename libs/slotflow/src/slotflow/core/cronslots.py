@@ -49,6 +49,18 @@ class Slot:
     #: happened, moved to the first valid instant after the jump).
     dst: DstMark | None = None
 
+    @property
+    def fires_local(self) -> str:
+        """The wall time it fires at, ISO-8601 with the offset in force at `at`: `local` for every
+        slot but a shifted one, whose `local` is the nominal time that never happened (a preview
+        showing that read "02:30 local" for a slot firing at 03:00)."""
+        if self.dst != "shifted":
+            return self.local
+        offset = datetime.fromisoformat(self.local).utcoffset()
+        if offset is None:
+            return self.local
+        return self.at.astimezone(timezone(offset)).isoformat()
+
 
 @dataclass(frozen=True)
 class SkippedSlot:

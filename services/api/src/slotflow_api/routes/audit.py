@@ -102,9 +102,18 @@ async def audit(
             "as_of": now,
             "late_threshold_seconds": threshold.total_seconds(),
             "slots": [
-                {"slot": v.slot, "run_id": v.run_id, "status": v.status, "detail": v.detail, "kind": v.kind}
+                {
+                    "slot": v.slot,
+                    "run_id": v.run_id,
+                    "status": v.status,
+                    "detail": v.detail,
+                    "kind": v.kind,
+                    "run_state": v.run_state,
+                    "outcome": v.outcome,
+                }
                 for v in report.slots
             ],
+            "outcomes": report.outcomes(),
             "dead_lettered": [
                 {"slot": r.slot, "run_id": r.run_id, "kind": r.kind, "state": r.state}
                 for r in report.dead_lettered

@@ -25,7 +25,18 @@ PUBLISH_WAIT_S = 10.0
 
 
 class KeyBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "name": "deploy-bot",
+                    "scope": "operate",
+                    "public_key": "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo",
+                }
+            ]
+        },
+    )
 
     name: str = Field(
         pattern=KEY_NAME_PATTERN, description="who or what holds it; its principal is key:<name>"

@@ -1,9 +1,11 @@
 """Runs: one row per slot with every attempt, fence token, owner, timings and outcome."""
 
+from datetime import datetime
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Path, Query
 
+from slotflow.core.identity import run_id
 from slotflow_api import read_model
 from slotflow_api.app_state import Services, services
 from slotflow_api.errors import NotFound
@@ -52,5 +54,25 @@ async def get_run(
 ) -> dict[str, object]:
     row = await read_model.get_run(s.pool, s.schema, run_id)
     if row is None:
-        raise NotFound(f"run {run_id!r} is not known (yet)")
+        raise NotFound(f"run {run_id!r} is not known (yet){_spelling_hint(run_id)}")
     return row
+
+
+def _spelling_hint(given: str) -> str:
+    """A run id names its slot in UTC with a `Z` (`payouts@2026-03-01T02:00:00Z`); one written
+    with another spelling of the same instant (`+00:00`, `+01:00`) names no run: say which does."""
+    job, at, slot_text = given.rpartition("@")
+    if not at or not job:
+        return ""
+    try:
+        slot = datetime.fromisoformat(slot_text)
+    except ValueError:
+        return ""
+    if slot.tzinfo is None:
+        return "; a run id names its slot in UTC with a Z, e.g. " + repr(f"{job}@{slot_text}Z")
+    canonical = run_id(job, slot)
+    return (
+        f"; run ids name their slot in UTC with a Z: did you mean {canonical!r}?"
+        if canonical != given
+        else ""
+    )

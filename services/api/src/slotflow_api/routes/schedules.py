@@ -20,7 +20,7 @@ from slotflow.contracts import (
 )
 from slotflow.contracts.envelope import SCHEDULE_ID_PATTERN
 from slotflow.contracts.schedules import definition_changes, patch_definition, refuse_random_cron
-from slotflow.core.cronslots import slots_between
+from slotflow.core.cronslots import Slot, slots_between
 from slotflow.core.identity import run_id
 from slotflow_api import read_model
 from slotflow_api.app_state import Services, services
@@ -42,14 +42,15 @@ from slotflow_api.schemas import (
     BackfillReport,
     BackfillSlot,
     BulkAnswer,
-    BulkBody,
     BulkCommand,
     BulkPauseBody,
+    BulkResumeBody,
     Calendar,
     CalendarEntry,
     CreateScheduleBody,
     Page,
     PauseBody,
+    ResumeBody,
     Run,
     Schedule,
     ScheduleDetail,
@@ -103,6 +104,10 @@ async def list_schedules(
     return page
 
 
+def _nominal(slot: Slot) -> str | None:
+    return slot.local if slot.dst == "shifted" else None
+
+
 def with_outlook(row: dict[str, object], *, now: datetime, count: int) -> dict[str, object]:
     """Set the row's status, next fire and next slots from its definition at database time ``now``.
 
@@ -123,8 +128,13 @@ def with_outlook(row: dict[str, object], *, now: datetime, count: int) -> dict[s
     )
     row["status"] = seen.status
     row["next_fire_at"] = seen.next_fire_at
-    row["catch_up_at_resume"] = seen.catch_up
-    row["next_slots"] = [{"at": slot.at, "local": slot.local, "dst": slot.dst} for slot in seen.next_slots]
+    # Kept for clients that read it: an automatic resume never catches up (docs/scheduling.md).
+    row["catch_up_at_resume"] = False
+    # `local` is when it fires on the wall clock; a shifted slot also names the time it stands for.
+    row["next_slots"] = [
+        {"at": slot.at, "local": slot.fires_local, "dst": slot.dst, "nominal": _nominal(slot)}
+        for slot in seen.next_slots
+    ]
     return row
 
 
@@ -166,7 +176,7 @@ async def calendar(
                 CalendarEntry(
                     fire_at=fires,
                     slot=slot.at,
-                    local=slot.local,
+                    local=slot.fires_local,
                     schedule_id=schedule_id,
                     handler=definition.handler,
                     run_id=run_id(schedule_id, slot.at),
@@ -373,11 +383,13 @@ async def pause_schedules(
 )
 async def resume_schedules(
     s: Annotated[Services, Depends(services)],
-    body: BulkBody,
+    body: BulkResumeBody,
     idempotency_key: IdempotencyKey = None,
     wait: Wait = None,
 ) -> BulkAnswer:
-    messages = [ResumeSchedule(schedule_id=i) for i in dict.fromkeys(body.schedule_ids)]
+    messages = [
+        ResumeSchedule(schedule_id=i, catch_up=body.catch_up) for i in dict.fromkeys(body.schedule_ids)
+    ]
     return await _bulk(s, messages, idempotency_key=idempotency_key, wait=wait)
 
 
@@ -402,12 +414,13 @@ async def pause_schedule(
 async def resume_schedule(
     s: Annotated[Services, Depends(services)],
     schedule_id: ScheduleId,
+    body: Annotated[ResumeBody | None, Body()] = None,
     idempotency_key: IdempotencyKey = None,
     wait: Wait = None,
 ) -> JSONResponse:
-    return await submit(
-        s, ResumeSchedule(schedule_id=schedule_id), idempotency_key=idempotency_key, wait=wait
-    )
+    catch_up = body.catch_up if body is not None else False
+    message = ResumeSchedule(schedule_id=schedule_id, catch_up=catch_up)
+    return await submit(s, message, idempotency_key=idempotency_key, wait=wait)
 
 
 @router.delete("/v1/schedules/{schedule_id}", status_code=202, responses=COMMAND_RESPONSES, summary="Delete")
@@ -535,7 +548,7 @@ async def backfill_report(
     for slot in slots:
         rid = run_id(schedule_id, slot.at)
         state = states.get(rid)
-        listed.append(BackfillSlot(slot=slot.at, run_id=rid, local=slot.local, state=state))
+        listed.append(BackfillSlot(slot=slot.at, run_id=rid, local=slot.fires_local, state=state))
         if state is None:
             not_started += 1
         elif state in counts:

@@ -57,7 +57,7 @@ class Window(Figures):
 
 
 class Series(BaseModel):
-    name: str = Field(description="schedule id, handler name or original topic")
+    name: str = Field(description="schedule id, workflow id, handler name or original topic")
     handler: str | None = Field(default=None, description="the schedule's handler (schedule series only)")
     windows: list[Window] = Field(description="windows with at least one event, oldest first")
     total: Figures = Field(description="the windows merged (percentiles of all of them together)")
@@ -108,7 +108,26 @@ async def per_schedule(
     return await _page(s, "schedule", size, since, until, schedule_id)
 
 
-@router.get("/v1/stats/handlers", response_model=StatsPage, summary="Run statistics per handler and window")
+@router.get(
+    "/v1/stats/workflows",
+    response_model=StatsPage,
+    summary="Activity run statistics per workflow and window (apart from schedules)",
+)
+async def per_workflow(
+    s: Annotated[Services, Depends(services)],
+    size: SizeQuery = "1m",
+    since: Since = None,
+    until: Until = None,
+    workflow_id: Annotated[str | None, Query(max_length=400, description="only this workflow")] = None,
+) -> dict[str, Any]:
+    return await _page(s, "workflow", size, since, until, workflow_id)
+
+
+@router.get(
+    "/v1/stats/handlers",
+    response_model=StatsPage,
+    summary="Run statistics per handler and window: each run under the handler it ran",
+)
 async def per_handler(
     s: Annotated[Services, Depends(services)],
     size: SizeQuery = "1m",

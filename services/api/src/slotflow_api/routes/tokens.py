@@ -17,7 +17,9 @@ router = APIRouter(tags=["tokens"], route_class=DeepJsonRoute)
 
 
 class TokenBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"examples": [{"name": "oncall", "scope": "operate"}]}
+    )
 
     name: str = Field(pattern=TOKEN_NAME_PATTERN, description="who or what holds it, e.g. oncall")
     scope: Scope = Field(description="read, operate (implies read) or admin (implies operate)")

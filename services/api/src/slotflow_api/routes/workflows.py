@@ -1,7 +1,7 @@
 """Workflows: list, show (state derived from the typed history), history, commands."""
 
 from datetime import timedelta
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Depends, Path, Query
 from fastapi.responses import JSONResponse
@@ -13,7 +13,7 @@ from slotflow.core.durations import parse_duration_text
 from slotflow_api import read_model
 from slotflow_api.app_state import Services, services
 from slotflow_api.bodies import DeepJsonRoute
-from slotflow_api.errors import BadRequest, NotFound
+from slotflow_api.errors import BadRequest, NotFound, WorkflowClosed
 from slotflow_api.paths import workflow_id_param
 from slotflow_api.routes.commands import COMMAND_RESPONSES, submit
 from slotflow_api.routes.common import Cursor, Limit, Wait
@@ -125,8 +125,36 @@ async def start_workflow(
     return await submit(s, message, idempotency_key=idempotency_key, wait=wait)
 
 
+#: Statuses after which a workflow takes no signal, cancel or terminate: its code has ended (or
+#: never started). The orchestrator would only reject such a command later; the operator deserves
+#: the answer now, and the dashboard hides the buttons for the same statuses.
+CLOSED_STATUSES = frozenset({"completed", "failed", "terminated", "cancelled", "rejected"})
+_CLOSED_RESPONSE: dict[int | str, dict[str, Any]] = {
+    409: {"description": "the workflow has ended (completed, failed, terminated, cancelled, rejected)"}
+}
+
+
+async def _require_open(s: Services, workflow_id: str, action: str) -> None:
+    """Refuse ``action`` on a workflow the read model shows closed; one not known yet passes (its
+    start may not be projected yet), and the orchestrator decides.
+
+    Raises:
+        WorkflowClosed: the workflow has ended.
+    """
+    row = await read_model.get_workflow(s.pool, s.schema, workflow_id)
+    status = row.get("status") if row is not None else None
+    if status in CLOSED_STATUSES:
+        raise WorkflowClosed(
+            f"workflow {workflow_id!r} is {status}: a {action} applies only to a workflow that has not "
+            "ended (requested, running, compensating or stuck); nothing was published"
+        )
+
+
 @router.post(
-    "/v1/workflows/{workflow_id:path}/signal", status_code=202, responses=COMMAND_RESPONSES, summary="Signal"
+    "/v1/workflows/{workflow_id:path}/signal",
+    status_code=202,
+    responses={**COMMAND_RESPONSES, **_CLOSED_RESPONSE},
+    summary="Signal",
 )
 async def signal_workflow(
     s: Annotated[Services, Depends(services)],
@@ -135,12 +163,16 @@ async def signal_workflow(
     idempotency_key: IdempotencyKey = None,
     wait: Wait = None,
 ) -> JSONResponse:
+    await _require_open(s, workflow_id, "signal")
     message = SignalWorkflow(workflow_id=workflow_id, signal=body.signal, payload=body.payload)
     return await submit(s, message, idempotency_key=idempotency_key, wait=wait)
 
 
 @router.post(
-    "/v1/workflows/{workflow_id:path}/cancel", status_code=202, responses=COMMAND_RESPONSES, summary="Cancel"
+    "/v1/workflows/{workflow_id:path}/cancel",
+    status_code=202,
+    responses={**COMMAND_RESPONSES, **_CLOSED_RESPONSE},
+    summary="Cancel",
 )
 async def cancel_workflow(
     s: Annotated[Services, Depends(services)],
@@ -149,6 +181,7 @@ async def cancel_workflow(
     idempotency_key: IdempotencyKey = None,
     wait: Wait = None,
 ) -> JSONResponse:
+    await _require_open(s, workflow_id, "cancel")
     message = CancelWorkflow(workflow_id=workflow_id, reason=(body or CancelBody()).reason)
     return await submit(s, message, idempotency_key=idempotency_key, wait=wait)
 
@@ -156,7 +189,7 @@ async def cancel_workflow(
 @router.post(
     "/v1/workflows/{workflow_id:path}/terminate",
     status_code=202,
-    responses=COMMAND_RESPONSES,
+    responses={**COMMAND_RESPONSES, **_CLOSED_RESPONSE},
     summary="Terminate: end now, without running the code or its compensations",
 )
 async def terminate_workflow(
@@ -166,6 +199,7 @@ async def terminate_workflow(
     idempotency_key: IdempotencyKey = None,
     wait: Wait = None,
 ) -> JSONResponse:
+    await _require_open(s, workflow_id, "terminate")
     message = TerminateWorkflow(workflow_id=workflow_id, reason=(body or CancelBody()).reason)
     return await submit(s, message, idempotency_key=idempotency_key, wait=wait)
 

@@ -224,7 +224,9 @@ window.slotflowUi = (() => {
     // The zone's wall-clock time, when it differs from UTC: "(02:00 local, +01:00)".
     const offset = wall.slice(19).replace(/^\.\d+/, "");
     const local = wall && offset && offset !== "+00:00" && offset !== "Z" ? ` (${wall.slice(11, 16)} local, ${offset})` : "";
-    const dst = slot && typeof slot === "object" && slot.dst ? ` [${slot.dst}]` : "";
+    // `local` is when it fires; a shifted slot also says which local time (that did not exist) it stands for.
+    const shifted = slot && typeof slot === "object" && slot.nominal ? `, stands for ${slot.nominal.slice(11, 16)}` : "";
+    const dst = slot && typeof slot === "object" && slot.dst ? ` [${slot.dst}${shifted}]` : "";
     return h("li", {}, h("time", { datetime: at }, fmtTime(at)), local, dst);
   }
 

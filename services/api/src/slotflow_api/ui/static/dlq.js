@@ -107,7 +107,7 @@
         { label: "Job", cell: (r) => [jobLink(r), r.run_id ? [h("br"), runLink(r.run_id)] : "", workflowNote(r)] },
         { label: "Error", cell: (r) => [r.error_type ? `${r.error_type}: ` : "", text(r.error)], cls: "wrap" },
         { label: "Note", cell: (r) => text(r.note || "–"), cls: "wrap" },
-        { label: "Last seen", cell: (r) => fmtTime(r.last_seen || r.status_at) },
+        { label: "Last seen", cell: (r) => fmtTime(r.last_seen || r.status_at), cls: "when" },
       ], rows, "No dead letters match.", "dlq"),
       pager,
     );

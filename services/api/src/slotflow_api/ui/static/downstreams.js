@@ -9,6 +9,12 @@
   const budget = (d) => (d.retry_allowance === null || d.retry_allowance === undefined)
     ? "–" : `${d.retries} of ${d.retry_allowance} retries (${Math.round((d.budget_used || 0) * 100)} %)`;
 
+  function heldCaption(d) {
+    const shown = (d.held_runs || []).length;
+    const all = Math.max(d.held_runs_count || 0, shown);
+    return all > shown ? `${shown} of ${all} shown` : String(shown);
+  }
+
   async function downstreamsPage() {
     const rows = await get("/v1/downstreams");
     const reason = h("input", { type: "text", name: "reason", size: 32 });
@@ -25,7 +31,8 @@
         { label: "Circuit", cell: circuit },
         { label: "Retry budget (window)", cell: budget },
         { label: "Calls ok / failed", cell: (d) => `${text(d.successes)} / ${text(d.failures)}` },
-        { label: "Held runs", cell: (d) => String(d.held) },
+        // Counted from the read model's held runs, the rows the downstream's own page lists.
+        { label: "Held runs", cell: (d) => h("span", { "data-held": d.held_runs_count }, String(d.held_runs_count)) },
         { label: "Changed", cell: (d) => fmtTime(d.changed_at) },
         { label: "Actions", cell: (d) => [
           h("button", { type: "button", class: "danger", "aria-label": `Open ${d.name}`, "data-action": "open",
@@ -48,7 +55,9 @@
           ["Own settings", Object.keys(d.settings || {}).length ? JSON.stringify(d.settings) : "the claimers' defaults"],
           ["Reported", fmtTime(d.reported_at)],
         ]),
-        table(`Held runs (${d.held}), in slot order`, [
+        // The caption counts the rows it heads (and says when there are more than it shows): the
+        // claimers' reported figure is another moment's and once read 8 above 9 rows.
+        table(`Held runs (${heldCaption(d)}), in slot order`, [
           { label: "Run", cell: (r) => runLink(r.run_id) },
           { label: "Slot", cell: (r) => fmtTime(r.slot) },
           { label: "Reason", cell: (r) => text(r.held_reason) },

@@ -40,12 +40,15 @@
       append(pager, [h("a", { href: withQuery("/ui/", { ...params, limit: null, cursor: listing.next_cursor }) }, "Next page")]);
     }
     const reason = h("input", { type: "text", name: "bulk-reason", size: 24 });
+    const bulkCatchUp = h("input", { type: "checkbox", name: "bulk-catch-up" });
     const selected = () => Array.from(content.querySelectorAll("input[data-schedule]:checked"))
       .map((box) => box.dataset.schedule);
     const bulk = (button, verb) => {
       const ids = selected();
       if (!ids.length) { say("Select at least one schedule first.", true); return; }
-      const payload = verb === "pause" ? { schedule_ids: ids, reason: reason.value.trim() } : { schedule_ids: ids };
+      const payload = verb === "pause"
+        ? { schedule_ids: ids, reason: reason.value.trim() }
+        : { schedule_ids: ids, catch_up: bulkCatchUp.checked };
       bulkCommand(button, `/v1/schedules/${verb}`, payload,
         `${verb === "pause" ? "Pause" : "Resume"} of ${ids.length} schedule(s)`);
     };
@@ -55,6 +58,7 @@
       rows.length ? h("div", { class: "actions", "aria-label": "Act on selected schedules", role: "group" },
         field("Pause reason", reason),
         h("button", { type: "button", onclick: (e) => bulk(e.currentTarget, "pause") }, "Pause selected"),
+        field("Catch up on paused slots", bulkCatchUp),
         h("button", { type: "button", onclick: (e) => bulk(e.currentTarget, "resume") }, "Resume selected")) : null,
       table("Schedules and their next slots", [
         { label: "Select", cell: (r) => r.deleted ? "" : h("input", {
@@ -102,12 +106,14 @@
     ]);
 
     const reason = h("input", { type: "text", name: "reason", size: 24 });
+    // Without it the slots that passed while paused are skipped (reason paused), never run.
+    const catchUp = h("input", { type: "checkbox", name: "catch-up" });
     const actions = h("div", { class: "actions" },
       h("button", { type: "button", class: "primary", onclick: (e) =>
         command(e.currentTarget, `/v1/schedules/${enc(subject)}/trigger`, {}, "Trigger") }, "Trigger now"),
       schedule.paused
-        ? h("button", { type: "button", onclick: (e) =>
-          command(e.currentTarget, `/v1/schedules/${enc(subject)}/resume`, {}, "Resume") }, "Resume")
+        ? [field("Catch up on paused slots (misfire policy)", catchUp), h("button", { type: "button", onclick: (e) =>
+          command(e.currentTarget, `/v1/schedules/${enc(subject)}/resume`, { catch_up: catchUp.checked }, "Resume") }, "Resume")]
         : [field("Pause reason", reason), h("button", { type: "button", onclick: (e) =>
           command(e.currentTarget, `/v1/schedules/${enc(subject)}/pause`, { reason: reason.value }, "Pause") }, "Pause")],
     );
@@ -144,8 +150,7 @@
         ["State", [badge(scheduleState(schedule)), schedule.pause_reason ? ` ${schedule.pause_reason}` : ""]],
         ["Tags", (schedule.tags || []).join(", ") || "–"],
         ["Resumes at", schedule.resume_at ? fmtTime(schedule.resume_at) : "–"],
-        ["Next fire", [fmtTime(schedule.next_fire_at),
-          schedule.catch_up_at_resume ? " (catch-up of the slots missed while paused)" : ""]],
+        ["Next fire", fmtTime(schedule.next_fire_at)],
         ["Runs so far", Object.entries(schedule.runs_by_state || {}).map(([state, n]) => `${n} ${state}`).join(", ") || "none"],
         ["Created", fmtTime(schedule.created_at)],
         ["Updated", fmtTime(schedule.updated_at)],
@@ -228,6 +233,7 @@
     const when = h("input", { name: "when", type: "text", size: 22, placeholder: "0 2 * * *  /  15m  /  2030-01-01T00:00:00Z" });
     const zone = h("input", { name: "timezone", type: "text", size: 16, value: "UTC" });
     const handler = h("input", { name: "handler", type: "text", size: 22 });
+    const handlerNote = handlerWarning(handler);
     const payload = h("textarea", { name: "payload", rows: 2, cols: 40 });
     const create = (event) => {
       event.preventDefault();
@@ -245,7 +251,35 @@
       h("form", { class: "filters", "aria-label": "New schedule", onsubmit: create },
         field("Schedule id", id), field("Kind", kind), field("Cron expression, interval or time", when),
         field("Time zone (cron)", zone), field("Handler", handler), field("Payload (JSON object)", payload),
-        h("button", { type: "submit", class: "primary" }, "Create schedule")));
+        h("button", { type: "submit", class: "primary" }, "Create schedule")), handlerNote);
+  }
+
+  // The warning the CLI prints and the API answers for a handler no live claimer serves, asked of
+  // the API (GET /v1/handlers?handler=) as the operator types: one source of truth for all three.
+  function handlerWarning(input) {
+    // Announced as it changes, but not a second status region: the page has one (#status).
+    const note = h("p", { class: "warning", "aria-live": "polite", "data-handler-warning": "" });
+    note.hidden = true;
+    let timer = null;
+    let asked = "";
+    const check = async () => {
+      const name = input.value.trim();
+      asked = name;
+      if (!name) { note.hidden = true; note.textContent = ""; return; }
+      try {
+        const answer = await get("/v1/handlers", { handler: name });
+        if (asked !== name) return;  // a newer check is under way
+        const warnings = answer.warnings || [];
+        note.textContent = warnings.length ? `Warning: ${warnings.join("; ")}` : "";
+        note.hidden = !warnings.length;
+      } catch (err) {
+        note.textContent = `Could not check the handler: ${err.message}`;
+        note.hidden = false;
+      }
+    };
+    input.addEventListener("input", () => { clearTimeout(timer); timer = setTimeout(check, 300); });
+    input.addEventListener("change", () => { clearTimeout(timer); check(); });
+    return note;
   }
 
   // Sends only what changed, as a merge patch (PATCH keeps every field it does not name).
@@ -256,6 +290,7 @@
     const when = h("input", { name: "edit-when", type: "text", size: 22, value: specValue(spec) });
     const zone = h("input", { name: "edit-timezone", type: "text", size: 16, value: spec.timezone || "UTC" });
     const handler = h("input", { name: "edit-handler", type: "text", size: 22, value: schedule.handler || "" });
+    const handlerNote = handlerWarning(handler);
     const payload = h("textarea", { name: "edit-payload", rows: 3, cols: 40 });
     payload.value = JSON.stringify(definition.payload || {}, null, 1);
     const tags = h("input", { name: "edit-tags", type: "text", size: 22, value: (schedule.tags || []).join(", ") });
@@ -279,7 +314,7 @@
       h("form", { class: "filters", "aria-label": "Edit schedule", onsubmit: save },
         field("Kind", kind), field("Cron expression, interval or time", when), field("Time zone (cron)", zone),
         field("Handler", handler), field("Payload (JSON object)", payload), field("Tags (comma-separated)", tags),
-        h("button", { type: "submit", class: "primary" }, "Save changes")));
+        h("button", { type: "submit", class: "primary" }, "Save changes")), handlerNote);
   }
 
   function backfillForm(schedule) {
@@ -452,12 +487,25 @@
       h("li", {}, h("span", { class: `swatch c-${state}`, "aria-hidden": "true" }), state.replace(/_/g, " "))));
   }
 
+  // The headline counts outcomes (a slot that fired is a success only once its run completed),
+  // each in its state's colour; how the slots fired (on time, late) follows in plain text.
+  const OUTCOME_LABELS = [
+    ["succeeded", "fired and succeeded"], ["failed", "fired and failed or dead-lettered"],
+    ["in_flight", "fired, still running"], ["held", "held"], ["missed", "missed"],
+    ["skipped", "skipped"], ["duplicated_effect", "duplicated effect"],
+  ];
+
   function auditSummary(audit) {
+    const outcomes = audit.outcomes || {};
     const summary = audit.summary || {};
     const pending = audit.pending ? ` (${audit.pending} too recent to judge)` : "";
-    return h("p", { class: "audit" }, `Audit: ${text(audit.expected)} slots expected${pending} — `,
-      ["fired", "missed", "skipped_by_policy", "late", "held", "duplicated_effect"].map((name, i) =>
-        [i ? ", " : "", h("span", { class: `s-${name}` }, `${summary[name] || 0} ${name.replace(/_/g, " ")}`)]));
+    return h("div", { class: "audit" },
+      h("p", { "data-audit": "outcomes" }, `Audit: ${text(audit.expected)} slots expected${pending} — `,
+        OUTCOME_LABELS.map(([name, label], i) => [i ? ", " : "",
+          h("span", { class: `s-${name}`, "data-outcome": name }, `${outcomes[name] || 0} ${label}`)])),
+      h("p", { class: "muted", "data-audit": "timing" }, "How they fired: ",
+        ["fired", "late", "missed", "skipped_by_policy", "held", "duplicated_effect"].map((name, i) =>
+          [i ? ", " : "", `${summary[name] || 0} ${name === "fired" ? "on time" : name.replace(/_/g, " ")}`])));
   }
 
   // Every schedule's firings in the next hours (24 by default, ?hours= in the URL), soonest first.

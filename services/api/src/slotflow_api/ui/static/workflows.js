@@ -6,6 +6,9 @@
     body, page, subject, content, COLORS, RANGES, h, append, svg, enc, ApiError, get, post, withQuery, allPages, say, fmtTime, text, badge, specText, durationText, scheduleState, slotValue, slotItem, errorText, started, finished, table, facts, jsonBlock, jsonDetails, field, queryParam, command, done, show, attemptList, runHref, runLink,
   } = window.slotflowUi;
 
+  // Mirrors the api's closed statuses (slotflow_api.routes.workflows.CLOSED_STATUSES).
+  const CLOSED_STATUSES = new Set(["completed", "failed", "terminated", "cancelled", "rejected"]);
+
   async function workflowsPage() {
     const form = h("form", { class: "filters", "aria-label": "Filter workflows" });
     const type = h("input", { name: "type", type: "text", size: 18 });
@@ -151,7 +154,11 @@
               onclick: (e) => command(e.currentTarget, a.path, { reason: "" }, `Retry of #${a.sequence} ${a.activity}`) },
             `Retry #${a.sequence} ${a.activity}`))]] : null,
       ].filter(Boolean)),
-      h("div", { class: "actions" },
+      // A closed workflow takes no signal, cancel or terminate (the API answers them 409): no buttons.
+      CLOSED_STATUSES.has(workflow.status)
+        ? h("p", { class: "empty", "data-closed": workflow.status },
+          `This workflow is ${workflow.status}: it takes no signal, cancel or terminate.`)
+        : h("div", { class: "actions" },
         field("Signal", signalName), field("Payload (JSON)", signalPayload),
         h("button", { type: "button", onclick: sendSignal }, "Send signal"),
         field("Reason", cancelReason),
