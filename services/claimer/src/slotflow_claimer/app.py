@@ -167,6 +167,7 @@ class ClaimerService:
             group_id=self.settings.group_id(),
             client_id=f"claimer-{self.owner}",
             max_poll_records=MAX_BATCH,
+            lag=self.metrics.consumer_lag,
         )
         await self.consumer.start()
         self.command_consumer = Consumer(
@@ -174,6 +175,7 @@ class ClaimerService:
             kafka.topic(DOWNSTREAM_COMMANDS),
             group_id=self.settings.downstream_commands_group_id(),
             client_id=f"claimer-commands-{self.owner}",
+            lag=self.metrics.consumer_lag,
         )
         await self.command_consumer.start()
         commands = DownstreamCommands(

@@ -118,6 +118,7 @@ class DlqService:
                 client_id=f"dlq-letters-{self.settings.instance_id}",
                 max_poll_records=self.settings.max_poll_records,
                 max_partition_fetch_bytes=DLQ_MAX_RECORD_BYTES + 64 * 1024,
+                lag=self.metrics.consumer_lag,
             )
             commands = Consumer(
                 self.kafka,
@@ -125,6 +126,7 @@ class DlqService:
                 group_id=self._group(self.settings.commands_group),
                 client_id=f"dlq-commands-{self.settings.instance_id}",
                 max_poll_records=self.settings.max_poll_records,
+                lag=self.metrics.consumer_lag,
             )
             with listener:
                 async with producer, letters, commands:

@@ -2,6 +2,8 @@
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from slotflow.kafka.lag import ConsumerLag
+
 
 class DlqMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
@@ -45,3 +47,5 @@ class DlqMetrics:
             ["reason"],
             registry=self.registry,
         )
+        #: `slotflow_kafka_consumer_lag{group,topic,partition}`, fed by every consumer's poll.
+        self.consumer_lag = ConsumerLag(self.registry)

@@ -127,6 +127,7 @@ class OrchestratorService:
                 max_poll_records=cfg.max_poll_records,
                 session_timeout_ms=cfg.session_timeout_ms,
                 heartbeat_interval_ms=max(300, cfg.session_timeout_ms // 3),
+                lag=self.metrics.consumer_lag,
             )
             async with producer, consumer:
                 await self._run_parts(stop, pool, producer, consumer)

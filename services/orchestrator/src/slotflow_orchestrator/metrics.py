@@ -2,6 +2,8 @@
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from slotflow.kafka.lag import ConsumerLag
+
 
 class OrchestratorMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
@@ -71,3 +73,5 @@ class OrchestratorMetrics:
             "Closed workflows whose history rows the retention purged (the history topic keeps them)",
             registry=self.registry,
         )
+        #: `slotflow_kafka_consumer_lag{group,topic,partition}`, fed by every consumer's poll.
+        self.consumer_lag = ConsumerLag(self.registry)

@@ -162,7 +162,10 @@ class TickerService:
         )
         self.ticking, self.relay = ticking, relay
         loops = Supervisor(f"ticker-{settings.ticker_id}")
-        loops.add("commands", CommandLoop(self.kafka, settings, producer, handler).run)
+        loops.add(
+            "commands",
+            CommandLoop(self.kafka, settings, producer, handler, lag=self.metrics.consumer_lag).run,
+        )
         loops.add("ticking", ticking.run)
         relay.add_to(loops)
         loops.add(
