@@ -29,6 +29,7 @@ from slotflow_api.guard import authorize
 from slotflow_api.limits import BodyLimit, RefuseNul
 from slotflow_api.metrics import Metrics
 from slotflow_api.projector import Projector, migrate
+from slotflow_api.request_tracing import TraceRequests
 from slotflow_api.retention import purge_read_model
 from slotflow_api.routes import (
     audit,
@@ -139,6 +140,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodyLimit, max_bytes=chosen.api.max_body_bytes)
     app.add_middleware(RefuseNul)
     _instrument(app, metrics)
+    # Outside the counting, so a request's span covers all of it; inside the CSRF guard, so a
+    # forged request is refused before anything (this included) sees it.
+    app.add_middleware(TraceRequests)
     _document_errors(app)
     # Outermost: a forged cross-site request is refused before anything else sees it.
     app.add_middleware(

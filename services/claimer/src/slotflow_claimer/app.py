@@ -24,7 +24,7 @@ from slotflow.pg.pool import Pool, wait_for_pool
 from slotflow.pg.retention import purge_loop
 from slotflow.principals import CommandVerifier, KafkaKeyRing
 from slotflow.runs import REGISTRY, HandlerRegistry, load_handler_modules
-from slotflow.service import Supervisor, metrics_listener
+from slotflow.service import Supervisor, metrics_listener, outbox_backlog
 from slotflow.service import migrate as migrate_schema
 from slotflow.settings import PostgresSettings
 from slotflow_claimer import retention
@@ -225,6 +225,7 @@ class ClaimerService:
         loops = self._loops
         loops.add("announce", self.announcer.run)
         loops.add("relay", self.relay.run)
+        loops.add("outbox-backlog", outbox_backlog(self.relay, self.metrics.outbox_backlog))
         loops.add("writer", self.writer.run)
         loops.add("heartbeat", lambda stop: self.executor.heartbeat_loop(stop, cfg.heartbeat_interval))
         loops.add("reaper", lambda stop: self.reaper.run(stop, cfg.reaper_interval))
@@ -284,7 +285,9 @@ class ClaimerService:
 
     async def _drain(self) -> None:
         loops = self._loops
-        await loops.stop_loops("intake", "reaper", "announce", "purge", "downstream-commands")
+        await loops.stop_loops(
+            "intake", "reaper", "announce", "purge", "downstream-commands", "outbox-backlog"
+        )
         if "downstream-reports" in loops.names:
             await loops.stop_loops("downstream-reports")
         if not await self.executor.drain(self._grace):

@@ -54,6 +54,11 @@ class ClaimerMetrics:
             "slotflow_claimer_takeovers", "Runs taken over from a claimer whose lease expired", registry=r
         )
         self.released = Counter("slotflow_claimer_leases_released", "Leases released at shutdown", registry=r)
+        self.outbox_backlog = Gauge(
+            "slotflow_claimer_outbox_backlog",
+            "Events staged in the claimer's outbox and not yet published (run events, retry timers)",
+            registry=r,
+        )
         self.in_flight = Gauge(
             "slotflow_claimer_runs_in_flight", "Runs claimed and not yet recorded", registry=r
         )

@@ -38,7 +38,7 @@ from slotflow.pg.outbox import OutboxRelay, append_many
 from slotflow.pg.pool import CONNECTION_ERRORS, Conn, Pool, wait_for_pool
 from slotflow.pg.retention import purge_loop
 from slotflow.principals import CommandVerifier, KafkaKeyRing, SignatureSettings, UnprovenCommand
-from slotflow.service import Supervisor, metrics_listener, migrate, sleep_or_stop
+from slotflow.service import Supervisor, metrics_listener, migrate, outbox_backlog, sleep_or_stop
 from slotflow.settings import KafkaSettings, PostgresSettings
 from slotflow_dlq import queries, retention, store
 from slotflow_dlq.config import DlqSettings
@@ -178,6 +178,9 @@ class DlqService:
         loops.add("letters", self.letters_loop.run)
         loops.add("commands", self.commands_loop.run)
         loops.add("outbox", self._outbox.run)
+        loops.add(
+            "outbox-backlog", outbox_backlog(self._outbox, self.metrics.outbox_backlog), cancel_on_stop=True
+        )
         loops.add("redrives", self._redrives.run)
         loops.add("gauges", self._refresh_gauges)
         purges = retention.purges(

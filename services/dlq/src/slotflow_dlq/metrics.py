@@ -30,6 +30,11 @@ class DlqMetrics:
         self.parked_now = Gauge(
             "slotflow_dlq_parked_entries", "Entries parked now, by reason", ["reason"], registry=self.registry
         )
+        self.outbox_backlog = Gauge(
+            "slotflow_dlq_outbox_backlog",
+            "Events staged in the DLQ service's outbox and not yet published (status changes, answers)",
+            registry=self.registry,
+        )
         self.oldest_parked_age = Gauge(
             "slotflow_dlq_oldest_parked_age_seconds",
             "Age of the oldest parked entry by the database clock (0 when none)",

@@ -17,7 +17,8 @@ import logging
 from datetime import datetime
 from pathlib import Path
 
-from slotflow.contracts import TimerFired
+from slotflow import tracing
+from slotflow.contracts import StartWorkflow, TimerFired
 from slotflow.contracts.catalogue import RUN_EVENT_TYPES, WORKFLOW_COMMAND_TYPES, Messages
 from slotflow.contracts.topics import DLQ_MESSAGES, RUN_EVENTS, TIMER_EVENTS, WORKFLOW_COMMANDS
 from slotflow.errors import SlotflowError
@@ -30,7 +31,7 @@ from slotflow.pg.outbox import OutboxRelay, Staged, append_many
 from slotflow.pg.pool import Pool, wait_for_pool
 from slotflow.pg.retention import purge_loop
 from slotflow.principals import CommandVerifier, KafkaKeyRing, UnprovenCommand
-from slotflow.service import Supervisor, metrics_listener, migrate, sleep_or_stop
+from slotflow.service import Supervisor, metrics_listener, migrate, outbox_backlog, sleep_or_stop
 from slotflow_orchestrator.config import Settings
 from slotflow_orchestrator.decider_loop import RECOVERABLE, DeciderLoop
 from slotflow_orchestrator.deciding import Decisions
@@ -188,6 +189,9 @@ class OrchestratorService:
         )
         supervisor.add("decider", decider.run, stage=1)
         supervisor.add("relay", self._relay.run, stage=2)
+        supervisor.add(
+            "outbox-backlog", outbox_backlog(self._relay, self.metrics.outbox_backlog), cancel_on_stop=True
+        )
         supervisor.add("prune", self._prune_loop, stage=0, cancel_on_stop=True)
         supervisor.add("purge", self._purge_loop, stage=0, cancel_on_stop=True)
         with metrics_listener(self.metrics.registry, port=cfg.metrics_port, host=cfg.metrics_host):
@@ -235,6 +239,8 @@ class OrchestratorService:
 
     async def _on_inputs(self, batch: list[Incoming]) -> None:
         schema = self.settings.orchestrator.db_schema
+        if tracing.enabled():
+            _link_started_runs(batch)
         checks = self._verifier.required and any(isinstance(i.message, COMMANDS) for i in batch)
         if checks:
             await self._verifier.refresh()  # every key revoked before this call is known after it
@@ -289,3 +295,17 @@ class OrchestratorService:
 
     def _own_poison(self, record: Record, reason: str) -> None:
         self.metrics.poison.labels(reason).inc()
+
+
+def _link_started_runs(batch: list[Incoming]) -> None:
+    """Link the intake's span to the trace of each workflow run a StartWorkflow of ``batch``
+    starts (the run's trace id is derived from the workflow id and the command id,
+    `slotflow.tracing.workflow_ids`): from a command's trace (the API request, the CLI call) one
+    step leads to its workflow's. A start the decision refuses starts no run, and that trace stays
+    empty: the CommandRejected in the command's own trace says why."""
+    for incoming in batch:
+        if isinstance(incoming.message, StartWorkflow):
+            tracing.link_current(
+                tracing.workflow_context(incoming.message.workflow_id, incoming.envelope.id),
+                {"slotflow.workflow_id": incoming.message.workflow_id, "slotflow.link": "workflow run"},
+            )

@@ -43,6 +43,12 @@ class OrchestratorMetrics:
             "Replays that diverged from their history (the workflow is stuck until a fix is deployed)",
             registry=self.registry,
         )
+        self.outbox_backlog = Gauge(
+            "slotflow_orchestrator_outbox_backlog",
+            "Events staged in the orchestrator's outbox and not yet published (history, activities' "
+            "JobDue, timers, answers)",
+            registry=self.registry,
+        )
         self.shards_owned = Gauge(
             "slotflow_orchestrator_shards_owned",
             "Command-topic partitions whose lease this orchestrator holds",
