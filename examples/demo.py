@@ -301,7 +301,12 @@ async def settled_workflow(
     while True:
         response = await client.get(f"/v1/workflows/{workflow_id}")
         shown: dict[str, Any] = response.json()
-        ended = response.status_code == 200 and shown["status"] in {"completed", "failed", "cancelled"}
+        ended = response.status_code == 200 and shown["status"] in {
+            "completed",
+            "failed",
+            "terminated",
+            "cancelled",
+        }
         if ended or time.monotonic() > deadline:
             return shown
         await asyncio.sleep(0.5)

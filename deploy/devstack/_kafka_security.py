@@ -21,9 +21,12 @@ With SLOTFLOW_DEVSTACK_KAFKA_MECHANISM_PORTS=A,B,C the broker opens three more c
   (`client_certificate` makes one per user, CN=<user>), and the CN is the principal
   (ssl.principal.mapping.rules), so User:<service> has the same ACLs whichever way it connects.
 
-The controller listener stays PLAINTEXT on loopback: KRaft's controller does not take SCRAM (its
-credentials live in the metadata the controller serves), and the broker reaches it as
-User:ANONYMOUS, which must therefore be a super user; that listener answers controller requests only.
+The controller listener is SASL_SSL with PLAIN: KRaft's controller cannot take SCRAM (its
+credentials live in the metadata the controller itself serves), so the listener's login module
+holds the admin's password, and the broker, as the controller's client, authenticates as
+User:admin (a super user) over TLS with the devstack's CA. A client without credentials is refused
+at the TLS or SASL handshake (it used to be let in as User:ANONYMOUS, a super user: CreateAcls
+from anyone who reached the port).
 """
 
 from __future__ import annotations
@@ -225,6 +228,12 @@ listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT{protocol
         f"listener.name.sasl_ssl.{mechanism.lower()}.sasl.jaas.config={jaas}\n"
         for mechanism in SCRAM_MECHANISMS
     )
+    # The controller's listener: PLAIN over TLS, the admin's password in its login module (the
+    # server side) and as the broker's own login to its controller (the client side).
+    controller_jaas = (
+        "org.apache.kafka.common.security.plain.PlainLoginModule required "
+        f'username="{ADMIN_USER}" password="{admin}" user_{ADMIN_USER}="{admin}";'
+    )
     tls = cfg.kafka_tls_dir
     listeners, advertised, protocols, mechanism_settings = _mechanism_listener_properties(cfg)
     return f"""\
@@ -233,9 +242,14 @@ listeners=SASL_SSL://127.0.0.1:{cfg.kafka_port},CONTROLLER://127.0.0.1:{cfg.cont
 advertised.listeners=SASL_SSL://127.0.0.1:{cfg.kafka_port}{advertised}
 inter.broker.listener.name=SASL_SSL
 controller.listener.names=CONTROLLER
-listener.security.protocol.map=CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL{protocols}
+listener.security.protocol.map=CONTROLLER:SASL_SSL,SASL_SSL:SASL_SSL{protocols}
 sasl.enabled.mechanisms={",".join(SCRAM_MECHANISMS)}
 sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512
+# The controller listener: SASL_SSL with PLAIN, only the admin (KRaft's controller cannot take
+# SCRAM); no anonymous client reaches it (see _kafka_security.py).
+sasl.mechanism.controller.protocol=PLAIN
+listener.name.controller.sasl.enabled.mechanisms=PLAIN
+listener.name.controller.plain.sasl.jaas.config={controller_jaas}
 {jaas_lines}{mechanism_settings}ssl.keystore.type=PEM
 ssl.keystore.location={tls / "broker.pem"}
 ssl.truststore.type=PEM
@@ -243,9 +257,8 @@ ssl.truststore.location={cfg.kafka_ca_file}
 ssl.client.auth=none
 authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
 allow.everyone.if.no.acl.found=false
-# admin: the broker itself (inter-broker) and the devstack's tools. ANONYMOUS: the broker as the
-# controller sees it on the loopback PLAINTEXT controller listener (see _kafka_security.py).
-super.users=User:{ADMIN_USER};User:ANONYMOUS
+# admin: the broker itself (inter-broker and to its controller) and the devstack's tools.
+super.users=User:{ADMIN_USER}
 """
 
 

@@ -1,4 +1,4 @@
-"""The order saga: authorize, reserve, wait the hold (24 hours), capture; on a failed capture, undo in reverse.
+"""The order saga: authorize, reserve, wait the hold (24 hours), capture; undone in reverse if it stops early.
 
 Workflow code only decides; every effect is an activity (orders.activities). It passes
 `slotflow workflow check orders` (no host clock, randomness or I/O in here).
@@ -8,7 +8,7 @@ from datetime import timedelta
 
 from orders.models import Authorization, Order, Receipt, Reservation
 from slotflow import workflow
-from slotflow.workflow import ActivityError, RetryPolicy, Saga
+from slotflow.workflow import RetryPolicy, Saga
 
 STEP_RETRY = RetryPolicy(max_attempts=5, start_to_close=timedelta(seconds=30))
 
@@ -17,8 +17,11 @@ STEP_RETRY = RetryPolicy(max_attempts=5, start_to_close=timedelta(seconds=30))
 class Checkout:
     @workflow.run
     async def run(self, order: Order) -> Receipt:
-        saga = Saga()
-        try:
+        # Whatever ends the block early undoes what was done, newest first (the stock goes back
+        # before the authorization is voided): a declined capture (ActivityError), a cancel at
+        # any step (CancelledError; a step in flight then finishes first, so its undo runs too),
+        # a signal handler that fails. A cancel during the compensation waits for it.
+        async with Saga() as saga:
             auth = await workflow.execute_activity(
                 "payments.authorize", order, result_type=Authorization, retry=STEP_RETRY
             )
@@ -35,7 +38,3 @@ class Checkout:
                 retry=STEP_RETRY,
                 non_retryable=["CaptureDeclined"],
             )
-        except ActivityError:
-            # Newest first: the stock goes back before the authorization is voided.
-            await saga.compensate()
-            raise

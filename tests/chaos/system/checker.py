@@ -28,6 +28,8 @@ TIMER = "timer"
 #: A saga's effects in order: the happy path, and the declined capture's compensation (newest first).
 SAGA_COMPLETED = ("authorize", "reserve", "capture")
 SAGA_COMPENSATED = ("authorize", "reserve", "release", "void")
+#: Each forward step's undo (the workload's saga registers `system.<undo>` after `system.<step>`).
+UNDO = {"authorize": "void", "reserve": "release"}
 APPLIED = "applied"
 COLLAPSED = "collapsed"
 
@@ -64,6 +66,8 @@ class TimerUnderTest:
 class OrderUnderTest:
     workflow_id: str
     declines: bool
+    #: A CancelWorkflow was sent some seconds after the start: mid-saga, or after it ended.
+    cancelled: bool = False
 
 
 @dataclass(frozen=True)
@@ -94,7 +98,7 @@ class Recording:
     skipped: set[str] = field(default_factory=set)
     #: DLQ topic: record key -> reason, for every parked record.
     parked: dict[str, str] = field(default_factory=dict)
-    #: schedule events topic: command id -> reason of its CommandRejected.
+    #: schedule and workflow events topics: command id -> reason of its CommandRejected.
     rejected: dict[str, str] = field(default_factory=dict)
     #: "table:event id" of outbox rows still unpublished after the quiet period.
     unpublished: list[str] = field(default_factory=list)
@@ -103,6 +107,13 @@ class Recording:
     runs_ended: set[str] = field(default_factory=set)
     #: workflow events topic: workflow id -> its last terminal event type.
     workflows_ended: dict[str, str] = field(default_factory=dict)
+    #: workflow history topic: workflow id -> the compensations its saga registered, in order (the
+    #: effect kinds: `void` for `system.void`), one per CompensationRegistered.
+    compensations_registered: dict[str, list[str]] = field(default_factory=dict)
+    #: Command ids of the `note` signals sent with a payload its handler cannot take.
+    malformed_signals: list[str] = field(default_factory=list)
+    #: workflow history topic: command ids of the signals that reached a run (SignalReceived).
+    signals_received: set[str] = field(default_factory=set)
 
 
 @dataclass(frozen=True)
@@ -222,17 +233,22 @@ def _check_sagas(rec: Recording, applied: dict[str, list[Effect]], report: Repor
             e.kind.removeprefix("order.")
             for e in sorted(by_order.get(order.workflow_id, []), key=lambda e: e.seq)
         )
-        want, end = (
-            (SAGA_COMPENSATED, "workflow.failed")
-            if order.declines
-            else (SAGA_COMPLETED, "workflow.completed")
-        )
         ended = rec.workflows_ended.get(order.workflow_id)
         if ended is None:
             report.violations.append(
                 Violation("unfinished workflow", (order.workflow_id,), f"effects so far {seen}")
             )
             continue
+        if order.cancelled and ended == "workflow.cancelled":
+            _check_cancelled_saga(rec, order, seen, report)
+            continue
+        # Not cancelled, or the cancel came after the saga had ended (it was rejected): the saga
+        # ran its own course.
+        want, end = (
+            (SAGA_COMPENSATED, "workflow.failed")
+            if order.declines
+            else (SAGA_COMPLETED, "workflow.completed")
+        )
         if seen != want or ended != end:
             report.violations.append(
                 Violation(
@@ -241,10 +257,39 @@ def _check_sagas(rec: Recording, applied: dict[str, list[Effect]], report: Repor
                     f"effects {seen}, ended {ended}; want {want}, {end}",
                 )
             )
+        elif order.cancelled:
+            report.counts["sagas cancelled after they ended"] += 1
         elif order.declines:
             report.counts["sagas compensated"] += 1
         else:
             report.counts["sagas completed"] += 1
+
+
+def _check_cancelled_saga(
+    rec: Recording, order: OrderUnderTest, seen: tuple[str, ...], report: Report
+) -> None:
+    """A saga cancelled mid-way: every compensation it registered ran exactly once, newest first,
+    and nothing it did is left in place (every forward effect has its undo registered and run)."""
+    registered = rec.compensations_registered.get(order.workflow_id, [])
+    forward = tuple(kind for kind in seen if kind in UNDO or kind == "capture")
+    want = (*forward, *(UNDO[kind] for kind in reversed(forward) if kind in UNDO))
+    problems: list[str] = []
+    if "capture" in forward:
+        problems.append("captured, then cancelled")
+    left = [kind for kind in forward if kind in UNDO and UNDO[kind] not in registered]
+    if left:
+        problems.append(f"{', '.join(left)} done with no undo registered: left in place")
+    if tuple(registered) != tuple(UNDO[kind] for kind in forward if kind in UNDO):
+        problems.append(f"registered {registered} for forward effects {forward}")
+    if seen != want:
+        problems.append(f"effects {seen}; every registered undo once, newest first, is {want}")
+    if problems:
+        report.violations.append(
+            Violation("cancelled saga not undone", (order.workflow_id,), "; ".join(problems))
+        )
+        return
+    report.counts["sagas cancelled and compensated"] += 1
+    report.counts[f"sagas cancelled after {len(forward)} step(s)"] += 1
 
 
 def _check_ledger(rec: Recording, applied: dict[str, list[Effect]], report: Report) -> None:
@@ -268,6 +313,21 @@ def _check_bad_input(rec: Recording, report: Report) -> None:
         else:
             report.violations.append(
                 Violation("invalid command not rejected", (command_id,), "no CommandRejected")
+            )
+    for command_id in rec.malformed_signals:
+        if command_id in rec.signals_received:
+            report.violations.append(
+                Violation(
+                    "malformed signal reached its workflow",
+                    (command_id,),
+                    "its payload does not fit the handler's type; it must be rejected at intake",
+                )
+            )
+        elif rec.rejected.get(command_id):
+            report.counts["malformed signals rejected"] += 1
+        else:
+            report.violations.append(
+                Violation("malformed signal not rejected", (command_id,), "no CommandRejected")
             )
 
 

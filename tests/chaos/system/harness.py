@@ -29,9 +29,18 @@ from typing import Any
 import asyncpg
 import httpx
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.errors import KafkaError
 
 from slotflow.commands import publish_command
-from slotflow.contracts import CreateSchedule, CronSpec, ScheduleDefinition, StartWorkflow, TriggerNow
+from slotflow.contracts import (
+    CancelWorkflow,
+    CreateSchedule,
+    CronSpec,
+    ScheduleDefinition,
+    SignalWorkflow,
+    StartWorkflow,
+    TriggerNow,
+)
 from slotflow.contracts.runs import JobDue
 from slotflow.contracts.timers import FireJobDue, StartTimer, retry_timer_id
 from slotflow.contracts.topics import (
@@ -40,10 +49,12 @@ from slotflow.contracts.topics import (
     SCHEDULE_COMMANDS,
     SCHEDULE_EVENTS,
     WORKFLOW_COMMANDS,
+    WORKFLOW_EVENTS,
     WORKFLOW_HISTORY,
     TopicSpec,
 )
 from slotflow.core.identity import run_id
+from slotflow.errors import SlotflowError
 from slotflow.kafka.admin import ensure_topics
 from slotflow.kafka.producer import Producer
 from slotflow.pg.statements import quote_ident, sql_with
@@ -292,6 +303,16 @@ class Workload:
     orders: list[OrderUnderTest] = field(default_factory=list)
     poison_keys: list[str] = field(default_factory=list)
     invalid_commands: list[str] = field(default_factory=list)
+    malformed_signals: list[str] = field(default_factory=list)
+
+
+#: The share of orders cancelled mid-saga, and when: a cancel lands in a forward step, the 2 s hold,
+#: the capture or a declined order's compensation, or after the saga ended (then it is rejected).
+CANCEL_SHARE = 0.3
+CANCEL_AFTER_S = (0.0, 6.0)
+#: The share of orders sent a `note` signal whose payload the handler's `Note` cannot take.
+MALFORMED_SIGNAL_SHARE = 0.3
+MALFORMED_NOTE = {"text": 42, "urgent": "maybe"}
 
 
 class System:
@@ -307,6 +328,8 @@ class System:
         #: Ports handed to this seed's services (kept below the ephemeral range, see free_fixed_port).
         self._ports: set[int] = set(stack.ports)
         self.workload = Workload(seed, profile, self.namespace)
+        #: Sends timed after the moment they were planned (the mid-saga cancels).
+        self.sends: list[asyncio.Future[None]] = []
         self.log: list[str] = []
         self.counts: dict[str, int] = {}
         #: Each service reaches PostgreSQL through its own proxy (the network faults)...
@@ -545,6 +568,8 @@ class System:
         for _ in range(count):
             n = len(self.workload.orders)
             declines = rng.random() < 0.3
+            cancel_after = rng.uniform(*CANCEL_AFTER_S) if rng.random() < CANCEL_SHARE else None
+            malformed = rng.random() < MALFORMED_SIGNAL_SHARE
             wid = f"order-{'decline-' if declines else ''}{n}"
             await publish_command(
                 producer,
@@ -553,7 +578,35 @@ class System:
                 command_id=f"start-{wid}",
                 source="system",
             )
-            self.workload.orders.append(OrderUnderTest(wid, declines))
+            self.workload.orders.append(OrderUnderTest(wid, declines, cancelled=cancel_after is not None))
+            if malformed:
+                # Keyed like the start, so it arrives after it: the run is there to refuse it for.
+                signal_id = f"bad-note-{wid}"
+                bad = SignalWorkflow(workflow_id=wid, signal="note", payload=MALFORMED_NOTE)
+                await publish_command(producer, self.kafka, bad, command_id=signal_id, source="system")
+                self.workload.malformed_signals.append(signal_id)
+            if cancel_after is not None:
+                self.sends.append(asyncio.ensure_future(self._cancel_later(producer, wid, cancel_after)))
+
+    async def _cancel_later(self, producer: Producer, workflow_id: str, after_s: float) -> None:
+        await asyncio.sleep(after_s)
+        cancel = CancelWorkflow(workflow_id=workflow_id, reason=f"workload cancel after {after_s:.1f} s")
+        deadline = time.monotonic() + 90.0
+        while True:  # rides out the broker faults, as the workload's other sends do
+            try:
+                await publish_command(
+                    producer, self.kafka, cancel, command_id=f"cancel-{workflow_id}", source="system"
+                )
+                return
+            except (SlotflowError, OSError, KafkaError):
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(1.0)
+
+    async def finish_sends(self) -> None:
+        """Wait for the cancels still to be sent (each its own task, timed after its order's start)."""
+        await asyncio.gather(*self.sends)
+        self.sends.clear()
 
     async def poison(self, raw: AIOKafkaProducer, count: int) -> None:
         for _ in range(count):
@@ -629,6 +682,7 @@ class System:
             orders=list(w.orders),
             poison_keys=list(w.poison_keys),
             invalid_commands=list(w.invalid_commands),
+            malformed_signals=list(w.malformed_signals),
         )
         conn = await asyncpg.connect(self.dsn)
         try:
@@ -677,9 +731,24 @@ class System:
                 rec.runs_ended.add(run)
                 if envelope["type"] == "run.skipped":
                     rec.skipped.add(run)
+        registered: dict[str, dict[int, str]] = {}
         for envelope, key in await self.read_topic(WORKFLOW_HISTORY):
-            if envelope.get("type") in ("workflow.completed", "workflow.failed", "workflow.cancelled"):
-                rec.workflows_ended[envelope.get("data", {}).get("workflow_id") or key] = envelope["type"]
+            data = envelope.get("data", {})
+            kind = envelope.get("type")
+            if kind in ("workflow.completed", "workflow.failed", "workflow.cancelled"):
+                rec.workflows_ended[data.get("workflow_id") or key] = kind
+            elif kind == "workflow.compensation_registered":
+                # By sequence: a republished event (the relay's at-least-once) counts once.
+                undo = str(data.get("activity", "")).removeprefix("system.")
+                registered.setdefault(data.get("workflow_id") or key, {})[int(data.get("sequence", 0))] = undo
+            elif kind == "workflow.signal_received" and data.get("command_id"):
+                rec.signals_received.add(data["command_id"])
+        rec.compensations_registered = {
+            wid: [undo for _, undo in sorted(by_sequence.items())] for wid, by_sequence in registered.items()
+        }
+        for envelope, _ in await self.read_topic(WORKFLOW_EVENTS):
+            if envelope.get("type") == "command.rejected":
+                rec.rejected[envelope["data"]["command_id"]] = envelope["data"]["reason"]
         for envelope, _ in await self.read_topic(DLQ_MESSAGES):
             data = envelope.get("data", {})
             if data.get("key"):

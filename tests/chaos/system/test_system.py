@@ -122,6 +122,7 @@ async def test_every_promise_holds_under_the_seeded_faults(
                     system.supervise()
                     tick += 1
                     await asyncio.sleep(2.0)
+                await system.finish_sends()  # the mid-saga cancels still timed to go (each retries)
             finally:
                 await raw.stop()
         # Quiet period: no more faults; everything the workload asked for must now finish.

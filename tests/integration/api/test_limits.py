@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from slotflow.contracts.codec import MAX_DEPTH
+from slotflow.contracts.codec import FIELD_MAX_DEPTH
 from slotflow.settings import KafkaSettings
 from slotflow.testing import assert_eventually
 from slotflow.testing.badinput import BadRequest, bad_requests
@@ -223,11 +223,11 @@ async def test_nesting_its_consumers_could_not_decode_is_refused(client: httpx.A
         "/v1/schedules", json={"schedule_id": "deep", "definition": {**DEFINITION, "payload": nested(200)}}
     )
     assert deep.status_code == 422
-    assert "nested 202 levels deep; the limit is 100" in deep.json()["detail"]
-    # The deepest payload accepted: the message around it adds its own levels.
+    assert deep.json()["detail"] == "definition.payload: is nested 200 levels deep; the limit is 99"
+    # The deepest payload accepted: a value may nest FIELD_MAX_DEPTH levels wherever it is carried.
     fits = await client.post(
         "/v1/schedules",
-        json={"schedule_id": "fits", "definition": {**DEFINITION, "payload": nested(MAX_DEPTH - 2)}},
+        json={"schedule_id": "fits", "definition": {**DEFINITION, "payload": nested(FIELD_MAX_DEPTH)}},
     )
     assert fits.status_code == 202, fits.text
 

@@ -13,8 +13,15 @@ from urllib.parse import quote
 import httpx
 from playwright.async_api import Browser, ConsoleMessage, Page, expect
 
+from slotflow.contracts import NonDeterminismDetected, WorkflowStarted, history_event_id
 from slotflow.contracts.codec import decode
-from slotflow.contracts.topics import DLQ_COMMANDS, SCHEDULE_COMMANDS, WORKFLOW_COMMANDS, TopicSpec
+from slotflow.contracts.topics import (
+    DLQ_COMMANDS,
+    SCHEDULE_COMMANDS,
+    WORKFLOW_COMMANDS,
+    WORKFLOW_HISTORY,
+    TopicSpec,
+)
 from slotflow.core.identity import run_id
 from slotflow.kafka.consumer import Consumer
 from slotflow.pg.pool import Pool
@@ -34,6 +41,9 @@ from tests.integration.cli.support import (
     project_scene,
     served,
 )
+
+#: A workflow stuck on a non-determinism, added to the scene for the attention filter.
+STUCK = "order-2002"
 
 
 async def _seeded(base: str, settings: Settings, pool: Pool) -> Scene:
@@ -256,6 +266,34 @@ async def test_dashboard_pages_and_redrive_in_chromium(
         terminate = await _command(api_settings.kafka, WORKFLOW_COMMANDS, await _published_id(page))
         assert terminate["type"] == "workflow.terminate"
         assert terminate["data"] == {"workflow_id": WORKFLOW, "reason": "stuck carrier"}
+
+        # Needs attention: a workflow stuck on a non-determinism is listed, the compensating one not.
+        stuck = Scene(now=scene.now, hour=scene.hour)
+        for event in (
+            WorkflowStarted(
+                workflow_id=STUCK, sequence=1, workflow_type="orders.checkout", command_id="c-stuck"
+            ),
+            NonDeterminismDetected(
+                workflow_id=STUCK, sequence=2, at_sequence=2, expected="x", got="time.time"
+            ),
+        ):
+            stuck.add(
+                WORKFLOW_HISTORY,
+                event,
+                id=history_event_id(STUCK, event.sequence),
+                key=STUCK,
+                occurred_at=scene.now,
+            )
+        await project_scene(pg_pool, api_settings.api.db_schema, stuck.facts)
+        await page.goto(f"{base}/ui/workflows")
+        await expect(page.get_by_role("table", name="Workflows").get_by_role("row")).to_have_count(3)
+        await page.get_by_label("Needs attention (waiting longer than)").fill("1h")
+        await page.get_by_role("button", name="Apply").click()
+        await page.wait_for_url(re.compile(r"attention=1h"))
+        listed = page.get_by_role("table", name="Workflows").get_by_role("row")
+        await expect(listed).to_have_count(2)
+        await expect(listed.nth(1)).to_contain_text(STUCK)
+        await expect(listed.nth(1)).to_contain_text("stuck")
 
         # The DLQ: a redrive button publishes RedriveDeadLetters for exactly that dead letter.
         await page.goto(f"{base}/ui/dlq")

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from slotflow.contracts.codec import MAX_DEPTH, decode
+from slotflow.contracts.codec import FIELD_MAX_DEPTH, decode
 from slotflow.contracts.topics import RUN_EVENTS
 from slotflow.kafka.consumer import Consumer
 from slotflow.kafka.producer import Producer
@@ -98,7 +98,7 @@ async def test_a_result_nested_deeper_than_its_consumers_decode_is_recorded_as_a
     # RunCompleted no consumer could decode (the api parked it, a workflow never saw its activity
     # finish); one nested 5,000 deep could not be recorded at all, so the run was taken over and
     # run again until quarantined.
-    depths = {"fits": MAX_DEPTH - 1, "deep": 200, "deeper": 5000}
+    depths = {"fits": FIELD_MAX_DEPTH, "deep": 200, "deeper": 5000}
     for name, depth in depths.items():
 
         async def returns(ctx: RunContext, depth: int = depth) -> object:
@@ -122,10 +122,10 @@ async def test_a_result_nested_deeper_than_its_consumers_decode_is_recorded_as_a
         return {j.run_id for j in jobs.values()} <= completed.keys()
 
     await assert_eventually(seen, timeout=30, message="every RunCompleted published")
-    assert completed[jobs["fits"].run_id]["result"] == nested(MAX_DEPTH - 1)
+    assert completed[jobs["fits"].run_id]["result"] == nested(FIELD_MAX_DEPTH)
     for name in ("deep", "deeper"):
         marker = completed[jobs[name].run_id]["result"]
         assert isinstance(marker, dict)
         assert marker["slotflow_result_truncated"] is True
-        assert marker["limit_depth"] == MAX_DEPTH - 1
+        assert marker["limit_depth"] == FIELD_MAX_DEPTH
         assert "levels deep" in str(marker["reason"])

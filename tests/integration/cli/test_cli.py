@@ -377,3 +377,29 @@ async def test_stack_status_runs_the_devstack_script_and_passes_its_exit_code(
         1,
         f"slotflow: error: SLOTFLOW_DEVSTACK_SCRIPT={tmp_path / 'nope.py'} does not name a file\n",
     )
+
+
+async def test_a_value_no_service_could_store_is_refused_before_anything_is_published(
+    cli: Cli, kafka: KafkaSettings
+) -> None:
+    # Before the acceptance rule a NUL in --payload was published, taken by the ticker and fired,
+    # while the api could not store the schedule; NaN was stored as null by the ticker alone.
+    nul, nan, deep = await cli.many(
+        ["schedule", "create", "nul", "--cron", "0 * * * *", "--handler", "h.x", "--payload", '{"note": "a\\u0000b"}', "--command-id", "c-nul"],
+        ["workflow", "signal", "w/child/2", "go", "--payload", '{"amount": NaN}', "--command-id", "c-nan"],
+        ["workflow", "start", "w/1", "--type", "t.x", "--input", '{"n":' * 100 + "1" + "}" * 100, "--command-id", "c-deep"],
+    )  # fmt: skip
+    assert (nul.code, nan.code, deep.code) == (2, 2, 2), (nul, nan, deep)
+    assert "definition.payload.note: contains a NUL character (U+0000)" in nul.err
+    assert "payload.amount: holds nan, which is not a JSON number" in nan.err
+    assert "input: is nested 100 levels deep; the limit is 99" in deep.err
+    for outcome in (nul, nan, deep):
+        assert "Traceback" not in outcome.err
+    # A good command after them is the first and only one on the topics.
+    _ok(
+        await cli(
+            "schedule", "create", "fine", "--cron", "0 * * * *", "--handler", "h.x", "--command-id", "c-ok"
+        )
+    )
+    seen = await _published(kafka, {"c-ok"})
+    assert not {"c-nul", "c-nan", "c-deep"} & set(seen)

@@ -157,6 +157,13 @@ async def test_workflows_over_both_transports(
         cancelled = await client.cancel_workflow(held, reason="customer asked", wait=WAIT)
         accepted(cancelled)
         await reaches(client, held, "cancelled")
+        # The example's `async with Saga()` undid both steps, newest first.
+        shown = (await client.get_workflow(held)).model_extra or {}
+        assert shown["compensated"] is True, shown
+        assert [(c["activity"], c["state"]) for c in shown["compensations"]] == [
+            ("inventory.release", "done"),
+            ("payments.void", "done"),
+        ]
         listed = await client.list_workflows(workflow_type="orders.checkout", status="cancelled")
         assert held in [w.workflow_id for w in listed.items]
 
@@ -175,7 +182,10 @@ async def test_workflows_over_both_transports(
         "order-ended", "orders.checkout", order("order-ended", hold="PT1H"), wait=WAIT
     )
     await client.terminate_workflow("order-ended", reason="stuck on a bad deploy", wait=WAIT)
-    await reaches(client, "order-ended", "failed")
+    await reaches(client, "order-ended", "terminated")
+    ended = (await client.get_workflow("order-ended")).model_extra or {}
+    assert ended["error"] == {"type": "WorkflowTerminated", "message": "stuck on a bad deploy"}
+    assert [t["status"] for t in ended["timers"]] == ["cancelled"]  # the hold, cancelled with the run
 
 
 async def test_http_needs_a_token_with_the_scope(stack: Stack, http: HttpTransport) -> None:

@@ -102,9 +102,16 @@ async def test_dlq_command_consumer(dlq: Running, producer: Producer, kafka: Kaf
     bad = full_catalogue(discard(0))
     hostile = [
         discard(900, DeadLetterFilter(source_service=HOSTILE, reason=SQL_FRAGMENT)),
-        discard(901, DeadLetterFilter(job_id="nul\x00in filter", topic=QUOTED_NAME)),
+        discard(901, DeadLetterFilter(job_id="in filter", topic=QUOTED_NAME)),
     ]
     bad += [BadInput(f"hostile_{e.id}", e.key.encode(), encode(e), None) for e in hostile]
+    # A NUL in a filter: refused at decode like anywhere else (the acceptance rule), written by a
+    # producer that does not validate.
+    nul = DiscardDeadLetters.model_construct(
+        selection=DeadLetterFilter.model_construct(job_id="nul\x00in filter"), reason="catalogue", limit=1000
+    )
+    nul_envelope = build_command(nul, command_id="cmd-902", source="test")[1]
+    bad.append(BadInput("nul_in_filter", nul_envelope.key.encode(), encode(nul_envelope), "invalid_payload"))
     goods = [discard(n) for n in range(len(bad) + 1)]
     offsets = await feed(producer, topic, goods, bad)
 

@@ -1,6 +1,7 @@
 """Parking: one entry per origin, the record kept byte-exact, a status event per change, queries."""
 
 import base64
+import json
 import socket
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
@@ -11,8 +12,8 @@ from slotflow.contracts import DeadLetterFilter, JobDue, wrap
 from slotflow.contracts.codec import encode
 from slotflow.contracts.topics import DLQ_MESSAGES, JOBS_DUE, SCHEDULE_COMMANDS
 from slotflow.errors import InvalidPayload, PermanentError, UndecodableMessage
+from slotflow.kafka.poison import dead_letter_envelope
 from slotflow.kafka.producer import Producer
-from slotflow.kafka.records import Record
 from slotflow.settings import KafkaSettings
 from slotflow.testing import assert_eventually
 from slotflow_dlq import queries
@@ -204,10 +205,21 @@ async def test_a_letter_postgresql_refuses_as_data_is_parked_at_once_as_own_pois
 ) -> None:
     # Issue 20, the same class of bug as the projector's: a partition number beyond PostgreSQL's
     # integer (SQLSTATE 22003) fails the same way on every try, but parking took every database
-    # error for an outage and retried the letter forever, holding up its partition.
+    # error for an outage and retried the letter forever, holding up its partition. The letter
+    # model now refuses such a partition (the acceptance rule), so a letter carrying one comes
+    # from a producer that does not validate, and the dlq refuses it at decode, naming the field.
     topic = kafka.topic(JOBS_DUE)
-    bad = Record(topic, 2**31, 7, b"k", b"{}", (), 1_780_000_000_000)
-    await park(producer, kafka, bad, UndecodableMessage("not an envelope"), reason="undecodable")
+    letter = dead_letter_envelope(
+        origin(topic, 7, b"{}"),
+        UndecodableMessage("not an envelope"),
+        source_service="ticker",
+        occurred_at=AT,
+    )
+    raw = json.loads(encode(letter))
+    raw["data"]["partition"] = 2**31
+    await producer.send_raw(
+        kafka.topic(DLQ_MESSAGES), key=letter.key.encode(), value=json.dumps(raw).encode()
+    )
     good = origin(topic, 8, b"{}")
     await park(producer, kafka, good, UndecodableMessage("not an envelope"), reason="undecodable")
     dlq_topic = kafka.topic(DLQ_MESSAGES)
@@ -222,9 +234,31 @@ async def test_a_letter_postgresql_refuses_as_data_is_parked_at_once_as_own_pois
     entry = await queries.get_dead_letter(dlq.pool, schema="dlq", dead_letter_id=wrapped["id"])
     assert entry is not None
     assert (entry.reason, entry.source_service, entry.error_type) == (
-        "permanent_error",
+        "invalid_payload",
         "dlq",
-        "DataError",
+        "InvalidPayload",
     )
+    assert "partition: Input should be less than or equal to 2147483647" in entry.error
     # The refused letter itself, byte for byte, for whoever looks into it.
-    assert f'"partition":{2**31}'.encode() in base64.b64decode(entry.value_b64)
+    assert f'"partition": {2**31}'.encode() in base64.b64decode(entry.value_b64)
+
+
+async def test_a_letter_about_a_record_holding_nan_is_parked_as_it_is(
+    dlq: Running, producer: Producer, kafka: KafkaSettings
+) -> None:
+    # Every consumer refuses a record holding NaN (the acceptance rule), so its letter comes here;
+    # the dlq decoded it for inspection into jsonb, which refuses NaN: the letter was parked as the
+    # dlq's own poison (a letter about a letter) instead of under its origin.
+    topic = kafka.topic(SCHEDULE_COMMANDS)
+    raw = b'{"type": "schedule.create", "version": 1, "data": {"amount": NaN, "other": Infinity}}'
+    await park(producer, kafka, origin(topic, 77, raw), InvalidPayload("holds nan"), reason="invalid_payload")
+
+    async def parked() -> bool:
+        return await dlq.count("id = $1", f"{topic}:1:77") == 1
+
+    await assert_eventually(parked, timeout=30, message="the letter parked under its origin")
+    entry = await queries.get_dead_letter(dlq.pool, schema="dlq", dead_letter_id=f"{topic}:1:77")
+    assert entry is not None
+    assert (entry.reason, entry.decoded) == ("invalid_payload", None)  # inspected as raw bytes
+    assert base64.b64decode(entry.value_b64) == raw
+    assert await dlq.count("topic = $1", kafka.topic(DLQ_MESSAGES)) == 0  # nothing parked as the dlq's own

@@ -31,10 +31,36 @@ class CaptureDeclined(PermanentError):
     """The card issuer refused the capture: retrying cannot change the answer."""
 
 
+#: Where a test holds an activity in flight: an order whose payload names a `gate` activity makes
+#: that activity record its arrival in `gates_entered`, then wait until the test opens the gate
+#: (`gates_open`) before it has its effect.
+GATES_SQL = """
+CREATE TABLE IF NOT EXISTS gates_entered (order_id text, activity text, run_id text);
+CREATE TABLE IF NOT EXISTS gates_open (order_id text, activity text)
+"""
+
+
 async def create_tables(conn: Conn) -> None:
     """Create the effects table in the handler database (idempotent)."""
     await conn.execute(EFFECTS_SQL)
     await conn.execute(CARRIER_SQL)
+    await conn.execute(GATES_SQL)
+
+
+async def _gate(ctx: RunContext, activity: str) -> None:
+    """Hold ``activity`` in flight until the test opens its gate, if the order asks for one."""
+    if ctx.payload.get("gate") != activity or ctx.pool is None:
+        return
+    order_id = str(ctx.payload.get("order_id", ""))
+    await ctx.pool.execute(
+        "INSERT INTO gates_entered (order_id, activity, run_id) VALUES ($1, $2, $3)",
+        order_id,
+        activity,
+        ctx.run_id,
+    )
+    opened = "SELECT count(*) FROM gates_open WHERE order_id = $1 AND activity = $2"
+    while await ctx.pool.fetchval(opened, order_id, activity) == 0:
+        await asyncio.sleep(0.05)
 
 
 async def _record(ctx: RunContext, activity: str) -> None:
@@ -67,6 +93,7 @@ async def authorize(ctx: RunContext) -> dict[str, Any]:
 
 
 async def reserve(ctx: RunContext) -> dict[str, Any]:
+    await _gate(ctx, "inventory.reserve")
     await _record(ctx, "inventory.reserve")
     return {"order_id": ctx.payload["order_id"], "reservation": f"res-{ctx.run_id}"}
 
@@ -79,10 +106,12 @@ async def capture(ctx: RunContext) -> dict[str, Any]:
 
 
 async def release(ctx: RunContext) -> None:
+    await _gate(ctx, "inventory.release")
     await _record(ctx, "inventory.release")
 
 
 async def void(ctx: RunContext) -> None:
+    await _gate(ctx, "payments.void")
     await _record(ctx, "payments.void")
 
 

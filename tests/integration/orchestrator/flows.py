@@ -1,7 +1,10 @@
 """Small workflows for the orchestrator's tests (the saga is saga.py)."""
 
+import time
 from datetime import timedelta
 from typing import Any
+
+from pydantic import BaseModel
 
 from slotflow import workflow
 
@@ -125,3 +128,78 @@ class Batches:
             await workflow.wait_signal("next")
             workflow.continue_as_new({"cursor": cursor + 1, "last": last, "runs": runs})
         return {"cursor": cursor, "runs": runs}
+
+
+@workflow.defn(name="tests.default_child")
+class DefaultChild:
+    """Starts `tests.waits_for_go` as a child with the SDK's default id (`{id}/child/{sequence}`)."""
+
+    @workflow.run
+    async def run(self, order: dict[str, Any]) -> dict[str, Any]:
+        return {"child": await workflow.execute_child_workflow("tests.waits_for_go", order)}
+
+
+@workflow.defn(name="tests.waits_for_go")
+class WaitsForGo:
+    """Waits for a `go` signal and returns its payload with its input."""
+
+    @workflow.run
+    async def run(self, order: dict[str, Any]) -> dict[str, Any]:
+        return {"order": order, "go": await workflow.wait_signal("go")}
+
+
+class Address(BaseModel):
+    street: str
+    zip: int
+
+
+@workflow.defn(name="tests.addressed")
+class Addressed:
+    """Waits for an `address_changed` signal whose handler takes an `Address`, then authorizes.
+
+    A payload that is not an Address is the orchestrator's to refuse at intake; an address with
+    zip 0 makes the handler raise, which fails the run after the body's compensation ran."""
+
+    def __init__(self) -> None:
+        self.address: Address | None = None
+
+    @workflow.run
+    async def run(self, order: dict[str, Any]) -> dict[str, Any]:
+        async with workflow.Saga() as saga:
+            auth = await workflow.execute_activity("payments.authorize", order)
+            saga.add_compensation("payments.void", {**order, **auth})
+            await workflow.wait_condition(lambda: self.address is not None)
+            return {"order_id": order["order_id"], "zip": self.address.zip if self.address else None}
+
+    @workflow.signal
+    def address_changed(self, address: Address) -> None:
+        if address.zip == 0:
+            raise ValueError(f"no address has zip 0 ({address.street})")
+        self.address = address
+
+
+@workflow.defn(name="tests.clock_reader")
+class ClockReader:
+    """Branches on the host clock: the runtime refuses the read (in production, not only in
+    tests), so the workflow is stuck with the call named, never run on a value a replay would not
+    see again."""
+
+    @workflow.run
+    async def run(self, order: dict[str, Any]) -> dict[str, Any]:
+        await workflow.execute_activity("payments.authorize", order)
+        late = time.time() > 0  # workflow-check: ignore - the trap under test
+        return {"order_id": order["order_id"], "late": late}
+
+
+@workflow.defn(name="tests.awaits_approval")
+class AwaitsApproval:
+    """Authorizes, then waits up to a day for an `approve` signal."""
+
+    @workflow.run
+    async def run(self, order: dict[str, Any]) -> dict[str, Any]:
+        await workflow.execute_activity("payments.authorize", order)
+        try:
+            approval = await workflow.wait_signal("approve", timeout=timedelta(days=1))
+        except TimeoutError:
+            return {"approved_by": None}
+        return {"approved_by": approval.get("by")}

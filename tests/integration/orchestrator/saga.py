@@ -48,3 +48,25 @@ class Checkout:
     @workflow.signal
     async def note(self, payload: dict[str, Any]) -> None:
         self.notes.append(str(payload.get("text", "")))
+
+
+@workflow.defn(name="tests.checkout_block")
+class CheckoutBlock:
+    """The same saga in the form examples/orders uses: an `async with Saga()` block, which undoes
+    what was done on any exception, a cancel at any step included (a step in flight when the
+    cancel comes finishes first, and its undo runs too)."""
+
+    @workflow.run
+    async def run(self, order: dict[str, Any]) -> dict[str, Any]:
+        async with Saga() as saga:
+            auth = await workflow.execute_activity("payments.authorize", order, retry=FAST_RETRY)
+            saga.add_compensation("payments.void", {**order, **auth}, retry=FAST_RETRY)
+            reservation = await workflow.execute_activity("inventory.reserve", order, retry=FAST_RETRY)
+            saga.add_compensation("inventory.release", {**order, **reservation}, retry=FAST_RETRY)
+            pause = float(order.get("pause_seconds", 0))
+            if pause:
+                await workflow.sleep(timedelta(seconds=pause))
+            captured: dict[str, Any] = await workflow.execute_activity(
+                "payments.capture", {**order, **auth}, retry=FAST_RETRY
+            )
+            return {"order_id": order["order_id"], **captured}

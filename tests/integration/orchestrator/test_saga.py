@@ -9,10 +9,12 @@ from slotflow.contracts import (
     ActivityCompleted,
     ActivityFailed,
     ActivityScheduled,
+    CancelWorkflow,
     CommandAccepted,
     CommandRejected,
     StartWorkflow,
     TimerStarted,
+    WorkflowCancelled,
     WorkflowCompleted,
     WorkflowFailed,
     WorkflowStarted,
@@ -102,3 +104,28 @@ async def test_a_declined_capture_releases_then_voids_and_fails_compensated(
     ]
     # The declined capture was tried once (not retried) and had no effect.
     assert sandbox.attempts["payments.capture"] == 1
+
+
+async def test_the_order_example_cancelled_during_its_hold_releases_then_voids(
+    workflows: Workflows,
+    ticker: Replica,
+    sandbox: Sandbox,  # noqa: F811 - the example's sandbox fixture
+) -> None:
+    await workflows.start("order-3", WORKFLOW_TYPE, order("3", hold="PT10M"), "start-order-3")
+    await workflows.wait("order-3", "workflow.timer_started")
+    await workflows.send(
+        CancelWorkflow(workflow_id="order-3", reason="customer changed their mind"), "x-order-3"
+    )
+    events = await workflows.wait("order-3", "workflow.cancelled")
+    cancelled = events[-1]
+    assert isinstance(cancelled, WorkflowCancelled)
+    assert (cancelled.reason, cancelled.compensated) == ("customer changed their mind", True)
+    compensations = [e for e in events if isinstance(e, ActivityScheduled) and e.compensation]
+    assert [e.activity for e in compensations] == ["inventory.release", "payments.void"]
+    assert sandbox.journal_of("order-3") == [
+        "payments.authorize",
+        "inventory.reserve",
+        "inventory.release",
+        "payments.void",
+    ]
+    assert "payments.capture" not in sandbox.attempts

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from slotflow.contracts import REGISTRY, CommandAccepted, DeadLettered, wrap
+from slotflow.contracts import REGISTRY, CommandAccepted, CommandRejected, DeadLettered, wrap
 from slotflow.contracts.codec import decode
 from slotflow.contracts.topics import DLQ_MAX_RECORD_BYTES, DLQ_MESSAGES, SCHEDULE_EVENTS
 from slotflow.kafka.consumer import Consumer
@@ -181,7 +181,7 @@ async def test_an_event_too_large_inside_a_group_is_parked_and_its_neighbours_fl
 ) -> None:
     await apply_migrations(pg_pool, schema=SCHEMA, sources=[OUTBOX])
     topic = kafka.topic(SCHEDULE_EVENTS)
-    big = CommandAccepted(command_id="big", command_type="x" * 2_000_000, subject="k")
+    big = CommandRejected(command_id="big", command_type="test", subject="k", reason="x" * 2_000_000)
     envelope = wrap(big, id="big", key="k", source="test", occurred_at=datetime.now(UTC))
     group = [
         encoded(staged(topic, "before", "k")),
@@ -257,7 +257,7 @@ async def test_a_row_too_large_to_send_is_parked_and_the_rows_behind_it_flow(
     behind it (same key, so same shard) never left. Now it is parked with a dead letter."""
     await apply_migrations(pg_pool, schema=SCHEMA, sources=[OUTBOX])
     topic = kafka.topic(SCHEDULE_EVENTS)
-    big = CommandAccepted(command_id="big", command_type="x" * 2_000_000, subject="k")
+    big = CommandRejected(command_id="big", command_type="test", subject="k", reason="x" * 2_000_000)
     async with pg_pool.acquire() as conn, conn.transaction():
         envelope = wrap(big, id="big", key="k", source="test", occurred_at=datetime.now(UTC))
         await append(conn, schema=SCHEMA, topic=topic, envelope=envelope)

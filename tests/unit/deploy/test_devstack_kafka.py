@@ -73,6 +73,15 @@ def test_the_sasl_ssl_broker_authorises_and_hides_its_passwords(
     assert "listeners=SASL_SSL://127.0.0.1:23192,CONTROLLER://127.0.0.1:23193" in properties
     assert "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer" in properties
     assert "allow.everyone.if.no.acl.found=false" in properties
+    # The controller listener takes the admin only (SASL_SSL, PLAIN): no anonymous super user.
+    lines = dict(
+        line.split("=", 1) for line in properties.splitlines() if "=" in line and not line.startswith("#")
+    )
+    assert lines["listener.security.protocol.map"].startswith("CONTROLLER:SASL_SSL,")
+    assert lines["sasl.mechanism.controller.protocol"] == "PLAIN"
+    assert lines["listener.name.controller.sasl.enabled.mechanisms"] == "PLAIN"
+    assert lines["super.users"] == "User:admin"
+    assert "ANONYMOUS" not in properties
     (tmp_path / "server.properties").write_text(properties)
     assert kafka_helpers.listener_ports(tmp_path / "server.properties") == (23192, 23193)
     users = json.loads(cfg.kafka_users_file.read_text())
@@ -134,7 +143,9 @@ def test_without_the_test_listeners_only_sasl_ssl_is_served(
     properties = kafka_helpers._server_properties(_config(kafka_helpers, tmp_path, "sasl_ssl"))
     assert "MECHS" not in properties
     assert "OAUTHBEARER" not in properties
-    assert "PlainLoginModule" not in properties
+    # PLAIN only where KRaft's controller needs it, on the controller's own listener.
+    plain = [line for line in properties.splitlines() if "PlainLoginModule" in line]
+    assert [line.split("=", 1)[0] for line in plain] == ["listener.name.controller.plain.sasl.jaas.config"]
 
 
 @pytest.mark.parametrize(

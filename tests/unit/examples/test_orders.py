@@ -9,7 +9,13 @@ from types import ModuleType
 
 import pytest
 
-from slotflow.contracts import ActivityScheduled, CompensationRegistered, TimerStarted, WorkflowFailed
+from slotflow.contracts import (
+    ActivityScheduled,
+    CompensationRegistered,
+    TimerStarted,
+    WorkflowCancelled,
+    WorkflowFailed,
+)
 from slotflow.workflow import Replayer
 from slotflow.workflow.check import check_modules
 from slotflow.workflow.testing import WorkflowEnvironment, WorkflowFailureError
@@ -95,6 +101,31 @@ async def test_a_declined_capture_releases_the_stock_then_voids_the_authorizatio
     assert history[-1].compensated is True
     # The recorded history replays against the code: safe to redeploy as it is.
     assert Replayer([workflow.Checkout]).replay(history).status == "failed"
+
+
+async def test_a_cancel_during_the_hold_releases_the_stock_then_voids_the_authorization() -> None:
+    """The example's `async with Saga()` compensates on a cancel too (before, a cancel during the
+    hold left the authorization and the stock held: "cancelled (not compensated)")."""
+    workflow, activities, _ = orders()
+    async with WorkflowEnvironment([workflow.Checkout], replay_every_step=True) as env:
+        handle = await env.start_workflow(workflow.Checkout, order("tok_visa"), id="order-1042")
+        await env.sleep(timedelta(hours=3))
+        await env.cancel("order-1042", "customer cancelled")
+        with pytest.raises(WorkflowFailureError) as ended:
+            await handle.result()
+        history = env.history("order-1042")
+
+    assert ended.value.cancelled
+    assert ended.value.compensated is True
+    assert activities.SANDBOX.journal() == [
+        "payments.authorize",
+        "inventory.reserve",
+        "inventory.release",
+        "payments.void",
+    ]
+    assert "payments.capture" not in activities.SANDBOX.attempts
+    assert isinstance(history[-1], WorkflowCancelled)
+    assert Replayer([workflow.Checkout]).replay(history).status == "cancelled"
 
 
 def test_the_example_passes_the_static_check() -> None:

@@ -5,6 +5,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given
 from hypothesis import strategies as st
 
+from slotflow import workflow
 from slotflow.contracts import (
     ActivityCompleted,
     ActivityFailed,
@@ -26,7 +27,9 @@ from slotflow.contracts import (
     WorkflowStarted,
     WorkflowTimerFired,
 )
-from slotflow.history import Recorded, fold
+from slotflow.contracts.workflows import WORKFLOW_TERMINATED
+from slotflow.history import TERMINAL_STATUSES, Recorded, fold
+from slotflow.workflow.testing import WorkflowEnvironment
 
 W = "order-7"
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -104,7 +107,8 @@ def state_after(n: int) -> dict[str, object]:
 
 
 def test_the_saga_step_by_step() -> None:
-    assert state_after(1) == {"status": "running", "step": None, "comp": [], "pending": []}
+    # Started, nothing asked for yet: only a signal could move it (or the first decision, ms away).
+    assert state_after(1) == {"status": "running", "step": "a signal", "comp": [], "pending": []}
     assert state_after(2)["step"] == "inventory.reserve"
     assert state_after(8) == {
         "status": "running",
@@ -206,7 +210,7 @@ def test_a_cancelled_timer_is_no_longer_pending() -> None:
     cancelled = TimerCancelled(workflow_id=W, sequence=3, started_sequence=2, timer_id=timer.timer_id)
     state = fold(rec(started(), timer, cancelled))
     assert state is not None
-    assert (state.pending_timers, state.current_step) == ([], None)
+    assert (state.pending_timers, state.current_step) == ([], "a signal")
     assert [(t["status"], t["cancelled_sequence"]) for t in state.timers] == [("cancelled", 3)]
     again = TimerCancelled(workflow_id=W, sequence=4, started_sequence=2, timer_id=timer.timer_id)
     twice = fold(rec(started(), timer, cancelled, again))
@@ -318,3 +322,87 @@ def test_duplicates_and_arrival_order_do_not_change_the_state(data: st.DataObjec
     copies = data.draw(st.lists(st.sampled_from(prefix), max_size=10))
     shuffled = data.draw(st.permutations(prefix + copies))
     assert fold(list(shuffled)) == fold(prefix)
+
+
+def test_a_terminated_workflow_shows_terminated_with_its_timers_cancelled() -> None:
+    """Before, a terminate showed as `failed` with its sleep `pending` forever: the orchestrator
+    cancels the run's timers when it ends (at the ticker too), and so does the fold."""
+    timer = TimerStarted(workflow_id=W, sequence=2, timer_id=f"{W}/timer/2", fire_at=T0 + timedelta(hours=1))
+    terminated = WorkflowFailed(
+        workflow_id=W, sequence=3, error_type=WORKFLOW_TERMINATED, message="ops: stuck carrier"
+    )
+    state = fold(rec(started(), timer, terminated))
+    assert state is not None
+    assert state.status == "terminated"
+    assert state.status in TERMINAL_STATUSES
+    assert state.error == {"type": WORKFLOW_TERMINATED, "message": "ops: stuck carrier"}
+    assert (state.pending_timers, state.current_step, state.waiting) == ([], None, None)
+    assert [(t["status"], t["cancelled_sequence"]) for t in state.timers] == [("cancelled", 3)]
+    # A failure of the code itself stays `failed`, and ends its timers the same way.
+    failed = fold(
+        rec(started(), timer, WorkflowFailed(workflow_id=W, sequence=3, error_type="Boom", message="m"))
+    )
+    assert failed is not None
+    assert (failed.status, [t["status"] for t in failed.timers]) == ("failed", ["cancelled"])
+
+
+def test_a_signal_wait_names_its_signal_and_since_when() -> None:
+    """A timed `wait_signal` shows as waiting on that signal (before: `timer wf-1/timer/2`); an
+    untimed wait, nothing pending, as waiting on a signal; a plain sleep as its timer."""
+    timed = TimerStarted(
+        workflow_id=W, sequence=2, timer_id=f"{W}/timer/2", fire_at=T0 + timedelta(days=7), signal="approve"
+    )
+    state = fold(rec(started(), timed))
+    assert state is not None
+    assert state.current_step == "signal approve"
+    assert state.waiting == {
+        "on": "signal",
+        "signal": "approve",
+        "since": (T0 + timedelta(seconds=2)).isoformat(),
+        "timer_id": f"{W}/timer/2",
+        "until": (T0 + timedelta(days=7)).isoformat(),
+    }
+    assert [t["signal"] for t in state.timers] == ["approve"]
+
+    sleep = TimerStarted(workflow_id=W, sequence=2, timer_id=f"{W}/timer/2", fire_at=T0 + timedelta(hours=1))
+    sleeping = fold(rec(started(), sleep))
+    assert sleeping is not None
+    assert (sleeping.current_step, sleeping.waiting) == (f"timer {W}/timer/2", None)
+
+    scheduled = ActivityScheduled(workflow_id=W, sequence=2, activity="payments.charge", run_id=f"{W}/2")
+    done = ActivityCompleted(workflow_id=W, sequence=3, scheduled_sequence=2)
+    untimed = fold(rec(started(), scheduled, done))
+    assert untimed is not None
+    assert untimed.current_step == "a signal"
+    assert untimed.waiting is not None
+    assert (untimed.waiting["signal"], untimed.waiting["since"]) == (
+        None,
+        (T0 + timedelta(seconds=3)).isoformat(),
+    )
+    busy = fold(rec(started(), scheduled))
+    assert busy is not None
+    assert (busy.current_step, busy.waiting) == ("payments.charge", None)
+
+
+@workflow.defn(name="history.approval")
+class AwaitsApproval:
+    @workflow.run
+    async def run(self) -> str:
+        try:
+            approval = await workflow.wait_signal("approve", timeout=timedelta(days=7))
+        except TimeoutError:
+            return "expired"
+        return str(approval.get("by"))
+
+
+async def test_the_runtime_records_which_signal_a_timed_wait_is_for() -> None:
+    async with WorkflowEnvironment([AwaitsApproval], replay_every_step=True) as env:
+        await env.start_workflow(AwaitsApproval, id="ap-1")
+        history = env.history("ap-1")
+        (timer,) = [e for e in history if isinstance(e, TimerStarted)]
+        assert timer.signal == "approve"
+        state = fold([Recorded(e, T0) for e in history])
+        assert state is not None
+        assert state.current_step == "signal approve"
+        await env.signal("ap-1", "approve", {"by": "ops"})
+        assert await env.handle("ap-1").result() == "ops"

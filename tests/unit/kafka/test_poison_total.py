@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from slotflow.contracts import REGISTRY, DeadLettered, Envelope, JobDue
+from slotflow.contracts.acceptance import ID_CONTROL, ID_MAX_BYTES
 from slotflow.contracts.catalogue import DLQ_COMMAND_TYPES
 from slotflow.contracts.codec import encode
 from slotflow.contracts.envelope import ID_MAX_CHARS, KEY_MAX_CHARS, fit_id, fit_key
@@ -118,11 +119,15 @@ PROPERTY = settings(max_examples=300, deadline=None, suppress_health_check=[Heal
 def test_fit_id_always_fits_and_is_deterministic(base: str, suffix: str) -> None:
     fitted = fit_id(base, suffix)
     assert len(fitted) <= ID_MAX_CHARS
+    assert len(fitted.encode()) <= ID_MAX_BYTES  # every index it keys takes it
     assert fitted == storable(fitted)
+    assert not ID_CONTROL.search(fitted)  # every consumer's identity check refuses one
     assert fitted.endswith(suffix)
     assert fitted == fit_id(base, suffix)
-    if storable(base) == base and len(base) + len(suffix) <= ID_MAX_CHARS:
-        assert fitted == base + suffix
+    whole = base + suffix
+    clean = storable(base) == base and not ID_CONTROL.search(base)
+    if clean and len(whole) <= ID_MAX_CHARS and len(whole.encode()) <= ID_MAX_BYTES:
+        assert fitted == whole
     assert len(fit_key(base)) <= KEY_MAX_CHARS
 
 

@@ -82,20 +82,22 @@ def test_rows_put_the_history_first_and_spliced() -> None:
     assert all(isinstance(r, Staged) for r in rows[len(history) :])
 
 
+#: Text the acceptance rule lets through (no NUL: every message refuses one).
+storable_text = st.text(alphabet=st.characters(blacklist_characters="\x00", blacklist_categories=["Cs"]))
 json_values: st.SearchStrategy[Any] = st.recursive(
     st.none()
     | st.booleans()
     | st.integers(min_value=-(2**63), max_value=2**63 - 1)
     | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    | storable_text,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(storable_text, inner, max_size=4),
     max_leaves=12,
 )
 
 
 @settings(max_examples=200, deadline=None)
 @given(
-    payload=st.dictionaries(st.text(max_size=10), json_values, max_size=4),
+    payload=st.dictionaries(storable_text, json_values, max_size=4),
     workflow_id=st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,40}", fullmatch=True),
     sequence=st.integers(min_value=1, max_value=10**6),
     micros=st.integers(min_value=0, max_value=999_999),

@@ -6,6 +6,7 @@ says the code would do next); the real runtime is exercised by the integration t
 
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -62,6 +63,12 @@ class Scripted:
 
     def knows(self, workflow_type: str) -> bool:
         return workflow_type == "checkout"
+
+    def signal_refusal(self, workflow_type: str, signal: str, payload: dict[str, Any]) -> str | None:
+        # Its `parcel` handler takes a weight in grams only.
+        if workflow_type == "checkout" and signal == "parcel" and not isinstance(payload.get("grams"), int):
+            return "the payload does not fit the parameter of handler Checkout.parcel: grams: not an int"
+        return None
 
     def decide(self, history: Sequence[HistoryEvent], *, now: datetime) -> Moves:
         self.calls.append(len(history))
@@ -327,6 +334,29 @@ def test_signal_and_cancel_reach_a_running_workflow_and_are_refused_after_the_en
     assert late.acks[0].reason == f"workflow {WF} has already ended"
     unknown = step(WF, None, [], [item(signal, "s3")], decider=Scripted(), now=NOW)
     assert unknown.acks[0].reason == f"workflow {WF} is not known"
+
+
+def test_a_signal_its_handler_cannot_take_is_rejected_with_the_reason_and_appends_nothing() -> None:
+    bad = SignalWorkflow(workflow_id=WF, signal="parcel", payload={"grams": "heavy"})
+    good = SignalWorkflow(workflow_id=WF, signal="parcel", payload={"grams": 1200})
+    decider = Scripted()
+    out = step(WF, RUNNING, scheduled(), [item(bad, "s1"), item(good, "s2", 2)], decider=decider, now=NOW)
+    (received,) = out.events
+    assert isinstance(received, SignalReceived)
+    assert (received.payload, received.command_id) == ({"grams": 1200}, "s2")
+    rejected, accepted = out.acks
+    assert rejected.command_id == "s1"
+    assert rejected.reason == (
+        f"signal 'parcel' to workflow {WF}: the payload does not fit the parameter of handler "
+        "Checkout.parcel: grams: not an int"
+    )
+    assert accepted.reason is None
+    # A rejected signal alone changes nothing: the code is not even asked.
+    decider.calls.clear()
+    alone = step(WF, RUNNING, scheduled(), [item(bad, "s3")], decider=decider, now=NOW)
+    assert alone.events == []
+    assert alone.acks[0].reason is not None
+    assert decider.calls == []
 
 
 def test_terminate_ends_the_run_without_the_code_and_cancels_its_timers() -> None:

@@ -94,6 +94,10 @@ def test_due_without_fire_at_is_late_against_its_slot_and_never_negative() -> No
     assert due.lateness == 0.0
 
 
+#: The start of a run.started envelope with its id and key (the rest is each case's).
+ID = b'{"type": "run.started", "id": "s@x/1/started", "key": "s", '
+
+
 @pytest.mark.parametrize(
     ("value", "why"),
     [
@@ -101,13 +105,15 @@ def test_due_without_fire_at_is_late_against_its_slot_and_never_negative() -> No
         (b"\xff\xfe", "not JSON"),
         (b"[1, 2]", "not a JSON object"),
         (b'{"type": "run.started"}', "lacks"),
-        (b'{"type": "run.started", "data": {"job_id": "s"}}', "started_at"),
-        (b'{"type": "run.started", "data": {"job_id": "s", "started_at": "yesterday"}}', "ISO-8601"),
-        (b'{"type": "run.started", "data": {"job_id": "s", "started_at": "2026-01-01T00:00:00"}}', "offset"),
-        (b'{"type": "run.started", "data": {"started_at": "2026-01-01T00:00:00Z"}}', "job_id"),
+        # An envelope others refuse (no id or key) is refused here too (the acceptance rule).
+        (b'{"type": "run.started", "data": {"job_id": "s"}}', "envelope id"),
+        (ID + b'"data": {"job_id": "s"}}', "started_at"),
+        (ID + b'"data": {"job_id": "s", "started_at": "yesterday"}}', "ISO-8601"),
+        (ID + b'"data": {"job_id": "s", "started_at": "2026-01-01T00:00:00"}}', "offset"),
+        (ID + b'"data": {"started_at": "2026-01-01T00:00:00Z"}}', "job_id"),
         # Killed the worker's faust agent (RecursionError) before; a key no producer of ours writes.
         (b"[" * 100_000, "nested too deeply"),
-        (b'{"type": "run.started", "data": {"job_id": "' + b"j" * 1001 + b'"}}', "longer than 1000"),
+        (ID + b'"data": {"job_id": "' + b"j" * 1001 + b'"}}', "longer than 1000"),
     ],
 )
 def test_unreadable_records_say_why(value: bytes | None, why: str) -> None:
@@ -169,6 +175,7 @@ def test_what_postgresql_cannot_store_or_no_parser_decodes_is_undecodable() -> N
     due = _bytes(JobDue(**COMMON, handler="h.x", fire_at=T)).replace(
         b'"handler":"h.x"', b'"handler":"h\\u0000x"'
     )
-    observation = observe("runs", due, None)
-    assert observation is not None
-    assert observation.handler is None  # counted, but no handler name PostgreSQL cannot store
+    # Not counted at all now: every other service refuses that JobDue (the handler is no identifier),
+    # so the statistics would count a run nothing else saw.
+    with pytest.raises(UndecodableEvent, match="NUL"):
+        observe("runs", due, None)

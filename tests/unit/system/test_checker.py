@@ -49,22 +49,55 @@ def recorded_run() -> Recording:
         add(f"order.{kind}", "order-ok", f"order-ok/{step}", T0 + timedelta(seconds=step))
     for step, kind in enumerate(("authorize", "reserve", "release", "void"), start=1):
         add(f"order.{kind}", "order-no", f"order-no/{step}", T0 + timedelta(seconds=step))
+    # Cancelled during the hold: both steps undone, newest first; cancelled during the
+    # authorization (the block waited for it): the authorization voided.
+    for step, kind in enumerate(("authorize", "reserve", "release", "void"), start=1):
+        add(f"order.{kind}", "order-cx", f"order-cx/{step}", T0 + timedelta(seconds=step))
+    for step, kind in enumerate(("authorize", "void"), start=1):
+        add(f"order.{kind}", "order-cy", f"order-cy/{step}", T0 + timedelta(seconds=step))
+    # Cancelled too late: it had completed, the cancel was rejected.
+    for step, kind in enumerate(("authorize", "reserve", "capture"), start=1):
+        add(f"order.{kind}", "order-cz", f"order-cz/{step}", T0 + timedelta(seconds=step))
     # A redelivered attempt that found its effect already there: counted, not a violation.
     add("payout", "pay-b", effects[0].run_id, T0 + timedelta(seconds=8), phase=COLLAPSED)
     keys = [e.run_id for e in effects if e.phase == APPLIED]
     return Recording(
         schedules=schedules,
         timers=[TimerUnderTest("timer-1", T0 + timedelta(seconds=4))],
-        orders=[OrderUnderTest("order-ok", declines=False), OrderUnderTest("order-no", declines=True)],
+        orders=[
+            OrderUnderTest("order-ok", declines=False),
+            OrderUnderTest("order-no", declines=True),
+            OrderUnderTest("order-cx", declines=False, cancelled=True),
+            OrderUnderTest("order-cy", declines=True, cancelled=True),
+            OrderUnderTest("order-cz", declines=False, cancelled=True),
+        ],
         poison_keys=["poison-1"],
         invalid_commands=["bad-cron-1"],
+        malformed_signals=["bad-note-order-ok"],
         effects=effects,
         ledger={k: 1 for k in keys if not k.startswith("order-")},
         parked={"poison-1": "undecodable"},
-        rejected={"bad-cron-1": "invalid cron expression"},
+        rejected={
+            "bad-cron-1": "invalid cron expression",
+            "bad-note-order-ok": "signal 'note' to workflow order-ok: the payload does not fit ...",
+            "cancel-order-cz": "workflow order-cz has already ended",
+        },
         runs_started=set(keys),
         runs_ended=set(keys),
-        workflows_ended={"order-ok": "workflow.completed", "order-no": "workflow.failed"},
+        workflows_ended={
+            "order-ok": "workflow.completed",
+            "order-no": "workflow.failed",
+            "order-cx": "workflow.cancelled",
+            "order-cy": "workflow.cancelled",
+            "order-cz": "workflow.completed",
+        },
+        compensations_registered={
+            "order-no": ["void", "release"],
+            "order-cx": ["void", "release"],
+            "order-cy": ["void"],
+            "order-cz": ["void", "release"],
+        },
+        signals_received={"good-note-order-ok"},
     )
 
 
@@ -77,6 +110,11 @@ def test_the_recorded_run_passes() -> None:
     assert report.counts["slots fired"] == 8
     assert report.counts["sagas completed"] == 1
     assert report.counts["sagas compensated"] == 1
+    assert report.counts["sagas cancelled and compensated"] == 2
+    assert report.counts["sagas cancelled after 2 step(s)"] == 1
+    assert report.counts["sagas cancelled after 1 step(s)"] == 1
+    assert report.counts["sagas cancelled after they ended"] == 1
+    assert report.counts["malformed signals rejected"] == 1
     assert report.counts["duplicates collapsed"] == 1
     assert report.counts["poison parked"] == 1
 
@@ -124,6 +162,44 @@ def test_an_out_of_order_compensation_is_reported() -> None:
     assert "('authorize', 'reserve', 'void', 'release')" in violation.detail
 
 
+def test_a_cancelled_saga_that_left_a_step_in_place_is_reported() -> None:
+    """Cancelled while the reservation was in flight, the old way: the reservation happened, its
+    undo was never registered, the stock stays held."""
+    rec = recorded_run()
+    rec.effects = [e for e in rec.effects if not (e.subject == "order-cx" and e.kind == "order.release")]
+    rec.compensations_registered["order-cx"] = ["void"]
+    [violation] = check(rec).violations
+    assert violation.kind == "cancelled saga not undone"
+    assert violation.ids == ("order-cx",)
+    assert "reserve done with no undo registered: left in place" in violation.detail
+
+
+def test_a_registered_compensation_run_twice_or_never_is_reported() -> None:
+    rec = recorded_run()
+    void = next(e for e in rec.effects if e.subject == "order-cy" and e.kind == "order.void")
+    # Twice: a second applied effect under another run id (the compensation scheduled again).
+    rec.effects.append(replace(void, seq=200, run_id="order-cy/9"))
+    rec.runs_started.add("order-cy/9")
+    rec.runs_ended.add("order-cy/9")
+    # Never: order-cx's release registered but not run.
+    rec.effects = [e for e in rec.effects if not (e.subject == "order-cx" and e.kind == "order.release")]
+    found = {v.ids[0]: v.detail for v in check(rec).violations}
+    assert sorted(found) == ["order-cx", "order-cy"]
+    assert "('authorize', 'reserve', 'void')" in found["order-cx"]
+    assert "('authorize', 'void', 'void')" in found["order-cy"]
+
+
+def test_a_malformed_signal_that_reached_its_workflow_or_went_unanswered_is_reported() -> None:
+    rec = recorded_run()
+    rec.signals_received.add("bad-note-order-ok")
+    [reached] = check(rec).violations
+    assert (reached.kind, reached.ids) == ("malformed signal reached its workflow", ("bad-note-order-ok",))
+    rec = recorded_run()
+    del rec.rejected["bad-note-order-ok"]
+    [unanswered] = check(rec).violations
+    assert (unanswered.kind, unanswered.ids) == ("malformed signal not rejected", ("bad-note-order-ok",))
+
+
 def test_an_effect_with_no_slot_is_reported() -> None:
     rec = recorded_run()
     stray = run_id("pay-a", T0 + timedelta(seconds=1))  # an odd second: not on */2
@@ -144,6 +220,7 @@ def test_bad_input_outbox_and_unfinished_work_are_reported() -> None:
     rec.timers.append(TimerUnderTest("timer-2", T0))
     assert sorted((v.kind, v.ids[0]) for v in check(rec).violations) == [
         ("invalid command not rejected", "bad-cron-1"),
+        ("malformed signal not rejected", "bad-note-order-ok"),
         ("missed timer", "timer-2"),
         ("poison not parked", "poison-1"),
         ("unfinished run", "pay-z@x"),

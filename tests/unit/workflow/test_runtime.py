@@ -17,6 +17,7 @@ from slotflow.contracts.workflows import (
     WorkflowCompleted,
     WorkflowFailed,
 )
+from slotflow.workflow._execution import SIGNAL_FAILURE_COMPENSATES
 from slotflow.workflow.commands import CancelTimer, ScheduleActivity, StartTimer
 from slotflow.workflow.runtime import WorkflowRuntime
 from tests.unit.workflow.helpers import T0, History, types
@@ -285,10 +286,15 @@ class TypedHandler:
 
 
 def test_a_signal_payload_that_does_not_validate_fails_the_run() -> None:
+    # The orchestrator refuses such a signal at intake; one recorded before that (or under another
+    # version of the handler) fails the run when the handler cannot take it, after the marker that
+    # says the body was cancelled first (tests/unit/workflow/test_signal_failures.py).
     history = History(WorkflowRuntime([TypedHandler]), "signals.typed")
     history.decide()
     history.signal("add", {"order_id": "not a number"})
-    (failed,) = history.decide().events
+    marker, failed = history.decide().events
+    assert isinstance(marker, MarkerRecorded)
+    assert marker.patch_id == SIGNAL_FAILURE_COMPENSATES
     assert isinstance(failed, WorkflowFailed)
     assert failed.error_type == "ValidationError"
 
@@ -333,7 +339,11 @@ def test_system_exit_anywhere_in_workflow_code_fails_the_run_not_the_decider(
         assert outcome.events == []
         history.signal("go", {"where": where})
         outcome = history.decide()
-    (failed,) = outcome.events
+    # A handler's failure cancels the body first (the patch marker says so), the others end it.
+    *marker, failed = outcome.events
+    assert [m.patch_id for m in marker if isinstance(m, MarkerRecorded)] == (
+        [SIGNAL_FAILURE_COMPENSATES] if where == "handler" else []
+    )
     assert isinstance(failed, WorkflowFailed)
     assert failed.error_type == error_type
 

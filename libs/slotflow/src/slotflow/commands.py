@@ -33,13 +33,13 @@ from slotflow.contracts import (
     UpdateSchedule,
     wrap,
 )
+from slotflow.contracts.acceptance import id_refusal
 from slotflow.contracts.catalogue import COMMAND_TYPES as COMMAND_TYPES
 from slotflow.contracts.catalogue import DLQ_COMMAND_TYPES as DLQ_COMMAND_TYPES
 from slotflow.contracts.catalogue import DOWNSTREAM_COMMAND_TYPES as DOWNSTREAM_COMMAND_TYPES
 from slotflow.contracts.catalogue import SCHEDULE_COMMAND_TYPES as SCHEDULE_COMMAND_TYPES
 from slotflow.contracts.catalogue import TIMER_COMMAND_TYPES as TIMER_COMMAND_TYPES
 from slotflow.contracts.catalogue import WORKFLOW_COMMAND_TYPES as WORKFLOW_COMMAND_TYPES
-from slotflow.contracts.codec import check_depth
 from slotflow.contracts.topics import (
     DLQ_COMMANDS,
     DOWNSTREAM_COMMANDS,
@@ -116,12 +116,16 @@ def check_command_id(command_id: str) -> str:
     """``command_id`` if usable as an envelope id.
 
     Raises:
-        InvalidCommandId: empty, too long, or containing control characters.
+        InvalidCommandId: empty, too long (in characters, or in UTF-8 bytes for the indexes it
+            keys), or containing control characters.
     """
     if not command_id or len(command_id) > MAX_COMMAND_ID_LENGTH:
         raise InvalidCommandId(f"command id must be 1 to {MAX_COMMAND_ID_LENGTH} characters")
     if any(unicodedata.category(ch) == "Cc" for ch in command_id):
         raise InvalidCommandId("command id must not contain control characters")
+    too_long = id_refusal(command_id, "command id")
+    if too_long is not None:
+        raise InvalidCommandId(too_long)
     return command_id
 
 
@@ -142,10 +146,10 @@ def build_command(
     Raises:
         NotACommand: ``message`` is not a command.
         InvalidCommandId: ``command_id`` is unusable.
-        NestingTooDeep: the message nests deeper than its consumers can decode.
     """
+    # What its consumers could not store (a NUL, a value nested too deep) the message model has
+    # already refused when ``message`` was built (`slotflow.contracts.acceptance`).
     route = command_route(message)
-    check_depth(message.model_dump(mode="json"), what=message.message_type)
     chosen = check_command_id(command_id) if command_id is not None else new_command_id()
     envelope = wrap(
         message,

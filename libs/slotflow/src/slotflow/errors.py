@@ -94,8 +94,13 @@ class InvalidPayload(PoisonMessage):
     reason = "invalid_payload"
 
 
+class UnstorableValue(InvalidPayload):
+    """A value holds what PostgreSQL cannot store (a NUL, a lone surrogate) or JSON cannot carry
+    (NaN, Infinity): every service refuses it (`slotflow.contracts.acceptance`)."""
+
+
 class NestingTooDeep(InvalidPayload):
-    """A message nests deeper than `slotflow.contracts.codec.MAX_DEPTH`: no consumer could decode it."""
+    """A value nests deeper than `slotflow.contracts.codec.FIELD_MAX_DEPTH`: no consumer accepts it."""
 
 
 class KeyMismatch(PoisonMessage):

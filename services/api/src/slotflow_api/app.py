@@ -28,6 +28,7 @@ from slotflow_api.csrf import CLIENT_HEADER, CsrfGuard
 from slotflow_api.guard import authorize
 from slotflow_api.limits import BodyLimit, RefuseNul
 from slotflow_api.metrics import Metrics
+from slotflow_api.paths import EncodedIdPaths
 from slotflow_api.projector import Projector, migrate
 from slotflow_api.request_tracing import TraceRequests
 from slotflow_api.retention import purge_read_model
@@ -139,6 +140,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # Inside the metrics middleware, so refused bodies are counted as 413s too.
     app.add_middleware(BodyLimit, max_bytes=chosen.api.max_body_bytes)
     app.add_middleware(RefuseNul)
+    # A workflow id escaped as one path segment (`a%2Fb`) stays one segment for the router.
+    app.add_middleware(EncodedIdPaths)
     _instrument(app, metrics)
     # Outside the counting, so a request's span covers all of it; inside the CSRF guard, so a
     # forged request is refused before anything (this included) sees it.

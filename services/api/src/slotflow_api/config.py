@@ -23,7 +23,8 @@ DEFAULT_OIDC_SCOPE_MAP: dict[str, Literal["read", "operate", "admin"]] = {
 class ApiSettings(BaseSettings):
     """What the projector and the HTTP service need besides Kafka and PostgreSQL."""
 
-    model_config = SettingsConfigDict(env_prefix="SLOTFLOW_API_", extra="ignore")
+    # A refused value is never quoted back: a too-short bootstrap token would print in clear.
+    model_config = SettingsConfigDict(env_prefix="SLOTFLOW_API_", extra="ignore", hide_input_in_errors=True)
 
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)

@@ -8,6 +8,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
+from slotflow.contracts import acceptance
 from slotflow.errors import MessageTooLarge, PermanentError, PoisonMessage, SlotflowError, TransientError
 from slotflow.logs import redact
 from slotflow.pg.pool import CONNECTION_ERRORS
@@ -118,6 +119,11 @@ def describe_validation(errors: list[dict[str, object]] | object) -> str:
     names = [_where(item.get("loc", ())) for item in errors if isinstance(item, dict)]
     for item in errors[:20]:
         if not isinstance(item, dict):
+            continue
+        if item.get("type") == acceptance.ERROR_TYPE:
+            # The acceptance rule's refusal names the field itself (`definition.payload.note:
+            # contains a NUL character ...`), as the request wrote it.
+            parts.append(str(item.get("msg", "")))
             continue
         parts.append(f"{_where(item.get('loc', ())) or '(body)'}: {_in_words(item)}")
     # A flat create body (spec and handler beside schedule_id) is the commonest first mistake.

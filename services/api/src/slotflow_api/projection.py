@@ -768,6 +768,13 @@ async def _acknowledged(
         None if accepted else getattr(message, "reason", None),
         fact.envelope.occurred_at,
     )
+    if isinstance(message, CommandRejected) and message.command_type == StartWorkflow.message_type:
+        await conn.execute(
+            sql(_WORKFLOW_START_REJECTED, schema),
+            message.subject,
+            message.reason,
+            fact.envelope.occurred_at,
+        )
 
 
 # The dlq service names the command that redrove or discarded an entry: that is its acceptance
@@ -916,11 +923,28 @@ ON CONFLICT (workflow_id) DO UPDATE SET
 """
 
 
-_UPSERT_WORKFLOW_CANCEL = """
-INSERT INTO {schema}.workflows (workflow_id, status, cancel_requested, cancel_reason, updated_at)
-VALUES ($1, 'requested', true, $2, $3)
-ON CONFLICT (workflow_id) DO UPDATE SET cancel_requested = true,
-    cancel_reason = COALESCE(workflows.cancel_reason, EXCLUDED.cancel_reason),
+# A cancel marks a workflow the api knows; it never makes a row: commands of one workflow share a
+# partition, so its StartWorkflow (or its history's fold) is projected first, and a cancel of an
+# id that never started is the orchestrator's to reject (its command row says why).
+_MARK_WORKFLOW_CANCEL = """
+UPDATE {schema}.workflows SET cancel_requested = true,
+    cancel_reason = COALESCE(cancel_reason, $2),
+    updated_at = GREATEST(updated_at, $3)
+ WHERE workflow_id = $1
+"""
+
+
+# A refused StartWorkflow: the row it made says `rejected` with the reason while no history exists
+# (the orchestrator's answer and the command come from two topics, in either order: this fills a
+# row the command has not made yet, and the command never overwrites a status). History, folded
+# into the row, speaks for the workflow once there (a duplicate start's refusal of a running
+# workflow changes nothing; `workflow_projection` clears the rejection).
+_WORKFLOW_START_REJECTED = """
+INSERT INTO {schema}.workflows (workflow_id, status, rejection, updated_at)
+VALUES ($1, 'rejected', $2, $3)
+ON CONFLICT (workflow_id) DO UPDATE SET
+    status = CASE WHEN workflows.last_sequence IS NULL THEN 'rejected' ELSE workflows.status END,
+    rejection = CASE WHEN workflows.last_sequence IS NULL THEN EXCLUDED.rejection ELSE NULL END,
     updated_at = GREATEST(workflows.updated_at, EXCLUDED.updated_at)
 """
 
@@ -942,7 +966,7 @@ async def _workflow_command(
         )
     elif isinstance(message, CancelWorkflow):
         await conn.execute(
-            sql(_UPSERT_WORKFLOW_CANCEL, schema),
+            sql(_MARK_WORKFLOW_CANCEL, schema),
             message.workflow_id,
             message.reason,
             at,

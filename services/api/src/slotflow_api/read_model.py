@@ -288,6 +288,7 @@ async def get_run(pool: Pool, schema: str, run_id: str) -> dict[str, Any] | None
 _WORKFLOW_SELECT = """
 SELECT w.workflow_id, w.workflow_type, w.input, w.status, w.cancel_requested, w.cancel_reason,
        w.requested_at, w.updated_at, w.last_sequence, w.started_at, w.ended_at, w.derived,
+       w.rejection, w.waiting_for, w.waiting_since,
        COALESCE(w.requested_at, w.updated_at) AS sort_at,
        CASE WHEN w.last_sequence IS NOT NULL THEN w.current_step ELSE
        (SELECT r.handler FROM {schema}.runs r WHERE r.workflow_id = w.workflow_id
@@ -303,6 +304,21 @@ _WORKFLOWS_PAGE = compose(
     workflow_select=_WORKFLOW_SELECT,
 )
 _WORKFLOW = compose("{workflow_select} WHERE w.workflow_id = $1", workflow_select=_WORKFLOW_SELECT)
+
+
+# The attention filter: the workflows an operator should look at, one condition per reason, ORed
+# (each `{}` is the age a wait must pass, on the database clock). A new reason is one more entry
+# here: a workflow waiting on a parked activity joins this list.
+ATTENTION_REASONS = (
+    # stuck: a replay diverged, and nothing moves until code matching its history is deployed
+    "w.status = 'stuck'",
+    # only a signal can move it (the fold's `waiting`), and none came for longer than the age
+    "(w.waiting_for LIKE 'signal%' AND w.waiting_since < now() - {}::interval)",
+)
+
+
+#: `ATTENTION_REASONS` as one condition of a list's filter.
+_ATTENTION = "(" + " OR ".join(ATTENTION_REASONS) + ")"
 
 
 def workflow_row(row: asyncpg.Record) -> dict[str, Any]:
@@ -323,13 +339,17 @@ async def list_workflows(
     end: datetime | None,
     limit: int,
     cursor: str | None,
+    attention: timedelta | None = None,
 ) -> Page:
-    """One page of workflows matching the filters, newest request first."""
+    """One page of workflows matching the filters, newest request first. ``attention``: only the
+    workflows that need an operator (`ATTENTION_REASONS`), waits counted past that age."""
     f = Filters()
     if workflow_type is not None:
         f.add("w.workflow_type = {}", workflow_type)
     if status is not None:
         f.add("w.status = {}", status)
+    if attention is not None:
+        f.add(_ATTENTION, *[attention] * _ATTENTION.count("{}"))
     if start is not None:
         f.add("COALESCE(w.requested_at, w.updated_at) >= {}", start)
     if end is not None:
@@ -419,6 +439,7 @@ def _typed(out: dict[str, Any], derived: dict[str, Any], runs: dict[str, dict[st
             "fire_at": timer["fire_at"],
             "status": timer["status"],
             "fired_at": timer["fired_at"],
+            "signal": timer.get("signal"),
         }
         for timer in derived.get("timers", [])
     ]

@@ -163,15 +163,25 @@ class Timer(BaseModel):
     fire_at: datetime | None
     status: str
     fired_at: datetime | None
+    signal: str | None = Field(default=None, description="the signal a timed wait_signal waits for")
 
 
 class Workflow(BaseModel):
     workflow_id: str
     workflow_type: str | None
     status: str = Field(
-        description="requested (a StartWorkflow seen, no history yet) | running | compensating | "
-        "completed | failed | cancelled | stuck (an open non-determinism)"
+        description="requested (a StartWorkflow seen, no history yet) | rejected (its start was "
+        "refused: `rejection` says why) | running | compensating | completed | failed | terminated "
+        "(a TerminateWorkflow ended it: no code, no compensation) | cancelled | stuck (an open "
+        "non-determinism)"
     )
+    rejection: str | None = Field(default=None, description="why the orchestrator refused its start")
+    waiting_for: str | None = Field(
+        default=None,
+        description="while only a signal can move it: `signal NAME` (a timed wait_signal), or "
+        "`signal` (an untimed wait)",
+    )
+    waiting_since: datetime | None = Field(default=None, description="since when it waits (waiting_for)")
     cancel_requested: bool
     cancel_reason: str | None
     input: dict[str, Any] | None

@@ -8,9 +8,11 @@ function of the history alone, so duplicates, redeliveries and rebuilds cannot m
 
 import json
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
 from slotflow.contracts import REGISTRY, Envelope, HistoryEvent
+from slotflow.contracts.acceptance import STORED
 from slotflow.history import Recorded, WorkflowState, fold
 from slotflow.pg.pool import Conn
 from slotflow.pg.statements import sql
@@ -62,7 +64,8 @@ async def refold(conn: Conn, schema: str, workflow_ids: Iterable[str]) -> None:
     for row in rows:
         data = row["data"]
         model = REGISTRY.model_for(row["type"], row["version"])
-        event = model.model_validate(json.loads(data) if isinstance(data, str) else data)
+        # Stored by the projection after its record was accepted at decode.
+        event = model.model_validate(json.loads(data) if isinstance(data, str) else data, context=STORED)
         if isinstance(event, HistoryEvent):
             histories.setdefault(row["workflow_id"], []).append(Recorded(event, row["at"]))
     for workflow_id, events in histories.items():
@@ -72,12 +75,17 @@ async def refold(conn: Conn, schema: str, workflow_ids: Iterable[str]) -> None:
 
 
 # The history speaks for the workflow's type and input; a StartWorkflow command (another
-# topic, projected in any order) only fills blanks, so both orders give the same row.
+# topic, projected in any order) only fills blanks, so both orders give the same row. A row with
+# history was not rejected (a refusal of a later duplicate start is not the workflow's).
 _STORE_STATE = """
 INSERT INTO {schema}.workflows AS w (workflow_id, workflow_type, input, status, cancel_requested,
-    cancel_reason, requested_at, updated_at, current_step, last_sequence, started_at, ended_at, derived)
-VALUES ($1, $2, $3::jsonb, $4, $5, $6, $7, $8, $9, $10, $7, $11, $12::jsonb)
+    cancel_reason, requested_at, updated_at, current_step, last_sequence, started_at, ended_at, derived,
+    waiting_for, waiting_since)
+VALUES ($1, $2, $3::jsonb, $4, $5, $6, $7, $8, $9, $10, $7, $11, $12::jsonb, $13, $14)
 ON CONFLICT (workflow_id) DO UPDATE SET
+    rejection = NULL,
+    waiting_for = EXCLUDED.waiting_for,
+    waiting_since = EXCLUDED.waiting_since,
     workflow_type = COALESCE(EXCLUDED.workflow_type, w.workflow_type),
     input = COALESCE(EXCLUDED.input, w.input),
     status = EXCLUDED.status,
@@ -108,4 +116,15 @@ async def _store(conn: Conn, schema: str, workflow_id: str, state: WorkflowState
         state.last_sequence,
         state.ended_at,
         _json(state.derived()),
+        *_waiting(state),
     )
+
+
+def _waiting(state: WorkflowState) -> tuple[str | None, datetime | None]:
+    """`waiting_for` and `waiting_since`: `signal approve` (or `signal`, an untimed wait) and since
+    when, while only a signal can move the workflow."""
+    waiting = state.waiting
+    if waiting is None:
+        return None, None
+    name = waiting.get("signal")
+    return (f"signal {name}" if name else "signal"), datetime.fromisoformat(waiting["since"])

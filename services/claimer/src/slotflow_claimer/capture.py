@@ -20,6 +20,8 @@ import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from slotflow.core.nul import storable
+
 #: Per attempt. 200 lines of at most 500 characters is 100 KB at worst, well inside a run event.
 MAX_LINES = 200
 MAX_LINE_CHARS = 500
@@ -37,7 +39,9 @@ class AttemptLog:
     dropped: int = 0
 
     def add(self, line: str) -> None:
-        line = line if len(line) <= MAX_LINE_CHARS else line[: MAX_LINE_CHARS - 1] + "…"
+        # Storable: the lines travel in the run's event, whose consumers refuse a NUL or a lone
+        # surrogate (the acceptance rule), and a handler may log any text.
+        line = storable(line if len(line) <= MAX_LINE_CHARS else line[: MAX_LINE_CHARS - 1] + "…")
         if len(self.lines) >= MAX_LINES or self.chars + len(line) > MAX_TOTAL_CHARS:
             self.dropped += 1
             return

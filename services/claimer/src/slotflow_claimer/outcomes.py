@@ -21,7 +21,7 @@ from pydantic_core import to_jsonable_python
 from slotflow import tracing
 from slotflow.contracts.codec import FIELD_MAX_DEPTH, depth_of
 from slotflow.contracts.workflows import payload_ref
-from slotflow.core.nul import jsonb_text
+from slotflow.core.nul import jsonb_text, storable
 from slotflow.errors import SlotflowError
 from slotflow.pg.outbox import Encoded, Staged, append_grouped, encoded, with_headers
 from slotflow.pg.payloads import put_payload
@@ -82,7 +82,7 @@ class Outcome:
                 run.run_id, run.fence_token, "cancelled", entry=jsonb_text(entry), due=run.due
             )
         error = self.error or RuntimeError("unknown failure")
-        summary = {"error_type": type(error).__name__, "message": _message(error)}
+        summary = {"error_type": storable(type(error).__name__), "message": _message(error)}
         if self.kind == "held":
             # The attempt is given back (refund): waiting on a downstream spends none of the budget.
             entry = {"event": "held", **summary, "reason": self.held_reason or "circuit_open"}
@@ -206,11 +206,13 @@ def capped_result(text: str, limit: int = RESULT_MAX_BYTES) -> str:
 
 
 def _message(error: BaseException) -> str:
-    return (str(error) or type(error).__name__)[:_MESSAGE_CHARS]
+    # Storable: it travels in RunFailed, whose consumers refuse a NUL or a lone surrogate (the
+    # acceptance rule), and a handler's exception may carry any text.
+    return storable((str(error) or type(error).__name__)[:_MESSAGE_CHARS])
 
 
 def _traceback(error: BaseException) -> str:
-    return "".join(traceback.format_exception(error))[-_TRACEBACK_CHARS:]
+    return storable("".join(traceback.format_exception(error))[-_TRACEBACK_CHARS:])
 
 
 def _cancel_message(run: Run) -> str:
@@ -397,7 +399,7 @@ class OutcomeWriter:
         failed = ev.failed(
             run,
             at,
-            error_type=type(error).__name__,
+            error_type=storable(type(error).__name__),
             message=_message(error),
             traceback=_traceback(error),
             # The error's kind, not whether it is retried: a transient error that ran out of

@@ -11,6 +11,7 @@ from opentelemetry.context import Context
 
 from slotflow import tracing
 from slotflow.contracts import AttemptRecord, Envelope, JobDue, RetryPolicy
+from slotflow.contracts.acceptance import STORED
 from slotflow.contracts.codec import decode
 from slotflow.contracts.envelope import REDRIVE_COUNT_HEADER
 from slotflow.kafka.records import Record
@@ -189,7 +190,8 @@ class Run:
 
     def job_due(self) -> JobDue:
         """The JobDue that claimed this run, decoded from the stored record."""
-        return JobDue.model_validate(decode(self.due.value).data)
+        # The record the intake accepted (the acceptance rule applied then) and stored.
+        return JobDue.model_validate(decode(self.due.value).data, context=STORED)
 
     def attempt_records(self) -> tuple[AttemptRecord, ...]:
         """The history as AttemptRecords (failed attempts, takeovers, cancellations)."""

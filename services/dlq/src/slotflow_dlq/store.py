@@ -80,9 +80,11 @@ def _decoded_json(value: bytes) -> str | None:
         return None
     try:
         parsed: Any = from_json(value)
+        # jsonb refuses NaN and Infinity (a foreign producer's JSON may hold them, and the letter
+        # about it must still be stored): such a value is inspected raw, like one with a NUL.
+        text = json.dumps(parsed, allow_nan=False)
     except ValueError:
         return None
-    text = json.dumps(parsed)
     # jsonb refuses \u0000 anywhere; such a value is inspected raw.
     return None if "\\u0000" in text else text
 
@@ -209,7 +211,9 @@ async def park(
     if row is None:
         return None
     new = bool(row["inserted"])
-    event_id = f"{row['id']}/parked" if new else f"{row['id']}/seen/{row['count']}"
+    # The letter id may take the whole id limit already (a long origin topic): fitted, the suffix
+    # stays whole and the id within the limit (a longer one failed every park of that letter).
+    event_id = fit_id(row["id"], "/parked") if new else fit_id(row["id"], f"/seen/{row['count']}")
     event = Staged(kafka.topic(DLQ_EVENTS), _status_event(row, event_id=event_id, at=row["last_seen"]))
     notify = bool(new and notify_tag is not None and letter.run_id is not None and notify_tag in letter.tags)
     if notify:
@@ -463,7 +467,7 @@ async def redrive(
             kafka.topic(DLQ_EVENTS),
             _status_event(
                 row,
-                event_id=f"{row['id']}/redriven/{row['redrive_count']}/{tag}",
+                event_id=fit_id(row["id"], f"/redriven/{row['redrive_count']}/{tag}"),
                 at=now,
                 command_id=envelope.id,
             ),
@@ -516,7 +520,9 @@ async def discard(
     items = [
         Staged(
             kafka.topic(DLQ_EVENTS),
-            _status_event(row, event_id=f"{row['id']}/discarded/{tag}", at=now, command_id=envelope.id),
+            _status_event(
+                row, event_id=fit_id(row["id"], f"/discarded/{tag}"), at=now, command_id=envelope.id
+            ),
         )
         for row in rows
     ]

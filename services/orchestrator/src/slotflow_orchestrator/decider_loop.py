@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 import asyncpg
 
+from slotflow.contracts import NonDeterminismDetected
 from slotflow.errors import SlotflowError
 from slotflow.kafka.consumer import Consumer
 from slotflow.pg.outbox import OutboxRelay
@@ -220,6 +221,19 @@ class DeciderLoop:
             if out is None or not (out.events or out.acks):
                 decisions["unchanged"] += 1
                 continue
+            for event in out.events:
+                if isinstance(event, NonDeterminismDetected):
+                    # The workflow is stuck from now on: say which and why, once per divergence.
+                    log.warning(
+                        "orchestrator %s: workflow %s is stuck: its replay diverged at history sequence %d "
+                        "(the history recorded %s, the code did %s); nothing more is decided for it until "
+                        "code that matches its history is deployed",
+                        self.owner,
+                        out.workflow_id,
+                        event.at_sequence,
+                        event.expected,
+                        event.got,
+                    )
             decisions["appended"] += 1
             events.update(event.message_type for event in out.events)
             commands.update(

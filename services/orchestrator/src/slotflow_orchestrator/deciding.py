@@ -39,6 +39,7 @@ from slotflow.contracts import (
     WorkflowStarted,
     wrap,
 )
+from slotflow.contracts.acceptance import STORED
 from slotflow.contracts.codec import decode, encode
 from slotflow.contracts.workflows import PAYLOAD_REF_KEY, is_payload_ref
 from slotflow.errors import SlotflowError
@@ -711,7 +712,9 @@ def _traced(rows: list[Staged | Encoded]) -> list[Staged | Encoded]:
 
 def _event(type_: str, data: str) -> HistoryEvent:
     model = REGISTRY.model_for(type_, 1)
-    event = model.model_validate_json(data)
+    # The history this orchestrator appended: accepted when it was built (and a history kept from
+    # before the acceptance rule replays as it was recorded).
+    event = model.model_validate_json(data, context=STORED)
     if not isinstance(event, HistoryEvent):
         raise StoredHistoryCorrupt(f"stored history row of type {type_} is not a history event")
     return event
@@ -740,7 +743,8 @@ def _run_record(row: Any) -> RunRecord:
 
 def _input(seq: int, raw: bytes) -> Input:
     envelope = decode(raw)
-    return Input(seq, envelope, INPUT_MESSAGES.parse(envelope), raw=raw)
+    # Admitted by the intake after the shared decode accepted it (`decode_record`).
+    return Input(seq, envelope, INPUT_MESSAGES.parse(envelope, stored=True), raw=raw)
 
 
 def history_of(rows: Sequence[tuple[str, str]]) -> list[HistoryEvent]:

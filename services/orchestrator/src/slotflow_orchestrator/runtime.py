@@ -8,6 +8,7 @@ import importlib
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from types import ModuleType
+from typing import Any
 
 from slotflow.contracts import HistoryEvent, StartWorkflow
 from slotflow.errors import ConfigurationError
@@ -27,6 +28,9 @@ class RuntimeDecider:
 
     def knows(self, workflow_type: str) -> bool:
         return workflow_type in self._types
+
+    def signal_refusal(self, workflow_type: str, signal: str, payload: dict[str, Any]) -> str | None:
+        return self.runtime.signal_refusal(workflow_type, signal, payload)
 
     def decide(self, history: Sequence[HistoryEvent], *, now: datetime) -> Moves:
         try:

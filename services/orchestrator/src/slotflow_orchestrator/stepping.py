@@ -18,6 +18,8 @@ history grows:
   refused (`Step.refused`): parked in the DLQ by the caller, the workflow untouched;
 - nothing is appended after a terminal event but a new run's WorkflowStarted, for a StartWorkflow
   whose `id_reuse_policy` allows reusing the id; every command still gets its answer;
+- a SignalWorkflow whose payload its `@workflow.signal` handler's declared type does not take is
+  rejected with the reason and never reaches the run;
 - the runtime's events must continue the history gap-free, or nothing of them is kept;
 - a replay that diverges appends NonDeterminismDetected and leaves the workflow `stuck`.
 """
@@ -25,7 +27,7 @@ history grows:
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from slotflow.contracts import (
     ActivityCompleted,
@@ -56,6 +58,7 @@ from slotflow.contracts import (
 )
 from slotflow.contracts.timers import deadline_timer_id as deadline_timer_id
 from slotflow.contracts.timers import execution_timer_id as execution_timer_id
+from slotflow.contracts.workflows import WORKFLOW_TERMINATED
 from slotflow.errors import SlotflowError
 from slotflow.history import OpenWork
 from slotflow.issuers import RunRecord, Verdict, outcome_verdict, timer_verdict
@@ -67,7 +70,7 @@ Status = Literal["running", "stuck", "completed", "failed", "cancelled"]
 CLOSED: frozenset[Status] = frozenset(("completed", "failed", "cancelled"))
 
 #: Error type of the WorkflowFailed a TerminateWorkflow appends.
-TERMINATED = "WorkflowTerminated"
+TERMINATED = WORKFLOW_TERMINATED
 #: Error type of the WorkflowFailed appended when the execution timeout passes.
 TIMED_OUT = "WorkflowTimedOut"
 #: Error type of the ActivityFailed appended when an activity's schedule-to-close deadline passes.
@@ -101,6 +104,11 @@ class Decider(Protocol):
     """The workflow runtime as the orchestrator uses it (adapter: `runtime.RuntimeDecider`)."""
 
     def knows(self, workflow_type: str) -> bool: ...
+
+    def signal_refusal(self, workflow_type: str, signal: str, payload: dict[str, Any]) -> str | None:
+        """Why the signal's payload cannot reach a run of ``workflow_type`` (its handler's declared
+        parameter type refuses it), or None."""
+        ...
 
     def decide(self, history: Sequence[HistoryEvent], *, now: datetime) -> "Moves":
         """The next events (sequences continuing ``history``) and child workflows to start.
@@ -403,6 +411,16 @@ def _apply(book: _Book, item: Input, out: Step, *, decider: Decider, now: dateti
             out.acks.append(_rejected(item, f"workflow {wf} has already ended"))
             return
         if isinstance(message, SignalWorkflow):
+            run = book.work.run
+            refusal = (
+                decider.signal_refusal(run.workflow_type, message.signal, message.payload)
+                if run is not None
+                else None
+            )
+            if refusal is not None:
+                # Never reaches the run: a payload its handler cannot take would fail the workflow.
+                out.acks.append(_rejected(item, f"signal {message.signal!r} to workflow {wf}: {refusal}"))
+                return
             event: HistoryEvent = SignalReceived(
                 workflow_id=wf,
                 sequence=book.next_sequence,

@@ -24,12 +24,13 @@ from slotflow.contracts import (
     TimerFired,
     wrap,
 )
+from slotflow.contracts.acceptance import ID_CONTROL, id_refusal
 from slotflow.contracts.envelope import fit_id, fit_key
 from slotflow.contracts.policies import OverlapPolicy
 from slotflow.contracts.topics import DLQ_MESSAGES, JOBS_DUE, SCHEDULE_EVENTS, TIMER_EVENTS
 from slotflow.core.cronslots import SkippedSlot
 from slotflow.core.identity import job_due_event_id, run_id, slot_label
-from slotflow.core.nul import storable
+from slotflow.core.nul import REPLACEMENT, storable
 from slotflow.pg.outbox import Encoded, Staged, append_encoded, encoded, headers_json, with_headers
 from slotflow.pg.pool import Conn
 from slotflow.settings import KafkaSettings
@@ -279,11 +280,16 @@ class EventFactory:
     ) -> Staged:
         """CommandRejected; the texts may come from a hostile record, so each is made to fit.
 
-        The command id is echoed whole (the sender looks for it) but storable; the envelope id,
-        the key and the subject are cut with a digest where too long (`fit_id`).
+        The command id is echoed whole (the sender looks for it) but storable, a NUL or control
+        character replaced; cut with a digest only if that replacement (three bytes for a NUL's
+        one) took it past the id limit. The envelope id, the key and the subject are cut with a
+        digest where too long (`fit_id`).
         """
+        echoed = ID_CONTROL.sub(REPLACEMENT, storable(command_id))
+        if id_refusal(echoed, "command_id") is not None:
+            echoed = fit_id(command_id)
         message = CommandRejected(
-            command_id=storable(command_id),
+            command_id=echoed,
             command_type=fit_key(command_type, limit=200),
             subject=fit_key(subject),
             reason=storable(reason[:REASON_CHARS]),

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from slotflow.cli.errors import EXIT_FAILURE, CliError
+from slotflow.cli.errors import EXIT_FAILURE, EXIT_USAGE, CliError
 from slotflow.cli.parser import build_parser
 from slotflow.errors import SlotflowError
 
@@ -42,6 +42,11 @@ def resolve(name: str) -> "Handler":
 
 def execute(ctx: "Context") -> int:
     """Run the handler chosen in ``ctx.args``; a failure is one line on stderr and an exit code."""
+    # Here, not at the top: a usage error caught while parsing never pays for importing pydantic.
+    from pydantic import ValidationError
+
+    from slotflow.cli.values import explain
+
     try:
         code: int = resolve(ctx.args.handler_name)(ctx)
     except CliError as err:
@@ -50,6 +55,12 @@ def execute(ctx: "Context") -> int:
     except SlotflowError as err:
         ctx.err.write(f"slotflow: error: {err}\n")
         return EXIT_FAILURE
+    except ValidationError as err:
+        # A command its message model refuses (a NUL in --payload, a value nested too deep: the
+        # acceptance rule every service applies): the flags' fault, said as the field and the
+        # problem, and nothing is published.
+        ctx.err.write(f"slotflow: error: invalid {err.title}: {explain(err)}\n")
+        return EXIT_USAGE
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except BrokenPipeError:

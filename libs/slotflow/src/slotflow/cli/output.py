@@ -188,6 +188,7 @@ WORKFLOW_COLUMNS: Sequence[Column] = (
     ("type", field("workflow_type", "type")),
     ("status", field("status")),
     ("current step", field("current_step")),
+    ("waiting since", field("waiting_since")),
     ("requested", field("requested_at", "started_at")),
     ("updated", field("updated_at")),
 )

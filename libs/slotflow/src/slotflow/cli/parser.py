@@ -377,6 +377,14 @@ def _workflow(groups: Any) -> None:
     listing.add_argument("--status", metavar="STATUS")
     listing.add_argument("--from", dest="start", metavar="TIME", help="started at or after")
     listing.add_argument("--to", dest="end", metavar="TIME", help="started before")
+    listing.add_argument(
+        "--attention",
+        nargs="?",
+        const="1h",
+        metavar="AGE",
+        help="only the workflows that need an operator: stuck on a non-determinism, or waiting on a "
+        "signal for longer than AGE (default 1h; 30m, 2d, seconds or ISO 8601)",
+    )
     _paging(listing)
 
     show = _leaf(

@@ -26,6 +26,7 @@ from slotflow.cli.output import (
     text,
 )
 from slotflow.cli.values import parse_instant
+from slotflow.core.durations import parse_duration_text
 
 MAX_LIMIT = 500
 
@@ -204,8 +205,21 @@ def workflow_list(ctx: Context) -> int:
         "status": a.status,
         "from": _iso(a.start, "--from"),
         "to": _iso(a.end, "--to"),
+        "attention": _attention(a.attention),
     }
-    return _listing(ctx, "/v1/workflows", params, WORKFLOW_COLUMNS, empty="no workflows")
+    empty = "no workflow needs attention" if a.attention is not None else "no workflows"
+    return _listing(ctx, "/v1/workflows", params, WORKFLOW_COLUMNS, empty=empty)
+
+
+def _attention(value: str | None) -> str | None:
+    """`--attention AGE` checked here, so a bad age is this CLI's usage error, not the api's."""
+    if value is None:
+        return None
+    try:
+        parse_duration_text(value)
+    except ValueError as err:
+        raise UsageError(f"--attention: {err}") from err
+    return value
 
 
 def dlq_list(ctx: Context) -> int:

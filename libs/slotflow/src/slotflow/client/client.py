@@ -474,24 +474,38 @@ class Client:
         self,
         *,
         workflow_type: str | None = None,
-        status: Literal["requested", "running", "compensating", "completed", "failed", "cancelled", "stuck"]
+        status: Literal[
+            "requested",
+            "rejected",
+            "running",
+            "compensating",
+            "completed",
+            "failed",
+            "terminated",
+            "cancelled",
+            "stuck",
+        ]
         | None = None,
         start: datetime | None = None,
         end: datetime | None = None,
+        attention: timedelta | None = None,
         limit: int = 100,
         cursor: str | None = None,
     ) -> Page[Workflow]:
-        """One page of workflows, newest first.
+        """One page of workflows, newest first. ``attention``: only the ones that need an operator
+        (stuck on a non-determinism, or waiting on a signal for longer than that age).
 
         Example::
 
             page = await client.list_workflows(workflow_type="orders.checkout", status="running")
+            stranded = await client.list_workflows(attention=timedelta(hours=4))
         """
         params: Params = {
             "type": workflow_type,
             "status": status,
             "from": start.isoformat() if start else None,
             "to": end.isoformat() if end else None,
+            "attention": f"{attention.total_seconds():.6f}" if attention is not None else None,
             "limit": limit,
             "cursor": cursor,
         }

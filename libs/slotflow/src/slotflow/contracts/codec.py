@@ -1,26 +1,26 @@
 """Bytes to envelope and back. The one place that knows the wire encoding (UTF-8 JSON).
 
-It also holds the limits every producer and every consumer share, so that what one side accepts
-the other can process: `DEFAULT_MAX_BYTES` for a record and `MAX_DEPTH` for nesting. Consumers
-parse with pydantic-core, whose JSON parser stops at 200 levels ("recursion limit exceeded");
-`MAX_DEPTH` leaves room below that for the envelope around a message, and producers that take
-user data (the api, the CLI, through `slotflow.commands.build_command`) refuse deeper messages.
+It also holds the record size every producer and every consumer share (`DEFAULT_MAX_BYTES`), and
+the nesting limit of a value in a message field (`FIELD_MAX_DEPTH`, the acceptance rule's
+`VALUE_MAX_DEPTH`; `slotflow.contracts.acceptance` has the whole rule). Consumers parse with
+pydantic-core, whose JSON parser stops at 200 levels ("recursion limit exceeded"); a value of 99
+levels inside the deepest carrier (a JobDue in a retry's StartTimer, in the envelope) stays far
+below that, so what the models let through always decodes.
 """
 
 from typing import Any
 
 from pydantic import ValidationError
 
+from slotflow.contracts.acceptance import VALUE_MAX_DEPTH
 from slotflow.contracts.envelope import Envelope
 from slotflow.contracts.registry import _summarise
 from slotflow.errors import MessageTooLarge, NestingTooDeep, UndecodableMessage
 
 DEFAULT_MAX_BYTES = 1_048_576
-#: Deepest nesting of a message's data (its own object is level 1), shared by every service.
-MAX_DEPTH = 100
-#: Deepest nesting of a value held in a field of a message's data (a payload, a result, an input):
-#: the data around it is one level more.
-FIELD_MAX_DEPTH = MAX_DEPTH - 1
+#: Deepest nesting of a value held in a field of a message (a payload, a result, an input), its
+#: own object or list being level 1; shared by every service.
+FIELD_MAX_DEPTH = VALUE_MAX_DEPTH
 
 
 def depth_of(value: Any) -> int:
@@ -40,17 +40,17 @@ def depth_of(value: Any) -> int:
     return deepest
 
 
-def check_depth(value: Any, *, what: str = "the message", limit: int = MAX_DEPTH) -> None:
-    """Refuse ``value`` (a message's JSON data) nested deeper than ``limit``.
+def check_depth(value: Any, *, what: str = "the value", limit: int = FIELD_MAX_DEPTH) -> None:
+    """Refuse ``value`` (a JSON value for a message field) nested deeper than ``limit``.
 
     Raises:
-        NestingTooDeep: it is; no consumer could decode it.
+        NestingTooDeep: it is; every message carrying it would be refused.
     """
     depth = depth_of(value)
     if depth > limit:
         raise NestingTooDeep(
             f"{what} is nested {depth} levels deep; the limit is {limit} "
-            "(deeper JSON cannot be decoded by the services that consume it)"
+            "(the services that consume it refuse deeper values)"
         )
 
 

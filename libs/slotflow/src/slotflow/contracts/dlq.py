@@ -1,10 +1,11 @@
 """Dead letters: what every consumer sends to the DLQ, and the DLQ's commands and events."""
 
-from typing import Annotated, Literal
+from typing import Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
-from slotflow.contracts.envelope import Message
+from slotflow.contracts.acceptance import INT8_MAX, TIMESTAMP_MS_MAX
+from slotflow.contracts.envelope import IdText, IndexedText, Int4, Int8, Message
 from slotflow.contracts.runs import AttemptRecord
 
 #: Set on a record the DLQ sends back to its topic: the id of the dead letter it came from, so a
@@ -49,26 +50,31 @@ class DeadLettered(Message):
     """
 
     message_type = "dlq.dead_lettered"
-    reason: str = Field(description="machine-readable: undecodable, invalid_payload, attempts_exhausted, ...")
+    # The dlq indexes reason, source service, topic, run id and job id: each fits an index entry.
+    reason: IndexedText = Field(
+        description="machine-readable: undecodable, invalid_payload, attempts_exhausted, ..."
+    )
     error_type: str
     error: str
-    source_service: str
-    topic: str
-    partition: int
-    offset: int
+    source_service: IndexedText
+    topic: IndexedText
+    partition: Int4
+    offset: Int8
     key: str | None = Field(default=None, description="record key as UTF-8 (replacement chars if not)")
     key_b64: str | None = None
     headers: dict[str, str] = Field(default_factory=dict)
     value_b64: str = Field(description="the original record value, base64")
-    timestamp_ms: int | None = None
-    run_id: str | None = None
-    job_id: str | None = None
+    timestamp_ms: int | None = Field(default=None, ge=-1, le=TIMESTAMP_MS_MAX)
+    run_id: IndexedText | None = None
+    job_id: IndexedText | None = None
     history: tuple[AttemptRecord, ...] = ()
     tags: tuple[str, ...] = ()
     headers_b64: dict[str, str] = Field(
         default_factory=dict, description="header values byte-exact, base64 (headers is for reading)"
     )
-    value_size: int | None = Field(default=None, description="length of the original value in bytes")
+    value_size: int | None = Field(
+        default=None, ge=0, le=INT8_MAX, description="length of the original value in bytes"
+    )
     value_truncated: bool = Field(
         default=False,
         description="value_b64 holds only a prefix: the record was too large for the DLQ topic; "
@@ -77,7 +83,8 @@ class DeadLettered(Message):
     traceback: str = Field(default="", description="where a handler raised, when it did")
 
 
-DeadLetterId = Annotated[str, Field(min_length=1, max_length=2000)]
+#: A dead letter's id is its origin (`{topic}:{partition}:{offset}`), fitted to the id limit.
+DeadLetterId = IdText
 
 
 class DeadLetterFilter(BaseModel):
@@ -120,17 +127,17 @@ class DeadLetterStatusChanged(Message):
     message_type = "dlq.status_changed"
     dead_letter_id: DeadLetterId
     status: DeadLetterStatus
-    reason: str
-    topic: str
-    source_service: str
-    job_id: str | None = None
-    count: int = 1
-    redrive_count: int = 0
+    reason: IndexedText
+    topic: IndexedText
+    source_service: IndexedText
+    job_id: IndexedText | None = None
+    count: Int4 = 1
+    redrive_count: Int4 = 0
     at: AwareDatetime
     # What a list view shows without asking the DLQ service (all optional, for tolerant readers).
-    run_id: str | None = None
-    partition: int | None = None
-    offset: int | None = None
+    run_id: IndexedText | None = None
+    partition: Int4 | None = None
+    offset: Int8 | None = None
     key: str | None = None
     original_type: str | None = Field(default=None, description="the original envelope type, when known")
     error_type: str = ""
@@ -140,6 +147,6 @@ class DeadLetterStatusChanged(Message):
     last_seen: AwareDatetime | None = None
     #: The discard reason, or for a redrive the command that asked for it.
     note: str = ""
-    command_id: str | None = None
+    command_id: IdText | None = None
     #: The entry this one was redriven from, when it failed again after a redrive.
-    redrive_of: str | None = None
+    redrive_of: IdText | None = None

@@ -10,6 +10,7 @@ from typing import Annotated, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
+from slotflow.contracts.acceptance import INT4_MAX
 from slotflow.contracts.envelope import Message
 
 #: A downstream's name: what handlers declare; printable, no slash (it is a path segment in the api).
@@ -81,7 +82,7 @@ class DownstreamChanged(Message):
     #: The command that asked for it, for an operator's change.
     command_id: str | None = Field(default=None, max_length=1000)
     #: Runs waiting for this downstream at the change (a close resumes them, in slot order).
-    held: int = Field(default=0, ge=0)
+    held: int = Field(default=0, ge=0, le=INT4_MAX)
     settings: DownstreamSettings = Field(default_factory=DownstreamSettings)
     at: AwareDatetime
 
@@ -96,12 +97,12 @@ class DownstreamReported(Message):
     manual: bool = False
     #: The window the counts are over, and its counts (attempts admitted, results seen).
     window_seconds: float = Field(gt=0)
-    first_attempts: int = Field(ge=0)
-    retries: int = Field(ge=0)
-    retry_allowance: int = Field(ge=0)
-    successes: int = Field(ge=0)
-    failures: int = Field(ge=0)
-    held: int = Field(ge=0)
+    first_attempts: int = Field(ge=0, le=INT4_MAX)
+    retries: int = Field(ge=0, le=INT4_MAX)
+    retry_allowance: int = Field(ge=0, le=INT4_MAX)
+    successes: int = Field(ge=0, le=INT4_MAX)
+    failures: int = Field(ge=0, le=INT4_MAX)
+    held: int = Field(ge=0, le=INT4_MAX)
     settings: DownstreamSettings = Field(default_factory=DownstreamSettings)
     changed_at: AwareDatetime
     at: AwareDatetime

@@ -7,11 +7,20 @@ Trace context travels in Kafka headers (`traceparent`), never inside the envelop
 
 import hashlib
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar, Self
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    model_validator,
+)
 
-from slotflow.core.nul import storable
+from slotflow.contracts import acceptance
+from slotflow.core.nul import REPLACEMENT, storable
 
 TRACEPARENT_HEADER = "traceparent"
 TYPE_HEADER = "slotflow-type"
@@ -24,9 +33,22 @@ IDENTIFIER_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,199}$"
 #: without `/`. `team/a` used to be created and then could not be read, paused or deleted over
 #: HTTP (issue 23); it is now refused everywhere with the same rule.
 SCHEDULE_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,199}$"
-#: The envelope's `id` and `key` are at most this many characters.
+#: The envelope's `id` and `key` are at most this many characters, and at most
+#: `acceptance.ID_MAX_BYTES` UTF-8 bytes (both are index keys).
 ID_MAX_CHARS = 1000
 KEY_MAX_CHARS = 1000
+#: An identifier that fits every index it keys (`acceptance.ID_MAX_BYTES`): an envelope id, a run,
+#: timer, command or dead letter id.
+IdText = Annotated[
+    str, Field(min_length=1, max_length=ID_MAX_CHARS), AfterValidator(acceptance.within_id_bytes)
+]
+#: Integers some service stores in an `integer` or a `bigint` column. A field with a bound of its
+#: own (`ge=1`) writes `Field(ge=1, le=acceptance.INT4_MAX)` instead: a bound in the Annotated
+#: metadata would override the field's.
+Int4 = Annotated[int, Field(ge=-(2**31), le=acceptance.INT4_MAX)]
+Int8 = Annotated[int, Field(ge=-(2**63), le=acceptance.INT8_MAX)]
+#: Text some consumer keys an index with (a reason, a topic, a job id): `acceptance.ID_MAX_BYTES`.
+IndexedText = Annotated[str, AfterValidator(acceptance.within_id_bytes)]
 #: The envelope's optional `principal` (who issued a command) is at most this many characters.
 PRINCIPAL_MAX_CHARS = 300
 #: A command proof's key id and signature are at most this many characters (a key id is
@@ -38,20 +60,27 @@ _DIGEST_CHARS = 16
 
 
 def fit_id(base: str, suffix: str = "", *, limit: int = ID_MAX_CHARS) -> str:
-    """``base + suffix`` when that is storable and within ``limit`` characters, else a cut of
-    ``base`` with a digest of the whole (so two long bases still get two ids), then ``suffix``.
+    """``base + suffix`` when that is storable and within ``limit`` characters (and
+    `acceptance.ID_MAX_BYTES` bytes), else a cut of ``base`` with a digest of the whole (so two
+    long bases still get two ids), then ``suffix``.
 
     Deterministic: an event derived twice from one command (a redelivery) gets one id, so its
     duplicates still collapse. Derived event ids (`{command id}/rejected`, `{run id}/skipped`)
     go through here because the id they derive from may already be at the limit.
     """
-    clean = storable(base)
-    if clean == base and len(base) + len(suffix) <= limit:
-        return base + suffix
+    # Storable, and without the control characters every consumer refuses in an id (a rejection
+    # echoing a command id with a newline in it would be refused by everyone it was meant for).
+    clean = acceptance.ID_CONTROL.sub(REPLACEMENT, storable(base))
+    whole = base + suffix
+    if clean == base and len(whole) <= limit and acceptance.id_refusal(whole, "id") is None:
+        return whole
     digest = hashlib.sha256(base.encode("utf-8", errors="surrogatepass")).hexdigest()[:_DIGEST_CHARS]
     # Suffixes are short names of ours ("/rejected"), so there is always room for some of base.
     room = max(limit - len(suffix) - _DIGEST_CHARS - 1, 0)
-    return f"{clean[:room]}~{digest}{suffix}"
+    room_bytes = max(acceptance.ID_MAX_BYTES - len(suffix.encode()) - _DIGEST_CHARS - 1, 0)
+    # `storable` left no NUL and no lone surrogate; a cut inside a character drops the character.
+    cut = clean[:room].encode()[:room_bytes].decode("utf-8", errors="ignore")
+    return f"{cut}~{digest}{suffix}"
 
 
 def fit_key(key: str, *, limit: int = KEY_MAX_CHARS) -> str:
@@ -60,12 +89,26 @@ def fit_key(key: str, *, limit: int = KEY_MAX_CHARS) -> str:
 
 
 class Message(BaseModel):
-    """Base of every command and event payload (the envelope's `data`)."""
+    """Base of every command and event payload (the envelope's `data`).
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    Every message keeps the acceptance rule (`slotflow.contracts.acceptance`): built or decoded,
+    one that some service could not store is refused here, naming the field.
+    """
+
+    # Non-finite numbers serialise as `NaN`/`Infinity` (pydantic's default writes null, which hid
+    # them from the rule's scan); a message that keeps the rule never holds one.
+    model_config = ConfigDict(frozen=True, extra="ignore", ser_json_inf_nan="constants")
 
     message_type: ClassVar[str]
     message_version: ClassVar[int] = 1
+
+    @model_validator(mode="after")
+    def _acceptable(self, info: ValidationInfo) -> Self:
+        # A fact a service reads back from its own storage was accepted when it was stored.
+        context = info.context
+        if not (isinstance(context, dict) and context.get(acceptance.STORED_KEY)):
+            acceptance.check(self)
+        return self
 
 
 class CommandProof(BaseModel):
@@ -93,8 +136,8 @@ class Envelope(BaseModel):
     type: str = Field(min_length=1, max_length=200)
     version: int = Field(ge=1)
     #: Deterministic where it can be (a run's slot label, a command's id): duplicates collapse on it.
-    id: str = Field(min_length=1, max_length=ID_MAX_CHARS)
-    key: str = Field(max_length=KEY_MAX_CHARS)
+    id: IdText
+    key: Annotated[str, Field(max_length=KEY_MAX_CHARS), AfterValidator(acceptance.within_id_bytes)]
     occurred_at: AwareDatetime
     source: str = Field(min_length=1, max_length=200)
     data: dict[str, Any]
@@ -106,6 +149,16 @@ class Envelope(BaseModel):
     #: `principal`: optional, left out of the record when absent. Where signatures are required
     #: (SLOTFLOW_COMMAND_SIGNATURES=required) a command without a valid one is rejected.
     proof: CommandProof | None = None
+
+    @model_validator(mode="after")
+    def _storable_names(self) -> Self:
+        # The id and key are the identity check's (`slotflow.contracts.identity`), the data the
+        # message's; these two are stored as they are by whoever records who sent what.
+        for where, text in (("source", self.source), ("principal", self.principal or "")):
+            why = acceptance.text_refusal(text, where)
+            if why is not None:
+                raise ValueError(why)
+        return self
 
 
 def wrap(

@@ -9,6 +9,7 @@ violation is an `InvalidPayload` (reason `invalid_payload`) whose message says w
 
 import re
 
+from slotflow.contracts.acceptance import ID_CONTROL
 from slotflow.contracts.dlq import DeadLettered
 from slotflow.contracts.envelope import Envelope, Message, fit_id
 from slotflow.contracts.runs import JobDue, RunEvent
@@ -30,7 +31,6 @@ from slotflow.contracts.workflows import HistoryEvent, history_event_id
 from slotflow.core.identity import NaiveDatetime, activity_run_id, job_due_event_id, run_id
 from slotflow.errors import InvalidPayload
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _SHOWN = 200
 
 
@@ -40,7 +40,7 @@ def _shown(text: str) -> str:
 
 def identity_violation(envelope: Envelope, message: Message) -> str | None:
     """Why ``envelope`` may not carry ``message`` under its id, or None when it may."""
-    if _CONTROL.search(envelope.id):
+    if ID_CONTROL.search(envelope.id):
         return f"envelope id {_shown(envelope.id)} holds a control character (NUL, newline, ...)"
     if "\x00" in envelope.key:
         return f"envelope key {_shown(envelope.key)} holds a NUL"

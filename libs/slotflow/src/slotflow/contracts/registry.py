@@ -4,6 +4,7 @@ from collections.abc import Iterable, Iterator
 
 from pydantic import ValidationError
 
+from slotflow.contracts import acceptance
 from slotflow.contracts.envelope import Envelope, Message
 from slotflow.errors import InvalidPayload, UnknownMessageType
 
@@ -40,8 +41,11 @@ class MessageRegistry:
             hint = f"; known versions {known}" if known else ""
             raise UnknownMessageType(f"unknown message type {type_!r} version {version}{hint}") from None
 
-    def parse(self, envelope: Envelope) -> Message:
+    def parse(self, envelope: Envelope, *, stored: bool = False) -> Message:
         """Validate the envelope's data into its model.
+
+        ``stored``: the record is one the caller stored itself after it was accepted (a waiting
+        input read back); the acceptance rule was applied then and is not applied again.
 
         Raises:
             UnknownMessageType: the (type, version) is not registered.
@@ -49,7 +53,7 @@ class MessageRegistry:
         """
         model = self.model_for(envelope.type, envelope.version)
         try:
-            return model.model_validate(envelope.data)
+            return model.model_validate(envelope.data, context=acceptance.STORED if stored else None)
         except ValidationError as err:
             raise InvalidPayload(f"invalid {envelope.type} v{envelope.version}: {_summarise(err)}") from err
 
@@ -63,6 +67,10 @@ class MessageRegistry:
 def _summarise(err: ValidationError) -> str:
     parts = []
     for item in err.errors(include_url=False)[:10]:
+        if item["type"] == acceptance.ERROR_TYPE:
+            # The acceptance rule's refusal already names the field (`definition.payload.note: ...`).
+            parts.append(item["msg"])
+            continue
         where = ".".join(str(p) for p in item["loc"]) or "(root)"
-        parts.append(f"{where}: {item['msg']}")
+        parts.append(f"{where}: {item['msg'].removeprefix('Value error, ')}")
     return "; ".join(parts)

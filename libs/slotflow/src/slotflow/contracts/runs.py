@@ -5,7 +5,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
-from slotflow.contracts.envelope import Message
+from slotflow.contracts.acceptance import INT4_MAX, INT8_MAX
+from slotflow.contracts.envelope import IdText, IndexedText, Int4, Int8, Message
 from slotflow.contracts.policies import OverlapPolicy, RetryPolicy
 from slotflow.contracts.schedules import HandlerName
 
@@ -14,10 +15,10 @@ class JobDue(Message):
     """A run should start now. Keyed by `job_id`; the envelope id is the run id (+ attempt)."""
 
     message_type = "job.due"
-    run_id: str = Field(min_length=1, max_length=1000)
-    job_id: str = Field(min_length=1, max_length=400)
+    run_id: IdText
+    job_id: Annotated[IndexedText, Field(min_length=1, max_length=400)]
     slot: AwareDatetime
-    attempt: int = Field(default=1, ge=1)
+    attempt: int = Field(default=1, ge=1, le=INT4_MAX)
     kind: Literal["scheduled", "manual", "backfill", "retry", "activity"] = "scheduled"
     handler: HandlerName
     payload: dict[str, Any] = Field(default_factory=dict)
@@ -29,8 +30,8 @@ class JobDue(Message):
     #: When the ticker meant it to fire (slot plus jitter); lateness is measured against this.
     fire_at: AwareDatetime | None = None
     #: Set for workflow activities: where the result goes.
-    workflow_id: str | None = None
-    sequence: int | None = None
+    workflow_id: IndexedText | None = None
+    sequence: Int4 | None = None
 
 
 class AttemptRecord(BaseModel):
@@ -38,8 +39,8 @@ class AttemptRecord(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="ignore")
 
-    attempt: int
-    fence_token: int
+    attempt: Int4
+    fence_token: Int8
     owner: str
     error_type: str
     message: str
@@ -50,14 +51,14 @@ class AttemptRecord(BaseModel):
 class RunEvent(Message):
     """Fields every run lifecycle event carries."""
 
-    run_id: str
-    job_id: str
+    run_id: IdText
+    job_id: IndexedText
     slot: AwareDatetime
-    attempt: int = Field(ge=1)
-    fence_token: int = Field(ge=1)
+    attempt: int = Field(ge=1, le=INT4_MAX)
+    fence_token: int = Field(ge=1, le=INT8_MAX)
     owner: str
-    workflow_id: str | None = None
-    sequence: int | None = None
+    workflow_id: IndexedText | None = None
+    sequence: Int4 | None = None
 
 
 class RunStarted(RunEvent):
@@ -97,7 +98,7 @@ class RunRetrying(RunEvent):
     """The next attempt is scheduled as a durable timer in the ticker."""
 
     message_type = "run.retrying"
-    next_attempt: int
+    next_attempt: Int4
     retry_at: AwareDatetime
     delay: timedelta
     #: Set when nothing ran: the run waits for a downstream (`circuit_open:bank-api`), its attempt

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from slotflow.contracts.envelope import IDENTIFIER_PATTERN, SCHEDULE_ID_PATTERN, Message
+from slotflow.contracts.envelope import IDENTIFIER_PATTERN, SCHEDULE_ID_PATTERN, IdText, IndexedText, Message
 from slotflow.contracts.policies import DstPolicy, Duration, MisfirePolicy, OverlapPolicy, RetryPolicy
 from slotflow.core._cronfields import parse_expression
 
@@ -347,7 +347,7 @@ class SlotSkipped(Message):
 
     message_type = "slot.skipped"
     schedule_id: ScheduleId
-    run_id: str
+    run_id: IdText
     slot: AwareDatetime
     reason: Literal["misfire", "outside_catch_up_window", "dst_nonexistent", "paused", "overlap"]
     detail: str = ""
@@ -357,16 +357,16 @@ class CommandAccepted(Message):
     """A command was applied (read-your-writes: the api waits for this)."""
 
     message_type = "command.accepted"
-    command_id: str
-    command_type: str
-    subject: str
+    command_id: IdText
+    command_type: IndexedText
+    subject: IndexedText
 
 
 class CommandRejected(Message):
     """A command could not be applied; the reason says what to fix."""
 
     message_type = "command.rejected"
-    command_id: str
-    command_type: str
-    subject: str
+    command_id: IdText
+    command_type: IndexedText
+    subject: IndexedText
     reason: str

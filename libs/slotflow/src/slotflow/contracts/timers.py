@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
-from slotflow.contracts.envelope import Message
+from slotflow.contracts.envelope import IdText, IndexedText, Int4, Message
 from slotflow.contracts.runs import JobDue
 
 
@@ -32,7 +32,7 @@ class FireTimerFired(BaseModel):
 
     action: Literal["timer_fired"] = "timer_fired"
     owner: str = Field(min_length=1, max_length=400)
-    sequence: int | None = None
+    sequence: Int4 | None = None
 
 
 TimerAction = Annotated[FireJobDue | FireTimerFired, Field(discriminator="action")]
@@ -42,7 +42,7 @@ class StartTimer(Message):
     """Fire `on_fire` at `fire_at` (database clock). Idempotent on `timer_id`."""
 
     message_type = "timer.start"
-    timer_id: str = Field(min_length=1, max_length=1000)
+    timer_id: IdText
     fire_at: AwareDatetime
     on_fire: TimerAction
 
@@ -51,16 +51,16 @@ class CancelTimer(Message):
     """Drop a pending timer; cancelling a fired or unknown timer is a no-op."""
 
     message_type = "timer.cancel"
-    timer_id: str = Field(min_length=1, max_length=1000)
+    timer_id: IdText
 
 
 class TimerFired(Message):
     """A durable timer reached its time."""
 
     message_type = "timer.fired"
-    timer_id: str
-    owner: str
-    sequence: int | None = None
+    timer_id: IdText
+    owner: IndexedText
+    sequence: Int4 | None = None
     fire_at: AwareDatetime
     fired_at: AwareDatetime
 

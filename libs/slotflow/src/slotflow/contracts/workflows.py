@@ -5,7 +5,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, Field, model_validator
 
-from slotflow.contracts.envelope import IDENTIFIER_PATTERN, Message
+from slotflow.contracts.acceptance import INT4_MAX
+from slotflow.contracts.envelope import IDENTIFIER_PATTERN, IdText, Message
 from slotflow.contracts.policies import RetryPolicy
 from slotflow.contracts.schedules import HandlerName
 from slotflow.core.identity import activity_run_id
@@ -43,7 +44,7 @@ class StartWorkflow(Message):
     #: Set when a workflow starts this one as its child: the parent and the sequence of its
     #: ChildWorkflowScheduled, where the orchestrator reports this workflow's end.
     parent_workflow_id: WorkflowId | None = None
-    parent_sequence: int | None = Field(default=None, ge=1)
+    parent_sequence: int | None = Field(default=None, ge=1, le=INT4_MAX)
     parent_close_policy: ParentClosePolicy = "request_cancel"
 
     @model_validator(mode="after")
@@ -68,6 +69,11 @@ class CancelWorkflow(Message):
     message_type = "workflow.cancel"
     workflow_id: WorkflowId
     reason: str = Field(default="", max_length=1000)
+
+
+#: The error type of the WorkflowFailed a TerminateWorkflow (or a `terminate_running` start) appends:
+#: the run ended from outside its code (the read model shows it `terminated`, not `failed`).
+WORKFLOW_TERMINATED = "WorkflowTerminated"
 
 
 class TerminateWorkflow(Message):
@@ -103,7 +109,7 @@ class HistoryEvent(Message):
 
     workflow_id: WorkflowId
     #: Position in the workflow's history, from 1, gap-free.
-    sequence: int = Field(ge=1)
+    sequence: int = Field(ge=1, le=INT4_MAX)
 
 
 class WorkflowStarted(HistoryEvent):
@@ -118,17 +124,17 @@ class WorkflowStarted(HistoryEvent):
     workflow_type: Annotated[str, Field(pattern=IDENTIFIER_PATTERN)]
     input: dict[str, Any] = Field(default_factory=dict)
     #: Envelope id of the StartWorkflow command that started it.
-    command_id: str = Field(min_length=1, max_length=1000)
+    command_id: IdText
     #: A run continued from the previous run's WorkflowContinuedAsNew at this sequence; the new run
     #: starts right after it (same workflow id, sequences carry on, so every id stays unique).
-    continued_from: int | None = Field(default=None, ge=1)
+    continued_from: int | None = Field(default=None, ge=1, le=INT4_MAX)
     #: A new run of a workflow id whose previous run ended (completed, failed, cancelled, or was
     #: terminated for this start) at this sequence; it starts right after that terminal event.
-    reused_after: int | None = Field(default=None, ge=1)
+    reused_after: int | None = Field(default=None, ge=1, le=INT4_MAX)
     #: A child workflow names its parent and the parent's ChildWorkflowScheduled sequence, so the
     #: orchestrator can report the child's outcome back into the parent's history.
     parent_workflow_id: WorkflowId | None = None
-    parent_sequence: int | None = Field(default=None, ge=1)
+    parent_sequence: int | None = Field(default=None, ge=1, le=INT4_MAX)
     #: What the parent asked to happen to this child when the parent ends first.
     parent_close_policy: ParentClosePolicy = "request_cancel"
 
@@ -159,11 +165,11 @@ class ActivityScheduled(HistoryEvent):
     message_type = "workflow.activity_scheduled"
     #: The registered handler that runs the activity.
     activity: HandlerName
-    run_id: str = Field(min_length=1, max_length=1000)
+    run_id: IdText
     payload: dict[str, Any] = Field(default_factory=dict)
     retry: RetryPolicy = RetryPolicy()
     compensation: bool = False
-    compensates: int | None = Field(default=None, ge=1)
+    compensates: int | None = Field(default=None, ge=1, le=INT4_MAX)
     #: Schedule-to-close: past this instant no further attempt starts and the activity fails with
     #: error type `ScheduleToCloseTimeout` (the decision's time plus the code's timeout).
     schedule_to_close_deadline: AwareDatetime | None = None
@@ -188,7 +194,7 @@ class ActivityCompleted(HistoryEvent):
     """
 
     message_type = "workflow.activity_completed"
-    scheduled_sequence: int = Field(ge=1)
+    scheduled_sequence: int = Field(ge=1, le=INT4_MAX)
     result: Any = None
 
 
@@ -200,26 +206,32 @@ class ActivityFailed(HistoryEvent):
     """
 
     message_type = "workflow.activity_failed"
-    scheduled_sequence: int = Field(ge=1)
+    scheduled_sequence: int = Field(ge=1, le=INT4_MAX)
     error_type: str = Field(min_length=1, max_length=400)
     message: str = Field(default="", max_length=10_000)
     permanent: bool = False
 
 
 class TimerStarted(HistoryEvent):
-    """The code slept: a durable timer `timer_id` (kept by the ticker) fires at `fire_at`."""
+    """The code slept: a durable timer `timer_id` (kept by the ticker) fires at `fire_at`.
+
+    `signal` names the signal a `workflow.wait_signal(name, timeout=...)` waits for when the timer
+    is that wait's timeout (the read model shows the workflow waiting on that signal, not on a
+    timer); None for a sleep or another wait's timeout. Not part of what a replay matches.
+    """
 
     message_type = "workflow.timer_started"
-    timer_id: str = Field(min_length=1, max_length=1000)
+    timer_id: IdText
     fire_at: AwareDatetime
+    signal: Annotated[str, Field(pattern=IDENTIFIER_PATTERN)] | None = None
 
 
 class WorkflowTimerFired(HistoryEvent):
     """The timer started at `started_sequence` fired (the ticker's TimerFired, recorded here)."""
 
     message_type = "workflow.timer_fired"
-    started_sequence: int = Field(ge=1)
-    timer_id: str = Field(min_length=1, max_length=1000)
+    started_sequence: int = Field(ge=1, le=INT4_MAX)
+    timer_id: IdText
     fired_at: AwareDatetime
 
 
@@ -229,7 +241,7 @@ class SignalReceived(HistoryEvent):
     message_type = "workflow.signal_received"
     signal: Annotated[str, Field(pattern=IDENTIFIER_PATTERN)]
     payload: dict[str, Any] = Field(default_factory=dict)
-    command_id: str | None = Field(default=None, max_length=1000)
+    command_id: IdText | None = None
 
 
 class CompensationRegistered(HistoryEvent):
@@ -241,7 +253,7 @@ class CompensationRegistered(HistoryEvent):
 
     message_type = "workflow.compensation_registered"
     #: Sequence of the forward step's ActivityScheduled.
-    for_step: int = Field(ge=1)
+    for_step: int = Field(ge=1, le=INT4_MAX)
     activity: HandlerName
     payload: dict[str, Any] = Field(default_factory=dict)
     retry: RetryPolicy = RetryPolicy()
@@ -252,7 +264,7 @@ class CancelRequested(HistoryEvent):
 
     message_type = "workflow.cancel_requested"
     reason: str = Field(default="", max_length=1000)
-    command_id: str | None = Field(default=None, max_length=1000)
+    command_id: IdText | None = None
 
 
 class WorkflowCompleted(HistoryEvent):
@@ -289,7 +301,7 @@ class NonDeterminismDetected(HistoryEvent):
     """
 
     message_type = "workflow.non_determinism_detected"
-    at_sequence: int = Field(ge=1)
+    at_sequence: int = Field(ge=1, le=INT4_MAX)
     #: What the history recorded at `at_sequence`, e.g. `workflow.activity_scheduled payments.charge`.
     expected: str = Field(max_length=2000)
     #: What the replayed code did instead, e.g. `activity payments.authorize`.
@@ -323,8 +335,8 @@ class TimerCancelled(HistoryEvent):
     `wait_condition` that came true first); a WorkflowTimerFired for it afterwards is ignored."""
 
     message_type = "workflow.timer_cancelled"
-    started_sequence: int = Field(ge=1)
-    timer_id: str = Field(min_length=1, max_length=1000)
+    started_sequence: int = Field(ge=1, le=INT4_MAX)
+    timer_id: IdText
 
 
 class ChildWorkflowScheduled(HistoryEvent):
@@ -345,7 +357,7 @@ class ChildWorkflowCompleted(HistoryEvent):
     """The child started at `initiated_sequence` returned `result`."""
 
     message_type = "workflow.child_completed"
-    initiated_sequence: int = Field(ge=1)
+    initiated_sequence: int = Field(ge=1, le=INT4_MAX)
     child_workflow_id: WorkflowId
     result: Any = None
 
@@ -354,7 +366,7 @@ class ChildWorkflowFailed(HistoryEvent):
     """The child started at `initiated_sequence` failed, was cancelled, or could not start."""
 
     message_type = "workflow.child_failed"
-    initiated_sequence: int = Field(ge=1)
+    initiated_sequence: int = Field(ge=1, le=INT4_MAX)
     child_workflow_id: WorkflowId
     error_type: str = Field(min_length=1, max_length=400)
     message: str = Field(default="", max_length=10_000)
@@ -383,7 +395,7 @@ class ActivityParked(HistoryEvent):
     """
 
     message_type = "workflow.activity_parked"
-    scheduled_sequence: int = Field(ge=1)
+    scheduled_sequence: int = Field(ge=1, le=INT4_MAX)
     #: The DLQ reason the claimer gave (`permanent_error`, `attempts_exhausted`).
     reason: str = Field(min_length=1, max_length=400)
     #: The last attempt's error.

@@ -30,10 +30,13 @@ from slotflow.contracts import (
     WorkflowStarted,
     WorkflowTimerFired,
 )
+from slotflow.contracts.workflows import WORKFLOW_TERMINATED
 
-#: Statuses the history gives a workflow ("requested" is the api's own: a StartWorkflow seen, no history yet).
-STATUSES = ("running", "compensating", "completed", "failed", "cancelled", "stuck")
-TERMINAL_STATUSES = frozenset({"completed", "failed", "cancelled"})
+#: Statuses the history gives a workflow ("requested" and "rejected" are the api's own: a StartWorkflow
+#: seen and no history yet, or its start refused). `terminated`: a WorkflowFailed that a
+#: TerminateWorkflow appended (error type `WorkflowTerminated`), the code and its compensations unrun.
+STATUSES = ("running", "compensating", "completed", "failed", "terminated", "cancelled", "stuck")
+TERMINAL_STATUSES = frozenset({"completed", "failed", "terminated", "cancelled"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +74,11 @@ class WorkflowState:
     #: In the order they run on failure or cancel: newest registration first.
     compensations: list[dict[str, Any]] = field(default_factory=list)
     non_determinism: dict[str, Any] | None = None
+    #: What an open, running workflow waits on when only a signal can move it: `{"on": "signal",
+    #: "signal": its name or None, "since": ..., "timer_id"/"until": the wait's timeout or None}`.
+    #: A timed `wait_signal` names its signal (its timer says which); an untimed wait does not
+    #: (nothing pending but the signal; the history cannot say which one).
+    waiting: dict[str, Any] | None = None
     #: Events that break the contract (a result for no scheduled activity, events after the end).
     anomalies: list[str] = field(default_factory=list)
     #: Runs started by a StartWorkflow under this id (a reuse after close starts another; a
@@ -103,6 +111,7 @@ class WorkflowState:
             "children": self.children,
             "compensations": self.compensations,
             "non_determinism": self.non_determinism,
+            "waiting": self.waiting,
             "anomalies": self.anomalies,
             "runs": self.runs,
         }
@@ -227,6 +236,8 @@ def fold(events: list[Recorded]) -> WorkflowState | None:
                 "sequence": event.sequence,
                 "timer_id": event.timer_id,
                 "fire_at": _iso(event.fire_at),
+                "started_at": _iso(at),
+                "signal": event.signal,
                 "status": "pending",
                 "fired_at": None,
                 "fired_sequence": None,
@@ -304,7 +315,8 @@ def fold(events: list[Recorded]) -> WorkflowState | None:
         elif isinstance(event, WorkflowCompleted):
             terminal, state.result = "completed", event.result
         elif isinstance(event, WorkflowFailed):
-            terminal, state.compensated = "failed", event.compensated
+            terminal = "terminated" if event.error_type == WORKFLOW_TERMINATED else "failed"
+            state.compensated = event.compensated
             state.error = {"type": event.error_type, "message": event.message}
         elif isinstance(event, WorkflowCancelled):
             terminal, state.compensated = "cancelled", event.compensated
@@ -320,6 +332,10 @@ def fold(events: list[Recorded]) -> WorkflowState | None:
             }
         if terminal is not None:
             state.ended_at = at
+            # The orchestrator cancels every timer of a run that ended (at the ticker too).
+            for timer in timers.values():
+                if timer["status"] == "pending":
+                    timer.update(status="cancelled", cancelled_sequence=event.sequence)
     state.steps = [steps[s] for s in sorted(steps)]
     state.timers = [timers[s] for s in sorted(timers)]
     state.children = [children[s] for s in sorted(children)]
@@ -331,8 +347,29 @@ def fold(events: list[Recorded]) -> WorkflowState | None:
         state.status = "stuck"
     else:
         state.status = "compensating" if compensating else "running"
+        state.waiting = _waiting_for_signal(state, prefix[-1].at)
     state.current_step = None if terminal is not None else _current_step(state)
     return state
+
+
+def _waiting_for_signal(state: WorkflowState, last_at: datetime) -> dict[str, Any] | None:
+    """What the open run waits on, if only a signal can move it: nothing pending but the newest
+    timer of a timed `wait_signal` (the signal is named), or nothing pending at all (unnamed)."""
+    if state.pending_activities or state.pending_children:
+        return None
+    timers = state.pending_timers
+    if not timers:
+        return {"on": "signal", "signal": None, "since": _iso(last_at), "timer_id": None, "until": None}
+    newest = timers[-1]
+    if newest.get("signal") is None:
+        return None  # a sleep, or a wait_condition's timeout: a timer will move it
+    return {
+        "on": "signal",
+        "signal": newest["signal"],
+        "since": newest["started_at"],
+        "timer_id": newest["timer_id"],
+        "until": newest["fire_at"],
+    }
 
 
 def _abandon(*pending_by_sequence: dict[int, dict[str, Any]]) -> None:
@@ -349,7 +386,13 @@ def _current_step(state: WorkflowState) -> str | None:
     pending = state.pending_activities
     if pending:
         return str(pending[-1]["activity"])
+    if state.waiting is not None:
+        signal = state.waiting["signal"]
+        return f"signal {signal}" if signal is not None else "a signal"
     timers = state.pending_timers
     if timers:
         return f"timer {timers[-1]['timer_id']}"
+    children = state.pending_children
+    if children:
+        return f"child {children[-1]['child_workflow_id']}"
     return str(state.steps[-1]["activity"]) if state.steps else None

@@ -351,6 +351,32 @@ async def create_acls(
         await client.close()
 
 
+async def described_acls(
+    bootstrap: str, principal: str, *, security: KafkaSecurity, request_timeout_ms: int = 30_000
+) -> set[AclBinding]:
+    """The ALLOW ACLs of ``principal`` the broker's authoriser enforces (DescribeAcls), asked as a
+    principal allowed to describe them (a super user).
+
+    Raises:
+        AclCreationFailed: the broker refused the description.
+        KafkaAuthenticationFailed, KafkaAccessDenied, TransientStorageError: as a client start.
+    """
+    client: Any = AIOKafkaClient(
+        bootstrap_servers=bootstrap,
+        client_id="slotflow-acls",
+        request_timeout_ms=request_timeout_ms,
+        **security.client_options(),
+    )
+    try:
+        try:
+            await client.bootstrap()
+            return _described(await client.send(client.get_random_node(), _DescribeAclsRequest(principal)))
+        except (TimeoutError, KafkaError, OSError) as err:
+            raise await start_failure(bootstrap, security, err, "describing Kafka ACLs") from err
+    finally:
+        await client.close()
+
+
 async def _until_enforced(client: Any, node_id: Any, wanted: Sequence[AclBinding], timeout_s: float) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s

@@ -177,8 +177,9 @@ def _guess_ids(record: Record, *, max_bytes: int) -> tuple[str | None, str | Non
         return None, None, ()
 
     def text(name: str) -> str | None:
+        # A hint the dlq indexes: storable, and within an index entry's bytes (`fit_id`).
         found = data.get(name)
-        return storable(found[:_READABLE_CHARS]) if isinstance(found, str) and found else None
+        return fit_id(found[:_READABLE_CHARS]) if isinstance(found, str) and found else None
 
     job = text("job_id") or text("schedule_id") or text("workflow_id")
     raw_tags = data.get("tags")

@@ -147,7 +147,8 @@ def _payload_entries(base: dict[str, Any], key: bytes, tag: str) -> list[BadInpu
     entries: list[BadInput] = []
     deep = {**base, "id": f"{base['id']}/deep{tag}", "data": {**base["data"], "deep": _nested(200)}}
     # The api's issue case: 202 accepted, then every consumer parked it ("recursion limit
-    # exceeded"). The api now refuses it (MAX_DEPTH); a record that arrives anyway is poison.
+    # exceeded"). The api now refuses it (a value nests at most FIELD_MAX_DEPTH levels); a record
+    # that arrives anyway is poison.
     entries.append(BadInput("payload_nested_200_deep", key, _dump(deep), "undecodable"))
     data = base["data"]
     holder = data if isinstance(data.get("payload"), dict) else data.get("definition")
@@ -159,9 +160,9 @@ def _payload_entries(base: dict[str, Any], key: bytes, tag: str) -> list[BadInpu
             raw["id"] = f"{base['id']}/nul-payload{tag}"
         # A JobDue's id follows from its run (issue 24: any other id is parked as forged), so
         # that case keeps the good record's id: a duplicate of it, collapsed onto the same run.
-        # Valid JSON and a valid message: consumers that store it replace the NUL (U+FFFD) or keep
-        # it as json text; none may stall on it (the api's edge refuses it with a 422).
-        entries.append(BadInput("nul_in_payload", key, _dump(raw), None))
+        # Valid JSON, but PostgreSQL's text and jsonb cannot hold the NUL: every consumer refuses
+        # it at decode, naming the field (the acceptance rule, slotflow.contracts.acceptance).
+        entries.append(BadInput("nul_in_payload", key, _dump(raw), "invalid_payload"))
     return entries
 
 
@@ -307,4 +308,52 @@ def bad_handlers() -> list[BadHandler]:
         BadHandler("bad.cancelled_error", _cancels_itself, "dead_lettered", "CancelledError"),
         BadHandler("bad.blocking_plain_def", _blocks, "completed", None),
         BadHandler("bad.result_nested_200_deep", _deep_result, "completed", None),
+    ]
+
+
+# -- hostile values: what every service must decide alike (the acceptance rule) ------------------
+
+
+def _spread(first: int, count: int) -> str:
+    """``count`` characters varied over the 26 (ASCII) or 4000 code points from ``first``: text
+    PostgreSQL cannot compress below an index entry's limit, as a run of one character it can."""
+    width = 26 if first < 0x80 else 4000
+    return "".join(chr(first + (i * 7919) % width) for i in range(count))
+
+
+@dataclass(frozen=True, slots=True)
+class HostileValue:
+    """One value that has broken something somewhere, and where it belongs (`text`, `id`,
+    `json`, `instant`)."""
+
+    name: str
+    kind: str
+    value: Any
+
+
+def hostile_values() -> list[HostileValue]:
+    """Values at and past every limit of `slotflow.contracts.acceptance`, and ids with `/`, `%`,
+    unicode and whitespace: the fixed sample every suite runs (the property tests generate more)."""
+    return [
+        HostileValue("nul_in_text", "text", "a\x00b"),
+        HostileValue("escaped_nul_as_text", "text", "\\u0000"),
+        HostileValue("slash", "id", "orders/eu/1042/child/2"),
+        HostileValue("percent", "id", "a%2Fb"),
+        HostileValue("space", "id", "a b"),
+        HostileValue("unicode", "id", "zahlung-ä-字"),
+        HostileValue("id_1000_bytes", "id", _spread(0x61, 1000)),
+        HostileValue("id_1001_bytes", "id", _spread(0x61, 999) + "é"),
+        HostileValue("cjk_1002_bytes", "id", _spread(0x4E00, 334)),
+        HostileValue("emoji_1200_bytes", "id", _spread(0x1F300, 300)),
+        HostileValue("ascii_401_chars", "id", _spread(0x61, 401)),
+        HostileValue("nul_in_key", "json", {"k\x00": 1}),
+        HostileValue("nul_in_value", "json", {"note": "nul \x00 inside"}),
+        HostileValue("depth_99", "json", _nested(99)),
+        HostileValue("depth_100", "json", _nested(100)),
+        HostileValue("depth_199", "json", _nested(199)),
+        HostileValue("nan", "json", {"amount": float("nan")}),
+        HostileValue("infinity", "json", {"amount": float("inf")}),
+        HostileValue("year_0_in_utc", "instant", "0001-01-01T00:00:00+14:00"),
+        HostileValue("year_10000_in_utc", "instant", "9999-12-31T23:59:59-14:00"),
+        HostileValue("first_day_in_utc", "instant", "0001-01-02T00:00:00Z"),
     ]

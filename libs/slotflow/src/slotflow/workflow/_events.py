@@ -4,6 +4,7 @@ the non-determinism error names them."""
 from typing import Any
 
 from slotflow.contracts.workflows import (
+    WORKFLOW_TERMINATED,
     ActivityCompleted,
     ActivityFailed,
     ActivityParked,
@@ -57,7 +58,7 @@ HISTORY_LIMIT_ERROR = HistoryLimitExceeded.__name__
 #: Failures recorded for a run from outside its code (the ceiling, an operator's TerminateWorkflow,
 #: the run's execution timeout): a replay that reaches one stops there instead of reporting the code
 #: as non-deterministic for not having failed.
-ENDED_OUTSIDE_THE_CODE = frozenset({HISTORY_LIMIT_ERROR, "WorkflowTerminated", "WorkflowTimedOut"})
+ENDED_OUTSIDE_THE_CODE = frozenset({HISTORY_LIMIT_ERROR, WORKFLOW_TERMINATED, "WorkflowTimedOut"})
 SCHEDULE_TO_CLOSE_TIMEOUT = "ScheduleToCloseTimeout"
 
 

@@ -27,7 +27,7 @@ from datetime import datetime
 from hashlib import sha256
 from typing import Any, ClassVar
 
-from slotflow.contracts.codec import FIELD_MAX_DEPTH, check_depth
+from slotflow.contracts.acceptance import check_value
 from slotflow.contracts.workflows import (
     ActivityCompleted,
     ActivityFailed,
@@ -44,6 +44,7 @@ from slotflow.contracts.workflows import (
     WorkflowStarted,
     WorkflowTimerFired,
 )
+from slotflow.core.nul import storable
 from slotflow.workflow import _loop
 from slotflow.workflow._events import (
     DECISION,
@@ -66,6 +67,18 @@ from slotflow.workflow.errors import (
     NonDeterminismError,
     WorkflowDeterminismError,
 )
+
+#: The patch marker (`workflow.patched`) a run records when a signal handler's exception cancels
+#: its body, so the body compensates before the run fails. Histories recorded before that rule have
+#: no marker there and replay the old one: the run failed at once, its compensations unrun.
+SIGNAL_FAILURE_COMPENSATES = "slotflow:signal-handler-failure-cancels-the-body"
+
+
+#: The patch marker a run records when a cancel request arrives while its body awaits a forward step
+#: of an `async with Saga()` block: the cancel waits for that step's outcome, so its undo is
+#: registered (and run) before the cancel is raised. Histories recorded before have no marker there
+#: and replay the old way: the cancel was raised at once, the step's late result dropped.
+CANCEL_AWAITS_SAGA_STEP = "slotflow:cancel-awaits-the-saga-step-in-flight"
 
 
 class _RunEnded(Exception):
@@ -120,9 +133,15 @@ class Execution:
         self.closed: HistoryEvent | None = None
         self.violation: NonDeterminismError | None = None
         self.handler_failure: BaseException | None = None
+        #: True once a handler's failure cancelled the body: the run fails with it when the body ends.
+        self.failing_from_handler = False
         self.cancel_reason: str | None = None
         self.cancel_pending = False
         self.shield = 0
+        #: `async with Saga()` blocks open, per task (`saga.Saga.__aenter__`).
+        self.saga_blocks: dict[asyncio.Task[Any], int] = {}
+        #: Forward steps the body awaits inside a Saga block right now: a cancel waits for them.
+        self.saga_steps_in_flight = 0
         self.compensations_ran = False
         self.compensations_ok = True
         self.disposing = False
@@ -191,6 +210,8 @@ class Execution:
         main = self.main
         if main is not None and main.done() and self.closed is None:
             self._finish(main)
+        elif self.failing_from_handler:
+            return  # the body, cancelled, compensates first; `_finish` fails the run once it ends
         elif self.handler_failure is not None and self.closed is None:
             self._finish_with_error(self.handler_failure)
         elif self.loop.exits and self.closed is None:
@@ -412,29 +433,64 @@ class Execution:
         except (NonDeterminismError, ContinueAsNew):
             raise
         except BaseException as err:  # noqa: BLE001 - a failing handler fails the run, like a failing body
-            if self.handler_failure is None:
-                self.handler_failure = err
+            self._handler_failed(err, event.signal)
             return
         if isinstance(outcome, Coroutine):
             task = self.loop.spawn(outcome, f"signal {event.signal}")
-            task.add_done_callback(self._handler_done)
+            task.add_done_callback(lambda done: self._handler_done(done, event.signal))
 
-    def _handler_done(self, task: "asyncio.Task[Any]") -> None:
+    def _handler_done(self, task: "asyncio.Task[Any]", signal: str) -> None:
         if task.cancelled() or self.disposing:
             return
         exc = task.exception()
-        if exc is not None and self.handler_failure is None:
-            self.handler_failure = exc
+        if exc is not None:
+            self._handler_failed(exc, signal)
+
+    def _handler_failed(self, error: BaseException, signal: str) -> None:
+        """A signal handler raised: the run fails with ``error``, as if the body had raised it.
+
+        The body is cancelled first (a CancelledError at its current await, deferred while it
+        compensates or awaits a step of its `async with Saga()` block, as a cancel request is), so
+        its Saga, except or finally undoes what was done before the run closes. Histories recorded before this rule (no `SIGNAL_FAILURE_COMPENSATES` marker at
+        this point) closed the run at once and replay that way.
+        """
+        if self.handler_failure is not None:
+            return
+        self.handler_failure = error
+        main = self.main
+        if main is None or main.done() or not self.patched(SIGNAL_FAILURE_COMPENSATES, deprecated=False):
+            return
+        self.failing_from_handler = True
+        reason = f"signal handler {signal!r} failed: {type(error).__name__}: {error}"
+        if self.shield > 0 or self.saga_steps_in_flight > 0:
+            # As for a cancel request: raised at the body's next await, once its compensation is
+            # done or the saga step in flight has its undo registered.
+            self.cancel_pending = True
+        else:
+            main.cancel(reason[:1000])
 
     def _cancel(self, reason: str) -> None:
-        self.cancel_reason = reason
-        if self.shield > 0 or self.main is None or self.main.done():
-            self.cancel_pending = self.main is not None and not self.main.done()
+        if self.cancel_reason is None:
+            # The first request's reason is the run's (a second cancel while the first one is being
+            # honoured changes nothing), as the read model shows it.
+            self.cancel_reason = reason
+        main = self.main
+        if main is None or main.done():
+            self.cancel_pending = False
             return
-        self.main.cancel(reason or "workflow cancel requested")
+        if self.shield > 0 or (
+            self.saga_steps_in_flight > 0 and self.patched(CANCEL_AWAITS_SAGA_STEP, deprecated=False)
+        ):
+            # Compensating, or awaiting a forward step whose effect may be happening right now:
+            # raised at the body's next await, once the compensation is done or the step's undo
+            # is registered.
+            self.cancel_pending = True
+            return
+        main.cancel(reason or "workflow cancel requested")
 
     def check_cancel(self) -> None:
-        """Raise the deferred cancel at the code's next await (after a shielded compensation)."""
+        """Raise the deferred cancel at the code's next await (after a shielded compensation, or
+        after the saga step that was in flight)."""
         if self.cancel_pending and self.shield == 0:
             self.cancel_pending = False
             raise asyncio.CancelledError(self.cancel_reason or "workflow cancel requested")
@@ -443,10 +499,19 @@ class Execution:
 
     def _finish(self, main: "asyncio.Task[Any]") -> None:
         exc: BaseException | None = asyncio.CancelledError() if main.cancelled() else main.exception()
+        if (
+            self.failing_from_handler
+            and self.handler_failure is not None
+            and not isinstance(exc, NonDeterminismError)
+        ):
+            # However the cancelled body ended (re-raised, compensated and returned, continued as
+            # new), the handler's failure is the run's: a signal handler's error is never lost.
+            self._finish_with_error(self.handler_failure)
+            return
         if exc is None:
             try:
                 result = self.definition.result.dump(main.result())
-                check_depth(result, what="the workflow's result", limit=FIELD_MAX_DEPTH)
+                check_value(result, "the workflow's result")
             except Exception as err:  # noqa: BLE001 - an unserialisable result fails the run, with why
                 self._finish_with_error(err)
                 return
@@ -469,10 +534,12 @@ class Execution:
             exc.error_type if isinstance(exc, ActivityError | ChildWorkflowError) else type(exc).__name__
         )
         message = exc.error_message if isinstance(exc, ActivityError | ChildWorkflowError) else str(exc)
+        # Storable: workflow code may raise with any text, and WorkflowFailed's consumers refuse a
+        # NUL or a lone surrogate (the acceptance rule); a refused end would never be recorded.
         self._close(
             WorkflowFailed,
-            error_type=error_type[:400],
-            message=message[:10_000],
+            error_type=storable(error_type[:400]),
+            message=storable(message[:10_000]),
             compensated=self._compensated(),
         )
 

@@ -12,26 +12,33 @@ use instead: the loop's clock (`asyncio.sleep`, `wait_for` / `timeout` deadlines
 `loop.time()`), executors and threads (`to_thread`), sockets and subprocesses, a bare `yield`
 (`asyncio.sleep(0)`), an await on a future of another loop, and asyncio's own tasks, combinators and
 primitives (`create_task`, `gather`, `wait`, `shield`, `TaskGroup`, `Event`, `Lock`, `Queue`): one
-spelling for each thing, the one `slotflow workflow check` accepts. Threads, sockets and
-`time.sleep` are refused by small wrappers installed once (`install_guards`); outside workflow code
-the wrappers only pass calls through.
+spelling for each thing, the one `slotflow workflow check` accepts. What lives outside asyncio
+(threads, sockets, `time.sleep`, the host clock, randomness, files) is refused by thin wrappers
+installed once (`_guards.install_guards`), which check `current()`; outside workflow code they only
+pass calls through.
 """
 
 import asyncio
 import contextvars
 import inspect
 import os
-import socket
 import sys
 import threading
-import time
 from collections import deque
 from collections.abc import Callable, Coroutine, Generator
 from types import FrameType
 from typing import Any, Protocol
 
-#: Per thread: the execution whose code is running (None outside workflow code).
-_local = threading.local()
+
+class _Running(threading.local):
+    """Per thread: the execution whose code is running. The class attribute is every thread's
+    default, so reading it never raises (a missing thread-local attribute costs an exception: the
+    guards read this on every call they wrap)."""
+
+    execution: Any = None
+
+
+_local = _Running()
 _ASYNCIO_DIR = os.path.dirname(asyncio.__file__)
 
 
@@ -45,12 +52,12 @@ class Guarded(Protocol):
 
 def current() -> Any:
     """The execution whose workflow code runs on this thread, or None."""
-    return getattr(_local, "execution", None)
+    return _local.execution
 
 
 def enter(execution: Guarded) -> tuple[Any, Any]:
     """Mark this thread as running ``execution``'s code; returns what `leave` restores."""
-    previous = (getattr(_local, "execution", None), asyncio._get_running_loop())
+    previous = (_local.execution, asyncio._get_running_loop())
     _local.execution = execution
     asyncio._set_running_loop(execution.loop)
     return previous
@@ -62,7 +69,7 @@ def leave(previous: tuple[Any, Any]) -> None:
 
 
 def _refuse(used: str, instead: str) -> BaseException:
-    execution: Guarded | None = getattr(_local, "execution", None)
+    execution: Guarded | None = _local.execution
     if execution is None:  # pragma: no cover - workflow loops only run inside `enter`
         return RuntimeError(f"{used} outside workflow code")
     return execution.refuse(used, instead)
@@ -325,39 +332,3 @@ class _Checked(Coroutine[Any, Any, Any]):
                     "primitives, workflow.create_task() or workflow.gather()",
                 )
             yielded = self._coro.throw(error)
-
-
-# -- process-wide guards -------------------------------------------------------------------------
-
-_installed = False
-
-
-def install_guards() -> None:
-    """Wrap thread start, socket creation, DNS and time.sleep to refuse inside workflow code."""
-    global _installed
-    if _installed:
-        return
-    _installed = True
-    threads = "threads are not replayable; put the work in an activity"
-    _wrap(threading.Thread, "start", "threading.Thread.start", threads)
-    _wrap(socket.socket, "__init__", "socket.socket", IO)
-    _wrap(socket, "create_connection", "socket.create_connection", IO)
-    _wrap(socket, "getaddrinfo", "socket.getaddrinfo", IO)
-    _wrap(
-        time,
-        "sleep",
-        "time.sleep",
-        "time.sleep blocks the orchestrator and a replay skips it; use workflow.sleep()",
-    )
-
-
-def _wrap(owner: Any, attr: str, used: str, instead: str) -> None:
-    original = getattr(owner, attr)
-
-    def guarded(*args: Any, **kwargs: Any) -> Any:
-        if getattr(_local, "execution", None) is not None:
-            raise _refuse(used, instead)
-        return original(*args, **kwargs)
-
-    guarded.__wrapped__ = original  # type: ignore[attr-defined]
-    setattr(owner, attr, guarded)

@@ -195,8 +195,17 @@ async def execute_activity(
         schedule_to_close=schedule_to_close,
         on_dead_letter=on_dead_letter,
     )
-    result = await future
     task = asyncio.current_task()
+    # A forward step of the body's `async with Saga()` block: a cancel that arrives meanwhile waits
+    # for its outcome (`Execution._cancel`), so an effect that happened gets its undo registered.
+    saga_step = task is not None and task is execution.main and execution.saga_blocks.get(task, 0) > 0
+    if saga_step:
+        execution.saga_steps_in_flight += 1
+    try:
+        result = await future
+    finally:
+        if saga_step:
+            execution.saga_steps_in_flight -= 1
     if task is not None:
         execution.last_step[task] = sequence
     return _load(result_type, result)
@@ -205,7 +214,10 @@ async def execute_activity(
 # -- time ----------------------------------------------------------------------------------------
 
 
-def start_timer(execution: Execution, duration: timedelta) -> tuple[int, "asyncio.Future[Any]"]:
+def start_timer(
+    execution: Execution, duration: timedelta, *, signal: str | None = None
+) -> tuple[int, "asyncio.Future[Any]"]:
+    """Match or record a TimerStarted; ``signal`` names the signal it is the wait's timeout for."""
     recorded = execution.match(TimerStarted, None)
     if recorded is not None:
         sequence, timer_id = recorded.sequence, recorded.timer_id  # type: ignore[attr-defined]
@@ -213,7 +225,7 @@ def start_timer(execution: Execution, duration: timedelta) -> tuple[int, "asynci
         sequence = execution.next_sequence
         timer_id = sleep_timer_id(execution.workflow_id, sequence)
         fire_at = execution.now + duration
-        execution.record(TimerStarted, timer_id=timer_id, fire_at=fire_at)
+        execution.record(TimerStarted, timer_id=timer_id, fire_at=fire_at, signal=signal)
         execution.commands.append(StartTimer(execution.workflow_id, sequence, timer_id, fire_at))
     execution.timers[sequence] = timer_id
     return sequence, execution.future_for(sequence)
@@ -338,7 +350,7 @@ async def wait_signal(
     waiters.append(waiter)
     if timeout is None:
         return _load(payload_type, await waiter)
-    sequence, timer = start_timer(execution, _seconds(timeout))
+    sequence, timer = start_timer(execution, _seconds(timeout), signal=name)
 
     def expire(_: "asyncio.Future[Any]") -> None:
         if not waiter.done() and not timer.cancelled():

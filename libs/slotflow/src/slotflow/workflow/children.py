@@ -2,6 +2,7 @@
 parent ends first (`parent_close_policy`)."""
 
 import asyncio
+import hashlib
 from typing import Any
 
 from slotflow.contracts.workflows import ChildWorkflowScheduled, ParentClosePolicy
@@ -9,6 +10,22 @@ from slotflow.workflow.api import _load, current
 from slotflow.workflow.commands import StartChildWorkflow
 from slotflow.workflow.definition import definition_of, to_json_object
 from slotflow.workflow.errors import NonDeterminismError
+
+#: A workflow id's longest form (`IDENTIFIER_PATTERN`: 1 to 200 characters).
+_ID_MAX_CHARS = 200
+_DIGEST_CHARS = 12
+
+
+def default_child_id(parent_id: str, sequence: int) -> str:
+    """`{parent_id}/child/{sequence}`, or for a parent id too long to leave room for that, a cut
+    of it with a digest of the whole (`{cut}-{digest}/child/{sequence}`): always a workflow id
+    every service accepts and every route reaches, and the same on every replay."""
+    whole = f"{parent_id}/child/{sequence}"
+    if len(whole) <= _ID_MAX_CHARS:
+        return whole
+    digest = hashlib.sha256(parent_id.encode()).hexdigest()[:_DIGEST_CHARS]
+    tail = f"-{digest}/child/{sequence}"
+    return f"{parent_id[: _ID_MAX_CHARS - len(tail)]}{tail}"
 
 
 class ChildWorkflowHandle:
@@ -42,7 +59,8 @@ async def start_child_workflow(
     """Start a child workflow (its own id and history); returns once its start is recorded.
 
     ``parent_close_policy``: `request_cancel` (default) cancels a still-running child when this
-    workflow ends; `abandon` lets it run on. The default id is `{workflow_id}/child/{sequence}`.
+    workflow ends; `abandon` lets it run on. The default id is `{workflow_id}/child/{sequence}`
+    (`default_child_id`: a parent id too long for that gets a cut of it with a digest).
 
     >>> handle = await workflow.start_child_workflow(IssueInvoice, order, id=f"invoice-{order.id}")
     >>> invoice = await handle.result()
@@ -60,7 +78,7 @@ async def start_child_workflow(
             )
     else:
         sequence = execution.next_sequence
-        child_id = id or f"{execution.workflow_id}/child/{sequence}"
+        child_id = id or default_child_id(execution.workflow_id, sequence)
         execution.record(
             ChildWorkflowScheduled,
             child_workflow_id=child_id,

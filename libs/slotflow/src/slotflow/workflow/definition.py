@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar, get_type_hints, overload
 
 import pydantic_core
-from pydantic import TypeAdapter
+from pydantic import TypeAdapter, ValidationError
 
-from slotflow.contracts.codec import FIELD_MAX_DEPTH, check_depth
+from slotflow.contracts.acceptance import check_value
 from slotflow.contracts.envelope import IDENTIFIER_PATTERN
 from slotflow.workflow.errors import WorkflowDefinitionError
 
@@ -65,10 +65,15 @@ def to_json_object(value: Any, what: str) -> dict[str, Any]:
         raise TypeError(
             f"{what} must serialise to a JSON object (a dict or a model), not {type(value).__name__}"
         )
-    # Deeper, the JobDue or command carrying it would be parked by its consumer: the workflow would
-    # wait for an activity (or a child) that never starts. Refused here, at the call in the code.
-    check_depth(dumped, what=what, limit=FIELD_MAX_DEPTH)
+    # What the acceptance rule refuses (nested too deep, a NUL, NaN) would be refused in the
+    # history event and the JobDue or command carrying it: the workflow would wait for an activity
+    # (or a child) that never starts. Refused here, at the call in the code, naming what.
+    check_value(dumped, what)
     return dumped
+
+
+#: At most this many of a payload's validation errors are named in a refusal (the rest counted).
+_ERRORS_NAMED = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +81,32 @@ class SignalDefinition:
     name: str
     method: Callable[..., Any]
     payload: Converter | None  # None: the handler takes no argument
+
+    def refusal(self, payload: dict[str, Any]) -> str | None:
+        """Why ``payload`` cannot be this handler's argument, or None when it decodes (a handler
+        without an argument, or typed `Any`, takes any payload).
+
+        The orchestrator asks before a SignalWorkflow reaches the run: a payload that does not fit
+        the declared type is rejected with this reason instead of failing the workflow.
+        """
+        if self.payload is None:
+            return None
+        try:
+            self.payload.load(payload)
+        except ValidationError as err:
+            problems = [
+                f"{'.'.join(str(part) for part in error['loc']) or '(the payload)'}: {error['msg']}"
+                for error in err.errors()[:_ERRORS_NAMED]
+            ]
+            more = err.error_count() - len(problems)
+            listed = "; ".join(problems) + (f"; and {more} more" if more > 0 else "")
+            return f"the payload does not fit {self._parameter()}: {listed}"
+        except Exception as err:  # noqa: BLE001 - a validator of the user's raising anything else
+            return f"the payload does not fit {self._parameter()}: {type(err).__name__}: {err}"
+        return None
+
+    def _parameter(self) -> str:
+        return f"the parameter of handler {self.method.__qualname__}"
 
 
 @dataclass(frozen=True, slots=True)

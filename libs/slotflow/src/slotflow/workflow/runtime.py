@@ -17,12 +17,13 @@ of replaying from the start (the decisions are the same either way; a test holds
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from datetime import datetime
+from typing import Any
 
 from slotflow.contracts.workflows import RUN_ENDING_EVENTS, HistoryEvent, WorkflowFailed, WorkflowStarted
 from slotflow.workflow._closing import closing_commands
 from slotflow.workflow._events import HISTORY_LIMIT_ERROR
 from slotflow.workflow._execution import Execution
-from slotflow.workflow._loop import install_guards
+from slotflow.workflow._guards import guard_namespaces
 from slotflow.workflow.commands import Decision
 from slotflow.workflow.definition import WorkflowDefinition, definition_of
 from slotflow.workflow.errors import InvalidHistory, NonDeterminismError, UnknownWorkflowType
@@ -65,11 +66,20 @@ class WorkflowRuntime:
         )
         self._cache_size = cache_size
         self._cache: OrderedDict[str, tuple[Execution, int, list[HistoryEvent]]] = OrderedDict()
-        install_guards()
+        guard_namespaces(definition.cls for definition in self._definitions.values())
 
     @property
     def workflow_types(self) -> list[str]:
         return sorted(self._definitions)
+
+    def signal_refusal(self, workflow_type: str, signal: str, payload: dict[str, Any]) -> str | None:
+        """Why a signal ``signal`` with ``payload`` cannot reach a ``workflow_type`` run: its
+        `@workflow.signal` handler's declared parameter type does not take the payload. None when
+        it does, when the signal has no handler (a `wait_signal` types it where it waits), or when
+        the type is not served here."""
+        definition = self._definitions.get(workflow_type)
+        handler = definition.signals.get(signal) if definition is not None else None
+        return handler.refusal(payload) if handler is not None else None
 
     def decide(self, history: Sequence[HistoryEvent], *, now: datetime) -> Decision:
         """Replay ``history`` (its last run: from the last WorkflowStarted on) and advance the code.

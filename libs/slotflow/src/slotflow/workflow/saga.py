@@ -1,4 +1,4 @@
-"""Sagas: each forward step registers its undo in history; on failure the undos run in reverse.
+"""Sagas: each forward step registers its undo in history; on failure or cancel the undos run in reverse.
 
 `add_compensation` records CompensationRegistered right after the forward step's result, so the
 list of what to undo is as durable as the steps themselves. `compensate()` runs the registered
@@ -6,6 +6,12 @@ undos newest first, each an activity (retried by the claimers, at least once: ma
 by its run id). A crash in the middle replays: undos already done are handed back from history,
 the rest run, nothing runs twice. A cancel request that arrives while compensating waits until
 compensation ends, then raises at the next await.
+
+`async with Saga() as saga:` is the form to use: it compensates on any exception that ends the
+block, a cancel included, and a cancel that arrives while the block's code awaits a forward step
+waits for that step's outcome, so a step whose effect happened gets its undo registered and run
+(`try`/`except` around `compensate()` sees the cancel at once, and a step in flight then is never
+undone).
 """
 
 import asyncio
@@ -42,13 +48,17 @@ class Saga:
     ...     await saga.compensate()
     ...     raise
 
-    Or as a block that compensates on any exception (a cancel included) and re-raises:
+    Or, better, as a block that compensates on any exception (a cancel included) and re-raises,
+    and lets a forward step in flight when a cancel arrives finish first, so its undo runs too:
 
     >>> async with Saga() as saga:
+    ...     auth = await workflow.execute_activity("payments.authorize", order)
+    ...     saga.add_compensation("payments.void", auth)
     ...     ...
     """
 
     def __init__(self) -> None:
+        self._block_task: asyncio.Task[Any] | None = None
         self._pending: list[Compensation] = []
         self.failures: list[ActivityError] = []
         self.compensated = False
@@ -107,10 +117,23 @@ class Saga:
         return ok
 
     async def __aenter__(self) -> "Saga":
+        execution = current()
+        task = asyncio.current_task()
+        if task is not None:
+            execution.saga_blocks[task] = execution.saga_blocks.get(task, 0) + 1
+        self._block_task = task
         return self
 
     async def __aexit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        execution = current()
+        task = self._block_task
+        if task is not None:
+            left = execution.saga_blocks.get(task, 1) - 1
+            if left > 0:
+                execution.saga_blocks[task] = left
+            else:
+                execution.saga_blocks.pop(task, None)
         if isinstance(exc, Exception | asyncio.CancelledError):
             await self.compensate()

@@ -2,7 +2,11 @@
 
 `WorkflowEnvironment` is a small in-process orchestrator around the same `WorkflowRuntime` the
 orchestrator service uses; with ``replay_every_step=True`` it replays the whole history after every
-decision and fails on any change. Examples: docs/workflows.md, "Testing".
+decision and fails on any change. Virtual time jumps to the next timer only while no activity runs;
+a timer that is due (a `sleep(0)`) fires at once, activities running or not, so workflow code can
+cancel an activity in flight. A test may send a signal or a cancel from another task while a
+`result()` is waiting (an activity of its own blocked on an event, say), to land it mid-step.
+Examples: docs/workflows.md, "Testing".
 """
 
 import asyncio
@@ -250,9 +254,16 @@ class WorkflowEnvironment:
                         await self._decide(run)
             if until():
                 return
+            if self._timers and self._timers[0][0] <= self.now:
+                # Due now (a `sleep(0)`, or due when the clock last moved): it fires whatever is
+                # running, as the ticker does, so the code can cancel an activity in flight.
+                heapq.heappop(self._timers)[2]()
+                continue
             if self._running:
                 done, _ = await asyncio.wait(self._running, return_when=asyncio.FIRST_COMPLETED)
-                for task in sorted(done, key=lambda t: self._running[t][1].run_id):
+                # Another pump (a signal sent while `result()` waits) may have taken some already.
+                finished = [task for task in done if task in self._running]
+                for task in sorted(finished, key=lambda t: self._running[t][1].run_id):
                     self._finished(task)
                 continue
             if not skip_time or not self._timers or (limit is not None and self._timers[0][0] > limit):

@@ -10,8 +10,6 @@ from fastapi.responses import JSONResponse
 
 from slotflow.commands import publish_command
 from slotflow.contracts import Message
-from slotflow.contracts.codec import check_depth
-from slotflow.core.nul import find_nul
 from slotflow_api import read_model
 from slotflow_api.app_state import Services, services
 from slotflow_api.auth import current_principal
@@ -88,7 +86,8 @@ async def submit(
     merged into the body either way).
 
     Raises:
-        BadRequest: a string in the command holds a NUL, which no consumer could store.
+        BadRequest: a schedule's payload over its cap (what no consumer could store, the message
+            model refused when the route built it: a 422 naming the field).
     """
     command_id = await publish_checked(s, message, idempotency_key=idempotency_key)
     return await answer(s, command_id, wait=wait, extra=extra)
@@ -98,16 +97,11 @@ async def publish_checked(s: Services, message: Message, *, idempotency_key: str
     """Publish ``message`` once it passes the edge's checks; its command id.
 
     Raises:
-        BadRequest: nested too deep, a payload over its cap, or a NUL in a string.
+        BadRequest: a schedule's payload over its cap.
     """
-    data = message.model_dump(mode="json")
-    check_depth(data, what="the request")  # first: the NUL search below recurses
-    _check_payload_size(s, data)
-    where = find_nul(data)
-    if where is not None:
-        raise BadRequest(
-            f"{where or '(body)'}: contains a NUL character (U+0000), which cannot be stored; remove it"
-        )
+    # What its consumers could not store (a NUL, a value nested too deep, NaN) the message model
+    # refused when the route built it (`slotflow.contracts.acceptance`): a 422 naming the field.
+    _check_payload_size(s, message.model_dump(mode="json"))
     # Who asked travels with the command (the envelope's principal): the read model records it.
     # The api's key signs it and vouches for that name: only the api authenticated the caller.
     # Dated by the database's clock, which the consumers judge the replay window by.
@@ -141,7 +135,7 @@ async def answer(
 
 
 @router.get(
-    "/v1/commands/{command_id}",
+    "/v1/commands/{command_id:path}",
     response_model=CommandStatus,
     summary="A command's status; ?wait=SECONDS waits until it is reflected (read-your-writes)",
 )

@@ -8,13 +8,15 @@ from fastapi.responses import JSONResponse
 from slotflow.contracts import DiscardDeadLetters, RedriveDeadLetters
 from slotflow_api import read_model
 from slotflow_api.app_state import Services, services
+from slotflow_api.bodies import DeepJsonRoute
 from slotflow_api.errors import NotFound
 from slotflow_api.routes.commands import COMMAND_RESPONSES, submit
 from slotflow_api.routes.common import Cursor, Limit, Wait
 from slotflow_api.routes.schedules import IdempotencyKey
 from slotflow_api.schemas import DeadLetter, DeadLetterDetail, DiscardBody, Page, RedriveBody
 
-router = APIRouter(tags=["dlq"])
+# Bodies too deep for the JSON parser are a 422 naming where (slotflow_api.bodies).
+router = APIRouter(tags=["dlq"], route_class=DeepJsonRoute)
 
 Text = Annotated[str | None, Query(max_length=2000)]
 

@@ -8,13 +8,15 @@ from fastapi.responses import JSONResponse
 from slotflow.contracts import CloseDownstream, ConfigureDownstream, DownstreamSettings, OpenDownstream
 from slotflow_api import read_model
 from slotflow_api.app_state import Services, services
+from slotflow_api.bodies import DeepJsonRoute
 from slotflow_api.errors import NotFound
 from slotflow_api.routes.commands import COMMAND_RESPONSES, submit
 from slotflow_api.routes.common import Wait
 from slotflow_api.routes.schedules import IdempotencyKey
 from slotflow_api.schemas import Downstream, DownstreamDetail, DownstreamReasonBody
 
-router = APIRouter(tags=["downstreams"])
+# Bodies too deep for the JSON parser are a 422 naming where (slotflow_api.bodies).
+router = APIRouter(tags=["downstreams"], route_class=DeepJsonRoute)
 
 Name = Annotated[str, Path(min_length=1, max_length=200, pattern=r"^[^/\x00-\x1f\x7f]+$")]
 

@@ -24,6 +24,7 @@ from slotflow.core.cronslots import slots_between
 from slotflow.core.identity import run_id
 from slotflow_api import read_model
 from slotflow_api.app_state import Services, services
+from slotflow_api.bodies import DeepJsonRoute
 from slotflow_api.errors import BackfillsInFlight, BadRequest, NotFound, describe_validation
 from slotflow_api.outlook import fire_time, outlook
 from slotflow_api.routes.commands import (
@@ -55,7 +56,8 @@ from slotflow_api.schemas import (
     UpdateScheduleBody,
 )
 
-router = APIRouter(tags=["schedules"])
+# Bodies too deep for the JSON parser are a 422 naming where (slotflow_api.bodies).
+router = APIRouter(tags=["schedules"], route_class=DeepJsonRoute)
 
 ScheduleId = Annotated[str, Path(pattern=SCHEDULE_ID_PATTERN, description="the schedule id")]
 IdempotencyKey = Annotated[

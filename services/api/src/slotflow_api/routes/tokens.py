@@ -9,9 +9,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from slotflow_api import tokens
 from slotflow_api.app_state import Services, services
 from slotflow_api.auth import TOKEN_NAME_PATTERN, Scope, current_principal
+from slotflow_api.bodies import DeepJsonRoute
 from slotflow_api.errors import NotFound
 
-router = APIRouter(tags=["tokens"])
+# Bodies too deep for the JSON parser are a 422 naming where (slotflow_api.bodies).
+router = APIRouter(tags=["tokens"], route_class=DeepJsonRoute)
 
 
 class TokenBody(BaseModel):

@@ -3,15 +3,17 @@
 from datetime import timedelta
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Body, Depends, Path, Query
+from fastapi import APIRouter, Body, Depends, Query
 from fastapi.responses import JSONResponse
 from pydantic import AwareDatetime
 
 from slotflow.contracts import CancelWorkflow, SignalWorkflow, StartWorkflow, TerminateWorkflow
-from slotflow.contracts.envelope import IDENTIFIER_PATTERN
+from slotflow.core.durations import parse_duration_text
 from slotflow_api import read_model
 from slotflow_api.app_state import Services, services
+from slotflow_api.bodies import DeepJsonRoute
 from slotflow_api.errors import BadRequest, NotFound
+from slotflow_api.paths import workflow_id_param
 from slotflow_api.routes.commands import COMMAND_RESPONSES, submit
 from slotflow_api.routes.common import Cursor, Limit, Wait
 from slotflow_api.routes.schedules import IdempotencyKey
@@ -25,9 +27,12 @@ from slotflow_api.schemas import (
     WorkflowDetail,
 )
 
-router = APIRouter(tags=["workflows"])
+# Bodies too deep for the JSON parser are a 422 naming where (slotflow_api.bodies).
+router = APIRouter(tags=["workflows"], route_class=DeepJsonRoute)
 
-WorkflowId = Annotated[str, Path(pattern=IDENTIFIER_PATTERN, description="the workflow id")]
+#: The workflow id of a route: `{workflow_id:path}` matches an id with `/` (escaped or not, see
+#: slotflow_api.paths), and the dependency unescapes and checks it.
+WorkflowId = Annotated[str, Depends(workflow_id_param)]
 
 
 @router.get("/v1/workflows", response_model=Page[Workflow], summary="List workflows, newest first")
@@ -37,11 +42,21 @@ async def list_workflows(
     status: Annotated[str | None, Query(max_length=50)] = None,
     start: Annotated[AwareDatetime | None, Query(alias="from")] = None,
     end: Annotated[AwareDatetime | None, Query(alias="to")] = None,
+    attention: Annotated[
+        str | None,
+        Query(
+            max_length=50,
+            description="only the workflows that need an operator: stuck on a non-determinism, or "
+            "waiting on a signal for longer than this age (`30m`, `1h`, `2d`, seconds, or ISO 8601 "
+            "`PT1H`)",
+        ),
+    ] = None,
     limit: Limit = 50,
     cursor: Cursor = None,
 ) -> read_model.Page:
     if start is not None and end is not None and end <= start:
         raise BadRequest("`to` must be after `from`")
+    age = _attention_age(attention) if attention is not None else None
     return await read_model.list_workflows(
         s.pool,
         s.schema,
@@ -51,26 +66,23 @@ async def list_workflows(
         end=end,
         limit=limit,
         cursor=cursor,
+        attention=age,
     )
 
 
-@router.get(
-    "/v1/workflows/{workflow_id}",
-    response_model=WorkflowDetail,
-    summary="One workflow: status, current step, activities, timers, compensations",
-    responses={404: {"description": "no such workflow"}},
-)
-async def get_workflow(
-    s: Annotated[Services, Depends(services)], workflow_id: WorkflowId
-) -> dict[str, object]:
-    row = await read_model.get_workflow(s.pool, s.schema, workflow_id)
-    if row is None:
-        raise NotFound(f"workflow {workflow_id!r} is not known (yet)")
-    return row
+def _attention_age(text: str) -> timedelta:
+    """The age of the `attention` filter; a 400 naming the forms it takes otherwise."""
+    try:
+        age = parse_duration_text(text)
+    except ValueError as err:
+        raise BadRequest(f"attention: {err}") from err
+    if age < timedelta(0):
+        raise BadRequest(f"attention: {text!r} is negative; give the age a wait must pass, e.g. 1h")
+    return age
 
 
 @router.get(
-    "/v1/workflows/{workflow_id}/history",
+    "/v1/workflows/{workflow_id:path}/history",
     response_model=Page[HistoryEntry],
     summary="Everything recorded about a workflow, oldest first",
     responses={404: {"description": "no such workflow"}},
@@ -113,7 +125,7 @@ async def start_workflow(
 
 
 @router.post(
-    "/v1/workflows/{workflow_id}/signal", status_code=202, responses=COMMAND_RESPONSES, summary="Signal"
+    "/v1/workflows/{workflow_id:path}/signal", status_code=202, responses=COMMAND_RESPONSES, summary="Signal"
 )
 async def signal_workflow(
     s: Annotated[Services, Depends(services)],
@@ -127,7 +139,7 @@ async def signal_workflow(
 
 
 @router.post(
-    "/v1/workflows/{workflow_id}/cancel", status_code=202, responses=COMMAND_RESPONSES, summary="Cancel"
+    "/v1/workflows/{workflow_id:path}/cancel", status_code=202, responses=COMMAND_RESPONSES, summary="Cancel"
 )
 async def cancel_workflow(
     s: Annotated[Services, Depends(services)],
@@ -141,7 +153,7 @@ async def cancel_workflow(
 
 
 @router.post(
-    "/v1/workflows/{workflow_id}/terminate",
+    "/v1/workflows/{workflow_id:path}/terminate",
     status_code=202,
     responses=COMMAND_RESPONSES,
     summary="Terminate: end now, without running the code or its compensations",
@@ -155,3 +167,20 @@ async def terminate_workflow(
 ) -> JSONResponse:
     message = TerminateWorkflow(workflow_id=workflow_id, reason=(body or CancelBody()).reason)
     return await submit(s, message, idempotency_key=idempotency_key, wait=wait)
+
+
+# Last: `{workflow_id:path}` alone matches every path below /v1/workflows/, so the routes with a
+# suffix (history, signal, cancel, terminate) are matched first.
+@router.get(
+    "/v1/workflows/{workflow_id:path}",
+    response_model=WorkflowDetail,
+    summary="One workflow: status, current step, activities, timers, compensations",
+    responses={404: {"description": "no such workflow"}},
+)
+async def get_workflow(
+    s: Annotated[Services, Depends(services)], workflow_id: WorkflowId
+) -> dict[str, object]:
+    row = await read_model.get_workflow(s.pool, s.schema, workflow_id)
+    if row is None:
+        raise NotFound(f"workflow {workflow_id!r} is not known (yet)")
+    return row

@@ -10,14 +10,21 @@
     const form = h("form", { class: "filters", "aria-label": "Filter workflows" });
     const type = h("input", { name: "type", type: "text", size: 18 });
     const status = h("input", { name: "status", type: "text", size: 12 });
+    // Needs attention: stuck on a non-determinism, or waiting on a signal longer than this age.
+    const attention = h("input", { name: "attention", type: "text", size: 6, placeholder: "1h" });
     type.value = queryParam("type") || "";
     status.value = queryParam("status") || "";
-    append(form, [field("Type", type), field("Status", status), h("button", { type: "submit" }, "Apply")]);
+    attention.value = queryParam("attention") || "";
+    append(form, [
+      field("Type", type), field("Status", status),
+      field("Needs attention (waiting longer than)", attention),
+      h("button", { type: "submit" }, "Apply"),
+    ]);
     form.addEventListener("submit", (event) => {
       event.preventDefault();
-      window.location.search = withQuery("", { type: type.value, status: status.value });
+      window.location.search = withQuery("", { type: type.value, status: status.value, attention: attention.value });
     });
-    const params = { type: type.value, status: status.value, limit: 50, cursor: queryParam("cursor") };
+    const params = { type: type.value, status: status.value, attention: attention.value, limit: 50, cursor: queryParam("cursor") };
     const listing = await get("/v1/workflows", params);
     const pager = h("p", { class: "pager" });
     if (listing.next_cursor) {
@@ -28,9 +35,10 @@
       { label: "Type", cell: (r) => text(r.workflow_type), cls: "mono" },
       { label: "Status", cell: (r) => badge(r.status) },
       { label: "Current step", cell: (r) => text(r.current_step) },
+      { label: "Waiting since", cell: (r) => (r.waiting_since ? fmtTime(r.waiting_since) : "–") },
       { label: "Requested", cell: (r) => fmtTime(r.requested_at || r.started_at) },
       { label: "Updated", cell: (r) => fmtTime(r.updated_at) },
-    ], listing.items || [], "No workflows yet."), pager);
+    ], listing.items || [], attention.value ? "No workflow needs attention." : "No workflows yet."), pager);
   }
 
   function historyItems(history) {
@@ -119,7 +127,9 @@
       facts([
         ["Type", text(workflow.workflow_type)],
         ["Status", badge(workflow.status)],
+        workflow.rejection ? ["Rejected", text(workflow.rejection)] : null,
         ["Current step", text(workflow.current_step)],
+        workflow.waiting_for ? ["Waiting on", `${workflow.waiting_for}, since ${fmtTime(workflow.waiting_since)}`] : null,
         ["History", workflow.last_sequence ? `${workflow.last_sequence} event(s) recorded` : "no typed history yet"],
         ["Requested", fmtTime(workflow.requested_at)],
         ["Started", fmtTime(workflow.started_at)],
@@ -135,14 +145,15 @@
         field("Signal", signalName), field("Payload (JSON)", signalPayload),
         h("button", { type: "button", onclick: sendSignal }, "Send signal"),
         field("Reason", cancelReason),
-        h("button", { type: "button", class: "danger", onclick: (e) =>
+        // Cancel asks the code to stop: it gets CancelledError and its saga compensates.
+        h("button", { type: "button", class: "danger", title: "The workflow's code stops and undoes what it did (its saga's compensations)", onclick: (e) =>
           command(e.currentTarget, `/v1/workflows/${enc(subject)}/cancel`, { reason: cancelReason.value }, "Cancel") }, "Cancel workflow"),
         // Terminate ends the run at once: no code runs, no compensation (the operator's last resort).
-        h("button", { type: "button", class: "danger", onclick: (e) =>
+        h("button", { type: "button", class: "danger", title: "Ends the run now: no code, no compensation", onclick: (e) =>
           command(e.currentTarget, `/v1/workflows/${enc(subject)}/terminate`, { reason: cancelReason.value }, "Terminate") }, "Terminate workflow")),
       h("h2", {}, "Saga state"),
       h("p", {}, compensations.length
-        ? `${compensations.length} compensation(s) registered as forward steps succeeded, ${doneCount} done. They run in this order (newest first) on failure or cancel:`
+        ? `${compensations.length} compensation(s) registered as forward steps succeeded, ${doneCount} done. The workflow's code runs them in this order (newest first) when the saga stops early: a failed step, or a cancel (a saga written as \`async with Saga()\` undoes every step done, one in flight included). Terminate runs none:`
         : "No compensations registered."),
       compensations.length
         ? h("ol", { class: "saga", "aria-label": "Compensations" }, compensations.map(compensationItem))
