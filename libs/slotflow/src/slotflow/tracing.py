@@ -27,6 +27,7 @@ import contextvars
 import hashlib
 import logging
 import os
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
@@ -184,6 +185,23 @@ def extract(headers: Iterable[tuple[str, bytes]] | Mapping[str, bytes] | None) -
     if not trace.get_current_span(context).get_span_context().is_valid:
         return None
     return context
+
+
+#: A W3C traceparent as a header carries it: version, trace id, parent span id, flags, lower-case
+#: hex. Nothing else of a header is stored (`storable_traceparent`).
+_TRACEPARENT_FORM = re.compile(rb"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
+
+
+def storable_traceparent(value: bytes | None) -> str | None:
+    """A record's `traceparent` header as text to keep with what the record brought (a timer, a
+    workflow input), or None unless it is a valid W3C traceparent. The header is the producer's
+    to write: any client allowed on a command topic can put a NUL there (PostgreSQL text cannot
+    hold one, so the insert of a whole batch would fail) or a megabyte; such a value is dropped,
+    and the record is taken as if it carried no context."""
+    if value is None or _TRACEPARENT_FORM.fullmatch(value) is None:
+        return None
+    text = value.decode("ascii")
+    return text if from_traceparent(text) is not None else None
 
 
 def from_traceparent(value: str | None) -> Context | None:

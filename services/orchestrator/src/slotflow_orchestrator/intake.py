@@ -122,8 +122,7 @@ def trace_parent(record: Record) -> str | None:
     nothing is written: docs/tracing.md)."""
     if not tracing.enabled():
         return None
-    value = record.header(tracing.TRACEPARENT)
-    return value.decode("latin-1") if value is not None else None
+    return tracing.storable_traceparent(record.header(tracing.TRACEPARENT))
 
 
 def backed_run_id(message: Message) -> str | None:
