@@ -109,12 +109,6 @@ if [[ "$python" != "$(locked_python)" ]]; then
 fi
 
 umount "$root/proc"
-# What no service reads, as Debian's own slim images leave it out (about 50 MB): documentation
-# (each package's copyright file stays), manual and info pages, translations of the tools'
-# messages. After the lock check, so the packages are still exactly the lock's.
-find "$root/usr/share/doc" -mindepth 1 -not -name copyright -not -type d -delete
-find "$root/usr/share/doc" -mindepth 1 -type d -empty -delete
-rm -rf "$root/usr/share/man" "$root/usr/share/info" "$root/usr/share/locale"/* "$root/var/cache/debconf"/*-old
 say "podman import $IMAGE"
 tar --numeric-owner -C "$root" -cf - . | podman import -q - "$IMAGE" >/dev/null
 echo "SLOTFLOW_TEST_PYTHON_IMAGE=$IMAGE"
