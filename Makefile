@@ -102,7 +102,7 @@ image:
 	@base="$$(deploy/containers/build-python-base.sh)" && \
 	extra=() && if [ -n "$${PIP_CERT:-}" ] && [ -f "$$PIP_CERT" ]; then \
 	  extra=(--build-arg "PIP_CERT=$$PIP_CERT" --volume "$$PIP_CERT:$$PIP_CERT:ro"); fi && \
-	CONTAINERS_CONF=$(CURDIR)/deploy/containers/containers.conf deploy/docker/build.sh localhost/slotflow:dev \
+	CONTAINERS_CONF=deploy/containers/containers.conf deploy/docker/build.sh localhost/slotflow:dev \
 	  --network host --build-arg "PYTHON_IMAGE=$${base#*=}" "$${extra[@]}" && \
 	podman image inspect --format '{{.Size}} bytes' localhost/slotflow:dev
 
