@@ -14,7 +14,7 @@ STATS_STAMP := $(STATS_VENV)/.installed-stamp
 # against nothing, so a broker that did not come up reads as hundreds of test errors.
 WITH_STACK = stack_env="$$(deploy/devstack/up.sh)" && eval "$$stack_env" &&
 
-.PHONY: setup tools up down status clean test test-unit test-integration test-containers check-compose check-wheels test-chaos chaos lint check-rules fmt contracts demo bench image lock-image
+.PHONY: setup tools up down status clean test test-unit test-integration test-containers check-compose check-wheels test-chaos chaos lint check-rules fmt contracts demo bench
 
 setup: $(STAMP) $(STATS_STAMP)
 
@@ -95,20 +95,6 @@ test-containers: setup
 check-compose: setup
 	apt-get install -y -q podman runc debootstrap >/dev/null
 	deploy/containers/check-compose.sh
-
-# The slotflow image on its locked Python base (deploy/containers/python-base.lock), with its OCI
-# labels; prints its size. Needs root and podman (`make check-compose` installs them).
-image:
-	@base="$$(deploy/containers/build-python-base.sh)" && \
-	extra=() && if [ -n "$${PIP_CERT:-}" ] && [ -f "$$PIP_CERT" ]; then \
-	  extra=(--build-arg "PIP_CERT=$$PIP_CERT" --volume "$$PIP_CERT:$$PIP_CERT:ro"); fi && \
-	CONTAINERS_CONF=deploy/containers/containers.conf deploy/docker/build.sh localhost/slotflow:dev \
-	  --network host --build-arg "PYTHON_IMAGE=$${base#*=}" "$${extra[@]}" && \
-	podman image inspect --format '{{.Size}} bytes' localhost/slotflow:dev
-
-# Recompile the image's hash-locked requirements (deploy/docker/requirements*.lock) after a pin moved.
-lock-image:
-	deploy/docker/lock.sh
 
 # Every package built as a wheel; each service installed alone from them into a fresh virtualenv
 # (no index: the wheels, and a wheelhouse of the pinned third-party dependencies kept in

@@ -7,9 +7,8 @@
 # jar cache (make up once, or SLOTFLOW_DEVSTACK_CACHE pointing at it).
 # Prints the two image names, as tests/stack.py reads them:
 #   SLOTFLOW_TEST_KAFKA_IMAGE=...  SLOTFLOW_TEST_POSTGRES_IMAGE=...
-# --python also builds the Python base of deploy/docker/Dockerfile (PYTHON_IMAGE) from its Debian
-# package lock (deploy/containers/build-python-base.sh) and prints SLOTFLOW_TEST_PYTHON_IMAGE=...
-# (deploy/containers/check-compose.sh uses it).
+# --python also builds a Debian Python 3.11 base for deploy/docker/Dockerfile (PYTHON_IMAGE) and
+# prints SLOTFLOW_TEST_PYTHON_IMAGE=... (deploy/containers/check-compose.sh uses it).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "$0")" && pwd)"
@@ -35,6 +34,7 @@ INPUTS_DIGEST="$(cat "$0" "$HERE/kafka-entrypoint.sh" "$HERE/kafka-configs.sh" "
   "$REPO/deploy/devstack/_kafka.py" "$REPO/deploy/devstack/log4j2.properties" | sha256sum | cut -c1-12)"
 KAFKA_IMAGE="localhost/slotflow-test-kafka:$KAFKA_VERSION-$INPUTS_DIGEST"
 POSTGRES_IMAGE="localhost/slotflow-test-postgres:15-$INPUTS_DIGEST"
+PYTHON_IMAGE="localhost/slotflow-test-python:3.11-$INPUTS_DIGEST"
 
 say() { echo "build-images: $*" >&2; }
 
@@ -125,10 +125,12 @@ if ! exists "$POSTGRES_IMAGE"; then
     --change 'ENTRYPOINT ["/usr/local/bin/postgres-entrypoint"]' --change 'EXPOSE 5432'
 fi
 
-echo "SLOTFLOW_TEST_KAFKA_IMAGE=$KAFKA_IMAGE"
-if [[ $WITH_PYTHON == 1 ]]; then
-  python_args=()
-  if [[ $FORCE == 1 ]]; then python_args+=(--force); fi
-  "$HERE/build-python-base.sh" "${python_args[@]}"
+if [[ $WITH_PYTHON == 1 ]] && ! exists "$PYTHON_IMAGE"; then
+  # Debian bookworm's python3 is 3.11; the Dockerfile makes its own virtual environments.
+  root="$(rootfs_with python python3 python3-venv ca-certificates)"
+  import_rootfs "$root" "$PYTHON_IMAGE"
 fi
+
+echo "SLOTFLOW_TEST_KAFKA_IMAGE=$KAFKA_IMAGE"
+if [[ $WITH_PYTHON == 1 ]]; then echo "SLOTFLOW_TEST_PYTHON_IMAGE=$PYTHON_IMAGE"; fi
 echo "SLOTFLOW_TEST_POSTGRES_IMAGE=$POSTGRES_IMAGE"
