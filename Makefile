@@ -14,7 +14,7 @@ STATS_STAMP := $(STATS_VENV)/.installed-stamp
 # against nothing, so a broker that did not come up reads as hundreds of test errors.
 WITH_STACK = stack_env="$$(deploy/devstack/up.sh)" && eval "$$stack_env" &&
 
-.PHONY: setup tools up down status clean test test-unit test-integration test-containers check-compose check-wheels test-chaos chaos lint fmt contracts demo bench
+.PHONY: setup tools up down status clean test test-unit test-integration test-containers check-compose check-wheels test-chaos chaos lint check-rules fmt contracts demo bench
 
 setup: $(STAMP) $(STATS_STAMP)
 
@@ -38,7 +38,7 @@ $(STATS_STAMP): services/stats/requirements.txt services/stats/pyproject.toml li
 	$(STATS_VENV)/bin/python -m pip check
 	touch $(STATS_STAMP)
 
-# Debian packages the tests drive (chromium, kcat); quick when already installed.
+# Debian packages the tests drive (chromium, kcat, faketime, promtool); quick when already installed.
 tools:
 	@deploy/devstack/install-tools.sh
 
@@ -125,10 +125,19 @@ chaos: setup tools
 		SLOTFLOW_SYSTEM_KNOWN="$(KNOWN)" SLOTFLOW_SYSTEM_FAULTS="$(FAULTS)" \
 		$(BIN)/pytest -m system -s tests/chaos/system
 
-lint: setup
+lint: setup check-rules
 	$(BIN)/ruff format --check libs services tests bench deploy examples
 	$(BIN)/ruff check libs services tests bench deploy examples
 	$(BIN)/mypy libs services bench deploy examples tests
+
+# The Prometheus alert rules (deploy/monitoring, docs/operations.md): their syntax, and their unit
+# tests (series that fire each alert and series that must not); the dashboards and the
+# PrometheusRule must be what deploy/monitoring/build_monitoring.py writes.
+check-rules: setup
+	@deploy/devstack/install-tools.sh promtool
+	promtool check rules deploy/monitoring/alerts.yaml
+	cd deploy/monitoring && promtool test rules alerts.test.yaml
+	$(BIN)/python deploy/monitoring/build_monitoring.py --check
 
 fmt: setup
 	$(BIN)/ruff format libs services tests bench deploy examples

@@ -52,7 +52,7 @@ class StatsProcess(ServiceProcess):
             raise AssertionError(
                 f"{STATS_PYTHON} is missing: run `make setup` (it builds the stats environment)"
             )
-        #: The worker's health listener (/livez, /readyz).
+        #: The worker's health listener (/livez, /readyz, /metrics).
         self.health_port = free_port()
         env = stack_env(
             kafka,
@@ -66,7 +66,15 @@ class StatsProcess(ServiceProcess):
             session_timeout_seconds=10,
         )
         super().__init__(
-            "slotflow_stats", name, env=env, log_dir=workdir, cwd=REPO, args=("worker",), python=STATS_PYTHON
+            "slotflow_stats",
+            name,
+            env=env,
+            log_dir=workdir,
+            cwd=REPO,
+            args=("worker",),
+            python=STATS_PYTHON,
+            # /metrics is on the health listener.
+            metrics_port=self.health_port,
         )
 
     def log(self, chars: int = 6000) -> str:

@@ -136,6 +136,6 @@ async def test_an_outage_is_waited_out_not_retried_into_the_dlq(
 
         # Both claimers consulted the one shared breaker and held runs on its word.
         for claimer in claimers:
-            assert claimer.metrics.value("slotflow_claimer_runs_held_total") > 0
+            assert claimer.metrics.outcomes_of("held") > 0
     finally:
         await stop_ticker(ticker)

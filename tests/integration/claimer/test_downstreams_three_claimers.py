@@ -125,9 +125,7 @@ async def test_three_claimers_share_one_breaker(
             dead = await db.fetchval("SELECT count(*) FROM claimer.runs WHERE state = 'dead_lettered'")
             assert dead == 0
             for claimer in claimers:
-                assert claimer.metrics.value("slotflow_claimer_runs_held_total") > 0, (
-                    "a claimer ignored the breaker"
-                )
+                assert claimer.metrics.outcomes_of("held") > 0, "a claimer ignored the breaker"
 
             # One chain of changes, whoever made them, and one event per change, in order.
             changes = await db.fetch(

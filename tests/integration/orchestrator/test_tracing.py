@@ -21,7 +21,7 @@ from slotflow.contracts import (
     ScheduleDefinition,
     StartWorkflow,
 )
-from slotflow.contracts.topics import JOBS_DUE, RUN_EVENTS
+from slotflow.contracts.topics import JOBS_DUE, RUN_EVENTS, WORKFLOW_COMMANDS
 from slotflow.core.identity import run_id
 from slotflow.errors import PermanentError
 from slotflow.kafka.producer import Producer
@@ -256,3 +256,51 @@ async def test_a_workflow_is_one_trace_through_its_activities(
         if _attr(span, "slotflow.workflow_id") == "order-traced":
             assert span.context is not None
             assert span.context.trace_id == trace_id, span.name
+
+    # The command's trace and the workflow's lead to each other: the root links to the
+    # StartWorkflow's creation, and the intake's span that took the command links to the root.
+    command = _one(
+        [
+            s
+            for s in finished
+            if s.name == f"create {kafka.topic(WORKFLOW_COMMANDS)}"
+            and _attr(s, "messaging.message.id") == "start-order-traced"
+        ],
+        "the StartWorkflow's creation",
+    )
+    assert command.context is not None
+    assert command.context.trace_id != trace_id
+    assert _linked(root) == {(command.context.trace_id, command.context.span_id)}
+    taken = _one(
+        [
+            s
+            for s in finished
+            if s.name == f"process {kafka.topic(WORKFLOW_COMMANDS)}"
+            and s.context is not None
+            and s.context.trace_id == command.context.trace_id
+        ],
+        "the intake's span of the StartWorkflow",
+    )
+    assert (trace_id, root_id) in _linked(taken)
+    # Each decision links to the inputs it took: the first to the command, a later one to each
+    # activity's outcome (the claimer's RunCompleted), so the trace says what moved the workflow.
+    linked = {pair for decision in decisions for pair in _linked(decision)}
+    assert (command.context.trace_id, command.context.span_id) in linked
+    for activity in scheduled:
+        completed = _one(
+            [
+                s
+                for s in finished
+                if s.name == outcome_topic
+                and _attr(s, "slotflow.run_id") == activity.run_id
+                and _attr(s, "slotflow.message.type") == "RunCompleted"
+            ],
+            f"the RunCompleted of {activity.run_id}",
+        )
+        assert completed.context is not None
+        assert (completed.context.trace_id, completed.context.span_id) in linked, activity.activity
+
+
+def _linked(span: ReadableSpan) -> set[tuple[int, int]]:
+    """The (trace id, span id) of every span ``span`` links to."""
+    return {(link.context.trace_id, link.context.span_id) for link in span.links}

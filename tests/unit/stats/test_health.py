@@ -68,3 +68,24 @@ async def test_it_binds_loopback_by_default() -> None:
 
     assert StatsSettings().health_host == "127.0.0.1"
     assert StatsSettings().health_port == 0
+
+
+async def test_metrics_are_served_in_the_prometheus_text_format() -> None:
+    from slotflow_stats.metrics import StatsMetrics
+
+    metrics = StatsMetrics()
+    metrics.events.labels("runs").inc(3)
+    server = await serve_health("127.0.0.1", 0, FlushClock(), stale_after=60, metrics=metrics.render)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        reply = await request(port, b"GET /metrics HTTP/1.1\r\n\r\n")
+        head = await request(port, b"HEAD /metrics HTTP/1.1\r\n\r\n")
+    assert reply.startswith(b"HTTP/1.1 200 OK"), reply
+    assert b"Content-Type: text/plain; version=0.0.4; charset=utf-8" in reply
+    assert b'slotflow_stats_events_total{family="runs"} 3.0' in reply
+    assert head.endswith(b"\r\n\r\n")
+    # Without a registry the path is unknown, as before.
+    bare = await serve_health("127.0.0.1", 0, FlushClock(), stale_after=60)
+    async with bare:
+        missing = await request(bare.sockets[0].getsockname()[1], b"GET /metrics HTTP/1.1\r\n\r\n")
+    assert missing.startswith(b"HTTP/1.1 404 Not Found")

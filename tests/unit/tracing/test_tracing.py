@@ -286,3 +286,23 @@ def test_asking_for_otlp_without_the_exporter_stops_with_the_extra_named(
     with pytest.raises(ConfigurationError, match=r"SLOTFLOW_TRACING=otlp needs .* `tracing` extra"):
         tracing.configure_tracing("unit", environ={"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"})
     assert not tracing.enabled()
+
+
+@pytest.mark.parametrize(
+    ("header", "kept"),
+    [
+        (b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", True),
+        (None, False),
+        (b"", False),
+        (b"\x00", False),
+        (b"00-" + b"\x00" * 32 + b"-" + b"\x00" * 16 + b"-01", False),
+        # All-zero ids are no context (W3C), upper-case hex is not the header's form, nor is a tail.
+        (b"00-00000000000000000000000000000000-00f067aa0ba902b7-01", False),
+        (b"00-4BF92F3577B34DA6A3CE929D0E0E4736-00F067AA0BA902B7-01", False),
+        (b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01" + b"\xff" * 600, False),
+        (b"ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", False),
+    ],
+)
+def test_only_a_valid_traceparent_is_storable(header: bytes | None, kept: bool) -> None:
+    stored = tracing.storable_traceparent(header)
+    assert stored == (header.decode() if kept and header else None)

@@ -12,13 +12,13 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
 from slotflow.core.stopping import sleep_or_stop
-from slotflow.errors import SlotflowError
+from slotflow.errors import SlotflowError, TransientStorageError
 from slotflow.pg.migrations import INBOX, OUTBOX, PAYLOADS, MigrationSource, apply_migrations
 from slotflow.pg.outbox import OutboxRelay
-from slotflow.pg.pool import Pool
+from slotflow.pg.pool import CONNECTION_ERRORS, Pool
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +80,25 @@ def periodic(
             await sleep_or_stop(stop, seconds)
 
     return loop
+
+
+#: How often a service counts its outbox backlog: one count over the pending rows' partial index.
+OUTBOX_BACKLOG_SECONDS = 5.0
+#: What a count of the backlog outlives: the database away for a while.
+_STORAGE_OUTAGES: tuple[type[BaseException], ...] = (TransientStorageError, *CONNECTION_ERRORS)
+
+
+def outbox_backlog(
+    relay: "OutboxRelay | RelayGroup", gauge: Gauge, *, seconds: float = OUTBOX_BACKLOG_SECONDS
+) -> Loop:
+    """A loop that sets ``gauge`` to the events staged in the outbox and not yet published, every
+    ``seconds``: a backlog that grows is a relay that cannot publish (the broker refuses, or the
+    relay is gone), and every event behind it waits."""
+
+    async def count() -> None:
+        gauge.set(await relay.pending())
+
+    return periodic(seconds, count, outages=_STORAGE_OUTAGES, what="outbox backlog")
 
 
 class RelayGroup:
@@ -221,6 +240,7 @@ __all__ = [
     "SupervisorError",
     "metrics_listener",
     "migrate",
+    "outbox_backlog",
     "periodic",
     "sleep_or_stop",
 ]

@@ -27,6 +27,7 @@ import contextvars
 import hashlib
 import logging
 import os
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
@@ -38,13 +39,13 @@ from opentelemetry.trace import (
     Link,
     NonRecordingSpan,
     SpanContext,
-    Status,
-    StatusCode,
     TraceFlags,
     Tracer,
 )
 from opentelemetry.trace import Span as Span
 from opentelemetry.trace import SpanKind as SpanKind
+from opentelemetry.trace import Status as Status
+from opentelemetry.trace import StatusCode as StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from slotflow.errors import ConfigurationError
@@ -186,6 +187,31 @@ def extract(headers: Iterable[tuple[str, bytes]] | Mapping[str, bytes] | None) -
     return context
 
 
+#: A W3C traceparent as a header carries it: version, trace id, parent span id, flags, lower-case
+#: hex. Nothing else of a header is stored (`storable_traceparent`).
+_TRACEPARENT_FORM = re.compile(rb"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
+
+
+def storable_traceparent(value: bytes | None) -> str | None:
+    """A record's `traceparent` header as text to keep with what the record brought (a timer, a
+    workflow input), or None unless it is a valid W3C traceparent. The header is the producer's
+    to write: any client allowed on a command topic can put a NUL there (PostgreSQL text cannot
+    hold one, so the insert of a whole batch would fail) or a megabyte; such a value is dropped,
+    and the record is taken as if it carried no context."""
+    if value is None or _TRACEPARENT_FORM.fullmatch(value) is None:
+        return None
+    text = value.decode("ascii")
+    return text if from_traceparent(text) is not None else None
+
+
+def from_traceparent(value: str | None) -> Context | None:
+    """The context a stored `traceparent` names (an input's, a timer's), or None when there is
+    none or it is not valid."""
+    if not value:
+        return None
+    return extract({TRACEPARENT: value.encode("latin-1")})
+
+
 def headers_for(span: Span | None = None) -> dict[str, bytes]:
     """The `traceparent` (and `tracestate`) headers of ``span`` (default: the current span);
     empty when there is no valid span."""
@@ -297,6 +323,25 @@ def produced(
     return headers_for(span)
 
 
+def link(context: Context, attributes: Mapping[str, Any] | None = None) -> Link:
+    """A span link to ``context``'s span, with ``attributes`` saying what the linked span is."""
+    return Link(trace.get_current_span(context).get_span_context(), dict(attributes or {}))
+
+
+def link_current(context: Context, attributes: Mapping[str, Any] | None = None) -> None:
+    """Link the current span (a consumer's `process` span, say) to ``context``'s span, once it is
+    known which other trace the message it handles leads to; nothing while tracing is off."""
+    if _state.provider is None:
+        return
+    trace.get_current_span().add_link(
+        trace.get_current_span(context).get_span_context(), dict(attributes or {})
+    )
+
+
+def _links(links: Iterable[Context | Link]) -> list[Link]:
+    return [item if isinstance(item, Link) else link(item) for item in links]
+
+
 def record_error(span: Span, error: BaseException) -> None:
     """Mark ``span`` failed with ``error`` (its type and message; the SDK adds the traceback)."""
     span.record_exception(error)
@@ -311,19 +356,20 @@ def span(
     kind: SpanKind = SpanKind.INTERNAL,
     parent: Context | None = None,
     attributes: Mapping[str, Any] | None = None,
-    links: Iterable[Context] = (),
+    links: Iterable[Context | Link] = (),
     start_time: int | None = None,
 ) -> Iterator[Span]:
     """A current span for the block; an exception escaping the block is recorded on it.
 
-    ``links`` are contexts of related messages (a batch's records), kept as span links.
+    ``links`` are contexts of related messages (a batch's records, a decision's inputs), kept as
+    span links (a `link` carries attributes saying what the linked span is).
     """
     with tracer(scope).start_as_current_span(
         name,
         context=parent,
         kind=kind,
         attributes=dict(attributes or {}),
-        links=[Link(trace.get_current_span(c).get_span_context()) for c in links],
+        links=_links(links),
         start_time=start_time,
         record_exception=False,
         set_status_on_exception=False,
@@ -363,8 +409,11 @@ def workflow_started(
     *,
     attributes: Mapping[str, Any] | None = None,
     start_time: int | None = None,
+    links: Iterable[Context | Link] = (),
 ) -> None:
-    """Record a workflow run's root span (``name``) with its derived ids."""
+    """Record a workflow run's root span (``name``) with its derived ids; ``links``: the
+    StartWorkflow command's context, so the run's trace leads back to the command's (the API
+    request, the CLI call, the parent workflow's decision that sent it)."""
     if _state.provider is None:
         return
     token = _FORCED_IDS.set(workflow_ids(workflow_id, start_command_id))
@@ -374,6 +423,7 @@ def workflow_started(
             context=Context(),  # a root: its trace id is the derived one, never a caller's
             attributes=dict(attributes or {}),
             start_time=start_time,
+            links=_links(links),
         )
     finally:
         _FORCED_IDS.reset(token)

@@ -30,6 +30,7 @@ from slotflow_api.limits import BodyLimit, RefuseNul
 from slotflow_api.metrics import Metrics
 from slotflow_api.paths import EncodedIdPaths
 from slotflow_api.projector import Projector, migrate
+from slotflow_api.request_tracing import TraceRequests
 from slotflow_api.retention import purge_read_model
 from slotflow_api.routes import (
     audit,
@@ -142,6 +143,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # A workflow id escaped as one path segment (`a%2Fb`) stays one segment for the router.
     app.add_middleware(EncodedIdPaths)
     _instrument(app, metrics)
+    # Outside the counting, so a request's span covers all of it; inside the CSRF guard, so a
+    # forged request is refused before anything (this included) sees it.
+    app.add_middleware(TraceRequests)
     _document_errors(app)
     # Outermost: a forged cross-site request is refused before anything else sees it.
     app.add_middleware(

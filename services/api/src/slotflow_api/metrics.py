@@ -2,6 +2,8 @@
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from slotflow.kafka.lag import ConsumerLag
+
 
 class Metrics:
     """The api's counters and histograms; `/metrics` renders `registry`."""
@@ -39,3 +41,5 @@ class Metrics:
             registry=self.registry,
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
         )
+        #: `slotflow_kafka_consumer_lag{group,topic,partition}`, fed by every consumer's poll.
+        self.consumer_lag = ConsumerLag(self.registry)

@@ -41,6 +41,7 @@ from slotflow.contracts.topics import (
 from slotflow.core.retry import is_retryable, sleep_backoff
 from slotflow.errors import SlotflowError, TransientError, UnparkableRecord
 from slotflow.kafka.consumer import Consumer
+from slotflow.kafka.lag import ConsumerLag
 from slotflow.kafka.loop import ConsumeLoop, Incoming
 from slotflow.kafka.poison import send_to_dlq
 from slotflow.kafka.producer import Producer
@@ -161,9 +162,15 @@ class _StagingConsumer(Consumer):
         *,
         group_id: str,
         max_poll_records: int,
+        lag: ConsumerLag | None = None,
     ) -> None:
         super().__init__(
-            settings, *topics, group_id=group_id, client_id="api-projector", max_poll_records=max_poll_records
+            settings,
+            *topics,
+            group_id=group_id,
+            client_id="api-projector",
+            max_poll_records=max_poll_records,
+            lag=lag,
         )
         self._projector = projector
 
@@ -212,6 +219,7 @@ class Projector:
             list(self._names),
             group_id=self._group,
             max_poll_records=self._settings.api.projector_max_records,
+            lag=self._metrics.consumer_lag,
         )
         dlq = Producer(kafka, client_id="api-projector-dlq")
         await dlq.start()

@@ -25,7 +25,7 @@ from slotflow.pg.pool import Pool, wait_for_pool
 from slotflow.pg.retention import purge_loop
 from slotflow.principals import CommandVerifier, KafkaKeyRing
 from slotflow.runs import REGISTRY, HandlerRegistry, load_handler_modules
-from slotflow.service import Supervisor, metrics_listener
+from slotflow.service import Supervisor, metrics_listener, outbox_backlog
 from slotflow.service import migrate as migrate_schema
 from slotflow.settings import PostgresSettings
 from slotflow_claimer import retention
@@ -169,6 +169,7 @@ class ClaimerService:
             group_id=self.settings.group_id(),
             client_id=f"claimer-{self.owner}",
             max_poll_records=MAX_BATCH,
+            lag=self.metrics.consumer_lag,
         )
         await self.consumer.start()
         self.command_consumer = Consumer(
@@ -176,6 +177,7 @@ class ClaimerService:
             kafka.topic(DOWNSTREAM_COMMANDS),
             group_id=self.settings.downstream_commands_group_id(),
             client_id=f"claimer-commands-{self.owner}",
+            lag=self.metrics.consumer_lag,
         )
         await self.command_consumer.start()
         commands = DownstreamCommands(
@@ -249,6 +251,7 @@ class ClaimerService:
         loops = self._loops
         loops.add("announce", self.announcer.run)
         loops.add("relay", self.relay.run)
+        loops.add("outbox-backlog", outbox_backlog(self.relay, self.metrics.outbox_backlog))
         loops.add("writer", self.writer.run)
         loops.add("heartbeat", lambda stop: self.executor.heartbeat_loop(stop, cfg.heartbeat_interval))
         loops.add("reaper", lambda stop: self.reaper.run(stop, cfg.reaper_interval))
@@ -309,7 +312,9 @@ class ClaimerService:
 
     async def _drain(self) -> None:
         loops = self._loops
-        await loops.stop_loops("intake", "reaper", "announce", "purge", "downstream-commands", "redrives")
+        await loops.stop_loops(
+            "intake", "reaper", "announce", "purge", "downstream-commands", "redrives", "outbox-backlog"
+        )
         if "downstream-reports" in loops.names:
             await loops.stop_loops("downstream-reports")
         if not await self.executor.drain(self._grace):

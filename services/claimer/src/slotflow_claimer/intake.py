@@ -406,14 +406,14 @@ class Intake:
                 conn, schema, supersede, owner=self._owner, reason=reason
             ):
                 staged.append(encoded(self._events.skipped(run, run.updated_at, reason=reason)))
-                self._metrics.skipped.labels("superseded").inc()
+                self._metrics.outcomes.labels("skipped", "superseded").inc()
         if cancel:
             await store.request_cancel(conn, schema, cancel)
         reasons = {u.due.job.run_id: u.reason for u in unstarted}
         for run in await store.insert_unstarted(conn, schema, unstarted, owner=self._owner):
             if run.state == "skipped":
                 outcome.skipped += 1
-                self._metrics.skipped.labels("overlap").inc()
+                self._metrics.outcomes.labels("skipped", "overlap").inc()
                 staged.append(encoded(self._events.skipped(run, run.updated_at, reason=reasons[run.run_id])))
             else:
                 outcome.buffered += 1

@@ -2,6 +2,8 @@
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from slotflow.kafka.lag import ConsumerLag
+
 
 class ClaimerMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
@@ -13,23 +15,21 @@ class ClaimerMetrics:
             ["how"],
             registry=r,
         )
-        self.completed = Counter("slotflow_claimer_runs_completed", "Runs completed", registry=r)
-        self.failed = Counter("slotflow_claimer_runs_failed", "Attempts that raised", registry=r)
-        self.retried = Counter("slotflow_claimer_runs_retried", "Retries scheduled as timers", registry=r)
-        self.dead_lettered = Counter(
-            "slotflow_claimer_runs_dead_lettered", "Runs given up, by reason", ["reason"], registry=r
-        )
-        self.skipped = Counter(
-            "slotflow_claimer_runs_skipped",
-            "Runs not started by their overlap policy",
-            ["reason"],
+        # One counter for every way a run's attempt (or a run that never started) ends, so a
+        # dashboard divides and stacks them without knowing a list of names: `completed`,
+        # `retrying` (the attempt raised, a retry timer is set), `dead_lettered` (the attempt raised
+        # and the run was given up: `reason` is the DLQ reason), `cancelled`, `held` (a downstream
+        # held the attempt and gave it back: `reason` is why), `skipped` (the overlap policy never
+        # started the run: `reason` overlap or superseded). Failed attempts are retrying +
+        # dead_lettered.
+        self.outcomes = Counter(
+            "slotflow_claimer_run_outcomes",
+            "Run outcomes recorded: one per attempt that ended, and one per run its overlap policy skipped",
+            ["outcome", "reason"],
             registry=r,
         )
         self.buffered = Counter(
             "slotflow_claimer_runs_buffered", "Runs buffered by overlap policy", registry=r
-        )
-        self.cancelled = Counter(
-            "slotflow_claimer_runs_cancelled", "Runs cancelled (cancel_previous)", registry=r
         )
         self.duplicates = Counter(
             "slotflow_claimer_jobdue_duplicates",
@@ -54,6 +54,11 @@ class ClaimerMetrics:
             "slotflow_claimer_takeovers", "Runs taken over from a claimer whose lease expired", registry=r
         )
         self.released = Counter("slotflow_claimer_leases_released", "Leases released at shutdown", registry=r)
+        self.outbox_backlog = Gauge(
+            "slotflow_claimer_outbox_backlog",
+            "Events staged in the claimer's outbox and not yet published (run events, retry timers)",
+            registry=r,
+        )
         self.in_flight = Gauge(
             "slotflow_claimer_runs_in_flight", "Runs claimed and not yet recorded", registry=r
         )
@@ -65,11 +70,6 @@ class ClaimerMetrics:
             buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900),
         )
 
-        self.held = Counter(
-            "slotflow_claimer_runs_held",
-            "Attempts held for a downstream (open circuit or spent retry budget), attempt given back",
-            registry=r,
-        )
         self.downstream_held = Counter(
             "slotflow_claimer_downstream_held",
             "Attempts held, by downstream and reason "
@@ -112,6 +112,17 @@ class ClaimerMetrics:
             "Stalls of the event loop past the threshold, by the handler found on the loop's stack",
             ["handler"],
             registry=r,
+        )
+        #: `slotflow_kafka_consumer_lag{group,topic,partition}`, fed by every consumer's poll.
+        self.consumer_lag = ConsumerLag(r)
+
+    def outcomes_of(self, outcome: str) -> float:
+        """How many run outcomes of one kind were counted, whatever their reason; for tests."""
+        return sum(
+            sample.value
+            for family in self.outcomes.collect()
+            for sample in family.samples
+            if sample.name.endswith("_total") and sample.labels.get("outcome") == outcome
         )
 
     def value(self, name: str, labels: dict[str, str] | None = None) -> float:

@@ -420,16 +420,15 @@ class OutcomeWriter:
         ]
 
     def _count(self, outcome: Outcome) -> None:
-        m = self._metrics
+        counted = self._metrics.outcomes
         if outcome.kind == "completed":
-            m.completed.inc()
+            counted.labels("completed", "").inc()
         elif outcome.kind == "cancelled":
-            m.cancelled.inc()
+            counted.labels("cancelled", "").inc()
         elif outcome.kind == "held":
-            m.held.inc()
+            # The reason without its downstream ("circuit_open:bank-api"): downstream_held has both.
+            counted.labels("held", (outcome.held_reason or "circuit_open").split(":", 1)[0]).inc()
+        elif outcome.delay is not None:
+            counted.labels("retrying", "").inc()
         else:
-            m.failed.inc()
-            if outcome.delay is not None:
-                m.retried.inc()
-            else:
-                m.dead_lettered.labels(outcome.dlq_reason or "permanent_error").inc()
+            counted.labels("dead_lettered", outcome.dlq_reason or "permanent_error").inc()

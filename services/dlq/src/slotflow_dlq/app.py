@@ -43,7 +43,7 @@ from slotflow.pg.outbox import OutboxRelay, append_many
 from slotflow.pg.pool import CONNECTION_ERRORS, Conn, Pool, wait_for_pool
 from slotflow.pg.retention import purge_loop
 from slotflow.principals import CommandVerifier, KafkaKeyRing, SignatureSettings, UnprovenCommand
-from slotflow.service import Supervisor, metrics_listener, migrate, sleep_or_stop
+from slotflow.service import Supervisor, metrics_listener, migrate, outbox_backlog, sleep_or_stop
 from slotflow.settings import KafkaSettings, PostgresSettings
 from slotflow_dlq import queries, retention, store
 from slotflow_dlq.config import DlqSettings
@@ -122,6 +122,7 @@ class DlqService:
                 client_id=f"dlq-letters-{self.settings.instance_id}",
                 max_poll_records=self.settings.max_poll_records,
                 max_partition_fetch_bytes=DLQ_MAX_RECORD_BYTES + 64 * 1024,
+                lag=self.metrics.consumer_lag,
             )
             commands = Consumer(
                 self.kafka,
@@ -129,6 +130,7 @@ class DlqService:
                 group_id=self._group(self.settings.commands_group),
                 client_id=f"dlq-commands-{self.settings.instance_id}",
                 max_poll_records=self.settings.max_poll_records,
+                lag=self.metrics.consumer_lag,
             )
             with listener:
                 async with producer, letters, commands:
@@ -187,6 +189,9 @@ class DlqService:
         loops.add("commands", self.commands_loop.run)
         loops.add("redrives", self.responder.run)
         loops.add("outbox", self._outbox.run)
+        loops.add(
+            "outbox-backlog", outbox_backlog(self._outbox, self.metrics.outbox_backlog), cancel_on_stop=True
+        )
         loops.add("gauges", self._refresh_gauges)
         purges = retention.purges(
             self.schema,

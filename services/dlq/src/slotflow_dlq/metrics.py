@@ -2,6 +2,8 @@
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from slotflow.kafka.lag import ConsumerLag
+
 
 class DlqMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
@@ -40,6 +42,11 @@ class DlqMetrics:
         self.parked_now = Gauge(
             "slotflow_dlq_parked_entries", "Entries parked now, by reason", ["reason"], registry=self.registry
         )
+        self.outbox_backlog = Gauge(
+            "slotflow_dlq_outbox_backlog",
+            "Events staged in the DLQ service's outbox and not yet published (status changes, answers)",
+            registry=self.registry,
+        )
         self.oldest_parked_age = Gauge(
             "slotflow_dlq_oldest_parked_age_seconds",
             "Age of the oldest parked entry by the database clock (0 when none)",
@@ -57,3 +64,5 @@ class DlqMetrics:
             ["reason"],
             registry=self.registry,
         )
+        #: `slotflow_kafka_consumer_lag{group,topic,partition}`, fed by every consumer's poll.
+        self.consumer_lag = ConsumerLag(self.registry)

@@ -19,7 +19,8 @@ import logging
 from datetime import datetime
 from pathlib import Path
 
-from slotflow.contracts import Envelope, RedriveRequested, TimerFired
+from slotflow import tracing
+from slotflow.contracts import Envelope, RedriveRequested, StartWorkflow, TimerFired
 from slotflow.contracts.catalogue import RUN_EVENT_TYPES, WORKFLOW_COMMAND_TYPES, Messages
 from slotflow.contracts.topics import (
     DLQ_MESSAGES,
@@ -40,7 +41,7 @@ from slotflow.pg.outbox import OutboxRelay, Staged, append_many
 from slotflow.pg.pool import Pool, wait_for_pool
 from slotflow.pg.retention import purge_loop
 from slotflow.principals import CommandVerifier, KafkaKeyRing, UnprovenCommand
-from slotflow.service import Supervisor, metrics_listener, migrate, sleep_or_stop
+from slotflow.service import Supervisor, metrics_listener, migrate, outbox_backlog, sleep_or_stop
 from slotflow_orchestrator.config import Settings
 from slotflow_orchestrator.decider_loop import RECOVERABLE, DeciderLoop
 from slotflow_orchestrator.deciding import Decisions
@@ -140,6 +141,7 @@ class OrchestratorService:
                 max_poll_records=cfg.max_poll_records,
                 session_timeout_ms=cfg.session_timeout_ms,
                 heartbeat_interval_ms=max(300, cfg.session_timeout_ms // 3),
+                lag=self.metrics.consumer_lag,
             )
             async with producer, consumer:
                 await self._run_parts(stop, pool, producer, consumer)
@@ -241,6 +243,9 @@ class OrchestratorService:
         )
         supervisor.add("decider", decider.run, stage=1)
         supervisor.add("relay", self._relay.run, stage=2)
+        supervisor.add(
+            "outbox-backlog", outbox_backlog(self._relay, self.metrics.outbox_backlog), cancel_on_stop=True
+        )
         supervisor.add("prune", self._prune_loop, stage=0, cancel_on_stop=True)
         supervisor.add("purge", self._purge_loop, stage=0, cancel_on_stop=True)
         with metrics_listener(self.metrics.registry, port=cfg.metrics_port, host=cfg.metrics_host):
@@ -289,6 +294,8 @@ class OrchestratorService:
 
     async def _on_inputs(self, batch: list[Incoming]) -> None:
         schema = self.settings.orchestrator.db_schema
+        if tracing.enabled():
+            _link_started_runs(batch)
         checks = self._verifier.required and any(isinstance(i.message, COMMANDS) for i in batch)
         if checks:
             await self._verifier.refresh()  # every key revoked before this call is known after it
@@ -355,3 +362,17 @@ class OrchestratorService:
 
     def _own_poison(self, record: Record, reason: str) -> None:
         self.metrics.poison.labels(reason).inc()
+
+
+def _link_started_runs(batch: list[Incoming]) -> None:
+    """Link the intake's span to the trace of each workflow run a StartWorkflow of ``batch``
+    starts (the run's trace id is derived from the workflow id and the command id,
+    `slotflow.tracing.workflow_ids`): from a command's trace (the API request, the CLI call) one
+    step leads to its workflow's. A start the decision refuses starts no run, and that trace stays
+    empty: the CommandRejected in the command's own trace says why."""
+    for incoming in batch:
+        if isinstance(incoming.message, StartWorkflow):
+            tracing.link_current(
+                tracing.workflow_context(incoming.message.workflow_id, incoming.envelope.id),
+                {"slotflow.workflow_id": incoming.message.workflow_id, "slotflow.link": "workflow run"},
+            )

@@ -99,6 +99,7 @@ LOCK_ROWS = (
 # decision without an activity outcome (a start, a signal) never needs the claimer's schema.
 LOCK_INPUTS = """
 SELECT i.seq, i.workflow_id, i.envelope, clock_timestamp() AS seen_at, i.type, i.run_id AS backed,
+       i.trace_parent,
        r.run_id, r.state, r.fence_token, r.attempt, r.handler, r.redrive_count,
        CASE WHEN r.state = 'completed' THEN r.result::text END AS result,
        CASE WHEN r.state = 'dead_lettered' THEN r.error::text END AS error
@@ -109,7 +110,7 @@ SELECT i.seq, i.workflow_id, i.envelope, clock_timestamp() AS seen_at, i.type, i
 """
 LOCK_INPUTS_ALONE = """
 SELECT i.seq, i.workflow_id, i.envelope, clock_timestamp() AS seen_at, i.type, NULL::text AS backed,
-       NULL::text AS run_id
+       NULL::text AS run_id, i.trace_parent
   FROM {schema}.inputs AS i
  WHERE i.workflow_id = ANY($1::text[])
  ORDER BY i.seq
@@ -360,9 +361,15 @@ class Decisions:
         if not self._claimer_ready:
             self._claimer_ready = bool(await conn.fetchval(CLAIMER_READY, self._claimer_table))
         lock_inputs = statements["inputs"] if self._claimer_ready else statements["inputs_alone"]
+        #: Per workflow, each input's (envelope id, type, traceparent): what its decision links to.
+        traces: dict[str, list[tuple[str, str, str]]] = {}
         for r in await conn.fetch(lock_inputs, ids):
             waiting_input = _input(r["seq"], r["envelope"])
             waiting.setdefault(r["workflow_id"], []).append(waiting_input)
+            if r["trace_parent"] is not None:
+                traces.setdefault(r["workflow_id"], []).append(
+                    (waiting_input.envelope.id, r["type"], r["trace_parent"])
+                )
             clock = max(clock, r["seen_at"])
             if r["run_id"] is not None:
                 records[r["run_id"]] = _run_record(r)
@@ -419,7 +426,9 @@ class Decisions:
                 records=records,
                 clock=clock,
             )
-            with _decision_span(out, record, inputs=len(inputs), shard=shard, began=began):
+            with _decision_span(
+                out, record, inputs=len(inputs), shard=shard, began=began, traces=traces.get(workflow_id, ())
+            ):
                 await self._gather(
                     conn,
                     store,
@@ -616,12 +625,31 @@ class Decisions:
 
 
 @contextlib.contextmanager
-def _decision_span(out: Step, record: Any, *, inputs: int, shard: int, began: int) -> Iterator[None]:
+def _decision_span(
+    out: Step,
+    record: Any,
+    *,
+    inputs: int,
+    shard: int,
+    began: int,
+    traces: Sequence[tuple[str, str, str]] = (),
+) -> Iterator[None]:
     """A decision's span (tracing on), in its workflow run's trace: below the run's root span,
-    which the decision that starts the run records (`slotflow.tracing.workflow_started`)."""
+    which the decision that starts the run records (`slotflow.tracing.workflow_started`).
+
+    ``traces`` are the inputs it takes, each (envelope id, type, traceparent of the record it came
+    from): the decision links to each (the command, the activity's RunCompleted, the TimerFired
+    that caused it), and the root span to the StartWorkflow that started the run."""
     if not tracing.enabled():
         yield
         return
+    links = {
+        envelope_id: tracing.link(
+            context, {"slotflow.message.id": envelope_id, "slotflow.message.type": type_}
+        )
+        for envelope_id, type_, parent in traces
+        if (context := tracing.from_traceparent(parent)) is not None
+    }
     workflow_id = out.workflow_id
     started = [e for e in out.events if isinstance(e, WorkflowStarted) and e.continued_from is None]
     workflow_type = (
@@ -640,12 +668,14 @@ def _decision_span(out: Step, record: Any, *, inputs: int, shard: int, began: in
             command_id,
             attributes=attributes,
             start_time=began,
+            links=[links[command_id]] if command_id in links else (),
         )
     parent = tracing.workflow_context(workflow_id, command_id) if command_id is not None else None
     with tracing.span(
         TRACE_SCOPE,
         f"decide {workflow_type}",
         parent=parent,
+        links=links.values(),
         start_time=began,
         attributes={
             **attributes,

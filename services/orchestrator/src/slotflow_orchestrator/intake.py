@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 import asyncpg
 
+from slotflow import tracing
 from slotflow.contracts import (
     CancelWorkflow,
     Message,
@@ -48,6 +49,7 @@ from slotflow.contracts.codec import encode
 from slotflow.core.identity import activity_run_id
 from slotflow.kafka.loop import DEFAULT_OUTAGE_TYPES, Incoming
 from slotflow.kafka.producer import partition_for
+from slotflow.kafka.records import Record
 from slotflow.pg.pool import CONNECTION_ERRORS, Conn, Pool
 from slotflow.pg.statements import sql
 
@@ -77,12 +79,13 @@ RECORD_INPUTS = (
     "SELECT * FROM unnest($1::text[], $2::int[], $3::text[], $4::bytea[])"
 )
 # Consumed records, each with its value as consumed; an outcome also with where it came from, so
-# the decision that refuses it parks the very record (origin columns NULL for commands).
+# the decision that refuses it parks the very record (origin columns NULL for commands); with
+# tracing on, every input with the trace context its record carried (the decision links to it).
 RECORD_CONSUMED = (
     "INSERT INTO {schema}.inputs (workflow_id, shard, type, envelope, origin_topic, origin_partition, "
-    "origin_offset, origin_key, origin_headers, origin_timestamp_ms, run_id) "
+    "origin_offset, origin_key, origin_headers, origin_timestamp_ms, run_id, trace_parent) "
     "SELECT * FROM unnest($1::text[], $2::int[], $3::text[], $4::bytea[], $5::text[], $6::int[], "
-    "$7::bigint[], $8::bytea[], $9::jsonb[], $10::bigint[], $11::text[])"
+    "$7::bigint[], $8::bytea[], $9::jsonb[], $10::bigint[], $11::text[], $12::text[])"
 )
 
 
@@ -128,6 +131,14 @@ def headers_text(headers: tuple[tuple[str, bytes], ...]) -> str:
     base64 (byte-exact, and jsonb holds no NUL). Outcomes mostly carry the same few headers (their
     type and version; a trace context only with tracing on): each distinct set is encoded once."""
     return json.dumps([[key, base64.b64encode(value).decode()] for key, value in headers])
+
+
+def trace_parent(record: Record) -> str | None:
+    """The `traceparent` a consumed record carries, kept with its input while tracing is on (off,
+    nothing is written: docs/tracing.md)."""
+    if not tracing.enabled():
+        return None
+    return tracing.storable_traceparent(record.header(tracing.TRACEPARENT))
 
 
 def backed_run_id(message: Message) -> str | None:
@@ -224,6 +235,7 @@ async def admit(
         [headers_text(o.headers) if o else None for o in origins],
         [o.timestamp_ms if o else None for o in origins],
         [backed_run_id(incoming.message) for incoming, _ in new],
+        [trace_parent(incoming.record) for incoming, _ in new],
     )
     return Admitted(
         frozenset(shard_ids), tuple(incoming.envelope.type for incoming, _ in new), tuple(refused)

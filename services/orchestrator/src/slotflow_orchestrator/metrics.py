@@ -2,6 +2,8 @@
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from slotflow.kafka.lag import ConsumerLag
+
 
 class OrchestratorMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
@@ -41,6 +43,12 @@ class OrchestratorMetrics:
             "Replays that diverged from their history (the workflow is stuck until a fix is deployed)",
             registry=self.registry,
         )
+        self.outbox_backlog = Gauge(
+            "slotflow_orchestrator_outbox_backlog",
+            "Events staged in the orchestrator's outbox and not yet published (history, activities' "
+            "JobDue, timers, answers)",
+            registry=self.registry,
+        )
         self.shards_owned = Gauge(
             "slotflow_orchestrator_shards_owned",
             "Command-topic partitions whose lease this orchestrator holds",
@@ -71,3 +79,5 @@ class OrchestratorMetrics:
             "Closed workflows whose history rows the retention purged (the history topic keeps them)",
             registry=self.registry,
         )
+        #: `slotflow_kafka_consumer_lag{group,topic,partition}`, fed by every consumer's poll.
+        self.consumer_lag = ConsumerLag(self.registry)

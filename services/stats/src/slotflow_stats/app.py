@@ -30,6 +30,7 @@ import faust
 from aiokafka import AIOKafkaClient
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.structs import TopicPartition
+from faust.exceptions import ConsumerNotStarted
 
 from slotflow_base.settings import KafkaConnection
 from slotflow_stats import sink
@@ -37,6 +38,7 @@ from slotflow_stats.config import DLQ_EVENTS, JOBS_DUE, RUN_EVENTS, SCHEDULE_EVE
 from slotflow_stats.consumer import install_processed_only_acks
 from slotflow_stats.errors import StatsError, TopicMissing, UndecodableEvent
 from slotflow_stats.health import FlushClock, serve_health
+from slotflow_stats.metrics import StatsMetrics, source_lags
 from slotflow_stats.observe import Family, Observation, StoredFamily, observe
 from slotflow_stats.producer import install_draining_buffer
 from slotflow_stats.windows import SIZES, Key, Value, apply, window_start
@@ -190,6 +192,9 @@ class Processor:
         #: Observations older than a window's expiry, left out of that window size.
         self.too_old = 0
         self.pool: asyncpg.Pool | None = None
+        #: Served on the health listener's /metrics.
+        self.metrics = StatsMetrics()
+        self._source_topics = {settings.kafka.topic_name(n) for names in SOURCES.values() for n in names}
         for family, names in SOURCES.items():
             topics = [settings.kafka.topic_name(name) for name in names]
             counts = {partitions[topic] for topic in topics}
@@ -218,9 +223,13 @@ class Processor:
     async def _serve_health(self) -> None:
         stats = self.settings.stats
         server = await serve_health(
-            stats.health_host, stats.health_port, self.flushes, stats.health_stale_after_seconds
+            stats.health_host,
+            stats.health_port,
+            self.flushes,
+            stats.health_stale_after_seconds,
+            metrics=self.metrics.render,
         )
-        log.info("health listener on %s:%d (/livez, /readyz)", stats.health_host, stats.health_port)
+        log.info("health listener on %s:%d (/livez, /readyz, /metrics)", stats.health_host, stats.health_port)
         async with server:
             await server.serve_forever()
 
@@ -286,6 +295,7 @@ class Processor:
             # Not dead-lettered here: the api's projector reads the same record and parks it in
             # the DLQ with its reason; a second dead letter for it would count the poison twice.
             self.undecodable += 1
+            self.metrics.skipped.labels("undecodable").inc()
             log.warning(
                 "skipping undecodable record %s[%d]@%d: %s",
                 message.topic,
@@ -325,11 +335,13 @@ class Processor:
         self, family: StoredFamily, key: Key, observation: Observation, *, now: float, event: Any
     ) -> None:
         message = event.message
+        counted = redelivered = too_old = False
         for size, table in self.tables[family].items():
             if observation.at < now - self._expires(size):
                 # faust drops windows older than their expiry (by the wall clock); counting into
                 # one would start it again from zero, and the sink would refuse the smaller copy.
                 self.too_old += 1
+                too_old = True
                 continue
             # .value() reads the window of the wrapper's own instant (the event's time); .current()
             # would read the window of the Kafka record's timestamp, another window for any event
@@ -337,9 +349,17 @@ class Processor:
             window = table.relative_to(observation.at)
             updated = apply(window[key].value(), observation, topic=message.topic, offset=message.offset)
             if updated is None:
+                redelivered = True
                 continue
+            counted = True
             window[key] = updated
             self.dirty[(family, size, key, window_start(observation.at, size))] = updated
+        if counted:
+            self.metrics.events.labels(family).inc()
+        elif redelivered:
+            self.metrics.skipped.labels("redelivered").inc()
+        elif too_old:
+            self.metrics.skipped.labels("too_old").inc()
 
     async def _connect(self) -> asyncpg.Pool:
         """The pool the sink copies through, with the sink's tables created.
@@ -381,7 +401,9 @@ class Processor:
         return windows, handlers
 
     async def flush(self) -> None:
-        """Copy the windows changed since the last flush (all of them after a recovery)."""
+        """Copy the windows changed since the last flush (all of them after a recovery), and
+        sample the consumer lag."""
+        self._sample_lag()
         if self.pool is None:
             self.pool = await self._connect()
         if self.full_copy:
@@ -393,7 +415,7 @@ class Processor:
             windows, handlers = self.dirty, self.dirty_handlers
         self.dirty, self.dirty_handlers = {}, {}
         if not windows and not handlers:
-            self.flushes.copied()
+            self._copied()
             return
         rows = [
             sink.WindowRow(size, start, family, key.subject, key.partition, value)
@@ -405,8 +427,34 @@ class Processor:
         except (TimeoutError, asyncpg.PostgresError, OSError) as err:
             # Keep them for the next flush; anything changed since is newer and wins.
             log.warning("copying %d windows to PostgreSQL failed, will retry: %s", len(rows), err)
+            self.metrics.copy_failures.inc()
             self.dirty = {**windows, **self.dirty}
             self.dirty_handlers = {**handlers, **self.dirty_handlers}
             return
-        self.flushes.copied()
+        self._copied()
+        self.metrics.windows_copied.inc(len(rows))
         log.debug("copied %d windows and %d handlers", len(rows), len(handlers))
+
+    def _copied(self) -> None:
+        self.flushes.copied()
+        self.metrics.last_copy.set(time.time())
+
+    def _sample_lag(self) -> None:
+        """The source topics' lag from the consumer's own state (the high watermark each fetch
+        reported, the offsets faust committed): no broker round trip."""
+        consumer = self.app.consumer
+        ends: dict[tuple[str, int], int | None] = {}
+        committed: dict[tuple[str, int], int | None] = {}
+        try:
+            for tp in consumer.assignment():
+                key = (tp.topic, tp.partition)
+                ends[key] = consumer.highwater(tp)
+                # faust's own record of what it committed (a defaultdict: .get adds nothing).
+                committed[key] = consumer._committed_offset.get(tp)
+        except (AssertionError, ConsumerNotStarted) as err:
+            # Not started yet, or a partition revoked while read: the next flush samples again.
+            log.debug("consumer lag not sampled: %r", err)
+            return
+        self.metrics.record_lag(
+            self.settings.app_id, source_lags(ends.keys(), self._source_topics, ends, committed)
+        )

@@ -1,12 +1,15 @@
-"""The stats worker's health listener: what Kubernetes probes and an operator's curl ask.
+"""The stats worker's health listener: what Kubernetes probes, a Prometheus scraper and an
+operator's curl ask.
 
 faust's own web server stays off (it would serve the tables to anyone who reaches it); this is a
-listener of two paths and nothing else, bound to 127.0.0.1 unless a setting exposes it, like every
-slotflow listener (docs/security.md, "Listeners"):
+listener of three paths and nothing else, bound to 127.0.0.1 unless a setting exposes it, like
+every slotflow listener (docs/security.md, "Listeners"):
 
 - ``GET /livez``: 200 while the worker's event loop answers (a wedged loop times the probe out);
 - ``GET /readyz``: 200 once the worker has copied its windows to PostgreSQL within the last
-  ``stale_after`` seconds (an empty copy counts: nothing changed), 503 with the reason otherwise.
+  ``stale_after`` seconds (an empty copy counts: nothing changed), 503 with the reason otherwise;
+- ``GET /metrics``: the worker's Prometheus metrics (slotflow_stats.metrics), as every slotflow
+  service serves them.
 
 No faust import: the pure parts of this package load in the durable core's environment too.
 """
@@ -41,8 +44,13 @@ class FlushClock:
         return None
 
 
+#: The Prometheus text format's content type (prometheus_client.CONTENT_TYPE_LATEST).
+METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+PATHS = "/livez, /readyz or /metrics"
+
+
 def answer(path: str, flushes: FlushClock, stale_after: float) -> tuple[int, dict[str, str]]:
-    """The status and JSON body for a GET of ``path``."""
+    """The status and JSON body for a GET of a health ``path``."""
     if path == "/livez":
         return 200, {"status": "ok"}
     if path == "/readyz":
@@ -52,7 +60,11 @@ def answer(path: str, flushes: FlushClock, stale_after: float) -> tuple[int, dic
             if problem is None
             else (503, {"status": "unavailable", "detail": problem})
         )
-    return 404, {"detail": f"no such path {path!r}: /livez or /readyz"}
+    return 404, {"detail": f"no such path {path!r}: {PATHS}"}
+
+
+def _json(status: int, body: dict[str, str]) -> tuple[int, bytes]:
+    return status, json.dumps(body).encode()
 
 
 REASONS = {
@@ -64,8 +76,15 @@ REASONS = {
 }
 
 
-async def serve_health(host: str, port: int, flushes: FlushClock, stale_after: float) -> asyncio.Server:
-    """Start the listener; the caller closes the server it returns."""
+async def serve_health(
+    host: str,
+    port: int,
+    flushes: FlushClock,
+    stale_after: float,
+    metrics: Callable[[], bytes] | None = None,
+) -> asyncio.Server:
+    """Start the listener (``metrics`` renders `GET /metrics`; None: 404); the caller closes the
+    server it returns."""
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -75,19 +94,22 @@ async def serve_health(host: str, port: int, flushes: FlushClock, stale_after: f
             return
         request_line = head.split(b"\r\n", 1)[0].decode("latin-1")
         parts = request_line.split(" ")
+        content_type = "application/json"
         if len(parts) != 3:
-            status, body = 400, {"detail": "malformed request line"}
+            payload = _json(400, {"detail": "malformed request line"})
         elif parts[0] not in {"GET", "HEAD"}:
-            status, body = 405, {"detail": f"{parts[0]} is not allowed: GET /livez or /readyz"}
+            payload = _json(405, {"detail": f"{parts[0]} is not allowed: GET {PATHS}"})
+        elif parts[1].split("?", 1)[0] == "/metrics" and metrics is not None:
+            content_type, payload = METRICS_CONTENT_TYPE, (200, metrics())
         else:
-            status, body = answer(parts[1].split("?", 1)[0], flushes, stale_after)
-        payload = json.dumps(body).encode()
+            payload = _json(*answer(parts[1].split("?", 1)[0], flushes, stale_after))
+        status, body = payload
         writer.write(
-            f"HTTP/1.1 {status} {REASONS[status]}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n".encode()
+            f"HTTP/1.1 {status} {REASONS[status]}\r\nContent-Type: {content_type}\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
         )
         if not parts or parts[0] != "HEAD":
-            writer.write(payload)
+            writer.write(body)
         with contextlib.suppress(ConnectionError):
             await writer.drain()
         writer.close()

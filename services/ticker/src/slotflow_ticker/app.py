@@ -186,7 +186,10 @@ class TickerService:
             client_id=f"ticker-redrives-{settings.ticker_id}",
         )
         loops = Supervisor(f"ticker-{settings.ticker_id}")
-        loops.add("commands", CommandLoop(self.kafka, settings, producer, handler).run)
+        loops.add(
+            "commands",
+            CommandLoop(self.kafka, settings, producer, handler, lag=self.metrics.consumer_lag).run,
+        )
         loops.add("redrives", self.redrives.run)
         loops.add("ticking", ticking.run)
         relay.add_to(loops)

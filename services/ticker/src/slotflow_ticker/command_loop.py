@@ -14,6 +14,7 @@ from functools import partial
 from slotflow.contracts.topics import DLQ_MESSAGES, SCHEDULE_COMMANDS, TIMER_COMMANDS
 from slotflow.errors import KafkaAccessDenied, TransientStorageError
 from slotflow.kafka.consumer import Consumer
+from slotflow.kafka.lag import ConsumerLag
 from slotflow.kafka.loop import ConsumeLoop
 from slotflow.kafka.poison import decode_record
 from slotflow.kafka.producer import Producer
@@ -38,9 +39,16 @@ class CommandLoop:
     """Schedule and timer commands, once each; poison records rejected and parked."""
 
     def __init__(
-        self, kafka: KafkaSettings, settings: TickerSettings, producer: Producer, handler: CommandHandler
+        self,
+        kafka: KafkaSettings,
+        settings: TickerSettings,
+        producer: Producer,
+        handler: CommandHandler,
+        *,
+        lag: ConsumerLag | None = None,
     ) -> None:
         self._kafka = kafka
+        self._lag = lag
         self._settings = settings
         self._producer = producer
         self._handler = handler
@@ -54,6 +62,7 @@ class CommandLoop:
             group_id=group_id(self._settings, self._kafka),
             client_id=f"ticker-{self._settings.ticker_id}",
             max_poll_records=self._settings.command_batch_size,
+            lag=self._lag,
         )
 
     async def run(self, stop: asyncio.Event) -> None:

@@ -621,5 +621,4 @@ def _trace_parent(record: Record) -> str | None:
     """The traceparent a StartTimer's record carries, kept with its timer (tracing on)."""
     if not tracing.enabled():
         return None
-    value = record.header(tracing.TRACEPARENT)
-    return value.decode("latin-1") if value is not None else None
+    return tracing.storable_traceparent(record.header(tracing.TRACEPARENT))

@@ -9,6 +9,8 @@ from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from slotflow.kafka.lag import ConsumerLag
+
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 BATCH_BUCKETS = (0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
 
@@ -70,6 +72,8 @@ class TickerMetrics:
         self.wheel_pending = Gauge(
             "slotflow_ticker_wheel_pending", "Deadlines held in the in-memory timing wheel", registry=r
         )
+        #: `slotflow_kafka_consumer_lag{group,topic,partition}`, fed by every consumer's poll.
+        self.consumer_lag = ConsumerLag(r)
 
     def serve(self, port: int, host: str) -> None:
         """Expose /metrics over HTTP (a daemon thread of prometheus_client)."""

@@ -1,6 +1,6 @@
 """A consumer with manual commits: offsets move only after the work they cover is durable."""
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
@@ -9,6 +9,7 @@ from aiokafka.structs import OffsetAndMetadata, TopicPartition
 
 from slotflow.errors import KafkaAccessDenied
 from slotflow.kafka.access import AUTHORIZATION_ERRORS, access_denied, start_failure
+from slotflow.kafka.lag import ConsumerLag
 from slotflow.kafka.records import Record
 from slotflow.settings import KafkaSettings
 
@@ -17,16 +18,19 @@ class _Membership(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka 
     """Counts the assignments the group handed this member (one per rebalance it took part in) and
     knows whether one is under way (from the revocation to the next assignment)."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_change: Callable[[], None]) -> None:
         self.assignments = 0
         self.rebalancing = False
+        self._on_change = on_change
 
     async def on_partitions_revoked(self, revoked: Any) -> None:
         self.rebalancing = True
+        self._on_change()
 
     async def on_partitions_assigned(self, assigned: Any) -> None:
         self.assignments += 1
         self.rebalancing = False
+        self._on_change()
 
 
 class Consumer:
@@ -44,8 +48,16 @@ class Consumer:
         max_partition_fetch_bytes: int | None = None,
         session_timeout_ms: int = 10_000,
         heartbeat_interval_ms: int = 3_000,
+        lag: ConsumerLag | None = None,
     ) -> None:
         self.group_id = group_id
+        self._isolation_level = isolation_level
+        #: Where `poll` reports this member's lag (`slotflow.kafka.lag`); None: not measured.
+        self._lag = lag
+        self._lag_sampled_at = float("-inf")
+        #: Per partition since it was last assigned: the next offset this member committed, or
+        #: before its first commit the offset of the first record it handed out (the group's).
+        self._committed: dict[tuple[str, int], int] = {}
         self._max_poll_records = max_poll_records
         self._settings = settings
         self._what = f"Kafka consumer {client_id} (group {group_id})"
@@ -63,7 +75,7 @@ class Consumer:
             session_timeout_ms=session_timeout_ms,
             heartbeat_interval_ms=heartbeat_interval_ms,
         )
-        self._membership = _Membership()
+        self._membership = _Membership(self._committed.clear)
         if topics:
             self._consumer.subscribe(list(topics), listener=self._membership)
 
@@ -77,6 +89,8 @@ class Consumer:
             ) from err
 
     async def stop(self) -> None:
+        if self._lag is not None:
+            self._lag.forget(self)  # its partitions are someone else's to report now
         await self._consumer.stop()
 
     async def __aenter__(self) -> "Consumer":
@@ -121,6 +135,15 @@ class Consumer:
                     add(await self._consumer.getmany(tp, timeout_ms=0, max_records=min(share, limit - count)))
             if count < limit:
                 add(await self._consumer.getmany(timeout_ms=0, max_records=limit - count))
+        if self._lag is not None:
+            for tp, records in taken.items():
+                # The first record handed out since the assignment is where the group had
+                # committed: the lag counts from there until this member commits itself.
+                if records:
+                    self._committed.setdefault((tp.topic, tp.partition), records[0].offset)
+            if self._lag.clock() - self._lag_sampled_at >= self._lag.interval:
+                self._lag_sampled_at = self._lag.clock()
+                self._lag.record(self, self.group_id, self.lag())
         return [Record.from_aiokafka(r) for records in taken.values() for r in records]
 
     async def commit(self, records: Sequence[Record]) -> None:
@@ -133,6 +156,37 @@ class Consumer:
         await self._consumer.commit(
             {TopicPartition(t, p): OffsetAndMetadata(o, "") for (t, p), o in offsets.items()}
         )
+        self._committed.update(offsets)
+
+    def lag(self) -> dict[tuple[str, int], int]:
+        """Records behind per assigned partition whose end a fetch has reported: the end (the last
+        stable offset for a read_committed member) minus the offset this member committed (before
+        its first commit: the first offset it handed out, or its position when it handed out
+        none, both the group's committed offset). From aiokafka's fetch state and what this member
+        did itself: no broker round trip."""
+        # aiokafka keeps each partition's fetch state (high watermark, LSO, position) here.
+        subscription = self._consumer._subscription
+        assignment = subscription.subscription.assignment if subscription.subscription else None
+        if assignment is None:
+            return {}
+        behind: dict[tuple[str, int], int] = {}
+        for tp in self._consumer.assignment():
+            state = assignment.state_value(tp)
+            if state is None:
+                continue
+            end = state.highwater
+            if self._isolation_level == "read_committed" and state.lso is not None and state.lso >= 0:
+                end = state.lso
+            if end is None:
+                continue  # not fetched yet: its end is unknown
+            key = (tp.topic, tp.partition)
+            done = self._committed.get(key)
+            if done is None:
+                if not state.has_valid_position:
+                    continue
+                done = state.position
+            behind[key] = max(0, end - done)
+        return behind
 
     def assignment(self) -> set[tuple[str, int]]:
         return {(tp.topic, tp.partition) for tp in self._consumer.assignment()}
