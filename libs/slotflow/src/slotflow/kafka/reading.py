@@ -104,6 +104,45 @@ async def _read(
     return [record for partition in sorted(by_partition) for record in by_partition[partition]]
 
 
+def _unassigned_consumer(settings: KafkaSettings, client_id: str) -> Any:
+    """A consumer outside any group that reads committed records only. client_options carries the
+    bootstrap and the TLS/SASL settings (one built from the bootstrap alone spoke PLAINTEXT to a
+    secured broker)."""
+    return AIOKafkaConsumer(
+        **settings.client_options(),
+        client_id=f"{settings.client_id_prefix}-{client_id}",
+        group_id=None,
+        enable_auto_commit=False,
+        isolation_level="read_committed",
+        max_partition_fetch_bytes=settings.max_message_bytes * 4,
+    )
+
+
+async def _assign_every_partition(
+    consumer: Any, settings: KafkaSettings, topic: str, *, role: str
+) -> list[Any]:
+    """Start ``consumer`` and assign it every partition of ``topic``; stopped again on failure.
+
+    Raises:
+        TopicNotFound: the broker has no such topic.
+        KafkaAuthenticationFailed, KafkaAccessDenied: the broker refused the login or the topic.
+        TransientStorageError: Kafka was unreachable.
+    """
+    try:
+        await consumer.start()
+        cluster = await consumer._client.fetch_all_metadata()
+    except KafkaError as err:
+        await consumer.stop()
+        raise await start_failure(settings.bootstrap, settings.security, err, f"{role} of {topic}") from err
+    numbers = cluster.partitions_for_topic(topic)
+    if not numbers:
+        await consumer.stop()
+        raise TopicNotFound(f"topic {topic} does not exist on the broker")
+    partitions = [TopicPartition(topic, p) for p in sorted(numbers)]
+    consumer.assign(partitions)
+    return partitions
+
+
 class TopicReader:
     """A topic read from given positions by hand (no group, nothing committed, read_committed).
 
@@ -115,16 +154,7 @@ class TopicReader:
     def __init__(self, settings: KafkaSettings, topic: str, *, client_id: str = "reader") -> None:
         self.topic = topic
         self._settings = settings
-        # client_options: the bootstrap and the TLS/SASL settings (a reader built from the bootstrap
-        # alone spoke PLAINTEXT to a secured broker).
-        self._consumer: Any = AIOKafkaConsumer(
-            **settings.client_options(),
-            client_id=f"{settings.client_id_prefix}-{client_id}",
-            group_id=None,
-            enable_auto_commit=False,
-            isolation_level="read_committed",
-            max_partition_fetch_bytes=settings.max_message_bytes * 4,
-        )
+        self._consumer: Any = _unassigned_consumer(settings, client_id)
         self._partitions: list[Any] = []
 
     async def start(self) -> None:
@@ -135,20 +165,9 @@ class TopicReader:
             KafkaAuthenticationFailed, KafkaAccessDenied: the broker refused the login or the topic.
             TransientStorageError: Kafka was unreachable.
         """
-        try:
-            await self._consumer.start()
-            cluster = await self._consumer._client.fetch_all_metadata()
-        except KafkaError as err:
-            await self._consumer.stop()
-            raise await start_failure(
-                self._settings.bootstrap, self._settings.security, err, f"reader of {self.topic}"
-            ) from err
-        numbers = cluster.partitions_for_topic(self.topic)
-        if not numbers:
-            await self._consumer.stop()
-            raise TopicNotFound(f"topic {self.topic} does not exist on the broker")
-        self._partitions = [TopicPartition(self.topic, p) for p in sorted(numbers)]
-        self._consumer.assign(self._partitions)
+        self._partitions = await _assign_every_partition(
+            self._consumer, self._settings, self.topic, role="reader"
+        )
 
     async def stop(self) -> None:
         await self._consumer.stop()
@@ -206,14 +225,7 @@ class TopicFollower:
     def __init__(self, settings: KafkaSettings, topic: str, *, client_id: str = "follower") -> None:
         self.topic = topic
         self._settings = settings
-        self._consumer: Any = AIOKafkaConsumer(
-            **settings.client_options(),
-            client_id=f"{settings.client_id_prefix}-{client_id}",
-            group_id=None,
-            enable_auto_commit=False,
-            isolation_level="read_committed",
-            max_partition_fetch_bytes=settings.max_message_bytes * 4,
-        )
+        self._consumer: Any = _unassigned_consumer(settings, client_id)
         self._partitions: list[Any] = []
 
     async def start(self) -> None:
@@ -224,20 +236,9 @@ class TopicFollower:
             KafkaAuthenticationFailed, KafkaAccessDenied: the broker refused the login or the topic.
             TransientStorageError: Kafka was unreachable.
         """
-        try:
-            await self._consumer.start()
-            cluster = await self._consumer._client.fetch_all_metadata()
-        except KafkaError as err:
-            await self._consumer.stop()
-            raise await start_failure(
-                self._settings.bootstrap, self._settings.security, err, f"follower of {self.topic}"
-            ) from err
-        numbers = cluster.partitions_for_topic(self.topic)
-        if not numbers:
-            await self._consumer.stop()
-            raise TopicNotFound(f"topic {self.topic} does not exist on the broker")
-        self._partitions = [TopicPartition(self.topic, p) for p in sorted(numbers)]
-        self._consumer.assign(self._partitions)
+        self._partitions = await _assign_every_partition(
+            self._consumer, self._settings, self.topic, role="follower"
+        )
         await self._consumer.seek_to_beginning(*self._partitions)
 
     async def stop(self) -> None:
