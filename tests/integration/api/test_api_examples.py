@@ -69,7 +69,12 @@ async def test_every_command_has_an_example_and_the_api_accepts_each(client: htt
 #: DLQ service, with dry runs), not here.
 WITHOUT_EXAMPLES_YET = frozenset({"POST /v1/dlq/redrive", "POST /v1/dlq/discard"})
 #: What the example requests put in the URL.
-PATH_VALUES = {"schedule_id": "merchant-payouts", "workflow_id": "order-1042", "name": "bank-api"}
+PATH_VALUES = {
+    "schedule_id": "merchant-payouts",
+    "workflow_id": "order-1042",
+    "name": "bank-api",
+    "sequence": 2,
+}
 
 
 def _schema(spec: dict[str, object], node: dict[str, object]) -> dict[str, object]:
