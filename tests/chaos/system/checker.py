@@ -7,7 +7,8 @@ CommandRejected, the DLQ). The slots it expects it computes itself, from the sch
 the workload sent and their start/end instants on the database clock, by the documented cron and
 DST semantics (tests/cron_oracle.py: docs/scheduling.md written again, sharing no code with the
 ticker), so a documented difference from croniter is never counted as a violation. The
-one piece of service state it reads is the outbox tables, for rows never published.
+pieces of service state it reads are the outbox tables, for rows never published, and the dlq's
+letter statuses (an unanswered redrive request must leave its letter visibly `redriving`).
 
 `check` is a pure function of a `Recording`, so a unit test can tamper with a recorded run and see
 each violation reported; `collect` (in collect.py) fills a Recording from the real stack.

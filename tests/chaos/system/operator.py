@@ -40,6 +40,8 @@ RESUME_BY_REDRIVE_SHARE = 0.4
 #: What the api's `?wait=` waits for a command's answer, and how long the operator keeps at one act.
 ANSWER_WAIT_S = 10.0
 ACT_TIMEOUT_S = 120.0
+#: How long a closed workflow's parked letter may still take to show in the api.
+LETTER_GRACE_S = 10.0
 CLOSED = frozenset({"completed", "failed", "cancelled", "terminated", "timed_out"})
 #: The DLQ reasons of the bulk redrives: a parked activity's, and the workload's poison's.
 PARKED_REASON = "permanent_error"
@@ -99,6 +101,10 @@ class Operator:
             letters = [item for item in items if item.get("sequence")]
             if letters:
                 return dict(letters[0])
+            if await self._status(workflow_id) in CLOSED:
+                # Cancelled before its reservation was scheduled, or closed while it ran: a letter
+                # still on its way shows within a few seconds, else none is coming.
+                deadline = min(deadline, time.monotonic() + LETTER_GRACE_S)
             await asyncio.sleep(1.0)
         return None
 
