@@ -40,6 +40,8 @@ RESUME_BY_REDRIVE_SHARE = 0.4
 #: What the api's `?wait=` waits for a command's answer, and how long the operator keeps at one act.
 ANSWER_WAIT_S = 10.0
 ACT_TIMEOUT_S = 120.0
+#: A letter's statuses once its owner answered a redrive.
+ANSWERED = frozenset({"redriven", "redrive_failed"})
 #: How long a closed workflow's parked letter may still take to show in the api.
 LETTER_GRACE_S = 10.0
 CLOSED = frozenset({"completed", "failed", "cancelled", "terminated", "timed_out"})
@@ -113,9 +115,13 @@ class Operator:
         return str(response.json().get("status", "parked")) if response.status_code == 200 else "parked"
 
     async def _redrive_answer(self, letter_id: str) -> str:
-        """The letter's status once its owner answered the redrive (or `redriving` still)."""
-        deadline = time.monotonic() + ACT_TIMEOUT_S
-        while (status := await self._letter_status(letter_id)) == "redriving" and time.monotonic() < deadline:
+        """The letter's status once its owner answered the redrive the dlq staged (`redriven` or
+        `redrive_failed`), or as it is when the operator stops waiting (the read model may still
+        show it `parked` for a moment, then `redriving` until the owner answers)."""
+        deadline = time.monotonic() + ANSWER_WAIT_S * 3
+        while (
+            status := await self._letter_status(letter_id)
+        ) not in ANSWERED and time.monotonic() < deadline:
             await asyncio.sleep(1.0)
         return status
 
@@ -184,8 +190,8 @@ class Operator:
         while time.monotonic() < deadline:
             if by_redrive:
                 selection = {"ids": [letter_id], "status": await self._letter_status(letter_id)}
-                await self.redrive(selection, phase="waiting")
-                resumed = await self._redrive_answer(letter_id) == "redriven"
+                staged = (await self.redrive(selection, phase="waiting")).status_code == 200
+                resumed = staged and await self._redrive_answer(letter_id) == "redriven"
             else:
                 resumed = await self.retry(workflow_id, sequence, phase="waiting") == 200
             if resumed or await self._status(workflow_id) in CLOSED:
