@@ -7,7 +7,8 @@ CommandRejected, the DLQ). The slots it expects it computes itself, from the sch
 the workload sent and their start/end instants on the database clock, by the documented cron and
 DST semantics (tests/cron_oracle.py: docs/scheduling.md written again, sharing no code with the
 ticker), so a documented difference from croniter is never counted as a violation. The
-one piece of service state it reads is the outbox tables, for rows never published.
+pieces of service state it reads are the outbox tables, for rows never published, and the dlq's
+letter statuses (an unanswered redrive request must leave its letter visibly `redriving`).
 
 `check` is a pure function of a `Recording`, so a unit test can tamper with a recorded run and see
 each violation reported; `collect` (in collect.py) fills a Recording from the real stack.
@@ -81,6 +82,42 @@ class OrderUnderTest:
     declines: bool
     #: A CancelWorkflow was sent some seconds after the start: mid-saga, or after it ended.
     cancelled: bool = False
+    #: A parking order (`system.checkout.parking`): its reservation parks until an operator resumes it.
+    parks: bool = False
+
+
+@dataclass(frozen=True)
+class RetryUnderTest:
+    """A RetryActivity the operator sent (operator.py): answered by a CommandAccepted (and an
+    ActivityRetried of its id) or a CommandRejected with the reason, which changes nothing."""
+
+    command_id: str
+    workflow_id: str
+    sequence: int
+    #: `waiting` (it should resume the step) or `after it <status>` (it should be refused).
+    phase: str
+
+
+@dataclass(frozen=True)
+class RedriveUnderTest:
+    """A RedriveDeadLetters the operator sent (not its dry runs) and the api's HTTP answer."""
+
+    command_id: str
+    phase: str
+    http_status: int
+
+
+@dataclass(frozen=True)
+class RedriveRequestSeen:
+    """A RedriveRequested the dlq staged on its internal topic: the letter and the owner asked."""
+
+    request_id: str
+    dead_letter_id: str
+    command_id: str
+    target: str
+    kind: str
+    workflow_id: str | None = None
+    sequence: int | None = None
 
 
 @dataclass(frozen=True)
@@ -177,6 +214,20 @@ class Recording:
     sleeps_fired: dict[tuple[str, int], datetime] = field(default_factory=dict)
     #: Where FORGED_BY showed in the workflow history topic (record positions).
     forged_marks: list[str] = field(default_factory=list)
+    #: The operator's RetryActivity commands and redrives (operator.py).
+    operator_retries: list[RetryUnderTest] = field(default_factory=list)
+    operator_redrives: list[RedriveUnderTest] = field(default_factory=list)
+    #: dlq.redrives topic: request id -> the RedriveRequested the dlq staged.
+    redrive_requests: dict[str, RedriveRequestSeen] = field(default_factory=dict)
+    #: DLQ topic: request id -> (outcome, reason) of the first RedriveOutcome answering it.
+    redrive_outcomes: dict[str, tuple[str, str]] = field(default_factory=dict)
+    #: The dlq's table: dead letter id -> its status at the end.
+    letter_statuses: dict[str, str] = field(default_factory=dict)
+    #: workflow history topic: (workflow id, scheduled sequence) of each ActivityParked.
+    activities_parked: set[tuple[str, int]] = field(default_factory=set)
+    #: workflow history topic: (workflow id, its sequence) -> (scheduled sequence, command id) of
+    #: each ActivityRetried (by its own sequence: a republished event counts once).
+    activity_retries: dict[tuple[str, int], tuple[int, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -235,6 +286,9 @@ def check(rec: Recording) -> Report:
     _check_forged_results(rec, applied, report)
     _check_sleeps(rec, applied, report)
     _check_hostile(rec, applied, report)
+    _check_compensated_steps(rec, report)
+    _check_redrives(rec, report)
+    _check_retries(rec, applied, report)
 
     for row in rec.unpublished:
         report.violations.append(Violation("unpublished outbox row", (row,), "never published"))
@@ -325,6 +379,8 @@ def _check_sagas(rec: Recording, applied: dict[str, list[Effect]], report: Repor
             )
         elif order.cancelled:
             report.counts["sagas cancelled after they ended"] += 1
+        elif order.parks:
+            report.counts[f"parking sagas resumed, then {end.removeprefix('workflow.')}"] += 1
         elif order.declines:
             report.counts["sagas compensated"] += 1
         else:
@@ -528,6 +584,138 @@ def _check_hostile(rec: Recording, applied: dict[str, list[Effect]], report: Rep
                 "forged command applied", (command_id,), "a workflow's history holds the attacker's command"
             )
         )
+
+
+def _check_compensated_steps(rec: Recording, report: Report) -> None:
+    """A compensated step never runs again after its compensation: per order, no effect row of a
+    forward step (applied or collapsed: the handler ran either way) later than its undo's effect."""
+    by_order: dict[str, list[Effect]] = defaultdict(list)
+    for effect in rec.effects:
+        if effect.kind.startswith("order."):
+            by_order[effect.subject].append(effect)
+    for subject, effects in sorted(by_order.items()):
+        for step, undo in UNDO.items():
+            undone = [e.at for e in effects if e.kind == f"order.{undo}" and e.phase == APPLIED]
+            if not undone:
+                continue
+            report.counts["compensated steps"] += 1
+            again = [e for e in effects if e.kind == f"order.{step}" and e.at > min(undone)]
+            for effect in again:
+                report.violations.append(
+                    Violation(
+                        "compensated step ran again",
+                        (subject, effect.run_id, f"seq={effect.seq}"),
+                        f"{step} {effect.phase} at {effect.at.isoformat()}, after its {undo} at "
+                        f"{min(undone).isoformat()}",
+                    )
+                )
+
+
+def _check_redrives(rec: Recording, report: Report) -> None:
+    """Every redrive request the dlq staged is answered (done, or refused with a reason) or its
+    letter visibly `redriving` at the end; every redrive the operator sent is accepted or rejected."""
+    for request_id, request in sorted(rec.redrive_requests.items()):
+        ids = (request.dead_letter_id, request.target, request_id)
+        answer = rec.redrive_outcomes.get(request_id)
+        if answer is None:
+            if rec.letter_statuses.get(request.dead_letter_id) == "redriving":
+                report.counts["redrive requests still redriving, visibly"] += 1
+                continue
+            status = rec.letter_statuses.get(request.dead_letter_id, "no row")
+            report.violations.append(
+                Violation(
+                    "redrive request lost",
+                    ids,
+                    f"no RedriveOutcome answers it and its letter reads {status!r}, not 'redriving'",
+                )
+            )
+            continue
+        outcome, reason = answer
+        if outcome == "refused" and not reason.strip():
+            report.violations.append(Violation("redrive refused without a reason", ids, "empty reason"))
+            continue
+        report.counts[f"redrive requests {'redriven' if outcome == 'done' else 'refused with a reason'}"] += 1
+    for redrive in rec.operator_redrives:
+        if redrive.command_id in rec.accepted or rec.rejected.get(redrive.command_id):
+            report.counts["operator redrives answered"] += 1
+        else:
+            report.violations.append(
+                Violation(
+                    "redrive command unanswered",
+                    (redrive.command_id, redrive.phase),
+                    f"no CommandAccepted nor CommandRejected with a reason (the api said {redrive.http_status})",
+                )
+            )
+
+
+def _check_retries(rec: Recording, applied: dict[str, list[Effect]], report: Report) -> None:
+    """A retried parked activity runs at most once per retry, and a refused retry changes nothing:
+    every RetryActivity is answered; no ActivityRetried carries a refused retry's or refused
+    redrive's id; a parked activity's run has no more applied effects than accepted retries, and
+    its step completes at most once."""
+    retried_by: dict[tuple[str, int], set[str]] = defaultdict(set)
+    for (workflow_id, _), (scheduled, command_id) in rec.activity_retries.items():
+        retried_by[(workflow_id, scheduled)].add(command_id)
+    for retry in rec.operator_retries:
+        ids = (retry.command_id, retry.workflow_id, f"sequence={retry.sequence}", retry.phase)
+        refused = rec.rejected.get(retry.command_id)
+        if retry.command_id not in rec.accepted and not refused:
+            report.violations.append(
+                Violation("retry unanswered", ids, "no CommandAccepted nor CommandRejected with a reason")
+            )
+        elif refused:
+            report.counts["retries refused with a reason"] += 1
+            if retry.command_id in retried_by[(retry.workflow_id, retry.sequence)]:
+                report.violations.append(
+                    Violation("refused retry changed the workflow", ids, f"refused ({refused}), yet retried")
+                )
+        else:
+            report.counts["retries accepted"] += 1
+    done = {
+        (r.command_id, r.workflow_id, r.sequence)
+        for request_id, r in rec.redrive_requests.items()
+        if rec.redrive_outcomes.get(request_id, ("", ""))[0] == "done"
+    }
+    for request_id, r in sorted(rec.redrive_requests.items()):
+        outcome, reason = rec.redrive_outcomes.get(request_id, ("", ""))
+        key = (r.command_id, r.workflow_id, r.sequence)
+        if r.workflow_id is None or r.sequence is None or outcome != "refused" or key in done:
+            continue
+        if r.command_id in retried_by[(r.workflow_id, r.sequence)]:
+            report.violations.append(
+                Violation(
+                    "refused retry changed the workflow",
+                    (r.dead_letter_id, r.workflow_id, f"sequence={r.sequence}"),
+                    f"its redrive was refused ({reason}), yet the activity was retried by it",
+                )
+            )
+    completions: Counter[tuple[str, int]] = Counter(
+        (workflow_id, scheduled) for (workflow_id, _), (scheduled, _) in rec.activity_results.items()
+    )
+    for workflow_id, sequence in sorted(rec.activities_parked):
+        step = (workflow_id, f"sequence={sequence}")
+        report.counts["activities parked"] += 1
+        run = rec.activity_runs.get((workflow_id, sequence))
+        retries = len(retried_by[(workflow_id, sequence)])
+        ran = len(applied.get(run or "", []))
+        if ran > retries:
+            report.violations.append(
+                Violation(
+                    "parked activity ran without a retry",
+                    (*step, run or "?"),
+                    f"{ran} applied effects for {retries} accepted retries",
+                )
+            )
+        if completions[(workflow_id, sequence)] > 1:
+            report.violations.append(
+                Violation(
+                    "retried activity completed twice",
+                    step,
+                    f"{completions[(workflow_id, sequence)]} ActivityCompleted for one step",
+                )
+            )
+        elif ran:
+            report.counts["parked activities retried, then run once"] += 1
 
 
 #: How long after a fault's injection its effects are looked for: long enough to cover the fault

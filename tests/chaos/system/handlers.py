@@ -26,6 +26,11 @@ CREATE TABLE IF NOT EXISTS system_effects (
     owner       text        NOT NULL,
     at          timestamptz NOT NULL DEFAULT clock_timestamp()
 );
+-- The operator's repairs: a parking order's reservation is refused until its row is here.
+CREATE TABLE IF NOT EXISTS system_repairs (
+    subject     text        PRIMARY KEY,
+    at          timestamptz NOT NULL DEFAULT clock_timestamp()
+);
 -- The fenced ledger: one row per run id, stamped with the highest claim that wrote it.
 CREATE TABLE IF NOT EXISTS system_ledger (
     run_id      text   PRIMARY KEY,
@@ -41,6 +46,20 @@ HOLD_S = float(os.environ.get("SYSTEM_EFFECT_HOLD_S", "0"))
 
 class CaptureDeclined(PermanentError):
     """The sandbox issuer refuses this order's capture (its workflow id says so)."""
+
+
+class ReservationRefused(PermanentError):
+    """The sandbox warehouse refuses a parking order's reservation until an operator repairs it."""
+
+
+#: What a parking order's id holds (the workload's `order-park-...`): its saga parks the reservation.
+PARKING = "park"
+REPAIR_SQL = "INSERT INTO system_repairs (subject) VALUES ($1) ON CONFLICT (subject) DO NOTHING"
+
+
+async def repair(conn: Conn, subject: str) -> None:
+    """The operator's fix for a parking order: its reservation succeeds from now on."""
+    await conn.execute(REPAIR_SQL, subject)
 
 
 async def create_tables(conn: Conn) -> None:
@@ -96,7 +115,15 @@ async def authorize(ctx: RunContext) -> dict[str, Any]:
 
 @handler("system.reserve")
 async def reserve(ctx: RunContext) -> dict[str, Any]:
-    return await apply_once(ctx, "order.reserve", _order(ctx))
+    order = _order(ctx)
+    if PARKING in order:
+        if ctx.pool is None:
+            raise RuntimeError("system handlers need the handler database")
+        async with ctx.pool.acquire() as conn:
+            repaired = await conn.fetchval("SELECT 1 FROM system_repairs WHERE subject = $1", order)
+        if repaired is None:
+            raise ReservationRefused(f"reservation of {order} refused until an operator repairs it")
+    return await apply_once(ctx, "order.reserve", order)
 
 
 @handler("system.capture")

@@ -16,6 +16,7 @@ import glob
 import json
 import os
 import random
+import secrets
 import signal
 import socket
 import sys
@@ -47,7 +48,9 @@ from slotflow.contracts import (
 from slotflow.contracts.runs import JobDue
 from slotflow.contracts.timers import FireJobDue, StartTimer, retry_timer_id
 from slotflow.contracts.topics import (
+    DLQ_EVENTS,
     DLQ_MESSAGES,
+    DLQ_REDRIVES,
     JOBS_DUE,
     RUN_EVENTS,
     SCHEDULE_COMMANDS,
@@ -73,10 +76,12 @@ from tests.chaos.system.checker import (
     HostileRecord,
     OrderUnderTest,
     Recording,
+    RedriveRequestSeen,
     ScheduleUnderTest,
     TimerUnderTest,
 )
-from tests.chaos.system.handlers import create_tables
+from tests.chaos.system.handlers import PARKING, create_tables
+from tests.chaos.system.operator import Operator
 from tests.chaos.system.proxy import FaultyProxy
 
 REPO = Path(__file__).resolve().parents[3]
@@ -376,6 +381,10 @@ class System:
             for name in ("system", "claimer", "orchestrator", "mallory")
         }
         self.signer = self.signers["system"]
+        #: The operator's admin token for the api (its bootstrap token, in this seed's api only).
+        self.api_token = secrets.token_urlsafe(32)
+        #: Redrives and retries through the api (operator.py); its address is known once started.
+        self.operator = Operator(seed, "", self.api_token, self.dsn, self.say)
 
     def say(self, line: str) -> None:
         self.log.append(line)
@@ -499,7 +508,13 @@ class System:
         self.services["dlq"] = ServiceProcess(
             "slotflow_dlq", "dlq", env=dlq_env, log_dir=self.log_dir, cwd=REPO
         )
-        api_env = {**self._env("api"), "SLOTFLOW_API_PORT": str(free_fixed_port("", 27500, self._ports))}
+        api_port = free_fixed_port("", 27500, self._ports)
+        api_env = {
+            **self._env("api"),
+            "SLOTFLOW_API_PORT": str(api_port),
+            "SLOTFLOW_API_BOOTSTRAP_TOKEN": self.api_token,
+        }
+        self.operator.base_url = f"http://127.0.0.1:{api_port}"
         self.services["api"] = ServiceProcess(
             "slotflow_api", "api", env=api_env, log_dir=self.log_dir, cwd=REPO
         )
@@ -650,16 +665,25 @@ class System:
             declines = rng.random() < 0.3
             cancel_after = rng.uniform(*CANCEL_AFTER_S) if rng.random() < CANCEL_SHARE else None
             malformed = rng.random() < MALFORMED_SIGNAL_SHARE
-            wid = f"order-{'decline-' if declines else ''}{n}"
+            # From the operator's own stream, so the draws above stay each seed's.
+            parks, parked_declines = self.operator.parks()
+            declines = declines or parked_declines
+            wid = f"order-{PARKING + '-' if parks else ''}{'decline-' if declines else ''}{n}"
+            workflow_type = "system.checkout.parking" if parks else "system.checkout"
             await publish_command(
                 producer,
                 self.kafka,
-                StartWorkflow(workflow_id=wid, workflow_type="system.checkout", input={"order_id": wid}),
+                StartWorkflow(workflow_id=wid, workflow_type=workflow_type, input={"order_id": wid}),
                 command_id=f"start-{wid}",
                 source="system",
                 signer=self.signer,
             )
-            self.workload.orders.append(OrderUnderTest(wid, declines, cancelled=cancel_after is not None))
+            self.workload.orders.append(
+                OrderUnderTest(wid, declines, cancelled=cancel_after is not None, parks=parks)
+            )
+            if parks:
+                # The operator resumes its parked step, then sees both doors refuse once it closed.
+                self.sends.append(asyncio.ensure_future(self.operator.tend(wid)))
             if malformed:
                 # Keyed like the start, so it arrives after it: the run is there to refuse it for.
                 signal_id = f"bad-note-{wid}"
@@ -692,7 +716,8 @@ class System:
                 await asyncio.sleep(1.0)
 
     async def finish_sends(self) -> None:
-        """Wait for the cancels still to be sent (each its own task, timed after its order's start)."""
+        """Wait for the cancels still to be sent (each its own task, timed after its order's start)
+        and the operator's acts on the parking orders."""
         await asyncio.gather(*self.sends)
         self.sends.clear()
 
@@ -777,9 +802,14 @@ class System:
             invalid_commands=list(w.invalid_commands),
             malformed_signals=list(w.malformed_signals),
             hostile=list(w.hostile),
+            operator_retries=list(self.operator.retries),
+            operator_redrives=list(self.operator.redrives),
         )
         conn = await asyncpg.connect(self.dsn)
         try:
+            rec.letter_statuses = {
+                r["id"]: r["status"] for r in await conn.fetch("SELECT id, status FROM dlq.dead_letters")
+            }
             for r in await conn.fetch("SELECT * FROM system_effects ORDER BY seq"):
                 rec.effects.append(
                     Effect(
@@ -859,8 +889,32 @@ class System:
                 rec.rejected[envelope["data"]["command_id"]] = envelope["data"]["reason"]
             elif envelope.get("type") == "command.accepted":
                 rec.accepted.add(envelope["data"].get("command_id", ""))
+        for envelope, _ in await self.read_topic(DLQ_EVENTS):
+            if envelope.get("type") == "command.rejected":
+                rec.rejected[envelope["data"]["command_id"]] = envelope["data"]["reason"]
+            elif envelope.get("type") == "command.accepted":
+                rec.accepted.add(envelope["data"].get("command_id", ""))
+        for envelope, _ in await self.read_topic(DLQ_REDRIVES):
+            data = envelope.get("data", {})
+            if envelope.get("type") == "dlq.redrive_requested":
+                rec.redrive_requests[str(data["request_id"])] = RedriveRequestSeen(
+                    str(data["request_id"]),
+                    str(data["dead_letter_id"]),
+                    str(data["command_id"]),
+                    str(data["target"]),
+                    str(data["kind"]),
+                    data.get("workflow_id"),
+                    data.get("sequence"),
+                )
         for envelope, _ in await self.read_topic(DLQ_MESSAGES):
             data = envelope.get("data", {})
+            if envelope.get("type") == "dlq.redrive_outcome":
+                # The first answer of a request counts (the dlq's rule); anyone may write this
+                # topic, so only the requests the dlq staged are judged (by their random ids).
+                rec.redrive_outcomes.setdefault(
+                    str(data.get("request_id")), (str(data.get("outcome")), str(data.get("reason", "")))
+                )
+                continue
             if data.get("key"):
                 rec.parked[data["key"]] = data.get("reason", "")
             origin = f"{data.get('topic')}:{data.get('partition')}:{data.get('offset')}"
@@ -935,6 +989,13 @@ def _see_history(rec: Recording, record: TopicRecord) -> None:
         )
     elif kind == "workflow.completed":
         rec.workflow_results[workflow_id] = data.get("result")
+    elif kind == "workflow.activity_parked":
+        rec.activities_parked.add((workflow_id, int(data["scheduled_sequence"])))
+    elif kind == "workflow.activity_retried":
+        rec.activity_retries[(workflow_id, int(data["sequence"]))] = (
+            int(data["scheduled_sequence"]),
+            str(data["command_id"]),
+        )
     elif kind == "workflow.timer_started":
         rec.sleeps_started[(workflow_id, int(data["sequence"]))] = datetime.fromisoformat(
             str(data["fire_at"])

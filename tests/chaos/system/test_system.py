@@ -152,7 +152,8 @@ async def test_every_promise_holds_under_the_seeded_faults(
                     system.supervise()
                     tick += 1
                     await asyncio.sleep(2.0)
-                await system.finish_sends()  # the mid-saga cancels still timed to go (each retries)
+                await system.finish_sends()  # the mid-saga cancels and the operator's acts still to go
+                await system.operator.bulk()  # bulk redrives by reason, each previewed first
                 await asyncio.gather(*hostile_acts)
             finally:
                 await raw.stop()
