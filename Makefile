@@ -138,6 +138,7 @@ check-rules: setup
 	promtool check rules deploy/monitoring/alerts.yaml
 	cd deploy/monitoring && promtool test rules alerts.test.yaml
 	$(BIN)/python deploy/monitoring/build_monitoring.py --check
+	$(BIN)/python deploy/settings/build_reference.py --check
 
 fmt: setup
 	$(BIN)/ruff format libs services tests bench deploy examples

@@ -20,6 +20,7 @@ class KafkaConnection(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="SLOTFLOW_KAFKA_", extra="ignore")
 
+    #: The brokers to start from, `host:port[,host:port...]`.
     bootstrap: str = "127.0.0.1:19092"
     #: Prefix for every topic name, so several deployments (or test runs) share one cluster.
     topic_namespace: str = Field(default="", pattern=r"^[A-Za-z0-9._-]{0,100}$")
@@ -48,10 +49,13 @@ class PostgresSettings(BaseSettings):
     # A refused value is not quoted back: the DSN and the password are among the input.
     model_config = SettingsConfigDict(env_prefix="SLOTFLOW_PG_", extra="ignore", hide_input_in_errors=True)
 
+    #: libpq connection URI; TLS in its query (`?sslmode=verify-full&sslrootcert=/ca.crt`).
     dsn: str = "postgresql://slotflow@127.0.0.1:15432/slotflow"
     #: `SLOTFLOW_PG_PASSWORD`; given, it takes precedence over a password in the DSN.
     password: SecretStr | None = None
+    #: Connections a pool keeps open when idle.
     pool_min_size: int = Field(default=1, ge=0)
+    #: Connections a pool opens at most (a service's own pool setting, where it has one, wins).
     pool_max_size: int = Field(default=10, ge=1)
     #: How long a service starting up waits for PostgreSQL (still starting, or restarting) before
     #: it gives up; 0 fails at once. `SLOTFLOW_PG_STARTUP_WAIT_SECONDS`.

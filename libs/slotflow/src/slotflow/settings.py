@@ -17,6 +17,7 @@ class KafkaSettings(KafkaConnection):
     """Where Kafka is; `SLOTFLOW_KAFKA_BOOTSTRAP` (the devstack prints it), the topic namespace, the
     TLS and SASL settings (`KafkaConnection`), and the library's producer and topic settings."""
 
+    #: The start of every Kafka client id (the broker's logs and quotas see it).
     client_id_prefix: str = "slotflow"
     #: Records above this size are refused by producers and dead-lettered by consumers.
     max_message_bytes: int = Field(default=1_048_576, ge=1024)

@@ -26,7 +26,9 @@ class ApiSettings(BaseSettings):
     # A refused value is never quoted back: a too-short bootstrap token would print in clear.
     model_config = SettingsConfigDict(env_prefix="SLOTFLOW_API_", extra="ignore", hide_input_in_errors=True)
 
+    #: The interface the HTTP server listens on; loopback unless exposed on purpose.
     host: str = "127.0.0.1"
+    #: The HTTP server's port.
     port: int = Field(default=8080, ge=0, le=65535)
     #: The PostgreSQL schema that holds the read model.
     db_schema: str = Field(default="api", pattern=r"^[a-z_][a-z0-9_]{0,62}$")
@@ -34,7 +36,9 @@ class ApiSettings(BaseSettings):
     group_base: str = "slotflow-api-projector"
     #: Run the projector inside the HTTP process (one process serves and projects).
     embedded_projector: bool = True
+    #: Events the projector applies per transaction at most.
     projector_max_records: int = Field(default=1000, ge=1, le=100_000)
+    #: How long one poll of the projected topics waits for records.
     projector_poll_ms: int = Field(default=200, ge=1)
     #: A JobDue produced later than this after its slot (or jittered fire time) counts as late.
     late_threshold: timedelta = Field(default=timedelta(seconds=5), ge=timedelta(0))
@@ -43,11 +47,14 @@ class ApiSettings(BaseSettings):
     #: Longest a request may wait for a command to be reflected (read-your-writes); `?wait=` is
     #: refused past 300 s (routes.common.MAX_WAIT_SECONDS), and held at most this long.
     max_wait_seconds: float = Field(default=300.0, gt=0, le=300)
+    #: How long /readyz waits for Kafka and PostgreSQL before it answers not ready.
     readiness_timeout_seconds: float = Field(default=2.0, gt=0)
     #: Days an ended job run (and a skipped slot) is kept in the read model; 0 keeps everything.
     #: The audit judges no slot older than what was purged (docs/api.md, "Retention").
     retention_days: float = Field(default=30.0, ge=0)
+    #: How often read-model rows past their retention are purged.
     purge_interval_seconds: float = Field(default=300.0, gt=0)
+    #: Rows deleted per purge statement (short transactions).
     purge_batch_size: int = Field(default=1000, ge=1, le=100_000)
     #: Largest request body accepted; larger ones get 413 before they are read.
     max_body_bytes: int = Field(default=1_048_576, ge=1024)
@@ -78,9 +85,11 @@ class ApiSettings(BaseSettings):
     bootstrap_token: SecretStr | None = None
     #: OIDC: the JWKS whose keys sign the JWTs this API accepts; unset, JWTs are refused.
     oidc_jwks_url: str | None = None
-    #: The `iss` and `aud` a JWT must carry (both required with a JWKS).
+    #: The `iss` a JWT must carry (required with a JWKS).
     oidc_issuer: str | None = None
+    #: The `aud` a JWT must carry (required with a JWKS).
     oidc_audience: str | None = None
+    #: The JWT signature algorithms accepted, comma-separated.
     oidc_algorithms: Annotated[list[str], NoDecode] = Field(default_factory=lambda: ["RS256"])
     #: The claim that names the caller (recorded as `oidc:<value>` on its commands).
     oidc_principal_claim: str = "sub"
@@ -90,7 +99,9 @@ class ApiSettings(BaseSettings):
     oidc_scope_map: dict[str, Literal["read", "operate", "admin"]] = Field(
         default_factory=DEFAULT_OIDC_SCOPE_MAP.copy
     )
+    #: How long the fetched JWKS is trusted before it is fetched again.
     oidc_jwks_cache_seconds: float = Field(default=300.0, gt=0)
+    #: How long a JWKS fetch may take.
     oidc_jwks_timeout_seconds: float = Field(default=5.0, gt=0)
     #: The PEM file of the api's own Ed25519 key, with which it signs every command it publishes
     #: for the callers it authenticated (registered at start as `service:api`). Unset: a key made

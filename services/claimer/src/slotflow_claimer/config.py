@@ -40,6 +40,7 @@ class ClaimerSettings(BaseSettings):
     handler_modules: str = ""
     #: Database for handlers' own tables (RunContext.pool); empty means the claimer's database.
     handler_dsn: str = ""  # its password is masked in logs (model_post_init)
+    #: Connections the handlers' pool (RunContext.pool) opens at most.
     handler_pool_max_size: int = Field(default=10, ge=1)
     #: Runs claimed and not yet recorded, per claimer; also the largest claim batch. What every
     #: claimer benchmark runs with: under load, larger claim and outcome batches cost less CPU a
@@ -54,14 +55,19 @@ class ClaimerSettings(BaseSettings):
     #: Retry budget per downstream (docs/claimer.md): retries at most this fraction of the first
     #: attempts over the window, plus `downstream_min_retries_per_second` regardless of traffic.
     downstream_retry_ratio: float = Field(default=0.2, ge=0)
+    #: Retries a downstream may always spend, whatever its traffic.
     downstream_min_retries_per_second: float = Field(default=1.0, ge=0)
+    #: The window over which a downstream's attempts, failures and retries are counted.
     downstream_window_seconds: float = Field(default=10.0, gt=0)
     #: Circuit breaker per downstream: opens when this fraction of the window's calls failed (with
     #: at least `downstream_min_volume` of them), stays open for the cool-down, then lets
     #: `downstream_probes` attempts through; one success closes it, one failure opens it again.
     downstream_failure_rate: float = Field(default=0.5, gt=0, le=1)
+    #: Attempts in the window before a downstream's failure rate can open its breaker.
     downstream_min_volume: int = Field(default=10, ge=1)
+    #: How long an open breaker holds a downstream's runs before probing it.
     downstream_cooldown_seconds: float = Field(default=10.0, gt=0)
+    #: Attempts let through a half-open breaker to probe the downstream.
     downstream_probes: int = Field(default=1, ge=1)
     #: How often each downstream's state, window and held runs are reported (DownstreamReported,
     #: for the api's views); one claimer reports each downstream per interval. 0 turns it off.
@@ -90,15 +96,20 @@ class ClaimerSettings(BaseSettings):
     outcome_batch: int = Field(default=500, ge=1)
     #: On SIGTERM, how long running handlers may finish before they are cancelled and released.
     shutdown_grace_seconds: float = Field(default=20.0, ge=0)
+    #: How long one poll of jobs.due waits for records.
     poll_timeout_ms: int = Field(default=200, ge=1)
     #: Days an ended run (completed, skipped, cancelled) is kept; 0 keeps every run. At least 8:
     #: the row is the run's dedupe key and jobs.due keeps records 7 days (docs/claimer.md).
     run_retention_days: float = Field(default=30.0, ge=0)
+    #: How often finished runs past their retention and old inbox ids are purged.
     purge_interval_seconds: float = Field(default=300.0, gt=0)
+    #: Rows deleted per purge statement (short transactions).
     purge_batch_size: int = Field(default=1000, ge=1, le=100_000)
     #: Port of the Prometheus endpoint; 0 turns it off.
     metrics_port: int = Field(default=0, ge=0, le=65535)
+    #: Loopback unless exposed on purpose: the metrics endpoint has no authentication.
     metrics_host: str = "127.0.0.1"
+    #: Connections the claimer's own pool opens at most.
     pool_max_size: int = Field(default=10, ge=2)
     #: The event loop of `python -m slotflow_claimer`: uvloop (libuv) spends less CPU per callback
     #: and per socket read than asyncio's own loop; "asyncio" turns it off. Only the process entry

@@ -19,15 +19,19 @@ class DlqSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="SLOTFLOW_DLQ_", extra="ignore")
 
+    #: Names this replica in envelopes and client ids; unique per process.
     instance_id: str = Field(default_factory=_default_instance, pattern=r"^[A-Za-z0-9._:-]{1,150}$")
+    #: The PostgreSQL schema that holds the letters, outbox and inbox.
     db_schema: str = Field(default="dlq", pattern=r"^[a-z_][a-z0-9_]{0,62}$")
     #: Consumer groups (prefixed by the topic namespace when one is set).
     messages_group: str = "slotflow.dlq.messages"
+    #: The consumer group of redrive and discard commands.
     commands_group: str = "slotflow.dlq.commands"
     #: Redrive requests of the dlq's own poison (records its own consumers refused).
     redrives_group: str = "slotflow.dlq.redrives"
     #: Where to POST a summary of each dead-lettered run tagged `money_moving_tag`; unset: no hook.
     webhook_url: AnyHttpUrl | None = None
+    #: Runs tagged with this are the ones the webhook reports when they dead-letter.
     money_moving_tag: str = "money-moving"
     #: Bounds each connect, write and read of a delivery (httpx's timeout).
     webhook_timeout_seconds: float = Field(default=5.0, gt=0, le=120)
@@ -41,13 +45,17 @@ class DlqSettings(BaseSettings):
     webhook_max_attempts: int = Field(default=8, ge=1, le=100)
     #: Full-jitter back-off between deliveries: random(0, min(cap, base * 2**attempt)).
     webhook_backoff_base_seconds: float = Field(default=1.0, gt=0)
+    #: The longest back-off between two deliveries of one notification.
     webhook_backoff_cap_seconds: float = Field(default=300.0, gt=0)
+    #: How often the notifier looks for notifications to deliver.
     notifier_poll_seconds: float = Field(default=0.5, gt=0)
     #: Days a redriven or discarded letter is kept after its status last changed; 0 keeps all.
     retention_days: float = Field(default=30.0, ge=0)
     #: Days a letter nobody resolved is kept after it was first parked; 0 (default) keeps it.
     parked_retention_days: float = Field(default=0.0, ge=0)
+    #: How often letters past their retention are purged.
     purge_interval_seconds: float = Field(default=300.0, gt=0)
+    #: Rows deleted per purge statement (short transactions).
     purge_batch_size: int = Field(default=1000, ge=1, le=100_000)
     #: How often the oldest-parked-age and parked gauges are refreshed from the table.
     gauge_seconds: float = Field(default=5.0, gt=0)
@@ -55,10 +63,12 @@ class DlqSettings(BaseSettings):
     metrics_port: int = Field(default=9340, ge=0, le=65535)
     #: Loopback unless exposed on purpose: the endpoint has no authentication.
     metrics_host: str = "127.0.0.1"
+    #: Connections the DLQ service's pool opens at most.
     pool_size: int = Field(default=6, ge=2, le=200)
     #: Testing only: hold each parked batch this long before its offsets are committed, widening
     #: the window a crash must land in to leave letters parked but not committed (chaos tests).
     crash_window_seconds: float = Field(default=0.0, ge=0, le=60)
+    #: Letters parked per transaction at most.
     max_poll_records: int = Field(default=200, ge=1, le=10_000)
 
     def model_post_init(self, context: Any, /) -> None:

@@ -22,7 +22,9 @@ class OrchestratorSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="SLOTFLOW_ORCHESTRATOR_", extra="ignore")
 
+    #: Names this replica in envelopes, shard leases and client ids; unique per process.
     instance_id: str = Field(default_factory=_default_instance, min_length=1, max_length=200)
+    #: The PostgreSQL schema that holds workflows, payloads, outbox and inbox.
     db_schema: str = Field(default="orchestrator", pattern=r"^[a-z_][a-z0-9_]{0,62}$")
     #: Consumer group over the command, run-event and timer-event topics (prefixed by the topic
     #: namespace when one is set). The command topic's partitions it assigns are the shards owned.
@@ -50,11 +52,13 @@ class OrchestratorSettings(BaseSettings):
     activity_payloads_schema: str = Field(default="claimer", pattern=r"^[a-z_][a-z0-9_]{0,62}$")
     #: History events a run may reach before the runtime refuses to step it further.
     max_history_events: int = Field(default=50_000, ge=10)
+    #: How long one poll of the orchestrator's topics waits for records.
     poll_timeout_ms: int = Field(default=200, ge=1)
     #: How long the group waits for a silent (crashed, paused) orchestrator before its partitions,
     #: and so its workflows, move to another one. The broker refuses less than its
     #: group.min.session.timeout.ms (6 s by default).
     session_timeout_ms: int = Field(default=10_000, ge=1000, le=300_000)
+    #: Records decided per transaction at most.
     max_poll_records: int = Field(default=500, ge=1, le=10_000)
     #: How long consumed record ids are kept to recognise redeliveries: longer than the commands
     #: topic keeps records (7 days), so a redelivered command is never answered twice.
@@ -64,11 +68,15 @@ class OrchestratorSettings(BaseSettings):
     #: Closed workflows' history rows go this long after they closed (0 keeps them); the row
     #: stays, and the history topic keeps every event forever (docs/orchestrator.md, "Retention").
     history_retention_days: float = Field(default=30.0, ge=0)
+    #: How often closed workflows past their retention and old inbox ids are purged.
     purge_interval_seconds: float = Field(default=300.0, gt=0)
+    #: Rows deleted per purge statement (short transactions).
     purge_batch_size: int = Field(default=1000, ge=1, le=100_000)
     #: Port of the Prometheus endpoint; 0 turns it off.
     metrics_port: int = Field(default=0, ge=0, le=65535)
+    #: Loopback unless exposed on purpose: the metrics endpoint has no authentication.
     metrics_host: str = "127.0.0.1"
+    #: Connections the orchestrator's pool opens at most.
     pool_max_size: int = Field(default=12, ge=2)
     #: Testing only: hold every decision transaction open this long before it commits, widening
     #: the window a SIGKILL must land in (chaos tests).

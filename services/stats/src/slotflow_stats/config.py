@@ -30,6 +30,8 @@ class StatsSettings(StatsSchemaSettings):
     #: How long windows stay in the tables (and their changelogs) after their end; PostgreSQL
     #: keeps the copies.
     minute_window_expires_seconds: int = Field(default=2 * 3600, ge=60)
+    #: How long an hour window stays in the worker's table before it expires (the copies in
+    #: PostgreSQL stay).
     hour_window_expires_seconds: int = Field(default=3 * 86400, ge=3600)
     #: Where faust keeps its small local state (the tables themselves are in memory).
     data_dir: Path = Path(tempfile.gettempdir()) / "slotflow-stats"
@@ -44,6 +46,7 @@ class StatsSettings(StatsSchemaSettings):
     #: The health listener (/livez, /readyz; slotflow_stats.health): loopback unless exposed on
     #: purpose, like every slotflow listener; port 0 keeps it off.
     health_host: str = "127.0.0.1"
+    #: Port of /livez, /readyz and /metrics; 0 keeps them off.
     health_port: int = Field(default=0, ge=0, le=65535)
     #: /readyz fails when no copy to PostgreSQL succeeded for this long.
     health_stale_after_seconds: float = Field(default=60.0, gt=0)

@@ -19,8 +19,10 @@ class TickerSettings(BaseSettings):
 
     #: Names this replica in envelopes (`source`) and client ids; unique per process.
     ticker_id: str = Field(default_factory=_default_ticker_id, pattern=r"^[A-Za-z0-9._:-]{1,150}$")
+    #: The PostgreSQL schema that holds schedules, timers, outbox and inbox.
     db_schema: str = Field(default="ticker", pattern=r"^[a-z_][a-z0-9_]{0,62}$")
-    #: Kafka consumer group for the command topics (prefixed by the topic namespace).
+    #: Kafka consumer group for the command topics (prefixed by the topic namespace); the dlq's
+    #: redrive requests are read in `{group_id}.redrives`.
     group_id: str = "slotflow.ticker"
     #: Accept StartTimer and CancelTimer from the public schedule-command topic too. Only for a
     #: rolling upgrade from a version whose claimers and orchestrators published them there
@@ -41,8 +43,11 @@ class TickerSettings(BaseSettings):
     horizon_seconds: float = Field(default=2.0, gt=0, le=300)
     #: How often the table is asked for the next horizon (also the fallback poll); default horizon/2.
     reload_seconds: float | None = Field(default=None, gt=0, le=300)
+    #: The timing wheel's resolution: how often a due row can be noticed.
     wheel_tick_ms: float = Field(default=1.0, gt=0, le=1000)
+    #: Buckets per level of the timing wheel.
     wheel_size: int = Field(default=64, ge=2, le=4096)
+    #: Outbox rows the relay sends per transaction at most.
     relay_batch_size: int = Field(default=1000, ge=1, le=50_000)
     #: The relay is woken after every commit that staged rows; this idle poll only catches rows
     #: another replica staged and could not relay (it crashed), so it can be slow.
@@ -72,6 +77,7 @@ class TickerSettings(BaseSettings):
     inbox_retention_days: float = Field(default=8.0, gt=0)
     #: Fired and cancelled timers are kept this long so a late duplicate StartTimer stays a no-op.
     timer_retention_days: float = Field(default=30.0, gt=0)
+    #: How often processed inbox ids and old timers are purged and rows under older rules reviewed.
     housekeeping_seconds: float = Field(default=300.0, gt=0)
     #: How often the outbox backlog gauge is refreshed.
     backlog_seconds: float = Field(default=5.0, gt=0)

@@ -54,16 +54,28 @@ class KafkaSecurity(BaseSettings):
         env_prefix="SLOTFLOW_KAFKA_", extra="ignore", frozen=True, hide_input_in_errors=True
     )
 
+    #: How clients reach the brokers: plain, TLS, SASL, or SASL over TLS.
     security_protocol: SecurityProtocol = "PLAINTEXT"
+    #: How a SASL client proves who it is (required with the SASL protocols).
     sasl_mechanism: SaslMechanism | None = None
+    #: The principal's name, for PLAIN and SCRAM.
     sasl_username: str | None = None
+    #: The principal's password, for PLAIN and SCRAM.
     sasl_password: SecretStr | None = None
+    #: A static bearer token for OAUTHBEARER (or set the token provider instead).
     sasl_oauth_token: SecretStr | None = None
+    #: `package.module:function` returning the OAUTHBEARER token (a str or an awaitable of one),
+    #: called at every (re)authentication so it can refresh the token.
     sasl_oauth_token_provider: str | None = None
+    #: PEM file of the CAs that signed the brokers' certificates; unset: the system's CAs.
     ssl_cafile: Path | None = None
+    #: The client's certificate (PEM), for mutual TLS.
     ssl_certfile: Path | None = None
+    #: The client certificate's private key (PEM), for mutual TLS.
     ssl_keyfile: Path | None = None
+    #: The password of an encrypted private key.
     ssl_key_password: SecretStr | None = None
+    #: Verify each broker's host name against its certificate.
     ssl_check_hostname: bool = True
 
     def model_post_init(self, context: Any, /) -> None:
