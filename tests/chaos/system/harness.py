@@ -605,6 +605,7 @@ class System:
             service.stop()
 
     async def close_proxies(self) -> None:
+        await self.operator.close()
         for proxy in (*self.proxies.values(), *self.kafka_proxies.values()):
             await proxy.close()
 

@@ -67,6 +67,14 @@ class Operator:
         self.retries: list[RetryUnderTest] = []
         self.redrives: list[RedriveUnderTest] = []
         self._numbered = 0
+        # One client for the whole run: a client per call built a TLS context each time (loading
+        # the CA bundle), a twelfth of the harness's CPU on a box the system under test needs.
+        self._client: httpx.AsyncClient | None = None
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
 
     def parks(self) -> tuple[bool, bool]:
         """Whether the next order parks its refused reservation, and whether it must then decline."""
@@ -82,17 +90,19 @@ class Operator:
         a command keeps its Idempotency-Key, so a repeat publishes it once."""
         deadline = time.monotonic() + ACT_TIMEOUT_S
         headers = {"Authorization": f"Bearer {self.token}", **kwargs.pop("headers", {})}
-        async with httpx.AsyncClient(base_url=self.base_url, timeout=ANSWER_WAIT_S + 10) as client:
-            while True:
-                try:
-                    response = await client.request(method, path, headers=headers, **kwargs)
-                    if response.status_code < 500:
-                        return response
-                except httpx.HTTPError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise OperatorGaveUp(f"{method} {path}: no answer within {ACT_TIMEOUT_S:.0f} s")
-                await asyncio.sleep(1.0)
+        if self._client is None:
+            self._client = httpx.AsyncClient(base_url=self.base_url, timeout=ANSWER_WAIT_S + 10)
+        client = self._client
+        while True:
+            try:
+                response = await client.request(method, path, headers=headers, **kwargs)
+                if response.status_code < 500:
+                    return response
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise OperatorGaveUp(f"{method} {path}: no answer within {ACT_TIMEOUT_S:.0f} s")
+            await asyncio.sleep(1.0)
 
     async def _letter_of(self, workflow_id: str) -> dict[str, Any] | None:
         """The parked activity's letter of ``workflow_id``, once the api shows it (None: none came)."""
