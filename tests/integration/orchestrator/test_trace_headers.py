@@ -10,9 +10,9 @@ from collections.abc import Iterator
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from slotflow.commands import build_command
 from slotflow.contracts import SignalWorkflow, StartWorkflow
 from slotflow.contracts.codec import encode
+from slotflow.contracts.routing import build_command
 from slotflow.kafka.producer import OutgoingRecord, Producer, envelope_headers
 from slotflow.settings import KafkaSettings
 from slotflow.testing.spans import recorded_spans

@@ -33,7 +33,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import SecretStr
 
-from slotflow.commands import build_command, publish_command
+from slotflow.commands import publish_command
 from slotflow.contracts import (
     ActivityCompleted,
     ActivityScheduled,
@@ -63,6 +63,7 @@ from slotflow.contracts import (
     WorkflowTimerFired,
     wrap,
 )
+from slotflow.contracts.routing import build_command
 from slotflow.contracts.scopes import Scope
 from slotflow.contracts.timers import retry_timer_id, sleep_timer_id
 from slotflow.contracts.topics import (

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from slotflow.commands import build_command
 from slotflow.contracts import CronSpec, Envelope, IntervalSpec, JobDue, Message, ScheduleDefinition
 from slotflow.contracts.codec import encode
+from slotflow.contracts.routing import build_command
 from slotflow.kafka.producer import OutgoingRecord, Producer, envelope_headers
 from slotflow.pg.outbox import OutboxRelay
 from slotflow.pg.pool import Pool

@@ -7,9 +7,9 @@ import base64
 import json
 from datetime import datetime, timedelta
 
-from slotflow.commands import build_command
 from slotflow.contracts import CronSpec, FireTimerFired, ScheduleDefinition, StartTimer, UpdateSchedule
 from slotflow.contracts.codec import encode
+from slotflow.contracts.routing import build_command
 from slotflow.contracts.timers import sleep_timer_id
 from slotflow.contracts.topics import DLQ_MESSAGES, SCHEDULE_EVENTS, TIMER_COMMANDS, TIMER_EVENTS
 from slotflow.kafka.producer import OutgoingRecord, Producer, envelope_headers
