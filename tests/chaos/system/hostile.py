@@ -46,6 +46,7 @@ from slotflow.contracts import (
     wrap,
 )
 from slotflow.contracts.codec import encode
+from slotflow.contracts.envelope import envelope_headers
 from slotflow.contracts.routing import build_command
 from slotflow.contracts.runs import JobDue
 from slotflow.contracts.timers import FireJobDue, StartTimer, retry_timer_id
@@ -58,7 +59,7 @@ from slotflow.contracts.topics import (
     WORKFLOW_HISTORY,
 )
 from slotflow.core.identity import run_id as slot_run_id
-from slotflow.kafka.producer import Producer, envelope_headers
+from slotflow.kafka.producer import Producer
 from slotflow.principals import Signer
 from slotflow.settings import KafkaSettings
 from tests.chaos.system.checker import FORGED_MARKER, HOSTILE_PREFIX, HostileRecord, TimerUnderTest

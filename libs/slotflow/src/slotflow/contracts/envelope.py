@@ -181,3 +181,8 @@ def wrap(
         data=message.model_dump(mode="json"),
         principal=principal,
     )
+
+
+def envelope_headers(envelope: Envelope) -> dict[str, bytes]:
+    """Routing headers that let a reader see the type without parsing the value."""
+    return {TYPE_HEADER: envelope.type.encode(), VERSION_HEADER: str(envelope.version).encode()}
