@@ -59,7 +59,7 @@ from slotflow_orchestrator.intake import admit, shard_of, workflow_of
 from slotflow_orchestrator.leases import Leases
 from slotflow_orchestrator.metrics import OrchestratorMetrics
 from slotflow_orchestrator.outbound import Outbound
-from slotflow_orchestrator.runtime import RuntimeDecider
+from slotflow_orchestrator.workflow_code import RuntimeDecider
 from slotflow_ticker.app import migrate as migrate_ticker
 from slotflow_ticker.claims import SlotClaimer
 from slotflow_ticker.commands import COMMANDS as TICKER_ACCEPTS

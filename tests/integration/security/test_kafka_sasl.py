@@ -97,7 +97,7 @@ from slotflow_api.app import create_app
 from slotflow_api.config import ApiSettings
 from slotflow_api.config import Settings as ApiAppSettings
 from slotflow_claimer.app import ClaimerService
-from slotflow_orchestrator.runtime import load_decider
+from slotflow_orchestrator.workflow_code import load_decider
 from tests.integration.api.stats_support import StatsProcess, past_minute, stored_counts, workload
 from tests.integration.claimer.support import REPO, wait_state
 from tests.integration.claimer.support import settings_for as claimer_settings

@@ -58,8 +58,8 @@ from slotflow.kafka.redrive import Answer, outcome_envelope
 from slotflow.pg.outbox import Encoded, Staged, headers_json
 from slotflow.principals import Signer
 from slotflow.settings import KafkaSettings
-from slotflow_orchestrator.runtime import child_start_id
 from slotflow_orchestrator.stepping import Ack, Refusal, Step, deadline_timer_id
+from slotflow_orchestrator.workflow_code import child_start_id
 
 SOURCE = "orchestrator"
 
