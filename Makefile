@@ -129,6 +129,7 @@ lint: setup check-rules
 	$(BIN)/ruff format --check libs services tests bench deploy examples
 	$(BIN)/ruff check libs services tests bench deploy examples
 	$(BIN)/mypy libs services bench deploy examples tests
+	$(BIN)/lint-imports
 
 # The Prometheus alert rules (deploy/monitoring, docs/operations.md): their syntax, and their unit
 # tests (series that fire each alert and series that must not); the dashboards and the

@@ -34,9 +34,10 @@ from claimer_support import BackendCpu, ClaimerProcess, broker_pid, fresh_databa
 
 from slotflow.contracts import JobDue
 from slotflow.contracts.codec import encode
+from slotflow.contracts.envelope import envelope_headers
 from slotflow.contracts.topics import JOBS_DUE, RUN_EVENTS
 from slotflow.core.identity import run_id
-from slotflow.kafka.producer import OutgoingRecord, Producer, envelope_headers
+from slotflow.kafka.producer import OutgoingRecord, Producer
 from slotflow.kafka.records import Record
 from slotflow.pg.pool import Pool
 from slotflow.settings import KafkaSettings

@@ -48,8 +48,8 @@ from typing import IO, Any
 import httpx
 from _common import REPO, RESULTS, bench_topics, fingerprint, process_cpu_seconds, scratch_database
 
-from slotflow.commands import build_command
 from slotflow.contracts import SignalWorkflow, StartWorkflow
+from slotflow.contracts.routing import build_command
 from slotflow.kafka.producer import Producer
 from slotflow.pg.pool import Pool, create_pool
 from slotflow.settings import KafkaSettings, PostgresSettings

@@ -29,8 +29,8 @@ from slotflow.pg.outbox import Staged, encoded
 from slotflow.settings import KafkaSettings
 from slotflow.workflow.runtime import WorkflowRuntime
 from slotflow_orchestrator.outbound import SOURCE, Outbound
-from slotflow_orchestrator.runtime import RuntimeDecider
 from slotflow_orchestrator.stepping import Input, Row, step
+from slotflow_orchestrator.workflow_code import RuntimeDecider
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 WF = "wf-1"

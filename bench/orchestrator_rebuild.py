@@ -40,7 +40,7 @@ from slotflow.settings import KafkaSettings, PostgresSettings
 from slotflow.workflow.runtime import WorkflowRuntime
 from slotflow_orchestrator.config import OrchestratorSettings, Settings
 from slotflow_orchestrator.rebuild import check, rebuild
-from slotflow_orchestrator.runtime import RuntimeDecider
+from slotflow_orchestrator.workflow_code import RuntimeDecider
 
 T0 = datetime(2026, 12, 1, tzinfo=UTC)
 

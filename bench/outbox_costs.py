@@ -33,9 +33,10 @@ from _common import fingerprint, median, process_cpu_seconds, scratch_database
 from pydantic_core import to_json
 
 from slotflow.pg.migrations import OUTBOX, apply_migrations
-from slotflow.pg.outbox import PICK_AND_MARK, SHARDS, Encoded, append_encoded, append_grouped, headers_json
+from slotflow.pg.outbox import SHARDS, Encoded, append_encoded, append_grouped, headers_json
 from slotflow.pg.pool import create_pool
 from slotflow.pg.statements import sql
+from slotflow.relay import PICK_AND_MARK
 from slotflow.settings import PostgresSettings
 
 SCHEMA = "bench_outbox"

@@ -22,8 +22,8 @@ from _ticker_support import backend_cpu, cpu_spent, fresh_database
 from ticker_throughput import HOURLY, interval_definition, published_loop, ticker_loop
 
 from slotflow.kafka.producer import Producer
-from slotflow.pg.outbox import OutboxRelay
 from slotflow.pg.pool import Pool
+from slotflow.relay import OutboxRelay
 from slotflow.settings import KafkaSettings
 from slotflow_ticker.config import TickerSettings
 

@@ -47,9 +47,9 @@ from _ticker_support import backend_cpu, cpu_spent, fresh_database, seed, server
 
 from slotflow.contracts import CronSpec, IntervalSpec, ScheduleDefinition
 from slotflow.kafka.producer import Producer
-from slotflow.pg.outbox import OutboxRelay
 from slotflow.pg.pool import Pool
 from slotflow.pg.statements import compose
+from slotflow.relay import OutboxRelay
 from slotflow.settings import KafkaSettings
 from slotflow_ticker.claims import SlotClaimer
 from slotflow_ticker.config import TickerSettings

@@ -27,11 +27,12 @@ from datetime import timedelta
 from _common import RESULTS, bench_topics, fingerprint, median
 from _ticker_support import fresh_database, server_version
 
-from slotflow.commands import build_command
 from slotflow.contracts import FireTimerFired, StartTimer
 from slotflow.contracts.codec import encode
+from slotflow.contracts.envelope import envelope_headers
+from slotflow.contracts.routing import build_command
 from slotflow.contracts.timers import sleep_timer_id
-from slotflow.kafka.producer import OutgoingRecord, Producer, envelope_headers
+from slotflow.kafka.producer import OutgoingRecord, Producer
 from slotflow.pg.pool import Pool
 from slotflow.settings import KafkaSettings
 

@@ -54,8 +54,9 @@ from ticker_lateness import seed_rows
 from peers.common import latency_metrics, parse_args, percentile, result
 from slotflow.contracts import CronSpec, ScheduleDefinition
 from slotflow.contracts.codec import encode
+from slotflow.contracts.envelope import envelope_headers
 from slotflow.contracts.topics import JOBS_DUE, RUN_EVENTS
-from slotflow.kafka.producer import OutgoingRecord, Producer, envelope_headers
+from slotflow.kafka.producer import OutgoingRecord, Producer
 from slotflow.pg.pool import Pool
 from slotflow.settings import KafkaSettings
 from slotflow_claimer.events import job_due_envelope

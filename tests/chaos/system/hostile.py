@@ -30,7 +30,6 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from slotflow.commands import build_command
 from slotflow.contracts import (
     CancelTimer,
     CancelWorkflow,
@@ -47,6 +46,8 @@ from slotflow.contracts import (
     wrap,
 )
 from slotflow.contracts.codec import encode
+from slotflow.contracts.envelope import envelope_headers
+from slotflow.contracts.routing import build_command
 from slotflow.contracts.runs import JobDue
 from slotflow.contracts.timers import FireJobDue, StartTimer, retry_timer_id
 from slotflow.contracts.topics import (
@@ -58,7 +59,7 @@ from slotflow.contracts.topics import (
     WORKFLOW_HISTORY,
 )
 from slotflow.core.identity import run_id as slot_run_id
-from slotflow.kafka.producer import Producer, envelope_headers
+from slotflow.kafka.producer import Producer
 from slotflow.principals import Signer
 from slotflow.settings import KafkaSettings
 from tests.chaos.system.checker import FORGED_MARKER, HOSTILE_PREFIX, HostileRecord, TimerUnderTest

@@ -21,6 +21,7 @@ from typing import Any
 from slotflow.contracts import DeadLettered, JobDue, RedriveOutcome
 from slotflow.contracts.catalogue import DLQ_MESSAGE_TYPES
 from slotflow.contracts.codec import encode
+from slotflow.contracts.envelope import envelope_headers
 from slotflow.contracts.topics import (
     DLQ_MAX_RECORD_BYTES,
     DLQ_MESSAGES,
@@ -36,7 +37,6 @@ from slotflow.contracts.topics import (
 from slotflow.errors import PoisonMessage
 from slotflow.kafka.loop import Incoming
 from slotflow.kafka.poison import DLQ_MAX_ENVELOPE_BYTES, dead_letter_envelope, decode_record
-from slotflow.kafka.producer import envelope_headers
 from slotflow.kafka.records import Record
 from slotflow.pg.outbox import append_many
 from slotflow.pg.pool import Pool
@@ -59,7 +59,7 @@ from slotflow_orchestrator.intake import admit, shard_of, workflow_of
 from slotflow_orchestrator.leases import Leases
 from slotflow_orchestrator.metrics import OrchestratorMetrics
 from slotflow_orchestrator.outbound import Outbound
-from slotflow_orchestrator.runtime import RuntimeDecider
+from slotflow_orchestrator.workflow_code import RuntimeDecider
 from slotflow_ticker.app import migrate as migrate_ticker
 from slotflow_ticker.claims import SlotClaimer
 from slotflow_ticker.commands import COMMANDS as TICKER_ACCEPTS

@@ -34,7 +34,7 @@ from slotflow.kafka.poison import decode_record
 from slotflow.kafka.records import Record
 from slotflow.pg.pool import Pool
 from slotflow.settings import KafkaSettings
-from slotflow_orchestrator.runtime import load_decider
+from slotflow_orchestrator.workflow_code import load_decider
 from tests.integration.acceptance.cases import (
     AT,
     BUILDERS,

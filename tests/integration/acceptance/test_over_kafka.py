@@ -29,7 +29,7 @@ from slotflow.kafka.producer import Producer
 from slotflow.settings import KafkaSettings
 from slotflow.testing import assert_eventually
 from slotflow.testing.topics import TopicTail
-from slotflow_orchestrator.runtime import load_decider
+from slotflow_orchestrator.workflow_code import load_decider
 from tests.integration.acceptance.cases import AT
 from tests.integration.orchestrator.support import Running, orchestrator_settings, start_orchestrator
 from tests.integration.ticker.support import Replica, tickers

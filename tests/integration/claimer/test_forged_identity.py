@@ -25,10 +25,11 @@ from pydantic import SecretStr
 
 from slotflow.contracts import CreateSchedule, CronSpec, JobDue, OnceSpec, ScheduleDefinition, wrap
 from slotflow.contracts.codec import encode
+from slotflow.contracts.envelope import envelope_headers
 from slotflow.contracts.topics import JOBS_DUE, SCHEDULE_COMMANDS, SCHEDULE_EVENTS
 from slotflow.core.identity import run_id
 from slotflow.errors import UndecodableMessage
-from slotflow.kafka.producer import Producer, envelope_headers
+from slotflow.kafka.producer import Producer
 from slotflow.pg.pool import Pool
 from slotflow.runs import HandlerRegistry, RunContext
 from slotflow.settings import KafkaSettings, PostgresSettings

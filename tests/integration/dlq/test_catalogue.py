@@ -15,7 +15,6 @@ from datetime import UTC, datetime, timedelta
 
 import asyncpg
 
-from slotflow.commands import build_command
 from slotflow.contracts import (
     CreateSchedule,
     CronSpec,
@@ -26,6 +25,7 @@ from slotflow.contracts import (
     ScheduleDefinition,
 )
 from slotflow.contracts.codec import encode
+from slotflow.contracts.routing import build_command
 from slotflow.contracts.topics import DLQ_COMMANDS, JOBS_DUE, SCHEDULE_COMMANDS
 from slotflow.core.identity import run_id
 from slotflow.kafka.producer import Producer

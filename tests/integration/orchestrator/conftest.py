@@ -10,7 +10,7 @@ from slotflow.pg.pool import Pool
 from slotflow.runs import HandlerRegistry
 from slotflow.settings import KafkaSettings
 from slotflow_claimer.app import ClaimerService
-from slotflow_orchestrator.runtime import RuntimeDecider, load_decider
+from slotflow_orchestrator.workflow_code import RuntimeDecider, load_decider
 from tests.integration.claimer.support import settings_for as claimer_settings
 from tests.integration.orchestrator.activities import ACTIVITIES, create_tables
 from tests.integration.orchestrator.support import (

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from slotflow.runs import HandlerRegistry
-from slotflow_orchestrator.runtime import RuntimeDecider, load_decider
+from slotflow_orchestrator.workflow_code import RuntimeDecider, load_decider
 
 EXAMPLES = Path(__file__).parents[3] / "examples"
 if str(EXAMPLES) not in sys.path:

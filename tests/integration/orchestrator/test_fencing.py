@@ -17,7 +17,7 @@ from slotflow_orchestrator.intake import RECORD_INPUTS, prune_inbox, shard_of
 from slotflow_orchestrator.leases import Leases
 from slotflow_orchestrator.metrics import OrchestratorMetrics
 from slotflow_orchestrator.outbound import Outbound
-from slotflow_orchestrator.runtime import RuntimeDecider, load_decider
+from slotflow_orchestrator.workflow_code import RuntimeDecider, load_decider
 from tests.integration.orchestrator.support import claimer_record
 
 SHARDS = 3

@@ -7,7 +7,7 @@ import pytest
 from fastapi import FastAPI
 
 from slotflow.runs import HandlerRegistry
-from slotflow_orchestrator.runtime import RuntimeDecider
+from slotflow_orchestrator.workflow_code import RuntimeDecider
 from tests.integration.api.conftest import api_settings, app, client  # noqa: F401 - the api fixtures
 from tests.integration.api.helpers import eventually_json
 from tests.integration.orchestrator.orders_example import (

@@ -45,7 +45,7 @@ from slotflow_orchestrator.intake import RECORD_INPUTS, shard_of
 from slotflow_orchestrator.leases import Leases
 from slotflow_orchestrator.metrics import OrchestratorMetrics
 from slotflow_orchestrator.outbound import Outbound
-from slotflow_orchestrator.runtime import RuntimeDecider
+from slotflow_orchestrator.workflow_code import RuntimeDecider
 from tests.integration.claimer.support import TopicReader
 from tests.integration.orchestrator.conftest import StartClaimer, StartOrchestrator
 from tests.integration.orchestrator.support import Running, Workflows, history, wait_history

@@ -34,7 +34,7 @@ from slotflow.settings import KafkaSettings
 from slotflow.testing import assert_eventually
 from slotflow_orchestrator.intake import shard_of
 from slotflow_orchestrator.rebuild import RebuildRefused, check, rebuild
-from slotflow_orchestrator.runtime import RuntimeDecider
+from slotflow_orchestrator.workflow_code import RuntimeDecider
 from tests.integration.orchestrator.conftest import WORKFLOW_MODULES, StartClaimer, StartOrchestrator
 from tests.integration.orchestrator.support import Workflows, orchestrator_settings
 from tests.integration.ticker.support import Replica

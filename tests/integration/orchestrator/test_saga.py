@@ -22,7 +22,7 @@ from slotflow.contracts import (
 from slotflow.contracts.topics import WORKFLOW_EVENTS, WORKFLOW_HISTORY
 from slotflow.runs import HandlerRegistry
 from slotflow.settings import KafkaSettings
-from slotflow_orchestrator.runtime import RuntimeDecider
+from slotflow_orchestrator.workflow_code import RuntimeDecider
 from tests.integration.claimer.support import TopicReader
 from tests.integration.orchestrator.orders_example import (
     WORKFLOW_TYPE,

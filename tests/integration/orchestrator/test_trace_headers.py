@@ -10,10 +10,11 @@ from collections.abc import Iterator
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from slotflow.commands import build_command
 from slotflow.contracts import SignalWorkflow, StartWorkflow
 from slotflow.contracts.codec import encode
-from slotflow.kafka.producer import OutgoingRecord, Producer, envelope_headers
+from slotflow.contracts.envelope import envelope_headers
+from slotflow.contracts.routing import build_command
+from slotflow.kafka.producer import OutgoingRecord, Producer
 from slotflow.settings import KafkaSettings
 from slotflow.testing.spans import recorded_spans
 from tests.integration.orchestrator.support import Workflows

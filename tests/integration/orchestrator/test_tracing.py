@@ -30,7 +30,7 @@ from slotflow.runs import HandlerRegistry, RunContext
 from slotflow.settings import KafkaSettings
 from slotflow.testing import assert_eventually
 from slotflow.testing.spans import recorded_spans
-from slotflow_orchestrator.runtime import RuntimeDecider
+from slotflow_orchestrator.workflow_code import RuntimeDecider
 from tests.integration.claimer.support import wait_state
 from tests.integration.orchestrator.conftest import StartClaimer
 from tests.integration.orchestrator.orders_example import (

@@ -7,7 +7,7 @@ from slotflow.kafka.producer import Producer
 from slotflow.pg.pool import Pool
 from slotflow.settings import KafkaSettings
 from slotflow.testing import assert_eventually
-from slotflow_orchestrator.runtime import load_decider
+from slotflow_orchestrator.workflow_code import load_decider
 from tests.integration.cli.test_replay_topic import slotflow
 from tests.integration.orchestrator.conftest import StartClaimer, StartOrchestrator
 from tests.integration.orchestrator.support import effects, history, send, wait_history

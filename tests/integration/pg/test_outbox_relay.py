@@ -18,9 +18,10 @@ from slotflow.contracts.topics import DLQ_MAX_RECORD_BYTES, DLQ_MESSAGES, SCHEDU
 from slotflow.kafka.consumer import Consumer
 from slotflow.kafka.producer import Producer
 from slotflow.pg.migrations import OUTBOX, apply_migrations
-from slotflow.pg.outbox import PICK_AND_MARK, OutboxRelay, Staged, append, append_grouped, encoded
+from slotflow.pg.outbox import Staged, append, append_grouped, encoded
 from slotflow.pg.pool import Pool
 from slotflow.pg.statements import sql
+from slotflow.relay import PICK_AND_MARK, OutboxRelay
 from slotflow.settings import KafkaSettings
 from slotflow.testing import assert_eventually, unique_name
 

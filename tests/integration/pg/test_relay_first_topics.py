@@ -14,9 +14,10 @@ from slotflow.errors import TransientStorageError
 from slotflow.kafka.producer import OutgoingRecord, Producer
 from slotflow.kafka.reading import read_to_end
 from slotflow.pg.migrations import OUTBOX, apply_migrations
-from slotflow.pg.outbox import OutboxRelay, Staged, append_encoded, encoded
+from slotflow.pg.outbox import Staged, append_encoded, encoded
 from slotflow.pg.pool import Pool
 from slotflow.pg.statements import sql
+from slotflow.relay import OutboxRelay
 from slotflow.settings import KafkaSettings
 
 SCHEMA = "relay_first"

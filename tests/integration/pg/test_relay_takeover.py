@@ -26,8 +26,9 @@ from slotflow.contracts import CommandRejected, wrap
 from slotflow.contracts.topics import SCHEDULE_EVENTS
 from slotflow.kafka.producer import Producer
 from slotflow.pg.migrations import OUTBOX, apply_migrations
-from slotflow.pg.outbox import OutboxRelay, Staged, append_many
+from slotflow.pg.outbox import Staged, append_many
 from slotflow.pg.pool import Pool
+from slotflow.relay import OutboxRelay
 from slotflow.settings import KafkaSettings
 from slotflow.testing import assert_eventually
 
@@ -38,7 +39,7 @@ HOLD_TIMEOUT = 3.0
 CHILD = f"""
 import asyncio, sys
 from slotflow.kafka.producer import Producer
-from slotflow.pg.outbox import OutboxRelay
+from slotflow.relay import OutboxRelay
 from slotflow.pg.pool import create_pool
 from slotflow.settings import KafkaSettings, PostgresSettings
 

@@ -33,7 +33,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import SecretStr
 
-from slotflow.commands import build_command, publish_command
+from slotflow.commands import publish_command
 from slotflow.contracts import (
     ActivityCompleted,
     ActivityScheduled,
@@ -63,6 +63,7 @@ from slotflow.contracts import (
     WorkflowTimerFired,
     wrap,
 )
+from slotflow.contracts.routing import build_command
 from slotflow.contracts.scopes import Scope
 from slotflow.contracts.timers import retry_timer_id, sleep_timer_id
 from slotflow.contracts.topics import (
@@ -96,7 +97,7 @@ from slotflow_api.app import create_app
 from slotflow_api.config import ApiSettings
 from slotflow_api.config import Settings as ApiAppSettings
 from slotflow_claimer.app import ClaimerService
-from slotflow_orchestrator.runtime import load_decider
+from slotflow_orchestrator.workflow_code import load_decider
 from tests.integration.api.stats_support import StatsProcess, past_minute, stored_counts, workload
 from tests.integration.claimer.support import REPO, wait_state
 from tests.integration.claimer.support import settings_for as claimer_settings

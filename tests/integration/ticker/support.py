@@ -15,13 +15,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from slotflow.commands import build_command
 from slotflow.contracts import CronSpec, Envelope, IntervalSpec, JobDue, Message, ScheduleDefinition
 from slotflow.contracts.codec import encode
-from slotflow.kafka.producer import OutgoingRecord, Producer, envelope_headers
-from slotflow.pg.outbox import OutboxRelay
+from slotflow.contracts.envelope import envelope_headers
+from slotflow.contracts.routing import build_command
+from slotflow.kafka.producer import OutgoingRecord, Producer
 from slotflow.pg.pool import Pool
 from slotflow.principals import SignatureSettings
+from slotflow.relay import OutboxRelay
 from slotflow.settings import KafkaSettings, PostgresSettings
 from slotflow.testing import assert_eventually, unique_name
 from slotflow.testing.topics import TopicTail as TopicTail  # re-exported: the tests import it here

@@ -7,8 +7,8 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from slotflow.commands import build_command
 from slotflow.contracts import CreateSchedule, CronSpec, Envelope, Message, PauseSchedule, ScheduleDefinition
+from slotflow.contracts.routing import build_command
 from slotflow.contracts.topics import SCHEDULE_COMMANDS, TIMER_COMMANDS
 from slotflow.pg.outbox import Staged
 from slotflow.pg.pool import Pool

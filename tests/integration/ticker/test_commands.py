@@ -28,10 +28,11 @@ from slotflow.contracts import (
     wrap,
 )
 from slotflow.contracts.codec import encode
+from slotflow.contracts.envelope import envelope_headers
 from slotflow.contracts.timers import sleep_timer_id
 from slotflow.contracts.topics import DLQ_MESSAGES, JOBS_DUE, SCHEDULE_COMMANDS, SCHEDULE_EVENTS, TIMER_EVENTS
 from slotflow.core.identity import run_id
-from slotflow.kafka.producer import Producer, envelope_headers
+from slotflow.kafka.producer import Producer
 from slotflow.pg.pool import Pool
 from slotflow.settings import KafkaSettings
 from tests.integration.ticker.support import Replica, TopicTail, db_now, job, send, tickers, wait_db_time

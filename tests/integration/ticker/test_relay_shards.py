@@ -14,9 +14,10 @@ from slotflow.errors import ConfigurationError
 from slotflow.kafka.consumer import Consumer
 from slotflow.kafka.producer import Producer
 from slotflow.pg.migrations import OUTBOX, apply_migrations
-from slotflow.pg.outbox import OutboxRelay, Staged, append_many
+from slotflow.pg.outbox import Staged, append_many
 from slotflow.pg.pool import Pool
 from slotflow.pg.statements import sql
+from slotflow.relay import OutboxRelay
 from slotflow.settings import KafkaSettings
 from slotflow.testing import assert_eventually, unique_name
 

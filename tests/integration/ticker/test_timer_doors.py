@@ -15,7 +15,6 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from slotflow.commands import build_command
 from slotflow.contracts import (
     CancelTimer,
     CreateSchedule,
@@ -28,6 +27,7 @@ from slotflow.contracts import (
     StartTimer,
     TriggerNow,
 )
+from slotflow.contracts.routing import build_command
 from slotflow.contracts.timers import retry_timer_id, sleep_timer_id
 from slotflow.contracts.topics import (
     DLQ_MESSAGES,

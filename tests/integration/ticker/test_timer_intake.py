@@ -7,12 +7,13 @@ import base64
 import json
 from datetime import datetime, timedelta
 
-from slotflow.commands import build_command
 from slotflow.contracts import CronSpec, FireTimerFired, ScheduleDefinition, StartTimer, UpdateSchedule
 from slotflow.contracts.codec import encode
+from slotflow.contracts.envelope import envelope_headers
+from slotflow.contracts.routing import build_command
 from slotflow.contracts.timers import sleep_timer_id
 from slotflow.contracts.topics import DLQ_MESSAGES, SCHEDULE_EVENTS, TIMER_COMMANDS, TIMER_EVENTS
-from slotflow.kafka.producer import OutgoingRecord, Producer, envelope_headers
+from slotflow.kafka.producer import OutgoingRecord, Producer
 from slotflow.pg.pool import Pool
 from slotflow.settings import KafkaSettings
 from tests.integration.ticker.support import TopicTail, db_now, duplicates, tickers

@@ -12,12 +12,13 @@ from datetime import timedelta
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from slotflow.commands import build_command
 from slotflow.contracts import FireTimerFired, StartTimer
 from slotflow.contracts.codec import encode
+from slotflow.contracts.envelope import envelope_headers
+from slotflow.contracts.routing import build_command
 from slotflow.contracts.timers import sleep_timer_id
 from slotflow.contracts.topics import DLQ_MESSAGES, SCHEDULE_EVENTS, TIMER_EVENTS
-from slotflow.kafka.producer import OutgoingRecord, Producer, envelope_headers
+from slotflow.kafka.producer import OutgoingRecord, Producer
 from slotflow.pg.pool import Pool
 from slotflow.settings import KafkaSettings
 from slotflow.testing.spans import recorded_spans

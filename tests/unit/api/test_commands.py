@@ -1,4 +1,4 @@
-"""slotflow.commands: which topic and key each command goes to, and what its envelope carries."""
+"""slotflow.contracts.routing: which topic and key each command goes to, and what its envelope carries."""
 
 from datetime import UTC, datetime
 
@@ -6,13 +6,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from slotflow.commands import (
-    COMMAND_TYPES,
-    InvalidCommandId,
-    NotACommand,
-    build_command,
-    command_route,
-)
 from slotflow.contracts import (
     REGISTRY,
     CancelTimer,
@@ -29,6 +22,13 @@ from slotflow.contracts import (
     SignalWorkflow,
     StartWorkflow,
     TriggerNow,
+)
+from slotflow.contracts.catalogue import COMMAND_TYPES
+from slotflow.contracts.routing import (
+    InvalidCommandId,
+    NotACommand,
+    build_command,
+    command_route,
 )
 from slotflow.contracts.topics import DLQ_COMMANDS, SCHEDULE_COMMANDS, TIMER_COMMANDS, WORKFLOW_COMMANDS
 

@@ -220,6 +220,24 @@ def test_a_downstreams_own_settings_lie_over_the_defaults() -> None:
     assert with_settings(defaults, DownstreamSettings()) is defaults
 
 
+def test_every_setting_of_the_contract_reaches_the_policy() -> None:
+    # core names the settings it reads (a protocol: it imports no contract); a field the contract
+    # gains must be read too, or an operator's setting would be accepted and silently ignored.
+    chosen = {
+        "retry_ratio": (0.7, "retry_ratio", 0.7),
+        "min_retries_per_second": (3.0, "min_retries_per_second", 3.0),
+        "window_seconds": (20.0, "window", timedelta(seconds=20)),
+        "failure_rate": (0.3, "failure_rate", 0.3),
+        "min_volume": (20, "min_volume", 20),
+        "cooldown_seconds": (30.0, "cooldown", timedelta(seconds=30)),
+        "probes": (2, "probes", 2),
+    }
+    assert set(DownstreamSettings.model_fields) == set(chosen)
+    for setting, (value, field, expected) in chosen.items():
+        policy = with_settings(DownstreamPolicy(), DownstreamSettings.model_validate({setting: value}))
+        assert getattr(policy, field) == expected, setting
+
+
 def test_settings_out_of_range_are_refused_by_the_contract() -> None:
     with pytest.raises(ValueError, match="failure_rate"):
         DownstreamSettings.model_validate({"failure_rate": 2})

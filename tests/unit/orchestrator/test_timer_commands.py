@@ -7,10 +7,10 @@ from datetime import timedelta
 from slotflow.contracts import ActivityScheduled, CancelTimer, StartTimer, StartWorkflow
 from slotflow.contracts.catalogue import TIMER_COMMAND_TYPES
 from slotflow.contracts.codec import encode
+from slotflow.contracts.envelope import envelope_headers
 from slotflow.contracts.timers import deadline_timer_id, execution_timer_id, sleep_timer_id
 from slotflow.core.identity import activity_run_id
 from slotflow.kafka.poison import decode_record
-from slotflow.kafka.producer import envelope_headers
 from slotflow.kafka.records import Record
 from slotflow.pg.outbox import Staged
 from slotflow.settings import KafkaSettings

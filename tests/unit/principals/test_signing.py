@@ -11,10 +11,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import given
 from hypothesis import strategies as st
 
-from slotflow.commands import build_command
 from slotflow.contracts import PauseSchedule, StartWorkflow, TriggerNow
 from slotflow.contracts.codec import decode, encode
 from slotflow.contracts.envelope import Envelope
+from slotflow.contracts.routing import build_command
 from slotflow.principals.signing import (
     SIGNATURE_CONTEXT,
     KeyFileError,

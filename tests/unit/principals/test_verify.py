@@ -7,7 +7,6 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from slotflow.commands import build_command
 from slotflow.contracts import (
     CreateSchedule,
     Message,
@@ -17,6 +16,7 @@ from slotflow.contracts import (
     TriggerNow,
 )
 from slotflow.contracts.envelope import Envelope
+from slotflow.contracts.routing import build_command
 from slotflow.contracts.schedules import OnceSpec
 from slotflow.contracts.scopes import Scope
 from slotflow.errors import ConfigurationError

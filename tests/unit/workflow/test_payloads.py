@@ -7,12 +7,11 @@ import pytest
 from slotflow import workflow
 from slotflow.contracts.codec import encode
 from slotflow.contracts.envelope import wrap
-from slotflow.contracts.workflows import ActivityCompleted, ActivityScheduled, is_payload_ref
+from slotflow.contracts.workflows import ActivityCompleted, ActivityScheduled, content_ref, is_payload_ref
+from slotflow.errors import PayloadNotFound
 from slotflow.workflow.payloads import (
     DEFAULT_THRESHOLD,
     InMemoryPayloadStore,
-    PayloadNotFound,
-    content_ref,
     offload_payloads,
     offload_value,
     resolve_payloads,

@@ -94,6 +94,10 @@ class InvalidPayload(PoisonMessage):
     reason = "invalid_payload"
 
 
+class PayloadNotFound(SlotflowError):
+    """No payload is stored under this reference (`slotflow.workflow.payloads`, `slotflow.pg.payloads`)."""
+
+
 class UnstorableValue(InvalidPayload):
     """A value holds what PostgreSQL cannot store (a NUL, a lone surrogate) or JSON cannot carry
     (NaN, Infinity): every service refuses it (`slotflow.contracts.acceptance`)."""

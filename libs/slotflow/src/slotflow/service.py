@@ -17,8 +17,8 @@ from prometheus_client import CollectorRegistry, Gauge, start_http_server
 from slotflow.core.stopping import sleep_or_stop
 from slotflow.errors import SlotflowError, TransientStorageError
 from slotflow.pg.migrations import INBOX, OUTBOX, PAYLOADS, MigrationSource, apply_migrations
-from slotflow.pg.outbox import OutboxRelay
 from slotflow.pg.pool import CONNECTION_ERRORS, Pool
+from slotflow.relay import OutboxRelay
 
 log = logging.getLogger(__name__)
 

@@ -15,10 +15,10 @@ from fastapi.openapi.utils import get_openapi
 from starlette.routing import Match
 
 from slotflow.kafka.producer import Producer
-from slotflow.pg.outbox import OutboxRelay
 from slotflow.pg.pool import wait_for_pool
 from slotflow.principals import Signer
 from slotflow.principals.signing import load_private_key
+from slotflow.relay import OutboxRelay
 from slotflow.service import Supervisor
 from slotflow_api import errors, keys
 from slotflow_api.app_state import Services

@@ -6,9 +6,9 @@ from fastapi import Request
 
 from slotflow.errors import SlotflowError
 from slotflow.kafka.producer import Producer
-from slotflow.pg.outbox import OutboxRelay
 from slotflow.pg.pool import Pool
 from slotflow.principals import Signer
+from slotflow.relay import OutboxRelay
 from slotflow_api.auth import Authenticator
 from slotflow_api.config import Settings
 from slotflow_api.metrics import Metrics

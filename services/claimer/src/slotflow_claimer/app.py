@@ -20,10 +20,10 @@ from slotflow.kafka.loop import ConsumeLoop
 from slotflow.kafka.producer import Producer
 from slotflow.kafka.redrive import RedriveResponder
 from slotflow.pg.migrations import MigrationSource
-from slotflow.pg.outbox import OutboxRelay
 from slotflow.pg.pool import Pool, wait_for_pool
 from slotflow.pg.retention import purge_loop
 from slotflow.principals import CommandVerifier, KafkaKeyRing
+from slotflow.relay import OutboxRelay
 from slotflow.runs import REGISTRY, HandlerRegistry, load_handler_modules
 from slotflow.service import Supervisor, metrics_listener, outbox_backlog
 from slotflow.service import migrate as migrate_schema

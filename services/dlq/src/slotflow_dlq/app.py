@@ -39,10 +39,11 @@ from slotflow.kafka.producer import Producer
 from slotflow.kafka.records import Record
 from slotflow.kafka.redrive import RedriveResponder
 from slotflow.pg.migrations import MigrationSource
-from slotflow.pg.outbox import OutboxRelay, append_many
+from slotflow.pg.outbox import append_many
 from slotflow.pg.pool import CONNECTION_ERRORS, Conn, Pool, wait_for_pool
 from slotflow.pg.retention import purge_loop
 from slotflow.principals import CommandVerifier, KafkaKeyRing, SignatureSettings, UnprovenCommand
+from slotflow.relay import OutboxRelay
 from slotflow.service import Supervisor, metrics_listener, migrate, outbox_backlog, sleep_or_stop
 from slotflow.settings import KafkaSettings, PostgresSettings
 from slotflow_dlq import queries, retention, store

@@ -26,7 +26,7 @@ from slotflow.tracing import configure_tracing
 from slotflow_orchestrator.app import OrchestratorService
 from slotflow_orchestrator.config import Settings
 from slotflow_orchestrator.rebuild import check, rebuild
-from slotflow_orchestrator.runtime import load_decider
+from slotflow_orchestrator.workflow_code import load_decider
 
 
 async def _serve(settings: Settings) -> None:

@@ -37,10 +37,11 @@ from slotflow.kafka.producer import Producer
 from slotflow.kafka.records import Record
 from slotflow.kafka.redrive import Answer, RedriveResponder
 from slotflow.pg.migrations import MigrationSource
-from slotflow.pg.outbox import OutboxRelay, Staged, append_many
+from slotflow.pg.outbox import Staged, append_many
 from slotflow.pg.pool import Pool, wait_for_pool
 from slotflow.pg.retention import purge_loop
 from slotflow.principals import CommandVerifier, KafkaKeyRing, UnprovenCommand
+from slotflow.relay import OutboxRelay
 from slotflow.service import Supervisor, metrics_listener, migrate, outbox_backlog, sleep_or_stop
 from slotflow_orchestrator.config import Settings
 from slotflow_orchestrator.decider_loop import RECOVERABLE, DeciderLoop

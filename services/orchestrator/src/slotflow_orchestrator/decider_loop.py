@@ -18,9 +18,9 @@ import asyncpg
 from slotflow.contracts import NonDeterminismDetected
 from slotflow.errors import SlotflowError
 from slotflow.kafka.consumer import Consumer
-from slotflow.pg.outbox import OutboxRelay
 from slotflow.pg.pool import Pool
 from slotflow.pg.statements import sql
+from slotflow.relay import OutboxRelay
 from slotflow.service import sleep_or_stop
 from slotflow_orchestrator.config import OrchestratorSettings
 from slotflow_orchestrator.deciding import Decisions, LeaseLost, Outcome

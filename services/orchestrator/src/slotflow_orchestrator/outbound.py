@@ -20,7 +20,6 @@ from datetime import datetime
 
 from pydantic_core import to_json
 
-from slotflow.commands import build_command
 from slotflow.contracts import (
     ActivityScheduled,
     CancelTimer,
@@ -40,6 +39,7 @@ from slotflow.contracts import (
 )
 from slotflow.contracts.codec import encode
 from slotflow.contracts.envelope import fit_id, fit_key
+from slotflow.contracts.routing import build_command
 from slotflow.contracts.runs import RunEvent
 from slotflow.contracts.timers import execution_timer_id
 from slotflow.contracts.topics import (
@@ -58,8 +58,8 @@ from slotflow.kafka.redrive import Answer, outcome_envelope
 from slotflow.pg.outbox import Encoded, Staged, headers_json
 from slotflow.principals import Signer
 from slotflow.settings import KafkaSettings
-from slotflow_orchestrator.runtime import child_start_id
 from slotflow_orchestrator.stepping import Ack, Refusal, Step, deadline_timer_id
+from slotflow_orchestrator.workflow_code import child_start_id
 
 SOURCE = "orchestrator"
 

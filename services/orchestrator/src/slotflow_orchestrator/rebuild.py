@@ -92,8 +92,8 @@ from slotflow_orchestrator.inputs import ChildOutcome
 from slotflow_orchestrator.intake import COMMANDS, RECORD_INPUTS, admit, shard_of
 from slotflow_orchestrator.metrics import OrchestratorMetrics
 from slotflow_orchestrator.outbound import Outbound
-from slotflow_orchestrator.runtime import child_start_id
 from slotflow_orchestrator.stepping import CHILD_NOT_STARTED, Ack, Decider, Status, parent_notice
+from slotflow_orchestrator.workflow_code import child_start_id
 
 T = TypeVar("T")
 

@@ -17,9 +17,10 @@ from slotflow.kafka.loop import Rehandler
 from slotflow.kafka.producer import Producer
 from slotflow.kafka.redrive import RedriveResponder
 from slotflow.pg.migrations import MigrationSource
-from slotflow.pg.outbox import SHARDS, OutboxRelay
+from slotflow.pg.outbox import SHARDS
 from slotflow.pg.pool import CONNECTION_ERRORS, Pool, wait_for_pool
 from slotflow.principals import CommandVerifier, KafkaKeyRing, KeyRing, SignatureSettings
+from slotflow.relay import OutboxRelay
 from slotflow.service import RelayGroup, Supervisor, metrics_listener, periodic
 from slotflow.service import migrate as migrate_schema
 from slotflow.settings import KafkaSettings, PostgresSettings

@@ -4,7 +4,7 @@ By default through the api (`submit_via_api`), with the caller's token: the api 
 scope for the command's route, signs the command with its own key and names the caller. With
 `--via kafka` straight to Kafka (`publish`), signed with the caller's registered key, which every
 consuming service checks where signatures are required. Either way the envelope is built and
-routed by `slotflow.commands`, the helper the api uses too.
+routed by `slotflow.contracts.routing`, the helper the api uses too.
 """
 
 import asyncio
@@ -22,8 +22,8 @@ from slotflow.client import (
     Unavailable,
 )
 from slotflow.client.kafka import login_principal
-from slotflow.commands import InvalidCommandId, check_command_id, command_route
 from slotflow.contracts import Message
+from slotflow.contracts.routing import InvalidCommandId, check_command_id, command_route
 from slotflow.principals import Signer
 from slotflow.settings import KafkaSettings
 

@@ -27,7 +27,6 @@ from slotflow.client.errors import (
     Unavailable,
 )
 from slotflow.client.models import CommandStatus, Sent
-from slotflow.commands import InvalidCommandId, check_command_id
 from slotflow.contracts import (
     Backfill,
     CancelWorkflow,
@@ -48,6 +47,7 @@ from slotflow.contracts import (
     TriggerNow,
     UpdateSchedule,
 )
+from slotflow.contracts.routing import InvalidCommandId, check_command_id
 
 #: The api holds a status request open this long at most (its `?wait=` cap).
 MAX_WAIT_S = 30.0

@@ -28,9 +28,10 @@ from slotflow.client.errors import (
     Unavailable,
 )
 from slotflow.client.models import CommandStatus, Sent
-from slotflow.commands import InvalidCommandId, command_route, publish_command
+from slotflow.commands import publish_command
 from slotflow.contracts import CommandAccepted, CommandRejected, Message
 from slotflow.contracts.codec import decode
+from slotflow.contracts.routing import InvalidCommandId, command_route
 from slotflow.contracts.topics import (
     DLQ_COMMANDS,
     DLQ_EVENTS,

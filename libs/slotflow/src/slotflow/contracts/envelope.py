@@ -19,7 +19,17 @@ from pydantic import (
     model_validator,
 )
 
-from slotflow.contracts import acceptance
+from slotflow.contracts.acceptance import (
+    ID_CONTROL,
+    ID_MAX_BYTES,
+    INT4_MAX,
+    INT8_MAX,
+    STORED_KEY,
+    id_refusal,
+    text_refusal,
+    within_id_bytes,
+)
+from slotflow.contracts.acceptance import check as check_acceptable
 from slotflow.core.nul import REPLACEMENT, storable
 
 TRACEPARENT_HEADER = "traceparent"
@@ -39,16 +49,14 @@ ID_MAX_CHARS = 1000
 KEY_MAX_CHARS = 1000
 #: An identifier that fits every index it keys (`acceptance.ID_MAX_BYTES`): an envelope id, a run,
 #: timer, command or dead letter id.
-IdText = Annotated[
-    str, Field(min_length=1, max_length=ID_MAX_CHARS), AfterValidator(acceptance.within_id_bytes)
-]
+IdText = Annotated[str, Field(min_length=1, max_length=ID_MAX_CHARS), AfterValidator(within_id_bytes)]
 #: Integers some service stores in an `integer` or a `bigint` column. A field with a bound of its
 #: own (`ge=1`) writes `Field(ge=1, le=acceptance.INT4_MAX)` instead: a bound in the Annotated
 #: metadata would override the field's.
-Int4 = Annotated[int, Field(ge=-(2**31), le=acceptance.INT4_MAX)]
-Int8 = Annotated[int, Field(ge=-(2**63), le=acceptance.INT8_MAX)]
+Int4 = Annotated[int, Field(ge=-(2**31), le=INT4_MAX)]
+Int8 = Annotated[int, Field(ge=-(2**63), le=INT8_MAX)]
 #: Text some consumer keys an index with (a reason, a topic, a job id): `acceptance.ID_MAX_BYTES`.
-IndexedText = Annotated[str, AfterValidator(acceptance.within_id_bytes)]
+IndexedText = Annotated[str, AfterValidator(within_id_bytes)]
 #: The envelope's optional `principal` (who issued a command) is at most this many characters.
 PRINCIPAL_MAX_CHARS = 300
 #: A command proof's key id and signature are at most this many characters (a key id is
@@ -70,14 +78,14 @@ def fit_id(base: str, suffix: str = "", *, limit: int = ID_MAX_CHARS) -> str:
     """
     # Storable, and without the control characters every consumer refuses in an id (a rejection
     # echoing a command id with a newline in it would be refused by everyone it was meant for).
-    clean = acceptance.ID_CONTROL.sub(REPLACEMENT, storable(base))
+    clean = ID_CONTROL.sub(REPLACEMENT, storable(base))
     whole = base + suffix
-    if clean == base and len(whole) <= limit and acceptance.id_refusal(whole, "id") is None:
+    if clean == base and len(whole) <= limit and id_refusal(whole, "id") is None:
         return whole
     digest = hashlib.sha256(base.encode("utf-8", errors="surrogatepass")).hexdigest()[:_DIGEST_CHARS]
     # Suffixes are short names of ours ("/rejected"), so there is always room for some of base.
     room = max(limit - len(suffix) - _DIGEST_CHARS - 1, 0)
-    room_bytes = max(acceptance.ID_MAX_BYTES - len(suffix.encode()) - _DIGEST_CHARS - 1, 0)
+    room_bytes = max(ID_MAX_BYTES - len(suffix.encode()) - _DIGEST_CHARS - 1, 0)
     # `storable` left no NUL and no lone surrogate; a cut inside a character drops the character.
     cut = clean[:room].encode()[:room_bytes].decode("utf-8", errors="ignore")
     return f"{cut}~{digest}{suffix}"
@@ -106,8 +114,8 @@ class Message(BaseModel):
     def _acceptable(self, info: ValidationInfo) -> Self:
         # A fact a service reads back from its own storage was accepted when it was stored.
         context = info.context
-        if not (isinstance(context, dict) and context.get(acceptance.STORED_KEY)):
-            acceptance.check(self)
+        if not (isinstance(context, dict) and context.get(STORED_KEY)):
+            check_acceptable(self)
         return self
 
 
@@ -137,7 +145,7 @@ class Envelope(BaseModel):
     version: int = Field(ge=1)
     #: Deterministic where it can be (a run's slot label, a command's id): duplicates collapse on it.
     id: IdText
-    key: Annotated[str, Field(max_length=KEY_MAX_CHARS), AfterValidator(acceptance.within_id_bytes)]
+    key: Annotated[str, Field(max_length=KEY_MAX_CHARS), AfterValidator(within_id_bytes)]
     occurred_at: AwareDatetime
     source: str = Field(min_length=1, max_length=200)
     data: dict[str, Any]
@@ -155,7 +163,7 @@ class Envelope(BaseModel):
         # The id and key are the identity check's (`slotflow.contracts.identity`), the data the
         # message's; these two are stored as they are by whoever records who sent what.
         for where, text in (("source", self.source), ("principal", self.principal or "")):
-            why = acceptance.text_refusal(text, where)
+            why = text_refusal(text, where)
             if why is not None:
                 raise ValueError(why)
         return self
@@ -181,3 +189,8 @@ def wrap(
         data=message.model_dump(mode="json"),
         principal=principal,
     )
+
+
+def envelope_headers(envelope: Envelope) -> dict[str, bytes]:
+    """Routing headers that let a reader see the type without parsing the value."""
+    return {TYPE_HEADER: envelope.type.encode(), VERSION_HEADER: str(envelope.version).encode()}

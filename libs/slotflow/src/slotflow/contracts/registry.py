@@ -4,7 +4,7 @@ from collections.abc import Iterable, Iterator
 
 from pydantic import ValidationError
 
-from slotflow.contracts import acceptance
+from slotflow.contracts.acceptance import ERROR_TYPE, STORED
 from slotflow.contracts.envelope import Envelope, Message
 from slotflow.errors import InvalidPayload, UnknownMessageType
 
@@ -53,7 +53,7 @@ class MessageRegistry:
         """
         model = self.model_for(envelope.type, envelope.version)
         try:
-            return model.model_validate(envelope.data, context=acceptance.STORED if stored else None)
+            return model.model_validate(envelope.data, context=STORED if stored else None)
         except ValidationError as err:
             raise InvalidPayload(f"invalid {envelope.type} v{envelope.version}: {_summarise(err)}") from err
 
@@ -67,7 +67,7 @@ class MessageRegistry:
 def _summarise(err: ValidationError) -> str:
     parts = []
     for item in err.errors(include_url=False)[:10]:
-        if item["type"] == acceptance.ERROR_TYPE:
+        if item["type"] == ERROR_TYPE:
             # The acceptance rule's refusal already names the field (`definition.payload.note: ...`).
             parts.append(item["msg"])
             continue

@@ -1,5 +1,6 @@
 """Workflow commands consumed by the orchestrator, and the events of the workflow-history topic."""
 
+import hashlib
 from datetime import timedelta
 from typing import Annotated, Any, Literal
 
@@ -490,6 +491,11 @@ PAYLOAD_FIELDS: dict[type[HistoryEvent], tuple[str, ...]] = {
 def payload_ref(ref: str, size: int) -> dict[str, Any]:
     """The value that stands in for a stored payload: its content address and its size in bytes."""
     return {PAYLOAD_REF_KEY: ref, "bytes": size}
+
+
+def content_ref(data: bytes) -> str:
+    """The content address of ``data``: `"sha256:<64 lowercase hex digits>"` (what a reference names)."""
+    return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
 def is_payload_ref(value: object) -> bool:

@@ -17,17 +17,74 @@ import itertools
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone
-from typing import Literal
+from typing import Literal, Protocol
 from zoneinfo import ZoneInfo
 
-from slotflow.contracts.policies import DstPolicy, MisfirePolicy
-from slotflow.contracts.schedules import CronSpec, IntervalSpec, OnceSpec
 from slotflow.core._cronfields import MAX_YEARS_BETWEEN_MATCHES as MAX_YEARS_BETWEEN_MATCHES
 from slotflow.core._cronfields import CronFields, parse_expression
 from slotflow.core._walltime import first_change_after, local_naive, resolve, transitions_between
 from slotflow.core.identity import NaiveDatetime
 
-Spec = CronSpec | IntervalSpec | OnceSpec
+# What the slot functions read of a schedule's spec and policies. The schedule contracts
+# (`slotflow.contracts.CronSpec`, `IntervalSpec`, `OnceSpec`, `DstPolicy`, `MisfirePolicy`) are
+# these shapes; they are protocols here because core knows no message, so the contracts build on
+# core (their cron grammar is `_cronfields`) without an import cycle (docs/development.md, "Layers").
+
+
+class CronShape(Protocol):
+    """A cron spec: the expression, matched in the wall time of ``timezone``."""
+
+    @property
+    def kind(self) -> Literal["cron"]: ...
+    @property
+    def expression(self) -> str: ...
+    @property
+    def timezone(self) -> str: ...
+
+
+class IntervalShape(Protocol):
+    """A fixed interval: slots at ``anchor + k * every``."""
+
+    @property
+    def kind(self) -> Literal["interval"]: ...
+    @property
+    def every(self) -> timedelta: ...
+    @property
+    def anchor(self) -> datetime: ...
+
+
+class OnceShape(Protocol):
+    """One slot, at ``at``."""
+
+    @property
+    def kind(self) -> Literal["once"]: ...
+    @property
+    def at(self) -> datetime: ...
+
+
+class DstShape(Protocol):
+    """Which instant(s) a repeated or nonexistent wall time means."""
+
+    @property
+    def repeated(self) -> Literal["first", "last", "both"]: ...
+    @property
+    def nonexistent(self) -> Literal["shift", "skip"]: ...
+
+
+class MisfireShape(Protocol):
+    """What happens to slots that passed unfired."""
+
+    @property
+    def policy(self) -> Literal["fire_all", "fire_once", "skip"]: ...
+    @property
+    def max_catch_up(self) -> int: ...
+    @property
+    def catch_up_window(self) -> timedelta: ...
+    @property
+    def grace(self) -> timedelta: ...
+
+
+Spec = CronShape | IntervalShape | OnceShape
 DstMark = Literal["repeated-first", "repeated-second", "shifted"]
 SkipReason = Literal["misfire", "outside_catch_up_window", "dst_nonexistent", "paused"]
 
@@ -116,7 +173,7 @@ class _Cron:
         return self._fields.matches(naive)
 
 
-def _cron(spec: CronSpec, schedule_id: str | None) -> _Cron:
+def _cron(spec: CronShape, schedule_id: str | None) -> _Cron:
     """The expression's walker, `H` drawn from ``schedule_id``.
 
     Raises:
@@ -149,7 +206,7 @@ def _start_point(zone: ZoneInfo, after: datetime, fold: int) -> tuple[datetime, 
     return local_naive(jump, wall.before), True
 
 
-def _fold_slots(cron: _Cron, zone: ZoneInfo, dst: DstPolicy, fold: int, after: datetime) -> Iterator[Slot]:
+def _fold_slots(cron: _Cron, zone: ZoneInfo, dst: DstShape, fold: int, after: datetime) -> Iterator[Slot]:
     """Slots > `after` taking the `fold` occurrence of repeated wall times, ascending."""
     start, inclusive = _start_point(zone, after, fold)
     walk = cron.walk(start, inclusive=inclusive)
@@ -191,7 +248,7 @@ def _unique_instants(slots: Iterable[Slot]) -> Iterator[Slot]:
             yield slot
 
 
-def _cron_slots(spec: CronSpec, dst: DstPolicy, after: datetime, schedule_id: str | None) -> Iterator[Slot]:
+def _cron_slots(spec: CronShape, dst: DstShape, after: datetime, schedule_id: str | None) -> Iterator[Slot]:
     zone = ZoneInfo(spec.timezone)
     cron = _cron(spec, schedule_id)
     if dst.repeated == "first":
@@ -205,7 +262,7 @@ def _cron_slots(spec: CronSpec, dst: DstPolicy, after: datetime, schedule_id: st
 # --- interval and once --------------------------------------------------------------------------
 
 
-def _interval_slots(spec: IntervalSpec, after: datetime) -> Iterator[Slot]:
+def _interval_slots(spec: IntervalShape, after: datetime) -> Iterator[Slot]:
     # Integer arithmetic on the grid: slot k is anchor + k * every, never accumulated.
     k = (after - spec.anchor) // spec.every + 1
     zone = spec.anchor.tzinfo
@@ -218,7 +275,7 @@ def _interval_slots(spec: IntervalSpec, after: datetime) -> Iterator[Slot]:
         k += 1
 
 
-def _once_slots(spec: OnceSpec, after: datetime) -> Iterator[Slot]:
+def _once_slots(spec: OnceShape, after: datetime) -> Iterator[Slot]:
     if spec.at > after:
         yield Slot(spec.at.astimezone(UTC), spec.at.isoformat())
 
@@ -227,7 +284,7 @@ def _once_slots(spec: OnceSpec, after: datetime) -> Iterator[Slot]:
 
 
 def iter_slots(
-    spec: Spec, dst: DstPolicy, *, after: datetime, schedule_id: str | None = None
+    spec: Spec, dst: DstShape, *, after: datetime, schedule_id: str | None = None
 ) -> Iterator[Slot]:
     """Every slot strictly after `after`, ascending, lazily (an interval never ends).
 
@@ -239,9 +296,9 @@ def iter_slots(
         CronNeedsScheduleId: the cron uses `H` (or `R`) and ``schedule_id`` is None.
     """
     _require_aware(after, "after")
-    if isinstance(spec, CronSpec):
+    if spec.kind == "cron":
         return _cron_slots(spec, dst, after, schedule_id)
-    if isinstance(spec, IntervalSpec):
+    if spec.kind == "interval":
         return _interval_slots(spec, after)
     return _once_slots(spec, after)
 
@@ -251,17 +308,17 @@ def draws_from_schedule_id(spec: Spec) -> bool:
 
     Every other spec has the same slots whatever schedule it belongs to, so they can be shared.
     """
-    return isinstance(spec, CronSpec) and parse_expression(spec.expression).hashed
+    return spec.kind == "cron" and parse_expression(spec.expression).hashed
 
 
-def next_slot(spec: Spec, dst: DstPolicy, *, after: datetime, schedule_id: str | None = None) -> Slot | None:
+def next_slot(spec: Spec, dst: DstShape, *, after: datetime, schedule_id: str | None = None) -> Slot | None:
     """The first slot strictly after `after`; None when the spec has no more."""
     return next(iter_slots(spec, dst, after=after, schedule_id=schedule_id), None)
 
 
 def slots_between(
     spec: Spec,
-    dst: DstPolicy,
+    dst: DstShape,
     *,
     after: datetime,
     until: datetime,
@@ -278,7 +335,7 @@ def slots_between(
 
 
 def preview(
-    spec: Spec, dst: DstPolicy, *, after: datetime, count: int, schedule_id: str | None = None
+    spec: Spec, dst: DstShape, *, after: datetime, count: int, schedule_id: str | None = None
 ) -> list[Slot]:
     """The next `count` firings after `after`, with their DST marks."""
     if count < 0:
@@ -288,7 +345,7 @@ def preview(
 
 def dst_skips_between(
     spec: Spec,
-    dst: DstPolicy,
+    dst: DstShape,
     *,
     after: datetime,
     until: datetime,
@@ -302,7 +359,7 @@ def dst_skips_between(
     """
     _require_aware(after, "after")
     _require_aware(until, "until")
-    if not isinstance(spec, CronSpec) or dst.nonexistent != "skip":
+    if spec.kind != "cron" or dst.nonexistent != "skip":
         return []
     zone = ZoneInfo(spec.timezone)
     cron = _cron(spec, schedule_id)
@@ -323,7 +380,7 @@ def dst_skips_between(
     return skipped
 
 
-def plan_misfire(policy: MisfirePolicy, missed: Sequence[Slot], *, now: datetime) -> MisfirePlan:
+def plan_misfire(policy: MisfireShape, missed: Sequence[Slot], *, now: datetime) -> MisfirePlan:
     """Decide which due-but-unfired slots still fire.
 
     A slot within `policy.grace` of `now` is merely late and always fires. Older ones are missed:

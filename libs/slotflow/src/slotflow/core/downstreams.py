@@ -20,9 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Literal
-
-from slotflow.contracts.downstreams import DownstreamSettings
+from typing import Literal, Protocol
 
 BreakerState = Literal["closed", "open", "half_open"]
 
@@ -60,19 +58,50 @@ class DownstreamPolicy:
             raise ValueError("min_volume and probes must be >= 1")
 
 
-def with_settings(policy: DownstreamPolicy, settings: DownstreamSettings) -> DownstreamPolicy:
+class DownstreamOverrides(Protocol):
+    """One downstream's own settings, None where the claimers' default stands
+    (`slotflow.contracts.DownstreamSettings` is one; core knows no message, docs/development.md)."""
+
+    @property
+    def retry_ratio(self) -> float | None: ...
+    @property
+    def min_retries_per_second(self) -> float | None: ...
+    @property
+    def window_seconds(self) -> float | None: ...
+    @property
+    def failure_rate(self) -> float | None: ...
+    @property
+    def min_volume(self) -> int | None: ...
+    @property
+    def cooldown_seconds(self) -> float | None: ...
+    @property
+    def probes(self) -> int | None: ...
+
+
+#: Each override and the policy field it sets; the `_seconds` ones are durations in the policy.
+_OVERRIDES = (
+    ("retry_ratio", "retry_ratio"),
+    ("min_retries_per_second", "min_retries_per_second"),
+    ("window_seconds", "window"),
+    ("failure_rate", "failure_rate"),
+    ("min_volume", "min_volume"),
+    ("cooldown_seconds", "cooldown"),
+    ("probes", "probes"),
+)
+_SECONDS = frozenset({"window_seconds", "cooldown_seconds"})
+
+
+def with_settings(policy: DownstreamPolicy, settings: DownstreamOverrides) -> DownstreamPolicy:
     """``policy`` (the claimers' defaults) with one downstream's own settings laid over it.
 
     Raises:
         ValueError: the combination is not a policy (the contract bounds each field alone).
     """
-    seconds = {"window_seconds": "window", "cooldown_seconds": "cooldown"}
     changes: dict[str, object] = {}
-    for field, value in settings.model_dump(exclude_none=True).items():
-        if field in seconds:
-            changes[seconds[field]] = timedelta(seconds=value)
-        else:
-            changes[field] = value
+    for override, field in _OVERRIDES:
+        value = getattr(settings, override)
+        if value is not None:
+            changes[field] = timedelta(seconds=value) if override in _SECONDS else value
     return replace(policy, **changes) if changes else policy  # type: ignore[arg-type]
 
 

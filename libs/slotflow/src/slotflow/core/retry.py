@@ -7,11 +7,28 @@ so ten thousand jobs that failed against one outage do not come back in lockstep
 import asyncio
 from collections.abc import Iterable
 from datetime import timedelta
+from typing import Protocol
 
 from pydantic import ValidationError
 
-from slotflow.contracts.policies import RetryPolicy
 from slotflow.errors import PermanentError, PoisonMessage, SlotflowError
+
+
+class RetryShape(Protocol):
+    """What `next_retry_delay` reads of a retry policy (`slotflow.contracts.RetryPolicy` is one).
+
+    A protocol rather than the contract model: core knows no message, so the contracts can build on
+    it without an import cycle (docs/development.md, "Layers").
+    """
+
+    @property
+    def base(self) -> timedelta: ...
+    @property
+    def cap(self) -> timedelta: ...
+    @property
+    def max_attempts(self) -> int: ...
+    @property
+    def non_retryable(self) -> tuple[str, ...]: ...
 
 
 def backoff_ceiling(*, attempt: int, base: timedelta, cap: timedelta) -> timedelta:
@@ -81,7 +98,7 @@ def is_retryable(error: BaseException, *, non_retryable: Iterable[str] = ()) -> 
 
 
 def next_retry_delay(
-    policy: RetryPolicy, *, attempt: int, error: BaseException, draw: float
+    policy: RetryShape, *, attempt: int, error: BaseException, draw: float
 ) -> timedelta | None:
     """The wait before attempt ``attempt + 1`` (1-based), or None when the run should be dead-lettered.
 

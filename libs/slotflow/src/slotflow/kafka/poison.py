@@ -25,7 +25,6 @@ from typing import Any
 
 from pydantic_core import from_json
 
-from slotflow.commands import NotACommand, command_route
 from slotflow.contracts import (
     REGISTRY,
     AttemptRecord,
@@ -38,6 +37,7 @@ from slotflow.contracts import (
 from slotflow.contracts.codec import DEFAULT_MAX_BYTES, decode, encode
 from slotflow.contracts.envelope import Message, fit_id, fit_key
 from slotflow.contracts.identity import check_identity
+from slotflow.contracts.routing import NotACommand, command_route
 from slotflow.contracts.topics import DLQ_MAX_RECORD_BYTES
 from slotflow.core.nul import storable
 from slotflow.errors import (

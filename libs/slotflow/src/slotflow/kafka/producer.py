@@ -23,7 +23,7 @@ from aiokafka.errors import (
 )
 
 from slotflow.contracts.codec import encode
-from slotflow.contracts.envelope import TYPE_HEADER, VERSION_HEADER, Envelope
+from slotflow.contracts.envelope import Envelope, envelope_headers
 from slotflow.contracts.topics import DLQ_MAX_RECORD_BYTES, DLQ_MESSAGES
 from slotflow.errors import KafkaAccessDenied, MessageTooLarge, TransientStorageError
 from slotflow.kafka.access import AUTHORIZATION_ERRORS, access_denied, start_failure
@@ -375,8 +375,3 @@ def _traced(topic: str, envelope: Envelope, headers: Headers | None) -> Headers:
         return headers or {}
     created = traced_create("slotflow.kafka", topic, message_id=envelope.id, key=envelope.key)
     return {**(headers or {}), **created}
-
-
-def envelope_headers(envelope: Envelope) -> dict[str, bytes]:
-    """Routing headers that let a reader see the type without parsing the value."""
-    return {TYPE_HEADER: envelope.type.encode(), VERSION_HEADER: str(envelope.version).encode()}

@@ -13,10 +13,10 @@ payload can commit with the history event that references it.
 
 import re
 
-from slotflow.errors import ConfigurationError, TransientStorageError
+from slotflow.contracts.workflows import content_ref
+from slotflow.errors import ConfigurationError, PayloadNotFound, TransientStorageError
 from slotflow.pg.pool import CONNECTION_ERRORS, Conn, Pool
 from slotflow.pg.statements import sql
-from slotflow.workflow.payloads import PayloadNotFound, content_ref
 
 __all__ = ["PayloadNotFound", "PostgresPayloadStore", "get_payload", "put_payload"]
 

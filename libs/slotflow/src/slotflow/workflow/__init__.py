@@ -23,7 +23,7 @@ from asyncio import CancelledError
 
 from slotflow.contracts.policies import RetryPolicy
 from slotflow.contracts.workflows import ParentClosePolicy
-from slotflow.workflow.api import (
+from slotflow.workflow._api import (
     WorkflowInfo,
     continue_as_new,
     create_task,
@@ -39,6 +39,7 @@ from slotflow.workflow.api import (
     wait_condition,
     wait_signal,
 )
+from slotflow.workflow._saga import Compensation, Saga
 from slotflow.workflow.children import ChildWorkflowHandle, execute_child_workflow, start_child_workflow
 from slotflow.workflow.definition import defn, run, signal
 from slotflow.workflow.errors import (
@@ -55,7 +56,6 @@ from slotflow.workflow.errors import (
     WorkflowError,
 )
 from slotflow.workflow.replayer import Replayer, ReplayResult
-from slotflow.workflow.saga import Compensation, Saga
 
 __all__ = [
     "ActivityError",

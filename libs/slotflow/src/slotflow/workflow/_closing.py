@@ -1,6 +1,8 @@
 """The commands a run's last event carries: the next run, the parent's answer, the children's fate."""
 
-from typing import TYPE_CHECKING, Literal
+import asyncio
+from collections.abc import Mapping
+from typing import Any, Literal, Protocol
 
 from slotflow.contracts.workflows import (
     HistoryEvent,
@@ -8,14 +10,26 @@ from slotflow.contracts.workflows import (
     WorkflowCompleted,
     WorkflowContinuedAsNew,
     WorkflowFailed,
+    WorkflowStarted,
 )
 from slotflow.workflow.commands import Command, ContinueAsNew, NotifyParent, RequestCancelWorkflow
 
-if TYPE_CHECKING:
-    from slotflow.workflow._execution import Execution
+
+class ClosingRun(Protocol):
+    """What the closing commands read of the run that ends (`_execution.Execution` is one): a
+    protocol, so this module does not import the execution that calls it (no import cycle)."""
+
+    @property
+    def started(self) -> WorkflowStarted: ...
+    @property
+    def workflow_id(self) -> str: ...
+    @property
+    def children(self) -> Mapping[int, tuple[str, str]]: ...
+    @property
+    def futures(self) -> Mapping[int, "asyncio.Future[Any]"]: ...
 
 
-def closing_commands(execution: "Execution", event: HistoryEvent) -> list[Command]:
+def closing_commands(execution: ClosingRun, event: HistoryEvent) -> list[Command]:
     """What to send once ``event`` (new, run-ending) is appended."""
     started = execution.started
     commands: list[Command] = []

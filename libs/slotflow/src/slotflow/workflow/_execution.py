@@ -45,7 +45,7 @@ from slotflow.contracts.workflows import (
     WorkflowTimerFired,
 )
 from slotflow.core.nul import storable
-from slotflow.workflow import _loop
+from slotflow.workflow._closing import closing_commands
 from slotflow.workflow._events import (
     DECISION,
     INPUT,
@@ -56,6 +56,8 @@ from slotflow.workflow._events import (
     describe_event,
     forced_end,
 )
+from slotflow.workflow._loop import Loop, enter, leave
+from slotflow.workflow._loop import current as running_execution
 from slotflow.workflow.commands import Command
 from slotflow.workflow.definition import WorkflowDefinition
 from slotflow.workflow.errors import (
@@ -108,7 +110,7 @@ class Execution:
         self.now = now
         self.max_history_events = max_history_events
         self.suggest_at = suggest_continue_as_new_at
-        self.loop = _loop.Loop()  # type: ignore[abstract]
+        self.loop = Loop()  # type: ignore[abstract]
         self.main: asyncio.Task[Any] | None = None
         self.instance: Any = None
         #: Results the code waits for, by the sequence of the decision that asked for them.
@@ -153,7 +155,7 @@ class Execution:
         self.history, self.now = history, now
         self.new_events, self.commands = [], []
         n = len(history)
-        previous = _loop.enter(self)
+        previous = enter(self)
         try:
             index = self.position
             while index < n and self.closed is None:
@@ -176,12 +178,12 @@ class Execution:
         except _RunEnded:
             self.position = n
         finally:
-            _loop.leave(previous)
+            leave(previous)
 
     def dispose(self) -> None:
         """Close the code's coroutines without letting their cleanup make decisions."""
         self.disposing = True
-        previous = _loop.enter(self)
+        previous = enter(self)
         try:
             for task in self.loop.tasks:
                 if not task.done():
@@ -190,7 +192,7 @@ class Execution:
                         task.get_coro().close()
         finally:
             self.loop.disposed = True
-            _loop.leave(previous)
+            leave(previous)
 
     def refuse(self, used: str, instead: str) -> BaseException:
         """The guard's error for ``used``; remembered so `decide` raises it even if the code catches it."""
@@ -258,7 +260,7 @@ class Execution:
 
     def match(self, kind: type[HistoryEvent], key: Any) -> HistoryEvent | None:
         """The recorded decision the code's ``kind``/``key`` decision replays, or None when new."""
-        if self.disposing or _loop.current() is not self:
+        if self.disposing or running_execution() is not self:
             # Cleanup code run by a coroutine's close (a discarded or garbage-collected execution):
             # it cannot make decisions any more.
             raise GeneratorExit
@@ -299,7 +301,7 @@ class Execution:
         """`workflow.patched` / `deprecate_patch`: whether the code takes the new path here."""
         if patch_id in self.patches:
             return self.patches[patch_id]
-        if self.disposing or _loop.current() is not self:
+        if self.disposing or running_execution() is not self:
             raise GeneratorExit
         history = self.history
         cursor = self.dcursor
@@ -547,12 +549,10 @@ class Execution:
         return self.compensations_ran and self.compensations_ok
 
     def _close(self, kind: type[HistoryEvent], **fields: Any) -> None:
-        from slotflow.workflow import _closing
-
         recorded = self.match(kind, None)
         self.closed = recorded if recorded is not None else self.record(kind, **fields)
         if recorded is None:
-            self.commands.extend(_closing.closing_commands(self, self.closed))
+            self.commands.extend(closing_commands(self, self.closed))
 
     # -- recorded values -----------------------------------------------------------------------
 

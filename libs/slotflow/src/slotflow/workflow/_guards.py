@@ -48,7 +48,7 @@ from collections.abc import Callable, Iterable
 from types import FrameType
 from typing import Any
 
-from slotflow.workflow import _loop
+from slotflow.workflow._loop import IO, _local, _refuse
 
 CLOCK = "the host clock reads differently on a replay; use workflow.now() (the decision's recorded time)"
 TODAY = "the host clock reads differently on a replay; use workflow.now().date()"
@@ -66,7 +66,7 @@ THREADS = "threads are not replayable; put the work in an activity"
 TIME_SLEEP = "time.sleep blocks the orchestrator and a replay skips it; use workflow.sleep()"
 
 #: The thread's running execution (`_loop.current()`), read directly: it is the wrappers' hot path.
-_running = _loop._local
+_running = _local
 _STDLIB = os.path.dirname(os.__file__) + os.sep
 #: Per code file: whether it is the standard library (not its site-packages), asked once.
 _stdlib_files: dict[str, bool] = {}
@@ -88,7 +88,7 @@ def _refusing_anyone(original: Callable[..., Any], used: str, instead: str) -> C
 
     def guarded(*args: Any, **kwargs: Any) -> Any:
         if _running.execution is not None:
-            raise _loop._refuse(used, instead)
+            raise _refuse(used, instead)
         return original(*args, **kwargs)
 
     return guarded
@@ -100,7 +100,7 @@ def _refusing_workflow_code(original: Callable[..., Any], used: str, instead: st
 
     def guarded(*args: Any, **kwargs: Any) -> Any:
         if _running.execution is not None and not _is_stdlib(sys._getframe(1)):
-            raise _loop._refuse(used, instead)
+            raise _refuse(used, instead)
         return original(*args, **kwargs)
 
     return guarded
@@ -112,7 +112,7 @@ def _refusing_clock_read(original: Callable[[], Any], used: str, instead: str) -
 
     def guarded() -> Any:
         if _running.execution is not None and not _is_stdlib(sys._getframe(1)):
-            raise _loop._refuse(used, instead)
+            raise _refuse(used, instead)
         return original()
 
     return guarded
@@ -148,9 +148,9 @@ def install_guards() -> None:
         return
     _installed = True
     _wrap(threading.Thread, "start", "threading.Thread.start", THREADS, _refusing_anyone)
-    _wrap(socket.socket, "__init__", "socket.socket", _loop.IO, _refusing_anyone)
-    _wrap(socket, "create_connection", "socket.create_connection", _loop.IO, _refusing_anyone)
-    _wrap(socket, "getaddrinfo", "socket.getaddrinfo", _loop.IO, _refusing_anyone)
+    _wrap(socket.socket, "__init__", "socket.socket", IO, _refusing_anyone)
+    _wrap(socket, "create_connection", "socket.create_connection", IO, _refusing_anyone)
+    _wrap(socket, "getaddrinfo", "socket.getaddrinfo", IO, _refusing_anyone)
     _wrap(time, "sleep", "time.sleep", TIME_SLEEP, _refusing_anyone)
     for name in ("time", "time_ns", "monotonic", "monotonic_ns", "perf_counter", "perf_counter_ns"):
         _wrap(time, name, f"time.{name}", CLOCK, _refusing_clock_read)
@@ -178,7 +178,7 @@ def install_guards() -> None:
 def _refuse_clock(used: str, instead: str = CLOCK) -> None:
     """Refuse a datetime stand-in's clock read to workflow code (frame 2: the stand-in's caller)."""
     if _running.execution is not None and not _is_stdlib(sys._getframe(2)):
-        raise _loop._refuse(used, instead)
+        raise _refuse(used, instead)
 
 
 class _StandInType(type):

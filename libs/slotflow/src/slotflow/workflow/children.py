@@ -6,7 +6,7 @@ import hashlib
 from typing import Any
 
 from slotflow.contracts.workflows import ChildWorkflowScheduled, ParentClosePolicy
-from slotflow.workflow.api import _load, current
+from slotflow.workflow._api import _load, current
 from slotflow.workflow.commands import StartChildWorkflow
 from slotflow.workflow.definition import definition_of, to_json_object
 from slotflow.workflow.errors import NonDeterminismError

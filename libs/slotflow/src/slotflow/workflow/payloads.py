@@ -14,7 +14,6 @@ calls these helpers around the pure decision step:
 for tests and `WorkflowEnvironment`.
 """
 
-import hashlib
 import json
 from collections.abc import Iterable
 from typing import Any, Protocol
@@ -25,17 +24,14 @@ from slotflow.contracts.workflows import (
     PAYLOAD_FIELDS,
     PAYLOAD_REF_KEY,
     HistoryEvent,
+    content_ref,
     is_payload_ref,
     payload_ref,
 )
-from slotflow.errors import SlotflowError
+from slotflow.errors import PayloadNotFound
 
 #: Payloads larger than this (bytes of compact JSON) travel by reference.
 DEFAULT_THRESHOLD = 64 * 1024
-
-
-class PayloadNotFound(SlotflowError):
-    """No payload is stored under this reference."""
 
 
 class PayloadStore(Protocol):
@@ -50,11 +46,6 @@ class PayloadStore(Protocol):
             PayloadNotFound: nothing is stored under ``ref``.
         """
         ...
-
-
-def content_ref(data: bytes) -> str:
-    """The content address of ``data``: `"sha256:<64 lowercase hex digits>"`."""
-    return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
 class InMemoryPayloadStore:

@@ -21,7 +21,7 @@ from typing import Any
 
 from slotflow.contracts.policies import RetryPolicy
 from slotflow.contracts.workflows import CompensationRegistered
-from slotflow.workflow.api import current, schedule
+from slotflow.workflow._api import current, schedule
 from slotflow.workflow.definition import to_json_object
 from slotflow.workflow.errors import ActivityError, WorkflowError
 

@@ -25,8 +25,9 @@ from slotflow.contracts.workflows import (
     TimerStarted,
 )
 from slotflow.core.identity import activity_run_id
-from slotflow.workflow import _loop
 from slotflow.workflow._execution import Execution
+from slotflow.workflow._loop import Condition
+from slotflow.workflow._loop import current as running_execution
 from slotflow.workflow.commands import CancelTimer, ScheduleActivity, StartTimer
 from slotflow.workflow.definition import definition_of, to_json_object
 from slotflow.workflow.errors import ContinueAsNew, NotInWorkflow, WorkflowError
@@ -40,7 +41,7 @@ def current() -> Execution:
     Raises:
         NotInWorkflow: called outside workflow code.
     """
-    execution = _loop.current()
+    execution = running_execution()
     if not isinstance(execution, Execution):
         raise NotInWorkflow(
             "slotflow.workflow primitives run only inside workflow code stepped by the runtime "
@@ -273,7 +274,7 @@ async def wait_condition(predicate: Callable[[], bool], *, timeout: timedelta | 
     if predicate():
         return
     waiter: asyncio.Future[Any] = execution.loop.create_future()
-    execution.loop.conditions.append(_loop.Condition(predicate, waiter))
+    execution.loop.conditions.append(Condition(predicate, waiter))
     if timeout is None:
         await waiter
         return

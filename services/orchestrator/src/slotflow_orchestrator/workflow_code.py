@@ -1,4 +1,5 @@
-"""The workflow SDK's runtime behind the orchestrator's `Decider` protocol, and module loading.
+"""The workflow code the orchestrator serves: its modules loaded, and the SDK's runtime
+(`slotflow.workflow.runtime`) behind the orchestrator's `Decider` protocol.
 
 `load_decider(["examples.orders.workflows", ...])` imports the modules (as the claimer imports its
 handler modules) and serves every class in them decorated with `@workflow.defn`.
