@@ -20,10 +20,12 @@ from slotflow.contracts import (
     DeleteSchedule,
     DiscardDeadLetters,
     Envelope,
+    MarkSlots,
     Message,
     OpenDownstream,
     PauseSchedule,
     RedriveDeadLetters,
+    RerunSlots,
     ResumeSchedule,
     RetryActivity,
     SignalWorkflow,
@@ -93,7 +95,9 @@ def command_route(message: Message) -> CommandRoute:
         | ResumeSchedule
         | DeleteSchedule
         | TriggerNow
-        | Backfill,
+        | Backfill
+        | RerunSlots
+        | MarkSlots,
     ):
         return CommandRoute(SCHEDULE_COMMANDS, message.schedule_id)
     if isinstance(message, StartTimer | CancelTimer):
