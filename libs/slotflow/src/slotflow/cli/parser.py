@@ -312,7 +312,11 @@ def _schedule(groups: Any) -> None:
             "--dry-run", action="store_true", help="show what it would touch and leave out; publish nothing"
         )
         _command_options(repair)
-    mark.add_argument("mark", choices=("done", "skipped"), help="what the slots are marked: done (handled by hand) or skipped")
+    mark.add_argument(
+        "mark",
+        choices=("done", "skipped"),
+        help="what the slots are marked: done (handled by hand) or skipped",
+    )
     rerun.add_argument(
         "--force",
         action="store_true",
