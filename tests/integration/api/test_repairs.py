@@ -251,6 +251,12 @@ async def test_the_audit_shows_who_marked_or_reran_a_slot_and_a_forced_rerun_bes
     )
     assert body["summary"]["duplicated_effect"] == 0
     assert again not in {r["run_id"] for r in body["unscheduled"]}
+    # A marked slot may still be re-run later.
+    later = await client.post(
+        f"/v1/schedules/{SID}/rerun",
+        json={"from": slots[3].isoformat(), "reason": "after all", "dry_run": True},
+    )
+    assert [s["slot"] for s in later.json()["slots"]] == [_iso(slots[3])]
 
 
 def _iso(at: datetime) -> str:

@@ -10,6 +10,7 @@ database, with a real ticker and claimer:
 - a mark records who marked which slot and why, and runs nothing; a slot that has not come is refused.
 """
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime, timedelta
 from typing import TypeVar
@@ -257,3 +258,41 @@ async def test_a_mark_records_who_and_why_and_a_slot_not_yet_come_is_refused(
 
 async def _passed(pool: Pool, slot: datetime) -> bool:
     return await db_now(pool) > slot
+
+
+async def test_a_rerun_of_a_running_slot_runs_nothing_alongside_it(
+    kafka: KafkaSettings, producer: Producer, pool: Pool, ticker: Replica, pg_dsn: str
+) -> None:
+    # The api leaves a running slot out; a RerunSlots sent past it (any operator's client) still
+    # runs nothing beside the live claim: the claimer never reopens a running run.
+    started, release = asyncio.Event(), asyncio.Event()
+    ran: list[tuple[str, int]] = []
+
+    async def slow(ctx: RunContext) -> str:
+        ran.append((ctx.run_id, ctx.fence_token))
+        started.set()
+        await release.wait()
+        return "paid"
+
+    registry = HandlerRegistry()
+    registry.register("payouts.slow", slow)
+    claimer = ClaimerService(claimer_settings(kafka, pg_dsn), registry=registry)
+    await claimer.start()
+    try:
+        slot = await once(pool, producer, kafka, "slow", "payouts.slow")
+        run = run_id("slow", slot)
+        await asyncio.wait_for(started.wait(), timeout=60)
+        await send(producer, kafka, RerunSlots(schedule_id="slow", slots=(slot,), reason="while it runs"))
+
+        async def recorded() -> bool:
+            return int(await pool.fetchval("SELECT count(*) FROM ticker.slot_reruns")) == 1
+
+        await assert_eventually(recorded, timeout=30)
+        await asyncio.sleep(2)  # the re-run's JobDue reaches the claimer meanwhile
+        assert await pool.fetchval("SELECT fence_token FROM claimer.runs WHERE run_id = $1", run) == 1
+        release.set()
+        await reach(pool, run, "completed")
+        assert ran == [(run, 1)]
+    finally:
+        release.set()
+        await claimer.stop()
