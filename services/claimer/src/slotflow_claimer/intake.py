@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from slotflow import tracing
 from slotflow.contracts import Envelope, JobDue
 from slotflow.contracts.identity import identity_violation
-from slotflow.core.identity import rerun_number, run_id
+from slotflow.core.identity import RERUN_MARK, rerun_number, run_id
 from slotflow.errors import InvalidPayload, PoisonMessage
 from slotflow.kafka.poison import dead_letter_envelope, decode_record, guess_ids, minimal_dead_letter
 from slotflow.kafka.records import Record
@@ -477,8 +477,8 @@ def rerun_claim(job: JobDue) -> tuple[int, bool] | None:
     number); a re-run of the slot's own run carries its number in `JobDue.rerun`. The contracts'
     identity rules have already tied the two together.
     """
-    if job.workflow_id is not None:
-        return None
+    if job.workflow_id is not None or (not job.rerun and RERUN_MARK not in job.run_id):
+        return None  # the intake's hot path: almost every JobDue is no re-run
     slot_run = run_id(job.job_id, job.slot)
     if job.run_id != slot_run:
         number = rerun_number(job.run_id, slot_run)
