@@ -100,7 +100,7 @@ class RecordedRepair:
     run_state: str | None = None
 
     def describe(self) -> str:
-        """`marked done by alice: paid by hand`, `re-run (forced) by bob: the bank lost it`."""
+        """`marked done by alice: paid by hand`, `re-run as p@...#rerun-1 (forced) by bob: lost`."""
         who = self.principal or "an unnamed principal"
         what = {
             "rerun": "re-run",
@@ -269,8 +269,9 @@ def audit(
     by_slot = {run.slot: run for run in runs if run.run_id not in forced}
     by_repaired: dict[datetime, list[RecordedRepair]] = {}
     for repair in sorted(repairs, key=lambda r: r.at):
-        state = forced[repair.run_id].state if repair.run_id in forced else None
-        by_repaired.setdefault(repair.slot, []).append(replace(repair, run_state=state))
+        # A forced re-run's own state; a re-run of the slot's own run: that run's state now.
+        ran = forced.get(repair.run_id or "") or (by_slot.get(repair.slot) if repair.run_id else None)
+        by_repaired.setdefault(repair.slot, []).append(replace(repair, run_state=ran.state if ran else None))
     skipped = {skip.slot: skip for skip in skips}
     paused = _paused_intervals(timeline)
     report = AuditReport()
