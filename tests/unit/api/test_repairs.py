@@ -2,7 +2,7 @@
 
 from datetime import UTC, datetime, timedelta
 
-from slotflow_api.audit import AuditReport, SlotVerdict
+from slotflow_api.audit import AuditReport, RecordedRun, SlotVerdict
 from slotflow_api.repairs import select
 
 T0 = datetime(2026, 12, 2, 2, 0, tzinfo=UTC)
@@ -51,3 +51,11 @@ def test_a_mark_leaves_out_every_slot_whose_run_may_still_run_and_completed_ones
         "failed",
     }
     assert chosen.pending == 2
+
+
+def test_a_run_off_the_grid_is_repairable_too() -> None:
+    # A manual trigger's run, or a one-shot whose schedule was created after its instant: listed by
+    # the audit as unscheduled, and re-run like any slot.
+    off_grid = RecordedRun("p@x", T0, "manual", "dead_lettered", None, None, 0)
+    chosen = select(AuditReport(unscheduled=[off_grid]), "rerun")
+    assert [(c.run_id, c.state, c.action) for c in chosen.chosen] == [("p@x", "dead_lettered", "rerun")]

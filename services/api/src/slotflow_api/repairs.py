@@ -50,11 +50,21 @@ def _state(verdict: SlotVerdict) -> str:
     return verdict.run_state or verdict.status
 
 
+def _judged(report: AuditReport) -> list[SlotVerdict]:
+    """Every slot of the range with a verdict: the grid's, and the runs off it (a manual trigger, an
+    off-grid backfill, a one-shot whose schedule was created after its instant), by slot."""
+    off_grid = [
+        SlotVerdict(run.slot, run.run_id, "fired", f"run {run.state} (off the grid)", run.kind, run.state)
+        for run in report.unscheduled
+    ]
+    return sorted([*report.slots, *off_grid], key=lambda v: (v.slot, v.run_id or ""))
+
+
 def select(report: AuditReport, verb: Verb, *, force: bool = False) -> Selection:
     """The slots of ``report`` that a re-run (``force``: completed ones too) or a mark touches."""
     chosen: list[Chosen] = []
     left: list[LeftOut] = []
-    for verdict in report.slots:
+    for verdict in _judged(report):
         state = _state(verdict)
         reason = _rerun_refusal(verdict, state, force) if verb == "rerun" else _mark_refusal(verdict, state)
         if reason is not None:
