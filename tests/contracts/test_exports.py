@@ -10,7 +10,7 @@ PINNED = {
     "OnceSpec", "OverlapPolicy", "PauseSchedule", "RedriveDeadLetters", "ResumeSchedule",
     "RetryPolicy", "RunCompleted", "RunDeadLettered", "RunFailed", "RunRetrying", "RunSkipped",
     "RunStarted", "ScheduleCreated", "ScheduleDefinition", "ScheduleDeleted", "SchedulePaused",
-    "ScheduleResumed", "ScheduleSpec", "ScheduleUpdated", "SignalWorkflow", "SlotSkipped",
+    "ScheduleResumed", "ScheduleSpec", "ScheduleUpdated", "SignalWorkflow", "SlotSkipped", "SlotRerun", "SlotsMarked", "SlotsRerun", "MarkSlots", "RerunSlots",
     "StartTimer", "StartWorkflow", "TerminateWorkflow", "TimerFired", "TriggerNow", "UpdateSchedule", "wrap",
     # the workflow-history topic
     "HISTORY_EVENTS", "HistoryEvent", "history_event_id", "WorkflowStarted", "ActivityScheduled",

@@ -138,3 +138,49 @@ def test_schedule_ids_are_one_path_segment() -> None:
     with pytest.raises(pydantic.ValidationError, match="schedule_id"):
         CreateSchedule(schedule_id="team/a", definition=definition)
     CreateSchedule(schedule_id="team.a:b@c+d-e", definition=definition)
+
+
+# -- an operator's re-runs ------------------------------------------------------------------------
+
+FORCED = f"{run_id('victim', SLOT)}#rerun-2"
+
+
+@pytest.mark.parametrize(
+    ("job", "event_id"),
+    [
+        (due(kind="manual", rerun=1), f"{run_id('victim', SLOT)}/rerun/1"),
+        (due(run_id=FORCED, kind="manual", rerun=2), f"{FORCED}/rerun/2"),
+        (due(run_id=FORCED, kind="retry", attempt=2), f"{FORCED}#2"),
+    ],
+    ids=["re-run of the slot's run", "forced re-run", "a forced re-run's retry"],
+)
+def test_a_reruns_identity_follows_from_its_slot_and_number(job: JobDue, event_id: str) -> None:
+    # Whether the ticker issued it is the claimer's check (ticker.rerun_issued); the shape is here.
+    assert identity_violation(wrapped(job, event_id), job) is None
+
+
+@pytest.mark.parametrize(
+    ("job", "event_id", "said"),
+    [
+        (due(run_id=FORCED, kind="manual", rerun=3), f"{FORCED}/rerun/3", "carries re-run 3"),
+        (due(run_id=f"{run_id('other', SLOT)}#rerun-2", kind="manual", rerun=2), None, "its job and slot"),
+        (due(run_id=f"{run_id('victim', SLOT)}#rerun-02", kind="manual", rerun=2), None, "its job and slot"),
+        (due(run_id=f"{run_id('victim', SLOT)}#rerun-0", kind="manual"), None, "its job and slot"),
+        (due(kind="scheduled", rerun=1), f"{run_id('victim', SLOT)}/rerun/1", "kind manual"),
+        (due(kind="manual", rerun=1), run_id("victim", SLOT), "envelope id"),
+    ],
+    ids=[
+        "number differs",
+        "another job",
+        "leading zero",
+        "number zero",
+        "not manual",
+        "id without its number",
+    ],
+)
+def test_a_malformed_rerun_is_refused(job: JobDue, event_id: str | None, said: str) -> None:
+    violation = identity_violation(
+        wrapped(job, event_id or job_due_event_id(job.run_id, 1, 0, job.rerun)), job
+    )
+    assert violation is not None
+    assert said in violation

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from slotflow.core.identity import RERUN_MARK, rerun_number
 from slotflow.core.identity import run_id as slot_run_id
 from tests.cron_oracle import expected_slots
 
@@ -170,6 +171,10 @@ class Recording:
     ledger: dict[str, int] = field(default_factory=dict)
     #: run ids of slots skipped by an explicit policy (SlotSkipped / run.skipped on the topics).
     skipped: set[str] = field(default_factory=set)
+    #: schedule events topic: each forced re-run an operator asked for (the ticker's SlotsRerun),
+    #: run id `{slot's run id}#rerun-{n}` -> `who: why`. Its effect is a deliberate second effect of
+    #: its slot, not a duplicate; a `#rerun-n` effect no SlotsRerun names is a forged re-run.
+    operator_reruns: dict[str, str] = field(default_factory=dict)
     #: DLQ topic: record key -> reason, for every parked record.
     parked: dict[str, str] = field(default_factory=dict)
     #: schedule and workflow events topics: command id -> reason of its CommandRejected.
@@ -321,12 +326,36 @@ def _check_slots(rec: Recording, applied: dict[str, list[Effect]], report: Repor
                     )
                 )
     for key, effects in sorted(applied.items()):
-        if effects[0].kind == PAYOUT and key not in expected:
+        if effects[0].kind != PAYOUT or key in expected:
+            continue
+        slot_key = _rerun_of(key)
+        if slot_key is not None and slot_key in expected:
+            if key in rec.operator_reruns:
+                # An operator ran the completed slot again on purpose, as a run of its own.
+                report.counts["operator re-runs"] += 1
+                continue
             report.violations.append(
                 Violation(
-                    "effect with no slot", (key, f"seq={effects[0].seq}"), "no expected slot has this run id"
+                    "forged re-run",
+                    (key, f"seq={effects[0].seq}"),
+                    f"an effect of re-run {rerun_number(key, slot_key)} of {slot_key}, which no operator "
+                    "asked for (no SlotsRerun names it)",
                 )
             )
+            continue
+        report.violations.append(
+            Violation(
+                "effect with no slot", (key, f"seq={effects[0].seq}"), "no expected slot has this run id"
+            )
+        )
+
+
+def _rerun_of(key: str) -> str | None:
+    """The slot's run id when ``key`` is a forced re-run's `{slot's run id}#rerun-{n}`, else None."""
+    base, mark, _ = key.rpartition(RERUN_MARK)
+    if not mark or rerun_number(key, base) is None:
+        return None
+    return base
 
 
 def _check_timers(rec: Recording, applied: dict[str, list[Effect]], report: Report) -> None:

@@ -847,6 +847,12 @@ class System:
             data = envelope.get("data", {})
             if envelope.get("type") == "slot.skipped":
                 rec.skipped.add(data["run_id"])
+            elif envelope.get("type") == "slots.rerun":
+                for rerun in data.get("reruns", []):
+                    if rerun.get("forced"):
+                        rec.operator_reruns[str(rerun["run_id"])] = (
+                            f"{data.get('principal') or 'unnamed'}: {data.get('reason', '')}"
+                        )
             elif envelope.get("type") == "command.rejected":
                 rec.rejected[data["command_id"]] = data["reason"]
                 continue

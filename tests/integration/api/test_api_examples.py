@@ -3,9 +3,15 @@ examples a new user copies cannot drift from what the api takes."""
 
 import json
 import re
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
+
+from slotflow.contracts import ScheduleCreated
+from slotflow.contracts.topics import SCHEDULE_EVENTS
+from tests.integration.api.conftest import Emitter
+from tests.integration.api.helpers import eventually_json, interval
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "api.md"
 BLOCK = re.compile(r"```http\n(.*?)```", re.S)
@@ -18,6 +24,8 @@ COMMANDS = {
     "POST /v1/schedules/{id}/resume",
     "POST /v1/schedules/{id}/trigger",
     "POST /v1/schedules/{id}/backfill",
+    "POST /v1/schedules/{id}/rerun",
+    "POST /v1/schedules/{id}/mark",
     "DELETE /v1/schedules/{id}",
     "POST /v1/schedules/pause",
     "POST /v1/schedules/resume",
@@ -53,7 +61,23 @@ def _route(method: str, path: str) -> str:
     return f"{method} {'/'.join(parts)}"
 
 
-async def test_every_command_has_an_example_and_the_api_accepts_each(client: httpx.AsyncClient) -> None:
+async def _seed_repairable_slots(emit: Emitter, client: httpx.AsyncClient) -> None:
+    """The examples' schedule, hourly since before the repair examples' slots and with no run
+    recorded: each of those slots is missed, so a re-run or a mark of it is accepted."""
+    anchor = datetime(2026, 11, 30, tzinfo=UTC)
+    created = ScheduleCreated(
+        schedule_id="nightly-payouts", definition=interval(3600, anchor), paused=False, next_fire_at=anchor
+    )
+    await emit(
+        SCHEDULE_EVENTS, created, id="nightly-payouts/created", key="nightly-payouts", occurred_at=anchor
+    )
+    await eventually_json(client, "/v1/schedules/nightly-payouts", lambda body: body["schedule_id"])
+
+
+async def test_every_command_has_an_example_and_the_api_accepts_each(
+    client: httpx.AsyncClient, emit: Emitter
+) -> None:
+    await _seed_repairable_slots(emit, client)
     found = examples()
     assert {_route(method, path) for method, path, _ in found} == COMMANDS
     for method, path, body in found:

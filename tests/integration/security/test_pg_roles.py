@@ -95,6 +95,7 @@ async def test_the_claimer_role_cannot_touch_the_ticker_schema(pools: dict[str, 
         "UPDATE ticker.schedules SET paused = true",
         "DELETE FROM ticker.timers",
         "SELECT count(*) FROM ticker.schedules",
+        "SELECT count(*) FROM ticker.slot_reruns",
         "CREATE TABLE ticker.intruder (id integer)",
         "CREATE SCHEMA intruder",
         "CREATE TABLE public.intruder (id integer)",
@@ -104,6 +105,8 @@ async def test_the_claimer_role_cannot_touch_the_ticker_schema(pools: dict[str, 
         with pytest.raises(asyncpg.InsufficientPrivilegeError) as denied:
             await claimer.execute(statement)
         assert "permission denied" in str(denied.value) or "must be owner" in str(denied.value), statement
+    # The one question it may ask the ticker: did it issue this re-run (answered, nothing read).
+    assert await claimer.fetchval("SELECT ticker.rerun_issued('x', now(), 1, false)") is False
     # Its own schema it writes freely.
     await claimer.execute("CREATE TABLE claimer.own_probe (id integer)")
 

@@ -50,7 +50,9 @@ def test_the_grant_table_has_one_owner_line_per_service_and_the_reads() -> None:
     rows = [(g.role, g.schema, g.rights) for g in grant_table()]
     assert ("slotflow_ticker", "ticker", "owner (all)") in rows
     assert ("slotflow_api", "stats", "USAGE, SELECT") in rows
-    assert len(rows) == len(SERVICE_ROLES) + 2
+    # The claimer asks the ticker whether it issued a re-run: USAGE on the schema, no table.
+    assert ("slotflow_claimer", "ticker", "USAGE (its functions only)") in rows
+    assert len(rows) == len(SERVICE_ROLES) + 3
 
 
 @pytest.mark.parametrize("prefix", ["Slotflow_", "a-b", "x'; DROP ROLE y; --", "", "1x"])

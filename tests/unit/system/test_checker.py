@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from slotflow.core.identity import run_id
+from slotflow.core.identity import rerun_run_id, run_id
 from tests.chaos.system.checker import (
     APPLIED,
     COLLAPSED,
@@ -208,6 +208,33 @@ def test_an_effect_with_no_slot_is_reported() -> None:
     )
     rec.ledger[stray] = 1
     assert [(v.kind, v.ids[0]) for v in check(rec).violations] == [("effect with no slot", stray)]
+
+
+def _forced_rerun(rec: Recording, number: int) -> str:
+    """The effect (and ledger row) of a forced re-run of pay-a's first slot, as `#rerun-{number}`."""
+    slot = rec.schedules[0].slots()[0]
+    again = rerun_run_id("pay-a", slot, number)
+    rec.effects.append(
+        Effect(100, "payout", "pay-a", again, APPLIED, 1, "claimer-2", slot + timedelta(minutes=5))
+    )
+    rec.ledger[again] = 1
+    return again
+
+
+def test_an_operators_forced_rerun_is_counted_as_such_not_as_a_duplicate_or_a_stray_effect() -> None:
+    rec = recorded_run()
+    again = _forced_rerun(rec, 1)
+    rec.operator_reruns[again] = "alice: the bank lost the transfer"
+    report = check(rec)
+    assert report.violations == []
+    assert report.counts["operator re-runs"] == 1
+
+
+def test_a_rerun_no_operator_asked_for_is_a_violation() -> None:
+    rec = recorded_run()
+    rec.operator_reruns[rerun_run_id("pay-a", rec.schedules[0].slots()[0], 1)] = "alice: once"
+    forged = _forced_rerun(rec, 9)
+    assert [(v.kind, v.ids[0]) for v in check(rec).violations] == [("forged re-run", forged)]
 
 
 def test_bad_input_outbox_and_unfinished_work_are_reported() -> None:

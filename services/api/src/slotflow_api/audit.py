@@ -13,6 +13,7 @@ from typing import Literal
 
 from slotflow.contracts import ScheduleDefinition
 from slotflow.core.cronslots import dst_skips_between, slots_between
+from slotflow.core.identity import rerun_number, run_id
 from slotflow.errors import PermanentError
 
 SlotStatus = Literal["fired", "missed", "skipped_by_policy", "late", "held", "duplicated_effect"]
@@ -81,6 +82,35 @@ class RecordedSkip:
     detail: str
 
 
+RepairAction = Literal["rerun", "forced_rerun", "marked_done", "marked_skipped"]
+
+
+@dataclass(frozen=True)
+class RecordedRepair:
+    """An operator's re-run or mark of a slot (the ticker's SlotsRerun, SlotsMarked)."""
+
+    slot: datetime
+    at: datetime
+    action: RepairAction
+    principal: str | None
+    reason: str
+    #: A re-run's run: the slot's own, or a forced re-run's `{run id}#rerun-{n}`.
+    run_id: str | None = None
+    #: That run's state in the read model, when it has one.
+    run_state: str | None = None
+
+    def describe(self) -> str:
+        """`marked done by alice: paid by hand`, `re-run as p@...#rerun-1 (forced) by bob: lost`."""
+        who = self.principal or "an unnamed principal"
+        what = {
+            "rerun": "re-run",
+            "forced_rerun": f"re-run as {self.run_id} (forced)",
+            "marked_done": "marked done",
+            "marked_skipped": "marked skipped",
+        }[self.action]
+        return f"{what} by {who}: {self.reason}"
+
+
 @dataclass(frozen=True)
 class SlotVerdict:
     slot: datetime
@@ -91,6 +121,8 @@ class SlotVerdict:
     kind: str | None = None
     #: The run's state when a run is recorded for the slot (completed, dead_lettered, ...).
     run_state: str | None = None
+    #: What operators did to the slot (re-runs, marks), oldest first.
+    repairs: tuple[RecordedRepair, ...] = ()
 
     @property
     def outcome(self) -> Outcome:
@@ -224,9 +256,22 @@ def audit(
     now: datetime,
     late_threshold: timedelta,
     limit: int,
+    repairs: Iterable[RecordedRepair] = (),
 ) -> AuditReport:
-    """Judge every expected slot in [start, end) of one schedule."""
-    by_slot = {run.slot: run for run in runs}
+    """Judge every expected slot in [start, end) of one schedule.
+
+    A forced re-run (`{run id}#rerun-{n}`) is an operator's deliberate second effect of its slot,
+    not the slot's run: it is shown with the slot's repairs, never judged as the slot (nor counted
+    as a duplicated effect).
+    """
+    runs = list(runs)
+    forced = {run.run_id: run for run in runs if rerun_number(run.run_id, run_id(schedule_id, run.slot))}
+    by_slot = {run.slot: run for run in runs if run.run_id not in forced}
+    by_repaired: dict[datetime, list[RecordedRepair]] = {}
+    for repair in sorted(repairs, key=lambda r: r.at):
+        # A forced re-run's own state; a re-run of the slot's own run: that run's state now.
+        ran = forced.get(repair.run_id or "") or (by_slot.get(repair.slot) if repair.run_id else None)
+        by_repaired.setdefault(repair.slot, []).append(replace(repair, run_state=ran.state if ran else None))
     skipped = {skip.slot: skip for skip in skips}
     paused = _paused_intervals(timeline)
     report = AuditReport()
@@ -243,7 +288,7 @@ def audit(
                 report.pending += 1
                 continue
             verdict = SlotVerdict(expected.at, None, "missed", "no JobDue, run or SlotSkipped was recorded")
-        report.slots.append(verdict)
+        report.slots.append(_with_repairs(verdict, by_repaired.get(expected.at, ())))
     for run in sorted(by_slot.values(), key=lambda r: r.slot):
         if run.slot in judged or not start <= run.slot < end:
             continue
@@ -263,6 +308,15 @@ def audit(
     if created is not None and created > start:
         report.created_at = created
     return report
+
+
+def _with_repairs(verdict: SlotVerdict, repairs: Sequence[RecordedRepair]) -> SlotVerdict:
+    """The verdict with the operators' repairs of its slot; the last mark leads its detail."""
+    if not repairs:
+        return verdict
+    marks = [r for r in repairs if r.action.startswith("marked_")]
+    detail = f"{marks[-1].describe()}; {verdict.detail}" if marks else verdict.detail
+    return replace(verdict, detail=detail, repairs=tuple(repairs))
 
 
 def _definition_at(timeline: Sequence[TimelineEntry], at: datetime) -> ScheduleDefinition | None:

@@ -46,6 +46,8 @@ from slotflow.contracts import (
     ScheduleUpdated,
     SignalWorkflow,
     SlotSkipped,
+    SlotsMarked,
+    SlotsRerun,
     StartTimer,
     StartWorkflow,
     TerminateWorkflow,
@@ -228,6 +230,40 @@ async def _project_slot_skipped(
         message.reason,
         message.detail,
         fact.envelope.occurred_at,
+    )
+
+
+# One row per (event, slot) (primary key): a SlotsRerun or SlotsMarked seen again adds nothing.
+_INSERT_SLOT_REPAIRS = """
+INSERT INTO {schema}.slot_repairs (schedule_id, slot, event_id, at, action, run_id, number, principal, reason)
+SELECT $1, r.slot, $2, $3, r.action, r.run_id, r.number, $4, $5
+  FROM unnest($6::timestamptz[], $7::text[], $8::text[], $9::int[]) AS r(slot, action, run_id, number)
+ON CONFLICT DO NOTHING
+"""
+
+
+async def _slot_repairs(conn: Conn, schema: str, fact: Fact, message: SlotsRerun | SlotsMarked) -> None:
+    if isinstance(message, SlotsRerun):
+        slots = [r.slot for r in message.reruns]
+        actions = ["forced_rerun" if r.forced else "rerun" for r in message.reruns]
+        run_ids: list[str | None] = [r.run_id for r in message.reruns]
+        numbers: list[int | None] = [r.number for r in message.reruns]
+    else:
+        slots = list(message.slots)
+        actions = [f"marked_{message.mark}"] * len(slots)
+        run_ids = [None] * len(slots)
+        numbers = [None] * len(slots)
+    await conn.execute(
+        sql(_INSERT_SLOT_REPAIRS, schema),
+        message.schedule_id,
+        fact.envelope.id,
+        fact.envelope.occurred_at,
+        message.principal,
+        message.reason,
+        slots,
+        actions,
+        run_ids,
+        numbers,
     )
 
 
@@ -1017,6 +1053,7 @@ PROJECTIONS: dict[type[Message], Projection] = {
     **dict.fromkeys((ScheduleCreated, ScheduleUpdated), _without_runs(_schedule_defined)),
     **dict.fromkeys((SchedulePaused, ScheduleResumed, ScheduleDeleted), _without_runs(_schedule_changed)),
     SlotSkipped: _project_slot_skipped,
+    **dict.fromkeys((SlotsRerun, SlotsMarked), _without_runs(_slot_repairs)),
     ClaimerAnnounced: _without_runs(_claimer),
     DownstreamChanged: _without_runs(_downstream_changed),
     DownstreamReported: _without_runs(_downstream_reported),

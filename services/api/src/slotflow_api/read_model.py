@@ -858,6 +858,21 @@ async def audit_inputs(
     return list(timeline), list(runs), list(skips)
 
 
+# An operator's re-runs and marks of the schedule's slots in [start, end), oldest first.
+_REPAIRS_IN_RANGE = """
+SELECT slot, at, action, run_id, principal, reason FROM {schema}.slot_repairs
+ WHERE schedule_id = $1 AND slot >= $2 AND slot < $3
+ ORDER BY at, event_id, slot
+"""
+
+
+async def slot_repairs(
+    pool: Pool, schema: str, schedule_id: str, start: datetime, end: datetime
+) -> list[asyncpg.Record]:
+    """Who re-ran or marked which slot of the schedule in [start, end), when and why."""
+    return list(await pool.fetch(sql(_REPAIRS_IN_RANGE, schema), schedule_id, start, end))
+
+
 # -- backfills in flight ------------------------------------------------------------------------
 
 #: A schedule's backfills still in flight, leaving out ``$2`` (a client retrying its own command).

@@ -382,6 +382,20 @@ class DeadLetterDetail(DeadLetter):
     traceback: str | None = Field(default=None, description="where the last failed attempt raised")
 
 
+class AuditRepair(BaseModel):
+    """An operator's re-run or mark of the slot (who, when, why)."""
+
+    at: datetime
+    action: Literal["rerun", "forced_rerun", "marked_done", "marked_skipped"]
+    by: str | None = Field(description="the principal that asked (the command's)")
+    reason: str
+    run_id: str | None = Field(
+        default=None, description="a re-run's run: the slot's own, or a forced re-run's `#rerun-n`"
+    )
+    run_state: str | None = Field(default=None, description="a forced re-run's state, when recorded")
+    said: str = Field(description="`marked done by alice: paid by hand`")
+
+
 class AuditSlot(BaseModel):
     slot: datetime
     run_id: str | None
@@ -394,6 +408,9 @@ class AuditSlot(BaseModel):
             description="what became of the slot: a fired or late slot's run completed (succeeded), failed or "
             "dead-lettered (failed), or is still running (in_flight); otherwise its status"
         )
+    )
+    repairs: list[AuditRepair] = Field(
+        default_factory=list, description="what operators did to the slot (re-runs, marks), oldest first"
     )
 
 
@@ -604,6 +621,103 @@ class BulkCommand(BaseModel):
 
 class BulkAnswer(BaseModel):
     commands: list[BulkCommand]
+
+
+_REPAIR_FROM = Field(alias="from", description="the first slot of the range (inclusive)")
+_REPAIR_TO = Field(
+    default=None, alias="to", description="the last slot of the range (inclusive); default: `from` alone"
+)
+_REPAIR_DRY_RUN = Field(
+    default=False, description="answer what it would touch (200) without publishing anything"
+)
+
+
+class RerunBody(_Body):
+    """Re-run the schedule's slots in [from, to] with its current definition."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        populate_by_name=True,
+        json_schema_extra={
+            "examples": [
+                {
+                    "from": "2026-12-02T02:00:00Z",
+                    "to": "2026-12-02T04:00:00Z",
+                    "reason": "payouts.pay_merchants was misspelt; fixed by the update",
+                },
+                {"from": "2026-12-02T02:00:00Z", "reason": "check what it would touch", "dry_run": True},
+                {
+                    "from": "2026-12-02T02:00:00Z",
+                    "force": True,
+                    "reason": "the bank lost the transfer: pay it again (ticket FIN-233)",
+                },
+            ]
+        },
+    )
+    start: AwareDatetime = _REPAIR_FROM
+    end: AwareDatetime | None = _REPAIR_TO
+    force: bool = Field(
+        default=False,
+        description="also re-run completed slots: each runs its effect again as a new run `{run id}#rerun-n`",
+    )
+    reason: str = Field(
+        min_length=1, max_length=1000, description="why: recorded with the re-run, shown in the audit"
+    )
+    dry_run: bool = _REPAIR_DRY_RUN
+
+
+class MarkBody(_Body):
+    """Mark the schedule's slots in [from, to] done or skipped; no effect runs."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        populate_by_name=True,
+        json_schema_extra={
+            "examples": [
+                {"from": "2026-12-02T02:00:00Z", "mark": "done", "reason": "paid by hand: ticket FIN-212"},
+                {
+                    "from": "2026-12-02T02:00:00Z",
+                    "to": "2026-12-02T04:00:00Z",
+                    "mark": "skipped",
+                    "reason": "bank holiday",
+                    "dry_run": True,
+                },
+            ]
+        },
+    )
+    start: AwareDatetime = _REPAIR_FROM
+    end: AwareDatetime | None = _REPAIR_TO
+    mark: Literal["done", "skipped"]
+    reason: str = Field(
+        min_length=1, max_length=1000, description="why: recorded with the mark, shown in the audit"
+    )
+    dry_run: bool = _REPAIR_DRY_RUN
+
+
+class RepairSlot(BaseModel):
+    slot: datetime
+    run_id: str | None = Field(description="the slot's run, when one is recorded")
+    state: str = Field(description="the run's state, or what the audit found (missed, skipped_by_policy)")
+    action: Literal["rerun", "forced_rerun", "mark"] | None = Field(
+        default=None, description="what the command does to it (left out: null)"
+    )
+    reason: str | None = Field(default=None, description="why it is left out")
+
+
+class RepairAnswer(BaseModel):
+    """What a re-run or a mark touches (the dry run: would touch) and what it leaves out, and why."""
+
+    dry_run: bool
+    count: int = Field(description="slots the command touches (or would)")
+    slots: list[RepairSlot] = Field(description="the first of them")
+    left_out_count: int
+    left_out: list[RepairSlot] = Field(
+        description="the first slots of the range it leaves out, with the reason"
+    )
+    pending: int = Field(description="slots of the range too recent to judge: not touched")
+    command_id: str | None = Field(default=None, description="the published command (not for a dry run)")
+    status: str | None = Field(default=None, description="with ?wait=: the command's reflected status")
+    reason: str | None = Field(default=None, description="with ?wait=: a rejection's reason")
 
 
 class BackfillBody(_Body):

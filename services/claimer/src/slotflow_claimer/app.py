@@ -147,6 +147,7 @@ class ClaimerService:
         self.intake = Intake(
             self.pool,
             schema=cfg.db_schema,
+            ticker_schema=cfg.ticker_schema,
             owner=self.owner,
             lease_ttl=cfg.lease_ttl_seconds,
             kafka=kafka,

@@ -34,6 +34,9 @@ class ClaimerSettings(BaseSettings):
     claimer_id: str = Field(default_factory=_default_claimer_id, min_length=1, max_length=200)
     #: The PostgreSQL schema that holds runs, outbox and inbox.
     db_schema: str = Field(default="claimer", pattern=r"^[a-z_][a-z0-9_]{0,62}$")
+    #: The ticker's schema, in the same database: an operator's re-run (RerunSlots) is taken only
+    #: when `rerun_issued` there says the ticker recorded it (USAGE on that schema, no table rights).
+    ticker_schema: str = Field(default="ticker", pattern=r"^[a-z_][a-z0-9_]{0,62}$")
     #: Consumer group over the JobDue topic (prefixed with the topic namespace when one is set).
     group_id: str = "slotflow-claimer"
     #: Comma-separated module paths imported at start-up; their @handler decorators register.

@@ -190,7 +190,7 @@ class RunEvents:
         """StartTimer for the ticker: at `retry_at` it emits the next attempt's JobDue."""
         nxt = run.attempt + 1
         # A retry is an ordinary JobDue: the redrive number of the record it copies reopened the run once.
-        job = run.job_due().model_copy(update={"attempt": nxt, "kind": "retry", "redrive": 0})
+        job = run.job_due().model_copy(update={"attempt": nxt, "kind": "retry", "redrive": 0, "rerun": 0})
         job = JobDue.model_validate(job.model_dump())
         timer_id = retry_timer_id(run.run_id, nxt)
         timer = StartTimer(timer_id=timer_id, fire_at=retry_at, on_fire=FireJobDue(job=job))
@@ -205,7 +205,7 @@ class RunEvents:
         """
         nxt = run.attempt + 1
         # A retry is an ordinary JobDue: the redrive number of the record it copies reopened the run once.
-        job = run.job_due().model_copy(update={"attempt": nxt, "kind": "retry", "redrive": 0})
+        job = run.job_due().model_copy(update={"attempt": nxt, "kind": "retry", "redrive": 0, "rerun": 0})
         job = JobDue.model_validate(job.model_dump())
         timer_id = resume_timer_id(run.run_id, nxt)
         timer = StartTimer(timer_id=timer_id, fire_at=resume_at, on_fire=FireJobDue(job=job))
@@ -282,7 +282,7 @@ def job_due_envelope(job: JobDue, *, at: datetime, source: str = SOURCE) -> Enve
     """A JobDue envelope as the ticker would publish it (tests and benchmarks use this)."""
     return wrap(
         job,
-        id=job_due_event_id(job.run_id, job.attempt, job.redrive),
+        id=job_due_event_id(job.run_id, job.attempt, job.redrive, job.rerun),
         key=job.job_id,
         source=source,
         occurred_at=at,

@@ -24,7 +24,8 @@ from pydantic import ValidationError
 from slotflow import tracing
 from slotflow.contracts import Envelope, JobDue
 from slotflow.contracts.identity import identity_violation
-from slotflow.errors import PoisonMessage
+from slotflow.core.identity import RERUN_MARK, rerun_number, run_id
+from slotflow.errors import InvalidPayload, PoisonMessage
 from slotflow.kafka.poison import dead_letter_envelope, decode_record, guess_ids, minimal_dead_letter
 from slotflow.kafka.records import Record
 from slotflow.pg.outbox import (
@@ -151,12 +152,14 @@ class Intake:
         schema: str,
         owner: str,
         lease_ttl: float,
+        ticker_schema: str = "ticker",
         kafka: KafkaSettings,
         events: RunEvents,
         metrics: ClaimerMetrics,
     ) -> None:
         self._pool = pool
         self._schema = schema
+        self._ticker_schema = ticker_schema
         self._owner = owner
         self._ttl = lease_ttl
         self._max_bytes = kafka.max_message_bytes
@@ -213,6 +216,9 @@ class Intake:
         try:
             async with self._pool.acquire() as conn, conn.transaction():
                 staged: list[Encoded] = []
+                dues, forged = await self._without_forged_reruns(conn, dues)
+                poison.extend(forged)
+                outcome.poison = len(poison)
                 await store.lock_jobs(conn, {d.job.job_id for d in dues if d.job.overlap != "allow"})
                 for wave in waves(dues):
                     staged.extend(await self._admit_wave(conn, wave, outcome))
@@ -326,6 +332,50 @@ class Intake:
             staged.extend(self._events.started_row(run, run.updated_at) for run in claimed)
         return staged
 
+    async def _without_forged_reruns(
+        self, conn: Conn, dues: list[Due]
+    ) -> tuple[list[Due], list[tuple[Record, PoisonMessage]]]:
+        """``dues`` without the re-runs the ticker never issued, and those as poison to park.
+
+        A re-run's JobDue (an operator's RerunSlots) may reopen a finished run or start a second
+        effect of a completed slot (`{run id}#rerun-{n}`), so its number must be one the ticker
+        recorded for that slot, forced or not as the run id says (`ticker.rerun_issued`, written in
+        the transaction that staged the JobDue, so a genuine one is always found). Anyone who can
+        write jobs.due could otherwise run a slot again at will.
+        """
+        claimed = [(due, rerun_claim(due.job)) for due in dues]
+        asked = [(due, claim) for due, claim in claimed if claim is not None]
+        if not asked:
+            return dues, []
+        issued = await store.reruns_issued(
+            conn,
+            self._ticker_schema,
+            [(due.job.job_id, due.job.slot, number, forced) for due, (number, forced) in asked],
+        )
+        refused = {
+            id(due): (number, forced)
+            for (due, (number, forced)), ok in zip(asked, issued, strict=True)
+            if not ok
+        }
+        kept: list[Due] = []
+        forged: list[tuple[Record, PoisonMessage]] = []
+        for due in dues:
+            if id(due) not in refused:
+                kept.append(due)
+                continue
+            number, forced = refused[id(due)]
+            what = "forced re-run" if forced else "re-run"
+            forged.append(
+                (
+                    due.record,
+                    InvalidPayload(
+                        f"forged re-run: the ticker issued no {what} {number} of schedule "
+                        f"{due.job.job_id!r} at {due.job.slot.isoformat()} (run {due.job.run_id!r})"
+                    ),
+                )
+            )
+        return kept, forged
+
     async def _without_orphan_redrives(
         self, conn: Conn, wave: Sequence[Due], outcome: Admission
     ) -> list[Due]:
@@ -418,6 +468,22 @@ class Intake:
             else:
                 outcome.buffered += 1
         return to_claim
+
+
+def rerun_claim(job: JobDue) -> tuple[int, bool] | None:
+    """(re-run number, forced) a JobDue claims to be, or None for any other JobDue.
+
+    A forced re-run is the run `{run id}#rerun-{n}` (all its attempts: its retries carry no re-run
+    number); a re-run of the slot's own run carries its number in `JobDue.rerun`. The contracts'
+    identity rules have already tied the two together.
+    """
+    if job.workflow_id is not None or (not job.rerun and RERUN_MARK not in job.run_id):
+        return None  # the intake's hot path: almost every JobDue is no re-run
+    slot_run = run_id(job.job_id, job.slot)
+    if job.run_id != slot_run:
+        number = rerun_number(job.run_id, slot_run)
+        return None if number is None else (number, True)
+    return (job.rerun, False) if job.rerun else None
 
 
 def poison_letter(

@@ -9,6 +9,7 @@ partitioned away) carries an old token, so its writes match no row and change no
 import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from slotflow.contracts import RetryPolicy
 from slotflow.core.nul import jsonb_text
@@ -22,16 +23,16 @@ _DUE_COLUMNS = """
     u.run_id, u.job_id, u.slot, u.kind, u.handler, u.payload::jsonb, u.retry::jsonb, u.overlap,
     u.workflow_id, u.sequence, ARRAY(SELECT jsonb_array_elements_text(u.tags::jsonb)), u.attempt,
     u.attempt, u.redrive, u.due_topic, u.due_partition, u.due_offset, u.due_key, u.due_value,
-    u.due_headers::jsonb, u.due_ts, u.max_concurrent
+    u.due_headers::jsonb, u.due_ts, u.max_concurrent, u.rerun
 """
 _DUE_UNNEST = """
     unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[], $5::text[], $6::text[], $7::text[],
            $8::text[], $9::text[], $10::int[], $11::text[], $12::int[], $13::int[], $14::text[],
            $15::int[], $16::bigint[], $17::bytea[], $18::bytea[], $19::text[], $20::bigint[],
-           $21::int[])
+           $21::int[], $22::int[])
         AS u(run_id, job_id, slot, kind, handler, payload, retry, overlap, workflow_id, sequence,
              tags, attempt, redrive, due_topic, due_partition, due_offset, due_key, due_value,
-             due_headers, due_ts, max_concurrent)
+             due_headers, due_ts, max_concurrent, rerun)
 """
 #: What a claim or an outcome returns: everything but the stored JobDue record, which the caller
 #: already holds (the record it is claiming with, or the run it claimed earlier).
@@ -44,7 +45,7 @@ _RUN_COLUMNS = """
 _INSERT_COLUMNS = """
     run_id, job_id, slot, kind, handler, payload, retry, overlap, workflow_id, sequence, tags,
     attempt, round_start, redrive_count, due_topic, due_partition, due_offset, due_key, due_value,
-    due_headers, due_timestamp_ms, max_concurrent
+    due_headers, due_timestamp_ms, max_concurrent, rerun_count
 """
 
 
@@ -60,7 +61,7 @@ def _retry_json(policy: RetryPolicy) -> str:
 
 
 def _due_arrays(dues: Sequence[Due]) -> list[list[object]]:
-    columns: list[list[object]] = [[] for _ in range(21)]
+    columns: list[list[object]] = [[] for _ in range(22)]
     for due in dues:
         job, record = due.job, due.record
         values: tuple[object, ...] = (
@@ -85,6 +86,7 @@ def _due_arrays(dues: Sequence[Due]) -> list[list[object]]:
             _headers_json(record.headers),
             record.timestamp_ms,
             job.max_concurrent,
+            job.rerun,
         )
         for column, value in zip(columns, values, strict=True):
             column.append(value)
@@ -100,17 +102,30 @@ def _due_arrays(dues: Sequence[Due]) -> list[list[object]]:
 #     lapsed rather than being released counts in lease_lapses (the executor quarantines the run
 #     past a bound);
 #   - dead-lettered, and this JobDue carries a redrive number above the row's (a fresh budget,
-#     lease_lapses included). A redrive's JobDue is what the run runs from then on: the ticker's
-#     re-issue from the schedule's current definition brings its handler, payload and policies
+#     lease_lapses included);
+#   - dead-lettered, retrying, skipped or cancelled, and this JobDue is an operator's re-run
+#     (RerunSlots) with a re-run number above the row's: reopened like a redrive, with the current
+#     definition the ticker re-issued. Never a running run (live lease or not: a lapsed one is the
+#     reaper's), never a completed one: running a completed slot again is a forced re-run, a run
+#     of its own (`{run id}#rerun-{n}`). The caller has checked the number against the ticker's
+#     record (intake), so a forged re-run never reaches this statement.
+# A redrive's or re-run's JobDue is what the run runs from then on: the ticker's re-issue from the schedule's current definition brings its handler, payload and policies
 #     (a typo'd handler fixed by `schedule update`), the orchestrator's the activity's own.
 # Anything else (a live lease of any owner, completed, skipped, cancelled, buffered) returns no row:
 # the caller skips the record. The row lock taken by ON CONFLICT makes two claimers of one run
 # serialise, and the loser re-evaluates the WHERE against the winner's committed row.
+#: The claim reopens the row (a fresh budget, the JobDue's definition): a redrive of a dead-lettered
+#: run, or an operator's re-run of a run that is not running and not completed. An ordinary retry
+#: (re-run number 0) is not a reopening.
+_REOPENED = (
+    "(r.state = 'dead_lettered' OR (r.state IN ('skipped', 'cancelled', 'retrying') "
+    "AND EXCLUDED.rerun_count > r.rerun_count))"
+)
 _CLAIM = compose(
     """
 INSERT INTO {schema}.runs AS r ({insert_columns},
     state, fence_token, owner, lease_expires_at, heartbeat_at, started_at)
-SELECT {due_columns}, 'running', 1, $22, now() + make_interval(secs => $23), now(), now()
+SELECT {due_columns}, 'running', 1, $23, now() + make_interval(secs => $24), now(), now()
   FROM {due_unnest}
 ON CONFLICT (run_id) DO UPDATE SET
     fence_token      = r.fence_token + 1,
@@ -124,16 +139,17 @@ ON CONFLICT (run_id) DO UPDATE SET
     -- held_reason stays until the downstream gate admits the attempt: a later slot of the job is
     -- not admitted before this one (slot order; slotflow_claimer.downstreams).
     attempt          = CASE WHEN r.state = 'running' THEN r.attempt ELSE r.attempt + 1 END,
-    round_start      = CASE WHEN r.state = 'dead_lettered' THEN r.attempt + 1 ELSE r.round_start END,
+    round_start      = CASE WHEN {reopened} THEN r.attempt + 1 ELSE r.round_start END,
     redrive_count    = GREATEST(r.redrive_count, EXCLUDED.redrive_count),
-    handler          = CASE WHEN r.state = 'dead_lettered' THEN EXCLUDED.handler ELSE r.handler END,
-    payload          = CASE WHEN r.state = 'dead_lettered' THEN EXCLUDED.payload ELSE r.payload END,
-    retry            = CASE WHEN r.state = 'dead_lettered' THEN EXCLUDED.retry ELSE r.retry END,
-    overlap          = CASE WHEN r.state = 'dead_lettered' THEN EXCLUDED.overlap ELSE r.overlap END,
-    tags             = CASE WHEN r.state = 'dead_lettered' THEN EXCLUDED.tags ELSE r.tags END,
+    rerun_count      = GREATEST(r.rerun_count, EXCLUDED.rerun_count),
+    handler          = CASE WHEN {reopened} THEN EXCLUDED.handler ELSE r.handler END,
+    payload          = CASE WHEN {reopened} THEN EXCLUDED.payload ELSE r.payload END,
+    retry            = CASE WHEN {reopened} THEN EXCLUDED.retry ELSE r.retry END,
+    overlap          = CASE WHEN {reopened} THEN EXCLUDED.overlap ELSE r.overlap END,
+    tags             = CASE WHEN {reopened} THEN EXCLUDED.tags ELSE r.tags END,
     takeovers        = r.takeovers + CASE WHEN r.state = 'running' THEN 1 ELSE 0 END,
     lease_lapses     = CASE WHEN r.state = 'running' AND NOT r.lease_released THEN r.lease_lapses + 1
-                            WHEN r.state = 'dead_lettered' THEN 0
+                            WHEN {reopened} THEN 0
                             ELSE r.lease_lapses END,
     lease_released   = false,
     history          = CASE WHEN r.state = 'running' THEN r.history || jsonb_build_array(jsonb_build_object(
@@ -155,12 +171,14 @@ ON CONFLICT (run_id) DO UPDATE SET
     OR (r.state = 'running' AND r.lease_expires_at < now() AND NOT r.cancel_requested
         AND EXCLUDED.attempt >= r.attempt)
     OR (r.state = 'dead_lettered' AND EXCLUDED.redrive_count > r.redrive_count)
+    OR (r.state IN ('dead_lettered', 'skipped', 'cancelled', 'retrying') AND EXCLUDED.rerun_count > r.rerun_count)
 RETURNING {run_columns}
 """,
     insert_columns=_INSERT_COLUMNS,
     due_columns=_DUE_COLUMNS,
     due_unnest=_DUE_UNNEST,
     run_columns=_RUN_COLUMNS,
+    reopened=_REOPENED,
 )
 
 
@@ -181,11 +199,11 @@ async def claim(conn: Conn, schema: str, dues: Sequence[Due], *, owner: str, ttl
 _INSERT_UNSTARTED = compose(
     """
 INSERT INTO {schema}.runs AS r ({insert_columns}, state, fence_token, owner, finished_at, error)
-SELECT {due_columns}, s.state, CASE WHEN s.state = 'skipped' THEN 1 ELSE 0 END, $22,
+SELECT {due_columns}, s.state, CASE WHEN s.state = 'skipped' THEN 1 ELSE 0 END, $23,
        CASE WHEN s.state = 'skipped' THEN now() END,
        CASE WHEN s.state = 'skipped' THEN jsonb_build_object('reason', s.reason) END
   FROM {due_unnest}
-  JOIN unnest($23::text[], $24::text[], $25::text[]) AS s(run_id, state, reason) USING (run_id)
+  JOIN unnest($24::text[], $25::text[], $26::text[]) AS s(run_id, state, reason) USING (run_id)
 ON CONFLICT (run_id) DO NOTHING
 RETURNING {run_columns}
 """,
@@ -569,3 +587,30 @@ async def reopen(
     return Reopened(
         None, f"run {run_id!r} was redriven already (redrive {found['redrive_count']}, this is {redrive})"
     )
+
+
+# reruns_issued --
+# Whether the ticker recorded each (job, slot, re-run number, forced) a re-run's JobDue claims,
+# asked through the ticker's own function (`{schema}` is the ticker's schema here): the row is
+# written in the transaction that staged the JobDue, so a genuine re-run is always found, and the
+# claimer needs no right on the ticker's tables to ask.
+_RERUNS_ISSUED = """
+SELECT {schema}.rerun_issued(w.job_id, w.slot, w.number, w.forced) AS issued
+  FROM unnest($1::text[], $2::timestamptz[], $3::int[], $4::bool[]) WITH ORDINALITY
+       AS w(job_id, slot, number, forced, position)
+ ORDER BY w.position
+"""
+
+
+async def reruns_issued(
+    conn: Conn, ticker_schema: str, claims: Sequence[tuple[str, datetime, int, bool]]
+) -> list[bool]:
+    """For each (job id, slot, re-run number, forced): whether the ticker issued that re-run."""
+    rows = await conn.fetch(
+        sql(_RERUNS_ISSUED, ticker_schema),
+        [c[0] for c in claims],
+        [c[1] for c in claims],
+        [c[2] for c in claims],
+        [c[3] for c in claims],
+    )
+    return [bool(r["issued"]) for r in rows]

@@ -29,14 +29,20 @@ from slotflow.contracts import (
     CreateSchedule,
     DeleteSchedule,
     Envelope,
+    JobDue,
+    MarkSlots,
     Message,
     PauseSchedule,
+    RerunSlots,
     ResumeSchedule,
     ScheduleCreated,
     ScheduleDeleted,
     SchedulePaused,
     ScheduleResumed,
     ScheduleUpdated,
+    SlotRerun,
+    SlotsMarked,
+    SlotsRerun,
     StartTimer,
     TriggerNow,
     UpdateSchedule,
@@ -50,6 +56,7 @@ from slotflow.contracts.schedules import (
     patch_definition,
     refuse_random_cron,
 )
+from slotflow.core.identity import rerun_run_id, run_id
 from slotflow.errors import PoisonMessage, TransientStorageError
 from slotflow.kafka.loop import Incoming
 from slotflow.kafka.records import Record
@@ -465,7 +472,75 @@ class CommandHandler:
             staged.extend(self._events.slot_skipped(schedule_id, s, occurred_at=now) for s in skipped)
             self._metrics.slots_skipped.labels("dst_nonexistent").inc(len(skipped))
             return Applied(staged)
+        if isinstance(message, RerunSlots):
+            return await self._rerun(conn, envelope, message, live, now=now)
+        if isinstance(message, MarkSlots):
+            _require_passed((*message.slots,), schedule_id, now=now, what="marked")
+            marked = SlotsMarked(
+                schedule_id=schedule_id,
+                slots=tuple(sorted(message.slots)),
+                mark=message.mark,
+                principal=envelope.principal,
+                reason=message.reason,
+            )
+            return Applied([self._event(marked, cid, "marked", schedule_id, now)])
         raise CommandRefused(f"{envelope.type} is not a ticker command")
+
+    async def _rerun(
+        self, conn: Conn, envelope: Envelope, message: RerunSlots, row: ScheduleRow, *, now: datetime
+    ) -> Applied:
+        """Record a re-run number for each slot and re-issue its JobDue from the current definition.
+
+        The claimer takes a re-run's JobDue only when the row recorded here holds its number (a
+        forged `#rerun-9` runs nothing), reopens the slot's own run only where that run is not live
+        or completed, and runs a forced slot as the new run `{run id}#rerun-{n}`. A paused schedule's
+        slots are re-run too: the re-run is the operator's explicit act, like a redrive.
+        """
+        schedule_id = message.schedule_id
+        _require_passed((*message.slots, *message.forced), schedule_id, now=now, what="re-run")
+        wanted = [*message.slots, *message.forced]
+        forced = [False] * len(message.slots) + [True] * len(message.forced)
+        recorded = await conn.fetch(
+            self._q.record_reruns,
+            schedule_id,
+            wanted,
+            forced,
+            envelope.id,
+            envelope.principal,
+            message.reason,
+            now,
+        )
+        definition = row.definition
+        staged: list[Outgoing] = []
+        reruns: list[SlotRerun] = []
+        for rerun in sorted(recorded, key=lambda r: (r["slot"], r["forced"])):
+            slot, number, is_forced = rerun["slot"], rerun["number"], rerun["forced"]
+            run = rerun_run_id(schedule_id, slot, number) if is_forced else run_id(schedule_id, slot)
+            job = JobDue(
+                run_id=run,
+                job_id=schedule_id,
+                slot=slot,
+                kind="manual",
+                handler=definition.handler,
+                payload=definition.payload,
+                retry=definition.retry,
+                overlap=definition.overlap,
+                tags=definition.tags,
+                fire_at=now,
+                rerun=number,
+            )
+            staged.append(self._events.job_due_message(job, occurred_at=now))
+            reruns.append(SlotRerun(slot=slot, run_id=run, number=number, forced=is_forced))
+        done = SlotsRerun(
+            schedule_id=schedule_id,
+            reruns=tuple(reruns),
+            handler=definition.handler,
+            principal=envelope.principal,
+            reason=message.reason,
+        )
+        staged.append(self._event(done, envelope.id, "rerun", schedule_id, now))
+        self._metrics.slots_fired.labels("rerun").inc(len(reruns))
+        return Applied(staged)
 
     async def _create(
         self, conn: Conn, message: CreateSchedule, row: ScheduleRow | None, *, cid: str, now: datetime
@@ -570,6 +645,20 @@ def _new_definition(message: UpdateSchedule, row: ScheduleRow) -> ScheduleDefini
     except ValueError as err:
         raise CommandRefused(f"schedule {message.schedule_id}: {err}") from None
     return patched
+
+
+def _require_passed(slots: tuple[datetime, ...], schedule_id: str, *, now: datetime, what: str) -> None:
+    """Refuse a slot that has not come yet: only a slot that was due can be re-run or marked.
+
+    Raises:
+        CommandRefused: the first such slot, and the database clock it was judged by.
+    """
+    ahead = [slot for slot in slots if slot > now]
+    if ahead:
+        raise CommandRefused(
+            f"slot {min(ahead).isoformat()} of schedule {schedule_id} has not come yet (the database "
+            f"clock reads {now.isoformat()}): only a slot that was due can be {what}"
+        )
 
 
 def _due(schedule_id: str, next_fire_at: datetime | None) -> list[tuple[str, datetime]]:

@@ -221,7 +221,7 @@ class EventFactory:
         """
         envelope = wrap(
             message,
-            id=job_due_event_id(message.run_id, message.attempt, message.redrive),
+            id=job_due_event_id(message.run_id, message.attempt, message.redrive, message.rerun),
             key=message.job_id,
             source=self.source,
             occurred_at=occurred_at,

@@ -277,6 +277,23 @@ DELETE FROM {schema}.timers WHERE state <> 'pending' AND created_at < now() - ma
 """
 
 
+# record_reruns --
+# One re-run number per slot of an operator's RerunSlots, one above the highest the slot has had.
+# The caller holds the schedule's row lock (lock_schedule), so two re-runs of one slot take their
+# numbers one after the other; the primary key would refuse a number drawn twice anyway. A slot's
+# numbers are never reused, so the forced re-run `{run id}#rerun-{n}` names one deliberate effect.
+RECORD_RERUNS = """
+INSERT INTO {schema}.slot_reruns
+       (schedule_id, slot, number, forced, command_id, principal, reason, issued_at)
+SELECT $1, w.slot,
+       COALESCE((SELECT max(r.number) FROM {schema}.slot_reruns r
+                  WHERE r.schedule_id = $1 AND r.slot = w.slot), 0) + 1,
+       w.forced, $4, $5, $6, $7
+  FROM unnest($2::timestamptz[], $3::bool[]) AS w(slot, forced)
+RETURNING slot, number, forced
+"""
+
+
 @dataclass(frozen=True)
 class Queries:
     """The statements above rendered for one schema (`slotflow.pg.statements.sql`)."""
@@ -309,6 +326,7 @@ class Queries:
     purge_timers: str
     unreviewed_schedules: str
     mark_reviewed: str
+    record_reruns: str
 
     @classmethod
     def for_schema(cls, schema: str) -> "Queries":
@@ -344,4 +362,5 @@ class Queries:
             purge_timers=fill(PURGE_TIMERS),
             unreviewed_schedules=fill(UNREVIEWED_SCHEDULES),
             mark_reviewed=fill(MARK_REVIEWED),
+            record_reruns=fill(RECORD_RERUNS),
         )

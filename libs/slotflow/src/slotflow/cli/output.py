@@ -233,6 +233,14 @@ PREVIEW_COLUMNS: Sequence[Column] = (
     ("owner", _owner),
 )
 
+#: A repair's slots: what it does to each (`action`), or why it leaves it out (`reason`).
+REPAIR_COLUMNS: Sequence[Column] = (
+    ("slot", field("slot")),
+    ("state", field("state")),
+    ("run", field("run_id")),
+    ("action", lambda row: str(row.get("action") or row.get("reason") or MISSING)),
+)
+
 PENDING_ACTIVITY_COLUMNS: Sequence[Column] = (
     ("seq", field("sequence")),
     ("activity", field("handler")),

@@ -273,6 +273,56 @@ def _schedule(groups: Any) -> None:
             leaf.add_argument("schedule_id", metavar="SCHEDULE_ID")
         _command_options(leaf)
 
+    rerun = _leaf(
+        actions,
+        "rerun",
+        "slotflow.cli.repairing:schedule_rerun",
+        "run slots in [--from, --to] again with the schedule's current definition",
+        "Run the slots in [--from, --to] again with the schedule's CURRENT definition (a handler fixed\n"
+        "by `schedule update`, a new payload or policy). Dead-lettered, failed, missed and skipped\n"
+        "slots are re-run under their own run id; a running slot is left out, and a completed one\n"
+        "too unless --force, which runs its effect again as a new run `<run id>#rerun-<n>`.\n"
+        "--dry-run shows what it would touch and leaves out, and why; nothing is published.",
+    )
+    mark = _leaf(
+        actions,
+        "mark",
+        "slotflow.cli.repairing:schedule_mark",
+        "mark slots in [--from, --to] done or skipped, with a reason (no effect runs)",
+        "Record the slots in [--from, --to] as done (handled by hand) or skipped, with a reason; no\n"
+        "effect runs. Slots whose run is in progress or completed are left out, with the reason.\n"
+        "The audit shows `marked done by <you>: <reason>`; a marked slot may still be re-run.",
+    )
+    for repair in (rerun, mark):
+        repair.add_argument("schedule_id", metavar="SCHEDULE_ID")
+        repair.add_argument(
+            "--from",
+            dest="start",
+            required=True,
+            metavar="TIME",
+            help="the first slot (e.g. 2026-12-02T02:00:00Z)",
+        )
+        repair.add_argument(
+            "--to", dest="end", metavar="TIME", help="the last slot, inclusive (default: --from)"
+        )
+        repair.add_argument(
+            "--reason", required=True, help="why: recorded with the repair, shown in the audit"
+        )
+        repair.add_argument(
+            "--dry-run", action="store_true", help="show what it would touch and leave out; publish nothing"
+        )
+        _command_options(repair)
+    mark.add_argument(
+        "mark",
+        choices=("done", "skipped"),
+        help="what the slots are marked: done (handled by hand) or skipped",
+    )
+    rerun.add_argument(
+        "--force",
+        action="store_true",
+        help="also re-run completed slots: each runs its effect AGAIN, as a new run <run id>#rerun-<n>",
+    )
+
     backfill = _leaf(
         actions,
         "backfill",

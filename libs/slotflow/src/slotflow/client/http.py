@@ -10,7 +10,7 @@ Error statuses become the `slotflow.client.errors` classes: 401 `NotAuthorized`,
 import asyncio
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import quote
 
 import httpx
@@ -269,6 +269,39 @@ class HttpTransport:
         if not isinstance(sent_id, str):
             raise ApiError(f"{method} {path} answered without a command id")
         return Sent(command_id=sent_id, command_type=message.message_type)
+
+    async def repair(
+        self,
+        verb: Literal["rerun", "mark"],
+        schedule_id: str,
+        body: Mapping[str, Any],
+        *,
+        command_id: str | None = None,
+        wait: float | None = None,
+    ) -> Any:
+        """`POST /v1/schedules/{id}/rerun` or `/mark`: the slots it touches (with `dry_run` in
+        ``body``: would touch, nothing published) and those it leaves out, with the reason.
+
+        Raises:
+            InvalidRequest: nothing in the range can be touched (the api says why), or a bad body.
+            NotFound: the api knows no such schedule.
+            CommandRejected: with ``wait``, the ticker rejected the command.
+        """
+        headers: dict[str, str] = {}
+        if command_id is not None:
+            try:
+                headers["Idempotency-Key"] = check_command_id(command_id)
+            except InvalidCommandId as err:
+                raise InvalidRequest(f"command id: {err}") from None
+        params: Params = {"wait": f"{wait:.1f}"} if wait else {}
+        return await self.request(
+            "POST",
+            f"/v1/schedules/{path_segment(schedule_id)}/{verb}",
+            params,
+            json=dict(body),
+            headers=headers,
+            timeout=wait + 10.0 if wait else None,
+        )
 
     async def preview(self, message: RedriveDeadLetters | DiscardDeadLetters) -> Any:
         """What ``message`` would touch: its endpoint with `?dry_run=true` (nothing is published)."""

@@ -110,6 +110,32 @@ class DeadLetter(_Body):
     redrive_target: str | None = None
 
 
+class RepairSlot(_Body):
+    """A slot a re-run or a mark touches (`action`), or leaves out (`reason`)."""
+
+    slot: datetime
+    run_id: str | None = None
+    #: The run's state, or what the audit found (`missed`, `skipped_by_policy`).
+    state: str
+    action: str | None = None
+    reason: str | None = None
+
+
+class RepairResult(_Body):
+    """What a re-run or a mark touches (a dry run: would touch; nothing was published), and what
+    it leaves out and why; `command_id` is the published command's."""
+
+    dry_run: bool
+    count: int
+    slots: list[RepairSlot]
+    left_out_count: int
+    left_out: list[RepairSlot]
+    pending: int = 0
+    command_id: str | None = None
+    status: str | None = None
+    reason: str | None = None
+
+
 class DeadLetterPreview(_Body):
     """What a redrive or discard would touch (`?dry_run=true`): nothing was published.
 

@@ -36,7 +36,9 @@ from slotflow.contracts.schedules import (
     CommandRejected,
     CreateSchedule,
     DeleteSchedule,
+    MarkSlots,
     PauseSchedule,
+    RerunSlots,
     ResumeSchedule,
     ScheduleCreated,
     ScheduleDeleted,
@@ -44,6 +46,8 @@ from slotflow.contracts.schedules import (
     ScheduleResumed,
     ScheduleUpdated,
     SlotSkipped,
+    SlotsMarked,
+    SlotsRerun,
     TriggerNow,
     UpdateSchedule,
 )
@@ -68,6 +72,8 @@ SCHEDULE_COMMAND_TYPES: Messages = (
     DeleteSchedule,
     TriggerNow,
     Backfill,
+    RerunSlots,
+    MarkSlots,
 )
 #: Durable one-shot timers (the ticker's too, on the internal timer commands topic, keyed by timer id).
 TIMER_COMMAND_TYPES: Messages = (StartTimer, CancelTimer)
@@ -102,6 +108,8 @@ EVENT_TYPES: Messages = (
     ScheduleResumed,
     ScheduleDeleted,
     SlotSkipped,
+    SlotsRerun,
+    SlotsMarked,
     CommandAccepted,
     CommandRejected,
     JobDue,

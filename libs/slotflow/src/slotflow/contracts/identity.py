@@ -34,7 +34,7 @@ from slotflow.contracts.timers import (
     sleep_timer_id,
 )
 from slotflow.contracts.workflows import HistoryEvent, history_event_id
-from slotflow.core.identity import NaiveDatetime, activity_run_id, job_due_event_id, run_id
+from slotflow.core.identity import NaiveDatetime, activity_run_id, job_due_event_id, rerun_number, run_id
 from slotflow.errors import InvalidPayload
 
 _SHOWN = 200
@@ -102,10 +102,20 @@ def job_due_violation(envelope_id: str, job: JobDue) -> str | None:
         except NaiveDatetime:
             return "the slot has no time zone"
     if job.run_id != wanted:
-        return f"run id {_shown(job.run_id)} is not {_shown(wanted)} (its job and slot)"
+        # A forced re-run (an operator's RerunSlots of a completed slot) is a run of its own,
+        # `{job and slot}#rerun-{n}`; whether the ticker issued re-run n is the claimer's check.
+        forced = None if workflow else rerun_number(job.run_id, wanted)
+        if forced is None:
+            return f"run id {_shown(job.run_id)} is not {_shown(wanted)} (its job and slot)"
+        if job.attempt == 1 and job.rerun != forced:
+            return (
+                f"run id {_shown(job.run_id)} is re-run {forced}, but the JobDue carries re-run {job.rerun}"
+            )
     if (job.kind == "retry") != (job.attempt > 1):
         return f"kind {job.kind} with attempt {job.attempt}: only a retry is past the first attempt"
-    event_id = job_due_event_id(job.run_id, job.attempt, job.redrive)
+    if job.rerun and (workflow or job.kind != "manual" or job.redrive):
+        return "a re-run's JobDue is a schedule's first attempt, kind manual, no redrive"
+    event_id = job_due_event_id(job.run_id, job.attempt, job.redrive, job.rerun)
     if envelope_id != event_id:
         return f"envelope id {_shown(envelope_id)} is not {_shown(event_id)} (run id, attempt and redrive)"
     return None
@@ -124,8 +134,8 @@ def timer_id_violation(timer: StartTimer) -> str | None:
         job = action.job
         if job.kind != "retry":
             return f"a timer fires a retry's JobDue (kind retry, attempt 2 or more), not kind {job.kind}"
-        if job.redrive:
-            return "a timer fires a retry's JobDue, never a redrive's re-issue (redrive 0)"
+        if job.redrive or job.rerun:
+            return "a timer fires a retry's JobDue, never a redrive's or a re-run's re-issue"
         forged = job_due_violation(job_due_event_id(job.run_id, job.attempt), job)
         if forged is not None:
             return f"the JobDue the timer fires is not what it says: {forged}"

@@ -19,7 +19,9 @@ from slotflow.contracts.schedules import (
     Backfill,
     CreateSchedule,
     DeleteSchedule,
+    MarkSlots,
     PauseSchedule,
+    RerunSlots,
     ResumeSchedule,
     TriggerNow,
     UpdateSchedule,
@@ -81,7 +83,9 @@ def command_route(message: Message) -> CommandRoute:
         | ResumeSchedule
         | DeleteSchedule
         | TriggerNow
-        | Backfill,
+        | Backfill
+        | RerunSlots
+        | MarkSlots,
     ):
         return CommandRoute(SCHEDULE_COMMANDS, message.schedule_id)
     if isinstance(message, StartTimer | CancelTimer):

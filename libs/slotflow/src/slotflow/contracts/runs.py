@@ -39,6 +39,11 @@ class JobDue(Message):
     #: parked activity): the run's redrive number. The claimer reopens a dead-lettered run only for
     #: a number above its row's, and never creates a run for such a JobDue (docs/decisions/0009).
     redrive: int = Field(default=0, ge=0, le=INT4_MAX)
+    #: Above 0 on an operator's re-run (`RerunSlots`): the slot's re-run number the ticker recorded.
+    #: Under the slot's own run id it reopens a dead-lettered, retrying, skipped or cancelled run
+    #: (or starts a missed one); under `{run id}#rerun-{n}` it is a forced re-run, a run of its own.
+    #: The claimer takes it only when the ticker's record holds that number for that slot.
+    rerun: int = Field(default=0, ge=0, le=INT4_MAX)
 
 
 class AttemptRecord(BaseModel):

@@ -6,7 +6,14 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from slotflow.contracts.envelope import IDENTIFIER_PATTERN, SCHEDULE_ID_PATTERN, IdText, IndexedText, Message
+from slotflow.contracts.envelope import (
+    IDENTIFIER_PATTERN,
+    PRINCIPAL_MAX_CHARS,
+    SCHEDULE_ID_PATTERN,
+    IdText,
+    IndexedText,
+    Message,
+)
 from slotflow.contracts.policies import DstPolicy, Duration, MisfirePolicy, OverlapPolicy, RetryPolicy
 from slotflow.core._cronfields import parse_expression
 
@@ -302,6 +309,108 @@ class Backfill(Message):
         if self.end <= self.start:
             raise ValueError("end must be after start")
         return self
+
+
+#: The most slots one RerunSlots or MarkSlots names (the api's range is cut to it).
+REPAIR_MAX_SLOTS = 1000
+
+
+def _distinct_slots(*groups: tuple[datetime, ...]) -> None:
+    """Refuse a slot named twice (once per command, however it is spelt: one instant, one slot)."""
+    seen: set[datetime] = set()
+    for group in groups:
+        for slot in group:
+            if slot in seen:
+                raise ValueError(f"slot {slot.isoformat()} is named twice")
+            seen.add(slot)
+
+
+class RerunSlots(Message):
+    """Run slots of a schedule again with its CURRENT definition (handler, payload, policy).
+
+    The ticker re-issues each slot's JobDue and records the re-run with its number (per slot, one
+    above the slot's last); the claimer takes such a JobDue only when the ticker's record holds it,
+    so a forged re-run runs nothing. A slot of `slots` keeps its run id: the claimer reopens its
+    dead-lettered, retrying, skipped or cancelled run, or starts a missed one, and leaves a live or
+    completed run alone. A slot of `forced` (a completed one, run again on purpose) becomes a new
+    run `{run id}#rerun-{n}`, so a handler's idempotency key sees it as new. Who decides which slot
+    goes where is the sender (the api from its read model); the claimer's rules hold either way.
+    """
+
+    message_type = "schedule.rerun"
+    schedule_id: ScheduleId
+    slots: tuple[AwareDatetime, ...] = Field(default=(), max_length=REPAIR_MAX_SLOTS)
+    forced: tuple[AwareDatetime, ...] = Field(default=(), max_length=REPAIR_MAX_SLOTS)
+    reason: str = Field(min_length=1, max_length=1000)
+
+    @model_validator(mode="after")
+    def _some_slot(self) -> "RerunSlots":
+        if not self.slots and not self.forced:
+            raise ValueError("name at least one slot to re-run")
+        if len(self.slots) + len(self.forced) > REPAIR_MAX_SLOTS:
+            raise ValueError(f"at most {REPAIR_MAX_SLOTS} slots a re-run")
+        if not self.reason.strip():
+            raise ValueError("a re-run needs a reason")
+        _distinct_slots(self.slots, self.forced)
+        return self
+
+
+SlotMark = Literal["done", "skipped"]
+
+
+class MarkSlots(Message):
+    """Record slots as done or skipped by an operator, with a reason; no effect runs.
+
+    The ticker records the mark (`SlotsMarked`); the audit shows it ("marked done by X: reason").
+    A mark stops nothing already in flight, so the api refuses slots whose run is in progress; a
+    later RerunSlots of a marked slot is allowed.
+    """
+
+    message_type = "schedule.mark"
+    schedule_id: ScheduleId
+    slots: tuple[AwareDatetime, ...] = Field(min_length=1, max_length=REPAIR_MAX_SLOTS)
+    mark: SlotMark
+    reason: str = Field(min_length=1, max_length=1000)
+
+    @model_validator(mode="after")
+    def _valid(self) -> "MarkSlots":
+        if not self.reason.strip():
+            raise ValueError("a mark needs a reason")
+        _distinct_slots(self.slots)
+        return self
+
+
+class SlotRerun(BaseModel):
+    """One slot a RerunSlots re-issued: its run id, its re-run number, whether forced."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    slot: AwareDatetime
+    run_id: IdText
+    number: int = Field(ge=1, le=2_147_483_647)
+    forced: bool
+
+
+class SlotsRerun(Message):
+    """The ticker re-issued slots for an operator's RerunSlots (who, why, each slot's number)."""
+
+    message_type = "slots.rerun"
+    schedule_id: ScheduleId
+    reruns: tuple[SlotRerun, ...] = Field(min_length=1, max_length=REPAIR_MAX_SLOTS)
+    handler: HandlerName
+    principal: str | None = Field(default=None, max_length=PRINCIPAL_MAX_CHARS)
+    reason: str = Field(max_length=1000)
+
+
+class SlotsMarked(Message):
+    """The ticker recorded an operator's mark of slots as done or skipped (who, why)."""
+
+    message_type = "slots.marked"
+    schedule_id: ScheduleId
+    slots: tuple[AwareDatetime, ...] = Field(min_length=1, max_length=REPAIR_MAX_SLOTS)
+    mark: SlotMark
+    principal: str | None = Field(default=None, max_length=PRINCIPAL_MAX_CHARS)
+    reason: str = Field(max_length=1000)
 
 
 class ScheduleCreated(Message):

@@ -63,7 +63,7 @@ SCHEDULE_COMMANDS = TopicSpec(
     cleanup_policy="delete",
     producers=("api", "cli", "any client"),
     consumers=("ticker", "api"),
-    purpose="CreateSchedule, UpdateSchedule, Pause/Resume/Delete, TriggerNow, Backfill (the ticker refuses timer commands here)",
+    purpose="CreateSchedule, UpdateSchedule, Pause/Resume/Delete, TriggerNow, Backfill, RerunSlots, MarkSlots (the ticker refuses timer commands here)",
     extra_config={"max.message.bytes": str(MAX_RECORD_BYTES)},
 )
 #: Internal: a StartTimer fires whatever it carries (a whole JobDue, another workflow's TimerFired),
@@ -88,7 +88,7 @@ SCHEDULE_EVENTS = TopicSpec(
     cleanup_policy="delete",
     producers=("ticker",),
     consumers=("api",),
-    purpose="schedule lifecycle, SlotSkipped, CommandAccepted/CommandRejected",
+    purpose="schedule lifecycle, SlotSkipped, SlotsRerun/SlotsMarked, CommandAccepted/CommandRejected",
     extra_config={"max.message.bytes": str(MAX_RECORD_BYTES)},
 )
 JOBS_DUE = TopicSpec(

@@ -11,6 +11,10 @@ The read grants are what the code reads across schemas, and nothing else:
   stored in `claimer.payloads` (the orchestrator's `activity_payloads_schema`);
 - the api reads the stats schema: the stats processor's windows (`slotflow_api.stats`).
 
+One service asks another's schema a question without reading it: the claimer calls
+`ticker.rerun_issued` (a SECURITY DEFINER function, whose answer is all it learns) before it takes
+an operator's re-run, so it holds USAGE on the ticker's schema and no right on any of its tables.
+
 PostgreSQL's default privileges cannot name one table, so a read grant covers the whole schema
 (read only). Every other cross-service exchange goes through Kafka.
 """
@@ -41,13 +45,15 @@ class ServiceRole:
     service: str
     schema: str
     reads: tuple[str, ...] = ()
+    #: Services whose schema's functions it calls (USAGE only: no table of theirs is readable).
+    asks: tuple[str, ...] = ()
 
 
 #: Every service that keeps state in PostgreSQL. The claimer's handlers use a database of the
 #: user's own (SLOTFLOW_CLAIMER_HANDLER_DSN), not covered here.
 SERVICE_ROLES: tuple[ServiceRole, ...] = (
     ServiceRole("ticker", "ticker"),
-    ServiceRole("claimer", "claimer"),
+    ServiceRole("claimer", "claimer", asks=("ticker",)),
     ServiceRole("orchestrator", "orchestrator", reads=("claimer",)),
     ServiceRole("dlq", "dlq"),
     ServiceRole("stats", "stats"),
@@ -77,6 +83,7 @@ def bootstrap_sql(prefix: str = DEFAULT_PREFIX) -> list[str]:
     """The statements that create every service's role and schema and the read grants, in order."""
     service_sql = (_SQL_DIR / "service.sql").read_text(encoding="utf-8")
     read_sql = (_SQL_DIR / "read.sql").read_text(encoding="utf-8")
+    ask_sql = (_SQL_DIR / "ask.sql").read_text(encoding="utf-8")
     out: list[str] = []
     for entry in SERVICE_ROLES:
         role = role_name(prefix, entry.service)
@@ -104,6 +111,13 @@ def bootstrap_sql(prefix: str = DEFAULT_PREFIX) -> list[str]:
                     owner.schema,
                 )
             )
+        for asked in entry.asks:
+            out.append(
+                sql(
+                    compose(ask_sql, asker=quote_ident(role_name(prefix, entry.service))),
+                    _BY_SERVICE[asked].schema,
+                )
+            )
     return out
 
 
@@ -123,6 +137,10 @@ def grant_table(prefix: str = DEFAULT_PREFIX) -> list[Grant]:
         rows.extend(
             Grant(role_name(prefix, entry.service), _BY_SERVICE[read].schema, "USAGE, SELECT")
             for read in entry.reads
+        )
+        rows.extend(
+            Grant(role_name(prefix, entry.service), _BY_SERVICE[asked].schema, "USAGE (its functions only)")
+            for asked in entry.asks
         )
     return rows
 

@@ -1,6 +1,7 @@
 """GET /v1/audit: expected slots of a schedule against what was recorded."""
 
 import json
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Annotated
 
@@ -42,6 +43,78 @@ async def audit(
     start = start or end - DEFAULT_WINDOW
     if end <= start:
         raise BadRequest("`to` must be after `from`")
+    judged = await judge(s, schedule, start, end, now=now)
+    report, judged_from, purged = judged.report, judged.judged_from, judged.purged
+    changes = await read_model.schedule_changes(s.pool, s.schema, schedule, start, end)
+    threshold = s.settings.api.late_threshold
+    return Audit.model_validate(
+        {
+            "schedule_id": schedule,
+            "from": start,
+            "to": end,
+            "expected": len(report.slots),
+            "pending": report.pending,
+            "as_of": now,
+            "late_threshold_seconds": threshold.total_seconds(),
+            "slots": [
+                {
+                    "slot": v.slot,
+                    "run_id": v.run_id,
+                    "status": v.status,
+                    "detail": v.detail,
+                    "kind": v.kind,
+                    "run_state": v.run_state,
+                    "outcome": v.outcome,
+                    "repairs": [
+                        {
+                            "at": r.at,
+                            "action": r.action,
+                            "by": r.principal,
+                            "reason": r.reason,
+                            "run_id": r.run_id,
+                            "run_state": r.run_state,
+                            "said": r.describe(),
+                        }
+                        for r in v.repairs
+                    ],
+                }
+                for v in report.slots
+            ],
+            "outcomes": report.outcomes(),
+            "dead_lettered": [
+                {"slot": r.slot, "run_id": r.run_id, "kind": r.kind, "state": r.state}
+                for r in report.dead_lettered
+            ],
+            "audited_from": max(report.created_at or judged_from, judged_from),
+            "note": _note(report.created_at, judged_from if purged else None, s.settings.api.retention_days),
+            "summary": report.summary(),
+            "unscheduled": [
+                {"slot": r.slot, "run_id": r.run_id, "kind": r.kind, "state": r.state}
+                for r in report.unscheduled
+            ],
+            "changes": changes,
+        }
+    )
+
+
+@dataclass(frozen=True)
+class Judged:
+    """An audit of one schedule's window, and where it vouches from."""
+
+    report: auditing.AuditReport
+    judged_from: datetime
+    #: Runs before `judged_from` were purged (the retention horizon is past `from`).
+    purged: bool
+
+
+async def judge(s: Services, schedule: str, start: datetime, end: datetime, *, now: datetime) -> Judged:
+    """Judge every slot of ``schedule`` in [start, end) against the read model (the slot audit),
+    with the operators' repairs of each; the repair routes choose their slots from it too.
+
+    Raises:
+        NotFound: the read model knows no such schedule.
+        AuditRangeTooLarge: the window holds more slots than one request may judge.
+    """
     # Runs before the retention horizon were purged: a slot there cannot be told missed from
     # purged, so none is judged, and the answer says from when it vouches (audited_from, note).
     horizon = await retention.horizon(s.pool, s.schema)
@@ -79,8 +152,17 @@ async def audit(
         for r in run_rows
     ]
     skips = [auditing.RecordedSkip(r["slot"], r["run_id"], r["reason"], r["detail"]) for r in skip_rows]
-    changes = await read_model.schedule_changes(s.pool, s.schema, schedule, start, end)
-    threshold = s.settings.api.late_threshold
+    repairs = [
+        auditing.RecordedRepair(
+            slot=r["slot"],
+            at=r["at"],
+            action=r["action"],
+            principal=r["principal"],
+            reason=r["reason"],
+            run_id=r["run_id"],
+        )
+        for r in await read_model.slot_repairs(s.pool, s.schema, schedule, judged_from, end)
+    ]
     report = auditing.audit(
         timeline,
         runs,
@@ -89,45 +171,11 @@ async def audit(
         start=judged_from,
         end=end,
         now=now,
-        late_threshold=threshold,
+        late_threshold=s.settings.api.late_threshold,
         limit=s.settings.api.audit_max_slots,
+        repairs=repairs,
     )
-    return Audit.model_validate(
-        {
-            "schedule_id": schedule,
-            "from": start,
-            "to": end,
-            "expected": len(report.slots),
-            "pending": report.pending,
-            "as_of": now,
-            "late_threshold_seconds": threshold.total_seconds(),
-            "slots": [
-                {
-                    "slot": v.slot,
-                    "run_id": v.run_id,
-                    "status": v.status,
-                    "detail": v.detail,
-                    "kind": v.kind,
-                    "run_state": v.run_state,
-                    "outcome": v.outcome,
-                }
-                for v in report.slots
-            ],
-            "outcomes": report.outcomes(),
-            "dead_lettered": [
-                {"slot": r.slot, "run_id": r.run_id, "kind": r.kind, "state": r.state}
-                for r in report.dead_lettered
-            ],
-            "audited_from": max(report.created_at or judged_from, judged_from),
-            "note": _note(report.created_at, judged_from if purged else None, s.settings.api.retention_days),
-            "summary": report.summary(),
-            "unscheduled": [
-                {"slot": r.slot, "run_id": r.run_id, "kind": r.kind, "state": r.state}
-                for r in report.unscheduled
-            ],
-            "changes": changes,
-        }
-    )
+    return Judged(report, judged_from, purged)
 
 
 def _note(created_at: datetime | None, horizon: datetime | None, retention_days: float) -> str | None:

@@ -12,21 +12,29 @@ from slotflow.contracts import (
     Backfill,
     CreateSchedule,
     DeleteSchedule,
+    MarkSlots,
     PauseSchedule,
+    RerunSlots,
     ResumeSchedule,
     ScheduleDefinition,
     TriggerNow,
     UpdateSchedule,
 )
 from slotflow.contracts.envelope import SCHEDULE_ID_PATTERN
-from slotflow.contracts.schedules import definition_changes, patch_definition, refuse_random_cron
+from slotflow.contracts.schedules import (
+    REPAIR_MAX_SLOTS,
+    definition_changes,
+    patch_definition,
+    refuse_random_cron,
+)
 from slotflow.core.cronslots import Slot, slots_between
 from slotflow.core.identity import run_id
-from slotflow_api import read_model
+from slotflow_api import read_model, repairs
 from slotflow_api.app_state import Services, services
 from slotflow_api.bodies import DeepJsonRoute
 from slotflow_api.errors import BackfillsInFlight, BadRequest, NotFound, describe_validation
 from slotflow_api.outlook import fire_time, outlook
+from slotflow_api.routes.audit import judge
 from slotflow_api.routes.commands import (
     COMMAND_RESPONSES,
     answer,
@@ -48,8 +56,12 @@ from slotflow_api.schemas import (
     Calendar,
     CalendarEntry,
     CreateScheduleBody,
+    MarkBody,
     Page,
     PauseBody,
+    RepairAnswer,
+    RepairSlot,
+    RerunBody,
     ResumeBody,
     Run,
     Schedule,
@@ -572,3 +584,144 @@ async def backfill_report(
 
 
 _EPSILON = timedelta(microseconds=1)
+
+
+# -- an operator's repairs: re-run and mark --------------------------------------------------------
+
+#: The slots a repair's answer lists (touched, and left out): the count says how many in all.
+REPAIR_SHOWN = 20
+_REPAIR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {"model": RepairAnswer, "description": "a dry run (`dry_run: true`): what it would touch"},
+    404: {"description": "the read model knows no such schedule"},
+    409: {"description": "with ?wait=: the ticker rejected the command (the reason says why)"},
+    422: {"description": "a bad range, or no slot of the range can be touched (the detail says why)"},
+    503: COMMAND_RESPONSES[503],
+}
+
+
+async def _select(
+    s: Services,
+    schedule_id: str,
+    start: datetime,
+    end: datetime | None,
+    verb: repairs.Verb,
+    *,
+    force: bool = False,
+) -> repairs.Selection:
+    """The slots of [start, end] (inclusive) a repair touches, judged by the slot audit.
+
+    Raises:
+        BadRequest: `to` before `from`; no slot to touch (with what was left out and why); too many.
+        NotFound: no such schedule in the read model.
+    """
+    last = end or start
+    if last < start:
+        raise BadRequest("`to` must not be before `from`")
+    now = await read_model.database_now(s.pool)
+    judged = await judge(s, schedule_id, start, last + timedelta(microseconds=1), now=now)
+    selection = repairs.select(judged.report, verb, force=force)
+    if not selection.chosen:
+        what = "re-run" if verb == "rerun" else "marked"
+        why = [f"{lo.slot.isoformat()}: {lo.reason}" for lo in selection.left_out[:3]]
+        if selection.pending:
+            why.append(f"{selection.pending} slot(s) too recent to judge yet")
+        raise BadRequest(
+            f"no slot of schedule {schedule_id!r} in [{start.isoformat()}, {last.isoformat()}] can be {what}"
+            + (f": {'; '.join(why)}" if why else ": the range holds no slot of the schedule")
+        )
+    if len(selection.chosen) > REPAIR_MAX_SLOTS:
+        raise BadRequest(
+            f"the range holds {len(selection.chosen)} slots to touch; one command takes at most "
+            f"{REPAIR_MAX_SLOTS}: narrow `from`/`to`"
+        )
+    return selection
+
+
+def _repair_answer(selection: repairs.Selection, *, dry_run: bool) -> dict[str, Any]:
+    return RepairAnswer(
+        dry_run=dry_run,
+        count=len(selection.chosen),
+        slots=[
+            RepairSlot(slot=c.slot, run_id=c.run_id, state=c.state, action=c.action)
+            for c in selection.chosen[:REPAIR_SHOWN]
+        ],
+        left_out_count=len(selection.left_out),
+        left_out=[
+            RepairSlot(slot=lo.slot, run_id=lo.run_id, state=lo.state, reason=lo.reason)
+            for lo in selection.left_out[:REPAIR_SHOWN]
+        ],
+        pending=selection.pending,
+    ).model_dump(mode="json")
+
+
+async def _publish_repair(
+    s: Services,
+    message: RerunSlots | MarkSlots,
+    selection: repairs.Selection,
+    *,
+    idempotency_key: str | None,
+    wait: float | None,
+) -> JSONResponse:
+    command_id = await publish_checked(s, message, idempotency_key=idempotency_key)
+    body = {**_repair_answer(selection, dry_run=False), "command_id": command_id}
+    if wait is None:
+        return JSONResponse(status_code=202, content=body)
+    status = await wait_for_command(s, command_id, wait)
+    body |= {"status": status.status, "reason": status.reason}
+    if status.status == "rejected":
+        return JSONResponse(status_code=409, content={"detail": status.reason or "rejected", **body})
+    return JSONResponse(status_code=200 if status.status in ("accepted", "published") else 202, content=body)
+
+
+@router.post(
+    "/v1/schedules/{schedule_id}/rerun",
+    status_code=202,
+    response_model=RepairAnswer,
+    responses=_REPAIR_RESPONSES,
+    summary="Re-run the slots in [from, to] with the schedule's current definition "
+    "(`dry_run: true`: what it would touch)",
+)
+async def rerun_slots(
+    s: Annotated[Services, Depends(services)],
+    schedule_id: ScheduleId,
+    body: RerunBody,
+    idempotency_key: IdempotencyKey = None,
+    wait: Wait = None,
+) -> JSONResponse:
+    selection = await _select(s, schedule_id, body.start, body.end, "rerun", force=body.force)
+    if body.dry_run:
+        return JSONResponse(status_code=200, content=_repair_answer(selection, dry_run=True))
+    message = RerunSlots(
+        schedule_id=schedule_id,
+        slots=tuple(c.slot for c in selection.chosen if c.action == "rerun"),
+        forced=tuple(c.slot for c in selection.chosen if c.action == "forced_rerun"),
+        reason=body.reason,
+    )
+    return await _publish_repair(s, message, selection, idempotency_key=idempotency_key, wait=wait)
+
+
+@router.post(
+    "/v1/schedules/{schedule_id}/mark",
+    status_code=202,
+    response_model=RepairAnswer,
+    responses=_REPAIR_RESPONSES,
+    summary="Mark the slots in [from, to] done or skipped, with a reason; no effect runs "
+    "(`dry_run: true`: what it would touch)",
+)
+async def mark_slots(
+    s: Annotated[Services, Depends(services)],
+    schedule_id: ScheduleId,
+    body: MarkBody,
+    idempotency_key: IdempotencyKey = None,
+    wait: Wait = None,
+) -> JSONResponse:
+    selection = await _select(s, schedule_id, body.start, body.end, "mark")
+    if body.dry_run:
+        return JSONResponse(status_code=200, content=_repair_answer(selection, dry_run=True))
+    message = MarkSlots(
+        schedule_id=schedule_id,
+        slots=tuple(c.slot for c in selection.chosen),
+        mark=body.mark,
+        reason=body.reason,
+    )
+    return await _publish_repair(s, message, selection, idempotency_key=idempotency_key, wait=wait)
