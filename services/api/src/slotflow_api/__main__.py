@@ -75,6 +75,35 @@ async def _migrate(settings: Settings) -> None:
         await pool.close()
 
 
+def _serve(settings: Settings) -> int:
+    """Serve HTTP until SIGTERM/SIGINT (exit 0) or until a loop of the process crashes (exit 1,
+    unless SLOTFLOW_API_KEEP_SERVING_AFTER_CRASH keeps it serving stale reads)."""
+    crashes: list[str] = []
+    server: uvicorn.Server | None = None
+
+    def stop_serving(reason: str) -> None:
+        crashes.append(reason)
+        if server is not None:
+            server.should_exit = True
+
+    api = settings.api
+    # log_config=None: uvicorn's loggers propagate to the root handler configure_logging set up
+    # (one format, and the secret mask), instead of handlers of uvicorn's own.
+    config = uvicorn.Config(
+        create_app(settings, on_crash=stop_serving),
+        host=api.host,
+        port=api.port,
+        log_level="info",
+        log_config=None,
+    )
+    server = uvicorn.Server(config)
+    server.run()
+    if crashes:
+        print(f"slotflow-api: {crashes[0]}", file=sys.stderr)  # noqa: T201
+        return 1
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     configure_logging()
@@ -99,9 +128,7 @@ def main(argv: list[str] | None = None) -> int:
                 }
             )
             chosen = settings.model_copy(update={"api": api})
-            # log_config=None: uvicorn's loggers propagate to the root handler configure_logging
-            # set up (one format, and the secret mask), instead of handlers of uvicorn's own.
-            uvicorn.run(create_app(chosen), host=api.host, port=api.port, log_level="info", log_config=None)
+            return _serve(chosen)
     except SlotflowError as err:
         print(f"slotflow-api: {err}", file=sys.stderr)  # noqa: T201
         return 1

@@ -53,8 +53,13 @@ log = logging.getLogger(__name__)
 API_VERSION = "1.0.0"
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
-    """The FastAPI application; its lifespan opens the pool and producer (and the projector)."""
+def create_app(settings: Settings | None = None, *, on_crash: Callable[[str], None] | None = None) -> FastAPI:
+    """The FastAPI application; its lifespan opens the pool and producer (and the projector).
+
+    When a loop of the process (projector, purge, relay) crashes, /readyz answers 503 with the
+    reason from then on, and `on_crash(reason)` is called unless `keep_serving_after_crash` is set:
+    the entry point stops the server and exits non-zero, so a frozen read model is not served.
+    """
     chosen = settings or Settings()
     metrics = Metrics()
     if chosen.api.auth == "off":
@@ -91,6 +96,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 # The read model's owner purges it: with the projector, wherever that runs.
                 loops.add("purge", lambda stop: purge_read_model(stop, pool, chosen))
             task = asyncio.create_task(loops.run(stop), name="api")
+            task.add_done_callback(lambda ended: _loops_ended(ended, loops, state, on_crash))
             app.state.services = state
             yield
         finally:
@@ -164,6 +170,23 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             allow_credentials=False,
         )
     return app
+
+
+def _loops_ended(
+    ended: "asyncio.Task[None]", loops: Supervisor, state: Services, on_crash: Callable[[str], None] | None
+) -> None:
+    # The supervisor ends on a stop (nothing to do) or on a loop's crash: then the read model is no
+    # longer updated, and answering from it as if it were would hide that from every caller.
+    if ended.cancelled() or ended.exception() is None:
+        return
+    error = ended.exception()
+    state.crashed = f"the {loops.crashed or 'supervisor'} loop crashed: {type(error).__name__}: {error}"
+    if state.settings.api.keep_serving_after_crash:
+        log.error("api: %s; serving stale reads (SLOTFLOW_API_KEEP_SERVING_AFTER_CRASH)", state.crashed)
+        return
+    log.error("api: %s; stopping the service", state.crashed)
+    if on_crash is not None:
+        on_crash(state.crashed)
 
 
 def own_signer(settings: ApiSettings) -> Signer:

@@ -44,6 +44,10 @@ class ApiSettings(BaseSettings):
     #: refused past 300 s (routes.common.MAX_WAIT_SECONDS), and held at most this long.
     max_wait_seconds: float = Field(default=300.0, gt=0, le=300)
     readiness_timeout_seconds: float = Field(default=2.0, gt=0)
+    #: After a loop of the process (the projector, the purge, the relay) crashed: off (the
+    #: default), the process exits non-zero so whatever supervises it restarts it; on, it keeps
+    #: serving reads from a read model no longer updated. /readyz answers 503 either way.
+    keep_serving_after_crash: bool = False
     #: Days an ended job run (and a skipped slot) is kept in the read model; 0 keeps everything.
     #: The audit judges no slot older than what was purged (docs/api.md, "Retention").
     retention_days: float = Field(default=30.0, ge=0)
@@ -145,6 +149,4 @@ class Settings(BaseSettings):
 
     def group_id(self, suffix: str) -> str:
         """The projector group for this deployment's namespace and read-model generation."""
-        namespace = self.kafka.topic_namespace
-        base = f"{namespace}.{self.api.group_base}" if namespace else self.api.group_base
-        return f"{base}.{suffix}"
+        return self.kafka.consumer_group(f"{self.api.group_base}.{suffix}")
