@@ -35,6 +35,12 @@ class KafkaConnection(BaseSettings):
         """The name topic ``name`` has in this deployment (its namespace in front)."""
         return f"{self.topic_namespace}.{name}" if self.topic_namespace else name
 
+    def consumer_group(self, name: str) -> str:
+        """The name consumer group ``name`` has in this deployment: inside its namespace like its
+        topics, so deployments sharing a cluster never join each other's groups. Every service
+        names its groups through here."""
+        return f"{self.topic_namespace}.{name}" if self.topic_namespace else name
+
 
 class PostgresSettings(BaseSettings):
     """Where PostgreSQL is; `SLOTFLOW_PG_DSN` (the devstack prints it).

@@ -168,5 +168,4 @@ class Settings(BaseSettings):
         return self._namespaced(self.claimer.redrives_group_id)
 
     def _namespaced(self, group: str) -> str:
-        namespace = self.kafka.topic_namespace
-        return f"{namespace}.{group}" if namespace else group
+        return self.kafka.consumer_group(group)

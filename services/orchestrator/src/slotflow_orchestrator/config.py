@@ -92,6 +92,4 @@ class Settings(BaseSettings):
     signatures: SignatureSettings = Field(default_factory=SignatureSettings)
 
     def group_id(self) -> str:
-        namespace = self.kafka.topic_namespace
-        base = self.orchestrator.group_id
-        return f"{namespace}.{base}" if namespace else base
+        return self.kafka.consumer_group(self.orchestrator.group_id)
