@@ -5,21 +5,23 @@ import contextlib
 import importlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
+import uvicorn
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fastapi import Depends, FastAPI, Request, Response
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.openapi.utils import get_openapi
 from starlette.routing import Match
 
+from slotflow.errors import SlotflowError
 from slotflow.kafka.producer import Producer
-from slotflow.pg.pool import wait_for_pool
+from slotflow.pg.pool import Pool, wait_for_pool
 from slotflow.principals import Signer
 from slotflow.principals.signing import load_private_key
 from slotflow.relay import OutboxRelay
-from slotflow.service import Supervisor
+from slotflow.service import Supervisor, sleep_or_stop
 from slotflow_api import errors, keys
 from slotflow_api.app_state import Services
 from slotflow_api.auth import Authenticator, required_scope
@@ -51,6 +53,79 @@ from slotflow_api.routes.apidocs import mount_api_docs
 log = logging.getLogger(__name__)
 
 API_VERSION = "1.0.0"
+
+
+class LoopCrashed(SlotflowError):
+    """A loop of the api process (projector, purge, relay) crashed: the HTTP server was stopped so
+    that no frozen read model is served as if it were current."""
+
+
+class NotServing(SlotflowError):
+    """The HTTP server stopped without being asked to (it could not start: the log says why)."""
+
+
+class _Server(uvicorn.Server):
+    # The entry (slotflow.service.serve) owns SIGTERM and SIGINT, as in every service: uvicorn's own
+    # handlers would stop the server without the stop event, and re-raise the signal afterwards.
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+class ApiService:
+    """The HTTP api (with the projector in the same process unless turned off): `await run(stop)`
+    like every service."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Serve until ``stop`` is set; a crashed loop stops the server and raises `LoopCrashed`
+        (unless `keep_serving_after_crash`: then /readyz answers 503 and reads go on)."""
+        crashes: list[str] = []
+        api = self.settings.api
+        # log_config=None: uvicorn's loggers propagate to the root handler configure_logging set
+        # up (one format, and the secret mask), instead of handlers of uvicorn's own.
+        config = uvicorn.Config(
+            create_app(self.settings, on_crash=crashes.append),
+            host=api.host,
+            port=api.port,
+            log_level="info",
+            log_config=None,
+        )
+        server = _Server(config)
+
+        async def stop_serving() -> None:
+            while not stop.is_set() and not crashes:
+                await sleep_or_stop(stop, 0.2)
+            server.should_exit = True
+
+        watcher = asyncio.create_task(stop_serving(), name="api-stop")
+        try:
+            await server.serve()
+        finally:
+            watcher.cancel()
+        if crashes:
+            raise LoopCrashed(crashes[0])
+        if not server.started:
+            raise NotServing(f"the HTTP server on {api.host}:{api.port} did not start")
+
+
+class ProjectorService:
+    """Only the projector (and the read model's purge), without HTTP: `await run(stop)`."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    async def run(self, stop: asyncio.Event) -> None:
+        pool: Pool = await wait_for_pool(self.settings.postgres)
+        try:
+            loops = Supervisor("api-projector")
+            loops.add("projector", Projector(pool, self.settings).run)
+            loops.add("purge", lambda stop: purge_read_model(stop, pool, self.settings))
+            await loops.run(stop)
+        finally:
+            await pool.close()
 
 
 def create_app(settings: Settings | None = None, *, on_crash: Callable[[str], None] | None = None) -> FastAPI:
