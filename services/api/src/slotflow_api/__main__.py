@@ -65,7 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     command = args.command or "serve"
     try:
         if command == "project":
-            return serve("slotflow-api", lambda: ProjectorService(settings))
+            return serve(
+                "slotflow-api", lambda: ProjectorService(settings), event_loop=settings.api.event_loop
+            )
         if command == "rebuild":
             asyncio.run(_rebuild(settings, args.idle))
         elif command == "migrate":
@@ -80,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
                 }
             )
             chosen = settings.model_copy(update={"api": api})
-            return serve("slotflow-api", lambda: ApiService(chosen))
+            return serve("slotflow-api", lambda: ApiService(chosen), event_loop=api.event_loop)
     except SlotflowError as err:
         print(f"slotflow-api: {err}", file=sys.stderr)  # noqa: T201
         return 1

@@ -21,7 +21,7 @@ from slotflow.pg.pool import Pool, wait_for_pool
 from slotflow.principals import Signer
 from slotflow.principals.signing import load_private_key
 from slotflow.relay import OutboxRelay
-from slotflow.service import Supervisor, sleep_or_stop
+from slotflow.service import Supervisor, metrics_listener, sleep_or_stop
 from slotflow_api import errors, keys
 from slotflow_api.app_state import Services
 from slotflow_api.auth import Authenticator, required_scope
@@ -86,8 +86,9 @@ class ApiService:
         api = self.settings.api
         # log_config=None: uvicorn's loggers propagate to the root handler configure_logging set
         # up (one format, and the secret mask), instead of handlers of uvicorn's own.
+        app = create_app(self.settings, on_crash=crashes.append)
         config = uvicorn.Config(
-            create_app(self.settings, on_crash=crashes.append),
+            app,
             host=api.host,
             port=api.port,
             log_level="info",
@@ -102,7 +103,9 @@ class ApiService:
 
         watcher = asyncio.create_task(stop_serving(), name="api-stop")
         try:
-            await server.serve()
+            # /metrics is served on the HTTP port too; this is the port every service has.
+            with metrics_listener(app.state.metrics.registry, port=api.metrics_port, host=api.metrics_host):
+                await server.serve()
         finally:
             watcher.cancel()
         if crashes:
@@ -118,7 +121,7 @@ class ProjectorService:
         self.settings = settings
 
     async def run(self, stop: asyncio.Event) -> None:
-        pool: Pool = await wait_for_pool(self.settings.postgres)
+        pool: Pool = await wait_for_pool(self.settings.postgres, max_size=self.settings.api.pool_size)
         try:
             loops = Supervisor("api-projector")
             loops.add("projector", Projector(pool, self.settings).run)
@@ -147,7 +150,7 @@ def create_app(settings: Settings | None = None, *, on_crash: Callable[[str], No
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         signer = own_signer(chosen.api)
-        pool = await wait_for_pool(chosen.postgres)
+        pool = await wait_for_pool(chosen.postgres, max_size=chosen.api.pool_size)
         producer = Producer(chosen.kafka, client_id="api")
         stop = asyncio.Event()
         task: asyncio.Task[None] | None = None

@@ -8,7 +8,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from slotflow.logs import register_dsn, register_secret
-from slotflow.settings import KafkaSettings, PostgresSettings
+from slotflow.settings import KafkaSettings, PostgresSettings, ServiceSettings, env_names
 
 #: The bootstrap token is a standing admin secret: at least this long (about 190 bits in base64).
 MIN_BOOTSTRAP_TOKEN_CHARS = 32
@@ -20,13 +20,21 @@ DEFAULT_OIDC_SCOPE_MAP: dict[str, Literal["read", "operate", "admin"]] = {
 }
 
 
-class ApiSettings(BaseSettings):
+class ApiSettings(ServiceSettings):
     """What the projector and the HTTP service need besides Kafka and PostgreSQL."""
 
     # A refused value is never quoted back: a too-short bootstrap token would print in clear.
     model_config = SettingsConfigDict(env_prefix="SLOTFLOW_API_", extra="ignore", hide_input_in_errors=True)
 
     host: str = "127.0.0.1"
+    #: Connections in the api's pool (requests, the projector, the relay); formerly read from
+    #: SLOTFLOW_PG_POOL_MAX_SIZE, which the api still reads (deprecated) when this is unset.
+    pool_size: int = Field(
+        default=10,
+        ge=2,
+        le=200,
+        validation_alias=env_names("SLOTFLOW_API_POOL_SIZE", "SLOTFLOW_PG_POOL_MAX_SIZE"),
+    )
     port: int = Field(default=8080, ge=0, le=65535)
     #: The PostgreSQL schema that holds the read model.
     db_schema: str = Field(default="api", pattern=r"^[a-z_][a-z0-9_]{0,62}$")
@@ -125,6 +133,7 @@ class ApiSettings(BaseSettings):
         return value
 
     def model_post_init(self, context: Any, /) -> None:
+        super().model_post_init(context)
         # The bootstrap token (and a password in the JWKS URL) are masked in every log line.
         register_secret(self.bootstrap_token)
         if self.oidc_jwks_url:

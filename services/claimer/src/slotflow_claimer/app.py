@@ -92,7 +92,7 @@ class ClaimerService:
         cfg = self.settings.claimer
         kafka = self.settings.kafka
         load_handler_modules(cfg.modules())
-        self.pool = await wait_for_pool(self.settings.postgres, min_size=1, max_size=cfg.pool_max_size)
+        self.pool = await wait_for_pool(self.settings.postgres, min_size=1, max_size=cfg.pool_size)
         await migrate(self.pool, cfg.db_schema)
         handler_dsn = cfg.handler_dsn or self.settings.postgres.dsn
         self.handler_pool = await wait_for_pool(

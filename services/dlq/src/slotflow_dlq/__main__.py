@@ -11,12 +11,13 @@ from slotflow.logs import configure_logging
 from slotflow.service import serve
 from slotflow.tracing import configure_tracing
 from slotflow_dlq.app import DlqService
+from slotflow_dlq.config import DlqSettings
 
 
 def main() -> int:
     configure_logging()
     configure_tracing("slotflow-dlq")
-    return serve("slotflow-dlq", DlqService)
+    return serve("slotflow-dlq", DlqService, event_loop=DlqSettings().event_loop)
 
 
 if __name__ == "__main__":

@@ -121,7 +121,7 @@ class OrchestratorService:
         """Migrate, start every part, and run until ``stop``; the work in hand finishes first."""
         cfg = self.settings.orchestrator
         kafka = self.settings.kafka
-        pool = await wait_for_pool(self.settings.postgres, min_size=1, max_size=cfg.pool_max_size)
+        pool = await wait_for_pool(self.settings.postgres, min_size=1, max_size=cfg.pool_size)
         self._pool = pool
         keys: KafkaKeyRing | None = None
         try:
