@@ -28,8 +28,8 @@ from slotflow.tracing import configure_tracing
 from slotflow_ticker.app import TickerService, migrate
 from slotflow_ticker.config import TickerSettings
 from slotflow_ticker.preview import preview_lines
+from slotflow_ticker.rows import parse_definition
 from slotflow_ticker.sql import STORED_DEFINITION
-from slotflow_ticker.store import parse_definition
 
 
 def main(argv: Sequence[str] | None = None) -> None:
