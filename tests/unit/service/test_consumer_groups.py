@@ -32,3 +32,12 @@ def test_the_stats_worker_names_its_app_in_the_namespace() -> None:
 
     stats = StatsServiceSettings(kafka=KafkaConnection(topic_namespace="blue"))
     assert stats.app_id == f"blue.{stats.stats.app_name}"
+
+
+def test_the_stats_worker_reads_kafka_and_postgres_through_the_one_definition() -> None:
+    # A copy of these settings in the worker once left its secrets out of the log masking.
+    from slotflow_base.settings import KafkaConnection, PostgresSettings
+    from slotflow_stats.config import Settings as StatsServiceSettings
+
+    assert StatsServiceSettings.model_fields["kafka"].annotation is KafkaConnection
+    assert StatsServiceSettings.model_fields["postgres"].annotation is PostgresSettings
