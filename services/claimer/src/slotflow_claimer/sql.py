@@ -1,6 +1,7 @@
-"""Every statement the claimer runs on `runs`, each with the invariant it protects (the functions that
-run them are in `store.py`). `{schema}` is the claimer's schema, quoted by
-`slotflow.pg.statements.sql`; every time decision uses the database clock (`now()`).
+"""Every statement the claimer runs, each with the invariant it protects: on `runs` (run by
+`store.py`), on `downstreams` (`downstreams.py`, `downstream_commands.py`) and the purge
+(`retention.py`). `{schema}` is the claimer's schema, quoted by `slotflow.pg.statements.sql`; every
+time decision uses the database clock (`now()`).
 """
 
 from slotflow.pg.statements import compose
@@ -289,4 +290,133 @@ RETURNING r.*
 REOPEN_REFUSAL = """
 SELECT state, workflow_id, redrive_count, due_topic, due_partition, due_offset
   FROM {schema}.runs WHERE run_id = $1
+"""
+
+
+DOWNSTREAM_ENSURE = (
+    "INSERT INTO {schema}.downstreams (name) SELECT unnest($1::text[]) ON CONFLICT (name) DO NOTHING"
+)
+
+# Taken before any counter is read: the lock serialises every claimer's decisions on these rows.
+DOWNSTREAM_LOCK = """
+SELECT name, state, opened_at, probes, probed_at, manual, settings::text AS settings, window_since,
+       now() AS now
+  FROM {schema}.downstreams WHERE name = ANY($1::text[]) ORDER BY name FOR UPDATE
+"""
+
+# The window: buckets newer than `now() - window` (the downstream's own window, else the claimers'
+# default $2), and none from before the breaker last closed.
+DOWNSTREAM_COUNTS = """
+SELECT d.name, coalesce(sum(w.firsts), 0)::int AS firsts, coalesce(sum(w.retries), 0)::int AS retries,
+       coalesce(sum(w.successes), 0)::int AS successes, coalesce(sum(w.failures), 0)::int AS failures
+  FROM {schema}.downstreams d
+  LEFT JOIN {schema}.downstream_window w
+         ON w.name = d.name
+        AND w.bucket > now() - make_interval(secs => coalesce((d.settings->>'window_seconds')::float8, $2))
+        AND w.bucket >= date_trunc('second', d.window_since)
+ WHERE d.name = ANY($1::text[]) GROUP BY d.name
+"""
+
+DOWNSTREAM_COUNT = """
+INSERT INTO {schema}.downstream_window AS w (name, bucket, firsts, retries, successes, failures)
+SELECT unnest($1::text[]), date_trunc('second', now()), $2::int, $3::int, unnest($4::int[]), unnest($5::int[])
+ON CONFLICT (name, bucket) DO UPDATE SET
+    firsts = w.firsts + EXCLUDED.firsts, retries = w.retries + EXCLUDED.retries,
+    successes = w.successes + EXCLUDED.successes, failures = w.failures + EXCLUDED.failures
+"""
+
+DOWNSTREAM_PRUNE = """
+DELETE FROM {schema}.downstream_window w USING {schema}.downstreams d
+ WHERE d.name = w.name AND w.name = ANY($1::text[])
+   AND w.bucket < now() - make_interval(secs => 2 * coalesce((d.settings->>'window_seconds')::float8, $2))
+"""
+
+# A change's time (changed_at, and the change row's `at`, which is the same) is the clock after the
+# row lock, never the transaction's start (now()): a report that read the row before this change
+# took the lock has an earlier time, so the read model, which keeps the newest fact, cannot let that
+# report's old state overwrite the change. Recorded only after DOWNSTREAM_MOVE or DOWNSTREAM_CONFIGURE set changed_at.
+DOWNSTREAM_MOVE = """
+UPDATE {schema}.downstreams SET state = $2, opened_at = $3, probes = $4, probed_at = $5, manual = $6,
+       window_since = CASE WHEN $2 = 'closed' AND state <> 'closed' THEN now() ELSE window_since END,
+       changed_at = CASE WHEN state <> $2 OR manual <> $6 THEN clock_timestamp() ELSE changed_at END
+ WHERE name = $1
+"""
+
+DOWNSTREAM_CONFIGURE = """
+UPDATE {schema}.downstreams SET settings = $2::jsonb, changed_at = clock_timestamp() WHERE name = $1
+"""
+
+DOWNSTREAM_CHANGED = """
+INSERT INTO {schema}.downstream_changes (name, from_state, to_state, owner, cause, reason, command_id, at)
+SELECT $1, $2, $3, $4, $5, $6, $7, changed_at FROM {schema}.downstreams WHERE name = $1
+RETURNING id, at
+"""
+
+# A held run names its downstream after the colon of its reason ("circuit_open:bank-api").
+DOWNSTREAM_HELD_FOR = "substr(held_reason, strpos(held_reason, ':') + 1)"
+
+# Held: waiting for it, or claimed again and not yet admitted (held_reason is cleared on admission).
+DOWNSTREAM_HELD_COUNT = compose(
+    "SELECT count(*)::int FROM {schema}.runs "
+    "WHERE state IN ('retrying', 'running') AND held_reason IS NOT NULL AND {held_for} = $1",
+    held_for=DOWNSTREAM_HELD_FOR,
+)
+
+# Slot order within a job: an earlier slot of the same job that was held for one of these
+# downstreams and not yet admitted (waiting, or claimed and on its way here) goes first
+# (runs_held index). held_reason is cleared only by the admission (DOWNSTREAM_ADMITTED), under the row lock.
+DOWNSTREAM_EARLIER_HELD = compose(
+    "SELECT EXISTS (SELECT 1 FROM {schema}.runs WHERE job_id = $1 AND slot < $2 AND run_id <> $3 "
+    "AND state IN ('retrying', 'running') AND held_reason IS NOT NULL AND {held_for} = ANY($4::text[]))",
+    held_for=DOWNSTREAM_HELD_FOR,
+)
+
+DOWNSTREAM_ADMITTED = (
+    "UPDATE {schema}.runs SET held_reason = NULL "
+    "WHERE run_id = $1 AND fence_token = $2 AND held_reason IS NOT NULL"
+)
+
+# The runs a closing breaker brings forward, oldest slot first (ties by job, for a stable order).
+DOWNSTREAM_HELD_RUNS = compose(
+    "SELECT * FROM {schema}.runs WHERE state = 'retrying' AND held_reason IS NOT NULL "
+    "AND {held_for} = $1 ORDER BY slot, job_id LIMIT $2",
+    held_for=DOWNSTREAM_HELD_FOR,
+)
+
+# One claimer reports each downstream per interval: the one that takes its row first.
+DOWNSTREAM_DUE_REPORTS = """
+SELECT name, state, manual, settings::text AS settings, changed_at, reported_at, reported_idle, now() AS now
+  FROM {schema}.downstreams WHERE reported_at <= now() - make_interval(secs => $1)
+ ORDER BY name FOR UPDATE SKIP LOCKED
+"""
+
+DOWNSTREAM_HELD_COUNTS = compose(
+    "SELECT {held_for} AS name, count(*)::int AS held FROM {schema}.runs "
+    "WHERE state IN ('retrying', 'running') AND held_reason IS NOT NULL GROUP BY 1",
+    held_for=DOWNSTREAM_HELD_FOR,
+)
+
+DOWNSTREAM_REPORTED = """
+UPDATE {schema}.downstreams AS d SET reported_at = now(), reported_idle = u.idle
+  FROM unnest($1::text[], $2::bool[]) AS u(name, idle) WHERE d.name = u.name
+"""
+
+
+DOWNSTREAM_COMMAND_KNOWN = "SELECT EXISTS (SELECT 1 FROM {schema}.downstreams WHERE name = $1)"
+
+# The replay window of signed commands is judged by the database's clock, never the host's.
+DOWNSTREAM_COMMAND_NOW = "SELECT now()"
+
+
+# Ended runs last changed more than $1 seconds ago, at most $2, oldest first (runs_ended).
+PURGE_ENDED = """
+WITH doomed AS (
+    SELECT run_id FROM {schema}.runs
+     WHERE state IN ('completed', 'skipped', 'cancelled')
+       AND updated_at < now() - make_interval(secs => $1)
+     ORDER BY updated_at
+     LIMIT $2
+       FOR UPDATE SKIP LOCKED
+)
+DELETE FROM {schema}.runs WHERE run_id IN (SELECT run_id FROM doomed) RETURNING run_id
 """
