@@ -1,6 +1,6 @@
-"""Every statement the dlq runs, each with the invariant it protects (the functions that run them
-are in `store.py`, the writes, and `queries.py`, the reads). `{schema}` is the dlq's schema, quoted by
-`slotflow.pg.statements.sql`.
+"""Every statement the dlq runs, each with the invariant it protects; the functions that run them
+are in `store.py` (the writes), `queries.py` (the reads), `notify.py` (the webhook's deliveries) and
+`retention.py` (the purges). `{schema}` is the dlq's schema, quoted by `slotflow.pg.statements.sql`.
 """
 
 from slotflow.pg.statements import compose
@@ -206,4 +206,70 @@ OLDEST_REDRIVING_AGE = """
 SELECT COALESCE(extract(epoch FROM now() - min(r.requested_at)), 0)
   FROM {schema}.redrive_requests r JOIN {schema}.dead_letters d ON d.request_id = r.request_id
  WHERE r.answered_at IS NULL AND d.status = 'redriving'
+"""
+
+
+# Due notifications, each leased by moving next_at past the delivery's deadline: SKIP LOCKED so
+# several notifiers split them, and a notifier that dies mid-delivery leaves its lease to expire,
+# after which another delivers again (the receiver dedupes on the Idempotency-Key it is sent).
+NOTIFICATION_LEASE_DUE = """
+UPDATE {schema}.notifications n
+   SET attempts = n.attempts + 1, next_at = now() + make_interval(secs => $2)
+ WHERE dead_letter_id IN (
+        SELECT dead_letter_id FROM {schema}.notifications
+         WHERE delivered_at IS NULL AND gave_up_at IS NULL AND next_at <= now()
+         ORDER BY next_at LIMIT $1 FOR UPDATE SKIP LOCKED)
+RETURNING dead_letter_id, payload::text AS payload, attempts
+"""
+
+NOTIFICATION_DELIVERED = (
+    "UPDATE {schema}.notifications SET delivered_at = now(), last_error = '' WHERE dead_letter_id = $1"
+)
+
+NOTIFICATION_GAVE_UP = (
+    "UPDATE {schema}.notifications SET gave_up_at = now(), last_error = $2 WHERE dead_letter_id = $1"
+)
+
+# The next attempt's time from the database clock plus the full-jitter delay.
+NOTIFICATION_RETRY_LATER = """
+UPDATE {schema}.notifications SET next_at = now() + make_interval(secs => $2), last_error = $3
+ WHERE dead_letter_id = $1
+"""
+
+
+# Resolved letters older than $1 seconds, at most $2, oldest change first (dead_letters_resolved).
+# The sibling DELETEs clear the rows that reference a doomed letter; the foreign keys are checked
+# at the end of the statement, after all three.
+PURGE_RESOLVED = """
+WITH doomed AS (
+    SELECT d.id FROM {schema}.dead_letters d
+     WHERE d.status IN ('redriven', 'discarded')
+       AND d.status_changed_at < now() - make_interval(secs => $1)
+     ORDER BY d.status_changed_at
+     LIMIT $2
+       FOR UPDATE SKIP LOCKED
+), notified AS (
+    DELETE FROM {schema}.notifications WHERE dead_letter_id IN (SELECT id FROM doomed)
+), requested AS (
+    DELETE FROM {schema}.redrive_requests WHERE dead_letter_id IN (SELECT id FROM doomed)
+)
+DELETE FROM {schema}.dead_letters WHERE id IN (SELECT id FROM doomed) RETURNING id
+"""
+
+# Letters nobody resolved (parked, or their redrive refused), first seen more than $1 seconds ago
+# (dead_letters_status_seen), when an operator has chosen to let them expire.
+PURGE_PARKED = """
+WITH doomed AS (
+    SELECT d.id FROM {schema}.dead_letters d
+     WHERE d.status IN ('parked', 'redrive_failed')
+       AND d.first_seen < now() - make_interval(secs => $1)
+     ORDER BY d.first_seen
+     LIMIT $2
+       FOR UPDATE SKIP LOCKED
+), notified AS (
+    DELETE FROM {schema}.notifications WHERE dead_letter_id IN (SELECT id FROM doomed)
+), requested AS (
+    DELETE FROM {schema}.redrive_requests WHERE dead_letter_id IN (SELECT id FROM doomed)
+)
+DELETE FROM {schema}.dead_letters WHERE id IN (SELECT id FROM doomed) RETURNING id
 """
