@@ -21,8 +21,8 @@ from slotflow.kafka.producer import Producer
 from slotflow.pg.pool import Pool
 from slotflow.settings import KafkaSettings
 from slotflow.testing import assert_eventually
+from slotflow_ticker.rows import parse_definition
 from slotflow_ticker.sql import Queries
-from slotflow_ticker.store import parse_definition
 from tests.integration.ticker.support import (
     Process,
     TopicTail,

@@ -32,7 +32,10 @@ CLIENT_HEADERS = {"X-Slotflow-Client": "test", **AUTH}
 def api_settings(kafka: KafkaSettings, pg_dsn: str) -> Settings:
     return Settings(
         api=ApiSettings(
-            projector_poll_ms=50, readiness_timeout_seconds=5.0, bootstrap_token=SecretStr(TEST_TOKEN)
+            projector_poll_ms=50,
+            readiness_timeout_seconds=5.0,
+            bootstrap_token=SecretStr(TEST_TOKEN),
+            pool_size=5,
         ),
         kafka=kafka,
         postgres=PostgresSettings(dsn=pg_dsn, pool_min_size=1, pool_max_size=5),

@@ -7,7 +7,7 @@ async def test_health_and_readiness(client: httpx.AsyncClient) -> None:
     assert (await client.get("/healthz")).json() == {"status": "ok"}
     ready = await client.get("/readyz")
     assert ready.status_code == 200, ready.text
-    assert ready.json() == {"kafka": "ok", "postgres": "ok"}
+    assert ready.json() == {"kafka": "ok", "postgres": "ok", "loops": "ok"}
     metrics = await client.get("/metrics")
     assert "slotflow_api_requests" in metrics.text
 

@@ -13,10 +13,11 @@ from slotflow.pg.statements import sql
 from slotflow.settings import KafkaSettings
 from slotflow_orchestrator.app import apply_migrations
 from slotflow_orchestrator.deciding import Decisions, LeaseLost
-from slotflow_orchestrator.intake import RECORD_INPUTS, prune_inbox, shard_of
+from slotflow_orchestrator.intake import prune_inbox, shard_of
 from slotflow_orchestrator.leases import Leases
 from slotflow_orchestrator.metrics import OrchestratorMetrics
 from slotflow_orchestrator.outbound import Outbound
+from slotflow_orchestrator.sql import RECORD_INPUTS
 from slotflow_orchestrator.workflow_code import RuntimeDecider, load_decider
 from tests.integration.orchestrator.support import claimer_record
 

@@ -41,10 +41,11 @@ from slotflow_claimer.app import migrate as claimer_migrate
 from slotflow_orchestrator.app import OrchestratorService
 from slotflow_orchestrator.app import apply_migrations as orchestrator_migrate
 from slotflow_orchestrator.deciding import Decisions
-from slotflow_orchestrator.intake import RECORD_INPUTS, shard_of
+from slotflow_orchestrator.intake import shard_of
 from slotflow_orchestrator.leases import Leases
 from slotflow_orchestrator.metrics import OrchestratorMetrics
 from slotflow_orchestrator.outbound import Outbound
+from slotflow_orchestrator.sql import RECORD_INPUTS
 from slotflow_orchestrator.workflow_code import RuntimeDecider
 from tests.integration.claimer.support import TopicReader
 from tests.integration.orchestrator.conftest import StartClaimer, StartOrchestrator

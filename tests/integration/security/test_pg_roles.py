@@ -24,7 +24,7 @@ from slotflow_api.projector import migrate as api_migrate
 from slotflow_claimer.app import migrate as claimer_migrate
 from slotflow_dlq.app import MIGRATIONS as DLQ_MIGRATIONS
 from slotflow_orchestrator.app import apply_migrations as orchestrator_migrate
-from slotflow_orchestrator.deciding import CLAIMER_RUNS, LOCK_INPUTS
+from slotflow_orchestrator.sql import CLAIMER_RUNS, LOCK_INPUTS
 from slotflow_stats.sink import create_schema as stats_create_schema
 from slotflow_ticker.app import migrate as ticker_migrate
 from slotflow_ticker.config import TickerSettings

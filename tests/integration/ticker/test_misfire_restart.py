@@ -14,7 +14,7 @@ from slotflow.contracts.topics import JOBS_DUE, SCHEDULE_EVENTS
 from slotflow.kafka.producer import Producer
 from slotflow.pg.pool import Pool
 from slotflow.settings import KafkaSettings
-from slotflow_ticker.store import parse_definition
+from slotflow_ticker.rows import parse_definition
 from tests.integration.ticker.support import (
     TopicTail,
     db_now,

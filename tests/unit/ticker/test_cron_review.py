@@ -20,8 +20,8 @@ from slotflow.contracts.policies import DstPolicy
 from slotflow.core.cronslots import iter_slots
 from slotflow_ticker.commands import _new_definition
 from slotflow_ticker.cron_review import pause_reason, reading_changes, stored_changes
+from slotflow_ticker.rows import ScheduleRow
 from slotflow_ticker.sql import CRON_RULES, Queries
-from slotflow_ticker.store import ScheduleRow
 from slotflow_ticker.validation import CommandRefused
 from tests.unit.core.cron_fields import cron_expressions
 from tests.unit.ticker.legacy_cron import legacy_walk

@@ -27,7 +27,7 @@ from slotflow.core.identity import run_id
 from slotflow.pg.outbox import encoded
 from slotflow_ticker.commands import subject_of
 from slotflow_ticker.events import EventFactory, Topics
-from slotflow_ticker.store import ScheduleRow
+from slotflow_ticker.rows import ScheduleRow
 from slotflow_ticker.validation import (
     CommandRefused,
     backfill_plan,

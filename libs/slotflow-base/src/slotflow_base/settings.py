@@ -5,13 +5,73 @@ library's clients use) and re-exports `PostgresSettings`; the stats worker reads
 variables, their checks and the masking of the secrets they carry are defined once.
 """
 
-from typing import Any
+import logging
+import os
+from typing import Any, Literal
 
-from pydantic import Field, SecretStr
+from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from slotflow_base.kafka.security import KafkaSecurity
 from slotflow_base.logs import redact, register_dsn, register_secret
+
+log = logging.getLogger(__name__)
+
+
+def env_names(variable: str, *former: str) -> AliasChoices:
+    """The variable a service setting is read from, then the names it had before, still read (a
+    deployment that sets one keeps working) with a deprecation warning (`ServiceSettings`)."""
+    return AliasChoices(variable, *former)
+
+
+class ServiceSettings(BaseSettings):
+    """What every service's own settings share, named the same in each: its pool, its metrics
+    endpoint and its event loop. A service's settings build on this with their own prefix
+    (`SLOTFLOW_<SERVICE>_`) and may change a default; consumer groups are named through
+    `KafkaConnection.consumer_group`.
+
+    A setting renamed keeps its former variable as a later choice of its alias (`env_names`):
+    read when the new one is not set, and logged as deprecated.
+    """
+
+    # populate_by_name: a renamed field (read from the environment by its alias) is still set by
+    # its own name in code.
+    model_config = SettingsConfigDict(extra="ignore", populate_by_name=True)
+
+    #: Connections in the service's PostgreSQL pool, shared by all its loops (and relays).
+    pool_size: int = Field(default=10, ge=2, le=200)
+    #: Port of the Prometheus endpoint (on `metrics_host`); 0 (the default) turns it off. Each
+    #: deployment chooses the ports (deploy/kubernetes/config.yaml: 9310 ticker, 9320 claimer,
+    #: 9330 orchestrator, 9340 dlq): a default port collides when two services share a host.
+    metrics_port: int = Field(default=0, ge=0, le=65535)
+    #: The metrics endpoint's address: loopback unless exposed on purpose (it has no authentication).
+    metrics_host: str = "127.0.0.1"
+    #: The event loop the process entry runs on (`slotflow.service.serve`): uvloop (libuv) spends
+    #: less CPU per callback and per socket read than asyncio's own; "asyncio" turns it off.
+    event_loop: Literal["uvloop", "asyncio"] = "uvloop"
+
+    def model_post_init(self, context: Any, /) -> None:
+        warn_former_names(self)
+
+
+def warn_former_names(settings: BaseSettings) -> None:
+    """Log a deprecation warning for each setting read from its former variable."""
+    environment = {name.upper() for name in os.environ}
+    for name, field in type(settings).model_fields.items():
+        alias = field.validation_alias
+        if not isinstance(alias, AliasChoices) or len(alias.choices) < 2:
+            continue
+        current, *former = (str(choice).upper() for choice in alias.choices)
+        if current in environment:
+            continue
+        for old in former:
+            if old in environment:
+                log.warning(
+                    "%s is deprecated: set %s instead (setting %s; the old name is still read for now)",
+                    old,
+                    current,
+                    name,
+                )
 
 
 class KafkaConnection(BaseSettings):
@@ -34,6 +94,12 @@ class KafkaConnection(BaseSettings):
 
     def topic_name(self, name: str) -> str:
         """The name topic ``name`` has in this deployment (its namespace in front)."""
+        return f"{self.topic_namespace}.{name}" if self.topic_namespace else name
+
+    def consumer_group(self, name: str) -> str:
+        """The name consumer group ``name`` has in this deployment: inside its namespace like its
+        topics, so deployments sharing a cluster never join each other's groups. Every service
+        names its groups through here."""
         return f"{self.topic_namespace}.{name}" if self.topic_namespace else name
 
 

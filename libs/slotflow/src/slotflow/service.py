@@ -8,9 +8,10 @@ runs it until a stop event. See docs/development.md ("The service runtime").
 import asyncio
 import contextlib
 import logging
+import signal
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, Protocol
 
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
@@ -28,6 +29,52 @@ Loop = Callable[[asyncio.Event], Awaitable[None]]
 
 class SupervisorError(SlotflowError):
     """The supervisor was used out of order (a loop added twice, or after it started)."""
+
+
+class Service(Protocol):
+    """Every service's one lifecycle: run until ``stop`` is set, then finish what it holds and
+    return; a crashed loop ends it early by raising that loop's error."""
+
+    async def run(self, stop: asyncio.Event) -> None: ...
+
+
+#: Exit status of a service that stopped because it was asked to (SIGTERM, SIGINT).
+EXIT_STOPPED = 0
+#: Exit status of a service that stopped on its own: a loop crashed, or it could not start.
+EXIT_CRASHED = 1
+
+
+def serve(
+    name: str, build: Callable[[], Service], *, event_loop: Literal["uvloop", "asyncio"] = "asyncio"
+) -> int:
+    """Every service's entry: build the service, run it until SIGTERM or SIGINT, return the exit
+    status (`EXIT_STOPPED` after a stop, `EXIT_CRASHED` when it ended any other way).
+
+    ``build`` is called inside the running event loop, so what it makes binds to that loop.
+    """
+    if event_loop == "uvloop":
+        import uvloop
+
+        return uvloop.run(_until_stopped(name, build))
+    return asyncio.run(_until_stopped(name, build))
+
+
+async def _until_stopped(name: str, build: Callable[[], Service]) -> int:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        await build().run(stop)
+    except Exception:
+        # The supervisor logged which loop crashed; this says what the process does about it.
+        log.exception("%s: stopped by an error; exiting with status %d", name, EXIT_CRASHED)
+        return EXIT_CRASHED
+    if not stop.is_set():
+        # Every loop returned on its own: nothing keeps the service's promises any more.
+        log.error("%s: every loop ended without a stop; exiting with status %d", name, EXIT_CRASHED)
+        return EXIT_CRASHED
+    return EXIT_STOPPED
 
 
 async def migrate(
@@ -234,13 +281,17 @@ class Supervisor:
 
 
 __all__ = [
+    "EXIT_CRASHED",
+    "EXIT_STOPPED",
     "Loop",
     "RelayGroup",
+    "Service",
     "Supervisor",
     "SupervisorError",
     "metrics_listener",
     "migrate",
     "outbox_backlog",
     "periodic",
+    "serve",
     "sleep_or_stop",
 ]

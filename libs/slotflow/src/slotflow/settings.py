@@ -11,6 +11,8 @@ from pydantic import Field
 from slotflow.contracts.topics import TOPICS, TopicSpec
 from slotflow_base.settings import KafkaConnection
 from slotflow_base.settings import PostgresSettings as PostgresSettings
+from slotflow_base.settings import ServiceSettings as ServiceSettings
+from slotflow_base.settings import env_names as env_names
 
 
 class KafkaSettings(KafkaConnection):

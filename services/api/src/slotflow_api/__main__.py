@@ -8,21 +8,17 @@ slotflow-api migrate                  create or update the read-model schema
 
 import argparse
 import asyncio
-import contextlib
 import logging
-import signal
 import sys
-
-import uvicorn
 
 from slotflow.errors import SlotflowError
 from slotflow.logs import configure_logging
-from slotflow.pg.pool import create_pool, wait_for_pool
+from slotflow.pg.pool import create_pool
+from slotflow.service import serve
 from slotflow.tracing import configure_tracing
-from slotflow_api.app import create_app
+from slotflow_api.app import ApiService, ProjectorService
 from slotflow_api.config import Settings
-from slotflow_api.projector import Projector, migrate, rebuild, run_until_idle
-from slotflow_api.retention import purge_read_model
+from slotflow_api.projector import migrate, rebuild, run_until_idle
 
 log = logging.getLogger("slotflow_api")
 
@@ -30,29 +26,15 @@ log = logging.getLogger("slotflow_api")
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="slotflow-api", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command")
-    serve = sub.add_parser("serve", help="serve the HTTP API (default)")
-    serve.add_argument("--no-projector", action="store_true", help="do not project in this process")
-    serve.add_argument("--host", help="listen address (SLOTFLOW_API_HOST)")
-    serve.add_argument("--port", type=int, help="listen port (SLOTFLOW_API_PORT)")
+    serving = sub.add_parser("serve", help="serve the HTTP API (default)")
+    serving.add_argument("--no-projector", action="store_true", help="do not project in this process")
+    serving.add_argument("--host", help="listen address (SLOTFLOW_API_HOST)")
+    serving.add_argument("--port", type=int, help="listen port (SLOTFLOW_API_PORT)")
     sub.add_parser("project", help="run only the projector")
     again = sub.add_parser("rebuild", help="empty the read model and replay every topic from the start")
     again.add_argument("--idle", type=float, default=3.0, help="stop after this many seconds without news")
     sub.add_parser("migrate", help="create or update the read-model schema")
     return parser
-
-
-async def _project(settings: Settings) -> None:
-    pool = await wait_for_pool(settings.postgres)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        async with asyncio.TaskGroup() as both:
-            both.create_task(Projector(pool, settings).run(stop))
-            both.create_task(purge_read_model(stop, pool, settings))
-    finally:
-        await pool.close()
 
 
 async def _rebuild(settings: Settings, idle: float) -> None:
@@ -83,9 +65,10 @@ def main(argv: list[str] | None = None) -> int:
     command = args.command or "serve"
     try:
         if command == "project":
-            with contextlib.suppress(KeyboardInterrupt):
-                asyncio.run(_project(settings))
-        elif command == "rebuild":
+            return serve(
+                "slotflow-api", lambda: ProjectorService(settings), event_loop=settings.api.event_loop
+            )
+        if command == "rebuild":
             asyncio.run(_rebuild(settings, args.idle))
         elif command == "migrate":
             asyncio.run(_migrate(settings))
@@ -99,9 +82,7 @@ def main(argv: list[str] | None = None) -> int:
                 }
             )
             chosen = settings.model_copy(update={"api": api})
-            # log_config=None: uvicorn's loggers propagate to the root handler configure_logging
-            # set up (one format, and the secret mask), instead of handlers of uvicorn's own.
-            uvicorn.run(create_app(chosen), host=api.host, port=api.port, log_level="info", log_config=None)
+            return serve("slotflow-api", lambda: ApiService(chosen), event_loop=api.event_loop)
     except SlotflowError as err:
         print(f"slotflow-api: {err}", file=sys.stderr)  # noqa: T201
         return 1

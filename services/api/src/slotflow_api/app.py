@@ -5,21 +5,23 @@ import contextlib
 import importlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
+import uvicorn
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fastapi import Depends, FastAPI, Request, Response
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.openapi.utils import get_openapi
 from starlette.routing import Match
 
+from slotflow.errors import SlotflowError
 from slotflow.kafka.producer import Producer
-from slotflow.pg.pool import wait_for_pool
+from slotflow.pg.pool import Pool, wait_for_pool
 from slotflow.principals import Signer
 from slotflow.principals.signing import load_private_key
 from slotflow.relay import OutboxRelay
-from slotflow.service import Supervisor
+from slotflow.service import Supervisor, metrics_listener, sleep_or_stop
 from slotflow_api import errors, keys
 from slotflow_api.app_state import Services
 from slotflow_api.auth import Authenticator, required_scope
@@ -53,8 +55,89 @@ log = logging.getLogger(__name__)
 API_VERSION = "1.0.0"
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
-    """The FastAPI application; its lifespan opens the pool and producer (and the projector)."""
+class LoopCrashed(SlotflowError):
+    """A loop of the api process (projector, purge, relay) crashed: the HTTP server was stopped so
+    that no frozen read model is served as if it were current."""
+
+
+class NotServing(SlotflowError):
+    """The HTTP server stopped without being asked to (it could not start: the log says why)."""
+
+
+class _Server(uvicorn.Server):
+    # The entry (slotflow.service.serve) owns SIGTERM and SIGINT, as in every service: uvicorn's own
+    # handlers would stop the server without the stop event, and re-raise the signal afterwards.
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+class ApiService:
+    """The HTTP api (with the projector in the same process unless turned off): `await run(stop)`
+    like every service."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Serve until ``stop`` is set; a crashed loop stops the server and raises `LoopCrashed`
+        (unless `keep_serving_after_crash`: then /readyz answers 503 and reads go on)."""
+        crashes: list[str] = []
+        api = self.settings.api
+        # log_config=None: uvicorn's loggers propagate to the root handler configure_logging set
+        # up (one format, and the secret mask), instead of handlers of uvicorn's own.
+        app = create_app(self.settings, on_crash=crashes.append)
+        config = uvicorn.Config(
+            app,
+            host=api.host,
+            port=api.port,
+            log_level="info",
+            log_config=None,
+        )
+        server = _Server(config)
+
+        async def stop_serving() -> None:
+            while not stop.is_set() and not crashes:
+                await sleep_or_stop(stop, 0.2)
+            server.should_exit = True
+
+        watcher = asyncio.create_task(stop_serving(), name="api-stop")
+        try:
+            # /metrics is served on the HTTP port too; this is the port every service has.
+            with metrics_listener(app.state.metrics.registry, port=api.metrics_port, host=api.metrics_host):
+                await server.serve()
+        finally:
+            watcher.cancel()
+        if crashes:
+            raise LoopCrashed(crashes[0])
+        if not server.started:
+            raise NotServing(f"the HTTP server on {api.host}:{api.port} did not start")
+
+
+class ProjectorService:
+    """Only the projector (and the read model's purge), without HTTP: `await run(stop)`."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    async def run(self, stop: asyncio.Event) -> None:
+        pool: Pool = await wait_for_pool(self.settings.postgres, max_size=self.settings.api.pool_size)
+        try:
+            loops = Supervisor("api-projector")
+            loops.add("projector", Projector(pool, self.settings).run)
+            loops.add("purge", lambda stop: purge_read_model(stop, pool, self.settings))
+            await loops.run(stop)
+        finally:
+            await pool.close()
+
+
+def create_app(settings: Settings | None = None, *, on_crash: Callable[[str], None] | None = None) -> FastAPI:
+    """The FastAPI application; its lifespan opens the pool and producer (and the projector).
+
+    When a loop of the process (projector, purge, relay) crashes, /readyz answers 503 with the
+    reason from then on, and `on_crash(reason)` is called unless `keep_serving_after_crash` is set:
+    the entry point stops the server and exits non-zero, so a frozen read model is not served.
+    """
     chosen = settings or Settings()
     metrics = Metrics()
     if chosen.api.auth == "off":
@@ -67,7 +150,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         signer = own_signer(chosen.api)
-        pool = await wait_for_pool(chosen.postgres)
+        pool = await wait_for_pool(chosen.postgres, max_size=chosen.api.pool_size)
         producer = Producer(chosen.kafka, client_id="api")
         stop = asyncio.Event()
         task: asyncio.Task[None] | None = None
@@ -91,6 +174,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 # The read model's owner purges it: with the projector, wherever that runs.
                 loops.add("purge", lambda stop: purge_read_model(stop, pool, chosen))
             task = asyncio.create_task(loops.run(stop), name="api")
+            task.add_done_callback(lambda ended: _loops_ended(ended, loops, state, on_crash))
             app.state.services = state
             yield
         finally:
@@ -164,6 +248,23 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             allow_credentials=False,
         )
     return app
+
+
+def _loops_ended(
+    ended: "asyncio.Task[None]", loops: Supervisor, state: Services, on_crash: Callable[[str], None] | None
+) -> None:
+    # The supervisor ends on a stop (nothing to do) or on a loop's crash: then the read model is no
+    # longer updated, and answering from it as if it were would hide that from every caller.
+    if ended.cancelled() or ended.exception() is None:
+        return
+    error = ended.exception()
+    state.crashed = f"the {loops.crashed or 'supervisor'} loop crashed: {type(error).__name__}: {error}"
+    if state.settings.api.keep_serving_after_crash:
+        log.error("api: %s; serving stale reads (SLOTFLOW_API_KEEP_SERVING_AFTER_CRASH)", state.crashed)
+        return
+    log.error("api: %s; stopping the service", state.crashed)
+    if on_crash is not None:
+        on_crash(state.crashed)
 
 
 def own_signer(settings: ApiSettings) -> Signer:

@@ -27,6 +27,9 @@ class Services:
     signer: Signer | None = None
     #: Publishes the api's outbox: the signing keys' records for the keys topic.
     relay: OutboxRelay | None = None
+    #: Why a loop of this process (projector, purge, relay) crashed, once one has: readiness is off
+    #: from then on, since the read model is frozen (docs/api.md, "Health").
+    crashed: str | None = None
 
     @property
     def schema(self) -> str:

@@ -8,7 +8,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from slotflow.logs import register_dsn, register_secret
-from slotflow.settings import KafkaSettings, PostgresSettings
+from slotflow.settings import KafkaSettings, PostgresSettings, ServiceSettings, env_names
 
 #: The bootstrap token is a standing admin secret: at least this long (about 190 bits in base64).
 MIN_BOOTSTRAP_TOKEN_CHARS = 32
@@ -20,7 +20,7 @@ DEFAULT_OIDC_SCOPE_MAP: dict[str, Literal["read", "operate", "admin"]] = {
 }
 
 
-class ApiSettings(BaseSettings):
+class ApiSettings(ServiceSettings):
     """What the projector and the HTTP service need besides Kafka and PostgreSQL."""
 
     # A refused value is never quoted back: a too-short bootstrap token would print in clear.
@@ -28,6 +28,14 @@ class ApiSettings(BaseSettings):
 
     #: The interface the HTTP server listens on; loopback unless exposed on purpose.
     host: str = "127.0.0.1"
+    #: Connections in the api's pool (requests, the projector, the relay); formerly read from
+    #: SLOTFLOW_PG_POOL_MAX_SIZE, which the api still reads (deprecated) when this is unset.
+    pool_size: int = Field(
+        default=10,
+        ge=2,
+        le=200,
+        validation_alias=env_names("SLOTFLOW_API_POOL_SIZE", "SLOTFLOW_PG_POOL_MAX_SIZE"),
+    )
     #: The HTTP server's port.
     port: int = Field(default=8080, ge=0, le=65535)
     #: The PostgreSQL schema that holds the read model.
@@ -49,6 +57,10 @@ class ApiSettings(BaseSettings):
     max_wait_seconds: float = Field(default=300.0, gt=0, le=300)
     #: How long /readyz waits for Kafka and PostgreSQL before it answers not ready.
     readiness_timeout_seconds: float = Field(default=2.0, gt=0)
+    #: After a loop of the process (the projector, the purge, the relay) crashed: off (the
+    #: default), the process exits non-zero so whatever supervises it restarts it; on, it keeps
+    #: serving reads from a read model no longer updated. /readyz answers 503 either way.
+    keep_serving_after_crash: bool = False
     #: Days an ended job run (and a skipped slot) is kept in the read model; 0 keeps everything.
     #: The audit judges no slot older than what was purged (docs/api.md, "Retention").
     retention_days: float = Field(default=30.0, ge=0)
@@ -132,6 +144,7 @@ class ApiSettings(BaseSettings):
         return value
 
     def model_post_init(self, context: Any, /) -> None:
+        super().model_post_init(context)
         # The bootstrap token (and a password in the JWKS URL) are masked in every log line.
         register_secret(self.bootstrap_token)
         if self.oidc_jwks_url:
@@ -156,6 +169,4 @@ class Settings(BaseSettings):
 
     def group_id(self, suffix: str) -> str:
         """The projector group for this deployment's namespace and read-model generation."""
-        namespace = self.kafka.topic_namespace
-        base = f"{namespace}.{self.api.group_base}" if namespace else self.api.group_base
-        return f"{base}.{suffix}"
+        return self.kafka.consumer_group(f"{self.api.group_base}.{suffix}")

@@ -40,6 +40,9 @@ class Health(BaseModel):
 class Readiness(BaseModel):
     kafka: str
     postgres: str
+    #: `ok` while every loop of the process (projector, purge, relay) runs; once one crashed, the
+    #: crash: the read model is no longer updated, so the process is not ready whatever it serves.
+    loops: str = "ok"
 
 
 class SlotPreview(BaseModel):

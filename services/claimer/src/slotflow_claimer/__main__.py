@@ -1,44 +1,25 @@
-"""`python -m slotflow_claimer` (console script `slotflow-claimer`): run one claimer until SIGTERM."""
+"""`python -m slotflow_claimer` (console script `slotflow-claimer`): run one claimer until SIGTERM.
 
-import asyncio
-import logging
-import signal
+SIGTERM or SIGINT stops it gracefully (exit 0); a crashed loop stops it too (exit 1).
+"""
+
 import sys
 
 from slotflow.logs import configure_logging
+from slotflow.service import serve
 from slotflow.tracing import configure_tracing
 from slotflow_claimer.app import ClaimerService
 from slotflow_claimer.config import Settings
-
-log = logging.getLogger("slotflow_claimer")
-
-
-async def serve(settings: Settings) -> int:
-    """Run until SIGTERM/SIGINT (graceful stop, exit 0) or a loop crashes (exit 1)."""
-    claimer = ClaimerService(settings)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await claimer.start()  # with the metrics listener when SLOTFLOW_CLAIMER_METRICS_PORT is set
-    waiters = [asyncio.create_task(stop.wait()), asyncio.create_task(claimer.fatal.wait())]
-    await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-    for waiter in waiters:
-        waiter.cancel()
-    failed = claimer.fatal.is_set()
-    await claimer.stop()
-    return 1 if failed else 0
 
 
 def main() -> None:
     configure_logging()
     configure_tracing("slotflow-claimer")
     settings = Settings()
-    if settings.claimer.event_loop == "uvloop":
-        import uvloop
-
-        sys.exit(uvloop.run(serve(settings)))
-    sys.exit(asyncio.run(serve(settings)))
+    # With the metrics listener when SLOTFLOW_CLAIMER_METRICS_PORT is set.
+    sys.exit(
+        serve("slotflow-claimer", lambda: ClaimerService(settings), event_loop=settings.claimer.event_loop)
+    )
 
 
 if __name__ == "__main__":

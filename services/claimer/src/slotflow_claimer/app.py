@@ -55,7 +55,8 @@ async def migrate(pool: Pool, schema: str = "claimer") -> list[str]:
 
 
 class ClaimerService:
-    """One claimer: `await start()`, then `await stop()` (or use it as an async context manager)."""
+    """One claimer: `await run(stop)` like every service; tests also `await start()`, then
+    `await stop()` or `kill()` (or use it as an async context manager)."""
 
     def __init__(
         self,
@@ -91,7 +92,7 @@ class ClaimerService:
         cfg = self.settings.claimer
         kafka = self.settings.kafka
         load_handler_modules(cfg.modules())
-        self.pool = await wait_for_pool(self.settings.postgres, min_size=1, max_size=cfg.pool_max_size)
+        self.pool = await wait_for_pool(self.settings.postgres, min_size=1, max_size=cfg.pool_size)
         await migrate(self.pool, cfg.db_schema)
         handler_dsn = cfg.handler_dsn or self.settings.postgres.dsn
         self.handler_pool = await wait_for_pool(
@@ -330,6 +331,21 @@ class ClaimerService:
             await loops.stop_loops("watchdog")
         await self.relay.flush(timeout=10.0)
         await loops.stop_loops("relay")
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Every service's lifecycle (`slotflow.service.serve`): start, run until ``stop`` is set,
+        then stop gracefully. A crashed loop stops the claimer too, and its error is raised."""
+        await self.start()
+        waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self.fatal.wait())]
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+            await self.stop()
+        running = self._running
+        if running is not None and not running.cancelled() and running.exception() is not None:
+            raise running.exception()  # type: ignore[misc]
 
     async def kill(self) -> None:
         """Stop abruptly without recording or releasing anything (tests: a crash in-process)."""

@@ -4,7 +4,7 @@ import os
 import socket
 import uuid
 from datetime import timedelta
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -12,7 +12,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from slotflow.core.downstreams import DownstreamPolicy
 from slotflow.logs import register_dsn
 from slotflow.principals import SignatureSettings
-from slotflow.settings import KafkaSettings, PostgresSettings
+from slotflow.settings import KafkaSettings, PostgresSettings, ServiceSettings, env_names
 
 
 def _default_claimer_id() -> str:
@@ -25,7 +25,7 @@ def _default_claimer_id() -> str:
 MIN_RUN_RETENTION_DAYS = 8
 
 
-class ClaimerSettings(BaseSettings):
+class ClaimerSettings(ServiceSettings):
     """How one claimer process claims, runs and records runs."""
 
     model_config = SettingsConfigDict(env_prefix="SLOTFLOW_CLAIMER_", extra="ignore")
@@ -108,16 +108,13 @@ class ClaimerSettings(BaseSettings):
     purge_interval_seconds: float = Field(default=300.0, gt=0)
     #: Rows deleted per purge statement (short transactions).
     purge_batch_size: int = Field(default=1000, ge=1, le=100_000)
-    #: Port of the Prometheus endpoint; 0 turns it off.
-    metrics_port: int = Field(default=0, ge=0, le=65535)
-    #: Loopback unless exposed on purpose: the metrics endpoint has no authentication.
-    metrics_host: str = "127.0.0.1"
-    #: Connections the claimer's own pool opens at most.
-    pool_max_size: int = Field(default=10, ge=2)
-    #: The event loop of `python -m slotflow_claimer`: uvloop (libuv) spends less CPU per callback
-    #: and per socket read than asyncio's own loop; "asyncio" turns it off. Only the process entry
-    #: point reads this (tests run on their own loop).
-    event_loop: Literal["uvloop", "asyncio"] = "uvloop"
+    #: Connections in the claimer's pool (intake, outcomes, relay); formerly POOL_MAX_SIZE.
+    pool_size: int = Field(
+        default=10,
+        ge=2,
+        le=200,
+        validation_alias=env_names("SLOTFLOW_CLAIMER_POOL_SIZE", "SLOTFLOW_CLAIMER_POOL_MAX_SIZE"),
+    )
 
     @model_validator(mode="after")
     def _heartbeat_inside_lease(self) -> "ClaimerSettings":
@@ -138,6 +135,7 @@ class ClaimerSettings(BaseSettings):
         return self
 
     def model_post_init(self, context: Any, /) -> None:
+        super().model_post_init(context)
         register_dsn(self.handler_dsn)
 
     @property
@@ -182,5 +180,4 @@ class Settings(BaseSettings):
         return self._namespaced(self.claimer.redrives_group_id)
 
     def _namespaced(self, group: str) -> str:
-        namespace = self.kafka.topic_namespace
-        return f"{namespace}.{group}" if namespace else group
+        return self.kafka.consumer_group(group)

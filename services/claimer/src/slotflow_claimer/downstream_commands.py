@@ -36,12 +36,12 @@ from slotflow.principals import CommandVerifier, SignatureSettings, UnprovenComm
 from slotflow.settings import KafkaSettings
 from slotflow_claimer.downstreams import Gate
 from slotflow_claimer.metrics import ClaimerMetrics
+from slotflow_claimer.sql import (
+    DOWNSTREAM_COMMAND_KNOWN,
+    DOWNSTREAM_COMMAND_NOW,
+)
 
 log = logging.getLogger(__name__)
-
-_KNOWN = "SELECT EXISTS (SELECT 1 FROM {schema}.downstreams WHERE name = $1)"
-# The replay window of signed commands is judged by the database's clock, never the host's.
-_NOW = "SELECT now()"
 
 
 class Rejected(PermanentError):
@@ -81,7 +81,7 @@ class DownstreamCommands:
                 conn, schema=self._schema, event_id=envelope.id, topic=incoming.record.topic
             ):
                 return
-            now: datetime = await conn.fetchval(_NOW)
+            now: datetime = await conn.fetchval(DOWNSTREAM_COMMAND_NOW)
             try:
                 try:
                     self._verifier.verify(envelope, topic=incoming.record.topic, now=now)
@@ -118,7 +118,9 @@ class DownstreamCommands:
         self, conn: Conn, envelope: Envelope, command: OpenDownstream | CloseDownstream | ConfigureDownstream
     ) -> list[Staged]:
         name = command.downstream
-        if isinstance(command, CloseDownstream) and not await conn.fetchval(sql(_KNOWN, self._schema), name):
+        if isinstance(command, CloseDownstream) and not await conn.fetchval(
+            sql(DOWNSTREAM_COMMAND_KNOWN, self._schema), name
+        ):
             raise Rejected(f"no downstream named {name!r}: no handler declared it and none was opened")
         gate = self._gate
         locked_rows, now = await gate.lock(conn, [name])

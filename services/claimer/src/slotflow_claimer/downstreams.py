@@ -47,13 +47,30 @@ from slotflow.core.stopping import sleep_or_stop
 from slotflow.errors import DownstreamUnavailable, TransientStorageError
 from slotflow.pg.outbox import Staged, append_many
 from slotflow.pg.pool import Conn, Pool
-from slotflow.pg.statements import compose, sql
+from slotflow.pg.statements import sql
 from slotflow.principals import Signer
 from slotflow.settings import KafkaSettings
 from slotflow_claimer.events import RunEvents
 from slotflow_claimer.metrics import ClaimerMetrics
 from slotflow_claimer.outcomes import Outcome
 from slotflow_claimer.runs import Run
+from slotflow_claimer.sql import (
+    DOWNSTREAM_ADMITTED,
+    DOWNSTREAM_CHANGED,
+    DOWNSTREAM_CONFIGURE,
+    DOWNSTREAM_COUNT,
+    DOWNSTREAM_COUNTS,
+    DOWNSTREAM_DUE_REPORTS,
+    DOWNSTREAM_EARLIER_HELD,
+    DOWNSTREAM_ENSURE,
+    DOWNSTREAM_HELD_COUNT,
+    DOWNSTREAM_HELD_COUNTS,
+    DOWNSTREAM_HELD_RUNS,
+    DOWNSTREAM_LOCK,
+    DOWNSTREAM_MOVE,
+    DOWNSTREAM_PRUNE,
+    DOWNSTREAM_REPORTED,
+)
 
 log = logging.getLogger(__name__)
 
@@ -63,96 +80,6 @@ _STATE_VALUE = {"closed": 0, "half_open": 1, "open": 2}
 #: staged. The rest return on their own timers, and the slot-order gate still orders them.
 RESUME_LIMIT = 2_000
 
-_ENSURE = "INSERT INTO {schema}.downstreams (name) SELECT unnest($1::text[]) ON CONFLICT (name) DO NOTHING"
-# Taken before any counter is read: the lock serialises every claimer's decisions on these rows.
-_LOCK = """
-SELECT name, state, opened_at, probes, probed_at, manual, settings::text AS settings, window_since,
-       now() AS now
-  FROM {schema}.downstreams WHERE name = ANY($1::text[]) ORDER BY name FOR UPDATE
-"""
-# The window: buckets newer than `now() - window` (the downstream's own window, else the claimers'
-# default $2), and none from before the breaker last closed.
-_COUNTS = """
-SELECT d.name, coalesce(sum(w.firsts), 0)::int AS firsts, coalesce(sum(w.retries), 0)::int AS retries,
-       coalesce(sum(w.successes), 0)::int AS successes, coalesce(sum(w.failures), 0)::int AS failures
-  FROM {schema}.downstreams d
-  LEFT JOIN {schema}.downstream_window w
-         ON w.name = d.name
-        AND w.bucket > now() - make_interval(secs => coalesce((d.settings->>'window_seconds')::float8, $2))
-        AND w.bucket >= date_trunc('second', d.window_since)
- WHERE d.name = ANY($1::text[]) GROUP BY d.name
-"""
-_COUNT = """
-INSERT INTO {schema}.downstream_window AS w (name, bucket, firsts, retries, successes, failures)
-SELECT unnest($1::text[]), date_trunc('second', now()), $2::int, $3::int, unnest($4::int[]), unnest($5::int[])
-ON CONFLICT (name, bucket) DO UPDATE SET
-    firsts = w.firsts + EXCLUDED.firsts, retries = w.retries + EXCLUDED.retries,
-    successes = w.successes + EXCLUDED.successes, failures = w.failures + EXCLUDED.failures
-"""
-_PRUNE = """
-DELETE FROM {schema}.downstream_window w USING {schema}.downstreams d
- WHERE d.name = w.name AND w.name = ANY($1::text[])
-   AND w.bucket < now() - make_interval(secs => 2 * coalesce((d.settings->>'window_seconds')::float8, $2))
-"""
-# A change's time (changed_at, and the change row's `at`, which is the same) is the clock after the
-# row lock, never the transaction's start (now()): a report that read the row before this change
-# took the lock has an earlier time, so the read model, which keeps the newest fact, cannot let that
-# report's old state overwrite the change. Recorded only after _MOVE or _CONFIGURE set changed_at.
-_MOVE = """
-UPDATE {schema}.downstreams SET state = $2, opened_at = $3, probes = $4, probed_at = $5, manual = $6,
-       window_since = CASE WHEN $2 = 'closed' AND state <> 'closed' THEN now() ELSE window_since END,
-       changed_at = CASE WHEN state <> $2 OR manual <> $6 THEN clock_timestamp() ELSE changed_at END
- WHERE name = $1
-"""
-_CONFIGURE = """
-UPDATE {schema}.downstreams SET settings = $2::jsonb, changed_at = clock_timestamp() WHERE name = $1
-"""
-_CHANGED = """
-INSERT INTO {schema}.downstream_changes (name, from_state, to_state, owner, cause, reason, command_id, at)
-SELECT $1, $2, $3, $4, $5, $6, $7, changed_at FROM {schema}.downstreams WHERE name = $1
-RETURNING id, at
-"""
-# A held run names its downstream after the colon of its reason ("circuit_open:bank-api").
-_HELD_FOR = "substr(held_reason, strpos(held_reason, ':') + 1)"
-# Held: waiting for it, or claimed again and not yet admitted (held_reason is cleared on admission).
-_HELD_COUNT = compose(
-    "SELECT count(*)::int FROM {schema}.runs "
-    "WHERE state IN ('retrying', 'running') AND held_reason IS NOT NULL AND {held_for} = $1",
-    held_for=_HELD_FOR,
-)
-# Slot order within a job: an earlier slot of the same job that was held for one of these
-# downstreams and not yet admitted (waiting, or claimed and on its way here) goes first
-# (runs_held index). held_reason is cleared only by the admission (_ADMITTED), under the row lock.
-_EARLIER_HELD = compose(
-    "SELECT EXISTS (SELECT 1 FROM {schema}.runs WHERE job_id = $1 AND slot < $2 AND run_id <> $3 "
-    "AND state IN ('retrying', 'running') AND held_reason IS NOT NULL AND {held_for} = ANY($4::text[]))",
-    held_for=_HELD_FOR,
-)
-_ADMITTED = (
-    "UPDATE {schema}.runs SET held_reason = NULL "
-    "WHERE run_id = $1 AND fence_token = $2 AND held_reason IS NOT NULL"
-)
-# The runs a closing breaker brings forward, oldest slot first (ties by job, for a stable order).
-_HELD_RUNS = compose(
-    "SELECT * FROM {schema}.runs WHERE state = 'retrying' AND held_reason IS NOT NULL "
-    "AND {held_for} = $1 ORDER BY slot, job_id LIMIT $2",
-    held_for=_HELD_FOR,
-)
-# One claimer reports each downstream per interval: the one that takes its row first.
-_DUE_REPORTS = """
-SELECT name, state, manual, settings::text AS settings, changed_at, reported_at, reported_idle, now() AS now
-  FROM {schema}.downstreams WHERE reported_at <= now() - make_interval(secs => $1)
- ORDER BY name FOR UPDATE SKIP LOCKED
-"""
-_HELD_COUNTS = compose(
-    "SELECT {held_for} AS name, count(*)::int AS held FROM {schema}.runs "
-    "WHERE state IN ('retrying', 'running') AND held_reason IS NOT NULL GROUP BY 1",
-    held_for=_HELD_FOR,
-)
-_REPORTED = """
-UPDATE {schema}.downstreams AS d SET reported_at = now(), reported_idle = u.idle
-  FROM unnest($1::text[], $2::bool[]) AS u(name, idle) WHERE d.name = u.name
-"""
 
 #: Why a breaker moved, from where to where (the automatic moves; an operator's carry their own).
 _CAUSES = {
@@ -224,7 +151,7 @@ class Changes:
     ) -> list[Staged]:
         """The change's row and what it stages (the caller appends them to the outbox)."""
         row = await conn.fetchrow(
-            sql(_CHANGED, self._schema),
+            sql(DOWNSTREAM_CHANGED, self._schema),
             name,
             before.state,
             after.state,
@@ -236,7 +163,7 @@ class Changes:
         if row is None:  # INSERT ... RETURNING returns its row or raises
             raise TransientStorageError(f"downstream {name}: the change was not recorded")
         change_id, at = row["id"], row["at"]
-        held = int(await conn.fetchval(sql(_HELD_COUNT, self._schema), name))
+        held = int(await conn.fetchval(sql(DOWNSTREAM_HELD_COUNT, self._schema), name))
         staged: list[Staged] = []
         if after.state == "closed" and (before.state != "closed" or before.manual):
             staged.extend(await self._resume(conn, name, at, policy.cooldown))
@@ -263,7 +190,7 @@ class Changes:
 
     async def _resume(self, conn: Conn, name: str, at: datetime, spread: timedelta) -> list[Staged]:
         """Every run held for ``name``, brought forward in slot order over one cool-down."""
-        rows = await conn.fetch(sql(_HELD_RUNS, self._schema), name, RESUME_LIMIT)
+        rows = await conn.fetch(sql(DOWNSTREAM_HELD_RUNS, self._schema), name, RESUME_LIMIT)
         staged: list[Staged] = []
         for position, row in enumerate(rows):
             run = Run.from_row(row)
@@ -320,8 +247,8 @@ class Gate:
 
     async def lock(self, conn: Conn, names: Sequence[str]) -> tuple[dict[str, Locked], datetime]:
         """Lock (creating them if new) the rows of ``names``, in name order; and the database's now."""
-        await conn.execute(sql(_ENSURE, self._schema), list(names))
-        rows = await conn.fetch(sql(_LOCK, self._schema), list(names))
+        await conn.execute(sql(DOWNSTREAM_ENSURE, self._schema), list(names))
+        rows = await conn.fetch(sql(DOWNSTREAM_LOCK, self._schema), list(names))
         locked: dict[str, Locked] = {}
         for row in rows:
             settings = _settings(row["settings"])
@@ -329,7 +256,9 @@ class Gate:
         return locked, rows[0]["now"]
 
     async def counts(self, conn: Conn, names: Sequence[str]) -> dict[str, dict[str, int]]:
-        rows = await conn.fetch(sql(_COUNTS, self._schema), list(names), self._policy.window.total_seconds())
+        rows = await conn.fetch(
+            sql(DOWNSTREAM_COUNTS, self._schema), list(names), self._policy.window.total_seconds()
+        )
         return {row["name"]: dict(row) for row in rows}
 
     async def move(
@@ -348,7 +277,7 @@ class Gate:
         if after == before:
             return []
         await conn.execute(
-            sql(_MOVE, self._schema),
+            sql(DOWNSTREAM_MOVE, self._schema),
             name,
             after.state,
             after.opened_at,
@@ -371,7 +300,9 @@ class Gate:
         )
 
     async def configure(self, conn: Conn, name: str, settings: DownstreamSettings) -> None:
-        await conn.execute(sql(_CONFIGURE, self._schema), name, settings.model_dump_json(exclude_none=True))
+        await conn.execute(
+            sql(DOWNSTREAM_CONFIGURE, self._schema), name, settings.model_dump_json(exclude_none=True)
+        )
 
     async def _stage(self, conn: Conn, staged: list[Staged]) -> None:
         if staged:
@@ -408,7 +339,7 @@ class Gate:
                     retry_at = decision.retry_at or now + policy.cooldown
                     return self._hold(run, name, decision.reason or "circuit_open", retry_at, now, policy)
             earlier = await conn.fetchval(
-                sql(_EARLIER_HELD, self._schema), run.job_id, run.slot, run.run_id, names
+                sql(DOWNSTREAM_EARLIER_HELD, self._schema), run.job_id, run.slot, run.run_id, names
             )
             if earlier:
                 # An earlier slot of this job waits for the same downstream: it goes first. It
@@ -421,8 +352,10 @@ class Gate:
             for name, decision in decisions.items():
                 staged += await self.move(conn, name, locked[name], decision.breaker)
             zeros = [0] * len(names)
-            await conn.execute(sql(_COUNT, self._schema), names, int(not retry), int(retry), zeros, zeros)
-            await conn.execute(sql(_ADMITTED, self._schema), run.run_id, run.fence_token)
+            await conn.execute(
+                sql(DOWNSTREAM_COUNT, self._schema), names, int(not retry), int(retry), zeros, zeros
+            )
+            await conn.execute(sql(DOWNSTREAM_ADMITTED, self._schema), run.run_id, run.fence_token)
             await self._stage(conn, staged)
         self._woken(staged)
         return Pass(frozenset(n for n, d in decisions.items() if d.probe))
@@ -437,7 +370,7 @@ class Gate:
         async with self._slots, self._pool.acquire() as conn, conn.transaction():
             locked, now = await self.lock(conn, names)
             await conn.execute(
-                sql(_COUNT, self._schema),
+                sql(DOWNSTREAM_COUNT, self._schema),
                 names,
                 0,
                 0,
@@ -467,7 +400,9 @@ class Gate:
                 staged += await self.move(conn, name, locked[name], after, reason=reason)
                 if name in failed and after.state == "open" and opened is None:
                     opened = name
-            await conn.execute(sql(_PRUNE, self._schema), names, self._policy.window.total_seconds())
+            await conn.execute(
+                sql(DOWNSTREAM_PRUNE, self._schema), names, self._policy.window.total_seconds()
+            )
             await self._stage(conn, staged)
         self._woken(staged)
         if opened is None:
@@ -507,12 +442,12 @@ class Gate:
         """Stage a DownstreamReported for every downstream not reported within ``interval`` (by
         any claimer), except an idle one already reported idle; returns how many."""
         async with self._pool.acquire() as conn, conn.transaction():
-            rows = await conn.fetch(sql(_DUE_REPORTS, self._schema), interval)
+            rows = await conn.fetch(sql(DOWNSTREAM_DUE_REPORTS, self._schema), interval)
             if not rows:
                 return 0
             names = [row["name"] for row in rows]
             counts = await self.counts(conn, names)
-            held = {r["name"]: r["held"] for r in await conn.fetch(sql(_HELD_COUNTS, self._schema))}
+            held = {r["name"]: r["held"] for r in await conn.fetch(sql(DOWNSTREAM_HELD_COUNTS, self._schema))}
             topic = self.changes.topic
             staged: list[Staged] = []
             reported: list[str] = []
@@ -556,7 +491,7 @@ class Gate:
                 )
                 staged.append(Staged(topic, envelope))
             if reported:
-                await conn.execute(sql(_REPORTED, self._schema), reported, idle_flags)
+                await conn.execute(sql(DOWNSTREAM_REPORTED, self._schema), reported, idle_flags)
                 await append_many(conn, schema=self._schema, items=staged)
         self._woken(staged)
         return len(staged)

@@ -11,19 +11,9 @@ from datetime import timedelta
 
 from slotflow.pg.retention import Purge
 from slotflow.pg.statements import sql
-
-# Ended runs last changed more than $1 seconds ago, at most $2, oldest first (runs_ended).
-PURGE_ENDED = """
-WITH doomed AS (
-    SELECT run_id FROM {schema}.runs
-     WHERE state IN ('completed', 'skipped', 'cancelled')
-       AND updated_at < now() - make_interval(secs => $1)
-     ORDER BY updated_at
-     LIMIT $2
-       FOR UPDATE SKIP LOCKED
+from slotflow_claimer.sql import (
+    PURGE_ENDED,
 )
-DELETE FROM {schema}.runs WHERE run_id IN (SELECT run_id FROM doomed) RETURNING run_id
-"""
 
 
 def purges(schema: str, *, days: float) -> list[Purge]:

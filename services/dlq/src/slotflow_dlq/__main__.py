@@ -1,31 +1,23 @@
 """`python -m slotflow_dlq` (console script `slotflow-dlq`): run one DLQ service replica.
 
 SIGTERM or SIGINT stops it gracefully: the batches in hand are finished and committed, then every
-connection is closed. Anything staged but not yet published is published by the next start.
+connection is closed (exit 0). Anything staged but not yet published is published by the next
+start. A crashed loop stops it too (exit 1).
 """
 
-import asyncio
-import signal
 import sys
 
 from slotflow.logs import configure_logging
+from slotflow.service import serve
 from slotflow.tracing import configure_tracing
 from slotflow_dlq.app import DlqService
-
-
-async def _serve() -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
-    await DlqService().run(stop)
+from slotflow_dlq.config import DlqSettings
 
 
 def main() -> int:
     configure_logging()
     configure_tracing("slotflow-dlq")
-    asyncio.run(_serve())
-    return 0
+    return serve("slotflow-dlq", DlqService, event_loop=DlqSettings().event_loop)
 
 
 if __name__ == "__main__":

@@ -88,8 +88,7 @@ class DlqService:
         self._notifier: Notifier | None = None
 
     def _group(self, name: str) -> str:
-        namespace = self.kafka.topic_namespace
-        return f"{namespace}.{name}" if namespace else name
+        return self.kafka.consumer_group(name)
 
     @property
     def pool(self) -> Pool:

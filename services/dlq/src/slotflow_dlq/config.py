@@ -5,16 +5,17 @@ import socket
 from typing import Any
 
 from pydantic import AnyHttpUrl, Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
 from slotflow.logs import register_dsn, register_secret
+from slotflow.settings import ServiceSettings
 
 
 def _default_instance() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
-class DlqSettings(BaseSettings):
+class DlqSettings(ServiceSettings):
     """How one DLQ service replica runs; replicas share the schema and split the partitions."""
 
     model_config = SettingsConfigDict(env_prefix="SLOTFLOW_DLQ_", extra="ignore")
@@ -59,11 +60,7 @@ class DlqSettings(BaseSettings):
     purge_batch_size: int = Field(default=1000, ge=1, le=100_000)
     #: How often the oldest-parked-age and parked gauges are refreshed from the table.
     gauge_seconds: float = Field(default=5.0, gt=0)
-    #: Prometheus metrics port (on `metrics_host`); 0 turns the HTTP endpoint off.
-    metrics_port: int = Field(default=9340, ge=0, le=65535)
-    #: Loopback unless exposed on purpose: the endpoint has no authentication.
-    metrics_host: str = "127.0.0.1"
-    #: Connections the DLQ service's pool opens at most.
+    #: Connections in the dlq's pool (parking, commands, the relay, the notifier).
     pool_size: int = Field(default=6, ge=2, le=200)
     #: Testing only: hold each parked batch this long before its offsets are committed, widening
     #: the window a crash must land in to leave letters parked but not committed (chaos tests).
@@ -72,6 +69,7 @@ class DlqSettings(BaseSettings):
     max_poll_records: int = Field(default=200, ge=1, le=10_000)
 
     def model_post_init(self, context: Any, /) -> None:
+        super().model_post_init(context)
         # The signing key, and a password in the webhook URL, are masked in every log line.
         register_secret(self.webhook_secret)
         if self.webhook_url is not None:

@@ -33,6 +33,12 @@ from slotflow.pg.pool import CONNECTION_ERRORS, Pool
 from slotflow.pg.statements import sql
 from slotflow.service import sleep_or_stop
 from slotflow_dlq.metrics import DlqMetrics
+from slotflow_dlq.sql import (
+    NOTIFICATION_DELIVERED,
+    NOTIFICATION_GAVE_UP,
+    NOTIFICATION_LEASE_DUE,
+    NOTIFICATION_RETRY_LATER,
+)
 
 log = logging.getLogger(__name__)
 
@@ -41,28 +47,6 @@ log = logging.getLogger(__name__)
 ANSWER_MAX_BYTES = 64 * 1024
 
 _ERRORS: tuple[type[BaseException], ...] = (*CONNECTION_ERRORS, asyncpg.PostgresError)
-
-# Due notifications, each leased by moving next_at past the delivery's deadline: SKIP LOCKED so
-# several notifiers split them, and a notifier that dies mid-delivery leaves its lease to expire,
-# after which another delivers again (the receiver dedupes on the Idempotency-Key it is sent).
-LEASE_DUE = """
-UPDATE {schema}.notifications n
-   SET attempts = n.attempts + 1, next_at = now() + make_interval(secs => $2)
- WHERE dead_letter_id IN (
-        SELECT dead_letter_id FROM {schema}.notifications
-         WHERE delivered_at IS NULL AND gave_up_at IS NULL AND next_at <= now()
-         ORDER BY next_at LIMIT $1 FOR UPDATE SKIP LOCKED)
-RETURNING dead_letter_id, payload::text AS payload, attempts
-"""
-DELIVERED = (
-    "UPDATE {schema}.notifications SET delivered_at = now(), last_error = '' WHERE dead_letter_id = $1"
-)
-GAVE_UP = "UPDATE {schema}.notifications SET gave_up_at = now(), last_error = $2 WHERE dead_letter_id = $1"
-# The next attempt's time from the database clock plus the full-jitter delay.
-RETRY_LATER = """
-UPDATE {schema}.notifications SET next_at = now() + make_interval(secs => $2), last_error = $3
- WHERE dead_letter_id = $1
-"""
 
 
 #: The header carrying the body's signature: ``t=<unix seconds>,v1=<hex HMAC-SHA256>``.
@@ -157,7 +141,7 @@ class Notifier:
         # Leased past the deadline (the POST cannot outlive it) with a margin for recording the
         # outcome: no replica takes a notification another is still delivering.
         rows = await self._pool.fetch(
-            sql(LEASE_DUE, self._schema),
+            sql(NOTIFICATION_LEASE_DUE, self._schema),
             free,
             self._deadline * 2 + 5,
         )
@@ -207,13 +191,13 @@ class Notifier:
             error = f"{type(err).__name__}: {err}"
         if error is None:
             self._metrics.notifications.labels("delivered").inc()
-            await self._pool.execute(sql(DELIVERED, self._schema), dead_letter_id)
+            await self._pool.execute(sql(NOTIFICATION_DELIVERED, self._schema), dead_letter_id)
             return
         if attempt >= self._max_attempts:
             self._metrics.notifications.labels("gave_up").inc()
             log.error("webhook for %s given up after %d attempts: %s", dead_letter_id, attempt, error)
             await self._pool.execute(
-                sql(GAVE_UP, self._schema),
+                sql(NOTIFICATION_GAVE_UP, self._schema),
                 dead_letter_id,
                 error[:2000],
             )
@@ -230,7 +214,7 @@ class Notifier:
             error,
         )
         await self._pool.execute(
-            sql(RETRY_LATER, self._schema),
+            sql(NOTIFICATION_RETRY_LATER, self._schema),
             dead_letter_id,
             delay.total_seconds(),
             error[:2000],

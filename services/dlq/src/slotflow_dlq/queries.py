@@ -18,7 +18,15 @@ from slotflow.core.cursors import decode_cursor, encode_cursor
 from slotflow.core.nul import pg_text
 from slotflow.errors import PermanentError
 from slotflow.pg.pool import Conn, Pool
-from slotflow.pg.statements import Filters, compose, sql, sql_with
+from slotflow.pg.statements import Filters, sql, sql_with
+from slotflow_dlq.sql import (
+    DETAIL,
+    OLDEST_PARKED_AGE,
+    OLDEST_REDRIVING_AGE,
+    PAGE,
+    PARKED_BY_REASON,
+    REDRIVES_OF,
+)
 
 Queryable: TypeAlias = "Pool | Conn"
 MAX_PAGE = 500
@@ -125,28 +133,6 @@ class Page(BaseModel):
     next_cursor: str | None
 
 
-_SUMMARY = """id, status, reason, error_type, left(error, 2000) AS error, source_service, seen_by, topic,
-    "partition", "offset", key_text, original_type, run_id, job_id, tags, count, redrive_count,
-    value_size, value_truncated, first_seen, last_seen, status_changed_at, note, redrive_of, workflow_id,
-    sequence, redrive_target"""
-
-
-#: A page, newest first; `{where}` is the selection's clause from `$2` on (`$1` is the limit).
-_PAGE = compose(
-    "SELECT {summary} FROM {schema}.dead_letters WHERE {where} ORDER BY first_seen DESC, id DESC LIMIT $1",
-    summary=_SUMMARY,
-)
-# One entry with everything kept of it; the id is matched as text made storable (`pg_text`).
-_DETAIL = compose(
-    """
-SELECT {summary}, error AS full_error, traceback, record_key, value, headers::text AS headers,
-       decoded::text AS decoded, history::text AS history, record_time, prior_redrives
-  FROM {schema}.dead_letters WHERE id = $1
-""",
-    summary=_SUMMARY,
-)
-
-
 def _summary_fields(row: Any) -> dict[str, Any]:
     return {
         "dead_letter_id": row["id"],
@@ -204,7 +190,7 @@ async def list_dead_letters(
         where += f" AND (first_seen, id) < (${at}, ${at + 1})"
         params += [first_seen, last_id]
     rows = await db.fetch(
-        sql_with(_PAGE, schema, where=where),
+        sql_with(PAGE, schema, where=where),
         limit + 1,
         *params,
     )
@@ -212,23 +198,16 @@ async def list_dead_letters(
     return Page(items=items, next_cursor=_cursor(rows[limit - 1]) if len(rows) > limit else None)
 
 
-# An entry's redrive requests and their answers, oldest first.
-_REDRIVES_OF = (
-    "SELECT request_id, command_id, target, kind, definition, redrive, requested_at, answered_at, outcome, "
-    "reason FROM {schema}.redrive_requests WHERE dead_letter_id = $1 ORDER BY requested_at, request_id"
-)
-
-
 async def get_dead_letter(db: Queryable, *, schema: str, dead_letter_id: str) -> DeadLetterDetail | None:
     """The entry ``dead_letter_id`` with its raw record and redrives, or None."""
     row = await db.fetchrow(
-        sql(_DETAIL, schema),
+        sql(DETAIL, schema),
         pg_text(dead_letter_id),
     )
     if row is None:
         return None
     redrives = await db.fetch(
-        sql(_REDRIVES_OF, schema),
+        sql(REDRIVES_OF, schema),
         row["id"],
     )
     pairs: list[list[str]] = json.loads(row["headers"])
@@ -253,40 +232,19 @@ async def get_dead_letter(db: Queryable, *, schema: str, dead_letter_id: str) ->
         raise PermanentError(f"dead letter {dead_letter_id!r} does not read back: {err}") from err
 
 
-# The gauges read the parked entries by the database clock; no row is locked.
-_PARKED_BY_REASON = (
-    "SELECT reason, count(*) AS n FROM {schema}.dead_letters WHERE status = 'parked' GROUP BY reason"
-)
-
-
 async def parked_by_reason(db: Queryable, *, schema: str) -> dict[str, int]:
     """How many entries are parked now, per reason."""
-    rows = await db.fetch(sql(_PARKED_BY_REASON, schema))
+    rows = await db.fetch(sql(PARKED_BY_REASON, schema))
     return {str(r["reason"]): int(r["n"]) for r in rows}
-
-
-_OLDEST_PARKED_AGE = (
-    "SELECT COALESCE(extract(epoch FROM now() - min(first_seen)), 0) FROM {schema}.dead_letters "
-    "WHERE status = 'parked'"
-)
 
 
 async def oldest_parked_age_seconds(db: Queryable, *, schema: str) -> float:
     """Seconds since the oldest parked entry was first seen, by the database clock; 0 when none."""
-    age = await db.fetchval(sql(_OLDEST_PARKED_AGE, schema))
+    age = await db.fetchval(sql(OLDEST_PARKED_AGE, schema))
     return float(age)
-
-
-# A request nobody answered keeps its letter `redriving`: the age of the oldest such request, of a
-# letter still waiting on it (redrive_requests_waiting), by the database clock.
-_OLDEST_REDRIVING_AGE = """
-SELECT COALESCE(extract(epoch FROM now() - min(r.requested_at)), 0)
-  FROM {schema}.redrive_requests r JOIN {schema}.dead_letters d ON d.request_id = r.request_id
- WHERE r.answered_at IS NULL AND d.status = 'redriving'
-"""
 
 
 async def oldest_redriving_age_seconds(db: Queryable, *, schema: str) -> float:
     """Seconds the oldest unanswered redrive request has waited for its owner; 0 when none."""
-    age = await db.fetchval(sql(_OLDEST_REDRIVING_AGE, schema))
+    age = await db.fetchval(sql(OLDEST_REDRIVING_AGE, schema))
     return float(age)

@@ -11,43 +11,10 @@ from datetime import timedelta
 
 from slotflow.pg.retention import Purge
 from slotflow.pg.statements import sql
-
-# Resolved letters older than $1 seconds, at most $2, oldest change first (dead_letters_resolved).
-# The sibling DELETEs clear the rows that reference a doomed letter; the foreign keys are checked
-# at the end of the statement, after all three.
-PURGE_RESOLVED = """
-WITH doomed AS (
-    SELECT d.id FROM {schema}.dead_letters d
-     WHERE d.status IN ('redriven', 'discarded')
-       AND d.status_changed_at < now() - make_interval(secs => $1)
-     ORDER BY d.status_changed_at
-     LIMIT $2
-       FOR UPDATE SKIP LOCKED
-), notified AS (
-    DELETE FROM {schema}.notifications WHERE dead_letter_id IN (SELECT id FROM doomed)
-), requested AS (
-    DELETE FROM {schema}.redrive_requests WHERE dead_letter_id IN (SELECT id FROM doomed)
+from slotflow_dlq.sql import (
+    PURGE_PARKED,
+    PURGE_RESOLVED,
 )
-DELETE FROM {schema}.dead_letters WHERE id IN (SELECT id FROM doomed) RETURNING id
-"""
-
-# Letters nobody resolved (parked, or their redrive refused), first seen more than $1 seconds ago
-# (dead_letters_status_seen), when an operator has chosen to let them expire.
-PURGE_PARKED = """
-WITH doomed AS (
-    SELECT d.id FROM {schema}.dead_letters d
-     WHERE d.status IN ('parked', 'redrive_failed')
-       AND d.first_seen < now() - make_interval(secs => $1)
-     ORDER BY d.first_seen
-     LIMIT $2
-       FOR UPDATE SKIP LOCKED
-), notified AS (
-    DELETE FROM {schema}.notifications WHERE dead_letter_id IN (SELECT id FROM doomed)
-), requested AS (
-    DELETE FROM {schema}.redrive_requests WHERE dead_letter_id IN (SELECT id FROM doomed)
-)
-DELETE FROM {schema}.dead_letters WHERE id IN (SELECT id FROM doomed) RETURNING id
-"""
 
 
 def purges(schema: str, *, resolved_days: float, parked_days: float) -> list[Purge]:

@@ -33,10 +33,24 @@ from slotflow.core.nul import jsonb_text, pg_text
 from slotflow.errors import PoisonMessage
 from slotflow.pg.outbox import Staged, append_many
 from slotflow.pg.pool import Conn
-from slotflow.pg.statements import compose, sql, sql_with
+from slotflow.pg.statements import sql, sql_with
 from slotflow.redrive import RUN_REASONS, LetterFacts, Unroutable, route
 from slotflow.settings import KafkaSettings
 from slotflow_dlq.queries import selection_sql
+from slotflow_dlq.sql import (
+    CHOOSE,
+    COMMAND_SEEN,
+    COUNT_WORKFLOW_OWNED,
+    DISCARD,
+    MARK,
+    PARK,
+    QUEUE_NOTIFICATION,
+    RECORD_ANSWER,
+    RECORD_COMMAND,
+    RECORD_REQUESTS,
+    REQUEST_OF_ANSWER,
+    SETTLE,
+)
 
 SOURCE = "dlq"
 #: Values larger than this are not parsed into `decoded` (inspection shows the raw bytes).
@@ -135,65 +149,6 @@ def _workflow_marks(letter: DeadLettered, decoded: str | None) -> tuple[str | No
     return None, None
 
 
-#: What a status event carries of a letter (`_status_event`).
-_EVENT_COLUMNS = """id, status, reason, error_type, error, source_service, topic, "partition", "offset",
-    key_text, original_type, run_id, job_id, tags, count, redrive_count, first_seen, last_seen,
-    status_changed_at, note, redrive_of, workflow_id, sequence, redrive_target"""
-
-_PARK = compose(
-    """
--- The DLQ record itself is recorded first: delivered again after a crash (same position), it
--- parks nothing and counts nothing.
-WITH first_sight AS (
-    INSERT INTO {schema}.inbox (event_id, topic) VALUES ($25, $26)
-    ON CONFLICT (event_id) DO NOTHING
-    RETURNING 1
-)
-INSERT INTO {schema}.dead_letters AS d (
-    id, reason, error_type, error, traceback, source_service, seen_by, topic, "partition", "offset",
-    record_key, key_text, headers, value, value_size, value_truncated, record_time, original_type,
-    decoded, run_id, job_id, tags, history, redrive_of, prior_redrives, workflow_id, sequence)
-SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::text, ARRAY[$6::text], $7::text, $8::int,
-    $9::bigint, $10::bytea, $11::text, $12::jsonb, $13::bytea, $14::bigint, $15::boolean, $16::timestamptz,
-    $17::text, $18::jsonb, $19::text, $20::text, $21::text[], $22::jsonb,
-    -- A run that fails again after a redrive parks a new letter (its reopened JobDue is a new
-    -- record): it links to the run's letter that was redriven last.
-    COALESCE($23::text, (SELECT o.id FROM {schema}.dead_letters o
-                          WHERE $19::text IS NOT NULL AND o.run_id = $19::text AND o.id <> $1::text
-                            AND o.redrive_count > 0
-                          ORDER BY o.status_changed_at DESC LIMIT 1)),
-    $24::int, $27::text, $28::int
- WHERE EXISTS (SELECT 1 FROM first_sight)
--- The same origin seen again (a consumer re-sent it, or another consumer group refused it too):
--- one entry, counted, never a second row. Seen again while or after it was redriven, its record
--- failed again at its consumer (a record read back and refused by a later check): parked again,
--- with the new failure; an owner's answer that comes after it then changes nothing (`_SETTLE`).
-ON CONFLICT (id) DO UPDATE SET
-    count = d.count + 1,
-    last_seen = now(),
-    seen_by = CASE WHEN EXCLUDED.source_service = ANY (d.seen_by) THEN d.seen_by
-                   ELSE d.seen_by || EXCLUDED.source_service END,
-    status = CASE WHEN d.status IN ('redriving', 'redriven') THEN 'parked' ELSE d.status END,
-    status_changed_at = CASE WHEN d.status IN ('redriving', 'redriven') THEN now() ELSE d.status_changed_at END,
-    note = CASE WHEN d.status IN ('redriving', 'redriven') THEN 'parked again: its record failed again after the redrive'
-                ELSE d.note END,
-    reason = CASE WHEN d.status IN ('redriving', 'redriven') THEN EXCLUDED.reason ELSE d.reason END,
-    error_type = CASE WHEN d.status IN ('redriving', 'redriven') THEN EXCLUDED.error_type ELSE d.error_type END,
-    error = CASE WHEN d.status IN ('redriving', 'redriven') THEN EXCLUDED.error ELSE d.error END,
-    traceback = CASE WHEN d.status IN ('redriving', 'redriven') THEN EXCLUDED.traceback ELSE d.traceback END
-RETURNING {event_columns}, (xmax = 0) AS inserted
-""",
-    event_columns=_EVENT_COLUMNS,
-)
-
-
-# At most one notification per entry (primary key), staged in the parking transaction.
-_QUEUE_NOTIFICATION = (
-    "INSERT INTO {schema}.notifications (dead_letter_id, payload) VALUES ($1, $2::jsonb) "
-    "ON CONFLICT DO NOTHING"
-)
-
-
 async def park(
     conn: Conn,
     *,
@@ -226,7 +181,7 @@ async def park(
             original_type = loaded["type"]
     workflow_id, sequence = _workflow_marks(letter, decoded)
     row = await conn.fetchrow(
-        sql(_PARK, schema),
+        sql(PARK, schema),
         pg_text(envelope.id),
         pg_text(letter.reason),
         pg_text(letter.error_type),
@@ -266,7 +221,7 @@ async def park(
     notify = bool(new and notify_tag is not None and letter.run_id is not None and notify_tag in letter.tags)
     if notify:
         await conn.execute(
-            sql(_QUEUE_NOTIFICATION, schema),
+            sql(QUEUE_NOTIFICATION, schema),
             row["id"],
             json.dumps(notification_payload(row, letter)),
         )
@@ -322,10 +277,6 @@ def _status_event(row: Any, *, event_id: str, at: datetime, command_id: str | No
     return wrap(event, id=event_id, key=row["id"], source=SOURCE, occurred_at=at)
 
 
-#: The same columns of the updated row `d`.
-_D_EVENT_COLUMNS = ", ".join("d." + c.strip() for c in _EVENT_COLUMNS.split(","))
-
-
 @dataclass(frozen=True, slots=True)
 class Applied:
     """What a command did: the entries it changed (none when it was seen before or refused)."""
@@ -341,14 +292,6 @@ class Applied:
     rejected: str | None = None
 
 
-# Recorded in the command's own transaction; the primary key is the command id, so
-# `_COMMAND_SEEN` finds a redelivered command and it is applied once.
-_RECORD_COMMAND = (
-    "INSERT INTO {schema}.commands (command_id, kind, selection, note, matched) "
-    "VALUES ($1, $2, $3::jsonb, $4, $5)"
-)
-
-
 async def _record_command(
     conn: Conn,
     schema: str,
@@ -359,7 +302,7 @@ async def _record_command(
     matched: int,
 ) -> None:
     await conn.execute(
-        sql(_RECORD_COMMAND, schema),
+        sql(RECORD_COMMAND, schema),
         pg_text(envelope.id),
         kind,
         # The selection was matched with NUL replaced anyway (selection_sql).
@@ -369,11 +312,8 @@ async def _record_command(
     )
 
 
-_COMMAND_SEEN = "SELECT true FROM {schema}.commands WHERE command_id = $1"
-
-
 async def _seen_command(conn: Conn, schema: str, command_id: str) -> bool:
-    found = await conn.fetchval(sql(_COMMAND_SEEN, schema), pg_text(command_id))
+    found = await conn.fetchval(sql(COMMAND_SEEN, schema), pg_text(command_id))
     return found is True
 
 
@@ -445,49 +385,6 @@ async def _reject(
     )
     await _record_command(conn, schema, envelope, kind, selection, f"rejected: {reason}", 0)
     return Applied(envelope.id, False, (), rejected=reason)
-
-
-_CANDIDATE_COLUMNS = """id, topic, "partition", "offset", source_service, reason, run_id, job_id,
-    workflow_id, sequence, prior_redrives, redrive_count, decoded -> 'data' ->> 'slot' AS slot_text"""
-# The letters a redrive takes, oldest first, at most $1, locked: two commands over the same letters
-# serialise, and the second re-reads them once the first commits (selecting parked letters, the
-# default, it finds them redriving already). `{where}` is the selection from $3 on; $2 leaves out
-# workflows' parked activities (a bulk redrive: they are retried through their workflow).
-_CHOOSE = compose(
-    """
-SELECT {columns} FROM {schema}.dead_letters
- WHERE {where} AND NOT ($2::boolean AND workflow_id IS NOT NULL)
- ORDER BY first_seen, id
- LIMIT $1
-   FOR UPDATE
-""",
-    columns=_CANDIDATE_COLUMNS,
-)
-# How many letters a bulk redrive's selection (`{where}`, from $1) leaves out as workflows' own.
-_COUNT_WORKFLOW_OWNED = "SELECT count(*) FROM {schema}.dead_letters WHERE {where} AND workflow_id IS NOT NULL"
-# Each chosen letter's new state: `redriving` with its latest request, or `redrive_failed` with the
-# reason no owner can take it. Its redrive count goes up either way (every redrive asked is counted).
-_MARK = compose(
-    """
-UPDATE {schema}.dead_letters d
-   SET status = u.status, redrive_count = d.redrive_count + 1, status_changed_at = now(), note = u.note,
-       request_id = u.request_id, redrive_target = u.target
-  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[])
-       AS u(id, status, note, request_id, target)
- WHERE d.id = u.id
-RETURNING {event_columns}
-""",
-    event_columns=_D_EVENT_COLUMNS,
-)
-# One row per request (primary key: its random id). A refusal found at staging is answered at once.
-_RECORD_REQUESTS = """
-INSERT INTO {schema}.redrive_requests (request_id, dead_letter_id, command_id, target, kind, definition,
-    redrive, answered_at, outcome, reason)
-SELECT u.request_id, u.dead_letter_id, $1, u.target, u.kind, $2, u.redrive,
-       CASE WHEN u.outcome IS NULL THEN NULL ELSE now() END, u.outcome, u.reason
-  FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::int[], $8::text[], $9::text[])
-       AS u(request_id, dead_letter_id, target, kind, redrive, outcome, reason)
-"""
 
 
 def _slot(text: str | None) -> datetime | None:
@@ -614,10 +511,10 @@ async def redrive(
     if bulk:
         alone, alone_params = selection_sql(selection, default_status="parked", first=1)
         left_out = int(
-            await conn.fetchval(sql_with(_COUNT_WORKFLOW_OWNED, schema, where=alone), *alone_params)
+            await conn.fetchval(sql_with(COUNT_WORKFLOW_OWNED, schema, where=alone), *alone_params)
         )
     where, params = selection_sql(selection, default_status="parked", first=3)
-    rows = await conn.fetch(sql_with(_CHOOSE, schema, where=where), command.limit, bulk, *params)
+    rows = await conn.fetch(sql_with(CHOOSE, schema, where=where), command.limit, bulk, *params)
     if not rows:
         reason = NOTHING
         if left_out:
@@ -638,7 +535,7 @@ async def redrive(
         for row in rows
     ]
     changed = await conn.fetch(
-        sql(_MARK, schema),
+        sql(MARK, schema),
         [c.dead_letter_id for c in choices],
         [c.status for c in choices],
         [pg_text(c.note) for c in choices],
@@ -646,7 +543,7 @@ async def redrive(
         [c.target for c in choices],
     )
     await conn.execute(
-        sql(_RECORD_REQUESTS, schema),
+        sql(RECORD_REQUESTS, schema),
         pg_text(envelope.id),
         command.definition,
         [c.request_id for c in choices],
@@ -686,22 +583,6 @@ async def redrive(
     return Applied(envelope.id, False, tuple(row["id"] for row in changed), requested, refused)
 
 
-# Discarded entries keep their bytes (for the record) and are never sent; locked as in _CHOOSE.
-_DISCARD = compose(
-    """
-WITH chosen AS (
-    SELECT id FROM {schema}.dead_letters WHERE {where}
-     ORDER BY first_seen, id LIMIT $1 FOR UPDATE
-)
-UPDATE {schema}.dead_letters d
-   SET status = 'discarded', status_changed_at = now(), note = $2
-  FROM chosen WHERE d.id = chosen.id
-RETURNING {event_columns}
-""",
-    event_columns=_D_EVENT_COLUMNS,
-)
-
-
 async def discard(
     conn: Conn, *, schema: str, kafka: KafkaSettings, envelope: Envelope, command: DiscardDeadLetters
 ) -> Applied:
@@ -726,7 +607,7 @@ async def discard(
     where, params = selection_sql(selection, default_status="parked", first=3)
     note = pg_text(command.reason)
     rows = await conn.fetch(
-        sql_with(_DISCARD, schema, where=where),
+        sql_with(DISCARD, schema, where=where),
         command.limit,
         note,
         *params,
@@ -775,32 +656,6 @@ class Answered:
     event: Staged | None
 
 
-# The request an answer names, with its letter, both locked: two answers to one request (a
-# redelivery, a replica) serialise, and the second finds it answered.
-_REQUEST_OF_ANSWER = """
-SELECT r.request_id, r.dead_letter_id, r.target, r.answered_at, d.request_id AS latest, d.status
-  FROM {schema}.redrive_requests r JOIN {schema}.dead_letters d ON d.id = r.dead_letter_id
- WHERE r.request_id = $1
-   FOR UPDATE
-"""
-# The first answer of a request is kept; later ones change nothing.
-_RECORD_ANSWER = """
-UPDATE {schema}.redrive_requests SET answered_at = now(), outcome = $2, reason = $3
- WHERE request_id = $1 AND answered_at IS NULL
-"""
-# Only the letter's latest request, while it waits, moves it: `redriven` once its owner did it,
-# `redrive_failed` with the owner's reason.
-_SETTLE = compose(
-    """
-UPDATE {schema}.dead_letters d
-   SET status = $2, status_changed_at = now(), note = $3
- WHERE d.id = $1 AND d.request_id = $4 AND d.status = 'redriving'
-RETURNING {event_columns}
-""",
-    event_columns=_D_EVENT_COLUMNS,
-)
-
-
 async def answer(
     conn: Conn, *, schema: str, kafka: KafkaSettings, envelope: Envelope, outcome: RedriveOutcome
 ) -> Answered | None:
@@ -810,7 +665,7 @@ async def answer(
         UnprovenAnswer: the answer names no request staged here, another letter, or comes from
             another service than the one asked.
     """
-    row = await conn.fetchrow(sql(_REQUEST_OF_ANSWER, schema), outcome.request_id)
+    row = await conn.fetchrow(sql(REQUEST_OF_ANSWER, schema), outcome.request_id)
     if row is None:
         raise UnprovenAnswer(f"no redrive request {outcome.request_id} was staged by this dlq")
     if row["dead_letter_id"] != outcome.dead_letter_id:
@@ -825,12 +680,12 @@ async def answer(
     if row["answered_at"] is not None:
         return None
     reason = pg_text(outcome.reason)
-    await conn.execute(sql(_RECORD_ANSWER, schema), outcome.request_id, outcome.outcome, reason)
+    await conn.execute(sql(RECORD_ANSWER, schema), outcome.request_id, outcome.outcome, reason)
     status = "redriven" if outcome.outcome == "done" else "redrive_failed"
     said = f"{outcome.service}: {reason}" if reason else outcome.service
     note = (f"redriven by the {said}" if status == "redriven" else f"refused by the {said}")[:2000]
     settled = await conn.fetchrow(
-        sql(_SETTLE, schema), row["dead_letter_id"], status, note, outcome.request_id
+        sql(SETTLE, schema), row["dead_letter_id"], status, note, outcome.request_id
     )
     if settled is None:
         return Answered(outcome.request_id, outcome.outcome, None)

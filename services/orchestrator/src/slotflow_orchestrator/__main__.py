@@ -16,12 +16,12 @@ Two subcommands for an operator (docs/operations.md, "Rebuilding the orchestrato
 
 import argparse
 import asyncio
-import signal
 import sys
 from collections.abc import Sequence
 
 from slotflow.errors import SlotflowError
 from slotflow.logs import configure_logging
+from slotflow.service import serve
 from slotflow.tracing import configure_tracing
 from slotflow_orchestrator.app import OrchestratorService
 from slotflow_orchestrator.config import Settings
@@ -29,14 +29,10 @@ from slotflow_orchestrator.rebuild import check, rebuild
 from slotflow_orchestrator.workflow_code import load_decider
 
 
-async def _serve(settings: Settings) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
+def _service(settings: Settings) -> OrchestratorService:
     cfg = settings.orchestrator
     decider = load_decider(cfg.modules(), max_history_events=cfg.max_history_events)
-    await OrchestratorService(settings, decider=decider).run(stop)
+    return OrchestratorService(settings, decider=decider)
 
 
 async def _rebuild(settings: Settings, *, force: bool) -> int:
@@ -89,13 +85,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         except SlotflowError as err:
             print(f"slotflow-orchestrator check: {err}", file=sys.stderr)  # noqa: T201
             return 2
-    if settings.orchestrator.event_loop == "uvloop":
-        import uvloop
-
-        uvloop.run(_serve(settings))
-    else:
-        asyncio.run(_serve(settings))
-    return 0
+    return serve(
+        "slotflow-orchestrator", lambda: _service(settings), event_loop=settings.orchestrator.event_loop
+    )
 
 
 if __name__ == "__main__":

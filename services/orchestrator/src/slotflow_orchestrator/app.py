@@ -48,7 +48,6 @@ from slotflow_orchestrator.decider_loop import RECOVERABLE, DeciderLoop
 from slotflow_orchestrator.deciding import Decisions
 from slotflow_orchestrator.intake import (
     COMMANDS,
-    DATABASE_NOW,
     OUTAGES,
     Admitted,
     Refuse,
@@ -60,6 +59,7 @@ from slotflow_orchestrator.leases import Leases
 from slotflow_orchestrator.metrics import OrchestratorMetrics
 from slotflow_orchestrator.outbound import Outbound
 from slotflow_orchestrator.retention import purges
+from slotflow_orchestrator.sql import DATABASE_NOW
 from slotflow_orchestrator.stepping import Decider
 
 log = logging.getLogger(__name__)
@@ -121,7 +121,7 @@ class OrchestratorService:
         """Migrate, start every part, and run until ``stop``; the work in hand finishes first."""
         cfg = self.settings.orchestrator
         kafka = self.settings.kafka
-        pool = await wait_for_pool(self.settings.postgres, min_size=1, max_size=cfg.pool_max_size)
+        pool = await wait_for_pool(self.settings.postgres, min_size=1, max_size=cfg.pool_size)
         self._pool = pool
         keys: KafkaKeyRing | None = None
         try:

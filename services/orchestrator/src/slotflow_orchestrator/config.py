@@ -3,13 +3,12 @@
 import os
 import socket
 import uuid
-from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from slotflow.principals import SignatureSettings
-from slotflow.settings import KafkaSettings, PostgresSettings
+from slotflow.settings import KafkaSettings, PostgresSettings, ServiceSettings, env_names
 
 
 def _default_instance() -> str:
@@ -17,7 +16,7 @@ def _default_instance() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-class OrchestratorSettings(BaseSettings):
+class OrchestratorSettings(ServiceSettings):
     """How one orchestrator process consumes, decides and publishes."""
 
     model_config = SettingsConfigDict(env_prefix="SLOTFLOW_ORCHESTRATOR_", extra="ignore")
@@ -72,19 +71,16 @@ class OrchestratorSettings(BaseSettings):
     purge_interval_seconds: float = Field(default=300.0, gt=0)
     #: Rows deleted per purge statement (short transactions).
     purge_batch_size: int = Field(default=1000, ge=1, le=100_000)
-    #: Port of the Prometheus endpoint; 0 turns it off.
-    metrics_port: int = Field(default=0, ge=0, le=65535)
-    #: Loopback unless exposed on purpose: the metrics endpoint has no authentication.
-    metrics_host: str = "127.0.0.1"
-    #: Connections the orchestrator's pool opens at most.
-    pool_max_size: int = Field(default=12, ge=2)
+    #: Connections in the orchestrator's pool (decisions, intake, relay); formerly POOL_MAX_SIZE.
+    pool_size: int = Field(
+        default=12,
+        ge=2,
+        le=200,
+        validation_alias=env_names("SLOTFLOW_ORCHESTRATOR_POOL_SIZE", "SLOTFLOW_ORCHESTRATOR_POOL_MAX_SIZE"),
+    )
     #: Testing only: hold every decision transaction open this long before it commits, widening
     #: the window a SIGKILL must land in (chaos tests).
     crash_window_seconds: float = Field(default=0.0, ge=0, le=60)
-    #: The event loop of `python -m slotflow_orchestrator`: uvloop (libuv) spends less CPU per
-    #: callback and per socket read than asyncio's own loop; "asyncio" turns it off. Only the
-    #: process entry point reads this (tests run on their own loop).
-    event_loop: Literal["uvloop", "asyncio"] = "uvloop"
 
     def modules(self) -> list[str]:
         return [m.strip() for m in self.workflow_modules.split(",") if m.strip()]
@@ -100,6 +96,4 @@ class Settings(BaseSettings):
     signatures: SignatureSettings = Field(default_factory=SignatureSettings)
 
     def group_id(self) -> str:
-        namespace = self.kafka.topic_namespace
-        base = self.orchestrator.group_id
-        return f"{namespace}.{base}" if namespace else base
+        return self.kafka.consumer_group(self.orchestrator.group_id)

@@ -27,6 +27,9 @@ from slotflow_orchestrator.deciding import Decisions, LeaseLost, Outcome
 from slotflow_orchestrator.intake import OUTAGES
 from slotflow_orchestrator.leases import Leases
 from slotflow_orchestrator.metrics import OrchestratorMetrics
+from slotflow_orchestrator.sql import (
+    PENDING,
+)
 
 log = logging.getLogger(__name__)
 
@@ -34,19 +37,6 @@ log = logging.getLogger(__name__)
 RECOVERABLE: tuple[type[BaseException], ...] = (*OUTAGES, SlotflowError, asyncpg.PostgresError)
 #: A workflow whose decision failed (not by a lease) waits this long, doubling, before the next try.
 FAILURE_PAUSE = (0.2, 30.0)
-
-# Workflows of the held shards with waiting inputs, the oldest input first. Only the lease holder
-# of a shard decides its workflows, and the decision transaction checks the lease's token again.
-# Each held shard's oldest waiting workflows, up to $2 a shard, oldest first overall: a backlog on
-# some shards (a survivor's own, when it takes over a dead orchestrator's shards) cannot keep
-# the others' first inputs waiting behind it.
-PENDING = """
-SELECT w.workflow_id, sh.s AS shard
-FROM unnest($1::int[]) AS sh(s),
-    LATERAL (SELECT workflow_id, min(seq) AS first FROM {schema}.inputs WHERE shard = sh.s
-             GROUP BY workflow_id ORDER BY min(seq) LIMIT $2) AS w
-ORDER BY w.first
-"""
 
 
 class DeciderLoop:

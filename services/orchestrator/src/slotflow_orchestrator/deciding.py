@@ -53,9 +53,26 @@ from slotflow.pg.pool import Conn, Pool
 from slotflow.pg.statements import compose, quote_ident, sql
 from slotflow.workflow.payloads import DEFAULT_THRESHOLD, offload_payloads, resolve_payloads
 from slotflow_orchestrator.inputs import INPUT_MESSAGES
-from slotflow_orchestrator.intake import RECORD_INPUTS, backed_run_id, inbox_id, shard_of
+from slotflow_orchestrator.intake import backed_run_id, inbox_id, shard_of
 from slotflow_orchestrator.metrics import OrchestratorMetrics
 from slotflow_orchestrator.outbound import Outbound
+from slotflow_orchestrator.sql import (
+    APPEND,
+    CLAIMER_READY,
+    CLAIMER_RUNS,
+    CREATE_ROWS,
+    DROP_INPUTS,
+    FORGET_SEEN,
+    HISTORY,
+    LEASE_CHECK,
+    LOCK_INPUTS,
+    LOCK_INPUTS_ALONE,
+    LOCK_ROWS,
+    ORIGINS,
+    RECORD_INPUTS,
+    RESTART_ROWS,
+    UPDATE_ROWS,
+)
 from slotflow_orchestrator.stepping import Decider, Input, Refusal, Row, Step, step
 
 log = logging.getLogger(__name__)
@@ -69,111 +86,6 @@ class LeaseLost(SlotflowError):
         super().__init__(f"lease of shard {shard} moved on (ours {token}, now {current})")
         self.shard = shard
 
-
-# The fence: the lease row read under FOR SHARE, so an acquisition (an UPDATE raising the token)
-# waits for decisions in flight and no decision of the old token can commit after it. The
-# transaction's clock comes with it (now() is the transaction's start either way).
-LEASE_CHECK = "SELECT fence_token, now() AS now FROM {schema}.shard_leases WHERE shard = $1 FOR SHARE"
-# Every row of the group locked in one statement, in workflow id order (two groups never wait on
-# each other in a cycle; a workflow is in one group of a pass anyway).
-LOCK_ROWS = (
-    "SELECT workflow_id, workflow_type, status, execution_deadline, last_sequence, decided_with_token, "
-    "start_command_id "
-    "FROM {schema}.workflows WHERE workflow_id = ANY($1::text[]) ORDER BY workflow_id FOR UPDATE"
-)
-# Applied in arrival order; locked so a concurrent pass over the same workflows waits. An input
-# recorded after this read waits for the next decision. `seen_at` is the database clock once the
-# inputs are visible: every input read here was committed before it, so a timer the ticker fired
-# (at or after its fire_at by that same clock) is never early by it, even in a transaction that
-# began (`now()`) before the firing was recorded.
-#
-# An activity outcome's row comes with the claimer's record of the run it names (`{claimer}`: the
-# claimer's schema, same database; the orchestrator's role may read it, docs/security.md), which
-# is what backs the outcome (`slotflow.issuers`). The claimer commits a run's row in the
-# transaction that stages the run's RunCompleted or RunDeadLettered in its outbox, so the row of
-# any outcome on Kafka is there. Not locked (FOR UPDATE OF i): a completed row never changes
-# again; a dead-lettered one only by a redrive, whose own outcome then follows. The result and
-# error are read only for the terminal state they belong to (the history takes them from here).
-# Used once the claimer's table exists (`CLAIMER_READY`): until a claimer first migrated the
-# database, `LOCK_INPUTS_ALONE` locks the inputs and `CLAIMER_RUNS` reads the records apart, so a
-# decision without an activity outcome (a start, a signal) never needs the claimer's schema.
-LOCK_INPUTS = """
-SELECT i.seq, i.workflow_id, i.envelope, clock_timestamp() AS seen_at, i.type, i.run_id AS backed,
-       i.trace_parent,
-       r.run_id, r.state, r.fence_token, r.attempt, r.handler, r.redrive_count,
-       CASE WHEN r.state = 'completed' THEN r.result::text END AS result,
-       CASE WHEN r.state = 'dead_lettered' THEN r.error::text END AS error
-  FROM {schema}.inputs AS i LEFT JOIN {claimer}.runs AS r ON r.run_id = i.run_id
- WHERE i.workflow_id = ANY($1::text[])
- ORDER BY i.seq
-   FOR UPDATE OF i
-"""
-LOCK_INPUTS_ALONE = """
-SELECT i.seq, i.workflow_id, i.envelope, clock_timestamp() AS seen_at, i.type, NULL::text AS backed,
-       NULL::text AS run_id, i.trace_parent
-  FROM {schema}.inputs AS i
- WHERE i.workflow_id = ANY($1::text[])
- ORDER BY i.seq
-   FOR UPDATE OF i
-"""
-# Whether the claimer's runs table is there to join (it never goes away once it is).
-CLAIMER_READY = "SELECT to_regclass($1) IS NOT NULL"
-# Where refused inputs came from, for their dead letters: read only when a decision refuses one
-# (rare), from rows this transaction already locked.
-ORIGINS = (
-    "SELECT seq, origin_topic, origin_partition, origin_offset, origin_key, "
-    "origin_headers::text AS origin_headers, origin_timestamp_ms "
-    "FROM {schema}.inputs WHERE seq = ANY($1::bigint[]) AND origin_topic IS NOT NULL"
-)
-# The same records read apart: with `LOCK_INPUTS_ALONE`, and for outcomes recorded before the
-# intake kept the run id (inputs.run_id NULL: an upgrade's in-flight inputs). One statement for
-# the group, only when it has such outcomes; a schema without the table fails the decision, and
-# the inputs wait.
-CLAIMER_RUNS = (
-    "SELECT run_id, state, fence_token, attempt, handler, redrive_count, "
-    "CASE WHEN state = 'completed' THEN result::text END AS result, "
-    "CASE WHEN state = 'dead_lettered' THEN error::text END AS error "
-    "FROM {schema}.runs WHERE run_id = ANY($1::text[])"
-)
-# Only for workflows whose history this process does not hold from its own last commit.
-HISTORY = (
-    "SELECT workflow_id, type, data FROM {schema}.history WHERE workflow_id = ANY($1::text[]) "
-    "ORDER BY workflow_id, sequence"
-)
-# (workflow_id, sequence) is the primary key: a second event at a taken sequence fails the whole
-# transaction instead of forking a history.
-APPEND = (
-    "INSERT INTO {schema}.history (workflow_id, sequence, type, data, fence_token) "
-    "SELECT w, s, t, d::json, $5 FROM unnest($1::text[], $2::int[], $3::text[], $4::text[]) AS u(w, s, t, d)"
-)
-# workflow_id is the primary key: two starts of one id cannot both create it.
-CREATE_ROWS = """
-INSERT INTO {schema}.workflows (workflow_id, shard, workflow_type, status, last_sequence,
-    start_command_id, started_at, execution_deadline, decided_with_token)
-SELECT w, $2, t, st, l, c, $7, d, $8
-FROM unnest($1::text[], $3::text[], $4::text[], $5::int[], $6::text[], $9::timestamptz[])
-    AS u(w, t, st, l, c, d)
-"""
-UPDATE_ROWS = """
-UPDATE {schema}.workflows AS w SET status = u.st, last_sequence = u.l, decided_with_token = $4,
-    closed_at = CASE WHEN u.st IN ('completed', 'failed', 'cancelled') THEN $5 ELSE w.closed_at END
-FROM unnest($1::text[], $2::text[], $3::int[]) AS u(id, st, l)
-WHERE w.workflow_id = u.id
-"""
-# A new run of a taken id (id_reuse_policy): the row describes the newest run from now on.
-RESTART_ROWS = """
-UPDATE {schema}.workflows AS w SET workflow_type = u.t, status = u.st, last_sequence = u.l,
-    start_command_id = u.c, started_at = $2::timestamptz, execution_deadline = u.d,
-    decided_with_token = $3,
-    closed_at = CASE WHEN u.st IN ('completed', 'failed', 'cancelled') THEN $2::timestamptz END
-FROM unnest($1::text[], $4::text[], $5::text[], $6::int[], $7::text[], $8::timestamptz[])
-    AS u(id, t, st, l, c, d)
-WHERE w.workflow_id = u.id
-"""
-DROP_INPUTS = "DELETE FROM {schema}.inputs WHERE seq = ANY($1::bigint[])"
-# A refused input is parked, not applied: its inbox id goes with it, so the genuine record whose
-# id a forgery borrowed (or a redrive of the parked one) is still taken when it comes.
-FORGET_SEEN = "DELETE FROM {schema}.inbox WHERE event_id = ANY($1::text[])"
 
 #: The instrumentation scope of the orchestrator's spans.
 TRACE_SCOPE = "slotflow.orchestrator"

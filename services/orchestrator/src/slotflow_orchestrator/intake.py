@@ -52,6 +52,11 @@ from slotflow.kafka.producer import partition_for
 from slotflow.kafka.records import Record
 from slotflow.pg.pool import CONNECTION_ERRORS, Conn, Pool
 from slotflow.pg.statements import sql
+from slotflow_orchestrator.sql import (
+    PRUNE_INBOX,
+    RECORD_CONSUMED,
+    RECORD_SEEN,
+)
 
 COMMANDS = (StartWorkflow, SignalWorkflow, CancelWorkflow, TerminateWorkflow, RetryActivity)
 #: What the intake waits out rather than parks. asyncpg's InternalClientError ("cannot switch to
@@ -63,29 +68,6 @@ OUTAGES: tuple[type[BaseException], ...] = (
     *DEFAULT_OUTAGE_TYPES,
     *CONNECTION_ERRORS,
     asyncpg.InternalClientError,
-)
-
-# The replay window of signed commands is judged by the database's clock, never the host's.
-DATABASE_NOW = "SELECT now()"
-
-# The inbox entry and the input row in one statement each; the inbox's primary key is the dedupe.
-RECORD_SEEN = (
-    "INSERT INTO {schema}.inbox (event_id, topic) SELECT * FROM unnest($1::text[], $2::text[]) "
-    "ON CONFLICT (event_id) DO NOTHING RETURNING event_id"
-)
-# Inputs the orchestrator writes itself (a child's end): no origin, never refused.
-RECORD_INPUTS = (
-    "INSERT INTO {schema}.inputs (workflow_id, shard, type, envelope) "
-    "SELECT * FROM unnest($1::text[], $2::int[], $3::text[], $4::bytea[])"
-)
-# Consumed records, each with its value as consumed; an outcome also with where it came from, so
-# the decision that refuses it parks the very record (origin columns NULL for commands); with
-# tracing on, every input with the trace context its record carried (the decision links to it).
-RECORD_CONSUMED = (
-    "INSERT INTO {schema}.inputs (workflow_id, shard, type, envelope, origin_topic, origin_partition, "
-    "origin_offset, origin_key, origin_headers, origin_timestamp_ms, run_id, trace_parent) "
-    "SELECT * FROM unnest($1::text[], $2::int[], $3::text[], $4::bytea[], $5::text[], $6::int[], "
-    "$7::bigint[], $8::bytea[], $9::jsonb[], $10::bigint[], $11::text[], $12::text[])"
 )
 
 
@@ -240,12 +222,6 @@ async def admit(
     return Admitted(
         frozenset(shard_ids), tuple(incoming.envelope.type for incoming, _ in new), tuple(refused)
     )
-
-
-# Invariant: only ids older than every input topic's redelivery window go; a redelivery of a
-# command within the commands topic's retention must still be recognised (or it would be answered
-# a second time, differently).
-PRUNE_INBOX = "DELETE FROM {schema}.inbox WHERE processed_at < now() - make_interval(secs => $1)"
 
 
 async def prune_inbox(pool: Pool, *, schema: str, older_than_seconds: float) -> int:

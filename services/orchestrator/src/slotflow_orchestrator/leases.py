@@ -22,22 +22,13 @@ import logging
 
 from slotflow.pg.pool import Pool
 from slotflow.pg.statements import sql
+from slotflow_orchestrator.sql import (
+    ACQUIRE,
+    OPEN_IN_SHARD,
+    RELEASE,
+)
 
 log = logging.getLogger(__name__)
-
-# Invariant: fence_token only ever goes up, by one per acquisition; the UPDATE waits for every
-# decision holding the row FOR SHARE, so no decision of an older token commits after it.
-ACQUIRE = """
-INSERT INTO {schema}.shard_leases AS l (shard, owner, fence_token) VALUES ($1, $2, 1)
-ON CONFLICT (shard) DO UPDATE SET owner = EXCLUDED.owner, fence_token = l.fence_token + 1,
-    acquired_at = now()
-RETURNING fence_token
-"""
-# Only our own, current lease: a release never clears a successor's.
-RELEASE = "UPDATE {schema}.shard_leases SET owner = NULL WHERE shard = $1 AND owner = $2 AND fence_token = $3"
-OPEN_IN_SHARD = (
-    "SELECT workflow_id FROM {schema}.workflows WHERE shard = $1 AND status = 'stuck' ORDER BY workflow_id"
-)
 
 
 class Leases:

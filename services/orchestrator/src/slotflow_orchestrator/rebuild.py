@@ -89,9 +89,23 @@ from slotflow_orchestrator.app import ACCEPTED, apply_migrations
 from slotflow_orchestrator.config import Settings
 from slotflow_orchestrator.deciding import Decisions
 from slotflow_orchestrator.inputs import ChildOutcome
-from slotflow_orchestrator.intake import COMMANDS, RECORD_INPUTS, admit, shard_of
+from slotflow_orchestrator.intake import COMMANDS, admit, shard_of
 from slotflow_orchestrator.metrics import OrchestratorMetrics
 from slotflow_orchestrator.outbound import Outbound
+from slotflow_orchestrator.sql import (
+    CLEAR,
+    HAS_STATE,
+    IN_FLIGHT,
+    INSERT_HISTORY,
+    INSERT_ROWS,
+    OPEN_WORKFLOWS,
+    REBUILD_TOKEN,
+    RECORD_INPUTS,
+    SEED_INBOX,
+    SEED_LEASES,
+    TABLE_HISTORY,
+    TABLE_ROWS,
+)
 from slotflow_orchestrator.stepping import CHILD_NOT_STARTED, Ack, Decider, Status, parent_notice
 from slotflow_orchestrator.workflow_code import child_start_id
 
@@ -103,59 +117,6 @@ log = logging.getLogger(__name__)
 class RebuildRefused(SlotflowError):
     """The schema holds state a rebuild would overwrite (pass `--force` to replace it)."""
 
-
-# Whether the schema holds anything a rebuild would replace: a workflow, a history row, a waiting
-# input, or an outbox row not yet relayed. An empty (or just migrated) schema holds none.
-HAS_STATE = """
-SELECT EXISTS (SELECT 1 FROM {schema}.workflows) OR EXISTS (SELECT 1 FROM {schema}.history)
-    OR EXISTS (SELECT 1 FROM {schema}.inputs)
-    OR EXISTS (SELECT 1 FROM {schema}.outbox WHERE published_at IS NULL)
-"""
-# --force: everything the topics rebuild goes; the payload table stays (it is on no topic).
-CLEAR = (
-    "TRUNCATE {schema}.workflows, {schema}.history, {schema}.inputs, {schema}.inbox, {schema}.outbox, "
-    "{schema}.shard_leases"
-)
-# A fencing token above any an orchestrator acquired before the rebuild: tokens count acquisitions
-# (one per partition move), the database clock counts milliseconds since 1970, and a rebuild
-# happens after whatever it replaces. Every later acquisition goes on from it by one.
-REBUILD_TOKEN = "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint"  # noqa: S105 - a fencing token, not a secret
-# One lease row per shard, held by the rebuild under that token for its own decisions; the first
-# orchestrator that is assigned a shard acquires it (token + 1).
-SEED_LEASES = (
-    "INSERT INTO {schema}.shard_leases (shard, owner, fence_token) "
-    "SELECT s, $2, $3 FROM generate_series(0, $1 - 1) AS s"
-)
-# workflow_id is the primary key: the history topic's workflows are written once each.
-INSERT_ROWS = """
-INSERT INTO {schema}.workflows (workflow_id, shard, workflow_type, status, last_sequence, start_command_id,
-    started_at, closed_at, execution_deadline, decided_with_token)
-SELECT w, sh, t, st, l, c, sa, ca, d, $10
-  FROM unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::int[], $6::text[], $7::timestamptz[],
-              $8::timestamptz[], $9::timestamptz[]) AS u(w, sh, t, st, l, c, sa, ca, d)
-"""
-# (workflow_id, sequence) is the primary key: one event per sequence, as the topic's first copy.
-INSERT_HISTORY = (
-    "INSERT INTO {schema}.history (workflow_id, sequence, type, data, fence_token) "
-    "SELECT w, s, t, d::json, $5 FROM unnest($1::text[], $2::int[], $3::text[], $4::text[]) AS u(w, s, t, d)"
-)
-# The commands the topics show as handled: the intake's inbox ids for them (`intake.inbox_id`).
-SEED_INBOX = "INSERT INTO {schema}.inbox (event_id, topic) SELECT unnest($1::text[]), $2 ON CONFLICT (event_id) DO NOTHING"
-OPEN_WORKFLOWS = (
-    "SELECT workflow_id, shard FROM {schema}.workflows WHERE status IN ('running', 'stuck') "
-    "ORDER BY shard, workflow_id"
-)
-# What `check` compares.
-TABLE_ROWS = (
-    "SELECT workflow_id, workflow_type, status, last_sequence, start_command_id, execution_deadline, "
-    "history_purged_at IS NOT NULL AS purged FROM {schema}.workflows"
-)
-TABLE_HISTORY = "SELECT workflow_id, sequence, type, data::text AS data FROM {schema}.history"
-# History events staged and not yet relayed: in flight, not missing from the topic.
-IN_FLIGHT = (
-    "SELECT coalesce(event_ids, ARRAY[event_id]) AS ids FROM {schema}.outbox "
-    "WHERE published_at IS NULL AND topic = $1"
-)
 
 #: Rows written per statement.
 CHUNK = 5000

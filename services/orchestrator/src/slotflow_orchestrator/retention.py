@@ -14,25 +14,9 @@ from datetime import timedelta
 
 from slotflow.pg.retention import Purge
 from slotflow.pg.statements import sql
-
-# Closed workflows whose history is still here and that closed more than $1 seconds ago, at most
-# $2, oldest first (workflows_closed_kept). Their rows are locked (FOR UPDATE, as a decision locks
-# them), and a closed workflow is never appended to, so the one statement sees all of its history.
-PURGE_CLOSED_HISTORIES = """
-WITH doomed AS (
-    SELECT workflow_id FROM {schema}.workflows
-     WHERE status IN ('completed', 'failed', 'cancelled') AND history_purged_at IS NULL
-       AND COALESCE(closed_at, started_at) < now() - make_interval(secs => $1)
-     ORDER BY COALESCE(closed_at, started_at)
-     LIMIT $2
-       FOR UPDATE SKIP LOCKED
-), emptied AS (
-    DELETE FROM {schema}.history WHERE workflow_id IN (SELECT workflow_id FROM doomed)
+from slotflow_orchestrator.sql import (
+    PURGE_CLOSED_HISTORIES,
 )
-UPDATE {schema}.workflows AS w SET history_purged_at = now()
-  FROM doomed WHERE w.workflow_id = doomed.workflow_id
-RETURNING w.workflow_id
-"""
 
 
 def purges(schema: str, *, days: float) -> list[Purge]:

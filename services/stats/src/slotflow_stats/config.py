@@ -59,5 +59,4 @@ class Settings(BaseSettings):
 
     @property
     def app_id(self) -> str:
-        namespace = self.kafka.topic_namespace
-        return f"{namespace}.{self.stats.app_name}" if namespace else self.stats.app_name
+        return self.kafka.consumer_group(self.stats.app_name)

@@ -10,7 +10,6 @@ slotflow-ticker preview --cron "H 2 * * *" --as-schedule payouts.nightly   (H dr
 import argparse
 import asyncio
 import logging
-import signal
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -23,13 +22,14 @@ from slotflow.errors import CronNeedsScheduleId
 from slotflow.logs import configure_logging
 from slotflow.pg.pool import create_pool
 from slotflow.pg.statements import sql
+from slotflow.service import serve
 from slotflow.settings import KafkaSettings, PostgresSettings
 from slotflow.tracing import configure_tracing
 from slotflow_ticker.app import TickerService, migrate
 from slotflow_ticker.config import TickerSettings
 from slotflow_ticker.preview import preview_lines
+from slotflow_ticker.rows import parse_definition
 from slotflow_ticker.sql import STORED_DEFINITION
-from slotflow_ticker.store import parse_definition
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -38,12 +38,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     configure_tracing("slotflow-ticker")
     command = args.command or "run"
     if command == "run":
-        if TickerSettings().event_loop == "uvloop":
-            import uvloop
-
-            uvloop.run(_run())
-        else:
-            asyncio.run(_run())
+        settings = TickerSettings()
+        sys.exit(
+            serve(
+                "slotflow-ticker",
+                lambda: TickerService(settings, KafkaSettings(), PostgresSettings()),
+                event_loop=settings.event_loop,
+            )
+        )
     elif command == "migrate":
         asyncio.run(_migrate())
     else:
@@ -79,14 +81,6 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("--after", help="list firings after this instant (default: now)")
     show.add_argument("--count", type=int, default=10)
     return parser
-
-
-async def _run() -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
-    await TickerService(TickerSettings(), KafkaSettings(), PostgresSettings()).run(stop)
 
 
 async def _migrate() -> None:

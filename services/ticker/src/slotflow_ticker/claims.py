@@ -21,8 +21,8 @@ from slotflow.pg.pool import Conn, Pool
 from slotflow_ticker.events import EventFactory, Outgoing, stage_all
 from slotflow_ticker.metrics import TickerMetrics
 from slotflow_ticker.planning import ClaimPlan, Position, plan_due
+from slotflow_ticker.rows import ScheduleRow, parse_action
 from slotflow_ticker.sql import Queries
-from slotflow_ticker.store import ScheduleRow, parse_action
 
 log = logging.getLogger(__name__)
 

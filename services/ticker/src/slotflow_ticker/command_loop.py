@@ -31,8 +31,7 @@ _STORAGE_ERRORS: tuple[type[BaseException], ...] = (TransientStorageError, *CONN
 
 def group_id(settings: TickerSettings, kafka: KafkaSettings) -> str:
     """The command consumer group, inside the deployment's topic namespace."""
-    namespace = kafka.topic_namespace
-    return f"{namespace}.{settings.group_id}" if namespace else settings.group_id
+    return kafka.consumer_group(settings.group_id)
 
 
 class CommandLoop:

@@ -67,8 +67,8 @@ from slotflow_ticker.claims import BacklogTooLong, SlotClaimer, schedule_key, ti
 from slotflow_ticker.events import EventFactory, Outgoing, stage_all
 from slotflow_ticker.metrics import TickerMetrics
 from slotflow_ticker.planning import Position, manual_slot, start_position
+from slotflow_ticker.rows import ScheduleRow, dump_action
 from slotflow_ticker.sql import Queries
-from slotflow_ticker.store import ScheduleRow, dump_action
 from slotflow_ticker.validation import (
     CommandRefused,
     backfill_plan,

@@ -2,17 +2,18 @@
 
 import os
 import socket
-from typing import Literal
 
 from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
+
+from slotflow.settings import ServiceSettings
 
 
 def _default_ticker_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
-class TickerSettings(BaseSettings):
+class TickerSettings(ServiceSettings):
     """How one ticker replica runs. Any number of replicas share one schema; none is a leader."""
 
     model_config = SettingsConfigDict(env_prefix="SLOTFLOW_TICKER_", extra="ignore")
@@ -65,14 +66,6 @@ class TickerSettings(BaseSettings):
     command_batching: bool = True
     #: Most command records one poll hands to a batch transaction.
     command_batch_size: int = Field(default=500, ge=1, le=10_000)
-    #: The event loop of `slotflow-ticker run`: uvloop (libuv) spends less CPU per callback and
-    #: per socket read than asyncio's own loop, which the claim and relay loops are full of;
-    #: "asyncio" turns it off. Only the process entry point reads this (tests use their own loop).
-    event_loop: Literal["uvloop", "asyncio"] = "uvloop"
-    #: Prometheus metrics port (on `metrics_host`); 0 turns the HTTP endpoint off.
-    metrics_port: int = Field(default=9310, ge=0, le=65535)
-    #: Loopback unless exposed on purpose: the endpoint has no authentication.
-    metrics_host: str = "127.0.0.1"
     #: Kafka keeps commands for 7 days, so an inbox entry older than this cannot see a redelivery.
     inbox_retention_days: float = Field(default=8.0, gt=0)
     #: Fired and cancelled timers are kept this long so a late duplicate StartTimer stays a no-op.

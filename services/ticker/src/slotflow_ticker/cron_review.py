@@ -30,8 +30,8 @@ from slotflow.core._cronfields import FIELDS, parse_expression
 from slotflow.pg.pool import Pool
 from slotflow_ticker.events import EventFactory, Outgoing, stage_all
 from slotflow_ticker.metrics import TickerMetrics
+from slotflow_ticker.rows import parse_definition
 from slotflow_ticker.sql import CRON_RULES, Queries
-from slotflow_ticker.store import parse_definition
 
 log = logging.getLogger(__name__)
 

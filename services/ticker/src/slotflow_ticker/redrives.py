@@ -22,8 +22,8 @@ from slotflow.pg.pool import Pool
 from slotflow.pg.statements import sql
 from slotflow.settings import KafkaSettings
 from slotflow_ticker.events import EventFactory, stage_all
+from slotflow_ticker.rows import parse_definition
 from slotflow_ticker.sql import STORED_DEFINITION
-from slotflow_ticker.store import parse_definition
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from slotflow.contracts.schedules import CronSpec, OnceSpec
 from slotflow.core.cronslots import MAX_YEARS_BETWEEN_MATCHES, SkippedSlot, Slot
 from slotflow.errors import PermanentError
 from slotflow_ticker.planning import backfill_dst_skips, backfill_slots, start_position
-from slotflow_ticker.store import ScheduleRow
+from slotflow_ticker.rows import ScheduleRow
 
 
 class CommandRefused(PermanentError):

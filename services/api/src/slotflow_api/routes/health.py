@@ -23,14 +23,16 @@ async def healthz() -> Health:
 @router.get(
     "/readyz",
     response_model=Readiness,
-    summary="Kafka and PostgreSQL both answer",
-    responses={503: {"model": Readiness, "description": "which dependency failed"}},
+    summary="Kafka and PostgreSQL both answer, and every loop of the process runs",
+    responses={503: {"model": Readiness, "description": "which dependency failed, or which loop crashed"}},
 )
 async def readyz(s: Annotated[Services, Depends(services)]) -> JSONResponse:
     timeout = s.settings.api.readiness_timeout_seconds
     kafka, postgres = await asyncio.gather(_kafka(s, timeout), _postgres(s, timeout))
-    body = Readiness(kafka=kafka, postgres=postgres)
-    status = 200 if kafka == "ok" and postgres == "ok" else 503
+    # A crashed projector leaves the read model frozen: the answers would be stale, so not ready.
+    loops = "ok" if s.crashed is None else redact(f"error: {s.crashed}")[:500]
+    body = Readiness(kafka=kafka, postgres=postgres, loops=loops)
+    status = 200 if kafka == "ok" and postgres == "ok" and loops == "ok" else 503
     return JSONResponse(status_code=status, content=body.model_dump())
 
 

@@ -1,4 +1,5 @@
-"""Rows of the ticker's tables as typed values, and the parsed-definition cache."""
+"""Rows of the ticker's tables as typed values, and the parsed-definition cache (`rows.py` by the
+persistence convention, docs/development.md)."""
 
 from datetime import datetime
 from functools import lru_cache
