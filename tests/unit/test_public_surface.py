@@ -91,6 +91,8 @@ CLIENT_ALL = [
     "NotFound",
     "Page",
     "ReadsNeedHttp",
+    "RepairResult",
+    "RepairSlot",
     "Run",
     "Schedule",
     "Sent",
