@@ -67,8 +67,13 @@ clean:
 CHAOS_SEEDS := 1,2,3
 TEST_CHAOS_SEED ?= $(shell .ci/chaos-seed.sh $(CHAOS_SEEDS))
 TEST_CHAOS_KNOWN ?=
+# The unit, contracts and integration layers run on TEST_WORKERS pytest workers (most of an
+# integration test is waiting on the broker, so more workers than cores pays); the chaos layer runs
+# alone after them, since it times kills and pauses. TEST_WORKERS=0 runs everything in one process.
+TEST_WORKERS ?= 3
 test: setup tools
-	$(WITH_STACK) $(BIN)/pytest tests
+	$(WITH_STACK) $(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup -m "not chaos" tests
+	$(WITH_STACK) $(BIN)/pytest -m chaos tests
 	$(MAKE) chaos SEED=$(TEST_CHAOS_SEED) PROFILE=short KNOWN="$(TEST_CHAOS_KNOWN)"
 
 test-unit: setup

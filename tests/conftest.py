@@ -31,12 +31,19 @@ settings.register_profile("slotflow", deadline=None)
 settings.load_profile("slotflow")
 
 
+#: Tests that start brokers or databases of their own on ports they search for: under pytest-xdist
+#: they share one worker (`--dist loadgroup`), so two searches never pick the same free port.
+OWN_STACKS = ("integration/security/", "integration/kafka/test_three_brokers.py")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         relative = Path(str(item.path)).relative_to(TESTS)
         layer = relative.parts[0]
         if layer in LAYERS:
             item.add_marker(getattr(pytest.mark, layer))
+        if relative.as_posix().startswith(OWN_STACKS):
+            item.add_marker(pytest.mark.xdist_group("own-stacks"))
     # The whole-system fault suite starts its own Kafka and PostgreSQL and runs for minutes; it
     # runs only when asked for by name (`-m system`, as `make chaos` does), never inside `make test`.
     if "system" not in (config.option.markexpr or ""):
