@@ -61,7 +61,7 @@ from slotflow_orchestrator.metrics import OrchestratorMetrics
 from slotflow_orchestrator.outbound import Outbound
 from slotflow_orchestrator.workflow_code import RuntimeDecider
 from slotflow_ticker.app import migrate as migrate_ticker
-from slotflow_ticker.claims import SlotClaimer
+from slotflow_ticker.claims import SlotFirer
 from slotflow_ticker.commands import COMMANDS as TICKER_ACCEPTS
 from slotflow_ticker.commands import CommandHandler, CommandTopics, poison_rejection
 from slotflow_ticker.config import TickerSettings
@@ -148,7 +148,7 @@ class Pipeline:
             schema="ticker",
             queries=queries,
             events=events,
-            claimer=SlotClaimer(
+            firer=SlotFirer(
                 self.pool,
                 schema="ticker",
                 queries=queries,
