@@ -26,7 +26,7 @@ from slotflow.tracing import configure_tracing
 from slotflow_orchestrator.app import OrchestratorService
 from slotflow_orchestrator.config import Settings
 from slotflow_orchestrator.rebuild import check, rebuild
-from slotflow_orchestrator.workflow_code import load_decider
+from slotflow_orchestrator.workflow_code import load_workflow_code
 
 
 async def _serve(settings: Settings) -> None:
@@ -35,14 +35,14 @@ async def _serve(settings: Settings) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     cfg = settings.orchestrator
-    decider = load_decider(cfg.modules(), max_history_events=cfg.max_history_events)
-    await OrchestratorService(settings, decider=decider).run(stop)
+    workflow_code = load_workflow_code(cfg.modules(), max_history_events=cfg.max_history_events)
+    await OrchestratorService(settings, workflow_code=workflow_code).run(stop)
 
 
 async def _rebuild(settings: Settings, *, force: bool) -> int:
     cfg = settings.orchestrator
-    decider = load_decider(cfg.modules(), max_history_events=cfg.max_history_events)
-    report = await rebuild(settings, decider=decider, force=force)
+    workflow_code = load_workflow_code(cfg.modules(), max_history_events=cfg.max_history_events)
+    report = await rebuild(settings, workflow_code=workflow_code, force=force)
     for line in report.lines():
         print(line)  # noqa: T201 - the command's output
     return 1 if report.problems else 0

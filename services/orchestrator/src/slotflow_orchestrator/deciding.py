@@ -56,7 +56,7 @@ from slotflow_orchestrator.inputs import INPUT_MESSAGES
 from slotflow_orchestrator.intake import RECORD_INPUTS, backed_run_id, inbox_id, shard_of
 from slotflow_orchestrator.metrics import OrchestratorMetrics
 from slotflow_orchestrator.outbound import Outbound
-from slotflow_orchestrator.stepping import Decider, Input, Refusal, Row, Step, step
+from slotflow_orchestrator.stepping import Input, Refusal, Row, Step, WorkflowCode, step
 
 log = logging.getLogger(__name__)
 
@@ -239,7 +239,7 @@ class Decisions:
         pool: Pool,
         *,
         schema: str,
-        decider: Decider,
+        workflow_code: WorkflowCode,
         outbound: Outbound,
         metrics: OrchestratorMetrics,
         shards: int,
@@ -253,7 +253,7 @@ class Decisions:
         self._shards = shards
         self._payload_threshold = payload_threshold
         self._schema = schema
-        self._decider = decider
+        self._workflow_code = workflow_code
         self._outbound = outbound
         self._metrics = metrics
         self._crash_window = crash_window
@@ -420,7 +420,7 @@ class Decisions:
                 else None,
                 histories[workflow_id],
                 inputs,
-                decider=self._decider,
+                workflow_code=self._workflow_code,
                 now=now,
                 redecide=redecide,
                 records=records,

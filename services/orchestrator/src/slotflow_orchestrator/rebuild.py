@@ -92,7 +92,7 @@ from slotflow_orchestrator.inputs import ChildOutcome
 from slotflow_orchestrator.intake import COMMANDS, RECORD_INPUTS, admit, shard_of
 from slotflow_orchestrator.metrics import OrchestratorMetrics
 from slotflow_orchestrator.outbound import Outbound
-from slotflow_orchestrator.stepping import CHILD_NOT_STARTED, Ack, Decider, Status, parent_notice
+from slotflow_orchestrator.stepping import CHILD_NOT_STARTED, Ack, Status, WorkflowCode, parent_notice
 from slotflow_orchestrator.workflow_code import child_start_id
 
 T = TypeVar("T")
@@ -298,7 +298,7 @@ class RebuildReport:
 
 
 async def rebuild(
-    settings: Settings, *, decider: Decider, force: bool = False, pool: "Pool | None" = None
+    settings: Settings, *, workflow_code: WorkflowCode, force: bool = False, pool: "Pool | None" = None
 ) -> RebuildReport:
     """Rebuild the orchestrator's schema from the topics (see the module docstring).
 
@@ -310,7 +310,7 @@ async def rebuild(
     if pool is None:
         pool = await wait_for_pool(settings.postgres, min_size=1, max_size=4)
     try:
-        report = await _rebuild(settings, pool, decider=decider, force=force)
+        report = await _rebuild(settings, pool, workflow_code=workflow_code, force=force)
     finally:
         if own_pool:
             await pool.close()
@@ -318,7 +318,9 @@ async def rebuild(
     return report
 
 
-async def _rebuild(settings: Settings, pool: Pool, *, decider: Decider, force: bool) -> RebuildReport:
+async def _rebuild(
+    settings: Settings, pool: Pool, *, workflow_code: WorkflowCode, force: bool
+) -> RebuildReport:
     cfg = settings.orchestrator
     kafka = settings.kafka
     schema = cfg.db_schema
@@ -429,7 +431,7 @@ async def _rebuild(settings: Settings, pool: Pool, *, decider: Decider, force: b
     report.workflows = len(rows)
     report.open_workflows = sum(1 for r in rows.values() if r.status in ("running", "stuck"))
     report.decided = await _decide_open(
-        settings, pool, decider, outbound, shards=shards, token=token, report=report
+        settings, pool, workflow_code, outbound, shards=shards, token=token, report=report
     )
     return report
 
@@ -649,7 +651,7 @@ async def _child_outcomes(
 async def _decide_open(
     settings: Settings,
     pool: Pool,
-    decider: Decider,
+    workflow_code: WorkflowCode,
     outbound: Outbound,
     *,
     shards: int,
@@ -662,7 +664,7 @@ async def _decide_open(
     decisions = Decisions(
         pool,
         schema=cfg.db_schema,
-        decider=decider,
+        workflow_code=workflow_code,
         outbound=outbound,
         metrics=OrchestratorMetrics(),
         shards=shards,
