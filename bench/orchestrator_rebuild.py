@@ -71,7 +71,7 @@ def record(workflow_id: str, steps: int, runtime: WorkflowRuntime) -> list[Histo
     ]
     now = T0
     while True:
-        decision = runtime.decide(history, now=now)
+        decision = runtime.replay(history, now=now)
         history.extend(decision.events)
         if decision.closed:
             return history

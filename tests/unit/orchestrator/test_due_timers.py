@@ -162,10 +162,10 @@ def test_the_history_a_zero_sleep_leaves_replays_without_the_cache() -> None:
         if isinstance(e, WorkflowStarted | ActivityCompleted | WorkflowTimerFired)
     ]
     for index in inputs_at:
-        replayed = workflow_code(cache=0).runtime.decide(history[: index + 1], now=NOW)
+        replayed = workflow_code(cache=0).runtime.replay(history[: index + 1], now=NOW)
         assert replayed.events
         assert list(replayed.events) == history[index + 1 : index + 1 + len(replayed.events)]
-    whole = workflow_code(cache=0).runtime.decide(history, now=NOW + timedelta(hours=1))
+    whole = workflow_code(cache=0).runtime.replay(history, now=NOW + timedelta(hours=1))
     assert whole.closed
     assert not whole.events
 

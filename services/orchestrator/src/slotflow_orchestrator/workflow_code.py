@@ -35,7 +35,7 @@ class RuntimeWorkflowCode:
 
     def replay(self, history: Sequence[HistoryEvent], *, now: datetime) -> Moves:
         try:
-            decision = self.runtime.decide(history, now=now)
+            decision = self.runtime.replay(history, now=now)
         except NonDeterminismError as err:
             raise Diverged(err.sequence, err.expected, err.got) from err
         # Activities and timers are sent from their events (ActivityScheduled, TimerStarted), and a
