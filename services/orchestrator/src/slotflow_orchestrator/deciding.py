@@ -2,7 +2,7 @@
 
 In one transaction, under the shard's lease:
 
-1. check the lease still carries this orchestrator's fencing token (FOR SHARE: an acquisition by
+1. check the lease still carries this orchestrator's lease token (FOR SHARE: an acquisition by
    another orchestrator waits for this transaction, and every later one of ours is refused);
 2. lock the workflow's row and its waiting inputs, reading with them the claimer's record of every
    run an activity outcome among them names (`slotflow.issuers`: an outcome counts only as far as
@@ -62,7 +62,7 @@ log = logging.getLogger(__name__)
 
 
 class LeaseLost(SlotflowError):
-    """Another orchestrator took the shard's lease (a higher fencing token): this one must stop
+    """Another orchestrator took the shard's lease (a higher lease token): this one must stop
     deciding for it. Nothing of the refused decision was written."""
 
     def __init__(self, shard: int, token: int, current: int | None) -> None:
@@ -70,9 +70,10 @@ class LeaseLost(SlotflowError):
         self.shard = shard
 
 
-# The fence: the lease row read under FOR SHARE, so an acquisition (an UPDATE raising the token)
-# waits for decisions in flight and no decision of the old token can commit after it. The
-# transaction's clock comes with it (now() is the transaction's start either way).
+# The lease check: the lease row read under FOR SHARE (its lease token is the column fence_token),
+# so an acquisition (an UPDATE raising the token) waits for decisions in flight and no decision of
+# the old token can commit after it. The transaction's clock comes with it (now() is the
+# transaction's start either way).
 LEASE_CHECK = "SELECT fence_token, now() AS now FROM {schema}.shard_leases WHERE shard = $1 FOR SHARE"
 # Every row of the group locked in one statement, in workflow id order (two groups never wait on
 # each other in a cycle; a workflow is in one group of a pass anyway).

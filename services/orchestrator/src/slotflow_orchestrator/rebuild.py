@@ -7,7 +7,7 @@ back what the orchestrator needs to go on, each piece from where it lives on Kaf
   read from its first record to its end; each workflow's row is derived from its history: type,
   status, last sequence and start command from the newest chain start, `started_at` and
   `closed_at` from the envelopes' `occurred_at`, the execution deadline from
-  `WorkflowStarted.execution_deadline`. Every shard's lease row gets a fencing token above any an
+  `WorkflowStarted.execution_deadline`. Every shard's lease row gets a lease token above any an
   orchestrator could hold from before (the database clock in milliseconds), so a forgotten
   orchestrator still running on the old token is refused.
 - **the inbox**: every command the history applied (`WorkflowStarted`, `SignalReceived`,
@@ -116,10 +116,10 @@ CLEAR = (
     "TRUNCATE {schema}.workflows, {schema}.history, {schema}.inputs, {schema}.inbox, {schema}.outbox, "
     "{schema}.shard_leases"
 )
-# A fencing token above any an orchestrator acquired before the rebuild: tokens count acquisitions
+# A lease token above any an orchestrator acquired before the rebuild: tokens count acquisitions
 # (one per partition move), the database clock counts milliseconds since 1970, and a rebuild
 # happens after whatever it replaces. Every later acquisition goes on from it by one.
-REBUILD_TOKEN = "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint"  # noqa: S105 - a fencing token, not a secret
+REBUILD_TOKEN = "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint"  # noqa: S105 - a lease token, not a secret
 # One lease row per shard, held by the rebuild under that token for its own decisions; the first
 # orchestrator that is assigned a shard acquires it (token + 1).
 SEED_LEASES = (

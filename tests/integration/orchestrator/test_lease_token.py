@@ -1,4 +1,4 @@
-"""Two orchestrators never both decide for one workflow: the shard lease's fencing token refuses
+"""Two orchestrators never both decide for one workflow: the shard lease's token refuses
 the one that lost it (a zombie), and nothing of its decision is written. Real PostgreSQL."""
 
 from datetime import UTC, datetime
