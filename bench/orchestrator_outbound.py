@@ -30,7 +30,7 @@ from slotflow.settings import KafkaSettings
 from slotflow.workflow.runtime import WorkflowRuntime
 from slotflow_orchestrator.outbound import SOURCE, Outbound
 from slotflow_orchestrator.stepping import Input, Row, step
-from slotflow_orchestrator.workflow_code import RuntimeDecider
+from slotflow_orchestrator.workflow_code import RuntimeWorkflowCode
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 WF = "wf-1"
@@ -59,9 +59,9 @@ def _done(sequence: int, seq: int) -> Input:
 
 def workflow_history() -> list[HistoryEvent]:
     """The history one benchmark workflow appends over its three decisions."""
-    decider = RuntimeDecider(WorkflowRuntime([orchestrator_flows.TwoSteps], cache_size=10))
+    workflow_code = RuntimeWorkflowCode(WorkflowRuntime([orchestrator_flows.TwoSteps], cache_size=10))
     start = StartWorkflow(workflow_id=WF, workflow_type="bench.two_steps", input={"i": 1})
-    history = list(step(WF, None, [], [_input(start, "s", 1)], decider=decider, now=NOW).events)
+    history = list(step(WF, None, [], [_input(start, "s", 1)], workflow_code=workflow_code, now=NOW).events)
     row = Row("bench.two_steps", "running")
     for seq in (2, 3):
         scheduled = [e.sequence for e in history if e.message_type == "workflow.activity_scheduled"][-1]
@@ -69,7 +69,7 @@ def workflow_history() -> list[HistoryEvent]:
         run_id = f"{WF}/{scheduled}"
         records = {run_id: RunRecord(run_id, "completed", 1, 1, "bench.noop")}
         history += step(
-            WF, row, history, [_done(scheduled, seq)], decider=decider, now=NOW, records=records
+            WF, row, history, [_done(scheduled, seq)], workflow_code=workflow_code, now=NOW, records=records
         ).events
     return history
 

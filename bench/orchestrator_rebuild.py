@@ -40,7 +40,7 @@ from slotflow.settings import KafkaSettings, PostgresSettings
 from slotflow.workflow.runtime import WorkflowRuntime
 from slotflow_orchestrator.config import OrchestratorSettings, Settings
 from slotflow_orchestrator.rebuild import check, rebuild
-from slotflow_orchestrator.workflow_code import RuntimeDecider
+from slotflow_orchestrator.workflow_code import RuntimeWorkflowCode
 
 T0 = datetime(2026, 12, 1, tzinfo=UTC)
 
@@ -71,7 +71,7 @@ def record(workflow_id: str, steps: int, runtime: WorkflowRuntime) -> list[Histo
     ]
     now = T0
     while True:
-        decision = runtime.decide(history, now=now)
+        decision = runtime.replay(history, now=now)
         history.extend(decision.events)
         if decision.closed:
             return history
@@ -122,7 +122,7 @@ async def fill(kafka: KafkaSettings, *, workflows: int, steps: int, open_every: 
     return events, opened
 
 
-async def one_run(kafka: KafkaSettings, decider: RuntimeDecider) -> dict[str, float]:
+async def one_run(kafka: KafkaSettings, workflow_code: RuntimeWorkflowCode) -> dict[str, float]:
     async with scratch_database() as dsn:
         settings = Settings(
             orchestrator=OrchestratorSettings(),
@@ -130,7 +130,7 @@ async def one_run(kafka: KafkaSettings, decider: RuntimeDecider) -> dict[str, fl
             postgres=PostgresSettings(dsn=dsn),
         )
         began = time.monotonic()
-        report = await rebuild(settings, decider=decider)
+        report = await rebuild(settings, workflow_code=workflow_code)
         rebuilt = time.monotonic() - began
         if report.problems:
             raise SystemExit(f"rebuild reported problems: {report.problems[:5]}")
@@ -165,7 +165,7 @@ async def main() -> None:
     finally:
         await connection.close()
     machine = fingerprint(server)
-    decider = RuntimeDecider(WorkflowRuntime([Steps], cache_size=10_000))
+    workflow_code = RuntimeWorkflowCode(WorkflowRuntime([Steps], cache_size=10_000))
     async with bench_topics() as kafka:
         events, opened = await fill(
             kafka, workflows=args.workflows, steps=args.steps, open_every=args.open_every
@@ -175,7 +175,7 @@ async def main() -> None:
         )
         runs = []
         for n in range(args.runs):
-            result = await one_run(kafka, decider)
+            result = await one_run(kafka, workflow_code)
             runs.append(result)
             print(f"run {n + 1}: {json.dumps({k: round(v, 2) for k, v in result.items()})}", file=sys.stderr)
     med = {key: statistics.median(r[key] for r in runs) for key in runs[0]}

@@ -10,7 +10,7 @@ Measured, one after the other on the same database server in the same run:
              next_fire_at <= now() ORDER BY next_fire_at FOR UPDATE SKIP LOCKED LIMIT batch)` in a
              loop until nothing is due: the floor cost of claiming, with nothing else done. Once
              with one connection, once with `--concurrency` loops at once (as the ticker drains).
-- interval:  the ticker's own claim loop (`SlotClaimer.claim_schedules`, the code the service runs)
+- interval:  the ticker's own claim loop (`SlotFirer.claim_schedules`, the code the service runs)
              over interval schedules: claim, plan the slot and the next one, stage one JobDue per
              slot in the outbox, advance the grid, commit; `--concurrency` claim transactions at
              once, as the ticker runs them while a backlog lasts. Slots staged per second.
@@ -51,7 +51,7 @@ from slotflow.pg.pool import Pool
 from slotflow.pg.statements import compose
 from slotflow.relay import OutboxRelay
 from slotflow.settings import KafkaSettings
-from slotflow_ticker.claims import SlotClaimer
+from slotflow_ticker.claims import SlotFirer
 from slotflow_ticker.config import TickerSettings
 from slotflow_ticker.events import EventFactory, Topics
 from slotflow_ticker.metrics import TickerMetrics
@@ -141,8 +141,8 @@ def broker_cpu() -> float:
     return process_cpu_seconds(pid)
 
 
-def claimer(pool: Pool, kafka: KafkaSettings, batch: int) -> SlotClaimer:
-    return SlotClaimer(
+def firer(pool: Pool, kafka: KafkaSettings, batch: int) -> SlotFirer:
+    return SlotFirer(
         pool,
         schema="ticker",
         queries=Queries.for_schema("ticker"),
@@ -153,7 +153,7 @@ def claimer(pool: Pool, kafka: KafkaSettings, batch: int) -> SlotClaimer:
     )
 
 
-async def claim_until_idle(claim: SlotClaimer, concurrency: int) -> int:
+async def claim_until_idle(claim: SlotFirer, concurrency: int) -> int:
     """The ticker's drain: `concurrency` claim transactions at once until nothing is due."""
 
     async def loop() -> int:
@@ -194,7 +194,7 @@ async def ticker_loop(
             first = f"'{definition.spec.anchor.isoformat()}'::timestamptz"
         await seed(pool, count=count, definition=definition, first_fire=first)
     started, cpu, pg = time.perf_counter(), time.process_time(), await backend_cpu(pool)
-    fired = await claim_until_idle(claimer(pool, kafka, batch), concurrency)
+    fired = await claim_until_idle(firer(pool, kafka, batch), concurrency)
     elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
     if fired != count:
         raise SystemExit(f"ticker fired {fired} of {count}")
@@ -221,7 +221,7 @@ async def published_loop(pool: Pool, kafka: KafkaSettings, count: int, batch: in
         relaying = asyncio.create_task(relay.run(stop))
         pg, broker = await backend_cpu(pool), broker_cpu()
         started, cpu = time.perf_counter(), time.process_time()
-        fired = await claim_until_idle(claimer(pool, kafka, batch), concurrency)
+        fired = await claim_until_idle(firer(pool, kafka, batch), concurrency)
         claimed = time.perf_counter()
         while await relay.pending():
             await asyncio.sleep(0.01)

@@ -14,7 +14,7 @@ TimerStarted and a WorkflowTimerFired) is recorded to N events by the runtime it
 - step:    the orchestrator's steady state: a cached `WorkflowRuntime` (cache_size=1) that has
            seen the history up to step k is handed one more ActivityCompleted and decides the next
            step; the figure is CPU time per decide, at the end of an N-event history.
-- cold:    one uncached `decide` at the end of the history (a crash-restart, or a cache miss):
+- cold:    one uncached `replay` at the end of the history (a crash-restart, or a cache miss):
            a full replay plus the new decision.
 
 Times are CPU time of this process (`time.process_time`), medians of --runs runs; the recorded
@@ -104,7 +104,7 @@ def record(events: int) -> list[HistoryEvent]:
     ]
     now = T0
     while len(history) < events:
-        decision = runtime.decide(history, now=now)
+        decision = runtime.replay(history, now=now)
         history.extend(decision.events)
         if decision.closed:
             break
@@ -134,13 +134,13 @@ def measure(history: list[HistoryEvent]) -> dict[str, float]:
 
     decode_s = _cpu(lambda: [REGISTRY.parse(decode(r)) for r in raw])
     replay_s = _cpu(lambda: replayer.replay(history))
-    cold_s = _cpu(lambda: WorkflowRuntime([Loop], max_history_events=CEILING).decide(history, now=T0))
+    cold_s = _cpu(lambda: WorkflowRuntime([Loop], max_history_events=CEILING).replay(history, now=T0))
 
     # Steady state: warm a cached runtime on the history minus its tail, then time single steps.
     runtime = WorkflowRuntime([Loop], max_history_events=CEILING, cache_size=1)
     steps = 200
     live = list(history)
-    runtime.decide(live, now=T0)
+    runtime.replay(live, now=T0)
     waiting: list[HistoryEvent] = [history[-1]]
     now = T0
     step_s = 0.0
@@ -151,7 +151,7 @@ def measure(history: list[HistoryEvent]) -> dict[str, float]:
             if answer is not None:
                 live.append(answer)
         start = time.process_time()
-        decision = runtime.decide(live, now=now)
+        decision = runtime.replay(live, now=now)
         step_s += time.process_time() - start
         if not decision.events:
             raise RuntimeError("a step decided nothing: the answers did not match what the code waits for")

@@ -100,7 +100,9 @@ CLIENT_ALL = [
     "WaitTimedOut",
     "Workflow",
 ]
-CLIENT_MODULES = {"client", "errors", "http", "kafka", "models"}
+#: The client's error types and data models; the client and its transports (`_client`, `_http`,
+#: `_kafka`) are implementation modules, their public names re-exported by the package.
+CLIENT_MODULES = {"errors", "models"}
 
 #: Names that cannot carry a docstring (type aliases) and the module whose `#:` comment documents them.
 ALIASES = {"ParentClosePolicy": "slotflow.contracts.workflows"}

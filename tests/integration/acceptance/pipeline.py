@@ -59,9 +59,9 @@ from slotflow_orchestrator.intake import admit, shard_of, workflow_of
 from slotflow_orchestrator.leases import Leases
 from slotflow_orchestrator.metrics import OrchestratorMetrics
 from slotflow_orchestrator.outbound import Outbound
-from slotflow_orchestrator.workflow_code import RuntimeDecider
+from slotflow_orchestrator.workflow_code import RuntimeWorkflowCode
 from slotflow_ticker.app import migrate as migrate_ticker
-from slotflow_ticker.claims import SlotClaimer
+from slotflow_ticker.claims import SlotFirer
 from slotflow_ticker.commands import COMMANDS as TICKER_ACCEPTS
 from slotflow_ticker.commands import CommandHandler, CommandTopics, poison_rejection
 from slotflow_ticker.config import TickerSettings
@@ -125,7 +125,7 @@ class Outcome:
 class Pipeline:
     pool: Pool
     kafka: KafkaSettings
-    decider: RuntimeDecider
+    workflow_code: RuntimeWorkflowCode
     outcomes: list[Outcome] = field(default_factory=list)
     _seen: dict[str, int] = field(default_factory=dict)
     _offset: int = 0
@@ -148,7 +148,7 @@ class Pipeline:
             schema="ticker",
             queries=queries,
             events=events,
-            claimer=SlotClaimer(
+            firer=SlotFirer(
                 self.pool,
                 schema="ticker",
                 queries=queries,
@@ -196,7 +196,7 @@ class Pipeline:
         return Decisions(
             self.pool,
             schema="orchestrator",
-            decider=self.decider,
+            workflow_code=self.workflow_code,
             outbound=Outbound(self.kafka),
             metrics=self._orchestrator_metrics,
             shards=SHARDS,

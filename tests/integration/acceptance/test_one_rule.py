@@ -34,7 +34,7 @@ from slotflow.kafka.poison import decode_record
 from slotflow.kafka.records import Record
 from slotflow.pg.pool import Pool
 from slotflow.settings import KafkaSettings
-from slotflow_orchestrator.workflow_code import load_decider
+from slotflow_orchestrator.workflow_code import load_workflow_code
 from tests.integration.acceptance.cases import (
     AT,
     BUILDERS,
@@ -61,7 +61,7 @@ FIELD_NAMES = {
 async def pipeline(pg_pool: Pool) -> Pipeline:
     # Topic names only: the pipeline hands records to the consumers' store paths directly.
     kafka = KafkaSettings(topic_namespace="acceptance")
-    started = Pipeline(pg_pool, kafka, load_decider(["tests.integration.acceptance.flows"]))
+    started = Pipeline(pg_pool, kafka, load_workflow_code(["tests.integration.acceptance.flows"]))
     await started.start()
     return started
 

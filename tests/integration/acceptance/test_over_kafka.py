@@ -29,7 +29,7 @@ from slotflow.kafka.producer import Producer
 from slotflow.settings import KafkaSettings
 from slotflow.testing import assert_eventually
 from slotflow.testing.topics import TopicTail
-from slotflow_orchestrator.workflow_code import load_decider
+from slotflow_orchestrator.workflow_code import load_workflow_code
 from tests.integration.acceptance.cases import AT
 from tests.integration.orchestrator.support import Running, orchestrator_settings, start_orchestrator
 from tests.integration.ticker.support import Replica, tickers
@@ -52,7 +52,7 @@ async def ticker(kafka: KafkaSettings, pg_dsn: str) -> AsyncIterator[Replica]:
 @pytest.fixture
 async def orchestrator(kafka: KafkaSettings, pg_dsn: str) -> AsyncIterator[Running]:
     running = await start_orchestrator(
-        orchestrator_settings(kafka, pg_dsn), load_decider(["tests.integration.acceptance.flows"])
+        orchestrator_settings(kafka, pg_dsn), load_workflow_code(["tests.integration.acceptance.flows"])
     )
     yield running
     await running.stop()

@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 
 from slotflow.client import Client, NotFound
-from slotflow.client.http import HttpTransport
+from slotflow.client._http import HttpTransport
 from slotflow.contracts import JobDue, RunCompleted
 from slotflow.contracts.topics import JOBS_DUE, RUN_EVENTS
 from slotflow.core.identity import run_id
@@ -25,8 +25,8 @@ SOURCES = [
     REPO / "docs" / "client.md",
     REPO / "docs" / "api.md",
     REPO / "docs" / "cli.md",
-    REPO / "libs" / "slotflow" / "src" / "slotflow" / "client" / "client.py",
-    REPO / "libs" / "slotflow" / "src" / "slotflow" / "client" / "http.py",
+    REPO / "libs" / "slotflow" / "src" / "slotflow" / "client" / "_client.py",
+    REPO / "libs" / "slotflow" / "src" / "slotflow" / "client" / "_http.py",
 ]
 #: A run id as the examples write one: `job@` and an ISO-8601 instant.
 RUN_ID = re.compile(

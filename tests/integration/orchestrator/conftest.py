@@ -10,7 +10,7 @@ from slotflow.pg.pool import Pool
 from slotflow.runs import HandlerRegistry
 from slotflow.settings import KafkaSettings
 from slotflow_claimer.app import ClaimerService
-from slotflow_orchestrator.workflow_code import RuntimeDecider, load_decider
+from slotflow_orchestrator.workflow_code import RuntimeWorkflowCode, load_workflow_code
 from tests.integration.claimer.support import settings_for as claimer_settings
 from tests.integration.orchestrator.activities import ACTIVITIES, create_tables
 from tests.integration.orchestrator.support import (
@@ -29,8 +29,8 @@ WORKFLOW_MODULES = ["tests.integration.orchestrator.saga", "tests.integration.or
 
 
 @pytest.fixture
-def decider() -> RuntimeDecider:
-    return load_decider(WORKFLOW_MODULES)
+def workflow_code() -> RuntimeWorkflowCode:
+    return load_workflow_code(WORKFLOW_MODULES)
 
 
 @pytest.fixture
@@ -56,13 +56,13 @@ def registry() -> HandlerRegistry:
 
 @pytest.fixture
 async def start_orchestrator_(
-    kafka: KafkaSettings, pg_dsn: str, db: Pool, decider: RuntimeDecider
+    kafka: KafkaSettings, pg_dsn: str, db: Pool, workflow_code: RuntimeWorkflowCode
 ) -> AsyncIterator[StartOrchestrator]:
     started: list[Running] = []
 
-    async def start(*, with_decider: RuntimeDecider | None = None, **overrides: Any) -> Running:
+    async def start(*, with_workflow_code: RuntimeWorkflowCode | None = None, **overrides: Any) -> Running:
         settings = orchestrator_settings(kafka, pg_dsn, **overrides)
-        running = await start_orchestrator(settings, with_decider or decider)
+        running = await start_orchestrator(settings, with_workflow_code or workflow_code)
         started.append(running)
         return running
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from slotflow.runs import HandlerRegistry
-from slotflow_orchestrator.workflow_code import RuntimeDecider, load_decider
+from slotflow_orchestrator.workflow_code import RuntimeWorkflowCode, load_workflow_code
 
 EXAMPLES = Path(__file__).parents[3] / "examples"
 if str(EXAMPLES) not in sys.path:
@@ -47,8 +47,8 @@ def order(order_id: str, *, capture_declined: bool = False, hold: str = "PT1S") 
     }
 
 
-def orders_decider() -> RuntimeDecider:
-    return load_decider([WORKFLOW_MODULE])
+def orders_workflow_code() -> RuntimeWorkflowCode:
+    return load_workflow_code([WORKFLOW_MODULE])
 
 
 def orders_registry() -> HandlerRegistry:

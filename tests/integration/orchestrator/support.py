@@ -17,7 +17,7 @@ from slotflow_claimer.app import migrate as claimer_migrate
 from slotflow_orchestrator.app import OrchestratorService
 from slotflow_orchestrator.config import OrchestratorSettings, Settings
 from slotflow_orchestrator.deciding import history_of
-from slotflow_orchestrator.stepping import Decider
+from slotflow_orchestrator.stepping import WorkflowCode
 from tests.integration.claimer.support import TopicReader
 
 
@@ -62,8 +62,8 @@ class Running:
             await asyncio.gather(self.task, return_exceptions=True)
 
 
-async def start_orchestrator(settings: Settings, decider: Decider) -> Running:
-    return await Running(OrchestratorService(settings, decider=decider)).start()
+async def start_orchestrator(settings: Settings, workflow_code: WorkflowCode) -> Running:
+    return await Running(OrchestratorService(settings, workflow_code=workflow_code)).start()
 
 
 async def send(kafka: KafkaSettings, producer: Any, message: Message, command_id: str) -> str:

@@ -1,6 +1,6 @@
 """Workflow code never escapes its workflow: whatever it raises, `SystemExit` and other
 `BaseException`s included, fails that workflow with the exception, and the orchestrator and its
-other workflows carry on (issue 20's first bug, in the orchestrator: the decider let a
+other workflows carry on (issue 20's first bug, in the orchestrator: the decision let a
 `SystemExit` from workflow code end the process, and every orchestrator that took the workflow's
 shard over would have died the same way)."""
 

@@ -7,15 +7,15 @@ import pytest
 from fastapi import FastAPI
 
 from slotflow.runs import HandlerRegistry
-from slotflow_orchestrator.workflow_code import RuntimeDecider
+from slotflow_orchestrator.workflow_code import RuntimeWorkflowCode
 from tests.integration.api.conftest import api_settings, app, client  # noqa: F401 - the api fixtures
 from tests.integration.api.helpers import eventually_json
 from tests.integration.orchestrator.orders_example import (
     WORKFLOW_TYPE,
     Sandbox,
     order,
-    orders_decider,
     orders_registry,
+    orders_workflow_code,
     sandbox,  # noqa: F401 - the example's sandbox fixture
 )
 from tests.integration.orchestrator.support import Workflows
@@ -23,8 +23,8 @@ from tests.integration.ticker.support import Replica
 
 
 @pytest.fixture
-def decider() -> RuntimeDecider:
-    return orders_decider()
+def workflow_code() -> RuntimeWorkflowCode:
+    return orders_workflow_code()
 
 
 @pytest.fixture

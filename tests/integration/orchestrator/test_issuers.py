@@ -46,7 +46,7 @@ from slotflow_orchestrator.leases import Leases
 from slotflow_orchestrator.metrics import OrchestratorMetrics
 from slotflow_orchestrator.outbound import Outbound
 from slotflow_orchestrator.sql import RECORD_INPUTS
-from slotflow_orchestrator.workflow_code import RuntimeDecider
+from slotflow_orchestrator.workflow_code import RuntimeWorkflowCode
 from tests.integration.claimer.support import TopicReader
 from tests.integration.orchestrator.conftest import StartClaimer, StartOrchestrator
 from tests.integration.orchestrator.support import Running, Workflows, history, wait_history
@@ -447,7 +447,7 @@ async def test_outcomes_and_firings_that_answer_nothing_pending_are_parked_unles
 
 
 async def test_an_input_recorded_before_origins_were_kept_is_parked_under_its_input_and_forgotten(
-    pg_pool: Pool, decider: RuntimeDecider, kafka: KafkaSettings
+    pg_pool: Pool, workflow_code: RuntimeWorkflowCode, kafka: KafkaSettings
 ) -> None:
     """An outcome recorded by an orchestrator of the previous version (no origin, an inbox id
     without a digest) and refused: its letter names the input (partition -1, its seq) and carries
@@ -462,7 +462,7 @@ async def test_an_input_recorded_before_origins_were_kept_is_parked_under_its_in
     decisions = Decisions(
         pg_pool,
         schema="orchestrator",
-        decider=decider,
+        workflow_code=workflow_code,
         outbound=Outbound(kafka),
         metrics=OrchestratorMetrics(),
         shards=shards,

@@ -34,7 +34,7 @@ from slotflow.settings import KafkaSettings
 from slotflow.testing import assert_eventually
 from slotflow_orchestrator.intake import shard_of
 from slotflow_orchestrator.rebuild import RebuildRefused, check, rebuild
-from slotflow_orchestrator.workflow_code import RuntimeDecider
+from slotflow_orchestrator.workflow_code import RuntimeWorkflowCode
 from tests.integration.orchestrator.conftest import WORKFLOW_MODULES, StartClaimer, StartOrchestrator
 from tests.integration.orchestrator.support import Workflows, orchestrator_settings
 from tests.integration.ticker.support import Replica
@@ -101,7 +101,7 @@ async def test_a_dropped_schema_rebuilt_from_the_topics_finishes_every_workflow_
     producer: Producer,
     db: Pool,
     ticker: Replica,
-    decider: RuntimeDecider,
+    workflow_code: RuntimeWorkflowCode,
     start_orchestrator_: StartOrchestrator,
     start_claimer: StartClaimer,
 ) -> None:
@@ -198,14 +198,14 @@ async def test_a_dropped_schema_rebuilt_from_the_topics_finishes_every_workflow_
 
     await db.execute("DROP SCHEMA orchestrator CASCADE")
     settings = orchestrator_settings(kafka, pg_dsn)
-    report = await rebuild(settings, decider=decider)
+    report = await rebuild(settings, workflow_code=workflow_code)
     assert report.problems == [], report.lines()
     assert report.child_outcomes == 1, report.lines()
     assert report.inputs >= 2, report.lines()  # the signal and the compensation's outcome at least
     assert (await check(settings)).agree
     # A second rebuild would overwrite what this one restored: refused, on the command line too.
     with pytest.raises(RebuildRefused):
-        await rebuild(settings, decider=decider)
+        await rebuild(settings, workflow_code=workflow_code)
     refused = _cli("rebuild", kafka, pg_dsn)
     assert refused.returncode == 2, refused.stderr
     assert "--force" in refused.stderr

@@ -22,14 +22,14 @@ from slotflow.contracts import (
 from slotflow.contracts.topics import WORKFLOW_EVENTS, WORKFLOW_HISTORY
 from slotflow.runs import HandlerRegistry
 from slotflow.settings import KafkaSettings
-from slotflow_orchestrator.workflow_code import RuntimeDecider
+from slotflow_orchestrator.workflow_code import RuntimeWorkflowCode
 from tests.integration.claimer.support import TopicReader
 from tests.integration.orchestrator.orders_example import (
     WORKFLOW_TYPE,
     Sandbox,
     order,
-    orders_decider,
     orders_registry,
+    orders_workflow_code,
     sandbox,  # noqa: F401 - the example's sandbox fixture
 )
 from tests.integration.orchestrator.support import Workflows
@@ -37,8 +37,8 @@ from tests.integration.ticker.support import Replica
 
 
 @pytest.fixture
-def decider() -> RuntimeDecider:
-    return orders_decider()
+def workflow_code() -> RuntimeWorkflowCode:
+    return orders_workflow_code()
 
 
 @pytest.fixture

@@ -30,15 +30,15 @@ from slotflow.runs import HandlerRegistry, RunContext
 from slotflow.settings import KafkaSettings
 from slotflow.testing import assert_eventually
 from slotflow.testing.spans import recorded_spans
-from slotflow_orchestrator.workflow_code import RuntimeDecider
+from slotflow_orchestrator.workflow_code import RuntimeWorkflowCode
 from tests.integration.claimer.support import wait_state
 from tests.integration.orchestrator.conftest import StartClaimer
 from tests.integration.orchestrator.orders_example import (
     WORKFLOW_TYPE,
     Sandbox,
     order,
-    orders_decider,
     orders_registry,
+    orders_workflow_code,
     sandbox,  # noqa: F401 - the example's sandbox fixture
 )
 from tests.integration.orchestrator.support import Workflows
@@ -52,8 +52,8 @@ def spans() -> Iterator[InMemorySpanExporter]:
 
 
 @pytest.fixture
-def decider() -> RuntimeDecider:
-    return orders_decider()
+def workflow_code() -> RuntimeWorkflowCode:
+    return orders_workflow_code()
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from slotflow.kafka.producer import Producer
 from slotflow.pg.pool import Pool
 from slotflow.settings import KafkaSettings
 from slotflow.testing import assert_eventually
-from slotflow_orchestrator.workflow_code import load_decider
+from slotflow_orchestrator.workflow_code import load_workflow_code
 from tests.integration.cli.test_replay_topic import slotflow
 from tests.integration.orchestrator.conftest import StartClaimer, StartOrchestrator
 from tests.integration.orchestrator.support import effects, history, send, wait_history
@@ -24,7 +24,7 @@ async def test_a_reorder_is_stuck_caught_by_replay_and_its_patched_form_finishes
     start_claimer: StartClaimer,
 ) -> None:
     await start_claimer()
-    first = await start_orchestrator_(with_decider=load_decider([f"{VERSIONS}.v1"]))
+    first = await start_orchestrator_(with_workflow_code=load_workflow_code([f"{VERSIONS}.v1"]))
     await send(
         kafka,
         producer,
@@ -40,7 +40,7 @@ async def test_a_reorder_is_stuck_caught_by_replay_and_its_patched_form_finishes
     await first.stop()
 
     # The reorder, deployed as is: the next decision replays, diverges, and stops.
-    reordered = await start_orchestrator_(with_decider=load_decider([f"{VERSIONS}.v2"]))
+    reordered = await start_orchestrator_(with_workflow_code=load_workflow_code([f"{VERSIONS}.v2"]))
     await send(kafka, producer, SignalWorkflow(workflow_id=WF, signal="go"), "go-ev")
     stuck = await wait_history(db, WF, "workflow.non_determinism_detected")
     marker = stuck[-1]
@@ -69,7 +69,7 @@ async def test_a_reorder_is_stuck_caught_by_replay_and_its_patched_form_finishes
     assert code == 0, (out, err)
 
     # Deploying the patched form: the stuck workflow is decided again and finishes on its old path.
-    await start_orchestrator_(with_decider=load_decider([f"{VERSIONS}.v3"]))
+    await start_orchestrator_(with_workflow_code=load_workflow_code([f"{VERSIONS}.v3"]))
     done = await wait_history(db, WF, "workflow.completed")
     assert done[len(stuck)].message_type == "workflow.activity_scheduled"
     ended = done[-1]

@@ -97,7 +97,7 @@ from slotflow_api.app import create_app
 from slotflow_api.config import ApiSettings
 from slotflow_api.config import Settings as ApiAppSettings
 from slotflow_claimer.app import ClaimerService
-from slotflow_orchestrator.workflow_code import load_decider
+from slotflow_orchestrator.workflow_code import load_workflow_code
 from tests.integration.api.stats_support import StatsProcess, past_minute, stored_counts, workload
 from tests.integration.claimer.support import REPO, wait_state
 from tests.integration.claimer.support import settings_for as claimer_settings
@@ -460,7 +460,7 @@ async def test_a_workflow_sleeps_and_runs_its_activity_with_one_principal_per_se
     ticker = await start_ticker(secured_broker.settings("ticker", namespace), pg_dsn)
     orchestrator = await start_orchestrator(
         orchestrator_settings(secured_broker.settings("orchestrator", namespace), pg_dsn),
-        load_decider(["tests.integration.orchestrator.flows"]),
+        load_workflow_code(["tests.integration.orchestrator.flows"]),
     )
     claimer = ClaimerService(
         claimer_settings(secured_broker.settings("claimer", namespace), pg_dsn), registry=registry
@@ -860,7 +860,7 @@ async def test_every_consumer_checks_its_commands_and_a_child_workflow_runs_with
         orchestrator_settings(secured_broker.settings("orchestrator", namespace), pg_dsn).model_copy(
             update={"signatures": signing(orchestrator_key)}
         ),
-        load_decider(["tests.integration.orchestrator.saga", "tests.integration.orchestrator.flows"]),
+        load_workflow_code(["tests.integration.orchestrator.saga", "tests.integration.orchestrator.flows"]),
     )
     claimer = ClaimerService(
         claimer_settings(secured_broker.settings("claimer", namespace), pg_dsn).model_copy(

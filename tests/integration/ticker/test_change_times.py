@@ -14,7 +14,7 @@ from slotflow.pg.outbox import Staged
 from slotflow.pg.pool import Pool
 from slotflow.settings import KafkaSettings
 from slotflow_ticker.app import migrate
-from slotflow_ticker.claims import SlotClaimer
+from slotflow_ticker.claims import SlotFirer
 from slotflow_ticker.commands import CommandHandler, CommandTopics
 from slotflow_ticker.events import EventFactory, Outgoing, Topics
 from slotflow_ticker.metrics import TickerMetrics
@@ -26,10 +26,10 @@ HOURLY = ScheduleDefinition(spec=CronSpec(expression="0 * * * *"), handler="h")
 
 @dataclass
 class Ticker:
-    """A ticker's command handler and claimer on the test's database, no loops running."""
+    """A ticker's command handler and slot firer on the test's database, no loops running."""
 
     queries: Queries
-    claimer: SlotClaimer
+    firer: SlotFirer
     handler: CommandHandler
 
 
@@ -39,7 +39,7 @@ async def ticker(pg_pool: Pool, kafka: KafkaSettings) -> Ticker:
     queries = Queries.for_schema(SCHEMA)
     events = EventFactory(Topics.of(kafka), source="ticker/test")
     metrics = TickerMetrics()
-    claimer = SlotClaimer(
+    firer = SlotFirer(
         pg_pool, schema=SCHEMA, queries=queries, events=events, metrics=metrics, batch_size=100, max_slots=100
     )
     handler = CommandHandler(
@@ -47,12 +47,12 @@ async def ticker(pg_pool: Pool, kafka: KafkaSettings) -> Ticker:
         schema=SCHEMA,
         queries=queries,
         events=events,
-        claimer=claimer,
+        firer=firer,
         metrics=metrics,
         on_commit=lambda due: None,
         topics=CommandTopics(schedules=kafka.topic(SCHEDULE_COMMANDS), timers=kafka.topic(TIMER_COMMANDS)),
     )
-    return Ticker(queries, claimer, handler)
+    return Ticker(queries, firer, handler)
 
 
 def _command(message: Message) -> Envelope:
@@ -88,7 +88,7 @@ async def test_a_pause_waiting_for_the_automatic_resume_is_newer_than_it(
     async with pg_pool.acquire() as pausing, pausing.transaction():
         now: datetime = await pausing.fetchval("SELECT now()")  # the command batch has begun
         await wait_db_time(pg_pool, resume_at)
-        assert await ticker.claimer.auto_resume() == 1  # on its own connection, and commits
+        assert await ticker.firer.auto_resume() == 1  # on its own connection, and commits
         resumed_at = await pg_pool.fetchval("SELECT resumed_at FROM ticker.schedules")
         applied = await ticker.handler.apply(pausing, _command(pause), pause, now=now)
     assert await pg_pool.fetchval("SELECT paused FROM ticker.schedules")

@@ -1,9 +1,9 @@
-"""Overlap policies as a pure decision, and the waves that keep one job's decisions in order."""
+"""Overlap policies as a pure choice, and the waves that keep one job's decisions in order."""
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from slotflow_claimer.intake import Decision, decide, waves
+from slotflow_claimer.intake import OverlapChoice, choose_by_overlap, waves
 from slotflow_claimer.store import Active
 from tests.unit.claimer.support import due
 
@@ -13,44 +13,44 @@ BUFFERED = Active("job@2", "job", "pending")
 
 def test_nothing_active_always_claims() -> None:
     for policy in ("allow", "skip", "buffer_one", "buffer_all", "cancel_previous"):
-        assert decide(policy, []).action == "claim"
+        assert choose_by_overlap(policy, []).action == "claim"
 
 
 def test_allow_claims_beside_a_running_run() -> None:
-    assert decide("allow", [RUNNING]).action == "claim"
+    assert choose_by_overlap("allow", [RUNNING]).action == "claim"
 
 
 def test_skip_skips_while_a_run_runs_and_names_it() -> None:
-    decision = decide("skip", [RUNNING])
-    assert decision.action == "skip"
-    assert "job@1" in decision.reason
+    choice = choose_by_overlap("skip", [RUNNING])
+    assert choice.action == "skip"
+    assert "job@1" in choice.reason
 
 
 def test_buffer_one_buffers_one_and_skips_the_next() -> None:
-    assert decide("buffer_one", [RUNNING]).action == "buffer"
-    assert decide("buffer_one", [RUNNING, BUFFERED]).action == "skip"
+    assert choose_by_overlap("buffer_one", [RUNNING]).action == "buffer"
+    assert choose_by_overlap("buffer_one", [RUNNING, BUFFERED]).action == "skip"
 
 
 def test_buffer_all_queues_every_run_behind_the_ones_ahead() -> None:
-    assert decide("buffer_all", [RUNNING]).action == "buffer"
-    assert decide("buffer_all", [RUNNING, BUFFERED]).action == "buffer"
-    assert "job@2" in decide("buffer_all", [RUNNING, BUFFERED]).reason
+    assert choose_by_overlap("buffer_all", [RUNNING]).action == "buffer"
+    assert choose_by_overlap("buffer_all", [RUNNING, BUFFERED]).action == "buffer"
+    assert "job@2" in choose_by_overlap("buffer_all", [RUNNING, BUFFERED]).reason
 
 
 def test_buffer_all_claims_beside_running_runs_up_to_max_concurrent_unless_one_waits() -> None:
     second = Active("job@3", "job", "running")
-    assert decide("buffer_all", [RUNNING], max_concurrent=2).action == "claim"
-    assert decide("buffer_all", [RUNNING, second], max_concurrent=2).action == "buffer"
+    assert choose_by_overlap("buffer_all", [RUNNING], max_concurrent=2).action == "claim"
+    assert choose_by_overlap("buffer_all", [RUNNING, second], max_concurrent=2).action == "buffer"
     # A run waiting ahead keeps its place: the new one queues behind it.
-    assert decide("buffer_all", [BUFFERED], max_concurrent=5).action == "buffer"
+    assert choose_by_overlap("buffer_all", [BUFFERED], max_concurrent=5).action == "buffer"
 
 
 def test_cancel_previous_cancels_the_running_run_and_replaces_the_buffered_one() -> None:
-    decision = decide("cancel_previous", [RUNNING, BUFFERED])
-    assert decision.action == "buffer"
-    assert decision.cancel == ("job@1",)
-    assert decision.supersede == ("job@2",)
-    assert decide("cancel_previous", [BUFFERED]) == Decision("claim", supersede=("job@2",))
+    choice = choose_by_overlap("cancel_previous", [RUNNING, BUFFERED])
+    assert choice.action == "buffer"
+    assert choice.cancel == ("job@1",)
+    assert choice.supersede == ("job@2",)
+    assert choose_by_overlap("cancel_previous", [BUFFERED]) == OverlapChoice("claim", supersede=("job@2",))
 
 
 jobs = st.sampled_from(["a", "b", "c"])

@@ -22,7 +22,7 @@ from slotflow.client import (
     Unavailable,
     WaitTimedOut,
 )
-from slotflow.client.http import http_request
+from slotflow.client._http import http_request
 from slotflow.contracts import (
     Backfill,
     CancelWorkflow,

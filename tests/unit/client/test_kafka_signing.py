@@ -7,7 +7,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from slotflow.client import InvalidRequest, KafkaTransport
-from slotflow.client.http import http_request
+from slotflow.client._http import http_request
 from slotflow.contracts import (
     CloseDownstream,
     ConfigureDownstream,

@@ -29,7 +29,7 @@ from slotflow.settings import KafkaSettings
 from slotflow.workflow.runtime import WorkflowRuntime
 from slotflow_orchestrator.outbound import Outbound
 from slotflow_orchestrator.stepping import MAX_DUE_TIMERS_PER_DECISION, Input, Row, Step, step
-from slotflow_orchestrator.workflow_code import RuntimeDecider
+from slotflow_orchestrator.workflow_code import RuntimeWorkflowCode
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 WF = "wf-1"
@@ -66,8 +66,8 @@ def item(message: Message, id: str, seq: int) -> Input:
     return Input(seq, envelope, message)
 
 
-def decider(cache: int = 100) -> RuntimeDecider:
-    return RuntimeDecider(WorkflowRuntime([ZeroSleep, ShortSleep, ZeroSleeps], cache_size=cache))
+def workflow_code(cache: int = 100) -> RuntimeWorkflowCode:
+    return RuntimeWorkflowCode(WorkflowRuntime([ZeroSleep, ShortSleep, ZeroSleeps], cache_size=cache))
 
 
 def start(workflow_type: str) -> Input:
@@ -108,8 +108,8 @@ def timer_starts(out: Step) -> list[StartTimer]:
 
 
 def test_a_zero_sleep_fires_in_its_own_decision_and_the_code_moves_on() -> None:
-    runtime = decider()
-    first = step(WF, None, [], [start("test.zero_sleep")], decider=runtime, now=NOW)
+    runtime = workflow_code()
+    first = step(WF, None, [], [start("test.zero_sleep")], workflow_code=runtime, now=NOW)
     history: list[HistoryEvent] = list(first.events)
     assert [type(e) for e in history] == [WorkflowStarted, ActivityScheduled]
     second = step(
@@ -117,7 +117,7 @@ def test_a_zero_sleep_fires_in_its_own_decision_and_the_code_moves_on() -> None:
         Row("test.zero_sleep", "running"),
         history,
         [completed(2, 2)],
-        decider=runtime,
+        workflow_code=runtime,
         now=NOW,
         records=RECORDS,
     )
@@ -139,7 +139,7 @@ def test_a_zero_sleep_fires_in_its_own_decision_and_the_code_moves_on() -> None:
         Row("test.zero_sleep", "running"),
         history,
         [completed(6, 3)],
-        decider=runtime,
+        workflow_code=runtime,
         now=NOW,
         records=RECORDS,
     )
@@ -148,12 +148,12 @@ def test_a_zero_sleep_fires_in_its_own_decision_and_the_code_moves_on() -> None:
 
 
 def test_the_history_a_zero_sleep_leaves_replays_without_the_cache() -> None:
-    runtime = decider()
+    runtime = workflow_code()
     history: list[HistoryEvent] = []
     inputs = [start("test.zero_sleep"), completed(2, 2), completed(6, 3)]
     for index, waiting in enumerate(inputs):
         row = Row("test.zero_sleep", "running") if index else None
-        history += step(WF, row, history, [waiting], decider=runtime, now=NOW, records=RECORDS).events
+        history += step(WF, row, history, [waiting], workflow_code=runtime, now=NOW, records=RECORDS).events
     # A fresh runtime (another orchestrator after a crash) makes the same moves after each input,
     # and accepts the whole history (a replay with a later clock diverges nowhere).
     inputs_at = [
@@ -162,16 +162,16 @@ def test_the_history_a_zero_sleep_leaves_replays_without_the_cache() -> None:
         if isinstance(e, WorkflowStarted | ActivityCompleted | WorkflowTimerFired)
     ]
     for index in inputs_at:
-        replayed = decider(cache=0).runtime.decide(history[: index + 1], now=NOW)
+        replayed = workflow_code(cache=0).runtime.replay(history[: index + 1], now=NOW)
         assert replayed.events
         assert list(replayed.events) == history[index + 1 : index + 1 + len(replayed.events)]
-    whole = decider(cache=0).runtime.decide(history, now=NOW + timedelta(hours=1))
+    whole = workflow_code(cache=0).runtime.replay(history, now=NOW + timedelta(hours=1))
     assert whole.closed
     assert not whole.events
 
 
 def test_a_timer_that_is_not_due_goes_to_the_ticker() -> None:
-    out = step(WF, None, [], [start("test.short_sleep")], decider=decider(), now=NOW)
+    out = step(WF, None, [], [start("test.short_sleep")], workflow_code=workflow_code(), now=NOW)
     assert [type(e) for e in out.events] == [WorkflowStarted, TimerStarted]
     assert out.fired_here == set()
     [started] = timer_starts(out)
@@ -179,7 +179,7 @@ def test_a_timer_that_is_not_due_goes_to_the_ticker() -> None:
 
 
 def test_a_loop_of_zero_sleeps_hands_the_rest_to_the_ticker() -> None:
-    out = step(WF, None, [], [start("test.zero_sleeps")], decider=decider(), now=NOW)
+    out = step(WF, None, [], [start("test.zero_sleeps")], workflow_code=workflow_code(), now=NOW)
     fired = [e for e in out.events if isinstance(e, WorkflowTimerFired)]
     started = [e for e in out.events if isinstance(e, TimerStarted)]
     assert len(fired) == MAX_DUE_TIMERS_PER_DECISION

@@ -15,7 +15,7 @@ from slotflow.pg.outbox import Encoded, Staged, encoded
 from slotflow.settings import KafkaSettings
 from slotflow_orchestrator.outbound import SOURCE, Outbound
 from slotflow_orchestrator.stepping import Row, step
-from tests.unit.orchestrator.test_due_timers import NOW, RECORDS, WF, completed, decider, item
+from tests.unit.orchestrator.test_due_timers import NOW, RECORDS, WF, completed, item, workflow_code
 
 KAFKA = KafkaSettings()
 
@@ -36,14 +36,14 @@ def spliced_row(event: HistoryEvent, workflow_id: str, now: datetime) -> Encoded
 
 
 def test_every_event_of_a_real_run_splices_to_the_models_bytes() -> None:
-    runtime = decider()
+    runtime = workflow_code()
     data = {"amount": 12.5, "note": "zahlung für Ärzte ✓", "nested": {"list": [1, None, True, "x"]}}
     first = step(
         WF,
         None,
         [],
         [item(StartWorkflow(workflow_id=WF, workflow_type="test.zero_sleep", input=data), "c1", 1)],
-        decider=runtime,
+        workflow_code=runtime,
         now=NOW,
     )
     history: list[HistoryEvent] = list(first.events)
@@ -52,7 +52,7 @@ def test_every_event_of_a_real_run_splices_to_the_models_bytes() -> None:
         Row("test.zero_sleep", "running"),
         history,
         [completed(2, 2)],
-        decider=runtime,
+        workflow_code=runtime,
         now=NOW,
         records=RECORDS,
     )
@@ -62,7 +62,7 @@ def test_every_event_of_a_real_run_splices_to_the_models_bytes() -> None:
         Row("test.zero_sleep", "running"),
         history,
         [completed(6, 3)],
-        decider=runtime,
+        workflow_code=runtime,
         now=NOW,
         records=RECORDS,
     )
@@ -73,9 +73,9 @@ def test_every_event_of_a_real_run_splices_to_the_models_bytes() -> None:
 
 
 def test_rows_put_the_history_first_and_spliced() -> None:
-    runtime = decider()
+    runtime = workflow_code()
     start = item(StartWorkflow(workflow_id=WF, workflow_type="test.zero_sleep", input={}), "c", 1)
-    out = step(WF, None, [], [start], decider=runtime, now=NOW)
+    out = step(WF, None, [], [start], workflow_code=runtime, now=NOW)
     rows = Outbound(KAFKA).rows(out, out.events, now=NOW)
     history = [r for r in rows if isinstance(r, Encoded)]
     assert [decode(r.value).id for r in history] == [history_event_id(WF, e.sequence) for e in out.events]

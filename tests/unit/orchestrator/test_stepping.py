@@ -1,6 +1,6 @@
 """The pure decision step: which inputs become history, which are answered, which are dropped.
 
-The decider here is a scripted stand-in for the workflow runtime (`decide` returns what a test
+The workflow code here is a scripted stand-in for the workflow runtime (`replay` returns what a test
 says the code would do next); the real runtime is exercised by the integration tests.
 """
 
@@ -53,7 +53,7 @@ WF = "order-1"
 
 
 class Scripted:
-    """Knows `checkout`; `decide` answers with whatever `script(history)` returns."""
+    """Knows `checkout`; `replay` answers with whatever `script(history)` returns."""
 
     def __init__(
         self, script: Callable[[Sequence[HistoryEvent]], Sequence[HistoryEvent]] | None = None
@@ -70,7 +70,7 @@ class Scripted:
             return "the payload does not fit the parameter of handler Checkout.parcel: grams: not an int"
         return None
 
-    def decide(self, history: Sequence[HistoryEvent], *, now: datetime) -> Moves:
+    def replay(self, history: Sequence[HistoryEvent], *, now: datetime) -> Moves:
         self.calls.append(len(history))
         return Moves(events=list(self.script(history)))
 
@@ -127,9 +127,9 @@ def completed_record(sequence: int, result: object = None, token: int = 1) -> di
 
 
 def test_a_start_appends_workflow_started_and_the_codes_first_move() -> None:
-    decider = Scripted(schedule_next())
+    workflow_code = Scripted(schedule_next())
     start = StartWorkflow(workflow_id=WF, workflow_type="checkout", input={"order": 1})
-    out = step(WF, None, [], [item(start, "c1")], decider=decider, now=NOW)
+    out = step(WF, None, [], [item(start, "c1")], workflow_code=workflow_code, now=NOW)
     assert [type(e) for e in out.events] == [WorkflowStarted, ActivityScheduled]
     first = out.events[0]
     assert isinstance(first, WorkflowStarted)
@@ -138,12 +138,12 @@ def test_a_start_appends_workflow_started_and_the_codes_first_move() -> None:
     assert out.status == "running"
     assert out.started == start
     assert [(a.command_id, a.reason) for a in out.acks] == [("c1", None)]
-    assert decider.calls == [1]
+    assert workflow_code.calls == [1]
 
 
 def test_a_start_of_an_unknown_type_is_rejected_and_appends_nothing() -> None:
     start = StartWorkflow(workflow_id=WF, workflow_type="nope", input={})
-    out = step(WF, None, [], [item(start, "c1")], decider=Scripted(), now=NOW)
+    out = step(WF, None, [], [item(start, "c1")], workflow_code=Scripted(), now=NOW)
     assert out.events == []
     assert out.status is None
     assert out.acks[0].reason == "unknown workflow type 'nope'"
@@ -183,7 +183,7 @@ def test_a_start_of_a_taken_id_refused_by_its_policy_appends_nothing(
     policy: str, history: list[HistoryEvent], row: Row, answer: str
 ) -> None:
     start = StartWorkflow(workflow_id=WF, workflow_type="checkout", id_reuse_policy=policy)  # type: ignore[arg-type]
-    out = step(WF, row, history, [item(start, "c2")], decider=Scripted(), now=NOW)
+    out = step(WF, row, history, [item(start, "c2")], workflow_code=Scripted(), now=NOW)
     assert out.events == []
     assert out.acks[0].reason is not None
     assert answer in out.acks[0].reason
@@ -192,7 +192,7 @@ def test_a_start_of_a_taken_id_refused_by_its_policy_appends_nothing(
 @pytest.mark.parametrize("policy", ["allow_after_close", "terminate_running"])
 def test_a_closed_id_reused_starts_a_new_run_after_the_last_ones_end(policy: str) -> None:
     start = StartWorkflow(workflow_id=WF, workflow_type="checkout", input={"n": 2}, id_reuse_policy=policy)  # type: ignore[arg-type]
-    out = step(WF, CLOSED, closed(), [item(start, "c2")], decider=Scripted(schedule_next()), now=NOW)
+    out = step(WF, CLOSED, closed(), [item(start, "c2")], workflow_code=Scripted(schedule_next()), now=NOW)
     assert [type(e) for e in out.events] == [WorkflowStarted, ActivityScheduled]
     again = out.events[0]
     assert isinstance(again, WorkflowStarted)
@@ -214,7 +214,7 @@ def test_terminate_running_ends_the_open_run_cancels_its_timers_and_starts_the_n
         id_reuse_policy="terminate_running",
         execution_timeout=timedelta(minutes=5),
     )
-    out = step(WF, row, history, [item(start, "c2")], decider=Scripted(schedule_next()), now=NOW)
+    out = step(WF, row, history, [item(start, "c2")], workflow_code=Scripted(schedule_next()), now=NOW)
     assert [type(e) for e in out.events] == [WorkflowFailed, WorkflowStarted, ActivityScheduled]
     ended, again = out.events[0], out.events[1]
     assert isinstance(ended, WorkflowFailed)
@@ -233,7 +233,7 @@ def test_terminate_running_ends_the_open_run_cancels_its_timers_and_starts_the_n
         Row("checkout", "running", NOW),
         [*history, *out.events],
         [item(late, "t1")],
-        decider=Scripted(),
+        workflow_code=Scripted(),
         now=NOW,
     )
     assert after.events == []
@@ -241,13 +241,15 @@ def test_terminate_running_ends_the_open_run_cancels_its_timers_and_starts_the_n
 
 def test_an_execution_timeout_starts_a_timer_and_its_firing_fails_the_run() -> None:
     start = StartWorkflow(workflow_id=WF, workflow_type="checkout", execution_timeout=timedelta(minutes=5))
-    out = step(WF, None, [], [item(start, "c1")], decider=Scripted(schedule_next()), now=NOW)
+    out = step(WF, None, [], [item(start, "c1")], workflow_code=Scripted(schedule_next()), now=NOW)
     assert [(t.timer_id, t.fire_at) for t in out.timers] == [
         (execution_timer_id(WF), NOW + timedelta(minutes=5))
     ]
     fired = TimerFired(timer_id=execution_timer_id(WF), owner=WF, fire_at=NOW, fired_at=NOW)
     row = Row("checkout", "running", NOW + timedelta(minutes=5))
-    late = step(WF, row, scheduled(), [item(fired, "t1")], decider=Scripted(), now=NOW + timedelta(minutes=5))
+    late = step(
+        WF, row, scheduled(), [item(fired, "t1")], workflow_code=Scripted(), now=NOW + timedelta(minutes=5)
+    )
     assert len(late.events) == 1
     failed = late.events[0]
     assert isinstance(failed, WorkflowFailed)
@@ -258,10 +260,10 @@ def test_an_execution_timeout_starts_a_timer_and_its_firing_fails_the_run() -> N
 
 
 def test_an_activity_result_counts_once_and_only_for_a_pending_activity() -> None:
-    decider = Scripted()
+    workflow_code = Scripted()
     inputs = [item(run_completed(2, {"ok": 1}), "r1"), item(run_completed(2, {"ok": 2}, token=2), "r2", 2)]
     records = completed_record(2, {"ok": 1})
-    out = step(WF, RUNNING, scheduled(), inputs, decider=decider, now=NOW, records=records)
+    out = step(WF, RUNNING, scheduled(), inputs, workflow_code=workflow_code, now=NOW, records=records)
     assert len(out.events) == 1
     # The second names another claim (token 2): nothing is pending any more, and the claimer's
     # record (token 1) does not back it, so it changes nothing and is parked.
@@ -270,7 +272,9 @@ def test_an_activity_result_counts_once_and_only_for_a_pending_activity() -> Non
     assert isinstance(done, ActivityCompleted)
     assert done.scheduled_sequence == 2
     assert done.result == {"ok": 1}
-    stray = step(WF, RUNNING, scheduled(), [item(run_completed(7), "r3")], decider=decider, now=NOW)
+    stray = step(
+        WF, RUNNING, scheduled(), [item(run_completed(7), "r3")], workflow_code=workflow_code, now=NOW
+    )
     assert stray.events == []
     assert stray.status is None
     assert [r.verdict.rule for r in stray.refused] == ["run_id"]
@@ -312,7 +316,7 @@ def test_a_dead_lettered_activity_fails_with_its_last_error() -> None:
         RUNNING,
         scheduled(),
         [item(dead, "d1")],
-        decider=Scripted(),
+        workflow_code=Scripted(),
         now=NOW,
         records={record.run_id: record},
     )
@@ -325,24 +329,33 @@ def test_signal_and_cancel_reach_a_running_workflow_and_are_refused_after_the_en
     signal = SignalWorkflow(workflow_id=WF, signal="address", payload={"zip": "1"})
     cancel = CancelWorkflow(workflow_id=WF, reason="customer")
     out = step(
-        WF, RUNNING, scheduled(), [item(signal, "s1"), item(cancel, "x1", 2)], decider=Scripted(), now=NOW
+        WF,
+        RUNNING,
+        scheduled(),
+        [item(signal, "s1"), item(cancel, "x1", 2)],
+        workflow_code=Scripted(),
+        now=NOW,
     )
     assert [type(e) for e in out.events] == [SignalReceived, CancelRequested]
     assert [e.sequence for e in out.events] == [3, 4]
     assert all(a.reason is None for a in out.acks)
     ended = [*scheduled(), WorkflowCompleted(workflow_id=WF, sequence=3)]
-    late = step(WF, Row("checkout", "completed"), ended, [item(signal, "s2")], decider=Scripted(), now=NOW)
+    late = step(
+        WF, Row("checkout", "completed"), ended, [item(signal, "s2")], workflow_code=Scripted(), now=NOW
+    )
     assert late.events == []
     assert late.acks[0].reason == f"workflow {WF} has already ended"
-    unknown = step(WF, None, [], [item(signal, "s3")], decider=Scripted(), now=NOW)
+    unknown = step(WF, None, [], [item(signal, "s3")], workflow_code=Scripted(), now=NOW)
     assert unknown.acks[0].reason == f"workflow {WF} is not known"
 
 
 def test_a_signal_its_handler_cannot_take_is_rejected_with_the_reason_and_appends_nothing() -> None:
     bad = SignalWorkflow(workflow_id=WF, signal="parcel", payload={"grams": "heavy"})
     good = SignalWorkflow(workflow_id=WF, signal="parcel", payload={"grams": 1200})
-    decider = Scripted()
-    out = step(WF, RUNNING, scheduled(), [item(bad, "s1"), item(good, "s2", 2)], decider=decider, now=NOW)
+    workflow_code = Scripted()
+    out = step(
+        WF, RUNNING, scheduled(), [item(bad, "s1"), item(good, "s2", 2)], workflow_code=workflow_code, now=NOW
+    )
     (received,) = out.events
     assert isinstance(received, SignalReceived)
     assert (received.payload, received.command_id) == ({"grams": 1200}, "s2")
@@ -354,11 +367,11 @@ def test_a_signal_its_handler_cannot_take_is_rejected_with_the_reason_and_append
     )
     assert accepted.reason is None
     # A rejected signal alone changes nothing: the code is not even asked.
-    decider.calls.clear()
-    alone = step(WF, RUNNING, scheduled(), [item(bad, "s3")], decider=decider, now=NOW)
+    workflow_code.calls.clear()
+    alone = step(WF, RUNNING, scheduled(), [item(bad, "s3")], workflow_code=workflow_code, now=NOW)
     assert alone.events == []
     assert alone.acks[0].reason is not None
-    assert decider.calls == []
+    assert workflow_code.calls == []
 
 
 def test_terminate_ends_the_run_without_the_code_and_cancels_its_timers() -> None:
@@ -366,13 +379,13 @@ def test_terminate_ends_the_run_without_the_code_and_cancels_its_timers() -> Non
         *started(),
         TimerStarted(workflow_id=WF, sequence=2, timer_id=f"{WF}/timer/2", fire_at=NOW + timedelta(hours=1)),
     ]
-    decider = Scripted(schedule_next())
+    workflow_code = Scripted(schedule_next())
     out = step(
         WF,
         RUNNING,
         history,
         [item(TerminateWorkflow(workflow_id=WF, reason="ops"), "k1")],
-        decider=decider,
+        workflow_code=workflow_code,
         now=NOW,
     )
     assert len(out.events) == 1
@@ -380,7 +393,7 @@ def test_terminate_ends_the_run_without_the_code_and_cancels_its_timers() -> Non
     assert isinstance(ended, WorkflowFailed)
     assert ended.error_type == TERMINATED
     assert ended.message == "ops"
-    assert decider.calls == []
+    assert workflow_code.calls == []
     assert out.cancel_timers == [f"{WF}/timer/2"]
 
 
@@ -390,14 +403,16 @@ def test_a_timer_firing_is_recorded_once() -> None:
         TimerStarted(workflow_id=WF, sequence=2, timer_id=f"{WF}/timer/2", fire_at=NOW),
     ]
     fired = TimerFired(timer_id=f"{WF}/timer/2", owner=WF, sequence=2, fire_at=NOW, fired_at=NOW)
-    out = step(WF, RUNNING, history, [item(fired, "t1"), item(fired, "t2", 2)], decider=Scripted(), now=NOW)
+    out = step(
+        WF, RUNNING, history, [item(fired, "t1"), item(fired, "t2", 2)], workflow_code=Scripted(), now=NOW
+    )
     assert len(out.events) == 1
     assert isinstance(out.events[0], WorkflowTimerFired)
 
 
 def test_divergence_appends_non_determinism_once_and_leaves_the_workflow_stuck() -> None:
     class Diverging(Scripted):
-        def decide(self, history: Sequence[HistoryEvent], *, now: datetime) -> Moves:
+        def replay(self, history: Sequence[HistoryEvent], *, now: datetime) -> Moves:
             raise Diverged(2, "workflow.activity_scheduled inventory.reserve", "activity payments.charge")
 
     out = step(
@@ -405,7 +420,7 @@ def test_divergence_appends_non_determinism_once_and_leaves_the_workflow_stuck()
         RUNNING,
         scheduled(),
         [item(run_completed(2), "r1")],
-        decider=Diverging(),
+        workflow_code=Diverging(),
         now=NOW,
         records=completed_record(2),
     )
@@ -413,7 +428,7 @@ def test_divergence_appends_non_determinism_once_and_leaves_the_workflow_stuck()
     assert out.status == "stuck"
     assert out.diverged
     stuck = [*scheduled(), *out.events]
-    again = step(WF, Row("checkout", "stuck"), stuck, [], decider=Diverging(), now=NOW, redecide=True)
+    again = step(WF, Row("checkout", "stuck"), stuck, [], workflow_code=Diverging(), now=NOW, redecide=True)
     assert again.events == []
     assert again.status is None
 
@@ -428,7 +443,7 @@ def test_a_runtime_that_skips_a_sequence_keeps_nothing() -> None:
             RUNNING,
             scheduled(),
             [item(run_completed(2), "r1")],
-            decider=Scripted(gap),
+            workflow_code=Scripted(gap),
             now=NOW,
             records=completed_record(2),
         )
@@ -437,7 +452,7 @@ def test_a_runtime_that_skips_a_sequence_keeps_nothing() -> None:
 @pytest.mark.parametrize("status", ["completed", "failed", "cancelled"])
 def test_a_closed_workflow_whose_history_was_purged_is_still_ended(status: str) -> None:
     """The retention purged its history rows; the row alone keeps its id taken and its end."""
-    decider = Scripted(schedule_next())
+    workflow_code = Scripted(schedule_next())
     row = Row("checkout", status)  # type: ignore[arg-type]
     again = StartWorkflow(workflow_id=WF, workflow_type="checkout", input={})
     signal = SignalWorkflow(workflow_id=WF, signal="go")
@@ -448,11 +463,11 @@ def test_a_closed_workflow_whose_history_was_purged_is_still_ended(status: str) 
         item(cancel, "x1", 3),
         item(run_completed(2), "r", 4),
     ]
-    out = step(WF, row, [], inputs, decider=decider, now=NOW)
+    out = step(WF, row, [], inputs, workflow_code=workflow_code, now=NOW)
     assert out.events == []
     assert out.started is None
     assert out.status is None
-    assert decider.calls == []
+    assert workflow_code.calls == []
     assert [(a.command_id, a.reason) for a in out.acks] == [
         ("c2", f"workflow {WF} already exists (closed, history purged); id_reuse_policy is reject_duplicate"),
         ("s1", f"workflow {WF} has already ended"),
@@ -472,7 +487,7 @@ def test_a_forged_run_completed_under_another_run_id_is_refused_and_appends_noth
         RUNNING,
         scheduled(),
         [item(forged, "f1")],
-        decider=Scripted(),
+        workflow_code=Scripted(),
         now=NOW,
         records=completed_record(2),
     )
@@ -491,7 +506,7 @@ def test_a_guessed_fence_is_refused_then_the_genuine_outcome_counts_with_the_rec
         RUNNING,
         scheduled(),
         [item(guessed, "f1"), item(genuine, "g1", 2)],
-        decider=Scripted(),
+        workflow_code=Scripted(),
         now=NOW,
         records=records,
     )
@@ -510,7 +525,7 @@ def test_the_right_integers_with_a_forged_result_record_the_claimers_result() ->
         RUNNING,
         scheduled(),
         [item(forged, "f1")],
-        decider=Scripted(),
+        workflow_code=Scripted(),
         now=NOW,
         records=completed_record(2, {"paid_to": "merchant"}),
     )
@@ -522,7 +537,13 @@ def test_the_right_integers_with_a_forged_result_record_the_claimers_result() ->
 def test_an_outcome_while_the_claimer_still_runs_the_activity_is_refused() -> None:
     running = {f"{WF}/2": RunRecord(f"{WF}/2", "running", 1, 1, "inventory.reserve")}
     out = step(
-        WF, RUNNING, scheduled(), [item(run_completed(2), "f1")], decider=Scripted(), now=NOW, records=running
+        WF,
+        RUNNING,
+        scheduled(),
+        [item(run_completed(2), "f1")],
+        workflow_code=Scripted(),
+        now=NOW,
+        records=running,
     )
     assert out.events == []
     assert [r.verdict.rule for r in out.refused] == ["state"]
@@ -531,11 +552,13 @@ def test_an_outcome_while_the_claimer_still_runs_the_activity_is_refused() -> No
 def test_an_outcome_for_nothing_pending_is_dropped_only_when_the_claimers_record_backs_it() -> None:
     answered = [*scheduled(), ActivityCompleted(workflow_id=WF, sequence=3, scheduled_sequence=2, result=1)]
     copy = item(run_completed(2, {"forged": True}), "copy")
-    backed = step(WF, RUNNING, answered, [copy], decider=Scripted(), now=NOW, records=completed_record(2, 1))
+    backed = step(
+        WF, RUNNING, answered, [copy], workflow_code=Scripted(), now=NOW, records=completed_record(2, 1)
+    )
     # A copy of the genuine outcome (the record backs it) changes nothing and is dropped.
     assert (backed.events, backed.refused) == ([], [])
     late = [item(run_completed(7), "late"), item(run_completed(2, token=9), "forged")]
-    out = step(WF, RUNNING, answered, late, decider=Scripted(), now=NOW, records=completed_record(2, 1))
+    out = step(WF, RUNNING, answered, late, workflow_code=Scripted(), now=NOW, records=completed_record(2, 1))
     assert out.events == []
     # Nothing scheduled at 7; at 2 the record holds another claim: both parked, not dropped.
     assert [(r.input.envelope.id, r.verdict.rule) for r in out.refused] == [
@@ -553,7 +576,7 @@ def test_an_outcome_for_nothing_pending_is_dropped_only_when_the_claimers_record
         Row("checkout", "completed"),
         ended,
         [copy, late[1]],
-        decider=Scripted(),
+        workflow_code=Scripted(),
         now=NOW,
         records=completed_record(2, 1),
     )
@@ -574,7 +597,7 @@ def test_a_forged_execution_timeout_of_a_workflow_without_one_is_refused() -> No
         RUNNING,
         scheduled(),
         [item(fired(execution_timer_id(WF), None), "t1")],
-        decider=Scripted(),
+        workflow_code=Scripted(),
         now=NOW,
     )
     assert out.events == []
@@ -583,7 +606,12 @@ def test_a_forged_execution_timeout_of_a_workflow_without_one_is_refused() -> No
 
 def test_a_forged_deadline_of_an_activity_without_one_is_refused() -> None:
     out = step(
-        WF, RUNNING, scheduled(), [item(fired(f"{WF}/2#deadline", 2), "t1")], decider=Scripted(), now=NOW
+        WF,
+        RUNNING,
+        scheduled(),
+        [item(fired(f"{WF}/2#deadline", 2), "t1")],
+        workflow_code=Scripted(),
+        now=NOW,
     )
     assert out.events == []
     assert [r.verdict.rule for r in out.refused] == ["not_started"]
@@ -602,12 +630,17 @@ def test_a_deadline_fires_only_once_due() -> None:
         ),
     ]
     early = step(
-        WF, RUNNING, history, [item(fired(f"{WF}/2#deadline", 2), "t1")], decider=Scripted(), now=NOW
+        WF, RUNNING, history, [item(fired(f"{WF}/2#deadline", 2), "t1")], workflow_code=Scripted(), now=NOW
     )
     assert early.events == []
     assert [r.verdict.rule for r in early.refused] == ["early"]
     due = step(
-        WF, RUNNING, history, [item(fired(f"{WF}/2#deadline", 2), "t1")], decider=Scripted(), now=deadline
+        WF,
+        RUNNING,
+        history,
+        [item(fired(f"{WF}/2#deadline", 2), "t1")],
+        workflow_code=Scripted(),
+        now=deadline,
     )
     [failed] = due.events
     assert isinstance(failed, ActivityFailed)
@@ -620,7 +653,7 @@ def test_a_sleeps_firing_under_another_timer_id_is_refused() -> None:
         RUNNING,
         slept(NOW),
         [item(fired(f"{WF}/timer/7", 2), "t1")],
-        decider=Scripted(),
+        workflow_code=Scripted(),
         now=NOW,
     )
     assert out.events == []
@@ -632,12 +665,12 @@ def test_a_sleeps_firing_under_another_timer_id_is_refused() -> None:
 def test_an_early_firing_of_a_genuine_sleep_is_refused_by_the_database_clock() -> None:
     history = slept(NOW + timedelta(minutes=1))
     genuine = item(fired(f"{WF}/timer/2", 2, NOW + timedelta(minutes=1)), "t1")
-    early = step(WF, RUNNING, history, [genuine], decider=Scripted(), now=NOW)
+    early = step(WF, RUNNING, history, [genuine], workflow_code=Scripted(), now=NOW)
     assert early.events == []
     assert [r.verdict.rule for r in early.refused] == ["early"]
     # The clock read once the inputs were visible counts, even if the transaction began earlier.
     on_time = step(
-        WF, RUNNING, history, [genuine], decider=Scripted(), now=NOW, clock=NOW + timedelta(minutes=1)
+        WF, RUNNING, history, [genuine], workflow_code=Scripted(), now=NOW, clock=NOW + timedelta(minutes=1)
     )
     [done] = on_time.events
     assert isinstance(done, WorkflowTimerFired)
@@ -654,14 +687,14 @@ def test_a_firing_that_names_nothing_pending_is_dropped_only_when_the_history_st
         ),
     ]
     copy = item(fired(f"{WF}/timer/2", 2), "copy")
-    backed = step(WF, RUNNING, woke, [copy], decider=Scripted(), now=NOW)
+    backed = step(WF, RUNNING, woke, [copy], workflow_code=Scripted(), now=NOW)
     assert (backed.events, backed.refused) == ([], [])
     forged = [
         item(fired("anything", 9), "t1"),
         item(fired("other/timer/2", 2), "t2"),
         item(fired(execution_timer_id(WF), None), "t3"),
     ]
-    out = step(WF, RUNNING, woke, forged, decider=Scripted(), now=NOW)
+    out = step(WF, RUNNING, woke, forged, workflow_code=Scripted(), now=NOW)
     assert out.events == []
     assert [(r.input.envelope.id, r.verdict.rule) for r in out.refused] == [
         ("t1", "not_started"),

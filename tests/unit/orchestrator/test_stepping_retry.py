@@ -61,7 +61,7 @@ def request(sequence: int = 2) -> RedriveRequested:
 def test_a_retry_of_a_parked_activity_appends_activity_retried_and_reissues_it() -> None:
     out = step(
         WF, RUNNING, parked_history(), [item(RetryActivity(workflow_id=WF, sequence=2), "r1")],
-        decider=Scripted(), now=NOW, records=dead(redrives=1),
+        workflow_code=Scripted(), now=NOW, records=dead(redrives=1),
     )  # fmt: skip
     [retried] = out.events
     assert isinstance(retried, ActivityRetried)
@@ -77,7 +77,7 @@ def test_a_retry_of_a_parked_activity_appends_activity_retried_and_reissues_it()
     # Retried, it is no longer parked: a second retry before its outcome is refused.
     again = step(
         WF, RUNNING, [*parked_history(), retried], [item(RetryActivity(workflow_id=WF, sequence=2), "r2")],
-        decider=Scripted(), now=NOW, records=dead(redrives=2),
+        workflow_code=Scripted(), now=NOW, records=dead(redrives=2),
     )  # fmt: skip
     assert again.events == []
     assert again.acks[0].reason == (
@@ -88,7 +88,7 @@ def test_a_retry_of_a_parked_activity_appends_activity_retried_and_reissues_it()
 def test_a_redrive_request_is_answered_either_way() -> None:
     done = step(
         WF, RUNNING, parked_history(), [item(request(), "redrive:" + "a" * 32)],
-        decider=Scripted(), now=NOW, records=dead(),
+        workflow_code=Scripted(), now=NOW, records=dead(),
     )  # fmt: skip
     [answer] = done.redrive_answers
     assert answer.done
@@ -99,7 +99,7 @@ def test_a_redrive_request_is_answered_either_way() -> None:
     assert retried.command_id == "redrive-1"  # the operator's command, not the request's id
     refused = step(
         WF, RUNNING, parked_history(), [item(request(sequence=5), "redrive:" + "a" * 32)],
-        decider=Scripted(), now=NOW, records=dead(),
+        workflow_code=Scripted(), now=NOW, records=dead(),
     )  # fmt: skip
     [answer] = refused.redrive_answers
     assert (answer.done, answer.reason) == (False, f"workflow {WF} has no activity at #5")
@@ -156,7 +156,7 @@ def test_a_retry_that_cannot_be_carried_out_is_refused_with_the_reason(
 ) -> None:
     out = step(
         WF, row, history, [item(RetryActivity(workflow_id=WF, sequence=sequence), "r")],
-        decider=Scripted(), now=NOW, records=records,
+        workflow_code=Scripted(), now=NOW, records=records,
     )  # fmt: skip
     assert out.events == []
     assert out.reissues == []

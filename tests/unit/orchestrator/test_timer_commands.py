@@ -16,7 +16,7 @@ from slotflow.pg.outbox import Staged
 from slotflow.settings import KafkaSettings
 from slotflow_orchestrator.outbound import Outbound
 from slotflow_orchestrator.stepping import Step, TimerRequest, step
-from tests.unit.orchestrator.test_due_timers import NOW, WF, decider, item
+from tests.unit.orchestrator.test_due_timers import NOW, WF, item, workflow_code
 
 KAFKA = KafkaSettings(topic_namespace="ns")
 TIMER_TOPIC = "ns.slotflow.timers.commands.v1"
@@ -49,7 +49,7 @@ def test_a_sleep_and_the_execution_timeout_of_a_real_decision_pass() -> None:
     begin = StartWorkflow(
         workflow_id=WF, workflow_type="test.short_sleep", input={}, execution_timeout=timedelta(hours=1)
     )
-    out = step(WF, None, [], [item(begin, "c1", 1)], decider=decider(), now=NOW)
+    out = step(WF, None, [], [item(begin, "c1", 1)], workflow_code=workflow_code(), now=NOW)
     assert [(type(m), m.timer_id) for m in timer_commands(out)] == [
         (StartTimer, sleep_timer_id(WF, 2)),
         (StartTimer, execution_timer_id(WF)),

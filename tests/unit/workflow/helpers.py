@@ -55,8 +55,8 @@ class History:
     def next(self) -> int:
         return self.events[-1].sequence + 1
 
-    def decide(self) -> Decision:
-        decision = self.runtime.decide(self.events, now=self.now)
+    def replay(self) -> Decision:
+        decision = self.runtime.replay(self.events, now=self.now)
         self.events.extend(decision.events)
         self.decisions.append(decision)
         return decision
@@ -113,7 +113,7 @@ class History:
         timer fired), until a decision asks for nothing more, or right after one holding an event
         of type ``stop_at`` (left unanswered): the history a run of the code records."""
         while True:
-            decision = self.decide()
+            decision = self.replay()
             if any(e.message_type == stop_at for e in decision.events):
                 return self
             asked = [e for e in decision.events if isinstance(e, ActivityScheduled | TimerStarted)]

@@ -39,7 +39,7 @@ class DefaultChildParent:
 def test_a_long_parent_starts_its_child_with_the_default_id() -> None:
     parent = "p" * 200
     history = History(WorkflowRuntime([DefaultChildParent]), "tests.default_child_parent", workflow_id=parent)
-    decision = history.decide()
+    decision = history.replay()
     (scheduled,) = [e for e in decision.events if isinstance(e, ChildWorkflowScheduled)]
     assert scheduled.child_workflow_id == default_child_id(parent, 2)
     assert not [e for e in decision.events if isinstance(e, WorkflowFailed)]

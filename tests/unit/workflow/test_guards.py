@@ -214,7 +214,7 @@ def test_each_trap_fails_with_what_to_use_instead(
 ) -> None:
     history = History(_runtime_for(trap), "trap")
     with pytest.raises(WorkflowDeterminismError) as caught:
-        history.decide()
+        history.replay()
     error = caught.value
     assert used in error.used
     assert instead in str(error)
@@ -227,7 +227,7 @@ def test_catching_the_guard_error_does_not_hide_it(
     trap: Callable[[], Awaitable[None]], used: str, instead: str
 ) -> None:
     with pytest.raises(WorkflowDeterminismError, match="deterministic"):
-        History(_runtime_for(trap, swallow=True), "trap").decide()
+        History(_runtime_for(trap, swallow=True), "trap").replay()
 
 
 def test_workflow_tasks_and_gather_run_on_the_workflow_loop() -> None:
@@ -240,9 +240,9 @@ def test_workflow_tasks_and_gather_run_on_the_workflow_loop() -> None:
             return [first, second, await task]
 
     history = History(WorkflowRuntime([Fine]), "tasks.ok")
-    history.decide()
+    history.replay()
     history.complete(2, "one")
-    (done,) = history.decide().events
+    (done,) = history.replay().events
     assert done.result == [1, "one", 1]  # type: ignore[attr-defined]
 
 
@@ -314,7 +314,7 @@ def test_logging_in_workflow_code_reads_the_clock_through_the_standard_library(
             return "logged"
 
     with caplog.at_level(logging.WARNING, logger="tests.workflow"):
-        (done,) = History(WorkflowRuntime([Logs]), "logs").decide().events
+        (done,) = History(WorkflowRuntime([Logs]), "logs").replay().events
     assert done.result == "logged"  # type: ignore[attr-defined]
     assert [r.getMessage() for r in caplog.records] == ["deciding wf-1"]
 
@@ -323,7 +323,7 @@ async def test_decide_inside_a_running_asyncio_loop_leaves_that_loop_alone() -> 
     history = History(_runtime_for(_sleep), "trap")
     running = asyncio.get_running_loop()
     with pytest.raises(WorkflowDeterminismError):
-        history.decide()
+        history.replay()
     assert asyncio.get_running_loop() is running
     await asyncio.sleep(0)
 
@@ -338,7 +338,7 @@ def test_each_trap_fails_the_same_inside_a_running_uvloop(
     async def decide_inside() -> None:
         running = asyncio.get_running_loop()
         with pytest.raises(WorkflowDeterminismError) as caught:
-            History(_runtime_for(trap), "trap").decide()
+            History(_runtime_for(trap), "trap").replay()
         assert used in caught.value.used
         assert instead in str(caught.value)
         assert asyncio.get_running_loop() is running

@@ -95,7 +95,7 @@ def test_changed_code_is_caught_at_the_sequence_it_parts(
 ) -> None:
     events = _recorded().events
     with pytest.raises(NonDeterminismError) as caught:
-        WorkflowRuntime([code]).decide(events, now=T0)
+        WorkflowRuntime([code]).replay(events, now=T0)
     error = caught.value
     assert (error.workflow_id, error.sequence, error.expected, error.got) == ("wf-1", sequence, expected, got)
     assert f"at history sequence {sequence}" in str(error)
@@ -108,7 +108,7 @@ def test_a_removed_timer_at_the_end_of_a_history_is_caught() -> None:
     # The timer at 4 is the last event.
     history = History(WorkflowRuntime([Original]), "flow").drive(stop_at="workflow.timer_started")
     with pytest.raises(NonDeterminismError) as caught:
-        WorkflowRuntime([TimerRemoved]).decide(history.events, now=T0)
+        WorkflowRuntime([TimerRemoved]).replay(history.events, now=T0)
     assert (caught.value.sequence, caught.value.got) == (4, "activity a.second")
 
 
@@ -124,7 +124,7 @@ def test_a_decision_the_code_swallows_still_fails_the_step() -> None:
             return "ok"
 
     with pytest.raises(NonDeterminismError, match=r"a\.other"):
-        WorkflowRuntime([Swallows]).decide(_recorded().events, now=T0)
+        WorkflowRuntime([Swallows]).replay(_recorded().events, now=T0)
 
 
 def test_the_stuck_workflow_resumes_when_matching_code_is_deployed() -> None:
@@ -133,13 +133,13 @@ def test_the_stuck_workflow_resumes_when_matching_code_is_deployed() -> None:
     history = _recorded()
     history.events = history.events[:6]  # a.second scheduled at 6, its result not back yet
     with pytest.raises(NonDeterminismError) as caught:
-        WorkflowRuntime([Renamed]).decide(history.events, now=T0)
+        WorkflowRuntime([Renamed]).replay(history.events, now=T0)
     error = caught.value
     history.add(NonDeterminismDetected, at_sequence=error.sequence, expected=error.expected, got=error.got)
     assert error.sequence == 6
     # Code that matches again skips the marker and carries on.
     fixed = WorkflowRuntime([Original])
-    assert fixed.decide(history.events, now=T0).events == []
+    assert fixed.replay(history.events, now=T0).events == []
     history.complete(6)
-    (done,) = fixed.decide(history.events, now=T0).events
+    (done,) = fixed.replay(history.events, now=T0).events
     assert done.result == "ok"  # type: ignore[attr-defined]

@@ -36,7 +36,7 @@ async def test_a_5mb_activity_result_is_stored_once_and_referenced() -> None:
     store = InMemoryPayloadStore()
     runtime = WorkflowRuntime([BigReport])
     history = History(runtime, "reports.big")
-    history.decide()
+    history.replay()
     history.complete(2, BIG)
     # The orchestrator appends the result by reference: the record stays far under 1 MiB.
     stored = await offload_payloads(history.events, store)
@@ -50,7 +50,7 @@ async def test_a_5mb_activity_result_is_stored_once_and_referenced() -> None:
     # Before deciding it resolves them; the code sees the whole result and decides as ever.
     resolved = await resolve_payloads(stored, store)
     assert resolved == history.events
-    decision = runtime.decide(resolved, now=T0)
+    decision = runtime.replay(resolved, now=T0)
     (mail,) = decision.events
     assert isinstance(mail, ActivityScheduled)
     assert mail.payload == BIG

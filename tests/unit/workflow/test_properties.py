@@ -112,7 +112,7 @@ def test_replay_reproduces_every_decision(steps: list[tuple[str, Any]], data: st
 
     def decide() -> None:
         before = len(history.events)
-        events = list(history.decide().events)
+        events = list(history.replay().events)
         decided.append((before, history.now, events))
 
     decide()
@@ -142,7 +142,7 @@ def test_replay_reproduces_every_decision(steps: list[tuple[str, Any]], data: st
 
     fresh = WorkflowRuntime([Program])
     # The whole history replays with nothing new to decide and no mismatch.
-    assert fresh.decide(history.events, now=T0 + timedelta(days=365)).events == []
+    assert fresh.replay(history.events, now=T0 + timedelta(days=365)).events == []
     # Every decision, re-decided from scratch on the history as it was then, is the same.
     for before, now, events in decided:
-        assert fresh.decide(history.events[:before], now=now).events == events
+        assert fresh.replay(history.events[:before], now=now).events == events

@@ -44,10 +44,10 @@ class Forever:
 def test_continue_as_new_ends_the_run_and_the_next_starts_after_it() -> None:
     runtime = WorkflowRuntime([Poller], max_history_events=20, suggest_continue_as_new_at=10)
     history = History(runtime, "feed.poll", {"until": 100})
-    decision = history.decide()
+    decision = history.replay()
     while not isinstance(history.events[-1], WorkflowContinuedAsNew):
         history.complete(history.events[-1].sequence)
-        decision = history.decide()
+        decision = history.replay()
     ended = history.events[-1]
     assert isinstance(ended, WorkflowContinuedAsNew)
     assert ended.input == {"count": 5, "until": 100}
@@ -62,7 +62,7 @@ def test_continue_as_new_ends_the_run_and_the_next_starts_after_it() -> None:
         command_id="wf-1#12",
         continued_from=ended.sequence,
     )
-    first = history.decide()
+    first = history.replay()
     assert first.events[0].message_type == "workflow.activity_scheduled"
     assert first.events[0].run_id == f"wf-1/{ended.sequence + 2}"  # type: ignore[attr-defined]
     # Only the new run is replayed; the old one stays as it was recorded.
@@ -95,10 +95,10 @@ def _run_lengths(events: list[Any]) -> list[int]:
 def test_reaching_the_ceiling_without_continue_as_new_fails_the_run_clearly() -> None:
     runtime = WorkflowRuntime([Forever], max_history_events=12)
     history = History(runtime, "feed.forever")
-    history.decide()
+    history.replay()
     while not isinstance(history.events[-1], WorkflowFailed):
         history.complete(history.events[-1].sequence)
-        history.decide()
+        history.replay()
     failed = history.events[-1]
     assert isinstance(failed, WorkflowFailed)
     assert failed.error_type == "HistoryLimitExceeded"
@@ -120,15 +120,15 @@ def test_info_reports_the_history_length_whatever_the_batching() -> None:
             return seen
 
     one = History(WorkflowRuntime([Lengths]), "lengths")
-    one.decide()
+    one.replay()
     one.complete(2)
-    one.decide()
+    one.replay()
     one.complete(3)
     two = History(WorkflowRuntime([Lengths]), "lengths")
-    two.decide()
+    two.replay()
     two.complete(2)
     two.complete(3)
-    assert one.decide().events == two.decide().events
+    assert one.replay().events == two.replay().events
 
 
 @workflow.defn(name="invoices.issue")
@@ -165,7 +165,7 @@ class LeavesEarly:
 
 def test_a_child_workflow_on_recorded_history() -> None:
     parent = History(WorkflowRuntime([WithInvoice, IssueInvoice]), "orders.with_invoice", {"order_id": 5})
-    decision = parent.decide()
+    decision = parent.replay()
     (scheduled,) = decision.events
     assert isinstance(scheduled, ChildWorkflowScheduled)
     assert decision.commands == [
@@ -179,24 +179,24 @@ def test_a_child_workflow_on_recorded_history() -> None:
         parent_workflow_id="wf-1",
         parent_sequence=2,
     )
-    child.decide()
+    child.replay()
     child.complete(2)
-    ended = child.decide()
+    ended = child.replay()
     assert ended.commands == [NotifyParent("wf-1", 2, "invoice-5", "completed", result={"invoice": "INV-5"})]
     parent.child_done(2, "invoice-5", {"invoice": "INV-5"})
-    (done,) = parent.decide().events
+    (done,) = parent.replay().events
     assert done.result == {"invoice": "INV-5"}  # type: ignore[attr-defined]
 
     failing = History(WorkflowRuntime([WithInvoice]), "orders.with_invoice", {"order_id": 6})
-    failing.decide()
+    failing.replay()
     failing.child_failed(2, "invoice-6", "TaxServiceDown")
-    (done,) = failing.decide().events
+    (done,) = failing.replay().events
     assert done.result == {"failed": "TaxServiceDown"}  # type: ignore[attr-defined]
 
 
 def test_a_parent_that_ends_first_cancels_its_request_cancel_children_only() -> None:
     history = History(WorkflowRuntime([LeavesEarly]), "orders.leaves_early")
-    decision = history.decide()
+    decision = history.replay()
     assert decision.closed
     assert [c for c in decision.commands if isinstance(c, RequestCancelWorkflow)] == [
         RequestCancelWorkflow("kept", reason="parent wf-1 closed")
@@ -241,8 +241,8 @@ async def test_a_child_that_fails_fails_the_parent_that_does_not_catch_it() -> N
 def test_a_run_ended_by_the_orchestrator_replays_up_to_that_end() -> None:
     for error_type in ("WorkflowTerminated", "WorkflowTimedOut"):
         history = History(WorkflowRuntime([Forever]), "feed.forever")
-        history.decide()
+        history.replay()
         history.complete(2)
-        history.decide()  # the next activity at 4
+        history.replay()  # the next activity at 4
         history.add(WorkflowFailed, error_type=error_type, message="operator")
         assert Replayer([Forever]).replay(history.events).status == "failed"

@@ -27,18 +27,18 @@ RUNTIME = WorkflowRuntime([Checkout, Approval, Deadline, Recorded, Fanout])
 
 
 def _checkout_to_capture(history: History) -> None:
-    history.decide()  # authorize at 2
+    history.replay()  # authorize at 2
     history.complete(2, {"auth": "A1"})
-    history.decide()  # compensation at 4, reserve at 5
+    history.replay()  # compensation at 4, reserve at 5
     history.complete(5, {"hold": "H1"})
-    history.decide()  # compensation at 7, timer at 8
+    history.replay()  # compensation at 7, timer at 8
     history.fire(8)
-    history.decide()  # capture at 10
+    history.replay()  # capture at 10
 
 
 def test_happy_path_records_each_step_once_and_completes() -> None:
     history = History(RUNTIME, "orders.checkout", {"order_id": 17})
-    first = history.decide()
+    first = history.replay()
     assert types(first.events) == ["activity_scheduled"]
     (command,) = first.commands
     assert isinstance(command, ScheduleActivity)
@@ -50,38 +50,38 @@ def test_happy_path_records_each_step_once_and_completes() -> None:
     assert command.retry.max_attempts == 5
     assert command.retry.start_to_close == timedelta(seconds=30)
     history.complete(2, {"auth": "A1"})
-    second = history.decide()
+    second = history.replay()
     assert types(second.events) == ["compensation_registered", "activity_scheduled"]
     history.complete(5, {"hold": "H1"})
-    third = history.decide()
+    third = history.replay()
     assert types(third.events) == ["compensation_registered", "timer_started"]
     timer = third.events[1]
     assert isinstance(timer, TimerStarted)
     assert timer.fire_at == T0 + timedelta(hours=24)
     assert third.commands == [StartTimer("wf-1", 8, "wf-1/timer/8", T0 + timedelta(hours=24))]
     history.fire(8)
-    fourth = history.decide()
+    fourth = history.replay()
     capture = fourth.events[0]
     assert isinstance(capture, ActivityScheduled)
     assert capture.retry.non_retryable == ("CardDeclined",)
     history.complete(10, {"id": "C9"})
-    last = history.decide()
+    last = history.replay()
     assert last.closed
     assert last.commands == []
     (done,) = last.events
     assert isinstance(done, WorkflowCompleted)
     assert done.result == {"order_id": 17, "capture": "C9"}
     # Replaying the finished history decides nothing more.
-    assert RUNTIME.decide(history.events, now=T0).events == []
+    assert RUNTIME.replay(history.events, now=T0).events == []
 
 
 def test_retries_are_one_result_and_replay_hands_back_recorded_results() -> None:
     history = History(RUNTIME, "orders.checkout", {"order_id": 1})
-    history.decide()
+    history.replay()
     # The claimer retried the authorization three times: history holds only its one outcome.
     history.complete(2, {"auth": "A1"})
-    replayed = RUNTIME.decide(history.events, now=T0)
-    again = RUNTIME.decide(history.events, now=T0 + timedelta(days=9))
+    replayed = RUNTIME.replay(history.events, now=T0)
+    again = RUNTIME.replay(history.events, now=T0 + timedelta(days=9))
     assert replayed == again  # pure: the same history gives the same decision; `now` only for new timers
     assert [c.activity for c in replayed.commands if isinstance(c, ScheduleActivity)] == ["inventory.reserve"]
 
@@ -90,13 +90,13 @@ def test_a_permanent_failure_compensates_in_reverse_order() -> None:
     history = History(RUNTIME, "orders.checkout", {"order_id": 1})
     _checkout_to_capture(history)
     history.fail(10, "CardDeclined")
-    release = history.decide()
+    release = history.replay()
     assert [(e.activity, e.compensates) for e in release.events] == [("inventory.release", 5)]  # type: ignore[attr-defined]
     history.complete(12)
-    void = history.decide()
+    void = history.replay()
     assert [(e.activity, e.compensates) for e in void.events] == [("payments.void", 2)]  # type: ignore[attr-defined]
     history.complete(14)
-    end = history.decide()
+    end = history.replay()
     (failed,) = end.events
     assert isinstance(failed, WorkflowFailed)
     assert (failed.error_type, failed.compensated) == ("CardDeclined", True)
@@ -106,87 +106,87 @@ def test_a_crash_mid_compensation_resumes_without_running_anything_twice() -> No
     history = History(RUNTIME, "orders.checkout", {"order_id": 1})
     _checkout_to_capture(history)
     history.fail(10, "CardDeclined")
-    history.decide()
+    history.replay()
     history.complete(12)  # release done; the orchestrator crashes before deciding again
     fresh = WorkflowRuntime([Checkout])  # a new process, nothing cached
-    resumed = fresh.decide(history.events, now=T0)
+    resumed = fresh.replay(history.events, now=T0)
     scheduled = [c for c in resumed.commands if isinstance(c, ScheduleActivity)]
     assert [(c.activity, c.compensates) for c in scheduled] == [("payments.void", 2)]
 
 
 def test_cancel_raises_at_the_await_and_the_code_compensates() -> None:
     history = History(RUNTIME, "orders.checkout", {"order_id": 1})
-    history.decide()
+    history.replay()
     history.complete(2, {"auth": "A1"})
-    history.decide()
+    history.replay()
     history.complete(5, {"hold": "H1"})
-    history.decide()  # sleeping on the timer at 8
+    history.replay()  # sleeping on the timer at 8
     history.cancel()
-    cancelled = history.decide()
+    cancelled = history.replay()
     assert types(cancelled.events) == ["timer_cancelled", "activity_scheduled"]
     assert cancelled.commands[0] == CancelTimer("wf-1", "wf-1/timer/8", 8)
     history.complete(11)
-    history.decide()
+    history.replay()
     history.complete(13)
-    end = history.decide()
+    end = history.replay()
     (event,) = end.events
     assert isinstance(event, WorkflowCancelled)
     assert event.compensated
     assert event.reason == "customer cancelled"
     # A late firing of the cancelled timer changes nothing on replay.
-    assert RUNTIME.decide(history.events, now=T0).events == []
+    assert RUNTIME.replay(history.events, now=T0).events == []
 
 
 def test_signals_before_and_after_the_code_waits() -> None:
     early = History(RUNTIME, "signals.approval")
     early.signal("note", {"text": "early"})  # arrives before the code waits for it: buffered
-    assert early.decide().events == []
+    assert early.replay().events == []
     early.signal("approve", {"who": "ann"})
-    (done,) = early.decide().events
+    (done,) = early.replay().events
     assert done.result == {"by": "ann", "note": {"text": "early"}}  # type: ignore[attr-defined]
 
     late = History(RUNTIME, "signals.approval")
-    assert late.decide().events == []
+    assert late.replay().events == []
     late.signal("approve", {"who": "bob"})
-    assert late.decide().events == []  # now waiting for the note
+    assert late.replay().events == []  # now waiting for the note
     late.signal("note", {"text": "late"})
-    (done,) = late.decide().events
+    (done,) = late.replay().events
     assert done.result == {"by": "bob", "note": {"text": "late"}}  # type: ignore[attr-defined]
 
 
 def test_batched_inputs_decide_as_one_at_a_time() -> None:
     one = History(RUNTIME, "signals.approval")
-    one.decide()
+    one.replay()
     one.signal("approve", {"who": "ann"})
-    one.decide()
+    one.replay()
     one.signal("note", {"text": "x"})
-    one.decide()
+    one.replay()
     both = History(RUNTIME, "signals.approval")
-    both.decide()
+    both.replay()
     both.signal("approve", {"who": "ann"})
     both.signal("note", {"text": "x"})
-    both.decide()
+    both.replay()
     assert one.events == both.events
 
 
 def test_wait_condition_timeout_fires_or_is_cancelled() -> None:
     slow = History(RUNTIME, "timers.deadline")
-    (timer,) = slow.decide().events
+    (timer,) = slow.replay().events
     slow.fire(timer.sequence)
-    (done,) = slow.decide().events
+    (done,) = slow.replay().events
     assert done.result == "timed out"  # type: ignore[attr-defined]
 
     quick = History(RUNTIME, "timers.deadline")
-    quick.decide()
+    quick.replay()
     quick.signal("finish")
-    decision = quick.decide()
+    decision = quick.replay()
     assert types(decision.events) == ["timer_cancelled", "completed"]
     assert decision.events[1].result == "done"  # type: ignore[attr-defined]
 
 
 def test_now_random_and_uuid_are_recorded_once_and_replayed() -> None:
     history = History(RUNTIME, "values.recorded")
-    decision = history.decide()
+    decision = history.replay()
     markers = [e for e in decision.events if isinstance(e, MarkerRecorded)]
     assert [m.kind for m in markers] == ["now", "random", "uuid"]
     assert markers[0].value == T0.isoformat()
@@ -195,27 +195,27 @@ def test_now_random_and_uuid_are_recorded_once_and_replayed() -> None:
     assert 0 <= result["random"] < 1
     assert result["length"] == 4
     # The history ends in the completion: replaying it later (another clock) finds the same values.
-    assert RUNTIME.decide(history.events, now=T0 + timedelta(days=1)).events == []
-    assert RUNTIME.decide(history.events[:1], now=T0).events == decision.events
+    assert RUNTIME.replay(history.events, now=T0 + timedelta(days=1)).events == []
+    assert RUNTIME.replay(history.events[:1], now=T0).events == decision.events
 
 
 def test_gather_runs_activities_concurrently() -> None:
     history = History(RUNTIME, "parallel.fanout", {"items": [1, 2, 3]})
-    scheduled = history.decide()
+    scheduled = history.replay()
     assert [e.sequence for e in scheduled.events] == [2, 3, 4]
     history.complete(4, 30)
     history.complete(2, 10)
-    assert history.decide().events == []
+    assert history.replay().events == []
     history.complete(3, 20)
-    (done,) = history.decide().events
+    (done,) = history.replay().events
     assert done.result == [10, 20, 30]  # type: ignore[attr-defined]
 
 
 def test_compensation_registered_names_the_forward_step() -> None:
     history = History(RUNTIME, "orders.checkout", {"order_id": 1})
-    history.decide()
+    history.replay()
     history.complete(2, {"auth": "A1"})
-    registered = history.decide().events[0]
+    registered = history.replay().events[0]
     assert isinstance(registered, CompensationRegistered)
     assert (registered.for_step, registered.activity, registered.payload) == (
         2,
@@ -229,7 +229,7 @@ def test_cached_executions_decide_exactly_like_fresh_replays(cache_size: int) ->
     cached = WorkflowRuntime([Checkout], cache_size=cache_size)
     history = History(cached, "orders.checkout", {"order_id": 3})
     fresh = WorkflowRuntime([Checkout])
-    outcomes = [history.decide()]
+    outcomes = [history.replay()]
     steps: list[Callable[[], None]] = [
         lambda: history.complete(2, {"auth": "A"}),
         lambda: history.complete(5, {"hold": "H"}),
@@ -240,8 +240,8 @@ def test_cached_executions_decide_exactly_like_fresh_replays(cache_size: int) ->
     ]
     for step in steps:
         step()
-        expected = fresh.decide(history.events, now=history.now)
-        got = history.decide()
+        expected = fresh.replay(history.events, now=history.now)
+        got = history.replay()
         assert got == expected
         outcomes.append(got)
     assert outcomes[-1].closed
@@ -266,9 +266,9 @@ class BrokenHandler:
 def test_a_failing_signal_handler_or_condition_fails_the_run_not_the_step() -> None:
     runtime = WorkflowRuntime([BrokenHandler])
     condition = History(runtime, "signals.broken")
-    assert condition.decide().events == []
+    assert condition.replay().events == []
     condition.signal("add", {"n": 0})
-    (failed,) = condition.decide().events
+    (failed,) = condition.replay().events
     assert isinstance(failed, WorkflowFailed)
     assert failed.error_type == "ZeroDivisionError"
 
@@ -290,9 +290,9 @@ def test_a_signal_payload_that_does_not_validate_fails_the_run() -> None:
     # version of the handler) fails the run when the handler cannot take it, after the marker that
     # says the body was cancelled first (tests/unit/workflow/test_signal_failures.py).
     history = History(WorkflowRuntime([TypedHandler]), "signals.typed")
-    history.decide()
+    history.replay()
     history.signal("add", {"order_id": "not a number"})
-    marker, failed = history.decide().events
+    marker, failed = history.replay().events
     assert isinstance(marker, MarkerRecorded)
     assert marker.patch_id == SIGNAL_FAILURE_COMPENSATES
     assert isinstance(failed, WorkflowFailed)
@@ -332,13 +332,13 @@ class ExitsEverywhere:
 def test_system_exit_anywhere_in_workflow_code_fails_the_run_not_the_decider(
     where: str, error_type: str
 ) -> None:
-    # Issue 20: it escaped `decide` and ended the orchestrator's process.
+    # Issue 20: it escaped `replay` (then `decide`) and ended the orchestrator's process.
     history = History(WorkflowRuntime([ExitsEverywhere]), "exits.everywhere", {"where": where})
-    outcome = history.decide()
+    outcome = history.replay()
     if where != "body":
         assert outcome.events == []
         history.signal("go", {"where": where})
-        outcome = history.decide()
+        outcome = history.replay()
     # A handler's failure cancels the body first (the patch marker says so), the others end it.
     *marker, failed = outcome.events
     assert [m.patch_id for m in marker if isinstance(m, MarkerRecorded)] == (
@@ -371,7 +371,18 @@ def test_data_nested_past_the_shared_limit_fails_the_run_at_the_call(where: str)
     # Issue 20, one depth limit for every service: the JobDue (or the history event) carrying it
     # would have been parked by its consumer, leaving the workflow waiting for nothing.
     history = History(WorkflowRuntime([DeepData]), "deep.data", {"where": where})
-    (failed,) = history.decide().events
+    (failed,) = history.replay().events
     assert isinstance(failed, WorkflowFailed)
     assert failed.error_type == "NestingTooDeep"
     assert f"nested 150 levels deep; the limit is {FIELD_MAX_DEPTH}" in failed.message
+
+
+def test_decide_is_a_deprecated_alias_of_replay_for_one_release() -> None:
+    # Renamed to `replay` ("decide" is the orchestrator's decision); code calling the old name
+    # keeps working for one release and is told the new one.
+    history = History(RUNTIME, "orders.checkout", {"order_id": 17})
+    expected = RUNTIME.replay(history.events, now=T0)
+    with pytest.warns(DeprecationWarning, match=r"WorkflowRuntime\.replay"):
+        got = RUNTIME.decide(history.events, now=T0)
+    assert got == expected
+    assert [type(e).__name__ for e in got.events] == ["ActivityScheduled"]

@@ -113,9 +113,9 @@ def test_a_cancel_recorded_before_the_wait_replays_as_it_was() -> None:
     """A history recorded before: the cancel was raised while the reservation was in flight, only
     the authorization was voided. It replays to the same end (no marker there: the old way)."""
     history = History(WorkflowRuntime([BlockSaga]), "sagas.block", {"order_id": 4})
-    history.decide()  # authorize at 2
+    history.replay()  # authorize at 2
     history.complete(2, {"id": "wf-1/2"})
-    history.decide()  # void registered at 4, reserve scheduled at 5
+    history.replay()  # void registered at 4, reserve scheduled at 5
     history.cancel()
     history.add(
         ActivityScheduled, activity="payments.void", run_id="wf-1/7", compensation=True, compensates=2

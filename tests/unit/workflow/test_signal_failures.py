@@ -203,9 +203,9 @@ def _old_rule_history() -> list[Any]:
     """What a run recorded before the rule: the handler's ValidationError failed the run in the
     decision that delivered the signal, with the compensation registered and never run."""
     history = History(WorkflowRuntime([Shipping]), "signals.shipping", {"order_id": 3})
-    history.decide()  # authorize
+    history.replay()  # authorize
     history.complete(2, {"id": "wf-1/2"})
-    history.decide()  # compensation registered; the code waits for an address
+    history.replay()  # compensation registered; the code waits for an address
     history.signal("address_changed", {"street": "Main 1", "zip": "not a number"})
     history.add(
         WorkflowFailed,
@@ -232,24 +232,24 @@ def test_a_history_recorded_under_the_old_rule_replays_to_the_same_failure() -> 
     assert replayed.status == "failed"
     assert replayed.next_events == []
     # And the runtime deciding on it (the orchestrator after a restart) adds nothing.
-    assert WorkflowRuntime([Shipping]).decide(history, now=History(WorkflowRuntime([]), "x").now).closed
+    assert WorkflowRuntime([Shipping]).replay(history, now=History(WorkflowRuntime([]), "x").now).closed
 
 
 def test_the_new_rule_on_the_runtime_event_by_event() -> None:
     """What the orchestrator appends: the marker, the compensation, and once it is done, the run's
     failure with the handler's error."""
     history = History(WorkflowRuntime([Shipping]), "signals.shipping", {"order_id": 4})
-    history.decide()
+    history.replay()
     history.complete(2, {"id": "wf-1/2"})
-    history.decide()
+    history.replay()
     history.signal("address_changed", {"street": "Main 1", "zip": 0})
-    marker, undo = history.decide().events
+    marker, undo = history.replay().events
     assert isinstance(marker, MarkerRecorded)
     assert marker.patch_id == SIGNAL_FAILURE_COMPENSATES
     assert isinstance(undo, ActivityScheduled)
     assert (undo.activity, undo.compensates) == ("payments.void", 2)
     history.complete(undo.sequence)
-    (failed,) = history.decide().events
+    (failed,) = history.replay().events
     assert isinstance(failed, WorkflowFailed)
     assert (failed.error_type, failed.message, failed.compensated) == ("ValueError", "zip 0 is nowhere", True)
     assert [type(e) for e in history.events].count(CompensationRegistered) == 1
@@ -275,9 +275,9 @@ class NoSaga:
 
 def test_a_body_without_a_saga_fails_with_the_handlers_error() -> None:
     history = History(WorkflowRuntime([NoSaga]), "signals.no_saga")
-    history.decide()
+    history.replay()
     history.signal("poke", {"n": 1})
-    marker, failed = history.decide().events
+    marker, failed = history.replay().events
     assert isinstance(marker, MarkerRecorded)
     assert isinstance(failed, WorkflowFailed)
     assert (failed.error_type, failed.compensated) == ("KeyError", False)

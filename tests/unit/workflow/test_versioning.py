@@ -66,9 +66,9 @@ def _run(code: type[object], until_timer: bool = True) -> History:
 def test_old_histories_take_the_old_path_new_runs_record_a_marker() -> None:
     old = _run(V1)  # in flight when V2 is deployed: sleeping after shipping.book
     v2 = WorkflowRuntime([V2])
-    assert v2.decide(old.events, now=T0).events == []
+    assert v2.replay(old.events, now=T0).events == []
     old.fire(6)
-    (done,) = v2.decide(old.events, now=T0).events
+    (done,) = v2.replay(old.events, now=T0).events
     assert done.result == "v1"  # type: ignore[attr-defined]
 
     new = _run(V2, until_timer=False)
@@ -107,8 +107,8 @@ def test_patched_is_stable_within_a_run() -> None:
             return [first, workflow.patched("p")]
 
     history = History(WorkflowRuntime([Twice]), "twice")
-    history.decide()
+    history.replay()
     history.fire(3)
-    (done,) = history.decide().events
+    (done,) = history.replay().events
     assert done.result == [True, True]  # type: ignore[attr-defined]
     assert sum(isinstance(e, MarkerRecorded) for e in history.events) == 1

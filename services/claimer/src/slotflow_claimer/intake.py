@@ -7,7 +7,7 @@ Only after the commit do its offsets count as done; a crash before that redelive
 and the redelivery collapses on the run id.
 
 Records are split into waves so that one statement never touches a run twice, and so that the
-overlap decisions for one job are taken one after another, each seeing the one before it (all
+overlap choices for one job are made one after another, each seeing the one before it (all
 waves share the transaction).
 """
 
@@ -55,7 +55,7 @@ class _JobDueEnvelope(Envelope):
 
 
 @dataclass(frozen=True, slots=True)
-class Decision:
+class OverlapChoice:
     """What a new run's overlap policy does, given the runs of its job that are still active."""
 
     action: str  # claim | skip | buffer
@@ -66,7 +66,7 @@ class Decision:
     supersede: tuple[str, ...] = ()
 
 
-def decide(overlap: str, active: Sequence[store.Active], max_concurrent: int = 1) -> Decision:
+def choose_by_overlap(overlap: str, active: Sequence[store.Active], max_concurrent: int = 1) -> OverlapChoice:
     """The overlap policy as a pure function (pure so it can be tested exhaustively).
 
     `active` lists the job's other runs that are running (with any lease: an expired one will be
@@ -75,36 +75,36 @@ def decide(overlap: str, active: Sequence[store.Active], max_concurrent: int = 1
     running = tuple(a.run_id for a in active if a.state == "running")
     pending = tuple(a.run_id for a in active if a.state == "pending")
     if overlap == "allow" or not (running or pending):
-        return Decision("claim")
+        return OverlapChoice("claim")
     if overlap == "skip":
         if running:
-            return Decision("skip", reason=f"overlap skip: {running[0]} is still running")
-        return Decision("claim")
+            return OverlapChoice("skip", reason=f"overlap skip: {running[0]} is still running")
+        return OverlapChoice("claim")
     if overlap == "buffer_all":
         # A queue: a new run starts at once only while nothing waits ahead of it and fewer than
         # `max_concurrent` run; otherwise it waits its turn (start_buffered releases in slot order).
         if not pending and len(running) < max_concurrent:
-            return Decision("claim")
-        return Decision("buffer", reason=f"overlap buffer_all: waiting behind {(running + pending)[-1]}")
+            return OverlapChoice("claim")
+        return OverlapChoice("buffer", reason=f"overlap buffer_all: waiting behind {(running + pending)[-1]}")
     if overlap == "buffer_one":
         if pending:
-            return Decision("skip", reason=f"overlap buffer_one: {pending[0]} is already buffered")
-        return Decision("buffer", reason=f"overlap buffer_one: waiting for {running[0]}")
+            return OverlapChoice("skip", reason=f"overlap buffer_one: {pending[0]} is already buffered")
+        return OverlapChoice("buffer", reason=f"overlap buffer_one: waiting for {running[0]}")
     if overlap == "cancel_previous":
         if running:
-            return Decision(
+            return OverlapChoice(
                 "buffer",
                 reason=f"overlap cancel_previous: cancelling {running[0]}",
                 cancel=running,
                 supersede=pending,
             )
-        return Decision("claim", supersede=pending)
+        return OverlapChoice("claim", supersede=pending)
     raise ValueError(f"unknown overlap policy {overlap!r}")
 
 
 def waves(dues: Sequence[Due]) -> list[list[Due]]:
     """Split ``dues`` into ordered waves: run ids unique per wave, and at most one run of a job per
-    wave among runs whose overlap policy is not `allow` (their decisions depend on each other).
+    wave among runs whose overlap policy is not `allow` (their overlap choices depend on each other).
 
     A record always lands in a later wave than every earlier record it depends on, so per-job
     order from the partition is kept.
@@ -441,15 +441,17 @@ class Intake:
         cancel: list[str] = []
         supersede: list[str] = []
         for due in fresh:
-            decision = decide(due.job.overlap, by_job.get(due.job.job_id, ()), due.job.max_concurrent)
-            cancel.extend(decision.cancel)
-            supersede.extend(decision.supersede)
-            if decision.action == "claim":
+            choice = choose_by_overlap(
+                due.job.overlap, by_job.get(due.job.job_id, ()), due.job.max_concurrent
+            )
+            cancel.extend(choice.cancel)
+            supersede.extend(choice.supersede)
+            if choice.action == "claim":
                 to_claim.append(due)
-            elif decision.action == "skip":
-                unstarted.append(store.Unstarted(due, "skipped", decision.reason))
+            elif choice.action == "skip":
+                unstarted.append(store.Unstarted(due, "skipped", choice.reason))
             else:
-                unstarted.append(store.Unstarted(due, "pending", decision.reason))
+                unstarted.append(store.Unstarted(due, "pending", choice.reason))
         if supersede:
             reason = "overlap cancel_previous: replaced by a newer run"
             for run in await store.supersede_pending(

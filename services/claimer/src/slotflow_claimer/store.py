@@ -113,7 +113,7 @@ async def insert_unstarted(conn: Conn, schema: str, items: Sequence[Unstarted], 
 
 
 async def lock_jobs(conn: Conn, job_ids: Iterable[str]) -> None:
-    """Serialise overlap decisions per job for the rest of the transaction.
+    """Serialise overlap choices per job for the rest of the transaction.
 
     Sorted, so two transactions locking overlapping sets always queue in the same order and cannot
     deadlock on each other.

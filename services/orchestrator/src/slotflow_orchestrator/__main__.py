@@ -26,19 +26,19 @@ from slotflow.tracing import configure_tracing
 from slotflow_orchestrator.app import OrchestratorService
 from slotflow_orchestrator.config import Settings
 from slotflow_orchestrator.rebuild import check, rebuild
-from slotflow_orchestrator.workflow_code import load_decider
+from slotflow_orchestrator.workflow_code import load_workflow_code
 
 
 def _service(settings: Settings) -> OrchestratorService:
     cfg = settings.orchestrator
-    decider = load_decider(cfg.modules(), max_history_events=cfg.max_history_events)
-    return OrchestratorService(settings, decider=decider)
+    workflow_code = load_workflow_code(cfg.modules(), max_history_events=cfg.max_history_events)
+    return OrchestratorService(settings, workflow_code=workflow_code)
 
 
 async def _rebuild(settings: Settings, *, force: bool) -> int:
     cfg = settings.orchestrator
-    decider = load_decider(cfg.modules(), max_history_events=cfg.max_history_events)
-    report = await rebuild(settings, decider=decider, force=force)
+    workflow_code = load_workflow_code(cfg.modules(), max_history_events=cfg.max_history_events)
+    report = await rebuild(settings, workflow_code=workflow_code, force=force)
     for line in report.lines():
         print(line)  # noqa: T201 - the command's output
     return 1 if report.problems else 0

@@ -60,7 +60,7 @@ from slotflow_orchestrator.metrics import OrchestratorMetrics
 from slotflow_orchestrator.outbound import Outbound
 from slotflow_orchestrator.retention import purges
 from slotflow_orchestrator.sql import DATABASE_NOW
-from slotflow_orchestrator.stepping import Decider
+from slotflow_orchestrator.stepping import WorkflowCode
 
 log = logging.getLogger(__name__)
 
@@ -83,12 +83,12 @@ class OrchestratorService:
     """One orchestrator process: `await run(stop)`."""
 
     def __init__(
-        self, settings: Settings, *, decider: Decider, metrics: OrchestratorMetrics | None = None
+        self, settings: Settings, *, workflow_code: WorkflowCode, metrics: OrchestratorMetrics | None = None
     ) -> None:
         self.settings = settings
         self.owner = settings.orchestrator.instance_id
         self.metrics = metrics or OrchestratorMetrics()
-        self._decider = decider
+        self._workflow_code = workflow_code
         self.ready = asyncio.Event()
         self._wake = asyncio.Event()
         self._pool: Pool | None = None
@@ -173,7 +173,7 @@ class OrchestratorService:
         self.decisions = Decisions(
             pool,
             schema=cfg.db_schema,
-            decider=self._decider,
+            workflow_code=self._workflow_code,
             outbound=self._outbound,
             metrics=self.metrics,
             shards=self._shards,

@@ -2,7 +2,7 @@
 
 In one transaction, under the shard's lease:
 
-1. check the lease still carries this orchestrator's fencing token (FOR SHARE: an acquisition by
+1. check the lease still carries this orchestrator's lease token (FOR SHARE: an acquisition by
    another orchestrator waits for this transaction, and every later one of ours is refused);
 2. lock the workflow's row and its waiting inputs, reading with them the claimer's record of every
    run an activity outcome among them names (`slotflow.issuers`: an outcome counts only as far as
@@ -73,13 +73,13 @@ from slotflow_orchestrator.sql import (
     RESTART_ROWS,
     UPDATE_ROWS,
 )
-from slotflow_orchestrator.stepping import Decider, Input, Refusal, Row, Step, step
+from slotflow_orchestrator.stepping import Input, Refusal, Row, Step, WorkflowCode, step
 
 log = logging.getLogger(__name__)
 
 
 class LeaseLost(SlotflowError):
-    """Another orchestrator took the shard's lease (a higher fencing token): this one must stop
+    """Another orchestrator took the shard's lease (a higher lease token): this one must stop
     deciding for it. Nothing of the refused decision was written."""
 
     def __init__(self, shard: int, token: int, current: int | None) -> None:
@@ -151,7 +151,7 @@ class Decisions:
         pool: Pool,
         *,
         schema: str,
-        decider: Decider,
+        workflow_code: WorkflowCode,
         outbound: Outbound,
         metrics: OrchestratorMetrics,
         shards: int,
@@ -165,7 +165,7 @@ class Decisions:
         self._shards = shards
         self._payload_threshold = payload_threshold
         self._schema = schema
-        self._decider = decider
+        self._workflow_code = workflow_code
         self._outbound = outbound
         self._metrics = metrics
         self._crash_window = crash_window
@@ -332,7 +332,7 @@ class Decisions:
                 else None,
                 histories[workflow_id],
                 inputs,
-                decider=self._decider,
+                workflow_code=self._workflow_code,
                 now=now,
                 redecide=redecide,
                 records=records,

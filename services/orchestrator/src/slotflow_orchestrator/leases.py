@@ -1,5 +1,5 @@
 """Shard leases: Kafka's group assignment says who should decide for a shard, the lease row says
-who may, and its fencing token refuses everyone else.
+who may, and its lease token refuses everyone else's decisions.
 
 A shard is a partition of slotflow.workflows.commands.v1 (a workflow belongs to the partition its
 id hashes to). When the group assigns this orchestrator a partition it acquires the shard's lease,
@@ -8,8 +8,8 @@ A zombie (paused, partitioned from the group) still believing it owns a shard is
 next decision: the token it carries is no longer the row's (`deciding.LEASE_CHECK`).
 
 After a refusal the shard is not taken back until the group rebalances again: the zombie's
-consumer has not yet learnt that the group moved on, and taking the lease back would only fence the
-rightful owner in turn.
+consumer has not yet learnt that the group moved on, and taking the lease back would only refuse the
+rightful owner's decisions in turn.
 
 "Rebalances" is counted, not inferred from the partitions: between two checks a shard can be taken
 away and handed back (A, B, A), and the lease then moved to the other orchestrator and was released
@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 
 
 class Leases:
-    """The shards one orchestrator holds, with their fencing tokens."""
+    """The shards one orchestrator holds, with their lease tokens."""
 
     def __init__(self, pool: Pool, *, schema: str, owner: str) -> None:
         self._pool = pool
@@ -59,7 +59,7 @@ class Leases:
             self.held[shard] = int(token)
             self._stale.discard(shard)
             acquired.append(shard)
-            log.info("%s: acquired shard %d with fencing token %d", self._owner, shard, token)
+            log.info("%s: acquired shard %d with lease token %d", self._owner, shard, token)
         return acquired
 
     def lost(self, shard: int, token: int) -> None:

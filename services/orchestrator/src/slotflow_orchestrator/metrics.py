@@ -56,7 +56,7 @@ class OrchestratorMetrics:
         )
         self.leases_lost = Counter(
             "slotflow_orchestrator_leases_lost_total",
-            "Decisions refused because another orchestrator took the shard (a fenced zombie write)",
+            "Decisions refused because another orchestrator took the shard (a zombie's decision, refused by the lease token)",
             registry=self.registry,
         )
         self.poison = Counter(

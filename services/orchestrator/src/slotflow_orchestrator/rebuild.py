@@ -7,7 +7,7 @@ back what the orchestrator needs to go on, each piece from where it lives on Kaf
   read from its first record to its end; each workflow's row is derived from its history: type,
   status, last sequence and start command from the newest chain start, `started_at` and
   `closed_at` from the envelopes' `occurred_at`, the execution deadline from
-  `WorkflowStarted.execution_deadline`. Every shard's lease row gets a fencing token above any an
+  `WorkflowStarted.execution_deadline`. Every shard's lease row gets a lease token above any an
   orchestrator could hold from before (the database clock in milliseconds), so a forgotten
   orchestrator still running on the old token is refused.
 - **the inbox**: every command the history applied (`WorkflowStarted`, `SignalReceived`,
@@ -106,7 +106,7 @@ from slotflow_orchestrator.sql import (
     TABLE_HISTORY,
     TABLE_ROWS,
 )
-from slotflow_orchestrator.stepping import CHILD_NOT_STARTED, Ack, Decider, Status, parent_notice
+from slotflow_orchestrator.stepping import CHILD_NOT_STARTED, Ack, Status, WorkflowCode, parent_notice
 from slotflow_orchestrator.workflow_code import child_start_id
 
 T = TypeVar("T")
@@ -259,7 +259,7 @@ class RebuildReport:
 
 
 async def rebuild(
-    settings: Settings, *, decider: Decider, force: bool = False, pool: "Pool | None" = None
+    settings: Settings, *, workflow_code: WorkflowCode, force: bool = False, pool: "Pool | None" = None
 ) -> RebuildReport:
     """Rebuild the orchestrator's schema from the topics (see the module docstring).
 
@@ -271,7 +271,7 @@ async def rebuild(
     if pool is None:
         pool = await wait_for_pool(settings.postgres, min_size=1, max_size=4)
     try:
-        report = await _rebuild(settings, pool, decider=decider, force=force)
+        report = await _rebuild(settings, pool, workflow_code=workflow_code, force=force)
     finally:
         if own_pool:
             await pool.close()
@@ -279,7 +279,9 @@ async def rebuild(
     return report
 
 
-async def _rebuild(settings: Settings, pool: Pool, *, decider: Decider, force: bool) -> RebuildReport:
+async def _rebuild(
+    settings: Settings, pool: Pool, *, workflow_code: WorkflowCode, force: bool
+) -> RebuildReport:
     cfg = settings.orchestrator
     kafka = settings.kafka
     schema = cfg.db_schema
@@ -390,7 +392,7 @@ async def _rebuild(settings: Settings, pool: Pool, *, decider: Decider, force: b
     report.workflows = len(rows)
     report.open_workflows = sum(1 for r in rows.values() if r.status in ("running", "stuck"))
     report.decided = await _decide_open(
-        settings, pool, decider, outbound, shards=shards, token=token, report=report
+        settings, pool, workflow_code, outbound, shards=shards, token=token, report=report
     )
     return report
 
@@ -610,7 +612,7 @@ async def _child_outcomes(
 async def _decide_open(
     settings: Settings,
     pool: Pool,
-    decider: Decider,
+    workflow_code: WorkflowCode,
     outbound: Outbound,
     *,
     shards: int,
@@ -623,7 +625,7 @@ async def _decide_open(
     decisions = Decisions(
         pool,
         schema=cfg.db_schema,
-        decider=decider,
+        workflow_code=workflow_code,
         outbound=outbound,
         metrics=OrchestratorMetrics(),
         shards=shards,

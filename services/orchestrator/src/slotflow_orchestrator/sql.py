@@ -3,9 +3,10 @@ them (deciding, decider_loop, intake, leases, rebuild, retention) import them fr
 is the orchestrator's schema, quoted by `slotflow.pg.statements.sql`.
 """
 
-# The fence: the lease row read under FOR SHARE, so an acquisition (an UPDATE raising the token)
-# waits for decisions in flight and no decision of the old token can commit after it. The
-# transaction's clock comes with it (now() is the transaction's start either way).
+# The lease check: the lease row read under FOR SHARE (its lease token is the column fence_token),
+# so an acquisition (an UPDATE raising the token) waits for decisions in flight and no decision of
+# the old token can commit after it. The transaction's clock comes with it (now() is the
+# transaction's start either way).
 LEASE_CHECK = "SELECT fence_token, now() AS now FROM {schema}.shard_leases WHERE shard = $1 FOR SHARE"
 
 # Every row of the group locked in one statement, in workflow id order (two groups never wait on
@@ -167,8 +168,9 @@ RECORD_CONSUMED = (
 PRUNE_INBOX = "DELETE FROM {schema}.inbox WHERE processed_at < now() - make_interval(secs => $1)"
 
 
-# Invariant: fence_token only ever goes up, by one per acquisition; the UPDATE waits for every
-# decision holding the row FOR SHARE, so no decision of an older token commits after it.
+# Invariant: the lease token (column fence_token) only ever goes up, by one per acquisition; the
+# UPDATE waits for every decision holding the row FOR SHARE, so no decision of an older token
+# commits after it.
 ACQUIRE = """
 INSERT INTO {schema}.shard_leases AS l (shard, owner, fence_token) VALUES ($1, $2, 1)
 ON CONFLICT (shard) DO UPDATE SET owner = EXCLUDED.owner, fence_token = l.fence_token + 1,
@@ -198,10 +200,10 @@ CLEAR = (
     "{schema}.shard_leases"
 )
 
-# A fencing token above any an orchestrator acquired before the rebuild: tokens count acquisitions
+# A lease token above any an orchestrator acquired before the rebuild: tokens count acquisitions
 # (one per partition move), the database clock counts milliseconds since 1970, and a rebuild
 # happens after whatever it replaces. Every later acquisition goes on from it by one.
-REBUILD_TOKEN = "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint"  # noqa: S105 - a fencing token, not a secret
+REBUILD_TOKEN = "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint"  # noqa: S105 - a lease token, not a secret
 
 # One lease row per shard, held by the rebuild under that token for its own decisions; the first
 # orchestrator that is assigned a shard acquires it (token + 1).

@@ -112,8 +112,8 @@ class BrokenDecision(SlotflowError):
     the decision is kept, and the inputs wait for a fixed runtime."""
 
 
-class Decider(Protocol):
-    """The workflow runtime as the orchestrator uses it (adapter: `runtime.RuntimeDecider`)."""
+class WorkflowCode(Protocol):
+    """The workflow runtime as the orchestrator uses it (adapter: `workflow_code.RuntimeWorkflowCode`)."""
 
     def knows(self, workflow_type: str) -> bool: ...
 
@@ -122,7 +122,7 @@ class Decider(Protocol):
         parameter type refuses it), or None."""
         ...
 
-    def decide(self, history: Sequence[HistoryEvent], *, now: datetime) -> "Moves":
+    def replay(self, history: Sequence[HistoryEvent], *, now: datetime) -> "Moves":
         """The next events (sequences continuing ``history``) and child workflows to start.
 
         Raises:
@@ -133,7 +133,7 @@ class Decider(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Moves:
-    """What the runtime decided: new history events, timers to cancel, child workflows to start."""
+    """What the code did next on replay: new history events, timers to cancel, child workflows to start."""
 
     events: Sequence[HistoryEvent] = ()
     cancel_timers: Sequence[str] = ()
@@ -277,7 +277,7 @@ def step(
     history: Sequence[HistoryEvent],
     inputs: Sequence[Input],
     *,
-    decider: Decider,
+    workflow_code: WorkflowCode,
     now: datetime,
     redecide: bool = False,
     records: Mapping[str, RunRecord] | None = None,
@@ -298,9 +298,9 @@ def step(
     out = Step(workflow_id)
     trust = _Trust(records or {}, max(now, clock) if clock is not None else now)
     for item in inputs:
-        _apply(book, item, out, decider=decider, now=now, trust=trust)
+        _apply(book, item, out, workflow_code=workflow_code, now=now, trust=trust)
     if book.history and not book.ended and (out.events or redecide):
-        _decide(book, out, decider=decider, now=now)
+        _run_code(book, out, workflow_code=workflow_code, now=now)
     if out.events or out.started is not None:
         out.status = _status(book)
     if book.ended and out.events:
@@ -389,7 +389,9 @@ class _Trust:
     clock: datetime
 
 
-def _apply(book: _Book, item: Input, out: Step, *, decider: Decider, now: datetime, trust: _Trust) -> None:
+def _apply(
+    book: _Book, item: Input, out: Step, *, workflow_code: WorkflowCode, now: datetime, trust: _Trust
+) -> None:
     message = item.message
     command_id = item.envelope.id
     wf = book.workflow_id
@@ -402,7 +404,7 @@ def _apply(book: _Book, item: Input, out: Step, *, decider: Decider, now: dateti
             _refuse_start(item, message, reason, out)
             return
         # Checked first: an open run is never terminated for a start that cannot happen.
-        if not decider.knows(message.workflow_type):
+        if not workflow_code.knows(message.workflow_type):
             _refuse_start(item, message, f"unknown workflow type {message.workflow_type!r}", out)
             return
         if exists:
@@ -451,7 +453,7 @@ def _apply(book: _Book, item: Input, out: Step, *, decider: Decider, now: dateti
         if isinstance(message, SignalWorkflow):
             run = book.work.run
             refusal = (
-                decider.signal_refusal(run.workflow_type, message.signal, message.payload)
+                workflow_code.signal_refusal(run.workflow_type, message.signal, message.payload)
                 if run is not None
                 else None
             )
@@ -809,8 +811,8 @@ def _unanswered_firing(book: _Book, message: TimerFired, trust: _Trust) -> Verdi
     )
 
 
-def _decide(book: _Book, out: Step, *, decider: Decider, now: datetime) -> None:
-    if not _advance(book, out, decider=decider, now=now):
+def _run_code(book: _Book, out: Step, *, workflow_code: WorkflowCode, now: datetime) -> None:
+    if not _replay_code(book, out, workflow_code=workflow_code, now=now):
         return
     for _ in range(MAX_RUNS_PER_DECISION):
         last = book.history[-1]
@@ -833,18 +835,18 @@ def _decide(book: _Book, out: Step, *, decider: Decider, now: datetime) -> None:
             ),
             out,
         )
-        if not _advance(book, out, decider=decider, now=now):
+        if not _replay_code(book, out, workflow_code=workflow_code, now=now):
             return
 
 
-def _advance(book: _Book, out: Step, *, decider: Decider, now: datetime) -> bool:
+def _replay_code(book: _Book, out: Step, *, workflow_code: WorkflowCode, now: datetime) -> bool:
     """Let the code move on; a timer it started that is already due (a zero-length sleep) fires
     here and the code moves on again, up to `MAX_DUE_TIMERS_PER_DECISION` times. False when the
     replay diverged."""
     fired = 0
     while True:
         try:
-            moves = decider.decide(tuple(book.history), now=now)
+            moves = workflow_code.replay(tuple(book.history), now=now)
         except Diverged as err:
             _diverged(book, out, err)
             return False

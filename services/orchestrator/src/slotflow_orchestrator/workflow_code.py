@@ -1,7 +1,7 @@
 """The workflow code the orchestrator serves: its modules loaded, and the SDK's runtime
-(`slotflow.workflow.runtime`) behind the orchestrator's `Decider` protocol.
+(`slotflow.workflow.runtime`) behind the orchestrator's `WorkflowCode` protocol.
 
-`load_decider(["examples.orders.workflows", ...])` imports the modules (as the claimer imports its
+`load_workflow_code(["examples.orders.workflows", ...])` imports the modules (as the claimer imports its
 handler modules) and serves every class in them decorated with `@workflow.defn`.
 """
 
@@ -20,8 +20,8 @@ from slotflow.workflow.runtime import WorkflowRuntime
 from slotflow_orchestrator.stepping import Diverged, Moves
 
 
-class RuntimeDecider:
-    """`stepping.Decider` over a `WorkflowRuntime`."""
+class RuntimeWorkflowCode:
+    """`stepping.WorkflowCode` over a `WorkflowRuntime`."""
 
     def __init__(self, runtime: WorkflowRuntime) -> None:
         self.runtime = runtime
@@ -33,9 +33,9 @@ class RuntimeDecider:
     def signal_refusal(self, workflow_type: str, signal: str, payload: dict[str, Any]) -> str | None:
         return self.runtime.signal_refusal(workflow_type, signal, payload)
 
-    def decide(self, history: Sequence[HistoryEvent], *, now: datetime) -> Moves:
+    def replay(self, history: Sequence[HistoryEvent], *, now: datetime) -> Moves:
         try:
-            decision = self.runtime.decide(history, now=now)
+            decision = self.runtime.replay(history, now=now)
         except NonDeterminismError as err:
             raise Diverged(err.sequence, err.expected, err.got) from err
         # Activities and timers are sent from their events (ActivityScheduled, TimerStarted), and a
@@ -80,7 +80,7 @@ def workflows_in(module: ModuleType) -> list[type[object]]:
     return found
 
 
-def load_decider(modules: Iterable[str], *, max_history_events: int = 50_000) -> RuntimeDecider:
+def load_workflow_code(modules: Iterable[str], *, max_history_events: int = 50_000) -> RuntimeWorkflowCode:
     """Import ``modules`` and serve their workflows.
 
     Raises:
@@ -97,4 +97,6 @@ def load_decider(modules: Iterable[str], *, max_history_events: int = 50_000) ->
         raise ConfigurationError(
             "no workflows to serve: set SLOTFLOW_ORCHESTRATOR_WORKFLOW_MODULES to modules defining @workflow.defn classes"
         )
-    return RuntimeDecider(WorkflowRuntime(classes, max_history_events=max_history_events, cache_size=10_000))
+    return RuntimeWorkflowCode(
+        WorkflowRuntime(classes, max_history_events=max_history_events, cache_size=10_000)
+    )

@@ -24,7 +24,7 @@ from slotflow.relay import OutboxRelay
 from slotflow.service import RelayGroup, Supervisor, metrics_listener, periodic
 from slotflow.service import migrate as migrate_schema
 from slotflow.settings import KafkaSettings, PostgresSettings
-from slotflow_ticker.claims import SlotClaimer
+from slotflow_ticker.claims import SlotFirer
 from slotflow_ticker.command_loop import CommandLoop, group_id
 from slotflow_ticker.commands import COMMANDS, SERVICE, CommandHandler, CommandTopics
 from slotflow_ticker.config import TickerSettings
@@ -119,7 +119,7 @@ class TickerService:
                 for first in range(settings.relay_loops)
             ]
         )
-        claimer = SlotClaimer(
+        firer = SlotFirer(
             pool,
             schema=schema,
             queries=queries,
@@ -130,7 +130,7 @@ class TickerService:
             hold_seconds=settings.debug_hold_claim_ms / 1000,
         )
         ticking = Ticking(
-            pool, claimer=claimer, queries=queries, settings=settings, metrics=self.metrics, relay=relay
+            pool, firer=firer, queries=queries, settings=settings, metrics=self.metrics, relay=relay
         )
         review = CronReview(
             pool,
@@ -153,7 +153,7 @@ class TickerService:
             schema=schema,
             queries=queries,
             events=events,
-            claimer=claimer,
+            firer=firer,
             metrics=self.metrics,
             on_commit=committed,
             topics=CommandTopics(
@@ -202,7 +202,7 @@ class TickerService:
             "housekeeping",
             periodic(
                 settings.housekeeping_seconds,
-                self._housekeeping(claimer, review),
+                self._housekeeping(firer, review),
                 outages=_STORAGE_ERRORS,
                 what="housekeeping",
             ),
@@ -229,12 +229,12 @@ class TickerService:
 
         return refresh
 
-    def _housekeeping(self, claimer: SlotClaimer, review: CronReview) -> Callable[[], Awaitable[None]]:
+    def _housekeeping(self, firer: SlotFirer, review: CronReview) -> Callable[[], Awaitable[None]]:
         async def purge() -> None:
             # Rows a ticker of the previous version stored during a rolling upgrade, or that were
             # locked at the start's review, are reviewed here.
             await review.run()
-            inbox, timers = await claimer.purge(
+            inbox, timers = await firer.purge(
                 inbox_seconds=self.settings.inbox_retention_days * 86400,
                 timer_seconds=self.settings.timer_retention_days * 86400,
             )

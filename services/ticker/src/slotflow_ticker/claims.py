@@ -49,8 +49,11 @@ class ClaimPass:
     more: bool = False
 
 
-class SlotClaimer:
-    """Runs claim transactions against one ticker schema."""
+class SlotFirer:
+    """Fires the due slots of one ticker schema: claims due schedule and timer rows, stages their
+    JobDue (or SlotSkipped) and advances their grids in one transaction per pass; settles a
+    command's missed slots the same way; resumes paused schedules whose pause ended; purges the
+    inbox and finished timers. Named for firing, not claiming: the claimer is another service."""
 
     def __init__(
         self,

@@ -63,7 +63,7 @@ from slotflow.kafka.records import Record
 from slotflow.pg.outbox import Staged
 from slotflow.pg.pool import CONNECTION_ERRORS, Conn, Pool
 from slotflow.principals import CommandVerifier, SignatureSettings, UnprovenCommand
-from slotflow_ticker.claims import BacklogTooLong, SlotClaimer, schedule_key, timer_key
+from slotflow_ticker.claims import BacklogTooLong, SlotFirer, schedule_key, timer_key
 from slotflow_ticker.events import EventFactory, Outgoing, stage_all
 from slotflow_ticker.metrics import TickerMetrics
 from slotflow_ticker.planning import Position, manual_slot, start_position
@@ -130,7 +130,7 @@ class CommandHandler:
         schema: str,
         queries: Queries,
         events: EventFactory,
-        claimer: SlotClaimer,
+        firer: SlotFirer,
         metrics: TickerMetrics,
         on_commit: Callable[[list[tuple[str, datetime]]], None],
         topics: CommandTopics,
@@ -145,7 +145,7 @@ class CommandHandler:
         self._schema = schema
         self._q = queries
         self._events = events
-        self._claimer = claimer
+        self._firer = firer
         self._metrics = metrics
         self._on_commit = on_commit
 
@@ -606,7 +606,7 @@ class CommandHandler:
     async def _settle(
         self, conn: Conn, row: ScheduleRow, *, now: datetime
     ) -> tuple[list[Outgoing], Position]:
-        staged, position = await self._claimer.settle(conn, row, now=now, max_chunks=SETTLE_MAX_CHUNKS)
+        staged, position = await self._firer.settle(conn, row, now=now, max_chunks=SETTLE_MAX_CHUNKS)
         await conn.execute(
             self._q.set_position,
             row.schedule_id,

@@ -29,7 +29,7 @@ from slotflow.core.timing_wheel import TimingWheel
 from slotflow.errors import TransientStorageError
 from slotflow.pg.pool import CONNECTION_ERRORS, Pool
 from slotflow.service import sleep_or_stop
-from slotflow_ticker.claims import TIMER_PREFIX, ClaimPass, SlotClaimer, schedule_key, timer_key
+from slotflow_ticker.claims import TIMER_PREFIX, ClaimPass, SlotFirer, schedule_key, timer_key
 from slotflow_ticker.config import TickerSettings
 from slotflow_ticker.metrics import TickerMetrics
 from slotflow_ticker.sql import Queries
@@ -83,14 +83,14 @@ class Ticking:
         self,
         pool: Pool,
         *,
-        claimer: SlotClaimer,
+        firer: SlotFirer,
         queries: Queries,
         settings: TickerSettings,
         metrics: TickerMetrics,
         relay: Wakeable | None = None,
     ) -> None:
         self._pool = pool
-        self._claimer = claimer
+        self._firer = firer
         self._q = queries
         self._settings = settings
         self._metrics = metrics
@@ -168,7 +168,7 @@ class Ticking:
             if any(key.startswith(TIMER_PREFIX) for key, _ in expired):
                 self._timers_due = True
                 self._side_wake.set()
-            db_now = await self._drain(self._claimer.claim_schedules, self._settings.claim_concurrency)
+            db_now = await self._drain(self._firer.claim_schedules, self._settings.claim_concurrency)
             # Woke before the database clock reached them (the estimate lags, rarely leads):
             # back into the wheel, so they are met precisely rather than at the next reload.
             for key, deadline in expired:
@@ -190,8 +190,8 @@ class Ticking:
                 if self._timers_due or self._timer_poll_due:
                     resumes = self._timer_poll_due
                     self._timers_due = self._timer_poll_due = False
-                    await self._drain(self._claimer.claim_timers)
-                    if resumes and await self._claimer.auto_resume():
+                    await self._drain(self._firer.claim_timers)
+                    if resumes and await self._firer.auto_resume():
                         self._request_reload()
             except _STORAGE_ERRORS as err:
                 log.warning("ticker %s: storage unavailable: %s", self._settings.ticker_id, err)
@@ -278,10 +278,10 @@ class Ticking:
 
     async def claim_all(self, *, timers: bool = True, resumes: bool = True) -> datetime:
         """Claim until nothing due is left; returns the database time of the last pass."""
-        db_now = await self._drain(self._claimer.claim_schedules, self._settings.claim_concurrency)
+        db_now = await self._drain(self._firer.claim_schedules, self._settings.claim_concurrency)
         if timers:
-            db_now = max(db_now, await self._drain(self._claimer.claim_timers))
-        if resumes and await self._claimer.auto_resume():
+            db_now = max(db_now, await self._drain(self._firer.claim_timers))
+        if resumes and await self._firer.auto_resume():
             self._request_reload()
         return db_now
 

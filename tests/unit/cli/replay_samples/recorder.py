@@ -33,7 +33,7 @@ def record(
     ]
     now = T0
     for _ in range(100):
-        decision = runtime.decide(history, now=now)
+        decision = runtime.replay(history, now=now)
         history.extend(decision.events)
         if decision.closed:
             return history

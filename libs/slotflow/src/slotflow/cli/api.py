@@ -10,8 +10,8 @@ from typing import Any, TypeVar
 import httpx
 
 from slotflow.cli.errors import DEFAULT_API_URL, ApiRequestFailed, ApiUnavailable
+from slotflow.client._http import HttpTransport, Params, path_segment
 from slotflow.client.errors import ClientError
-from slotflow.client.http import HttpTransport, Params, path_segment
 
 __all__ = ["DEFAULT_API_URL", "ApiClient", "Params", "path_segment"]
 T = TypeVar("T")

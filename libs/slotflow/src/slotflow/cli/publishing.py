@@ -21,7 +21,7 @@ from slotflow.client import (
     Sent,
     Unavailable,
 )
-from slotflow.client.kafka import login_principal
+from slotflow.client._kafka import login_principal
 from slotflow.contracts import Message
 from slotflow.contracts.routing import InvalidCommandId, check_command_id, command_route
 from slotflow.principals import Signer

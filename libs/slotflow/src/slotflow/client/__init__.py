@@ -13,7 +13,9 @@ Example::
         await client.trigger_schedule("nightly-payouts", wait=10)
 """
 
-from slotflow.client.client import Client, CommandTransport
+from slotflow.client._client import Client, CommandTransport
+from slotflow.client._http import HttpTransport
+from slotflow.client._kafka import KafkaTransport
 from slotflow.client.errors import (
     ApiError,
     BrokerUnreachable,
@@ -28,8 +30,6 @@ from slotflow.client.errors import (
     Unavailable,
     WaitTimedOut,
 )
-from slotflow.client.http import HttpTransport
-from slotflow.client.kafka import KafkaTransport
 from slotflow.client.models import (
     CommandStatus,
     DeadLetter,

@@ -3,7 +3,7 @@
 History events are *inputs* (what the world did: WorkflowStarted, results, timer firings, signals,
 cancel requests) or *decisions* (what the code did: ActivityScheduled, TimerStarted, markers, ...).
 Inputs are delivered to the code one at a time, in history order, and the loop runs until it is
-quiescent after each; so how the caller batched its `decide` calls can never change what the code
+quiescent after each; so how the caller batched its `replay` calls can never change what the code
 sees. A *group* is a run of consecutive inputs; the decisions the code makes while any input of a
 group is delivered must be the decisions recorded between that group and the next one, in order:
 
@@ -195,7 +195,7 @@ class Execution:
             leave(previous)
 
     def refuse(self, used: str, instead: str) -> BaseException:
-        """The guard's error for ``used``; remembered so `decide` raises it even if the code catches it."""
+        """The guard's error for ``used``; remembered so `replay` raises it even if the code catches it."""
         return self._violated(WorkflowDeterminismError(self.workflow_id, self.delivering, used, instead))
 
     def _violated(self, error: NonDeterminismError) -> NonDeterminismError:

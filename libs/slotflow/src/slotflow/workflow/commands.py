@@ -1,6 +1,6 @@
 """What one decision step returns: the new history events and the commands that act on them.
 
-`WorkflowRuntime.decide` returns a `Decision`. The caller (the orchestrator, or
+`WorkflowRuntime.replay` returns a `Decision`. The caller (the orchestrator, or
 `slotflow.workflow.testing.WorkflowEnvironment`) appends `events` to the history and only then
 sends `commands`: a command is the outward side of an event already recorded, so a crash between
 the two is repaired by replaying (the runtime hands the same commands back for the same history;
@@ -119,7 +119,7 @@ Command = (
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    """The outcome of one `decide`: append `events` (sequences n+1, ...), then send `commands`."""
+    """The outcome of one `replay`: append `events` (sequences n+1, ...), then send `commands`."""
 
     events: list[HistoryEvent] = field(default_factory=list)
     commands: list[Command] = field(default_factory=list)

@@ -3,7 +3,7 @@
 Two families. Errors the workflow code sees and may catch (`ActivityError`, `ChildWorkflowError`,
 `TimeoutError` from a timed wait, `asyncio.CancelledError` on a cancel request). And errors that
 stop a decision because the code and its history disagree (`NonDeterminismError` and its
-`WorkflowDeterminismError`): those are raised out of `WorkflowRuntime.decide`, never turned into a
+`WorkflowDeterminismError`): those are raised out of `WorkflowRuntime.replay`, never turned into a
 failed workflow, so the workflow is stuck (not corrupted) until matching code is deployed.
 """
 
@@ -38,7 +38,7 @@ class WorkflowDeterminismError(NonDeterminismError):
     """Workflow code used something that cannot replay (asyncio.sleep, a foreign task or future,
     a thread, a socket, time.sleep); the message names what to use instead.
 
-    Raised at the offending call, and raised again out of `decide` even if the code catches it.
+    Raised at the offending call, and raised again out of `replay` even if the code catches it.
     """
 
     def __init__(self, workflow_id: str, sequence: int, used: str, instead: str) -> None:
@@ -103,7 +103,7 @@ class HistoryLimitExceeded(WorkflowError):
     """The run's history reached its ceiling without `workflow.continue_as_new`.
 
     Its name is the `error_type` of the WorkflowFailed the runtime records then (the run fails in
-    its history; nothing raises this out of `decide`), so `WorkflowFailureError.error_type` and the
+    its history; nothing raises this out of `replay`), so `WorkflowFailureError.error_type` and the
     read model show `HistoryLimitExceeded`.
     """
 

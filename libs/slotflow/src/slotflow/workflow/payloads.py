@@ -6,8 +6,8 @@ content-addressed, in a `PayloadStore`, and the event carries a reference in its
 (`{"$slotflow_payload": "sha256:<hex>", "bytes": N}`, docs/workflows-history.md). The orchestrator
 calls these helpers around the pure decision step:
 
-    events = await resolve_payloads(history, store)          # before WorkflowRuntime.decide
-    decision = runtime.decide(events, now=now)
+    events = await resolve_payloads(history, store)          # before WorkflowRuntime.replay
+    decision = runtime.replay(events, now=now)
     to_append = await offload_payloads(decision.events, store)   # before appending to the topic
 
 `slotflow.pg.payloads.PostgresPayloadStore` is the production store; `InMemoryPayloadStore` is

@@ -64,7 +64,7 @@ class Replayer:
             InvalidHistory: the history breaks the contract.
         """
         start = run_start(history)
-        decision = self._runtime.decide(history, now=REPLAY_NOW)
+        decision = self._runtime.replay(history, now=REPLAY_NOW)
         started = history[start]
         status: Status = _STATUS.get(type(history[-1]), "running")
         return ReplayResult(

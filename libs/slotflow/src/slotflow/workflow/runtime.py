@@ -1,7 +1,7 @@
-"""`WorkflowRuntime.decide`: the pure step from a run's history to its next events and commands.
+"""`WorkflowRuntime.replay`: the pure step from a run's history to its next events and commands.
 
     runtime = WorkflowRuntime(workflows=[Checkout])
-    decision = runtime.decide(history, now=database_now)
+    decision = runtime.replay(history, now=database_now)
     # append decision.events (sequences n+1, ...), then send decision.commands
 
 Pure: no I/O, no wall clock, no threads; the same history gives the same decision. `now` is read
@@ -9,11 +9,12 @@ only when a new timer, deadline or `workflow.now()` marker is recorded, never on
 that the code no longer matches raises `NonDeterminismError` (the caller appends
 NonDeterminismDetected and acts on nothing).
 
-With `cache_size` > 0 the runtime keeps each workflow's execution after a decide and, when the
+With `cache_size` > 0 the runtime keeps each workflow's execution after a replay and, when the
 next history is the previous one plus the events it returned plus new inputs, advances it instead
 of replaying from the start (the decisions are the same either way; a test holds it to that).
 """
 
+import warnings
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from datetime import datetime
@@ -82,6 +83,19 @@ class WorkflowRuntime:
         return handler.refusal(payload) if handler is not None else None
 
     def decide(self, history: Sequence[HistoryEvent], *, now: datetime) -> Decision:
+        """Deprecated: `replay`, under its old name, for one release.
+
+        "Decide" names the orchestrator's decision (one transaction for one workflow); what the
+        runtime does is replay the history and run the code on, so the method is `replay`.
+        """
+        warnings.warn(
+            "WorkflowRuntime.decide is deprecated and goes in the next release: call WorkflowRuntime.replay",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.replay(history, now=now)
+
+    def replay(self, history: Sequence[HistoryEvent], *, now: datetime) -> Decision:
         """Replay ``history`` (its last run: from the last WorkflowStarted on) and advance the code.
 
         Raises:

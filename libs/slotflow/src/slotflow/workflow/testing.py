@@ -276,7 +276,7 @@ class WorkflowEnvironment:
         run.dirty = False
         if run.closed is not None:
             return
-        decision = self._runtime.decide(run.history, now=self.now)
+        decision = self._runtime.replay(run.history, now=self.now)
         events = list(decision.events)
         if self._store is not None:
             # What a topic would hold: every event with its large payloads by reference (the inputs
@@ -298,7 +298,7 @@ class WorkflowEnvironment:
 
     def _check_replay(self, run: _Workflow) -> None:
         assert self._checker is not None  # noqa: S101 - only called with replay_every_step
-        again = self._checker.decide(run.history, now=self.now)
+        again = self._checker.replay(run.history, now=self.now)
         if again.events:
             extra = again.events[0]
             raise NonDeterminismError(

@@ -7,8 +7,8 @@ from typing import Any, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from slotflow.client._http import HttpTransport, Params, path_segment
 from slotflow.client.errors import CommandRejected, InvalidRequest, ReadsNeedHttp, WaitTimedOut
-from slotflow.client.http import HttpTransport, Params, path_segment
 from slotflow.client.models import (
     CommandStatus,
     DeadLetter,

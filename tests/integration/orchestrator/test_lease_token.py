@@ -1,4 +1,4 @@
-"""Two orchestrators never both decide for one workflow: the shard lease's fencing token refuses
+"""Two orchestrators never both decide for one workflow: the shard lease's token refuses
 the one that lost it (a zombie), and nothing of its decision is written. Real PostgreSQL."""
 
 from datetime import UTC, datetime
@@ -18,7 +18,7 @@ from slotflow_orchestrator.leases import Leases
 from slotflow_orchestrator.metrics import OrchestratorMetrics
 from slotflow_orchestrator.outbound import Outbound
 from slotflow_orchestrator.sql import RECORD_INPUTS
-from slotflow_orchestrator.workflow_code import RuntimeDecider, load_decider
+from slotflow_orchestrator.workflow_code import RuntimeWorkflowCode, load_workflow_code
 from tests.integration.orchestrator.support import claimer_record
 
 SHARDS = 3
@@ -38,11 +38,11 @@ async def _start_input(pool: Pool, workflow_id: str) -> None:
     )
 
 
-def _decisions(pool: Pool, decider: RuntimeDecider, kafka: KafkaSettings) -> Decisions:
+def _decisions(pool: Pool, workflow_code: RuntimeWorkflowCode, kafka: KafkaSettings) -> Decisions:
     return Decisions(
         pool,
         schema="orchestrator",
-        decider=decider,
+        workflow_code=workflow_code,
         outbound=Outbound(kafka),
         metrics=OrchestratorMetrics(),
         shards=SHARDS,
@@ -50,7 +50,7 @@ def _decisions(pool: Pool, decider: RuntimeDecider, kafka: KafkaSettings) -> Dec
 
 
 async def test_a_zombie_holding_an_old_token_writes_nothing(
-    pg_pool: Pool, decider: RuntimeDecider, kafka: KafkaSettings
+    pg_pool: Pool, workflow_code: RuntimeWorkflowCode, kafka: KafkaSettings
 ) -> None:
     await apply_migrations(pg_pool)
     workflow_id = "fenced-1"
@@ -65,12 +65,12 @@ async def test_a_zombie_holding_an_old_token_writes_nothing(
     await _start_input(pg_pool, workflow_id)
 
     with pytest.raises(LeaseLost):
-        await _decisions(pg_pool, decider, kafka).decide(workflow_id, shard=shard, token=old_token)
+        await _decisions(pg_pool, workflow_code, kafka).decide(workflow_id, shard=shard, token=old_token)
     assert await pg_pool.fetchval("SELECT count(*) FROM orchestrator.history") == 0
     assert await pg_pool.fetchval("SELECT count(*) FROM orchestrator.outbox") == 0
     assert await pg_pool.fetchval("SELECT count(*) FROM orchestrator.inputs") == 1
 
-    outcome = await _decisions(pg_pool, decider, kafka).decide(
+    outcome = await _decisions(pg_pool, workflow_code, kafka).decide(
         workflow_id, shard=shard, token=heir.held[shard]
     )
     assert outcome.step is not None
@@ -92,7 +92,7 @@ async def test_a_zombie_holding_an_old_token_writes_nothing(
 
 
 async def test_a_shard_handed_away_and_back_between_two_checks_is_decided_again(
-    pg_pool: Pool, decider: RuntimeDecider, kafka: KafkaSettings
+    pg_pool: Pool, workflow_code: RuntimeWorkflowCode, kafka: KafkaSettings
 ) -> None:
     """Bug 1 of docs/reliability.md (seed 2): the partition went A -> B -> A between two of A's
     lease checks. B took the lease (token + 1) and released it when the partition left it; A saw
@@ -110,12 +110,12 @@ async def test_a_shard_handed_away_and_back_between_two_checks_is_decided_again(
     await second.reconcile(frozenset(), 2)
     await _start_input(pg_pool, workflow_id)
     with pytest.raises(LeaseLost):
-        await _decisions(pg_pool, decider, kafka).decide(workflow_id, shard=shard, token=old_token)
+        await _decisions(pg_pool, workflow_code, kafka).decide(workflow_id, shard=shard, token=old_token)
     first.lost(shard, old_token)
 
     assert await first.reconcile(frozenset({shard}), 3) == [shard]
     assert first.held[shard] == old_token + 2
-    outcome = await _decisions(pg_pool, decider, kafka).decide(
+    outcome = await _decisions(pg_pool, workflow_code, kafka).decide(
         workflow_id, shard=shard, token=first.held[shard]
     )
     assert outcome.step is not None
@@ -186,7 +186,7 @@ async def _completed_input(pool: Pool, workflow_id: str, sequence: int) -> None:
 
 
 async def test_a_history_kept_from_an_own_decision_is_not_used_after_another_appended(
-    pg_pool: Pool, decider: RuntimeDecider, kafka: KafkaSettings
+    pg_pool: Pool, workflow_code: RuntimeWorkflowCode, kafka: KafkaSettings
 ) -> None:
     """The first owner keeps the history it committed; the shard moves away and back, the heir
     appended meanwhile: the first owner's next decision reads the table, not what it kept."""
@@ -195,9 +195,9 @@ async def test_a_history_kept_from_an_own_decision_is_not_used_after_another_app
     shard = shard_of(workflow_id, SHARDS)
     first = Leases(pg_pool, schema="orchestrator", owner="first")
     heir = Leases(pg_pool, schema="orchestrator", owner="heir")
-    first_decisions = _decisions(pg_pool, decider, kafka)
+    first_decisions = _decisions(pg_pool, workflow_code, kafka)
     # The heir runs its own workflow runtime: two processes share no cache.
-    heir_decisions = _decisions(pg_pool, load_decider(["tests.integration.orchestrator.saga"]), kafka)
+    heir_decisions = _decisions(pg_pool, load_workflow_code(["tests.integration.orchestrator.saga"]), kafka)
     await first.reconcile(frozenset({shard}), 1)
     await _start_input(pg_pool, workflow_id)
     await first_decisions.decide(workflow_id, shard=shard, token=first.held[shard])
@@ -230,7 +230,7 @@ async def test_a_history_kept_from_an_own_decision_is_not_used_after_another_app
 
 
 async def test_a_group_that_fails_leaves_nothing_kept(
-    pg_pool: Pool, decider: RuntimeDecider, kafka: KafkaSettings
+    pg_pool: Pool, workflow_code: RuntimeWorkflowCode, kafka: KafkaSettings
 ) -> None:
     """Two decisions share a transaction; one of them cannot append (its sequence is taken), so
     neither commits, and the next decision of the other reads its history from the table."""
@@ -242,7 +242,7 @@ async def test_a_group_that_fails_leaves_nothing_kept(
     leases = Leases(pg_pool, schema="orchestrator", owner="one")
     await leases.reconcile(frozenset({shard}), 1)
     token = leases.held[shard]
-    decisions = _decisions(pg_pool, decider, kafka)
+    decisions = _decisions(pg_pool, workflow_code, kafka)
     for workflow_id in ids:
         await _start_input(pg_pool, workflow_id)
     await decisions.decide_many(ids, shard=shard, token=token)
