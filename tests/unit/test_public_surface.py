@@ -75,6 +75,8 @@ WORKFLOW_MODULES = {
 CLIENT_ALL = [
     "ApiError",
     "BrokerUnreachable",
+    "BulkWorkflow",
+    "BulkWorkflowsResult",
     "Client",
     "ClientError",
     "CommandRejected",
@@ -91,6 +93,8 @@ CLIENT_ALL = [
     "NotFound",
     "Page",
     "ReadsNeedHttp",
+    "RepairResult",
+    "RepairSlot",
     "Run",
     "Schedule",
     "Sent",

@@ -31,6 +31,8 @@ from slotflow.client.errors import (
 from slotflow.client.http import HttpTransport
 from slotflow.client.kafka import KafkaTransport
 from slotflow.client.models import (
+    BulkWorkflow,
+    BulkWorkflowsResult,
     CommandStatus,
     DeadLetter,
     DeadLetterPreview,
@@ -46,6 +48,8 @@ from slotflow.client.models import (
 __all__ = [
     "ApiError",
     "BrokerUnreachable",
+    "BulkWorkflow",
+    "BulkWorkflowsResult",
     "Client",
     "ClientError",
     "CommandRejected",
