@@ -21,6 +21,8 @@ from slotflow.contracts import (
     ActivityScheduled,
     CancelWorkflow,
     CompensationRegistered,
+    DeadLetterStatusChanged,
+    DiscardDeadLetters,
     HistoryEvent,
     JobDue,
     MarkSlots,
@@ -33,6 +35,8 @@ from slotflow.contracts import (
     history_event_id,
 )
 from slotflow.contracts.topics import (
+    DLQ_COMMANDS,
+    DLQ_EVENTS,
     JOBS_DUE,
     RUN_EVENTS,
     SCHEDULE_COMMANDS,
@@ -270,3 +274,47 @@ async def test_a_bulk_cancel_from_the_workflows_list_is_previewed_then_sent(
         cancels = _published(commands)
         assert all(isinstance(c, CancelWorkflow) for c in cancels)
         assert sorted(c.workflow_id for c in cancels) == ["order-1041", "order-1042"]
+
+
+async def test_a_bulk_discard_of_the_filtered_letters_is_previewed_then_sent(
+    api_settings: Settings, emit: Emitter, browser: Browser, kafka: KafkaSettings
+) -> None:
+    topic = kafka.topic(SCHEDULE_COMMANDS)
+    now = datetime.now(UTC).replace(microsecond=0)
+    for offset, letter_topic in ((1, topic), (2, topic), (3, "slotflow.elsewhere.v1")):
+        letter = f"{letter_topic}:0:{offset}"
+        parked = DeadLetterStatusChanged(
+            dead_letter_id=letter,
+            status="parked",
+            reason="unknown_type",
+            topic=letter_topic,
+            source_service="ticker",
+            at=now,
+            last_seen=now,
+        )
+        await emit(DLQ_EVENTS, parked, id=f"{letter}/parked", key=letter)
+    async with served(create_app(api_settings)) as base, TopicTail(kafka, (DLQ_COMMANDS,)) as commands:
+        page = await _page(browser)
+        await page.goto(f"{base}/ui/dlq?" + urlencode({"status": "parked", "topic": topic}))
+        await expect(page.get_by_role("table", name="Dead letters").locator("tbody tr")).to_have_count(
+            2, timeout=30_000
+        )
+        await page.locator('[data-bulk="discard"]').click()
+        dialog = page.locator("dialog[open]")
+        await dialog.locator('input[name="repair-reason"]').fill("a producer's test records")
+        await dialog.locator("[data-preview-button]").click()
+        await expect(dialog.locator("[data-count]")).to_have_text(
+            "Would discard 2 of 2 matching dead letter(s); nothing is published until you confirm."
+        )
+        assert _published(commands) == []
+        await dialog.locator("[data-confirm]").click()
+        # The dialog waits up to 10 s for the dlq's answer (none runs here), then says what was sent.
+        await expect(dialog.locator("[data-sent]")).to_contain_text("Discard sent as command ", timeout=30_000)
+        await assert_eventually(lambda: len(_published(commands)) == 1, timeout=30, message="the discard")
+        (discard,) = _published(commands)
+        assert isinstance(discard, DiscardDeadLetters)
+        assert (discard.selection.topic, discard.selection.status, discard.reason) == (
+            topic,
+            "parked",
+            "a producer's test records",
+        )

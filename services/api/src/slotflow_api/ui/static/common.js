@@ -371,7 +371,8 @@ window.slotflowUi = (() => {
   // first sends the route's dry run and shows what it would touch and leave out, and why; only
   // then is Confirm enabled, and it sends the same body for real. Changing a field after the
   // preview asks for a new one, so what is confirmed is always what was previewed. A reason is
-  // required. `opts`: title, a warning line, fields (extra labelled inputs), body() the request
+  // required unless `opts.noReason` (a redrive records none). `opts`: title, a warning line,
+  // fields (extra labelled inputs), body() the request
   // body without dry_run, send(body, dryRun) the call, preview(answer) the nodes that show a dry
   // run's answer and can(answer) whether it touches anything, sent(answer) the line for the real one.
   function previewDialog(opts) {
@@ -384,7 +385,7 @@ window.slotflowUi = (() => {
       h("h2", {}, opts.title),
       opts.warning ? h("p", { class: "muted" }, opts.warning) : null,
       h("div", { class: "filters" }, ...(opts.fields || []),
-        field("Reason (required, recorded with the command)", reason)),
+        opts.noReason ? null : field("Reason (required, recorded with the command)", reason)),
       h("p", {}, previewButton, " ", confirm, " ", close),
       result);
     let previewed = null;
@@ -397,6 +398,7 @@ window.slotflowUi = (() => {
     dialog.addEventListener("input", stale);
     dialog.addEventListener("change", stale);
     const body = () => {
+      if (opts.noReason) return opts.body();
       const why = reason.value.trim();
       if (!why) throw new ApiError(0, "a reason is required: it is recorded with the command and shown beside what it touched");
       return { ...opts.body(), reason: why };
@@ -441,7 +443,7 @@ window.slotflowUi = (() => {
     });
     document.body.append(dialog);
     dialog.showModal();
-    reason.focus();
+    (opts.noReason ? previewButton : reason).focus();
     return dialog;
   }
 
