@@ -309,7 +309,9 @@ async def test_a_bulk_discard_of_the_filtered_letters_is_previewed_then_sent(
         assert _published(commands) == []
         await dialog.locator("[data-confirm]").click()
         # The dialog waits up to 10 s for the dlq's answer (none runs here), then says what was sent.
-        await expect(dialog.locator("[data-sent]")).to_contain_text("Discard sent as command ", timeout=30_000)
+        await expect(dialog.locator("[data-sent]")).to_contain_text(
+            "Discard sent as command ", timeout=30_000
+        )
         await assert_eventually(lambda: len(_published(commands)) == 1, timeout=30, message="the discard")
         (discard,) = _published(commands)
         assert isinstance(discard, DiscardDeadLetters)
