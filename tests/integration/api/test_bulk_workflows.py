@@ -124,6 +124,16 @@ async def test_a_dry_run_says_what_a_bulk_cancel_or_terminate_takes_and_leaves_o
         "compensating already: its compensations run; cancel one alone if meant": 1,
     }
 
+    # Which ones, each with its reason (the compensating saga named).
+    named_out = {w["workflow_id"]: (w["status"], w["reason"]) for w in body["left_out_workflows"]}
+    assert named_out == {
+        CLOSED: ("completed", "closed (completed): a workflow that ended takes no cancel"),
+        COMPENSATING: (
+            "compensating",
+            "compensating already: its compensations run; cancel one alone if meant",
+        ),
+    }
+
     # A terminate takes the compensating saga too (its compensations left unfinished, counted).
     terminate = await client.post(
         "/v1/workflows/terminate", json={"type": "order_saga", "reason": "bad deploy", "dry_run": True}

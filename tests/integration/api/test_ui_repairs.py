@@ -264,6 +264,9 @@ async def test_a_bulk_cancel_from_the_workflows_list_is_previewed_then_sent(
             "1 · closed (completed): a workflow that ended takes no cancel"
         )
         await expect(left_out).to_contain_text("1 · compensating already")
+        await expect(dialog.locator("[data-left-out-workflows]")).to_contain_text(
+            "order-1043 · compensating: compensating already"
+        )
         assert _published(commands) == []
         await page.screenshot(path=shots / "dashboard-bulk-cancel.png", full_page=False)
         await dialog.locator("[data-confirm]").click()

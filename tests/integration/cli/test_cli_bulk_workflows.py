@@ -57,6 +57,8 @@ async def test_an_operator_previews_and_cancels_every_running_workflow_of_a_type
         assert "a cancel would take 2 workflow(s); nothing was published" in preview.out
         assert "1: closed (completed): a workflow that ended takes no cancel" in preview.out
         assert all(w in preview.out for w in OPEN)
+        assert "left out (the first of them):" in preview.out
+        assert CLOSED in preview.out
         assert everything.code == 1, everything
         assert '"all": true' in everything.err
         assert no_reason.code == 2, no_reason

@@ -421,6 +421,8 @@ class SelectedWorkflows:
     rows: list[dict[str, Any]]
     counts: dict[tuple[str, bool], int]
     unknown: list[str]
+    #: The first workflows of the selection the action leaves out (oldest request first).
+    left_out: list[dict[str, Any]]
 
 
 async def select_workflows(
@@ -431,10 +433,11 @@ async def select_workflows(
     takeable: frozenset[str],
     cancel_requested_too: bool,
     limit: int,
+    shown: int,
 ) -> SelectedWorkflows:
     """The workflows ``selection`` takes whose status is in ``takeable`` (at most ``limit``; those
     whose cancel was already requested only with ``cancel_requested_too``), the counts of every
-    status it matches, and the named ids not known."""
+    status it matches, the first ``shown`` it leaves out, and the named ids not known."""
     counting = selection.filters()
     counts = await pool.fetch(
         sql_with(_WORKFLOW_SELECTION_COUNTS, schema, where=counting.where()), *counting.args
@@ -447,6 +450,16 @@ async def select_workflows(
     rows = await pool.fetch(
         sql_with(_WORKFLOW_SELECTION, schema, where=taking.where(), limit=limit_param), *taking.args
     )
+    leaving = selection.filters()
+    leaving.add(
+        "NOT (w.status = ANY({}::text[]) AND (NOT w.cancel_requested OR {}))",
+        sorted(takeable),
+        cancel_requested_too,
+    )
+    shown_param = leaving.param(shown)
+    left_out = await pool.fetch(
+        sql_with(_WORKFLOW_SELECTION, schema, where=leaving.where(), limit=shown_param), *leaving.args
+    )
     unknown: list[str] = []
     if selection.workflow_ids:
         known = {
@@ -458,6 +471,7 @@ async def select_workflows(
         rows=[dict(r) for r in rows],
         counts={(r["status"], bool(r["cancel_requested"])): r["n"] for r in counts},
         unknown=unknown,
+        left_out=[dict(r) for r in left_out],
     )
 
 

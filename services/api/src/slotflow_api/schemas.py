@@ -868,6 +868,9 @@ class BulkWorkflowsAnswer(BaseModel):
     more: int = Field(description="open workflows the selection also matches, beyond `limit`: not touched")
     left_out_count: int
     left_out: dict[str, int] = Field(description="what it leaves out, by reason, with the count")
+    left_out_workflows: list[BulkWorkflowItem] = Field(
+        default_factory=list, description="the first workflows it leaves out, each with its reason"
+    )
     compensating: int = Field(
         description="selected workflows compensating already: a cancel leaves them out (their "
         "compensations run), a terminate ends them with their compensations unfinished"

@@ -14,7 +14,7 @@ from typing import Any, Literal
 from slotflow.cli.commanding import identifier, workflow_cancel, workflow_terminate
 from slotflow.cli.context import Context
 from slotflow.cli.errors import UsageError
-from slotflow.cli.output import BULK_WORKFLOW_COLUMNS
+from slotflow.cli.output import BULK_LEFT_OUT_COLUMNS, BULK_WORKFLOW_COLUMNS
 
 
 def cancel(ctx: Context) -> int:
@@ -72,4 +72,7 @@ def bulk_workflows(ctx: Context, action: Literal["cancel", "terminate"]) -> int:
     ctx.emit_fields(pairs)
     ctx.out.write("\n")
     ctx.emit_table(list(answer["workflows"]), BULK_WORKFLOW_COLUMNS, empty="")
+    if answer.get("left_out_workflows"):
+        ctx.out.write("\nleft out (the first of them):\n")
+        ctx.emit_table(list(answer["left_out_workflows"]), BULK_LEFT_OUT_COLUMNS, empty="")
     return 0

@@ -248,6 +248,12 @@ BULK_WORKFLOW_COLUMNS: Sequence[Column] = (
     ("command", field("command_id")),
 )
 
+BULK_LEFT_OUT_COLUMNS: Sequence[Column] = (
+    ("workflow", field("workflow_id")),
+    ("status", field("status")),
+    ("why", field("reason")),
+)
+
 PENDING_ACTIVITY_COLUMNS: Sequence[Column] = (
     ("seq", field("sequence")),
     ("activity", field("handler")),

@@ -143,6 +143,8 @@ class BulkWorkflow(_Body):
     workflow_type: str | None = None
     status: str | None = None
     command_id: str | None = None
+    #: Left out: why.
+    reason: str | None = None
 
 
 class BulkWorkflowsResult(_Body):
@@ -158,6 +160,7 @@ class BulkWorkflowsResult(_Body):
     more: int = 0
     left_out_count: int = 0
     left_out: dict[str, int] = {}
+    left_out_workflows: list[BulkWorkflow] = []
     compensating: int = 0
 
 

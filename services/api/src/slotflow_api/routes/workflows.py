@@ -196,6 +196,7 @@ async def _bulk_workflows(
         takeable=takes,
         cancel_requested_too=action == "terminate",
         limit=body.limit,
+        shown=BULK_SHOWN,
     )
     matched = sum(chosen.counts.values())
     if not (selection.workflow_ids or selection.workflow_type is not None or body.all):
@@ -217,6 +218,10 @@ async def _bulk_workflows(
         more=taken - len(chosen.rows),
         left_out_count=sum(left_out.values()),
         left_out=left_out,
+        left_out_workflows=[
+            _item(row).model_copy(update={"reason": _why(action, row["status"], row["cancel_requested"])})
+            for row in chosen.left_out
+        ],
         compensating=compensating,
     )
     if not chosen.rows:
@@ -252,18 +257,22 @@ def _left_out(action: BulkAction, chosen: read_model.SelectedWorkflows) -> dict[
     for (status, cancel_requested), n in sorted(chosen.counts.items()):
         if _taken(action, status, cancel_requested):
             continue
-        if status in CLOSED_STATUSES:
-            why = f"closed ({status}): a workflow that ended takes no {action}"
-        elif status == "compensating":
-            why = "compensating already: its compensations run; cancel one alone if meant"
-        elif cancel_requested:
-            why = "a cancel was already requested"
-        else:
-            why = f"{status}: not a status a {action} applies to"
+        why = _why(action, status, cancel_requested)
         reasons[why] = reasons.get(why, 0) + n
     if chosen.unknown:
         reasons["not known to the api (yet)"] = len(chosen.unknown)
     return reasons
+
+
+def _why(action: BulkAction, status: str, cancel_requested: bool) -> str:
+    """Why ``action`` leaves out a workflow in ``status``."""
+    if status in CLOSED_STATUSES:
+        return f"closed ({status}): a workflow that ended takes no {action}"
+    if status == "compensating":
+        return "compensating already: its compensations run; cancel one alone if meant"
+    if cancel_requested:
+        return "a cancel was already requested"
+    return f"{status}: not a status a {action} applies to"
 
 
 def _item(row: dict[str, Any], *, command_id: str | None = None) -> BulkWorkflowItem:

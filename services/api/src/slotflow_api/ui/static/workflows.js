@@ -86,6 +86,10 @@
         a.more ? h("p", { class: "muted" }, `${a.more} more open workflow(s) match beyond the limit: untouched.`) : null,
         leftOutList(`Left out: ${a.left_out_count} workflow(s), and why`,
           Object.entries(a.left_out).map(([why, n]) => `${n} · ${why}`)),
+        (a.left_out_workflows || []).length
+          ? h("ul", { class: "slots", "data-left-out-workflows": "" }, a.left_out_workflows.map((w) => h("li", {},
+            h("span", { class: "mono" }, w.workflow_id), ` · ${w.status}: ${w.reason}`)))
+          : null,
         !cancel && a.compensating
           ? h("p", { class: "alert" }, `${a.compensating} of them are compensating: they end with their compensations unfinished.`)
           : null,
