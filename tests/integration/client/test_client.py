@@ -189,6 +189,14 @@ async def test_workflows_over_both_transports(
     await client.start_workflow(
         "order-ended", "orders.checkout", order("order-ended", hold="PT1H"), wait=WAIT
     )
+
+    # Terminated once it holds: before its hold timer started there is no timer to cancel (the
+    # terminate raced the two activities before the hold, and the timers read []).
+    async def holding() -> bool:
+        shown = (await client.get_workflow("order-ended")).model_extra or {}
+        return bool(shown.get("pending_timers"))
+
+    await assert_eventually(holding, timeout=90, interval=0.3, message="order-ended holds")
     await client.terminate_workflow("order-ended", reason="stuck on a bad deploy", wait=WAIT)
     await reaches(client, "order-ended", "terminated")
     ended = (await client.get_workflow("order-ended")).model_extra or {}
