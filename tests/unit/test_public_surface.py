@@ -75,6 +75,8 @@ WORKFLOW_MODULES = {
 CLIENT_ALL = [
     "ApiError",
     "BrokerUnreachable",
+    "BulkWorkflow",
+    "BulkWorkflowsResult",
     "Client",
     "ClientError",
     "CommandRejected",

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import httpx
 
-from slotflow.contracts import ScheduleCreated
-from slotflow.contracts.topics import SCHEDULE_EVENTS
+from slotflow.contracts import ScheduleCreated, WorkflowStarted, history_event_id
+from slotflow.contracts.topics import SCHEDULE_EVENTS, WORKFLOW_HISTORY
 from tests.integration.api.conftest import Emitter
 from tests.integration.api.helpers import eventually_json, interval
 
@@ -34,6 +34,8 @@ COMMANDS = {
     "POST /v1/workflows/{id}/cancel",
     "POST /v1/workflows/{id}/terminate",
     "POST /v1/workflows/{id}/activities/2/retry",
+    "POST /v1/workflows/cancel",
+    "POST /v1/workflows/terminate",
     "POST /v1/dlq/redrive",
     "POST /v1/dlq/discard",
 }
@@ -41,6 +43,8 @@ COMMANDS = {
 
 #: Commands on several schedules: the answer lists one command per schedule.
 BULK = frozenset({"/v1/schedules/pause", "/v1/schedules/resume"})
+#: Commands on several workflows: the answer lists the workflows taken, each with its command.
+BULK_WORKFLOWS = frozenset({"/v1/workflows/cancel", "/v1/workflows/terminate"})
 
 
 def examples() -> list[tuple[str, str, object]]:
@@ -54,7 +58,7 @@ def examples() -> list[tuple[str, str, object]]:
 
 def _route(method: str, path: str) -> str:
     parts = path.split("/")
-    if path in BULK:
+    if path in BULK | BULK_WORKFLOWS:
         return f"{method} {path}"
     if len(parts) > 3 and parts[2] in ("schedules", "workflows"):
         parts[3] = "{id}"
@@ -74,10 +78,27 @@ async def _seed_repairable_slots(emit: Emitter, client: httpx.AsyncClient) -> No
     await eventually_json(client, "/v1/schedules/nightly-payouts", lambda body: body["schedule_id"])
 
 
+async def _seed_open_workflow(emit: Emitter, client: httpx.AsyncClient) -> None:
+    """The examples' workflow, running: a bulk cancel or terminate of it takes it (no orchestrator
+    runs here, so the single cancel and terminate before them leave it running)."""
+    started = WorkflowStarted(
+        workflow_id="order-1042", sequence=1, workflow_type="orders.checkout", command_id="start-1042"
+    )
+    await emit(
+        WORKFLOW_HISTORY,
+        started,
+        id=history_event_id("order-1042", 1),
+        key="order-1042",
+        source="orchestrator",
+    )
+    await eventually_json(client, "/v1/workflows/order-1042", lambda body: body["status"] == "running")
+
+
 async def test_every_command_has_an_example_and_the_api_accepts_each(
     client: httpx.AsyncClient, emit: Emitter
 ) -> None:
     await _seed_repairable_slots(emit, client)
+    await _seed_open_workflow(emit, client)
     found = examples()
     assert {_route(method, path) for method, path, _ in found} == COMMANDS
     for method, path, body in found:
@@ -85,6 +106,9 @@ async def test_every_command_has_an_example_and_the_api_accepts_each(
         assert response.status_code == 202, (method, path, response.text)
         if path in BULK:
             assert all(c["command_id"] for c in response.json()["commands"])
+        elif path in BULK_WORKFLOWS:
+            assert all(w["command_id"] for w in response.json()["workflows"])
+            assert response.json()["count"] >= 1
         else:
             assert response.json()["command_id"]
 

@@ -9,7 +9,15 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from slotflow.contracts import JobDue, Message, RunCompleted, ScheduleCreated, SlotSkipped, wrap
+from slotflow.contracts import (
+    JobDue,
+    Message,
+    RunCompleted,
+    ScheduleCreated,
+    SlotSkipped,
+    SlotsMarked,
+    wrap,
+)
 from slotflow.contracts.codec import encode
 from slotflow.contracts.topics import JOBS_DUE, RUN_EVENTS, SCHEDULE_EVENTS, TopicSpec
 from slotflow.core.identity import run_id
@@ -117,6 +125,37 @@ async def test_purge_keeps_exactly_what_the_retention_says_and_the_audit_says_so
     assert body["summary"]["late"] + body["summary"]["fired"] == len(kept)
     assert {s["run_id"] for s in body["slots"]} == kept
     assert all(datetime.fromisoformat(s["slot"]) >= horizon for s in body["slots"])
+
+
+async def test_slot_repairs_older_than_the_retention_are_purged_and_a_replay_does_not_bring_them_back(
+    app: FastAPI, emit: Emitter
+) -> None:
+    """An operator's marks of slots (the audit shows them beside each slot) go once their slot is
+    older than the retention, like skipped slots; the newer ones stay, and the horizon rises."""
+    anchor = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    old = [anchor - d * DAY for d in (45, 40, 35)]
+    recent = [anchor - d * DAY for d in (10, 2)]
+    marked = SlotsMarked(
+        schedule_id=SID, slots=(*old, *recent), mark="done", principal="alice", reason="paid by hand"
+    )
+    await emit(SCHEDULE_EVENTS, marked, id="cmd-mark/marked", key=SID)
+    pool: Pool = app.state.services.pool
+
+    async def only_recent_kept() -> bool:
+        rows = await pool.fetch("SELECT slot FROM api.slot_repairs WHERE schedule_id = $1", SID)
+        horizon = await pool.fetchval("SELECT horizon FROM api.retention")
+        return sorted(r["slot"] for r in rows) == recent and horizon is not None
+
+    await assert_eventually(only_recent_kept, timeout=60, message="the repairs of the last 30 days kept")
+    # The event projected again (a rebuild replays the topics with its dedup cleared: a fresh id
+    # here) brings none of the old back.
+    envelope = wrap(marked, id="cmd-mark/replayed", key=SID, source="test", occurred_at=datetime.now(UTC))
+    record = Record(SCHEDULE_EVENTS.name, 0, 99, SID.encode(), encode(envelope), (), None)
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute("DELETE FROM api.slot_repairs")
+        await project(conn, schema="api", facts=[Fact(SCHEDULE_EVENTS.name, record, envelope, marked)])
+    rows = await pool.fetch("SELECT slot FROM api.slot_repairs WHERE schedule_id = $1", SID)
+    assert sorted(r["slot"] for r in rows) == recent
 
 
 #: Ended runs older than the raced one: the purge locks them first, which holds its walk open long

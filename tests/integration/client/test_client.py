@@ -18,6 +18,7 @@ from slotflow.client import (
     Conflict,
     Forbidden,
     HttpTransport,
+    InvalidRequest,
     KafkaTransport,
     NotAuthorized,
     NotFound,
@@ -188,6 +189,14 @@ async def test_workflows_over_both_transports(
     await client.start_workflow(
         "order-ended", "orders.checkout", order("order-ended", hold="PT1H"), wait=WAIT
     )
+
+    # Terminated once it holds: before its hold timer started there is no timer to cancel (the
+    # terminate raced the two activities before the hold, and the timers read []).
+    async def holding() -> bool:
+        shown = (await client.get_workflow("order-ended")).model_extra or {}
+        return bool(shown.get("pending_timers"))
+
+    await assert_eventually(holding, timeout=90, interval=0.3, message="order-ended holds")
     await client.terminate_workflow("order-ended", reason="stuck on a bad deploy", wait=WAIT)
     await reaches(client, "order-ended", "terminated")
     ended = (await client.get_workflow("order-ended")).model_extra or {}
@@ -218,3 +227,40 @@ async def test_http_needs_a_token_with_the_scope(stack: Stack, http: HttpTranspo
     assert sent.command_id == "client-trigger-1"
     rejected = await http.status("client-trigger-1", wait=WAIT)
     assert (rejected.status, rejected.principal) == ("rejected", "bootstrap")
+
+
+async def test_a_bulk_cancel_previews_then_cancels_each_held_order_once_and_its_saga_compensates(
+    stack: Stack, http: HttpTransport
+) -> None:
+    """Over the api, against the real services: the dry run counts the held orders and leaves the
+    completed one out; the real call cancels each held order, whose saga undoes both its steps; a
+    second bulk cancel of the same ids takes nothing (all ended) and says why."""
+    client = Client(http)
+    held = ["bulk-held-1", "bulk-held-2"]
+    for wid in held:
+        accepted(await client.start_workflow(wid, "orders.checkout", order(wid, hold="PT1H"), wait=WAIT))
+    accepted(await client.start_workflow("bulk-done", "orders.checkout", order("bulk-done"), wait=WAIT))
+    await reaches(client, "bulk-done", "completed")
+    for wid in held:
+        await reaches(client, wid, "running")
+    chosen = [*held, "bulk-done"]
+
+    preview = await client.cancel_workflows(workflow_ids=chosen, reason="carrier outage", dry_run=True)
+    assert (preview.dry_run, preview.count) == (True, 2)
+    assert sorted(w.workflow_id for w in preview.workflows) == held
+    assert preview.left_out == {"closed (completed): a workflow that ended takes no cancel": 1}
+
+    sent = await client.cancel_workflows(workflow_ids=chosen, reason="carrier outage", command_id="outage-1")
+    assert (sent.dry_run, sent.count) == (False, 2)
+    assert sorted(w.command_id or "" for w in sent.workflows) == [f"outage-1:{wid}" for wid in held]
+    for wid in held:
+        await reaches(client, wid, "cancelled")
+        shown = (await client.get_workflow(wid)).model_extra or {}
+        assert [(c["activity"], c["state"]) for c in shown["compensations"]] == [
+            ("inventory.release", "done"),
+            ("payments.void", "done"),
+        ]
+    with pytest.raises(InvalidRequest, match="takes no workflow to cancel"):
+        await client.cancel_workflows(workflow_ids=chosen, reason="again")
+    with pytest.raises(InvalidRequest, match='"all": true'):
+        await client.terminate_workflows(status="running", reason="everything")

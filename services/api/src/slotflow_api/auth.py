@@ -149,6 +149,8 @@ COMMAND_ROUTES: Mapping[tuple[str, str], type[Any]] = {
     ("POST", "/v1/schedules/{schedule_id}/rerun"): RerunSlots,
     ("POST", "/v1/schedules/{schedule_id}/mark"): MarkSlots,
     ("POST", "/v1/workflows"): StartWorkflow,
+    ("POST", "/v1/workflows/cancel"): CancelWorkflowCommand,
+    ("POST", "/v1/workflows/terminate"): TerminateWorkflow,
     ("POST", "/v1/workflows/{workflow_id}/signal"): SignalWorkflow,
     ("POST", "/v1/workflows/{workflow_id}/cancel"): CancelWorkflowCommand,
     ("POST", "/v1/workflows/{workflow_id}/terminate"): TerminateWorkflow,

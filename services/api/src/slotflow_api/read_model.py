@@ -372,6 +372,109 @@ async def list_workflows(
     return Page([workflow_row(r) for r in rows], next_cursor)
 
 
+# -- a bulk cancel or terminate: the workflows a selection takes ----------------------------------
+
+# The selected workflows, oldest request first, each with its status and whether a cancel was
+# already requested. Read-only: the route publishes one command per workflow from this answer, and
+# the orchestrator rejects a command to a workflow that ended since (a race costs a rejected
+# command, never a second effect: cancel and terminate are idempotent on an ended workflow).
+_WORKFLOW_SELECTION = (
+    "SELECT w.workflow_id, w.workflow_type, w.status, w.cancel_requested FROM {schema}.workflows w "
+    "WHERE {where} ORDER BY COALESCE(w.requested_at, w.updated_at), w.workflow_id LIMIT {limit}"
+)
+# How many selected workflows are in each status (what the preview says it leaves out and why).
+_WORKFLOW_SELECTION_COUNTS = (
+    "SELECT w.status, w.cancel_requested, count(*) AS n FROM {schema}.workflows w WHERE {where} "
+    "GROUP BY w.status, w.cancel_requested"
+)
+# Which of the named ids the read model knows (the others are left out: nothing says they exist).
+_KNOWN_WORKFLOW_IDS = "SELECT workflow_id FROM {schema}.workflows WHERE workflow_id = ANY($1::text[])"
+
+
+@dataclass(frozen=True)
+class WorkflowSelection:
+    """What a bulk cancel or terminate selects: ``workflow_ids`` (any of them), ``workflow_type``
+    and ``status``, ANDed; nothing given selects every workflow (the route refuses that unless
+    told `all`)."""
+
+    workflow_ids: tuple[str, ...] = ()
+    workflow_type: str | None = None
+    status: str | None = None
+
+    def filters(self) -> Filters:
+        f = Filters()
+        if self.workflow_ids:
+            f.add("w.workflow_id = ANY({}::text[])", list(self.workflow_ids))
+        if self.workflow_type is not None:
+            f.add("w.workflow_type = {}", self.workflow_type)
+        if self.status is not None:
+            f.add("w.status = {}", self.status)
+        return f
+
+
+@dataclass(frozen=True)
+class SelectedWorkflows:
+    """The workflows of a selection: ``rows`` (at most the limit asked, oldest request first),
+    ``counts`` by (status, cancel requested) over the whole selection, and the named ids the read
+    model does not know."""
+
+    rows: list[dict[str, Any]]
+    counts: dict[tuple[str, bool], int]
+    unknown: list[str]
+    #: The first workflows of the selection the action leaves out (oldest request first).
+    left_out: list[dict[str, Any]]
+
+
+async def select_workflows(
+    pool: Pool,
+    schema: str,
+    selection: WorkflowSelection,
+    *,
+    takeable: frozenset[str],
+    cancel_requested_too: bool,
+    limit: int,
+    shown: int,
+) -> SelectedWorkflows:
+    """The workflows ``selection`` takes whose status is in ``takeable`` (at most ``limit``; those
+    whose cancel was already requested only with ``cancel_requested_too``), the counts of every
+    status it matches, the first ``shown`` it leaves out, and the named ids not known."""
+    counting = selection.filters()
+    counts = await pool.fetch(
+        sql_with(_WORKFLOW_SELECTION_COUNTS, schema, where=counting.where()), *counting.args
+    )
+    taking = selection.filters()
+    taking.add("w.status = ANY({}::text[])", sorted(takeable))
+    if not cancel_requested_too:
+        taking.add("NOT w.cancel_requested")
+    limit_param = taking.param(limit)
+    rows = await pool.fetch(
+        sql_with(_WORKFLOW_SELECTION, schema, where=taking.where(), limit=limit_param), *taking.args
+    )
+    leaving = selection.filters()
+    leaving.add(
+        "NOT (w.status = ANY({}::text[]) AND (NOT w.cancel_requested OR {}))",
+        sorted(takeable),
+        cancel_requested_too,
+    )
+    shown_param = leaving.param(shown)
+    left_out = await pool.fetch(
+        sql_with(_WORKFLOW_SELECTION, schema, where=leaving.where(), limit=shown_param), *leaving.args
+    )
+    unknown: list[str] = []
+    if selection.workflow_ids:
+        known = {
+            r["workflow_id"]
+            for r in await pool.fetch(sql(_KNOWN_WORKFLOW_IDS, schema), list(selection.workflow_ids))
+        }
+        unknown = [i for i in selection.workflow_ids if i not in known]
+    return SelectedWorkflows(
+        rows=[dict(r) for r in rows],
+        counts={(r["status"], bool(r["cancel_requested"])): r["n"] for r in counts},
+        unknown=unknown,
+        left_out=[dict(r) for r in left_out],
+    )
+
+
 _TERMINAL_RUN_STATES = ["completed", "dead_lettered", "skipped"]
 #: A workflow in one of these waits on nothing any more.
 #: A closed workflow waits on nothing, a terminated one included (its parked steps stay parked in

@@ -1,7 +1,8 @@
 """What the read model purges, and the window it can still vouch for (docs/api.md, "Retention").
 
 Job runs that ended (completed, dead-lettered, skipped) more than `SLOTFLOW_API_RETENTION_DAYS`
-ago go, with their dues and attempts, and so do skipped slots older than that. A run ends at or
+ago go, with their dues and attempts, and so do skipped slots and operators' slot repairs
+(re-run, marked) whose slot is older than that. A run ends at or
 after its slot, so once the purge has cut at instant H every run whose slot is at or after H is
 still here: H is the horizon, recorded with the deletion itself, and the audit judges no slot
 before it (it cannot tell a purged run from a missed one). Activity runs stay with their
@@ -72,6 +73,27 @@ WITH doomed AS (
 SELECT slot FROM gone
 """
 
+# Operators' repairs of slots before the cut (slot_repairs_slot): the audit shows a repair beside
+# its slot's verdict and judges no slot before the horizon, so the horizon rises to the cut as for
+# skipped slots, and a repair outlives no slot the audit still judges.
+PURGE_SLOT_REPAIRS = """
+WITH doomed AS (
+    SELECT event_id, slot FROM {schema}.slot_repairs
+     WHERE slot < now() - make_interval(secs => $1)
+     ORDER BY slot
+     LIMIT $2
+       FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM {schema}.slot_repairs s USING doomed d
+     WHERE s.event_id = d.event_id AND s.slot = d.slot RETURNING s.slot
+), raised AS (
+    INSERT INTO {schema}.retention AS t (only_row, horizon)
+    SELECT true, now() - make_interval(secs => $1) WHERE EXISTS (SELECT 1 FROM gone)
+    ON CONFLICT (only_row) DO UPDATE SET horizon = GREATEST(t.horizon, EXCLUDED.horizon)
+)
+SELECT slot FROM gone
+"""
+
 HORIZON = "SELECT horizon FROM {schema}.retention"
 
 # After each projected batch, in its transaction: the batch's job runs ($1) that ended before the
@@ -79,7 +101,8 @@ HORIZON = "SELECT horizon FROM {schema}.retention"
 # there was purged (or would have been), so a rebuild replaying the topics, or a fact that arrives
 # after its run went, never brings it back; the horizon keeps meaning "nothing before it is here".
 # The batch holds these runs' locks (its skeleton upsert), so this snapshot sees every due and
-# attempt they have. Without a horizon (nothing purged yet) nothing matches.
+# attempt they have. Slot repairs before the horizon go too (a replayed SlotsRerun or SlotsMarked
+# would bring them back). Without a horizon (nothing purged yet) nothing matches.
 FORGET_PURGED = """
 WITH cut AS (
     SELECT horizon FROM {schema}.retention
@@ -103,6 +126,8 @@ WITH cut AS (
     DELETE FROM {schema}.run_attempts WHERE run_id IN (SELECT run_id FROM doomed)
 ), slots AS (
     DELETE FROM {schema}.skipped_slots s USING cut WHERE s.slot < cut.horizon
+), repairs AS (
+    DELETE FROM {schema}.slot_repairs s USING cut WHERE s.slot < cut.horizon
 )
 DELETE FROM {schema}.runs WHERE run_id IN (SELECT run_id FROM doomed)
 """
@@ -113,6 +138,7 @@ def purges(schema: str, *, days: float) -> list[Purge]:
     return [
         Purge("ended runs", sql(LOCK_ENDED_RUNS, schema), keep, delete=sql(PURGE_LOCKED_RUNS, schema)),
         Purge("skipped slots", sql(PURGE_SKIPPED, schema), keep),
+        Purge("slot repairs", sql(PURGE_SLOT_REPAIRS, schema), keep),
     ]
 
 

@@ -21,7 +21,7 @@ from slotflow.contracts.dlq import RedriveDefinition
 from slotflow.contracts.envelope import IDENTIFIER_PATTERN, SCHEDULE_ID_PATTERN
 from slotflow.contracts.examples import EXAMPLES
 from slotflow.contracts.policies import OverlapPolicy
-from slotflow.contracts.workflows import IdReusePolicy
+from slotflow.contracts.workflows import IdReusePolicy, WorkflowId
 
 T = TypeVar("T")
 
@@ -794,6 +794,90 @@ class SignalBody(_Body):
 class CancelBody(_Body):
     model_config = _examples({"reason": "customer asked"})
     reason: str = Field(default="", max_length=1000)
+
+
+#: A workflow's status as the api shows it (`requested` and `rejected` are the api's own).
+WorkflowStatus = Literal[
+    "requested",
+    "running",
+    "compensating",
+    "stuck",
+    "completed",
+    "failed",
+    "terminated",
+    "cancelled",
+    "rejected",
+]
+#: The most workflows one bulk cancel or terminate takes (one command each).
+BULK_WORKFLOWS_MAX = 500
+
+
+class BulkWorkflowsBody(_Body):
+    """Cancel or terminate every workflow the selection takes: `workflow_ids` (any of them), `type`
+    and `status`, ANDed. One that names no ids and no type (a status alone is another spelling of
+    everything) must say `all: true`; the route refuses it otherwise, with the count it would take."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        populate_by_name=True,
+        json_schema_extra={
+            "examples": [
+                {"type": "order_saga", "status": "running", "reason": "carrier outage", "dry_run": True},
+                {"workflow_ids": ["order-1042", "order-1043"], "reason": "customer asked", "dry_run": True},
+                {"status": "stuck", "all": True, "reason": "bad deploy rolled back", "dry_run": True},
+            ]
+        },
+    )
+    workflow_ids: list[WorkflowId] = Field(default_factory=list, max_length=BULK_WORKFLOWS_MAX)
+    workflow_type: str | None = Field(default=None, alias="type", min_length=1, max_length=200)
+    status: WorkflowStatus | None = None
+    all: bool = Field(default=False, description="select every workflow (of `status`, when given)")
+    reason: str = Field(
+        min_length=1, max_length=1000, description="why: recorded with each command and in its history"
+    )
+    limit: int = Field(
+        default=BULK_WORKFLOWS_MAX,
+        ge=1,
+        le=BULK_WORKFLOWS_MAX,
+        description="at most this many workflows, oldest request first",
+    )
+    dry_run: bool = Field(default=False, description="answer what it would touch (200) and publish nothing")
+
+    @model_validator(mode="after")
+    def _not_both(self) -> Self:
+        if self.all and (self.workflow_ids or self.workflow_type is not None):
+            raise ValueError(
+                '"all": true selects every workflow, but the selection narrows it (workflow_ids or '
+                "type): send one or the other"
+            )
+        return self
+
+
+class BulkWorkflowItem(BaseModel):
+    workflow_id: str
+    workflow_type: str | None
+    status: str | None
+    command_id: str | None = Field(default=None, description="the command published for it")
+    reason: str | None = Field(default=None, description="left out: why")
+
+
+class BulkWorkflowsAnswer(BaseModel):
+    """What a bulk cancel or terminate touches (the dry run: would touch) and leaves out, and why."""
+
+    action: Literal["cancel", "terminate"]
+    dry_run: bool
+    count: int = Field(description="workflows it publishes a command to (or would)")
+    workflows: list[BulkWorkflowItem] = Field(description="the first of them (every one when not a dry run)")
+    more: int = Field(description="open workflows the selection also matches, beyond `limit`: not touched")
+    left_out_count: int
+    left_out: dict[str, int] = Field(description="what it leaves out, by reason, with the count")
+    left_out_workflows: list[BulkWorkflowItem] = Field(
+        default_factory=list, description="the first workflows it leaves out, each with its reason"
+    )
+    compensating: int = Field(
+        description="selected workflows compensating already: a cancel leaves them out (their "
+        "compensations run), a terminate ends them with their compensations unfinished"
+    )
 
 
 class _Selecting(_Body):

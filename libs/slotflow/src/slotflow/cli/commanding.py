@@ -230,8 +230,8 @@ def workflow_signal(ctx: Context) -> int:
 
 
 def workflow_cancel(ctx: Context) -> int:
-    """`workflow cancel`: send a CancelWorkflow (the workflow compensates and ends)."""
-    fields = {"workflow_id": _workflow_id(ctx), "reason": ctx.args.reason}
+    """`workflow cancel WORKFLOW_ID`: send a CancelWorkflow (the workflow compensates and ends)."""
+    fields = {"workflow_id": identifier(ctx.args.workflow_ids[0], "WORKFLOW_ID"), "reason": ctx.args.reason}
     return send(ctx, validated(CancelWorkflow, fields, what="cancel"))
 
 
@@ -242,8 +242,8 @@ def workflow_retry_activity(ctx: Context) -> int:
 
 
 def workflow_terminate(ctx: Context) -> int:
-    """`workflow terminate`: send a TerminateWorkflow (it ends without compensating)."""
-    fields = {"workflow_id": _workflow_id(ctx), "reason": ctx.args.reason}
+    """`workflow terminate WORKFLOW_ID`: send a TerminateWorkflow (it ends without compensating)."""
+    fields = {"workflow_id": identifier(ctx.args.workflow_ids[0], "WORKFLOW_ID"), "reason": ctx.args.reason}
     return send(ctx, validated(TerminateWorkflow, fields, what="terminate"))
 
 

@@ -241,6 +241,19 @@ REPAIR_COLUMNS: Sequence[Column] = (
     ("action", lambda row: str(row.get("action") or row.get("reason") or MISSING)),
 )
 
+BULK_WORKFLOW_COLUMNS: Sequence[Column] = (
+    ("workflow", field("workflow_id")),
+    ("type", field("workflow_type")),
+    ("status", field("status")),
+    ("command", field("command_id")),
+)
+
+BULK_LEFT_OUT_COLUMNS: Sequence[Column] = (
+    ("workflow", field("workflow_id")),
+    ("status", field("status")),
+    ("why", field("reason")),
+)
+
 PENDING_ACTIVITY_COLUMNS: Sequence[Column] = (
     ("seq", field("sequence")),
     ("activity", field("handler")),

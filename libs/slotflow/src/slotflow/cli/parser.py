@@ -412,22 +412,42 @@ def _workflow(groups: Any) -> None:
     cancel = _leaf(
         actions,
         "cancel",
-        "slotflow.cli.commanding:workflow_cancel",
-        "ask a workflow to stop (compensations run)",
+        "slotflow.cli.bulk_workflows:cancel",
+        "ask a workflow, or every one a selection takes, to stop (compensations run)",
+        "Cancel WORKFLOW_ID: its compensations run, newest first, and it ends cancelled.\n"
+        "With a selection (--type, --status, several ids, --all) every open workflow it takes gets\n"
+        "its own CancelWorkflow, through the api; closed ones and those compensating already are\n"
+        "left out, with the count. --dry-run shows what it would take; nothing is published.",
     )
-    cancel.add_argument("workflow_id", metavar="WORKFLOW_ID")
-    cancel.add_argument("--reason", default="", help="why")
-    _command_options(cancel)
-
     terminate = _leaf(
         actions,
         "terminate",
-        "slotflow.cli.commanding:workflow_terminate",
-        "end a workflow now, without its code or compensations",
+        "slotflow.cli.bulk_workflows:terminate",
+        "end a workflow, or every one a selection takes, now, without its code or compensations",
+        "Terminate WORKFLOW_ID: it ends now, its code and compensations unrun. With a selection\n"
+        "(--type, --status, several ids, --all) every open workflow it takes gets its own\n"
+        "TerminateWorkflow, through the api: a compensating one ends with its compensations\n"
+        "unfinished (the answer counts them). --dry-run shows what it would take; nothing is published.",
     )
-    terminate.add_argument("workflow_id", metavar="WORKFLOW_ID")
-    terminate.add_argument("--reason", default="", help="why")
-    _command_options(terminate)
+    for ending in (cancel, terminate):
+        ending.add_argument("workflow_ids", metavar="WORKFLOW_ID", nargs="*", help="the workflow(s)")
+        ending.add_argument("--reason", default="", help="why (required with a selection)")
+        ending.add_argument("--type", dest="workflow_type", metavar="TYPE", help="select workflows of TYPE")
+        ending.add_argument(
+            "--status", metavar="STATUS", help="select workflows in STATUS (running, stuck, ...)"
+        )
+        ending.add_argument(
+            "--all",
+            action="store_true",
+            help="mean every workflow (of --status): required when no id or --type narrows it",
+        )
+        ending.add_argument(
+            "--limit", type=int, metavar="N", help="take at most N workflows, oldest first (default 500)"
+        )
+        ending.add_argument(
+            "--dry-run", action="store_true", help="show what it would take and leave out; publish nothing"
+        )
+        _command_options(ending)
 
     retry = _leaf(
         actions,

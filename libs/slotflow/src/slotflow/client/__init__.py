@@ -31,6 +31,8 @@ from slotflow.client.errors import (
     WaitTimedOut,
 )
 from slotflow.client.models import (
+    BulkWorkflow,
+    BulkWorkflowsResult,
     CommandStatus,
     DeadLetter,
     DeadLetterPreview,
@@ -46,6 +48,8 @@ from slotflow.client.models import (
 __all__ = [
     "ApiError",
     "BrokerUnreachable",
+    "BulkWorkflow",
+    "BulkWorkflowsResult",
     "Client",
     "ClientError",
     "CommandRejected",

@@ -1,7 +1,7 @@
 """`Client`: schedules, workflows and reads in typed calls, over Kafka or the api."""
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol, TypeVar
 
@@ -10,6 +10,7 @@ from pydantic import BaseModel, ValidationError
 from slotflow.client._http import HttpTransport, Params, path_segment
 from slotflow.client.errors import CommandRejected, InvalidRequest, ReadsNeedHttp, WaitTimedOut
 from slotflow.client.models import (
+    BulkWorkflowsResult,
     CommandStatus,
     DeadLetter,
     DeadLetterPreview,
@@ -392,6 +393,92 @@ class Client:
         """
         message = _build(TerminateWorkflow, workflow_id=workflow_id, reason=reason)
         return await self.send(message, command_id=command_id, wait=wait)
+
+    async def cancel_workflows(
+        self,
+        *,
+        workflow_ids: Sequence[str] = (),
+        workflow_type: str | None = None,
+        status: str | None = None,
+        all: bool = False,
+        reason: str,
+        limit: int = 500,
+        dry_run: bool = False,
+        command_id: str | None = None,
+    ) -> BulkWorkflowsResult:
+        """Cancel every open workflow a selection takes, one CancelWorkflow each (HTTP only): the
+        ids, type and status given, ANDed. Closed workflows and those compensating already are left
+        out, with the count; a selection without ids or a type must say ``all``. ``dry_run`` answers
+        what it would take and publishes nothing. ``command_id`` keys each command
+        (`{command_id}:{workflow id}`), so a retry publishes the same ids.
+
+        Example::
+
+            preview = await client.cancel_workflows(workflow_type="order_saga", status="running",
+                                                     reason="carrier outage", dry_run=True)
+            print(preview.count, preview.left_out)
+
+        Raises:
+            InvalidRequest: no reason, a selection that does not narrow, or one that takes nothing.
+        """
+        return await self._bulk_workflows(
+            "cancel", workflow_ids, workflow_type, status, all, reason, limit, dry_run, command_id
+        )
+
+    async def terminate_workflows(
+        self,
+        *,
+        workflow_ids: Sequence[str] = (),
+        workflow_type: str | None = None,
+        status: str | None = None,
+        all: bool = False,
+        reason: str,
+        limit: int = 500,
+        dry_run: bool = False,
+        command_id: str | None = None,
+    ) -> BulkWorkflowsResult:
+        """Terminate every open workflow a selection takes, one TerminateWorkflow each (HTTP only):
+        each ends now, its code and compensations unrun (a compensating one with its compensations
+        unfinished: `compensating` counts them). Otherwise as `cancel_workflows`.
+
+        Example::
+
+            await client.terminate_workflows(workflow_ids=["order-1042"], reason="bad deploy")
+
+        Raises:
+            InvalidRequest: no reason, a selection that does not narrow, or one that takes nothing.
+        """
+        return await self._bulk_workflows(
+            "terminate", workflow_ids, workflow_type, status, all, reason, limit, dry_run, command_id
+        )
+
+    async def _bulk_workflows(
+        self,
+        action: Literal["cancel", "terminate"],
+        workflow_ids: Sequence[str],
+        workflow_type: str | None,
+        status: str | None,
+        all: bool,
+        reason: str,
+        limit: int,
+        dry_run: bool,
+        command_id: str | None,
+    ) -> BulkWorkflowsResult:
+        if not reason.strip():
+            raise InvalidRequest(f"a bulk {action} needs a reason (it is recorded with each command)")
+        body: dict[str, object] = {
+            "workflow_ids": list(workflow_ids),
+            "all": all,
+            "reason": reason,
+            "limit": limit,
+            "dry_run": dry_run,
+        }
+        if workflow_type is not None:
+            body["type"] = workflow_type
+        if status is not None:
+            body["status"] = status
+        answer = await self._reads().bulk_workflows(action, body, command_id=command_id)
+        return BulkWorkflowsResult.model_validate(answer)
 
     async def retry_activity(
         self,

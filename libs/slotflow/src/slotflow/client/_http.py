@@ -303,6 +303,27 @@ class HttpTransport:
             timeout=wait + 10.0 if wait else None,
         )
 
+    async def bulk_workflows(
+        self,
+        action: Literal["cancel", "terminate"],
+        body: Mapping[str, Any],
+        *,
+        command_id: str | None = None,
+    ) -> Any:
+        """`POST /v1/workflows/cancel` or `/terminate`: the workflows a selection takes (with
+        `dry_run` in ``body``: would take, nothing published) and what it leaves out, by reason.
+
+        Raises:
+            InvalidRequest: a selection that does not narrow without `all`, or one that takes nothing.
+        """
+        headers: dict[str, str] = {}
+        if command_id is not None:
+            try:
+                headers["Idempotency-Key"] = check_command_id(command_id)
+            except InvalidCommandId as err:
+                raise InvalidRequest(f"command id: {err}") from None
+        return await self.request("POST", f"/v1/workflows/{action}", {}, json=dict(body), headers=headers)
+
     async def preview(self, message: RedriveDeadLetters | DiscardDeadLetters) -> Any:
         """What ``message`` would touch: its endpoint with `?dry_run=true` (nothing is published)."""
         _, path, body = http_request(message)

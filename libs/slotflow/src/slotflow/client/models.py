@@ -136,6 +136,34 @@ class RepairResult(_Body):
     reason: str | None = None
 
 
+class BulkWorkflow(_Body):
+    """A workflow a bulk cancel or terminate takes, with its command once published."""
+
+    workflow_id: str
+    workflow_type: str | None = None
+    status: str | None = None
+    command_id: str | None = None
+    #: Left out: why.
+    reason: str | None = None
+
+
+class BulkWorkflowsResult(_Body):
+    """What a bulk cancel or terminate takes (a dry run: would take; nothing was published): the
+    `count` of workflows and the first of them (every one, each with its command, once published),
+    `more` open ones beyond the limit, what it leaves out by reason, and how many of the selection
+    are compensating already (a cancel leaves them out, a terminate ends their compensations)."""
+
+    action: str
+    dry_run: bool
+    count: int
+    workflows: list[BulkWorkflow]
+    more: int = 0
+    left_out_count: int = 0
+    left_out: dict[str, int] = {}
+    left_out_workflows: list[BulkWorkflow] = []
+    compensating: int = 0
+
+
 class DeadLetterPreview(_Body):
     """What a redrive or discard would touch (`?dry_run=true`): nothing was published.
 

@@ -15,10 +15,13 @@ from slotflow_api.app_state import Services, services
 from slotflow_api.bodies import DeepJsonRoute
 from slotflow_api.errors import BadRequest, NotFound, WorkflowClosed
 from slotflow_api.paths import workflow_id_param
-from slotflow_api.routes.commands import COMMAND_RESPONSES, submit
+from slotflow_api.routes.commands import COMMAND_RESPONSES, publish_checked, submit
 from slotflow_api.routes.common import Cursor, Limit, Wait
 from slotflow_api.routes.schedules import IdempotencyKey
 from slotflow_api.schemas import (
+    BulkWorkflowItem,
+    BulkWorkflowsAnswer,
+    BulkWorkflowsBody,
     CancelBody,
     HistoryEntry,
     Page,
@@ -148,6 +151,169 @@ async def _require_open(s: Services, workflow_id: str, action: str) -> None:
             f"workflow {workflow_id!r} is {status}: a {action} applies only to a workflow that has not "
             "ended (requested, running, compensating or stuck); nothing was published"
         )
+
+
+# -- bulk cancel and terminate ----------------------------------------------------------------------
+
+#: Statuses a bulk cancel takes. A compensating workflow is left out: its compensations already
+#: run, and a cancel would be delivered to the code running them (cancel it alone if that is meant).
+_CANCEL_TAKES = frozenset({"requested", "running", "stuck"})
+#: Statuses a bulk terminate takes: every open one (a compensating workflow ends with its
+#: compensations unfinished, which the answer counts).
+_TERMINATE_TAKES = frozenset({"requested", "running", "stuck", "compensating"})
+#: The workflows a dry run lists (the count says how many in all).
+BULK_SHOWN = 20
+_BULK_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {"model": BulkWorkflowsAnswer, "description": "a dry run (`dry_run: true`): what it would touch"},
+    422: {
+        "description": "a selection that does not narrow without `all: true`, or one that takes no "
+        "workflow (the detail says why)"
+    },
+    503: COMMAND_RESPONSES[503],
+}
+
+BulkAction = Literal["cancel", "terminate"]
+
+
+async def _bulk_workflows(
+    s: Services, action: BulkAction, body: BulkWorkflowsBody, idempotency_key: str | None
+) -> JSONResponse:
+    """Select, answer the dry run, or publish one command per workflow taken.
+
+    Raises:
+        BadRequest: the selection does not narrow and does not say `all`, or takes no workflow.
+    """
+    selection = read_model.WorkflowSelection(
+        workflow_ids=tuple(dict.fromkeys(body.workflow_ids)),
+        workflow_type=body.workflow_type,
+        status=body.status,
+    )
+    takes = _CANCEL_TAKES if action == "cancel" else _TERMINATE_TAKES
+    chosen = await read_model.select_workflows(
+        s.pool,
+        s.schema,
+        selection,
+        takeable=takes,
+        cancel_requested_too=action == "terminate",
+        limit=body.limit,
+        shown=BULK_SHOWN,
+    )
+    matched = sum(chosen.counts.values())
+    if not (selection.workflow_ids or selection.workflow_type is not None or body.all):
+        # The everything-guard: a status alone (or nothing) selects every such workflow.
+        raise BadRequest(
+            f"the selection names no workflow_ids and no type, so it would {action} every "
+            + (f"{body.status} workflow" if body.status else "workflow")
+            + f" ({len(chosen.rows)} it can take now, of {matched}); narrow it with workflow_ids or type, "
+            'or send "all": true to mean every one'
+        )
+    left_out = _left_out(action, chosen)
+    taken = sum(n for (status, requested), n in chosen.counts.items() if _taken(action, status, requested))
+    compensating = sum(n for (status, _), n in chosen.counts.items() if status == "compensating")
+    answer = BulkWorkflowsAnswer(
+        action=action,
+        dry_run=body.dry_run,
+        count=len(chosen.rows),
+        workflows=[],
+        more=taken - len(chosen.rows),
+        left_out_count=sum(left_out.values()),
+        left_out=left_out,
+        left_out_workflows=[
+            _item(row).model_copy(update={"reason": _why(action, row["status"], row["cancel_requested"])})
+            for row in chosen.left_out
+        ],
+        compensating=compensating,
+    )
+    if not chosen.rows:
+        if body.dry_run:
+            return JSONResponse(status_code=200, content=answer.model_dump(mode="json"))
+        why = "; ".join(f"{reason} ({n})" for reason, n in left_out.items())
+        raise BadRequest(
+            f"the selection takes no workflow to {action}" + (f": {why}" if why else ": it matches none")
+        )
+    if body.dry_run:
+        answer.workflows = [_item(row) for row in chosen.rows[:BULK_SHOWN]]
+        return JSONResponse(status_code=200, content=answer.model_dump(mode="json"))
+    command = CancelWorkflow if action == "cancel" else TerminateWorkflow
+    for row in chosen.rows:
+        # One command per workflow, keyed by it like a single cancel; a retried request with the same
+        # Idempotency-Key publishes the same ids, so each workflow applies it once.
+        key = None if idempotency_key is None else f"{idempotency_key}:{row['workflow_id']}"
+        message = command(workflow_id=row["workflow_id"], reason=body.reason)
+        command_id = await publish_checked(s, message, idempotency_key=key)
+        answer.workflows.append(_item(row, command_id=command_id))
+    return JSONResponse(status_code=202, content=answer.model_dump(mode="json"))
+
+
+def _taken(action: BulkAction, status: str, cancel_requested: bool) -> bool:
+    if action == "cancel":
+        return status in _CANCEL_TAKES and not cancel_requested
+    return status in _TERMINATE_TAKES
+
+
+def _left_out(action: BulkAction, chosen: read_model.SelectedWorkflows) -> dict[str, int]:
+    """What the selection matches and the action leaves out, by reason."""
+    reasons: dict[str, int] = {}
+    for (status, cancel_requested), n in sorted(chosen.counts.items()):
+        if _taken(action, status, cancel_requested):
+            continue
+        why = _why(action, status, cancel_requested)
+        reasons[why] = reasons.get(why, 0) + n
+    if chosen.unknown:
+        reasons["not known to the api (yet)"] = len(chosen.unknown)
+    return reasons
+
+
+def _why(action: BulkAction, status: str, cancel_requested: bool) -> str:
+    """Why ``action`` leaves out a workflow in ``status``."""
+    if status in CLOSED_STATUSES:
+        return f"closed ({status}): a workflow that ended takes no {action}"
+    if status == "compensating":
+        return "compensating already: its compensations run; cancel one alone if meant"
+    if cancel_requested:
+        return "a cancel was already requested"
+    return f"{status}: not a status a {action} applies to"
+
+
+def _item(row: dict[str, Any], *, command_id: str | None = None) -> BulkWorkflowItem:
+    return BulkWorkflowItem(
+        workflow_id=row["workflow_id"],
+        workflow_type=row["workflow_type"],
+        status=row["status"],
+        command_id=command_id,
+    )
+
+
+@router.post(
+    "/v1/workflows/cancel",
+    status_code=202,
+    response_model=BulkWorkflowsAnswer,
+    responses=_BULK_RESPONSES,
+    summary="Cancel every open workflow a selection takes, one CancelWorkflow each "
+    "(`dry_run: true`: what it would touch)",
+)
+async def cancel_workflows(
+    s: Annotated[Services, Depends(services)],
+    body: BulkWorkflowsBody,
+    idempotency_key: IdempotencyKey = None,
+) -> JSONResponse:
+    return await _bulk_workflows(s, "cancel", body, idempotency_key)
+
+
+@router.post(
+    "/v1/workflows/terminate",
+    status_code=202,
+    response_model=BulkWorkflowsAnswer,
+    responses=_BULK_RESPONSES,
+    summary="Terminate every open workflow a selection takes, one TerminateWorkflow each: each ends "
+    "now, its code and compensations unrun (`dry_run: true`: what it would touch)",
+)
+async def terminate_workflows(
+    s: Annotated[Services, Depends(services)],
+    body: BulkWorkflowsBody,
+    idempotency_key: IdempotencyKey = None,
+) -> JSONResponse:
+    return await _bulk_workflows(s, "terminate", body, idempotency_key)
 
 
 @router.post(

@@ -366,6 +366,93 @@ window.slotflowUi = (() => {
     return reply;
   }
 
+  // Preview, then confirm: the operator's repairs and bulk actions (a schedule's re-run and mark,
+  // a bulk cancel or terminate of workflows, a bulk redrive or discard) open a modal dialog that
+  // first sends the route's dry run and shows what it would touch and leave out, and why; only
+  // then is Confirm enabled, and it sends the same body for real. Changing a field after the
+  // preview asks for a new one, so what is confirmed is always what was previewed. A reason is
+  // required unless `opts.noReason` (a redrive records none). `opts`: title, a warning line,
+  // fields (extra labelled inputs), body() the request
+  // body without dry_run, send(body, dryRun) the call, preview(answer) the nodes that show a dry
+  // run's answer and can(answer) whether it touches anything, sent(answer) the line for the real one.
+  function previewDialog(opts) {
+    const reason = h("input", { type: "text", name: "repair-reason", size: 40, required: true });
+    const result = h("div", { class: "plan", "aria-live": "polite", "data-preview": "" });
+    const confirm = h("button", { type: "button", class: "primary", disabled: true, "data-confirm": "" }, opts.confirmLabel || "Confirm");
+    const previewButton = h("button", { type: "button", "data-preview-button": "" }, "Preview");
+    const close = h("button", { type: "button" }, "Close");
+    const dialog = h("dialog", { class: "repair", "aria-label": opts.title },
+      h("h2", {}, opts.title),
+      opts.warning ? h("p", { class: "muted" }, opts.warning) : null,
+      h("div", { class: "filters" }, ...(opts.fields || []),
+        opts.noReason ? null : field("Reason (required, recorded with the command)", reason)),
+      h("p", {}, previewButton, " ", confirm, " ", close),
+      result);
+    let previewed = null;
+    const stale = () => {
+      if (previewed === null) return;
+      previewed = null;
+      confirm.disabled = true;
+      result.replaceChildren(h("p", { class: "muted" }, "Changed since the preview: preview again before confirming."));
+    };
+    dialog.addEventListener("input", stale);
+    dialog.addEventListener("change", stale);
+    const body = () => {
+      if (opts.noReason) return opts.body();
+      const why = reason.value.trim();
+      if (!why) throw new ApiError(0, "a reason is required: it is recorded with the command and shown beside what it touched");
+      return { ...opts.body(), reason: why };
+    };
+    previewButton.addEventListener("click", async () => {
+      previewButton.disabled = true;
+      try {
+        const sent = body();
+        const answer = await opts.send(sent, true);
+        result.replaceChildren(...[opts.preview(answer)].flat().filter(Boolean));
+        previewed = sent;
+        confirm.disabled = !opts.can(answer);
+      } catch (err) {
+        result.replaceChildren(h("p", { class: "alert", role: "alert" }, `Preview refused: ${err.message}`));
+      } finally {
+        previewButton.disabled = false;
+      }
+    });
+    confirm.addEventListener("click", async () => {
+      if (previewed === null) return;
+      confirm.disabled = true;
+      previewButton.disabled = true;
+      try {
+        const answer = await opts.send(previewed, false);
+        const line = opts.sent(answer);
+        result.replaceChildren(h("p", { "data-sent": "" }, line));
+        say(line);
+      } catch (err) {
+        result.replaceChildren(h("p", { class: "alert", role: "alert" }, `Refused: ${err.message}`));
+        say(`${opts.title} failed: ${err.message}`, true);
+      } finally {
+        previewButton.disabled = false;
+        previewed = null;
+      }
+    });
+    close.addEventListener("click", () => dialog.close());
+    // Closed: the dialog goes, and the page renders again from the API (what it touched shows).
+    dialog.addEventListener("close", () => {
+      dialog.remove();
+      const render = pages[page];
+      if (render) render().catch((err) => say(`Could not load data from the API: ${err.message}`, true));
+    });
+    document.body.append(dialog);
+    dialog.showModal();
+    (opts.noReason ? previewButton : reason).focus();
+    return dialog;
+  }
+
+  // A dry run's "what it leaves out, and why" as a list (the first of them; the count says all).
+  function leftOutList(label, items) {
+    if (!items.length) return null;
+    return h("div", {}, h("p", {}, label), h("ul", { class: "slots", "data-left-out": "" }, items.map((item) => h("li", {}, item))));
+  }
+
   function done() {
     content.setAttribute("aria-busy", "false");
   }
@@ -394,7 +481,7 @@ window.slotflowUi = (() => {
   }
 
   return {
-    body, page, subject, content, COLORS, RANGES, h, append, svg, enc, ApiError, get, post, request, withQuery, allPages, say, fmtTime, text, badge, specText, durationText, scheduleState, slotValue, slotItem, errorText, started, finished, table, facts, jsonBlock, jsonDetails, field, queryParam, command, bulkCommand, done, show, attemptList, runHref, runLink,
+    body, page, subject, content, COLORS, RANGES, h, append, svg, enc, ApiError, get, post, request, withQuery, allPages, say, fmtTime, text, badge, specText, durationText, scheduleState, slotValue, slotItem, errorText, started, finished, table, facts, jsonBlock, jsonDetails, field, queryParam, command, bulkCommand, previewDialog, leftOutList, done, show, attemptList, runHref, runLink,
     pages,
   };
 })();

@@ -5,7 +5,7 @@
 
 (() => {
   const {
-    body, page, subject, content, COLORS, RANGES, h, append, svg, enc, ApiError, get, post, withQuery, allPages, say, fmtTime, text, badge, specText, durationText, scheduleState, slotValue, slotItem, errorText, started, finished, table, facts, jsonBlock, jsonDetails, field, queryParam, command, done, show, attemptList, runHref, runLink,
+    body, page, subject, content, COLORS, RANGES, h, append, svg, enc, ApiError, get, post, withQuery, allPages, say, fmtTime, text, badge, specText, durationText, scheduleState, slotValue, slotItem, errorText, started, finished, table, facts, jsonBlock, jsonDetails, field, queryParam, command, previewDialog, leftOutList, done, show, attemptList, runHref, runLink,
   } = window.slotflowUi;
 
   async function dlqPage() {
@@ -44,6 +44,58 @@
     const selected = () => Array.from(content.querySelectorAll("input[data-dead-letter]:checked"))
       .map((box) => box.dataset.deadLetter);
 
+    // Several letters at once: the ticked ones, or else every one the applied filter selects; a
+    // preview dialog (common.js) shows the route's dry run before Confirm sends the command.
+    const filterSelection = () => {
+      const chosen = {};
+      for (const [name, value] of [["status", queryParam("status") ?? "parked"], ["reason", reason.value], ["source_service", source.value], ["topic", topic.value], ["job_id", job.value]]) {
+        if (value) chosen[name] = value;
+      }
+      return chosen;
+    };
+    const bulkDialog = (action) => {
+      const ids = selected();
+      const chosen = ids.length ? { ids } : filterSelection();
+      const isRedrive = action === "redrive";
+      const how = h("select", { name: "bulk-definition" }, [
+        h("option", { value: "as_run" }, "as it ran"),
+        h("option", { value: "current" }, "current definition"),
+      ]);
+      how.value = definition.value;
+      const what = ids.length ? `${ids.length} ticked dead letter(s)` : "every dead letter the filter selects";
+      previewDialog({
+        title: `${isRedrive ? "Redrive" : "Discard"} ${what}`,
+        warning: isRedrive
+          ? "Each letter's owner is asked to redrive it: its consumer takes the record through every check again."
+          : "Discarded letters are kept, marked discarded with your reason; nothing runs.",
+        fields: isRedrive ? [field("Redrive with", how)] : [],
+        noReason: isRedrive,
+        confirmLabel: isRedrive ? "Confirm redrive" : "Confirm discard",
+        body: () => ({ selection: chosen, limit: ids.length || 1000, ...(isRedrive ? { definition: how.value } : {}) }),
+        send: async (payload, dryRun) => {
+          if (dryRun) return post(withQuery(`/v1/dlq/${action}`, { dry_run: true }), payload);
+          const reply = await post(`/v1/dlq/${action}`, payload);
+          // The dlq says what it did ("redrove 3 dead letter(s); ..."): wait for that answer.
+          const status = await get(`/v1/commands/${enc(reply.command_id)}`, { wait: 10 }).catch(() => ({}));
+          return { ...reply, ...status };
+        },
+        preview: (a) => [
+          h("p", { "data-count": String(a.would_touch) }, `Would ${action} ${a.would_touch} of ${a.matching} matching dead letter(s); nothing is published until you confirm.`),
+          isRedrive && Object.keys(a.owners || {}).length
+            ? h("p", {}, `Owners asked: ${Object.entries(a.owners).map(([o, n]) => `${o} ${n}`).join(", ")}`) : null,
+          h("ul", { class: "slots", "data-touch": "" }, (a.items || []).map((x) => h("li", {},
+            h("span", { class: "mono" }, x.dead_letter_id), ` · ${text(x.reason)}`,
+            x.refusal ? ` · refused: ${x.refusal}` : (x.owner ? ` · asks ${x.owner}` : "")))),
+          leftOutList("Left out, and why", [
+            a.refused ? `${a.refused} no owner can take: they read redrive_failed at once` : null,
+            a.left_out ? `${a.left_out} ${a.left_out_reason || "left out"}` : null,
+          ].filter(Boolean)),
+        ],
+        can: (a) => a.would_touch > 0,
+        sent: (a) => `${isRedrive ? "Redrive" : "Discard"} sent as command ${a.command_id}`
+          + (a.summary ? `: ${a.summary}` : (a.status === "rejected" ? `: rejected: ${a.reason}` : ".")),
+      });
+    };
     const redrive = (button, ids) => {
       if (!ids.length) { say("Select at least one dead letter first.", true); return; }
       command(button, "/v1/dlq/redrive", { selection: { ids }, limit: ids.length, definition: definition.value },
@@ -86,9 +138,11 @@
       form,
       h("div", { class: "actions", "aria-label": "Act on selected dead letters", role: "group" },
         field("Redrive with", definition),
-        h("button", { type: "button", class: "primary", onclick: (e) => redrive(e.currentTarget, selected()) }, "Redrive selected"),
-        field("Discard reason", discardReason),
-        h("button", { type: "button", class: "danger", onclick: (e) => discard(e.currentTarget, selected()) }, "Discard selected")),
+        h("button", { type: "button", class: "primary", "data-bulk": "redrive", onclick: () => bulkDialog("redrive") }, "Redrive…"),
+        h("button", { type: "button", class: "danger", "data-bulk": "discard", onclick: () => bulkDialog("discard") }, "Discard…"),
+        h("span", { class: "muted" }, " the ticked letters, or else every one the filter selects (previewed first)"),
+        // One letter's own Discard button takes its reason from here.
+        field("Discard reason (one letter)", discardReason)),
       table("Dead letters", [
         { label: "Select", cell: (r) => h("input", {
           type: "checkbox", "data-dead-letter": idOf(r), "aria-label": `Select ${idOf(r)}`,

@@ -29,6 +29,8 @@
     const editing = () => {
       const active = document.activeElement;
       if (active && content.contains(active) && /^(INPUT|SELECT|TEXTAREA)$/.test(active.tagName)) return true;
+      // A preview dialog open (common.js previewDialog): the operator is deciding on what it shows.
+      if (document.querySelector("dialog[open]")) return true;
       return Boolean(content.querySelector("input[type=checkbox]:checked, details[open], button:disabled"));
     };
     const tell = () => {

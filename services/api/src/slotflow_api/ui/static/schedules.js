@@ -3,7 +3,7 @@
 
 (() => {
   const {
-    body, page, subject, content, COLORS, RANGES, h, append, svg, enc, ApiError, get, post, request, withQuery, allPages, say, fmtTime, text, badge, specText, durationText, scheduleState, slotValue, slotItem, errorText, started, finished, table, facts, jsonBlock, jsonDetails, field, queryParam, command, bulkCommand, done, show, attemptList, runHref, runLink,
+    body, page, subject, content, COLORS, RANGES, h, append, svg, enc, ApiError, get, post, request, withQuery, allPages, say, fmtTime, text, badge, specText, durationText, scheduleState, slotValue, slotItem, errorText, started, finished, table, facts, jsonBlock, jsonDetails, field, queryParam, command, bulkCommand, previewDialog, leftOutList, done, show, attemptList, runHref, runLink,
   } = window.slotflowUi;
 
   async function schedulesPage() {
@@ -171,6 +171,7 @@
       legend(),
       runs.truncated ? h("p", { class: "empty" }, "Only the newest 2000 runs of this window are shown.") : null,
       audit ? auditSummary(audit) : h("p", { class: "empty" }, "The audit is not available for this window."),
+      repairSection(audit, from, to),
       h("h2", {}, "Runs"),
       runPager,
       table(`Runs of ${subject} from ${fmtTime(from)} to ${fmtTime(to)}`, [
@@ -182,8 +183,85 @@
         { label: "Started", cell: (r) => fmtTime(started(r)) },
         { label: "Finished", cell: (r) => fmtTime(finished(r)) },
         { label: "Run id", cell: (r) => runLink(r.run_id), cls: "mono" },
+        { label: "Repair", cell: (r) => repairButtons(r.slot, r.state) },
       ], shown, stateFilter ? `No ${stateFilter} runs in this window.` : "No runs recorded in this window."),
     );
+  }
+
+  // ---- an operator's repairs: re-run or mark a slot or a range ----------------------------------
+  // Each opens the preview dialog (common.js): the route's dry run says what it would touch and
+  // leave out, and why, before Confirm sends it (POST /v1/schedules/{id}/rerun and /mark).
+
+  // Where no repair applies, no button: a slot whose run is in progress is never re-run or marked.
+  const IN_PROGRESS = new Set(["due", "running", "retrying", "in_flight"]);
+
+  function repairButtons(slot, state) {
+    if (IN_PROGRESS.has(state)) return "–";
+    const completed = state === "completed" || state === "succeeded";
+    return h("span", { class: "actions" },
+      h("button", { type: "button", "data-repair": "rerun", onclick: () => repairDialog("rerun", slot, slot) }, "Re-run…"),
+      // A completed slot did its work: marking it would say nothing new (the api leaves it out).
+      completed ? null : [" ", h("button", { type: "button", "data-repair": "mark", onclick: () => repairDialog("mark", slot, slot) }, "Mark…")]);
+  }
+
+  // The audit's slots that may need a hand (failed, missed, skipped), each with its repairs; and
+  // the whole window's range, for a repair of many slots at once.
+  function repairSection(audit, from, to) {
+    const flagged = ((audit && audit.slots) || []).filter((s) => ["failed", "missed", "skipped"].includes(s.outcome));
+    return h("div", { class: "repairs" },
+      h("h2", {}, "Repair slots"),
+      h("p", { class: "actions" },
+        h("button", { type: "button", "data-repair-range": "rerun", onclick: () => repairDialog("rerun", isoWholeSeconds(from), isoWholeSeconds(to)) }, "Re-run…"),
+        " ",
+        h("button", { type: "button", "data-repair-range": "mark", onclick: () => repairDialog("mark", isoWholeSeconds(from), isoWholeSeconds(to)) }, "Mark…"),
+        h("span", { class: "muted" }, " a range of slots (this window, to narrow in the dialog)")),
+      table("Slots the audit flags in this window", [
+        { label: "Slot", cell: (r) => h("time", { datetime: r.slot }, fmtTime(r.slot)) },
+        { label: "Outcome", cell: (r) => badge(r.outcome) },
+        { label: "Detail", cell: (r) => text(r.detail) },
+        { label: "Repairs", cell: (r) => (r.repairs || []).length
+          ? h("ul", { class: "slots" }, r.repairs.map((x) => h("li", {}, text(x.said || x.action))))
+          : "–" },
+        { label: "Repair", cell: (r) => repairButtons(r.slot, r.outcome) },
+      ], flagged, "No failed, missed or skipped slot in this window."));
+  }
+
+  function repairDialog(verb, start, end) {
+    const rerun = verb === "rerun";
+    const from = h("input", { name: "repair-from", type: "text", size: 26, value: start });
+    const to = h("input", { name: "repair-to", type: "text", size: 26, value: end || start });
+    const force = h("input", { type: "checkbox", name: "repair-force" });
+    const mark = h("select", { name: "repair-mark" }, ["done", "skipped"].map((m) => h("option", { value: m }, m)));
+    const fields = [field("From (the first slot, ISO 8601)", from), field("To (the last slot, inclusive)", to)];
+    fields.push(rerun
+      ? field("Force: also re-run COMPLETED slots. Their effect runs AGAIN, as a new run <run id>#rerun-n", force)
+      : field("Mark as", mark));
+    const what = rerun ? "re-run" : "mark";
+    previewDialog({
+      title: rerun ? `Re-run slots of ${subject}` : `Mark slots of ${subject}`,
+      warning: rerun
+        ? "Re-runs each failed, dead-lettered, missed or skipped slot with the schedule's current definition; "
+          + "a running slot is never re-run, and a completed one only with Force."
+        : "Records the slots as done (handled by hand) or skipped, with your reason; no effect runs.",
+      fields,
+      confirmLabel: rerun ? "Confirm re-run" : "Confirm mark",
+      body: () => ({ from: from.value.trim(), to: to.value.trim() || null, ...(rerun ? { force: force.checked } : { mark: mark.value }) }),
+      send: (body, dryRun) => post(`/v1/schedules/${enc(subject)}/${verb}`, { ...body, dry_run: dryRun }),
+      preview: (a) => [
+        h("p", { "data-count": String(a.count) }, `Would ${what} ${a.count} slot(s); nothing is published until you confirm.`),
+        h("ul", { class: "slots", "data-touch": "" }, a.slots.map((x) => h("li", {},
+          `${fmtTime(x.slot)} · ${x.state} · `,
+          x.action === "forced_rerun"
+            ? h("strong", {}, "forced: its effect runs AGAIN as a new run")
+            : text(x.action)))),
+        a.count > a.slots.length ? h("p", { class: "muted" }, `… and ${a.count - a.slots.length} more`) : null,
+        leftOutList(`Left out: ${a.left_out_count} slot(s), and why`,
+          a.left_out.map((x) => `${fmtTime(x.slot)} · ${x.state}: ${x.reason}`)),
+        a.pending ? h("p", { class: "muted" }, `${a.pending} slot(s) too recent to judge: untouched.`) : null,
+      ],
+      can: (a) => a.count > 0,
+      sent: (a) => `${rerun ? "Re-run" : `Mark ${mark.value}`} sent: ${a.count} slot(s) touched (command ${a.command_id}).`,
+    });
   }
 
   const RUNS_PER_PAGE = 50;

@@ -3,7 +3,7 @@
 
 (() => {
   const {
-    body, page, subject, content, COLORS, RANGES, h, append, svg, enc, ApiError, get, post, withQuery, allPages, say, fmtTime, text, badge, specText, durationText, scheduleState, slotValue, slotItem, errorText, started, finished, table, facts, jsonBlock, jsonDetails, field, queryParam, command, done, show, attemptList, runHref, runLink,
+    body, page, subject, content, COLORS, RANGES, h, append, svg, enc, ApiError, get, post, withQuery, allPages, say, fmtTime, text, badge, specText, durationText, scheduleState, slotValue, slotItem, errorText, started, finished, table, facts, jsonBlock, jsonDetails, field, queryParam, command, previewDialog, leftOutList, done, show, attemptList, runHref, runLink,
   } = window.slotflowUi;
 
   // Mirrors the api's closed statuses (slotflow_api.routes.workflows.CLOSED_STATUSES).
@@ -34,7 +34,21 @@
     if (listing.next_cursor) {
       append(pager, [h("a", { href: withQuery("/ui/workflows", { ...params, limit: null, cursor: listing.next_cursor }) }, "Next page")]);
     }
-    show(form, table("Workflows", [
+    // Bulk cancel and terminate: the rows ticked, or else the applied filter (type, status).
+    const picked = new Set();
+    const selection = () => (picked.size
+      ? { workflow_ids: [...picked] }
+      : { type: queryParam("type") || null, status: queryParam("status") || null });
+    const openRows = (listing.items || []).filter((r) => !CLOSED_STATUSES.has(r.status));
+    const bulk = h("p", { class: "actions", role: "group", "aria-label": "Bulk actions" },
+      h("button", { type: "button", "data-bulk": "cancel", onclick: () => bulkDialog("cancel", selection()) }, "Cancel…"),
+      " ",
+      h("button", { type: "button", "data-bulk": "terminate", onclick: () => bulkDialog("terminate", selection()) }, "Terminate…"),
+      h("span", { class: "muted" }, " the ticked workflows, or else every open one the filter above selects"));
+    show(form, openRows.length ? bulk : null, table("Workflows", [
+      { label: "", cell: (r) => (CLOSED_STATUSES.has(r.status) ? "" : h("input", {
+        type: "checkbox", name: "pick", "aria-label": `select ${r.workflow_id}`,
+        onchange: (e) => (e.currentTarget.checked ? picked.add(r.workflow_id) : picked.delete(r.workflow_id)) })) },
       { label: "Workflow", cell: (r) => h("a", { href: `/ui/workflows/${enc(r.workflow_id)}` }, r.workflow_id) },
       { label: "Type", cell: (r) => text(r.workflow_type), cls: "mono" },
       { label: "Status", cell: (r) => badge(r.status) },
@@ -43,6 +57,46 @@
       { label: "Requested", cell: (r) => fmtTime(r.requested_at || r.started_at) },
       { label: "Updated", cell: (r) => fmtTime(r.updated_at) },
     ], listing.items || [], attention.value ? "No workflow needs attention." : "No workflows yet."), pager);
+  }
+
+  // A bulk cancel or terminate (POST /v1/workflows/cancel|terminate), previewed before it is sent.
+  function bulkDialog(action, chosen) {
+    const cancel = action === "cancel";
+    const narrows = Boolean((chosen.workflow_ids && chosen.workflow_ids.length) || chosen.type);
+    const everything = h("input", { type: "checkbox", name: "bulk-all" });
+    const what = chosen.workflow_ids
+      ? `${chosen.workflow_ids.length} ticked workflow(s)`
+      : `every open workflow${chosen.type ? ` of type ${chosen.type}` : ""}${chosen.status ? ` in status ${chosen.status}` : ""}`;
+    previewDialog({
+      title: `${cancel ? "Cancel" : "Terminate"} ${what}`,
+      warning: cancel
+        ? "Each workflow gets its own CancelWorkflow: its code stops and its saga compensates. Closed "
+          + "workflows, and those compensating already, are left out."
+        : "Each workflow gets its own TerminateWorkflow: it ends NOW, its code and compensations unrun; a "
+          + "compensating one ends with its compensations unfinished.",
+      fields: narrows ? [] : [field("Every one: no id or type narrows this selection", everything)],
+      confirmLabel: cancel ? "Confirm cancel" : "Confirm terminate",
+      body: () => ({ ...chosen, all: !narrows && everything.checked }),
+      send: (body, dryRun) => post(`/v1/workflows/${action}`, { ...body, dry_run: dryRun }),
+      preview: (a) => [
+        h("p", { "data-count": String(a.count) }, `Would ${action} ${a.count} workflow(s); nothing is published until you confirm.`),
+        h("ul", { class: "slots", "data-touch": "" }, a.workflows.map((w) => h("li", {},
+          h("span", { class: "mono" }, w.workflow_id), ` · ${text(w.workflow_type)} · `, badge(w.status)))),
+        a.count > a.workflows.length ? h("p", { class: "muted" }, `… and ${a.count - a.workflows.length} more`) : null,
+        a.more ? h("p", { class: "muted" }, `${a.more} more open workflow(s) match beyond the limit: untouched.`) : null,
+        leftOutList(`Left out: ${a.left_out_count} workflow(s), and why`,
+          Object.entries(a.left_out).map(([why, n]) => `${n} · ${why}`)),
+        (a.left_out_workflows || []).length
+          ? h("ul", { class: "slots", "data-left-out-workflows": "" }, a.left_out_workflows.map((w) => h("li", {},
+            h("span", { class: "mono" }, w.workflow_id), ` · ${w.status}: ${w.reason}`)))
+          : null,
+        !cancel && a.compensating
+          ? h("p", { class: "alert" }, `${a.compensating} of them are compensating: they end with their compensations unfinished.`)
+          : null,
+      ],
+      can: (a) => a.count > 0,
+      sent: (a) => `${cancel ? "Cancel" : "Terminate"} sent to ${a.count} workflow(s), one command each.`,
+    });
   }
 
   function historyItems(history) {
