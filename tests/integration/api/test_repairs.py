@@ -261,3 +261,22 @@ async def test_the_audit_shows_who_marked_or_reran_a_slot_and_a_forced_rerun_bes
 
 def _iso(at: datetime) -> str:
     return at.isoformat().replace("+00:00", "Z")
+
+
+async def test_a_backfill_report_shows_the_runs_the_slots_already_have(
+    client: httpx.AsyncClient, emit: Emitter
+) -> None:
+    # A backfill's JobDue has the run id its slot always has, so over slots that already ran it
+    # creates nothing: its dry run showed `state: null` for those runs (only backfilled runs were
+    # looked up) and `--follow` waited for them forever.
+    slots = await _seed(emit)
+    await _audit(client, slots)
+    params = {"from": slots[0].isoformat(), "to": (slots[1] + timedelta(minutes=1)).isoformat()}
+    report = await eventually_json(
+        client,
+        f"/v1/schedules/{SID}/backfill?" + str(httpx.QueryParams(params)),
+        lambda b: b["expected"] == 2,
+    )
+    assert [s["state"] for s in report["slots"]] == ["completed", "dead_lettered"]
+    assert (report["completed"], report["failed"], report["not_started"]) == (1, 1, 0)
+    assert report["finished"] is True

@@ -264,16 +264,17 @@ async def list_runs(
 
 
 # The backfilled runs of a schedule in [start, end): the backfill route's progress.
-_BACKFILL_STATES = (
-    "SELECT run_id, state FROM {schema}.runs WHERE job_id = $1 AND slot >= $2 AND slot < $3 "
-    "AND kind = 'backfill'"
-)
+# Every run of the schedule's slots in [start, end), whichever kind made it: a backfill's JobDue has
+# the run id its slot always has (`{job}@{slot}`), so over a slot that already ran it collapses into
+# that run and creates nothing. Forced re-runs (`#rerun-n`) have run ids of their own and are not
+# among the slots' runs.
+_BACKFILL_STATES = "SELECT run_id, state FROM {schema}.runs WHERE job_id = $1 AND slot >= $2 AND slot < $3"
 
 
 async def backfill_states(
     pool: Pool, schema: str, job_id: str, start: datetime, end: datetime
 ) -> dict[str, str]:
-    """Run id -> state of the schedule's backfilled runs with slot in [start, end)."""
+    """Run id -> state of the schedule's runs with slot in [start, end), however they came."""
     rows = await pool.fetch(
         sql(_BACKFILL_STATES, schema),
         job_id,

@@ -84,14 +84,22 @@ def _dry_run(ctx: Context, message: Backfill) -> int:
         ctx.emit_json(report)
     else:
         slots = report.get("slots") or []
+        existing = [slot for slot in slots if slot.get("state")]
         ctx.out.write(
             f"dry run: a backfill of {message.schedule_id} from {message.start.isoformat()} to "
-            f"{message.end.isoformat()} creates {len(slots)} run(s) (overlap {message.overlap}, "
-            f"{message.max_concurrent} at a time); nothing was published\n"
+            f"{message.end.isoformat()} creates {len(slots) - len(existing)} run(s) (overlap "
+            f"{message.overlap}, {message.max_concurrent} at a time); nothing was published\n"
         )
         for slot in slots:
             state = slot.get("state")
             ctx.out.write(f"  {slot.get('run_id')}" + (f"  (already {state})" if state else "") + "\n")
+        if existing:
+            # A backfill's run id is its slot's, so it leaves a slot that already has a run as it is.
+            ctx.note(
+                f"{len(existing)} slot(s) already have a run, which a backfill leaves as it is; to run "
+                f"them again with the current definition: slotflow schedule rerun {message.schedule_id} "
+                f"--from {message.start.isoformat()} --to {message.end.isoformat()} --reason ..."
+            )
     refused = report.get("refused")
     if refused:
         raise CliError(f"the ticker would refuse this backfill: {refused}")
