@@ -68,12 +68,13 @@ CHAOS_SEEDS := 1,2,3
 TEST_CHAOS_SEED ?= $(shell .ci/chaos-seed.sh $(CHAOS_SEEDS))
 TEST_CHAOS_KNOWN ?=
 # The unit, contracts and integration layers run on TEST_WORKERS pytest workers (most of an
-# integration test is waiting on the broker, so more workers than cores pays); the chaos layer runs
-# alone after them, since it times kills and pauses. TEST_WORKERS=0 runs everything in one process.
+# integration test is waiting on the broker, so more workers than cores pays); the chaos layer (it
+# times kills and pauses) and the tests that start brokers of their own (marker own_stack) run in
+# one process after them. TEST_WORKERS=0 runs the first part in one process too.
 TEST_WORKERS ?= 3
 test: setup tools
-	$(WITH_STACK) $(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup -m "not chaos" tests
-	$(WITH_STACK) $(BIN)/pytest -m chaos tests
+	$(WITH_STACK) $(BIN)/pytest -n $(TEST_WORKERS) -m "not chaos and not own_stack" tests
+	$(WITH_STACK) $(BIN)/pytest -m "chaos or own_stack" tests
 	$(MAKE) chaos SEED=$(TEST_CHAOS_SEED) PROFILE=short KNOWN="$(TEST_CHAOS_KNOWN)"
 
 test-unit: setup

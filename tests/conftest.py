@@ -31,8 +31,10 @@ settings.register_profile("slotflow", deadline=None)
 settings.load_profile("slotflow")
 
 
-#: Tests that start brokers or databases of their own on ports they search for: under pytest-xdist
-#: they share one worker (`--dist loadgroup`), so two searches never pick the same free port.
+#: Tests that start brokers or databases of their own (marker `own_stack`): `make test` runs them
+#: alone, after the parallel layers. On a shared worker pytest-xdist interleaved them with other
+#: modules, so the three-broker cluster (a module fixture on ports searched from a fixed range) was
+#: stopped and started again between its tests and met its own predecessor's ports.
 OWN_STACKS = ("integration/security/", "integration/kafka/test_three_brokers.py")
 
 
@@ -43,7 +45,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if layer in LAYERS:
             item.add_marker(getattr(pytest.mark, layer))
         if relative.as_posix().startswith(OWN_STACKS):
-            item.add_marker(pytest.mark.xdist_group("own-stacks"))
+            item.add_marker(pytest.mark.own_stack)
     # The whole-system fault suite starts its own Kafka and PostgreSQL and runs for minutes; it
     # runs only when asked for by name (`-m system`, as `make chaos` does), never inside `make test`.
     if "system" not in (config.option.markexpr or ""):

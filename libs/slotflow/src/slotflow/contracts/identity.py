@@ -38,6 +38,8 @@ from slotflow.core.identity import NaiveDatetime, activity_run_id, job_due_event
 from slotflow.errors import InvalidPayload
 
 _SHOWN = 200
+#: Message fields that envelope ids are built from (a run's, a job's, a workflow's).
+_ID_FIELDS = ("run_id", "job_id", "workflow_id")
 
 
 def _shown(text: str) -> str:
@@ -46,6 +48,11 @@ def _shown(text: str) -> str:
 
 def identity_violation(envelope: Envelope, message: Message) -> str | None:
     """Why ``envelope`` may not carry ``message`` under its id, or None when it may."""
+    # The ids an envelope id is made of, named first: a refusal names the field the sender wrote.
+    for field in _ID_FIELDS:
+        value = getattr(message, field, None)
+        if isinstance(value, str) and ID_CONTROL.search(value):
+            return f"{field} {_shown(value)} holds a control character (NUL, newline, ...)"
     if ID_CONTROL.search(envelope.id):
         return f"envelope id {_shown(envelope.id)} holds a control character (NUL, newline, ...)"
     if "\x00" in envelope.key:
