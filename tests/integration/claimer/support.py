@@ -149,6 +149,8 @@ class TopicReader:
             kafka, kafka.topic(spec), group_id=unique_name("reader"), client_id="reader"
         )
         self.seen: list[Envelope] = []
+        # A loaded machine can cost the reader's group its session; it rejoins from the start.
+        self._positions: set[str] = set()
 
     async def __aenter__(self) -> "TopicReader":
         await self._consumer.start()
@@ -159,7 +161,8 @@ class TopicReader:
 
     async def drain(self) -> list[Envelope]:
         for record in await self._consumer.poll(timeout_ms=100, max_records=5000):
-            if record.value:
+            if record.value and record.position not in self._positions:
+                self._positions.add(record.position)
                 self.seen.append(decode(record.value))
         return self.seen
 

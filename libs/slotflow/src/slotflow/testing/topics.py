@@ -35,6 +35,9 @@ class TopicTail:
     seen: list[Seen] = field(default_factory=list)
     _task: "asyncio.Task[None] | None" = None
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
+    # The tail's own group can lose its session on a loaded machine and rejoin from the start;
+    # a record is one position in the log, so a re-read position is not a second record.
+    _positions: set[str] = field(default_factory=set)
 
     async def __aenter__(self) -> "TopicTail":
         consumer = Consumer(
@@ -57,6 +60,9 @@ class TopicTail:
         try:
             while not self._stop.is_set():
                 for record in await consumer.poll(timeout_ms=100):
+                    if record.position in self._positions:
+                        continue
+                    self._positions.add(record.position)
                     self.seen.append(Seen(record, decode(record.value), datetime.now(UTC)))
         finally:
             await consumer.stop()
