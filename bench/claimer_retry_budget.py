@@ -44,6 +44,7 @@ from slotflow_claimer.app import ClaimerService
 from slotflow_claimer.config import ClaimerSettings, Settings
 from slotflow_claimer.events import job_due_envelope
 from slotflow_ticker.app import TickerService
+from slotflow_ticker.config import Settings as TickerServiceSettings
 from slotflow_ticker.config import TickerSettings
 
 SLOT = datetime(2026, 12, 2, 2, 0, tzinfo=UTC)
@@ -88,7 +89,13 @@ async def run_arm(arm: str, args: argparse.Namespace) -> dict[str, Any]:
         overrides["downstream_window_seconds"] = args.window
     async with scratch_database() as dsn, bench_topics() as kafka:
         postgres = PostgresSettings(dsn=dsn, pool_min_size=1, pool_max_size=10)
-        ticker = TickerService(TickerSettings(ticker_id=f"bench-{arm}", metrics_port=0), kafka, postgres)
+        ticker = TickerService(
+            TickerServiceSettings(
+                ticker=TickerSettings(ticker_id=f"bench-{arm}", metrics_port=0),
+                kafka=kafka,
+                postgres=postgres,
+            )
+        )
         stop_ticker = asyncio.Event()
         ticker_task = asyncio.create_task(ticker.run(stop_ticker))
         await asyncio.wait_for(ticker.started.wait(), timeout=60)

@@ -13,7 +13,7 @@ from slotflow.pg.statements import sql_with
 from slotflow.principals import SignatureSettings
 from slotflow.settings import KafkaSettings, PostgresSettings
 from slotflow_dlq.app import DlqService
-from slotflow_dlq.config import DlqSettings
+from slotflow_dlq.config import DlqSettings, Settings
 
 BIG = 16 * 1024 * 1024
 
@@ -34,7 +34,14 @@ async def start_dlq(
     kafka: KafkaSettings, pg_dsn: str, *, signatures: SignatureSettings | None = None, **overrides: Any
 ) -> Running:
     settings = DlqSettings(**{"metrics_port": 0, "gauge_seconds": 0.2, **overrides})
-    service = DlqService(settings, kafka=kafka, postgres=PostgresSettings(dsn=pg_dsn), signatures=signatures)
+    service = DlqService(
+        Settings(
+            dlq=settings,
+            kafka=kafka,
+            postgres=PostgresSettings(dsn=pg_dsn),
+            signatures=signatures or SignatureSettings(),
+        )
+    )
     stop = asyncio.Event()
     task = asyncio.create_task(service.run(stop))
     ready = asyncio.create_task(service.ready.wait())

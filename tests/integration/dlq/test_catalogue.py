@@ -37,6 +37,7 @@ from slotflow_claimer.app import ClaimerService
 from slotflow_claimer.config import ClaimerSettings, Settings
 from slotflow_claimer.events import job_due_envelope
 from slotflow_ticker.app import TickerService
+from slotflow_ticker.config import Settings as TickerServiceSettings
 from slotflow_ticker.config import TickerSettings
 from tests.integration.dlq.conftest import Running
 
@@ -214,7 +215,9 @@ async def test_ticker_command_consumer(
     offsets = await feed(producer, topic, goods, bad)
 
     settings = TickerSettings(ticker_id=unique_name("tk"), metrics_port=0)
-    ticker = TickerService(settings, kafka, PostgresSettings(dsn=pg_dsn))
+    ticker = TickerService(
+        TickerServiceSettings(ticker=settings, kafka=kafka, postgres=PostgresSettings(dsn=pg_dsn))
+    )
     stop = asyncio.Event()
     task = asyncio.create_task(ticker.run(stop))
     try:
@@ -252,7 +255,11 @@ async def test_ticker_survives_a_nul_byte_in_a_record_key(
     await producer.send_raw(topic, key=nul.key, value=nul.value, partition=0)
     await producer.send_raw(topic, key=good.key.encode(), value=encode(good), partition=0)
     ticker = TickerService(
-        TickerSettings(ticker_id=unique_name("tk"), metrics_port=0), kafka, PostgresSettings(dsn=pg_dsn)
+        TickerServiceSettings(
+            ticker=TickerSettings(ticker_id=unique_name("tk"), metrics_port=0),
+            kafka=kafka,
+            postgres=PostgresSettings(dsn=pg_dsn),
+        )
     )
     stop = asyncio.Event()
     task = asyncio.create_task(ticker.run(stop))

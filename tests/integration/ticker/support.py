@@ -27,7 +27,7 @@ from slotflow.settings import KafkaSettings, PostgresSettings
 from slotflow.testing import assert_eventually, unique_name
 from slotflow.testing.topics import TopicTail as TopicTail  # re-exported: the tests import it here
 from slotflow_ticker.app import TickerService
-from slotflow_ticker.config import TickerSettings
+from slotflow_ticker.config import Settings, TickerSettings
 from tests.cron_oracle import expected_slots as cron_oracle_slots
 
 SCHEMA = "ticker"
@@ -55,7 +55,12 @@ async def start_ticker(
     kafka: KafkaSettings, pg_dsn: str, *, signatures: SignatureSettings | None = None, **overrides: Any
 ) -> Replica:
     app = TickerService(
-        ticker_settings(**overrides), kafka, PostgresSettings(dsn=pg_dsn), signatures=signatures
+        Settings(
+            ticker=ticker_settings(**overrides),
+            kafka=kafka,
+            postgres=PostgresSettings(dsn=pg_dsn),
+            signatures=signatures or SignatureSettings(),
+        )
     )
     stop = asyncio.Event()
     task = asyncio.create_task(app.run(stop))

@@ -11,13 +11,14 @@ from slotflow.logs import configure_logging
 from slotflow.service import serve
 from slotflow.tracing import configure_tracing
 from slotflow_dlq.app import DlqService
-from slotflow_dlq.config import DlqSettings
+from slotflow_dlq.config import Settings
 
 
 def main() -> int:
     configure_logging()
     configure_tracing("slotflow-dlq")
-    return serve("slotflow-dlq", DlqService, event_loop=DlqSettings().event_loop)
+    settings = Settings()
+    return serve("slotflow-dlq", lambda: DlqService(settings), event_loop=settings.dlq.event_loop)
 
 
 if __name__ == "__main__":

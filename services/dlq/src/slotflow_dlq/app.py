@@ -42,12 +42,11 @@ from slotflow.pg.migrations import MigrationSource
 from slotflow.pg.outbox import append_many
 from slotflow.pg.pool import CONNECTION_ERRORS, Conn, Pool, wait_for_pool
 from slotflow.pg.retention import purge_loop
-from slotflow.principals import CommandVerifier, KafkaKeyRing, SignatureSettings, UnprovenCommand
+from slotflow.principals import CommandVerifier, KafkaKeyRing, UnprovenCommand
 from slotflow.relay import OutboxRelay
 from slotflow.service import Supervisor, metrics_listener, migrate, outbox_backlog, sleep_or_stop
-from slotflow.settings import KafkaSettings, PostgresSettings
 from slotflow_dlq import queries, retention, store
-from slotflow_dlq.config import DlqSettings
+from slotflow_dlq.config import Settings
 from slotflow_dlq.metrics import DlqMetrics
 from slotflow_dlq.notify import Notifier
 
@@ -62,23 +61,15 @@ DATABASE_NOW = "SELECT now()"
 class DlqService:
     """One replica of the DLQ service; `run` until the stop event is set."""
 
-    def __init__(
-        self,
-        settings: DlqSettings | None = None,
-        *,
-        kafka: KafkaSettings | None = None,
-        postgres: PostgresSettings | None = None,
-        metrics: DlqMetrics | None = None,
-        signatures: SignatureSettings | None = None,
-    ) -> None:
-        self.settings = settings or DlqSettings()
-        self.kafka = kafka or KafkaSettings()
-        self.postgres = postgres or PostgresSettings()
+    def __init__(self, settings: Settings, *, metrics: DlqMetrics | None = None) -> None:
+        self.settings = settings
+        self.kafka = settings.kafka
+        self.postgres = settings.postgres
         #: Its dedupe of commands (the `commands` table) is never pruned: any replay window holds.
-        self.signatures = signatures or SignatureSettings()
+        self.signatures = settings.signatures
         self._verifier = CommandVerifier(self.signatures)
         self.metrics = metrics or DlqMetrics()
-        self.schema = self.settings.db_schema
+        self.schema = self.settings.dlq.db_schema
         self.ready = asyncio.Event()
         self.letters_loop: ConsumeLoop | None = None
         self.commands_loop: ConsumeLoop | None = None
@@ -98,38 +89,38 @@ class DlqService:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Migrate, start every part, and run until ``stop``; the batches in hand finish first."""
-        pool = await wait_for_pool(self.postgres, min_size=1, max_size=self.settings.pool_size)
+        pool = await wait_for_pool(self.postgres, min_size=1, max_size=self.settings.dlq.pool_size)
         self._pool = pool
         listener = metrics_listener(
-            self.metrics.registry, port=self.settings.metrics_port, host=self.settings.metrics_host
+            self.metrics.registry, port=self.settings.dlq.metrics_port, host=self.settings.dlq.metrics_host
         )
         keys: KafkaKeyRing | None = None
         try:
             await migrate(pool, schema=self.schema, source=MIGRATIONS)
             if self.signatures.required:
-                keys = KafkaKeyRing(self.kafka, client_id=f"dlq-{self.settings.instance_id}")
+                keys = KafkaKeyRing(self.kafka, client_id=f"dlq-{self.settings.dlq.instance_id}")
                 await keys.start()
                 self._verifier = CommandVerifier(self.signatures, keys)
             producer = Producer(
                 self.kafka,
-                client_id=f"dlq-{self.settings.instance_id}",
+                client_id=f"dlq-{self.settings.dlq.instance_id}",
                 max_message_bytes=DLQ_MAX_ENVELOPE_BYTES,
             )
             letters = Consumer(
                 self.kafka,
                 self.kafka.topic(DLQ_MESSAGES),
-                group_id=self._group(self.settings.messages_group),
-                client_id=f"dlq-letters-{self.settings.instance_id}",
-                max_poll_records=self.settings.max_poll_records,
+                group_id=self._group(self.settings.dlq.messages_group),
+                client_id=f"dlq-letters-{self.settings.dlq.instance_id}",
+                max_poll_records=self.settings.dlq.max_poll_records,
                 max_partition_fetch_bytes=DLQ_MAX_RECORD_BYTES + 64 * 1024,
                 lag=self.metrics.consumer_lag,
             )
             commands = Consumer(
                 self.kafka,
                 self.kafka.topic(DLQ_COMMANDS),
-                group_id=self._group(self.settings.commands_group),
-                client_id=f"dlq-commands-{self.settings.instance_id}",
-                max_poll_records=self.settings.max_poll_records,
+                group_id=self._group(self.settings.dlq.commands_group),
+                client_id=f"dlq-commands-{self.settings.dlq.instance_id}",
+                max_poll_records=self.settings.dlq.max_poll_records,
                 lag=self.metrics.consumer_lag,
             )
             with listener:
@@ -177,14 +168,14 @@ class DlqService:
             self.kafka,
             service="dlq",
             producer=producer,
-            group_id=self._group(self.settings.redrives_group),
+            group_id=self._group(self.settings.dlq.redrives_group),
             rehandlers={
                 dlq_topic: self.letters_loop.rehandler(),
                 self.kafka.topic(DLQ_COMMANDS): self.commands_loop.rehandler(),
             },
-            client_id=f"dlq-redrives-{self.settings.instance_id}",
+            client_id=f"dlq-redrives-{self.settings.dlq.instance_id}",
         )
-        loops = Supervisor(f"dlq-{self.settings.instance_id}")
+        loops = Supervisor(f"dlq-{self.settings.dlq.instance_id}")
         loops.add("letters", self.letters_loop.run)
         loops.add("commands", self.commands_loop.run)
         loops.add("redrives", self.responder.run)
@@ -195,8 +186,8 @@ class DlqService:
         loops.add("gauges", self._refresh_gauges)
         purges = retention.purges(
             self.schema,
-            resolved_days=self.settings.retention_days,
-            parked_days=self.settings.parked_retention_days,
+            resolved_days=self.settings.dlq.retention_days,
+            parked_days=self.settings.dlq.parked_retention_days,
         )
         loops.add(
             "purge",
@@ -204,27 +195,27 @@ class DlqService:
                 stop,
                 pool,
                 purges,
-                interval=self.settings.purge_interval_seconds,
-                batch_size=self.settings.purge_batch_size,
+                interval=self.settings.dlq.purge_interval_seconds,
+                batch_size=self.settings.dlq.purge_batch_size,
             ),
         )
-        if self.settings.webhook_url is not None:
-            secret = self.settings.webhook_secret
+        if self.settings.dlq.webhook_url is not None:
+            secret = self.settings.dlq.webhook_secret
             if secret is None:
                 log.warning("SLOTFLOW_DLQ_WEBHOOK_SECRET is unset: webhook bodies go unsigned")
             self._notifier = Notifier(
                 pool,
                 schema=self.schema,
-                url=str(self.settings.webhook_url),
+                url=str(self.settings.dlq.webhook_url),
                 metrics=self.metrics,
-                timeout=self.settings.webhook_timeout_seconds,
-                deadline=self.settings.webhook_deadline_seconds,
-                concurrency=self.settings.webhook_concurrency,
+                timeout=self.settings.dlq.webhook_timeout_seconds,
+                deadline=self.settings.dlq.webhook_deadline_seconds,
+                concurrency=self.settings.dlq.webhook_concurrency,
                 secret=None if secret is None else secret.get_secret_value().encode(),
-                max_attempts=self.settings.webhook_max_attempts,
-                base=self.settings.webhook_backoff_base_seconds,
-                cap=self.settings.webhook_backoff_cap_seconds,
-                poll_interval=self.settings.notifier_poll_seconds,
+                max_attempts=self.settings.dlq.webhook_max_attempts,
+                base=self.settings.dlq.webhook_backoff_base_seconds,
+                cap=self.settings.dlq.webhook_backoff_cap_seconds,
+                poll_interval=self.settings.dlq.notifier_poll_seconds,
             )
             # A delivery in flight is leased and is retried by whoever runs next; waiting out
             # a hanging webhook's timeout would only delay the shutdown.
@@ -247,8 +238,8 @@ class DlqService:
             await append_many(conn, schema=self.schema, items=events)
         self._after_parking(done)
         self._after_answers(answers)
-        if self.settings.crash_window_seconds:
-            await asyncio.sleep(self.settings.crash_window_seconds)
+        if self.settings.dlq.crash_window_seconds:
+            await asyncio.sleep(self.settings.dlq.crash_window_seconds)
 
     async def _on_letter(self, incoming: Incoming) -> None:
         """Park one letter, or record one answer (the slow path, after a batch failed)."""
@@ -293,7 +284,7 @@ class DlqService:
         letter = incoming.message
         if not isinstance(letter, DeadLettered):
             return None  # an owner's answer (`_answer`)
-        tag = self.settings.money_moving_tag if self.settings.webhook_url is not None else None
+        tag = self.settings.dlq.money_moving_tag if self.settings.dlq.webhook_url is not None else None
         return await store.park(
             conn,
             schema=self.schema,
@@ -392,4 +383,4 @@ class DlqService:
                 shown |= labelled.keys()
                 self.metrics.oldest_parked_age.set(age)
                 self.metrics.oldest_redriving_age.set(waiting)
-            await sleep_or_stop(stop, self.settings.gauge_seconds)
+            await sleep_or_stop(stop, self.settings.dlq.gauge_seconds)

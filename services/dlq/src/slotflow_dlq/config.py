@@ -5,10 +5,11 @@ import socket
 from typing import Any
 
 from pydantic import AnyHttpUrl, Field, SecretStr
-from pydantic_settings import SettingsConfigDict
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from slotflow.logs import register_dsn, register_secret
-from slotflow.settings import ServiceSettings
+from slotflow.principals import SignatureSettings
+from slotflow.settings import KafkaSettings, PostgresSettings, ServiceSettings
 
 
 def _default_instance() -> str:
@@ -74,3 +75,13 @@ class DlqSettings(ServiceSettings):
         register_secret(self.webhook_secret)
         if self.webhook_url is not None:
             register_dsn(str(self.webhook_url))
+
+
+class Settings(BaseSettings):
+    """Everything a DLQ replica reads from the environment, as every service takes it."""
+
+    dlq: DlqSettings = Field(default_factory=DlqSettings)
+    kafka: KafkaSettings = Field(default_factory=KafkaSettings)
+    postgres: PostgresSettings = Field(default_factory=PostgresSettings)
+    #: Whether the DLQ's commands must be signed (redrive and discard are an operator's).
+    signatures: SignatureSettings = Field(default_factory=SignatureSettings)

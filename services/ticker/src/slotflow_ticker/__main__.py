@@ -23,10 +23,10 @@ from slotflow.logs import configure_logging
 from slotflow.pg.pool import create_pool
 from slotflow.pg.statements import sql
 from slotflow.service import serve
-from slotflow.settings import KafkaSettings, PostgresSettings
+from slotflow.settings import PostgresSettings
 from slotflow.tracing import configure_tracing
 from slotflow_ticker.app import TickerService, migrate
-from slotflow_ticker.config import TickerSettings
+from slotflow_ticker.config import Settings, TickerSettings
 from slotflow_ticker.preview import preview_lines
 from slotflow_ticker.rows import parse_definition
 from slotflow_ticker.sql import STORED_DEFINITION
@@ -38,13 +38,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     configure_tracing("slotflow-ticker")
     command = args.command or "run"
     if command == "run":
-        settings = TickerSettings()
+        settings = Settings()
         sys.exit(
-            serve(
-                "slotflow-ticker",
-                lambda: TickerService(settings, KafkaSettings(), PostgresSettings()),
-                event_loop=settings.event_loop,
-            )
+            serve("slotflow-ticker", lambda: TickerService(settings), event_loop=settings.ticker.event_loop)
         )
     elif command == "migrate":
         asyncio.run(_migrate())

@@ -19,15 +19,14 @@ from slotflow.kafka.redrive import RedriveResponder
 from slotflow.pg.migrations import MigrationSource
 from slotflow.pg.outbox import SHARDS
 from slotflow.pg.pool import CONNECTION_ERRORS, Pool, wait_for_pool
-from slotflow.principals import CommandVerifier, KafkaKeyRing, KeyRing, SignatureSettings
+from slotflow.principals import CommandVerifier, KafkaKeyRing, KeyRing
 from slotflow.relay import OutboxRelay
 from slotflow.service import RelayGroup, Supervisor, metrics_listener, periodic
 from slotflow.service import migrate as migrate_schema
-from slotflow.settings import KafkaSettings, PostgresSettings
 from slotflow_ticker.claims import SlotFirer
 from slotflow_ticker.command_loop import CommandLoop, group_id
 from slotflow_ticker.commands import COMMANDS, SERVICE, CommandHandler, CommandTopics
-from slotflow_ticker.config import TickerSettings
+from slotflow_ticker.config import Settings, TickerSettings
 from slotflow_ticker.cron_review import CronReview
 from slotflow_ticker.events import EventFactory, Topics
 from slotflow_ticker.metrics import TickerMetrics
@@ -49,23 +48,15 @@ async def migrate(pool: Pool, settings: TickerSettings) -> list[str]:
 class TickerService:
     """One ticker replica."""
 
-    def __init__(
-        self,
-        settings: TickerSettings,
-        kafka: KafkaSettings,
-        postgres: PostgresSettings,
-        *,
-        metrics: TickerMetrics | None = None,
-        signatures: SignatureSettings | None = None,
-    ) -> None:
+    def __init__(self, settings: Settings, *, metrics: TickerMetrics | None = None) -> None:
         self.settings = settings
-        self.kafka = kafka
-        self.postgres = postgres
-        self.signatures = signatures or SignatureSettings()
+        self.kafka = settings.kafka
+        self.postgres = settings.postgres
+        self.signatures = settings.signatures
         # Checked before anything starts: an inbox that forgot a command id while its signature
         # is still young enough would let the same command be applied twice.
         self.signatures.check_inbox_outlasts_window(
-            settings.inbox_retention_days * 86400, setting="SLOTFLOW_TICKER_INBOX_RETENTION_DAYS"
+            settings.ticker.inbox_retention_days * 86400, setting="SLOTFLOW_TICKER_INBOX_RETENTION_DAYS"
         )
         self.metrics = metrics or TickerMetrics()
         self.ticking: Ticking | None = None
@@ -75,7 +66,7 @@ class TickerService:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Run until ``stop`` is set."""
-        settings = self.settings
+        settings = self.settings.ticker
         pool = await wait_for_pool(
             self.postgres,
             min_size=2,
@@ -100,7 +91,7 @@ class TickerService:
             await pool.close()
 
     async def _serve(self, pool: Pool, producer: Producer, stop: asyncio.Event, keys: KeyRing | None) -> None:
-        settings = self.settings
+        settings = self.settings.ticker
         schema = settings.db_schema
         queries = Queries.for_schema(schema)
         events = EventFactory(Topics.of(self.kafka), source=f"{SERVICE}/{settings.ticker_id}")
@@ -235,8 +226,8 @@ class TickerService:
             # locked at the start's review, are reviewed here.
             await review.run()
             inbox, timers = await firer.purge(
-                inbox_seconds=self.settings.inbox_retention_days * 86400,
-                timer_seconds=self.settings.timer_retention_days * 86400,
+                inbox_seconds=self.settings.ticker.inbox_retention_days * 86400,
+                timer_seconds=self.settings.ticker.timer_retention_days * 86400,
             )
             if inbox or timers:
                 log.info("ticker: purged %d inbox entries and %d finished timers", inbox, timers)

@@ -4,9 +4,10 @@ import os
 import socket
 
 from pydantic import Field
-from pydantic_settings import SettingsConfigDict
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from slotflow.settings import ServiceSettings
+from slotflow.principals import SignatureSettings
+from slotflow.settings import KafkaSettings, PostgresSettings, ServiceSettings
 
 
 def _default_ticker_id() -> str:
@@ -83,3 +84,13 @@ class TickerSettings(ServiceSettings):
     @property
     def reload_interval(self) -> float:
         return self.reload_seconds if self.reload_seconds is not None else self.horizon_seconds / 2
+
+
+class Settings(BaseSettings):
+    """Everything a ticker replica reads from the environment, as every service takes it."""
+
+    ticker: TickerSettings = Field(default_factory=TickerSettings)
+    kafka: KafkaSettings = Field(default_factory=KafkaSettings)
+    postgres: PostgresSettings = Field(default_factory=PostgresSettings)
+    #: Whether commands must be signed, and the key the ticker signs what it issues with.
+    signatures: SignatureSettings = Field(default_factory=SignatureSettings)
