@@ -14,6 +14,7 @@ from slotflow.pg.pool import Pool
 from slotflow.pg.statements import quote_ident, sql_with
 from slotflow.settings import KafkaSettings
 from slotflow.testing import assert_eventually, unique_name
+from slotflow.testing.topics import first_reads
 
 
 def cron(
@@ -57,12 +58,13 @@ async def read_topic(
 ) -> list[Envelope]:
     """Every envelope on ``spec`` from the start, once at least ``want`` have arrived."""
     found: list[Envelope] = []
+    positions: set[str] = set()
     async with Consumer(
         kafka, kafka.topic(spec), group_id=unique_name("reader"), client_id="reader"
     ) as consumer:
 
         async def enough() -> bool:
-            for record in await consumer.poll(timeout_ms=200):
+            for record in first_reads(await consumer.poll(timeout_ms=200), positions):
                 found.append(decode(record.value))
             return len(found) >= want
 

@@ -19,6 +19,7 @@ from slotflow.kafka.records import Record
 from slotflow.settings import KafkaSettings
 from slotflow.testing import assert_eventually, unique_name
 from slotflow.testing.spans import recorded_spans
+from slotflow.testing.topics import first_reads
 
 DEFINITION = {"spec": {"kind": "cron", "expression": "*/5 * * * *"}, "handler": "h.x"}
 CALLER_TRACE = "ab" * 16
@@ -81,12 +82,13 @@ async def test_a_command_request_is_one_trace_and_the_probes_are_not_traced(
 
 async def read_records(kafka: KafkaSettings, spec: TopicSpec, *, want: int) -> list[Record]:
     found: list[Record] = []
+    positions: set[str] = set()
     async with Consumer(
         kafka, kafka.topic(spec), group_id=unique_name("reader"), client_id="reader"
     ) as consumer:
 
         async def enough() -> bool:
-            found.extend(await consumer.poll(timeout_ms=200))
+            found.extend(first_reads(await consumer.poll(timeout_ms=200), positions))
             return len(found) >= want
 
         await assert_eventually(enough, timeout=20, message=f"{want} records on {spec.name}")

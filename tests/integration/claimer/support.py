@@ -17,6 +17,7 @@ from slotflow.kafka.producer import Producer
 from slotflow.pg.pool import Conn, Pool
 from slotflow.settings import KafkaSettings, PostgresSettings
 from slotflow.testing import assert_eventually, unique_name
+from slotflow.testing.topics import first_reads
 from slotflow_claimer.config import ClaimerSettings, Settings
 from slotflow_claimer.events import job_due_envelope
 
@@ -149,7 +150,6 @@ class TopicReader:
             kafka, kafka.topic(spec), group_id=unique_name("reader"), client_id="reader"
         )
         self.seen: list[Envelope] = []
-        # A loaded machine can cost the reader's group its session; it rejoins from the start.
         self._positions: set[str] = set()
 
     async def __aenter__(self) -> "TopicReader":
@@ -160,9 +160,10 @@ class TopicReader:
         await self._consumer.stop()
 
     async def drain(self) -> list[Envelope]:
-        for record in await self._consumer.poll(timeout_ms=100, max_records=5000):
-            if record.value and record.position not in self._positions:
-                self._positions.add(record.position)
+        for record in first_reads(
+            await self._consumer.poll(timeout_ms=100, max_records=5000), self._positions
+        ):
+            if record.value:
                 self.seen.append(decode(record.value))
         return self.seen
 

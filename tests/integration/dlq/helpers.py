@@ -11,6 +11,7 @@ from slotflow.kafka.producer import Producer
 from slotflow.kafka.records import Record
 from slotflow.settings import KafkaSettings
 from slotflow.testing import assert_eventually, unique_name
+from slotflow.testing.topics import first_reads
 
 AT = datetime(2026, 12, 2, 2, 0, tzinfo=UTC)
 
@@ -53,24 +54,26 @@ async def park(
 
 async def read_messages(kafka: KafkaSettings, topic: str, expect: int) -> list[tuple[Record, Message]]:
     seen: list[Record] = []
+    positions: set[str] = set()
     async with Consumer(kafka, topic, group_id=unique_name("ev"), client_id="ev") as reader:
 
         async def enough() -> bool:
-            seen.extend(await reader.poll(timeout_ms=200))
+            seen.extend(first_reads(await reader.poll(timeout_ms=200), positions))
             return len(seen) >= expect
 
         await assert_eventually(enough, timeout=30, message=f"{expect} events")
-        seen.extend(await reader.poll(timeout_ms=300))
+        seen.extend(first_reads(await reader.poll(timeout_ms=300), positions))
     return [(r, REGISTRY.parse(decode(r.value))) for r in seen]
 
 
 async def read_records(kafka: KafkaSettings, topic: str, expect: int) -> list[Record]:
     """Records that need not be envelopes (read without decoding)."""
     seen: list[Record] = []
+    positions: set[str] = set()
     async with Consumer(kafka, topic, group_id=unique_name("raw"), client_id="raw") as reader:
 
         async def enough() -> bool:
-            seen.extend(await reader.poll(timeout_ms=200))
+            seen.extend(first_reads(await reader.poll(timeout_ms=200), positions))
             return len(seen) >= expect
 
         await assert_eventually(enough, timeout=30)

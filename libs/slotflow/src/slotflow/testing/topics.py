@@ -18,6 +18,17 @@ from slotflow.settings import KafkaSettings
 from slotflow.testing.waiting import assert_eventually, unique_name
 
 
+def first_reads(records: Sequence[Record], positions: set[str]) -> list[Record]:
+    """The records of a poll not read before, by log position; adds them to ``positions``.
+
+    A test reader in a group of its own can lose its session on a loaded machine and rejoin from
+    the start (it commits nothing), re-reading what it already counted.
+    """
+    fresh = [r for r in records if r.position not in positions]
+    positions.update(r.position for r in fresh)
+    return fresh
+
+
 class Seen(NamedTuple):
     """A consumed record, decoded, with the test process's clock at receipt."""
 
@@ -35,8 +46,6 @@ class TopicTail:
     seen: list[Seen] = field(default_factory=list)
     _task: "asyncio.Task[None] | None" = None
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
-    # The tail's own group can lose its session on a loaded machine and rejoin from the start;
-    # a record is one position in the log, so a re-read position is not a second record.
     _positions: set[str] = field(default_factory=set)
 
     async def __aenter__(self) -> "TopicTail":
@@ -59,10 +68,7 @@ class TopicTail:
     async def _run(self, consumer: Consumer) -> None:
         try:
             while not self._stop.is_set():
-                for record in await consumer.poll(timeout_ms=100):
-                    if record.position in self._positions:
-                        continue
-                    self._positions.add(record.position)
+                for record in first_reads(await consumer.poll(timeout_ms=100), self._positions):
                     self.seen.append(Seen(record, decode(record.value), datetime.now(UTC)))
         finally:
             await consumer.stop()
@@ -86,4 +92,4 @@ class TopicTail:
         await assert_eventually(lambda: check(self), timeout=timeout, message=message)
 
 
-__all__ = ["Seen", "TopicTail"]
+__all__ = ["Seen", "TopicTail", "first_reads"]
