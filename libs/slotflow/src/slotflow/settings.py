@@ -27,6 +27,9 @@ class KafkaSettings(KafkaConnection):
     replication_factor: int | None = Field(default=None, ge=1)
     #: The topics' `min.insync.replicas`; None: replication factor - 1 when that is above 1.
     min_insync_replicas: int | None = Field(default=None, ge=1)
+    #: How long a client starting up waits for a broker to answer (restarting, or the network to it
+    #: down for a moment) before it gives up; 0 fails at once. A refused login or ACL never waits.
+    startup_wait_seconds: float = Field(default=300.0, ge=0)
 
     def topic(self, spec: TopicSpec) -> str:
         """The topic name to use for ``spec`` in this deployment."""

@@ -124,7 +124,9 @@ class KafkaTransport:
         Raises:
             InvalidRequest: the signing key settings are incomplete or the key file is unusable.
         """
-        self.settings = settings or KafkaSettings()
+        # A call fails at once when the broker is away and the caller decides whether to try again
+        # (`timeout` bounds a call); only a service starting up waits for its broker.
+        self.settings = (settings or KafkaSettings()).model_copy(update={"startup_wait_seconds": 0.0})
         self.source = source
         self.signatures = signatures or SignatureSettings()
         try:

@@ -11,6 +11,7 @@ from slotflow.errors import KafkaAccessDenied
 from slotflow.kafka.access import AUTHORIZATION_ERRORS, access_denied, start_failure
 from slotflow.kafka.lag import ConsumerLag
 from slotflow.kafka.records import Record
+from slotflow.kafka.startup import wait_for_kafka
 from slotflow.settings import KafkaSettings
 
 
@@ -80,6 +81,11 @@ class Consumer:
             self._consumer.subscribe(list(topics), listener=self._membership)
 
     async def start(self) -> None:
+        try:
+            await wait_for_kafka(self._settings, self._what)
+        except BaseException:
+            await self._consumer.stop()
+            raise
         try:
             await self._consumer.start()
         except KafkaError as err:

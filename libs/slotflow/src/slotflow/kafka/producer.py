@@ -28,6 +28,7 @@ from slotflow.contracts.topics import DLQ_MAX_RECORD_BYTES, DLQ_MESSAGES
 from slotflow.errors import KafkaAccessDenied, MessageTooLarge, TransientStorageError
 from slotflow.kafka.access import AUTHORIZATION_ERRORS, access_denied, start_failure
 from slotflow.kafka.records import Delivered
+from slotflow.kafka.startup import wait_for_kafka
 from slotflow.settings import KafkaSettings
 from slotflow.tracing import TRACEPARENT
 from slotflow.tracing import enabled as tracing_enabled
@@ -86,6 +87,11 @@ class Producer:
         )
 
     async def start(self) -> None:
+        try:
+            await wait_for_kafka(self._settings, self._what)
+        except BaseException:
+            await self._producer.stop()
+            raise
         try:
             await self._producer.start()
         except KafkaError as err:

@@ -16,6 +16,7 @@ from aiokafka.structs import TopicPartition
 from slotflow.errors import SlotflowError, TransientStorageError
 from slotflow.kafka.access import start_failure
 from slotflow.kafka.records import Record
+from slotflow.kafka.startup import wait_for_kafka
 from slotflow.settings import KafkaSettings
 
 T = TypeVar("T")
@@ -51,10 +52,14 @@ async def read_to_end(
         max_partition_fetch_bytes=settings.max_message_bytes * 4,
     )
     try:
+        await wait_for_kafka(settings, f"reading {topic}")
         await consumer.start()
     except KafkaError as err:
         await consumer.stop()
         raise await start_failure(settings.bootstrap, settings.security, err, f"reading {topic}") from err
+    except BaseException:
+        await consumer.stop()
+        raise
     try:
         return await _read(consumer, topic, keep, idle_timeout)
     except KafkaError as err:
@@ -129,11 +134,15 @@ async def _assign_every_partition(
         TransientStorageError: Kafka was unreachable.
     """
     try:
+        await wait_for_kafka(settings, f"{role} of {topic}")
         await consumer.start()
         cluster = await consumer._client.fetch_all_metadata()
     except KafkaError as err:
         await consumer.stop()
         raise await start_failure(settings.bootstrap, settings.security, err, f"{role} of {topic}") from err
+    except BaseException:
+        await consumer.stop()
+        raise
     numbers = cluster.partitions_for_topic(topic)
     if not numbers:
         await consumer.stop()

@@ -41,6 +41,7 @@ from slotflow.kafka.consumer import Consumer
 from slotflow.kafka.loop import ConsumeLoop, Incoming, Rehandler
 from slotflow.kafka.producer import Producer
 from slotflow.kafka.records import Record
+from slotflow.kafka.startup import wait_for_kafka
 from slotflow.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
@@ -109,12 +110,16 @@ class RecordReader:
                 max_partition_fetch_bytes=self._settings.max_message_bytes * 4,
             )
             try:
+                await wait_for_kafka(self._settings, "redrive reader")
                 await consumer.start()
             except KafkaError as err:
                 await consumer.stop()
                 raise await start_failure(
                     self._settings.bootstrap, self._settings.security, err, "redrive reader"
                 ) from err
+            except BaseException:
+                await consumer.stop()
+                raise
             self._consumer = consumer
         return self._consumer
 
