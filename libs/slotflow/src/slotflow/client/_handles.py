@@ -219,10 +219,12 @@ class WorkflowHandle(Generic[ResultT]):
 
         It reads the api's read model every ``poll_interval`` seconds, so the client needs the api
         for reads (an `HttpTransport`, or ``reads=``). A handle from `start_workflow` first waits for
-        the orchestrator's answer to its start, so it never reports on another run of the same id
-        (a start refused as a duplicate raises, rather than returning the other run's result). A
-        `stuck` workflow (a replay diverged) is waited on: it resumes once matching code is
-        deployed. ``timeout`` bounds the whole wait (None: until it ends).
+        the orchestrator's answer to its start: a start refused as a duplicate raises, rather than
+        returning the result of the workflow already under that id. (An id reused after its run
+        closed, `allow_after_close` or `terminate_running`, may show the previous run's end until
+        the api shows the new run: docs/client.md.) A `stuck` workflow (a replay diverged) is
+        waited on: it resumes once matching code is deployed. ``timeout`` bounds the whole wait
+        (None: until it ends).
 
         Example::
 
