@@ -239,8 +239,12 @@ async def test_a_bulk_cancel_previews_then_cancels_each_held_order_once_and_its_
     client = Client(http)
     held = ["bulk-held-1", "bulk-held-2"]
     for wid in held:
-        accepted((await client.start_workflow("orders.checkout", order(wid, hold="PT1H"), id=wid, wait=WAIT)).sent)
-    accepted((await client.start_workflow("orders.checkout", order("bulk-done"), id="bulk-done", wait=WAIT)).sent)
+        accepted(
+            (await client.start_workflow("orders.checkout", order(wid, hold="PT1H"), id=wid, wait=WAIT)).sent
+        )
+    accepted(
+        (await client.start_workflow("orders.checkout", order("bulk-done"), id="bulk-done", wait=WAIT)).sent
+    )
     await reaches(client, "bulk-done", "completed")
     for wid in held:
         await reaches(client, wid, "running")

@@ -64,7 +64,9 @@ async def test_a_workflow_started_by_its_run_method_gives_its_typed_result_or_it
 
     # Failed: the capture is declined (a non-retryable CaptureDeclined); the saga releases the
     # stock and voids the authorization, and the run fails with the activity's error type.
-    declined = await client.start_workflow(Checkout.run, order("declined-1", card=DECLINES_CAPTURE), id="declined-1")
+    declined = await client.start_workflow(
+        Checkout.run, order("declined-1", card=DECLINES_CAPTURE), id="declined-1"
+    )
     with pytest.raises(WorkflowFailedError) as failed:
         await declined.result(timeout=RESULT_WITHIN, poll_interval=0.3)
     assert failed.value.workflow_id == "declined-1"
@@ -73,8 +75,12 @@ async def test_a_workflow_started_by_its_run_method_gives_its_typed_result_or_it
     assert failed.value.compensated is True
 
     # Cancelled through its handle while it holds for an hour: the saga undoes both steps.
-    held = await client.start_workflow(Checkout.run, order("held-1", hold=timedelta(hours=1)), id="held-1", wait=WAIT)
-    assert held.sent is not None and held.sent.outcome is not None and held.sent.outcome.status == "accepted"
+    held = await client.start_workflow(
+        Checkout.run, order("held-1", hold=timedelta(hours=1)), id="held-1", wait=WAIT
+    )
+    assert held.sent is not None
+    assert held.sent.outcome is not None
+    assert held.sent.outcome.status == "accepted"
     await held.cancel("customer asked", wait=WAIT)
     with pytest.raises(WorkflowCancelledError) as cancelled:
         await held.result(timeout=RESULT_WITHIN, poll_interval=0.3)

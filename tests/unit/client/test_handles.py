@@ -153,7 +153,10 @@ def test_a_class_or_its_run_method_names_the_type_its_decorator_registered(targe
         (Undecorated.run, r"Undecorated\.run is marked @workflow\.run, but its class is not a workflow"),
         (not_a_run, r"not_a_run is not a workflow's run method: pass a @workflow\.defn class"),
         (42, r"42 is not a workflow: pass a @workflow\.defn class, its @workflow\.run method or"),
-        (BaseFlow.run, r"BaseFlow\.run is the run method of several workflows \('test\.base', 'test\.derived'\)"),
+        (
+            BaseFlow.run,
+            r"BaseFlow\.run is the run method of several workflows \('test\.base', 'test\.derived'\)",
+        ),
     ],
     ids=["undecorated-class", "undecorated-run", "plain-function", "not-callable", "inherited-run"],
 )
@@ -170,10 +173,13 @@ async def test_what_is_not_a_workflow_is_refused_before_anything_is_sent(target:
 
 async def test_a_start_by_run_method_sends_its_type_and_input_and_types_the_handle() -> None:
     api = FakeApi([shown("completed", result=RECEIPT)])
-    handle = await api.client().start_workflow(Checkout.run, Order(order_id="o-1", amount_cents=990), id="o-1")
+    handle = await api.client().start_workflow(
+        Checkout.run, Order(order_id="o-1", amount_cents=990), id="o-1"
+    )
     assert_type(handle, WorkflowHandle[Receipt])
     assert (handle.workflow_id, handle.workflow_type) == ("o-1", "test.checkout")
-    assert handle.sent is not None and handle.sent.command_id == "c-1"
+    assert handle.sent is not None
+    assert handle.sent.command_id == "c-1"
     assert next(api.bodies()) == (
         "POST",
         "/v1/workflows",
@@ -238,7 +244,8 @@ async def test_execute_workflow_starts_then_returns_the_typed_result() -> None:
 async def test_a_started_handle_waits_out_a_workflow_the_api_does_not_show_yet() -> None:
     api = FakeApi([None, shown("requested"), shown("running"), shown("completed", result=RECEIPT)])
     handle = await api.client().start_workflow("test.checkout", {"order_id": "o-1"}, id="o-1", wait=5)
-    assert handle.sent is not None and handle.sent.outcome is not None  # waited at the start
+    assert handle.sent is not None
+    assert handle.sent.outcome is not None
     assert await handle.result(poll_interval=0.01) == RECEIPT
     assert api.workflow_reads() == 4
 
@@ -284,7 +291,8 @@ async def test_each_end_without_a_result_is_its_own_error(
     handle = api.client().get_workflow_handle("o-1")
     with pytest.raises(error) as ended:
         await handle.result(poll_interval=0.01)
-    assert isinstance(ended.value, WorkflowOutcomeError) and isinstance(ended.value, SlotflowError)
+    assert isinstance(ended.value, WorkflowOutcomeError)
+    assert isinstance(ended.value, SlotflowError)
     assert ended.value.workflow_id == "o-1"
     assert {name: getattr(ended.value, name) for name in attributes} == attributes
     assert "o-1" in str(ended.value)
@@ -328,7 +336,9 @@ async def test_a_wait_that_runs_out_names_the_last_status_and_the_workflow_runs_
 
 async def test_a_refused_start_raises_from_result_instead_of_reading_another_run() -> None:
     api = FakeApi([shown("completed", result=RECEIPT)], start_status="rejected")
-    handle = await api.client().start_workflow(Checkout.run, Order(order_id="o-1", amount_cents=990), id="o-1")
+    handle = await api.client().start_workflow(
+        Checkout.run, Order(order_id="o-1", amount_cents=990), id="o-1"
+    )
     with pytest.raises(WorkflowRejectedError, match="unknown workflow type") as refused:
         await handle.result(timeout=5)
     assert refused.value.reason == "unknown workflow type 'test.checkout'"
@@ -367,7 +377,11 @@ async def test_signal_cancel_and_terminate_reach_the_workflows_routes() -> None:
     await handle.terminate("bad deploy")
     assert (await handle.describe()).status == "running"
     assert list(api.bodies())[:3] == [
-        ("POST", "/v1/workflows/o%2F1/signal", {"signal": "repriced", "payload": {"order_id": "o-1", "amount_cents": 1}}),
+        (
+            "POST",
+            "/v1/workflows/o%2F1/signal",
+            {"signal": "repriced", "payload": {"order_id": "o-1", "amount_cents": 1}},
+        ),
         ("POST", "/v1/workflows/o%2F1/cancel", {"reason": "customer asked"}),
         ("POST", "/v1/workflows/o%2F1/terminate", {"reason": "bad deploy"}),
     ]

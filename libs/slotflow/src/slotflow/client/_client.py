@@ -563,7 +563,9 @@ class Client:
     def get_workflow_handle(self, workflow_id: str) -> WorkflowHandle[Any]: ...
 
     @overload
-    def get_workflow_handle(self, workflow_id: str, *, result_type: type[ResultT]) -> WorkflowHandle[ResultT]: ...
+    def get_workflow_handle(
+        self, workflow_id: str, *, result_type: type[ResultT]
+    ) -> WorkflowHandle[ResultT]: ...
 
     def get_workflow_handle(self, workflow_id: str, *, result_type: Any = None) -> WorkflowHandle[Any]:
         """A handle to the workflow ``workflow_id``, started anywhere (the api, the CLI, another

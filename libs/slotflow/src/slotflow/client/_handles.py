@@ -166,7 +166,9 @@ def result_converter(definition: WorkflowDefinition | None, result_type: Any) ->
         try:
             return Converter(result_type)
         except PydanticUserError as err:
-            raise InvalidRequest(f"result_type {result_type!r} is not a type pydantic can validate: {err}") from None
+            raise InvalidRequest(
+                f"result_type {result_type!r} is not a type pydantic can validate: {err}"
+            ) from None
     if definition is not None:
         return definition.result
     return Converter(Any)
@@ -351,7 +353,9 @@ class WorkflowHandle(Generic[ResultT]):
             return self._validated(workflow.result)
         if workflow.status == "failed":
             failure_type = str(error.get("type") or "unknown")
-            raise WorkflowFailedError(self.workflow_id, failure_type, str(error.get("message") or ""), compensated)
+            raise WorkflowFailedError(
+                self.workflow_id, failure_type, str(error.get("message") or ""), compensated
+            )
         if workflow.status == "cancelled":
             raise WorkflowCancelledError(self.workflow_id, shown.get("cancel_reason"), compensated)
         if workflow.status == "terminated":
