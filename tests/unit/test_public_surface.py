@@ -101,9 +101,18 @@ CLIENT_ALL = [
     "Unavailable",
     "WaitTimedOut",
     "Workflow",
+    "WorkflowCancelledError",
+    "WorkflowFailedError",
+    "WorkflowHandle",
+    "WorkflowOutcomeError",
+    "WorkflowRejectedError",
+    "WorkflowResultError",
+    "WorkflowResultTimeoutError",
+    "WorkflowTerminatedError",
 ]
-#: The client's error types and data models; the client and its transports (`_client`, `_http`,
-#: `_kafka`) are implementation modules, their public names re-exported by the package.
+#: The client's error types and data models; the client, its workflow handles and its transports
+#: (`_client`, `_handles`, `_http`, `_kafka`) are implementation modules, their public names
+#: re-exported by the package.
 CLIENT_MODULES = {"errors", "models"}
 
 #: Names that cannot carry a docstring (type aliases) and the module whose `#:` comment documents them.

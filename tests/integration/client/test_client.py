@@ -50,8 +50,9 @@ def clients(http: HttpTransport, kafka: KafkaTransport) -> dict[str, Client]:
     return {"http": Client(http), "kafka": Client(kafka, reads=http)}
 
 
-def accepted(sent: Sent) -> None:
+def accepted(sent: Sent | None) -> None:
     """``sent`` waited for, and its owner accepted it."""
+    assert sent is not None
     assert sent.outcome is not None, sent
     assert sent.outcome.status == "accepted", sent
 
@@ -144,8 +145,8 @@ async def test_workflows_over_both_transports(
     for name, client in clients(http, kafka_transport).items():
         # The example saga: authorize, reserve, hold (1 s here), capture.
         wid = f"order-{name}"
-        started = await client.start_workflow(wid, "orders.checkout", order(wid), wait=WAIT)
-        accepted(started)
+        started = await client.start_workflow("orders.checkout", order(wid), id=wid, wait=WAIT)
+        accepted(started.sent)
         await reaches(client, wid, "completed")
         workflow = await client.get_workflow(wid)
         assert workflow.workflow_type == "orders.checkout"
@@ -153,7 +154,7 @@ async def test_workflows_over_both_transports(
 
         # An order held for an hour: a signal reaches it; a cancel compensates and ends it.
         held = f"held-{name}"
-        await client.start_workflow(held, "orders.checkout", order(held, hold="PT1H"), wait=WAIT)
+        await client.start_workflow("orders.checkout", order(held, hold="PT1H"), id=held, wait=WAIT)
         signalled = await client.signal_workflow(held, "note", {"by": "ops"}, wait=WAIT)
         accepted(signalled)
         cancelled = await client.cancel_workflow(held, reason="customer asked", wait=WAIT)
@@ -180,14 +181,14 @@ async def test_workflows_over_both_transports(
                 await client.signal_workflow(held, "note", wait=WAIT)
             assert held in late.value.reason, late.value.reason
         with pytest.raises(CommandRejected, match=r"unknown workflow type 'orders\.nope'"):
-            await client.start_workflow(f"nope-{name}", "orders.nope", wait=WAIT)
+            await client.start_workflow("orders.nope", id=f"nope-{name}", wait=WAIT)
         with pytest.raises(NotFound):
             await client.get_workflow(f"never-started-{name}")
 
     # Terminate (over the api): ends a running workflow at once, without compensating.
     client = Client(http)
     await client.start_workflow(
-        "order-ended", "orders.checkout", order("order-ended", hold="PT1H"), wait=WAIT
+        "orders.checkout", order("order-ended", hold="PT1H"), id="order-ended", wait=WAIT
     )
 
     # Terminated once it holds: before its hold timer started there is no timer to cancel (the
@@ -238,8 +239,12 @@ async def test_a_bulk_cancel_previews_then_cancels_each_held_order_once_and_its_
     client = Client(http)
     held = ["bulk-held-1", "bulk-held-2"]
     for wid in held:
-        accepted(await client.start_workflow(wid, "orders.checkout", order(wid, hold="PT1H"), wait=WAIT))
-    accepted(await client.start_workflow("bulk-done", "orders.checkout", order("bulk-done"), wait=WAIT))
+        accepted(
+            (await client.start_workflow("orders.checkout", order(wid, hold="PT1H"), id=wid, wait=WAIT)).sent
+        )
+    accepted(
+        (await client.start_workflow("orders.checkout", order("bulk-done"), id="bulk-done", wait=WAIT)).sent
+    )
     await reaches(client, "bulk-done", "completed")
     for wid in held:
         await reaches(client, wid, "running")

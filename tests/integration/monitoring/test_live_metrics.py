@@ -142,7 +142,7 @@ async def test_every_dashboard_and_alert_metric_is_served_and_every_scrape_passe
             "lines": [{"sku": "mug", "quantity": 2}],
             "hold": "PT1S",
         }
-        await client.start_workflow("order-monitored", "orders.checkout", order, wait=30)
+        await client.start_workflow("orders.checkout", order, id="order-monitored", wait=30)
         at = (datetime.now(UTC) + timedelta(seconds=2)).replace(microsecond=0)
         await client.create_schedule(
             "nobody-serves-this",

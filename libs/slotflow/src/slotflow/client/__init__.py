@@ -3,6 +3,7 @@
 Two transports issue commands, both returning the command id and offering a read-your-writes
 wait: `HttpTransport` (through the api, with a bearer token; reads too) and `KafkaTransport`
 (straight to the command topics; its wait reads the acknowledgement events; reads need the api).
+A started workflow is a `WorkflowHandle`: `await handle.result()` waits for its end.
 See docs/client.md.
 
 Example::
@@ -11,9 +12,12 @@ Example::
 
     async with Client(HttpTransport("http://127.0.0.1:8080", token=token)) as client:
         await client.trigger_schedule("nightly-payouts", wait=10)
+        handle = await client.start_workflow(Checkout.run, order, id="order-1042")
+        receipt = await handle.result()
 """
 
 from slotflow.client._client import Client, CommandTransport
+from slotflow.client._handles import WorkflowHandle
 from slotflow.client._http import HttpTransport
 from slotflow.client._kafka import KafkaTransport
 from slotflow.client.errors import (
@@ -29,6 +33,13 @@ from slotflow.client.errors import (
     ReadsNeedHttp,
     Unavailable,
     WaitTimedOut,
+    WorkflowCancelledError,
+    WorkflowFailedError,
+    WorkflowOutcomeError,
+    WorkflowRejectedError,
+    WorkflowResultError,
+    WorkflowResultTimeoutError,
+    WorkflowTerminatedError,
 )
 from slotflow.client.models import (
     BulkWorkflow,
@@ -74,4 +85,12 @@ __all__ = [
     "Unavailable",
     "WaitTimedOut",
     "Workflow",
+    "WorkflowCancelledError",
+    "WorkflowFailedError",
+    "WorkflowHandle",
+    "WorkflowOutcomeError",
+    "WorkflowRejectedError",
+    "WorkflowResultError",
+    "WorkflowResultTimeoutError",
+    "WorkflowTerminatedError",
 ]

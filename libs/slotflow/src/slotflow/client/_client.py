@@ -1,12 +1,13 @@
 """`Client`: schedules, workflows and reads in typed calls, over Kafka or the api."""
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar, overload
 
 from pydantic import BaseModel, ValidationError
 
+from slotflow.client._handles import WorkflowHandle, resolve_workflow, result_converter, start_input
 from slotflow.client._http import HttpTransport, Params, path_segment
 from slotflow.client.errors import CommandRejected, InvalidRequest, ReadsNeedHttp, WaitTimedOut
 from slotflow.client.models import (
@@ -43,9 +44,14 @@ from slotflow.contracts import (
 from slotflow.contracts.dlq import RedriveDefinition
 from slotflow.contracts.policies import OverlapPolicy
 from slotflow.contracts.workflows import IdReusePolicy
+from slotflow.workflow.definition import WorkflowDefinition
 
 M = TypeVar("M", bound=Message)
 B = TypeVar("B", bound=BaseModel)
+#: The workflow class a run method belongs to, its start input and its result (`start_workflow`).
+SelfT = TypeVar("SelfT")
+InputT = TypeVar("InputT")
+ResultT = TypeVar("ResultT")
 
 
 class CommandTransport(Protocol):
@@ -74,6 +80,15 @@ def _selection(selection: DeadLetterFilter | None, select_all: bool) -> DeadLett
     return chosen
 
 
+def _result_type_name(definition: WorkflowDefinition | None, result_type: Any) -> str | None:
+    """What a handle's result is validated into, for its error messages."""
+    if result_type is not None:
+        return str(getattr(result_type, "__name__", result_type))
+    if definition is not None:
+        return f"the return type of {definition.run.__qualname__}"
+    return None
+
+
 def _build(model: type[M], **fields: Any) -> M:
     """``model`` from ``fields``; a field the contract refuses is an `InvalidRequest` naming it."""
     try:
@@ -87,7 +102,8 @@ def _build(model: type[M], **fields: Any) -> M:
 
 
 class Client:
-    """The slotflow client: every call that issues a command returns a `Sent` with its command id.
+    """The slotflow client: every call that issues a command returns a `Sent` with its command id
+    (`start_workflow` a `WorkflowHandle`, whose `sent` it is).
 
     Commands go through ``commands`` (a `KafkaTransport` or an `HttpTransport`); reads need the
     api, so they go through ``reads``, by default ``commands`` when that is an `HttpTransport`.
@@ -103,6 +119,7 @@ class Client:
         async with Client(HttpTransport("http://127.0.0.1:8080", token=token)) as client:
             sent = await client.trigger_schedule("nightly-payouts", wait=10)
             print(sent.command_id, sent.outcome.status)   # cmd-…, accepted
+            receipt = await client.execute_workflow(Checkout.run, order, id="order-1042")
     """
 
     def __init__(self, commands: CommandTransport, *, reads: HttpTransport | None = None) -> None:
@@ -317,40 +334,258 @@ class Client:
             _build(DeleteSchedule, schedule_id=schedule_id), command_id=command_id, wait=wait
         )
 
+    @overload
     async def start_workflow(
         self,
-        workflow_id: str,
-        workflow_type: str,
-        input: Mapping[str, Any] | None = None,
+        workflow: Callable[[SelfT], Awaitable[ResultT]],
         *,
+        id: str,
         id_reuse_policy: IdReusePolicy = "reject_duplicate",
         execution_timeout: timedelta | None = None,
         command_id: str | None = None,
         wait: float | None = None,
-    ) -> Sent:
-        """Start a workflow of ``workflow_type`` (as registered with `@workflow.defn(name=...)`).
+    ) -> WorkflowHandle[ResultT]: ...
 
-        An unknown type or a workflow id already taken is rejected with the reason.
+    @overload
+    async def start_workflow(
+        self,
+        workflow: Callable[[SelfT, InputT], Awaitable[ResultT]],
+        input: InputT,
+        *,
+        id: str,
+        id_reuse_policy: IdReusePolicy = "reject_duplicate",
+        execution_timeout: timedelta | None = None,
+        command_id: str | None = None,
+        wait: float | None = None,
+    ) -> WorkflowHandle[ResultT]: ...
+
+    @overload
+    async def start_workflow(
+        self,
+        workflow: str | type[Any],
+        input: Any = None,
+        *,
+        id: str,
+        result_type: type[ResultT],
+        id_reuse_policy: IdReusePolicy = "reject_duplicate",
+        execution_timeout: timedelta | None = None,
+        command_id: str | None = None,
+        wait: float | None = None,
+    ) -> WorkflowHandle[ResultT]: ...
+
+    @overload
+    async def start_workflow(
+        self,
+        workflow: str | type[Any],
+        input: Any = None,
+        *,
+        id: str,
+        id_reuse_policy: IdReusePolicy = "reject_duplicate",
+        execution_timeout: timedelta | None = None,
+        command_id: str | None = None,
+        wait: float | None = None,
+    ) -> WorkflowHandle[Any]: ...
+
+    async def start_workflow(
+        self,
+        workflow: str | type[Any] | Callable[..., Awaitable[Any]],
+        input: Any = None,
+        *,
+        id: str,
+        result_type: Any = None,
+        id_reuse_policy: IdReusePolicy = "reject_duplicate",
+        execution_timeout: timedelta | None = None,
+        command_id: str | None = None,
+        wait: float | None = None,
+    ) -> WorkflowHandle[Any]:
+        """Start a workflow with the id ``id`` and return its `WorkflowHandle`.
+
+        ``workflow`` is the `@workflow.defn` class's run method (``Checkout.run``: the handle's
+        result is typed by its return annotation, and ``input`` checked against its parameter
+        before anything is sent), the class itself, or the workflow type name as registered with
+        `@workflow.defn(name=...)` (``result_type`` then types the result). ``input`` is a pydantic
+        model, a dataclass or a mapping: the start's JSON object. The handle's `sent` is the
+        command's acknowledgement (with ``wait``, its `outcome`).
+
+        With ``wait``, an unknown type or an id already taken raises `CommandRejected` here;
+        without, the handle's `result()` raises `WorkflowRejectedError` for it.
 
         Example::
 
-            await client.start_workflow(
-                "order-1042", "orders.checkout",
-                {"order_id": "1042", "customer_id": "c-7", "amount_cents": 9990,
-                 "card_token": "tok_visa", "lines": [{"sku": "mug", "quantity": 2}]},
-                wait=10,
-            )
-            workflow = await client.get_workflow("order-1042")
+            from orders.workflow import Checkout
+
+            handle = await client.start_workflow(Checkout.run, order, id="order-1042", wait=10)
+            receipt = await handle.result()          # a Receipt
+
+            # By its type name, as the api and the CLI do:
+            handle = await client.start_workflow("orders.checkout", {"order_id": "1042", ...}, id="order-1042")
+
+        Raises:
+            InvalidRequest: ``workflow`` is not a workflow (a class without `@workflow.defn`, a
+                method without `@workflow.run`), or ``input`` is no JSON object or does not fit
+                the run method's parameter.
+            CommandRejected: with ``wait``, the orchestrator refused the start (`reason`).
         """
+        return await self._start_workflow(
+            workflow,
+            input,
+            workflow_id=id,
+            result_type=result_type,
+            id_reuse_policy=id_reuse_policy,
+            execution_timeout=execution_timeout,
+            command_id=command_id,
+            wait=wait,
+        )
+
+    async def _start_workflow(
+        self,
+        workflow: object,
+        input: Any,
+        *,
+        workflow_id: str,
+        result_type: Any,
+        id_reuse_policy: IdReusePolicy,
+        execution_timeout: timedelta | None,
+        command_id: str | None,
+        wait: float | None,
+    ) -> WorkflowHandle[Any]:
+        """`start_workflow` and `execute_workflow`: everything is checked before the start is sent."""
+        name, definition = resolve_workflow(workflow)
+        converter = result_converter(definition, result_type)
         message = _build(
             StartWorkflow,
             workflow_id=workflow_id,
-            workflow_type=workflow_type,
-            input=dict(input or {}),
+            workflow_type=name,
+            input=start_input(input, name, definition),
             id_reuse_policy=id_reuse_policy,
             execution_timeout=execution_timeout,
         )
-        return await self.send(message, command_id=command_id, wait=wait)
+        sent = await self.send(message, command_id=command_id, wait=wait)
+        return WorkflowHandle(
+            self,
+            workflow_id,
+            workflow_type=name,
+            result=converter,
+            result_type_name=_result_type_name(definition, result_type),
+            sent=sent,
+        )
+
+    @overload
+    async def execute_workflow(
+        self,
+        workflow: Callable[[SelfT], Awaitable[ResultT]],
+        *,
+        id: str,
+        id_reuse_policy: IdReusePolicy = "reject_duplicate",
+        execution_timeout: timedelta | None = None,
+        command_id: str | None = None,
+        result_timeout: float | None = None,
+    ) -> ResultT: ...
+
+    @overload
+    async def execute_workflow(
+        self,
+        workflow: Callable[[SelfT, InputT], Awaitable[ResultT]],
+        input: InputT,
+        *,
+        id: str,
+        id_reuse_policy: IdReusePolicy = "reject_duplicate",
+        execution_timeout: timedelta | None = None,
+        command_id: str | None = None,
+        result_timeout: float | None = None,
+    ) -> ResultT: ...
+
+    @overload
+    async def execute_workflow(
+        self,
+        workflow: str | type[Any],
+        input: Any = None,
+        *,
+        id: str,
+        result_type: type[ResultT],
+        id_reuse_policy: IdReusePolicy = "reject_duplicate",
+        execution_timeout: timedelta | None = None,
+        command_id: str | None = None,
+        result_timeout: float | None = None,
+    ) -> ResultT: ...
+
+    @overload
+    async def execute_workflow(
+        self,
+        workflow: str | type[Any],
+        input: Any = None,
+        *,
+        id: str,
+        id_reuse_policy: IdReusePolicy = "reject_duplicate",
+        execution_timeout: timedelta | None = None,
+        command_id: str | None = None,
+        result_timeout: float | None = None,
+    ) -> Any: ...
+
+    async def execute_workflow(
+        self,
+        workflow: str | type[Any] | Callable[..., Awaitable[Any]],
+        input: Any = None,
+        *,
+        id: str,
+        result_type: Any = None,
+        id_reuse_policy: IdReusePolicy = "reject_duplicate",
+        execution_timeout: timedelta | None = None,
+        command_id: str | None = None,
+        result_timeout: float | None = None,
+    ) -> Any:
+        """Start a workflow and wait for its result: `start_workflow`, then the handle's `result`
+        (``result_timeout`` bounds that wait; None: until it ends).
+
+        Example::
+
+            receipt = await client.execute_workflow(Checkout.run, order, id="order-1042", result_timeout=3600)
+
+        Raises:
+            InvalidRequest: as `start_workflow`.
+            WorkflowFailedError, WorkflowCancelledError, WorkflowTerminatedError,
+            WorkflowRejectedError, WorkflowResultTimeoutError, WorkflowResultError: as
+                `WorkflowHandle.result`.
+        """
+        handle = await self._start_workflow(
+            workflow,
+            input,
+            workflow_id=id,
+            result_type=result_type,
+            id_reuse_policy=id_reuse_policy,
+            execution_timeout=execution_timeout,
+            command_id=command_id,
+            wait=None,
+        )
+        return await handle.result(timeout=result_timeout)
+
+    @overload
+    def get_workflow_handle(self, workflow_id: str) -> WorkflowHandle[Any]: ...
+
+    @overload
+    def get_workflow_handle(
+        self, workflow_id: str, *, result_type: type[ResultT]
+    ) -> WorkflowHandle[ResultT]: ...
+
+    def get_workflow_handle(self, workflow_id: str, *, result_type: Any = None) -> WorkflowHandle[Any]:
+        """A handle to the workflow ``workflow_id``, started anywhere (the api, the CLI, another
+        process); nothing is sent or read until a call on it. ``result_type`` types its result.
+
+        Example::
+
+            handle = client.get_workflow_handle("order-1042", result_type=Receipt)
+            receipt = await handle.result(timeout=60)
+            await client.get_workflow_handle("order-7").cancel("customer asked", wait=10)
+
+        Raises:
+            InvalidRequest: ``result_type`` is not a type pydantic can validate.
+        """
+        return WorkflowHandle(
+            self,
+            workflow_id,
+            result=result_converter(None, result_type),
+            result_type_name=_result_type_name(None, result_type),
+        )
 
     async def signal_workflow(
         self,

@@ -78,3 +78,99 @@ class BrokerUnreachable(Unavailable):
 class ReadsNeedHttp(ClientError, PermanentError):
     """Reads (runs, workflows, schedules, a command's status by id) go through the api: give the
     client an `HttpTransport` for them."""
+
+
+class WorkflowOutcomeError(ClientError, PermanentError):
+    """The workflow a handle waited on ended without a result: failed, cancelled, terminated, or
+    its start was refused. Catch this to handle every such end at once; branch on the subclass::
+
+        try:
+            receipt = await handle.result()
+        except WorkflowFailedError as err:
+            print(err.failure_type, err.failure_message)   # CaptureDeclined, card declined
+        except WorkflowOutcomeError as err:
+            print(err)                                       # cancelled, terminated, refused
+    """
+
+    def __init__(self, workflow_id: str, message: str) -> None:
+        #: The workflow's id.
+        self.workflow_id = workflow_id
+        super().__init__(message)
+
+
+class WorkflowFailedError(WorkflowOutcomeError):
+    """The workflow failed: its code raised (an `ActivityError` it did not catch carries the
+    activity's error type), or its execution timeout passed (`WorkflowTimedOut`).
+
+    `failure_type` is the error's type name, `failure_message` its message, and `compensated`
+    whether every compensation its saga registered ran (None when it registered none).
+    """
+
+    def __init__(
+        self, workflow_id: str, failure_type: str, failure_message: str, compensated: bool | None = None
+    ) -> None:
+        #: The type name of what failed it (`CaptureDeclined`, `WorkflowTimedOut`).
+        self.failure_type = failure_type
+        #: Its message.
+        self.failure_message = failure_message
+        #: Whether every registered compensation ran; None when there was nothing to undo.
+        self.compensated = compensated
+        super().__init__(workflow_id, f"workflow {workflow_id} failed: {failure_type}: {failure_message}")
+
+
+class WorkflowCancelledError(WorkflowOutcomeError):
+    """The workflow was cancelled (`CancelWorkflow`): its code saw `CancelledError` and its saga
+    undid what it had done (`compensated`)."""
+
+    def __init__(self, workflow_id: str, reason: str | None, compensated: bool | None = None) -> None:
+        #: The reason the cancel gave, or None.
+        self.reason = reason
+        #: Whether every registered compensation ran; None when there was nothing to undo.
+        self.compensated = compensated
+        super().__init__(workflow_id, f"workflow {workflow_id} was cancelled: {reason or 'no reason given'}")
+
+
+class WorkflowTerminatedError(WorkflowOutcomeError):
+    """The workflow was terminated (`TerminateWorkflow`, or a start with `terminate_running`): it
+    ended at once, its code and compensations unrun."""
+
+    def __init__(self, workflow_id: str, reason: str | None) -> None:
+        #: The reason the terminate gave, or None.
+        self.reason = reason
+        super().__init__(workflow_id, f"workflow {workflow_id} was terminated: {reason or 'no reason given'}")
+
+
+class WorkflowRejectedError(WorkflowOutcomeError):
+    """The orchestrator refused the start this handle waits on (an unknown type, an id already
+    taken under `reject_duplicate`): no run of it exists; `reason` says why."""
+
+    def __init__(self, workflow_id: str, reason: str | None) -> None:
+        #: Why the start was refused.
+        self.reason = reason or "no reason given"
+        super().__init__(workflow_id, f"the start of workflow {workflow_id} was refused: {self.reason}")
+
+
+class WorkflowResultTimeoutError(ClientError, TransientError):
+    """The workflow had not ended within the wait for its result; it goes on running (wait again).
+
+    This is the caller's wait running out, not the workflow's own `execution_timeout` (which
+    fails it: `WorkflowFailedError` with type `WorkflowTimedOut`).
+    """
+
+    def __init__(self, workflow_id: str, last_status: str, seconds: float) -> None:
+        #: The workflow's id.
+        self.workflow_id = workflow_id
+        #: Its status when the wait ended (`requested`, `running`, `compensating`, `stuck`, ...).
+        self.last_status = last_status
+        super().__init__(f"workflow {workflow_id} is still {last_status} after {seconds:g} s")
+
+
+class WorkflowResultError(ClientError, PermanentError):
+    """The workflow completed, but its result cannot be given as asked: it does not fit the result
+    type (the run method's return annotation, or `result_type`), or it is too large for the api to
+    show (it holds a reference to the stored payload instead)."""
+
+    def __init__(self, workflow_id: str, message: str) -> None:
+        #: The workflow's id.
+        self.workflow_id = workflow_id
+        super().__init__(message)

@@ -28,6 +28,9 @@ F = TypeVar("F", bound=Callable[..., Coroutine[Any, Any, Any]])
 S = TypeVar("S", bound=Callable[..., Any])
 
 _RUN_MARK = "__slotflow_workflow_run__"
+#: On a `@workflow.run` method: the definitions of the `@workflow.defn` classes whose body it is, so
+#: the method alone names its workflow (`client.start_workflow(Checkout.run, ...)`).
+_RUN_OF = "__slotflow_workflow_run_of__"
 _SIGNAL_MARK = "__slotflow_workflow_signal__"
 _DEFINITION = "__slotflow_workflow__"
 
@@ -139,7 +142,11 @@ def defn(cls: C | None = None, /, *, name: str | None = None) -> C | Callable[[C
     """
 
     def decorate(target: C) -> C:
-        setattr(target, _DEFINITION, _build(target, name or target.__name__))
+        definition = _build(target, name or target.__name__)
+        setattr(target, _DEFINITION, definition)
+        # A run method inherited by a second workflow class is the body of both: kept as a tuple,
+        # so naming the workflow by that method alone is refused as ambiguous, never guessed.
+        setattr(definition.run, _RUN_OF, (*getattr(definition.run, _RUN_OF, ()), definition))
         return target
 
     return decorate if cls is None else decorate(cls)
@@ -184,6 +191,38 @@ def definition_of(cls: type[Any]) -> WorkflowDefinition:
             f"{cls.__qualname__} is not a workflow: decorate it with @workflow.defn"
         )
     return found
+
+
+def definition_of_run(method: Callable[..., Any]) -> WorkflowDefinition:
+    """The definition of the workflow whose `@workflow.run` method ``method`` is (taken from the
+    class, ``Checkout.run``, or bound to an instance).
+
+    >>> definition_of_run(Checkout.run).name
+    'orders.checkout'
+
+    Raises:
+        WorkflowDefinitionError: ``method`` is not a `@workflow.run` method, its class is not
+            decorated with `@workflow.defn`, or it is the run method of several workflow classes
+            (a base class's inherited by a subclass): then pass the class.
+    """
+    function = getattr(method, "__func__", method)
+    name = getattr(function, "__qualname__", repr(function))
+    if not getattr(function, _RUN_MARK, False):
+        raise WorkflowDefinitionError(
+            f"{name} is not a workflow's run method: pass a @workflow.defn class, its @workflow.run "
+            "method or the workflow type name"
+        )
+    owners: tuple[WorkflowDefinition, ...] = getattr(function, _RUN_OF, ())
+    if not owners:
+        raise WorkflowDefinitionError(
+            f"{name} is marked @workflow.run, but its class is not a workflow: decorate it with @workflow.defn"
+        )
+    if len({owner.name for owner in owners}) > 1:
+        names = ", ".join(sorted({repr(owner.name) for owner in owners}))
+        raise WorkflowDefinitionError(
+            f"{name} is the run method of several workflows ({names}): pass the class or its type name"
+        )
+    return owners[-1]
 
 
 def _build(cls: type[Any], name: str) -> WorkflowDefinition:

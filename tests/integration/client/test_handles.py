@@ -1,0 +1,108 @@
+"""Workflow handles against the whole system as processes on the real Kafka and PostgreSQL.
+
+The example order saga (examples/orders) started by its class's run method: the handle's `result()`
+is the typed `Receipt`; a declined capture raises `WorkflowFailedError` with the activity's error
+type, after the saga compensated; a held order cancelled through its handle raises
+`WorkflowCancelledError`; `execute_workflow` over the Kafka transport (reads through the api) waits
+for its start's acknowledgement on the topic, then for the result; a start refused as a duplicate
+raises from `result()` instead of answering with the other run's result.
+"""
+
+import sys
+from datetime import timedelta
+from pathlib import Path
+from typing import assert_type
+
+import pytest
+
+from slotflow.client import (
+    Client,
+    HttpTransport,
+    KafkaTransport,
+    WorkflowCancelledError,
+    WorkflowFailedError,
+    WorkflowHandle,
+    WorkflowRejectedError,
+)
+from tests.integration.client.conftest import Stack
+
+EXAMPLES = Path(__file__).parents[3] / "examples"
+WAIT = 30.0
+#: How long a handle waits for the saga's end (a second's hold, four activities, a loaded machine).
+RESULT_WITHIN = 120.0
+
+
+async def test_a_workflow_started_by_its_run_method_gives_its_typed_result_or_its_end_as_an_error(
+    stack: Stack, http: HttpTransport, kafka_transport: KafkaTransport
+) -> None:
+    # The test process imports the example as the services do (PYTHONPATH=examples).
+    if str(EXAMPLES) not in sys.path:
+        sys.path.insert(0, str(EXAMPLES))
+    from orders.activities import DECLINES_CAPTURE
+    from orders.models import Line, Order, Receipt
+    from orders.workflow import Checkout
+
+    def order(order_id: str, *, card: str = "tok_visa", hold: timedelta = timedelta(seconds=1)) -> Order:
+        return Order(
+            order_id=order_id,
+            customer_id="c-7",
+            amount_cents=9990,
+            card_token=card,
+            lines=[Line(sku="mug", quantity=2)],
+            hold=hold,
+        )
+
+    client = Client(http)
+
+    # Completed: the result is the run method's return type, validated from the api's JSON.
+    handle = await client.start_workflow(Checkout.run, order("typed-1"), id="typed-1")
+    assert_type(handle, WorkflowHandle[Receipt])
+    assert handle.workflow_type == "orders.checkout"
+    receipt = await handle.result(timeout=RESULT_WITHIN, poll_interval=0.3)
+    assert isinstance(receipt, Receipt)
+    assert (receipt.order_id, receipt.capture_id, receipt.amount_cents) == ("typed-1", "cap-typed-1", 9990)
+
+    # Failed: the capture is declined (a non-retryable CaptureDeclined); the saga releases the
+    # stock and voids the authorization, and the run fails with the activity's error type.
+    declined = await client.start_workflow(
+        Checkout.run, order("declined-1", card=DECLINES_CAPTURE), id="declined-1"
+    )
+    with pytest.raises(WorkflowFailedError) as failed:
+        await declined.result(timeout=RESULT_WITHIN, poll_interval=0.3)
+    assert failed.value.workflow_id == "declined-1"
+    assert failed.value.failure_type == "CaptureDeclined", failed.value
+    assert "declined by the issuer" in failed.value.failure_message
+    assert failed.value.compensated is True
+
+    # Cancelled through its handle while it holds for an hour: the saga undoes both steps.
+    held = await client.start_workflow(
+        Checkout.run, order("held-1", hold=timedelta(hours=1)), id="held-1", wait=WAIT
+    )
+    assert held.sent is not None
+    assert held.sent.outcome is not None
+    assert held.sent.outcome.status == "accepted"
+    await held.cancel("customer asked", wait=WAIT)
+    with pytest.raises(WorkflowCancelledError) as cancelled:
+        await held.result(timeout=RESULT_WITHIN, poll_interval=0.3)
+    assert (cancelled.value.reason, cancelled.value.compensated) == ("customer asked", True)
+    described = await held.describe()
+    assert described.status == "cancelled"
+
+    # A second start of a taken id is refused: its handle raises, and never answers with the
+    # completed run's receipt that the api shows under that id.
+    again = await client.start_workflow(Checkout.run, order("typed-1"), id="typed-1")
+    with pytest.raises(WorkflowRejectedError, match="already exists"):
+        await again.result(timeout=RESULT_WITHIN, poll_interval=0.3)
+
+    # execute_workflow over Kafka: the start's acknowledgement is read from the events topic,
+    # then the result through the api.
+    over_kafka = Client(kafka_transport, reads=http)
+    kafka_receipt = await over_kafka.execute_workflow(
+        Checkout.run, order("typed-kafka"), id="typed-kafka", result_timeout=RESULT_WITHIN
+    )
+    assert_type(kafka_receipt, Receipt)
+    assert kafka_receipt.capture_id == "cap-typed-kafka"
+
+    # A handle by id, for a workflow started elsewhere, typed by result_type.
+    by_id = client.get_workflow_handle("typed-1", result_type=Receipt)
+    assert await by_id.result(timeout=WAIT) == receipt
