@@ -273,6 +273,18 @@ class Producer:
         except KafkaError as err:
             raise TransientStorageError(f"no metadata for {topic}: {err}") from err
 
+    async def check_cluster(self) -> None:
+        """Ask the cluster for its metadata over this producer's own connections: a readiness
+        check that this client reaches a broker, not merely that some client could.
+
+        Raises:
+            TransientStorageError: no broker this producer knows answered.
+        """
+        try:
+            await self._producer.client.fetch_all_metadata()
+        except KafkaError as err:
+            raise TransientStorageError(f"no broker answered a metadata request: {err}") from err
+
     def limit_for(self, topic: str) -> int:
         """The largest value this producer sends to ``topic``."""
         if topic == self._dlq_suffix or topic.endswith("." + self._dlq_suffix):
