@@ -21,6 +21,7 @@ from aiokafka.errors import (
     RecordListTooLargeError,
     RecordTooLargeError,
 )
+from aiokafka.protocol.metadata import MetadataRequest
 
 from slotflow.contracts.codec import encode
 from slotflow.contracts.envelope import Envelope, envelope_headers
@@ -274,16 +275,28 @@ class Producer:
             raise TransientStorageError(f"no metadata for {topic}: {err}") from err
 
     async def check_cluster(self) -> None:
-        """Ask the cluster for its metadata over this producer's own connections: a readiness
-        check that this client reaches a broker, not merely that some client could.
+        """A readiness check that this producer reaches a broker over its own connections (its
+        TLS and SASL included), not merely that some client could: a metadata request naming no
+        topic, to each broker it knows in turn until one answers. No topic: a request for all of
+        them would carry every topic of a shared cluster, every few seconds, from every replica.
 
         Raises:
             TransientStorageError: no broker this producer knows answered.
         """
-        try:
-            await self._producer.client.fetch_all_metadata()
-        except KafkaError as err:
-            raise TransientStorageError(f"no broker answered a metadata request: {err}") from err
+        client = self._producer.client
+        brokers = [broker.nodeId for broker in client.cluster.brokers()]
+        random.shuffle(brokers)  # spread the checks of many replicas over the brokers
+        failures: list[str] = []
+        for node in brokers:
+            try:
+                await client.send(node, MetadataRequest([]))
+            except (KafkaError, TimeoutError) as err:
+                failures.append(f"broker {node}: {type(err).__name__}: {err}")
+                continue
+            return
+        raise TransientStorageError(
+            f"no broker answered a metadata request ({'; '.join(failures) or 'no broker known yet'})"
+        )
 
     def limit_for(self, topic: str) -> int:
         """The largest value this producer sends to ``topic``."""
