@@ -225,7 +225,7 @@ async def test_the_listener_answers_liveness_from_its_own_thread_while_the_loop_
         asker = threading.Thread(target=ask_while_blocked, args=(blocked,))
         asker.start()
         blocked.set()
-        time.sleep(1.0)  # the loop blocked, as a synchronous call in a handler would block it
+        time.sleep(1.5)  # the loop blocked, as a synchronous call in a handler would block it
         await asyncio.to_thread(asker.join, 5)
         assert seen and seen[-1][0] == 503, seen
         assert seen[-1][1].startswith("event loop stalled for "), seen
