@@ -11,13 +11,13 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import pytest
 
-from slotflow.health import Health
 from slotflow.principals import SignatureSettings
 from slotflow.runs import HandlerRegistry
+from slotflow.service import Service
 from slotflow.settings import KafkaSettings, PostgresSettings
 from slotflow.testing.processes import free_port
 from slotflow_claimer.app import ClaimerService
@@ -40,13 +40,7 @@ BLOCK_SECONDS = 3.0
 SLACK_SECONDS = 1.5
 
 
-class Worker(Protocol):
-    health: Health
-
-    async def run(self, stop: asyncio.Event) -> None: ...
-
-
-def build(name: str, kafka: KafkaSettings, pg_dsn: str, port: int) -> Worker:
+def build(name: str, kafka: KafkaSettings, pg_dsn: str, port: int) -> Service:
     """Service ``name`` with its probes on ``port`` and a short liveness threshold."""
     probes: dict[str, Any] = {"metrics_port": port, "liveness_stall_seconds": STALL_SECONDS}
     if name == "ticker":
