@@ -212,7 +212,9 @@ class Health:
             found.append(stalled)
         found.extend(self._gate_problems)
         now = self._clock()
-        found.extend(p for probe in list(self._probes.values()) if (p := probe.problem(now, self.stale_after)))
+        found.extend(
+            p for probe in list(self._probes.values()) if (p := probe.problem(now, self.stale_after))
+        )
         return found
 
     def readiness(self) -> tuple[int, str]:
@@ -271,7 +273,9 @@ def groups_joined(consumers: Callable[[], Iterable[GroupMember | None]]) -> Gate
 _REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}
 
 
-def health_app(health: Health, registry: CollectorRegistry) -> Callable[[WSGIEnvironment, StartResponse], Iterable[bytes]]:
+def health_app(
+    health: Health, registry: CollectorRegistry
+) -> Callable[[WSGIEnvironment, StartResponse], Iterable[bytes]]:
     """The listener's WSGI application: the three paths, 404 for any other."""
     metrics = make_wsgi_app(registry)
 

@@ -20,9 +20,9 @@ class WorkerSettings(ServiceSettings):
     their probes, served with their metrics (`slotflow.health`; the api's are routes of its app)."""
 
     #: How long the event loop may go without its heartbeat (stamped every 0.5 s) before `/livez`
-    #: on the metrics port answers 503 and the orchestrator restarts the process: longer than a
-    #: garbage collection or the biggest batch a loop takes in one step, shorter than a hung loop
-    #: should hold its leases and partitions (docs/operations.md, "Probes").
+    #: on the metrics port answers 503, so a liveness probe has the process restarted: longer than
+    #: a garbage collection or the biggest batch a loop takes in one step, shorter than a hung
+    #: loop should hold its leases and partitions (docs/operations.md, "Probes").
     liveness_stall_seconds: float = Field(default=30.0, gt=0, le=3600)
 
 
