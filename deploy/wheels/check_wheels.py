@@ -12,9 +12,9 @@
    but what it declares (pip's own configuration and find-links left out), then `pip check`.
 4. Each one started from its virtualenv against Kafka and PostgreSQL (SLOTFLOW_KAFKA_BOOTSTRAP and
    SLOTFLOW_PG_DSN, the devstack's by default) in a topic namespace and a database of its own, until
-   it serves (the metrics endpoint; the api's and the stats worker's /readyz, which need Kafka and
-   PostgreSQL to answer), then stopped with SIGTERM, after which it must exit 0. The namespace's
-   topics and the database are deleted at the end.
+   it is ready (every service's /readyz, which needs Kafka and PostgreSQL to answer), then stopped
+   with SIGTERM, after which it must exit 0. The namespace's topics and the database are deleted
+   at the end.
 
     python3 deploy/wheels/check_wheels.py [--jobs 2] [--keep]
 
@@ -88,13 +88,13 @@ class Service:
 
 
 SERVICES = (
-    Service("ticker", CORE_PINS, (), "SLOTFLOW_TICKER_METRICS_PORT", "/metrics"),
+    Service("ticker", CORE_PINS, (), "SLOTFLOW_TICKER_METRICS_PORT", "/readyz"),
     Service(
         "claimer",
         CORE_PINS,
         (),
         "SLOTFLOW_CLAIMER_METRICS_PORT",
-        "/metrics",
+        "/readyz",
         (
             ("PYTHONPATH", "{tree}/examples/payouts:{tree}/examples"),
             ("SLOTFLOW_CLAIMER_HANDLER_MODULES", "payouts,orders.activities"),
@@ -105,10 +105,10 @@ SERVICES = (
         CORE_PINS,
         (),
         "SLOTFLOW_ORCHESTRATOR_METRICS_PORT",
-        "/metrics",
+        "/readyz",
         (("PYTHONPATH", "{tree}/examples"), ("SLOTFLOW_ORCHESTRATOR_WORKFLOW_MODULES", "orders.workflow")),
     ),
-    Service("dlq", CORE_PINS, (), "SLOTFLOW_DLQ_METRICS_PORT", "/metrics"),
+    Service("dlq", CORE_PINS, (), "SLOTFLOW_DLQ_METRICS_PORT", "/readyz"),
     Service("api", CORE_PINS, ("serve",), "SLOTFLOW_API_PORT", "/readyz"),
     Service(
         "stats",

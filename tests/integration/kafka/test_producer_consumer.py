@@ -13,6 +13,7 @@ from slotflow.contracts import REGISTRY, JobDue, wrap
 from slotflow.contracts.codec import decode
 from slotflow.contracts.envelope import TYPE_HEADER, Envelope
 from slotflow.contracts.topics import JOBS_DUE
+from slotflow.errors import TransientStorageError
 from slotflow.kafka.consumer import Consumer
 from slotflow.kafka.producer import OutgoingRecord, Producer
 from slotflow.kafka.records import Record
@@ -266,3 +267,19 @@ async def test_a_second_producer_with_the_same_transactional_id_fences_the_first
 
     committed = await read_all(kafka, topic, expect=1)
     assert [r.key for r in committed] == [b"job-2"]
+
+
+async def test_check_cluster_is_answered_by_a_broker_over_the_producer_s_own_connections(
+    kafka: KafkaSettings,
+) -> None:
+    """The readiness probe of every worker (slotflow.health.kafka_probe): a metadata request that
+    names no topic, answered by the real broker; a producer that knows no broker yet is refused
+    with the reason, not hung."""
+    async with Producer(kafka, client_id="test") as producer:
+        await asyncio.wait_for(producer.check_cluster(), timeout=10)
+    unstarted = Producer(kafka, client_id="test-unstarted")
+    try:
+        with pytest.raises(TransientStorageError, match="no broker known yet"):
+            await asyncio.wait_for(unstarted.check_cluster(), timeout=10)
+    finally:
+        await unstarted.stop()

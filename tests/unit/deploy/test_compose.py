@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
+from slotflow.health import READINESS_PATH
+
 ROOT = Path(__file__).parents[3]
 
 
@@ -98,3 +100,18 @@ def test_every_service_waits_for_the_topic_table() -> None:
     for name in long_running:
         condition = services[name]["depends_on"]["topics"]["condition"]
         assert condition == "service_completed_successfully", name
+
+
+WORKERS = ("ticker", "claimer", "orchestrator", "dlq")
+
+
+@pytest.mark.parametrize("service", WORKERS)
+def test_every_worker_is_healthy_only_when_ready_on_its_own_metrics_port(service: str) -> None:
+    """The workers had no health check at all; a check must ask the readiness path (not /metrics,
+    which answered 200 while the event loop was blocked) on the port the service listens on."""
+    spec = load_compose()["services"][service]
+    port = spec["environment"][f"SLOTFLOW_{service.upper()}_METRICS_PORT"]
+    # The merge keeps the shared settings every service needs.
+    assert spec["environment"]["SLOTFLOW_KAFKA_BOOTSTRAP"] == "kafka:9092"
+    command = " ".join(spec["healthcheck"]["test"])
+    assert f"http://127.0.0.1:{port}{READINESS_PATH}" in command, command

@@ -23,6 +23,7 @@ import pytest
 import yaml
 from pydantic_settings import BaseSettings
 
+from slotflow.health import LIVENESS_PATH, READINESS_PATH
 from slotflow.kafka.security import KafkaSecurity
 from slotflow.settings import KafkaSettings, PostgresSettings
 from slotflow_api.config import ApiSettings
@@ -68,13 +69,20 @@ LISTENERS: dict[str, tuple[type[BaseSettings], str, str]] = {
 EVERY_INTERFACE = "0.0.0.0"  # noqa: S104 - the point of the check
 #: Python's tempfile directory, which the read-only root filesystem must not be.
 SCRATCH = "/tmp"  # noqa: S108 - a path inside the container, checked to be a volume
-#: The paths a probe may ask: the api's health routes; the Prometheus endpoint of the others
-#: (prometheus_client answers any path with the metrics, so a typo would pass unseen).
+#: The paths a probe may ask: the api's health routes; the liveness and readiness paths of the
+#: workers' listener (slotflow.health; it answers any other path 404).
 PROBE_PATHS: dict[str, set[str]] = {
     "api": {getattr(route, "path", "") for route in api_health.routes} - {"/metrics"},
-    **{name: {"/metrics"} for name in ("ticker", "claimer", "orchestrator", "dlq")},
+    **{name: {LIVENESS_PATH, READINESS_PATH} for name in ("ticker", "claimer", "orchestrator", "dlq")},
     # The stats worker's own health listener (slotflow_stats.health); faust's web server is off.
     "stats": {"/livez", "/readyz"},
+}
+#: What liveness and readiness must ask where a service answers them apart: a liveness probe on
+#: /readyz restarts a replica whenever PostgreSQL or Kafka is away, and a readiness probe on /livez
+#: keeps a replica that cannot work in rotation.
+PROBE_FOR: dict[str, dict[str, str]] = {
+    name: {"livenessProbe": LIVENESS_PATH, "readinessProbe": READINESS_PATH}
+    for name in ("ticker", "claimer", "orchestrator", "dlq", "stats")
 }
 #: Services without any HTTP listener: no probe can reach them (none today).
 NO_LISTENER: set[str] = set()
@@ -197,6 +205,9 @@ def probe_problems(resources: list[Resource]) -> list[str]:
                     problems.append(
                         f"{component}: {probe} port {c[probe]['httpGet']['port']} is no containerPort"
                     )
+            for probe, path in PROBE_FOR.get(component, {}).items():
+                if probe in c and c[probe]["httpGet"]["path"] != path:
+                    problems.append(f"{component}: {probe} asks {c[probe]['httpGet']['path']}, not {path}")
     return problems
 
 
@@ -455,6 +466,12 @@ def test_the_rules_catch_broken_manifests(monkeypatch: pytest.MonkeyPatch) -> No
     def probe_nowhere(r: Resource) -> None:
         container(r)["readinessProbe"]["httpGet"]["path"] = "/ready"
 
+    def liveness_on_readiness(r: Resource) -> None:
+        container(r)["livenessProbe"]["httpGet"]["path"] = READINESS_PATH
+
+    def metrics_as_probe(r: Resource) -> None:
+        container(r)["readinessProbe"]["httpGet"]["path"] = "/metrics"
+
     def as_root(r: Resource) -> None:
         r["spec"]["template"]["spec"]["securityContext"]["runAsUser"] = 0
 
@@ -486,6 +503,8 @@ def test_the_rules_catch_broken_manifests(monkeypatch: pytest.MonkeyPatch) -> No
     assert probe_problems(mutate(good, "Deployment/slotflow-api", probe_elsewhere))
     assert probe_problems(mutate(good, "Deployment/slotflow-api", probe_nowhere))
     assert probe_problems(mutate(good, "Deployment/slotflow-dlq", probe_nowhere))
+    assert probe_problems(mutate(good, "Deployment/slotflow-claimer", liveness_on_readiness))
+    assert probe_problems(mutate(good, "Deployment/slotflow-ticker", metrics_as_probe))
     assert security_problems(mutate(good, "Deployment/slotflow-ticker", as_root))
     assert security_problems(mutate(good, "Deployment/slotflow-stats", writable_root))
     assert image_problems(mutate(good, "Deployment/slotflow-orchestrator", other_image), kustomization)

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from slotflow.settings import ServiceSettings
+from slotflow.settings import ServiceSettings, WorkerSettings
 from slotflow_api.config import ApiSettings
 from slotflow_claimer.config import ClaimerSettings
 from slotflow_dlq.config import DlqSettings
@@ -91,3 +91,18 @@ def test_a_bad_pool_size_is_refused_with_its_name(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("SLOTFLOW_CLAIMER_POOL_MAX_SIZE", "1")
     with pytest.raises(ValueError, match="POOL"):
         ClaimerSettings()
+
+
+@pytest.mark.parametrize("service", sorted(set(SERVICES) - {"API"}))
+def test_every_worker_reads_its_liveness_threshold_and_the_api_has_none(
+    service: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The workers' /livez (slotflow.health); the api's probes are routes of its own app."""
+    default = SERVICES[service]()
+    assert isinstance(default, WorkerSettings)
+    assert default.liveness_stall_seconds == 30.0
+    monkeypatch.setenv(f"SLOTFLOW_{service}_LIVENESS_STALL_SECONDS", "12.5")
+    settings = SERVICES[service]()
+    assert isinstance(settings, WorkerSettings)
+    assert settings.liveness_stall_seconds == 12.5
+    assert "liveness_stall_seconds" not in ApiSettings.model_fields

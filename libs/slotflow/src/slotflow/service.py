@@ -99,7 +99,10 @@ async def migrate(
 
 @contextlib.contextmanager
 def metrics_listener(registry: CollectorRegistry, *, port: int | None, host: str) -> Iterator[None]:
-    """Serve `registry` on http://host:port/metrics while the block runs (nothing when no port)."""
+    """Serve `registry` on http://host:port/metrics while the block runs (nothing when no port).
+
+    The api's own (its probes are routes of its app); the worker services serve their metrics with
+    their probes, `slotflow.health.health_listener`."""
     if not port:
         yield
         return
@@ -213,6 +216,14 @@ class Supervisor:
     @property
     def names(self) -> list[str]:
         return list(self._entries)
+
+    def problem(self) -> str | None:
+        """Why the loops are not all at work (a readiness gate, `slotflow.health`), or None."""
+        if self.crashed is not None:
+            return f"the {self.crashed} loop crashed"
+        if not self.running.is_set():
+            return "not running" if self._started else "not started yet"
+        return None
 
     async def run(self, stop: asyncio.Event, *, drain: Callable[[], Awaitable[None]] | None = None) -> None:
         """Run every loop until `stop` is set (then drain) or a loop raises (then re-raise it)."""

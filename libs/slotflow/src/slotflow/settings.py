@@ -3,7 +3,7 @@
 Where Kafka and PostgreSQL are and how to connect (`KafkaConnection`, `KafkaSecurity`,
 `PostgresSettings`) is defined in `slotflow_base.settings`, shared with the stats worker, which
 cannot import this library (decision 0005); `KafkaSettings` adds what only the library's own
-clients use.
+clients use, and `WorkerSettings` what only the worker services (not the api) read.
 """
 
 from pydantic import Field
@@ -13,6 +13,17 @@ from slotflow_base.settings import KafkaConnection
 from slotflow_base.settings import PostgresSettings as PostgresSettings
 from slotflow_base.settings import ServiceSettings as ServiceSettings
 from slotflow_base.settings import env_names as env_names
+
+
+class WorkerSettings(ServiceSettings):
+    """What the worker services (ticker, claimer, orchestrator, dlq) add to every service's base:
+    their probes, served with their metrics (`slotflow.health`; the api's are routes of its app)."""
+
+    #: How long the event loop may go without its heartbeat (stamped every 0.5 s) before `/livez`
+    #: on the metrics port answers 503, so a liveness probe has the process restarted: longer than
+    #: a garbage collection or the biggest batch a loop takes in one step, shorter than a hung
+    #: loop should hold its leases and partitions (docs/operations.md, "Probes").
+    liveness_stall_seconds: float = Field(default=30.0, gt=0, le=3600)
 
 
 class KafkaSettings(KafkaConnection):

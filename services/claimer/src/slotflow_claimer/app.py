@@ -15,6 +15,7 @@ from pathlib import Path
 
 from slotflow.contracts.catalogue import DOWNSTREAM_COMMAND_TYPES
 from slotflow.contracts.topics import CLAIMERS, DLQ_MESSAGES, DOWNSTREAM_COMMANDS, JOBS_DUE
+from slotflow.health import Health, groups_joined, health_listener, kafka_probe, postgres_probe
 from slotflow.kafka.consumer import Consumer
 from slotflow.kafka.loop import ConsumeLoop
 from slotflow.kafka.producer import Producer
@@ -25,7 +26,7 @@ from slotflow.pg.retention import purge_loop
 from slotflow.principals import CommandVerifier, KafkaKeyRing
 from slotflow.relay import OutboxRelay
 from slotflow.runs import REGISTRY, HandlerRegistry, load_handler_modules
-from slotflow.service import Supervisor, metrics_listener, outbox_backlog
+from slotflow.service import Supervisor, outbox_backlog
 from slotflow.service import migrate as migrate_schema
 from slotflow.settings import PostgresSettings
 from slotflow_claimer import retention
@@ -72,6 +73,9 @@ class ClaimerService:
         self._registry = registry
         self._rng = rng or random.Random()  # noqa: S311 - retry jitter, not secrets
         self._loops = Supervisor(f"claimer-{self.owner}")
+        #: What /livez and /readyz answer (slotflow.health): ready while its loops run, its two
+        #: groups (JobDue, downstream commands) were joined and PostgreSQL and Kafka answer.
+        self.health = Health(f"claimer-{self.owner}", stall_after=settings.claimer.liveness_stall_seconds)
         #: Set when a loop crashed; the process then stops (exit 1).
         self.fatal = self._loops.failed
         self._stop = asyncio.Event()
@@ -279,8 +283,15 @@ class ClaimerService:
                 interval=min(0.1, cfg.loop_block_threshold_seconds / 2),
             )
             loops.add("watchdog", watchdog.run)
+        health = self.health
+        health.gate("loops", loops.problem)
+        health.gate("consumers", groups_joined(lambda: [self.consumer, self.command_consumer]))
+        health.probe("postgres", postgres_probe(self.pool))
+        health.probe("kafka", kafka_probe(self.producer))
         self._resources.enter_context(
-            metrics_listener(self.metrics.registry, port=cfg.metrics_port, host=cfg.metrics_host)
+            health_listener(
+                health, self.metrics.registry, port=cfg.metrics_port, host=cfg.metrics_host, stop=self._stop
+            )
         )
         self._running = asyncio.create_task(loops.run(self._stop, drain=self._drain), name="claimer")
         await loops.running.wait()
@@ -335,6 +346,8 @@ class ClaimerService:
     async def run(self, stop: asyncio.Event) -> None:
         """Every service's lifecycle (`slotflow.service.serve`): start, run until ``stop`` is set,
         then stop gracefully. A crashed loop stops the claimer too, and its error is raised."""
+        # Not ready from the signal on, before `stop()` sets the claimer's own stop event.
+        self.health.leaving_on(stop)
         await self.start()
         waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self.fatal.wait())]
         try:

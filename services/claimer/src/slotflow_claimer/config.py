@@ -12,7 +12,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from slotflow.core.downstreams import DownstreamPolicy
 from slotflow.logs import register_dsn
 from slotflow.principals import SignatureSettings
-from slotflow.settings import KafkaSettings, PostgresSettings, ServiceSettings, env_names
+from slotflow.settings import KafkaSettings, PostgresSettings, WorkerSettings, env_names
 
 
 def _default_claimer_id() -> str:
@@ -25,7 +25,7 @@ def _default_claimer_id() -> str:
 MIN_RUN_RETENTION_DAYS = 8
 
 
-class ClaimerSettings(ServiceSettings):
+class ClaimerSettings(WorkerSettings):
     """How one claimer process claims, runs and records runs."""
 
     model_config = SettingsConfigDict(env_prefix="SLOTFLOW_CLAIMER_", extra="ignore")

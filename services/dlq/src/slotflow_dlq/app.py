@@ -1,4 +1,4 @@
-"""Composition root of the DLQ service: pool, migrations, two consume loops, relays, notifier, metrics.
+"""Composition root of the DLQ service: pool, migrations, two consume loops, relays, notifier, metrics and probes.
 
 - The dead-letter loop consumes the DLQ topic and parks each letter. Redeliveries of one DLQ
   record collapse on the inbox (its position); a letter re-sent by a consumer for an origin already
@@ -32,6 +32,7 @@ from slotflow.contracts.dlq import reason_label
 from slotflow.contracts.topics import DLQ_COMMANDS, DLQ_MAX_RECORD_BYTES, DLQ_MESSAGES
 from slotflow.core.retry import is_data_error
 from slotflow.errors import PoisonMessage, TransientStorageError
+from slotflow.health import Health, groups_joined, health_listener, kafka_probe, postgres_probe
 from slotflow.kafka.consumer import Consumer
 from slotflow.kafka.loop import DEFAULT_OUTAGE_TYPES, ConsumeLoop, Incoming
 from slotflow.kafka.poison import DLQ_MAX_ENVELOPE_BYTES
@@ -44,7 +45,7 @@ from slotflow.pg.pool import CONNECTION_ERRORS, Conn, Pool, wait_for_pool
 from slotflow.pg.retention import purge_loop
 from slotflow.principals import CommandVerifier, KafkaKeyRing, UnprovenCommand
 from slotflow.relay import OutboxRelay
-from slotflow.service import Supervisor, metrics_listener, migrate, outbox_backlog, sleep_or_stop
+from slotflow.service import Supervisor, migrate, outbox_backlog, sleep_or_stop
 from slotflow_dlq import queries, retention, store
 from slotflow_dlq.config import Settings
 from slotflow_dlq.metrics import DlqMetrics
@@ -71,6 +72,11 @@ class DlqService:
         self.metrics = metrics or DlqMetrics()
         self.schema = self.settings.dlq.db_schema
         self.ready = asyncio.Event()
+        #: What /livez and /readyz answer (slotflow.health): ready while its loops run, its two
+        #: groups (letters, commands) were joined and PostgreSQL and Kafka answer.
+        self.health = Health(
+            f"dlq-{settings.dlq.instance_id}", stall_after=settings.dlq.liveness_stall_seconds
+        )
         self.letters_loop: ConsumeLoop | None = None
         self.commands_loop: ConsumeLoop | None = None
         self.responder: RedriveResponder | None = None
@@ -91,9 +97,6 @@ class DlqService:
         """Migrate, start every part, and run until ``stop``; the batches in hand finish first."""
         pool = await wait_for_pool(self.postgres, min_size=1, max_size=self.settings.dlq.pool_size)
         self._pool = pool
-        listener = metrics_listener(
-            self.metrics.registry, port=self.settings.dlq.metrics_port, host=self.settings.dlq.metrics_host
-        )
         keys: KafkaKeyRing | None = None
         try:
             await migrate(pool, schema=self.schema, source=MIGRATIONS)
@@ -123,9 +126,8 @@ class DlqService:
                 max_poll_records=self.settings.dlq.max_poll_records,
                 lag=self.metrics.consumer_lag,
             )
-            with listener:
-                async with producer, letters, commands:
-                    await self._run_parts(stop, producer, letters, commands)
+            async with producer, letters, commands:
+                await self._run_parts(stop, producer, letters, commands)
         finally:
             self._pool = None
             if keys is not None:
@@ -220,11 +222,20 @@ class DlqService:
             # A delivery in flight is leased and is retried by whoever runs next; waiting out
             # a hanging webhook's timeout would only delay the shutdown.
             loops.add("notifier", self._notifier.run, cancel_on_stop=True)
-        self.ready.set()
-        try:
-            await loops.run(stop)
-        finally:
-            self.ready.clear()
+        health = self.health
+        health.gate("loops", loops.problem)
+        health.gate("consumers", groups_joined(lambda: [letters, commands]))
+        health.probe("postgres", postgres_probe(pool))
+        health.probe("kafka", kafka_probe(producer))
+        dlq = self.settings.dlq
+        with health_listener(
+            health, self.metrics.registry, port=dlq.metrics_port, host=dlq.metrics_host, stop=stop
+        ):
+            self.ready.set()
+            try:
+                await loops.run(stop)
+            finally:
+                self.ready.clear()
 
     # -- handlers ---------------------------------------------------------------------------------
 

@@ -9,14 +9,14 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from slotflow.logs import register_dsn, register_secret
 from slotflow.principals import SignatureSettings
-from slotflow.settings import KafkaSettings, PostgresSettings, ServiceSettings
+from slotflow.settings import KafkaSettings, PostgresSettings, WorkerSettings
 
 
 def _default_instance() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
-class DlqSettings(ServiceSettings):
+class DlqSettings(WorkerSettings):
     """How one DLQ service replica runs; replicas share the schema and split the partitions."""
 
     model_config = SettingsConfigDict(env_prefix="SLOTFLOW_DLQ_", extra="ignore")

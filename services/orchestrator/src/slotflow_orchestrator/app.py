@@ -31,6 +31,7 @@ from slotflow.contracts.topics import (
     WORKFLOW_HISTORY,
 )
 from slotflow.errors import SlotflowError
+from slotflow.health import Health, groups_joined, health_listener, kafka_probe, postgres_probe
 from slotflow.kafka.consumer import Consumer
 from slotflow.kafka.loop import ConsumeLoop, Incoming
 from slotflow.kafka.producer import Producer
@@ -42,7 +43,7 @@ from slotflow.pg.pool import Pool, wait_for_pool
 from slotflow.pg.retention import purge_loop
 from slotflow.principals import CommandVerifier, KafkaKeyRing, UnprovenCommand
 from slotflow.relay import OutboxRelay
-from slotflow.service import Supervisor, metrics_listener, migrate, outbox_backlog, sleep_or_stop
+from slotflow.service import Supervisor, migrate, outbox_backlog, sleep_or_stop
 from slotflow_orchestrator.config import Settings
 from slotflow_orchestrator.decider_loop import RECOVERABLE, DeciderLoop
 from slotflow_orchestrator.deciding import Decisions
@@ -90,6 +91,12 @@ class OrchestratorService:
         self.metrics = metrics or OrchestratorMetrics()
         self._workflow_code = workflow_code
         self.ready = asyncio.Event()
+        #: What /livez and /readyz answer (slotflow.health): ready while its loops run, its group
+        #: was joined (it holds the leases of the shards the group gave it) and PostgreSQL and
+        #: Kafka answer.
+        self.health = Health(
+            f"orchestrator-{self.owner}", stall_after=settings.orchestrator.liveness_stall_seconds
+        )
         self._wake = asyncio.Event()
         self._pool: Pool | None = None
         self._relay: OutboxRelay | None = None
@@ -249,7 +256,14 @@ class OrchestratorService:
         )
         supervisor.add("prune", self._prune_loop, stage=0, cancel_on_stop=True)
         supervisor.add("purge", self._purge_loop, stage=0, cancel_on_stop=True)
-        with metrics_listener(self.metrics.registry, port=cfg.metrics_port, host=cfg.metrics_host):
+        health = self.health
+        health.gate("loops", supervisor.problem)
+        health.gate("intake", groups_joined(lambda: [consumer]))
+        health.probe("postgres", postgres_probe(pool))
+        health.probe("kafka", kafka_probe(producer))
+        with health_listener(
+            health, self.metrics.registry, port=cfg.metrics_port, host=cfg.metrics_host, stop=stop
+        ):
             self.ready.set()
             log.info(
                 "orchestrator %s started (group %s, %d shards)",

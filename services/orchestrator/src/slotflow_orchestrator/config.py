@@ -8,7 +8,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from slotflow.principals import SignatureSettings
-from slotflow.settings import KafkaSettings, PostgresSettings, ServiceSettings, env_names
+from slotflow.settings import KafkaSettings, PostgresSettings, WorkerSettings, env_names
 
 
 def _default_instance() -> str:
@@ -16,7 +16,7 @@ def _default_instance() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-class OrchestratorSettings(ServiceSettings):
+class OrchestratorSettings(WorkerSettings):
     """How one orchestrator process consumes, decides and publishes."""
 
     model_config = SettingsConfigDict(env_prefix="SLOTFLOW_ORCHESTRATOR_", extra="ignore")

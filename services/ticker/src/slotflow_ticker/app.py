@@ -1,4 +1,4 @@
-"""Composition root: pool, migrations, producer, command consumer, ticking loop, relay, metrics.
+"""Composition root: pool, migrations, producer, command consumer, ticking loop, relay, metrics and probes.
 
 Every replica runs all of it; none is a leader. Stopping (SIGTERM) lets each loop finish what it
 holds: a claim transaction commits or rolls back, the command batch in hand is committed, and
@@ -13,6 +13,7 @@ from pathlib import Path
 
 from slotflow.contracts.topics import SCHEDULE_COMMANDS, TIMER_COMMANDS
 from slotflow.errors import TransientStorageError
+from slotflow.health import Health, groups_joined, health_listener, kafka_probe, postgres_probe
 from slotflow.kafka.loop import Rehandler
 from slotflow.kafka.producer import Producer
 from slotflow.kafka.redrive import RedriveResponder
@@ -21,7 +22,7 @@ from slotflow.pg.outbox import SHARDS
 from slotflow.pg.pool import CONNECTION_ERRORS, Pool, wait_for_pool
 from slotflow.principals import CommandVerifier, KafkaKeyRing, KeyRing
 from slotflow.relay import OutboxRelay
-from slotflow.service import RelayGroup, Supervisor, metrics_listener, periodic
+from slotflow.service import RelayGroup, Supervisor, periodic
 from slotflow.service import migrate as migrate_schema
 from slotflow_ticker.claims import SlotFirer
 from slotflow_ticker.command_loop import CommandLoop, group_id
@@ -62,6 +63,11 @@ class TickerService:
         self.ticking: Ticking | None = None
         self.relay: RelayGroup | None = None
         self.started = asyncio.Event()
+        #: What /livez and /readyz answer (slotflow.health): ready while its loops run, its command
+        #: group was joined and PostgreSQL and Kafka answer.
+        self.health = Health(
+            f"ticker-{settings.ticker.ticker_id}", stall_after=settings.ticker.liveness_stall_seconds
+        )
         self._published_seen = 0
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -178,10 +184,8 @@ class TickerService:
             client_id=f"ticker-redrives-{settings.ticker_id}",
         )
         loops = Supervisor(f"ticker-{settings.ticker_id}")
-        loops.add(
-            "commands",
-            CommandLoop(self.kafka, settings, producer, handler, lag=self.metrics.consumer_lag).run,
-        )
+        commands = CommandLoop(self.kafka, settings, producer, handler, lag=self.metrics.consumer_lag)
+        loops.add("commands", commands.run)
         loops.add("redrives", self.redrives.run)
         loops.add("ticking", ticking.run)
         relay.add_to(loops)
@@ -198,7 +202,14 @@ class TickerService:
                 what="housekeeping",
             ),
         )
-        with metrics_listener(self.metrics.registry, port=settings.metrics_port, host=settings.metrics_host):
+        health = self.health
+        health.gate("loops", loops.problem)
+        health.gate("commands", groups_joined(lambda: [commands.consumer]))
+        health.probe("postgres", postgres_probe(pool))
+        health.probe("kafka", kafka_probe(producer))
+        with health_listener(
+            health, self.metrics.registry, port=settings.metrics_port, host=settings.metrics_host, stop=stop
+        ):
             self.started.set()
             log.info("ticker %s running (schema %s)", settings.ticker_id, schema)
             if settings.legacy_timer_commands:

@@ -52,6 +52,8 @@ class CommandLoop:
         self._producer = producer
         self._handler = handler
         self._precheck = partial(decode_record, accept=COMMANDS, max_bytes=kafka.max_message_bytes)
+        #: The started consumer while the loop runs (readiness asks whether it joined its group).
+        self.consumer: Consumer | None = None
 
     def _consumer(self) -> Consumer:
         return Consumer(
@@ -78,6 +80,7 @@ class CommandLoop:
             consumer = self._consumer()
             try:
                 await consumer.start()
+                self.consumer = consumer
                 break
             except asyncio.CancelledError:
                 await consumer.stop()
@@ -98,6 +101,7 @@ class CommandLoop:
         try:
             await self._poll(consumer, loop, stop)
         finally:
+            self.consumer = None
             await consumer.stop()
 
     async def _poll(self, consumer: Consumer, loop: ConsumeLoop, stop: asyncio.Event) -> None:

@@ -7,14 +7,14 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from slotflow.principals import SignatureSettings
-from slotflow.settings import KafkaSettings, PostgresSettings, ServiceSettings
+from slotflow.settings import KafkaSettings, PostgresSettings, WorkerSettings
 
 
 def _default_ticker_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
-class TickerSettings(ServiceSettings):
+class TickerSettings(WorkerSettings):
     """How one ticker replica runs. Any number of replicas share one schema; none is a leader."""
 
     model_config = SettingsConfigDict(env_prefix="SLOTFLOW_TICKER_", extra="ignore")

@@ -21,6 +21,7 @@ from aiokafka.errors import (
     RecordListTooLargeError,
     RecordTooLargeError,
 )
+from aiokafka.protocol.metadata import MetadataRequest
 
 from slotflow.contracts.codec import encode
 from slotflow.contracts.envelope import Envelope, envelope_headers
@@ -278,6 +279,30 @@ class Producer:
             return len(await self._producer.partitions_for(topic))
         except KafkaError as err:
             raise TransientStorageError(f"no metadata for {topic}: {err}") from err
+
+    async def check_cluster(self) -> None:
+        """A readiness check that this producer reaches a broker over its own connections (its
+        TLS and SASL included), not merely that some client could: a metadata request naming no
+        topic, to each broker it knows in turn until one answers. No topic: a request for all of
+        them would carry every topic of a shared cluster, every few seconds, from every replica.
+
+        Raises:
+            TransientStorageError: no broker this producer knows answered.
+        """
+        client = self._producer.client
+        brokers = [broker.nodeId for broker in client.cluster.brokers()]
+        random.shuffle(brokers)  # spread the checks of many replicas over the brokers
+        failures: list[str] = []
+        for node in brokers:
+            try:
+                await client.send(node, MetadataRequest([]))
+            except (KafkaError, TimeoutError) as err:
+                failures.append(f"broker {node}: {type(err).__name__}: {err}")
+                continue
+            return
+        raise TransientStorageError(
+            f"no broker answered a metadata request ({'; '.join(failures) or 'no broker known yet'})"
+        )
 
     def limit_for(self, topic: str) -> int:
         """The largest value this producer sends to ``topic``."""
