@@ -100,7 +100,15 @@ def test_a_statement_or_a_fragment_of_one_is_recognised(text: str) -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["DELETE", "GET", "r.job_id = {}", "(r.slot, r.run_id) > ({}, {})", "Select the runs", "ASC", "with care"],
+    [
+        "DELETE",
+        "GET",
+        "r.job_id = {}",
+        "(r.slot, r.run_id) > ({}, {})",
+        "Select the runs",
+        "ASC",
+        "with care",
+    ],
 )
 def test_a_method_a_condition_or_prose_is_not(text: str) -> None:
     assert not is_statement(text)

@@ -218,7 +218,6 @@ def required_scope(method: str, path: str | None) -> Scope | None:
 # -- tokens in the api's schema ------------------------------------------------------------------
 
 
-
 class Authenticator:
     """Turns an `Authorization` header into a `Principal`, or refuses it."""
 

@@ -22,11 +22,17 @@ from slotflow.pg.statements import sql
 from slotflow.principals.signing import MalformedKey, Signer, decode_public_key, encode_public_key, key_id_of
 from slotflow.settings import KafkaSettings
 from slotflow_api.errors import BadRequest, KeyConflict
-from slotflow_api.sql.auth import INSERT_KEY, INSERT_OWN_KEY, KEY_BY_ID, LIST_KEYS, REVOKE_KEY_BY_ID, REVOKE_KEY_BY_NAME
+from slotflow_api.sql.auth import (
+    INSERT_KEY,
+    INSERT_OWN_KEY,
+    KEY_BY_ID,
+    LIST_KEYS,
+    REVOKE_KEY_BY_ID,
+    REVOKE_KEY_BY_NAME,
+)
 
 #: The principal of the api's own keys: it signs every command it publishes and names the caller.
 API_PRINCIPAL = "service:api"
-
 
 
 def principal_of(name: str) -> str:

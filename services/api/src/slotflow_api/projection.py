@@ -177,8 +177,6 @@ async def project(conn: Conn, *, schema: str, facts: Sequence[Fact]) -> int:
     return len(fresh)
 
 
-
-
 async def _unseen(conn: Conn, schema: str, facts: Sequence[Fact]) -> list[Fact]:
     unique: dict[tuple[str, str], Fact] = {}
     for fact in facts:
@@ -237,8 +235,6 @@ async def _project_run_event(conn: Conn, schema: str, fact: Fact, message: RunEv
         await _history(conn, schema, message.workflow_id, fact, "activity", message.sequence)
 
 
-
-
 async def _project_slot_skipped(
     conn: Conn, schema: str, fact: Fact, message: SlotSkipped, runs: _RunBatch
 ) -> None:
@@ -251,8 +247,6 @@ async def _project_slot_skipped(
         message.detail,
         fact.envelope.occurred_at,
     )
-
-
 
 
 async def _slot_repairs(conn: Conn, schema: str, fact: Fact, message: SlotsRerun | SlotsMarked) -> None:
@@ -375,8 +369,6 @@ def _run_event(event: RunEvent, runs: _RunBatch) -> None:
     runs.touched.add(event.run_id)
 
 
-
-
 async def _flush_runs(conn: Conn, schema: str, runs: _RunBatch) -> None:
     if not runs.touched:
         return
@@ -412,11 +404,7 @@ def _merged_skeletons(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
     return [tuple(values) for values in merged.values()]
 
 
-
-
 # -- schedules ----------------------------------------------------------------------------------
-
-
 
 
 async def _schedule_defined(
@@ -453,8 +441,6 @@ async def _schedule_defined(
     await _timeline(conn, schema, fact, message.schedule_id, change, definition)
 
 
-
-
 async def _schedule_changed(
     conn: Conn, schema: str, fact: Fact, message: SchedulePaused | ScheduleResumed | ScheduleDeleted
 ) -> None:
@@ -486,8 +472,6 @@ async def _schedule_changed(
     await _timeline(conn, schema, fact, message.schedule_id, change, None)
 
 
-
-
 async def _timeline(
     conn: Conn, schema: str, fact: Fact, schedule_id: str, change: str, definition: dict[str, Any] | None
 ) -> None:
@@ -507,8 +491,6 @@ async def _timeline(
 # -- claimers ----------------------------------------------------------------------------------
 
 
-
-
 async def _claimer(conn: Conn, schema: str, fact: Fact, message: ClaimerAnnounced) -> None:
     await conn.execute(
         sql(UPSERT_CLAIMER, schema),
@@ -521,7 +503,6 @@ async def _claimer(conn: Conn, schema: str, fact: Fact, message: ClaimerAnnounce
 
 
 # -- downstreams -------------------------------------------------------------------------------
-
 
 
 async def _downstream_changed(conn: Conn, schema: str, fact: Fact, message: DownstreamChanged) -> None:
@@ -572,8 +553,6 @@ async def _downstream_reported(conn: Conn, schema: str, fact: Fact, message: Dow
 # -- commands -----------------------------------------------------------------------------------
 
 
-
-
 async def _command_seen(conn: Conn, schema: str, fact: Fact) -> None:
     status = "pending" if fact.envelope.type in ACKNOWLEDGED_COMMANDS else "published"
     # A backfill's range: what the api's cap on backfills in flight per schedule counts by.
@@ -620,8 +599,6 @@ async def _acknowledged(
         )
 
 
-
-
 async def _acknowledged_by_dlq(conn: Conn, schema: str, fact: Fact, command_id: str) -> None:
     await conn.execute(
         sql(UPSERT_ACCEPTED_BY_DLQ, schema),
@@ -631,8 +608,6 @@ async def _acknowledged_by_dlq(conn: Conn, schema: str, fact: Fact, command_id: 
 
 
 # -- dead letters -------------------------------------------------------------------------------
-
-
 
 
 async def _dead_letter(conn: Conn, schema: str, m: DeadLetterStatusChanged) -> None:
@@ -667,8 +642,6 @@ async def _dead_letter(conn: Conn, schema: str, m: DeadLetterStatusChanged) -> N
 
 
 # -- timers and workflows -----------------------------------------------------------------------
-
-
 
 
 async def _timer(conn: Conn, schema: str, fact: Fact, message: StartTimer | CancelTimer | TimerFired) -> None:
@@ -708,8 +681,6 @@ async def _timer(conn: Conn, schema: str, fact: Fact, message: StartTimer | Canc
         await _history(conn, schema, owner, fact, "timer", sequence)
 
 
-
-
 async def _workflow_command(
     conn: Conn,
     schema: str,
@@ -733,8 +704,6 @@ async def _workflow_command(
             at,
         )
     await _history(conn, schema, message.workflow_id, fact, "command", None)
-
-
 
 
 async def _history(

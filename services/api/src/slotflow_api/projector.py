@@ -107,8 +107,6 @@ async def migrate(pool: Pool, schema: str) -> list[str]:
     return await migrate_schema(pool, schema=schema, source=MIGRATIONS, outbox=True, inbox=False)
 
 
-
-
 async def current_group(pool: Pool, settings: Settings) -> str:
     """The projector group of this read model, choosing one the first time."""
     schema = settings.api.db_schema
@@ -118,8 +116,6 @@ async def current_group(pool: Pool, settings: Settings) -> str:
             settings.group_id(uuid.uuid4().hex[:12]),
         )
         return str(await conn.fetchval(sql(CURRENT_PROJECTOR_GROUP, schema)))
-
-
 
 
 async def rebuild(pool: Pool, settings: Settings) -> str:

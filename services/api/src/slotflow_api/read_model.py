@@ -91,7 +91,6 @@ async def _page(
 # -- schedules ----------------------------------------------------------------------------------
 
 
-
 def with_health(row: dict[str, Any]) -> dict[str, Any]:
     """Fold the health columns of a schedule row into `last_run` and `failure_streak`."""
     run_id = row.pop("last_run_id", None)
@@ -152,8 +151,6 @@ async def live_schedules(pool: Pool, schema: str, *, limit: int) -> list[dict[st
     return [schedule_row(r) for r in rows]
 
 
-
-
 async def get_schedule(pool: Pool, schema: str, schedule_id: str) -> dict[str, Any] | None:
     """One schedule with its health and how many of its runs are in each state, or None."""
     row = await pool.fetchrow(sql(SCHEDULE_BY_ID, schema), schedule_id)
@@ -166,7 +163,6 @@ async def get_schedule(pool: Pool, schema: str, schedule_id: str) -> dict[str, A
 
 
 # -- runs ---------------------------------------------------------------------------------------
-
 
 
 def _millis(span: timedelta) -> float:
@@ -228,8 +224,6 @@ async def list_runs(
     return Page([run_row(r) for r in rows], next_cursor)
 
 
-
-
 async def backfill_states(
     pool: Pool, schema: str, job_id: str, start: datetime, end: datetime
 ) -> dict[str, str]:
@@ -250,9 +244,6 @@ async def get_run(pool: Pool, schema: str, run_id: str) -> dict[str, Any] | None
 
 
 # -- workflows ----------------------------------------------------------------------------------
-
-
-
 
 
 def workflow_row(row: asyncpg.Record) -> dict[str, Any]:
@@ -296,7 +287,6 @@ async def list_workflows(
 
 
 # -- a bulk cancel or terminate: the workflows a selection takes ----------------------------------
-
 
 
 @dataclass(frozen=True)
@@ -390,8 +380,6 @@ _TERMINAL_RUN_STATES = ["completed", "dead_lettered", "skipped"]
 _CLOSED_WORKFLOW_STATES = TERMINAL_STATUSES
 
 
-
-
 async def get_workflow(pool: Pool, schema: str, workflow_id: str) -> dict[str, Any] | None:
     """One workflow with its activities, timers and the state folded from its history, or None."""
     row = await pool.fetchrow(sql(WORKFLOW_BY_ID, schema), workflow_id)
@@ -408,8 +396,6 @@ async def get_workflow(pool: Pool, schema: str, workflow_id: str) -> dict[str, A
         _typed(out, derived, runs)
     out["history_length"] = await pool.fetchval(sql(WORKFLOW_HISTORY_LENGTH, schema), workflow_id)
     return out
-
-
 
 
 async def _ticker_timers(pool: Pool, schema: str, workflow_id: str) -> list[dict[str, Any]]:
@@ -489,8 +475,6 @@ def _typed(out: dict[str, Any], derived: dict[str, Any], runs: dict[str, dict[st
         ]
 
 
-
-
 def history_row(row: asyncpg.Record) -> dict[str, Any]:
     """A workflow_history row as the api returns it."""
     out = dict(row)
@@ -510,13 +494,13 @@ async def workflow_history(
     if cursor is not None:
         at, position, entry_id = decode_cursor(cursor, (datetime, int, str))
         f.add("(at, COALESCE(sequence, 0), entry_id) > ({}, {}, {})", at, position, entry_id)
-    rows, next_cursor = await _page(pool, WORKFLOW_HISTORY_PAGE, schema, f, limit, ("at", "position", "entry_id"))
+    rows, next_cursor = await _page(
+        pool, WORKFLOW_HISTORY_PAGE, schema, f, limit, ("at", "position", "entry_id")
+    )
     return Page([history_row(r) for r in rows], next_cursor)
 
 
 # -- dead letters and commands ------------------------------------------------------------------
-
-
 
 
 async def list_dead_letters(
@@ -666,8 +650,6 @@ def _dead_letter_row(row: asyncpg.Record) -> dict[str, Any]:
     return out
 
 
-
-
 async def get_dead_letter(pool: Pool, schema: str, dead_letter_id: str) -> dict[str, Any] | None:
     """One dead letter with its run's attempts and the last traceback, or None."""
     row = await pool.fetchrow(sql(DEAD_LETTER_BY_ID, schema), dead_letter_id)
@@ -684,14 +666,10 @@ async def get_dead_letter(pool: Pool, schema: str, dead_letter_id: str) -> dict[
     return out
 
 
-
-
 async def get_command(pool: Pool, schema: str, command_id: str) -> dict[str, Any] | None:
     """One command's row (its status, the acknowledgement's reason), or None."""
     row = await pool.fetchrow(sql(COMMAND_BY_ID, schema), command_id)
     return dict(row) if row is not None else None
-
-
 
 
 async def list_commands(
@@ -716,8 +694,6 @@ async def list_commands(
     return Page([dict(r) for r in rows], next_cursor)
 
 
-
-
 async def claimers(pool: Pool, schema: str) -> list[dict[str, Any]]:
     """Every claimer's newest announcement, with whether it is live by the database clock (its
     last announcement younger than three of its intervals)."""
@@ -736,8 +712,6 @@ async def database_now(pool: Pool) -> datetime:
 # -- audit inputs -------------------------------------------------------------------------------
 
 
-
-
 async def schedule_changes(
     pool: Pool, schema: str, schedule_id: str, start: datetime, end: datetime
 ) -> list[dict[str, Any]]:
@@ -747,12 +721,6 @@ async def schedule_changes(
         {"at": r["at"], "change": r["change"], "by": r["principal"], "command_id": r["command_id"]}
         for r in rows
     ]
-
-
-
-
-
-
 
 
 async def audit_inputs(
@@ -778,8 +746,6 @@ async def audit_inputs(
     return list(timeline), list(runs), list(skips)
 
 
-
-
 async def slot_repairs(
     pool: Pool, schema: str, schedule_id: str, start: datetime, end: datetime
 ) -> list[asyncpg.Record]:
@@ -788,7 +754,6 @@ async def slot_repairs(
 
 
 # -- backfills in flight ------------------------------------------------------------------------
-
 
 
 async def backfills_in_flight(conn: Conn, schema: str, schedule_id: str, *, besides: str = "") -> int:
@@ -809,7 +774,6 @@ async def record_backfill(
 
 
 # -- downstreams --------------------------------------------------------------------------------
-
 
 
 def _downstream(row: asyncpg.Record) -> dict[str, Any]:

@@ -31,7 +31,6 @@ from slotflow_api.sql.retention import (
 )
 
 
-
 def purges(schema: str, *, days: float) -> list[Purge]:
     keep = timedelta(days=days)
     return [

@@ -19,7 +19,13 @@ import asyncpg
 
 from slotflow.pg.pool import Pool
 from slotflow.pg.statements import sql, sql_with
-from slotflow_api.sql.stats import HANDLER_WINDOWS, PLAIN_WINDOWS, RUN_WINDOWS, SLOTS_SKIPPED_WINDOWS, SUBJECT_FILTER
+from slotflow_api.sql.stats import (
+    HANDLER_WINDOWS,
+    PLAIN_WINDOWS,
+    RUN_WINDOWS,
+    SLOTS_SKIPPED_WINDOWS,
+    SUBJECT_FILTER,
+)
 from slotflow_base.stats import histogram
 from slotflow_base.stats.counters import DLQ_COUNTERS, RUN_COUNTERS, SCHEDULE_COUNTERS
 
@@ -187,8 +193,6 @@ async def series(
             item["handler"] = handlers.get(name, UNKNOWN_HANDLER)
         out.append(item)
     return out
-
-
 
 
 async def _slots_skipped(

@@ -15,7 +15,6 @@ from slotflow_api.errors import TokenConflict
 from slotflow_api.sql.auth import INSERT_TOKEN, LIST_TOKENS, REVOKE_TOKEN_BY_ID, REVOKE_TOKEN_BY_NAME
 
 
-
 async def create_token(
     pool: Pool, schema: str, *, name: str, scope: Scope, created_by: str | None
 ) -> tuple[dict[str, Any], str]:

@@ -24,8 +24,6 @@ def _json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), sort_keys=True, default=str)
 
 
-
-
 async def record_event(conn: Conn, schema: str, envelope: Envelope, event: HistoryEvent) -> None:
     """Keep ``event`` at its sequence; an event already there (a conflicting re-append) wins."""
     await conn.execute(
@@ -38,8 +36,6 @@ async def record_event(conn: Conn, schema: str, envelope: Envelope, event: Histo
         envelope.occurred_at,
         _json(event.model_dump(mode="json")),
     )
-
-
 
 
 async def refold(conn: Conn, schema: str, workflow_ids: Iterable[str]) -> None:
@@ -63,8 +59,6 @@ async def refold(conn: Conn, schema: str, workflow_ids: Iterable[str]) -> None:
         state = fold(events)
         if state is not None:
             await _store(conn, schema, workflow_id, state)
-
-
 
 
 async def _store(conn: Conn, schema: str, workflow_id: str, state: WorkflowState) -> None:

@@ -10,17 +10,17 @@ from slotflow.pg.statements import compose
 
 # The token's row by its id (the public part of the secret); the digest is compared in Python with
 # hmac.compare_digest, so the lookup never depends on how much of the secret is right.
-TOKEN_ROW_BY_ID = "SELECT name, scope, secret_sha256, revoked_at FROM {schema}.api_tokens WHERE token_id = $1"
+TOKEN_ROW_BY_ID = "SELECT name, scope, secret_sha256, revoked_at FROM {schema}.api_tokens WHERE token_id = $1"  # noqa: S105 - a statement, not a secret
 # Last use, written at most once a minute per token (not one write per request).
 MARK_TOKEN_USED = (
-    "UPDATE {schema}.api_tokens SET last_used_at = now() WHERE token_id = $1 "
+    "UPDATE {schema}.api_tokens SET last_used_at = now() WHERE token_id = $1 "  # noqa: S105 - a statement, not a secret
     "AND (last_used_at IS NULL OR last_used_at < now() - interval '1 minute')"
 )
 
 
 # -- API tokens (tokens) -------------------------------------------------------------------------
 
-_TOKEN_COLUMNS = "token_id, name, scope, created_at, created_by, revoked_at, revoked_by, last_used_at"
+_TOKEN_COLUMNS = "token_id, name, scope, created_at, created_by, revoked_at, revoked_by, last_used_at"  # noqa: S105 - columns, not a secret
 
 # One live token per name (the partial unique index `api_tokens_live_name`): a second create with
 # a live name fails with a unique violation, answered 409. The secret itself is never stored.

@@ -85,7 +85,9 @@ RUNS_PAGE = compose(
     "{run_select} WHERE {where} ORDER BY r.slot {order}, r.run_id {order} LIMIT {limit}",
     run_select=compose(_RUN_SELECT, detail=""),
 )
-RUN_BY_ID = compose("{run_select} WHERE r.run_id = $1", run_select=compose(_RUN_SELECT, detail=_ATTEMPT_DETAIL))
+RUN_BY_ID = compose(
+    "{run_select} WHERE r.run_id = $1", run_select=compose(_RUN_SELECT, detail=_ATTEMPT_DETAIL)
+)
 WORKFLOW_ACTIVITIES = compose(
     "{run_select} WHERE r.workflow_id = $1 ORDER BY r.sequence, r.slot",
     run_select=compose(_RUN_SELECT, detail=""),
