@@ -36,7 +36,7 @@ from slotflow.kafka.producer import Producer
 from slotflow.kafka.records import Record
 from slotflow.settings import KafkaSettings, PostgresSettings
 from slotflow_dlq.app import DlqService
-from slotflow_dlq.config import DlqSettings
+from slotflow_dlq.config import DlqSettings, Settings
 
 AT = datetime(2026, 12, 2, tzinfo=UTC)
 
@@ -67,7 +67,11 @@ async def measure(kind: type[DlqService], letters: int) -> float:
         await feed.send_many(batch)
     async with scratch_database() as dsn:
         service = kind(
-            DlqSettings(metrics_port=0, max_poll_records=500), kafka=kafka, postgres=PostgresSettings(dsn=dsn)
+            Settings(
+                dlq=DlqSettings(metrics_port=0, max_poll_records=500),
+                kafka=kafka,
+                postgres=PostgresSettings(dsn=dsn),
+            )
         )
         stop = asyncio.Event()
         task = asyncio.create_task(service.run(stop))
