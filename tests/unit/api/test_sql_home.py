@@ -10,6 +10,7 @@ builds the clause, as the dlq's do.
 """
 
 import ast
+import importlib
 import re
 from pathlib import Path
 
@@ -69,13 +70,32 @@ def test_no_api_module_outside_the_sql_package_holds_a_statement() -> None:
     assert found == [], "move each into slotflow_api.sql, a named constant:\n" + "\n".join(found)
 
 
-def test_the_sql_package_holds_the_statements_and_nothing_that_runs_them() -> None:
-    modules = sorted(SQL_PACKAGE.glob("*.py"))
-    # The check sees the statements where they belong: one that found none anywhere would prove nothing.
-    assert len([line for path in modules for line in _statements_in(path)]) >= 100
+#: The package's public strings that are clauses of a statement built at run time, not statements.
+CLAUSES = {"slotflow_api.sql.read_model.ATTENTION", "slotflow_api.sql.stats.SUBJECT_FILTER"}
+
+
+def test_the_check_recognises_every_statement_of_the_package() -> None:
+    # A check that recognised none of the statements where they belong would pass on any module.
+    missed: list[str] = []
+    for path in sorted(SQL_PACKAGE.glob("*.py")):
+        module = importlib.import_module(f"slotflow_api.sql.{path.stem}")
+        for name, value in vars(module).items():
+            qualified = f"{module.__name__}.{name}"
+            if (
+                name.isupper()
+                and not name.startswith("_")
+                and isinstance(value, str)
+                and not is_statement(value)
+                and qualified not in CLAUSES
+            ):
+                missed.append(qualified)
+    assert missed == []
+
+
+def test_the_sql_package_holds_nothing_that_runs_a_statement() -> None:
     runners = [
         f"{path.name}:{node.lineno}: {node.name}"
-        for path in modules
+        for path in sorted(SQL_PACKAGE.glob("*.py"))
         for node in ast.walk(ast.parse(path.read_text()))
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
     ]
