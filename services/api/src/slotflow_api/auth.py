@@ -61,6 +61,7 @@ from slotflow.errors import SlotflowError, TransientError
 from slotflow.pg.pool import Pool
 from slotflow.pg.statements import sql
 from slotflow_api.config import ApiSettings
+from slotflow_api.sql.auth import MARK_TOKEN_USED, TOKEN_ROW_BY_ID
 
 log = logging.getLogger(__name__)
 
@@ -216,15 +217,6 @@ def required_scope(method: str, path: str | None) -> Scope | None:
 
 # -- tokens in the api's schema ------------------------------------------------------------------
 
-# The token's row by its id (the public part of the secret); the digest is compared in Python with
-# hmac.compare_digest, so the lookup never depends on how much of the secret is right.
-_ROW_BY_ID = "SELECT name, scope, secret_sha256, revoked_at FROM {schema}.api_tokens WHERE token_id = $1"
-# Last use, written at most once a minute per token (not one write per request).
-_MARK_USED = (
-    "UPDATE {schema}.api_tokens SET last_used_at = now() WHERE token_id = $1 "
-    "AND (last_used_at IS NULL OR last_used_at < now() - interval '1 minute')"
-)
-
 
 class Authenticator:
     """Turns an `Authorization` header into a `Principal`, or refuses it."""
@@ -272,12 +264,12 @@ class Authenticator:
         raise Unauthenticated("the bearer token is not one this API knows", error="invalid_token")
 
     async def _api_token(self, token_id: str, presented: bytes) -> Principal:
-        row = await self._pool.fetchrow(sql(_ROW_BY_ID, self._schema), token_id)
+        row = await self._pool.fetchrow(sql(TOKEN_ROW_BY_ID, self._schema), token_id)
         if row is None or not hmac.compare_digest(bytes(row["secret_sha256"]), presented):
             raise Unauthenticated("the bearer token is not one this API knows", error="invalid_token")
         if row["revoked_at"] is not None:
             raise Unauthenticated(f"the token {row['name']!r} was revoked", error="invalid_token")
-        await self._pool.execute(sql(_MARK_USED, self._schema), token_id)
+        await self._pool.execute(sql(MARK_TOKEN_USED, self._schema), token_id)
         return Principal(f"token:{row['name']}", row["scope"])
 
 

@@ -3,8 +3,8 @@
 Each change commits with its SigningKey record staged in the api's outbox, which the relay
 publishes to the keys topic (`slotflow.keys.v1`, written by the api alone); every command consumer
 follows that topic (`slotflow.principals.keyring`). The table is the api's record of who registered
-and revoked what; the topic is how it reaches the services. Each statement carries the invariant
-it keeps.
+and revoked what; the topic is how it reaches the services. Its statements, each with the invariant
+it keeps, are in `slotflow_api.sql.auth`.
 """
 
 from datetime import datetime
@@ -18,49 +18,21 @@ from slotflow.contracts.topics import SIGNING_KEYS
 from slotflow.errors import ConfigurationError
 from slotflow.pg.outbox import Staged, append_many
 from slotflow.pg.pool import Conn, Pool
-from slotflow.pg.statements import compose, sql
+from slotflow.pg.statements import sql
 from slotflow.principals.signing import MalformedKey, Signer, decode_public_key, encode_public_key, key_id_of
 from slotflow.settings import KafkaSettings
 from slotflow_api.errors import BadRequest, KeyConflict
+from slotflow_api.sql.auth import (
+    INSERT_KEY,
+    INSERT_OWN_KEY,
+    KEY_BY_ID,
+    LIST_KEYS,
+    REVOKE_KEY_BY_ID,
+    REVOKE_KEY_BY_NAME,
+)
 
 #: The principal of the api's own keys: it signs every command it publishes and names the caller.
 API_PRINCIPAL = "service:api"
-
-_COLUMNS = "key_id, name, principal, scope, public_key, acts_for_others, created_at, created_by, revoked_at, revoked_by"
-
-# A key id is derived from its public key (primary key), so a key is registered once: a key once
-# revoked can never be live again under the same or a new name. One live key per name (the
-# partial unique index `signing_keys_live_name`). Both violations are answered 409.
-_INSERT_KEY = compose(
-    "INSERT INTO {schema}.signing_keys (key_id, name, principal, scope, public_key, acts_for_others, created_by) "
-    "VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING {columns}",
-    columns=_COLUMNS,
-)
-# The api's own key at start: inserted once (a key file reused across restarts finds its row).
-_INSERT_OWN_KEY = compose(
-    "INSERT INTO {schema}.signing_keys (key_id, name, principal, scope, public_key, acts_for_others, created_by) "
-    "VALUES ($1, $2, $3, 'admin', $4, true, 'api') ON CONFLICT (key_id) DO NOTHING RETURNING {columns}",
-    columns=_COLUMNS,
-)
-_KEY_BY_ID = compose("SELECT {columns} FROM {schema}.signing_keys WHERE key_id = $1", columns=_COLUMNS)
-# Newest first; revoked ones only when asked (they stay, so who revoked what stays known).
-_LIST_KEYS = compose(
-    "SELECT {columns} FROM {schema}.signing_keys WHERE $1 OR revoked_at IS NULL "
-    "ORDER BY created_at DESC, key_id",
-    columns=_COLUMNS,
-)
-# Revoking is final: a revoked key is never live again (the keyring keeps a revocation even if a
-# later record said otherwise). By id first, then by live name, as for tokens.
-_REVOKE_BY_ID = compose(
-    "UPDATE {schema}.signing_keys SET revoked_at = now(), revoked_by = $2 "
-    "WHERE key_id = $1 AND revoked_at IS NULL RETURNING {columns}",
-    columns=_COLUMNS,
-)
-_REVOKE_BY_NAME = compose(
-    "UPDATE {schema}.signing_keys SET revoked_at = now(), revoked_by = $2 "
-    "WHERE name = $1 AND revoked_at IS NULL RETURNING {columns}",
-    columns=_COLUMNS,
-)
 
 
 def principal_of(name: str) -> str:
@@ -113,7 +85,7 @@ async def create_key(
         raise BadRequest(f"public_key: {err}") from None
     key_id = key_id_of(decoded)
     async with pool.acquire() as conn, conn.transaction():
-        known = await conn.fetchrow(sql(_KEY_BY_ID, schema), key_id)
+        known = await conn.fetchrow(sql(KEY_BY_ID, schema), key_id)
         if known is not None:
             state = "revoked" if known["revoked_at"] is not None else "live"
             raise KeyConflict(
@@ -122,7 +94,7 @@ async def create_key(
             )
         try:
             row = await conn.fetchrow(
-                sql(_INSERT_KEY, schema),
+                sql(INSERT_KEY, schema),
                 key_id,
                 name,
                 principal_of(name),
@@ -141,7 +113,7 @@ async def create_key(
 
 
 async def list_keys(pool: Pool, schema: str, *, include_revoked: bool) -> list[dict[str, Any]]:
-    return [dict(r) for r in await pool.fetch(sql(_LIST_KEYS, schema), include_revoked)]
+    return [dict(r) for r in await pool.fetch(sql(LIST_KEYS, schema), include_revoked)]
 
 
 async def revoke_key(
@@ -149,9 +121,9 @@ async def revoke_key(
 ) -> dict[str, Any] | None:
     """Revoke the live key with id or name ``key``; its row, or None when none is live."""
     async with pool.acquire() as conn, conn.transaction():
-        row = await conn.fetchrow(sql(_REVOKE_BY_ID, schema), key, revoked_by)
+        row = await conn.fetchrow(sql(REVOKE_KEY_BY_ID, schema), key, revoked_by)
         if row is None:
-            row = await conn.fetchrow(sql(_REVOKE_BY_NAME, schema), key, revoked_by)
+            row = await conn.fetchrow(sql(REVOKE_KEY_BY_NAME, schema), key, revoked_by)
         if row is None:
             return None
         await append_many(conn, schema=schema, items=[record(row, kafka)])
@@ -169,7 +141,7 @@ async def register_own(conn: Conn, schema: str, kafka: KafkaSettings, signer: Si
         ConfigurationError: the key was revoked: the api must not sign with it (give it a new one).
     """
     row = await conn.fetchrow(
-        sql(_INSERT_OWN_KEY, schema),
+        sql(INSERT_OWN_KEY, schema),
         signer.key_id,
         f"api.{signer.key_id[2:14]}",
         API_PRINCIPAL,
@@ -177,7 +149,7 @@ async def register_own(conn: Conn, schema: str, kafka: KafkaSettings, signer: Si
     )
     new = row is not None
     if row is None:
-        row = await conn.fetchrow(sql(_KEY_BY_ID, schema), signer.key_id)
+        row = await conn.fetchrow(sql(KEY_BY_ID, schema), signer.key_id)
     if row is None:
         raise ConfigurationError(f"the api's signing key {signer.key_id} was neither registered nor found")
     if row["revoked_at"] is not None:

@@ -9,6 +9,7 @@ Rebuild: `rebuild()` empties every read-model table and moves the projector to a
 group in one transaction. A projector that finds the group changed under it (checked inside each
 batch transaction, so no batch of the old generation can land after the rebuild) restarts on the
 new group and replays every topic from the beginning.
+Its statements are in `slotflow_api.sql.projection`.
 """
 
 import asyncio
@@ -55,6 +56,14 @@ from slotflow.settings import KafkaSettings
 from slotflow_api.config import Settings
 from slotflow_api.metrics import Metrics
 from slotflow_api.projection import Fact, project
+from slotflow_api.sql.projection import (
+    CLAIM_PROJECTOR_GROUP,
+    CURRENT_PROJECTOR_GROUP,
+    HOLD_PROJECTOR_GROUP,
+    MODEL_TABLES,
+    SET_PROJECTOR_GROUP,
+    TRUNCATE_TABLES,
+)
 
 log = logging.getLogger(__name__)
 
@@ -98,38 +107,15 @@ async def migrate(pool: Pool, schema: str) -> list[str]:
     return await migrate_schema(pool, schema=schema, source=MIGRATIONS, outbox=True, inbox=False)
 
 
-# projector_state holds one row (`singleton` is its primary key): the first projector to start
-# names the group, and every later one reads that name.
-_CLAIM_GROUP = (
-    "INSERT INTO {schema}.projector_state (singleton, group_id) VALUES (true, $1) ON CONFLICT DO NOTHING"
-)
-_CURRENT_GROUP = "SELECT group_id FROM {schema}.projector_state"
-# A batch holds the row (shared with other batches) until it commits, and a rebuild's TRUNCATE waits
-# for every holder: the model is emptied before a batch or after it, never under it, and a batch
-# that starts after a rebuild reads the new group and stops.
-_CURRENT_GROUP_SHARED = "SELECT group_id FROM {schema}.projector_state FOR SHARE"
-
-
 async def current_group(pool: Pool, settings: Settings) -> str:
     """The projector group of this read model, choosing one the first time."""
     schema = settings.api.db_schema
     async with pool.acquire() as conn:
         await conn.execute(
-            sql(_CLAIM_GROUP, schema),
+            sql(CLAIM_PROJECTOR_GROUP, schema),
             settings.group_id(uuid.uuid4().hex[:12]),
         )
-        return str(await conn.fetchval(sql(_CURRENT_GROUP, schema)))
-
-
-# The model's tables (all but the migration log) are emptied in one statement; its own
-# transaction then names the new group, so projectors see an empty model and a new group together.
-#: The read model's tables a rebuild empties: all but ``$2`` (`KEPT_BY_REBUILD`).
-_MODEL_TABLES = (
-    "SELECT tablename FROM pg_tables WHERE schemaname = $1 AND tablename <> ALL($2::text[]) "
-    "ORDER BY tablename"
-)
-_TRUNCATE = "TRUNCATE {tables}"
-_SET_GROUP = "INSERT INTO {schema}.projector_state (singleton, group_id) VALUES (true, $1)"
+        return str(await conn.fetchval(sql(CURRENT_PROJECTOR_GROUP, schema)))
 
 
 async def rebuild(pool: Pool, settings: Settings) -> str:
@@ -143,10 +129,10 @@ async def rebuild(pool: Pool, settings: Settings) -> str:
     await migrate(pool, schema)
     group = settings.group_id(uuid.uuid4().hex[:12])
     async with pool.acquire() as conn, conn.transaction():
-        tables = await conn.fetch(_MODEL_TABLES, schema, list(KEPT_BY_REBUILD))
+        tables = await conn.fetch(MODEL_TABLES, schema, list(KEPT_BY_REBUILD))
         names = ", ".join(f"{quote_ident(schema)}.{quote_ident(r['tablename'])}" for r in tables)
-        await conn.execute(compose(_TRUNCATE, tables=names))
-        await conn.execute(sql(_SET_GROUP, schema), group)
+        await conn.execute(compose(TRUNCATE_TABLES, tables=names))
+        await conn.execute(sql(SET_PROJECTOR_GROUP, schema), group)
     log.info("read model %s emptied; projector group is now %s", schema, group)
     return group
 
@@ -253,7 +239,7 @@ class Projector:
             if await sleep_or_stop(stop, GROUP_CHECK_SECONDS):
                 break
             try:
-                group = await self._pool.fetchval(sql(_CURRENT_GROUP, self._schema))
+                group = await self._pool.fetchval(sql(CURRENT_PROJECTOR_GROUP, self._schema))
             except Exception as err:  # noqa: BLE001 - an unreachable database is the batches' concern
                 log.debug("group check failed: %s", err)
                 continue
@@ -294,7 +280,7 @@ class Projector:
 
     async def _write(self, facts: Sequence[Fact]) -> int:
         async with self._pool.acquire() as conn, conn.transaction():
-            group = await conn.fetchval(sql(_CURRENT_GROUP_SHARED, self._schema))
+            group = await conn.fetchval(sql(HOLD_PROJECTOR_GROUP, self._schema))
             if group != self._group:
                 raise GroupChanged(f"projector group is now {group}, was {self._group}")
             return await project(conn, schema=self._schema, facts=facts)

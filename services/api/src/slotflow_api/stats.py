@@ -6,7 +6,7 @@ percentiles are read from the merged histograms, so a handler's p99 is the p99 o
 The processor keys each family itself: a schedule's runs by job id (`runs`), a workflow's activity
 runs by workflow id (`workflows`), every run by the handler it ran (`handlers`), so a handler's
 series counts the runs it ran (not the runs of jobs that name it today) and a workflow never shows
-as a schedule.
+as a schedule. The statements are in `slotflow_api.sql.stats`.
 """
 
 import json
@@ -18,7 +18,14 @@ from typing import Any, Literal
 import asyncpg
 
 from slotflow.pg.pool import Pool
-from slotflow.pg.statements import compose, sql, sql_with
+from slotflow.pg.statements import sql, sql_with
+from slotflow_api.sql.stats import (
+    HANDLER_WINDOWS,
+    PLAIN_WINDOWS,
+    RUN_WINDOWS,
+    SLOTS_SKIPPED_WINDOWS,
+    SUBJECT_FILTER,
+)
 from slotflow_base.stats import histogram
 from slotflow_base.stats.counters import DLQ_COUNTERS, RUN_COUNTERS, SCHEDULE_COUNTERS
 
@@ -104,25 +111,6 @@ FAMILY_COUNTERS: dict[str, tuple[str, ...]] = {
 }
 
 
-# One family's windows of one size in [since, until); a schedule's run windows carry the handler
-# its job's newest JobDue named (the sink's job_handlers: the schedule's label), the others none.
-_WINDOWS = """
-SELECT w.subject, {handler} AS handler, w.window_start, w.counts, w.duration, w.lateness
-  FROM {schema}.windows w {join}
- WHERE w.size_s = $1 AND w.family = $2 AND w.window_start >= $3 AND w.window_start < $4{subject}
-"""
-_RUN_WINDOWS = compose(
-    _WINDOWS, handler="h.handler", join="LEFT JOIN {schema}.job_handlers h ON h.job_id = w.subject"
-)
-# Handler windows: a subject with the legacy prefix is a job, whose newest JobDue names the handler.
-_HANDLER_WINDOWS = compose(
-    _WINDOWS,
-    handler="h.handler",
-    join="LEFT JOIN {schema}.job_handlers h ON w.subject LIKE '~%' AND h.job_id = substr(w.subject, 2)",
-)
-_PLAIN_WINDOWS = compose(_WINDOWS, handler="NULL::text", join="")
-#: The one series asked for (`$5`): the window's subject (a job, workflow, handler or topic).
-_BY_SUBJECT = " AND w.subject = $5"
 #: The family of windows each kind of series reads.
 _FAMILY_OF = {"schedule": "runs", "workflow": "workflows", "handler": "handlers", "topic": "dlq"}
 
@@ -146,8 +134,8 @@ async def series(
     if subject is not None and by != "handler":
         # A handler's runs may sit under legacy subjects too: filtered below, once resolved.
         params.append(subject)
-        subject_filter = _BY_SUBJECT
-    windows_of = {"schedule": _RUN_WINDOWS, "handler": _HANDLER_WINDOWS}.get(by, _PLAIN_WINDOWS)
+        subject_filter = SUBJECT_FILTER
+    windows_of = {"schedule": RUN_WINDOWS, "handler": HANDLER_WINDOWS}.get(by, PLAIN_WINDOWS)
     try:
         rows = await pool.fetch(sql_with(windows_of, schema, subject=subject_filter), *params)
     except asyncpg.UndefinedTableError:
@@ -207,20 +195,11 @@ async def series(
     return out
 
 
-# SlotSkipped comes from the schedule topic (its own windows); merged into the runs series.
-_SLOTS_SKIPPED = """
-SELECT w.subject, h.handler, w.window_start, sum((w.counts->>'slots_skipped')::bigint) AS n
-  FROM {schema}.windows w LEFT JOIN {schema}.job_handlers h ON h.job_id = w.subject
- WHERE w.size_s = $1 AND w.family = 'schedules' AND w.window_start >= $2 AND w.window_start < $3
- GROUP BY w.subject, h.handler, w.window_start
-"""
-
-
 async def _slots_skipped(
     pool: Pool, schema: str, seconds: int, since: datetime, until: datetime
 ) -> dict[tuple[str, str | None, datetime], int]:
     rows = await pool.fetch(
-        sql(_SLOTS_SKIPPED, schema),
+        sql(SLOTS_SKIPPED_WINDOWS, schema),
         seconds,
         since,
         until,

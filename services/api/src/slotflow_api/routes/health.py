@@ -11,6 +11,7 @@ from slotflow.kafka.admin import describe_cluster
 from slotflow.logs import redact
 from slotflow_api.app_state import Services, services
 from slotflow_api.schemas import Health, Readiness
+from slotflow_api.sql.read_model import READINESS_PROBE
 
 router = APIRouter(tags=["health"])
 
@@ -53,7 +54,7 @@ async def _kafka(s: Services, timeout: float) -> str:
 
 async def _postgres(s: Services, timeout: float) -> str:
     try:
-        await asyncio.wait_for(s.pool.fetchval("SELECT 1"), timeout=timeout)
+        await asyncio.wait_for(s.pool.fetchval(READINESS_PROBE), timeout=timeout)
     except Exception as err:  # noqa: BLE001 - readiness reports any failure as text
         return redact(f"error: {type(err).__name__}: {err}")[:500]
     return "ok"
