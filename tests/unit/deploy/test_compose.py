@@ -4,6 +4,7 @@ No Docker engine runs on the CI machines, so the file is checked structurally he
 """
 
 import importlib.util
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -113,5 +114,10 @@ def test_every_worker_is_healthy_only_when_ready_on_its_own_metrics_port(service
     port = spec["environment"][f"SLOTFLOW_{service.upper()}_METRICS_PORT"]
     # The merge keeps the shared settings every service needs.
     assert spec["environment"]["SLOTFLOW_KAFKA_BOOTSTRAP"] == "kafka:9092"
-    command = " ".join(spec["healthcheck"]["test"])
+    # One shell string: podman joins a CMD array and splits it again on spaces, so
+    # `python -c "import urllib..."` reached python as `-c import` (a SyntaxError, never healthy).
+    kind, command = spec["healthcheck"]["test"]
+    assert kind == "CMD-SHELL"
     assert f"http://127.0.0.1:{port}{READINESS_PATH}" in command, command
+    assert shlex.split(command)[:2] == ["python", "-c"]
+    compile(shlex.split(command)[2], "healthcheck", "exec")
