@@ -33,6 +33,10 @@ async def wait_for_kafka(settings: KafkaSettings, what: str, *, rng: random.Rand
         KafkaAuthenticationFailed, KafkaAccessDenied: the broker refused the login or an ACL.
         TransientStorageError: no broker answered within ``settings.startup_wait_seconds``.
     """
+    if settings.startup_wait_seconds <= 0:
+        # Nothing to wait for: the client's own start fails at once, with the same reasons, and
+        # a caller that never waits (the Python client, the CLI) pays no extra connection.
+        return
     draw = (rng or random.Random()).random  # noqa: S311 - jitter, not secrets
     loop = asyncio.get_running_loop()
     deadline = loop.time() + settings.startup_wait_seconds
