@@ -258,12 +258,7 @@ class HttpTransport:
             Unavailable: no answer, or Kafka did not acknowledge (retry with the same command id).
         """
         method, path, body = http_request(message, select_all=select_all)
-        headers: dict[str, str] = {}
-        if command_id is not None:
-            try:
-                headers["Idempotency-Key"] = check_command_id(command_id)
-            except InvalidCommandId as err:
-                raise InvalidRequest(f"command id: {err}") from None
+        headers = _idempotency_headers(command_id)
         answer = await self.request(method, path, json=body, headers=headers)
         sent_id = answer.get("command_id") if isinstance(answer, dict) else None
         if not isinstance(sent_id, str):
@@ -287,12 +282,7 @@ class HttpTransport:
             NotFound: the api knows no such schedule.
             CommandRejected: with ``wait``, the ticker rejected the command.
         """
-        headers: dict[str, str] = {}
-        if command_id is not None:
-            try:
-                headers["Idempotency-Key"] = check_command_id(command_id)
-            except InvalidCommandId as err:
-                raise InvalidRequest(f"command id: {err}") from None
+        headers = _idempotency_headers(command_id)
         params: Params = {"wait": f"{wait:.1f}"} if wait else {}
         return await self.request(
             "POST",
@@ -316,12 +306,7 @@ class HttpTransport:
         Raises:
             InvalidRequest: a selection that does not narrow without `all`, or one that takes nothing.
         """
-        headers: dict[str, str] = {}
-        if command_id is not None:
-            try:
-                headers["Idempotency-Key"] = check_command_id(command_id)
-            except InvalidCommandId as err:
-                raise InvalidRequest(f"command id: {err}") from None
+        headers = _idempotency_headers(command_id)
         return await self.request("POST", f"/v1/workflows/{action}", {}, json=dict(body), headers=headers)
 
     async def preview(self, message: RedriveDeadLetters | DiscardDeadLetters) -> Any:
@@ -393,3 +378,17 @@ def _detail(response: httpx.Response, body: Any) -> str:
     if not detail:
         detail = response.text.strip()[:300] or response.reason_phrase
     return str(detail)
+
+
+def _idempotency_headers(command_id: str | None) -> dict[str, str]:
+    """The `Idempotency-Key` header a retried command is sent with, when the caller chose its id.
+
+    Raises:
+        InvalidRequest: the id is not one a command may carry.
+    """
+    if command_id is None:
+        return {}
+    try:
+        return {"Idempotency-Key": check_command_id(command_id)}
+    except InvalidCommandId as err:
+        raise InvalidRequest(f"command id: {err}") from None
