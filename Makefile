@@ -70,11 +70,13 @@ TEST_CHAOS_KNOWN ?=
 # The unit, contracts and integration layers run on TEST_WORKERS pytest workers (most of an
 # integration test is waiting on the broker, so more workers than cores pays); the chaos layer (it
 # times kills and pauses) and the tests that start brokers of their own (marker own_stack) run in
-# one process after them. TEST_WORKERS=0 runs the first part in one process too.
+# one process after them. TEST_WORKERS=0 runs the first part in one process too. Each part prints
+# its slowest tests (TEST_DURATIONS of them), so every CI log says where its time went.
 TEST_WORKERS ?= 3
+TEST_DURATIONS ?= 40
 test: setup tools
-	$(WITH_STACK) $(BIN)/pytest -n $(TEST_WORKERS) -m "not chaos and not own_stack" tests
-	$(WITH_STACK) $(BIN)/pytest -m "chaos or own_stack" tests
+	$(WITH_STACK) $(BIN)/pytest -n $(TEST_WORKERS) --durations=$(TEST_DURATIONS) -m "not chaos and not own_stack" tests
+	$(WITH_STACK) $(BIN)/pytest --durations=$(TEST_DURATIONS) -m "chaos or own_stack" tests
 	$(MAKE) chaos SEED=$(TEST_CHAOS_SEED) PROFILE=short KNOWN="$(TEST_CHAOS_KNOWN)"
 
 test-unit: setup
