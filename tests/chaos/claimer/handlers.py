@@ -2,8 +2,8 @@
 
 `chaos.payout` is the payouts example plus what a test needs to see and steer: every invocation
 and its fate appended to `handler_attempts` (no constraints, so a duplicate effect would show),
-and, on the first claim only, a pause before paying so a test can kill or freeze the claimer in
-the middle of a run.
+and, on the first claim only (or on every claim: `hold_until_epoch`), a pause before paying so a
+test can kill, freeze or cut off the claimer in the middle of a run.
 """
 
 import asyncio
@@ -47,6 +47,9 @@ async def chaos_payout(ctx: RunContext) -> Any:
                 # An absolute instant, so a claimer frozen before or during this pause pays at once
                 # when it wakes after that instant.
                 await asyncio.sleep(max(float(ctx.payload["pay_after_epoch"]) - time.time(), 0.0))
+        if "hold_until_epoch" in ctx.payload:
+            # Every claim waits until then, so the run is mid-handler whenever a test cuts it off.
+            await asyncio.sleep(max(float(ctx.payload["hold_until_epoch"]) - time.time(), 0.0))
 
         return await on_the_wire(_pay_and_note(conn, ctx))
 

@@ -806,43 +806,6 @@ class System:
             operator_retries=list(self.operator.retries),
             operator_redrives=list(self.operator.redrives),
         )
-        conn = await asyncpg.connect(self.dsn)
-        try:
-            rec.letter_statuses = {
-                r["id"]: r["status"] for r in await conn.fetch("SELECT id, status FROM dlq.dead_letters")
-            }
-            for r in await conn.fetch("SELECT * FROM system_effects ORDER BY seq"):
-                rec.effects.append(
-                    Effect(
-                        r["seq"],
-                        r["kind"],
-                        r["subject"],
-                        r["run_id"],
-                        r["phase"],
-                        r["fence_token"],
-                        r["owner"],
-                        r["at"],
-                    )
-                )
-            rec.ledger = {
-                r["run_id"]: r["fence_token"] for r in await conn.fetch("SELECT * FROM system_ledger")
-            }
-            outboxes = await conn.fetch(
-                "SELECT table_schema, table_name FROM information_schema.columns "
-                "WHERE table_name LIKE '%outbox%' AND column_name = 'published_at'"
-            )
-            for o in outboxes:
-                unpublished = sql_with(
-                    "SELECT * FROM {schema}.{table} WHERE published_at IS NULL",
-                    o["table_schema"],
-                    table=quote_ident(o["table_name"]),
-                )
-                for r in await conn.fetch(unpublished):
-                    rec.unpublished.append(
-                        f"{o['table_schema']}.{o['table_name']}:{dict(r).get('event_id', '?')}"
-                    )
-        finally:
-            await conn.close()
         for envelope, _ in await self.read_topic(SCHEDULE_EVENTS):
             data = envelope.get("data", {})
             if envelope.get("type") == "slot.skipped":
@@ -928,6 +891,47 @@ class System:
             rec.letters.setdefault(origin, []).append(
                 (str(data.get("source_service", "")), str(data.get("reason", "")))
             )
+        # The database last, after the topics: an effect is committed before the result that
+        # reports it is published, so every ended workflow and run read above has its effects
+        # in what is read here. The other order saw sagas end with their last steps' effects
+        # missing while the backlog drained (the topics take seconds to read).
+        conn = await asyncpg.connect(self.dsn)
+        try:
+            rec.letter_statuses = {
+                r["id"]: r["status"] for r in await conn.fetch("SELECT id, status FROM dlq.dead_letters")
+            }
+            for r in await conn.fetch("SELECT * FROM system_effects ORDER BY seq"):
+                rec.effects.append(
+                    Effect(
+                        r["seq"],
+                        r["kind"],
+                        r["subject"],
+                        r["run_id"],
+                        r["phase"],
+                        r["fence_token"],
+                        r["owner"],
+                        r["at"],
+                    )
+                )
+            rec.ledger = {
+                r["run_id"]: r["fence_token"] for r in await conn.fetch("SELECT * FROM system_ledger")
+            }
+            outboxes = await conn.fetch(
+                "SELECT table_schema, table_name FROM information_schema.columns "
+                "WHERE table_name LIKE '%outbox%' AND column_name = 'published_at'"
+            )
+            for o in outboxes:
+                unpublished = sql_with(
+                    "SELECT * FROM {schema}.{table} WHERE published_at IS NULL",
+                    o["table_schema"],
+                    table=quote_ident(o["table_name"]),
+                )
+                for r in await conn.fetch(unpublished):
+                    rec.unpublished.append(
+                        f"{o['table_schema']}.{o['table_name']}:{dict(r).get('event_id', '?')}"
+                    )
+        finally:
+            await conn.close()
         return rec
 
     async def read_topic(self, spec: TopicSpec) -> list[tuple[dict[str, Any], str]]:

@@ -51,9 +51,10 @@ class ClaimerSettings(WorkerSettings):
     max_in_flight: int = Field(default=256, ge=1, le=10_000)
     #: How long a claim lasts without a heartbeat (database clock).
     lease_ttl_seconds: float = Field(default=30.0, gt=0)
-    #: A run whose lease lapsed this often (its claimer died, froze or was cut off while running it)
-    #: is dead-lettered as `quarantined` on the next takeover instead of being started again: a
-    #: handler that kills its process would otherwise take down every claimer in turn.
+    #: A run whose lease lapsed this often (its claimer died or froze while running it) is
+    #: dead-lettered as `quarantined` on the next takeover instead of being started again: a
+    #: handler that kills its process would otherwise take down every claimer in turn. A lease a
+    #: live claimer lost because the database was unreachable is excused, not counted.
     max_lease_lapses: int = Field(default=3, ge=1)
     #: Retry budget per downstream (docs/claimer.md): retries at most this fraction of the first
     #: attempts over the window, plus `downstream_min_retries_per_second` regardless of traffic.

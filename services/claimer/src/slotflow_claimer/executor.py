@@ -105,6 +105,12 @@ class Executor:
         self._process_pool: concurrent.futures.ProcessPoolExecutor | None = None
         #: Runs whose task ended without an outcome: run id -> token, released at the next heartbeat.
         self._orphans: dict[str, int] = {}
+        #: Runs lost while the database was unreachable, as (run id, token): their lapses are
+        #: excused at the next heartbeat that reaches it (EXCUSE_LAPSES in sql.py). One run can be
+        #: lost twice before that (two outages close together), so pairs, not a map.
+        self._excuses: set[tuple[str, int]] = set()
+        #: When a heartbeat last failed to reach the database (monotonic), or never.
+        self._storage_failed_at: float | None = None
         self._executions: dict[str, Execution] = {}
         self._space = asyncio.Event()
         self._released: list[Execution] = []
@@ -152,7 +158,7 @@ class Executor:
         previous = self._executions.get(run.run_id)
         if previous is not None and previous.run.fence_token < run.fence_token:
             # We took over our own run (our heartbeat lapsed): the older execution is now a zombie.
-            self._lose(previous)
+            self._lose(previous, database_unreachable=self._lost_to_database(previous))
         execution = Execution(run, renewed_at=time.monotonic())
         self._executions[run.run_id] = execution
         task = asyncio.create_task(self._execute(execution), name=f"run {run.run_id}")
@@ -371,9 +377,15 @@ class Executor:
             del self._executions[ex.run.run_id]
             self._changed()
 
-    def _lose(self, ex: Execution) -> None:
+    def _lost_to_database(self, ex: Execution) -> bool:
+        """A heartbeat failed to reach the database since ``ex``'s lease was last renewed."""
+        return self._storage_failed_at is not None and self._storage_failed_at > ex.renewed_at
+
+    def _lose(self, ex: Execution, *, database_unreachable: bool = False) -> None:
         if ex.submitted or ex.cancel_reason is not None:
             return
+        if database_unreachable:
+            self._excuses.add((ex.run.run_id, ex.run.fence_token))
         self._metrics.leases_lost.inc()
         log.warning(
             "run %s: lease with token %d lost; cancelling its handler", ex.run.run_id, ex.run.fence_token
@@ -400,6 +412,7 @@ class Executor:
         """Renew every held lease in one statement; act on lost leases and cancellation requests."""
         if self._orphans:
             await self._release_orphans()
+        await self.excuse_lapses()
         held = {rid: ex.run.fence_token for rid, ex in self._executions.items() if not ex.submitted}
         if not held:
             return
@@ -409,21 +422,56 @@ class Executor:
                 renewed = await store.heartbeat(conn, self._schema, held, owner=self._owner, ttl=self._ttl)
         except STORAGE_RETRYABLE as err:
             log.warning("claimer: heartbeat failed: %r", err)
+            self._storage_failed_at = sent_at
             for stale in list(self._executions.values()):
                 if sent_at - stale.renewed_at > self._ttl:
-                    self._lose(stale)
+                    self._lose(stale, database_unreachable=True)
             return
         for rid, token in held.items():
             found = self._executions.get(rid)
             if found is None or found.run.fence_token != token:
                 continue
             if rid not in renewed:
-                self._lose(found)
+                # Taken over while this claimer's heartbeats could not reach the database: the
+                # lapse was the database's, not the run's.
+                self._lose(found, database_unreachable=self._lost_to_database(found))
                 continue
             found.renewed_at = sent_at
             if renewed[rid] and found.cancel_reason is None and found.in_handler and found.task is not None:
                 found.cancel_reason = "cancel_requested"
                 found.task.cancel()
+
+    async def excuse_lapses(self) -> None:
+        """Excuse the lapses of the runs this claimer lost while the database was unreachable.
+
+        The heartbeat calls it, and the reaper before every pass: its own takeover of such a run
+        must see the lapse excused, or it would quarantine the run it is about to start again."""
+        if not self._excuses:
+            return
+        excuses, self._excuses = self._excuses, set()
+        # One statement per token of a run, oldest first: an UPDATE changes a row once however
+        # many of its input rows match it.
+        rounds: list[dict[str, int]] = []
+        for run_id, token in sorted(excuses, key=lambda pair: pair[1]):
+            free = next((r for r in rounds if run_id not in r), None)
+            if free is None:
+                free = {}
+                rounds.append(free)
+            free[run_id] = token
+        excused = 0
+        try:
+            async with self._pool.acquire() as conn:
+                for tokens in rounds:
+                    excused += await store.excuse_lapses(conn, self._schema, tokens, owner=self._owner)
+        except STORAGE_RETRYABLE as err:
+            log.warning("claimer: excusing the lapses of runs lost to the database failed: %r", err)
+            self._excuses.update(excuses)  # the next pass tries again; a repeated excuse is a no-op
+            return
+        log.info(
+            "claimer: %d run(s) lost while the database was unreachable; %d lapse(s) excused",
+            len(excuses),
+            excused,
+        )
 
     async def _release_orphans(self) -> None:
         orphans, self._orphans = self._orphans, {}

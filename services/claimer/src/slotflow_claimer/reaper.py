@@ -53,6 +53,7 @@ class Reaper:
         room = self._executor.free()
         if room == 0:
             return []
+        await self._executor.excuse_lapses()
         async with self._pool.acquire() as conn, conn.transaction():
             taken = await store.reap(conn, self._schema, owner=self._owner, ttl=self._ttl, limit=room)
             await append_many(

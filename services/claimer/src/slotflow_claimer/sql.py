@@ -272,6 +272,33 @@ UPDATE {schema}.runs AS r
 RETURNING r.*
 """
 
+# excuse_lapses --
+# A claimer whose heartbeats failed (the database restarted, failed over or was cut off from it)
+# gives up its runs once their leases may have lapsed, but it was alive all along: such a lapse
+# says nothing about the run, and counting it would quarantine healthy runs after a few database
+# restarts. So the owner excuses each run it lost that way, at its next contact with the database:
+#   - still its own (same token, still running): the lease is released at once and marked
+#     released, so the takeover that follows counts no lapse;
+#   - taken over already from that token by a takeover that counted it: the lapse is taken back.
+# Only the owner named in the takeover excuses it, once per token (excused_tokens): a retried
+# statement changes nothing. A claimer killed by its run never gets here: it has no heartbeat left.
+EXCUSE_LAPSES = """
+UPDATE {schema}.runs AS r
+   SET lease_released   = CASE WHEN r.fence_token = lost.token THEN true ELSE r.lease_released END,
+       lease_expires_at = CASE WHEN r.fence_token = lost.token THEN now() ELSE r.lease_expires_at END,
+       lease_lapses     = CASE WHEN r.fence_token > lost.token THEN greatest(r.lease_lapses - 1, 0)
+                               ELSE r.lease_lapses END,
+       excused_tokens   = r.excused_tokens || lost.token,
+       updated_at       = now()
+  FROM unnest($1::text[], $2::bigint[]) AS lost(run_id, token)
+ WHERE r.run_id = lost.run_id
+   AND NOT lost.token = ANY(r.excused_tokens)
+   AND ((r.fence_token = lost.token AND r.owner = $3 AND r.state = 'running')
+        OR (r.fence_token > lost.token
+            AND r.history @> jsonb_build_array(jsonb_build_object(
+                    'event', 'takeover', 'fence_token', lost.token, 'owner', $3::text))))
+"""
+
 # Buffered for a while (database clock) with nothing of the job running: its start was lost.
 ORPHANED_BUFFERS = """
 SELECT DISTINCT p.job_id FROM {schema}.runs p

@@ -21,6 +21,7 @@ from slotflow_claimer.runs import Due, Run
 from slotflow_claimer.sql import (
     ACTIVE_RUNS,
     CLAIM,
+    EXCUSE_LAPSES,
     EXISTING_RUN_IDS,
     HEARTBEAT,
     INSERT_UNSTARTED,
@@ -174,6 +175,15 @@ async def heartbeat(
         return {}
     rows = await conn.fetch(sql(HEARTBEAT, schema), list(tokens), list(tokens.values()), owner, ttl)
     return {row["run_id"]: row["cancel_requested"] for row in rows}
+
+
+async def excuse_lapses(conn: Conn, schema: str, tokens: Mapping[str, int], *, owner: str) -> int:
+    """Excuse the lapses of runs ``owner`` lost because the database was unreachable (EXCUSE_LAPSES):
+    run id -> the token it held. Returns how many rows changed."""
+    if not tokens:
+        return 0
+    status = await conn.execute(sql(EXCUSE_LAPSES, schema), list(tokens), list(tokens.values()), owner)
+    return int(status.split()[-1])
 
 
 @dataclass(frozen=True, slots=True)
