@@ -18,6 +18,7 @@ import slotflow.workflow
 
 WORKFLOW_ALL = [
     "ActivityError",
+    "ActivityInputError",
     "ActivityTimeoutError",
     "CancelledError",
     "ChildWorkflowError",
