@@ -407,7 +407,7 @@ async def get_workflow(
     activities = await pool.fetch(sql(WORKFLOW_ACTIVITIES, schema), workflow_id)
     out["activities"] = [run_row(r) for r in activities]
     runs = {a["run_id"]: a for a in out["activities"]}
-    if row["last_sequence"] is None:
+    if out["last_sequence"] is None:
         _untyped(out, await _ticker_timers(pool, schema, workflow_id))
     else:
         _typed(out, derived, runs)
