@@ -9,6 +9,7 @@ import pytest
 from pydantic import BaseModel
 
 from slotflow import workflow
+from slotflow.contracts import ActivityFailed, ActivityScheduled
 from slotflow.errors import ConfigurationError
 from slotflow.runs import HandlerInputError, HandlerRegistry, RunContext, handler, handler_shape
 from slotflow.testing import run_context
@@ -110,7 +111,7 @@ async def test_a_handler_function_is_called_with_its_typed_input_and_gives_its_t
         ("charge", ChargeCard(amount=1)),
     ]
     history = env.history("typed-1")
-    scheduled = [e.activity for e in history if e.message_type == "workflow.activity_scheduled"]  # type: ignore[attr-defined]
+    scheduled = [e.activity for e in history if isinstance(e, ActivityScheduled)]
     assert scheduled == ["test.typed.charge", "test.typed.ship", "test.typed.charge"]
 
 
@@ -149,11 +150,11 @@ async def test_a_payload_sent_by_name_that_does_not_fit_fails_the_run_permanentl
     async with WorkflowEnvironment([WrongPayloadByName], activities=ACTIVITIES) as env:
         with pytest.raises(WorkflowFailureError) as failed:
             await env.execute_workflow(WrongPayloadByName, None, id="typed-5")
-        failures = [e for e in env.history("typed-5") if e.message_type == "workflow.activity_failed"]
+        failures = [e for e in env.history("typed-5") if isinstance(e, ActivityFailed)]
     assert failed.value.error_type == "HandlerInputError"
     # Not retried: the same payload fails the same way on every attempt.
-    assert len(failures) == 1 and failures[0].permanent  # type: ignore[attr-defined]
-    assert "does not fit ChargeCard" in failures[0].message  # type: ignore[attr-defined]
+    assert len(failures) == 1 and failures[0].permanent
+    assert "does not fit ChargeCard" in failures[0].message
 
 
 async def test_a_fake_in_a_mapping_that_takes_an_input_gets_it_validated() -> None:
