@@ -185,6 +185,12 @@ def _definition_flags(parser: argparse.ArgumentParser, *, patch: bool = False) -
         "--max-attempts", type=int, metavar="N", help="attempts before dead-lettering (default 5; 0: no limit)"
     )
     policy.add_argument(
+        "--backoff-coefficient",
+        type=float,
+        metavar="X",
+        help="how fast the back-off ceiling grows per retry, up to --retry-cap (default 2; 1: constant)",
+    )
+    policy.add_argument(
         "--non-retryable", action="append", metavar="ERROR", help="error type never retried (repeatable)"
     )
     policy.add_argument("--start-to-close", metavar="DURATION", help="one attempt's time limit (default 5m)")

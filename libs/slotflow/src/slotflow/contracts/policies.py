@@ -84,6 +84,10 @@ class RetryPolicy(_Policy):
     and api upgraded first (docs/workflows.md, "Retries").
     """
 
+    # The serializer below leaves a field out at its default; the schema a reader validates
+    # against (the api's OpenAPI for answers too) is still every field's.
+    model_config = ConfigDict(frozen=True, extra="forbid", json_schema_mode_override="validation")
+
     base: Duration = Field(default=timedelta(seconds=1), gt=timedelta(0))
     cap: Duration = Field(default=timedelta(seconds=120), gt=timedelta(0))
     #: Attempts in all, the first included; 0: no limit (Temporal's spelling). An unlimited run is
