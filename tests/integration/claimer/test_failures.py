@@ -366,5 +366,7 @@ async def test_a_runs_failure_history_keeps_its_newest_entries(
     history = json.loads(row["history"])
     assert len(history) == HISTORY_KEPT
     # The oldest entry made room; the rest kept their order, the new failure last.
-    assert [entry["message"] for entry in history[:-1]] == [f"earlier failure {n}" for n in range(1, HISTORY_KEPT)]
+    assert [entry["message"] for entry in history[:-1]] == [
+        f"earlier failure {n}" for n in range(1, HISTORY_KEPT)
+    ]
     assert (history[-1]["error_type"], history[-1]["attempt"]) == ("ConnectionError", 1)

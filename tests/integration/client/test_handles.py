@@ -108,7 +108,9 @@ async def test_a_workflow_started_by_its_run_method_gives_its_typed_result_or_it
     assert await by_id.result(timeout=WAIT) == receipt
 
 
-async def test_a_handle_on_a_reused_workflow_id_answers_with_its_own_run(stack: Stack, http: HttpTransport) -> None:
+async def test_a_handle_on_a_reused_workflow_id_answers_with_its_own_run(
+    stack: Stack, http: HttpTransport
+) -> None:
     """An id reused after its run closed (`allow_after_close`) holds two runs; each start's handle
     answers with its own run's result, and a handle by id alone follows the newest.
 
@@ -138,7 +140,8 @@ async def test_a_handle_on_a_reused_workflow_id_answers_with_its_own_run(stack: 
     second = await client.start_workflow(
         Checkout.run, order("second", 2000), id="reused-1", id_reuse_policy="allow_after_close"
     )
-    assert first.sent is not None and second.sent is not None
+    assert first.sent is not None
+    assert second.sent is not None
     assert second.start_command_id == second.sent.command_id != first.start_command_id
     second_receipt = await second.result(timeout=RESULT_WITHIN, poll_interval=0.1)
     assert (second_receipt.order_id, second_receipt.amount_cents) == ("second", 2000)
@@ -154,5 +157,7 @@ async def test_a_handle_on_a_reused_workflow_id_answers_with_its_own_run(stack: 
     newest = client.get_workflow_handle("reused-1", result_type=Receipt)
     assert await newest.result(timeout=WAIT) == second_receipt
     assert (await newest.describe()).runs == 2
-    by_start = client.get_workflow_handle("reused-1", result_type=Receipt, start_command_id=first.sent.command_id)
+    by_start = client.get_workflow_handle(
+        "reused-1", result_type=Receipt, start_command_id=first.sent.command_id
+    )
     assert await by_start.result(timeout=WAIT) == first_receipt

@@ -45,7 +45,8 @@ async def test_the_sync_client_works_from_a_script_and_from_inside_a_running_loo
         with SyncClient(HttpTransport(stack.api_url, token=ADMIN_TOKEN)) as client:
             handle = client.start_workflow(Checkout.run, order("sync-script"), id="sync-script", wait=30)
             assert_type(handle, SyncWorkflowHandle[Receipt])
-            assert handle.sent is not None and handle.sent.outcome is not None
+            assert handle.sent is not None
+            assert handle.sent.outcome is not None
             return handle.result(timeout=RESULT_WITHIN, poll_interval=0.3)
 
     receipt = await asyncio.to_thread(script)

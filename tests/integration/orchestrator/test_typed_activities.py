@@ -29,7 +29,9 @@ def workflow_code() -> RuntimeWorkflowCode:
 async def test_a_typed_activity_runs_with_its_input_type_and_returns_its_result_type(
     workflows: Workflows,
 ) -> None:
-    await workflows.start("typed-1", "tests.typed_checkout", {"order_id": "typed-1", "amount_cents": 990}, "t-1")
+    await workflows.start(
+        "typed-1", "tests.typed_checkout", {"order_id": "typed-1", "amount_cents": 990}, "t-1"
+    )
     history = await workflows.wait("typed-1", "workflow.completed")
     scheduled = [e for e in history if isinstance(e, ActivityScheduled)]
     assert [(e.activity, e.payload) for e in scheduled] == [
@@ -58,7 +60,8 @@ async def test_a_typed_activity_runs_with_its_input_type_and_returns_its_result_
     run = await workflows.db.fetchrow(
         "SELECT attempt, state FROM claimer.runs WHERE run_id = $1", f"typed-2/{failed[0].scheduled_sequence}"
     )
-    assert run is not None and (run["attempt"], run["state"]) == (1, "dead_lettered")
+    assert run is not None
+    assert (run["attempt"], run["state"]) == (1, "dead_lettered")
 
 
 async def test_an_argument_that_does_not_fit_fails_the_workflow_before_anything_is_scheduled(
@@ -70,4 +73,5 @@ async def test_an_argument_that_does_not_fit_fails_the_workflow_before_anything_
     end = history[-1]
     assert isinstance(end, WorkflowFailed)
     assert end.error_type == "ActivityInputError"
-    assert "activity tests.typed.charge" in end.message and "takes ChargeCard" in end.message
+    assert "activity tests.typed.charge" in end.message
+    assert "takes ChargeCard" in end.message

@@ -42,7 +42,9 @@ class TypedCheckout:
             charge_card, ChargeCard(order_id=order["order_id"], amount_cents=order["amount_cents"])
         )
         if order.get("bad_payload_by_name"):
-            await workflow.execute_activity("tests.typed.charge", {"order_id": order["order_id"], "amount_cents": "lots"})
+            await workflow.execute_activity(
+                "tests.typed.charge", {"order_id": order["order_id"], "amount_cents": "lots"}
+            )
         return {"charge_type": type(charge).__name__, **charge.model_dump()}
 
 

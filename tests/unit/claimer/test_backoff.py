@@ -3,6 +3,7 @@ jitter on top, unlimited attempts up to the counter's ceiling, and the policy's 
 consumers of the release before the coefficient read."""
 
 import json
+import math
 from datetime import timedelta
 
 import pytest
@@ -42,8 +43,8 @@ def test_the_ceiling_grows_with_each_attempt_until_the_cap(
     after = backoff_ceiling(attempt=attempt + 1, base=base, cap=cap, coefficient=coefficient)
     assert now <= after
     # Below the cap it is base * coefficient**attempt (timedelta keeps microseconds).
-    exact = base.total_seconds() * coefficient**attempt
-    if exact < cap.total_seconds():
+    if attempt * math.log(coefficient) < math.log(cap / base):
+        exact = base.total_seconds() * coefficient**attempt
         assert abs(now.total_seconds() - exact) <= 1e-6 * max(1.0, exact)
 
 
@@ -58,7 +59,11 @@ def test_coefficient_two_is_the_doubling_of_every_policy_before_it(
     base: timedelta, cap: timedelta, attempt: int
 ) -> None:
     base, cap = min(base, cap), max(base, cap)
-    assert backoff_ceiling(attempt=attempt, base=base, cap=cap) == min(cap, base * 2**attempt)
+    # In microseconds: `base * 2**attempt` as a timedelta overflows past 999,999,999 days (the
+    # doubling itself once did, from the 38th attempt of an hour's base).
+    micro = timedelta(microseconds=1)
+    expected = min(cap // micro, (base // micro) * 2**attempt)
+    assert backoff_ceiling(attempt=attempt, base=base, cap=cap) == timedelta(microseconds=expected)
 
 
 def test_a_policy_with_a_coefficient_and_a_maximum_interval_waits_as_its_schedule_says() -> None:
@@ -70,7 +75,14 @@ def test_a_policy_with_a_coefficient_and_a_maximum_interval_waits_as_its_schedul
         next_retry_delay(policy, attempt=failed, error=ConnectionError(), draw=0.999999)
         for failed in range(1, 7)
     ]
-    assert [round(c.total_seconds(), 3) for c in ceilings if c is not None] == [1.0, 3.0, 9.0, 10.0, 10.0, 10.0]
+    assert [round(c.total_seconds(), 3) for c in ceilings if c is not None] == [
+        1.0,
+        3.0,
+        9.0,
+        10.0,
+        10.0,
+        10.0,
+    ]
     halves = [
         next_retry_delay(policy, attempt=failed, error=ConnectionError(), draw=0.5) for failed in range(1, 7)
     ]
@@ -95,7 +107,9 @@ def test_zero_attempts_means_no_limit_up_to_the_counters_ceiling() -> None:
     at_ceiling = sort_failure(run(attempt=ATTEMPT_CEILING, retry=policy), ConnectionError(), draw=0.5)
     assert (at_ceiling.delay, at_ceiling.dlq_reason) == (None, "attempts_exhausted")
     # A redrive's fresh budget does not get past it either.
-    redriven = run(attempt=ATTEMPT_CEILING, round_start=ATTEMPT_CEILING - 1, retry=RetryPolicy(max_attempts=5))
+    redriven = run(
+        attempt=ATTEMPT_CEILING, round_start=ATTEMPT_CEILING - 1, retry=RetryPolicy(max_attempts=5)
+    )
     assert sort_failure(redriven, ConnectionError(), draw=0.5).dlq_reason == "attempts_exhausted"
 
 

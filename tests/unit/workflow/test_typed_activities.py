@@ -3,6 +3,7 @@ input where the workflow calls it, the result typed by its return annotation, na
 and the payload validated into the input where the handler runs (offline, `WorkflowEnvironment`)."""
 
 import pickle
+from collections.abc import Callable
 from typing import Any, assert_type
 
 import pytest
@@ -13,7 +14,7 @@ from slotflow.contracts import ActivityFailed, ActivityScheduled
 from slotflow.errors import ConfigurationError
 from slotflow.runs import HandlerInputError, HandlerRegistry, RunContext, handler, handler_shape
 from slotflow.testing import run_context
-from slotflow.workflow import ActivityInputError, Saga
+from slotflow.workflow import Saga
 from slotflow.workflow.check import check_source
 from slotflow.workflow.testing import WorkflowEnvironment, WorkflowFailureError
 
@@ -106,10 +107,10 @@ async def test_a_handler_function_is_called_with_its_typed_input_and_gives_its_t
     assert (result["charge"]["amount"], result["type"], result["shipped"]) == (5, "Charge", "mug")
     assert result["charge"]["charge_id"].startswith("ch-typed-1/")
     assert result["by_name"]["amount"] == 1  # the JSON, as the api would show it
-    assert CALLS == [
+    assert [
         ("charge", ChargeCard(amount=5)),
         ("charge", ChargeCard(amount=1)),
-    ]
+    ] == CALLS
     history = env.history("typed-1")
     scheduled = [e.activity for e in history if isinstance(e, ActivityScheduled)]
     assert scheduled == ["test.typed.charge", "test.typed.ship", "test.typed.charge"]
@@ -118,10 +119,14 @@ async def test_a_handler_function_is_called_with_its_typed_input_and_gives_its_t
 async def test_a_saga_undoes_with_a_typed_compensation() -> None:
     async with WorkflowEnvironment([TypedCheckout], activities=ACTIVITIES) as env:
         with pytest.raises(WorkflowFailureError) as failed:
-            await env.execute_workflow(TypedCheckout, {"amount": 7, "sku": "mug", "decline": True}, id="typed-2")
+            await env.execute_workflow(
+                TypedCheckout, {"amount": 7, "sku": "mug", "decline": True}, id="typed-2"
+            )
     assert (failed.value.error_type, failed.value.compensated) == ("ValueError", True)
     undo = CALLS[-1]
-    assert undo[0] == "refund" and isinstance(undo[1], Charge) and undo[1].amount == 7
+    assert undo[0] == "refund"
+    assert isinstance(undo[1], Charge)
+    assert undo[1].amount == 7
 
 
 async def test_an_argument_that_does_not_fit_fails_where_it_is_called_naming_the_activity_and_type() -> None:
@@ -153,7 +158,8 @@ async def test_a_payload_sent_by_name_that_does_not_fit_fails_the_run_permanentl
         failures = [e for e in env.history("typed-5") if isinstance(e, ActivityFailed)]
     assert failed.value.error_type == "HandlerInputError"
     # Not retried: the same payload fails the same way on every attempt.
-    assert len(failures) == 1 and failures[0].permanent
+    assert len(failures) == 1
+    assert failures[0].permanent
     assert "does not fit ChargeCard" in failures[0].message
 
 
@@ -164,7 +170,7 @@ async def test_a_fake_in_a_mapping_that_takes_an_input_gets_it_validated() -> No
         seen.append(card)
         return Charge(charge_id="fake", amount=card.amount)
 
-    fakes = {
+    fakes: dict[str, Callable[..., Any]] = {
         "test.typed.charge": fake_charge,
         "test.typed.refund": refund,
         "test.typed.ship": ship,
@@ -180,16 +186,19 @@ def test_the_registry_reads_the_shape_and_calls_a_typed_handler_with_the_context
     shape = handler_shape(charge_card)
     assert shape is not None
     assert (shape.name, shape.input, shape.result) == ("test.typed.charge", ChargeCard, Charge)
-    assert handler_shape(ship) is not None and handler_shape(ship).input is None  # type: ignore[union-attr]
+    untyped = handler_shape(ship)
+    assert untyped is not None
+    assert untyped.input is None
     assert handler_shape(not_a_handler) is None
     registered = ACTIVITIES.resolve("test.typed.charge")
     assert registered.runs_in == "loop"
     # The function as written stays what the decorator returned; the claimer calls the wrapper.
-    assert registered.source is charge_card and registered.fn is not charge_card
+    assert registered.source is charge_card
+    assert registered.fn is not charge_card
     # Registering the same function again under its name is no conflict.
     ACTIVITIES.register("test.typed.charge", charge_card)
     # The wrapper pickles (a process pool sends it to its workers by reference).
-    assert pickle.loads(pickle.dumps(registered.fn)).__wrapped__ is charge_card
+    assert pickle.loads(pickle.dumps(registered.fn)).__wrapped__ is charge_card  # noqa: S301 (our own bytes)
 
 
 def test_a_plain_def_handler_that_takes_an_input_validates_it_in_its_thread() -> None:
@@ -202,7 +211,9 @@ def test_a_plain_def_handler_that_takes_an_input_validates_it_in_its_thread() ->
     called = registry.resolve("test.typed.label")
     assert called.runs_in == "thread"
     assert called.fn(_context({"amount": "12"})) == "12 EUR"
-    with pytest.raises(HandlerInputError, match=r"handler 'test.typed.label' does not fit ChargeCard: amount"):
+    with pytest.raises(
+        HandlerInputError, match=r"handler 'test.typed.label' does not fit ChargeCard: amount"
+    ):
         called.fn(_context({"amount": "twelve"}))
 
 
@@ -218,7 +229,7 @@ def test_an_input_type_pydantic_cannot_validate_is_refused_at_registration() -> 
 
 
 def test_the_static_check_lets_a_workflow_pass_a_handler_function_it_imports_or_defines() -> None:
-    source = '''
+    source = """
 import httpx
 from slotflow import workflow
 from slotflow.runs import RunContext, handler
@@ -236,7 +247,7 @@ class Checkout:
     async def run(self, order: dict) -> None:
         await workflow.execute_activity(charge_card, order)
         await workflow.execute_activity(book, order)
-'''
+"""
     assert check_source(source, "typed.py").findings == ()
     # Calling the handler itself in the workflow is I/O in workflow code, and still reported.
     called = source.replace("await workflow.execute_activity(book, order)", "await book(None, order)")

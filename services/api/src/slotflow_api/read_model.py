@@ -22,7 +22,6 @@ from slotflow.pg.pool import Conn, Pool
 from slotflow.pg.statements import Filters, sql, sql_with
 from slotflow.redrive import LetterFacts, Unroutable, route
 from slotflow.settings import KafkaSettings
-from slotflow_api.workflow_projection import stored_event, waiting_columns
 from slotflow_api.sql.read_model import (
     ATTENTION,
     BACKFILL_RUN_STATES,
@@ -64,6 +63,7 @@ from slotflow_api.sql.read_model import (
     WORKFLOW_SELECTION_COUNTS,
     WORKFLOWS_PAGE,
 )
+from slotflow_api.workflow_projection import stored_event, waiting_columns
 
 
 @dataclass(frozen=True)

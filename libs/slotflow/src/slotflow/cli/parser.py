@@ -182,7 +182,10 @@ def _definition_flags(parser: argparse.ArgumentParser, *, patch: bool = False) -
     policy.add_argument("--retry-base", metavar="DURATION", help="first back-off ceiling (default 1s)")
     policy.add_argument("--retry-cap", metavar="DURATION", help="largest back-off (default 120s)")
     policy.add_argument(
-        "--max-attempts", type=int, metavar="N", help="attempts before dead-lettering (default 5; 0: no limit)"
+        "--max-attempts",
+        type=int,
+        metavar="N",
+        help="attempts before dead-lettering (default 5; 0: no limit)",
     )
     policy.add_argument(
         "--backoff-coefficient",

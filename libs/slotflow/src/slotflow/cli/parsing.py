@@ -141,7 +141,9 @@ def build_definition(
         payload=parse_json_object(payload, flag="--payload") if payload is not None else None,
         misfire=validated(MisfirePolicy, misfire_fields, what="misfire policy"),
         retry=validated(
-            RetryPolicy, retry_fields, what="retry policy (--retry-base/--retry-cap/--max-attempts/--backoff-coefficient)"
+            RetryPolicy,
+            retry_fields,
+            what="retry policy (--retry-base/--retry-cap/--max-attempts/--backoff-coefficient)",
         ),
         dst=validated(DstPolicy, dst_fields, what="DST policy"),
         overlap=overlap,

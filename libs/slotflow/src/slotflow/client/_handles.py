@@ -209,8 +209,10 @@ class WorkflowHandle(Generic[ResultT]):
         self.sent = sent
         #: The command id of the StartWorkflow whose run this handle follows (`sent.command_id`
         #: for a handle from `start_workflow`); None: the newest run of the id, whichever it is.
-        self.start_command_id = start_command_id if start_command_id is not None else (
-            sent.command_id if sent is not None else None
+        self.start_command_id = (
+            start_command_id
+            if start_command_id is not None
+            else (sent.command_id if sent is not None else None)
         )
         self._result = result if result is not None else Converter(Any)
         self._result_type_name = result_type_name

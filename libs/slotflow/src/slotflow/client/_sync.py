@@ -52,7 +52,9 @@ class _Loop:
             raise ClientClosed("this SyncClient is closed")
         if threading.current_thread() is self.thread:
             coroutine.close()
-            raise ClientClosed("a SyncClient call from its own event loop would wait for itself; use the async Client")
+            raise ClientClosed(
+                "a SyncClient call from its own event loop would wait for itself; use the async Client"
+            )
         future: Future[R] = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
         try:
             return future.result()
@@ -145,7 +147,9 @@ class SyncWorkflowHandle(Generic[ResultT]):
         """`WorkflowHandle.describe`, blocking."""
         return self._loop.run(self._handle.describe())
 
-    def signal(self, name: str, payload: Any = None, *, command_id: str | None = None, wait: float | None = None) -> Sent:
+    def signal(
+        self, name: str, payload: Any = None, *, command_id: str | None = None, wait: float | None = None
+    ) -> Sent:
         """`WorkflowHandle.signal`, blocking."""
         return self._loop.run(self._handle.signal(name, payload, command_id=command_id, wait=wait))
 
@@ -153,7 +157,9 @@ class SyncWorkflowHandle(Generic[ResultT]):
         """`WorkflowHandle.cancel`, blocking."""
         return self._loop.run(self._handle.cancel(reason, command_id=command_id, wait=wait))
 
-    def terminate(self, reason: str = "", *, command_id: str | None = None, wait: float | None = None) -> Sent:
+    def terminate(
+        self, reason: str = "", *, command_id: str | None = None, wait: float | None = None
+    ) -> Sent:
         """`WorkflowHandle.terminate`, blocking."""
         return self._loop.run(self._handle.terminate(reason, command_id=command_id, wait=wait))
 

@@ -39,6 +39,7 @@ class RetryShape(Protocol):
 #: (`max_attempts` 0) is dead-lettered (`attempts_exhausted`) when it gets here instead of
 #: overflowing the counter: about 68 years of retries a second apart.
 ATTEMPT_CEILING = 2**31 - 1
+_MICROSECOND = timedelta(microseconds=1)
 
 
 def backoff_ceiling(*, attempt: int, base: timedelta, cap: timedelta, coefficient: float = 2.0) -> timedelta:
@@ -51,11 +52,13 @@ def backoff_ceiling(*, attempt: int, base: timedelta, cap: timedelta, coefficien
     if coefficient < 1.0 or math.isnan(coefficient):
         raise ValueError("coefficient must be at least 1")
     if coefficient == 2.0:
-        # Past 2**62 the product only matters as "more than cap"; avoid building huge timedeltas.
-        # Integer doubling keeps the delays of every policy written before the coefficient exact.
+        # Integer doubling in microseconds keeps the delays of every policy written before the
+        # coefficient exact, and compares before building a timedelta: `base * 2**attempt` past
+        # 999,999,999 days is an OverflowError (an hour's base does that from the 38th attempt).
         if attempt >= 62:
             return cap
-        return min(cap, base * (1 << attempt))
+        grown = (base // _MICROSECOND) << attempt
+        return cap if grown >= cap // _MICROSECOND else timedelta(microseconds=grown)
     # Compare in logarithms, so a large attempt never builds an overflowing float or timedelta.
     if base >= cap or attempt * math.log(coefficient) >= math.log(cap / base):
         return cap

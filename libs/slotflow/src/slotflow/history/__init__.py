@@ -17,4 +17,13 @@ from slotflow.history.fold import (
 )
 from slotflow.history.open_work import OpenWork
 
-__all__ = ["STATUSES", "TERMINAL_STATUSES", "OpenWork", "Recorded", "WorkflowState", "contiguous", "fold", "run_history"]
+__all__ = [
+    "STATUSES",
+    "TERMINAL_STATUSES",
+    "OpenWork",
+    "Recorded",
+    "WorkflowState",
+    "contiguous",
+    "fold",
+    "run_history",
+]

@@ -16,6 +16,7 @@ renews leases; with ``runs_in="process"`` a plain `def` runs in a process pool, 
 work that would hold the GIL (it gets a context without pools: see `RunContext.detached`).
 """
 
+import contextlib
 import importlib
 import inspect
 import re
@@ -33,7 +34,8 @@ from slotflow.errors import ConfigurationError, PermanentError
 from slotflow.runs.context import RunContext
 
 HandlerFn = Callable[[RunContext], Awaitable[Any]]
-F = TypeVar("F", bound=Callable[[RunContext], Any])
+#: A handler: the run's context, and optionally its input (see the module docstring).
+F = TypeVar("F", bound=Callable[..., Any])
 RunsIn = Literal["loop", "thread", "process"]
 
 _NAME = re.compile(IDENTIFIER_PATTERN)
@@ -172,7 +174,7 @@ class _WithInput:
 class _AsyncWithInput(_WithInput):
     """`_WithInput` for an `async def`: the claimer awaits it on its loop."""
 
-    async def __call__(self, ctx: RunContext) -> Any:  # type: ignore[override]
+    async def __call__(self, ctx: RunContext) -> Any:
         return await self.__wrapped__(ctx, load_input(self.shape, ctx.payload))
 
 
@@ -295,10 +297,9 @@ def _mark(fn: Callable[..., Any], shape: HandlerShape) -> None:
     if existing is not None and existing.name != shape.name:
         # One function under two names: it names neither when passed to execute_activity.
         shape = HandlerShape("", shape.input, shape.result, shape.qualname)
-    try:
+    # A bound method or a builtin takes no attribute: it is reachable by its name only.
+    with contextlib.suppress(AttributeError, TypeError):
         setattr(fn, SHAPE_ATTRIBUTE, shape)
-    except (AttributeError, TypeError):  # a bound method or a builtin: reachable by its name only
-        pass
 
 
 REGISTRY = HandlerRegistry()

@@ -14,7 +14,7 @@ from functools import lru_cache
 from typing import Any, NoReturn, TypeVar, overload
 from uuid import UUID
 
-from pydantic import PydanticSchemaGenerationError, PydanticUserError, TypeAdapter, ValidationError
+from pydantic import PydanticUserError, TypeAdapter, ValidationError
 
 from slotflow.contracts.policies import RetryPolicy
 from slotflow.contracts.timers import sleep_timer_id
@@ -177,7 +177,7 @@ def _declared_result(shape: HandlerShape | None) -> Any:
         return None
     try:
         _adapter(shape.result)
-    except (PydanticUserError, PydanticSchemaGenerationError):
+    except PydanticUserError:  # its schema-generation error included
         return None
     return shape.result
 

@@ -15,9 +15,9 @@ undone).
 """
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
-from collections.abc import Callable
 from typing import Any
 
 from slotflow.contracts.policies import RetryPolicy

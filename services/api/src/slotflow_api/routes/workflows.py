@@ -411,6 +411,8 @@ async def get_workflow(
     row = await read_model.get_workflow(s.pool, s.schema, workflow_id, start_command_id=start_command_id)
     if row is None:
         if start_command_id is not None:
-            raise NotFound(f"workflow {workflow_id!r} has no run started by command {start_command_id!r} (yet)")
+            raise NotFound(
+                f"workflow {workflow_id!r} has no run started by command {start_command_id!r} (yet)"
+            )
         raise NotFound(f"workflow {workflow_id!r} is not known (yet)")
     return row
