@@ -18,6 +18,7 @@ import slotflow.workflow
 
 WORKFLOW_ALL = [
     "ActivityError",
+    "ActivityInputError",
     "ActivityTimeoutError",
     "CancelledError",
     "ChildWorkflowError",
@@ -78,6 +79,7 @@ CLIENT_ALL = [
     "BulkWorkflow",
     "BulkWorkflowsResult",
     "Client",
+    "ClientClosed",
     "ClientError",
     "CommandRejected",
     "CommandStatus",
@@ -98,6 +100,8 @@ CLIENT_ALL = [
     "Run",
     "Schedule",
     "Sent",
+    "SyncClient",
+    "SyncWorkflowHandle",
     "Unavailable",
     "WaitTimedOut",
     "Workflow",

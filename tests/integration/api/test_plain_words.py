@@ -72,8 +72,8 @@ DEFINITION = {"spec": {"kind": "interval", "every": "PT1H"}, "handler": "reports
             "definition.spec: needs a kind: cron (with expression), interval (with every) or once (with at)",
         ),
         (
-            {"schedule_id": "s", "definition": {**DEFINITION, "retry": {"max_attempts": 0}}},
-            "definition.retry.max_attempts: must be at least 1",
+            {"schedule_id": "s", "definition": {**DEFINITION, "retry": {"max_attempts": -1}}},
+            "definition.retry.max_attempts: must be at least 0",
         ),
         (
             {"schedule_id": "s", "definition": {**DEFINITION, "overlap": "queue"}},

@@ -4,6 +4,7 @@ never do."""
 import asyncio
 import base64
 import contextlib
+import json
 from collections.abc import AsyncIterator
 from datetime import timedelta
 
@@ -19,6 +20,7 @@ from slotflow.pg.pool import Pool
 from slotflow.runs import HandlerRegistry, RunContext
 from slotflow.settings import KafkaSettings
 from slotflow.testing import assert_eventually
+from slotflow_claimer.sql import HISTORY_KEPT
 from tests.integration.claimer.conftest import StartClaimer
 from tests.integration.claimer.support import (
     TopicReader,
@@ -273,3 +275,98 @@ async def test_a_transient_error_that_ran_out_of_attempts_stays_retryable(
     assert [f.data["retryable"] for f in failed] == [True, True]
     assert dead[0].data["reason"] == "attempts_exhausted"
     assert letters[0].data["reason"] == "attempts_exhausted"
+
+
+async def test_unlimited_attempts_with_a_constant_backoff_retry_until_success(
+    kafka: KafkaSettings,
+    pg_dsn: str,
+    producer: Producer,
+    db: Pool,
+    registry: HandlerRegistry,
+    start_claimer: StartClaimer,
+) -> None:
+    """`max_attempts=0` retries past any finite budget, and `backoff_coefficient=1` keeps every
+    wait under `base`, where doubling from 100 ms would have allowed 6.4 s before the eighth try."""
+    succeeds_on = 9
+
+    async def stubborn(ctx: RunContext) -> str:
+        if ctx.attempt < succeeds_on:
+            raise ConnectionError(f"gateway unreachable (attempt {ctx.attempt})")
+        return "paid"
+
+    registry.register("test.stubborn", stubborn)
+    await start_claimer()
+    policy = RetryPolicy(
+        base=timedelta(milliseconds=100), cap=timedelta(seconds=10), max_attempts=0, backoff_coefficient=1
+    )
+    job = job_due("stubborn", handler="test.stubborn", retry=policy)
+    async with ticking(kafka, pg_dsn):
+        await publish(producer, kafka, [job])
+        row = await wait_state(db, job.run_id, "completed", timeout=60)
+    assert row["attempt"] == succeeds_on
+    async with TopicReader(kafka, RUN_EVENTS) as events:
+        await events.wait_for("run.completed", run_id=job.run_id)
+        retrying = events.of_type("run.retrying", job.run_id)
+        dead = events.of_type("run.dead_lettered", job.run_id)
+    assert dead == []
+    assert [r.data["next_attempt"] for r in retrying] == list(range(2, succeeds_on + 1))
+    delays = [TypeAdapter(timedelta).validate_python(r.data["delay"]) for r in retrying]
+    assert all(timedelta(0) <= delay <= policy.base for delay in delays), delays
+    # The policy travelled with every retry's JobDue: the stored one still says so.
+    stored = RetryPolicy.model_validate_json(
+        await db.fetchval("SELECT retry::text FROM claimer.runs WHERE run_id = $1", job.run_id)
+    )
+    assert (stored.max_attempts, stored.backoff_coefficient) == (0, 1.0)
+
+
+async def test_a_runs_failure_history_keeps_its_newest_entries(
+    kafka: KafkaSettings,
+    pg_dsn: str,
+    producer: Producer,
+    db: Pool,
+    registry: HandlerRegistry,
+    start_claimer: StartClaimer,
+) -> None:
+    """A run with unlimited attempts appends one history entry per failure for as long as it fails:
+    the row keeps the newest HISTORY_KEPT, so it (rewritten on every write), its RunDeadLettered
+    and its letter stay bounded. The run's history is seeded full while its first attempt waits."""
+    seeded = asyncio.Event()
+
+    async def fails_once(ctx: RunContext) -> str:
+        if ctx.attempt == 1:
+            await asyncio.wait_for(seeded.wait(), timeout=30)
+            raise ConnectionError("gateway unreachable")
+        return "paid"
+
+    registry.register("test.fails_once", fails_once)
+    await start_claimer()
+    policy = RetryPolicy(base=timedelta(milliseconds=100), cap=timedelta(milliseconds=200), max_attempts=0)
+    job = job_due("long-failing", handler="test.fails_once", retry=policy)
+    earlier = [
+        {
+            "event": "failed",
+            "attempt": 1,
+            "fence_token": 1,
+            "owner": "earlier",
+            "error_type": "TimeoutError",
+            "message": f"earlier failure {n}",
+            "started_at": None,
+            "finished_at": "2026-01-01T00:00:00+00:00",
+        }
+        for n in range(HISTORY_KEPT)
+    ]
+    async with ticking(kafka, pg_dsn):
+        await publish(producer, kafka, [job])
+        await wait_state(db, job.run_id, "running")
+        await db.execute(
+            "UPDATE claimer.runs SET history = $2::jsonb WHERE run_id = $1", job.run_id, json.dumps(earlier)
+        )
+        seeded.set()
+        row = await wait_state(db, job.run_id, "completed")
+    history = json.loads(row["history"])
+    assert len(history) == HISTORY_KEPT
+    # The oldest entry made room; the rest kept their order, the new failure last.
+    assert [entry["message"] for entry in history[:-1]] == [
+        f"earlier failure {n}" for n in range(1, HISTORY_KEPT)
+    ]
+    assert (history[-1]["error_type"], history[-1]["attempt"]) == ("ConnectionError", 1)

@@ -106,3 +106,58 @@ async def test_a_workflow_started_by_its_run_method_gives_its_typed_result_or_it
     # A handle by id, for a workflow started elsewhere, typed by result_type.
     by_id = client.get_workflow_handle("typed-1", result_type=Receipt)
     assert await by_id.result(timeout=WAIT) == receipt
+
+
+async def test_a_handle_on_a_reused_workflow_id_answers_with_its_own_run(
+    stack: Stack, http: HttpTransport
+) -> None:
+    """An id reused after its run closed (`allow_after_close`) holds two runs; each start's handle
+    answers with its own run's result, and a handle by id alone follows the newest.
+
+    Before handles followed their start's run, the first handle read after the second run ended
+    answered with the second run's receipt (the api shows the newest run under the id), and the
+    second handle could answer with the first run's while the api still showed it."""
+    if str(EXAMPLES) not in sys.path:
+        sys.path.insert(0, str(EXAMPLES))
+    from orders.models import Line, Order, Receipt
+    from orders.workflow import Checkout
+
+    def order(order_id: str, amount_cents: int) -> Order:
+        return Order(
+            order_id=order_id,
+            customer_id="c-7",
+            amount_cents=amount_cents,
+            card_token="tok_visa",
+            lines=[Line(sku="mug", quantity=1)],
+            hold=timedelta(seconds=1),
+        )
+
+    client = Client(http)
+    first = await client.start_workflow(Checkout.run, order("first", 1000), id="reused-1")
+    first_receipt = await first.result(timeout=RESULT_WITHIN, poll_interval=0.3)
+    assert (first_receipt.order_id, first_receipt.amount_cents) == ("first", 1000)
+
+    second = await client.start_workflow(
+        Checkout.run, order("second", 2000), id="reused-1", id_reuse_policy="allow_after_close"
+    )
+    assert first.sent is not None
+    assert second.sent is not None
+    assert second.start_command_id == second.sent.command_id != first.start_command_id
+    second_receipt = await second.result(timeout=RESULT_WITHIN, poll_interval=0.1)
+    assert (second_receipt.order_id, second_receipt.amount_cents) == ("second", 2000)
+
+    # The api now shows the second run under the id; the first handle still reads its own.
+    assert await first.result(timeout=WAIT) == first_receipt
+    shown_first = await first.describe()
+    assert (shown_first.status, shown_first.start_command_id, shown_first.runs) == (
+        "completed",
+        first.sent.command_id,
+        1,
+    )
+    newest = client.get_workflow_handle("reused-1", result_type=Receipt)
+    assert await newest.result(timeout=WAIT) == second_receipt
+    assert (await newest.describe()).runs == 2
+    by_start = client.get_workflow_handle(
+        "reused-1", result_type=Receipt, start_command_id=first.sent.command_id
+    )
+    assert await by_start.result(timeout=WAIT) == first_receipt

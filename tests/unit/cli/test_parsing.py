@@ -130,6 +130,9 @@ def test_definition_keeps_defaults_for_unset_policy_flags() -> None:
     definition = build_definition(spec=spec, handler="payouts.pay")
     assert definition.misfire.policy == "fire_once"
     assert definition.retry.max_attempts == 5
+    assert definition.retry.backoff_coefficient == 2.0
+    unlimited = build_definition(spec=spec, handler="payouts.pay", max_attempts=0, backoff_coefficient=1)
+    assert (unlimited.retry.unlimited, unlimited.retry.backoff_coefficient) == (True, 1.0)
     assert definition.payload == {}
     assert definition.tags == ()
 
@@ -147,6 +150,7 @@ def test_definition_from_every_policy_flag() -> None:
         retry_base="2s",
         retry_cap="1m",
         max_attempts=3,
+        backoff_coefficient=1.5,
         non_retryable=["CardDeclined"],
         start_to_close="90s",
         dst_repeated="both",
@@ -164,6 +168,7 @@ def test_definition_from_every_policy_flag() -> None:
     assert definition.retry.base == timedelta(seconds=2)
     assert definition.retry.cap == timedelta(minutes=1)
     assert definition.retry.max_attempts == 3
+    assert definition.retry.backoff_coefficient == 1.5
     assert definition.retry.non_retryable == ("CardDeclined",)
     assert definition.retry.start_to_close == timedelta(seconds=90)
     assert (definition.dst.repeated, definition.dst.nonexistent) == ("both", "skip")

@@ -346,6 +346,29 @@ async def test_a_refused_start_raises_from_result_instead_of_reading_another_run
     assert api.workflow_reads() == 0
 
 
+async def test_a_started_handle_reads_the_run_its_start_began_and_a_handle_by_id_the_newest() -> None:
+    # The api answers 404 while it shows no run of that start (the previous run of a reused id,
+    # say), then that run: the handle waits through the 404 and reads only its own run.
+    api = FakeApi([None, shown("completed", result=RECEIPT)])
+    handle = await api.client().start_workflow(
+        Checkout.run, Order(order_id="o-1", amount_cents=990), id="o-1"
+    )
+    assert handle.sent is not None
+    assert handle.start_command_id == handle.sent.command_id
+    assert await handle.result(timeout=5, poll_interval=0.01) == Receipt(**RECEIPT)
+    await handle.describe()
+    reads = [r for r in api.requests if r.method == "GET" and path_of(r) == "/v1/workflows/o-1"]
+    assert len(reads) == 3
+    assert {r.url.params.get("start_command_id") for r in reads} == {handle.sent.command_id}
+
+    by_id = FakeApi([shown("completed", result=RECEIPT)])
+    await by_id.client().get_workflow_handle("o-1").result(timeout=5)
+    assert [r.url.params.get("start_command_id") for r in by_id.requests] == [None]
+    chosen = FakeApi([shown("completed", result=RECEIPT)])
+    await chosen.client().get_workflow_handle("o-1", start_command_id="c-7").result(timeout=5)
+    assert [r.url.params.get("start_command_id") for r in chosen.requests] == ["c-7"]
+
+
 async def test_a_handle_by_id_to_a_workflow_the_api_does_not_know_raises_not_found() -> None:
     api = FakeApi([None])
     with pytest.raises(NotFound):

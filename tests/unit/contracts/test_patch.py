@@ -54,7 +54,7 @@ def test_the_payload_is_replaced_whole_and_null_resets_a_field() -> None:
 
 def test_an_invalid_result_or_an_unknown_field_is_refused() -> None:
     with pytest.raises(ValidationError):
-        patch_definition(BASE, {"retry": {"max_attempts": 0}})
+        patch_definition(BASE, {"retry": {"max_attempts": -1}})
     with pytest.raises(ValidationError, match="unknown fields"):
         UpdateSchedule(schedule_id="s", patch={"hander": "x"})
     with pytest.raises(ValidationError, match="exactly one"):

@@ -28,7 +28,7 @@ from slotflow.contracts import (
     WorkflowTimerFired,
 )
 from slotflow.contracts.workflows import WORKFLOW_TERMINATED
-from slotflow.history import TERMINAL_STATUSES, Recorded, fold
+from slotflow.history import TERMINAL_STATUSES, Recorded, fold, run_history
 from slotflow.workflow.testing import WorkflowEnvironment
 
 W = "order-7"
@@ -203,6 +203,35 @@ def test_a_reused_id_shows_its_newest_run_and_only_a_reuse_reopens_it() -> None:
     assert [s["activity"] for s in state.steps] == ["b"]
     assert state.result is None
     assert state.anomalies == []
+
+
+def test_the_run_a_start_began_is_cut_where_the_next_start_of_the_reused_id_begins() -> None:
+    first = [started(), scheduled(2, "a"), done(3, 2), WorkflowCompleted(workflow_id=W, sequence=4, result=1)]
+    again = WorkflowStarted(
+        workflow_id=W, sequence=5, workflow_type="checkout", input={"o": 8}, command_id="c2", reused_after=4
+    )
+    continued = WorkflowContinuedAsNew(workflow_id=W, sequence=6, workflow_type="checkout", input={"o": 9})
+    next_run = WorkflowStarted(
+        workflow_id=W, sequence=7, workflow_type="checkout", input={"o": 9}, command_id="c2", continued_from=6
+    )
+    history = rec(*first, again, continued, next_run, scheduled(8, "b"))
+
+    earlier = run_history(history, "c1")
+    assert earlier is not None
+    assert [r.event.sequence for r in earlier] == [1, 2, 3, 4]
+    state = fold(earlier)
+    assert state is not None
+    assert (state.status, state.result, state.command_id, state.runs) == ("completed", 1, "c1", 1)
+
+    # A continue-as-new keeps the start's command id: the chain is the run its start began.
+    newest = run_history(history, "c2")
+    assert newest == history
+    state = fold(history)
+    assert state is not None
+    assert (state.status, state.command_id, state.runs) == ("running", "c2", 2)
+
+    assert run_history(history, "c3") is None
+    assert run_history(rec(scheduled(2, "a")), "c1") is None  # no sequence 1 yet
 
 
 def test_a_cancelled_timer_is_no_longer_pending() -> None:

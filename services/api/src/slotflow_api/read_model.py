@@ -17,7 +17,7 @@ from slotflow.contracts import DeadLetterFilter
 from slotflow.contracts.dlq import RedriveDefinition
 from slotflow.contracts.topics import JOBS_DUE
 from slotflow.core.cursors import decode_cursor, encode_cursor
-from slotflow.history.fold import TERMINAL_STATUSES
+from slotflow.history.fold import TERMINAL_STATUSES, WorkflowState, fold, run_history
 from slotflow.pg.pool import Conn, Pool
 from slotflow.pg.statements import Filters, sql, sql_with
 from slotflow.redrive import LetterFacts, Unroutable, route
@@ -56,12 +56,14 @@ from slotflow_api.sql.read_model import (
     TICKER_TIMERS_OF,
     WORKFLOW_ACTIVITIES,
     WORKFLOW_BY_ID,
+    WORKFLOW_EVENTS_OF_ONE,
     WORKFLOW_HISTORY_LENGTH,
     WORKFLOW_HISTORY_PAGE,
     WORKFLOW_SELECTION,
     WORKFLOW_SELECTION_COUNTS,
     WORKFLOWS_PAGE,
 )
+from slotflow_api.workflow_projection import stored_event, waiting_columns
 
 
 @dataclass(frozen=True)
@@ -380,22 +382,68 @@ _TERMINAL_RUN_STATES = ["completed", "dead_lettered", "skipped"]
 _CLOSED_WORKFLOW_STATES = TERMINAL_STATUSES
 
 
-async def get_workflow(pool: Pool, schema: str, workflow_id: str) -> dict[str, Any] | None:
-    """One workflow with its activities, timers and the state folded from its history, or None."""
+async def get_workflow(
+    pool: Pool, schema: str, workflow_id: str, *, start_command_id: str | None = None
+) -> dict[str, Any] | None:
+    """One workflow with its activities, timers and the state folded from its history, or None.
+
+    The row shows the newest run of the id. ``start_command_id`` asks for the run that start
+    began instead (its continued runs included): the row when it is the newest, else that run
+    folded from the history; None while no run began with it (not projected yet, or never).
+    """
     row = await pool.fetchrow(sql(WORKFLOW_BY_ID, schema), workflow_id)
     if row is None:
         return None
     derived: dict[str, Any] = _loads(row["derived"]) or {}
     out = workflow_row(row)
+    if start_command_id is not None and derived.get("command_id") != start_command_id:
+        earlier = await _earlier_run(pool, schema, workflow_id, start_command_id)
+        if earlier is None:
+            return None
+        derived = earlier.derived()
+        out.update(_run_columns(earlier))
+    out["start_command_id"] = derived.get("command_id")
+    out["runs"] = derived.get("runs")
     activities = await pool.fetch(sql(WORKFLOW_ACTIVITIES, schema), workflow_id)
     out["activities"] = [run_row(r) for r in activities]
     runs = {a["run_id"]: a for a in out["activities"]}
-    if row["last_sequence"] is None:
+    if out["last_sequence"] is None:
         _untyped(out, await _ticker_timers(pool, schema, workflow_id))
     else:
         _typed(out, derived, runs)
     out["history_length"] = await pool.fetchval(sql(WORKFLOW_HISTORY_LENGTH, schema), workflow_id)
     return out
+
+
+async def _earlier_run(
+    pool: Pool, schema: str, workflow_id: str, start_command_id: str
+) -> WorkflowState | None:
+    """The state of the run ``start_command_id`` began, folded from the history up to its end."""
+    rows = await pool.fetch(sql(WORKFLOW_EVENTS_OF_ONE, schema), workflow_id)
+    events = [recorded for recorded in map(stored_event, rows) if recorded is not None]
+    history = run_history(events, start_command_id)
+    return fold(history) if history is not None else None
+
+
+def _run_columns(state: WorkflowState) -> dict[str, Any]:
+    """The row's columns as the projection would have stored them for ``state``
+    (`workflow_projection._store`): what an earlier run showed while it was the newest."""
+    waiting_for, waiting_since = waiting_columns(state)
+    return {
+        "workflow_type": state.workflow_type,
+        "input": state.input,
+        "status": state.status,
+        "rejection": None,
+        "cancel_requested": state.cancel_requested,
+        "cancel_reason": state.cancel_reason,
+        "started_at": state.started_at,
+        "updated_at": state.updated_at,
+        "current_step": state.current_step,
+        "last_sequence": state.last_sequence,
+        "ended_at": state.ended_at,
+        "waiting_for": waiting_for,
+        "waiting_since": waiting_since,
+    }
 
 
 async def _ticker_timers(pool: Pool, schema: str, workflow_id: str) -> list[dict[str, Any]]:

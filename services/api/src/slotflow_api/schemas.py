@@ -314,6 +314,16 @@ class WorkflowAction(BaseModel):
 
 class WorkflowDetail(Workflow):
     history_length: int
+    start_command_id: str | None = Field(
+        default=None,
+        description="the command id of the StartWorkflow that began the run shown (a continued run "
+        "keeps its start's); null before the history is typed",
+    )
+    runs: int | None = Field(
+        default=None,
+        description="how many runs StartWorkflows began under this id (a reuse after close adds "
+        "one, a continue-as-new does not); the row shows the newest unless `start_command_id` asked",
+    )
     activities: list[Run] = Field(
         description="runs of the workflow's activities, as the claimers report them"
     )

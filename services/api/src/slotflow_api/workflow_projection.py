@@ -12,6 +12,8 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
+import asyncpg
+
 from slotflow.contracts import REGISTRY, Envelope, HistoryEvent
 from slotflow.contracts.acceptance import STORED
 from slotflow.history import Recorded, WorkflowState, fold
@@ -38,6 +40,15 @@ async def record_event(conn: Conn, schema: str, envelope: Envelope, event: Histo
     )
 
 
+def stored_event(row: asyncpg.Record) -> Recorded | None:
+    """A `workflow_events` row (`type`, `version`, `at`, `data`) as the history event it keeps."""
+    data = row["data"]
+    model = REGISTRY.model_for(row["type"], row["version"])
+    # Stored by the projection after its record was accepted at decode.
+    event = model.model_validate(json.loads(data) if isinstance(data, str) else data, context=STORED)
+    return Recorded(event, row["at"]) if isinstance(event, HistoryEvent) else None
+
+
 async def refold(conn: Conn, schema: str, workflow_ids: Iterable[str]) -> None:
     """Derive and store the state of each workflow from all of its recorded history events."""
     ids = sorted(set(workflow_ids))
@@ -49,12 +60,9 @@ async def refold(conn: Conn, schema: str, workflow_ids: Iterable[str]) -> None:
     )
     histories: dict[str, list[Recorded]] = {}
     for row in rows:
-        data = row["data"]
-        model = REGISTRY.model_for(row["type"], row["version"])
-        # Stored by the projection after its record was accepted at decode.
-        event = model.model_validate(json.loads(data) if isinstance(data, str) else data, context=STORED)
-        if isinstance(event, HistoryEvent):
-            histories.setdefault(row["workflow_id"], []).append(Recorded(event, row["at"]))
+        recorded = stored_event(row)
+        if recorded is not None:
+            histories.setdefault(row["workflow_id"], []).append(recorded)
     for workflow_id, events in histories.items():
         state = fold(events)
         if state is not None:
@@ -76,11 +84,11 @@ async def _store(conn: Conn, schema: str, workflow_id: str, state: WorkflowState
         state.last_sequence,
         state.ended_at,
         _json(state.derived()),
-        *_waiting(state),
+        *waiting_columns(state),
     )
 
 
-def _waiting(state: WorkflowState) -> tuple[str | None, datetime | None]:
+def waiting_columns(state: WorkflowState) -> tuple[str | None, datetime | None]:
     """`waiting_for` and `waiting_since`: `signal approve` (or `signal`, an untimed wait) and since
     when, while only a signal can move the workflow."""
     waiting = state.waiting

@@ -26,7 +26,7 @@ from datetime import timedelta
 from typing import Any
 
 from slotflow import tracing
-from slotflow.core.retry import is_retryable, next_retry_delay
+from slotflow.core.retry import ATTEMPT_CEILING, is_retryable, next_retry_delay
 from slotflow.errors import FenceRejected, PermanentError
 from slotflow.pg.pool import Pool
 from slotflow.runs import FencedWrites, Handler, HandlerRegistry, RunContext, UnknownHandler
@@ -548,6 +548,10 @@ def sort_failure(run: Run, error: BaseException, *, draw: float) -> Outcome:
     """Retry (with a full-jitter delay from ``draw``) or dead-letter, and why (pure)."""
     retryable = is_retryable(error, non_retryable=run.retry.non_retryable)
     delay = next_retry_delay(run.retry, attempt=run.attempt_in_round, error=error, draw=draw)
+    if run.attempt >= ATTEMPT_CEILING:
+        # The attempt counter is a PostgreSQL integer: an unlimited budget (or redrives' fresh
+        # ones) ends here, dead-lettered, rather than overflowing the next claim's attempt + 1.
+        delay = None
     if delay is not None:
         return Outcome(run, "failed", error=error, delay=delay, retryable=True)
     if isinstance(error, UnknownHandler):

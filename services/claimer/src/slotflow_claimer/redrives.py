@@ -76,7 +76,8 @@ class ClaimerRedrives:
             at: datetime = await conn.fetchval("SELECT now()")
             done = Answer.done(
                 f"reopened run {run.run_id} (redrive {request.redrive}) with a fresh budget of "
-                f"{run.retry.max_attempts} attempt(s), from attempt {run.attempt + 1}, as it was stored"
+                f"{'unlimited' if run.retry.unlimited else run.retry.max_attempts} attempt(s), from attempt "
+                f"{run.attempt + 1}, as it was stored"
             )
             await append_many(
                 conn,

@@ -6,6 +6,9 @@ time decision uses the database clock (`now()`).
 
 from slotflow.pg.statements import compose
 
+#: How many entries a run's history keeps (the newest; RECORD_OUTCOMES trims it as it appends).
+HISTORY_KEPT = 100
+
 #: Columns a JobDue fills, in the order of `store._due_arrays`.
 DUE_COLUMNS = """
     u.run_id, u.job_id, u.slot, u.kind, u.handler, u.payload::jsonb, u.retry::jsonb, u.overlap,
@@ -186,14 +189,21 @@ RETURNING r.run_id, r.cancel_requested
 # The fenced outcome: a row changes only if it is still running under the very token the outcome
 # was produced with. A stale token (the run was taken over) matches nothing and is never applied;
 # the caller counts it as FenceRejected. The history entry is stamped from the row itself, so it
-# names the attempt, token and owner that actually held the run.
+# names the attempt, token and owner that actually held the run. The history keeps the newest
+# HISTORY_KEPT entries: a run with unlimited attempts (RetryPolicy.max_attempts 0) appends one
+# per failed attempt for as long as it fails, and the row (rewritten on every write), its
+# RunDeadLettered and its letter stay bounded; the attempt number in each entry says where it was.
 RECORD_OUTCOMES = compose(
     """
 UPDATE {schema}.runs AS r SET
     state            = u.state,
     result           = u.result::jsonb,
     error            = u.error::jsonb,
-    history          = CASE WHEN u.entry IS NULL THEN r.history ELSE r.history || jsonb_build_array(
+    history          = CASE WHEN u.entry IS NULL THEN r.history ELSE (
+                           SELECT coalesce(jsonb_agg(kept.entry ORDER BY kept.position), '[]'::jsonb)
+                             FROM jsonb_array_elements(r.history) WITH ORDINALITY AS kept(entry, position)
+                            WHERE kept.position > jsonb_array_length(r.history) - ({history_kept} - 1)
+                       ) || jsonb_build_array(
                            u.entry::jsonb || jsonb_build_object(
                                'attempt', r.attempt, 'fence_token', r.fence_token,
                                'owner', coalesce(r.owner, ''), 'started_at', r.started_at,
@@ -211,6 +221,7 @@ UPDATE {schema}.runs AS r SET
 RETURNING {run_columns}
 """,
     run_columns=RUN_COLUMNS,
+    history_kept=str(HISTORY_KEPT),
 )
 
 # start_buffered --

@@ -121,6 +121,7 @@ def _definition(ctx: Context) -> ScheduleDefinition:
         retry_base=a.retry_base,
         retry_cap=a.retry_cap,
         max_attempts=a.max_attempts,
+        backoff_coefficient=a.backoff_coefficient,
         non_retryable=a.non_retryable,
         start_to_close=a.start_to_close,
         dst_repeated=a.dst_repeated,

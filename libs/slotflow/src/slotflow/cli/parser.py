@@ -182,7 +182,16 @@ def _definition_flags(parser: argparse.ArgumentParser, *, patch: bool = False) -
     policy.add_argument("--retry-base", metavar="DURATION", help="first back-off ceiling (default 1s)")
     policy.add_argument("--retry-cap", metavar="DURATION", help="largest back-off (default 120s)")
     policy.add_argument(
-        "--max-attempts", type=int, metavar="N", help="attempts before dead-lettering (default 5)"
+        "--max-attempts",
+        type=int,
+        metavar="N",
+        help="attempts before dead-lettering (default 5; 0: no limit)",
+    )
+    policy.add_argument(
+        "--backoff-coefficient",
+        type=float,
+        metavar="X",
+        help="how fast the back-off ceiling grows per retry, up to --retry-cap (default 2; 1: constant)",
     )
     policy.add_argument(
         "--non-retryable", action="append", metavar="ERROR", help="error type never retried (repeatable)"

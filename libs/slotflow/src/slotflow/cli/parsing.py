@@ -109,6 +109,7 @@ def build_definition(
     retry_base: str | None = None,
     retry_cap: str | None = None,
     max_attempts: int | None = None,
+    backoff_coefficient: float | None = None,
     non_retryable: list[str] | None = None,
     start_to_close: str | None = None,
     dst_repeated: str | None = None,
@@ -129,6 +130,7 @@ def build_definition(
         base=_maybe_duration(retry_base, "--retry-base"),
         cap=_maybe_duration(retry_cap, "--retry-cap"),
         max_attempts=max_attempts,
+        backoff_coefficient=backoff_coefficient,
         non_retryable=tuple(non_retryable) if non_retryable else None,
         start_to_close=_maybe_duration(start_to_close, "--start-to-close"),
     )
@@ -139,7 +141,9 @@ def build_definition(
         payload=parse_json_object(payload, flag="--payload") if payload is not None else None,
         misfire=validated(MisfirePolicy, misfire_fields, what="misfire policy"),
         retry=validated(
-            RetryPolicy, retry_fields, what="retry policy (--retry-base/--retry-cap/--max-attempts)"
+            RetryPolicy,
+            retry_fields,
+            what="retry policy (--retry-base/--retry-cap/--max-attempts/--backoff-coefficient)",
         ),
         dst=validated(DstPolicy, dst_fields, what="DST policy"),
         overlap=overlap,

@@ -68,6 +68,7 @@ def build_patch(a: Any) -> dict[str, Any]:
         base=_duration(a.retry_base, "--retry-base"),
         cap=_duration(a.retry_cap, "--retry-cap"),
         max_attempts=a.max_attempts,
+        backoff_coefficient=a.backoff_coefficient,
         non_retryable=list(a.non_retryable) if a.non_retryable else None,
         start_to_close=_duration(a.start_to_close, "--start-to-close"),
     )

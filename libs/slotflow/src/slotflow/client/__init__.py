@@ -20,9 +20,11 @@ from slotflow.client._client import Client, CommandTransport
 from slotflow.client._handles import WorkflowHandle
 from slotflow.client._http import HttpTransport
 from slotflow.client._kafka import KafkaTransport
+from slotflow.client._sync import SyncClient, SyncWorkflowHandle
 from slotflow.client.errors import (
     ApiError,
     BrokerUnreachable,
+    ClientClosed,
     ClientError,
     CommandRejected,
     Conflict,
@@ -62,6 +64,7 @@ __all__ = [
     "BulkWorkflow",
     "BulkWorkflowsResult",
     "Client",
+    "ClientClosed",
     "ClientError",
     "CommandRejected",
     "CommandStatus",
@@ -82,6 +85,8 @@ __all__ = [
     "Run",
     "Schedule",
     "Sent",
+    "SyncClient",
+    "SyncWorkflowHandle",
     "Unavailable",
     "WaitTimedOut",
     "Workflow",

@@ -560,22 +560,32 @@ class Client:
         return await handle.result(timeout=result_timeout)
 
     @overload
-    def get_workflow_handle(self, workflow_id: str) -> WorkflowHandle[Any]: ...
+    def get_workflow_handle(
+        self, workflow_id: str, *, start_command_id: str | None = None
+    ) -> WorkflowHandle[Any]: ...
 
     @overload
     def get_workflow_handle(
-        self, workflow_id: str, *, result_type: type[ResultT]
+        self, workflow_id: str, *, result_type: type[ResultT], start_command_id: str | None = None
     ) -> WorkflowHandle[ResultT]: ...
 
-    def get_workflow_handle(self, workflow_id: str, *, result_type: Any = None) -> WorkflowHandle[Any]:
+    def get_workflow_handle(
+        self, workflow_id: str, *, result_type: Any = None, start_command_id: str | None = None
+    ) -> WorkflowHandle[Any]:
         """A handle to the workflow ``workflow_id``, started anywhere (the api, the CLI, another
         process); nothing is sent or read until a call on it. ``result_type`` types its result.
+
+        Without ``start_command_id`` the handle follows the newest run of the id: after the id is
+        reused (`allow_after_close`, `terminate_running`) it reads the new run. With it (the
+        `command_id` of the StartWorkflow, `handle.sent.command_id` of the handle that started it)
+        it reads that run only, whatever starts followed.
 
         Example::
 
             handle = client.get_workflow_handle("order-1042", result_type=Receipt)
             receipt = await handle.result(timeout=60)
             await client.get_workflow_handle("order-7").cancel("customer asked", wait=10)
+            first = client.get_workflow_handle("order-1042", start_command_id=saved_command_id)
 
         Raises:
             InvalidRequest: ``result_type`` is not a type pydantic can validate.
@@ -585,6 +595,7 @@ class Client:
             workflow_id,
             result=result_converter(None, result_type),
             result_type_name=_result_type_name(None, result_type),
+            start_command_id=start_command_id,
         )
 
     async def signal_workflow(
@@ -996,15 +1007,22 @@ class Client:
             Run, "/v1/runs", {"job_id": job_id, "state": state, "limit": limit, "cursor": cursor}
         )
 
-    async def get_workflow(self, workflow_id: str) -> Workflow:
-        """One workflow's state (raises `NotFound` if there is none).
+    async def get_workflow(self, workflow_id: str, *, start_command_id: str | None = None) -> Workflow:
+        """One workflow's state (raises `NotFound` if there is none): its newest run, or with
+        ``start_command_id`` the run that StartWorkflow began (an id reused after its run closed
+        holds several; `NotFound` until the api shows that run).
 
         Example::
 
             workflow = await client.get_workflow("order-1042")
-            print(workflow.status, workflow.result)
+            print(workflow.status, workflow.result, workflow.start_command_id)
+            first = await client.get_workflow("order-1042", start_command_id=handle.sent.command_id)
         """
-        return await self._one(Workflow, f"/v1/workflows/{path_segment(workflow_id)}")
+        path = f"/v1/workflows/{path_segment(workflow_id)}"
+        if start_command_id is None:
+            return await self._one(Workflow, path)
+        body = await self._reads().get(path, {"start_command_id": start_command_id})
+        return Workflow.model_validate(body)
 
     async def list_workflows(
         self,

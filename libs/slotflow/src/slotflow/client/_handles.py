@@ -50,7 +50,7 @@ _ERRORS_NAMED = 5
 class WorkflowCalls(Protocol):
     """What a handle asks of its client (`Client` has these calls)."""
 
-    async def get_workflow(self, workflow_id: str) -> Workflow: ...
+    async def get_workflow(self, workflow_id: str, *, start_command_id: str | None = None) -> Workflow: ...
 
     async def wait(self, command_id: str, *, timeout: float = 10.0) -> CommandStatus: ...
 
@@ -197,6 +197,7 @@ class WorkflowHandle(Generic[ResultT]):
         result: Converter | None = None,
         result_type_name: str | None = None,
         sent: Sent | None = None,
+        start_command_id: str | None = None,
     ) -> None:
         self._client = client
         #: The workflow's id.
@@ -206,6 +207,13 @@ class WorkflowHandle(Generic[ResultT]):
         #: The StartWorkflow's acknowledgement (its `command_id`, and its `outcome` when the start
         #: waited) when this handle came from `start_workflow`; None from `get_workflow_handle`.
         self.sent = sent
+        #: The command id of the StartWorkflow whose run this handle follows (`sent.command_id`
+        #: for a handle from `start_workflow`); None: the newest run of the id, whichever it is.
+        self.start_command_id = (
+            start_command_id
+            if start_command_id is not None
+            else (sent.command_id if sent is not None else None)
+        )
         self._result = result if result is not None else Converter(Any)
         self._result_type_name = result_type_name
         # Whether the start this handle came from is known to be accepted (a wait at the start
@@ -213,7 +221,10 @@ class WorkflowHandle(Generic[ResultT]):
         self._start_accepted = sent is not None and sent.outcome is not None
 
     def __repr__(self) -> str:
-        return f"WorkflowHandle({self.workflow_id!r}, workflow_type={self.workflow_type!r})"
+        return (
+            f"WorkflowHandle({self.workflow_id!r}, workflow_type={self.workflow_type!r}, "
+            f"start_command_id={self.start_command_id!r})"
+        )
 
     async def result(self, *, timeout: float | None = None, poll_interval: float = 1.0) -> ResultT:
         """Wait until the workflow ends and return its result, validated into the result type the
@@ -222,11 +233,13 @@ class WorkflowHandle(Generic[ResultT]):
         It reads the api's read model every ``poll_interval`` seconds, so the client needs the api
         for reads (an `HttpTransport`, or ``reads=``). A handle from `start_workflow` first waits for
         the orchestrator's answer to its start: a start refused as a duplicate raises, rather than
-        returning the result of the workflow already under that id. (An id reused after its run
-        closed, `allow_after_close` or `terminate_running`, may show the previous run's end until
-        the api shows the new run: docs/client.md.) A `stuck` workflow (a replay diverged) is
-        waited on: it resumes once matching code is deployed. ``timeout`` bounds the whole wait
-        (None: until it ends).
+        returning the result of the workflow already under that id. It reads the run its start
+        began (`start_command_id`), never another run of the same id: an id reused after its run
+        closed (`allow_after_close`, `terminate_running`) holds several, and the handle waits for
+        its own even while the api still shows the previous one, and reads its own after a later
+        start. A handle from `get_workflow_handle` without ``start_command_id`` follows the newest
+        run. A `stuck` workflow (a replay diverged) is waited on: it resumes once matching code is
+        deployed. ``timeout`` bounds the whole wait (None: until it ends).
 
         Example::
 
@@ -268,14 +281,15 @@ class WorkflowHandle(Generic[ResultT]):
             await asyncio.sleep(pause)
 
     async def describe(self) -> Workflow:
-        """The workflow as the api shows it now (`Client.get_workflow`): status, steps, result, error.
+        """The handle's run as the api shows it now (`Client.get_workflow`, with the handle's
+        `start_command_id`): status, steps, result, error.
 
         Example::
 
             shown = await handle.describe()
             print(shown.status, shown.waiting)
         """
-        return await self._client.get_workflow(self.workflow_id)
+        return await self._client.get_workflow(self.workflow_id, start_command_id=self.start_command_id)
 
     async def signal(
         self, name: str, payload: Any = None, *, command_id: str | None = None, wait: float | None = None
@@ -338,11 +352,13 @@ class WorkflowHandle(Generic[ResultT]):
 
     async def _read(self) -> Workflow | None:
         try:
-            return await self._client.get_workflow(self.workflow_id)
+            return await self._client.get_workflow(self.workflow_id, start_command_id=self.start_command_id)
         except NotFound:
-            if self.sent is None:
+            if self.start_command_id is None:
                 raise
-            return None  # started through this handle; the api has not shown it yet
+            # The api has not shown the run of this start yet (it may show the previous run of a
+            # reused id meanwhile, which is not this handle's to answer with).
+            return None
 
     def _outcome(self, workflow: Workflow) -> ResultT:
         """The result of a workflow that ended, or the error its end is."""

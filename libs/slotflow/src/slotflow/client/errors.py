@@ -174,3 +174,8 @@ class WorkflowResultError(ClientError, PermanentError):
         #: The workflow's id.
         self.workflow_id = workflow_id
         super().__init__(message)
+
+
+class ClientClosed(ClientError):
+    """A call on a `SyncClient` (or one of its handles) after its `close`, or from its own event
+    loop (which would wait for itself)."""

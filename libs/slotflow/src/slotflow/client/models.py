@@ -91,6 +91,11 @@ class Workflow(_Body):
     #: What an open workflow waits on that needs a person ("activity parked: shipping.book #2
     #: (attempts_exhausted)"); the detail view's `actions` say what can be done (retry_activity).
     waiting: str | None = None
+    #: The command id of the StartWorkflow that began the run shown (a continued run keeps its
+    #: start's): the newest run of the id, or the one `get_workflow(start_command_id=...)` asked for.
+    start_command_id: str | None = None
+    #: How many runs StartWorkflows began under this id (a reuse after close adds one).
+    runs: int | None = None
 
 
 class DeadLetter(_Body):

@@ -1,9 +1,17 @@
 """Per-schedule policies: what happens to missed slots, overlapping runs, retries and DST."""
 
 from datetime import timedelta
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 from slotflow.core.durations import lenient_duration
 
@@ -55,12 +63,44 @@ class DstPolicy(_Policy):
 OverlapPolicy = Literal["allow", "skip", "buffer_one", "buffer_all", "cancel_previous"]
 
 
+#: `RetryPolicy.max_attempts` meaning "no limit" (Temporal's `maximum_attempts=0`).
+UNLIMITED_ATTEMPTS = 0
+#: `RetryPolicy.backoff_coefficient` when none is given: the interval doubles, as before the field.
+DEFAULT_BACKOFF_COEFFICIENT = 2.0
+
+
 class RetryPolicy(_Policy):
-    """Full-jitter exponential back-off: delay = random(0, min(cap, base * 2**attempt))."""
+    """Full-jitter exponential back-off: the wait before attempt ``n + 1`` is
+    ``random(0, min(cap, base * backoff_coefficient**(n - 1)))``.
+
+    Temporal's names: ``base`` is `initial_interval`, ``cap`` `maximum_interval`,
+    ``max_attempts`` `maximum_attempts` (0: no limit), ``non_retryable``
+    `non_retryable_error_types`. Unlike Temporal's, every wait is drawn at random below that
+    ceiling (full jitter), so runs that failed together do not come back together.
+
+    A new field is left out of the JSON while it holds its default, so a policy that does not use
+    it reads on a consumer of the release before it (whose model forbids unknown fields); one that
+    does (a `backoff_coefficient` other than 2, `max_attempts=0`) needs every claimer, orchestrator
+    and api upgraded first (docs/workflows.md, "Retries").
+    """
+
+    # The serializer below leaves a field out at its default; the schema a reader validates
+    # against (the api's OpenAPI for answers too) is still every field's.
+    model_config = ConfigDict(frozen=True, extra="forbid", json_schema_mode_override="validation")
 
     base: Duration = Field(default=timedelta(seconds=1), gt=timedelta(0))
     cap: Duration = Field(default=timedelta(seconds=120), gt=timedelta(0))
-    max_attempts: int = Field(default=5, ge=1, le=1000)
+    #: Attempts in all, the first included; 0: no limit (Temporal's spelling). An unlimited run is
+    #: retried until it succeeds or fails permanently, bounded only by what bounds the run: an
+    #: activity's `schedule_to_close` and its workflow's `execution_timeout`, a cancel, and the
+    #: attempt counter's ceiling (`slotflow.core.retry.ATTEMPT_CEILING`).
+    max_attempts: int = Field(default=5, ge=0, le=1000)
+    #: How fast the ceiling of the wait grows: ``base * backoff_coefficient**(n - 1)`` before attempt
+    #: ``n + 1``, never above ``cap``. 1 keeps it at ``base`` (a constant ceiling); 2, the default,
+    #: doubles it.
+    backoff_coefficient: float = Field(
+        default=DEFAULT_BACKOFF_COEFFICIENT, ge=1.0, le=100.0, allow_inf_nan=False
+    )
     #: Error type names (class `__name__` or dotted path) that are never retried.
     non_retryable: tuple[str, ...] = ()
     #: How long one attempt may run before it is cancelled and counted as a transient failure.
@@ -71,3 +111,17 @@ class RetryPolicy(_Policy):
         if self.cap < self.base:
             raise ValueError("cap cannot be less than base")
         return self
+
+    @property
+    def unlimited(self) -> bool:
+        """Whether attempts have no limit (``max_attempts == 0``)."""
+        return self.max_attempts == UNLIMITED_ATTEMPTS
+
+    @model_serializer(mode="wrap")
+    def _without_new_defaults(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # A consumer of the release before `backoff_coefficient` forbids unknown fields: leave the
+        # field out while it holds its default, so every policy that does not use it reads there.
+        dumped: dict[str, Any] = handler(self)
+        if self.backoff_coefficient == DEFAULT_BACKOFF_COEFFICIENT:
+            dumped.pop("backoff_coefficient", None)
+        return dumped

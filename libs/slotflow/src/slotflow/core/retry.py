@@ -5,6 +5,7 @@ so ten thousand jobs that failed against one outage do not come back in lockstep
 """
 
 import asyncio
+import math
 from collections.abc import Iterable
 from datetime import timedelta
 from typing import Protocol
@@ -28,27 +29,53 @@ class RetryShape(Protocol):
     @property
     def max_attempts(self) -> int: ...
     @property
+    def backoff_coefficient(self) -> float: ...
+    @property
     def non_retryable(self) -> tuple[str, ...]: ...
 
 
-def backoff_ceiling(*, attempt: int, base: timedelta, cap: timedelta) -> timedelta:
-    """`min(cap, base * 2**attempt)`: the upper bound of the wait after ``attempt`` failures."""
+#: The most attempts a run can have, with or without a limit of its own: the claimer's `attempt`
+#: column and every run event's `attempt` are PostgreSQL integers. A run with unlimited attempts
+#: (`max_attempts` 0) is dead-lettered (`attempts_exhausted`) when it gets here instead of
+#: overflowing the counter: about 68 years of retries a second apart.
+ATTEMPT_CEILING = 2**31 - 1
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def backoff_ceiling(*, attempt: int, base: timedelta, cap: timedelta, coefficient: float = 2.0) -> timedelta:
+    """`min(cap, base * coefficient**attempt)`: the upper bound of the wait after ``attempt`` failures.
+
+    ``coefficient`` 1 keeps it at ``base``; it never exceeds ``cap`` however large ``attempt`` is.
+    """
     if attempt < 0:
         raise ValueError("attempt cannot be negative")
-    # Past 2**62 the product only matters as "more than cap"; avoid building huge timedeltas.
-    if attempt >= 62:
+    if coefficient < 1.0 or math.isnan(coefficient):
+        raise ValueError("coefficient must be at least 1")
+    if coefficient == 2.0:
+        # Integer doubling in microseconds keeps the delays of every policy written before the
+        # coefficient exact, and compares before building a timedelta: `base * 2**attempt` past
+        # 999,999,999 days is an OverflowError (an hour's base does that from the 38th attempt).
+        if attempt >= 62:
+            return cap
+        grown = (base // _MICROSECOND) << attempt
+        return cap if grown >= cap // _MICROSECOND else timedelta(microseconds=grown)
+    # Compare in logarithms, so a large attempt never builds an overflowing float or timedelta.
+    if base >= cap or attempt * math.log(coefficient) >= math.log(cap / base):
         return cap
-    return min(cap, base * (1 << attempt))
+    return min(cap, base * coefficient**attempt)
 
 
-def full_jitter_delay(*, attempt: int, base: timedelta, cap: timedelta, draw: float) -> timedelta:
-    """`random(0, min(cap, base * 2**attempt))` with the random ``draw`` in [0, 1) given by the caller.
+def full_jitter_delay(
+    *, attempt: int, base: timedelta, cap: timedelta, draw: float, coefficient: float = 2.0
+) -> timedelta:
+    """`random(0, min(cap, base * coefficient**attempt))` with the random ``draw`` in [0, 1) given
+    by the caller.
 
     Taking the draw as a parameter keeps this pure, so property tests can pin it.
     """
     if not 0.0 <= draw < 1.0:
         raise ValueError("draw must be in [0, 1)")
-    return backoff_ceiling(attempt=attempt, base=base, cap=cap) * draw
+    return backoff_ceiling(attempt=attempt, base=base, cap=cap, coefficient=coefficient) * draw
 
 
 #: Exceptions that say "try again": the world was briefly unavailable, not wrong.
@@ -102,11 +129,19 @@ def next_retry_delay(
 ) -> timedelta | None:
     """The wait before attempt ``attempt + 1`` (1-based), or None when the run should be dead-lettered.
 
-    The first retry waits up to `base`, the second up to `2 * base`, and so on up to `cap`.
+    The first retry waits up to `base`, the second up to `coefficient * base`, and so on up to
+    `cap`. ``max_attempts`` 0 sets no limit of the policy's own (`ATTEMPT_CEILING` still holds).
     """
-    if attempt >= policy.max_attempts or not is_retryable(error, non_retryable=policy.non_retryable):
+    limit = policy.max_attempts if policy.max_attempts > 0 else ATTEMPT_CEILING
+    if attempt >= min(limit, ATTEMPT_CEILING) or not is_retryable(error, non_retryable=policy.non_retryable):
         return None
-    return full_jitter_delay(attempt=attempt - 1, base=policy.base, cap=policy.cap, draw=draw)
+    return full_jitter_delay(
+        attempt=attempt - 1,
+        base=policy.base,
+        cap=policy.cap,
+        draw=draw,
+        coefficient=policy.backoff_coefficient,
+    )
 
 
 async def sleep_backoff(attempt: int, *, base: float = 0.1, cap: float = 10.0, draw: float) -> None:

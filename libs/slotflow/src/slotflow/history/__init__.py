@@ -13,7 +13,17 @@ from slotflow.history.fold import (
     WorkflowState,
     contiguous,
     fold,
+    run_history,
 )
 from slotflow.history.open_work import OpenWork
 
-__all__ = ["STATUSES", "TERMINAL_STATUSES", "OpenWork", "Recorded", "WorkflowState", "contiguous", "fold"]
+__all__ = [
+    "STATUSES",
+    "TERMINAL_STATUSES",
+    "OpenWork",
+    "Recorded",
+    "WorkflowState",
+    "contiguous",
+    "fold",
+    "run_history",
+]

@@ -137,6 +137,30 @@ def contiguous(events: list[Recorded]) -> tuple[list[Recorded], int | None]:
     return prefix, gap
 
 
+def run_history(events: list[Recorded], start_command_id: str) -> list[Recorded] | None:
+    """The contiguous history from sequence 1 through the end of the run the StartWorkflow
+    ``start_command_id`` began, so `fold` of it is that run's state; None when no run of this
+    history began with that command (yet).
+
+    A workflow id reused after its run closed holds several runs, and `fold` of the whole history
+    shows the newest; this cuts the history where the next run (a `reused_after` start of another
+    command) begins. A continue-as-new carries the command id on, so a chain of continued runs is
+    the one run its start began, as a client's handle sees it (Temporal's handle follows runs too).
+    """
+    prefix, _ = contiguous(events)
+    begun = False
+    for index, recorded in enumerate(prefix):
+        event = recorded.event
+        if not isinstance(event, WorkflowStarted) or event.continued_from is not None:
+            continue
+        if begun:
+            return prefix[:index]
+        # Each command id begins at most one run: the orchestrator appends nothing for a second
+        # StartWorkflow with the same command id.
+        begun = event.command_id == start_command_id
+    return prefix if begun else None
+
+
 def fold(events: list[Recorded]) -> WorkflowState | None:
     """The state after the contiguous history from sequence 1; None while WorkflowStarted is missing."""
     prefix, gap = contiguous(events)

@@ -12,9 +12,12 @@ from slotflow.runs.registry import (
     REGISTRY,
     Handler,
     HandlerFn,
+    HandlerInputError,
     HandlerRegistry,
+    HandlerShape,
     UnknownHandler,
     handler,
+    handler_shape,
     load_handler_modules,
 )
 
@@ -25,12 +28,15 @@ __all__ = [
     "FencedWrites",
     "Handler",
     "HandlerFn",
+    "HandlerInputError",
     "HandlerRegistry",
+    "HandlerShape",
     "PermanentError",
     "Pool",
     "RunContext",
     "TransientError",
     "UnknownHandler",
     "handler",
+    "handler_shape",
     "load_handler_modules",
 ]

@@ -4,25 +4,38 @@ A claimer imports the modules named in its settings at start-up; importing a mod
 decorators, which fill the registry. A JobDue names its handler; a name nobody registered is a
 permanent failure (`UnknownHandler`), dead-lettered so that a redrive after a deploy completes it.
 
+A handler takes the run's context, and may take the run's input as a second parameter, validated
+from the payload into its annotation (`async def charge(ctx: RunContext, card: ChargeCard) ->
+Receipt`): a payload that does not fit is a permanent failure (`HandlerInputError`), and workflow
+code can pass the function itself to `workflow.execute_activity`, which checks its argument against
+that type where it is called and types the result by the return annotation (`handler_shape`).
+
 Where a handler runs: an `async def` on the claimer's event loop; a plain `def` in the claimer's
 bounded thread pool, so a blocking call (`time.sleep`, a sync driver) cannot freeze the loop that
 renews leases; with ``runs_in="process"`` a plain `def` runs in a process pool, for CPU-bound
 work that would hold the GIL (it gets a context without pools: see `RunContext.detached`).
 """
 
+import contextlib
 import importlib
 import inspect
 import re
+import typing
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, ClassVar, Literal, TypeVar
+
+from pydantic import TypeAdapter, ValidationError
+from pydantic.errors import PydanticUserError
 
 from slotflow.contracts.envelope import IDENTIFIER_PATTERN
 from slotflow.errors import ConfigurationError, PermanentError
 from slotflow.runs.context import RunContext
 
 HandlerFn = Callable[[RunContext], Awaitable[Any]]
-F = TypeVar("F", bound=Callable[[RunContext], Any])
+#: A handler: the run's context, and optionally its input (see the module docstring).
+F = TypeVar("F", bound=Callable[..., Any])
 RunsIn = Literal["loop", "thread", "process"]
 
 _NAME = re.compile(IDENTIFIER_PATTERN)
@@ -34,13 +47,149 @@ class UnknownHandler(PermanentError):
     reason: ClassVar[str] = "unknown_handler"
 
 
+class HandlerInputError(PermanentError):
+    """A run's payload does not fit the input its handler declares: the same payload would fail the
+    same way on every attempt, so it is not retried."""
+
+
 @dataclass(frozen=True, slots=True)
 class Handler:
     """A registered handler and where the claimer runs it."""
 
     name: str
+    #: What the claimer calls with the run's context (for a handler that takes an input, a wrapper
+    #: that validates the payload into it first).
     fn: Callable[[RunContext], Any]
     runs_in: RunsIn
+    #: The function as written and registered; None when it is ``fn`` itself.
+    source: Callable[..., Any] | None = None
+
+
+#: The attribute `handler` and `HandlerRegistry.register` set on a function: its `HandlerShape`.
+SHAPE_ATTRIBUTE = "__slotflow_handler__"
+
+
+@dataclass(frozen=True)
+class HandlerShape:
+    """What a handler function declares: its registered name, the type of its input (its second
+    parameter's annotation; `typing.Any` when it has none; None when it takes only the context)
+    and of its result (its return annotation; None when it has none)."""
+
+    name: str
+    input: Any
+    result: Any
+    #: `module.qualname` of the function, for messages.
+    qualname: str
+
+
+def handler_shape(fn: object) -> HandlerShape | None:
+    """The shape a `@handler` (or `HandlerRegistry.register`) left on ``fn``; None for any other."""
+    shape = getattr(fn, SHAPE_ATTRIBUTE, None)
+    return shape if isinstance(shape, HandlerShape) else None
+
+
+def _shape_of(name: str, fn: Callable[..., Any]) -> HandlerShape:
+    """Read ``fn``'s parameters and annotations: it takes an input when it requires exactly two
+    positional parameters (the context, then the input); anything else is called with the context
+    alone, as before handlers could take an input."""
+    qualname = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin or C callable: called with the context alone
+        return HandlerShape(name, None, None, qualname)
+    positional = [
+        p
+        for p in signature.parameters.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+    ]
+    try:
+        hints = typing.get_type_hints(fn)
+    except (NameError, TypeError):  # an annotation that does not resolve here: checked at run time only
+        hints = {}
+    takes_input = len(positional) == 2
+    input_type = hints.get(positional[1].name, Any) if takes_input else None
+    result = hints.get("return")
+    if typing.get_origin(result) in (Awaitable, typing.Awaitable, typing.Coroutine):
+        result = None  # a plain def handing back an awaitable: its result is not declared here
+    return HandlerShape(name, input_type, result, qualname)
+
+
+@lru_cache(maxsize=512)
+def input_adapter(kind: Any) -> TypeAdapter[Any]:
+    """A validator of a handler's input type, built once per type.
+
+    Raises:
+        ConfigurationError: the type is not one pydantic can validate.
+    """
+    try:
+        return TypeAdapter(kind)
+    except PydanticUserError as err:
+        raise ConfigurationError(f"{kind!r} is not a type pydantic can validate: {err}") from None
+
+
+def load_input(shape: HandlerShape, payload: Any) -> Any:
+    """``payload`` validated into ``shape``'s input type.
+
+    Raises:
+        HandlerInputError: it does not fit.
+    """
+    try:
+        return input_adapter(shape.input).validate_python(payload)
+    except ValidationError as err:
+        raise HandlerInputError(
+            f"the input of handler {shape.name!r} does not fit {_type_name(shape.input)}: {problems(err)}"
+        ) from None
+
+
+def _type_name(kind: Any) -> str:
+    return getattr(kind, "__qualname__", None) or repr(kind)
+
+
+def problems(err: ValidationError, *, named: int = 5) -> str:
+    """A validation error's first ``named`` problems, `field: message; ...` (the rest counted)."""
+    listed = [
+        f"{'.'.join(str(part) for part in error['loc']) or '(the value)'}: {error['msg']}"
+        for error in err.errors()[:named]
+    ]
+    more = err.error_count() - len(listed)
+    return "; ".join(listed) + (f"; and {more} more" if more > 0 else "")
+
+
+class _WithInput:
+    """A handler that takes an input, as the claimer calls it: with the context alone.
+
+    Module-level and holding only the function and its shape, so it pickles for a process pool
+    (by the function's qualified name, as a plain handler does). ``__wrapped__`` is the function,
+    for `inspect.unwrap` (the claimer's watchdog names the code it finds there).
+    """
+
+    def __init__(self, fn: Callable[..., Any], shape: HandlerShape) -> None:
+        self.__wrapped__ = fn
+        self.shape = shape
+
+    def __call__(self, ctx: RunContext) -> Any:
+        return self.__wrapped__(ctx, load_input(self.shape, ctx.payload))
+
+
+class _AsyncWithInput(_WithInput):
+    """`_WithInput` for an `async def`: the claimer awaits it on its loop."""
+
+    async def __call__(self, ctx: RunContext) -> Any:
+        return await self.__wrapped__(ctx, load_input(self.shape, ctx.payload))
+
+
+def run_callable(name: str, fn: Callable[..., Any]) -> Callable[[RunContext], Any]:
+    """``fn``, the handler ``name``, as called with the context alone: itself when it takes only
+    the context, else a wrapper that validates the payload into its input first.
+
+    Raises:
+        ConfigurationError: its input type is not one pydantic can validate.
+    """
+    shape = _shape_of(name, fn)
+    if shape.input is None:
+        return fn
+    input_adapter(shape.input)  # a type pydantic cannot validate fails here, at registration
+    return _AsyncWithInput(fn, shape) if is_async_handler(fn) else _WithInput(fn, shape)
 
 
 def is_async_handler(fn: Callable[..., Any]) -> bool:
@@ -91,9 +240,13 @@ class HandlerRegistry:
                 )
         where = _runs_in(name, fn, runs_in)
         existing = self._handlers.get(name)
-        if existing is not None and existing.fn is not fn:
-            raise ConfigurationError(f"handler {name!r} is already registered to {existing.fn!r}")
-        self._handlers[name] = Handler(name, fn, where)
+        if existing is not None and (existing.source or existing.fn) is not fn:
+            raise ConfigurationError(
+                f"handler {name!r} is already registered to {existing.source or existing.fn!r}"
+            )
+        call = run_callable(name, fn)
+        _mark(fn, _shape_of(name, fn))
+        self._handlers[name] = Handler(name, call, where, source=fn if call is not fn else None)
         if names:
             self._downstreams[name] = names
         else:
@@ -136,6 +289,17 @@ class HandlerRegistry:
 
     def __contains__(self, name: object) -> bool:
         return name in self._handlers
+
+
+def _mark(fn: Callable[..., Any], shape: HandlerShape) -> None:
+    """Leave ``shape`` on ``fn`` for `handler_shape` (workflow code names the activity by it)."""
+    existing = handler_shape(fn)
+    if existing is not None and existing.name != shape.name:
+        # One function under two names: it names neither when passed to execute_activity.
+        shape = HandlerShape("", shape.input, shape.result, shape.qualname)
+    # A bound method or a builtin takes no attribute: it is reachable by its name only.
+    with contextlib.suppress(AttributeError, TypeError):
+        setattr(fn, SHAPE_ATTRIBUTE, shape)
 
 
 REGISTRY = HandlerRegistry()

@@ -44,6 +44,7 @@ from slotflow.workflow.children import ChildWorkflowHandle, execute_child_workfl
 from slotflow.workflow.definition import defn, run, signal
 from slotflow.workflow.errors import (
     ActivityError,
+    ActivityInputError,
     ActivityTimeoutError,
     ChildWorkflowError,
     HistoryLimitExceeded,
@@ -59,6 +60,7 @@ from slotflow.workflow.replayer import Replayer, ReplayResult
 
 __all__ = [
     "ActivityError",
+    "ActivityInputError",
     "ActivityTimeoutError",
     "CancelledError",
     "ChildWorkflowError",

@@ -14,7 +14,7 @@ from functools import lru_cache
 from typing import Any, NoReturn, TypeVar, overload
 from uuid import UUID
 
-from pydantic import TypeAdapter
+from pydantic import PydanticUserError, TypeAdapter, ValidationError
 
 from slotflow.contracts.policies import RetryPolicy
 from slotflow.contracts.timers import sleep_timer_id
@@ -25,14 +25,17 @@ from slotflow.contracts.workflows import (
     TimerStarted,
 )
 from slotflow.core.identity import activity_run_id
+from slotflow.runs.context import RunContext
+from slotflow.runs.registry import HandlerShape, handler_shape, input_adapter, problems
 from slotflow.workflow._execution import Execution
 from slotflow.workflow._loop import Condition
 from slotflow.workflow._loop import current as running_execution
 from slotflow.workflow.commands import CancelTimer, ScheduleActivity, StartTimer
 from slotflow.workflow.definition import definition_of, to_json_object
-from slotflow.workflow.errors import ContinueAsNew, NotInWorkflow, WorkflowError
+from slotflow.workflow.errors import ActivityInputError, ContinueAsNew, NotInWorkflow, WorkflowError
 
 T = TypeVar("T")
+InputT = TypeVar("InputT")
 
 
 def current() -> Execution:
@@ -133,9 +136,79 @@ def schedule(
     return sequence, execution.future_for(sequence)
 
 
+def activity_call(activity: object, arg: Any, what: str) -> tuple[str, dict[str, Any], HandlerShape | None]:
+    """The activity's name, its payload, and its handler's shape when named by its function.
+
+    ``activity`` is a handler name, or a `@handler` function: its registered name, and ``arg``
+    checked against the input it declares (as the claimer will validate the payload), so a wrong
+    argument fails at the call in the code, naming the activity and the type, and never a run.
+
+    Raises:
+        ActivityInputError: the function is not a registered handler, or ``arg`` does not fit its input.
+        TypeError: ``arg`` does not serialise to a JSON object.
+    """
+    if isinstance(activity, str):
+        return activity, to_json_object(arg, f"the argument of {what} {activity}"), None
+    shape = handler_shape(activity)
+    if shape is None or not shape.name:
+        shown = getattr(activity, "__qualname__", None) or repr(activity)
+        why = (
+            "is registered under more than one name: pass the name"
+            if shape is not None
+            else "is not a registered handler: decorate it with @handler(name), or pass the activity's name"
+        )
+        raise ActivityInputError(f"{what} {shown} {why}")
+    payload = to_json_object(arg, f"the argument of {what} {shape.name}")
+    if shape.input is not None:
+        try:
+            input_adapter(shape.input).validate_python(payload)
+        except ValidationError as err:
+            expected = getattr(shape.input, "__qualname__", None) or repr(shape.input)
+            raise ActivityInputError(
+                f"{what} {shape.name} ({shape.qualname}) takes {expected}; the argument given does not "
+                f"fit it: {problems(err)}"
+            ) from None
+    return shape.name, payload, shape
+
+
+def _declared_result(shape: HandlerShape | None) -> Any:
+    """The handler's return annotation when pydantic can validate it, else None (the JSON as is)."""
+    if shape is None or shape.result is None or shape.result is Any:
+        return None
+    try:
+        _adapter(shape.result)
+    except PydanticUserError:  # its schema-generation error included
+        return None
+    return shape.result
+
+
 @overload
 async def execute_activity(
-    activity: str,
+    activity: Callable[[RunContext, InputT], Awaitable[T]],
+    arg: InputT,
+    *,
+    result_type: None = None,
+    retry: RetryPolicy | None = None,
+    start_to_close: timedelta | None = None,
+    schedule_to_close: timedelta | None = None,
+    non_retryable: Iterable[str | type[BaseException]] = (),
+    on_dead_letter: DeadLetterPolicy = "fail",
+) -> T: ...
+@overload
+async def execute_activity(
+    activity: Callable[[RunContext], Awaitable[T]],
+    arg: Any = None,
+    *,
+    result_type: None = None,
+    retry: RetryPolicy | None = None,
+    start_to_close: timedelta | None = None,
+    schedule_to_close: timedelta | None = None,
+    non_retryable: Iterable[str | type[BaseException]] = (),
+    on_dead_letter: DeadLetterPolicy = "fail",
+) -> T: ...
+@overload
+async def execute_activity(
+    activity: str | Callable[..., Any],
     arg: Any = None,
     *,
     result_type: type[T],
@@ -147,7 +220,7 @@ async def execute_activity(
 ) -> T: ...
 @overload
 async def execute_activity(
-    activity: str,
+    activity: str | Callable[..., Any],
     arg: Any = None,
     *,
     result_type: None = None,
@@ -158,7 +231,7 @@ async def execute_activity(
     on_dead_letter: DeadLetterPolicy = "fail",
 ) -> Any: ...
 async def execute_activity(
-    activity: str,
+    activity: str | Callable[..., Any],
     arg: Any = None,
     *,
     result_type: Any = None,
@@ -168,7 +241,13 @@ async def execute_activity(
     non_retryable: Iterable[str | type[BaseException]] = (),
     on_dead_letter: DeadLetterPolicy = "fail",
 ) -> Any:
-    """Run the `@handler` named ``activity`` with ``arg`` (a model or dict) and return its result.
+    """Run the `@handler` ``activity`` with ``arg`` (a model or dict) and return its result.
+
+    ``activity`` is the handler function itself (Temporal's style: the argument is checked against
+    the input it declares here, `ActivityInputError` naming the activity and the type if it does
+    not fit, and the result is validated into its return annotation), or its registered name (the
+    argument sent as given; ``result_type`` types the result). ``result_type`` overrides the
+    annotation.
 
     The claimers run it as run `{workflow_id}/{sequence}` with ``retry``; retried attempts are not
     history, so the code sees one result. ``start_to_close`` bounds one attempt,
@@ -180,17 +259,22 @@ async def execute_activity(
     >>> auth = await workflow.execute_activity(
     ...     "payments.authorize", order, retry=RetryPolicy(max_attempts=5),
     ...     start_to_close=timedelta(seconds=30), non_retryable=["CardDeclined"])
+    >>> charge = await workflow.execute_activity(charge_card, ChargeCard(amount=5))  # a Charge
 
     Raises:
         ActivityError: the activity failed permanently or ran out of attempts.
         ActivityTimeoutError: ``schedule_to_close`` passed first.
+        ActivityInputError: ``arg`` does not fit the input of the handler ``activity``, or
+            ``activity`` is a function no `@handler` registered.
     """
     execution = current()
     execution.check_cancel()
-    payload = to_json_object(arg, f"the argument of activity {activity}")
+    name, payload, shape = activity_call(activity, arg, "activity")
+    if result_type is None:
+        result_type = _declared_result(shape)
     sequence, future = schedule(
         execution,
-        activity,
+        name,
         payload,
         _policy(retry, start_to_close, non_retryable),
         schedule_to_close=schedule_to_close,

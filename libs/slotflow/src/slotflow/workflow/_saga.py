@@ -15,14 +15,14 @@ undone).
 """
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
 from slotflow.contracts.policies import RetryPolicy
 from slotflow.contracts.workflows import CompensationRegistered
-from slotflow.workflow._api import current, schedule
-from slotflow.workflow.definition import to_json_object
+from slotflow.workflow._api import activity_call, current, schedule
 from slotflow.workflow.errors import ActivityError, WorkflowError
 
 
@@ -68,11 +68,17 @@ class Saga:
         """Registered undos not yet run, in registration order."""
         return tuple(self._pending)
 
-    def add_compensation(self, activity: str, arg: Any = None, *, retry: RetryPolicy | None = None) -> None:
+    def add_compensation(
+        self, activity: str | Callable[..., Any], arg: Any = None, *, retry: RetryPolicy | None = None
+    ) -> None:
         """Register ``activity(arg)`` as the undo of the activity this task completed last.
+
+        ``activity`` is the undo's `@handler` function (``arg`` checked against its input here,
+        as `workflow.execute_activity` does) or its registered name.
 
         Raises:
             WorkflowError: this task has not completed an activity yet.
+            ActivityInputError: ``arg`` does not fit the input of the handler ``activity``.
         """
         execution = current()
         task = asyncio.current_task()
@@ -82,13 +88,13 @@ class Saga:
                 "Saga.add_compensation registers the undo of a completed step: call it right after the "
                 "`await workflow.execute_activity(...)` it undoes"
             )
-        payload = to_json_object(arg, f"the argument of compensation {activity}")
+        name, payload, _ = activity_call(activity, arg, "compensation")
         policy = retry or RetryPolicy()
-        if execution.match(CompensationRegistered, (activity, step)) is None:
+        if execution.match(CompensationRegistered, (name, step)) is None:
             execution.record(
-                CompensationRegistered, for_step=step, activity=activity, payload=payload, retry=policy
+                CompensationRegistered, for_step=step, activity=name, payload=payload, retry=policy
             )
-        self._pending.append(Compensation(step, activity, payload, policy))
+        self._pending.append(Compensation(step, name, payload, policy))
 
     async def compensate(self) -> bool:
         """Run every pending undo, newest first; True when all succeeded.

@@ -65,6 +65,13 @@ class WorkflowDefinitionError(WorkflowError):
     """A class decorated with `workflow.defn` is not a valid workflow (no `@workflow.run`, ...)."""
 
 
+class ActivityInputError(WorkflowError):
+    """An activity named by its `@handler` function was called with an argument that does not fit
+    the input the handler declares, or the function is not a registered handler. Raised where the
+    code calls it, before anything is scheduled.
+    """
+
+
 class NotInWorkflow(WorkflowError):
     """A `slotflow.workflow` primitive was called outside workflow code run by the runtime."""
 

@@ -35,7 +35,7 @@ from slotflow.contracts.workflows import (
 )
 from slotflow.core.retry import is_retryable, next_retry_delay
 from slotflow.runs.context import FencedWrites, RunContext
-from slotflow.runs.registry import REGISTRY, HandlerFn, HandlerRegistry, UnknownHandler
+from slotflow.runs.registry import REGISTRY, HandlerFn, HandlerRegistry, UnknownHandler, run_callable
 from slotflow.workflow._events import SCHEDULE_TO_CLOSE_TIMEOUT, describe_event
 from slotflow.workflow.commands import (
     CancelTimer,
@@ -126,7 +126,7 @@ class WorkflowEnvironment:
         self,
         workflows: Iterable[type[object]],
         *,
-        activities: HandlerRegistry | Mapping[str, HandlerFn] | None = None,
+        activities: HandlerRegistry | Mapping[str, Callable[..., Any]] | None = None,
         start_time: datetime = START,
         replay_every_step: bool = False,
         max_history_events: int = DEFAULT_MAX_HISTORY_EVENTS,
@@ -419,9 +419,11 @@ class WorkflowEnvironment:
         if isinstance(self._activities, HandlerRegistry):
             return self._activities.get(name)
         try:
-            return self._activities[name]
+            fn = self._activities[name]
         except KeyError:
             raise UnknownHandler(f"no activity {name!r} in this WorkflowEnvironment") from None
+        # A fake that takes an input gets it validated from the payload, as a registered one does.
+        return run_callable(name, fn)
 
     def _finished(self, task: asyncio.Task[Any]) -> None:
         workflow_id, command, attempt = self._running.pop(task)

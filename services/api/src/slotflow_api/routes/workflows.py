@@ -397,9 +397,22 @@ async def retry_activity(
     responses={404: {"description": "no such workflow"}},
 )
 async def get_workflow(
-    s: Annotated[Services, Depends(services)], workflow_id: WorkflowId
+    s: Annotated[Services, Depends(services)],
+    workflow_id: WorkflowId,
+    start_command_id: Annotated[
+        str | None,
+        Query(
+            max_length=1000,
+            description="the run this StartWorkflow (its command id) began, rather than the newest "
+            "run of the id: an id reused after its run closed holds several (404 until it shows)",
+        ),
+    ] = None,
 ) -> dict[str, object]:
-    row = await read_model.get_workflow(s.pool, s.schema, workflow_id)
+    row = await read_model.get_workflow(s.pool, s.schema, workflow_id, start_command_id=start_command_id)
     if row is None:
+        if start_command_id is not None:
+            raise NotFound(
+                f"workflow {workflow_id!r} has no run started by command {start_command_id!r} (yet)"
+            )
         raise NotFound(f"workflow {workflow_id!r} is not known (yet)")
     return row

@@ -161,6 +161,13 @@ WORKFLOW_SELECTION_COUNTS = (
 # Which of the named ids the read model knows (the others are left out: nothing says they exist).
 KNOWN_WORKFLOW_IDS = "SELECT workflow_id FROM {schema}.workflows WHERE workflow_id = ANY($1::text[])"
 
+# One workflow's typed history events in sequence order: the input of the fold of one earlier run
+# (a handle's, `?start_command_id=`) when the row shows a newer run of a reused id. The same rows
+# the projection folds the row from, so the earlier run reads as it was shown while it was newest.
+WORKFLOW_EVENTS_OF_ONE = (
+    "SELECT type, version, at, data FROM {schema}.workflow_events WHERE workflow_id = $1 ORDER BY sequence"
+)
+
 # How many history entries a workflow has.
 WORKFLOW_HISTORY_LENGTH = "SELECT count(*) FROM {schema}.workflow_history WHERE workflow_id = $1"
 
