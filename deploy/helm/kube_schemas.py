@@ -35,7 +35,9 @@ KINDS = [
     "poddisruptionbudget-policy-v1",
     "networkpolicy-networking-v1",
 ]
+#: How a kind's file points into `_definitions.json`, and how a definition points at another.
 DEFINITIONS_REF = "/api/_definitions.json#/$defs/"
+LOCAL_REF = "#/$defs/"
 SCHEMA_LOCATION = "{{ .NormalizedKubernetesVersion }}-standalone{{ .StrictSuffix }}/{{ .ResourceKind }}{{ .KindSuffix }}.json"
 
 
@@ -51,9 +53,10 @@ def inline(node: Any, definitions: dict[str, Any], seen: tuple[str, ...] = ()) -
         return node
     ref = node.get("$ref")
     if isinstance(ref, str):
-        if not ref.startswith(DEFINITIONS_REF):
+        prefix = next((p for p in (DEFINITIONS_REF, LOCAL_REF) if ref.startswith(p)), None)
+        if prefix is None:
             raise SchemaError(f"a reference this script does not know: {ref}")
-        name = ref.removeprefix(DEFINITIONS_REF)
+        name = ref.removeprefix(prefix)
         if name in seen:
             # A recursive type (only CRDs' JSONSchemaProps are): no standalone form exists.
             raise SchemaError(f"recursive definition {name}")

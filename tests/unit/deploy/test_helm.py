@@ -180,7 +180,9 @@ def test_every_value_is_documented() -> None:
 
 
 def test_the_prometheus_rule_holds_the_alert_rules() -> None:
-    (rule,) = [d for d in yaml.safe_load_all((MANIFESTS / "monitoring" / "prometheusrule.yaml").read_text()) if d]
+    (rule,) = [
+        d for d in yaml.safe_load_all((MANIFESTS / "monitoring" / "prometheusrule.yaml").read_text()) if d
+    ]
     alerts = yaml.safe_load((ROOT / "deploy" / "monitoring" / "alerts.yaml").read_text())
     assert rule["spec"] == {"groups": alerts["groups"]}
 
@@ -192,4 +194,3 @@ def test_every_script_of_the_chart_is_where_the_docs_say() -> None:
     assert re.search(r"^check-helm: setup\n\tdeploy/helm/check-helm.sh$", makefile, re.MULTILINE)
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     assert ci.index("make check-helm") == ci.index("make lint") + 1
-

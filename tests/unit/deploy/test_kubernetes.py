@@ -345,7 +345,9 @@ def reference_problems(resources: list[Resource]) -> list[str]:
             if "secretRef" in source and source["secretRef"]["name"] not in secrets:
                 problems.append(f"{component}: no Secret {source['secretRef']['name']}")
         for volume in r["spec"]["template"]["spec"].get("volumes", []):
-            if "secret" in volume and volume["secret"]["secretName"] not in secrets:
+            # An optional Secret (the TLS files) may be absent: the pod starts without it.
+            secret = volume.get("secret", {})
+            if secret and not secret.get("optional") and secret["secretName"] not in secrets:
                 problems.append(f"{component}: no Secret {volume['secret']['secretName']}")
 
     def selected(selector: dict[str, str]) -> list[str]:
@@ -362,7 +364,9 @@ def reference_problems(resources: list[Resource]) -> list[str]:
     replicas = {r["metadata"]["name"]: r["spec"].get("replicas", 1) for r in kind(resources, "Deployment")}
     # Every service that runs more than one replica keeps some through a drain; a budget on a
     # single replica that must stay up would block every drain of its node.
-    problems += [f"no PodDisruptionBudget for {n}" for n, count in replicas.items() if count > 1 and n not in covered]
+    problems += [
+        f"no PodDisruptionBudget for {n}" for n, count in replicas.items() if count > 1 and n not in covered
+    ]
     for pdb in kind(resources, "PodDisruptionBudget"):
         for n in selected(pdb["spec"]["selector"]["matchLabels"]):
             if pdb["spec"].get("minAvailable", 0) >= replicas[n]:
@@ -466,7 +470,9 @@ def network_problems(resources: list[Resource]) -> list[str]:
         listener = {p["containerPort"] for p in c.get("ports", [])}
         ingress = {port.get("port") for rule in spec.get("ingress", []) for port in rule.get("ports", [None])}
         if ingress != listener:
-            problems.append(f"{name}: ingress to {sorted(map(str, ingress))}, its listener is {sorted(listener)}")
+            problems.append(
+                f"{name}: ingress to {sorted(map(str, ingress))}, its listener is {sorted(listener)}"
+            )
         egress = spec.get("egress", [])
         if any("ports" not in rule and "to" not in rule for rule in egress):
             continue  # a rule of neither lets everything out
@@ -600,7 +606,9 @@ def container(r: Resource) -> Resource:
     return c
 
 
-@pytest.mark.skipif(RENDER, reason="the rules' refusals are shown on deploy/kubernetes; a render is only checked")
+@pytest.mark.skipif(
+    RENDER, reason="the rules' refusals are shown on deploy/kubernetes; a render is only checked"
+)
 def test_the_rules_catch_broken_manifests(monkeypatch: pytest.MonkeyPatch) -> None:
     good = all_resources()
     (kustomization,) = load("kustomization.yaml")
