@@ -58,7 +58,7 @@ Helm-only annotations of a resource the topics hook needs before the release's o
 (its Secret, the TLS Secret): created before the Job (weight), replaced on each upgrade.
 */}}
 {{- define "slotflow.hookAnnotations" -}}
-{{- if not .root.Values.plainManifests }}
+{{- if not .root.Values.plainManifests -}}
 annotations:
   helm.sh/hook: pre-install,pre-upgrade
   helm.sh/hook-weight: {{ .weight | quote }}
