@@ -14,7 +14,7 @@ STATS_STAMP := $(STATS_VENV)/.installed-stamp
 # against nothing, so a broker that did not come up reads as hundreds of test errors.
 WITH_STACK = stack_env="$$(deploy/devstack/up.sh)" && eval "$$stack_env" &&
 
-.PHONY: setup tools up down status clean test test-unit test-integration test-containers check-compose check-wheels test-chaos chaos lint check-rules fmt contracts demo bench
+.PHONY: setup tools up down status clean test test-unit test-integration test-containers check-compose check-wheels check-helm test-chaos chaos lint check-rules fmt contracts demo bench
 
 setup: $(STAMP) $(STATS_STAMP)
 
@@ -103,6 +103,14 @@ test-containers: setup
 check-compose: setup
 	apt-get install -y -q podman runc debootstrap >/dev/null
 	deploy/containers/check-compose.sh
+
+# The Helm chart (deploy/helm/slotflow, docs/deploy.md): helm lint --strict, helm template with the
+# default values and each example values file (deploy/helm/examples), every render through
+# kubeconform -strict (Kubernetes 1.32 and 1.37, schemas made from .venv's kubernetes-validate) and
+# the manifests' rules (tests/unit/deploy/test_kubernetes.py), the pods' checksums, and deploy/kubernetes
+# against a fresh render. helm and kubeconform are built once from the Go module proxy (.cache/tools).
+check-helm: setup
+	deploy/helm/check-helm.sh
 
 # Every package built as a wheel; each service installed alone from them into a fresh virtualenv
 # (no index: the wheels, and a wheelhouse of the pinned third-party dependencies kept in

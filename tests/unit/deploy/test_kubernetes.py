@@ -1,4 +1,5 @@
-"""deploy/kubernetes: every manifest against the Kubernetes API's JSON schemas, and our own rules.
+"""deploy/kubernetes (the Helm chart's render): every manifest against the Kubernetes API's JSON
+schemas, and our own rules.
 
 No cluster runs on the CI machines. kubernetes-validate bundles the API's schemas per Kubernetes
 version (its "strict" set refuses unknown fields), so the manifests are checked offline against
@@ -9,14 +10,20 @@ another port than the probes use fails here.
 
 Each rule is a function returning its problems; the tests assert none on the real manifests and
 some on a broken copy, so a rule that could never fail shows up.
+
+deploy/kubernetes is the chart (deploy/helm/slotflow) rendered with its default values for
+`kubectl apply -k`; `make check-helm` runs this module again on the chart's other renders (examples
+values files) by pointing SLOTFLOW_KUBERNETES_MANIFESTS at each, so every rule holds for them too.
 """
 
+import base64
 import copy
 import os
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
@@ -36,7 +43,10 @@ from slotflow_stats.config import StatsSettings
 from slotflow_ticker.config import TickerSettings
 
 ROOT = Path(__file__).parents[3]
-MANIFESTS = ROOT / "deploy" / "kubernetes"
+#: The manifests checked: deploy/kubernetes, or a render of the chart (deploy/helm/check-helm.sh).
+MANIFESTS = Path(os.environ.get("SLOTFLOW_KUBERNETES_MANIFESTS") or ROOT / "deploy" / "kubernetes")
+#: Checking a render of `make check-helm` rather than the committed manifests.
+RENDER = MANIFESTS.resolve() != (ROOT / "deploy" / "kubernetes").resolve()
 #: The oldest Kubernetes minor the manifests are for, and the newest the validator knows.
 KUBERNETES_VERSIONS = ("1.32", "1.37")
 #: Placeholders to fill before applying; kept out of kustomization.yaml on purpose.
@@ -143,14 +153,20 @@ def container_env(resources: list[Resource], container: Resource) -> dict[str, s
         if "configMapRef" in source:
             env.update(maps[source["configMapRef"]["name"]]["data"])
         else:
-            env.update(secrets[source["secretRef"]["name"]]["stringData"])
+            env.update(secret_data(secrets[source["secretRef"]["name"]]))
     for var in container.get("env", []):
         if "value" in var:
             env[var["name"]] = var["value"]
         else:
             ref = var["valueFrom"]["secretKeyRef"]
-            env[var["name"]] = secrets[ref["name"]]["stringData"][ref["key"]]
+            env[var["name"]] = secret_data(secrets[ref["name"]])[ref["key"]]
     return env
+
+
+def secret_data(secret: Resource) -> dict[str, str]:
+    """A Secret's keys and values: its stringData, and its data decoded."""
+    data = {k: base64.b64decode(v).decode() for k, v in (secret.get("data") or {}).items()}
+    return {**data, **(secret.get("stringData") or {})}
 
 
 def known_env() -> set[str]:
@@ -299,8 +315,15 @@ def security_problems(resources: list[Resource]) -> list[str]:
     return problems
 
 
+def image_name(image: str) -> str:
+    """An image reference without its tag (registry.example.com:5000/slotflow:0.1.0: up to the last colon
+    after the last slash)."""
+    name, _, tag = image.rpartition(":")
+    return name if name and "/" not in tag else image
+
+
 def image_problems(resources: list[Resource], kustomization: Resource) -> list[str]:
-    images = {c["image"] for _, _, c in workloads(resources)}
+    images = {image_name(c["image"]) for _, _, c in workloads(resources)}
     problems = [] if len(images) == 1 else [f"not one image everywhere: {sorted(images)}"]
     problems += [
         f"kustomization.yaml does not set image {image}"
@@ -322,7 +345,9 @@ def reference_problems(resources: list[Resource]) -> list[str]:
             if "secretRef" in source and source["secretRef"]["name"] not in secrets:
                 problems.append(f"{component}: no Secret {source['secretRef']['name']}")
         for volume in r["spec"]["template"]["spec"].get("volumes", []):
-            if "secret" in volume and volume["secret"]["secretName"] not in secrets:
+            # An optional Secret (the TLS files) may be absent: the pod starts without it.
+            secret = volume.get("secret", {})
+            if secret and not secret.get("optional") and secret["secretName"] not in secrets:
                 problems.append(f"{component}: no Secret {volume['secret']['secretName']}")
 
     def selected(selector: dict[str, str]) -> list[str]:
@@ -336,11 +361,16 @@ def reference_problems(resources: list[Resource]) -> list[str]:
         for pdb in kind(resources, "PodDisruptionBudget")
         for n in selected(pdb["spec"]["selector"]["matchLabels"])
     }
+    replicas = {r["metadata"]["name"]: r["spec"].get("replicas", 1) for r in kind(resources, "Deployment")}
+    # Every service that runs more than one replica keeps some through a drain; a budget on a
+    # single replica that must stay up would block every drain of its node.
     problems += [
-        f"no PodDisruptionBudget for {n}"
-        for n in ("slotflow-claimer", "slotflow-orchestrator")
-        if n not in covered
+        f"no PodDisruptionBudget for {n}" for n, count in replicas.items() if count > 1 and n not in covered
     ]
+    for pdb in kind(resources, "PodDisruptionBudget"):
+        for n in selected(pdb["spec"]["selector"]["matchLabels"]):
+            if pdb["spec"].get("minAvailable", 0) >= replicas[n]:
+                problems.append(f"PDB {pdb['metadata']['name']} lets no pod of {n} be drained")
     for service in kind(resources, "Service"):
         targets = selected(service["spec"]["selector"])
         if not targets:
@@ -382,6 +412,125 @@ def compose_problems(resources: list[Resource]) -> list[str]:
     return problems
 
 
+#: Where a service's replicas are spread: zones first (a zone's outage), then nodes (a node's).
+SPREAD_KEYS = {"topology.kubernetes.io/zone", "kubernetes.io/hostname"}
+
+
+def spread_problems(resources: list[Resource]) -> list[str]:
+    """Every Deployment of more than one replica is spread over zones and nodes, softly: a hard
+    constraint (DoNotSchedule) leaves replicas pending on a cluster of one zone."""
+    problems = []
+    for r in kind(resources, "Deployment"):
+        if r["spec"].get("replicas", 1) <= 1:
+            continue
+        name = r["metadata"]["name"]
+        pod = r["spec"]["template"]
+        constraints = pod["spec"].get("topologySpreadConstraints", [])
+        spread = {
+            c["topologyKey"]
+            for c in constraints
+            if c["labelSelector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+        }
+        problems += [f"{name}: not spread over {key}" for key in sorted(SPREAD_KEYS - spread)]
+        problems += [
+            f"{name}: {c['topologyKey']} is {c['whenUnsatisfiable']}, not ScheduleAnyway"
+            for c in constraints
+            if c["whenUnsatisfiable"] != "ScheduleAnyway"
+        ]
+    return problems
+
+
+#: The DNS port every pod must reach (service names, the brokers' and the database's host names).
+DNS_PORT = 53
+#: PostgreSQL's port when a DSN names none.
+PG_DEFAULT_PORT = 5432
+
+
+def network_problems(resources: list[Resource]) -> list[str]:
+    """With NetworkPolicies, each pod is selected by one, which lets in its listener's port and
+    nothing else, and lets out the ports of the brokers its bootstrap names, of the database its DSN
+    names, and DNS: a policy that blocks them stops the service, and one that opens more ports
+    than the listener's exposes what needs no exposing."""
+    policies = kind(resources, "NetworkPolicy")
+    if not policies:
+        return []
+    problems = []
+    for _, r, c in workloads(resources):
+        name = r["metadata"]["name"]
+        labels = r["spec"]["template"]["metadata"]["labels"]
+        selecting = [
+            p for p in policies if p["spec"]["podSelector"].get("matchLabels", {}).items() <= labels.items()
+        ]
+        if len(selecting) != 1:
+            problems.append(f"{name}: {len(selecting)} NetworkPolicies select its pods, not 1")
+            continue
+        spec = selecting[0]["spec"]
+        if set(spec.get("policyTypes", [])) != {"Ingress", "Egress"}:
+            problems.append(f"{name}: its NetworkPolicy restricts {spec.get('policyTypes')}, not both ways")
+        listener = {p["containerPort"] for p in c.get("ports", [])}
+        ingress = {port.get("port") for rule in spec.get("ingress", []) for port in rule.get("ports", [None])}
+        if ingress != listener:
+            problems.append(
+                f"{name}: ingress to {sorted(map(str, ingress))}, its listener is {sorted(listener)}"
+            )
+        egress = spec.get("egress", [])
+        if any("ports" not in rule and "to" not in rule for rule in egress):
+            continue  # a rule of neither lets everything out
+        allowed = {port["port"] for rule in egress for port in rule.get("ports", [])}
+        env = container_env(resources, c)
+        needed = {("DNS", DNS_PORT)}
+        for address in env.get("SLOTFLOW_KAFKA_BOOTSTRAP", "").split(","):
+            needed.add(("Kafka", int(address.rsplit(":", 1)[1])))
+        if "SLOTFLOW_PG_DSN" in env:
+            needed.add(("PostgreSQL", urlsplit(env["SLOTFLOW_PG_DSN"]).port or PG_DEFAULT_PORT))
+        problems += [
+            f"{name}: egress to {what} port {port} not allowed"
+            for what, port in sorted(needed)
+            if port not in allowed
+        ]
+    return problems
+
+
+def job_problems(resources: list[Resource]) -> list[str]:
+    """A Job's pod template cannot change: each Job's name carries its image's tag, so a new
+    release makes a new Job rather than a refused update, and a finished one goes away by itself."""
+    problems = []
+    for r in kind(resources, "Job"):
+        name = r["metadata"]["name"]
+        if "ttlSecondsAfterFinished" not in r["spec"]:
+            problems.append(f"Job {name}: no ttlSecondsAfterFinished")
+        for c in r["spec"]["template"]["spec"]["containers"]:
+            tag = c["image"][len(image_name(c["image"])) + 1 :]
+            if not tag or not name.endswith("-" + re.sub(r"[^a-z0-9]+", "-", tag.lower())):
+                problems.append(f"Job {name}: its name does not carry its image's tag {tag!r}")
+    return problems
+
+
+#: The label Helm gives what it manages; the plain manifests (deploy/kubernetes) have none.
+MANAGED_BY_HELM = ("app.kubernetes.io/managed-by", "Helm")
+
+
+def checksum_problems(resources: list[Resource]) -> list[str]:
+    """Under Helm, a changed ConfigMap or chart-made Secret must roll the pods that read it
+    (Kubernetes restarts nothing by itself): each pod template carries their checksums."""
+    problems = []
+    helm_secrets = {
+        r["metadata"]["name"]
+        for r in kind(resources, "Secret")
+        if r["metadata"].get("labels", {}).get(MANAGED_BY_HELM[0]) == MANAGED_BY_HELM[1]
+    }
+    for component, r, c in workloads(resources):
+        if r["kind"] != "Deployment" or r["metadata"]["labels"].get(MANAGED_BY_HELM[0]) != MANAGED_BY_HELM[1]:
+            continue
+        annotations = r["spec"]["template"]["metadata"].get("annotations", {})
+        refs = [s["secretRef"]["name"] for s in c.get("envFrom", []) if "secretRef" in s]
+        if "checksum/config" not in annotations:
+            problems.append(f"{component}: no checksum/config, so a changed setting rolls nothing")
+        if set(refs) & helm_secrets and "checksum/secret" not in annotations:
+            problems.append(f"{component}: no checksum/secret, so a changed secret rolls nothing")
+    return problems
+
+
 # -- tests -----------------------------------------------------------------------------------
 
 
@@ -410,6 +559,10 @@ CHECKS: list[Callable[[list[Resource]], list[str]]] = [
     security_problems,
     reference_problems,
     compose_problems,
+    spread_problems,
+    network_problems,
+    job_problems,
+    checksum_problems,
 ]
 
 
@@ -453,6 +606,9 @@ def container(r: Resource) -> Resource:
     return c
 
 
+@pytest.mark.skipif(
+    RENDER, reason="the rules' refusals are shown on deploy/kubernetes; a render is only checked"
+)
 def test_the_rules_catch_broken_manifests(monkeypatch: pytest.MonkeyPatch) -> None:
     good = all_resources()
     (kustomization,) = load("kustomization.yaml")
@@ -523,3 +679,49 @@ def test_the_rules_catch_broken_manifests(monkeypatch: pytest.MonkeyPatch) -> No
         ]
 
     assert reference_problems(no_pdb(good))
+
+    def one_replica(r: Resource) -> None:
+        r["spec"]["replicas"] = 1
+
+    def pdb_min_one(r: Resource) -> None:
+        del r["spec"]["maxUnavailable"]
+        r["spec"]["minAvailable"] = 1
+
+    def no_spread(r: Resource) -> None:
+        del r["spec"]["template"]["spec"]["topologySpreadConstraints"]
+
+    def hard_spread(r: Resource) -> None:
+        r["spec"]["template"]["spec"]["topologySpreadConstraints"][0]["whenUnsatisfiable"] = "DoNotSchedule"
+
+    def ingress_elsewhere(r: Resource) -> None:
+        r["spec"]["ingress"][0]["ports"][0]["port"] = 9999
+
+    def broker_port_blocked(r: Resource) -> None:
+        r["data"]["SLOTFLOW_KAFKA_BOOTSTRAP"] = "b-1.kafka.example.internal:19092"
+
+    def database_port_blocked(r: Resource) -> None:
+        r["stringData"]["SLOTFLOW_PG_DSN"] = "postgresql://slotflow_dlq@db.example.internal:15432/slotflow"
+
+    def unversioned(r: Resource) -> None:
+        r["metadata"]["name"] = "slotflow-topics"
+
+    def kept_forever(r: Resource) -> None:
+        del r["spec"]["ttlSecondsAfterFinished"]
+
+    def under_helm_without_checksums(r: Resource) -> None:
+        r["metadata"]["labels"][MANAGED_BY_HELM[0]] = MANAGED_BY_HELM[1]
+
+    (job,) = [f"Job/{r['metadata']['name']}" for r in kind(good, "Job")]
+    one_ticker = mutate(good, "Deployment/slotflow-ticker", one_replica)
+    assert reference_problems(one_ticker) == []
+    assert reference_problems(mutate(one_ticker, "PodDisruptionBudget/slotflow-ticker", pdb_min_one)) == [
+        "PDB slotflow-ticker lets no pod of slotflow-ticker be drained"
+    ]
+    assert spread_problems(mutate(good, "Deployment/slotflow-claimer", no_spread))
+    assert spread_problems(mutate(good, "Deployment/slotflow-api", hard_spread))
+    assert network_problems(mutate(good, "NetworkPolicy/slotflow-orchestrator", ingress_elsewhere))
+    assert network_problems(mutate(good, "ConfigMap/slotflow-config", broker_port_blocked))
+    assert network_problems(mutate(good, "Secret/slotflow-dlq", database_port_blocked))
+    assert job_problems(mutate(good, job, unversioned))
+    assert job_problems(mutate(good, job, kept_forever))
+    assert checksum_problems(mutate(good, "Deployment/slotflow-claimer", under_helm_without_checksums))
