@@ -219,7 +219,10 @@ def test_the_strategies_reach_every_kind() -> None:
     assert set(BUILDERS) == kinds
     seen: set[str] = set()
 
-    @settings(max_examples=300, database=None)
+    # Derandomized: a coverage check must not depend on the run's seed. With a random one, a run
+    # of the suite drew 300 records without a pause_schedule (hypothesis spends many examples near
+    # the simplest choices, so the branches are not drawn evenly).
+    @settings(max_examples=300, database=None, derandomize=True)
     @given(st.data())
     def draw(data: st.DataObject) -> None:
         seen.add(data.draw(hostile_records).kind)
