@@ -73,7 +73,8 @@ compose config --quiet
 say "compose.yaml parses; building $SLOTFLOW_IMAGE from deploy/docker/Dockerfile"
 # pip inside the build reaches the package index the way this machine's pip does (its CA bundle,
 # when set), over the host's network; the bundle is not kept in the image.
-build_args=(--build-arg "PYTHON_IMAGE=$SLOTFLOW_PYTHON_IMAGE")
+build_args=(--build-arg "PYTHON_IMAGE=$SLOTFLOW_PYTHON_IMAGE" --build-arg "VERSION=$(cat VERSION)"
+  --build-arg "REVISION=$(git rev-parse HEAD 2>/dev/null || echo unknown)")
 if [[ -n "${PIP_CERT:-}" && -f "$PIP_CERT" ]]; then
   build_args+=(--build-arg "PIP_CERT=$PIP_CERT" --volume "$PIP_CERT:$PIP_CERT:ro")
 fi
@@ -81,7 +82,7 @@ started=$(date +%s)
 podman build --quiet --network host -f deploy/docker/Dockerfile "${build_args[@]}" \
   -t "$SLOTFLOW_IMAGE" . >"$STATE/compose-check-build.log" 2>&1 \
   || { tail -30 "$STATE/compose-check-build.log" >&2; exit 1; }
-say "image built in $(($(date +%s) - started)) s; runs as $(podman image inspect --format '{{.Config.User}}' "$SLOTFLOW_IMAGE")"
+say "image built in $(($(date +%s) - started)) s; runs as $(podman image inspect --format '{{.Config.User}}' "$SLOTFLOW_IMAGE"); $(podman image inspect --format '{{.Size}}' "$SLOTFLOW_IMAGE" | awk '{printf "%.0f MB", $1 / 1e6}')"
 
 # podman runs a container's healthcheck from a systemd timer; where there is no systemd nothing
 # runs it and `--wait` would see "starting" forever. This loop is that timer: every few seconds it
