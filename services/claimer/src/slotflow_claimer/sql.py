@@ -199,10 +199,13 @@ UPDATE {schema}.runs AS r SET
     state            = u.state,
     result           = u.result::jsonb,
     error            = u.error::jsonb,
+    -- Short histories (nearly every run) are appended to as they are; only a full one is cut.
     history          = CASE WHEN u.entry IS NULL THEN r.history ELSE (
+                           CASE WHEN jsonb_array_length(r.history) < {history_kept} THEN r.history ELSE (
                            SELECT coalesce(jsonb_agg(kept.entry ORDER BY kept.position), '[]'::jsonb)
                              FROM jsonb_array_elements(r.history) WITH ORDINALITY AS kept(entry, position)
                             WHERE kept.position > jsonb_array_length(r.history) - ({history_kept} - 1)
+                           ) END
                        ) || jsonb_build_array(
                            u.entry::jsonb || jsonb_build_object(
                                'attempt', r.attempt, 'fence_token', r.fence_token,
