@@ -97,6 +97,7 @@ async def test_each_heartbeat_moves_the_local_deadline_and_silence_times_out() -
             await asyncio.Event().wait()  # then silent
     assert silence.expired()
     assert asyncio.get_running_loop().time() - started >= 0.55
+    beats.close()
     failure = beats.timed_out()
     assert isinstance(failure, HeartbeatTimeout)
     assert "heartbeat_timeout 0.2 s" in str(failure)
