@@ -178,3 +178,25 @@ async def chaos_loop_blocker(ctx: RunContext) -> Any:
         while not release.exists() and time.monotonic() < deadline:
             time.sleep(0.05)  # on the loop, on purpose
     return await on_the_wire(_pay_once(ctx))
+
+
+@handler("chaos.heartbeat_payout")
+async def chaos_heartbeat_payout(ctx: RunContext) -> Any:
+    """A payout that heartbeats while it waits (activity heartbeats, `ctx.heartbeat`).
+
+    Its first attempt records how far it got, then keeps heartbeating until ``pay_after_epoch`` and
+    pays: a test freezes its claimer in that loop. A later attempt notes `resumed` when it reads
+    those details, and pays at once.
+    """
+    if ctx.pool is None:
+        raise RuntimeError("chaos handlers need the handler database")
+    async with ctx.pool.acquire() as conn:
+        await note(conn, ctx, "start")
+        if ctx.attempt == 1:
+            ctx.heartbeat({"stage": "authorized"})
+            while time.time() < float(ctx.payload["pay_after_epoch"]):
+                ctx.heartbeat()
+                await asyncio.sleep(0.05)
+        elif ctx.heartbeat_details == {"stage": "authorized"}:
+            await note(conn, ctx, "resumed")
+        return await on_the_wire(_pay_and_note(conn, ctx))

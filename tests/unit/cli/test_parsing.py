@@ -153,6 +153,7 @@ def test_definition_from_every_policy_flag() -> None:
         backoff_coefficient=1.5,
         non_retryable=["CardDeclined"],
         start_to_close="90s",
+        heartbeat_timeout="20s",
         dst_repeated="both",
         dst_nonexistent="skip",
         jitter="10s",
@@ -171,6 +172,7 @@ def test_definition_from_every_policy_flag() -> None:
     assert definition.retry.backoff_coefficient == 1.5
     assert definition.retry.non_retryable == ("CardDeclined",)
     assert definition.retry.start_to_close == timedelta(seconds=90)
+    assert definition.retry.heartbeat_timeout == timedelta(seconds=20)
     assert (definition.dst.repeated, definition.dst.nonexistent) == ("both", "skip")
     assert definition.jitter == timedelta(seconds=10)
     assert definition.tags == ("money-moving", "eu")

@@ -1,5 +1,6 @@
 """WorkflowEnvironment: activities in process, a virtual clock, signals, cancel, replay checks."""
 
+import asyncio
 from collections import Counter
 from datetime import timedelta
 from typing import Any
@@ -176,3 +177,59 @@ async def test_schedule_to_close_stops_the_retries() -> None:
 
     async with WorkflowEnvironment([Patient], activities={"slow.flaky": flaky}) as env:
         assert await env.execute_workflow(Patient, id="p-1") == "ScheduleToCloseTimeout"
+
+
+@workflow.defn(name="heartbeat.import")
+class Import:
+    @workflow.run
+    async def run(self) -> Any:
+        return await workflow.execute_activity(
+            "files.import",
+            retry=workflow.RetryPolicy(max_attempts=3, base=timedelta(seconds=1)),
+            heartbeat_timeout=timedelta(milliseconds=200),
+        )
+
+
+async def test_a_silent_activity_times_out_and_its_retry_resumes_from_the_last_details() -> None:
+    seen: list[tuple[int, Any]] = []
+
+    async def import_rows(ctx: RunContext) -> Any:
+        seen.append((ctx.attempt, ctx.heartbeat_details))
+        start = ctx.heartbeat_details["row"] if ctx.heartbeat_details else 0
+        for row in range(start, 10):
+            ctx.heartbeat({"row": row})
+            if ctx.attempt == 1 and row == 4:
+                await asyncio.Event().wait()  # hangs here: no more heartbeats
+            await asyncio.sleep(0.01)
+        return {"imported_from": start}
+
+    async with WorkflowEnvironment([Import], activities={"files.import": import_rows}) as env:
+        handle = await env.start_workflow(Import, id="import-1")
+        assert await handle.result() == {"imported_from": 4}
+    assert seen == [(1, None), (2, {"row": 4})]
+    failed_attempts = [e for e in handle.history if e.message_type == "workflow.activity_failed"]
+    assert failed_attempts == []  # retried attempts are not history; the result is
+
+
+@workflow.defn(name="heartbeat.once")
+class SilentOnce:
+    @workflow.run
+    async def run(self) -> str:
+        try:
+            await workflow.execute_activity(
+                "files.silent",
+                retry=workflow.RetryPolicy(max_attempts=1),
+                heartbeat_timeout=timedelta(milliseconds=100),
+            )
+        except workflow.ActivityError as failed:
+            return f"{failed.error_type}: {failed.error_message}"
+        return "done"
+
+
+async def test_an_activity_out_of_attempts_for_want_of_a_heartbeat_fails_naming_the_timeout() -> None:
+    async def silent(ctx: RunContext) -> None:
+        await asyncio.Event().wait()
+
+    async with WorkflowEnvironment([SilentOnce], activities={"files.silent": silent}) as env:
+        said = await env.execute_workflow(SilentOnce, id="silent-1")
+    assert said.startswith("HeartbeatTimeout: no heartbeat within heartbeat_timeout 0.1 s")

@@ -5,6 +5,10 @@ token it was claimed with; a run missing from the answer was taken over and its 
 cancelled with nothing recorded. The fence, not the cancellation, makes that safe. Where handlers
 run, what cancels them and when a run is quarantined: docs/claimer.md ("Where a handler runs",
 "Cancellation", "Failure sorting").
+
+A handler's own heartbeats (`ctx.heartbeat`, activity heartbeats) are another thing: each attempt's
+`Pulse` (pulses.py) writes them, and a handler silent past its policy's `heartbeat_timeout` fails
+its attempt here with HeartbeatTimeout (docs/claimer.md, "Heartbeats").
 """
 
 from __future__ import annotations
@@ -30,12 +34,14 @@ from slotflow.core.retry import ATTEMPT_CEILING, is_retryable, next_retry_delay
 from slotflow.errors import FenceRejected, PermanentError
 from slotflow.pg.pool import Pool
 from slotflow.runs import FencedWrites, Handler, HandlerRegistry, RunContext, UnknownHandler
+from slotflow.runs.heartbeats import HeartbeatTimeout, silence_message
 from slotflow.service import sleep_or_stop
 from slotflow_claimer import capture, store
 from slotflow_claimer.downstreams import Gate, Pass
 from slotflow_claimer.events import TRACE_SCOPE
 from slotflow_claimer.metrics import ClaimerMetrics
 from slotflow_claimer.outcomes import Outcome
+from slotflow_claimer.pulses import Pulse
 from slotflow_claimer.retrying import STORAGE_RETRYABLE
 from slotflow_claimer.runs import Run
 
@@ -61,6 +67,8 @@ class Execution:
     cancel_reason: str | None = None
     #: The outcome went to the writer: from here the fence decides, not the heartbeat.
     submitted: bool = False
+    #: The handler's activity heartbeats, once it was invoked.
+    pulse: Pulse | None = None
 
 
 class Executor:
@@ -207,9 +215,10 @@ class Executor:
         ex.in_handler = True
         started = time.monotonic()
         lines = capture.AttemptLog()
+        ex.pulse = pulse = self._pulse(ex)
         try:
             with capture.attempt_log() as lines, _handler_span(run):
-                result = await self._invoke(fn, self._context(run), run.retry.start_to_close)
+                result = await self._invoke(fn, self._context(run, pulse), run.retry.start_to_close, pulse)
         except asyncio.CancelledError as error:
             if ex.reason() is not None:
                 self._observe(run.handler, "cancelled", started)
@@ -232,6 +241,7 @@ class Executor:
             return
         finally:
             ex.in_handler = False
+            pulse.close()  # a heartbeat after the handler returned starts no write
         self._observe(run.handler, "completed", started)
         await self._settle(run, downstreams, passed, None)
         self._submit(ex, Outcome(run, "completed", result=result, logs=lines.result()))
@@ -275,33 +285,53 @@ class Executor:
             )
         child.observe(time.monotonic() - started)
 
-    async def _invoke(self, handler: Handler, ctx: RunContext, limit: timedelta) -> Any:
+    async def _invoke(self, handler: Handler, ctx: RunContext, limit: timedelta, pulse: Pulse) -> Any:
         # start_to_close: an attempt that hangs is cancelled and counts as a transient failure. A
         # thread or a process cannot be cancelled: the wait for it is, and the worker stays busy
         # until the function returns (its late writes meet the fence like any zombie's).
         async with asyncio.timeout(limit.total_seconds()):
-            if handler.runs_in == "loop":
-                return await handler.fn(ctx)
-            loop = asyncio.get_running_loop()
-            if handler.runs_in == "thread":
-                result = await loop.run_in_executor(
-                    self._threads, contextvars.copy_context().run, handler.fn, ctx
-                )
-                if inspect.isawaitable(result):
-                    # A plain callable that hands back a coroutine (a lambda over an async
-                    # handler): the awaiting belongs on the loop.
-                    result = await result
-                return result
-            processes = self._processes()
+            silent_after = pulse.timeout
+            if silent_after is None:
+                return await self._call(handler, ctx)
+            # heartbeat_timeout: the same cancellation, on a deadline every heartbeat moves on.
+            silence = asyncio.timeout(silent_after.total_seconds())
             try:
-                return await loop.run_in_executor(processes, handler.fn, ctx.detached())
-            except concurrent.futures.process.BrokenProcessPool:
-                # A worker died (the handler ended its process, or the OOM killer did): the pool
-                # refuses all work from now on, so the next attempt gets a fresh one.
-                if self._process_pool is processes:
-                    self._process_pool = None
-                    processes.shutdown(wait=False, cancel_futures=True)
+                async with silence:
+                    pulse.watch(silence)
+                    try:
+                        return await self._call(handler, ctx)
+                    finally:
+                        # A thread handler the wait gave up on may still heartbeat: the deadline
+                        # is over, and a Timeout cannot be moved once its block is left.
+                        pulse.watch(None)
+            except TimeoutError:
+                if silence.expired():
+                    raise pulse.timed_out() from None
                 raise
+
+    async def _call(self, handler: Handler, ctx: RunContext) -> Any:
+        if handler.runs_in == "loop":
+            return await handler.fn(ctx)
+        loop = asyncio.get_running_loop()
+        if handler.runs_in == "thread":
+            result = await loop.run_in_executor(
+                self._threads, contextvars.copy_context().run, handler.fn, ctx
+            )
+            if inspect.isawaitable(result):
+                # A plain callable that hands back a coroutine (a lambda over an async
+                # handler): the awaiting belongs on the loop.
+                result = await result
+            return result
+        processes = self._processes()
+        try:
+            return await loop.run_in_executor(processes, handler.fn, ctx.detached())
+        except concurrent.futures.process.BrokenProcessPool:
+            # A worker died (the handler ended its process, or the OOM killer did): the pool
+            # refuses all work from now on, so the next attempt gets a fresh one.
+            if self._process_pool is processes:
+                self._process_pool = None
+                processes.shutdown(wait=False, cancel_futures=True)
+            raise
 
     def _processes(self) -> concurrent.futures.ProcessPoolExecutor:
         if self._process_pool is None:
@@ -318,7 +348,34 @@ class Executor:
         if self._process_pool is not None:
             self._process_pool.shutdown(wait=False, cancel_futures=True)
 
-    def _context(self, run: Run) -> RunContext:
+    def _pulse(self, ex: Execution) -> Pulse:
+        run = ex.run
+        timeout = run.retry.heartbeat_timeout
+
+        async def write(details: str | None) -> bool:
+            async with self._pool.acquire() as conn:
+                return await store.record_heartbeat(
+                    conn,
+                    self._schema,
+                    run_id=run.run_id,
+                    token=run.fence_token,
+                    details=details,
+                    timeout=timeout.total_seconds() if timeout is not None else None,
+                )
+
+        def refused() -> None:
+            # The run was taken over, or its attempt failed for silence elsewhere: a zombie.
+            self._metrics.fence_rejected.labels("heartbeat").inc()
+            log.warning(
+                "run %s token %d: heartbeat refused (the run is no longer this attempt's)",
+                run.run_id,
+                run.fence_token,
+            )
+            self._lose(ex)
+
+        return Pulse(run_id=run.run_id, timeout=timeout, write=write, refused=refused)
+
+    def _context(self, run: Run, pulse: Pulse) -> RunContext:
         def rejected(err: FenceRejected) -> None:
             self._metrics.fence_rejected.labels("handler").inc()
             log.warning("FenceRejected in handler of run %s (token %d): %s", run.run_id, run.fence_token, err)
@@ -339,6 +396,8 @@ class Executor:
             tags=run.tags,
             handler=run.handler,
             loop=asyncio.get_running_loop(),
+            heartbeat_details=run.heartbeat_details,
+            on_heartbeat=pulse.beat,
         )
 
     def _quarantined(self, run: Run) -> Outcome:
@@ -358,6 +417,11 @@ class Executor:
 
     def _submit(self, ex: Execution, outcome: Outcome) -> None:
         ex.submitted = True
+        if ex.pulse is not None:
+            ex.pulse.close()
+            unsaved = ex.pulse.unsaved()
+            if unsaved is not None:
+                outcome = dataclasses.replace(outcome, heartbeat_details=unsaved)
         if outcome.kind == "failed":
             log_failure(outcome)
         self._submit_outcome(outcome)
@@ -395,6 +459,29 @@ class Executor:
             ex.task.cancel()
         else:
             self._drop(ex)
+
+    def time_out(self, silent: Sequence[store.Silent]) -> None:
+        """Record the failure of attempts whose claimer went silent past their heartbeat deadline.
+
+        The reaper took each run with the next token (TIME_OUT_SILENT): nothing runs here, the
+        attempt's outcome is submitted at once, and it is retried (or dead-lettered) by its policy
+        like any failed attempt. A cancellation requested meanwhile is recorded as one instead.
+        """
+        for found in silent:
+            run = found.run
+            previous = self._executions.get(run.run_id)
+            if previous is not None and previous.run.fence_token < run.fence_token:
+                # Our own attempt, silent past the grace (its loop or thread starved): a zombie now.
+                self._lose(previous)
+            ex = Execution(run, renewed_at=time.monotonic())
+            self._executions[run.run_id] = ex
+            if run.cancel_requested:
+                self._submit(ex, Outcome(run, "cancelled"))
+                continue
+            timeout = run.retry.heartbeat_timeout or timedelta(0)
+            error = HeartbeatTimeout(silence_message(timeout, owner=found.owner))
+            self._submit(ex, self._failure(run, error))
+        self._changed()
 
     def settled(self, outcomes: Sequence[Outcome], started: Sequence[Run]) -> None:
         """The writer recorded (or the fence refused) ``outcomes``; ``started`` are buffered starts."""
@@ -525,6 +612,8 @@ class Executor:
     def abandon(self) -> None:
         """Cancel whatever still runs (last resort at exit; the leases expire on their own)."""
         for ex in self._executions.values():
+            if ex.pulse is not None:
+                ex.pulse.close()
             if ex.task is not None and not ex.task.done():
                 ex.task.cancel()
 

@@ -41,7 +41,8 @@ class ClaimerMetrics:
         )
         self.fence_rejected = Counter(
             "slotflow_claimer_fence_rejected",
-            "Writes refused because a newer fencing token exists: outcome (the run row) or handler (user tables)",
+            "Writes refused because a newer fencing token exists: outcome (the run row), handler (user "
+            "tables) or heartbeat (an activity heartbeat, `ctx.heartbeat`)",
             ["write"],
             registry=r,
         )

@@ -69,17 +69,31 @@ class Outcome:
     held_reason: str | None = None
     #: What the handler logged during the attempt (bounded, see `capture`); sent in its event.
     logs: tuple[str, ...] = ()
+    #: The attempt's last heartbeat details (JSON) not yet written: recorded with the outcome.
+    heartbeat_details: str | None = None
 
     def write(self, *, result: str | None = None) -> store.OutcomeWrite:
         """The fenced write; ``result``: the JSON recorded for a completed run (default inline)."""
         run = self.run
         if self.kind == "completed":
             result = result if result is not None else recordable_result(self.result)
-            return store.OutcomeWrite(run.run_id, run.fence_token, "completed", result=result, due=run.due)
+            return store.OutcomeWrite(
+                run.run_id,
+                run.fence_token,
+                "completed",
+                result=result,
+                due=run.due,
+                heartbeat_details=self.heartbeat_details,
+            )
         if self.kind == "cancelled":
             entry = {"event": "cancelled", "error_type": "RunCancelled", "message": _cancel_message(run)}
             return store.OutcomeWrite(
-                run.run_id, run.fence_token, "cancelled", entry=jsonb_text(entry), due=run.due
+                run.run_id,
+                run.fence_token,
+                "cancelled",
+                entry=jsonb_text(entry),
+                due=run.due,
+                heartbeat_details=self.heartbeat_details,
             )
         error = self.error or RuntimeError("unknown failure")
         summary = {"error_type": storable(type(error).__name__), "message": _message(error)}
@@ -95,6 +109,7 @@ class Outcome:
                 due=run.due,
                 refund=1,
                 held_reason=self.held_reason,
+                heartbeat_details=self.heartbeat_details,
             )
         state = "retrying" if self.delay is not None else "dead_lettered"
         if state == "dead_lettered":
@@ -107,6 +122,7 @@ class Outcome:
             error=jsonb_text(summary),
             entry=jsonb_text(entry),
             due=run.due,
+            heartbeat_details=self.heartbeat_details,
         )
 
 
@@ -118,6 +134,7 @@ def _plain(outcome: Outcome) -> Outcome:
             "completed",
             result={"unrecordable_result": repr(outcome.result)[:2000]},
             logs=outcome.logs,
+            heartbeat_details=outcome.heartbeat_details,
         )
     if outcome.error is None:
         return outcome
@@ -131,6 +148,7 @@ def _plain(outcome: Outcome) -> Outcome:
         retryable=outcome.retryable,
         held_reason=outcome.held_reason,
         logs=outcome.logs,
+        heartbeat_details=outcome.heartbeat_details,
     )
 
 

@@ -5,6 +5,11 @@ so no redelivery will ever bring the run back: the reaper is what finishes it. A
 reaps; `FOR UPDATE SKIP LOCKED` splits the expired runs between them, and the token bump makes the
 old owner's late writes bounce. It takes only as many runs as it has room for.
 
+It also fails the attempts that went silent past their heartbeat deadline (an activity's
+`heartbeat_timeout`) while their claimer could not notice it itself, frozen, dead or cut off from
+the database: the run is taken with the next token and the attempt's failure recorded here, so
+it is retried by its policy without waiting for the lease to lapse (docs/claimer.md, "Heartbeats").
+
 It also restarts buffered runs whose start was lost (their job has nothing running any more).
 """
 
@@ -23,6 +28,11 @@ from slotflow_claimer.retrying import STORAGE_RETRYABLE
 from slotflow_claimer.runs import Run
 
 log = logging.getLogger(__name__)
+
+#: How long past an attempt's heartbeat deadline (database clock) the reaper waits before failing
+#: it: the claimer running a live attempt fails it itself at the deadline, counted from the
+#: handler's start rather than the claim, so the reaper acts only on claimers that cannot.
+SILENCE_GRACE_SECONDS = 1.0
 
 
 class Reaper:
@@ -47,6 +57,27 @@ class Reaper:
         self._metrics = metrics
         self._wake_relay = wake_relay
         self._passes = 0
+
+    async def time_out_silent(self) -> int:
+        """Fail the attempts silent past their heartbeat deadline (as many as there is room for)."""
+        room = self._executor.free()
+        if room == 0:
+            return 0
+        async with self._pool.acquire() as conn:
+            silent = await store.time_out_silent(
+                conn, self._schema, owner=self._owner, ttl=self._ttl, limit=room, grace=SILENCE_GRACE_SECONDS
+            )
+        for found in silent:
+            log.warning(
+                "run %s: attempt %d sent no heartbeat in time (claimer %s); failing it with token %d",
+                found.run.run_id,
+                found.run.attempt,
+                found.owner,
+                found.run.fence_token,
+            )
+        if silent:
+            self._executor.time_out(silent)
+        return len(silent)
 
     async def reap_once(self) -> list[Run]:
         """Take over expired leases (as many as there is room for) and start them here."""
@@ -91,6 +122,7 @@ class Reaper:
     async def run(self, stop: asyncio.Event, interval: float) -> None:
         while not await sleep_or_stop(stop, interval):
             try:
+                await self.time_out_silent()
                 taken = await self.reap_once()
                 self._passes += 1
                 if self._passes % 10 == 0:

@@ -144,6 +144,12 @@ class Run:
         return value
 
     @property
+    def heartbeat_details(self) -> Any:
+        """What the run's last activity heartbeat recorded (decoded), or None."""
+        raw = self._row.get("heartbeat_details")
+        return json.loads(raw) if raw is not None else None
+
+    @property
     def due(self) -> Record:
         """The JobDue record that last claimed the run, byte-exact."""
         if self._due is None:

@@ -33,7 +33,7 @@ RUN_COLUMNS = """
     r.run_id, r.job_id, r.slot, r.kind, r.handler, r.payload, r.retry, r.overlap, r.workflow_id,
     r.sequence, r.tags, r.attempt, r.round_start, r.redrive_count, r.state, r.fence_token, r.owner,
     r.cancel_requested, r.takeovers, r.lease_lapses, r.history, r.result, r.error, r.started_at, r.finished_at,
-    r.updated_at
+    r.updated_at, r.heartbeat_details
 """
 
 INSERT_COLUMNS = """
@@ -64,6 +64,10 @@ INSERT_COLUMNS = """
 # Anything else (a live lease of any owner, completed, skipped, cancelled, buffered) returns no row:
 # the caller skips the record. The row lock taken by ON CONFLICT makes two claimers of one run
 # serialise, and the loser re-evaluates the WHERE against the winner's committed row.
+#: The heartbeat deadline a claim starts an attempt with: now plus its policy's heartbeat_timeout
+#: (ISO 8601 in the policy's JSON, as pydantic writes a duration), NULL without one. The claim counts
+#: as the attempt's first heartbeat. `{policy}` is the policy's jsonb.
+HEARTBEAT_DEADLINE = "now() + ({policy} ->> 'heartbeat_timeout')::interval"
 #: The claim reopens the row (a fresh budget, the JobDue's definition): a redrive of a dead-lettered
 #: run, or an operator's re-run of a run that is not running and not completed. An ordinary retry
 #: (re-run number 0) is not a reopening.
@@ -74,8 +78,8 @@ REOPENED = (
 CLAIM = compose(
     """
 INSERT INTO {schema}.runs AS r ({insert_columns},
-    state, fence_token, owner, lease_expires_at, heartbeat_at, started_at)
-SELECT {due_columns}, 'running', 1, $23, now() + make_interval(secs => $24), now(), now()
+    state, fence_token, owner, lease_expires_at, heartbeat_at, started_at, heartbeat_deadline)
+SELECT {due_columns}, 'running', 1, $23, now() + make_interval(secs => $24), now(), now(), {new_deadline}
   FROM {due_unnest}
 ON CONFLICT (run_id) DO UPDATE SET
     fence_token      = r.fence_token + 1,
@@ -95,6 +99,7 @@ ON CONFLICT (run_id) DO UPDATE SET
     handler          = CASE WHEN {reopened} THEN EXCLUDED.handler ELSE r.handler END,
     payload          = CASE WHEN {reopened} THEN EXCLUDED.payload ELSE r.payload END,
     retry            = CASE WHEN {reopened} THEN EXCLUDED.retry ELSE r.retry END,
+    heartbeat_deadline = {claimed_deadline},
     overlap          = CASE WHEN {reopened} THEN EXCLUDED.overlap ELSE r.overlap END,
     tags             = CASE WHEN {reopened} THEN EXCLUDED.tags ELSE r.tags END,
     takeovers        = r.takeovers + CASE WHEN r.state = 'running' THEN 1 ELSE 0 END,
@@ -129,6 +134,10 @@ RETURNING {run_columns}
     due_unnest=DUE_UNNEST,
     run_columns=RUN_COLUMNS,
     reopened=REOPENED,
+    new_deadline=compose(HEARTBEAT_DEADLINE, policy="u.retry::jsonb"),
+    claimed_deadline=compose(
+        HEARTBEAT_DEADLINE, policy=compose("(CASE WHEN {reopened} THEN EXCLUDED.retry ELSE r.retry END)", reopened=REOPENED)
+    ),
 )
 
 # insert_unstarted --
@@ -216,10 +225,12 @@ UPDATE {schema}.runs AS r SET
     -- attempt - round_start + 1 is the attempt within the budget: moving both keeps it unchanged.
     round_start      = r.round_start + u.refund,
     held_reason      = u.held_reason,
+    -- The attempt's last heartbeat details not yet written (throttled) go with its outcome.
+    heartbeat_details = coalesce(u.details::jsonb, r.heartbeat_details),
     updated_at       = now()
   FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::int[],
-              $8::text[])
-       AS u(run_id, token, state, result, error, entry, refund, held_reason)
+              $8::text[], $9::text[])
+       AS u(run_id, token, state, result, error, entry, refund, held_reason, details)
  WHERE r.run_id = u.run_id AND r.fence_token = u.token AND r.state = 'running'
 RETURNING {run_columns}
 """,
@@ -233,7 +244,8 @@ RETURNING {run_columns}
 # than the buffered run's max_concurrent run (1 for buffer_one, so one start when none runs).
 # The callers hold the jobs' locks, so an intake deciding a new run's overlap for the same job
 # waits and then sees these starts.
-START_BUFFERED = """
+START_BUFFERED = compose(
+    """
 WITH running AS (
     SELECT job_id, count(*) AS n FROM {schema}.runs
      WHERE job_id = ANY($1::text[]) AND state = 'running' GROUP BY job_id
@@ -249,19 +261,23 @@ WITH running AS (
 UPDATE {schema}.runs AS r
    SET state = 'running', fence_token = r.fence_token + 1, owner = $2,
        lease_expires_at = now() + make_interval(secs => $3), heartbeat_at = now(), started_at = now(),
-       updated_at = now()
+       heartbeat_deadline = {deadline}, updated_at = now()
   FROM next
  WHERE r.run_id = next.run_id
 RETURNING r.*
-"""
+""",
+    deadline=compose(HEARTBEAT_DEADLINE, policy="r.retry"),
+)
 
 # reap --
 # Takes over runs whose lease expired by the database clock: SKIP LOCKED so several reapers split
 # the work, and the token goes up so the previous owner's late writes bounce. The attempt stays:
-# the handler runs again for the same attempt, and the takeover is written into the history. A
-# lease that lapsed (not released at shutdown) counts in lease_lapses, which bounds how often one
-# run may take a claimer down with it.
-REAP = """
+# the handler runs again for the same attempt (its heartbeat deadline starts again, and it reads
+# the details recorded so far), and the takeover is written into the history. A lease that lapsed
+# (not released at shutdown) counts in lease_lapses, which bounds how often one run may take a
+# claimer down with it.
+REAP = compose(
+    """
 WITH victims AS (
     SELECT run_id FROM {schema}.runs
      WHERE state = 'running' AND lease_expires_at < now()
@@ -272,6 +288,7 @@ WITH victims AS (
 UPDATE {schema}.runs AS r
    SET fence_token = r.fence_token + 1, owner = $2,
        lease_expires_at = now() + make_interval(secs => $3), heartbeat_at = now(), started_at = now(),
+       heartbeat_deadline = {deadline},
        takeovers = r.takeovers + 1,
        lease_lapses = r.lease_lapses + CASE WHEN r.lease_released THEN 0 ELSE 1 END,
        lease_released = false,
@@ -284,6 +301,48 @@ UPDATE {schema}.runs AS r
   FROM victims
  WHERE r.run_id = victims.run_id
 RETURNING r.*
+""",
+    deadline=compose(HEARTBEAT_DEADLINE, policy="r.retry"),
+)
+
+# time_out_silent --
+# Fails the attempts whose heartbeat deadline passed (database clock) more than $4 seconds ago: their
+# claimer stayed silent because it froze, died or lost the database, so it cannot enforce the
+# heartbeat_timeout itself (a live claimer does, on its own clock, from the handler's start and each
+# heartbeat: later than the claim that set the deadline, and the grace $4 keeps the two apart; when
+# they do meet, the token decides and one failure is recorded). The run is taken with the next
+# token, as a takeover takes it, so the silent claimer's late heartbeat, outcome and fenced writes
+# bounce; unlike a takeover it counts no lease lapse, writes no takeover entry and keeps the
+# attempt's started_at: the caller records the attempt's failure (HeartbeatTimeout) at once, under
+# the new token, and it is retried by the run's policy. SKIP LOCKED: several reapers split the work.
+TIME_OUT_SILENT = """
+WITH silent AS (
+    SELECT run_id, owner FROM {schema}.runs
+     WHERE state = 'running' AND heartbeat_deadline < now() - make_interval(secs => $4)
+     ORDER BY heartbeat_deadline
+     LIMIT $1
+       FOR UPDATE SKIP LOCKED
+)
+UPDATE {schema}.runs AS r
+   SET fence_token = r.fence_token + 1, owner = $2,
+       lease_expires_at = now() + make_interval(secs => $3), heartbeat_at = now(),
+       heartbeat_deadline = NULL, lease_released = false, updated_at = now()
+  FROM silent
+ WHERE r.run_id = silent.run_id
+RETURNING r.*, silent.owner AS silent_owner
+"""
+
+# record_heartbeat --
+# An activity heartbeat (`ctx.heartbeat`), fenced like every write of a running run: only the attempt
+# holding the run's current token records it, so a zombie's (its run taken over, or its attempt
+# failed by time_out_silent) matches no row and is refused. Details replace the recorded ones (NULL:
+# they stay); the deadline moves to now() plus the heartbeat timeout ($4 seconds; NULL without one).
+RECORD_HEARTBEAT = """
+UPDATE {schema}.runs
+   SET heartbeat_details = coalesce($3::jsonb, heartbeat_details),
+       heartbeat_deadline = now() + make_interval(secs => $4)
+ WHERE run_id = $1 AND fence_token = $2 AND state = 'running'
+RETURNING run_id
 """
 
 # excuse_lapses --

@@ -27,6 +27,7 @@ from slotflow_claimer.sql import (
     INSERT_UNSTARTED,
     ORPHANED_BUFFERS,
     REAP,
+    RECORD_HEARTBEAT,
     RECORD_OUTCOMES,
     RELEASE,
     REOPEN,
@@ -35,6 +36,7 @@ from slotflow_claimer.sql import (
     RERUNS_ISSUED,
     START_BUFFERED,
     SUPERSEDE_PENDING,
+    TIME_OUT_SILENT,
 )
 
 
@@ -200,6 +202,8 @@ class OutcomeWrite:
     #: Attempts given back: a run held for its downstream did not spend the one it was claimed for.
     refund: int = 0
     held_reason: str | None = None
+    #: JSON: the attempt's last heartbeat details not yet written (None: the recorded ones stay).
+    heartbeat_details: str | None = None
 
 
 async def record_outcomes(conn: Conn, schema: str, writes: Sequence[OutcomeWrite]) -> list[Run]:
@@ -220,6 +224,7 @@ async def record_outcomes(conn: Conn, schema: str, writes: Sequence[OutcomeWrite
         [w.entry for w in writes],
         [w.refund for w in writes],
         [w.held_reason for w in writes],
+        [w.heartbeat_details for w in writes],
     )
     records = {w.run_id: w.due for w in writes}
     return [Run(row, records[row["run_id"]]) for row in rows]
@@ -237,6 +242,33 @@ async def start_buffered(
 async def reap(conn: Conn, schema: str, *, owner: str, ttl: float, limit: int) -> list[Run]:
     rows = await conn.fetch(sql(REAP, schema), limit, owner, ttl)
     return [Run.from_row(row) for row in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class Silent:
+    """A run whose attempt missed its heartbeat deadline, now held with the next token."""
+
+    run: Run
+    #: The claimer that went silent running it.
+    owner: str | None
+
+
+async def time_out_silent(
+    conn: Conn, schema: str, *, owner: str, ttl: float, limit: int, grace: float
+) -> list[Silent]:
+    """Take the runs whose heartbeat deadline passed ``grace`` seconds ago (TIME_OUT_SILENT), for
+    ``owner`` to record their attempts' failure."""
+    rows = await conn.fetch(sql(TIME_OUT_SILENT, schema), limit, owner, ttl, grace)
+    return [Silent(Run.from_row(row), row["silent_owner"]) for row in rows]
+
+
+async def record_heartbeat(
+    conn: Conn, schema: str, *, run_id: str, token: int, details: str | None, timeout: float | None
+) -> bool:
+    """Record an activity heartbeat under ``token`` (RECORD_HEARTBEAT): ``details`` as JSON (None:
+    the recorded ones stay), the deadline ``timeout`` seconds on. False: refused, the token is stale."""
+    row = await conn.fetchrow(sql(RECORD_HEARTBEAT, schema), run_id, token, details, timeout)
+    return row is not None
 
 
 async def orphaned_buffers(conn: Conn, schema: str, *, older_than: float, limit: int) -> list[str]:

@@ -124,6 +124,7 @@ def _definition(ctx: Context) -> ScheduleDefinition:
         backoff_coefficient=a.backoff_coefficient,
         non_retryable=a.non_retryable,
         start_to_close=a.start_to_close,
+        heartbeat_timeout=a.heartbeat_timeout,
         dst_repeated=a.dst_repeated,
         dst_nonexistent=a.dst_nonexistent,
         jitter=a.jitter,

@@ -198,6 +198,11 @@ def _definition_flags(parser: argparse.ArgumentParser, *, patch: bool = False) -
     )
     policy.add_argument("--start-to-close", metavar="DURATION", help="one attempt's time limit (default 5m)")
     policy.add_argument(
+        "--heartbeat-timeout",
+        metavar="DURATION",
+        help="fail an attempt silent this long (no ctx.heartbeat); retried by the policy (default: none)",
+    )
+    policy.add_argument(
         "--dst-repeated", choices=("first", "last", "both"), help="a local time that happens twice"
     )
     policy.add_argument(

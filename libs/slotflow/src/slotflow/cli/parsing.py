@@ -112,6 +112,7 @@ def build_definition(
     backoff_coefficient: float | None = None,
     non_retryable: list[str] | None = None,
     start_to_close: str | None = None,
+    heartbeat_timeout: str | None = None,
     dst_repeated: str | None = None,
     dst_nonexistent: str | None = None,
     jitter: str | None = None,
@@ -133,6 +134,7 @@ def build_definition(
         backoff_coefficient=backoff_coefficient,
         non_retryable=tuple(non_retryable) if non_retryable else None,
         start_to_close=_maybe_duration(start_to_close, "--start-to-close"),
+        heartbeat_timeout=_maybe_duration(heartbeat_timeout, "--heartbeat-timeout"),
     )
     dst_fields = _drop_none(repeated=dst_repeated, nonexistent=dst_nonexistent)
     definition = _drop_none(

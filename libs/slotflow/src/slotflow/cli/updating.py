@@ -71,6 +71,7 @@ def build_patch(a: Any) -> dict[str, Any]:
         backoff_coefficient=a.backoff_coefficient,
         non_retryable=list(a.non_retryable) if a.non_retryable else None,
         start_to_close=_duration(a.start_to_close, "--start-to-close"),
+        heartbeat_timeout=_duration(a.heartbeat_timeout, "--heartbeat-timeout"),
     )
     dst = _given(repeated=a.dst_repeated, nonexistent=a.dst_nonexistent)
     patch.update(

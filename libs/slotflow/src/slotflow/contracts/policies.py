@@ -80,8 +80,8 @@ class RetryPolicy(_Policy):
 
     A new field is left out of the JSON while it holds its default, so a policy that does not use
     it reads on a consumer of the release before it (whose model forbids unknown fields); one that
-    does (a `backoff_coefficient` other than 2, `max_attempts=0`) needs every claimer, orchestrator
-    and api upgraded first (docs/workflows.md, "Retries").
+    does (a `backoff_coefficient` other than 2, `max_attempts=0`, a `heartbeat_timeout`) needs
+    every claimer, orchestrator and api upgraded first (docs/workflows.md, "Retries").
     """
 
     # The serializer below leaves a field out at its default; the schema a reader validates
@@ -105,6 +105,10 @@ class RetryPolicy(_Policy):
     non_retryable: tuple[str, ...] = ()
     #: How long one attempt may run before it is cancelled and counted as a transient failure.
     start_to_close: Duration = Field(default=timedelta(minutes=5), gt=timedelta(0))
+    #: How long an attempt may go without a heartbeat (`ctx.heartbeat`, from its start) before it
+    #: fails with HeartbeatTimeout, a transient failure retried by this policy; None (the default):
+    #: heartbeats are optional and nothing times out for want of one (Temporal's `heartbeat_timeout`).
+    heartbeat_timeout: Annotated[Duration, Field(gt=timedelta(0))] | None = None
 
     @model_validator(mode="after")
     def _cap_not_below_base(self) -> "RetryPolicy":
@@ -119,9 +123,12 @@ class RetryPolicy(_Policy):
 
     @model_serializer(mode="wrap")
     def _without_new_defaults(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # A consumer of the release before `backoff_coefficient` forbids unknown fields: leave the
-        # field out while it holds its default, so every policy that does not use it reads there.
+        # A consumer of the release before `backoff_coefficient` (or `heartbeat_timeout`) forbids
+        # unknown fields: leave the field out while it holds its default, so every policy that does
+        # not use it reads there.
         dumped: dict[str, Any] = handler(self)
         if self.backoff_coefficient == DEFAULT_BACKOFF_COEFFICIENT:
             dumped.pop("backoff_coefficient", None)
+        if self.heartbeat_timeout is None:
+            dumped.pop("heartbeat_timeout", None)
         return dumped

@@ -2,7 +2,8 @@
 
 `run_id` is the idempotency key: the same for every attempt and every claimer of one slot.
 `fence_token` grows by one on every claim; a write stamped with it is refused by storage that has
-already seen a higher one. `fenced` does that stamping for the user's own tables.
+already seen a higher one. `fenced` does that stamping for the user's own tables. `heartbeat`
+records progress for the next attempt (`heartbeat_details`) and keeps a `heartbeat_timeout` at bay.
 """
 
 from __future__ import annotations
@@ -17,8 +18,12 @@ from typing import Any, TypeVar
 from slotflow.errors import ConfigurationError, FenceRejected
 from slotflow.pg.fencing import FENCES_TABLE, Row, advance_fence, fenced_upsert
 from slotflow.pg.pool import Conn, Pool
+from slotflow.runs.heartbeats import details_json
 
 RejectionHook = Callable[[FenceRejected], None]
+#: Where `RunContext.heartbeat` sends a heartbeat, on the claimer's loop: the details as JSON text,
+#: or None for a heartbeat without details (the recorded ones stay).
+HeartbeatHook = Callable[[str | None], None]
 T = TypeVar("T")
 
 
@@ -111,6 +116,44 @@ class RunContext:
     extra: Mapping[str, Any] = field(default_factory=dict)
     #: The claimer's event loop, which owns `pool` and `fenced` (None in a process-pool handler).
     loop: asyncio.AbstractEventLoop | None = field(default=None, repr=False, compare=False)
+    #: The details the run's last heartbeat recorded (an earlier attempt's, or an earlier claim's of
+    #: this attempt), decoded from their JSON; None when none were recorded (a first attempt). Temporal's
+    #: `activity.info().heartbeat_details`.
+    heartbeat_details: Any = None
+    #: Where heartbeats go (the claimer's executor); None: nowhere (a context built by hand).
+    on_heartbeat: HeartbeatHook | None = field(default=None, repr=False, compare=False)
+
+    def heartbeat(self, details: Any = None) -> None:
+        """Report that the attempt is alive, and where it got to (Temporal's `activity.heartbeat`).
+
+        ``details`` (JSON: a dict, list, scalar, or a pydantic model or dataclass of them) replace
+        the recorded ones, and the next attempt reads them as `heartbeat_details`; None keeps the
+        recorded ones and only proves liveness. Returns at once: the claimer writes the newest
+        details on the run, fenced by `fence_token`, at most once per throttle interval (0.8 x the
+        policy's `heartbeat_timeout`, else 30 s), and the last ones with the attempt's outcome.
+        Callable from the loop and from a thread handler; not from a process-pool handler.
+
+        Raises:
+            HeartbeatDetailsError: ``details`` are not JSON, cannot be stored, or are larger than
+                HEARTBEAT_DETAILS_MAX_BYTES.
+            ConfigurationError: called in a process-pool handler, which has no way to the claimer.
+        """
+        text = None if details is None else details_json(details)
+        hook = self.on_heartbeat
+        if hook is None:
+            return
+        loop = self.loop
+        if loop is None:
+            hook(text)
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            hook(text)
+        else:
+            loop.call_soon_threadsafe(hook, text)
 
     def call(self, coro: Coroutine[Any, Any, T]) -> T:
         """From a plain `def` handler (a worker thread): run ``coro`` on the claimer's loop, wait.
@@ -137,5 +180,15 @@ class RunContext:
     def detached(self) -> RunContext:
         """This context without the loop-bound parts, picklable for a process-pool handler."""
         return dataclasses.replace(
-            self, fenced=FencedWrites(token=self.fence_token, pool=None), pool=None, loop=None, extra={}
+            self,
+            fenced=FencedWrites(token=self.fence_token, pool=None),
+            pool=None,
+            loop=None,
+            extra={},
+            on_heartbeat=None if self.on_heartbeat is None else _no_claimer_here,
         )
+
+
+def _no_claimer_here(_details: str | None) -> None:
+    """A process-pool handler's heartbeat: its process has no way to the claimer's loop."""
+    raise ConfigurationError("a process-pool handler cannot heartbeat: run it in a thread (runs_in='thread')")

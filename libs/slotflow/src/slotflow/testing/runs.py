@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -9,7 +10,7 @@ from typing import Any
 from slotflow.core import identity
 from slotflow.errors import FenceRejected
 from slotflow.pg.pool import Pool
-from slotflow.runs.context import FencedWrites, RunContext
+from slotflow.runs.context import FencedWrites, HeartbeatHook, RunContext
 
 #: The slot a test run is for unless it names one (fixed, so tests are repeatable).
 DEFAULT_SLOT = datetime(2030, 1, 1, 2, 0, tzinfo=UTC)
@@ -31,6 +32,8 @@ def run_context(
     tags: tuple[str, ...] = (),
     handler: str = "",
     rejected: list[FenceRejected] | None = None,
+    heartbeat_details: Any = None,
+    heartbeats: list[Any] | None = None,
 ) -> RunContext:
     """The context a claimer would pass to a handler for this run.
 
@@ -38,7 +41,10 @@ def run_context(
     activity (a naive `slot` raises NaiveDatetime, as it would in the ticker). With `pool` (a real database) the
     context's fenced writes go there, stamped with `fence_token`; without it they raise
     ConfigurationError, as in a claimer with no handler database. Rejected fenced writes are
-    appended to `rejected` when given (the claimer counts them in a metric).
+    appended to `rejected` when given (the claimer counts them in a metric). `heartbeat_details`
+    is what an earlier attempt recorded (`ctx.heartbeat_details`); the details of each
+    `ctx.heartbeat` are appended to `heartbeats` when given (None for one without details), after
+    the same checks the claimer makes (JSON, storable, at most HEARTBEAT_DETAILS_MAX_BYTES).
     """
     if run_id is None:
         run_id = (
@@ -63,4 +69,15 @@ def run_context(
         sequence=sequence,
         tags=tags,
         handler=handler,
+        heartbeat_details=heartbeat_details,
+        on_heartbeat=_recorder(heartbeats) if heartbeats is not None else None,
     )
+
+
+def _recorder(heartbeats: list[Any]) -> HeartbeatHook:
+    """Appends each heartbeat's details, decoded (None for one without details)."""
+
+    def record(details: str | None) -> None:
+        heartbeats.append(None if details is None else json.loads(details))
+
+    return record

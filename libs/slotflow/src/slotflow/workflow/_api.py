@@ -78,14 +78,17 @@ def _policy(
     retry: RetryPolicy | None,
     start_to_close: timedelta | None,
     non_retryable: Iterable[str | type[BaseException]],
+    heartbeat_timeout: timedelta | None = None,
 ) -> RetryPolicy:
     policy = retry or _DEFAULT_POLICY
     names = tuple(n if isinstance(n, str) else n.__name__ for n in non_retryable)
-    if start_to_close is None and not names:
+    if start_to_close is None and heartbeat_timeout is None and not names:
         return policy
     fields = policy.model_dump()
     if start_to_close is not None:
         fields["start_to_close"] = start_to_close
+    if heartbeat_timeout is not None:
+        fields["heartbeat_timeout"] = heartbeat_timeout
     fields["non_retryable"] = tuple(dict.fromkeys((*policy.non_retryable, *names)))
     return RetryPolicy(**fields)
 
@@ -190,6 +193,7 @@ async def execute_activity(
     result_type: None = None,
     retry: RetryPolicy | None = None,
     start_to_close: timedelta | None = None,
+    heartbeat_timeout: timedelta | None = None,
     schedule_to_close: timedelta | None = None,
     non_retryable: Iterable[str | type[BaseException]] = (),
     on_dead_letter: DeadLetterPolicy = "fail",
@@ -202,6 +206,7 @@ async def execute_activity(
     result_type: None = None,
     retry: RetryPolicy | None = None,
     start_to_close: timedelta | None = None,
+    heartbeat_timeout: timedelta | None = None,
     schedule_to_close: timedelta | None = None,
     non_retryable: Iterable[str | type[BaseException]] = (),
     on_dead_letter: DeadLetterPolicy = "fail",
@@ -214,6 +219,7 @@ async def execute_activity(
     result_type: type[T],
     retry: RetryPolicy | None = None,
     start_to_close: timedelta | None = None,
+    heartbeat_timeout: timedelta | None = None,
     schedule_to_close: timedelta | None = None,
     non_retryable: Iterable[str | type[BaseException]] = (),
     on_dead_letter: DeadLetterPolicy = "fail",
@@ -226,6 +232,7 @@ async def execute_activity(
     result_type: None = None,
     retry: RetryPolicy | None = None,
     start_to_close: timedelta | None = None,
+    heartbeat_timeout: timedelta | None = None,
     schedule_to_close: timedelta | None = None,
     non_retryable: Iterable[str | type[BaseException]] = (),
     on_dead_letter: DeadLetterPolicy = "fail",
@@ -237,6 +244,7 @@ async def execute_activity(
     result_type: Any = None,
     retry: RetryPolicy | None = None,
     start_to_close: timedelta | None = None,
+    heartbeat_timeout: timedelta | None = None,
     schedule_to_close: timedelta | None = None,
     non_retryable: Iterable[str | type[BaseException]] = (),
     on_dead_letter: DeadLetterPolicy = "fail",
@@ -251,7 +259,10 @@ async def execute_activity(
 
     The claimers run it as run `{workflow_id}/{sequence}` with ``retry``; retried attempts are not
     history, so the code sees one result. ``start_to_close`` bounds one attempt,
-    ``schedule_to_close`` all of them; ``non_retryable`` error types fail at once. When the
+    ``schedule_to_close`` all of them; ``non_retryable`` error types fail at once. With
+    ``heartbeat_timeout`` an attempt must call `ctx.heartbeat` at least that often (from its start)
+    or it fails with HeartbeatTimeout and is retried; the next attempt resumes from
+    `ctx.heartbeat_details`. When the
     claimers give up (dead-lettered: a non-retryable error or out of attempts),
     ``on_dead_letter="fail"`` raises ActivityError here; ``"park"`` keeps waiting: the step is
     marked ActivityParked with the DLQ reason, and a redrive of the parked run brings its outcome.
@@ -276,7 +287,7 @@ async def execute_activity(
         execution,
         name,
         payload,
-        _policy(retry, start_to_close, non_retryable),
+        _policy(retry, start_to_close, non_retryable, heartbeat_timeout),
         schedule_to_close=schedule_to_close,
         on_dead_letter=on_dead_letter,
     )

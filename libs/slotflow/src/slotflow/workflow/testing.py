@@ -12,6 +12,7 @@ Examples: docs/workflows.md, "Testing".
 import asyncio
 import heapq
 import itertools
+import json
 import random as _random
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ from slotflow.contracts.workflows import (
 )
 from slotflow.core.retry import is_retryable, next_retry_delay
 from slotflow.runs.context import FencedWrites, RunContext
+from slotflow.runs.heartbeats import HeartbeatTimeout, silence_message
 from slotflow.runs.registry import REGISTRY, HandlerFn, HandlerRegistry, UnknownHandler, run_callable
 from slotflow.workflow._events import SCHEDULE_TO_CLOSE_TIMEOUT, describe_event
 from slotflow.workflow.commands import (
@@ -158,6 +160,8 @@ class WorkflowEnvironment:
         self._draws = _random.Random(seed)  # noqa: S311 - retry jitter, repeatable in tests
         self._workflows: dict[str, _Workflow] = {}
         self._running: dict[asyncio.Task[Any], tuple[str, ScheduleActivity, int]] = {}
+        #: Each activity run's last heartbeat details, read by its next attempt.
+        self._heartbeat_details: dict[str, Any] = {}
         self._timers: list[tuple[datetime, int, Callable[[], None]]] = []
         self._cancelled_timers: set[str] = set()
         self._order = itertools.count()
@@ -399,6 +403,18 @@ class WorkflowEnvironment:
 
     async def _run_activity(self, workflow_id: str, command: ScheduleActivity, attempt: int) -> Any:
         handler = self._handler(command.activity)
+        # As the claimer does: details recorded for the next attempt, and an attempt silent past
+        # its heartbeat_timeout (real time, as start_to_close) fails with HeartbeatTimeout.
+        timeout = command.retry.heartbeat_timeout
+        silence = asyncio.timeout(timeout.total_seconds()) if timeout is not None else None
+        waiting = [True]  # a Timeout cannot be moved once its block is left
+
+        def beat(details: str | None) -> None:
+            if details is not None:
+                self._heartbeat_details[command.run_id] = json.loads(details)
+            if silence is not None and timeout is not None and waiting[0] and not silence.expired():
+                silence.reschedule(asyncio.get_running_loop().time() + timeout.total_seconds())
+
         context = RunContext(
             run_id=command.run_id,
             job_id=workflow_id,
@@ -412,8 +428,22 @@ class WorkflowEnvironment:
             workflow_id=workflow_id,
             sequence=command.sequence,
             handler=command.activity,
+            heartbeat_details=self._heartbeat_details.get(command.run_id),
+            on_heartbeat=beat,
         )
-        return to_json(await asyncio.wait_for(handler(context), command.retry.start_to_close.total_seconds()))
+        async with asyncio.timeout(command.retry.start_to_close.total_seconds()):
+            if silence is None or timeout is None:
+                return to_json(await handler(context))
+            try:
+                async with silence:
+                    try:
+                        return to_json(await handler(context))
+                    finally:
+                        waiting[0] = False
+            except TimeoutError:
+                if silence.expired():
+                    raise HeartbeatTimeout(silence_message(timeout)) from None
+                raise
 
     def _handler(self, name: str) -> HandlerFn:
         if isinstance(self._activities, HandlerRegistry):
