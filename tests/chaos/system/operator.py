@@ -40,6 +40,11 @@ RESUME_BY_REDRIVE_SHARE = 0.4
 #: What the api's `?wait=` waits for a command's answer, and how long the operator keeps at one act.
 ANSWER_WAIT_S = 10.0
 ACT_TIMEOUT_S = 120.0
+#: How long the operator looks for a parking order's letter while the order is open. Its reservation
+#: comes after the order's start, authorization and hold, each waiting on the orchestrators the
+#: faults kill and pause: in the long profile (seed 1, 2026-12-07) letters came 100 s and more after
+#: the start, and 130 orders were left parked because the operator had stopped looking at 120 s.
+LETTER_WAIT_S = 900.0
 #: A letter's statuses once its owner answered a redrive.
 ANSWERED = frozenset({"redriven", "redrive_failed"})
 #: How long a closed workflow's parked letter may still take to show in the api.
@@ -106,7 +111,7 @@ class Operator:
 
     async def _letter_of(self, workflow_id: str) -> dict[str, Any] | None:
         """The parked activity's letter of ``workflow_id``, once the api shows it (None: none came)."""
-        deadline = time.monotonic() + ACT_TIMEOUT_S
+        deadline = time.monotonic() + LETTER_WAIT_S
         while time.monotonic() < deadline:
             response = await self._call("GET", "/v1/dlq", params={"workflow_id": workflow_id})
             items = response.json().get("items", []) if response.status_code == 200 else []
