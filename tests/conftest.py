@@ -31,13 +31,20 @@ settings.register_profile("slotflow", deadline=None)
 settings.load_profile("slotflow")
 
 
-#: Tests that start brokers or databases of their own (marker `own_stack`): `make test` runs them
-#: alone, after the parallel layers. On a shared worker pytest-xdist interleaved them with other
-#: modules, so the three-broker cluster (a module fixture on ports searched from a fixed range) was
-#: stopped and started again between its tests and met its own predecessor's ports.
+#: Tests that start brokers or databases of their own (marker `own_stack`). Under `make test`
+#: (pytest-xdist, `--dist loadgroup`) they form one group, run in order on one worker: on a shared
+#: worker xdist interleaved them with other modules, so the three-broker cluster (a module fixture on
+#: ports searched from a fixed range) was stopped and started again between its tests and met its
+#: own predecessor's ports.
 OWN_STACKS = ("integration/security/", "integration/kafka/test_three_brokers.py")
 
+#: The chaos layer times kills and pauses against leases and sessions: its tests form one group too,
+#: run one after another on one worker (beside the others' integration tests), never two at once.
+SERIAL_GROUPS = ("chaos", "own_stack")
 
+
+# First, before pytest-xdist's own hook names each grouped test `node@group` from these marks.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         relative = Path(str(item.path)).relative_to(TESTS)
@@ -46,6 +53,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(getattr(pytest.mark, layer))
         if relative.as_posix().startswith(OWN_STACKS):
             item.add_marker(pytest.mark.own_stack)
+        for group in SERIAL_GROUPS:
+            if item.get_closest_marker(group) is not None:
+                item.add_marker(pytest.mark.xdist_group(group))
     # The whole-system fault suite starts its own Kafka and PostgreSQL and runs for minutes; it
     # runs only when asked for by name (`-m system`, as `make chaos` does), never inside `make test`.
     if "system" not in (config.option.markexpr or ""):
