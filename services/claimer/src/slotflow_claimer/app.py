@@ -282,6 +282,7 @@ class ClaimerService:
                 threshold=cfg.loop_block_threshold_seconds,
                 interval=min(0.1, cfg.loop_block_threshold_seconds / 2),
             )
+            self.executor.watch_freezes(watchdog.froze_since)
             loops.add("watchdog", watchdog.run)
         health = self.health
         health.gate("loops", loops.problem)

@@ -54,7 +54,9 @@ class ClaimerSettings(WorkerSettings):
     #: A run whose lease lapsed this often (its claimer died or froze while running it) is
     #: dead-lettered as `quarantined` on the next takeover instead of being started again: a
     #: handler that kills its process would otherwise take down every claimer in turn. A lease a
-    #: live claimer lost because the database was unreachable is excused, not counted.
+    #: live claimer lost because the database was unreachable, or because its process froze
+    #: (stopped or starved of CPU, no handler blocking its loop; needs the loop watchdog), is
+    #: excused, not counted.
     max_lease_lapses: int = Field(default=3, ge=1)
     #: Retry budget per downstream (docs/claimer.md): retries at most this fraction of the first
     #: attempts over the window, plus `downstream_min_retries_per_second` regardless of traffic.

@@ -113,12 +113,15 @@ class Executor:
         self._process_pool: concurrent.futures.ProcessPoolExecutor | None = None
         #: Runs whose task ended without an outcome: run id -> token, released at the next heartbeat.
         self._orphans: dict[str, int] = {}
-        #: Runs lost while the database was unreachable, as (run id, token): their lapses are
-        #: excused at the next heartbeat that reaches it (EXCUSE_LAPSES in sql.py). One run can be
-        #: lost twice before that (two outages close together), so pairs, not a map.
+        #: Runs lost while the database was unreachable or this process froze, as (run id, token):
+        #: their lapses are excused at the next heartbeat that reaches the database (EXCUSE_LAPSES in
+        #: sql.py). One run can be lost twice before that (two outages close together), so pairs,
+        #: not a map.
         self._excuses: set[tuple[str, int]] = set()
         #: When a heartbeat last failed to reach the database (monotonic), or never.
         self._storage_failed_at: float | None = None
+        #: Whether this process froze since a given time (LoopWatchdog.froze_since), once watched.
+        self._froze_since: Callable[[float], bool] | None = None
         self._executions: dict[str, Execution] = {}
         self._space = asyncio.Event()
         self._released: list[Execution] = []
@@ -166,7 +169,7 @@ class Executor:
         previous = self._executions.get(run.run_id)
         if previous is not None and previous.run.fence_token < run.fence_token:
             # We took over our own run (our heartbeat lapsed): the older execution is now a zombie.
-            self._lose(previous, database_unreachable=self._lost_to_database(previous))
+            self._lose(previous, excused=self._lost_by_claimer(previous))
         execution = Execution(run, renewed_at=time.monotonic())
         self._executions[run.run_id] = execution
         task = asyncio.create_task(self._execute(execution), name=f"run {run.run_id}")
@@ -371,7 +374,7 @@ class Executor:
                 run.run_id,
                 run.fence_token,
             )
-            self._lose(ex)
+            self._lose(ex, excused=self._lost_by_claimer(ex))
 
         return Pulse(run_id=run.run_id, timeout=timeout, write=write, refused=refused)
 
@@ -441,14 +444,23 @@ class Executor:
             del self._executions[ex.run.run_id]
             self._changed()
 
-    def _lost_to_database(self, ex: Execution) -> bool:
-        """A heartbeat failed to reach the database since ``ex``'s lease was last renewed."""
-        return self._storage_failed_at is not None and self._storage_failed_at > ex.renewed_at
+    def watch_freezes(self, froze_since: Callable[[float], bool]) -> None:
+        """Excuse the lapses of runs lost while this process froze (LoopWatchdog.froze_since)."""
+        self._froze_since = froze_since
 
-    def _lose(self, ex: Execution, *, database_unreachable: bool = False) -> None:
+    def _lost_by_claimer(self, ex: Execution) -> bool:
+        """``ex``'s lease was lost through this claimer, not its run, since it was last renewed: a
+        heartbeat failed to reach the database, or the process froze (stopped or starved of CPU,
+        no handler blocking its loop). A run whose handler kills or blocks its claimer is not
+        excused: it is quarantined after MAX_LEASE_LAPSES."""
+        if self._storage_failed_at is not None and self._storage_failed_at > ex.renewed_at:
+            return True
+        return self._froze_since is not None and self._froze_since(ex.renewed_at)
+
+    def _lose(self, ex: Execution, *, excused: bool = False) -> None:
         if ex.submitted or ex.cancel_reason is not None:
             return
-        if database_unreachable:
+        if excused:
             self._excuses.add((ex.run.run_id, ex.run.fence_token))
         self._metrics.leases_lost.inc()
         log.warning(
@@ -512,16 +524,16 @@ class Executor:
             self._storage_failed_at = sent_at
             for stale in list(self._executions.values()):
                 if sent_at - stale.renewed_at > self._ttl:
-                    self._lose(stale, database_unreachable=True)
+                    self._lose(stale, excused=True)
             return
         for rid, token in held.items():
             found = self._executions.get(rid)
             if found is None or found.run.fence_token != token:
                 continue
             if rid not in renewed:
-                # Taken over while this claimer's heartbeats could not reach the database: the
-                # lapse was the database's, not the run's.
-                self._lose(found, database_unreachable=self._lost_to_database(found))
+                # Taken over. If this claimer's heartbeats could not reach the database, or the
+                # process froze, the lapse was the claimer's, not the run's.
+                self._lose(found, excused=self._lost_by_claimer(found))
                 continue
             found.renewed_at = sent_at
             if renewed[rid] and found.cancel_reason is None and found.in_handler and found.task is not None:
@@ -529,7 +541,8 @@ class Executor:
                 found.task.cancel()
 
     async def excuse_lapses(self) -> None:
-        """Excuse the lapses of the runs this claimer lost while the database was unreachable.
+        """Excuse the lapses of the runs this claimer lost while the database was unreachable or
+        the process froze.
 
         The heartbeat calls it, and the reaper before every pass: its own takeover of such a run
         must see the lapse excused, or it would quarantine the run it is about to start again."""
@@ -551,11 +564,13 @@ class Executor:
                 for tokens in rounds:
                     excused += await store.excuse_lapses(conn, self._schema, tokens, owner=self._owner)
         except STORAGE_RETRYABLE as err:
-            log.warning("claimer: excusing the lapses of runs lost to the database failed: %r", err)
+            log.warning(
+                "claimer: excusing the lapses of runs lost to the database or a freeze failed: %r", err
+            )
             self._excuses.update(excuses)  # the next pass tries again; a repeated excuse is a no-op
             return
         log.info(
-            "claimer: %d run(s) lost while the database was unreachable; %d lapse(s) excused",
+            "claimer: %d run(s) lost while the database was unreachable or this process froze; %d lapse(s) excused",
             len(excuses),
             excused,
         )

@@ -136,7 +136,8 @@ RETURNING {run_columns}
     reopened=REOPENED,
     new_deadline=compose(HEARTBEAT_DEADLINE, policy="u.retry::jsonb"),
     claimed_deadline=compose(
-        HEARTBEAT_DEADLINE, policy=compose("(CASE WHEN {reopened} THEN EXCLUDED.retry ELSE r.retry END)", reopened=REOPENED)
+        HEARTBEAT_DEADLINE,
+        policy=compose("(CASE WHEN {reopened} THEN EXCLUDED.retry ELSE r.retry END)", reopened=REOPENED),
     ),
 )
 
@@ -346,10 +347,12 @@ RETURNING run_id
 """
 
 # excuse_lapses --
-# A claimer whose heartbeats failed (the database restarted, failed over or was cut off from it)
-# gives up its runs once their leases may have lapsed, but it was alive all along: such a lapse
-# says nothing about the run, and counting it would quarantine healthy runs after a few database
-# restarts. So the owner excuses each run it lost that way, at its next contact with the database:
+# A claimer whose heartbeats failed (the database restarted, failed over or was cut off from it),
+# or whose process froze (stopped, or starved of CPU, with no handler blocking its loop: the
+# watchdog's froze_since), loses its runs once their leases lapse, but it was alive all along: such
+# a lapse says nothing about the run, and counting it would quarantine healthy runs after a few
+# database restarts or a busy minute. So the owner excuses each run it lost that way, at its next
+# contact with the database:
 #   - still its own (same token, still running): the lease is released at once and marked
 #     released, so the takeover that follows counts no lapse;
 #   - taken over already from that token by a takeover that counted it: the lapse is taken back.
