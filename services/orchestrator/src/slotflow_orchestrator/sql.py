@@ -118,6 +118,15 @@ WHERE w.workflow_id = u.id
 
 DROP_INPUTS = "DELETE FROM {schema}.inputs WHERE seq = ANY($1::bigint[])"
 
+# The activities a decision abandoned and asks the claimers to cancel (Step.activity_cancels): the
+# orchestrator's record that `activity_cancel_issued` answers from, written with the CancelActivity
+# in the outbox. A second request for one activity (a rebuild re-staging it) keeps the first row.
+RECORD_ACTIVITY_CANCELS = """
+INSERT INTO {schema}.activity_cancels (workflow_id, sequence, run_id, handler, reason)
+SELECT * FROM unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::text[])
+ON CONFLICT (workflow_id, sequence) DO NOTHING
+"""
+
 # A refused input is parked, not applied: its inbox id goes with it, so the genuine record whose
 # id a forgery borrowed (or a redrive of the parked one) is still taken when it comes.
 FORGET_SEEN = "DELETE FROM {schema}.inbox WHERE event_id = ANY($1::text[])"
