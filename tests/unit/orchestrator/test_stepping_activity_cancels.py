@@ -144,3 +144,23 @@ def test_a_workflow_that_ends_with_nothing_pending_cancels_nothing() -> None:
     out = step(WF, RUNNING, history(), [command(CancelWorkflow(workflow_id=WF))], workflow_code=code, now=NOW)
     assert out.status == "cancelled"
     assert out.activity_cancels == {}
+
+
+def test_a_cancel_the_code_passes_on_to_its_step_says_the_workflow_was_cancelled() -> None:
+    """The runtime reports the step the cancelled body stopped waiting for; the reason is the
+    workflow's cancellation, not the code's own."""
+    code = Code(
+        Moves(
+            events=[WorkflowCancelled(workflow_id=WF, sequence=4, reason="customer cancelled")],
+            cancel_activities=[2],
+        )
+    )
+    out = step(
+        WF,
+        RUNNING,
+        history(2),
+        [command(CancelWorkflow(workflow_id=WF, reason="customer cancelled"))],
+        workflow_code=code,
+        now=NOW,
+    )
+    assert out.activity_cancels[2][1] == f"workflow {WF} was cancelled: customer cancelled"

@@ -13,7 +13,10 @@ from slotflow import workflow
 from slotflow.runs import RunContext
 from slotflow.testing import run_context
 from slotflow.workflow import RetryPolicy
+from slotflow.workflow.commands import CancelActivity, Decision
+from slotflow.workflow.runtime import WorkflowRuntime
 from slotflow.workflow.testing import WorkflowEnvironment, WorkflowFailureError
+from tests.unit.workflow.helpers import History, types
 
 
 @workflow.defn(name="cancellation.waits_on_a_step")
@@ -90,3 +93,60 @@ async def test_a_thread_handler_learns_of_its_cancellation_at_its_next_heartbeat
         await asyncio.to_thread(ctx.heartbeat, {"row": 2})
     ctx.heartbeat({"row": 3})  # on the loop: no raise
     assert beats == ['{"row": 1}', '{"row": 3}']
+
+
+@workflow.defn(name="cancellation.drops_a_step")
+class DropsAStep:
+    """Starts a step, and cancels it when the `stop` signal comes."""
+
+    @workflow.run
+    async def run(self) -> str:
+        step = workflow.create_task(workflow.execute_activity("slow.step"))
+        await workflow.wait_signal("stop")
+        step.cancel()
+        try:
+            await step
+        except asyncio.CancelledError:
+            return "dropped"
+        return "finished first"
+
+
+RUNTIME = WorkflowRuntime([WaitsOnAStep, DropsAStep])
+
+
+def _cancels(decision: Decision) -> list[tuple[int, str, str]]:
+    return [(c.sequence, c.run_id, c.activity) for c in decision.commands if isinstance(c, CancelActivity)]
+
+
+def test_the_runtime_asks_for_a_cancelled_steps_run_to_be_cancelled_once() -> None:
+    """Once, in the decision where the code stopped waiting: a replay of the same history (a fresh
+    runtime, as after a restart) sends it no more."""
+    history = History(RUNTIME, "cancellation.drops_a_step")
+    assert types(history.replay().events) == ["activity_scheduled"]
+    history.signal("stop")
+    decision = history.replay()
+    assert types(decision.events) == ["completed"]
+    assert _cancels(decision) == [(2, "wf-1/2", "slow.step")]
+    again = WorkflowRuntime([DropsAStep]).replay(history.events[:-1], now=history.now)
+    assert _cancels(again) == [(2, "wf-1/2", "slow.step")]  # the same decision, made again
+    replayed = WorkflowRuntime([DropsAStep]).replay(history.events, now=history.now)
+    assert replayed.events == []
+    assert _cancels(replayed) == []
+
+
+def test_a_cancel_request_asks_for_the_awaited_steps_run_to_be_cancelled() -> None:
+    history = History(RUNTIME, "cancellation.waits_on_a_step")
+    history.replay()
+    history.cancel()
+    decision = history.replay()
+    assert types(decision.events) == ["cancelled"]
+    assert _cancels(decision) == [(2, "wf-1/2", "slow.step")]
+
+
+def test_a_step_whose_outcome_came_is_not_cancelled() -> None:
+    history = History(RUNTIME, "cancellation.waits_on_a_step")
+    history.replay()
+    history.complete(2, "ok")
+    decision = history.replay()
+    assert types(decision.events) == ["completed"]
+    assert _cancels(decision) == []

@@ -951,9 +951,15 @@ def _take(book: _Book, moves: Moves, out: Step) -> None:
     out.cancel_timers.extend(moves.cancel_timers)
     out.children.extend(moves.children)
     if moves.cancel_activities:
-        _abandon_activities(
-            book, out, f"workflow {book.workflow_id} cancelled the activity", moves.cancel_activities
+        # The code stopped waiting for them: because its run was cancelled (or ended otherwise) in
+        # these very moves, which says why, or on its own (`task.cancel()`).
+        ended = book.work.end if book.ended else None
+        reason = (
+            _end_reason(book)
+            if ended is not None and not isinstance(ended, WorkflowCompleted)
+            else f"workflow {book.workflow_id} cancelled the activity"
         )
+        _abandon_activities(book, out, reason, moves.cancel_activities)
 
 
 def _terminal_failure(book: _Book, error_type: str, message: str) -> WorkflowFailed:
