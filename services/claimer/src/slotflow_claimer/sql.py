@@ -561,6 +561,20 @@ DELETE FROM {schema}.runs WHERE run_id IN (SELECT run_id FROM doomed) RETURNING 
 """
 
 
+# Activity cancels recorded more than $1 seconds ago, at most $2, oldest first: by then the run they
+# name ended long ago, and no JobDue of it can still come (the same floor as PURGE_ENDED's).
+PURGE_ACTIVITY_CANCELS = """
+WITH doomed AS (
+    SELECT run_id FROM {schema}.activity_cancels
+     WHERE requested_at < now() - make_interval(secs => $1)
+     ORDER BY requested_at
+     LIMIT $2
+       FOR UPDATE SKIP LOCKED
+)
+DELETE FROM {schema}.activity_cancels WHERE run_id IN (SELECT run_id FROM doomed) RETURNING run_id
+"""
+
+
 # reruns_issued --
 # Whether the ticker recorded each (job, slot, re-run number, forced) a re-run's JobDue claims,
 # asked through the ticker's own function (`{schema}` is the ticker's schema here): the row is

@@ -277,3 +277,20 @@ UPDATE {schema}.workflows AS w SET history_purged_at = now()
   FROM doomed WHERE w.workflow_id = doomed.workflow_id
 RETURNING w.workflow_id
 """
+
+
+# The record of activity cancels older than $1 seconds, at most $2, oldest first: the claimers took
+# each long before (its CancelActivity stays on its topic 7 days), so `activity_cancel_issued` is
+# no longer asked about it.
+PURGE_ACTIVITY_CANCELS = """
+WITH doomed AS (
+    SELECT workflow_id, sequence FROM {schema}.activity_cancels
+     WHERE requested_at < now() - make_interval(secs => $1)
+     ORDER BY requested_at
+     LIMIT $2
+       FOR UPDATE SKIP LOCKED
+)
+DELETE FROM {schema}.activity_cancels AS c USING doomed
+ WHERE c.workflow_id = doomed.workflow_id AND c.sequence = doomed.sequence
+RETURNING c.workflow_id
+"""
