@@ -85,7 +85,7 @@ INSERT INTO {schema}.runs AS r ({insert_columns},
 SELECT {due_columns}, 'running', 1, $23, now() + make_interval(secs => $24), now(), now(), {new_deadline},
        c.run_id IS NOT NULL, c.requested_at
   FROM {due_unnest}
-  LEFT JOIN {schema}.activity_cancels c ON c.run_id = u.run_id
+  LEFT JOIN {schema}.activity_cancels c ON u.workflow_id IS NOT NULL AND c.run_id = u.run_id
 ON CONFLICT (run_id) DO UPDATE SET
     fence_token      = r.fence_token + 1,
     owner            = EXCLUDED.owner,
