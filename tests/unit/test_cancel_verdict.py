@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from slotflow.contracts import CancelActivity, wrap
+from slotflow.contracts import CancelActivity, Envelope, wrap
 from slotflow.contracts.dlq import KNOWN_REASONS
 from slotflow.contracts.identity import identity_violation
 from slotflow.errors import PoisonMessage, UnprovenCancel
@@ -84,7 +84,7 @@ def test_a_refusal_parks_as_unproven_cancel() -> None:
     assert UNPROVEN_CANCEL in KNOWN_REASONS
 
 
-def _envelope(message: CancelActivity, *, id: str | None = None, key: str | None = None) -> object:
+def _envelope(message: CancelActivity, *, id: str | None = None, key: str | None = None) -> Envelope:
     return wrap(
         message,
         id=id if id is not None else f"{message.run_id}/cancel",
@@ -96,7 +96,7 @@ def _envelope(message: CancelActivity, *, id: str | None = None, key: str | None
 
 def test_a_cancels_identity_follows_from_its_workflow_and_sequence() -> None:
     message = cancel()
-    assert identity_violation(_envelope(message), message) is None  # type: ignore[arg-type]
+    assert identity_violation(_envelope(message), message) is None
 
 
 @pytest.mark.parametrize(
@@ -115,6 +115,6 @@ def test_a_cancels_identity_follows_from_its_workflow_and_sequence() -> None:
 )
 def test_a_cancel_whose_ids_do_not_follow_is_invalid(run_id: str, id: str, key: str, said: str) -> None:
     message = cancel().model_copy(update={"run_id": run_id})
-    violation = identity_violation(_envelope(message, id=id, key=key), message)  # type: ignore[arg-type]
+    violation = identity_violation(_envelope(message, id=id, key=key), message)
     assert violation is not None
     assert said in violation

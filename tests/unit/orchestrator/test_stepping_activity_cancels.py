@@ -19,6 +19,7 @@ from slotflow.contracts import (
     wrap,
 )
 from slotflow.contracts.topics import ACTIVITY_CANCELS
+from slotflow.pg.outbox import Staged
 from slotflow.settings import KafkaSettings
 from slotflow_orchestrator.outbound import Outbound
 from slotflow_orchestrator.stepping import Input, Moves, Row, step
@@ -81,9 +82,9 @@ def test_a_cancelled_workflow_asks_the_claimers_to_cancel_its_pending_activities
     assert reason == f"workflow {WF} was cancelled: customer cancelled"
 
     rows = Outbound(KafkaSettings()).rows(out, out.events, now=NOW)
-    cancels = [r for r in rows if r.topic == ACTIVITY_CANCELS.name]
-    assert [r.envelope.id for r in cancels] == [f"{WF}/2/cancel", f"{WF}/3/cancel"]  # type: ignore[union-attr]
-    first = cancels[0].envelope  # type: ignore[union-attr]
+    cancels = [r.envelope for r in rows if isinstance(r, Staged) and r.topic == ACTIVITY_CANCELS.name]
+    assert [e.id for e in cancels] == [f"{WF}/2/cancel", f"{WF}/3/cancel"]
+    first = cancels[0]
     assert first.key == WF
     assert CancelActivity.model_validate(first.data).run_id == f"{WF}/2"
     assert first.data == {

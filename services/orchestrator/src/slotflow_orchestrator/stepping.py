@@ -346,7 +346,7 @@ def _abandon_activities(book: _Book, out: Step, reason: str, sequences: Sequence
     """Ask the claimers to cancel the runs of the pending activities at ``sequences`` (every
     pending one when None); a parked one's run is dead-lettered already, nothing runs."""
     pending = book.work.activities
-    for sequence in pending if sequences is None else sequences:
+    for sequence in list(pending) if sequences is None else list(sequences):
         activity = pending.get(sequence)
         if activity is not None and sequence not in book.work.parked:
             out.activity_cancels.setdefault(sequence, (activity, reason))
