@@ -94,7 +94,10 @@ ON CONFLICT (run_id) DO UPDATE SET
     heartbeat_at     = EXCLUDED.heartbeat_at,
     started_at       = EXCLUDED.started_at,
     finished_at      = NULL,
-    cancel_requested = false,
+    -- A retry of an activity its workflow cancelled meanwhile (the cancel came while the attempt
+    -- was failing) starts cancelled: the handler is not run again.
+    cancel_requested = r.workflow_id IS NOT NULL
+                       AND EXISTS (SELECT 1 FROM {schema}.activity_cancels c WHERE c.run_id = r.run_id),
     -- held_reason stays until the downstream gate admits the attempt: a later slot of the job is
     -- not admitted before this one (slot order; slotflow_claimer.downstreams).
     attempt          = CASE WHEN r.state = 'running' THEN r.attempt ELSE r.attempt + 1 END,
