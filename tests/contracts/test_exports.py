@@ -3,7 +3,7 @@
 import slotflow.contracts
 
 PINNED = {
-    "REGISTRY", "AttemptRecord", "Backfill", "CancelTimer", "CancelWorkflow", "ClaimerAnnounced", "CommandAccepted",
+    "REGISTRY", "AttemptRecord", "Backfill", "CancelActivity", "CancelTimer", "CancelWorkflow", "ClaimerAnnounced", "CommandAccepted",
     "CommandRejected", "CreateSchedule", "CronSpec", "DeadLetterFilter", "DeadLetterStatusChanged",
     "DeadLettered", "DeleteSchedule", "DiscardDeadLetters", "DstPolicy", "Envelope", "FireJobDue",
     "FireTimerFired", "IntervalSpec", "JobDue", "Message", "MessageRegistry", "MisfirePolicy",

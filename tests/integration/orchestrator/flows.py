@@ -1,5 +1,6 @@
 """Small workflows for the orchestrator's tests (the saga is saga.py)."""
 
+import asyncio
 import time
 from datetime import timedelta
 from typing import Any
@@ -203,3 +204,34 @@ class AwaitsApproval:
         except TimeoutError:
             return {"approved_by": None}
         return {"approved_by": approval.get("by")}
+
+
+#: The long step the activity-cancellation tests register per test (it heartbeats until cancelled).
+LONG_STEP = "tests.long_step"
+
+
+@workflow.defn(name="tests.long_step")
+class LongStep:
+    """Runs one long step and returns its result: a cancel of the workflow abandons it."""
+
+    @workflow.run
+    async def run(self, order: dict[str, Any]) -> Any:
+        return await workflow.execute_activity(
+            LONG_STEP, order, retry=workflow.RetryPolicy(max_attempts=3, base=timedelta(milliseconds=100))
+        )
+
+
+@workflow.defn(name="tests.abandons_step")
+class AbandonsStep:
+    """Starts the long step, cancels it when the `stop` signal comes, and completes."""
+
+    @workflow.run
+    async def run(self, order: dict[str, Any]) -> str:
+        step = workflow.create_task(workflow.execute_activity(LONG_STEP, order))
+        await workflow.wait_signal("stop")
+        step.cancel()
+        try:
+            await step
+        except asyncio.CancelledError:
+            return "abandoned"
+        return "finished first"

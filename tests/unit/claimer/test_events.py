@@ -64,14 +64,22 @@ def test_every_timer_command_the_claimer_sends_passes_the_tickers_check() -> Non
     "Timer ids"), and takes timer commands from the internal topic only: both the retry and a held
     run's resume (with the cancel of its hold) must pass, or a retry would never fire."""
     r = run(attempt=2)
-    staged = [EVENTS.retry_timer(r, NOW, retry_at=NOW), *EVENTS.resume_timers(r, NOW, resume_at=NOW)]
+    staged = [
+        EVENTS.retry_timer(r, NOW, retry_at=NOW),
+        *EVENTS.resume_timers(r, NOW, resume_at=NOW),
+        # A run its workflow cancelled while it waited for its retry: that timer is cancelled.
+        EVENTS.cancel_retry_timer(r, NOW),
+    ]
     for item in staged:
         assert item.topic == "ns.slotflow.timers.commands.v1"
         value = encode(item.envelope)
         decode_record(
             Record("t", 0, 0, item.envelope.key.encode(), value, (), None), accept=TIMER_COMMAND_TYPES
         )
-    assert [type(roundtrip(i.envelope)) for i in staged] == [StartTimer, StartTimer, CancelTimer]
+    assert [type(roundtrip(i.envelope)) for i in staged] == [StartTimer, StartTimer, CancelTimer, CancelTimer]
+    cancelled = roundtrip(staged[-1].envelope)
+    assert isinstance(cancelled, CancelTimer)
+    assert cancelled.timer_id == retry_timer_id(r.run_id, 3)
 
 
 def test_a_dead_letter_carries_the_original_record_and_the_history() -> None:

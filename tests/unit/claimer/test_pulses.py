@@ -88,7 +88,7 @@ async def test_each_heartbeat_moves_the_local_deadline_and_silence_times_out() -
     beats = pulse(writes, timedelta(milliseconds=200))
     silence = asyncio.timeout(0.2)
     started = asyncio.get_running_loop().time()
-    with pytest.raises(TimeoutError):
+    with pytest.raises(TimeoutError):  # noqa: PT012 - the silence is what raises, after the beats
         async with silence:
             beats.watch(silence)
             for _ in range(4):  # 0.4 s of heartbeats every 0.1 s: never silent for 0.2 s

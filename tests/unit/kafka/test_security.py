@@ -7,7 +7,14 @@ import pytest
 from pydantic import ValidationError
 
 from slotflow.errors import ConfigurationError
-from slotflow.kafka.acls import SERVICE_GROUPS, Operation, PatternType, ResourceType, service_acls
+from slotflow.kafka.acls import (
+    SERVICE_GROUPS,
+    AclBinding,
+    Operation,
+    PatternType,
+    ResourceType,
+    service_acls,
+)
 from slotflow.kafka.security import KafkaSecurity, load_token_function
 from slotflow.settings import KafkaSettings
 
@@ -155,3 +162,24 @@ def test_the_dlq_writes_only_its_own_topics_and_only_it_writes_the_redrive_topic
         "orchestrator",
         "dlq",
     }
+
+
+def test_only_the_orchestrator_writes_the_activity_cancel_topic_and_only_the_claimer_reads_it() -> None:
+    """A CancelActivity stops a running handler: the internal topic takes the orchestrator's
+    records alone, and the claimer reads it in a group its `slotflow-claimer` prefix covers."""
+    kafka = KafkaSettings(topic_namespace="ns")
+    cancels = "ns.slotflow.activities.cancels.v1"
+
+    def acls(service: str) -> list[AclBinding]:
+        return service_acls(service, f"User:{service}", kafka)
+
+    def grants(service: str) -> set[tuple[str, Operation]]:
+        return {
+            (a.resource_name, a.operation) for a in acls(service) if a.resource_type is ResourceType.TOPIC
+        }
+
+    assert {s for s in SERVICE_GROUPS if (cancels, Operation.WRITE) in grants(s)} == {"orchestrator"}
+    assert {s for s in SERVICE_GROUPS if (cancels, Operation.READ) in grants(s)} == {"claimer"}
+    group = kafka.consumer_group("slotflow-claimer-activity-cancels")
+    prefixes = [a.resource_name for a in acls("claimer") if a.resource_type is ResourceType.GROUP]
+    assert any(group.startswith(prefix) for prefix in prefixes)

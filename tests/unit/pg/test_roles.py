@@ -52,7 +52,9 @@ def test_the_grant_table_has_one_owner_line_per_service_and_the_reads() -> None:
     assert ("slotflow_api", "stats", "USAGE, SELECT") in rows
     # The claimer asks the ticker whether it issued a re-run: USAGE on the schema, no table.
     assert ("slotflow_claimer", "ticker", "USAGE (its functions only)") in rows
-    assert len(rows) == len(SERVICE_ROLES) + 3
+    # And the orchestrator whether it cancelled a workflow's activity: the same, on its schema.
+    assert ("slotflow_claimer", "orchestrator", "USAGE (its functions only)") in rows
+    assert len(rows) == len(SERVICE_ROLES) + 4
 
 
 @pytest.mark.parametrize("prefix", ["Slotflow_", "a-b", "x'; DROP ROLE y; --", "", "1x"])

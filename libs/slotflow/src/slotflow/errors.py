@@ -142,6 +142,13 @@ class UnprovenTimer(UnprovenRecord):
     reason = "unproven_timer"
 
 
+class UnprovenCancel(UnprovenRecord):
+    """An activity cancel request the orchestrator's record does not back, or that names a run
+    that is not that workflow's activity."""
+
+    reason = "unproven_cancel"
+
+
 class DownstreamUnavailable(TransientError):
     """A downstream the handler depends on failed or could not be reached."""
 

@@ -20,8 +20,12 @@ The rules, pure (the consumer reads the records, in one statement per batch, and
 - `timer_verdict`: a TimerFired counts only for a timer the consumer itself started and still
   waits on (the id it recorded when it started it), and not before that timer's `fire_at` by the
   database clock.
+- `cancel_verdict`: a CancelActivity counts only when the orchestrator recorded that very cancel
+  (its `activity_cancel_issued`, a row written in the decision that staged it), and the claimer's
+  row for the run, if it has one, is that workflow's activity at that sequence with that handler:
+  a cancel never stops a schedule's run or another workflow's.
 
-A refusal is a `Verdict` naming the DLQ reason (`unproven_outcome`, `unproven_timer`), the rule
+A refusal is a `Verdict` naming the DLQ reason (`unproven_outcome`, `unproven_timer`, `unproven_cancel`), the rule
 broken (a fixed set, fit for a metric label) and a sentence for an operator; the consumer parks the
 record with `Verdict.error()` and leaves its own state untouched. What each consumer checks of
 each record it acts on, and who could have written it: docs/security.md, "What each consumer
@@ -33,8 +37,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from slotflow.contracts import RunCompleted, RunDeadLettered
-from slotflow.errors import UnprovenOutcome, UnprovenRecord, UnprovenTimer
+from slotflow.contracts import CancelActivity, RunCompleted, RunDeadLettered
+from slotflow.errors import UnprovenCancel, UnprovenOutcome, UnprovenRecord, UnprovenTimer
 
 #: Which rule a refused event broke (a metric label: keep the set fixed).
 Rule = Literal[
@@ -47,10 +51,13 @@ Rule = Literal[
     "timer_id",
     "not_started",
     "early",
+    "not_issued",
+    "not_activity",
 ]
 
 UNPROVEN_OUTCOME = UnprovenOutcome.reason
 UNPROVEN_TIMER = UnprovenTimer.reason
+UNPROVEN_CANCEL = UnprovenCancel.reason
 
 #: The claimer's row state each outcome event claims (`claimer.runs.state`).
 _CLAIMED_STATE = {RunCompleted.message_type: "completed", RunDeadLettered.message_type: "dead_lettered"}
@@ -78,8 +85,11 @@ class Verdict:
 
     def error(self) -> UnprovenRecord:
         """The error the consumer parks the refused record with (its reason and detail)."""
-        kind = UnprovenTimer if self.reason == UNPROVEN_TIMER else UnprovenOutcome
-        return kind(self.detail)
+        kinds: dict[str | None, type[UnprovenRecord]] = {
+            UNPROVEN_TIMER: UnprovenTimer,
+            UNPROVEN_CANCEL: UnprovenCancel,
+        }
+        return kinds.get(self.reason, UnprovenOutcome)(self.detail)
 
 
 ACCEPTED = Verdict()
@@ -195,5 +205,56 @@ def timer_verdict(
             "early",
             f"TimerFired {_shown(timer_id)} before its time: {awaited} is due at {fire_at.isoformat()}, "
             f"the database clock says {clock.isoformat()}",
+        )
+    return ACCEPTED
+
+
+@dataclass(frozen=True, slots=True)
+class CancelTarget:
+    """What the claimer recorded of the run a cancel request names: its `runs` row's identity."""
+
+    run_id: str
+    kind: str
+    workflow_id: str | None
+    sequence: int | None
+    handler: str
+    state: str
+
+
+def cancel_verdict(cancel: CancelActivity, *, issued: bool, record: CancelTarget | None) -> Verdict:
+    """May ``cancel`` stop the run it names?
+
+    ``issued`` is the orchestrator's answer (`activity_cancel_issued`: it recorded this cancel of
+    that workflow's activity at that sequence, in the decision that staged it); ``record`` is the
+    claimer's row for the run (None: it holds none yet, and the run then never starts). The run id
+    is the workflow's activity at the sequence already (the identity rule, on decode).
+    """
+    name = f"CancelActivity of run {_shown(cancel.run_id)}"
+    if not issued:
+        return _refused(
+            UNPROVEN_CANCEL,
+            "not_issued",
+            f"{name}: the orchestrator recorded no cancel of activity {cancel.sequence} of workflow "
+            f"{_shown(cancel.workflow_id)}",
+        )
+    if record is None:
+        return ACCEPTED
+    if (
+        record.kind != "activity"
+        or record.workflow_id != cancel.workflow_id
+        or record.sequence != cancel.sequence
+    ):
+        return _refused(
+            UNPROVEN_CANCEL,
+            "not_activity",
+            f"{name}: the claimer's run {_shown(record.run_id)} is a {record.kind} run"
+            + (f" of workflow {_shown(record.workflow_id)}" if record.workflow_id is not None else "")
+            + f", not activity {cancel.sequence} of workflow {_shown(cancel.workflow_id)}",
+        )
+    if record.handler != cancel.handler:
+        return _refused(
+            UNPROVEN_CANCEL,
+            "handler",
+            f"{name}: the claimer runs {_shown(record.handler)}, the cancel names {_shown(cancel.handler)}",
         )
     return ACCEPTED

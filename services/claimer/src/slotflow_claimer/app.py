@@ -13,8 +13,8 @@ import logging
 import random
 from pathlib import Path
 
-from slotflow.contracts.catalogue import DOWNSTREAM_COMMAND_TYPES
-from slotflow.contracts.topics import CLAIMERS, DLQ_MESSAGES, DOWNSTREAM_COMMANDS, JOBS_DUE
+from slotflow.contracts.catalogue import ACTIVITY_CANCEL_TYPES, DOWNSTREAM_COMMAND_TYPES
+from slotflow.contracts.topics import ACTIVITY_CANCELS, CLAIMERS, DLQ_MESSAGES, DOWNSTREAM_COMMANDS, JOBS_DUE
 from slotflow.health import Health, groups_joined, health_listener, kafka_probe, postgres_probe
 from slotflow.kafka.consumer import Consumer
 from slotflow.kafka.loop import ConsumeLoop
@@ -31,6 +31,7 @@ from slotflow.service import migrate as migrate_schema
 from slotflow.settings import PostgresSettings
 from slotflow_claimer import retention
 from slotflow_claimer.announce import Announcer
+from slotflow_claimer.cancels import ActivityCancels
 from slotflow_claimer.config import Settings
 from slotflow_claimer.downstream_commands import DownstreamCommands
 from slotflow_claimer.downstreams import Gate
@@ -204,6 +205,34 @@ class ClaimerService:
             accept=DOWNSTREAM_COMMAND_TYPES,
             max_bytes=kafka.max_message_bytes,
         )
+        self.cancel_consumer = Consumer(
+            kafka,
+            kafka.topic(ACTIVITY_CANCELS),
+            group_id=self.settings.activity_cancels_group_id(),
+            client_id=f"claimer-cancels-{self.owner}",
+            lag=self.metrics.consumer_lag,
+        )
+        await self.cancel_consumer.start()
+        cancels = ActivityCancels(
+            self.pool,
+            schema=cfg.db_schema,
+            orchestrator_schema=cfg.orchestrator_schema,
+            owner=self.owner,
+            events=events,
+            metrics=self.metrics,
+            wake_relay=self.relay.wake,
+        )
+        # A workflow's cancel of its activity (only the orchestrator writes the topic; each record
+        # is checked against the orchestrator's record, and a refused one is parked).
+        self.cancels = ConsumeLoop(
+            self.cancel_consumer,
+            handler=cancels.handle,
+            dlq=self.producer,
+            dlq_topic=kafka.topic(DLQ_MESSAGES),
+            source_service="claimer",
+            accept=ACTIVITY_CANCEL_TYPES,
+            max_bytes=kafka.max_message_bytes,
+        )
         redrives = ClaimerRedrives(
             self.pool,
             schema=cfg.db_schema,
@@ -264,6 +293,7 @@ class ClaimerService:
         loops.add("commit", self.polling.commit_loop)
         loops.add("intake", self.polling.intake_loop)
         loops.add("downstream-commands", self.commands.run)
+        loops.add("activity-cancels", self.cancels.run)
         loops.add("redrives", self.redrives.run)
         if cfg.downstream_report_interval_seconds > 0:
             interval = cfg.downstream_report_interval_seconds
@@ -286,7 +316,9 @@ class ClaimerService:
             loops.add("watchdog", watchdog.run)
         health = self.health
         health.gate("loops", loops.problem)
-        health.gate("consumers", groups_joined(lambda: [self.consumer, self.command_consumer]))
+        health.gate(
+            "consumers", groups_joined(lambda: [self.consumer, self.command_consumer, self.cancel_consumer])
+        )
         health.probe("postgres", postgres_probe(self.pool))
         health.probe("kafka", kafka_probe(self.producer))
         self._resources.enter_context(
@@ -317,6 +349,7 @@ class ClaimerService:
         self._resources.close()
         await self.consumer.stop()
         await self.command_consumer.stop()
+        await self.cancel_consumer.stop()
         await self.producer.stop()
         if self._keys is not None:
             await self._keys.stop()
@@ -327,7 +360,14 @@ class ClaimerService:
     async def _drain(self) -> None:
         loops = self._loops
         await loops.stop_loops(
-            "intake", "reaper", "announce", "purge", "downstream-commands", "redrives", "outbox-backlog"
+            "intake",
+            "reaper",
+            "announce",
+            "purge",
+            "downstream-commands",
+            "activity-cancels",
+            "redrives",
+            "outbox-backlog",
         )
         if "downstream-reports" in loops.names:
             await loops.stop_loops("downstream-reports")
@@ -374,6 +414,7 @@ class ClaimerService:
         self._resources.close()
         await self.consumer.stop()
         await self.command_consumer.stop()
+        await self.cancel_consumer.stop()
         await self.producer.stop()
         if self._keys is not None:
             await self._keys.stop()

@@ -37,6 +37,10 @@ class ClaimerSettings(WorkerSettings):
     #: The ticker's schema, in the same database: an operator's re-run (RerunSlots) is taken only
     #: when `rerun_issued` there says the ticker recorded it (USAGE on that schema, no table rights).
     ticker_schema: str = Field(default="ticker", pattern=r"^[a-z_][a-z0-9_]{0,62}$")
+    #: The orchestrator's schema, in the same database: a workflow's cancel of an activity
+    #: (CancelActivity) is taken only when `activity_cancel_issued` there says the orchestrator
+    #: recorded it (USAGE on that schema, no table rights).
+    orchestrator_schema: str = Field(default="orchestrator", pattern=r"^[a-z_][a-z0-9_]{0,62}$")
     #: Consumer group over the JobDue topic (prefixed with the topic namespace when one is set).
     group_id: str = "slotflow-claimer"
     #: Comma-separated module paths imported at start-up; their @handler decorators register.
@@ -80,6 +84,9 @@ class ClaimerSettings(WorkerSettings):
     downstream_report_interval_seconds: float = Field(default=10.0, ge=0)
     #: Consumer group over the downstream commands topic (one claimer applies each command).
     downstream_commands_group_id: str = "slotflow-claimer-downstream-commands"
+    #: Consumer group over the workflows' activity cancels (one claimer applies each; the one
+    #: running the activity learns of it from the run's row).
+    activity_cancels_group_id: str = "slotflow-claimer-activity-cancels"
     #: Consumer group over the dlq's redrive requests (docs/decisions/0009).
     redrives_group_id: str = "slotflow-claimer-redrives"
     #: Threads that run plain `def` handlers (a blocking call holds one; more wait for a free one).
@@ -181,6 +188,9 @@ class Settings(BaseSettings):
 
     def redrives_group_id(self) -> str:
         return self._namespaced(self.claimer.redrives_group_id)
+
+    def activity_cancels_group_id(self) -> str:
+        return self._namespaced(self.claimer.activity_cancels_group_id)
 
     def _namespaced(self, group: str) -> str:
         return self.kafka.consumer_group(group)

@@ -216,6 +216,12 @@ class RunEvents:
             self._command(cancel, id=f"cancel:{held_timer}", key=held_timer, at=at),
         ]
 
+    def cancel_retry_timer(self, run: Run, at: datetime) -> Staged:
+        """CancelTimer of the retry timer that would start ``run``'s next attempt (the run was
+        cancelled while it waited; should the timer fire anyway, its JobDue claims nothing)."""
+        timer_id = retry_timer_id(run.run_id, run.attempt + 1)
+        return self._command(CancelTimer(timer_id=timer_id), id=f"cancel:{timer_id}", key=timer_id, at=at)
+
     def _command(self, message: Message, *, id: str, key: str, at: datetime) -> Staged:
         envelope = wrap(message, id=id, key=key, source=SOURCE, occurred_at=at)
         if self._signer is not None:

@@ -23,6 +23,7 @@ import inspect
 import logging
 import multiprocessing
 import random
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -64,11 +65,18 @@ class Execution:
         """Why this claimer cancelled the run (lost, cancel_requested, shutdown), if it did."""
         return self.cancel_reason
 
+    def cancelled_on_request(self) -> bool:
+        """The run's cancellation was asked for (`Executor.request_cancel`) and acted on."""
+        return self.cancel_reason == "cancel_requested"
+
     cancel_reason: str | None = None
     #: The outcome went to the writer: from here the fence decides, not the heartbeat.
     submitted: bool = False
     #: The handler's activity heartbeats, once it was invoked.
     pulse: Pulse | None = None
+    #: Set once the run's cancellation was asked for (cancel_previous, or its workflow's cancel):
+    #: `ctx.is_cancelled()` reads it, and a thread handler's `ctx.heartbeat` raises CancelledError.
+    cancellation: threading.Event = dataclasses.field(default_factory=threading.Event)
 
 
 class Executor:
@@ -221,7 +229,9 @@ class Executor:
         ex.pulse = pulse = self._pulse(ex)
         try:
             with capture.attempt_log() as lines, _handler_span(run):
-                result = await self._invoke(fn, self._context(run, pulse), run.retry.start_to_close, pulse)
+                result = await self._invoke(
+                    fn, self._context(run, pulse, ex.cancellation), run.retry.start_to_close, pulse
+                )
         except asyncio.CancelledError as error:
             if ex.reason() is not None:
                 self._observe(run.handler, "cancelled", started)
@@ -235,6 +245,11 @@ class Executor:
             self._submit(ex, _with_logs(await self._settle(run, downstreams, passed, error), lines))
             return
         except BaseException as error:  # noqa: BLE001 - handler code never escapes its run, SystemExit included
+            if ex.cancelled_on_request():
+                # Its cleanup after the CancelledError raised something else: still a cancellation.
+                self._observe(run.handler, "cancelled", started)
+                self._cancelled(ex)
+                return
             self._observe(run.handler, "failed", started)
             if not isinstance(error, Exception):
                 log.error("run %s: handler raised %r; recorded as a failure", run.run_id, error)
@@ -245,6 +260,12 @@ class Executor:
         finally:
             ex.in_handler = False
             pulse.close()  # a heartbeat after the handler returned starts no write
+        if ex.cancelled_on_request():
+            # The handler caught its CancelledError and returned: the run was cancelled all the same
+            # (a thread handler whose wait was given up on lands here only if it was quick).
+            self._observe(run.handler, "cancelled", started)
+            self._cancelled(ex)
+            return
         self._observe(run.handler, "completed", started)
         await self._settle(run, downstreams, passed, None)
         self._submit(ex, Outcome(run, "completed", result=result, logs=lines.result()))
@@ -357,7 +378,7 @@ class Executor:
 
         async def write(details: str | None) -> bool:
             async with self._pool.acquire() as conn:
-                return await store.record_heartbeat(
+                recorded = await store.record_heartbeat(
                     conn,
                     self._schema,
                     run_id=run.run_id,
@@ -365,6 +386,12 @@ class Executor:
                     details=details,
                     timeout=timeout.total_seconds() if timeout is not None else None,
                 )
+            if recorded is None:
+                return False
+            if recorded.cancel_requested:
+                # Its workflow cancelled it: learnt at this heartbeat, before the next lease renewal.
+                self.request_cancel(ex)
+            return True
 
         def refused() -> None:
             # The run was taken over, or its attempt failed for silence elsewhere: a zombie.
@@ -378,7 +405,7 @@ class Executor:
 
         return Pulse(run_id=run.run_id, timeout=timeout, write=write, refused=refused)
 
-    def _context(self, run: Run, pulse: Pulse) -> RunContext:
+    def _context(self, run: Run, pulse: Pulse, cancellation: threading.Event) -> RunContext:
         def rejected(err: FenceRejected) -> None:
             self._metrics.fence_rejected.labels("handler").inc()
             log.warning("FenceRejected in handler of run %s (token %d): %s", run.run_id, run.fence_token, err)
@@ -401,6 +428,7 @@ class Executor:
             loop=asyncio.get_running_loop(),
             heartbeat_details=run.heartbeat_details,
             on_heartbeat=pulse.beat,
+            cancellation=cancellation,
         )
 
     def _quarantined(self, run: Run) -> Outcome:
@@ -536,9 +564,18 @@ class Executor:
                 self._lose(found, excused=self._lost_by_claimer(found))
                 continue
             found.renewed_at = sent_at
-            if renewed[rid] and found.cancel_reason is None and found.in_handler and found.task is not None:
-                found.cancel_reason = "cancel_requested"
-                found.task.cancel()
+            if renewed[rid]:
+                self.request_cancel(found)
+
+    def request_cancel(self, ex: Execution) -> None:
+        """The run's cancellation was asked for (a newer run replaced it, or its workflow cancelled
+        it): the handler gets CancelledError at its current await (a thread handler at its next
+        `ctx.heartbeat`; its wait is given up on at once), and the attempt is recorded `cancelled`."""
+        if ex.submitted or ex.cancel_reason is not None or not ex.in_handler or ex.task is None:
+            return  # not started yet: the next renewal asks again; or its outcome is decided already
+        ex.cancel_reason = "cancel_requested"
+        ex.cancellation.set()
+        ex.task.cancel()
 
     async def excuse_lapses(self) -> None:
         """Excuse the lapses of the runs this claimer lost while the database was unreachable or

@@ -234,11 +234,14 @@ def _traceback(error: BaseException) -> str:
 
 
 def _cancel_message(run: Run) -> str:
+    if run.workflow_id is not None:
+        return f"cancelled by workflow {run.workflow_id}: it no longer waits on activity {run.sequence}"
     return f"cancelled by overlap policy {run.overlap}: a newer run of {run.job_id} replaced it"
 
 
 class RunCancelled(SlotflowError):
-    """The run was cancelled because a newer run of its job replaced it (cancel_previous)."""
+    """The run was cancelled: a newer run of its job replaced it (cancel_previous), or its workflow
+    no longer waits on it (an activity's run: CancelActivity)."""
 
 
 SettledHook = Callable[[Sequence[Outcome], Sequence[Run]], None]

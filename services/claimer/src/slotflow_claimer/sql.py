@@ -61,6 +61,8 @@ INSERT_COLUMNS = """
 # A redrive's or re-run's JobDue is what the run runs from then on: the ticker's re-issue from the
 # schedule's current definition brings its handler, payload and policies (a typo'd handler fixed
 # by `schedule update`), the orchestrator's the activity's own.
+# A new activity run its workflow cancelled before the claim (`activity_cancels`) is inserted with
+# cancel_requested set: the executor records it cancelled without starting the handler.
 # Anything else (a live lease of any owner, completed, skipped, cancelled, buffered) returns no row:
 # the caller skips the record. The row lock taken by ON CONFLICT makes two claimers of one run
 # serialise, and the loser re-evaluates the WHERE against the winner's committed row.
@@ -78,9 +80,12 @@ REOPENED = (
 CLAIM = compose(
     """
 INSERT INTO {schema}.runs AS r ({insert_columns},
-    state, fence_token, owner, lease_expires_at, heartbeat_at, started_at, heartbeat_deadline)
-SELECT {due_columns}, 'running', 1, $23, now() + make_interval(secs => $24), now(), now(), {new_deadline}
+    state, fence_token, owner, lease_expires_at, heartbeat_at, started_at, heartbeat_deadline,
+    cancel_requested, cancel_requested_at)
+SELECT {due_columns}, 'running', 1, $23, now() + make_interval(secs => $24), now(), now(), {new_deadline},
+       c.run_id IS NOT NULL, c.requested_at
   FROM {due_unnest}
+  LEFT JOIN {schema}.activity_cancels c ON u.workflow_id IS NOT NULL AND c.run_id = u.run_id
 ON CONFLICT (run_id) DO UPDATE SET
     fence_token      = r.fence_token + 1,
     owner            = EXCLUDED.owner,
@@ -89,7 +94,10 @@ ON CONFLICT (run_id) DO UPDATE SET
     heartbeat_at     = EXCLUDED.heartbeat_at,
     started_at       = EXCLUDED.started_at,
     finished_at      = NULL,
-    cancel_requested = false,
+    -- A retry of an activity its workflow cancelled meanwhile (the cancel came while the attempt
+    -- was failing) starts cancelled: the handler is not run again.
+    cancel_requested = r.workflow_id IS NOT NULL
+                       AND EXISTS (SELECT 1 FROM {schema}.activity_cancels c WHERE c.run_id = r.run_id),
     -- held_reason stays until the downstream gate admits the attempt: a later slot of the job is
     -- not admitted before this one (slot order; slotflow_claimer.downstreams).
     attempt          = CASE WHEN r.state = 'running' THEN r.attempt ELSE r.attempt + 1 END,
@@ -186,14 +194,25 @@ UPDATE {schema}.runs SET state = 'skipped', fence_token = fence_token + 1, owner
 
 # heartbeat --
 # Extends only leases this owner still holds with the token it claimed with: a run taken over in
-# the meantime (token moved on) is simply not returned, and the caller cancels its handler.
-HEARTBEAT = """
+# the meantime (token moved on) is simply not returned, and the caller cancels its handler. Each
+# renewed run says whether its cancellation was asked for (cancel_previous, or its workflow's
+# CancelActivity): the caller cancels that handler too.
+#: Whether a running run's cancellation was asked for: its flag, or (an activity's run) a cancel that
+#: arrived while its claim was committing and so did not see the row (`activity_cancels`).
+CANCEL_ASKED = (
+    "(r.cancel_requested OR (r.workflow_id IS NOT NULL "
+    "AND EXISTS (SELECT 1 FROM {schema}.activity_cancels c WHERE c.run_id = r.run_id)))"
+)
+HEARTBEAT = compose(
+    """
 UPDATE {schema}.runs AS r
    SET lease_expires_at = now() + make_interval(secs => $4), heartbeat_at = now()
   FROM unnest($1::text[], $2::bigint[]) AS h(run_id, token)
  WHERE r.run_id = h.run_id AND r.fence_token = h.token AND r.owner = $3 AND r.state = 'running'
-RETURNING r.run_id, r.cancel_requested
-"""
+RETURNING r.run_id, {cancel_asked} AS cancel_requested
+""",
+    cancel_asked=CANCEL_ASKED,
+)
 
 # record_outcomes --
 # The fenced outcome: a row changes only if it is still running under the very token the outcome
@@ -338,13 +357,18 @@ RETURNING r.*, silent.owner AS silent_owner
 # holding the run's current token records it, so a zombie's (its run taken over, or its attempt
 # failed by time_out_silent) matches no row and is refused. Details replace the recorded ones (NULL:
 # they stay); the deadline moves to now() plus the heartbeat timeout ($4 seconds; NULL without one).
-RECORD_HEARTBEAT = """
-UPDATE {schema}.runs
-   SET heartbeat_details = coalesce($3::jsonb, heartbeat_details),
+# Like a lease renewal it says whether the run's cancellation was asked for (CANCEL_ASKED), so a
+# handler that heartbeats learns of its workflow's cancel at its next heartbeat write.
+RECORD_HEARTBEAT = compose(
+    """
+UPDATE {schema}.runs AS r
+   SET heartbeat_details = coalesce($3::jsonb, r.heartbeat_details),
        heartbeat_deadline = now() + make_interval(secs => $4)
- WHERE run_id = $1 AND fence_token = $2 AND state = 'running'
-RETURNING run_id
-"""
+ WHERE r.run_id = $1 AND r.fence_token = $2 AND r.state = 'running'
+RETURNING r.run_id, {cancel_asked} AS cancel_requested
+""",
+    cancel_asked=CANCEL_ASKED,
+)
 
 # excuse_lapses --
 # A claimer whose heartbeats failed (the database restarted, failed over or was cut off from it),
@@ -542,6 +566,20 @@ DELETE FROM {schema}.runs WHERE run_id IN (SELECT run_id FROM doomed) RETURNING 
 """
 
 
+# Activity cancels recorded more than $1 seconds ago, at most $2, oldest first: by then the run they
+# name ended long ago, and no JobDue of it can still come (the same floor as PURGE_ENDED's).
+PURGE_ACTIVITY_CANCELS = """
+WITH doomed AS (
+    SELECT run_id FROM {schema}.activity_cancels
+     WHERE requested_at < now() - make_interval(secs => $1)
+     ORDER BY requested_at
+     LIMIT $2
+       FOR UPDATE SKIP LOCKED
+)
+DELETE FROM {schema}.activity_cancels WHERE run_id IN (SELECT run_id FROM doomed) RETURNING run_id
+"""
+
+
 # reruns_issued --
 # Whether the ticker recorded each (job, slot, re-run number, forced) a re-run's JobDue claims,
 # asked through the ticker's own function (`{schema}` is the ticker's schema here): the row is
@@ -553,3 +591,59 @@ SELECT {schema}.rerun_issued(w.job_id, w.slot, w.number, w.forced) AS issued
        AS w(job_id, slot, number, forced, position)
  ORDER BY w.position
 """
+
+
+# cancel_activity --
+# A workflow's CancelActivity (the caller has checked it against the orchestrator's record and this
+# run's identity: `slotflow.issuers.cancel_verdict`). The request is recorded once per run
+# (`activity_cancels`, so a run claimed later starts cancelled); the run, if the claimer holds it
+# and it is still that workflow's activity, is:
+#   - running: flagged (cancel_requested); its claimer's next lease renewal or heartbeat write
+#     returns the flag and the executor cancels the handler, recording the attempt `cancelled`
+#     under its own token;
+#   - retrying (waiting for its retry timer, or held for a downstream) or pending: `cancelled` at
+#     once, with the next token (deciding its fate is a claim, so the timer's JobDue finds nothing
+#     to claim and the cancel's RunFailed has an id of its own) and a history entry; the caller
+#     stages its RunFailed and cancels the retry timer;
+#   - anything else (completed, dead-lettered, cancelled, skipped): left as it is.
+# Idempotent: a second delivery finds the run flagged or ended and changes nothing.
+RECORD_ACTIVITY_CANCEL = """
+INSERT INTO {schema}.activity_cancels (run_id, workflow_id, sequence, reason)
+VALUES ($1, $2, $3, $4) ON CONFLICT (run_id) DO NOTHING
+"""
+
+CANCEL_ACTIVITY = compose(
+    """
+UPDATE {schema}.runs AS r SET
+    cancel_requested    = true,
+    cancel_requested_at = coalesce(r.cancel_requested_at, now()),
+    state       = CASE WHEN old.state = 'running' THEN r.state ELSE 'cancelled' END,
+    fence_token = CASE WHEN old.state = 'running' THEN r.fence_token ELSE r.fence_token + 1 END,
+    finished_at = CASE WHEN old.state = 'running' THEN r.finished_at ELSE now() END,
+    held_reason = CASE WHEN old.state = 'running' THEN r.held_reason END,
+    history     = CASE WHEN old.state = 'running' THEN r.history ELSE r.history || jsonb_build_array(
+                      jsonb_build_object(
+                          'event', 'cancelled', 'error_type', 'RunCancelled', 'message', $4::text,
+                          'attempt', r.attempt, 'fence_token', r.fence_token + 1,
+                          'owner', $5::text, 'started_at', r.started_at, 'finished_at', now())) END,
+    owner       = CASE WHEN old.state = 'running' THEN r.owner ELSE $5 END,
+    updated_at  = now()
+  FROM (SELECT run_id, state FROM {schema}.runs WHERE run_id = $1 FOR UPDATE) AS old
+ WHERE r.run_id = old.run_id AND r.workflow_id = $2 AND r.sequence = $3 AND r.kind = 'activity'
+   AND (old.state IN ('retrying', 'pending') OR (old.state = 'running' AND NOT r.cancel_requested))
+RETURNING {run_columns}, old.state AS was
+""",
+    run_columns=RUN_COLUMNS,
+)
+
+# What a cancel's issuer check reads of the run it names (`slotflow.issuers.CancelTarget`).
+CANCEL_TARGET = """
+SELECT run_id, kind, workflow_id, sequence, handler, state FROM {schema}.runs WHERE run_id = $1
+"""
+
+# activity_cancel_issued --
+# Whether the orchestrator recorded this cancel of the workflow's activity at that sequence, asked
+# through the orchestrator's own function (`{schema}` is the orchestrator's schema here): the row is
+# written in the decision that staged the CancelActivity, so a genuine cancel is always found, and
+# the claimer needs no right on the orchestrator's tables to ask (USAGE on the schema only).
+ACTIVITY_CANCEL_ISSUED = "SELECT {schema}.activity_cancel_issued($1, $2)"

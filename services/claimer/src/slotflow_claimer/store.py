@@ -12,14 +12,18 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from slotflow.contracts import RetryPolicy
+from slotflow.contracts import CancelActivity, RetryPolicy
 from slotflow.core.nul import jsonb_text
+from slotflow.issuers import CancelTarget
 from slotflow.kafka.records import Record
 from slotflow.pg.pool import Conn
 from slotflow.pg.statements import sql
 from slotflow_claimer.runs import Due, Run
 from slotflow_claimer.sql import (
     ACTIVE_RUNS,
+    ACTIVITY_CANCEL_ISSUED,
+    CANCEL_ACTIVITY,
+    CANCEL_TARGET,
     CLAIM,
     EXCUSE_LAPSES,
     EXISTING_RUN_IDS,
@@ -27,6 +31,7 @@ from slotflow_claimer.sql import (
     INSERT_UNSTARTED,
     ORPHANED_BUFFERS,
     REAP,
+    RECORD_ACTIVITY_CANCEL,
     RECORD_HEARTBEAT,
     RECORD_OUTCOMES,
     RELEASE,
@@ -262,13 +267,20 @@ async def time_out_silent(
     return [Silent(Run.from_row(row), row["silent_owner"]) for row in rows]
 
 
+@dataclass(frozen=True, slots=True)
+class HeartbeatRecorded:
+    """An activity heartbeat was recorded; whether the run's cancellation was asked for."""
+
+    cancel_requested: bool
+
+
 async def record_heartbeat(
     conn: Conn, schema: str, *, run_id: str, token: int, details: str | None, timeout: float | None
-) -> bool:
+) -> HeartbeatRecorded | None:
     """Record an activity heartbeat under ``token`` (RECORD_HEARTBEAT): ``details`` as JSON (None:
-    the recorded ones stay), the deadline ``timeout`` seconds on. False: refused, the token is stale."""
+    the recorded ones stay), the deadline ``timeout`` seconds on. None: refused, the token is stale."""
     row = await conn.fetchrow(sql(RECORD_HEARTBEAT, schema), run_id, token, details, timeout)
-    return row is not None
+    return None if row is None else HeartbeatRecorded(bool(row["cancel_requested"]))
 
 
 async def orphaned_buffers(conn: Conn, schema: str, *, older_than: float, limit: int) -> list[str]:
@@ -350,3 +362,54 @@ async def reruns_issued(
         [c[3] for c in claims],
     )
     return [bool(r["issued"]) for r in rows]
+
+
+async def activity_cancel_issued(
+    conn: Conn, orchestrator_schema: str, workflow_id: str, sequence: int
+) -> bool:
+    """Whether the orchestrator recorded the cancel of ``workflow_id``'s activity at ``sequence``
+    (its `activity_cancel_issued`, ACTIVITY_CANCEL_ISSUED)."""
+    issued = await conn.fetchval(sql(ACTIVITY_CANCEL_ISSUED, orchestrator_schema), workflow_id, sequence)
+    return issued is True
+
+
+async def cancel_target(conn: Conn, schema: str, run_id: str) -> CancelTarget | None:
+    """The claimer's row of the run a cancel names, as its issuer check reads it (None: no row)."""
+    row = await conn.fetchrow(sql(CANCEL_TARGET, schema), run_id)
+    if row is None:
+        return None
+    return CancelTarget(
+        run_id=row["run_id"],
+        kind=row["kind"],
+        workflow_id=row["workflow_id"],
+        sequence=row["sequence"],
+        handler=row["handler"],
+        state=row["state"],
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ActivityCancelled:
+    """What a CancelActivity did to the run it names (CANCEL_ACTIVITY)."""
+
+    #: The run as it is now (None: nothing changed: no row yet, ended already, or flagged before).
+    run: Run | None
+    #: Its state before: `running` (flagged: its claimer cancels the handler), `retrying` or
+    #: `pending` (ended `cancelled` here); None when nothing changed.
+    was: str | None
+
+
+async def cancel_activity(
+    conn: Conn, schema: str, cancel: CancelActivity, *, message: str, owner: str
+) -> ActivityCancelled:
+    """Record ``cancel`` and apply it to its run (CANCEL_ACTIVITY); in the caller's transaction,
+    after the caller checked it (`slotflow.issuers.cancel_verdict`)."""
+    await conn.execute(
+        sql(RECORD_ACTIVITY_CANCEL, schema), cancel.run_id, cancel.workflow_id, cancel.sequence, cancel.reason
+    )
+    row = await conn.fetchrow(
+        sql(CANCEL_ACTIVITY, schema), cancel.run_id, cancel.workflow_id, cancel.sequence, message, owner
+    )
+    if row is None:
+        return ActivityCancelled(None, None)
+    return ActivityCancelled(Run.from_row(row), row["was"])

@@ -69,6 +69,7 @@ from slotflow_orchestrator.sql import (
     LOCK_INPUTS_ALONE,
     LOCK_ROWS,
     ORIGINS,
+    RECORD_ACTIVITY_CANCELS,
     RECORD_INPUTS,
     RESTART_ROWS,
     UPDATE_ROWS,
@@ -137,6 +138,8 @@ class _Writes:
     updated: list[tuple[str, str, int]] = field(default_factory=list)
     dropped: list[int] = field(default_factory=list)
     forgotten: list[str] = field(default_factory=list)
+    #: Activities abandoned (workflow id, sequence, run id, handler, reason): `activity_cancels`.
+    cancels: list[tuple[str, int, str, str, str]] = field(default_factory=list)
     staged: list[Staged | Encoded] = field(default_factory=list)
     #: The workflow each staged row belongs to: its outbox shard (`OutboxRelay.first_topics`).
     staged_by: list[str] = field(default_factory=list)
@@ -189,6 +192,7 @@ class Decisions:
                 "drop": DROP_INPUTS,
                 "forget": FORGET_SEEN,
                 "origins": ORIGINS,
+                "cancels": RECORD_ACTIVITY_CANCELS,
             }.items()
         }
         self._claimer_runs = sql(CLAIMER_RUNS, activity_payloads_schema)
@@ -432,6 +436,10 @@ class Decisions:
             writes.forgotten.extend(self._seen_id(refusal) for refusal in out.refused)
         if out.notices:
             await self._notify_parents(conn, out, now)
+        writes.cancels.extend(
+            (workflow_id, sequence, activity.run_id, activity.activity, reason[:1000])
+            for sequence, (activity, reason) in out.activity_cancels.items()
+        )
         rows = self._outbound.rows(out, stored, now=now, stored_json=texts)
         writes.staged.extend(_traced(rows) if tracing.enabled() else rows)
         writes.staged_by.extend([workflow_id] * len(rows))
@@ -471,6 +479,9 @@ class Decisions:
             await conn.execute(statements["drop"], writes.dropped)
         if writes.forgotten:
             await conn.execute(statements["forget"], writes.forgotten)
+        if writes.cancels:
+            w, q, r, h, why = zip(*writes.cancels, strict=True)
+            await conn.execute(statements["cancels"], list(w), list(q), list(r), list(h), list(why))
         if writes.staged:
             await append_encoded(
                 conn,

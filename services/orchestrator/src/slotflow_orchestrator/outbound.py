@@ -9,6 +9,7 @@ same ids, which every consumer collapses:
   claimer's, with its own ids); a parked activity's retry: `{run id}/redrive/{n}`;
 - the answer to a redrive request: `redrive:{request id}/outcome`;
 - StartTimer of a workflow timer: `{timer_id}/start`; CancelTimer: `{timer_id}/cancel`;
+- CancelActivity of an abandoned activity: `{run id}/cancel` (`cancel_activity_id`);
 - a child's StartWorkflow: the command id the runtime chose;
 - CommandAccepted/CommandRejected: `{command_id}/accepted` or `/rejected`;
 - the dead letter of a refused input (`slotflow.issuers`): its record's position, as every
@@ -22,6 +23,7 @@ from pydantic_core import to_json
 
 from slotflow.contracts import (
     ActivityScheduled,
+    CancelActivity,
     CancelTimer,
     CancelWorkflow,
     CommandAccepted,
@@ -40,9 +42,10 @@ from slotflow.contracts import (
 from slotflow.contracts.codec import encode
 from slotflow.contracts.envelope import fit_id, fit_key
 from slotflow.contracts.routing import build_command
-from slotflow.contracts.runs import RunEvent
+from slotflow.contracts.runs import RunEvent, cancel_activity_id
 from slotflow.contracts.timers import execution_timer_id
 from slotflow.contracts.topics import (
+    ACTIVITY_CANCELS,
     DLQ_MESSAGES,
     JOBS_DUE,
     RUN_EVENTS,
@@ -76,6 +79,7 @@ class Outbound:
         self._jobs = kafka.topic(JOBS_DUE)
         self._events = kafka.topic(WORKFLOW_EVENTS)
         self._dlq = kafka.topic(DLQ_MESSAGES)
+        self._cancels = kafka.topic(ACTIVITY_CANCELS)
         # The stored header JSON of each history event type (the same for every event of a type).
         self._headers: dict[str, str] = {}
 
@@ -139,6 +143,8 @@ class Outbound:
             staged.append(self._command(cancel, command_id, now))
         for activity, redrive in out.reissues:
             staged.append(self._job_due(activity, now, redrive=redrive))
+        for activity, reason in out.activity_cancels.values():
+            staged.append(self.activity_cancel(activity, reason, now))
         staged.extend(self._ack(ack, now) for ack in out.acks)
         staged.extend(self.dead_letter(refusal, now) for refusal in out.refused)
         for answered in out.redrive_answers:
@@ -146,6 +152,26 @@ class Outbound:
             outcome = outcome_envelope(answered.request, service=SOURCE, answer=answer, at=now)
             staged.append(Staged(self._dlq, outcome))
         return staged
+
+    def activity_cancel(self, activity: ActivityScheduled, reason: str, now: datetime) -> Staged:
+        """The CancelActivity of an activity its workflow abandoned, for the claimers (internal
+        topic; not signed: only the orchestrator writes it, and the claimer checks it against the
+        orchestrator's `activity_cancels` row written in the same transaction)."""
+        cancel = CancelActivity(
+            workflow_id=activity.workflow_id,
+            sequence=activity.sequence,
+            run_id=activity.run_id,
+            handler=activity.activity,
+            reason=reason[:1000],
+        )
+        envelope = wrap(
+            cancel,
+            id=fit_id(cancel_activity_id(activity.run_id)),
+            key=fit_key(activity.workflow_id),
+            source=SOURCE,
+            occurred_at=now,
+        )
+        return Staged(self._cancels, envelope)
 
     def reissue(
         self,

@@ -118,6 +118,15 @@ WHERE w.workflow_id = u.id
 
 DROP_INPUTS = "DELETE FROM {schema}.inputs WHERE seq = ANY($1::bigint[])"
 
+# The activities a decision abandoned and asks the claimers to cancel (Step.activity_cancels): the
+# orchestrator's record that `activity_cancel_issued` answers from, written with the CancelActivity
+# in the outbox. A second request for one activity (a rebuild re-staging it) keeps the first row.
+RECORD_ACTIVITY_CANCELS = """
+INSERT INTO {schema}.activity_cancels (workflow_id, sequence, run_id, handler, reason)
+SELECT * FROM unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::text[])
+ON CONFLICT (workflow_id, sequence) DO NOTHING
+"""
+
 # A refused input is parked, not applied: its inbox id goes with it, so the genuine record whose
 # id a forgery borrowed (or a redrive of the parked one) is still taken when it comes.
 FORGET_SEEN = "DELETE FROM {schema}.inbox WHERE event_id = ANY($1::text[])"
@@ -267,4 +276,21 @@ WITH doomed AS (
 UPDATE {schema}.workflows AS w SET history_purged_at = now()
   FROM doomed WHERE w.workflow_id = doomed.workflow_id
 RETURNING w.workflow_id
+"""
+
+
+# The record of activity cancels older than $1 seconds, at most $2, oldest first: the claimers took
+# each long before (its CancelActivity stays on its topic 7 days), so `activity_cancel_issued` is
+# no longer asked about it.
+PURGE_ACTIVITY_CANCELS = """
+WITH doomed AS (
+    SELECT workflow_id, sequence FROM {schema}.activity_cancels
+     WHERE requested_at < now() - make_interval(secs => $1)
+     ORDER BY requested_at
+     LIMIT $2
+       FOR UPDATE SKIP LOCKED
+)
+DELETE FROM {schema}.activity_cancels AS c USING doomed
+ WHERE c.workflow_id = doomed.workflow_id AND c.sequence = doomed.sequence
+RETURNING c.workflow_id
 """

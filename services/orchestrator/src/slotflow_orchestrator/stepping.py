@@ -29,7 +29,13 @@ history grows:
 - a SignalWorkflow whose payload its `@workflow.signal` handler's declared type does not take is
   rejected with the reason and never reaches the run;
 - the runtime's events must continue the history gap-free, or nothing of them is kept;
-- a replay that diverges appends NonDeterminismDetected and leaves the workflow `stuck`.
+- a replay that diverges appends NonDeterminismDetected and leaves the workflow `stuck`;
+- an activity the workflow no longer waits on while its run may still be going (the run ended:
+  completed, failed, cancelled, terminated or timed out, or continued as new; or the code cancelled
+  the activity) is abandoned: the step asks the claimers to cancel its run (`Step.activity_cancels`,
+  a CancelActivity each). Nothing is appended for it: an outcome that still comes is dropped as an
+  outcome of anything no longer pending is (the claimer records the run `cancelled`, which sends
+  no outcome the workflow takes).
 """
 
 from collections.abc import Mapping, Sequence
@@ -138,6 +144,8 @@ class Moves:
     events: Sequence[HistoryEvent] = ()
     cancel_timers: Sequence[str] = ()
     children: Sequence[tuple[str, StartWorkflow]] = ()
+    #: Sequences of the activities whose wait the code cancelled (their runs are to be cancelled).
+    cancel_activities: Sequence[int] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,6 +242,9 @@ class Step:
     reissues: list[tuple[ActivityScheduled, int]] = field(default_factory=list)
     #: Answers to the dlq's redrive requests this step took or refused.
     redrive_answers: list[RedriveAnswer] = field(default_factory=list)
+    #: Activities abandoned in this step, by sequence, with why: their runs are to be cancelled
+    #: (a CancelActivity each, and the orchestrator's record of it).
+    activity_cancels: dict[int, tuple[ActivityScheduled, str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -312,7 +323,33 @@ def _close_run(book: _Book, out: Step) -> None:
     """The run ended in this step: its timers are cancelled, its parent hears of it, its children
     get their policy."""
     out.cancel_timers.extend(_timers_to_cancel(book))
+    _abandon_activities(book, out, _end_reason(book))
     _closing(book, out)
+
+
+def _end_reason(book: _Book) -> str:
+    """Why the run's pending activities are abandoned, as the claimer records it."""
+    end = book.work.end
+    wf = book.workflow_id
+    if isinstance(end, WorkflowCancelled):
+        return f"workflow {wf} was cancelled" + (f": {end.reason}" if end.reason else "")
+    if isinstance(end, WorkflowFailed):
+        if end.error_type == TERMINATED:
+            return f"workflow {wf} was terminated: {end.message}"
+        if end.error_type == TIMED_OUT:
+            return f"workflow {wf} timed out: {end.message}"
+        return f"workflow {wf} failed ({end.error_type})"
+    return f"workflow {wf} completed without waiting for it"
+
+
+def _abandon_activities(book: _Book, out: Step, reason: str, sequences: Sequence[int] | None = None) -> None:
+    """Ask the claimers to cancel the runs of the pending activities at ``sequences`` (every
+    pending one when None); a parked one's run is dead-lettered already, nothing runs."""
+    pending = book.work.activities
+    for sequence in list(pending) if sequences is None else list(sequences):
+        activity = pending.get(sequence)
+        if activity is not None and sequence not in book.work.parked:
+            out.activity_cancels.setdefault(sequence, (activity, reason))
 
 
 def _closing(book: _Book, out: Step) -> None:
@@ -819,7 +856,9 @@ def _run_code(book: _Book, out: Step, *, workflow_code: WorkflowCode, now: datet
         if not isinstance(last, WorkflowContinuedAsNew) or book.work.run is None:
             return
         # The next run starts in the same history, right after the event that ended this one,
-        # with the same parent; the runtime replays only from the newest WorkflowStarted.
+        # with the same parent; the runtime replays only from the newest WorkflowStarted. What the
+        # run left pending is answered no more.
+        _abandon_activities(book, out, f"workflow {book.workflow_id} continued as new")
         run = book.work.run
         book.append(
             WorkflowStarted(
@@ -911,6 +950,16 @@ def _take(book: _Book, moves: Moves, out: Step) -> None:
         book.append(event, out)
     out.cancel_timers.extend(moves.cancel_timers)
     out.children.extend(moves.children)
+    if moves.cancel_activities:
+        # The code stopped waiting for them: because its run was cancelled (or ended otherwise) in
+        # these very moves, which says why, or on its own (`task.cancel()`).
+        ended = book.work.end if book.ended else None
+        reason = (
+            _end_reason(book)
+            if ended is not None and not isinstance(ended, WorkflowCompleted)
+            else f"workflow {book.workflow_id} cancelled the activity"
+        )
+        _abandon_activities(book, out, reason, moves.cancel_activities)
 
 
 def _terminal_failure(book: _Book, error_type: str, message: str) -> WorkflowFailed:

@@ -41,7 +41,7 @@ class RuntimeWorkflowCode:
         # Activities and timers are sent from their events (ActivityScheduled, TimerStarted), and a
         # run's end is reported to its parent and its children from the history (`stepping`), which
         # covers ends the orchestrator appends itself (terminate, timeout). What is left: cancelled
-        # timers and child starts.
+        # timers, child starts and cancelled activities.
         cancel_timers = [c.timer_id for c in decision.commands if isinstance(c, sdk.CancelTimer)]
         children = [
             (
@@ -58,7 +58,13 @@ class RuntimeWorkflowCode:
             for c in decision.commands
             if isinstance(c, sdk.StartChildWorkflow)
         ]
-        return Moves(events=list(decision.events), cancel_timers=cancel_timers, children=children)
+        cancel_activities = [c.sequence for c in decision.commands if isinstance(c, sdk.CancelActivity)]
+        return Moves(
+            events=list(decision.events),
+            cancel_timers=cancel_timers,
+            children=children,
+            cancel_activities=cancel_activities,
+        )
 
 
 def child_start_id(parent_workflow_id: str, sequence: int) -> str:

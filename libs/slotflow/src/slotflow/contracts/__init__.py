@@ -27,6 +27,7 @@ from slotflow.contracts.policies import DstPolicy, MisfirePolicy, OverlapPolicy,
 from slotflow.contracts.registry import MessageRegistry
 from slotflow.contracts.runs import (
     AttemptRecord,
+    CancelActivity,
     ClaimerAnnounced,
     JobDue,
     RunCompleted,
@@ -108,6 +109,7 @@ __all__ = [
     "ActivityScheduled",
     "AttemptRecord",
     "Backfill",
+    "CancelActivity",
     "CancelRequested",
     "CancelTimer",
     "CancelWorkflow",

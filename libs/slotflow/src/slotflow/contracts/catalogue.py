@@ -21,6 +21,7 @@ from slotflow.contracts.downstreams import (
 from slotflow.contracts.envelope import Message
 from slotflow.contracts.keys import SigningKey
 from slotflow.contracts.runs import (
+    CancelActivity,
     ClaimerAnnounced,
     JobDue,
     RunCompleted,
@@ -100,6 +101,8 @@ COMMAND_TYPES: Messages = (
 
 #: Run events (the claimer's).
 RUN_EVENT_TYPES: Messages = (RunStarted, RunCompleted, RunFailed, RunRetrying, RunDeadLettered, RunSkipped)
+#: Activity cancel requests (the orchestrator's, on the internal activities.cancels topic).
+ACTIVITY_CANCEL_TYPES: Messages = (CancelActivity,)
 #: Events and facts, by their producer.
 EVENT_TYPES: Messages = (
     ScheduleCreated,
@@ -123,6 +126,7 @@ EVENT_TYPES: Messages = (
     SigningKey,
     RedriveRequested,
     RedriveOutcome,
+    *ACTIVITY_CANCEL_TYPES,
     *HISTORY_EVENTS,
 )
 #: What the DLQ topic carries: letters, and the owners' answers to redrive requests.

@@ -46,6 +46,7 @@ KNOWN_REASONS = frozenset(
         "poison",
         "unproven_outcome",
         "unproven_timer",
+        "unproven_cancel",
     }
 )
 

@@ -10,6 +10,7 @@ from slotflow.contracts import (
     ActivityScheduled,
     AttemptRecord,
     Backfill,
+    CancelActivity,
     CancelRequested,
     CancelTimer,
     CancelWorkflow,
@@ -440,6 +441,17 @@ EXAMPLES: dict[type[Message], tuple[str, str, Message]] = {
         "wf-cmd-0005",
         "order-17",
         RetryActivity(workflow_id="order-17", sequence=8, reason="carrier API back"),
+    ),
+    CancelActivity: (
+        "order-17/8/cancel",
+        "order-17",
+        CancelActivity(
+            workflow_id="order-17",
+            sequence=8,
+            run_id="order-17/8",
+            handler="shipping.book_carrier",
+            reason="workflow order-17 was cancelled: customer cancelled",
+        ),
     ),
     RedriveRequested: (
         f"redrive:{_REQUEST}",

@@ -18,7 +18,7 @@ from slotflow.contracts.dlq import (
     redrive_request_id,
 )
 from slotflow.contracts.envelope import Envelope, Message, fit_id, fit_key
-from slotflow.contracts.runs import JobDue, RunEvent
+from slotflow.contracts.runs import CancelActivity, JobDue, RunEvent, cancel_activity_id
 from slotflow.contracts.timers import (
     DEADLINE_SUFFIX,
     EXECUTION_TIMEOUT_SUFFIX,
@@ -85,10 +85,25 @@ def identity_violation(envelope: Envelope, message: Message) -> str | None:
         if envelope.key != fit_key(message.dead_letter_id):
             return f"{envelope.type} keyed {_shown(envelope.key)}, not by its dead letter id"
         return None
+    if isinstance(message, CancelActivity):
+        return cancel_activity_violation(envelope, message)
     if isinstance(message, StartTimer):
         return timer_id_violation(message)
     if isinstance(message, CancelTimer):
         return cancel_timer_violation(message.timer_id)
+    return None
+
+
+def cancel_activity_violation(envelope: Envelope, message: CancelActivity) -> str | None:
+    """Why a CancelActivity cannot be what it says it is: its run id is its workflow's activity at
+    its sequence, its envelope id `{run_id}/cancel`, its key the workflow id; or None."""
+    wanted = activity_run_id(message.workflow_id, message.sequence)
+    if message.run_id != wanted:
+        return f"run id {_shown(message.run_id)} is not {_shown(wanted)} (its workflow and sequence)"
+    if envelope.id != fit_id(cancel_activity_id(wanted)):
+        return f"{envelope.type} id {_shown(envelope.id)} is not {_shown(cancel_activity_id(wanted))}"
+    if envelope.key != fit_key(message.workflow_id):
+        return f"{envelope.type} keyed {_shown(envelope.key)}, not by its workflow id"
     return None
 
 

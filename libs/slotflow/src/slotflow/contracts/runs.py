@@ -46,6 +46,33 @@ class JobDue(Message):
     rerun: int = Field(default=0, ge=0, le=INT4_MAX)
 
 
+class CancelActivity(Message):
+    """The orchestrator no longer waits on a workflow activity's run: the claimer cancels it.
+
+    Staged by the orchestrator when a pending activity is abandoned (its workflow was cancelled,
+    terminated, timed out or otherwise ended, or its workflow code cancelled the activity), on
+    the internal topic `activities.cancels` that only the orchestrator writes. The claimer acts on
+    it only as far as the orchestrator's own record backs it (`slotflow.issuers.cancel_verdict`):
+    a run not yet started never starts, a running attempt's handler gets `asyncio.CancelledError`.
+    Keyed by `workflow_id`; the envelope id is `{run_id}/cancel` (`cancel_activity_id`).
+    """
+
+    message_type = "activity.cancel"
+    workflow_id: Annotated[IndexedText, Field(min_length=1, max_length=400)]
+    sequence: int = Field(ge=1, le=INT4_MAX)
+    #: `{workflow_id}/{sequence}` (`slotflow.core.identity.activity_run_id`), checked on decode.
+    run_id: IdText
+    #: The activity's handler, as the workflow scheduled it.
+    handler: HandlerName
+    #: Why the workflow no longer waits on it ("workflow order-17 was cancelled: customer cancelled").
+    reason: str = Field(default="", max_length=1000)
+
+
+def cancel_activity_id(run_id: str) -> str:
+    """The envelope id of the CancelActivity of the activity run ``run_id``."""
+    return f"{run_id}/cancel"
+
+
 class AttemptRecord(BaseModel):
     """One failed attempt, kept in a dead-lettered run's history."""
 

@@ -207,6 +207,19 @@ DLQ_REDRIVES = TopicSpec(
     consumers=("ticker", "claimer", "orchestrator", "dlq"),
     purpose="RedriveRequested: reopen a run, retry a parked activity, re-read a poison record; internal",
 )
+#: Internal: the orchestrator asks the claimers to cancel an activity's run its workflow abandoned
+#: (cancelled, ended, or the code cancelled the activity). Only the orchestrator writes it (the ACLs
+#: follow from `producers`); the claimer acts only as the orchestrator's own record backs it.
+ACTIVITY_CANCELS = TopicSpec(
+    name="slotflow.activities.cancels.v1",
+    key="workflow id",
+    partitions=6,
+    retention_ms=7 * DAY_MS,
+    cleanup_policy="delete",
+    producers=("orchestrator",),
+    consumers=("claimer",),
+    purpose="CancelActivity: stop an activity's run its workflow no longer waits on; internal",
+)
 
 CLAIMERS = TopicSpec(
     name="slotflow.claimers.v1",
@@ -267,6 +280,7 @@ TOPICS: tuple[TopicSpec, ...] = (
     DLQ_COMMANDS,
     DLQ_EVENTS,
     DLQ_REDRIVES,
+    ACTIVITY_CANCELS,
     CLAIMERS,
     DOWNSTREAM_COMMANDS,
     DOWNSTREAM_EVENTS,

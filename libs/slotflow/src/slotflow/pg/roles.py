@@ -13,7 +13,8 @@ The read grants are what the code reads across schemas, and nothing else:
 
 One service asks another's schema a question without reading it: the claimer calls
 `ticker.rerun_issued` (a SECURITY DEFINER function, whose answer is all it learns) before it takes
-an operator's re-run, so it holds USAGE on the ticker's schema and no right on any of its tables.
+an operator's re-run, and `orchestrator.activity_cancel_issued` before it acts on a workflow's
+cancel of an activity, so it holds USAGE on those two schemas and no right on any of their tables.
 
 PostgreSQL's default privileges cannot name one table, so a read grant covers the whole schema
 (read only). Every other cross-service exchange goes through Kafka.
@@ -53,7 +54,7 @@ class ServiceRole:
 #: user's own (SLOTFLOW_CLAIMER_HANDLER_DSN), not covered here.
 SERVICE_ROLES: tuple[ServiceRole, ...] = (
     ServiceRole("ticker", "ticker"),
-    ServiceRole("claimer", "claimer", asks=("ticker",)),
+    ServiceRole("claimer", "claimer", asks=("ticker", "orchestrator")),
     ServiceRole("orchestrator", "orchestrator", reads=("claimer",)),
     ServiceRole("dlq", "dlq"),
     ServiceRole("stats", "stats"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import threading
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -122,6 +123,15 @@ class RunContext:
     heartbeat_details: Any = None
     #: Where heartbeats go (the claimer's executor); None: nowhere (a context built by hand).
     on_heartbeat: HeartbeatHook | None = field(default=None, repr=False, compare=False)
+    #: Set once the run's cancellation was asked for (`is_cancelled`); None: never (built by hand).
+    cancellation: threading.Event | None = field(default=None, repr=False, compare=False)
+
+    def is_cancelled(self) -> bool:
+        """Whether the run's cancellation was asked for (Temporal's `activity.is_cancelled()`): its
+        workflow no longer waits on it, or a newer run of its job replaced it. An `async def`
+        handler gets `asyncio.CancelledError` at its current await anyway; a plain `def` handler
+        (a thread, which cannot be interrupted) checks this, or calls `heartbeat`, which raises."""
+        return self.cancellation is not None and self.cancellation.is_set()
 
     def heartbeat(self, details: Any = None) -> None:
         """Report that the attempt is alive, and where it got to (Temporal's `activity.heartbeat`).
@@ -134,11 +144,17 @@ class RunContext:
         Callable from the loop and from a thread handler; not from a process-pool handler.
 
         Raises:
+            asyncio.CancelledError: called from a thread handler whose run was cancelled
+                (`is_cancelled`): clean up and let it propagate.
             HeartbeatDetailsError: ``details`` are not JSON, cannot be stored, or are larger than
                 HEARTBEAT_DETAILS_MAX_BYTES.
             ConfigurationError: called in a process-pool handler, which has no way to the claimer.
         """
         text = None if details is None else details_json(details)
+        if self.is_cancelled() and not _on_a_loop():
+            # A thread handler learns of its cancellation here (Temporal raises it at the heartbeat
+            # of a sync activity); an `async def` one gets it at its current await already.
+            raise asyncio.CancelledError(f"run {self.run_id} was cancelled")
         hook = self.on_heartbeat
         if hook is None:
             return
@@ -186,7 +202,16 @@ class RunContext:
             loop=None,
             extra={},
             on_heartbeat=None if self.on_heartbeat is None else _no_claimer_here,
+            cancellation=None,
         )
+
+
+def _on_a_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def _no_claimer_here(_details: str | None) -> None:

@@ -299,6 +299,11 @@ async def execute_activity(
         execution.saga_steps_in_flight += 1
     try:
         result = await future
+    except asyncio.CancelledError:
+        # The code no longer waits for it (its task was cancelled: a cancel request, or the code's
+        # own `task.cancel()`): the activity's run is to be cancelled too.
+        execution.activity_abandoned(sequence, name)
+        raise
     finally:
         if saga_step:
             execution.saga_steps_in_flight -= 1

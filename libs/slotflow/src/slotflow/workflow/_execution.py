@@ -44,6 +44,7 @@ from slotflow.contracts.workflows import (
     WorkflowStarted,
     WorkflowTimerFired,
 )
+from slotflow.core.identity import activity_run_id
 from slotflow.core.nul import storable
 from slotflow.workflow._closing import closing_commands
 from slotflow.workflow._events import (
@@ -58,7 +59,7 @@ from slotflow.workflow._events import (
 )
 from slotflow.workflow._loop import Loop, enter, leave
 from slotflow.workflow._loop import current as running_execution
-from slotflow.workflow.commands import Command
+from slotflow.workflow.commands import CancelActivity, Command
 from slotflow.workflow.definition import WorkflowDefinition
 from slotflow.workflow.errors import (
     ActivityError,
@@ -327,6 +328,19 @@ class Execution:
         self.record(MarkerRecorded, kind="patch", patch_id=patch_id, deprecated=deprecated)
         self.patches[patch_id] = True
         return True
+
+    def activity_abandoned(self, sequence: int, activity: str) -> None:
+        """The code stopped waiting for the activity at ``sequence`` before its outcome was
+        delivered: a CancelActivity command asks for its run to be cancelled. Sent once, by the
+        decision in which it happened (not again on replay), and not for an outcome already in."""
+        if self.disposing or self.replaying:
+            return
+        future = self.futures.get(sequence)
+        if future is not None and future.done() and not future.cancelled():
+            return  # its outcome came: nothing runs any more
+        self.commands.append(
+            CancelActivity(self.workflow_id, sequence, activity_run_id(self.workflow_id, sequence), activity)
+        )
 
     @property
     def replaying(self) -> bool:

@@ -58,6 +58,17 @@ class CancelTimer:
 
 
 @dataclass(frozen=True, slots=True)
+class CancelActivity:
+    """The code cancelled its wait for the activity scheduled at `sequence` before its outcome
+    came: the activity's run (`run_id`) is to be cancelled, and its outcome is not awaited."""
+
+    workflow_id: str
+    sequence: int
+    run_id: str
+    activity: str
+
+
+@dataclass(frozen=True, slots=True)
 class StartChildWorkflow:
     """Start `workflow_type` as `child_workflow_id`; its WorkflowStarted names the parent."""
 
@@ -110,6 +121,7 @@ Command = (
     ScheduleActivity
     | StartTimer
     | CancelTimer
+    | CancelActivity
     | StartChildWorkflow
     | RequestCancelWorkflow
     | ContinueAsNew

@@ -5,7 +5,10 @@ orchestrator service uses; with ``replay_every_step=True`` it replays the whole 
 decision and fails on any change. Virtual time jumps to the next timer only while no activity runs;
 a timer that is due (a `sleep(0)`) fires at once, activities running or not, so workflow code can
 cancel an activity in flight. A test may send a signal or a cancel from another task while a
-`result()` is waiting (an activity of its own blocked on an event, say), to land it mid-step.
+`result()` is waiting (an activity of its own blocked on an event, say), to land it mid-step. An
+activity its workflow abandons (the code cancelled it, or the workflow ended) is cancelled as the
+claimer cancels it: `asyncio.CancelledError` at its current await, `ctx.is_cancelled()` true, a
+retry not started, and its outcome dropped.
 Examples: docs/workflows.md, "Testing".
 """
 
@@ -14,6 +17,7 @@ import heapq
 import itertools
 import json
 import random as _random
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -40,6 +44,7 @@ from slotflow.runs.heartbeats import HeartbeatTimeout, silence_message
 from slotflow.runs.registry import REGISTRY, HandlerFn, HandlerRegistry, UnknownHandler, run_callable
 from slotflow.workflow._events import SCHEDULE_TO_CLOSE_TIMEOUT, describe_event
 from slotflow.workflow.commands import (
+    CancelActivity,
     CancelTimer,
     Command,
     ContinueAsNew,
@@ -71,6 +76,11 @@ class WorkflowFailureError(WorkflowError):
         self.compensated: bool = getattr(event, "compensated", False)
         status = "was cancelled" if self.cancelled else f"failed with {self.error_type}"
         super().__init__(f"workflow {workflow_id} {status}: {self.error_message}")
+
+
+def _ended(run: "_Workflow") -> bool:
+    """Whether the run has ended (asked afresh: a decision may have just ended it)."""
+    return run.closed is not None
 
 
 @dataclass
@@ -160,6 +170,9 @@ class WorkflowEnvironment:
         self._draws = _random.Random(seed)  # noqa: S311 - retry jitter, repeatable in tests
         self._workflows: dict[str, _Workflow] = {}
         self._running: dict[asyncio.Task[Any], tuple[str, ScheduleActivity, int]] = {}
+        #: Activity runs their workflow abandoned: cancelled if running, never started again.
+        self._cancelled_runs: set[str] = set()
+        self._cancellations: dict[str, threading.Event] = {}
         #: Each activity run's last heartbeat details, read by its next attempt.
         self._heartbeat_details: dict[str, Any] = {}
         self._timers: list[tuple[datetime, int, Callable[[], None]]] = []
@@ -294,6 +307,11 @@ class WorkflowEnvironment:
             self._check_replay(run)
         for command in decision.commands:
             self._send(run, command)
+        if _ended(run):
+            # As the orchestrator does when a run ends: what it left running is cancelled.
+            for workflow_id, command, _ in list(self._running.values()):
+                if workflow_id == run.workflow_id:
+                    self._cancel_activity(command.run_id)
 
     async def _offload_tail(self, run: _Workflow) -> None:
         assert self._store is not None  # noqa: S101 - only called with a payload store
@@ -320,6 +338,8 @@ class WorkflowEnvironment:
             self._at(command.fire_at, lambda: self._fire(run, command))
         elif isinstance(command, CancelTimer):
             self._cancelled_timers.add(command.timer_id)
+        elif isinstance(command, CancelActivity):
+            self._cancel_activity(command.run_id)
         elif isinstance(command, StartChildWorkflow):
             self._start_child(run, command)
         elif isinstance(command, RequestCancelWorkflow):
@@ -398,8 +418,22 @@ class WorkflowEnvironment:
     # -- activities ----------------------------------------------------------------------------
 
     def _attempt(self, workflow_id: str, command: ScheduleActivity, attempt: int) -> None:
+        if command.run_id in self._cancelled_runs:
+            return  # abandoned while it waited for its retry: never starts
         task = asyncio.ensure_future(self._run_activity(workflow_id, command, attempt))
         self._running[task] = (workflow_id, command, attempt)
+
+    def _cancel_activity(self, run_id: str) -> None:
+        """Cancel an abandoned activity's run, as the claimer does: the running attempt gets
+        CancelledError at its current await (`ctx.is_cancelled()` turns true), and nothing more of
+        it reaches the workflow."""
+        self._cancelled_runs.add(run_id)
+        cancellation = self._cancellations.get(run_id)
+        if cancellation is not None:
+            cancellation.set()
+        for task, (_, command, _) in self._running.items():
+            if command.run_id == run_id:
+                task.cancel()
 
     async def _run_activity(self, workflow_id: str, command: ScheduleActivity, attempt: int) -> Any:
         handler = self._handler(command.activity)
@@ -430,6 +464,7 @@ class WorkflowEnvironment:
             handler=command.activity,
             heartbeat_details=self._heartbeat_details.get(command.run_id),
             on_heartbeat=beat,
+            cancellation=self._cancellations.setdefault(command.run_id, threading.Event()),
         )
         async with asyncio.timeout(command.retry.start_to_close.total_seconds()):
             if silence is None or timeout is None:
@@ -458,6 +493,8 @@ class WorkflowEnvironment:
     def _finished(self, task: asyncio.Task[Any]) -> None:
         workflow_id, command, attempt = self._running.pop(task)
         run = self._workflows[workflow_id]
+        if task.cancelled() or command.run_id in self._cancelled_runs:
+            return  # abandoned by its workflow: recorded cancelled, no outcome the workflow takes
         error = task.exception()
         if error is None:
             self._append(run, ActivityCompleted, scheduled_sequence=command.sequence, result=task.result())
