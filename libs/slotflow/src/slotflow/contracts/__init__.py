@@ -63,6 +63,7 @@ from slotflow.contracts.schedules import (
     TriggerNow,
     UpdateSchedule,
 )
+from slotflow.contracts.search import SearchAttribute
 from slotflow.contracts.timers import CancelTimer, FireJobDue, FireTimerFired, StartTimer, TimerFired
 from slotflow.contracts.workflows import (
     HISTORY_EVENTS,
@@ -81,6 +82,7 @@ from slotflow.contracts.workflows import (
     MarkerRecorded,
     NonDeterminismDetected,
     RetryActivity,
+    SearchAttributesUpserted,
     SignalReceived,
     SignalWorkflow,
     StartWorkflow,
@@ -168,6 +170,8 @@ __all__ = [
     "ScheduleResumed",
     "ScheduleSpec",
     "ScheduleUpdated",
+    "SearchAttribute",
+    "SearchAttributesUpserted",
     "SignalReceived",
     "SignalWorkflow",
     "SigningKey",
