@@ -140,6 +140,11 @@ def workflow_show(ctx: Context) -> int:
             ("history events", "history_length"),
         )
     ]
+    if body.get("memo"):
+        pairs.append(("memo", _j(body["memo"])))
+    for name, attribute in sorted((body.get("search_attributes") or {}).items()):
+        if isinstance(attribute, Mapping):
+            pairs.append((f"search {name}", f"{_j(attribute.get('value'))} ({attribute.get('type')})"))
     if body.get("error"):
         error = body["error"]
         pairs.append(("error", f"{error.get('type')}: {error.get('message')}"))
