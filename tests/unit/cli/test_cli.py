@@ -437,6 +437,12 @@ def test_history_lines_describe_typed_events() -> None:
     assert lines[6] == "#6 failed: NoCarrier:  (permanent)"
     assert lines[7] == "schedule payments.refund (run w1/8), compensating #2"
     assert describe({"origin": "command", "type": "workflow.start", "data": {"a": 1}}) == '{"a":1}'
+    upsert = {
+        "origin": "history",
+        "type": "workflow.search_attributes_upserted",
+        "data": {"search_attributes": {"Stage": {"type": "keyword", "value": "paid"}, "Coupon": None}},
+    }
+    assert describe(upsert) == 'search attributes: Coupon=removed, Stage="paid"'
 
 
 def test_workflow_show_prints_saga_state() -> None:

@@ -105,6 +105,11 @@ def describe(entry: Mapping[str, Any]) -> str:
         return f"{name}: {what} ({'compensated' if d.get('compensated') else 'not compensated'})"
     if name == "non_determinism_detected":
         return f"NON-DETERMINISM at #{d.get('at_sequence')}: expected {d.get('expected')}, got {d.get('got')}"
+    if name == "search_attributes_upserted":
+        return "search attributes: " + ", ".join(
+            f"{key}={_j(value.get('value')) if isinstance(value, Mapping) else 'removed'}"
+            for key, value in sorted((d.get("search_attributes") or {}).items())
+        )
     return text(d)
 
 

@@ -165,6 +165,9 @@
       case "cancelled": return `cancelled: ${d.reason || "–"} (${d.compensated ? "compensated" : "not compensated"})`;
       case "non_determinism_detected":
         return `NON-DETERMINISM at #${d.at_sequence}: expected ${d.expected}, got ${d.got}`;
+      case "search_attributes_upserted":
+        return `search attributes: ${Object.entries(d.search_attributes || {}).sort(([a], [b]) => (a < b ? -1 : 1))
+          .map(([name, a]) => `${name}=${a ? js(a.value) : "removed"}`).join(", ")}`;
       default: return jsonDetails(entry.data);
     }
   }
