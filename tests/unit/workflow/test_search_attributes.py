@@ -130,3 +130,31 @@ async def test_a_start_with_bad_attributes_is_refused() -> None:
             await env.start_workflow(Tagged, {}, id="o-3", search_attributes={"Due": datetime(2026, 1, 1)})  # noqa: DTZ001
         with pytest.raises(ValueError, match="memo"):
             await env.start_workflow(Tagged, {}, id="o-4", memo={"blob": "x" * 40_000})
+
+
+@workflow.defn(name="tests.child_tagged")
+class ChildTagged:
+    @workflow.run
+    async def run(self, order: dict[str, Any]) -> dict[str, Any]:
+        return {"memo": workflow.memo(), "attributes": workflow.info().search_attributes}
+
+
+@workflow.defn(name="tests.parent_tagging")
+class ParentTagging:
+    @workflow.run
+    async def run(self, order: dict[str, Any]) -> dict[str, Any]:
+        result: dict[str, Any] = await workflow.execute_child_workflow(
+            ChildTagged, {}, id="child-1", memo={"from": "parent"}, search_attributes={"Parent": "p-1"}
+        )
+        return result
+
+
+async def test_a_child_starts_with_its_own_memo_and_search_attributes() -> None:
+    async with WorkflowEnvironment([ParentTagging, ChildTagged], replay_every_step=True) as env:
+        result = await env.execute_workflow(ParentTagging, {}, id="p-1")
+    assert result == {"memo": {"from": "parent"}, "attributes": {"Parent": "p-1"}}
+    assert env.search_attributes("child-1") == {"Parent": "p-1"}
+    scheduled = [e for e in env.history("p-1") if e.message_type == "workflow.child_scheduled"]
+    assert scheduled[0].model_dump(mode="json")["search_attributes"] == {
+        "Parent": {"type": "keyword", "value": "p-1"}
+    }

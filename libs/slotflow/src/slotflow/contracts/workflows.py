@@ -417,6 +417,19 @@ class ChildWorkflowScheduled(HistoryEvent):
     workflow_type: Annotated[str, Field(pattern=IDENTIFIER_PATTERN)]
     input: dict[str, Any] = Field(default_factory=dict)
     parent_close_policy: ParentClosePolicy = "request_cancel"
+    #: The child's memo and search attributes, as its StartWorkflow carries them (left out of the
+    #: JSON while empty).
+    memo: Memo = Field(default_factory=dict)
+    search_attributes: SearchAttributes = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _limits(self) -> "ChildWorkflowScheduled":
+        _check_memo_and_attributes(self.memo, self.search_attributes)
+        return self
+
+    @model_serializer(mode="wrap")
+    def _compact(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _without_empty_memo_and_attributes(handler(self))
 
 
 class ChildWorkflowCompleted(HistoryEvent):

@@ -407,6 +407,8 @@ class WorkflowEnvironment:
             parent_workflow_id=run.workflow_id,
             parent_sequence=command.sequence,
             parent_close_policy=command.parent_close_policy,
+            memo=command.memo,
+            search_attributes=command.search_attributes,
         )
         if not started:
             self._append(
