@@ -14,7 +14,7 @@ from slotflow.core.durations import parse_duration_text
 from slotflow_api import read_model
 from slotflow_api.app_state import Services, services
 from slotflow_api.bodies import DeepJsonRoute
-from slotflow_api.errors import BadRequest, NotFound, WorkflowClosed
+from slotflow_api.errors import BadQuery, BadRequest, NotFound, WorkflowClosed
 from slotflow_api.paths import workflow_id_param
 from slotflow_api.query import MAX_QUERY_LENGTH, QueryError
 from slotflow_api.routes.commands import COMMAND_RESPONSES, publish_checked, submit
@@ -41,7 +41,14 @@ router = APIRouter(tags=["workflows"], route_class=DeepJsonRoute)
 WorkflowId = Annotated[str, Depends(workflow_id_param)]
 
 
-@router.get("/v1/workflows", response_model=Page[Workflow], summary="List workflows, newest first")
+@router.get(
+    "/v1/workflows",
+    response_model=Page[Workflow],
+    summary="List workflows, newest first",
+    responses={
+        400: {"description": "the query does not parse or type: `detail` says where (the character) and what"}
+    },
+)
 async def list_workflows(
     s: Annotated[Services, Depends(services)],
     workflow_type: Annotated[str | None, Query(alias="type", max_length=200)] = None,
@@ -90,7 +97,7 @@ async def list_workflows(
             query=query,
         )
     except QueryError as err:
-        raise BadRequest(f"query: {err}") from err
+        raise BadQuery(f"query: {err}") from err
 
 
 def _attention_age(text: str) -> timedelta:
