@@ -129,6 +129,7 @@ def test_limits() -> None:
         ("StartTime > 'yesterday'", 13, "ISO 8601 instant with its offset"),
         ("StartTime > '2026-12-01T00:00:00'", 13, "with its offset"),
         ("StartTime > 3", 13, "an instant in quotes"),
+        ("StartTime > '0001-01-01T00:00:00+05:00'", 13, "with its offset"),
         ("CloseTime IN ('2026-12-01T00:00:00Z')", 1, "not IN"),
         ("Vip < TRUE", 1, "compares only with = and !="),
     ],

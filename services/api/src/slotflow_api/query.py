@@ -31,7 +31,7 @@ parentheses; every name and value travels as a `$n` parameter. Errors (`QueryErr
 import json
 import re
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any, Literal
 
@@ -395,9 +395,10 @@ def _instant(value: Value, what: str) -> datetime:
 def _parse_instant(text: str) -> datetime | None:
     try:
         instant = datetime.fromisoformat(text)
-    except ValueError:
+        # An instant with its offset, that exists in UTC too (year 1 at +05:00 does not).
+        return instant.astimezone(UTC) if instant.utcoffset() is not None else None
+    except (ValueError, OverflowError):
         return None
-    return instant if instant.utcoffset() is not None else None
 
 
 def _document(name: str, kind: str, value: Any) -> str:
