@@ -21,9 +21,11 @@ from slotflow.contracts import (
     CompensationRegistered,
     HistoryEvent,
     NonDeterminismDetected,
+    SearchAttributesUpserted,
     TimerStarted,
     WorkflowStarted,
 )
+from slotflow.contracts.search import search_attribute
 
 Responder = Callable[[httpx.Request], httpx.Response]
 
@@ -392,6 +394,17 @@ def test_replay_plan_hands_back_recorded_results_by_sequence() -> None:
     ]
     assert plan["last_sequence"] == 8
     assert (plan["non_determinism"], plan["code_checked"]) == (None, False)
+    upsert = SearchAttributesUpserted(
+        workflow_id="w1", sequence=9, search_attributes={"Stage": search_attribute("refunding")}
+    )
+    with_upsert = replay_plan({"workflow_id": "w1"}, _saga_history(upsert))
+    assert with_upsert["decisions"][-1] == {
+        "sequence": 9,
+        "decision": "upsert search attributes",
+        "name": "Stage",
+        "hands_back": "recorded: the replay must upsert the same values",
+        "outcome_sequence": None,
+    }
 
 
 def _api(history: list[dict[str, Any]]) -> Responder:

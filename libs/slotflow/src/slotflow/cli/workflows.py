@@ -298,6 +298,11 @@ def _decision(
         )
     if kind == "cancel_requested":
         return _row(seq, "cancel", d.get("reason") or "-", "the cancellation is delivered")
+    if kind == "search_attributes_upserted":
+        names = ", ".join(sorted(d.get("search_attributes") or {}))
+        return _row(
+            seq, "upsert search attributes", names, "recorded: the replay must upsert the same values"
+        )
     if kind in ("completed", "failed", "cancelled"):
         if kind == "completed":
             back = f"returned {_j(d.get('result'))}"
