@@ -67,7 +67,9 @@
       h("button", { type: "button", "data-bulk": "cancel", onclick: () => bulkDialog("cancel", selection()) }, "Cancel…"),
       " ",
       h("button", { type: "button", "data-bulk": "terminate", onclick: () => bulkDialog("terminate", selection()) }, "Terminate…"),
-      h("span", { class: "muted" }, " the ticked workflows, or else every open one the filter above selects"));
+      h("span", { class: "muted" }, params.query
+        ? " the ticked workflows, or else every open one listed below (a bulk action cannot carry the query)"
+        : " the ticked workflows, or else every open one the filter above selects"));
     show(form, openRows.length ? bulk : null, table("Workflows", [
       { label: "", cell: (r) => (CLOSED_STATUSES.has(r.status) ? "" : h("input", {
         type: "checkbox", name: "pick", "aria-label": `select ${r.workflow_id}`,
