@@ -80,9 +80,9 @@ async def test_the_query_box_lists_by_search_attributes_and_says_what_is_wrong(
 
         # The workflow's page shows its memo and search attributes.
         await page.goto(f"{base}/ui/workflows/ui-acme")
-        attributes = page.locator("dl.search-attributes")
-        await expect(attributes).to_contain_text("Customer", timeout=20_000)
-        await expect(attributes).to_contain_text('"acme"')
-        await expect(attributes).to_contain_text("2026-12-24T18:00:00Z")
+        listed = page.locator("dl.search-attributes")
+        await expect(listed).to_contain_text("Customer", timeout=20_000)
+        await expect(listed).to_contain_text('"acme"')
+        await expect(listed).to_contain_text("2026-12-24T18:00:00Z")
         await expect(page.get_by_text('"note": "memo of ui-acme"')).to_have_count(1)
         assert problems == []

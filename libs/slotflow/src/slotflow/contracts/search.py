@@ -162,7 +162,7 @@ def typed_search_attributes(values: Mapping[str, Any] | None) -> dict[str, Searc
     """
     typed: dict[str, SearchAttribute] = {}
     for name, value in (values or {}).items():
-        problem = name_problem(name) if isinstance(name, str) else "search attribute names are strings"
+        problem = name_problem(str(name))
         if problem is not None:
             raise ValueError(problem)
         try:

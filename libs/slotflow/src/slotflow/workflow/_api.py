@@ -607,7 +607,7 @@ def upsert_search_attributes(updates: Mapping[str, Any]) -> None:
         if not updates:
             raise ValueError("name at least one search attribute")
         for name, value in updates.items():
-            problem = name_problem(name) if isinstance(name, str) else "search attribute names are strings"
+            problem = name_problem(str(name))
             if problem is not None:
                 raise ValueError(problem)
             try:
