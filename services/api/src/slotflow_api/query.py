@@ -35,6 +35,7 @@ from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any, Literal
 
+from slotflow.errors import PermanentError
 from slotflow.history.fold import STATUSES
 from slotflow.pg.statements import Filters
 
@@ -91,7 +92,7 @@ _STATUSES = {s: s for s in (*STATUSES, "requested", "rejected")} | {"canceled": 
 _KEYWORDS = frozenset({"and", "or", "not", "in", "is", "null", "true", "false"})
 
 
-class QueryError(ValueError):
+class QueryError(PermanentError, ValueError):
     """A query that does not parse or does not type: ``position`` is the 1-based character."""
 
     def __init__(self, position: int, message: str) -> None:
