@@ -21,9 +21,11 @@ from slotflow.contracts import (
     CompensationRegistered,
     HistoryEvent,
     NonDeterminismDetected,
+    SearchAttributesUpserted,
     TimerStarted,
     WorkflowStarted,
 )
+from slotflow.contracts.search import search_attribute
 
 Responder = Callable[[httpx.Request], httpx.Response]
 
@@ -90,6 +92,27 @@ def reply(body: Any, status: int = 200) -> Responder:
         (["schedule", "backfill", "x", "--start", "now", "--end", "now-1d"], "end must be after start"),
         (["schedule", "list", "--limit", "0"], "--limit must be between 1 and 500"),
         (["workflow", "start", "w"], "required: --type"),
+        (["workflow", "start", "w", "--type", "t", "--search-attribute", "Stage"], "give NAME=VALUE"),
+        (["workflow", "start", "w", "--type", "t", "--search-attribute", "WorkflowId=x"], "built-in field"),
+        (
+            ["workflow", "start", "w", "--type", "t", "--search-attribute", "A=null"],
+            "no search attribute type",
+        ),
+        (
+            [
+                "workflow",
+                "start",
+                "w",
+                "--type",
+                "t",
+                "--search-attribute",
+                "A=1",
+                "--search-attribute",
+                "A=2",
+            ],
+            "A is given twice",
+        ),
+        (["workflow", "start", "w", "--type", "t", "--memo", "[1]"], "--memo must be a JSON object"),
         (["workflow", "signal", "w", "go", "--payload", "3"], "must be a JSON object"),
         (["runs", "list", "--from", "now-1d"], "add --schedule"),
         (["runs", "list", "--schedule", "a", "--job", "b"], "not both"),
@@ -371,6 +394,17 @@ def test_replay_plan_hands_back_recorded_results_by_sequence() -> None:
     ]
     assert plan["last_sequence"] == 8
     assert (plan["non_determinism"], plan["code_checked"]) == (None, False)
+    upsert = SearchAttributesUpserted(
+        workflow_id="w1", sequence=9, search_attributes={"Stage": search_attribute("refunding")}
+    )
+    with_upsert = replay_plan({"workflow_id": "w1"}, _saga_history(upsert))
+    assert with_upsert["decisions"][-1] == {
+        "sequence": 9,
+        "decision": "upsert search attributes",
+        "name": "Stage",
+        "hands_back": "recorded: the replay must upsert the same values",
+        "outcome_sequence": None,
+    }
 
 
 def _api(history: list[dict[str, Any]]) -> Responder:
@@ -416,6 +450,12 @@ def test_history_lines_describe_typed_events() -> None:
     assert lines[6] == "#6 failed: NoCarrier:  (permanent)"
     assert lines[7] == "schedule payments.refund (run w1/8), compensating #2"
     assert describe({"origin": "command", "type": "workflow.start", "data": {"a": 1}}) == '{"a":1}'
+    upsert = {
+        "origin": "history",
+        "type": "workflow.search_attributes_upserted",
+        "data": {"search_attributes": {"Stage": {"type": "keyword", "value": "paid"}, "Coupon": None}},
+    }
+    assert describe(upsert) == 'search attributes: Coupon=removed, Stage="paid"'
 
 
 def test_workflow_show_prints_saga_state() -> None:

@@ -4,6 +4,7 @@ its error. The api is an `httpx.MockTransport` answering as the api does (its ro
 
 import json
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from typing import Any, assert_type
 
 import httpx
@@ -410,3 +411,74 @@ async def test_signal_cancel_and_terminate_reach_the_workflows_routes() -> None:
     ]
     with pytest.raises(InvalidRequest, match=r"the payload of signal 'repriced' must be a JSON object"):
         await handle.signal("repriced", 5)
+
+
+# -- memo and search attributes ------------------------------------------------------------------
+
+
+async def test_a_start_sends_memo_and_typed_search_attributes_and_describe_reads_them_back() -> None:
+    due = datetime(2026, 12, 24, 18, tzinfo=UTC)
+    api = FakeApi(
+        [
+            shown(
+                "running",
+                memo={"note": "gift"},
+                search_attributes={
+                    "Customer": {"type": "keyword", "value": "acme"},
+                    "Due": {"type": "datetime", "value": "2026-12-24T18:00:00Z"},
+                },
+            )
+        ]
+    )
+    async with api.client() as client:
+        handle = await client.start_workflow(
+            "test.checkout",
+            {},
+            id="o-1",
+            memo={"note": "gift"},
+            search_attributes={"Customer": "acme", "Due": due},
+        )
+        shown_now = await handle.describe()
+    (_, _, body), *_ = api.bodies()
+    assert body["memo"] == {"note": "gift"}
+    assert body["search_attributes"] == {
+        "Customer": {"type": "keyword", "value": "acme"},
+        "Due": {"type": "datetime", "value": "2026-12-24T18:00:00Z"},
+    }
+    assert shown_now.memo == {"note": "gift"}
+    assert shown_now.search_attributes == {"Customer": "acme", "Due": due}
+
+
+@pytest.mark.parametrize(
+    ("attributes", "says"),
+    [
+        ({"ExecutionStatus": "x"}, "built-in field"),
+        ({"Tags": [1, 2]}, "no search attribute type"),
+        ({"Due": datetime(2026, 1, 1)}, "timezone-aware"),  # noqa: DTZ001 - the naive instant refused
+    ],
+)
+async def test_bad_search_attributes_are_refused_before_anything_is_sent(
+    attributes: dict[str, Any], says: str
+) -> None:
+    api = FakeApi([shown("running")])
+    async with api.client() as client:
+        with pytest.raises(InvalidRequest, match=says):
+            await client.start_workflow("test.checkout", {}, id="o-1", search_attributes=attributes)
+    assert api.requests == []
+
+
+async def test_list_workflows_passes_the_query() -> None:
+    seen: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        if "bad" in request.url.params["query"]:
+            return httpx.Response(400, json={"detail": "query: at 1: expected a field name, found 'bad'"})
+        return httpx.Response(200, json={"items": [shown("running")], "next_cursor": None})
+
+    async with Client(HttpTransport("http://api", transport=httpx.MockTransport(answer))) as client:
+        page = await client.list_workflows(query="Customer = 'acme'")
+        with pytest.raises(InvalidRequest, match="at 1: expected a field name"):
+            await client.list_workflows(query="bad query")
+    assert seen[0].url.params["query"] == "Customer = 'acme'"
+    assert [w.workflow_id for w in page.items] == ["o-1"]

@@ -42,6 +42,7 @@ from slotflow.contracts import (
     TriggerNow,
     UpdateSchedule,
 )
+from slotflow.contracts.search import typed_search_attributes
 from slotflow_api.schemas import (
     BackfillBody,
     CancelBody,
@@ -132,6 +133,29 @@ def test_each_command_is_a_request_the_api_accepts(
     if isinstance(message, StartWorkflow):
         assert body is not None
         assert body["execution_timeout_seconds"] == 3600
+
+
+def test_a_start_carries_its_memo_and_typed_search_attributes_to_the_api() -> None:
+    start = StartWorkflow(
+        workflow_id="o-1",
+        workflow_type="orders.checkout",
+        memo={"note": "gift"},
+        search_attributes=typed_search_attributes({"Customer": "acme", "Due": AT, "Vip": True}),
+    )
+    _, _, body = http_request(start)
+    assert body is not None
+    assert body["memo"] == {"note": "gift"}
+    assert body["search_attributes"] == {
+        "Customer": {"type": "keyword", "value": "acme"},
+        "Due": {"type": "datetime", "value": "2030-03-02T05:00:00Z"},
+        "Vip": {"type": "bool", "value": True},
+    }
+    StartWorkflowBody.model_validate(body)
+    # Without them the body is what it was before they existed.
+    _, _, plain = http_request(StartWorkflow(workflow_id="o-1", workflow_type="orders.checkout"))
+    assert plain is not None
+    assert "memo" not in plain
+    assert "search_attributes" not in plain
 
 
 def test_a_patch_is_sent_as_the_merge_patch_itself() -> None:

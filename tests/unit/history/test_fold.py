@@ -435,3 +435,30 @@ async def test_the_runtime_records_which_signal_a_timed_wait_is_for() -> None:
         assert state.current_step == "signal approve"
         await env.signal("ap-1", "approve", {"by": "ops"})
         assert await env.handle("ap-1").result() == "ops"
+
+
+def test_the_fold_shows_the_memo_and_the_search_attributes_as_start_and_upserts_leave_them() -> None:
+    from slotflow.contracts import SearchAttributesUpserted
+    from slotflow.contracts.search import search_attribute
+
+    started = WorkflowStarted(
+        workflow_id="w",
+        sequence=1,
+        workflow_type="t",
+        command_id="c",
+        memo={"note": "gift"},
+        search_attributes={"Stage": search_attribute("new"), "Coupon": search_attribute("X")},
+    )
+    upsert = SearchAttributesUpserted(
+        workflow_id="w",
+        sequence=2,
+        search_attributes={"Stage": search_attribute("paid"), "Coupon": None, "Parcels": search_attribute(2)},
+    )
+    state = fold(rec(started, upsert))
+    assert state is not None
+    assert state.memo == {"note": "gift"}
+    assert state.search_attributes == {
+        "Stage": {"type": "keyword", "value": "paid"},
+        "Parcels": {"type": "int", "value": 2},
+    }
+    assert state.anomalies == []

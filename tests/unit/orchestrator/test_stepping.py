@@ -23,6 +23,7 @@ from slotflow.contracts import (
     NonDeterminismDetected,
     RunCompleted,
     RunDeadLettered,
+    SearchAttributesUpserted,
     SignalReceived,
     SignalWorkflow,
     StartWorkflow,
@@ -30,11 +31,13 @@ from slotflow.contracts import (
     TimerFired,
     TimerStarted,
     WorkflowCompleted,
+    WorkflowContinuedAsNew,
     WorkflowFailed,
     WorkflowStarted,
     WorkflowTimerFired,
     wrap,
 )
+from slotflow.contracts.search import search_attribute, typed_search_attributes
 from slotflow.issuers import RunRecord
 from slotflow_orchestrator.stepping import (
     TERMINATED,
@@ -701,3 +704,39 @@ def test_a_firing_that_names_nothing_pending_is_dropped_only_when_the_history_st
         ("t2", "timer_id"),
         ("t3", "not_started"),
     ]
+
+
+# -- memo and search attributes ------------------------------------------------------------------
+
+
+def test_a_start_records_its_memo_and_search_attributes_and_a_continued_run_carries_them_on() -> None:
+    attributes = typed_search_attributes({"Customer": "acme", "Stage": "new"})
+
+    def script(history: Sequence[HistoryEvent]) -> list[HistoryEvent]:
+        seq = len(history) + 1
+        if len(history) == 1:
+            # The first run upserts, then continues as new; the next run waits.
+            return [
+                SearchAttributesUpserted(
+                    workflow_id=WF,
+                    sequence=seq,
+                    search_attributes={"Stage": search_attribute("paid"), "Customer": None},
+                ),
+                WorkflowContinuedAsNew(workflow_id=WF, sequence=seq + 1, workflow_type="checkout", input={}),
+            ]
+        return []
+
+    start = StartWorkflow(
+        workflow_id=WF, workflow_type="checkout", memo={"note": "gift"}, search_attributes=attributes
+    )
+    out = step(WF, None, [], [item(start, "c1")], workflow_code=Scripted(script), now=NOW)
+    first, upsert, continued, second = out.events
+    assert isinstance(first, WorkflowStarted)
+    assert first.memo == {"note": "gift"}
+    assert first.search_attributes == attributes
+    assert isinstance(upsert, SearchAttributesUpserted)
+    assert isinstance(continued, WorkflowContinuedAsNew)
+    assert isinstance(second, WorkflowStarted)
+    assert second.continued_from == continued.sequence
+    assert second.memo == {"note": "gift"}
+    assert second.search_attributes == {"Stage": search_attribute("paid")}

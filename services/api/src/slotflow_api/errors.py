@@ -25,6 +25,10 @@ class BadRequest(PermanentError):
     """The request cannot be served as asked."""
 
 
+class BadQuery(BadRequest):
+    """A list's `query` does not parse or type: a 400 saying where and what (slotflow_api.query)."""
+
+
 class TokenConflict(SlotflowError):
     """A live token already has that name: revoke it first, or choose another."""
 
@@ -202,6 +206,11 @@ def install(app: FastAPI) -> None:
     async def _unprocessable(_: Request, exc: PoisonMessage) -> JSONResponse:
         # What its consumers would park (nesting too deep, say): refused before it is published.
         return _json(422, str(exc))
+
+    @app.exception_handler(BadQuery)
+    async def _bad_query(_: Request, exc: BadQuery) -> JSONResponse:
+        # The request is well formed; the query in it is not a condition of the filter language.
+        return _json(400, str(exc))
 
     @app.exception_handler(PermanentError)
     async def _permanent(_: Request, exc: PermanentError) -> JSONResponse:

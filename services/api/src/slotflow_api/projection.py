@@ -63,6 +63,7 @@ from slotflow.contracts.catalogue import (
     WORKFLOW_COMMAND_TYPES,
 )
 from slotflow.contracts.runs import RunEvent
+from slotflow.contracts.search import dump_search_attributes
 from slotflow.contracts.topics import TIMER_COMMANDS, WORKFLOW_HISTORY
 from slotflow.core.nul import scrub_nul
 from slotflow.kafka.records import Record
@@ -695,6 +696,8 @@ async def _workflow_command(
             message.workflow_type,
             _json(message.input),
             at,
+            _json(message.memo),
+            _json(dump_search_attributes(message.search_attributes)),
         )
     elif isinstance(message, CancelWorkflow):
         await conn.execute(

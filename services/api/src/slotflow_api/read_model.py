@@ -22,6 +22,7 @@ from slotflow.pg.pool import Conn, Pool
 from slotflow.pg.statements import Filters, sql, sql_with
 from slotflow.redrive import LetterFacts, Unroutable, route
 from slotflow.settings import KafkaSettings
+from slotflow_api.query import add_query
 from slotflow_api.sql.read_model import (
     ATTENTION,
     BACKFILL_RUN_STATES,
@@ -252,6 +253,8 @@ def workflow_row(row: asyncpg.Record) -> dict[str, Any]:
     """A workflows row as the api returns it (the folded details left out)."""
     out = dict(row)
     out["input"] = _loads(out["input"])
+    out["memo"] = _loads(out.get("memo")) or {}
+    out["search_attributes"] = _loads(out.get("search_attributes")) or {}
     out.pop("derived", None)
     return out
 
@@ -267,10 +270,18 @@ async def list_workflows(
     limit: int,
     cursor: str | None,
     attention: timedelta | None = None,
+    query: str | None = None,
 ) -> Page:
     """One page of workflows matching the filters, newest request first. ``attention``: only the
-    workflows that need an operator (`slotflow_api.sql.read_model.ATTENTION_REASONS`), waits counted past that age."""
+    workflows that need an operator (`slotflow_api.sql.read_model.ATTENTION_REASONS`), waits counted past that age.
+    ``query``: the filter language's condition (`slotflow_api.query`), ANDed with the rest.
+
+    Raises:
+        QueryError: ``query`` does not parse or type (its position and what).
+    """
     f = Filters()
+    if query is not None:
+        add_query(f, query)
     if workflow_type is not None:
         f.add("w.workflow_type = {}", workflow_type)
     if status is not None:
@@ -443,6 +454,8 @@ def _run_columns(state: WorkflowState) -> dict[str, Any]:
         "ended_at": state.ended_at,
         "waiting_for": waiting_for,
         "waiting_since": waiting_since,
+        "memo": state.memo,
+        "search_attributes": state.search_attributes,
     }
 
 

@@ -7,7 +7,7 @@ DeadLetterFilter), so the API refuses exactly what the consumer would.
 from datetime import datetime
 from typing import Annotated, Any, Generic, Literal, Self, TypeVar
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from slotflow.contracts import (
     CreateSchedule,
@@ -21,6 +21,13 @@ from slotflow.contracts.dlq import RedriveDefinition
 from slotflow.contracts.envelope import IDENTIFIER_PATTERN, SCHEDULE_ID_PATTERN
 from slotflow.contracts.examples import EXAMPLES
 from slotflow.contracts.policies import OverlapPolicy
+from slotflow.contracts.search import (
+    MAX_MEMO_BYTES,
+    MAX_SEARCH_ATTRIBUTES,
+    SearchAttribute,
+    check_memo,
+    typed_search_attributes,
+)
 from slotflow.contracts.workflows import IdReusePolicy, WorkflowId
 
 T = TypeVar("T")
@@ -211,6 +218,14 @@ class Workflow(BaseModel):
     )
     started_at: datetime | None = None
     ended_at: datetime | None = None
+    memo: dict[str, Any] = Field(
+        default_factory=dict, description="the start's memo: any JSON object, shown, never searched"
+    )
+    search_attributes: dict[str, SearchAttribute] = Field(
+        default_factory=dict,
+        description='the typed search attributes a `query` finds it by (`{"Stage": {"type": "keyword", '
+        '"value": "paid"}}`): the start\'s, then its upserts\'',
+    )
 
 
 class HistoryEntry(BaseModel):
@@ -785,7 +800,18 @@ class StartWorkflowBody(_Body):
             "workflow_type": "orders.checkout",
             "input": {"order_id": "1042", "amount_cents": 4999, "currency": "EUR"},
             "execution_timeout_seconds": 3600,
-        }
+        },
+        {
+            "workflow_id": "order-1043",
+            "workflow_type": "orders.checkout",
+            "input": {"order_id": "1043", "amount_cents": 12999, "currency": "EUR"},
+            "memo": {"note": "gift wrap"},
+            "search_attributes": {
+                "Customer": "acme",
+                "AmountCents": 12999,
+                "PromisedBy": {"type": "datetime", "value": "2026-12-24T18:00:00Z"},
+            },
+        },
     )
     workflow_id: str = Identifier
     workflow_type: str = Identifier
@@ -793,6 +819,29 @@ class StartWorkflowBody(_Body):
     id_reuse_policy: IdReusePolicy = "reject_duplicate"
     #: The whole run's deadline from its start; none by default.
     execution_timeout_seconds: float | None = Field(default=None, gt=0, le=366 * 86_400)
+    memo: dict[str, Any] = Field(
+        default_factory=dict,
+        description=f"any JSON object shown with the workflow, never searched (at most {MAX_MEMO_BYTES} bytes)",
+    )
+    search_attributes: dict[str, Any] = Field(
+        default_factory=dict,
+        description='typed values a `query` finds the workflow by: `{"type": "keyword", "value": "acme"}`, '
+        "or a bare JSON value typed by its form (a string is a keyword, an integer an int, a number a float, "
+        "true/false a bool, a list of strings a keyword_list; a datetime or text needs the typed form). "
+        f"At most {MAX_SEARCH_ATTRIBUTES}, names a letter then letters, digits or _.",
+    )
+
+    @field_validator("search_attributes")
+    @classmethod
+    def _typed(cls, value: dict[str, Any]) -> dict[str, Any]:
+        typed_search_attributes(value)  # a ValueError here is the 422 naming the attribute
+        return value
+
+    @field_validator("memo")
+    @classmethod
+    def _memo(cls, value: dict[str, Any]) -> dict[str, Any]:
+        check_memo(value)
+        return value
 
 
 class SignalBody(_Body):

@@ -85,6 +85,8 @@ async def _store(conn: Conn, schema: str, workflow_id: str, state: WorkflowState
         state.ended_at,
         _json(state.derived()),
         *waiting_columns(state),
+        _json(state.memo),
+        _json(state.search_attributes),
     )
 
 

@@ -229,6 +229,8 @@ class Outbound:
                 parent_workflow_id=workflow_id,
                 parent_sequence=child.sequence,
                 parent_close_policy=child.parent_close_policy,
+                memo=child.memo,
+                search_attributes=child.search_attributes,
             )
             staged.append(self._command(child_start, child_start_id(workflow_id, child.sequence), now))
         staged.extend(self._ack(ack, now) for ack in unanswered)

@@ -53,6 +53,8 @@ class RuntimeWorkflowCode:
                     parent_workflow_id=c.parent_workflow_id,
                     parent_sequence=c.sequence,
                     parent_close_policy=c.parent_close_policy,
+                    memo=c.memo,
+                    search_attributes=c.search_attributes,
                 ),
             )
             for c in decision.commands

@@ -5,6 +5,7 @@ sends it through the api with the caller's token (or, with `--via kafka`, signed
 Kafka), and with `--wait` asks the API whether it was accepted.
 """
 
+import json
 import re
 from collections.abc import Callable
 from datetime import timedelta
@@ -34,6 +35,7 @@ from slotflow.contracts import (
     TriggerNow,
 )
 from slotflow.contracts.envelope import IDENTIFIER_PATTERN
+from slotflow.contracts.search import SearchAttribute, typed_search_attributes
 
 _IDENTIFIER = re.compile(IDENTIFIER_PATTERN)
 
@@ -217,7 +219,30 @@ def workflow_start(ctx: Context) -> int:
     }
     if a.execution_timeout is not None:
         fields["execution_timeout"] = timedelta(seconds=a.execution_timeout)
+    if a.memo is not None:
+        fields["memo"] = parse_json_object(a.memo, flag="--memo")
+    if a.search_attributes:
+        fields["search_attributes"] = _search_attributes(a.search_attributes)
     return send(ctx, validated(StartWorkflow, fields, what="start"))
+
+
+def _search_attributes(pairs: list[str]) -> dict[str, SearchAttribute]:
+    """`--search-attribute NAME=VALUE` flags typed: VALUE as JSON when it parses, else a keyword."""
+    values: dict[str, Any] = {}
+    for pair in pairs:
+        name, sep, text = pair.partition("=")
+        if not sep or not name:
+            raise UsageError(f"--search-attribute {pair!r}: give NAME=VALUE")
+        if name in values:
+            raise UsageError(f"--search-attribute: {name} is given twice")
+        try:
+            values[name] = json.loads(text)
+        except json.JSONDecodeError:
+            values[name] = text
+    try:
+        return typed_search_attributes(values)
+    except ValueError as err:
+        raise UsageError(f"--search-attribute: {err}") from None
 
 
 def workflow_signal(ctx: Context) -> int:

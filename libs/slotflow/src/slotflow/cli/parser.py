@@ -410,6 +410,17 @@ def _workflow(groups: Any) -> None:
         help="when the id is taken: refuse (default), start a new run once the last one closed, or "
         "terminate the open run and start a new one",
     )
+    start.add_argument("--memo", metavar="JSON", help="JSON object shown with the workflow, or @file.json")
+    start.add_argument(
+        "--search-attribute",
+        dest="search_attributes",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a search attribute to find the workflow by (repeat for more): VALUE as JSON (5 an int, "
+        '2.5 a float, true a bool, ["a","b"] a keyword list, {"type":"datetime","value":"..."} typed), '
+        "else a keyword string",
+    )
     _command_options(start)
 
     signal = _leaf(
@@ -492,6 +503,12 @@ def _workflow(groups: Any) -> None:
         help="only the workflows that need an operator: stuck on a non-determinism, waiting on a "
         "parked activity, or waiting on a signal for longer than AGE (default 1h; 30m, 2d, seconds "
         "or ISO 8601)",
+    )
+    listing.add_argument(
+        "--query",
+        metavar="QUERY",
+        help="a condition on built-in fields and search attributes, e.g. \"Customer = 'acme' AND "
+        'ExecutionStatus = \'Running\'" (docs/api.md, "Listing workflows by a query")',
     )
     _paging(listing)
 

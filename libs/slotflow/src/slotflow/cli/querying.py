@@ -208,6 +208,7 @@ def workflow_list(ctx: Context) -> int:
         "from": _iso(a.start, "--from"),
         "to": _iso(a.end, "--to"),
         "attention": _attention(a.attention),
+        "query": a.query,
     }
     empty = "no workflow needs attention" if a.attention is not None else "no workflows"
     return _listing(ctx, "/v1/workflows", params, WORKFLOW_COLUMNS, empty=empty)

@@ -105,6 +105,11 @@ def describe(entry: Mapping[str, Any]) -> str:
         return f"{name}: {what} ({'compensated' if d.get('compensated') else 'not compensated'})"
     if name == "non_determinism_detected":
         return f"NON-DETERMINISM at #{d.get('at_sequence')}: expected {d.get('expected')}, got {d.get('got')}"
+    if name == "search_attributes_upserted":
+        return "search attributes: " + ", ".join(
+            f"{key}={_j(value.get('value')) if isinstance(value, Mapping) else 'removed'}"
+            for key, value in sorted((d.get("search_attributes") or {}).items())
+        )
     return text(d)
 
 
@@ -140,6 +145,11 @@ def workflow_show(ctx: Context) -> int:
             ("history events", "history_length"),
         )
     ]
+    if body.get("memo"):
+        pairs.append(("memo", _j(body["memo"])))
+    for name, attribute in sorted((body.get("search_attributes") or {}).items()):
+        if isinstance(attribute, Mapping):
+            pairs.append((f"search {name}", f"{_j(attribute.get('value'))} ({attribute.get('type')})"))
     if body.get("error"):
         error = body["error"]
         pairs.append(("error", f"{error.get('type')}: {error.get('message')}"))
@@ -288,6 +298,11 @@ def _decision(
         )
     if kind == "cancel_requested":
         return _row(seq, "cancel", d.get("reason") or "-", "the cancellation is delivered")
+    if kind == "search_attributes_upserted":
+        names = ", ".join(sorted(d.get("search_attributes") or {}))
+        return _row(
+            seq, "upsert search attributes", names, "recorded: the replay must upsert the same values"
+        )
     if kind in ("completed", "failed", "cancelled"):
         if kind == "completed":
             back = f"returned {_j(d.get('result'))}"

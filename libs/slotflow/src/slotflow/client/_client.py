@@ -43,6 +43,7 @@ from slotflow.contracts import (
 )
 from slotflow.contracts.dlq import RedriveDefinition
 from slotflow.contracts.policies import OverlapPolicy
+from slotflow.contracts.search import SearchAttribute, typed_search_attributes
 from slotflow.contracts.workflows import IdReusePolicy
 from slotflow.workflow.definition import WorkflowDefinition
 
@@ -87,6 +88,14 @@ def _result_type_name(definition: WorkflowDefinition | None, result_type: Any) -
     if definition is not None:
         return f"the return type of {definition.run.__qualname__}"
     return None
+
+
+def _typed_attributes(values: Mapping[str, Any] | None) -> dict[str, SearchAttribute]:
+    """``values`` typed as search attributes (`slotflow.contracts.search`), before anything is sent."""
+    try:
+        return typed_search_attributes(values)
+    except ValueError as err:
+        raise InvalidRequest(str(err)) from None
 
 
 def _build(model: type[M], **fields: Any) -> M:
@@ -342,6 +351,8 @@ class Client:
         id: str,
         id_reuse_policy: IdReusePolicy = "reject_duplicate",
         execution_timeout: timedelta | None = None,
+        memo: Mapping[str, Any] | None = None,
+        search_attributes: Mapping[str, Any] | None = None,
         command_id: str | None = None,
         wait: float | None = None,
     ) -> WorkflowHandle[ResultT]: ...
@@ -355,6 +366,8 @@ class Client:
         id: str,
         id_reuse_policy: IdReusePolicy = "reject_duplicate",
         execution_timeout: timedelta | None = None,
+        memo: Mapping[str, Any] | None = None,
+        search_attributes: Mapping[str, Any] | None = None,
         command_id: str | None = None,
         wait: float | None = None,
     ) -> WorkflowHandle[ResultT]: ...
@@ -369,6 +382,8 @@ class Client:
         result_type: type[ResultT],
         id_reuse_policy: IdReusePolicy = "reject_duplicate",
         execution_timeout: timedelta | None = None,
+        memo: Mapping[str, Any] | None = None,
+        search_attributes: Mapping[str, Any] | None = None,
         command_id: str | None = None,
         wait: float | None = None,
     ) -> WorkflowHandle[ResultT]: ...
@@ -382,6 +397,8 @@ class Client:
         id: str,
         id_reuse_policy: IdReusePolicy = "reject_duplicate",
         execution_timeout: timedelta | None = None,
+        memo: Mapping[str, Any] | None = None,
+        search_attributes: Mapping[str, Any] | None = None,
         command_id: str | None = None,
         wait: float | None = None,
     ) -> WorkflowHandle[Any]: ...
@@ -395,6 +412,8 @@ class Client:
         result_type: Any = None,
         id_reuse_policy: IdReusePolicy = "reject_duplicate",
         execution_timeout: timedelta | None = None,
+        memo: Mapping[str, Any] | None = None,
+        search_attributes: Mapping[str, Any] | None = None,
         command_id: str | None = None,
         wait: float | None = None,
     ) -> WorkflowHandle[Any]:
@@ -410,6 +429,11 @@ class Client:
         With ``wait``, an unknown type or an id already taken raises `CommandRejected` here;
         without, the handle's `result()` raises `WorkflowRejectedError` for it.
 
+        ``memo`` is any JSON object shown with the workflow (`describe()`), never searched.
+        ``search_attributes`` are typed values the api indexes for `list_workflows(query=...)`:
+        a str is a keyword, then bool, int, float, an aware datetime, a list of str (a keyword
+        list), or `SearchAttribute(type="text", value=...)` (limits: docs/workflows.md).
+
         Example::
 
             from orders.workflow import Checkout
@@ -417,13 +441,20 @@ class Client:
             handle = await client.start_workflow(Checkout.run, order, id="order-1042", wait=10)
             receipt = await handle.result()          # a Receipt
 
+            await client.start_workflow(
+                Checkout.run, order, id="order-1043",
+                memo={"note": "gift wrap"},
+                search_attributes={"Customer": "acme", "AmountCents": 12999},
+            )
+
             # By its type name, as the api and the CLI do:
             handle = await client.start_workflow("orders.checkout", {"order_id": "1042", ...}, id="order-1042")
 
         Raises:
             InvalidRequest: ``workflow`` is not a workflow (a class without `@workflow.defn`, a
-                method without `@workflow.run`), or ``input`` is no JSON object or does not fit
-                the run method's parameter.
+                method without `@workflow.run`), ``input`` is no JSON object or does not fit
+                the run method's parameter, or a search attribute or the memo is refused (its
+                name, type or size).
             CommandRejected: with ``wait``, the orchestrator refused the start (`reason`).
         """
         return await self._start_workflow(
@@ -433,6 +464,8 @@ class Client:
             result_type=result_type,
             id_reuse_policy=id_reuse_policy,
             execution_timeout=execution_timeout,
+            memo=memo,
+            search_attributes=search_attributes,
             command_id=command_id,
             wait=wait,
         )
@@ -446,6 +479,8 @@ class Client:
         result_type: Any,
         id_reuse_policy: IdReusePolicy,
         execution_timeout: timedelta | None,
+        memo: Mapping[str, Any] | None,
+        search_attributes: Mapping[str, Any] | None,
         command_id: str | None,
         wait: float | None,
     ) -> WorkflowHandle[Any]:
@@ -459,6 +494,8 @@ class Client:
             input=start_input(input, name, definition),
             id_reuse_policy=id_reuse_policy,
             execution_timeout=execution_timeout,
+            memo=dict(memo or {}),
+            search_attributes=_typed_attributes(search_attributes),
         )
         sent = await self.send(message, command_id=command_id, wait=wait)
         return WorkflowHandle(
@@ -478,6 +515,8 @@ class Client:
         id: str,
         id_reuse_policy: IdReusePolicy = "reject_duplicate",
         execution_timeout: timedelta | None = None,
+        memo: Mapping[str, Any] | None = None,
+        search_attributes: Mapping[str, Any] | None = None,
         command_id: str | None = None,
         result_timeout: float | None = None,
     ) -> ResultT: ...
@@ -491,6 +530,8 @@ class Client:
         id: str,
         id_reuse_policy: IdReusePolicy = "reject_duplicate",
         execution_timeout: timedelta | None = None,
+        memo: Mapping[str, Any] | None = None,
+        search_attributes: Mapping[str, Any] | None = None,
         command_id: str | None = None,
         result_timeout: float | None = None,
     ) -> ResultT: ...
@@ -505,6 +546,8 @@ class Client:
         result_type: type[ResultT],
         id_reuse_policy: IdReusePolicy = "reject_duplicate",
         execution_timeout: timedelta | None = None,
+        memo: Mapping[str, Any] | None = None,
+        search_attributes: Mapping[str, Any] | None = None,
         command_id: str | None = None,
         result_timeout: float | None = None,
     ) -> ResultT: ...
@@ -518,6 +561,8 @@ class Client:
         id: str,
         id_reuse_policy: IdReusePolicy = "reject_duplicate",
         execution_timeout: timedelta | None = None,
+        memo: Mapping[str, Any] | None = None,
+        search_attributes: Mapping[str, Any] | None = None,
         command_id: str | None = None,
         result_timeout: float | None = None,
     ) -> Any: ...
@@ -531,6 +576,8 @@ class Client:
         result_type: Any = None,
         id_reuse_policy: IdReusePolicy = "reject_duplicate",
         execution_timeout: timedelta | None = None,
+        memo: Mapping[str, Any] | None = None,
+        search_attributes: Mapping[str, Any] | None = None,
         command_id: str | None = None,
         result_timeout: float | None = None,
     ) -> Any:
@@ -554,6 +601,8 @@ class Client:
             result_type=result_type,
             id_reuse_policy=id_reuse_policy,
             execution_timeout=execution_timeout,
+            memo=memo,
+            search_attributes=search_attributes,
             command_id=command_id,
             wait=None,
         )
@@ -1043,17 +1092,26 @@ class Client:
         start: datetime | None = None,
         end: datetime | None = None,
         attention: timedelta | None = None,
+        query: str | None = None,
         limit: int = 100,
         cursor: str | None = None,
     ) -> Page[Workflow]:
         """One page of workflows, newest first. ``attention``: only the ones that need an operator
         (stuck on a non-determinism, waiting on a parked activity, or waiting on a signal for longer
-        than that age).
+        than that age). ``query``: a condition on built-in fields and search attributes in the
+        api's filter language (docs/api.md, "Listing workflows by a query"; Temporal's visibility
+        query), ANDed with the other filters.
 
         Example::
 
             page = await client.list_workflows(workflow_type="orders.checkout", status="running")
             stranded = await client.list_workflows(attention=timedelta(hours=4))
+            big = await client.list_workflows(
+                query="Customer = 'acme' AND AmountCents > 10000 AND ExecutionStatus = 'Running'"
+            )
+
+        Raises:
+            InvalidRequest: the query does not parse or type (the api's 400 names the position).
         """
         params: Params = {
             "type": workflow_type,
@@ -1061,6 +1119,7 @@ class Client:
             "from": start.isoformat() if start else None,
             "to": end.isoformat() if end else None,
             "attention": f"{attention.total_seconds():.6f}" if attention is not None else None,
+            "query": query,
             "limit": limit,
             "cursor": cursor,
         }

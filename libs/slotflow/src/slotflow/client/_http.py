@@ -92,6 +92,10 @@ def http_request(message: Message, *, select_all: bool = False) -> tuple[str, st
         }
         if message.execution_timeout is not None:
             body["execution_timeout_seconds"] = message.execution_timeout.total_seconds()
+        if message.memo:
+            body["memo"] = message.memo
+        if message.search_attributes:
+            body["search_attributes"] = data["search_attributes"]
         return "POST", "/v1/workflows", body
     if isinstance(message, SignalWorkflow | CancelWorkflow | TerminateWorkflow):
         wid = path_segment(message.workflow_id)

@@ -8,7 +8,7 @@ blocks: there, prefer the async `Client`).
 
 import asyncio
 import threading
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from concurrent.futures import Future
 from datetime import timedelta
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
@@ -243,6 +243,8 @@ class SyncClient:
         id: str,
         id_reuse_policy: IdReusePolicy = "reject_duplicate",
         execution_timeout: timedelta | None = None,
+        memo: Mapping[str, Any] | None = None,
+        search_attributes: Mapping[str, Any] | None = None,
         command_id: str | None = None,
         wait: float | None = None,
     ) -> SyncWorkflowHandle[ResultT]: ...
@@ -256,6 +258,8 @@ class SyncClient:
         id: str,
         id_reuse_policy: IdReusePolicy = "reject_duplicate",
         execution_timeout: timedelta | None = None,
+        memo: Mapping[str, Any] | None = None,
+        search_attributes: Mapping[str, Any] | None = None,
         command_id: str | None = None,
         wait: float | None = None,
     ) -> SyncWorkflowHandle[ResultT]: ...
@@ -270,6 +274,8 @@ class SyncClient:
         result_type: type[ResultT],
         id_reuse_policy: IdReusePolicy = "reject_duplicate",
         execution_timeout: timedelta | None = None,
+        memo: Mapping[str, Any] | None = None,
+        search_attributes: Mapping[str, Any] | None = None,
         command_id: str | None = None,
         wait: float | None = None,
     ) -> SyncWorkflowHandle[ResultT]: ...
@@ -283,6 +289,8 @@ class SyncClient:
         id: str,
         id_reuse_policy: IdReusePolicy = "reject_duplicate",
         execution_timeout: timedelta | None = None,
+        memo: Mapping[str, Any] | None = None,
+        search_attributes: Mapping[str, Any] | None = None,
         command_id: str | None = None,
         wait: float | None = None,
     ) -> SyncWorkflowHandle[Any]: ...
@@ -296,6 +304,8 @@ class SyncClient:
         result_type: Any = None,
         id_reuse_policy: IdReusePolicy = "reject_duplicate",
         execution_timeout: timedelta | None = None,
+        memo: Mapping[str, Any] | None = None,
+        search_attributes: Mapping[str, Any] | None = None,
         command_id: str | None = None,
         wait: float | None = None,
     ) -> SyncWorkflowHandle[Any]:
@@ -316,6 +326,8 @@ class SyncClient:
                 result_type=result_type,
                 id_reuse_policy=id_reuse_policy,
                 execution_timeout=execution_timeout,
+                memo=memo,
+                search_attributes=search_attributes,
                 command_id=command_id,
                 wait=wait,
             )
@@ -330,6 +342,8 @@ class SyncClient:
         id: str,
         id_reuse_policy: IdReusePolicy = "reject_duplicate",
         execution_timeout: timedelta | None = None,
+        memo: Mapping[str, Any] | None = None,
+        search_attributes: Mapping[str, Any] | None = None,
         command_id: str | None = None,
         result_timeout: float | None = None,
     ) -> ResultT: ...
@@ -343,6 +357,8 @@ class SyncClient:
         id: str,
         id_reuse_policy: IdReusePolicy = "reject_duplicate",
         execution_timeout: timedelta | None = None,
+        memo: Mapping[str, Any] | None = None,
+        search_attributes: Mapping[str, Any] | None = None,
         command_id: str | None = None,
         result_timeout: float | None = None,
     ) -> ResultT: ...
@@ -357,6 +373,8 @@ class SyncClient:
         result_type: type[ResultT],
         id_reuse_policy: IdReusePolicy = "reject_duplicate",
         execution_timeout: timedelta | None = None,
+        memo: Mapping[str, Any] | None = None,
+        search_attributes: Mapping[str, Any] | None = None,
         command_id: str | None = None,
         result_timeout: float | None = None,
     ) -> ResultT: ...
@@ -370,6 +388,8 @@ class SyncClient:
         id: str,
         id_reuse_policy: IdReusePolicy = "reject_duplicate",
         execution_timeout: timedelta | None = None,
+        memo: Mapping[str, Any] | None = None,
+        search_attributes: Mapping[str, Any] | None = None,
         command_id: str | None = None,
         result_timeout: float | None = None,
     ) -> Any: ...
@@ -383,6 +403,8 @@ class SyncClient:
         result_type: Any = None,
         id_reuse_policy: IdReusePolicy = "reject_duplicate",
         execution_timeout: timedelta | None = None,
+        memo: Mapping[str, Any] | None = None,
+        search_attributes: Mapping[str, Any] | None = None,
         command_id: str | None = None,
         result_timeout: float | None = None,
     ) -> Any:
@@ -401,6 +423,8 @@ class SyncClient:
                 result_type=result_type,
                 id_reuse_policy=id_reuse_policy,
                 execution_timeout=execution_timeout,
+                memo=memo,
+                search_attributes=search_attributes,
                 command_id=command_id,
                 result_timeout=result_timeout,
             )

@@ -8,7 +8,9 @@ and `model_dump()` gives the whole body back.
 from datetime import datetime
 from typing import Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from slotflow.contracts.search import SearchAttribute, search_attribute
 
 #: What a command's status can be; `accepted`, `rejected` and `published` are final.
 Status = Literal["unknown", "pending", "published", "accepted", "rejected"]
@@ -96,6 +98,25 @@ class Workflow(_Body):
     start_command_id: str | None = None
     #: How many runs StartWorkflows began under this id (a reuse after close adds one).
     runs: int | None = None
+    #: The start's memo (any JSON object).
+    memo: dict[str, Any] = Field(default_factory=dict)
+    #: The search attributes as plain values (a datetime for `datetime`): the start's, then its
+    #: upserts'. The api sends them typed; `typed_search_attributes` keeps that form.
+    search_attributes: dict[str, Any] = Field(default_factory=dict)
+    #: The same, as the api sends them: `{"Stage": SearchAttribute(type="keyword", value="paid")}`.
+    typed_search_attributes: dict[str, SearchAttribute] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _plain_attributes(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("search_attributes"), dict):
+            typed = {name: search_attribute(value) for name, value in data["search_attributes"].items()}
+            data = {
+                **data,
+                "typed_search_attributes": typed,
+                "search_attributes": {name: attribute.value for name, attribute in typed.items()},
+            }
+        return data
 
 
 class DeadLetter(_Body):

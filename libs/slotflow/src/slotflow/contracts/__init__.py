@@ -64,6 +64,7 @@ from slotflow.contracts.schedules import (
     TriggerNow,
     UpdateSchedule,
 )
+from slotflow.contracts.search import SearchAttribute
 from slotflow.contracts.timers import CancelTimer, FireJobDue, FireTimerFired, StartTimer, TimerFired
 from slotflow.contracts.workflows import (
     HISTORY_EVENTS,
@@ -82,6 +83,7 @@ from slotflow.contracts.workflows import (
     MarkerRecorded,
     NonDeterminismDetected,
     RetryActivity,
+    SearchAttributesUpserted,
     SignalReceived,
     SignalWorkflow,
     StartWorkflow,
@@ -170,6 +172,8 @@ __all__ = [
     "ScheduleResumed",
     "ScheduleSpec",
     "ScheduleUpdated",
+    "SearchAttribute",
+    "SearchAttributesUpserted",
     "SignalReceived",
     "SignalWorkflow",
     "SigningKey",

@@ -63,6 +63,8 @@ from slotflow.contracts import (
     SchedulePaused,
     ScheduleResumed,
     ScheduleUpdated,
+    SearchAttribute,
+    SearchAttributesUpserted,
     SignalReceived,
     SignalWorkflow,
     SigningKey,
@@ -420,7 +422,16 @@ EXAMPLES: dict[type[Message], tuple[str, str, Message]] = {
     StartWorkflow: (
         "wf-cmd-0001",
         "order-17",
-        StartWorkflow(workflow_id="order-17", workflow_type="process_order", input={"order_id": 17}),
+        StartWorkflow(
+            workflow_id="order-17",
+            workflow_type="process_order",
+            input={"order_id": 17},
+            memo={"note": "gift wrap"},
+            search_attributes={
+                "Customer": SearchAttribute(type="keyword", value="acme"),
+                "AmountCents": SearchAttribute(type="int", value=9990),
+            },
+        ),
     ),
     SignalWorkflow: (
         "wf-cmd-0002",
@@ -493,6 +504,11 @@ _HISTORY_EXAMPLES: tuple[HistoryEvent, ...] = (
         workflow_type="process_order",
         input={"order_id": 17},
         command_id="wf-cmd-0001",
+        memo={"note": "gift wrap"},
+        search_attributes={
+            "Customer": SearchAttribute(type="keyword", value="acme"),
+            "AmountCents": SearchAttribute(type="int", value=9990),
+        },
     ),
     ActivityScheduled(
         workflow_id=_WF,
@@ -577,6 +593,15 @@ _HISTORY_EXAMPLES: tuple[HistoryEvent, ...] = (
     ),
     WorkflowContinuedAsNew(
         workflow_id=_WF, sequence=19, workflow_type="process_order", input={"order_id": 17, "page": 2}
+    ),
+    SearchAttributesUpserted(
+        workflow_id=_WF,
+        sequence=20,
+        search_attributes={
+            "Stage": SearchAttribute(type="keyword", value="shipped"),
+            "ShippedAt": SearchAttribute(type="datetime", value=_AT),
+            "AmountCents": None,
+        },
     ),
 )
 for _event in _HISTORY_EXAMPLES:

@@ -1,19 +1,48 @@
 """Workflow commands consumed by the orchestrator, and the events of the workflow-history topic."""
 
 import hashlib
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, Field, model_validator
+from pydantic import AwareDatetime, Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from slotflow.contracts.acceptance import INT4_MAX
 from slotflow.contracts.envelope import IDENTIFIER_PATTERN, IdText, Message
 from slotflow.contracts.policies import DeadLetterPolicy as DeadLetterPolicy
 from slotflow.contracts.policies import RetryPolicy
 from slotflow.contracts.schedules import HandlerName
+from slotflow.contracts.search import (
+    SearchAttribute,
+    SearchAttributeName,
+    check_memo,
+    check_search_attributes,
+    merged,
+    name_problem,
+)
 from slotflow.core.identity import activity_run_id
 
 WorkflowId = Annotated[str, Field(pattern=IDENTIFIER_PATTERN)]
+#: A workflow's memo: any JSON object, shown and never indexed (`slotflow.contracts.search`).
+Memo = dict[str, Any]
+#: A workflow's typed search attributes, by name (`slotflow.contracts.search`).
+SearchAttributes = dict[SearchAttributeName, SearchAttribute]
+
+
+def _check_memo_and_attributes(memo: Memo, attributes: SearchAttributes) -> None:
+    check_memo(memo)
+    check_search_attributes(attributes)
+
+
+def _without_empty_memo_and_attributes(dumped: dict[str, Any]) -> dict[str, Any]:
+    # A start without a memo or search attributes serialises as it did before they existed, so
+    # its bytes (and a signed command's canonical form) do not change with the release.
+    for name in ("memo", "search_attributes"):
+        if dumped.get(name) == {}:
+            dumped.pop(name)
+    return dumped
+
+
 #: What happens to a running child workflow when its parent ends first.
 ParentClosePolicy = Literal["request_cancel", "abandon"]
 
@@ -42,12 +71,22 @@ class StartWorkflow(Message):
     parent_workflow_id: WorkflowId | None = None
     parent_sequence: int | None = Field(default=None, ge=1, le=INT4_MAX)
     parent_close_policy: ParentClosePolicy = "request_cancel"
+    #: Shown with the workflow, never indexed (at most `MAX_MEMO_BYTES` as JSON).
+    memo: Memo = Field(default_factory=dict)
+    #: Indexed by the read model for `list_workflows(query=...)` (names, types and limits in
+    #: `slotflow.contracts.search`).
+    search_attributes: SearchAttributes = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _parent_named_whole(self) -> "StartWorkflow":
         if (self.parent_workflow_id is None) != (self.parent_sequence is None):
             raise ValueError("a child's start names both its parent and the parent's sequence")
+        _check_memo_and_attributes(self.memo, self.search_attributes)
         return self
+
+    @model_serializer(mode="wrap")
+    def _compact(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _without_empty_memo_and_attributes(handler(self))
 
 
 class SignalWorkflow(Message):
@@ -154,6 +193,11 @@ class WorkflowStarted(HistoryEvent):
     #: topic takes it from here. Absent on continued runs (the chain's deadline is the start's)
     #: and in histories recorded before it existed.
     execution_deadline: AwareDatetime | None = None
+    #: The StartWorkflow's memo and search attributes; a continued run carries its chain's on (the
+    #: memo, and the search attributes as the previous run's upserts left them). Empty in
+    #: histories recorded before they existed.
+    memo: Memo = Field(default_factory=dict)
+    search_attributes: SearchAttributes = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _first(self) -> "WorkflowStarted":
@@ -168,7 +212,12 @@ class WorkflowStarted(HistoryEvent):
             raise ValueError("a run reusing a closed id starts right after the previous run's end")
         if (self.parent_workflow_id is None) != (self.parent_sequence is None):
             raise ValueError("a child names both its parent and the parent's sequence")
+        _check_memo_and_attributes(self.memo, self.search_attributes)
         return self
+
+    @model_serializer(mode="wrap")
+    def _compact(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _without_empty_memo_and_attributes(handler(self))
 
 
 class ActivityScheduled(HistoryEvent):
@@ -368,6 +417,19 @@ class ChildWorkflowScheduled(HistoryEvent):
     workflow_type: Annotated[str, Field(pattern=IDENTIFIER_PATTERN)]
     input: dict[str, Any] = Field(default_factory=dict)
     parent_close_policy: ParentClosePolicy = "request_cancel"
+    #: The child's memo and search attributes, as its StartWorkflow carries them (left out of the
+    #: JSON while empty).
+    memo: Memo = Field(default_factory=dict)
+    search_attributes: SearchAttributes = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _limits(self) -> "ChildWorkflowScheduled":
+        _check_memo_and_attributes(self.memo, self.search_attributes)
+        return self
+
+    @model_serializer(mode="wrap")
+    def _compact(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _without_empty_memo_and_attributes(handler(self))
 
 
 class ChildWorkflowCompleted(HistoryEvent):
@@ -420,6 +482,27 @@ class ActivityParked(HistoryEvent):
     message: str = Field(default="", max_length=10_000)
 
 
+class SearchAttributesUpserted(HistoryEvent):
+    """The code called `workflow.upsert_search_attributes(...)`: each named attribute is set to its
+    value, or removed where the value is null; the others keep theirs.
+
+    A decision: a replay must call it again with the same values at this point of the history.
+    The read model indexes the workflow's attributes as the run's start and its upserts leave them.
+    """
+
+    message_type = "workflow.search_attributes_upserted"
+    search_attributes: dict[SearchAttributeName, SearchAttribute | None] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _limits(self) -> "SearchAttributesUpserted":
+        for name in self.search_attributes:
+            problem = name_problem(name)
+            if problem is not None:
+                raise ValueError(problem)
+        check_search_attributes({k: v for k, v in self.search_attributes.items() if v is not None})
+        return self
+
+
 class ActivityRetried(HistoryEvent):
     """An operator retried the parked activity scheduled at `scheduled_sequence` (a RetryActivity
     command, or a redrive of its letter routed to the workflow): its JobDue went to the claimers
@@ -459,7 +542,22 @@ HISTORY_EVENTS: tuple[type[HistoryEvent], ...] = (
     WorkflowContinuedAsNew,
     ActivityParked,
     ActivityRetried,
+    SearchAttributesUpserted,
 )
+
+
+def current_search_attributes(events: Sequence[HistoryEvent]) -> dict[str, SearchAttribute]:
+    """The search attributes of the newest run of ``events``: its WorkflowStarted's, then each
+    SearchAttributesUpserted after it in order (a value sets, a null removes). Empty before any start."""
+    attributes: dict[str, SearchAttribute] = {}
+    for event in events:
+        if isinstance(event, WorkflowStarted):
+            attributes = dict(event.search_attributes)
+        elif isinstance(event, SearchAttributesUpserted):
+            attributes = merged(attributes, event.search_attributes)
+    return attributes
+
+
 #: Events after which the orchestrator appends nothing.
 TERMINAL_EVENTS: tuple[type[HistoryEvent], ...] = (WorkflowCompleted, WorkflowFailed, WorkflowCancelled)
 #: Events that end a run: the terminal ones, and a continue-as-new (the next run's start follows).

@@ -22,6 +22,7 @@ from slotflow.contracts import (
     CompensationRegistered,
     HistoryEvent,
     NonDeterminismDetected,
+    SearchAttributesUpserted,
     SignalReceived,
     TimerCancelled,
     TimerStarted,
@@ -31,6 +32,7 @@ from slotflow.contracts import (
     WorkflowStarted,
     WorkflowTimerFired,
 )
+from slotflow.contracts.search import dump_search_attributes
 from slotflow.contracts.workflows import WORKFLOW_TERMINATED
 
 #: Statuses the history gives a workflow ("requested" and "rejected" are the api's own: a StartWorkflow
@@ -82,6 +84,11 @@ class WorkflowState:
     waiting: dict[str, Any] | None = None
     #: Events that break the contract (a result for no scheduled activity, events after the end).
     anomalies: list[str] = field(default_factory=list)
+    #: The start's memo (a continued run carries its chain's on).
+    memo: dict[str, Any] = field(default_factory=dict)
+    #: The run's search attributes in their typed JSON form (`{"Stage": {"type": "keyword",
+    #: "value": "paid"}}`): the start's, then each upsert in order; what the read model indexes.
+    search_attributes: dict[str, Any] = field(default_factory=dict)
     #: Runs started by a StartWorkflow under this id (a reuse after close starts another; a
     #: continue-as-new does not count): the state above is the newest run's.
     runs: int = 1
@@ -199,6 +206,16 @@ def fold(events: list[Recorded]) -> WorkflowState | None:
                 event.command_id,
             )
             state.started_at = at
+            # A continued run's start carries the chain's memo and attributes on (the orchestrator
+            # copies them), so every start speaks for the run it begins.
+            state.memo = dict(event.memo)
+            state.search_attributes = dump_search_attributes(event.search_attributes)
+        elif isinstance(event, SearchAttributesUpserted):
+            for name, value in dump_search_attributes(event.search_attributes).items():
+                if value is None:
+                    state.search_attributes.pop(name, None)
+                else:
+                    state.search_attributes[name] = value
         elif isinstance(event, ActivityScheduled):
             steps[event.sequence] = {
                 "sequence": event.sequence,

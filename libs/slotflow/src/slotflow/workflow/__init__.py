@@ -22,6 +22,7 @@ continue-as-new, children, testing, replay): docs/workflows.md.
 from asyncio import CancelledError
 
 from slotflow.contracts.policies import RetryPolicy
+from slotflow.contracts.search import SearchAttribute
 from slotflow.contracts.workflows import ParentClosePolicy
 from slotflow.workflow._api import (
     WorkflowInfo,
@@ -31,10 +32,12 @@ from slotflow.workflow._api import (
     execute_activity,
     gather,
     info,
+    memo,
     now,
     patched,
     random,
     sleep,
+    upsert_search_attributes,
     uuid4,
     wait_condition,
     wait_signal,
@@ -75,6 +78,7 @@ __all__ = [
     "Replayer",
     "RetryPolicy",
     "Saga",
+    "SearchAttribute",
     "UnknownWorkflowType",
     "WorkflowDefinitionError",
     "WorkflowDeterminismError",
@@ -88,6 +92,7 @@ __all__ = [
     "execute_child_workflow",
     "gather",
     "info",
+    "memo",
     "now",
     "patched",
     "random",
@@ -95,6 +100,7 @@ __all__ = [
     "signal",
     "sleep",
     "start_child_workflow",
+    "upsert_search_attributes",
     "uuid4",
     "wait_condition",
     "wait_signal",

@@ -6,8 +6,9 @@ either hands back what the history recorded (on replay) or records a new decisio
 """
 
 import asyncio
+import copy
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import lru_cache
@@ -17,6 +18,7 @@ from uuid import UUID
 from pydantic import PydanticUserError, TypeAdapter, ValidationError
 
 from slotflow.contracts.policies import RetryPolicy
+from slotflow.contracts.search import SearchAttribute, name_problem, search_attribute
 from slotflow.contracts.timers import sleep_timer_id
 from slotflow.contracts.workflows import (
     ActivityScheduled,
@@ -552,6 +554,9 @@ class WorkflowInfo:
     parent_workflow_id: str | None
     #: True while the code re-runs recorded history (for logging only: never branch on it).
     is_replaying: bool
+    #: The run's search attributes as plain values (a datetime for `datetime`), its start's and
+    #: its upserts' so far (Temporal's `info().search_attributes`).
+    search_attributes: dict[str, Any]
 
 
 def info() -> WorkflowInfo:
@@ -573,4 +578,47 @@ def info() -> WorkflowInfo:
         continued_from=started.continued_from,
         parent_workflow_id=started.parent_workflow_id,
         is_replaying=execution.replaying,
+        search_attributes={name: a.value for name, a in execution.search_attributes.items()},
     )
+
+
+def memo() -> dict[str, Any]:
+    """The memo the workflow was started with (a continued run keeps its chain's); a copy.
+
+    >>> channel = workflow.memo().get("channel", "web")
+    """
+    return copy.deepcopy(current().started.memo)
+
+
+def upsert_search_attributes(updates: Mapping[str, Any]) -> None:
+    """Set (or, with None, remove) search attributes of this workflow; the others keep theirs.
+
+    Recorded in the history (`SearchAttributesUpserted`), so a replay must make the same call at
+    the same point; the read model indexes the new values for `list_workflows(query=...)`. Values
+    are typed as at the start (str → keyword, int, float, bool, aware datetime, list of str →
+    keyword_list, or `SearchAttribute(type="text", value=...)`).
+
+    >>> workflow.upsert_search_attributes({"Stage": "shipped", "ShippedAt": workflow.now()})
+    >>> workflow.upsert_search_attributes({"Coupon": None})     # removes it
+
+    Raises:
+        WorkflowError: a bad name or value, or the workflow's attributes would pass a limit
+            (`slotflow.contracts.search`); nothing is recorded.
+    """
+    execution = current()
+    execution.check_cancel()
+    typed: dict[str, SearchAttribute | None] = {}
+    try:
+        if not updates:
+            raise ValueError("name at least one search attribute")
+        for name, value in updates.items():
+            problem = name_problem(str(name))
+            if problem is not None:
+                raise ValueError(problem)
+            try:
+                typed[name] = None if value is None else search_attribute(value)
+            except ValueError as err:
+                raise ValueError(f"search attribute {name!r}: {err}") from None
+        execution.upsert_search_attributes(typed)
+    except ValueError as err:
+        raise WorkflowError(f"upsert_search_attributes: {err}") from None

@@ -1,8 +1,10 @@
 """How the runtime sees history events: inputs or decisions, what identifies a decision, and how
 the non-determinism error names them."""
 
+from collections.abc import Mapping
 from typing import Any
 
+from slotflow.contracts.search import SearchAttribute, compact, dump_search_attributes
 from slotflow.contracts.workflows import (
     WORKFLOW_TERMINATED,
     ActivityCompleted,
@@ -18,6 +20,7 @@ from slotflow.contracts.workflows import (
     HistoryEvent,
     MarkerRecorded,
     NonDeterminismDetected,
+    SearchAttributesUpserted,
     SignalReceived,
     TimerCancelled,
     TimerStarted,
@@ -50,6 +53,7 @@ KIND: dict[type[HistoryEvent], int] = {
     WorkflowFailed: DECISION,
     WorkflowCancelled: DECISION,
     WorkflowContinuedAsNew: DECISION,
+    SearchAttributesUpserted: DECISION,
     NonDeterminismDetected: IGNORED,
     # Markers for operators: the code is still awaiting the activity (on_dead_letter="park"), and
     # an operator retried it; its outcome is what the code sees.
@@ -77,7 +81,14 @@ def decision_key(event: HistoryEvent) -> Any:
         return event.started_sequence
     if type(event) is ChildWorkflowScheduled:
         return event.workflow_type
+    if type(event) is SearchAttributesUpserted:
+        return upsert_key(event.search_attributes)
     return None
+
+
+def upsert_key(updates: Mapping[str, SearchAttribute | None]) -> str:
+    """What identifies an upsert for replay: its names and typed values, as compact sorted JSON."""
+    return compact(dump_search_attributes(updates)).decode()
 
 
 def describe_event(event: HistoryEvent) -> str:
@@ -102,6 +113,8 @@ def describe_decision(kind: type[HistoryEvent], key: Any) -> str:
         return f"cancel of the timer started at {key}"
     if kind is ChildWorkflowScheduled:
         return f"child workflow {key}"
+    if kind is SearchAttributesUpserted:
+        return f"upsert_search_attributes {key}"
     return {
         WorkflowCompleted: "completion",
         WorkflowFailed: "failure",

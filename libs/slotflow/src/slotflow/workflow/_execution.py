@@ -28,6 +28,7 @@ from hashlib import sha256
 from typing import Any, ClassVar
 
 from slotflow.contracts.acceptance import check_value
+from slotflow.contracts.search import SearchAttribute, check_search_attributes, merged
 from slotflow.contracts.workflows import (
     ActivityCompleted,
     ActivityFailed,
@@ -36,6 +37,7 @@ from slotflow.contracts.workflows import (
     ChildWorkflowFailed,
     HistoryEvent,
     MarkerRecorded,
+    SearchAttributesUpserted,
     SignalReceived,
     WorkflowCancelled,
     WorkflowCompleted,
@@ -56,6 +58,7 @@ from slotflow.workflow._events import (
     describe_decision,
     describe_event,
     forced_end,
+    upsert_key,
 )
 from slotflow.workflow._loop import Loop, enter, leave
 from slotflow.workflow._loop import current as running_execution
@@ -148,6 +151,8 @@ class Execution:
         self.compensations_ran = False
         self.compensations_ok = True
         self.disposing = False
+        #: The run's search attributes: its start's, then each upsert the code made so far.
+        self.search_attributes: dict[str, SearchAttribute] = dict(started.search_attributes)
 
     # -- driving -------------------------------------------------------------------------------
 
@@ -579,6 +584,19 @@ class Execution:
         value = make(sequence)
         self.record(MarkerRecorded, kind=kind, value=value)
         return value
+
+    def upsert_search_attributes(self, updates: dict[str, SearchAttribute | None]) -> None:
+        """Record (or, on replay, match) an upsert and apply it to the run's search attributes.
+
+        Raises:
+            ValueError: the run's attributes after it would pass a limit (nothing is recorded).
+        """
+        after = merged(self.search_attributes, updates)
+        check_search_attributes(after)
+        key = upsert_key(updates)
+        if self.match(SearchAttributesUpserted, key) is None:
+            self.record(SearchAttributesUpserted, search_attributes=updates)
+        self.search_attributes = after
 
     def seeded(self, sequence: int) -> _random.Random:
         """A generator seeded by the run and the marker's sequence: the step stays pure."""

@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from slotflow.contracts.policies import RetryPolicy
+from slotflow.contracts.search import SearchAttribute
 from slotflow.contracts.workflows import DeadLetterPolicy, HistoryEvent, ParentClosePolicy
 
 
@@ -79,6 +80,8 @@ class StartChildWorkflow:
     workflow_type: str
     input: dict[str, Any]
     parent_close_policy: ParentClosePolicy
+    memo: dict[str, Any] = field(default_factory=dict)
+    search_attributes: dict[str, SearchAttribute] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from slotflow.contracts.search import check_memo, typed_search_attributes
 from slotflow.contracts.workflows import (
     TERMINAL_EVENTS,
     ActivityCompleted,
@@ -37,6 +38,7 @@ from slotflow.contracts.workflows import (
     WorkflowCompleted,
     WorkflowStarted,
     WorkflowTimerFired,
+    current_search_attributes,
 )
 from slotflow.core.retry import is_retryable, next_retry_delay
 from slotflow.runs.context import FencedWrites, RunContext
@@ -192,17 +194,53 @@ class WorkflowEnvironment:
     # -- what a test does ----------------------------------------------------------------------
 
     async def start_workflow(
-        self, workflow: type[object] | str, input: Any = None, *, id: str
+        self,
+        workflow: type[object] | str,
+        input: Any = None,
+        *,
+        id: str,
+        memo: Mapping[str, Any] | None = None,
+        search_attributes: Mapping[str, Any] | None = None,
     ) -> WorkflowHandle:
-        """Start a workflow (its first activities run; time does not move)."""
+        """Start a workflow (its first activities run; time does not move). ``memo`` and
+        ``search_attributes`` as `Client.start_workflow` takes them.
+
+        Raises:
+            ValueError: a search attribute or memo the start would refuse.
+        """
         name = workflow if isinstance(workflow, str) else definition_of(workflow).name
-        self._start(id, name, to_json_object(input, "the workflow input"))
+        attributes = typed_search_attributes(search_attributes)
+        check_memo(dict(memo or {}))
+        self._start(
+            id,
+            name,
+            to_json_object(input, "the workflow input"),
+            memo=dict(memo or {}),
+            search_attributes=attributes,
+        )
         await self._pump()
         return WorkflowHandle(self, id)
 
-    async def execute_workflow(self, workflow: type[object] | str, input: Any = None, *, id: str) -> Any:
+    async def execute_workflow(
+        self,
+        workflow: type[object] | str,
+        input: Any = None,
+        *,
+        id: str,
+        memo: Mapping[str, Any] | None = None,
+        search_attributes: Mapping[str, Any] | None = None,
+    ) -> Any:
         """Start a workflow and run it to its end; its result (see `WorkflowHandle.result`)."""
-        return await (await self.start_workflow(workflow, input, id=id)).result()
+        handle = await self.start_workflow(
+            workflow, input, id=id, memo=memo, search_attributes=search_attributes
+        )
+        return await handle.result()
+
+    def search_attributes(self, workflow_id: str) -> dict[str, Any]:
+        """The workflow's search attributes as its history leaves them (its start's and its
+        upserts'), as plain values: what the read model indexes."""
+        attributes = current_search_attributes(self._workflows[workflow_id].history)
+        return {name: attribute.value for name, attribute in attributes.items()}
 
     def handle(self, workflow_id: str) -> WorkflowHandle:
         return WorkflowHandle(self, workflow_id)
@@ -355,6 +393,8 @@ class WorkflowEnvironment:
                 parent_workflow_id=command.parent_workflow_id,
                 parent_sequence=command.parent_sequence,
                 parent_close_policy=command.parent_close_policy,
+                memo=run.history[0].memo if isinstance(run.history[0], WorkflowStarted) else {},
+                search_attributes=current_search_attributes(run.history),
             )
             run.history.append(started)
             run.dirty = True
@@ -387,6 +427,8 @@ class WorkflowEnvironment:
             parent_workflow_id=run.workflow_id,
             parent_sequence=command.sequence,
             parent_close_policy=command.parent_close_policy,
+            memo=command.memo,
+            search_attributes=command.search_attributes,
         )
         if not started:
             self._append(

@@ -9,12 +9,14 @@ from pydantic import AwareDatetime
 
 from slotflow.contracts import CancelWorkflow, RetryActivity, SignalWorkflow, StartWorkflow, TerminateWorkflow
 from slotflow.contracts.acceptance import INT4_MAX
+from slotflow.contracts.search import typed_search_attributes
 from slotflow.core.durations import parse_duration_text
 from slotflow_api import read_model
 from slotflow_api.app_state import Services, services
 from slotflow_api.bodies import DeepJsonRoute
-from slotflow_api.errors import BadRequest, NotFound, WorkflowClosed
+from slotflow_api.errors import BadQuery, BadRequest, NotFound, WorkflowClosed
 from slotflow_api.paths import workflow_id_param
+from slotflow_api.query import MAX_QUERY_LENGTH, QueryError
 from slotflow_api.routes.commands import COMMAND_RESPONSES, publish_checked, submit
 from slotflow_api.routes.common import Cursor, Limit, Wait
 from slotflow_api.routes.schedules import IdempotencyKey
@@ -39,7 +41,14 @@ router = APIRouter(tags=["workflows"], route_class=DeepJsonRoute)
 WorkflowId = Annotated[str, Depends(workflow_id_param)]
 
 
-@router.get("/v1/workflows", response_model=Page[Workflow], summary="List workflows, newest first")
+@router.get(
+    "/v1/workflows",
+    response_model=Page[Workflow],
+    summary="List workflows, newest first",
+    responses={
+        400: {"description": "the query does not parse or type: `detail` says where (the character) and what"}
+    },
+)
 async def list_workflows(
     s: Annotated[Services, Depends(services)],
     workflow_type: Annotated[str | None, Query(alias="type", max_length=200)] = None,
@@ -55,23 +64,40 @@ async def list_workflows(
             "`1h`, `2d`, seconds, or ISO 8601 `PT1H`)",
         ),
     ] = None,
+    query: Annotated[
+        str | None,
+        Query(
+            max_length=MAX_QUERY_LENGTH,
+            description="a condition on built-in fields and search attributes (docs/api.md, "
+            "\"Listing workflows by a query\"): `Customer = 'acme' AND (Stage IN ('paid', 'shipped') "
+            "OR AmountCents > 10000) AND StartTime >= '2026-12-01T00:00:00Z'`; a query that does not "
+            "parse or type is a 400 naming the position",
+            examples=[
+                "WorkflowType = 'orders.checkout' AND ExecutionStatus = 'Running' AND Customer = 'acme'"
+            ],
+        ),
+    ] = None,
     limit: Limit = 50,
     cursor: Cursor = None,
 ) -> read_model.Page:
     if start is not None and end is not None and end <= start:
         raise BadRequest("`to` must be after `from`")
     age = _attention_age(attention) if attention is not None else None
-    return await read_model.list_workflows(
-        s.pool,
-        s.schema,
-        workflow_type=workflow_type,
-        status=status,
-        start=start,
-        end=end,
-        limit=limit,
-        cursor=cursor,
-        attention=age,
-    )
+    try:
+        return await read_model.list_workflows(
+            s.pool,
+            s.schema,
+            workflow_type=workflow_type,
+            status=status,
+            start=start,
+            end=end,
+            limit=limit,
+            cursor=cursor,
+            attention=age,
+            query=query,
+        )
+    except QueryError as err:
+        raise BadQuery(f"query: {err}") from err
 
 
 def _attention_age(text: str) -> timedelta:
@@ -124,6 +150,9 @@ async def start_workflow(
         input=body.input,
         id_reuse_policy=body.id_reuse_policy,
         execution_timeout=timedelta(seconds=timeout) if timeout is not None else None,
+        memo=body.memo,
+        # Checked by the body already: a bad attribute is the body's 422.
+        search_attributes=typed_search_attributes(body.search_attributes),
     )
     return await submit(s, message, idempotency_key=idempotency_key, wait=wait)
 

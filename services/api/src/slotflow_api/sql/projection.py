@@ -330,11 +330,14 @@ ON CONFLICT (timer_id) DO UPDATE SET
 # the history, folded into the same row (workflow_projection), speaks for the rest. A cancel
 # request sticks, with its first reason.
 UPSERT_WORKFLOW_REQUESTED = """
-INSERT INTO {schema}.workflows (workflow_id, workflow_type, input, status, requested_at, updated_at)
-VALUES ($1, $2, $3::jsonb, 'requested', $4, $4)
+INSERT INTO {schema}.workflows (workflow_id, workflow_type, input, status, requested_at, updated_at, memo,
+    search_attributes)
+VALUES ($1, $2, $3::jsonb, 'requested', $4, $4, $5::jsonb, $6::jsonb)
 ON CONFLICT (workflow_id) DO UPDATE SET
     workflow_type = COALESCE(workflows.workflow_type, EXCLUDED.workflow_type),
     input = COALESCE(workflows.input, EXCLUDED.input),
+    memo = COALESCE(workflows.memo, EXCLUDED.memo),
+    search_attributes = COALESCE(workflows.search_attributes, EXCLUDED.search_attributes),
     requested_at = LEAST(workflows.requested_at, EXCLUDED.requested_at),
     updated_at = GREATEST(workflows.updated_at, EXCLUDED.updated_at)
 """
@@ -388,15 +391,18 @@ WORKFLOW_EVENTS_OF = (
     "WHERE workflow_id = ANY($1::text[]) ORDER BY workflow_id, sequence"
 )
 
-# The history speaks for the workflow's type and input; a StartWorkflow command (another
+# The history speaks for the workflow's type and input, its memo and search attributes (the
+# fold's, so what a query finds is what the history says); a StartWorkflow command (another
 # topic, projected in any order) only fills blanks, so both orders give the same row. A row with
 # history was not rejected (a refusal of a later duplicate start is not the workflow's).
 STORE_WORKFLOW_STATE = """
 INSERT INTO {schema}.workflows AS w (workflow_id, workflow_type, input, status, cancel_requested,
     cancel_reason, requested_at, updated_at, current_step, last_sequence, started_at, ended_at, derived,
-    waiting_for, waiting_since)
-VALUES ($1, $2, $3::jsonb, $4, $5, $6, $7, $8, $9, $10, $7, $11, $12::jsonb, $13, $14)
+    waiting_for, waiting_since, memo, search_attributes)
+VALUES ($1, $2, $3::jsonb, $4, $5, $6, $7, $8, $9, $10, $7, $11, $12::jsonb, $13, $14, $15::jsonb, $16::jsonb)
 ON CONFLICT (workflow_id) DO UPDATE SET
+    memo = EXCLUDED.memo,
+    search_attributes = EXCLUDED.search_attributes,
     rejection = NULL,
     waiting_for = EXCLUDED.waiting_for,
     waiting_since = EXCLUDED.waiting_since,

@@ -107,7 +107,7 @@ BACKFILL_RUN_STATES = "SELECT run_id, state FROM {schema}.runs WHERE job_id = $1
 _WORKFLOW_SELECT = """
 SELECT w.workflow_id, w.workflow_type, w.input, w.status, w.cancel_requested, w.cancel_reason,
        w.requested_at, w.updated_at, w.last_sequence, w.started_at, w.ended_at, w.derived,
-       w.rejection, w.waiting_for, w.waiting_since,
+       w.rejection, w.waiting_for, w.waiting_since, w.memo, w.search_attributes,
        COALESCE(w.requested_at, w.updated_at) AS sort_at,
        CASE WHEN w.last_sequence IS NOT NULL THEN w.current_step ELSE
        (SELECT r.handler FROM {schema}.runs r WHERE r.workflow_id = w.workflow_id

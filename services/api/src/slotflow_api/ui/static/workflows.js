@@ -16,35 +16,60 @@
     // Needs attention: stuck on a non-determinism, waiting on a parked activity (at any age), or
     // waiting on a signal longer than this age.
     const attention = h("input", { name: "attention", type: "text", size: 6, placeholder: "1h" });
+    // A condition in the api's filter language (docs/api.md, "Listing workflows by a query"):
+    // built-in fields and search attributes, e.g. Customer = 'acme' AND ExecutionStatus = 'Running'.
+    const query = h("input", {
+      name: "query", type: "search", size: 56, spellcheck: "false", "aria-describedby": "query-error",
+      placeholder: "Customer = 'acme' AND ExecutionStatus = 'Running'",
+    });
     type.value = queryParam("type") || "";
     status.value = queryParam("status") || "";
     attention.value = queryParam("attention") || "";
+    query.value = queryParam("query") || "";
+    const queryError = h("p", { id: "query-error", class: "error", role: "alert", hidden: true });
     append(form, [
       field("Type", type), field("Status", status),
       field("Needs attention (waiting longer than)", attention),
+      field("Query", query),
       h("button", { type: "submit" }, "Apply"),
     ]);
     form.addEventListener("submit", (event) => {
       event.preventDefault();
-      window.location.search = withQuery("", { type: type.value, status: status.value, attention: attention.value });
+      window.location.search = withQuery("", { type: type.value, status: status.value, attention: attention.value, query: query.value.trim() });
     });
-    const params = { type: type.value, status: status.value, attention: attention.value, limit: 50, cursor: queryParam("cursor") };
-    const listing = await get("/v1/workflows", params);
+    const params = { type: type.value, status: status.value, attention: attention.value, query: query.value.trim(), limit: 50, cursor: queryParam("cursor") };
+    let listing;
+    try {
+      listing = await get("/v1/workflows", params);
+    } catch (err) {
+      // A query that does not parse or type: the api's 400 says where; show it under the box.
+      if (!(err instanceof ApiError) || err.status !== 400) throw err;
+      queryError.textContent = err.message;
+      queryError.hidden = false;
+      query.setAttribute("aria-invalid", "true");
+      show(form, queryError);
+      query.focus();
+      return;
+    }
     const pager = h("p", { class: "pager" });
     if (listing.next_cursor) {
       append(pager, [h("a", { href: withQuery("/ui/workflows", { ...params, limit: null, cursor: listing.next_cursor }) }, "Next page")]);
     }
     // Bulk cancel and terminate: the rows ticked, or else the applied filter (type, status).
     const picked = new Set();
+    const openRows = (listing.items || []).filter((r) => !CLOSED_STATUSES.has(r.status));
+    // A bulk selection cannot carry a query: under one, "the filter" means the open rows listed.
     const selection = () => (picked.size
       ? { workflow_ids: [...picked] }
-      : { type: queryParam("type") || null, status: queryParam("status") || null });
-    const openRows = (listing.items || []).filter((r) => !CLOSED_STATUSES.has(r.status));
+      : params.query ? { workflow_ids: openRows.map((r) => r.workflow_id) }
+        : { type: queryParam("type") || null, status: queryParam("status") || null });
     const bulk = h("p", { class: "actions", role: "group", "aria-label": "Bulk actions" },
       h("button", { type: "button", "data-bulk": "cancel", onclick: () => bulkDialog("cancel", selection()) }, "Cancel…"),
       " ",
       h("button", { type: "button", "data-bulk": "terminate", onclick: () => bulkDialog("terminate", selection()) }, "Terminate…"),
-      h("span", { class: "muted" }, " the ticked workflows, or else every open one the filter above selects"));
+      h("span", { class: "muted" }, params.query
+        ? " the ticked workflows, or else every open one listed below (a bulk action cannot carry the query)"
+        : " the ticked workflows, or else every open one the filter above selects"));
     show(form, openRows.length ? bulk : null, table("Workflows", [
       { label: "", cell: (r) => (CLOSED_STATUSES.has(r.status) ? "" : h("input", {
         type: "checkbox", name: "pick", "aria-label": `select ${r.workflow_id}`,
@@ -142,6 +167,9 @@
       case "cancelled": return `cancelled: ${d.reason || "–"} (${d.compensated ? "compensated" : "not compensated"})`;
       case "non_determinism_detected":
         return `NON-DETERMINISM at #${d.at_sequence}: expected ${d.expected}, got ${d.got}`;
+      case "search_attributes_upserted":
+        return `search attributes: ${Object.entries(d.search_attributes || {}).sort(([a], [b]) => (a < b ? -1 : 1))
+          .map(([name, a]) => `${name}=${a ? js(a.value) : "removed"}`).join(", ")}`;
       default: return jsonDetails(entry.data);
     }
   }
@@ -198,6 +226,10 @@
         workflow.result !== null && workflow.result !== undefined ? ["Result", jsonBlock(workflow.result)] : null,
         workflow.compensated !== null && workflow.compensated !== undefined ? ["Compensated", workflow.compensated ? "yes" : "no"] : null,
         ["Input", jsonBlock(workflow.input)],
+        Object.keys(workflow.memo || {}).length ? ["Memo", jsonBlock(workflow.memo)] : null,
+        Object.keys(workflow.search_attributes || {}).length ? ["Search attributes", h("dl", { class: "search-attributes" },
+          ...Object.entries(workflow.search_attributes).sort(([a], [b]) => (a < b ? -1 : 1)).flatMap(([name, a]) => [
+            h("dt", {}, name), h("dd", {}, `${JSON.stringify(a.value)} `, h("span", { class: "muted" }, a.type))]))] : null,
         workflow.cancel_requested ? ["Cancel requested", text(workflow.cancel_reason)] : null,
         workflow.gap_at ? ["Waiting for", `history event #${workflow.gap_at}`] : null,
         // A parked activity waits on a person: say so, with the retry (RetryActivity) beside it.
