@@ -13,6 +13,8 @@ from pathlib import Path
 import asyncpg
 import pytest
 from hypothesis import settings
+from xdist.remote import Producer
+from xdist.scheduler import LoadScopeScheduling
 
 from slotflow.kafka.security import KafkaSecurity
 from slotflow.pg.migrations import MigrationSource
@@ -35,27 +37,41 @@ settings.load_profile("slotflow")
 #: (pytest-xdist, `--dist loadgroup`) they form one group, run in order on one worker: on a shared
 #: worker xdist interleaved them with other modules, so the three-broker cluster (a module fixture on
 #: ports searched from a fixed range) was stopped and started again between its tests and met its
-#: own predecessor's ports.
+#: own predecessor's ports, and on two workers at once two clusters met on those ports.
 OWN_STACKS = ("integration/security/", "integration/kafka/test_three_brokers.py")
 
-#: The chaos layer times kills and pauses against leases and sessions: its tests form one group too,
-#: run one after another on one worker (beside the others' integration tests), never two at once.
-SERIAL_GROUPS = ("chaos", "own_stack")
+#: The groups `make test` runs one test after another on one worker, beside the other workers:
+#: the chaos layer (it times kills and pauses against leases and sessions, so never two at once),
+#: and the own-stack tests. By path, not by mark: xdist's own `xdist_group` names each test
+#: `node@group` through an attribute pytest 9 no longer reads, so its groups never formed.
+SERIAL_GROUPS = {"chaos": ("tests/chaos/",), "own_stack": tuple(f"tests/{path}" for path in OWN_STACKS)}
 
 
-# First, before pytest-xdist's own hook names each grouped test `node@group` from these marks.
-@pytest.hookimpl(tryfirst=True)
+def pytest_itemcollected(item: pytest.Item) -> None:
+    relative = Path(str(item.path)).relative_to(TESTS)
+    layer = relative.parts[0]
+    if layer in LAYERS:
+        item.add_marker(getattr(pytest.mark, layer))
+    if relative.as_posix().startswith(OWN_STACKS):
+        item.add_marker(pytest.mark.own_stack)
+
+
+class SerialGroupScheduling(LoadScopeScheduling):  # type: ignore[misc]  # xdist is untyped
+    """xdist's load scheduling, each test its own unit, but each of SERIAL_GROUPS one unit."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        for group, prefixes in SERIAL_GROUPS.items():
+            if nodeid.startswith(prefixes):
+                return group
+        return nodeid
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> SerialGroupScheduling | None:
+    """`--dist loadgroup` is SerialGroupScheduling here; any other mode is xdist's own."""
+    return SerialGroupScheduling(config, log) if config.getvalue("dist") == "loadgroup" else None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        relative = Path(str(item.path)).relative_to(TESTS)
-        layer = relative.parts[0]
-        if layer in LAYERS:
-            item.add_marker(getattr(pytest.mark, layer))
-        if relative.as_posix().startswith(OWN_STACKS):
-            item.add_marker(pytest.mark.own_stack)
-        for group in SERIAL_GROUPS:
-            if item.get_closest_marker(group) is not None:
-                item.add_marker(pytest.mark.xdist_group(group))
     # The whole-system fault suite starts its own Kafka and PostgreSQL and runs for minutes; it
     # runs only when asked for by name (`-m system`, as `make chaos` does), never inside `make test`.
     if "system" not in (config.option.markexpr or ""):
