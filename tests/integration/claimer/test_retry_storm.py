@@ -185,6 +185,10 @@ async def test_a_thousand_jobs_in_an_outage_retry_spread_out_and_end_in_the_dlq(
         f"ticker firing lateness (fired_at - fire_at) p50/p99/max, jitter {late_jitter}, no jitter {late_flat}"
     )
     # Full jitter spreads the herd: its busiest second carries clearly fewer retries, both as
-    # scheduled and as they reached the failing dependency.
+    # scheduled and as they reached the failing dependency. The second holds while the draws reach
+    # the ticker before they are due: on a machine too busy for the claimer's relay to keep up (a
+    # `make test` run on two cores once stored 306 of 1,000 after their fire_at), the late ones fire
+    # on arrival, bunched by the relay's batches, which measures the machine, not the jitter.
     assert jitter_planned <= 0.6 * flat_planned
-    assert jitter_peak <= 0.85 * flat_peak
+    if sum(1 for t in of("jitter-") if t.stored_at > t.fire_at) <= JOBS // 10:
+        assert jitter_peak <= 0.85 * flat_peak
