@@ -23,7 +23,7 @@ from slotflow.contracts import (
 from slotflow.contracts.topics import WORKFLOW_EVENTS
 from slotflow.settings import KafkaSettings
 from slotflow_orchestrator.stepping import ACTIVITY_TIMED_OUT, TERMINATED, TIMED_OUT
-from tests.integration.claimer.support import TopicReader
+from tests.integration.claimer.support import TopicReader, wait_state
 from tests.integration.orchestrator.support import Workflows
 from tests.integration.ticker.support import Replica
 
@@ -121,6 +121,10 @@ async def test_an_activity_past_its_deadline_and_a_run_past_its_timeout_fail_thr
     done = deadline[-1]
     assert isinstance(done, WorkflowCompleted)
     assert done.result == {"error_type": ACTIVITY_TIMED_OUT, "timed_out": True}
+    # Its attempt, 30 s of work, is cancelled at the deadline rather than left to run.
+    await wait_state(workflows.db, "dl-1/2", "cancelled", timeout=20)
+    why = await workflows.db.fetchval("SELECT reason FROM claimer.activity_cancels WHERE run_id = 'dl-1/2'")
+    assert "passed its schedule-to-close deadline" in why
 
     out_of_time = await workflows.wait("to-1", "workflow.failed", timeout=60)
     ended = out_of_time[-1]

@@ -648,6 +648,8 @@ def test_a_deadline_fires_only_once_due() -> None:
     [failed] = due.events
     assert isinstance(failed, ActivityFailed)
     assert due.refused == []
+    # The attempt still running is stopped: its outcome no longer counts.
+    assert due.activity_cancels[2][1] == "activity inventory.reserve passed its schedule-to-close deadline"
 
 
 def test_a_sleeps_firing_under_another_timer_id_is_refused() -> None:

@@ -6,12 +6,15 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from slotflow.contracts import (
+    ActivityCompleted,
     ActivityParked,
     ActivityScheduled,
     CancelActivity,
     CancelRequested,
     CancelWorkflow,
     HistoryEvent,
+    SignalReceived,
+    SignalWorkflow,
     TerminateWorkflow,
     WorkflowCancelled,
     WorkflowContinuedAsNew,
@@ -22,7 +25,7 @@ from slotflow.contracts.topics import ACTIVITY_CANCELS
 from slotflow.pg.outbox import Staged
 from slotflow.settings import KafkaSettings
 from slotflow_orchestrator.outbound import Outbound
-from slotflow_orchestrator.stepping import Input, Moves, Row, step
+from slotflow_orchestrator.stepping import Input, Moves, Row, abandoned_by_ended_runs, step
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 WF = "order-1"
@@ -165,3 +168,50 @@ def test_a_cancel_the_code_passes_on_to_its_step_says_the_workflow_was_cancelled
         now=NOW,
     )
     assert out.activity_cancels[2][1] == f"workflow {WF} was cancelled: customer cancelled"
+
+
+def test_deciding_anew_asks_again_to_cancel_what_the_replayed_code_had_abandoned() -> None:
+    # A rebuild (or a stuck workflow's new code) decides anew: the cancels the replayed history
+    # had asked for are asked again, the ones with an outcome since left out.
+    moves = Moves(events=[], abandoned_earlier=[2, 3])
+    out = step(WF, RUNNING, history(2), [], workflow_code=Code(moves), now=NOW, redecide=True)
+    assert list(out.activity_cancels) == [2]
+    assert out.activity_cancels[2][1] == f"workflow {WF} cancelled the activity"
+
+
+def test_an_ordinary_decision_does_not_ask_again() -> None:
+    # Its cancel went out with the decision that abandoned it: every later decision replays past it.
+    moves = Moves(events=[], abandoned_earlier=[2])
+    signal = SignalWorkflow(workflow_id=WF, signal="nudge", payload={})
+    inputs = [Input(1, wrap(signal, id="sig-1", key=WF, source="test", occurred_at=NOW), signal)]
+    out = step(WF, RUNNING, history(2), inputs, workflow_code=Code(moves), now=NOW)
+    assert [type(e) for e in out.events] == [SignalReceived]
+    assert out.activity_cancels == {}
+
+
+def test_the_activities_ended_runs_left_pending_are_derived_from_the_history() -> None:
+    parked = ActivityParked(
+        workflow_id=WF,
+        sequence=4,
+        scheduled_sequence=3,
+        reason="permanent_error",
+        error_type="E",
+        message="m",
+    )
+    continued = WorkflowContinuedAsNew(workflow_id=WF, sequence=5, workflow_type="checkout", input={})
+    second = WorkflowStarted(
+        workflow_id=WF, sequence=6, workflow_type="checkout", command_id="c1", continued_from=5
+    )
+    late = ActivityScheduled(workflow_id=WF, sequence=7, activity="ship.book", run_id=f"{WF}/7")
+    done = ActivityCompleted(workflow_id=WF, sequence=8, scheduled_sequence=7, result=None)
+    waiting = ActivityScheduled(workflow_id=WF, sequence=9, activity="ship.book", run_id=f"{WF}/9")
+    cancelled = WorkflowCancelled(workflow_id=WF, sequence=10, reason="customer cancelled")
+    events = [*history(2, 3), parked, continued, second, late, done, waiting, cancelled]
+
+    found = abandoned_by_ended_runs(WF, events)
+    assert [(a.sequence, reason, end.sequence) for a, reason, end in found] == [
+        (2, f"workflow {WF} continued as new", 5),  # 3 was parked: dead-lettered already
+        (9, f"workflow {WF} was cancelled: customer cancelled", 10),
+    ]
+    # The open run's own pending work is not abandoned.
+    assert [a.sequence for a, _, _ in abandoned_by_ended_runs(WF, events[:-1])] == [2]

@@ -111,7 +111,20 @@ class DropsAStep:
         return "finished first"
 
 
-RUNTIME = WorkflowRuntime([WaitsOnAStep, DropsAStep])
+@workflow.defn(name="cancellation.drops_a_step_and_waits")
+class DropsAStepAndWaits:
+    """Cancels its step when `stop` comes, then sleeps an hour."""
+
+    @workflow.run
+    async def run(self) -> str:
+        step = workflow.create_task(workflow.execute_activity("slow.step"))
+        await workflow.wait_signal("stop")
+        step.cancel()
+        await workflow.sleep(timedelta(hours=1))
+        return "finished"
+
+
+RUNTIME = WorkflowRuntime([WaitsOnAStep, DropsAStep, DropsAStepAndWaits])
 
 
 def _cancels(decision: Decision) -> list[tuple[int, str, str]]:
@@ -150,3 +163,23 @@ def test_a_step_whose_outcome_came_is_not_cancelled() -> None:
     decision = history.replay()
     assert types(decision.events) == ["completed"]
     assert _cancels(decision) == []
+
+
+def test_a_replay_notes_the_steps_its_code_had_abandoned_for_a_rebuild_to_ask_again() -> None:
+    """The decision that abandons a step sends its cancel; a fresh runtime replaying past it sends
+    nothing, and says which steps the replayed code had abandoned (`abandoned_earlier`)."""
+    history = History(RUNTIME, "cancellation.drops_a_step_and_waits")
+    history.replay()
+    history.signal("stop")
+    decision = history.replay()
+    assert _cancels(decision) == [(2, "wf-1/2", "slow.step")]
+    assert types(decision.events) == ["timer_started"]
+    assert decision.abandoned_earlier == []
+    history.signal("nudge")  # a later input: the stop's decision is history now
+    replayed = WorkflowRuntime([DropsAStepAndWaits]).replay(history.events, now=history.now)
+    assert replayed.events == []
+    assert _cancels(replayed) == []
+    assert replayed.abandoned_earlier == [2]
+    history.complete(2, "late")  # an outcome came after all: nothing left to cancel
+    replayed = WorkflowRuntime([DropsAStepAndWaits]).replay(history.events, now=history.now)
+    assert replayed.abandoned_earlier == [2]  # the orchestrator keeps only what is still pending

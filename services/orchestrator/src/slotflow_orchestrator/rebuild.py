@@ -25,6 +25,12 @@ back what the orchestrator needs to go on, each piece from where it lives on Kaf
   records (`OutboxRelay.first_topics`), so whatever else the lost outbox held was the effect of
   history on the topic: each open workflow's pending activities, timers and children are sent
   again under their ids (`Outbound.reissue`), which their readers collapse.
+- **activity cancels**: the orchestrator's record of each activity cancel (`activity_cancels`, what
+  a claimer checks a CancelActivity against before it stops anything) is not on Kafka. The
+  activities each run left pending when it ended (within `history_retention_days`, as long as the
+  record is kept) are recorded again and their CancelActivity sent again under its id, which a
+  claimer takes once; without it, a cancel still on its topic would be parked as unproven and the
+  run would go on. What an open run's code abandoned is asked again when it is decided anew.
 - **decisions never relayed**: lost with the schema, and nothing of them reached Kafka (the
   history goes first). Every open workflow is decided once more (`redecide`), with the inputs
   above: deterministic replay makes the missing decisions again, with the same sequences, so the
@@ -45,11 +51,12 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from slotflow.contracts import (
     REGISTRY,
+    ActivityScheduled,
     CancelRequested,
     CancelWorkflow,
     CommandAccepted,
@@ -100,13 +107,21 @@ from slotflow_orchestrator.sql import (
     INSERT_ROWS,
     OPEN_WORKFLOWS,
     REBUILD_TOKEN,
+    RECORD_ACTIVITY_CANCELS,
     RECORD_INPUTS,
     SEED_INBOX,
     SEED_LEASES,
     TABLE_HISTORY,
     TABLE_ROWS,
 )
-from slotflow_orchestrator.stepping import CHILD_NOT_STARTED, Ack, Status, WorkflowCode, parent_notice
+from slotflow_orchestrator.stepping import (
+    CHILD_NOT_STARTED,
+    Ack,
+    Status,
+    WorkflowCode,
+    abandoned_by_ended_runs,
+    parent_notice,
+)
 from slotflow_orchestrator.workflow_code import child_start_id
 
 T = TypeVar("T")
@@ -239,6 +254,8 @@ class RebuildReport:
     handled_commands: int = 0
     inputs: int = 0
     child_outcomes: int = 0
+    #: Cancels of activities that ended runs abandoned, recorded and sent again.
+    activity_cancels: int = 0
     reissued: int = 0
     decided: int = 0
     seconds: float = 0.0
@@ -252,7 +269,8 @@ class RebuildReport:
             f"{self.workflows} workflows ({self.open_workflows} open)",
             f"inbox: {self.handled_commands} commands already handled; inputs admitted: {self.inputs} "
             f"(+{self.child_outcomes} child outcomes)",
-            f"reissued: {self.reissued} records for open work; decided again: {self.decided} workflows",
+            f"reissued: {self.reissued} records for open work ({self.activity_cancels} activity cancels "
+            f"of ended runs); decided again: {self.decided} workflows",
             f"took {self.seconds:.2f} s ({rate:.0f} events/s)",
             *(f"problem: {p}" for p in self.problems),
         ]
@@ -295,6 +313,8 @@ async def _rebuild(
             )
         await pool.execute(sql(CLEAR, schema))
     commands_topic = kafka.topic(WORKFLOW_COMMANDS)
+    # The orchestrator keeps its record of a cancel as long as a closed workflow's history.
+    retention = timedelta(days=cfg.history_retention_days)
     # Read everything first: nothing is written until every topic was read.
     topic = await read_history(settings)
     answers = await _answers(settings)
@@ -378,6 +398,20 @@ async def _rebuild(
                 )
                 staged.extend(records)
                 shard_keys.extend([row.workflow_id] * len(records))
+            cancels = _lost_cancels(rows, histories, topic, since=now - retention)
+            report.activity_cancels = len(cancels)
+            for group in _chunks(cancels):
+                await conn.execute(
+                    sql(RECORD_ACTIVITY_CANCELS, schema),
+                    [a.workflow_id for a, _ in group],
+                    [a.sequence for a, _ in group],
+                    [a.run_id for a, _ in group],
+                    [a.activity for a, _ in group],
+                    [reason[:1000] for _, reason in group],
+                )
+            for activity, reason in cancels:
+                staged.append(outbound.activity_cancel(activity, reason, now))
+                shard_keys.append(activity.workflow_id)
             for start in range(0, len(staged), CHUNK):
                 await append_encoded(
                     conn,
@@ -473,6 +507,26 @@ def _refusal(verifier: CommandVerifier, now: datetime) -> Callable[[Incoming], s
         return None
 
     return refuse
+
+
+def _lost_cancels(
+    rows: Mapping[str, DerivedRow],
+    histories: Mapping[str, Sequence[HistoryEvent]],
+    topic: TopicHistory,
+    *,
+    since: datetime,
+) -> list[tuple[ActivityScheduled, str]]:
+    """The activity cancels that runs ended since ``since`` asked for: the orchestrator's record of
+    each (what a claimer checks a CancelActivity against) died with the schema, and the request
+    may have died in the outbox or still wait on its topic. The current run's own abandoned
+    activities are asked again when it is decided anew (`stepping`, `abandoned_earlier`)."""
+    out: list[tuple[ActivityScheduled, str]] = []
+    for workflow_id in rows:
+        stamps = topic.stamps[workflow_id]
+        for activity, reason, ending in abandoned_by_ended_runs(workflow_id, histories[workflow_id]):
+            if stamps[ending.sequence] >= since:
+                out.append((activity, reason))
+    return out
 
 
 def _still_wanted(incoming: Incoming, rows: Mapping[str, DerivedRow]) -> bool:

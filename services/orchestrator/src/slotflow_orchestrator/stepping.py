@@ -146,6 +146,9 @@ class Moves:
     children: Sequence[tuple[str, StartWorkflow]] = ()
     #: Sequences of the activities whose wait the code cancelled (their runs are to be cancelled).
     cancel_activities: Sequence[int] = ()
+    #: Sequences of the activities the replayed history had already abandoned (asked again only
+    #: when deciding anew: a rebuild lost the record of their cancels).
+    abandoned_earlier: Sequence[int] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,7 +314,7 @@ def step(
     for item in inputs:
         _apply(book, item, out, workflow_code=workflow_code, now=now, trust=trust)
     if book.history and not book.ended and (out.events or redecide):
-        _run_code(book, out, workflow_code=workflow_code, now=now)
+        _run_code(book, out, workflow_code=workflow_code, now=now, redecide=redecide)
     if out.events or out.started is not None:
         out.status = _status(book)
     if book.ended and out.events:
@@ -329,8 +332,11 @@ def _close_run(book: _Book, out: Step) -> None:
 
 def _end_reason(book: _Book) -> str:
     """Why the run's pending activities are abandoned, as the claimer records it."""
-    end = book.work.end
-    wf = book.workflow_id
+    return end_reason(book.workflow_id, book.work.end)
+
+
+def end_reason(wf: str, end: HistoryEvent | None) -> str:
+    """Why a run that ended with ``end`` abandoned its pending activities."""
     if isinstance(end, WorkflowCancelled):
         return f"workflow {wf} was cancelled" + (f": {end.reason}" if end.reason else "")
     if isinstance(end, WorkflowFailed):
@@ -361,6 +367,32 @@ def _closing(book: _Book, out: Step) -> None:
     notice = parent_notice(book.workflow_id, book.work)
     if notice is not None:
         out.notices.append(notice)
+
+
+def abandoned_by_ended_runs(
+    workflow_id: str, history: Sequence[HistoryEvent]
+) -> list[tuple[ActivityScheduled, str, HistoryEvent]]:
+    """The activities each ended run of ``history`` left pending, with why and the event that ended
+    the run (its end, or the continue-as-new): the ones its decisions asked the claimers to cancel,
+    derived again by a rebuild. A parked activity's run is dead-lettered already: not listed."""
+    out: list[tuple[ActivityScheduled, str, HistoryEvent]] = []
+    work = OpenWork()
+    previous: HistoryEvent | None = None
+    for event in history:
+        if isinstance(event, WorkflowStarted) and work.run is not None:
+            # A new run in the same history: the id reused after the run ended, or a continue-as-new.
+            ending: HistoryEvent | None = work.end
+            reason = end_reason(workflow_id, work.end)
+            if ending is None and isinstance(previous, WorkflowContinuedAsNew):
+                ending, reason = previous, f"workflow {workflow_id} continued as new"
+            if ending is not None:
+                out.extend((a, reason, ending) for s, a in work.activities.items() if s not in work.parked)
+        work.see(event)
+        previous = event
+    if work.end is not None:
+        reason = end_reason(workflow_id, work.end)
+        out.extend((a, reason, work.end) for s, a in work.activities.items() if s not in work.parked)
+    return out
 
 
 def parent_notice(workflow_id: str, work: OpenWork) -> ParentNotice | None:
@@ -775,6 +807,11 @@ def _timer_fired(book: _Book, item: Input, message: TimerFired, out: Step, trust
                 ),
                 out,
             )
+            # Its outcome no longer counts: an attempt still running is stopped, a retry never
+            # starts (Temporal cancels the attempt at its next heartbeat; here the claimer cancels
+            # it at its next lease renewal or heartbeat write).
+            reason = f"activity {activity.activity} passed its schedule-to-close deadline"
+            out.activity_cancels.setdefault(activity.sequence, (activity, reason))
     else:
         _unanswered(book, item, out, trust)  # names nothing pending
         return
@@ -850,8 +887,10 @@ def _unanswered_firing(book: _Book, message: TimerFired, trust: _Trust) -> Verdi
     )
 
 
-def _run_code(book: _Book, out: Step, *, workflow_code: WorkflowCode, now: datetime) -> None:
-    if not _replay_code(book, out, workflow_code=workflow_code, now=now):
+def _run_code(
+    book: _Book, out: Step, *, workflow_code: WorkflowCode, now: datetime, redecide: bool = False
+) -> None:
+    if not _replay_code(book, out, workflow_code=workflow_code, now=now, redecide=redecide):
         return
     for _ in range(MAX_RUNS_PER_DECISION):
         last = book.history[-1]
@@ -884,7 +923,9 @@ def _run_code(book: _Book, out: Step, *, workflow_code: WorkflowCode, now: datet
             return
 
 
-def _replay_code(book: _Book, out: Step, *, workflow_code: WorkflowCode, now: datetime) -> bool:
+def _replay_code(
+    book: _Book, out: Step, *, workflow_code: WorkflowCode, now: datetime, redecide: bool = False
+) -> bool:
     """Let the code move on; a timer it started that is already due (a zero-length sleep) fires
     here and the code moves on again, up to `MAX_DUE_TIMERS_PER_DECISION` times. False when the
     replay diverged."""
@@ -896,6 +937,12 @@ def _replay_code(book: _Book, out: Step, *, workflow_code: WorkflowCode, now: da
             _diverged(book, out, err)
             return False
         _take(book, moves, out)
+        if redecide and moves.abandoned_earlier:
+            # Deciding anew (a rebuild, a stuck workflow's new code): the cancels of what the code
+            # abandoned before are asked again. The orchestrator's record keeps its first request,
+            # and a claimer takes a cancel's id once.
+            reason = f"workflow {book.workflow_id} cancelled the activity"
+            _abandon_activities(book, out, reason, moves.abandoned_earlier)
         if book.ended or fired >= MAX_DUE_TIMERS_PER_DECISION or not _fire_due(book, out, now):
             return True
         fired += 1

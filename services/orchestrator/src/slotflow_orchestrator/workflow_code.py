@@ -66,6 +66,7 @@ class RuntimeWorkflowCode:
             cancel_timers=cancel_timers,
             children=children,
             cancel_activities=cancel_activities,
+            abandoned_earlier=decision.abandoned_earlier,
         )
 
 

@@ -151,6 +151,8 @@ class Execution:
         self.compensations_ran = False
         self.compensations_ok = True
         self.disposing = False
+        #: Activities the code stopped waiting on in the part of the history it replayed.
+        self.abandoned_in_replay: set[int] = set()
         #: The run's search attributes: its start's, then each upsert the code made so far.
         self.search_attributes: dict[str, SearchAttribute] = dict(started.search_attributes)
 
@@ -337,12 +339,17 @@ class Execution:
     def activity_abandoned(self, sequence: int, activity: str) -> None:
         """The code stopped waiting for the activity at ``sequence`` before its outcome was
         delivered: a CancelActivity command asks for its run to be cancelled. Sent once, by the
-        decision in which it happened (not again on replay), and not for an outcome already in."""
-        if self.disposing or self.replaying:
+        decision in which it happened (not again on replay: a replay only notes it, in
+        `abandoned_in_replay`, for a rebuilt orchestrator to ask again), and not for an outcome
+        already in."""
+        if self.disposing:
             return
         future = self.futures.get(sequence)
         if future is not None and future.done() and not future.cancelled():
             return  # its outcome came: nothing runs any more
+        if self.replaying:
+            self.abandoned_in_replay.add(sequence)
+            return
         self.commands.append(
             CancelActivity(self.workflow_id, sequence, activity_run_id(self.workflow_id, sequence), activity)
         )

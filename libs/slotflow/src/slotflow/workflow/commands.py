@@ -140,3 +140,7 @@ class Decision:
     commands: list[Command] = field(default_factory=list)
     #: True once `events` end the run (completed, failed, cancelled or continued as new).
     closed: bool = False
+    #: Sequences of the activities the replayed part of the run had stopped waiting on without an
+    #: outcome: their CancelActivity went out with the decision that abandoned them, and a rebuilt
+    #: orchestrator, which lost its record of it, asks the claimers again.
+    abandoned_earlier: list[int] = field(default_factory=list)

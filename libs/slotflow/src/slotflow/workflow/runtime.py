@@ -196,7 +196,12 @@ class WorkflowRuntime:
             )
             execution.closed = failure
             return Decision(events=[failure], commands=closing_commands(execution, failure), closed=True)
-        return Decision(events=list(events), commands=list(commands), closed=closed)
+        return Decision(
+            events=list(events),
+            commands=list(commands),
+            closed=closed,
+            abandoned_earlier=sorted(execution.abandoned_in_replay),
+        )
 
 
 def run_start(history: Sequence[HistoryEvent]) -> int:
