@@ -844,15 +844,28 @@ class StartWorkflowBody(_Body):
         return value
 
 
+#: The run a signal, cancel or terminate is meant for (`SignalWorkflow.start_command_id`).
+RunOfStart = Field(
+    default=None,
+    min_length=1,
+    max_length=1000,
+    description="the command id of the StartWorkflow whose run this is meant for; rejected (409, or "
+    "by the orchestrator) when the id's current run is another: a handle kept from an earlier run of a "
+    "reused id never reaches a new one. Omitted: whichever run is current",
+)
+
+
 class SignalBody(_Body):
     model_config = _examples({"signal": "approved", "payload": {"by": "ops"}})
     signal: str = Identifier
     payload: dict[str, Any] = Field(default_factory=dict)
+    start_command_id: str | None = RunOfStart
 
 
 class CancelBody(_Body):
     model_config = _examples({"reason": "customer asked"})
     reason: str = Field(default="", max_length=1000)
+    start_command_id: str | None = RunOfStart
 
 
 #: A workflow's status as the api shows it (`requested` and `rejected` are the api's own).

@@ -518,6 +518,10 @@ def _apply(
         if not exists:
             out.acks.append(_rejected(item, f"workflow {wf} is not known"))
             return
+        other_run = _other_run(book, message.start_command_id)
+        if other_run is not None:
+            out.acks.append(_rejected(item, other_run))
+            return
         if book.ended:
             out.acks.append(_rejected(item, f"workflow {wf} has already ended"))
             return
@@ -553,6 +557,20 @@ def _apply(
         _outcome(book, item, out, trust)
     elif isinstance(message, RunCompleted | RunDeadLettered | TimerFired):
         _unanswered(book, item, out, trust)  # the workflow ended, or never was
+
+
+def _other_run(book: _Book, start_command_id: str | None) -> str | None:
+    """Why a command meant for the run that ``start_command_id`` began cannot reach the workflow's
+    current run (another start began it: the id was reused), or None."""
+    if start_command_id is None or not book.history:
+        return None  # any run; or a purged history, whose row says it ended
+    chain = book.history[book.work.chain_start - 1]
+    if not isinstance(chain, WorkflowStarted) or chain.command_id == start_command_id:
+        return None
+    return (
+        f"workflow {book.workflow_id}'s current run was started by command {chain.command_id!r}, not "
+        f"{start_command_id!r}: the run that command began has ended and the id was reused (or it began none)"
+    )
 
 
 def _retry(

@@ -35,6 +35,8 @@ def is_bulk(args: Namespace) -> bool:
 def bulk_workflows(ctx: Context, action: Literal["cancel", "terminate"]) -> int:
     """Preview or send a bulk cancel or terminate, and print what it took and left out."""
     a = ctx.args
+    if a.start_command_id is not None:
+        raise UsageError("--start-command-id names one run of one workflow: not with a selection")
     reason = (a.reason or "").strip()
     if not reason:
         raise UsageError(

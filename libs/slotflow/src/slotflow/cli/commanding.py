@@ -252,14 +252,14 @@ def workflow_signal(ctx: Context) -> int:
         workflow_id=_workflow_id(ctx),
         signal=identifier(a.signal, "SIGNAL"),
         payload=parse_json_object(a.payload, flag="--payload") if a.payload is not None else {},
+        start_command_id=a.start_command_id,
     )
     return send(ctx, message)
 
 
 def workflow_cancel(ctx: Context) -> int:
     """`workflow cancel WORKFLOW_ID`: send a CancelWorkflow (the workflow compensates and ends)."""
-    fields = {"workflow_id": identifier(ctx.args.workflow_ids[0], "WORKFLOW_ID"), "reason": ctx.args.reason}
-    return send(ctx, validated(CancelWorkflow, fields, what="cancel"))
+    return send(ctx, validated(CancelWorkflow, _ending(ctx), what="cancel"))
 
 
 def workflow_retry_activity(ctx: Context) -> int:
@@ -270,8 +270,17 @@ def workflow_retry_activity(ctx: Context) -> int:
 
 def workflow_terminate(ctx: Context) -> int:
     """`workflow terminate WORKFLOW_ID`: send a TerminateWorkflow (it ends without compensating)."""
-    fields = {"workflow_id": identifier(ctx.args.workflow_ids[0], "WORKFLOW_ID"), "reason": ctx.args.reason}
-    return send(ctx, validated(TerminateWorkflow, fields, what="terminate"))
+    return send(ctx, validated(TerminateWorkflow, _ending(ctx), what="terminate"))
+
+
+def _ending(ctx: Context) -> dict[str, Any]:
+    """The fields of one workflow's cancel or terminate."""
+    a = ctx.args
+    return {
+        "workflow_id": identifier(a.workflow_ids[0], "WORKFLOW_ID"),
+        "reason": a.reason,
+        "start_command_id": a.start_command_id,
+    }
 
 
 def selection(ctx: Context) -> DeadLetterFilter:

@@ -25,6 +25,12 @@ STACK = "slotflow.cli.stack:stack"
 BOOTSTRAP_ROLES = "slotflow.cli.database:bootstrap_roles"
 
 
+#: `--start-command-id` of signal, cancel and terminate (`SignalWorkflow.start_command_id`).
+RUN_OF_START_HELP = (
+    "only the run the StartWorkflow with this command id began: rejected when the id's current run is another"
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The whole command tree."""
     root = argparse.ArgumentParser(
@@ -432,6 +438,7 @@ def _workflow(groups: Any) -> None:
     signal.add_argument("workflow_id", metavar="WORKFLOW_ID")
     signal.add_argument("signal", metavar="SIGNAL")
     signal.add_argument("--payload", metavar="JSON", help="JSON object sent with the signal, or @file.json")
+    signal.add_argument("--start-command-id", metavar="COMMAND_ID", help=RUN_OF_START_HELP)
     _command_options(signal)
 
     cancel = _leaf(
@@ -457,6 +464,7 @@ def _workflow(groups: Any) -> None:
     for ending in (cancel, terminate):
         ending.add_argument("workflow_ids", metavar="WORKFLOW_ID", nargs="*", help="the workflow(s)")
         ending.add_argument("--reason", default="", help="why (required with a selection)")
+        ending.add_argument("--start-command-id", metavar="COMMAND_ID", help=RUN_OF_START_HELP + " (one id)")
         ending.add_argument("--type", dest="workflow_type", metavar="TYPE", help="select workflows of TYPE")
         ending.add_argument(
             "--status", metavar="STATUS", help="select workflows in STATUS (running, stuck, ...)"

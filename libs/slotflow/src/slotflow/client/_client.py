@@ -653,40 +653,68 @@ class Client:
         signal: str,
         payload: Mapping[str, Any] | None = None,
         *,
+        start_command_id: str | None = None,
         command_id: str | None = None,
         wait: float | None = None,
     ) -> Sent:
         """Deliver ``signal`` with ``payload`` to a running workflow (rejected if it has ended).
 
+        ``start_command_id`` scopes it to the run that start began: rejected when the id's current
+        run is another (Temporal's ``run_id``). A handle passes its own.
+
         Example::
 
             await client.signal_workflow("order-1042", "approved", {"by": "ops"}, wait=10)
         """
-        message = _build(SignalWorkflow, workflow_id=workflow_id, signal=signal, payload=dict(payload or {}))
+        message = _build(
+            SignalWorkflow,
+            workflow_id=workflow_id,
+            signal=signal,
+            payload=dict(payload or {}),
+            start_command_id=start_command_id,
+        )
         return await self.send(message, command_id=command_id, wait=wait)
 
     async def cancel_workflow(
-        self, workflow_id: str, *, reason: str = "", command_id: str | None = None, wait: float | None = None
+        self,
+        workflow_id: str,
+        *,
+        reason: str = "",
+        start_command_id: str | None = None,
+        command_id: str | None = None,
+        wait: float | None = None,
     ) -> Sent:
-        """Cancel a workflow: it runs its compensations, newest first, and ends `cancelled`.
+        """Cancel a workflow: it runs its compensations, newest first, and ends `cancelled`
+        (``start_command_id``: only the run that start began, as `signal_workflow`).
 
         Example::
 
             await client.cancel_workflow("order-1042", reason="customer asked", wait=10)
         """
-        message = _build(CancelWorkflow, workflow_id=workflow_id, reason=reason)
+        message = _build(
+            CancelWorkflow, workflow_id=workflow_id, reason=reason, start_command_id=start_command_id
+        )
         return await self.send(message, command_id=command_id, wait=wait)
 
     async def terminate_workflow(
-        self, workflow_id: str, *, reason: str = "", command_id: str | None = None, wait: float | None = None
+        self,
+        workflow_id: str,
+        *,
+        reason: str = "",
+        start_command_id: str | None = None,
+        command_id: str | None = None,
+        wait: float | None = None,
     ) -> Sent:
-        """End a workflow at once, without compensating (recorded as failed, `WorkflowTerminated`).
+        """End a workflow at once, without compensating (recorded as failed, `WorkflowTerminated`;
+        ``start_command_id``: only the run that start began, as `signal_workflow`).
 
         Example::
 
             await client.terminate_workflow("order-1042", reason="stuck on a bad deploy", wait=10)
         """
-        message = _build(TerminateWorkflow, workflow_id=workflow_id, reason=reason)
+        message = _build(
+            TerminateWorkflow, workflow_id=workflow_id, reason=reason, start_command_id=start_command_id
+        )
         return await self.send(message, command_id=command_id, wait=wait)
 
     async def cancel_workflows(

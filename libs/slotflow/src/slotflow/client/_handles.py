@@ -60,16 +60,29 @@ class WorkflowCalls(Protocol):
         signal: str,
         payload: Mapping[str, Any] | None = None,
         *,
+        start_command_id: str | None = None,
         command_id: str | None = None,
         wait: float | None = None,
     ) -> Sent: ...
 
     async def cancel_workflow(
-        self, workflow_id: str, *, reason: str = "", command_id: str | None = None, wait: float | None = None
+        self,
+        workflow_id: str,
+        *,
+        reason: str = "",
+        start_command_id: str | None = None,
+        command_id: str | None = None,
+        wait: float | None = None,
     ) -> Sent: ...
 
     async def terminate_workflow(
-        self, workflow_id: str, *, reason: str = "", command_id: str | None = None, wait: float | None = None
+        self,
+        workflow_id: str,
+        *,
+        reason: str = "",
+        start_command_id: str | None = None,
+        command_id: str | None = None,
+        wait: float | None = None,
     ) -> Sent: ...
 
 
@@ -295,7 +308,9 @@ class WorkflowHandle(Generic[ResultT]):
         self, name: str, payload: Any = None, *, command_id: str | None = None, wait: float | None = None
     ) -> Sent:
         """Deliver the signal ``name`` with ``payload`` (a mapping, a pydantic model or a dataclass)
-        to the workflow (`Client.signal_workflow`).
+        to the workflow (`Client.signal_workflow`). A handle bound to a run (`start_command_id`:
+        one from `start_workflow`) reaches only that run: after its id was reused, the signal is
+        rejected rather than delivered to the new run.
 
         Example::
 
@@ -303,7 +318,12 @@ class WorkflowHandle(Generic[ResultT]):
         """
         body = json_object(payload, f"the payload of signal {name!r}")
         return await self._client.signal_workflow(
-            self.workflow_id, name, body, command_id=command_id, wait=wait
+            self.workflow_id,
+            name,
+            body,
+            start_command_id=self.start_command_id,
+            command_id=command_id,
+            wait=wait,
         )
 
     async def cancel(
@@ -317,7 +337,11 @@ class WorkflowHandle(Generic[ResultT]):
             await handle.cancel("customer asked", wait=10)
         """
         return await self._client.cancel_workflow(
-            self.workflow_id, reason=reason, command_id=command_id, wait=wait
+            self.workflow_id,
+            reason=reason,
+            start_command_id=self.start_command_id,
+            command_id=command_id,
+            wait=wait,
         )
 
     async def terminate(
@@ -331,7 +355,11 @@ class WorkflowHandle(Generic[ResultT]):
             await handle.terminate("stuck on a bad deploy", wait=10)
         """
         return await self._client.terminate_workflow(
-            self.workflow_id, reason=reason, command_id=command_id, wait=wait
+            self.workflow_id,
+            reason=reason,
+            start_command_id=self.start_command_id,
+            command_id=command_id,
+            wait=wait,
         )
 
     async def _wait_for_start(self, deadline: float | None, timeout: float | None) -> None:

@@ -96,6 +96,10 @@ class SignalWorkflow(Message):
     workflow_id: WorkflowId
     signal: Annotated[str, Field(pattern=IDENTIFIER_PATTERN)]
     payload: dict[str, Any] = Field(default_factory=dict)
+    #: The run it is meant for: the one the StartWorkflow with this command id began (and the runs
+    #: continued from it). Rejected when the id's current run is another, so a handle kept from an
+    #: earlier run of a reused id never reaches a new one; None: whichever run is current.
+    start_command_id: IdText | None = None
 
 
 class CancelWorkflow(Message):
@@ -104,6 +108,10 @@ class CancelWorkflow(Message):
     message_type = "workflow.cancel"
     workflow_id: WorkflowId
     reason: str = Field(default="", max_length=1000)
+    #: The run it is meant for: the one the StartWorkflow with this command id began (and the runs
+    #: continued from it). Rejected when the id's current run is another, so a handle kept from an
+    #: earlier run of a reused id never reaches a new one; None: whichever run is current.
+    start_command_id: IdText | None = None
 
 
 #: The error type of the WorkflowFailed a TerminateWorkflow (or a `terminate_running` start) appends:
@@ -120,6 +128,10 @@ class TerminateWorkflow(Message):
     message_type = "workflow.terminate"
     workflow_id: WorkflowId
     reason: str = Field(default="", max_length=1000)
+    #: The run it is meant for: the one the StartWorkflow with this command id began (and the runs
+    #: continued from it). Rejected when the id's current run is another, so a handle kept from an
+    #: earlier run of a reused id never reaches a new one; None: whichever run is current.
+    start_command_id: IdText | None = None
 
 
 class RetryActivity(Message):

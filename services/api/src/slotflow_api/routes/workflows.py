@@ -166,14 +166,23 @@ _CLOSED_RESPONSE: dict[int | str, dict[str, Any]] = {
 }
 
 
-async def _require_open(s: Services, workflow_id: str, action: str) -> None:
-    """Refuse ``action`` on a workflow the read model shows closed; one not known yet passes (its
-    start may not be projected yet), and the orchestrator decides.
+async def _require_open(
+    s: Services, workflow_id: str, action: str, start_command_id: str | None = None
+) -> None:
+    """Refuse ``action`` on a workflow the read model shows closed, or whose newest run is not the
+    one ``start_command_id`` began; one not known yet passes (its start may not be projected yet),
+    and the orchestrator decides.
 
     Raises:
-        WorkflowClosed: the workflow has ended.
+        WorkflowClosed: the workflow (or the run named) has ended.
     """
     row = await read_model.get_workflow(s.pool, s.schema, workflow_id)
+    current = row.get("start_command_id") if row is not None else None
+    if start_command_id is not None and current is not None and current != start_command_id:
+        raise WorkflowClosed(
+            f"workflow {workflow_id!r}'s current run was started by command {current!r}, not "
+            f"{start_command_id!r}: a {action} meant for that run does not reach another; nothing was published"
+        )
     status = row.get("status") if row is not None else None
     if status in CLOSED_STATUSES:
         raise WorkflowClosed(
@@ -358,8 +367,13 @@ async def signal_workflow(
     idempotency_key: IdempotencyKey = None,
     wait: Wait = None,
 ) -> JSONResponse:
-    await _require_open(s, workflow_id, "signal")
-    message = SignalWorkflow(workflow_id=workflow_id, signal=body.signal, payload=body.payload)
+    await _require_open(s, workflow_id, "signal", body.start_command_id)
+    message = SignalWorkflow(
+        workflow_id=workflow_id,
+        signal=body.signal,
+        payload=body.payload,
+        start_command_id=body.start_command_id,
+    )
     return await submit(s, message, idempotency_key=idempotency_key, wait=wait)
 
 
@@ -376,8 +390,11 @@ async def cancel_workflow(
     idempotency_key: IdempotencyKey = None,
     wait: Wait = None,
 ) -> JSONResponse:
-    await _require_open(s, workflow_id, "cancel")
-    message = CancelWorkflow(workflow_id=workflow_id, reason=(body or CancelBody()).reason)
+    asked = body or CancelBody()
+    await _require_open(s, workflow_id, "cancel", asked.start_command_id)
+    message = CancelWorkflow(
+        workflow_id=workflow_id, reason=asked.reason, start_command_id=asked.start_command_id
+    )
     return await submit(s, message, idempotency_key=idempotency_key, wait=wait)
 
 
@@ -394,8 +411,11 @@ async def terminate_workflow(
     idempotency_key: IdempotencyKey = None,
     wait: Wait = None,
 ) -> JSONResponse:
-    await _require_open(s, workflow_id, "terminate")
-    message = TerminateWorkflow(workflow_id=workflow_id, reason=(body or CancelBody()).reason)
+    asked = body or CancelBody()
+    await _require_open(s, workflow_id, "terminate", asked.start_command_id)
+    message = TerminateWorkflow(
+        workflow_id=workflow_id, reason=asked.reason, start_command_id=asked.start_command_id
+    )
     return await submit(s, message, idempotency_key=idempotency_key, wait=wait)
 
 
