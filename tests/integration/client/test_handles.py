@@ -17,6 +17,8 @@ import pytest
 
 from slotflow.client import (
     Client,
+    CommandRejected,
+    Conflict,
     HttpTransport,
     KafkaTransport,
     WorkflowCancelledError,
@@ -24,6 +26,7 @@ from slotflow.client import (
     WorkflowHandle,
     WorkflowRejectedError,
 )
+from slotflow.testing import assert_eventually
 from tests.integration.client.conftest import Stack
 
 EXAMPLES = Path(__file__).parents[3] / "examples"
@@ -161,3 +164,52 @@ async def test_a_handle_on_a_reused_workflow_id_answers_with_its_own_run(
         "reused-1", result_type=Receipt, start_command_id=first.sent.command_id
     )
     assert await by_start.result(timeout=WAIT) == first_receipt
+
+
+async def test_a_handle_of_an_ended_run_never_cancels_the_new_run_of_its_reused_id(
+    stack: Stack, http: HttpTransport, kafka_transport: KafkaTransport
+) -> None:
+    """A signal, cancel or terminate through a handle reaches only its own run. Once the id was
+    reused, the first run's handle is refused: by the api (409, nothing published) and, over Kafka
+    where no api looks, by the orchestrator (CommandRejected). Before, the stale handle's cancel
+    reached the new run and compensated an order that had nothing to do with it."""
+    if str(EXAMPLES) not in sys.path:
+        sys.path.insert(0, str(EXAMPLES))
+    from orders.models import Line, Order
+    from orders.workflow import Checkout
+
+    held = Order(
+        order_id="stale-1",
+        customer_id="c-7",
+        amount_cents=1500,
+        card_token="tok_visa",
+        lines=[Line(sku="mug", quantity=1)],
+        hold=timedelta(minutes=10),
+    )
+    client = Client(http)
+    first = await client.start_workflow(Checkout.run, held, id="stale-1")
+    await first.terminate("replaced by a new order", wait=WAIT)
+    second = await client.start_workflow(
+        Checkout.run, held, id="stale-1", id_reuse_policy="allow_after_close"
+    )
+    assert second.sent is not None
+
+    async def second_shown() -> bool:
+        return (await client.get_workflow("stale-1")).start_command_id == second.start_command_id
+
+    await assert_eventually(second_shown, timeout=WAIT, message="the api shows the second run")
+    with pytest.raises(Conflict, match="current run was started by command"):
+        await first.cancel("meant for the first order", wait=WAIT)
+    with pytest.raises(Conflict, match="current run was started by command"):
+        await first.signal("approved", {"by": "ops"}, wait=WAIT)
+
+    over_kafka = Client(kafka_transport, reads=http)
+    stale = over_kafka.get_workflow_handle("stale-1", start_command_id=first.start_command_id)
+    with pytest.raises(CommandRejected, match="current run was started by command"):
+        await stale.terminate("meant for the first order", wait=WAIT)
+
+    # The second run never heard of them: it is still holding, and its own handle reaches it.
+    assert (await second.describe()).status == "running"
+    await second.cancel("customer asked", wait=WAIT)
+    with pytest.raises(WorkflowCancelledError):
+        await second.result(timeout=RESULT_WITHIN, poll_interval=0.3)

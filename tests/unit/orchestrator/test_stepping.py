@@ -352,6 +352,37 @@ def test_signal_and_cancel_reach_a_running_workflow_and_are_refused_after_the_en
     assert unknown.acks[0].reason == f"workflow {WF} is not known"
 
 
+def test_a_command_meant_for_another_run_of_the_id_is_rejected() -> None:
+    # The id was reused: the current run began with start c2, after the run c1 began had ended.
+    reused = [
+        *started(),
+        WorkflowCompleted(workflow_id=WF, sequence=2),
+        WorkflowStarted(
+            workflow_id=WF, sequence=3, workflow_type="checkout", command_id="c2", reused_after=2
+        ),
+    ]
+    stale = [
+        item(SignalWorkflow(workflow_id=WF, signal="go", start_command_id="c1"), "s1"),
+        item(CancelWorkflow(workflow_id=WF, start_command_id="c1"), "x1", 2),
+        item(TerminateWorkflow(workflow_id=WF, start_command_id="c1"), "t1", 3),
+    ]
+    out = step(WF, RUNNING, reused, stale, workflow_code=Scripted(), now=NOW)
+    assert out.events == []
+    assert [a.reason for a in out.acks] == [
+        f"workflow {WF}'s current run was started by command 'c2', not 'c1': the run that command "
+        "began has ended and the id was reused (or it began none)"
+    ] * 3
+    own = step(
+        WF,
+        RUNNING,
+        reused,
+        [item(CancelWorkflow(workflow_id=WF, start_command_id="c2"), "x2")],
+        workflow_code=Scripted(),
+        now=NOW,
+    )
+    assert [type(e) for e in own.events] == [CancelRequested]
+
+
 def test_a_signal_its_handler_cannot_take_is_rejected_with_the_reason_and_appends_nothing() -> None:
     bad = SignalWorkflow(workflow_id=WF, signal="parcel", payload={"grams": "heavy"})
     good = SignalWorkflow(workflow_id=WF, signal="parcel", payload={"grams": 1200})
