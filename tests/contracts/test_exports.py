@@ -18,7 +18,7 @@ PINNED = {
     "CompensationRegistered", "CancelRequested", "WorkflowCompleted", "WorkflowFailed",
     "WorkflowCancelled", "NonDeterminismDetected", "MarkerRecorded", "TimerCancelled",
     "ChildWorkflowScheduled", "ChildWorkflowCompleted", "ChildWorkflowFailed", "WorkflowContinuedAsNew",
-    "SearchAttribute", "SearchAttributesUpserted",
+    "SearchAttribute", "SearchAttributesUpserted", "MemoUpserted",
     # the downstream topics
     "OpenDownstream", "CloseDownstream", "ConfigureDownstream", "DownstreamChanged", "DownstreamReported",
     "DownstreamSettings",

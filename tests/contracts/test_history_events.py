@@ -20,7 +20,7 @@ from slotflow.contracts.workflows import TERMINAL_EVENTS
 
 def test_every_history_event_is_registered_under_the_workflow_namespace() -> None:
     names = {model.message_type for model in HISTORY_EVENTS}
-    assert len(names) == len(HISTORY_EVENTS) == 22
+    assert len(names) == len(HISTORY_EVENTS) == 23
     assert all(name.startswith("workflow.") for name in names)
     assert all(REGISTRY.model_for(m.message_type, 1) is m for m in HISTORY_EVENTS)
     # The ticker's TimerFired keeps its own name: the history records it under another.

@@ -55,6 +55,7 @@ WORKFLOW_ALL = [
     "signal",
     "sleep",
     "start_child_workflow",
+    "upsert_memo",
     "upsert_search_attributes",
     "uuid4",
     "wait_condition",

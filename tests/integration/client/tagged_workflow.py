@@ -13,4 +13,5 @@ class TaggedOrder:
         workflow.upsert_search_attributes({"Stage": "paid", "Coupon": None})
         shipment = await workflow.wait_signal("ship")
         workflow.upsert_search_attributes({"Stage": "shipped", "Parcels": int(shipment.get("parcels", 1))})
+        workflow.upsert_memo({"tracking": shipment.get("tracking", "none")})
         return {"memo": workflow.memo(), "attributes": sorted(workflow.info().search_attributes)}

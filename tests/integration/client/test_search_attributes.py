@@ -112,10 +112,10 @@ async def test_start_upsert_and_list_by_query(api_url: str) -> None:
         ) == ["tagged-1"]
 
         # The second upsert, after a signal; the run completes.
-        await tagged.signal("ship", {"parcels": 3}, wait=30)
+        await tagged.signal("ship", {"parcels": 3, "tracking": "JD0146"}, wait=30)
         result = await tagged.result(timeout=RESULT_WITHIN, poll_interval=0.3)
         assert result == {
-            "memo": {"note": "gift wrap"},
+            "memo": {"note": "gift wrap", "tracking": "JD0146"},
             "attributes": ["AmountCents", "Customer", "Parcels", "PromisedBy", "Stage"],
         }
 
@@ -128,6 +128,8 @@ async def test_start_upsert_and_list_by_query(api_url: str) -> None:
         ]
         history = await client.get_workflow("tagged-1")
         assert history.typed_search_attributes["Parcels"].type == "int"
+        # The memo as the code's upsert left it (shown, never searched).
+        assert history.memo == {"note": "gift wrap", "tracking": "JD0146"}
 
         # A bad query: the api's 400 names where, the client raises it.
         with pytest.raises(InvalidRequest, match="at 12: expected a value"):

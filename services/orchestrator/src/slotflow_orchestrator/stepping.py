@@ -76,7 +76,7 @@ from slotflow.contracts import (
 )
 from slotflow.contracts.timers import deadline_timer_id as deadline_timer_id
 from slotflow.contracts.timers import execution_timer_id as execution_timer_id
-from slotflow.contracts.workflows import WORKFLOW_TERMINATED, current_search_attributes
+from slotflow.contracts.workflows import WORKFLOW_TERMINATED, current_memo, current_search_attributes
 from slotflow.errors import SlotflowError
 from slotflow.history import OpenWork
 from slotflow.issuers import UNPROVEN_OUTCOME, RunRecord, Verdict, outcome_verdict, timer_verdict
@@ -930,9 +930,9 @@ def _run_code(
                 parent_workflow_id=run.parent_workflow_id,
                 parent_sequence=run.parent_sequence,
                 parent_close_policy=run.parent_close_policy,
-                # The chain's memo, and its search attributes as this run left them (Temporal's
+                # The chain's memo and search attributes as this run left them (Temporal's
                 # continue-as-new carries both on).
-                memo=run.memo,
+                memo=current_memo(book.history),
                 search_attributes=current_search_attributes(book.history),
             ),
             out,

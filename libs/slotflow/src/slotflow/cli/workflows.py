@@ -110,6 +110,11 @@ def describe(entry: Mapping[str, Any]) -> str:
             f"{key}={_j(value.get('value')) if isinstance(value, Mapping) else 'removed'}"
             for key, value in sorted((d.get("search_attributes") or {}).items())
         )
+    if name == "memo_upserted":
+        return "memo: " + ", ".join(
+            f"{key}={_j(value) if value is not None else 'removed'}"
+            for key, value in sorted((d.get("memo") or {}).items())
+        )
     return text(d)
 
 
@@ -303,6 +308,9 @@ def _decision(
         return _row(
             seq, "upsert search attributes", names, "recorded: the replay must upsert the same values"
         )
+    if kind == "memo_upserted":
+        names = ", ".join(sorted(d.get("memo") or {}))
+        return _row(seq, "upsert memo", names, "recorded: the replay must upsert the same values")
     if kind in ("completed", "failed", "cancelled"):
         if kind == "completed":
             back = f"returned {_j(d.get('result'))}"

@@ -39,6 +39,7 @@ from slotflow.contracts import (
     JobDue,
     MarkerRecorded,
     MarkSlots,
+    MemoUpserted,
     Message,
     MisfirePolicy,
     NonDeterminismDetected,
@@ -602,6 +603,9 @@ _HISTORY_EXAMPLES: tuple[HistoryEvent, ...] = (
             "ShippedAt": SearchAttribute(type="datetime", value=_AT),
             "AmountCents": None,
         },
+    ),
+    MemoUpserted(
+        workflow_id=_WF, sequence=21, memo={"tracking": {"carrier": "dhl", "number": "JD0146"}, "note": None}
     ),
 )
 for _event in _HISTORY_EXAMPLES:

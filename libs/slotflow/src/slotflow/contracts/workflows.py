@@ -1,7 +1,7 @@
 """Workflow commands consumed by the orchestrator, and the events of the workflow-history topic."""
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Annotated, Any, Literal
 
@@ -515,6 +515,24 @@ class SearchAttributesUpserted(HistoryEvent):
         return self
 
 
+class MemoUpserted(HistoryEvent):
+    """The code called `workflow.upsert_memo(...)`: each named memo field is set to its value, or
+    removed where the value is null; the others keep theirs.
+
+    A decision: a replay must call it again with the same values at this point of the history.
+    The read model shows the memo as the run's start and its upserts leave it (shown, never
+    searched); a continued run carries it on.
+    """
+
+    message_type = "workflow.memo_upserted"
+    memo: dict[Annotated[str, Field(min_length=1, max_length=200)], Any] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _limits(self) -> "MemoUpserted":
+        check_memo(self.memo)
+        return self
+
+
 class ActivityRetried(HistoryEvent):
     """An operator retried the parked activity scheduled at `scheduled_sequence` (a RetryActivity
     command, or a redrive of its letter routed to the workflow): its JobDue went to the claimers
@@ -555,7 +573,31 @@ HISTORY_EVENTS: tuple[type[HistoryEvent], ...] = (
     ActivityParked,
     ActivityRetried,
     SearchAttributesUpserted,
+    MemoUpserted,
 )
+
+
+def merged_memo(memo: Mapping[str, Any], updates: Mapping[str, Any]) -> dict[str, Any]:
+    """``memo`` after an upsert: a value sets its field, a null removes it."""
+    out = dict(memo)
+    for name, value in updates.items():
+        if value is None:
+            out.pop(name, None)
+        else:
+            out[name] = value
+    return out
+
+
+def current_memo(events: Sequence[HistoryEvent]) -> dict[str, Any]:
+    """The memo of the newest run of ``events``: its WorkflowStarted's, then each MemoUpserted
+    after it in order (a value sets, a null removes). Empty before any start."""
+    memo: dict[str, Any] = {}
+    for event in events:
+        if isinstance(event, WorkflowStarted):
+            memo = dict(event.memo)
+        elif isinstance(event, MemoUpserted):
+            memo = merged_memo(memo, event.memo)
+    return memo
 
 
 def current_search_attributes(events: Sequence[HistoryEvent]) -> dict[str, SearchAttribute]:

@@ -21,6 +21,7 @@ from slotflow.contracts import (
     ChildWorkflowScheduled,
     CompensationRegistered,
     HistoryEvent,
+    MemoUpserted,
     NonDeterminismDetected,
     SearchAttributesUpserted,
     SignalReceived,
@@ -33,7 +34,7 @@ from slotflow.contracts import (
     WorkflowTimerFired,
 )
 from slotflow.contracts.search import dump_search_attributes
-from slotflow.contracts.workflows import WORKFLOW_TERMINATED
+from slotflow.contracts.workflows import WORKFLOW_TERMINATED, merged_memo
 
 #: Statuses the history gives a workflow ("requested" and "rejected" are the api's own: a StartWorkflow
 #: seen and no history yet, or its start refused). `terminated`: a WorkflowFailed that a
@@ -216,6 +217,8 @@ def fold(events: list[Recorded]) -> WorkflowState | None:
                     state.search_attributes.pop(name, None)
                 else:
                     state.search_attributes[name] = value
+        elif isinstance(event, MemoUpserted):
+            state.memo = merged_memo(state.memo, event.memo)
         elif isinstance(event, ActivityScheduled):
             steps[event.sequence] = {
                 "sequence": event.sequence,

@@ -583,11 +583,39 @@ def info() -> WorkflowInfo:
 
 
 def memo() -> dict[str, Any]:
-    """The memo the workflow was started with (a continued run keeps its chain's); a copy.
+    """The workflow's memo: the one it was started with (a continued run keeps its chain's), as
+    `upsert_memo` calls left it; a copy.
 
     >>> channel = workflow.memo().get("channel", "web")
     """
-    return copy.deepcopy(current().started.memo)
+    return copy.deepcopy(current().memo)
+
+
+def upsert_memo(updates: Mapping[str, Any]) -> None:
+    """Set (or, with None, remove) fields of this workflow's memo; the others keep theirs.
+
+    Recorded in the history (`MemoUpserted`), so a replay must make the same call at the same
+    point; the read model shows the new memo (`describe()`, `GET /v1/workflows/{id}`), never
+    searches it. A continued run carries it on. Temporal's `workflow.upsert_memo`.
+
+    >>> workflow.upsert_memo({"tracking": {"carrier": "dhl", "number": "JD0146"}})
+    >>> workflow.upsert_memo({"note": None})     # removes it
+
+    Raises:
+        WorkflowError: no field named, a value that is not JSON, or a memo past its limit
+            (`slotflow.contracts.search.MAX_MEMO_BYTES`); nothing is recorded.
+    """
+    execution = current()
+    execution.check_cancel()
+    try:
+        if not updates:
+            raise ValueError("name at least one memo field")
+        fields = {str(name): value for name, value in updates.items()}
+        if any(not name or len(name) > 200 for name in fields):
+            raise ValueError("a memo field's name takes 1 to 200 characters")
+        execution.upsert_memo(fields)
+    except ValueError as err:
+        raise WorkflowError(f"upsert_memo: {err}") from None
 
 
 def upsert_search_attributes(updates: Mapping[str, Any]) -> None:

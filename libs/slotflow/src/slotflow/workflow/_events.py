@@ -19,6 +19,7 @@ from slotflow.contracts.workflows import (
     CompensationRegistered,
     HistoryEvent,
     MarkerRecorded,
+    MemoUpserted,
     NonDeterminismDetected,
     SearchAttributesUpserted,
     SignalReceived,
@@ -54,6 +55,7 @@ KIND: dict[type[HistoryEvent], int] = {
     WorkflowCancelled: DECISION,
     WorkflowContinuedAsNew: DECISION,
     SearchAttributesUpserted: DECISION,
+    MemoUpserted: DECISION,
     NonDeterminismDetected: IGNORED,
     # Markers for operators: the code is still awaiting the activity (on_dead_letter="park"), and
     # an operator retried it; its outcome is what the code sees.
@@ -83,12 +85,19 @@ def decision_key(event: HistoryEvent) -> Any:
         return event.workflow_type
     if type(event) is SearchAttributesUpserted:
         return upsert_key(event.search_attributes)
+    if type(event) is MemoUpserted:
+        return memo_key(event.memo)
     return None
 
 
 def upsert_key(updates: Mapping[str, SearchAttribute | None]) -> str:
     """What identifies an upsert for replay: its names and typed values, as compact sorted JSON."""
     return compact(dump_search_attributes(updates)).decode()
+
+
+def memo_key(updates: Mapping[str, Any]) -> str:
+    """What identifies a memo upsert for replay: its fields and values, as compact sorted JSON."""
+    return compact(updates).decode()
 
 
 def describe_event(event: HistoryEvent) -> str:
@@ -115,6 +124,8 @@ def describe_decision(kind: type[HistoryEvent], key: Any) -> str:
         return f"child workflow {key}"
     if kind is SearchAttributesUpserted:
         return f"upsert_search_attributes {key}"
+    if kind is MemoUpserted:
+        return f"upsert_memo {key}"
     return {
         WorkflowCompleted: "completion",
         WorkflowFailed: "failure",

@@ -19,6 +19,7 @@ Deprecated patch markers the code no longer asks for are skipped.
 
 import asyncio
 import contextlib
+import copy
 import random as _random
 import uuid as _uuid
 from collections import deque
@@ -28,7 +29,7 @@ from hashlib import sha256
 from typing import Any, ClassVar
 
 from slotflow.contracts.acceptance import check_value
-from slotflow.contracts.search import SearchAttribute, check_search_attributes, merged
+from slotflow.contracts.search import SearchAttribute, check_memo, check_search_attributes, merged
 from slotflow.contracts.workflows import (
     ActivityCompleted,
     ActivityFailed,
@@ -37,6 +38,7 @@ from slotflow.contracts.workflows import (
     ChildWorkflowFailed,
     HistoryEvent,
     MarkerRecorded,
+    MemoUpserted,
     SearchAttributesUpserted,
     SignalReceived,
     WorkflowCancelled,
@@ -45,6 +47,7 @@ from slotflow.contracts.workflows import (
     WorkflowFailed,
     WorkflowStarted,
     WorkflowTimerFired,
+    merged_memo,
 )
 from slotflow.core.identity import activity_run_id
 from slotflow.core.nul import storable
@@ -58,6 +61,7 @@ from slotflow.workflow._events import (
     describe_decision,
     describe_event,
     forced_end,
+    memo_key,
     upsert_key,
 )
 from slotflow.workflow._loop import Loop, enter, leave
@@ -153,6 +157,8 @@ class Execution:
         self.disposing = False
         #: Activities the code stopped waiting on in the part of the history it replayed.
         self.abandoned_in_replay: set[int] = set()
+        #: The run's memo: its start's, then each upsert the code made so far.
+        self.memo: dict[str, Any] = copy.deepcopy(started.memo)
         #: The run's search attributes: its start's, then each upsert the code made so far.
         self.search_attributes: dict[str, SearchAttribute] = dict(started.search_attributes)
 
@@ -604,6 +610,18 @@ class Execution:
         if self.match(SearchAttributesUpserted, key) is None:
             self.record(SearchAttributesUpserted, search_attributes=updates)
         self.search_attributes = after
+
+    def upsert_memo(self, updates: dict[str, Any]) -> None:
+        """Record (or, on replay, match) a memo upsert and apply it to the run's memo.
+
+        Raises:
+            ValueError: the memo after it would pass its limit (nothing is recorded).
+        """
+        after = merged_memo(self.memo, updates)
+        check_memo(after)
+        if self.match(MemoUpserted, memo_key(updates)) is None:
+            self.record(MemoUpserted, memo=updates)
+        self.memo = after
 
     def seeded(self, sequence: int) -> _random.Random:
         """A generator seeded by the run and the marker's sequence: the step stays pure."""

@@ -38,6 +38,7 @@ from slotflow.contracts.workflows import (
     WorkflowCompleted,
     WorkflowStarted,
     WorkflowTimerFired,
+    current_memo,
     current_search_attributes,
 )
 from slotflow.core.retry import is_retryable, next_retry_delay
@@ -242,6 +243,11 @@ class WorkflowEnvironment:
         attributes = current_search_attributes(self._workflows[workflow_id].history)
         return {name: attribute.value for name, attribute in attributes.items()}
 
+    def memo(self, workflow_id: str) -> dict[str, Any]:
+        """The workflow's memo as its history leaves it (its start's and its upserts'): what the
+        read model shows."""
+        return current_memo(self._workflows[workflow_id].history)
+
     def handle(self, workflow_id: str) -> WorkflowHandle:
         return WorkflowHandle(self, workflow_id)
 
@@ -393,7 +399,7 @@ class WorkflowEnvironment:
                 parent_workflow_id=command.parent_workflow_id,
                 parent_sequence=command.parent_sequence,
                 parent_close_policy=command.parent_close_policy,
-                memo=run.history[0].memo if isinstance(run.history[0], WorkflowStarted) else {},
+                memo=current_memo(run.history),
                 search_attributes=current_search_attributes(run.history),
             )
             run.history.append(started)

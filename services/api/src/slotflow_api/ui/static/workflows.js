@@ -170,6 +170,9 @@
       case "search_attributes_upserted":
         return `search attributes: ${Object.entries(d.search_attributes || {}).sort(([a], [b]) => (a < b ? -1 : 1))
           .map(([name, a]) => `${name}=${a ? js(a.value) : "removed"}`).join(", ")}`;
+      case "memo_upserted":
+        return `memo: ${Object.entries(d.memo || {}).sort(([a], [b]) => (a < b ? -1 : 1))
+          .map(([name, v]) => `${name}=${v === null ? "removed" : js(v)}`).join(", ")}`;
       default: return jsonDetails(entry.data);
     }
   }
