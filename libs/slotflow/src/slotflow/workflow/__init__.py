@@ -45,7 +45,7 @@ from slotflow.workflow._api import (
 )
 from slotflow.workflow._saga import Compensation, Saga
 from slotflow.workflow.children import ChildWorkflowHandle, execute_child_workflow, start_child_workflow
-from slotflow.workflow.definition import defn, run, signal
+from slotflow.workflow.definition import defn, query, run, signal
 from slotflow.workflow.errors import (
     ActivityError,
     ActivityInputError,
@@ -55,6 +55,8 @@ from slotflow.workflow.errors import (
     InvalidHistory,
     NonDeterminismError,
     NotInWorkflow,
+    QueryError,
+    UnknownQuery,
     UnknownWorkflowType,
     WorkflowDefinitionError,
     WorkflowDeterminismError,
@@ -75,11 +77,13 @@ __all__ = [
     "NonDeterminismError",
     "NotInWorkflow",
     "ParentClosePolicy",
+    "QueryError",
     "ReplayResult",
     "Replayer",
     "RetryPolicy",
     "Saga",
     "SearchAttribute",
+    "UnknownQuery",
     "UnknownWorkflowType",
     "WorkflowDefinitionError",
     "WorkflowDeterminismError",
@@ -96,6 +100,7 @@ __all__ = [
     "memo",
     "now",
     "patched",
+    "query",
     "random",
     "run",
     "signal",

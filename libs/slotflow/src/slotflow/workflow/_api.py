@@ -34,7 +34,13 @@ from slotflow.workflow._loop import Condition
 from slotflow.workflow._loop import current as running_execution
 from slotflow.workflow.commands import CancelTimer, ScheduleActivity, StartTimer
 from slotflow.workflow.definition import definition_of, to_json_object
-from slotflow.workflow.errors import ActivityInputError, ContinueAsNew, NotInWorkflow, WorkflowError
+from slotflow.workflow.errors import (
+    ActivityInputError,
+    ContinueAsNew,
+    NotInWorkflow,
+    QueryError,
+    WorkflowError,
+)
 
 T = TypeVar("T")
 InputT = TypeVar("InputT")
@@ -52,6 +58,18 @@ def current() -> Execution:
             "slotflow.workflow primitives run only inside workflow code stepped by the runtime "
             "(a @workflow.run method, a signal handler, or a task they created)"
         )
+    return execution
+
+
+def _writable(what: str) -> Execution:
+    """The execution whose code is running, unless it is answering a query (a query may only read).
+
+    Raises:
+        QueryError: called from a `@workflow.query` handler.
+    """
+    execution = current()
+    if execution.read_only is not None:
+        raise QueryError(f"a query handler may only read: {what} was called in query {execution.read_only!r}")
     return execution
 
 
@@ -280,7 +298,7 @@ async def execute_activity(
         ActivityInputError: ``arg`` does not fit the input of the handler ``activity``, or
             ``activity`` is a function no `@handler` registered.
     """
-    execution = current()
+    execution = _writable("workflow.execute_activity")
     execution.check_cancel()
     name, payload, shape = activity_call(activity, arg, "activity")
     if result_type is None:
@@ -351,7 +369,7 @@ async def sleep(duration: timedelta | float) -> None:
 
     >>> await workflow.sleep(timedelta(hours=24))
     """
-    execution = current()
+    execution = _writable("workflow.sleep")
     execution.check_cancel()
     sequence, future = start_timer(execution, _seconds(duration))
     try:
@@ -371,7 +389,7 @@ async def wait_condition(predicate: Callable[[], bool], *, timeout: timedelta | 
     Raises:
         TimeoutError: ``timeout`` passed first.
     """
-    execution = current()
+    execution = _writable("workflow.wait_condition")
     execution.check_cancel()
     if predicate():
         return
@@ -400,6 +418,8 @@ def now() -> datetime:
     >>> deadline = workflow.now() + timedelta(days=3)
     """
     execution = current()
+    if execution.read_only is not None:
+        return execution.now  # a query records nothing: the time it is asked
     value = execution.marker("now", lambda _sequence: execution.now.isoformat())
     return datetime.fromisoformat(value)
 
@@ -409,7 +429,7 @@ def random() -> float:
 
     >>> if workflow.random() < 0.1: ...
     """
-    execution = current()
+    execution = _writable("workflow.random")
     return float(execution.marker("random", lambda sequence: execution.seeded(sequence).random()))
 
 
@@ -418,7 +438,7 @@ def uuid4() -> UUID:
 
     >>> idempotency_key = str(workflow.uuid4())
     """
-    execution = current()
+    execution = _writable("workflow.uuid4")
     return UUID(execution.marker("uuid", execution.uuid_at))
 
 
@@ -438,7 +458,7 @@ async def wait_signal(
         TimeoutError: ``timeout`` passed before the signal.
         WorkflowError: the workflow has a handler for ``name`` (the handler receives it instead).
     """
-    execution = current()
+    execution = _writable("workflow.wait_signal")
     execution.check_cancel()
     if name in execution.definition.signals:
         raise WorkflowError(
@@ -478,7 +498,12 @@ def create_task(coro: Coroutine[Any, Any, T], *, name: str = "task") -> "asyncio
     >>> ...
     >>> receipt = await charge
     """
-    return current().loop.spawn(coro, name)
+    try:
+        execution = _writable("workflow.create_task")
+    except QueryError:
+        coro.close()  # never started: closed here rather than warned about as never awaited
+        raise
+    return execution.loop.spawn(coro, name)
 
 
 async def gather(*aws: Awaitable[Any]) -> list[Any]:
@@ -490,7 +515,7 @@ async def gather(*aws: Awaitable[Any]) -> list[Any]:
     >>> stock, price = await workflow.gather(workflow.execute_activity("stock.check", item),
     ...                                      workflow.execute_activity("prices.quote", item))
     """
-    loop = current().loop
+    loop = _writable("workflow.gather").loop
     tasks = [loop.spawn(aw, "gather") if isinstance(aw, Coroutine) else aw for aw in aws]
     return [await task for task in tasks]
 
@@ -506,7 +531,7 @@ def patched(patch_id: str) -> bool:
     ... else:
     ...     await workflow.execute_activity("shipping.book", order)
     """
-    return current().patched(patch_id, deprecated=False)
+    return _writable("workflow.patched").patched(patch_id, deprecated=False)
 
 
 def deprecate_patch(patch_id: str) -> None:
@@ -518,7 +543,7 @@ def deprecate_patch(patch_id: str) -> None:
     >>> workflow.deprecate_patch("express-shipping")
     >>> await workflow.execute_activity("shipping.book_express", order)
     """
-    current().patched(patch_id, deprecated=True)
+    _writable("workflow.deprecate_patch").patched(patch_id, deprecated=True)
 
 
 def continue_as_new(input: Any = None, *, workflow: type[Any] | str | None = None) -> NoReturn:
@@ -527,7 +552,7 @@ def continue_as_new(input: Any = None, *, workflow: type[Any] | str | None = Non
     >>> if workflow.info().is_continue_as_new_suggested:
     ...     workflow.continue_as_new(State(cursor=self.cursor))
     """
-    execution = current()
+    execution = _writable("workflow.continue_as_new")
     if workflow is None:
         name = execution.definition.name
     else:
@@ -605,7 +630,7 @@ def upsert_memo(updates: Mapping[str, Any]) -> None:
         WorkflowError: no field named, a value that is not JSON, or a memo past its limit
             (`slotflow.contracts.search.MAX_MEMO_BYTES`); nothing is recorded.
     """
-    execution = current()
+    execution = _writable("workflow.upsert_memo")
     execution.check_cancel()
     try:
         if not updates:
@@ -633,7 +658,7 @@ def upsert_search_attributes(updates: Mapping[str, Any]) -> None:
         WorkflowError: a bad name or value, or the workflow's attributes would pass a limit
             (`slotflow.contracts.search`); nothing is recorded.
     """
-    execution = current()
+    execution = _writable("workflow.upsert_search_attributes")
     execution.check_cancel()
     typed: dict[str, SearchAttribute | None] = {}
     try:

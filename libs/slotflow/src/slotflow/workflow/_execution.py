@@ -20,6 +20,7 @@ Deprecated patch markers the code no longer asks for are skipped.
 import asyncio
 import contextlib
 import copy
+import inspect
 import random as _random
 import uuid as _uuid
 from collections import deque
@@ -67,7 +68,7 @@ from slotflow.workflow._events import (
 from slotflow.workflow._loop import Loop, enter, leave
 from slotflow.workflow._loop import current as running_execution
 from slotflow.workflow.commands import CancelActivity, Command
-from slotflow.workflow.definition import WorkflowDefinition
+from slotflow.workflow.definition import QueryDefinition, WorkflowDefinition
 from slotflow.workflow.errors import (
     ActivityError,
     ActivityTimeoutError,
@@ -75,6 +76,7 @@ from slotflow.workflow.errors import (
     ContinueAsNew,
     InvalidHistory,
     NonDeterminismError,
+    QueryError,
     WorkflowDeterminismError,
 )
 
@@ -155,6 +157,9 @@ class Execution:
         self.compensations_ran = False
         self.compensations_ok = True
         self.disposing = False
+        #: The query being answered, while its handler runs: every primitive that would record
+        #: something raises `QueryError` (`_api._writable`).
+        self.read_only: str | None = None
         #: Activities the code stopped waiting on in the part of the history it replayed.
         self.abandoned_in_replay: set[int] = set()
         #: The run's memo: its start's, then each upsert the code made so far.
@@ -622,6 +627,46 @@ class Execution:
         if self.match(MemoUpserted, memo_key(updates)) is None:
             self.record(MemoUpserted, memo=updates)
         self.memo = after
+
+    def answer_query(self, query: QueryDefinition, arg: Any, now: datetime) -> Any:
+        """Run ``query``'s handler on the workflow's state as the history left it, read-only, and
+        return its result as JSON.
+
+        Raises:
+            QueryError: the code has not started, the argument does not fit the handler, the
+                handler tried to record something, raised, or returned what is not JSON.
+        """
+        if self.instance is None:
+            raise QueryError(
+                f"workflow {self.workflow_id}: its code has not started, there is no state to read"
+            )
+        name = query.name
+        try:
+            args = () if query.arg is None else (query.arg.load(arg),)
+        except ValueError as err:
+            raise QueryError(f"query {name!r}: the argument does not fit its handler: {err}") from None
+        previous = enter(self)
+        self.read_only, self.now = name, now
+        try:
+            value = query.method(self.instance, *args)
+        except QueryError:
+            raise
+        except Exception as err:
+            raise QueryError(f"query {name!r} raised {type(err).__name__}: {err}") from err
+        finally:
+            self.read_only = None
+            leave(previous)
+        if inspect.isawaitable(value):
+            if inspect.iscoroutine(value):
+                value.close()
+            raise QueryError(
+                f"query {name!r} returned an awaitable: a query handler may only read (await nothing, "
+                "start nothing)"
+            )
+        try:
+            return query.result.dump(value)
+        except (ValueError, TypeError) as err:
+            raise QueryError(f"query {name!r} returned what is not JSON: {err}") from None
 
     def seeded(self, sequence: int) -> _random.Random:
         """A generator seeded by the run and the marker's sequence: the step stays pure."""

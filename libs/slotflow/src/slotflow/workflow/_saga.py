@@ -22,7 +22,7 @@ from typing import Any
 
 from slotflow.contracts.policies import RetryPolicy
 from slotflow.contracts.workflows import CompensationRegistered
-from slotflow.workflow._api import activity_call, current, schedule
+from slotflow.workflow._api import _writable, activity_call, current, schedule
 from slotflow.workflow.errors import ActivityError, WorkflowError
 
 
@@ -80,7 +80,7 @@ class Saga:
             WorkflowError: this task has not completed an activity yet.
             ActivityInputError: ``arg`` does not fit the input of the handler ``activity``.
         """
-        execution = current()
+        execution = _writable("Saga.add_compensation")
         task = asyncio.current_task()
         step = execution.last_step.get(task) if task is not None else None
         if step is None:

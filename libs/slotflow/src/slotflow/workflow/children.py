@@ -8,7 +8,7 @@ from typing import Any
 
 from slotflow.contracts.search import check_memo, typed_search_attributes
 from slotflow.contracts.workflows import ChildWorkflowScheduled, ParentClosePolicy
-from slotflow.workflow._api import _load, current
+from slotflow.workflow._api import _load, _writable
 from slotflow.workflow.commands import StartChildWorkflow
 from slotflow.workflow.definition import definition_of, to_json_object
 from slotflow.workflow.errors import NonDeterminismError, WorkflowError
@@ -73,7 +73,7 @@ async def start_child_workflow(
     Raises:
         WorkflowError: a search attribute or the memo the start would refuse (nothing is recorded).
     """
-    execution = current()
+    execution = _writable("workflow.start_child_workflow")
     execution.check_cancel()
     name = workflow if isinstance(workflow, str) else definition_of(workflow).name
     payload = to_json_object(input, f"the input of child workflow {name}")

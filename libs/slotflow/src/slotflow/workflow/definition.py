@@ -1,7 +1,9 @@
-"""`@workflow.defn`, `@workflow.run` and `@workflow.signal`: how a class becomes a workflow.
+"""`@workflow.defn`, `@workflow.run`, `@workflow.signal` and `@workflow.query`: how a class becomes
+a workflow.
 
-A workflow is a class with one `@workflow.run` coroutine method (its body is the workflow) and any
-number of `@workflow.signal` methods (called when a signal of that name is delivered). The class is
+A workflow is a class with one `@workflow.run` coroutine method (its body is the workflow), any
+number of `@workflow.signal` methods (called when a signal of that name is delivered) and of
+`@workflow.query` methods (plain methods that read its state when asked). The class is
 instantiated once per run with no arguments; `run` takes zero or one argument, the start input.
 
 Inputs, signal payloads and results cross the history as JSON: a parameter annotated with a
@@ -26,12 +28,14 @@ C = TypeVar("C", bound=type[Any])
 F = TypeVar("F", bound=Callable[..., Coroutine[Any, Any, Any]])
 #: A signal handler may be a plain method too (the runtime calls either), so its bound is wider.
 S = TypeVar("S", bound=Callable[..., Any])
+Q = TypeVar("Q", bound=Callable[..., Any])
 
 _RUN_MARK = "__slotflow_workflow_run__"
 #: On a `@workflow.run` method: the definitions of the `@workflow.defn` classes whose body it is, so
 #: the method alone names its workflow (`client.start_workflow(Checkout.run, ...)`).
 _RUN_OF = "__slotflow_workflow_run_of__"
 _SIGNAL_MARK = "__slotflow_workflow_signal__"
+_QUERY_MARK = "__slotflow_workflow_query__"
 _DEFINITION = "__slotflow_workflow__"
 
 
@@ -113,6 +117,14 @@ class SignalDefinition:
 
 
 @dataclass(frozen=True, slots=True)
+class QueryDefinition:
+    name: str
+    method: Callable[..., Any]
+    arg: Converter | None  # None: the handler takes no argument
+    result: Converter
+
+
+@dataclass(frozen=True, slots=True)
 class WorkflowDefinition:
     """What the runtime knows about a workflow class."""
 
@@ -123,6 +135,7 @@ class WorkflowDefinition:
     input: Converter | None
     result: Converter
     signals: dict[str, SignalDefinition] = field(default_factory=dict)
+    queries: dict[str, QueryDefinition] = field(default_factory=dict)
 
 
 @overload
@@ -174,6 +187,36 @@ def signal(fn: S | None = None, /, *, name: str | None = None) -> S | Callable[[
 
     def decorate(target: S) -> S:
         setattr(target, _SIGNAL_MARK, name or target.__name__)
+        return target
+
+    return decorate if fn is None else decorate(fn)
+
+
+@overload
+def query(fn: Q, /) -> Q: ...
+@overload
+def query(*, name: str | None = None) -> Callable[[Q], Q]: ...
+def query(fn: Q | None = None, /, *, name: str | None = None) -> Q | Callable[[Q], Q]:
+    """Mark a query handler: a plain method that reads the workflow's state and returns it, asked
+    by name with at most one argument. It runs on the state the workflow's last decision left and
+    may only read: an activity, a timer, a child, `workflow.random()`, an upsert or any other call
+    that would record something raises `QueryError`, and nothing is appended to the history.
+
+    >>> @workflow.query
+    ... def status(self) -> OrderStatus:
+    ...     return OrderStatus(stage=self.stage, lines=len(self.lines))
+
+    Raises:
+        WorkflowDefinitionError: the handler is an `async def` (a query awaits nothing).
+    """
+
+    def decorate(target: Q) -> Q:
+        if inspect.iscoroutinefunction(target):
+            raise WorkflowDefinitionError(
+                f"@workflow.query {target.__qualname__} must be a plain def: a query only reads, "
+                "and reading needs no await"
+            )
+        setattr(target, _QUERY_MARK, name or target.__name__)
         return target
 
     return decorate if fn is None else decorate(fn)
@@ -253,6 +296,24 @@ def _build(cls: type[Any], name: str) -> WorkflowDefinition:
             raise WorkflowDefinitionError(f"signal handler {method.__qualname__} takes at most one argument")
         payload = Converter(s_hints.get(s_params[0].name, Any)) if s_params else None
         signals[signal_name] = SignalDefinition(signal_name, method, payload)
+    queries: dict[str, QueryDefinition] = {}
+    for method in _methods(cls):
+        query_name = getattr(method, _QUERY_MARK, None)
+        if query_name is None:
+            continue
+        if re.match(IDENTIFIER_PATTERN, query_name) is None:
+            raise WorkflowDefinitionError(f"query name {query_name!r} does not match {IDENTIFIER_PATTERN}")
+        if query_name in queries:
+            raise WorkflowDefinitionError(f"workflow {name} has two handlers for query {query_name!r}")
+        q_params, q_hints = _parameters(method)
+        if len(q_params) > 1:
+            raise WorkflowDefinitionError(f"query handler {method.__qualname__} takes at most one argument")
+        queries[query_name] = QueryDefinition(
+            query_name,
+            method,
+            Converter(q_hints.get(q_params[0].name, Any)) if q_params else None,
+            Converter(q_hints.get("return", Any)),
+        )
     return WorkflowDefinition(
         name=name,
         cls=cls,
@@ -260,6 +321,7 @@ def _build(cls: type[Any], name: str) -> WorkflowDefinition:
         input=Converter(hints.get(params[0].name, Any)) if params else None,
         result=Converter(hints.get("return", Any)),
         signals=signals,
+        queries=queries,
     )
 
 

@@ -76,6 +76,15 @@ class NotInWorkflow(WorkflowError):
     """A `slotflow.workflow` primitive was called outside workflow code run by the runtime."""
 
 
+class QueryError(WorkflowError):
+    """A query could not be answered: its handler tried to do more than read (an activity, a
+    timer, a recorded marker, an upsert), raised, or returned something that is not JSON."""
+
+
+class UnknownQuery(QueryError):
+    """The workflow has no `@workflow.query` handler of that name."""
+
+
 class ActivityError(WorkflowError):
     """The activity gave up: raised at `await workflow.execute_activity(...)`.
 

@@ -27,7 +27,7 @@ from slotflow.workflow._execution import Execution
 from slotflow.workflow._guards import guard_namespaces
 from slotflow.workflow.commands import Decision
 from slotflow.workflow.definition import WorkflowDefinition, definition_of
-from slotflow.workflow.errors import InvalidHistory, NonDeterminismError, UnknownWorkflowType
+from slotflow.workflow.errors import InvalidHistory, NonDeterminismError, UnknownQuery, UnknownWorkflowType
 
 __all__ = ["Decision", "NonDeterminismError", "WorkflowRuntime"]
 
@@ -49,6 +49,7 @@ class WorkflowRuntime:
         max_history_events: int = DEFAULT_MAX_HISTORY_EVENTS,
         suggest_continue_as_new_at: int | None = None,
         cache_size: int = 0,
+        query_cache_size: int = 0,
     ) -> None:
         if max_history_events < 3:
             raise ValueError("max_history_events must leave room for a start, a decision and an end")
@@ -67,6 +68,9 @@ class WorkflowRuntime:
         )
         self._cache_size = cache_size
         self._cache: OrderedDict[str, tuple[Execution, int, list[HistoryEvent]]] = OrderedDict()
+        self._query_cache_size = query_cache_size
+        #: Executions that answered queries, each with the length and last event of its history.
+        self._queried: OrderedDict[str, tuple[Execution, int, HistoryEvent]] = OrderedDict()
         guard_namespaces(definition.cls for definition in self._definitions.values())
 
     @property
@@ -136,6 +140,68 @@ class WorkflowRuntime:
             self._cache.pop(key, None)
             execution.dispose()
         return decision
+
+    def query(self, history: Sequence[HistoryEvent], name: str, arg: Any = None, *, now: datetime) -> Any:
+        """Answer the query ``name`` with ``arg`` from the state ``history`` leaves (a closed
+        workflow's final state too), and return its handler's result as JSON. Appends nothing.
+
+        The history is replayed into an execution of its own, never the one the decisions use
+        (`cache_size`), so whatever a handler does to the workflow object cannot reach a decision;
+        the last `query_cache_size` of them are kept, each for the exact history it replayed.
+
+        Raises:
+            UnknownQuery: the workflow has no `@workflow.query` handler ``name``.
+            QueryError: the handler tried to do more than read, raised, or returned what is not JSON.
+            NonDeterminismError: the code no longer matches the history (the workflow is stuck).
+            UnknownWorkflowType: the history's workflow type is not registered here.
+        """
+        if now.tzinfo is None:
+            raise ValueError("now must be timezone-aware (the database clock)")
+        start = run_start(history)
+        definition = self._definition(history[start])
+        handler = definition.queries.get(name)
+        if handler is None:
+            known = ", ".join(sorted(definition.queries)) or "none"
+            raise UnknownQuery(
+                f"workflow type {definition.name!r} has no query {name!r} (its queries: {known})"
+            )
+        key = history[-1].workflow_id
+        entry = self._queried.pop(key, None)
+        execution: Execution | None = None
+        if entry is not None:
+            kept, seen, last = entry
+            if seen == len(history) and _same(history[-1], last):
+                execution = kept
+            else:
+                kept.dispose()
+        if execution is None:
+            execution = Execution(
+                definition,
+                history,
+                start,
+                now=now,
+                max_history_events=self.max_history_events,
+                suggest_continue_as_new_at=self.suggest_continue_as_new_at,
+            )
+            try:
+                execution.advance(history, now)
+            except BaseException:
+                execution.dispose()
+                raise
+        try:
+            answer = execution.answer_query(handler, arg, now)
+        finally:
+            self._keep_queried(key, execution, history)
+        return answer
+
+    def _keep_queried(self, key: str, execution: Execution, history: Sequence[HistoryEvent]) -> None:
+        if self._query_cache_size <= 0:
+            execution.dispose()
+            return
+        self._queried[key] = (execution, len(history), history[-1])
+        while len(self._queried) > self._query_cache_size:
+            _, (evicted, _, _) = self._queried.popitem(last=False)
+            evicted.dispose()
 
     def forget(self, workflow_id: str) -> None:
         """Drop a cached execution (its history was rewritten, or the workflow is gone)."""

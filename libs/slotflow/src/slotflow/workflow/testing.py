@@ -113,6 +113,10 @@ class WorkflowHandle:
         """Every event of the workflow id so far (all its runs), payloads resolved."""
         return list(self._env._workflows[self.id].history)
 
+    async def query(self, query: str, arg: Any = None) -> Any:
+        """Ask the workflow's `@workflow.query` handler ``query`` (`WorkflowEnvironment.query`)."""
+        return await self._env.query(self.id, query, arg)
+
     async def result(self) -> Any:
         """Run (skipping time) until the workflow ends; its result.
 
@@ -265,6 +269,18 @@ class WorkflowEnvironment:
             payload=to_json_object(payload, "a signal payload"),
         )
         await self._pump()
+
+    async def query(self, workflow_id: str, query: str, arg: Any = None) -> Any:
+        """Answer the query ``query`` (with ``arg``) from the workflow's state now, as the
+        orchestrator does: replayed from its history, read-only, nothing appended (time does not
+        move). A closed workflow answers from its final state.
+
+        Raises:
+            UnknownQuery: the workflow has no such `@workflow.query` handler.
+            QueryError: the handler tried to do more than read, or raised.
+        """
+        await self._pump()
+        return self._runtime.query(self._workflows[workflow_id].history, query, arg, now=self.now)
 
     async def cancel(self, workflow_id: str, reason: str = "") -> None:
         """Ask the workflow to cancel; it reacts before this returns (time does not move)."""
