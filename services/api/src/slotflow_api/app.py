@@ -15,6 +15,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.openapi.utils import get_openapi
 from starlette.routing import Match
 
+from slotflow.contracts.topics import WORKFLOW_COMMANDS
 from slotflow.errors import SlotflowError
 from slotflow.kafka.producer import Producer
 from slotflow.pg.pool import Pool, wait_for_pool
@@ -49,6 +50,7 @@ from slotflow_api.routes import (
 )
 from slotflow_api.routes import keys as keys_routes
 from slotflow_api.routes.apidocs import mount_api_docs
+from slotflow_api.workflow_queries import Queries
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +156,7 @@ def create_app(settings: Settings | None = None, *, on_crash: Callable[[str], No
         producer = Producer(chosen.kafka, client_id="api")
         stop = asyncio.Event()
         task: asyncio.Task[None] | None = None
+        queries: Queries | None = None
         try:
             schema = chosen.api.db_schema
             await migrate(pool, schema)
@@ -164,6 +167,14 @@ def create_app(settings: Settings | None = None, *, on_crash: Callable[[str], No
             relay = OutboxRelay(pool, producer, schema=schema)
             state = Services(
                 chosen, pool, producer, metrics, Authenticator(chosen.api, pool), signer=signer, relay=relay
+            )
+            token = chosen.api.orchestrator_query_token
+            state.queries = queries = Queries(
+                pool,
+                producer,
+                schema=chosen.api.orchestrator_schema,
+                commands_topic=chosen.kafka.topic(WORKFLOW_COMMANDS),
+                token=token.get_secret_value() if token is not None else None,
             )
             loops = Supervisor("api")
             # Publishes the signing keys' records (the api's own first) to the keys topic.
@@ -182,6 +193,8 @@ def create_app(settings: Settings | None = None, *, on_crash: Callable[[str], No
             if task is not None:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(task, timeout=15)
+            if queries is not None:
+                await queries.close()
             await producer.stop()
             await pool.close()
 

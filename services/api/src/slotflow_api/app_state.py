@@ -13,6 +13,7 @@ from slotflow_api.auth import Authenticator
 from slotflow_api.config import Settings
 from slotflow_api.metrics import Metrics
 from slotflow_api.projector import Projector
+from slotflow_api.workflow_queries import Queries
 
 
 @dataclass
@@ -27,6 +28,8 @@ class Services:
     signer: Signer | None = None
     #: Publishes the api's outbox: the signing keys' records for the keys topic.
     relay: OutboxRelay | None = None
+    #: Asks the orchestrators the queries of their workflows (`workflow_queries`).
+    queries: Queries | None = None
     #: Why a loop of this process (projector, purge, relay) crashed, once one has: readiness is off
     #: from then on, since the read model is frozen (docs/api.md, "Health").
     crashed: str | None = None

@@ -179,6 +179,8 @@ _OTHER_ROUTES: Mapping[tuple[str, str], Scope | None] = {
     ("GET", "/v1/workflows"): "read",
     ("GET", "/v1/workflows/{workflow_id}"): "read",
     ("GET", "/v1/workflows/{workflow_id}/history"): "read",
+    # A query reads: it records nothing and runs only the workflow's read-only handler.
+    ("POST", "/v1/workflows/{workflow_id}/query"): "read",
     ("GET", "/v1/dlq"): "read",
     ("GET", "/v1/dlq/{dead_letter_id}"): "read",
     ("GET", "/v1/downstreams"): "read",

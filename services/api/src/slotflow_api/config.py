@@ -55,6 +55,14 @@ class ApiSettings(ServiceSettings):
     #: Longest a request may wait for a command to be reflected (read-your-writes); `?wait=` is
     #: refused past 300 s (routes.common.MAX_WAIT_SECONDS), and held at most this long.
     max_wait_seconds: float = Field(default=300.0, gt=0, le=300)
+    #: The orchestrators' PostgreSQL schema: the api asks its `query_route` function which
+    #: orchestrator answers a workflow's queries (EXECUTE only, `slotflow db bootstrap-roles`).
+    orchestrator_schema: str = Field(default="orchestrator", pattern=r"^[a-z_][a-z0-9_]{0,62}$")
+    #: The bearer token of the orchestrators' query listeners (their SLOTFLOW_ORCHESTRATOR_QUERY_TOKEN).
+    orchestrator_query_token: SecretStr | None = None
+    #: Longest a query may take, moves of its workflow's shard to another orchestrator included;
+    #: a caller's `timeout_seconds` may ask for less.
+    query_timeout_seconds: float = Field(default=10.0, gt=0, le=60)
     #: How long /readyz waits for Kafka and PostgreSQL before it answers not ready.
     readiness_timeout_seconds: float = Field(default=2.0, gt=0)
     #: After a loop of the process (the projector, the purge, the relay) crashed: off (the
@@ -127,7 +135,7 @@ class ApiSettings(ServiceSettings):
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
 
-    @field_validator("bootstrap_token", "oidc_jwks_url", mode="before")
+    @field_validator("bootstrap_token", "oidc_jwks_url", "orchestrator_query_token", mode="before")
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
         # `SLOTFLOW_API_BOOTSTRAP_TOKEN=` (compose passes an unset variable as empty) means none.
@@ -147,6 +155,7 @@ class ApiSettings(ServiceSettings):
         super().model_post_init(context)
         # The bootstrap token (and a password in the JWKS URL) are masked in every log line.
         register_secret(self.bootstrap_token)
+        register_secret(self.orchestrator_query_token)
         if self.oidc_jwks_url:
             register_dsn(self.oidc_jwks_url)
 

@@ -862,6 +862,28 @@ class SignalBody(_Body):
     start_command_id: str | None = RunOfStart
 
 
+class QueryBody(_Body):
+    model_config = _examples({"query": "progress"}, {"query": "has_line", "arg": "mug"})
+    query: str = Identifier
+    arg: Any = Field(default=None, description="the handler's one argument, if it takes one (any JSON)")
+    start_command_id: str | None = RunOfStart
+    timeout_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        le=60,
+        description="how long to wait for an answer at most (SLOTFLOW_API_QUERY_TIMEOUT_SECONDS when shorter)",
+    )
+
+
+class QueryAnswerOut(BaseModel):
+    workflow_id: str
+    query: str
+    #: What the handler returned, as JSON.
+    result: Any = None
+    #: The workflow's status when it was answered (`running`, `completed`, ...).
+    status: str
+
+
 class CancelBody(_Body):
     model_config = _examples({"reason": "customer asked"})
     reason: str = Field(default="", max_length=1000)

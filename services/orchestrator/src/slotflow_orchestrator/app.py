@@ -18,6 +18,7 @@ import asyncio
 import logging
 from datetime import datetime
 from pathlib import Path
+from typing import cast
 
 from slotflow import tracing
 from slotflow.contracts import Envelope, RedriveRequested, StartWorkflow, TimerFired
@@ -30,7 +31,7 @@ from slotflow.contracts.topics import (
     WORKFLOW_COMMANDS,
     WORKFLOW_HISTORY,
 )
-from slotflow.errors import SlotflowError
+from slotflow.errors import ConfigurationError, SlotflowError
 from slotflow.health import Health, groups_joined, health_listener, kafka_probe, postgres_probe
 from slotflow.kafka.consumer import Consumer
 from slotflow.kafka.loop import ConsumeLoop, Incoming
@@ -59,6 +60,7 @@ from slotflow_orchestrator.intake import (
 from slotflow_orchestrator.leases import Leases
 from slotflow_orchestrator.metrics import OrchestratorMetrics
 from slotflow_orchestrator.outbound import Outbound
+from slotflow_orchestrator.queries import Queryable, QueryAnswers, QueryListener
 from slotflow_orchestrator.retention import purges
 from slotflow_orchestrator.sql import DATABASE_NOW
 from slotflow_orchestrator.stepping import WorkflowCode
@@ -117,6 +119,8 @@ class OrchestratorService:
         self._verifier = CommandVerifier(signatures)
         self._outbound: Outbound | None = None
         self._redrives: RedriveResponder | None = None
+        #: The query listener, when SLOTFLOW_ORCHESTRATOR_QUERY_PORT is set.
+        self.queries: QueryListener | None = None
 
     @property
     def pool(self) -> Pool:
@@ -254,6 +258,19 @@ class OrchestratorService:
         supervisor.add(
             "outbox-backlog", outbox_backlog(self._relay, self.metrics.outbox_backlog), cancel_on_stop=True
         )
+        if cfg.query_port:
+            answers = QueryAnswers(pool, schema=cfg.db_schema, leases=self.leases, code=self._queryable())
+            self.queries = QueryListener(
+                answers,
+                pool,
+                schema=cfg.db_schema,
+                owner=self.owner,
+                host=cfg.query_host,
+                port=cfg.query_port,
+                address=cfg.query_url(),
+                token=cfg.query_token.get_secret_value() if cfg.query_token is not None else None,
+            )
+            supervisor.add("queries", self.queries.run, stage=0)
         supervisor.add("prune", self._prune_loop, stage=0, cancel_on_stop=True)
         supervisor.add("purge", self._purge_loop, stage=0, cancel_on_stop=True)
         health = self.health
@@ -280,6 +297,14 @@ class OrchestratorService:
                         await self.leases.release(shard)
                     except RECOVERABLE as err:
                         log.warning("orchestrator %s: releasing shard %d failed: %r", self.owner, shard, err)
+
+    def _queryable(self) -> Queryable:
+        runtime = getattr(self._workflow_code, "runtime", None)
+        if runtime is None:
+            raise ConfigurationError(
+                "SLOTFLOW_ORCHESTRATOR_QUERY_PORT is set, but the workflow code answers no queries"
+            )
+        return cast(Queryable, runtime)
 
     async def _prune_loop(self, stop: asyncio.Event) -> None:
         cfg = self.settings.orchestrator

@@ -3,12 +3,17 @@
 import os
 import socket
 import uuid
+from typing import Any
 
-from pydantic import Field
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from slotflow.logs import register_secret
 from slotflow.principals import SignatureSettings
 from slotflow.settings import KafkaSettings, PostgresSettings, WorkerSettings, env_names
+
+#: Interfaces a query listener may bind without a token: only this host reaches them.
+LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
 
 
 def _default_instance() -> str:
@@ -78,9 +83,43 @@ class OrchestratorSettings(WorkerSettings):
         le=200,
         validation_alias=env_names("SLOTFLOW_ORCHESTRATOR_POOL_SIZE", "SLOTFLOW_ORCHESTRATOR_POOL_MAX_SIZE"),
     )
+    #: Port of the query listener, which answers the api's queries of this orchestrator's
+    #: workflows (docs/workflows.md, "Queries"); 0 (the default) serves none, and a query of a
+    #: workflow on this orchestrator's shards is answered 503.
+    query_port: int = Field(default=0, ge=0, le=65535)
+    #: The interface the query listener binds.
+    query_host: str = "127.0.0.1"
+    #: The address the api reaches the listener at (`http://10.0.3.7:9341`: in Kubernetes, the
+    #: pod's IP); unset: `http://{query_host}:{query_port}`.
+    query_address: str | None = None
+    #: The bearer token the api must present to the listener (SLOTFLOW_API_ORCHESTRATOR_QUERY_TOKEN
+    #: on the api); required once the listener binds anything but the loopback interface.
+    query_token: SecretStr | None = None
     #: Testing only: hold every decision transaction open this long before it commits, widening
     #: the window a SIGKILL must land in (chaos tests).
     crash_window_seconds: float = Field(default=0.0, ge=0, le=60)
+
+    @field_validator("query_token", "query_address", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        return None if value == "" else value
+
+    @model_validator(mode="after")
+    def _query_token_off_loopback(self) -> "OrchestratorSettings":
+        if self.query_port and self.query_token is None and self.query_host not in LOOPBACK:
+            raise ValueError(
+                f"SLOTFLOW_ORCHESTRATOR_QUERY_HOST={self.query_host} answers queries beyond this host: set "
+                "SLOTFLOW_ORCHESTRATOR_QUERY_TOKEN (and the api's SLOTFLOW_API_ORCHESTRATOR_QUERY_TOKEN)"
+            )
+        return self
+
+    def model_post_init(self, context: Any, /) -> None:
+        super().model_post_init(context)
+        register_secret(self.query_token)
+
+    def query_url(self) -> str:
+        """Where the api reaches this orchestrator's query listener."""
+        return self.query_address or f"http://{self.query_host}:{self.query_port}"
 
     def modules(self) -> list[str]:
         return [m.strip() for m in self.workflow_modules.split(",") if m.strip()]

@@ -48,7 +48,7 @@ from slotflow.contracts import (
 from slotflow.contracts.codec import encode
 from slotflow.core.identity import activity_run_id
 from slotflow.kafka.loop import DEFAULT_OUTAGE_TYPES, Incoming
-from slotflow.kafka.producer import partition_for
+from slotflow.kafka.producer import key_partition
 from slotflow.kafka.records import Record
 from slotflow.pg.pool import CONNECTION_ERRORS, Conn, Pool
 from slotflow.pg.statements import sql
@@ -143,7 +143,7 @@ def backed_run_id(message: Message) -> str | None:
 
 def shard_of(workflow_id: str, shards: int) -> int:
     """The command-topic partition ``workflow_id`` hashes to (the default partitioner's choice)."""
-    return partition_for(workflow_id.encode(), list(range(shards)), [])
+    return key_partition(workflow_id, shards)
 
 
 @dataclass(frozen=True, slots=True)

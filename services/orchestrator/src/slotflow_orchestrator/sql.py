@@ -294,3 +294,20 @@ DELETE FROM {schema}.activity_cancels AS c USING doomed
  WHERE c.workflow_id = doomed.workflow_id AND c.sequence = doomed.sequence
 RETURNING c.workflow_id
 """
+
+
+# -- queries (queries.py, docs/decisions/0010) ------------------------------------------------------
+
+# Where this orchestrator answers queries: the api reaches a shard's lease owner at this address
+# (`query_route`). One row per instance id; a restart under the same id moves it.
+REGISTER_QUERY_LISTENER = """
+INSERT INTO {schema}.query_listeners (owner, address) VALUES ($1, $2)
+ON CONFLICT (owner) DO UPDATE SET address = EXCLUDED.address, updated_at = now()
+"""
+
+# What a query needs of the workflow's row: its shard (the lease it must be answered under), its
+# status, and whether its history was purged (nothing left to replay).
+QUERY_WORKFLOW = """
+SELECT shard, status, history_purged_at IS NOT NULL AS purged
+  FROM {schema}.workflows WHERE workflow_id = $1
+"""

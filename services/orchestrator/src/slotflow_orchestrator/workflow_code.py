@@ -107,5 +107,7 @@ def load_workflow_code(modules: Iterable[str], *, max_history_events: int = 50_0
             "no workflows to serve: set SLOTFLOW_ORCHESTRATOR_WORKFLOW_MODULES to modules defining @workflow.defn classes"
         )
     return RuntimeWorkflowCode(
-        WorkflowRuntime(classes, max_history_events=max_history_events, cache_size=10_000)
+        WorkflowRuntime(
+            classes, max_history_events=max_history_events, cache_size=10_000, query_cache_size=1_000
+        )
     )

@@ -528,6 +528,19 @@ def _workflow(groups: Any) -> None:
     )
     show.add_argument("workflow_id", metavar="WORKFLOW_ID")
 
+    query = _leaf(
+        actions,
+        "query",
+        "slotflow.cli.workflows:workflow_query",
+        "ask a workflow's @workflow.query handler (reads its state; records nothing)",
+    )
+    query.add_argument("workflow_id", metavar="WORKFLOW_ID")
+    query.add_argument("query", metavar="QUERY", help="the handler's name")
+    query.add_argument(
+        "--arg", metavar="JSON", help='the handler\'s argument as JSON ("mug", 3, {...}), or @file.json'
+    )
+    query.add_argument("--start-command-id", metavar="COMMAND_ID", help=RUN_OF_START_HELP)
+
     history = _leaf(
         actions,
         "history",

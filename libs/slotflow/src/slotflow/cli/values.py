@@ -74,6 +74,14 @@ def parse_instant(text: str, *, flag: str = "time", now: datetime | None = None)
 
 def parse_json_object(text: str, *, flag: str) -> dict[str, Any]:
     """A JSON object given inline or as `@path/to/file.json`."""
+    value = parse_json_value(text, flag=flag)
+    if not isinstance(value, dict):
+        raise UsageError(f"{flag} must be a JSON object ({{...}}), got {type(value).__name__}")
+    return value
+
+
+def parse_json_value(text: str, *, flag: str) -> Any:
+    """Any JSON value given inline or as `@path/to/file.json`."""
     source = text
     if text.startswith("@"):
         path = Path(text[1:])
@@ -87,8 +95,6 @@ def parse_json_object(text: str, *, flag: str) -> dict[str, Any]:
         raise UsageError(
             f"{flag} is not valid JSON: {err.msg} at line {err.lineno} column {err.colno}"
         ) from None
-    if not isinstance(value, dict):
-        raise UsageError(f"{flag} must be a JSON object ({{...}}), got {type(value).__name__}")
     return value
 
 

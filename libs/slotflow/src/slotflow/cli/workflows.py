@@ -23,6 +23,7 @@ from slotflow.cli.output import (
     field,
     text,
 )
+from slotflow.cli.values import parse_json_value
 from slotflow.contracts import REGISTRY, HistoryEvent
 from slotflow.errors import SlotflowError
 from slotflow.history import Recorded, fold
@@ -125,6 +126,31 @@ TYPED_HISTORY_COLUMNS: Sequence[Column] = (
     ("event", field("type")),
     ("detail", describe),
 )
+
+
+def workflow_query(ctx: Context) -> int:
+    """`workflow query WORKFLOW_ID QUERY`: ask the workflow's query handler; print its answer."""
+    a = ctx.args
+    body: dict[str, Any] = {"query": a.query}
+    if a.arg is not None:
+        body["arg"] = parse_json_value(a.arg, flag="--arg")
+    if a.start_command_id is not None:
+        body["start_command_id"] = a.start_command_id
+    with ctx.api() as api:
+        try:
+            answer = api.request(
+                "POST",
+                f"/v1/workflows/{path_segment(a.workflow_id)}/query",
+                json=body,
+                timeout=ctx.timeout + 15,
+            )
+        except ApiRequestFailed as err:
+            raise CliError(f"query {a.query!r} of workflow {a.workflow_id}: {err.detail}") from None
+    if ctx.as_json:
+        ctx.emit_json(answer)
+    else:
+        ctx.out.write(json.dumps(answer.get("result"), indent=2, sort_keys=True) + "\n")
+    return 0
 
 
 def workflow_show(ctx: Context) -> int:

@@ -9,7 +9,16 @@ from pydantic import BaseModel, ValidationError
 
 from slotflow.client._handles import WorkflowHandle, resolve_workflow, result_converter, start_input
 from slotflow.client._http import HttpTransport, Params, path_segment
-from slotflow.client.errors import CommandRejected, InvalidRequest, ReadsNeedHttp, WaitTimedOut
+from slotflow.client.errors import (
+    ApiError,
+    CommandRejected,
+    Conflict,
+    InvalidRequest,
+    NotFound,
+    ReadsNeedHttp,
+    WaitTimedOut,
+    WorkflowQueryFailedError,
+)
 from slotflow.client.models import (
     BulkWorkflowsResult,
     CommandStatus,
@@ -674,6 +683,43 @@ class Client:
             start_command_id=start_command_id,
         )
         return await self.send(message, command_id=command_id, wait=wait)
+
+    async def query_workflow(
+        self,
+        workflow_id: str,
+        query: str,
+        arg: Any = None,
+        *,
+        result_type: Any = None,
+        start_command_id: str | None = None,
+        timeout: float | None = None,
+    ) -> Any:
+        """Ask the workflow's `@workflow.query` handler ``query`` (with ``arg``) and return what it
+        answered, validated into ``result_type`` when given. A query reads the workflow's state as
+        its last decision left it (a closed workflow's final state), records nothing, and is
+        answered by the orchestrator that holds the workflow, through the api.
+
+        Example::
+
+            progress = await client.query_workflow("order-1042", "progress", result_type=Progress)
+
+        Raises:
+            WorkflowQueryFailedError: no such workflow or handler, a handler that did more than read
+                or raised, a stuck workflow, a purged history.
+            Unavailable: no orchestrator answered in time (its shard was moving, or none serves
+                queries: SLOTFLOW_ORCHESTRATOR_QUERY_PORT).
+        """
+        body: dict[str, Any] = {"query": query, "arg": arg}
+        if start_command_id is not None:
+            body["start_command_id"] = start_command_id
+        if timeout is not None:
+            body["timeout_seconds"] = timeout
+        path = f"/v1/workflows/{path_segment(workflow_id)}/query"
+        try:
+            answer = await self._reads().request("POST", path, json=body, timeout=(timeout or 10.0) + 5.0)
+        except (InvalidRequest, NotFound, Conflict, ApiError) as err:
+            raise WorkflowQueryFailedError(workflow_id, query, str(err)) from None
+        return result_converter(None, result_type).load(answer.get("result"))
 
     async def cancel_workflow(
         self,

@@ -54,6 +54,17 @@ class WorkflowCalls(Protocol):
 
     async def wait(self, command_id: str, *, timeout: float = 10.0) -> CommandStatus: ...
 
+    async def query_workflow(
+        self,
+        workflow_id: str,
+        query: str,
+        arg: Any = None,
+        *,
+        result_type: Any = None,
+        start_command_id: str | None = None,
+        timeout: float | None = None,
+    ) -> Any: ...
+
     async def signal_workflow(
         self,
         workflow_id: str,
@@ -324,6 +335,26 @@ class WorkflowHandle(Generic[ResultT]):
             start_command_id=self.start_command_id,
             command_id=command_id,
             wait=wait,
+        )
+
+    async def query(
+        self, query: str, arg: Any = None, *, result_type: Any = None, timeout: float | None = None
+    ) -> Any:
+        """Ask the workflow's `@workflow.query` handler ``query`` (with ``arg``): what it returns,
+        validated into ``result_type`` when given (`Client.query_workflow`). A handle bound to a run
+        asks only that run (a reused id's newer run is refused).
+
+        Example::
+
+            progress = await handle.query("progress", result_type=Progress)
+        """
+        return await self._client.query_workflow(
+            self.workflow_id,
+            query,
+            arg,
+            result_type=result_type,
+            start_command_id=self.start_command_id,
+            timeout=timeout,
         )
 
     async def cancel(

@@ -147,6 +147,12 @@ class SyncWorkflowHandle(Generic[ResultT]):
         """`WorkflowHandle.describe`, blocking."""
         return self._loop.run(self._handle.describe())
 
+    def query(
+        self, query: str, arg: Any = None, *, result_type: Any = None, timeout: float | None = None
+    ) -> Any:
+        """`WorkflowHandle.query`, blocking."""
+        return self._loop.run(self._handle.query(query, arg, result_type=result_type, timeout=timeout))
+
     def signal(
         self, name: str, payload: Any = None, *, command_id: str | None = None, wait: float | None = None
     ) -> Sent:
@@ -213,6 +219,7 @@ class SyncClient:
     trigger_schedule = _Blocking(Client.trigger_schedule)
     backfill_schedule = _Blocking(Client.backfill_schedule)
     delete_schedule = _Blocking(Client.delete_schedule)
+    query_workflow = _Blocking(Client.query_workflow)
     signal_workflow = _Blocking(Client.signal_workflow)
     cancel_workflow = _Blocking(Client.cancel_workflow)
     terminate_workflow = _Blocking(Client.terminate_workflow)

@@ -150,6 +150,17 @@ class WorkflowRejectedError(WorkflowOutcomeError):
         super().__init__(workflow_id, f"the start of workflow {workflow_id} was refused: {self.reason}")
 
 
+class WorkflowQueryFailedError(ClientError, PermanentError):
+    """The orchestrator that holds the workflow refused the query: no such workflow or query
+    handler, a handler that did more than read or raised, a stuck workflow, or a closed one whose
+    history is no longer kept; `detail` says which (Temporal's `WorkflowQueryFailedError`)."""
+
+    def __init__(self, workflow_id: str, query: str, detail: str) -> None:
+        self.workflow_id = workflow_id
+        self.query = query
+        super().__init__(f"query {query!r} of workflow {workflow_id}: {detail}")
+
+
 class WorkflowResultTimeoutError(ClientError, TransientError):
     """The workflow had not ended within the wait for its result; it goes on running (wait again).
 

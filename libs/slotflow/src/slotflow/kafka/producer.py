@@ -388,6 +388,13 @@ def murmur2(data: bytes) -> int:
     return h ^ (h >> 15)
 
 
+def key_partition(key: str, partitions: int) -> int:
+    """The partition of a topic with ``partitions`` partitions that a record keyed ``key`` goes
+    to: a workflow's shard is the commands topic's partition of its id (the orchestrator's lease,
+    the api's query route)."""
+    return partition_for(key.encode(), list(range(partitions)), [])
+
+
 def partition_for(key: bytes | None, partitions: Sequence[int], available: Sequence[int]) -> int:
     """The partition aiokafka's default partitioner picks for ``key`` (the Java client's too).
 

@@ -14,7 +14,9 @@ The read grants are what the code reads across schemas, and nothing else:
 One service asks another's schema a question without reading it: the claimer calls
 `ticker.rerun_issued` (a SECURITY DEFINER function, whose answer is all it learns) before it takes
 an operator's re-run, and `orchestrator.activity_cancel_issued` before it acts on a workflow's
-cancel of an activity, so it holds USAGE on those two schemas and no right on any of their tables.
+cancel of an activity, so it holds USAGE on those two schemas and no right on any of their tables;
+the api calls `orchestrator.query_route` to find the orchestrator that answers a workflow's query
+(docs/decisions/0010).
 
 PostgreSQL's default privileges cannot name one table, so a read grant covers the whole schema
 (read only). Every other cross-service exchange goes through Kafka.
@@ -58,7 +60,7 @@ SERVICE_ROLES: tuple[ServiceRole, ...] = (
     ServiceRole("orchestrator", "orchestrator", reads=("claimer",)),
     ServiceRole("dlq", "dlq"),
     ServiceRole("stats", "stats"),
-    ServiceRole("api", "api", reads=("stats",)),
+    ServiceRole("api", "api", reads=("stats",), asks=("orchestrator",)),
 )
 _BY_SERVICE = {r.service: r for r in SERVICE_ROLES}
 

@@ -27,11 +27,14 @@ from slotflow_api.schemas import (
     CancelBody,
     HistoryEntry,
     Page,
+    QueryAnswerOut,
+    QueryBody,
     SignalBody,
     StartWorkflowBody,
     Workflow,
     WorkflowDetail,
 )
+from slotflow_api.workflow_queries import QueryRefused, QueryUnanswered
 
 # Bodies too deep for the JSON parser are a 422 naming where (slotflow_api.bodies).
 router = APIRouter(tags=["workflows"], route_class=DeepJsonRoute)
@@ -375,6 +378,53 @@ async def signal_workflow(
         start_command_id=body.start_command_id,
     )
     return await submit(s, message, idempotency_key=idempotency_key, wait=wait)
+
+
+@router.post(
+    "/v1/workflows/{workflow_id:path}/query",
+    response_model=QueryAnswerOut,
+    responses={
+        400: {"description": "the handler tried to do more than read, raised, or the argument does not fit"},
+        404: {"description": "the workflow, or a query handler of that name, is not known"},
+        409: {
+            "description": "the workflow is stuck (its replay diverged), or `start_command_id` names another run"
+        },
+        410: {"description": "closed, and its history is no longer kept"},
+        503: {
+            "description": "no orchestrator answered in time (the shard is moving, or none serves queries)"
+        },
+    },
+    summary="Query: run the workflow's read-only query handler on its current (or final) state; nothing is recorded",
+)
+async def query_workflow(
+    s: Annotated[Services, Depends(services)], workflow_id: WorkflowId, body: QueryBody
+) -> JSONResponse:
+    if body.start_command_id is not None:
+        row = await read_model.get_workflow(s.pool, s.schema, workflow_id)
+        current = row.get("start_command_id") if row is not None else None
+        if current is not None and current != body.start_command_id:
+            raise WorkflowClosed(
+                f"workflow {workflow_id!r}'s current run was started by command {current!r}, not "
+                f"{body.start_command_id!r}: a query meant for that run is not asked of another"
+            )
+    if s.queries is None:
+        return JSONResponse(
+            status_code=503, content={"detail": "the api is starting: it asks no queries yet"}
+        )
+    limit = s.settings.api.query_timeout_seconds
+    timeout = min(body.timeout_seconds, limit) if body.timeout_seconds is not None else limit
+    try:
+        answer = await s.queries.ask(workflow_id, body.query, body.arg, timeout=timeout)
+    except QueryRefused as refused:
+        return JSONResponse(
+            status_code=refused.status, content={"detail": refused.detail, "error": refused.error}
+        )
+    except QueryUnanswered as unanswered:
+        return JSONResponse(status_code=503, content={"detail": str(unanswered)})
+    out = QueryAnswerOut(
+        workflow_id=workflow_id, query=body.query, result=answer.result, status=answer.status
+    )
+    return JSONResponse(content=out.model_dump(mode="json"))
 
 
 @router.post(

@@ -1,0 +1,270 @@
+"""The orchestrator's answers to queries (docs/decisions/0010, docs/workflows.md "Queries").
+
+The api finds the orchestrator that holds a workflow's shard through `query_route(shard)` (owner,
+listener address, lease token) and asks its listener::
+
+    POST /queries
+    Authorization: Bearer <SLOTFLOW_ORCHESTRATOR_QUERY_TOKEN>
+    {"workflow_id": "order-1042", "query": "progress", "arg": null, "shard": 3, "lease_token": 17}
+
+    200 {"result": {...}, "status": "running"}
+    409 {"error": "moved", ...}    this orchestrator does not hold the shard under that token
+    409 {"error": "stuck", ...}    the workflow's replay diverged from its history
+    404 {"error": "not_found" | "unknown_query", ...}
+    410 {"error": "purged", ...}   closed, and its history is no longer kept
+    400 {"error": "query_failed" | "bad_request", ...}
+
+The listener runs on the service's event loop (uvicorn), so a query never runs beside a decision
+on another thread: it reads the workflow's history from the table, replays it in an execution of
+its own (`WorkflowRuntime.query`: never the one decisions use) and runs the read-only handler. The
+lease is checked before the read and again after the answer: an orchestrator that lost the shard
+meanwhile answers `moved`, never a state that another owner may have moved past.
+"""
+
+import asyncio
+import hmac
+import json
+import logging
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+import uvicorn
+
+from slotflow.contracts import HistoryEvent
+from slotflow.pg.payloads import get_payload
+from slotflow.pg.pool import Pool
+from slotflow.pg.statements import sql
+from slotflow.workflow import NonDeterminismError, QueryError, UnknownQuery
+from slotflow.workflow.payloads import resolve_payloads
+from slotflow_orchestrator.deciding import history_of
+from slotflow_orchestrator.leases import Leases
+from slotflow_orchestrator.sql import HISTORY, QUERY_WORKFLOW, REGISTER_QUERY_LISTENER
+
+log = logging.getLogger(__name__)
+
+#: The largest request body the listener reads (a query's argument is small).
+MAX_BODY_BYTES = 1024 * 1024
+QUERIES_PATH = "/queries"
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+
+class Queryable(Protocol):
+    """What answers a query from a history (`slotflow.workflow.runtime.WorkflowRuntime.query`)."""
+
+    def query(self, history: Sequence[HistoryEvent], name: str, arg: Any = None, *, now: datetime) -> Any: ...
+
+
+class _PayloadsThroughPool:
+    """The payload table, for a history whose large fields travel by reference."""
+
+    def __init__(self, pool: Pool, schema: str) -> None:
+        self._pool = pool
+        self._schema = schema
+
+    async def put(self, data: bytes) -> str:  # pragma: no cover - a query stores nothing
+        raise QueryError("a query stores no payload")
+
+    async def get(self, ref: str) -> bytes:
+        async with self._pool.acquire() as conn:
+            return await get_payload(conn, schema=self._schema, ref=ref)
+
+
+class QueryAnswers:
+    """Answers one query for a workflow of a shard this orchestrator holds."""
+
+    def __init__(self, pool: Pool, *, schema: str, leases: Leases, code: Queryable) -> None:
+        self._pool = pool
+        self._schema = schema
+        self._leases = leases
+        self._code = code
+        self._payloads = _PayloadsThroughPool(pool, schema)
+        self._statements = {"row": sql(QUERY_WORKFLOW, schema), "history": sql(HISTORY, schema)}
+
+    async def answer(self, request: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """The status and body that answer ``request`` (see the module docstring)."""
+        try:
+            workflow_id = _text(request, "workflow_id")
+            name = _text(request, "query")
+            shard = _number(request, "shard")
+            token = _number(request, "lease_token")
+        except ValueError as err:
+            return 400, {"error": "bad_request", "detail": str(err)}
+        arg = request.get("arg")
+        if self._leases.held.get(shard) != token:
+            return 409, _moved(shard, token)
+        row = await self._pool.fetchrow(self._statements["row"], workflow_id)
+        if row is None:
+            return 404, {"error": "not_found", "detail": f"workflow {workflow_id!r} is not known"}
+        if row["shard"] != shard:
+            return 409, {
+                "error": "moved",
+                "detail": f"workflow {workflow_id!r} is on shard {row['shard']}, not {shard}",
+            }
+        if row["purged"]:
+            return 410, {
+                "error": "purged",
+                "detail": f"workflow {workflow_id!r} is {row['status']} and its history is no longer "
+                "kept (SLOTFLOW_ORCHESTRATOR_HISTORY_RETENTION_DAYS): there is no state to query",
+            }
+        rows = await self._pool.fetch(self._statements["history"], [workflow_id])
+        history = await resolve_payloads(history_of([(r["type"], r["data"]) for r in rows]), self._payloads)
+        status = str(row["status"])
+        try:
+            result = self._code.query(history, name, arg, now=datetime.now(UTC))
+        except UnknownQuery as err:
+            return 404, {"error": "unknown_query", "detail": str(err)}
+        except NonDeterminismError as err:
+            return 409, {"error": "stuck", "detail": f"workflow {workflow_id!r} is stuck: {err}"}
+        except QueryError as err:
+            return 400, {"error": "query_failed", "detail": str(err)}
+        if self._leases.held.get(shard) != token:
+            return 409, _moved(shard, token)
+        return 200, {"result": result, "status": status}
+
+
+def _moved(shard: int, token: int) -> dict[str, Any]:
+    return {
+        "error": "moved",
+        "detail": f"this orchestrator does not hold shard {shard} under lease token {token}: ask its owner again",
+    }
+
+
+def _text(request: dict[str, Any], name: str) -> str:
+    value = request.get(name)
+    if not isinstance(value, str) or not value or len(value) > 1000:
+        raise ValueError(f"{name} must be a string of 1 to 1000 characters")
+    return value
+
+
+def _number(request: dict[str, Any], name: str) -> int:
+    value = request.get(name)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"{name} must be a non-negative integer")
+    return value
+
+
+class QueryListener:
+    """The HTTP listener in front of `QueryAnswers`: `run(stop)` registers its address for the
+    api (`query_listeners`) and serves until ``stop``."""
+
+    def __init__(
+        self,
+        answers: QueryAnswers,
+        pool: Pool,
+        *,
+        schema: str,
+        owner: str,
+        host: str,
+        port: int,
+        address: str,
+        token: str | None,
+    ) -> None:
+        self._answers = answers
+        self._pool = pool
+        self._schema = schema
+        self._owner = owner
+        self._host = host
+        self._port = port
+        self._address = address
+        self._token = token.encode() if token is not None else None
+
+    async def run(self, stop: asyncio.Event) -> None:
+        config = uvicorn.Config(
+            self.app, host=self._host, port=self._port, lifespan="off", access_log=False, log_level="warning"
+        )
+        server = _QuietServer(config)
+        serving = asyncio.create_task(server.serve(), name="orchestrator-queries")
+        try:
+            while not server.started:
+                if serving.done():
+                    serving.result()  # raises why it could not listen
+                    return
+                await asyncio.sleep(0.02)
+            await self._pool.execute(sql(REGISTER_QUERY_LISTENER, self._schema), self._owner, self._address)
+            log.info("orchestrator %s answers queries at %s", self._owner, self._address)
+            await stop.wait()
+        finally:
+            server.should_exit = True
+            await serving
+
+    async def app(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        if scope["path"] != QUERIES_PATH:
+            await _reply(send, 404, {"error": "not_found", "detail": f"only POST {QUERIES_PATH} is served"})
+            return
+        if scope["method"] != "POST":
+            await _reply(send, 405, {"error": "method", "detail": f"{QUERIES_PATH} takes POST"})
+            return
+        if self._token is not None and not self._authorised(scope):
+            await _reply(
+                send, 401, {"error": "unauthorised", "detail": "a query needs the listener's bearer token"}
+            )
+            return
+        body = await _body(receive)
+        if body is None:
+            await _reply(send, 413, {"error": "too_large", "detail": f"at most {MAX_BODY_BYTES} bytes"})
+            return
+        try:
+            request = json.loads(body)
+        except ValueError:
+            request = None
+        if not isinstance(request, dict):
+            await _reply(send, 400, {"error": "bad_request", "detail": "the body must be a JSON object"})
+            return
+        status, answer = await self._answers.answer(request)
+        await _reply(send, status, answer)
+
+    def _authorised(self, scope: Scope) -> bool:
+        for name, value in scope.get("headers", []):
+            if name == b"authorization":
+                scheme, _, given = bytes(value).partition(b" ")
+                return (
+                    scheme.lower() == b"bearer"
+                    and self._token is not None
+                    and hmac.compare_digest(given, self._token)
+                )
+        return False
+
+
+class _QuietServer(uvicorn.Server):
+    """uvicorn without its signal handlers: the service's own decide when it stops."""
+
+    def install_signal_handlers(self) -> None:  # uvicorn before 0.29
+        return
+
+    def capture_signals(self) -> Any:  # uvicorn 0.29 on
+        import contextlib
+
+        return contextlib.nullcontext()
+
+
+async def _body(receive: Receive) -> bytes | None:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+async def _reply(send: Send, status: int, body: dict[str, Any]) -> None:
+    data = json.dumps(body, separators=(",", ":")).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": data})
