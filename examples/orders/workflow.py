@@ -15,6 +15,9 @@ STEP_RETRY = RetryPolicy(max_attempts=5, start_to_close=timedelta(seconds=30))
 
 @workflow.defn(name="orders.checkout")
 class Checkout:
+    def __init__(self) -> None:
+        self.stage = "authorizing"
+
     @workflow.run
     async def run(self, order: Order) -> Receipt:
         # Whatever ends the block early undoes what was done, newest first (the stock goes back
@@ -26,11 +29,14 @@ class Checkout:
                 "payments.authorize", order, result_type=Authorization, retry=STEP_RETRY
             )
             saga.add_compensation("payments.void", auth)
+            self.stage = "reserving"
             reservation = await workflow.execute_activity(
                 "inventory.reserve", order, result_type=Reservation, retry=STEP_RETRY
             )
             saga.add_compensation("inventory.release", reservation)
+            self.stage = "holding"
             await workflow.sleep(order.hold)
+            self.stage = "capturing"
             return await workflow.execute_activity(
                 "payments.capture",
                 auth,
@@ -38,3 +44,9 @@ class Checkout:
                 retry=STEP_RETRY,
                 non_retryable=["CaptureDeclined"],
             )
+
+    @workflow.query(name="stage")
+    def current_stage(self) -> str:
+        """Where the order is: `authorizing`, `reserving`, `holding` or `capturing` (a query reads
+        the state its last decision left; it records nothing)."""
+        return self.stage

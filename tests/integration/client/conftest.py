@@ -15,6 +15,8 @@ from slotflow.testing.processes import ProcessGroup, ServiceProcess, free_port, 
 REPO = Path(__file__).parents[3]
 #: The api's bootstrap token (scope admin); only this test's api knows it.
 ADMIN_TOKEN = "sft_" + secrets.token_urlsafe(32)
+#: The orchestrator's query listener's token, given to the api.
+QUERY_TOKEN = secrets.token_urlsafe(32)
 
 
 @dataclass(frozen=True)
@@ -47,12 +49,25 @@ async def stack(kafka: KafkaSettings, pg_dsn: str, tmp_path: Path, processes: Pr
     await processes.start(
         service("slotflow_claimer", "SLOTFLOW_CLAIMER_", handler_modules="orders.activities")
     )
+    # The orchestrator answers the api's queries on a listener of its own, behind a token.
     await processes.start(
-        service("slotflow_orchestrator", "SLOTFLOW_ORCHESTRATOR_", workflow_modules="orders.workflow")
+        service(
+            "slotflow_orchestrator",
+            "SLOTFLOW_ORCHESTRATOR_",
+            workflow_modules="orders.workflow",
+            query_port=free_port(),
+            query_token=QUERY_TOKEN,
+        )
     )
     api_port = free_port()
     api_env = stack_env(
-        kafka, pg_dsn, "SLOTFLOW_API_", port=api_port, bootstrap_token=ADMIN_TOKEN, projector_poll_ms=50
+        kafka,
+        pg_dsn,
+        "SLOTFLOW_API_",
+        port=api_port,
+        bootstrap_token=ADMIN_TOKEN,
+        projector_poll_ms=50,
+        orchestrator_query_token=QUERY_TOKEN,
     )
     # The api serves /metrics on its own port: ready once it answers there.
     await processes.start(

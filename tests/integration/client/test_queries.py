@@ -1,0 +1,148 @@
+"""Queries on the whole system as processes (real Kafka and PostgreSQL): the client asks the api,
+the api finds the orchestrator that holds the workflow's shard (`query_route`) and asks its query
+listener, which answers from the replayed state and appends nothing. A closed workflow answers
+from its final state; an unknown query, an unknown workflow and a listener asked without its token
+are refused with a reason; the CLI prints the answer.
+"""
+
+import asyncio
+import json
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import httpx
+import pytest
+
+from slotflow.client import Client, HttpTransport, WorkflowQueryFailedError
+from slotflow.testing import assert_eventually
+from tests.integration.client.conftest import ADMIN_TOKEN, Stack
+
+EXAMPLES = Path(__file__).parents[3] / "examples"
+RESULT_WITHIN = 120.0
+
+
+async def test_a_query_reads_the_running_and_the_closed_saga_and_records_nothing(
+    stack: Stack, http: HttpTransport
+) -> None:
+    if str(EXAMPLES) not in sys.path:
+        sys.path.insert(0, str(EXAMPLES))
+    from orders.models import Line, Order
+    from orders.workflow import Checkout
+
+    client = Client(http)
+    order = Order(
+        order_id="q-1",
+        customer_id="c-7",
+        amount_cents=1200,
+        card_token="tok_visa",
+        lines=[Line(sku="mug", quantity=1)],
+        hold=timedelta(seconds=3),
+    )
+    handle = await client.start_workflow(Checkout.run, order, id="q-1")
+
+    async def holding() -> bool:
+        return bool(await handle.query("stage") == "holding")
+
+    await assert_eventually(holding, timeout=60, message="q-1 answers `holding` while it waits")
+    before = (await http.get("/v1/workflows/q-1"))["last_sequence"]
+    for _ in range(5):
+        assert await handle.query("stage", result_type=str) == "holding"
+    await asyncio.sleep(0.5)
+    assert (await http.get("/v1/workflows/q-1"))["last_sequence"] == before  # nothing appended
+
+    await handle.result(timeout=RESULT_WITHIN, poll_interval=0.3)
+    # Closed: answered from its final state.
+    assert await client.query_workflow("q-1", "stage") == "capturing"
+
+    with pytest.raises(WorkflowQueryFailedError, match="has no query 'status'"):
+        await handle.query("status")
+    with pytest.raises(WorkflowQueryFailedError, match="not known"):
+        await client.query_workflow("q-nobody", "stage")
+
+
+async def test_the_cli_asks_a_query_through_the_api(stack: Stack, http: HttpTransport) -> None:
+    if str(EXAMPLES) not in sys.path:
+        sys.path.insert(0, str(EXAMPLES))
+    from orders.models import Line, Order
+    from orders.workflow import Checkout
+
+    client = Client(http)
+    order = Order(
+        order_id="q-2",
+        customer_id="c-7",
+        amount_cents=900,
+        card_token="tok_visa",
+        lines=[Line(sku="mug", quantity=1)],
+        hold=timedelta(minutes=10),
+    )
+    await client.start_workflow(Checkout.run, order, id="q-2")
+
+    async def holding() -> bool:
+        return bool(await client.query_workflow("q-2", "stage") == "holding")
+
+    await assert_eventually(holding, timeout=60, message="q-2 holding")
+
+    cli = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "slotflow.cli",
+            "--api-url",
+            stack.api_url,
+            "--token",
+            ADMIN_TOKEN,
+            "--json",
+            "workflow",
+            "query",
+            "q-2",
+            "stage",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert cli.returncode == 0, cli.stderr
+    assert json.loads(cli.stdout)["result"] == "holding"
+    unknown = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "slotflow.cli",
+            "--api-url",
+            stack.api_url,
+            "--token",
+            ADMIN_TOKEN,
+            "workflow",
+            "query",
+            "q-2",
+            "nope",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert unknown.returncode != 0
+    assert "has no query 'nope'" in unknown.stderr
+    await client.cancel_workflow("q-2", reason="done", wait=30)
+
+
+async def test_a_query_listener_asked_without_its_token_answers_401(stack: Stack, pg_dsn: str) -> None:
+    import asyncpg
+
+    conn = await asyncpg.connect(pg_dsn)
+    try:
+        rows = await conn.fetch("SELECT address FROM orchestrator.query_listeners")
+    finally:
+        await conn.close()
+    assert len(rows) == 1
+    async with httpx.AsyncClient() as plain:
+        reply = await plain.post(
+            f"{rows[0]['address']}/queries",
+            json={"workflow_id": "q-3", "query": "stage", "shard": 0, "lease_token": 1},
+        )
+    assert reply.status_code == 401
+    assert reply.json()["error"] == "unauthorised"
