@@ -8,7 +8,7 @@ not tell the id `a/b` with its history from the id `a/b/history`. `EncodedIdPath
 segment from the raw path: the router then matches the path with that id's slashes still escaped
 (`/v1/workflows/a%2Fb/history`), and `workflow_id_param` unescapes it. An id sent unescaped
 (`/v1/workflows/a/b/history`) is matched by the routes' `{workflow_id:path}`, the suffix routes
-first: it works too, except for an id that itself ends in `/history`, `/signal`, `/cancel` or
+first: it works too, except for an id that itself ends in `/history`, `/query`, `/signal`, `/cancel` or
 `/terminate`, which must be escaped (docs/api.md).
 """
 
