@@ -116,6 +116,7 @@ CLIENT_ALL = [
     "WorkflowFailedError",
     "WorkflowHandle",
     "WorkflowOutcomeError",
+    "WorkflowQueryFailedError",
     "WorkflowRejectedError",
     "WorkflowResultError",
     "WorkflowResultTimeoutError",

@@ -54,7 +54,9 @@ def test_the_grant_table_has_one_owner_line_per_service_and_the_reads() -> None:
     assert ("slotflow_claimer", "ticker", "USAGE (its functions only)") in rows
     # And the orchestrator whether it cancelled a workflow's activity: the same, on its schema.
     assert ("slotflow_claimer", "orchestrator", "USAGE (its functions only)") in rows
-    assert len(rows) == len(SERVICE_ROLES) + 4
+    # The api asks the orchestrator's schema which orchestrator answers a workflow's queries.
+    assert ("slotflow_api", "orchestrator", "USAGE (its functions only)") in rows
+    assert len(rows) == len(SERVICE_ROLES) + 5
 
 
 @pytest.mark.parametrize("prefix", ["Slotflow_", "a-b", "x'; DROP ROLE y; --", "", "1x"])

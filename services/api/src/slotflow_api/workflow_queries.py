@@ -18,9 +18,8 @@ from slotflow.errors import SlotflowError
 from slotflow.kafka.producer import Producer, key_partition
 from slotflow.pg.pool import Pool
 from slotflow.pg.statements import sql
+from slotflow_api.sql.queries import QUERY_ROUTE
 
-#: Who holds the shard's lease, where it listens, under which token (`query_route`).
-QUERY_ROUTE = "SELECT lease_owner, listener, lease_token FROM {schema}.query_route($1)"
 #: Pause between two asks of a moving or silent shard.
 RETRY_PAUSE_S = 0.1
 
