@@ -55,6 +55,9 @@ export SLOTFLOW_IMAGE=localhost/slotflow:compose-check
 # The api runs with authentication on; this run's admin token exists only for the run.
 SLOTFLOW_API_BOOTSTRAP_TOKEN="sft_$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 export SLOTFLOW_API_BOOTSTRAP_TOKEN
+# The orchestrators' query listener token, shared with the api, likewise for the run only.
+SLOTFLOW_QUERY_TOKEN="$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+export SLOTFLOW_QUERY_TOKEN
 compose() { "$COMPOSE" -p "$PROJECT" --profile app "$@"; }
 
 healthchecks_pid=

@@ -14,6 +14,8 @@ from slotflow.settings import KafkaSettings, PostgresSettings, WorkerSettings, e
 
 #: Interfaces a query listener may bind without a token: only this host reaches them.
 LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
+#: Interfaces that mean "every one": not an address anyone can reach.
+WILDCARDS = frozenset({"0.0.0.0", "::", ""})  # noqa: S104 - recognised, not bound
 
 
 def _default_instance() -> str:
@@ -89,8 +91,8 @@ class OrchestratorSettings(WorkerSettings):
     query_port: int = Field(default=0, ge=0, le=65535)
     #: The interface the query listener binds.
     query_host: str = "127.0.0.1"
-    #: The address the api reaches the listener at (`http://10.0.3.7:9341`: in Kubernetes, the
-    #: pod's IP); unset: `http://{query_host}:{query_port}`.
+    #: The address the api reaches the listener at (`http://10.0.3.7:9341`); unset: the bound
+    #: host, or for `0.0.0.0` the address this host's name resolves to (a container's or pod's IP).
     query_address: str | None = None
     #: The bearer token the api must present to the listener (SLOTFLOW_API_ORCHESTRATOR_QUERY_TOKEN
     #: on the api); required once the listener binds anything but the loopback interface.
@@ -118,8 +120,15 @@ class OrchestratorSettings(WorkerSettings):
         register_secret(self.query_token)
 
     def query_url(self) -> str:
-        """Where the api reaches this orchestrator's query listener."""
-        return self.query_address or f"http://{self.query_host}:{self.query_port}"
+        """Where the api reaches this orchestrator's query listener: `query_address`, else the
+        bound host, else (bound to every interface) the address this host's name resolves to (a
+        container's or a pod's own IP)."""
+        if self.query_address:
+            return self.query_address
+        host = self.query_host
+        if host in WILDCARDS:
+            host = socket.gethostbyname(socket.gethostname())
+        return f"http://{f'[{host}]' if ':' in host else host}:{self.query_port}"
 
     def modules(self) -> list[str]:
         return [m.strip() for m in self.workflow_modules.split(",") if m.strip()]
