@@ -6,7 +6,8 @@ What it shows, or it exits non-zero saying which part did not happen:
 2. a payout schedule created over HTTP fires every 2 seconds and its runs complete on the
    claimers (the examples' payout handler, writing the ledger in the compose PostgreSQL);
 3. two checkouts of the order saga run on the orchestrators: one completes, the other's card is
-   declined and the saga compensates (release, then void), ending `failed` with `compensated: true`.
+   declined and the saga compensates (release, then void), ending `failed` with `compensated: true`;
+   the completed one answers its `stage` query through the api and an orchestrator's listener.
 """
 
 from __future__ import annotations
@@ -130,6 +131,13 @@ async def smoke(api: str, pg: str, token: str) -> None:
             ok = await ended_workflow(client, "compose-order-ok", 120)
             if ok["status"] != "completed":
                 raise SmokeFailed(f"compose-order-ok ended {ok['status']}, not completed")
+            # A query reaches the orchestrator that holds the workflow, across the compose network.
+            asked = await client.post("/v1/workflows/compose-order-ok/query", json={"query": "stage"})
+            if asked.status_code != 200 or asked.json().get("result") != "capturing":
+                raise SmokeFailed(
+                    f"the query of compose-order-ok answered {asked.status_code}: {asked.text[:300]}"
+                )
+            say("compose-order-ok's query answered through the api and an orchestrator's listener")
             declined = await ended_workflow(client, "compose-order-declined", 120)
             undone = [c["activity"] for c in declined.get("compensations", [])]
             if declined["status"] != "failed" or declined.get("compensated") is not True:
