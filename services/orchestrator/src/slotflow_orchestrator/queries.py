@@ -32,6 +32,7 @@ from typing import Any, Protocol
 import uvicorn
 
 from slotflow.contracts import HistoryEvent
+from slotflow.errors import ConfigurationError
 from slotflow.pg.payloads import get_payload
 from slotflow.pg.pool import Pool
 from slotflow.pg.statements import sql
@@ -51,6 +52,10 @@ Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
+
+
+class QueryListenerFailed(ConfigurationError):
+    """The query listener could not start (its port taken, its host not this machine's)."""
 
 
 class Queryable(Protocol):
@@ -182,8 +187,14 @@ class QueryListener:
         try:
             while not server.started:
                 if serving.done():
-                    serving.result()  # raises why it could not listen
-                    return
+                    try:
+                        serving.result()
+                    except SystemExit:  # uvicorn's answer to a port it cannot bind (it logged why)
+                        pass
+                    raise QueryListenerFailed(
+                        f"the query listener could not listen on {self._host}:{self._port} "
+                        "(SLOTFLOW_ORCHESTRATOR_QUERY_HOST, _QUERY_PORT)"
+                    )
                 await asyncio.sleep(0.02)
             await self._pool.execute(sql(REGISTER_QUERY_LISTENER, self._schema), self._owner, self._address)
             log.info("orchestrator %s answers queries at %s", self._owner, self._address)
