@@ -22,6 +22,7 @@ meanwhile answers `moved`, never a state that another owner may have moved past.
 """
 
 import asyncio
+import contextlib
 import hmac
 import json
 import logging
@@ -187,10 +188,9 @@ class QueryListener:
         try:
             while not server.started:
                 if serving.done():
-                    try:
+                    # uvicorn's answer to a port it cannot bind is SystemExit (it logged why).
+                    with contextlib.suppress(SystemExit):
                         serving.result()
-                    except SystemExit:  # uvicorn's answer to a port it cannot bind (it logged why)
-                        pass
                     raise QueryListenerFailed(
                         f"the query listener could not listen on {self._host}:{self._port} "
                         "(SLOTFLOW_ORCHESTRATOR_QUERY_HOST, _QUERY_PORT)"
@@ -250,8 +250,6 @@ class _QuietServer(uvicorn.Server):
         return
 
     def capture_signals(self) -> Any:  # uvicorn 0.29 on
-        import contextlib
-
         return contextlib.nullcontext()
 
 
