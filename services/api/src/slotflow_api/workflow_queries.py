@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import asyncpg
 import httpx
 
 from slotflow.errors import SlotflowError
@@ -75,7 +76,19 @@ class Queries:
         shard = key_partition(workflow_id, self._shards)
         problem = f"no orchestrator holds shard {shard}"
         while True:
-            route = await self._pool.fetchrow(self._route, shard)
+            try:
+                route = await self._pool.fetchrow(self._route, shard)
+            except (
+                asyncpg.UndefinedFunctionError,
+                asyncpg.InvalidSchemaNameError,
+                asyncpg.InsufficientPrivilegeError,
+            ) as err:
+                raise QueryUnanswered(
+                    f"the api cannot ask the orchestrators' schema which orchestrator holds workflow "
+                    f"{workflow_id!r} ({type(err).__name__}: {err}): is an orchestrator of this version "
+                    "migrated there, and may the api's role use it (SLOTFLOW_API_ORCHESTRATOR_SCHEMA, "
+                    "`slotflow db bootstrap-roles`)?"
+                ) from None
             if route is not None and route["lease_owner"] is not None:
                 left = deadline - time.monotonic()
                 try:
