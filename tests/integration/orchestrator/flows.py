@@ -235,3 +235,23 @@ class AbandonsStep:
         except asyncio.CancelledError:
             return "abandoned"
         return "finished first"
+
+
+@workflow.defn(name="tests.noting")
+class Noting:
+    """Keeps each `note` signal's text until one says done; answers `notes` with them."""
+
+    def __init__(self) -> None:
+        self.notes: list[str] = []
+
+    @workflow.run
+    async def run(self, order: dict[str, Any]) -> dict[str, Any]:
+        while True:
+            note = await workflow.wait_signal("note")
+            if note.get("done"):
+                return {"notes": self.notes}
+            self.notes.append(str(note["text"]))
+
+    @workflow.query(name="notes")
+    def notes_so_far(self) -> list[str]:
+        return list(self.notes)
