@@ -9,14 +9,18 @@ import platform
 import statistics
 import subprocess
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
 from pathlib import Path
 
 import asyncpg
 
+from slotflow.contracts import HistoryEvent, wrap
+from slotflow.contracts.codec import encode
+from slotflow.contracts.topics import WORKFLOW_HISTORY
 from slotflow.kafka.admin import ensure_topics
+from slotflow.kafka.producer import OutgoingRecord, Producer
 from slotflow.settings import KafkaSettings, PostgresSettings
 
 REPO = Path(__file__).resolve().parents[1]
@@ -66,6 +70,36 @@ async def bench_topics() -> AsyncIterator[KafkaSettings]:
             await admin.delete_topics([spec.name for spec in settings.topics()])
         finally:
             await admin.close()
+
+
+async def publish_histories(
+    kafka: KafkaSettings, histories: Iterable[Sequence[HistoryEvent]], *, at: datetime, client_id: str
+) -> int:
+    """Write each workflow's history to the history topic as the orchestrator's relay would (one
+    envelope per event, keyed by the workflow id, id `{workflow_id}#{sequence}`); the events written."""
+    topic = kafka.topic(WORKFLOW_HISTORY)
+    events = 0
+    async with Producer(kafka, client_id=client_id) as producer:
+        batch: list[OutgoingRecord] = []
+        for history in histories:
+            for event in history:
+                workflow_id = event.workflow_id
+                envelope = wrap(
+                    event,
+                    id=f"{workflow_id}#{event.sequence}",
+                    key=workflow_id,
+                    source="bench",
+                    occurred_at=at,
+                )
+                headers = {"slotflow-type": event.message_type.encode(), "slotflow-version": b"1"}
+                batch.append(OutgoingRecord(topic, workflow_id.encode(), encode(envelope), headers))
+                events += 1
+            if len(batch) >= 5000:
+                await producer.send_raw_all(batch)
+                batch = []
+        if batch:
+            await producer.send_raw_all(batch)
+    return events
 
 
 def process_cpu_seconds(pid: int) -> float:

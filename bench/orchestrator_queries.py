@@ -24,17 +24,17 @@ import socket
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
-from _common import RESULTS, bench_topics, fingerprint, percentile, scratch_database
+from _common import RESULTS, bench_topics, fingerprint, percentile, publish_histories, scratch_database
 
 from slotflow import workflow
-from slotflow.contracts import HistoryEvent, WorkflowStarted, wrap
-from slotflow.contracts.codec import encode
-from slotflow.contracts.topics import WORKFLOW_COMMANDS, WORKFLOW_HISTORY
-from slotflow.kafka.producer import OutgoingRecord, Producer
+from slotflow.contracts import HistoryEvent, WorkflowStarted
+from slotflow.contracts.topics import WORKFLOW_COMMANDS
+from slotflow.kafka.producer import Producer
 from slotflow.settings import KafkaSettings, PostgresSettings
 from slotflow.workflow.runtime import WorkflowRuntime
 from slotflow_api.workflow_queries import Queries
@@ -76,10 +76,8 @@ def _free_port() -> int:
 async def fill(kafka: KafkaSettings, workflows: int) -> int:
     """Publish ``workflows`` open histories; returns the events written."""
     runtime = WorkflowRuntime([Queried])
-    topic = kafka.topic(WORKFLOW_HISTORY)
-    events = 0
-    async with Producer(kafka, client_id="bench-queries") as producer:
-        batch: list[OutgoingRecord] = []
+
+    def histories() -> Iterator[list[HistoryEvent]]:
         for n in range(workflows):
             workflow_id = f"q-{n}"
             history: list[HistoryEvent] = [
@@ -92,23 +90,9 @@ async def fill(kafka: KafkaSettings, workflows: int) -> int:
                 )
             ]
             history.extend(runtime.replay(history, now=T0).events)
-            for event in history:
-                envelope = wrap(
-                    event,
-                    id=f"{workflow_id}#{event.sequence}",
-                    key=workflow_id,
-                    source="bench",
-                    occurred_at=T0,
-                )
-                headers = {"slotflow-type": event.message_type.encode(), "slotflow-version": b"1"}
-                batch.append(OutgoingRecord(topic, workflow_id.encode(), encode(envelope), headers))
-            events += len(history)
-            if len(batch) >= 5000:
-                await producer.send_raw_all(batch)
-                batch = []
-        if batch:
-            await producer.send_raw_all(batch)
-    return events
+            yield history
+
+    return await publish_histories(kafka, histories(), at=T0, client_id="bench-queries")
 
 
 def summary(latencies: list[float]) -> dict[str, float]:

@@ -19,11 +19,12 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
-from _common import RESULTS, bench_topics, fingerprint, scratch_database
+from _common import RESULTS, bench_topics, fingerprint, publish_histories, scratch_database
 
 from slotflow import workflow
 from slotflow.contracts import (
@@ -31,11 +32,7 @@ from slotflow.contracts import (
     ActivityScheduled,
     HistoryEvent,
     WorkflowStarted,
-    wrap,
 )
-from slotflow.contracts.codec import encode
-from slotflow.contracts.topics import WORKFLOW_HISTORY
-from slotflow.kafka.producer import OutgoingRecord, Producer
 from slotflow.settings import KafkaSettings, PostgresSettings
 from slotflow.workflow.runtime import WorkflowRuntime
 from slotflow_orchestrator.config import OrchestratorSettings, Settings
@@ -91,34 +88,20 @@ def record(workflow_id: str, steps: int, runtime: WorkflowRuntime) -> list[Histo
 async def fill(kafka: KafkaSettings, *, workflows: int, steps: int, open_every: int) -> tuple[int, int]:
     """Publish the histories; returns (events, open workflows)."""
     runtime = WorkflowRuntime([Steps], cache_size=1)
-    topic = kafka.topic(WORKFLOW_HISTORY)
-    events = opened = 0
-    async with Producer(kafka, client_id="bench-rebuild") as producer:
-        batch: list[OutgoingRecord] = []
+    opened = 0
+
+    def histories() -> Iterator[list[HistoryEvent]]:
+        nonlocal opened
         for n in range(workflows):
-            workflow_id = f"rb-{n}"
-            history = record(workflow_id, steps, runtime)
+            history = record(f"rb-{n}", steps, runtime)
             if open_every and n % open_every == 0:
                 history = history[
                     : next(i for i, e in enumerate(history) if isinstance(e, ActivityScheduled)) + 1
                 ]
                 opened += 1
-            for event in history:
-                envelope = wrap(
-                    event,
-                    id=f"{workflow_id}#{event.sequence}",
-                    key=workflow_id,
-                    source="bench",
-                    occurred_at=T0,
-                )
-                headers = {"slotflow-type": event.message_type.encode(), "slotflow-version": b"1"}
-                batch.append(OutgoingRecord(topic, workflow_id.encode(), encode(envelope), headers))
-            events += len(history)
-            if len(batch) >= 5000:
-                await producer.send_raw_all(batch)
-                batch = []
-        if batch:
-            await producer.send_raw_all(batch)
+            yield history
+
+    events = await publish_histories(kafka, histories(), at=T0, client_id="bench-rebuild")
     return events, opened
 
 

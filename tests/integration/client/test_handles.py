@@ -28,6 +28,7 @@ from slotflow.client import (
 )
 from slotflow.testing import assert_eventually
 from tests.integration.client.conftest import Stack
+from tests.integration.client.orders import Checkout, order
 
 EXAMPLES = Path(__file__).parents[3] / "examples"
 WAIT = 30.0
@@ -173,19 +174,7 @@ async def test_a_handle_of_an_ended_run_never_cancels_the_new_run_of_its_reused_
     reused, the first run's handle is refused: by the api (409, nothing published) and, over Kafka
     where no api looks, by the orchestrator (CommandRejected). Before, the stale handle's cancel
     reached the new run and compensated an order that had nothing to do with it."""
-    if str(EXAMPLES) not in sys.path:
-        sys.path.insert(0, str(EXAMPLES))
-    from orders.models import Line, Order
-    from orders.workflow import Checkout
-
-    held = Order(
-        order_id="stale-1",
-        customer_id="c-7",
-        amount_cents=1500,
-        card_token="tok_visa",
-        lines=[Line(sku="mug", quantity=1)],
-        hold=timedelta(minutes=10),
-    )
+    held = order("stale-1", 1500, hold=timedelta(minutes=10))
     client = Client(http)
     first = await client.start_workflow(Checkout.run, held, id="stale-1")
     await first.terminate("replaced by a new order", wait=WAIT)

@@ -10,7 +10,6 @@ import json
 import subprocess
 import sys
 from datetime import timedelta
-from pathlib import Path
 
 import httpx
 import pytest
@@ -18,29 +17,16 @@ import pytest
 from slotflow.client import Client, HttpTransport, WorkflowQueryFailedError
 from slotflow.testing import assert_eventually
 from tests.integration.client.conftest import ADMIN_TOKEN, Stack
+from tests.integration.client.orders import Checkout, order
 
-EXAMPLES = Path(__file__).parents[3] / "examples"
 RESULT_WITHIN = 120.0
 
 
 async def test_a_query_reads_the_running_and_the_closed_saga_and_records_nothing(
     stack: Stack, http: HttpTransport
 ) -> None:
-    if str(EXAMPLES) not in sys.path:
-        sys.path.insert(0, str(EXAMPLES))
-    from orders.models import Line, Order
-    from orders.workflow import Checkout
-
     client = Client(http)
-    order = Order(
-        order_id="q-1",
-        customer_id="c-7",
-        amount_cents=1200,
-        card_token="tok_visa",
-        lines=[Line(sku="mug", quantity=1)],
-        hold=timedelta(seconds=3),
-    )
-    handle = await client.start_workflow(Checkout.run, order, id="q-1")
+    handle = await client.start_workflow(Checkout.run, order("q-1", hold=timedelta(seconds=3)), id="q-1")
 
     async def holding() -> bool:
         return bool(await handle.query("stage") == "holding")
@@ -63,21 +49,8 @@ async def test_a_query_reads_the_running_and_the_closed_saga_and_records_nothing
 
 
 async def test_the_cli_asks_a_query_through_the_api(stack: Stack, http: HttpTransport) -> None:
-    if str(EXAMPLES) not in sys.path:
-        sys.path.insert(0, str(EXAMPLES))
-    from orders.models import Line, Order
-    from orders.workflow import Checkout
-
     client = Client(http)
-    order = Order(
-        order_id="q-2",
-        customer_id="c-7",
-        amount_cents=900,
-        card_token="tok_visa",
-        lines=[Line(sku="mug", quantity=1)],
-        hold=timedelta(minutes=10),
-    )
-    await client.start_workflow(Checkout.run, order, id="q-2")
+    await client.start_workflow(Checkout.run, order("q-2", hold=timedelta(minutes=10)), id="q-2")
 
     async def holding() -> bool:
         return bool(await client.query_workflow("q-2", "stage") == "holding")

@@ -19,9 +19,11 @@ import math
 import re
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+
+V = TypeVar("V")
 
 #: The types a search attribute can have (Temporal's Keyword, Text, Int, Double, Bool, Datetime,
 #: KeywordList).
@@ -230,10 +232,9 @@ def dump_search_attributes(attributes: Mapping[str, SearchAttribute | None]) -> 
     }
 
 
-def merged(
-    current: Mapping[str, SearchAttribute], updates: Mapping[str, SearchAttribute | None]
-) -> dict[str, SearchAttribute]:
-    """``current`` after an upsert of ``updates``: a value sets its attribute, None removes it."""
+def merged(current: Mapping[str, V], updates: Mapping[str, V | None]) -> dict[str, V]:
+    """``current`` after an upsert of ``updates``: a value sets its entry, None removes it (search
+    attributes, and a memo's fields)."""
     out = dict(current)
     for name, attribute in updates.items():
         if attribute is None:

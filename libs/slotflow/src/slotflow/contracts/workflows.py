@@ -1,7 +1,7 @@
 """Workflow commands consumed by the orchestrator, and the events of the workflow-history topic."""
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Annotated, Any, Literal
 
@@ -577,17 +577,6 @@ HISTORY_EVENTS: tuple[type[HistoryEvent], ...] = (
 )
 
 
-def merged_memo(memo: Mapping[str, Any], updates: Mapping[str, Any]) -> dict[str, Any]:
-    """``memo`` after an upsert: a value sets its field, a null removes it."""
-    out = dict(memo)
-    for name, value in updates.items():
-        if value is None:
-            out.pop(name, None)
-        else:
-            out[name] = value
-    return out
-
-
 def current_memo(events: Sequence[HistoryEvent]) -> dict[str, Any]:
     """The memo of the newest run of ``events``: its WorkflowStarted's, then each MemoUpserted
     after it in order (a value sets, a null removes). Empty before any start."""
@@ -596,7 +585,7 @@ def current_memo(events: Sequence[HistoryEvent]) -> dict[str, Any]:
         if isinstance(event, WorkflowStarted):
             memo = dict(event.memo)
         elif isinstance(event, MemoUpserted):
-            memo = merged_memo(memo, event.memo)
+            memo = merged(memo, event.memo)
     return memo
 
 

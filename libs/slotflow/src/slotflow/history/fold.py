@@ -33,8 +33,8 @@ from slotflow.contracts import (
     WorkflowStarted,
     WorkflowTimerFired,
 )
-from slotflow.contracts.search import dump_search_attributes
-from slotflow.contracts.workflows import WORKFLOW_TERMINATED, merged_memo
+from slotflow.contracts.search import dump_search_attributes, merged
+from slotflow.contracts.workflows import WORKFLOW_TERMINATED
 
 #: Statuses the history gives a workflow ("requested" and "rejected" are the api's own: a StartWorkflow
 #: seen and no history yet, or its start refused). `terminated`: a WorkflowFailed that a
@@ -218,7 +218,7 @@ def fold(events: list[Recorded]) -> WorkflowState | None:
                 else:
                     state.search_attributes[name] = value
         elif isinstance(event, MemoUpserted):
-            state.memo = merged_memo(state.memo, event.memo)
+            state.memo = merged(state.memo, event.memo)
         elif isinstance(event, ActivityScheduled):
             steps[event.sequence] = {
                 "sequence": event.sequence,

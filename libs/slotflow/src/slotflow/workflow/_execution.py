@@ -48,7 +48,6 @@ from slotflow.contracts.workflows import (
     WorkflowFailed,
     WorkflowStarted,
     WorkflowTimerFired,
-    merged_memo,
 )
 from slotflow.core.identity import activity_run_id
 from slotflow.core.nul import storable
@@ -622,7 +621,7 @@ class Execution:
         Raises:
             ValueError: the memo after it would pass its limit (nothing is recorded).
         """
-        after = merged_memo(self.memo, updates)
+        after = merged(self.memo, updates)
         check_memo(after)
         if self.match(MemoUpserted, memo_key(updates)) is None:
             self.record(MemoUpserted, memo=updates)

@@ -12,6 +12,7 @@ returned model is dumped to JSON, so typed code and the wire stay in step.
 """
 
 import inspect
+import re
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, get_type_hints, overload
@@ -269,8 +270,6 @@ def definition_of_run(method: Callable[..., Any]) -> WorkflowDefinition:
 
 
 def _build(cls: type[Any], name: str) -> WorkflowDefinition:
-    import re
-
     if re.match(IDENTIFIER_PATTERN, name) is None:
         raise WorkflowDefinitionError(f"workflow name {name!r} does not match {IDENTIFIER_PATTERN}")
     runs = [m for m in _methods(cls) if getattr(m, _RUN_MARK, False)]
@@ -282,38 +281,14 @@ def _build(cls: type[Any], name: str) -> WorkflowDefinition:
     params, hints = _parameters(body)
     if len(params) > 1:
         raise WorkflowDefinitionError(f"{body.__qualname__} takes at most one argument, the start input")
-    signals: dict[str, SignalDefinition] = {}
-    for method in _methods(cls):
-        signal_name = getattr(method, _SIGNAL_MARK, None)
-        if signal_name is None:
-            continue
-        if re.match(IDENTIFIER_PATTERN, signal_name) is None:
-            raise WorkflowDefinitionError(f"signal name {signal_name!r} does not match {IDENTIFIER_PATTERN}")
-        if signal_name in signals:
-            raise WorkflowDefinitionError(f"workflow {name} has two handlers for signal {signal_name!r}")
-        s_params, s_hints = _parameters(method)
-        if len(s_params) > 1:
-            raise WorkflowDefinitionError(f"signal handler {method.__qualname__} takes at most one argument")
-        payload = Converter(s_hints.get(s_params[0].name, Any)) if s_params else None
-        signals[signal_name] = SignalDefinition(signal_name, method, payload)
-    queries: dict[str, QueryDefinition] = {}
-    for method in _methods(cls):
-        query_name = getattr(method, _QUERY_MARK, None)
-        if query_name is None:
-            continue
-        if re.match(IDENTIFIER_PATTERN, query_name) is None:
-            raise WorkflowDefinitionError(f"query name {query_name!r} does not match {IDENTIFIER_PATTERN}")
-        if query_name in queries:
-            raise WorkflowDefinitionError(f"workflow {name} has two handlers for query {query_name!r}")
-        q_params, q_hints = _parameters(method)
-        if len(q_params) > 1:
-            raise WorkflowDefinitionError(f"query handler {method.__qualname__} takes at most one argument")
-        queries[query_name] = QueryDefinition(
-            query_name,
-            method,
-            Converter(q_hints.get(q_params[0].name, Any)) if q_params else None,
-            Converter(q_hints.get("return", Any)),
-        )
+    signals = {
+        handler_name: SignalDefinition(handler_name, method, arg)
+        for handler_name, method, arg, _ in _handlers(cls, name, _SIGNAL_MARK, "signal")
+    }
+    queries = {
+        handler_name: QueryDefinition(handler_name, method, arg, result)
+        for handler_name, method, arg, result in _handlers(cls, name, _QUERY_MARK, "query")
+    }
     return WorkflowDefinition(
         name=name,
         cls=cls,
@@ -323,6 +298,32 @@ def _build(cls: type[Any], name: str) -> WorkflowDefinition:
         signals=signals,
         queries=queries,
     )
+
+
+def _handlers(
+    cls: type[Any], workflow: str, mark: str, kind: str
+) -> list[tuple[str, Callable[..., Any], Converter | None, Converter]]:
+    """The methods of ``cls`` marked ``mark`` (signal or query handlers): each one's name, its
+    argument's converter (None: it takes none) and its result's.
+
+    Raises:
+        WorkflowDefinitionError: a bad name, two handlers of one name, more than one argument.
+    """
+    found: list[tuple[str, Callable[..., Any], Converter | None, Converter]] = []
+    for method in _methods(cls):
+        handler_name = getattr(method, mark, None)
+        if handler_name is None:
+            continue
+        if re.match(IDENTIFIER_PATTERN, handler_name) is None:
+            raise WorkflowDefinitionError(f"{kind} name {handler_name!r} does not match {IDENTIFIER_PATTERN}")
+        if any(handler_name == taken for taken, _, _, _ in found):
+            raise WorkflowDefinitionError(f"workflow {workflow} has two handlers for {kind} {handler_name!r}")
+        params, hints = _parameters(method)
+        if len(params) > 1:
+            raise WorkflowDefinitionError(f"{kind} handler {method.__qualname__} takes at most one argument")
+        arg = Converter(hints.get(params[0].name, Any)) if params else None
+        found.append((handler_name, method, arg, Converter(hints.get("return", Any))))
+    return found
 
 
 def _methods(cls: type[Any]) -> list[Callable[..., Any]]:
