@@ -62,37 +62,63 @@ class Consumer:
         self._max_poll_records = max_poll_records
         self._settings = settings
         self._what = f"Kafka consumer {client_id} (group {group_id})"
-        self._consumer: Any = AIOKafkaConsumer(
+        options: dict[str, Any] = {
             **settings.client_options(),
-            client_id=f"{settings.client_id_prefix}-{client_id}",
-            group_id=group_id,
-            enable_auto_commit=False,
-            auto_offset_reset=auto_offset_reset,
-            isolation_level=isolation_level,
-            max_poll_records=max_poll_records,
+            "client_id": f"{settings.client_id_prefix}-{client_id}",
+            "group_id": group_id,
+            "enable_auto_commit": False,
+            "auto_offset_reset": auto_offset_reset,
+            "isolation_level": isolation_level,
+            "max_poll_records": max_poll_records,
             # Oversize records still reach us whole, so they can be dead-lettered, not skipped.
-            max_partition_fetch_bytes=max_partition_fetch_bytes or settings.max_message_bytes * 4,
+            "max_partition_fetch_bytes": max_partition_fetch_bytes or settings.max_message_bytes * 4,
             # How long a dead member keeps its partitions (aiokafka's defaults unless told).
-            session_timeout_ms=session_timeout_ms,
-            heartbeat_interval_ms=heartbeat_interval_ms,
-        )
+            "session_timeout_ms": session_timeout_ms,
+            "heartbeat_interval_ms": heartbeat_interval_ms,
+        }
         self._membership = _Membership(self._committed.clear)
-        if topics:
-            self._consumer.subscribe(list(topics), listener=self._membership)
+        self._topics = list(topics)
+
+        def make() -> Any:
+            consumer = AIOKafkaConsumer(**options)
+            if self._topics:
+                consumer.subscribe(self._topics, listener=self._membership)
+            return consumer
+
+        # aiokafka's consumer cannot be started twice (a start that failed half-way leaves its
+        # fetcher behind): a start that fails replaces it, so the caller may try again.
+        self._make = make
+        self._consumer: Any = make()
 
     async def start(self) -> None:
+        """Start consuming; after a failure (the broker not up yet) it may be called again.
+
+        Raises:
+            TransientStorageError, KafkaAuthenticationFailed, KafkaAccessDenied: as
+                `slotflow.kafka.access.start_failure` names the failure.
+        """
         try:
             await wait_for_kafka(self._settings, self._what)
         except BaseException:
-            await self._consumer.stop()
+            await self._replace()
             raise
         try:
             await self._consumer.start()
         except KafkaError as err:
-            await self._consumer.stop()
+            await self._replace()
             raise await start_failure(
                 self._settings.bootstrap, self._settings.security, err, self._what
             ) from err
+        except BaseException:
+            await self._replace()
+            raise
+
+    async def _replace(self) -> None:
+        """Stop the client that failed to start and put a fresh one in its place."""
+        try:
+            await self._consumer.stop()
+        finally:
+            self._consumer = self._make()
 
     async def stop(self) -> None:
         if self._lag is not None:
