@@ -181,7 +181,13 @@ class QueryListener:
 
     async def run(self, stop: asyncio.Event) -> None:
         config = uvicorn.Config(
-            self.app, host=self._host, port=self._port, lifespan="off", access_log=False, log_level="warning"
+            self.app,
+            host=self._host,
+            port=self._port,
+            interface="asgi3",
+            lifespan="off",
+            access_log=False,
+            log_level="warning",
         )
         server = _QuietServer(config)
         serving = asyncio.create_task(server.serve(), name="orchestrator-queries")
