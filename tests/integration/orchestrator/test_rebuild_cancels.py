@@ -3,7 +3,7 @@
 The orchestrator's record of an activity cancel (`activity_cancels`) is what a claimer checks a
 CancelActivity against before it stops anything, and it is not on Kafka. Here the workflow is
 cancelled while no claimer runs, so its CancelActivity waits on the internal topic; the schema is
-then rebuilt from the topics. The rebuild records the cancel again (and sends it again under its
+then lost and rebuilt from the topics. The rebuild records the cancel again (and sends it again under its
 id), so the claimer that starts afterwards takes it: the run ends `cancelled` and never finishes
 its work. Without that, the claimer parks the genuine cancel as unproven and runs the step.
 """
@@ -52,10 +52,9 @@ async def test_a_rebuild_restores_the_record_of_a_cancel_still_on_its_topic(
 
     await assert_eventually(relayed, timeout=30, message="the orchestrator's outbox relayed")
     await orchestrator.stop()
-
-    report = await rebuild(
-        orchestrator_settings(kafka, pg_dsn), workflow_code=workflow_code, force=True, pool=db
-    )
+    # The schema is lost (its record of the cancel with it), then rebuilt from the topics.
+    await db.execute("DROP SCHEMA orchestrator CASCADE")
+    report = await rebuild(orchestrator_settings(kafka, pg_dsn), workflow_code=workflow_code, pool=db)
     assert report.activity_cancels == 1, report.lines()
     recorded = await db.fetch("SELECT run_id, handler, reason FROM orchestrator.activity_cancels")
     assert [dict(r) for r in recorded] == [
