@@ -11,6 +11,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -46,6 +47,8 @@ def server(kafka: KafkaSettings, pg_dsn: str, tmp_path: Path) -> Iterator[str]:
         # Authentication on, as deployed: every generated request carries an admin token.
         "SLOTFLOW_API_AUTH": "on",
         "SLOTFLOW_API_BOOTSTRAP_TOKEN": TEST_TOKEN,
+        # No orchestrator answers queries here: say so without waiting the default 10 s.
+        "SLOTFLOW_API_QUERY_TIMEOUT_SECONDS": "0.2",
     }
     log = (tmp_path / "api.log").open("w")
     process = subprocess.Popen(
@@ -57,6 +60,17 @@ def server(kafka: KafkaSettings, pg_dsn: str, tmp_path: Path) -> Iterator[str]:
         process.terminate()
         process.wait(timeout=30)
         log.close()
+
+
+#: A query is answered by the orchestrator that holds the workflow, and none runs here: its 503
+#: ("not answered") is the route's answer then, not a fault of the api's.
+QUERY = "POST /v1/workflows/{workflow_id}/query"
+
+
+def no_server_error_but_no_orchestrator(ctx: Any, response: Any, case: Any) -> bool | None:
+    if case.operation.label == QUERY and response.status_code == 503 and "was not answered" in response.text:
+        return None
+    return not_a_server_error(ctx, response, case)
 
 
 def _fuzz(base_url: str) -> tuple[int, int]:
@@ -84,7 +98,7 @@ def _fuzz(base_url: str) -> tuple[int, int]:
                 case.query.pop("wait", None)
             response = case.call_and_validate(
                 base_url=base_url,
-                checks=[not_a_server_error, response_schema_conformance],
+                checks=[no_server_error_but_no_orchestrator, response_schema_conformance],
                 headers={"X-Slotflow-Client": "schemathesis", **AUTH},  # the API's CSRF rule, a token
             )
             calls += 1

@@ -43,6 +43,15 @@ def _without_empty_memo_and_attributes(dumped: dict[str, Any]) -> dict[str, Any]
     return dumped
 
 
+def _without_unscoped_run(dumped: dict[str, Any]) -> dict[str, Any]:
+    # A signal, cancel or terminate for whichever run is current serialises as it did before
+    # commands could name a run: its bytes (and a signed command's canonical form) do not change
+    # with the release, and a consumer of the previous release still takes it.
+    if dumped.get("start_command_id", "") is None:
+        dumped.pop("start_command_id")
+    return dumped
+
+
 #: What happens to a running child workflow when its parent ends first.
 ParentClosePolicy = Literal["request_cancel", "abandon"]
 
@@ -101,6 +110,10 @@ class SignalWorkflow(Message):
     #: earlier run of a reused id never reaches a new one; None: whichever run is current.
     start_command_id: IdText | None = None
 
+    @model_serializer(mode="wrap")
+    def _compact(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _without_unscoped_run(handler(self))
+
 
 class CancelWorkflow(Message):
     """Ask a workflow to stop; it runs its compensations before it ends."""
@@ -112,6 +125,10 @@ class CancelWorkflow(Message):
     #: continued from it). Rejected when the id's current run is another, so a handle kept from an
     #: earlier run of a reused id never reaches a new one; None: whichever run is current.
     start_command_id: IdText | None = None
+
+    @model_serializer(mode="wrap")
+    def _compact(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _without_unscoped_run(handler(self))
 
 
 #: The error type of the WorkflowFailed a TerminateWorkflow (or a `terminate_running` start) appends:
@@ -132,6 +149,10 @@ class TerminateWorkflow(Message):
     #: continued from it). Rejected when the id's current run is another, so a handle kept from an
     #: earlier run of a reused id never reaches a new one; None: whichever run is current.
     start_command_id: IdText | None = None
+
+    @model_serializer(mode="wrap")
+    def _compact(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _without_unscoped_run(handler(self))
 
 
 class RetryActivity(Message):
