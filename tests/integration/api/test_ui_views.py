@@ -41,7 +41,7 @@ from slotflow.testing import assert_eventually
 from slotflow_api.app import create_app
 from slotflow_api.config import Settings
 from tests.integration.api.conftest import AUTH, Emitter
-from tests.integration.api.helpers import cron
+from tests.integration.api.helpers import cron, eventually_json
 from tests.integration.cli.support import served
 
 
@@ -64,6 +64,11 @@ async def test_a_closed_workflow_shows_no_signal_cancel_or_terminate(
     done = WorkflowCompleted(workflow_id="order-done", sequence=2, result={"shipped": True})
     await emit(WORKFLOW_HISTORY, done, id=history_event_id("order-done", 2), key="order-done")
     async with served(create_app(api_settings)) as base:
+        # The page reads the read model once: wait until the projector has both workflows (a
+        # loaded CI box took longer than the locator's wait to project them).
+        async with httpx.AsyncClient(base_url=base, headers={"X-Slotflow-Client": "test", **AUTH}) as http:
+            await eventually_json(http, "/v1/workflows/order-done", lambda w: w["status"] == "completed")
+            await eventually_json(http, "/v1/workflows/order-open", lambda w: w["status"] == "running")
         page, problems = await _page(browser)
         await page.goto(f"{base}/ui/workflows/order-done")
         await expect(page.locator('[data-closed="completed"]')).to_have_text(
