@@ -15,6 +15,7 @@ from typing import Any
 import asyncpg
 import httpx
 
+from slotflow.contracts.queries import QueryRequest
 from slotflow.errors import SlotflowError
 from slotflow.kafka.producer import Producer, key_partition
 from slotflow.pg.pool import Pool
@@ -94,13 +95,13 @@ class Queries:
                 try:
                     reply = await self._http.post(
                         f"{route['listener'].rstrip('/')}/queries",
-                        json={
-                            "workflow_id": workflow_id,
-                            "query": query,
-                            "arg": arg,
-                            "shard": shard,
-                            "lease_token": int(route["lease_token"]),
-                        },
+                        json=QueryRequest(
+                            workflow_id=workflow_id,
+                            query=query,
+                            arg=arg,
+                            shard=shard,
+                            lease_token=int(route["lease_token"]),
+                        ).model_dump(mode="json"),
                         timeout=max(left, 0.05),
                     )
                 except httpx.HTTPError as err:

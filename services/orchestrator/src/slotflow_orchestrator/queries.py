@@ -31,12 +31,15 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import uvicorn
+from pydantic import ValidationError
 
 from slotflow.contracts import HistoryEvent
+from slotflow.contracts.queries import QueryRequest
 from slotflow.errors import ConfigurationError
-from slotflow.pg.payloads import get_payload
+from slotflow.pg.payloads import PostgresPayloadStore
 from slotflow.pg.pool import Pool
 from slotflow.pg.statements import sql
+from slotflow.runs.registry import problems
 from slotflow.workflow import NonDeterminismError, QueryError, UnknownQuery
 from slotflow.workflow.payloads import resolve_payloads
 from slotflow_orchestrator.deciding import history_of
@@ -65,21 +68,6 @@ class Queryable(Protocol):
     def query(self, history: Sequence[HistoryEvent], name: str, arg: Any = None, *, now: datetime) -> Any: ...
 
 
-class _PayloadsThroughPool:
-    """The payload table, for a history whose large fields travel by reference."""
-
-    def __init__(self, pool: Pool, schema: str) -> None:
-        self._pool = pool
-        self._schema = schema
-
-    async def put(self, data: bytes) -> str:  # pragma: no cover - a query stores nothing
-        raise QueryError("a query stores no payload")
-
-    async def get(self, ref: str) -> bytes:
-        async with self._pool.acquire() as conn:
-            return await get_payload(conn, schema=self._schema, ref=ref)
-
-
 class QueryAnswers:
     """Answers one query for a workflow of a shard this orchestrator holds."""
 
@@ -88,19 +76,13 @@ class QueryAnswers:
         self._schema = schema
         self._leases = leases
         self._code = code
-        self._payloads = _PayloadsThroughPool(pool, schema)
+        self._payloads = PostgresPayloadStore(pool, schema=schema)
         self._statements = {"row": sql(QUERY_WORKFLOW, schema), "history": sql(HISTORY, schema)}
 
-    async def answer(self, request: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    async def answer(self, request: QueryRequest) -> tuple[int, dict[str, Any]]:
         """The status and body that answer ``request`` (see the module docstring)."""
-        try:
-            workflow_id = _text(request, "workflow_id")
-            name = _text(request, "query")
-            shard = _number(request, "shard")
-            token = _number(request, "lease_token")
-        except ValueError as err:
-            return 400, {"error": "bad_request", "detail": str(err)}
-        arg = request.get("arg")
+        workflow_id, name, arg = request.workflow_id, request.query, request.arg
+        shard, token = request.shard, request.lease_token
         if self._leases.held.get(shard) != token:
             return 409, _moved(shard, token)
         row = await self._pool.fetchrow(self._statements["row"], workflow_id)
@@ -138,20 +120,6 @@ def _moved(shard: int, token: int) -> dict[str, Any]:
         "error": "moved",
         "detail": f"this orchestrator does not hold shard {shard} under lease token {token}: ask its owner again",
     }
-
-
-def _text(request: dict[str, Any], name: str) -> str:
-    value = request.get(name)
-    if not isinstance(value, str) or not value or len(value) > 1000:
-        raise ValueError(f"{name} must be a string of 1 to 1000 characters")
-    return value
-
-
-def _number(request: dict[str, Any], name: str) -> int:
-    value = request.get(name)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ValueError(f"{name} must be a non-negative integer")
-    return value
 
 
 class QueryListener:
@@ -228,11 +196,9 @@ class QueryListener:
             await _reply(send, 413, {"error": "too_large", "detail": f"at most {MAX_BODY_BYTES} bytes"})
             return
         try:
-            request = json.loads(body)
-        except ValueError:
-            request = None
-        if not isinstance(request, dict):
-            await _reply(send, 400, {"error": "bad_request", "detail": "the body must be a JSON object"})
+            request = QueryRequest.model_validate_json(body)
+        except ValidationError as err:
+            await _reply(send, 400, {"error": "bad_request", "detail": problems(err)})
             return
         status, answer = await self._answers.answer(request)
         await _reply(send, status, answer)

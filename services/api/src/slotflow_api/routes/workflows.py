@@ -180,17 +180,29 @@ async def _require_open(
         WorkflowClosed: the workflow (or the run named) has ended.
     """
     row = await read_model.get_workflow(s.pool, s.schema, workflow_id)
-    current = row.get("start_command_id") if row is not None else None
-    if start_command_id is not None and current is not None and current != start_command_id:
-        raise WorkflowClosed(
-            f"workflow {workflow_id!r}'s current run was started by command {current!r}, not "
-            f"{start_command_id!r}: a {action} meant for that run does not reach another; nothing was published"
-        )
+    _require_run(workflow_id, row, action, start_command_id)
     status = row.get("status") if row is not None else None
     if status in CLOSED_STATUSES:
         raise WorkflowClosed(
             f"workflow {workflow_id!r} is {status}: a {action} applies only to a workflow that has not "
             "ended (requested, running, compensating or stuck); nothing was published"
+        )
+
+
+def _require_run(
+    workflow_id: str, row: dict[str, Any] | None, action: str, start_command_id: str | None
+) -> None:
+    """Refuse ``action`` meant for the run ``start_command_id`` began when the read model shows
+    another run of the id (one not shown yet passes: the orchestrator decides).
+
+    Raises:
+        WorkflowClosed: the named run is not the id's current one.
+    """
+    current = row.get("start_command_id") if row is not None else None
+    if start_command_id is not None and current is not None and current != start_command_id:
+        raise WorkflowClosed(
+            f"workflow {workflow_id!r}'s current run was started by command {current!r}, not "
+            f"{start_command_id!r}: a {action} meant for that run does not reach another; nothing was published"
         )
 
 
@@ -401,12 +413,7 @@ async def query_workflow(
 ) -> JSONResponse:
     if body.start_command_id is not None:
         row = await read_model.get_workflow(s.pool, s.schema, workflow_id)
-        current = row.get("start_command_id") if row is not None else None
-        if current is not None and current != body.start_command_id:
-            raise WorkflowClosed(
-                f"workflow {workflow_id!r}'s current run was started by command {current!r}, not "
-                f"{body.start_command_id!r}: a query meant for that run is not asked of another"
-            )
+        _require_run(workflow_id, row, "query", body.start_command_id)
     if s.queries is None:
         return JSONResponse(
             status_code=503, content={"detail": "the api is starting: it asks no queries yet"}
