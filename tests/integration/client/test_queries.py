@@ -17,7 +17,7 @@ import pytest
 
 from slotflow.client import Client, HttpTransport, WorkflowQueryFailedError
 from slotflow.testing import assert_eventually
-from tests.integration.client.conftest import ADMIN_TOKEN, Stack
+from tests.integration.client.conftest import ADMIN_TOKEN, QUERY_TOKEN, Stack
 from tests.integration.client.orders import Checkout, order
 
 RESULT_WITHIN = 120.0
@@ -128,3 +128,11 @@ async def test_a_query_listener_asked_without_its_token_answers_401(stack: Stack
         )
     assert reply.status_code == 401
     assert reply.json()["error"] == "unauthorised"
+    # With the token, a request that is not a QueryRequest is refused naming the field.
+    async with httpx.AsyncClient(headers={"Authorization": f"Bearer {QUERY_TOKEN}"}) as api_like:
+        bad = await api_like.post(
+            f"{rows[0]['address']}/queries", json={"workflow_id": "q-3", "query": "stage"}
+        )
+    assert bad.status_code == 400
+    assert bad.json()["error"] == "bad_request"
+    assert "shard" in bad.json()["detail"]
